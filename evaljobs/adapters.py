@@ -1,0 +1,179 @@
+"""Adapters: how a scenario is run against a model.
+
+The default adapter drives an OpenAI-compatible chat conversation and answers
+the model's tool calls from the scenario's canned tools. Hosts can plug in
+their own agent with ``--adapter module:callable`` or the entry-point group
+``evaljobs.adapters``; the callable takes ``(scenario, model)`` and returns a
+:class:`~evaljobs.replay.Replay`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+from importlib.metadata import entry_points
+from typing import Any, Callable, Protocol
+
+from .catalog import Scenario
+from .modelspec import ModelSpec, ProvidersConfig
+from .replay import Replay, ToolCall
+
+ADAPTER_GROUP = "evaljobs.adapters"
+
+
+class AdapterError(ValueError):
+    """An adapter reference that cannot be loaded (one line, names the reference)."""
+
+
+class Adapter(Protocol):
+    def __call__(self, scenario: Scenario, model: ModelSpec) -> Replay: ...
+
+
+class DeadlineExceeded(Exception):
+    """The per-pair time limit ran out between turns."""
+
+
+_sim_lock = threading.Lock()
+_sim_url: str | None = None
+
+
+def simulated_provider_url() -> str:
+    """The URL of the built-in simulated provider for this process.
+
+    ``EVALJOBS_SIM_URL`` points at a shared one (``evaljobs mock-provider``);
+    otherwise one is started in-process on a free loopback port, once.
+    """
+    global _sim_url
+    env = os.environ.get("EVALJOBS_SIM_URL")
+    if env:
+        return env
+    with _sim_lock:
+        if _sim_url is None:
+            from .providers.simulated import SimulatedProvider
+
+            provider = SimulatedProvider(
+                latency=float(os.environ.get("EVALJOBS_SIM_LATENCY", "0.05")),
+                jitter=float(os.environ.get("EVALJOBS_SIM_JITTER", "0.02")),
+            )
+            provider.start()
+            _sim_url = provider.url
+        return _sim_url
+
+
+def base_url_for(providers: ProvidersConfig, provider_name: str) -> str:
+    config = providers.get(provider_name)
+    if config.base_url:
+        return config.base_url
+    if provider_name == "sim":
+        return simulated_provider_url()
+    raise AdapterError(f"provider '{provider_name}' has no base_url; set one in the providers config")
+
+
+def client_for(providers: ProvidersConfig, provider_name: str):
+    from .providers.client import get_client
+
+    config = providers.get(provider_name)
+    return get_client(base_url_for(providers, provider_name), api_key_env=config.api_key_env,
+                      timeout=config.timeout, headers=config.headers or None)
+
+
+def _tool_content(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class ConversationAdapter:
+    """Run the scenario as a chat: model turn → tool calls answered → next turn.
+
+    Provider errors propagate (typed, see ``evaljobs.providers.errors``) so the
+    caller can decide between retrying and recording an ``errored`` result.
+    """
+
+    version = "conversation-1"
+
+    def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None):
+        self.providers = providers
+        self.tool_runner = tool_runner or run_canned_tool
+
+    def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
+        client = client_for(self.providers, model.provider)
+        config = self.providers.get(model.provider)
+        messages: list[dict[str, Any]] = []
+        if scenario.system:
+            messages.append({"role": "system", "content": scenario.system})
+        messages.extend(dict(m) for m in scenario.messages)
+        tools = [t.schema() for t in scenario.tools] or None
+        replay = Replay(messages=messages)
+        started = time.perf_counter()
+        for turn in range(scenario.max_turns):
+            if deadline is not None and time.monotonic() > deadline:
+                raise DeadlineExceeded(f"ran out of time after {turn} turns")
+            completion = client.complete(model.model, messages, tools=tools, temperature=scenario.temperature)
+            replay.turns += 1
+            replay.input_tokens += completion.input_tokens
+            replay.output_tokens += completion.output_tokens
+            messages.append(completion.raw_message)
+            if not completion.tool_calls:
+                replay.answer = completion.content or ""
+                break
+            for requested in completion.tool_calls:
+                call = self.tool_runner(scenario, requested.name, requested.arguments)
+                replay.tool_calls.append(call)
+                content = _tool_content({"error": call.error} if call.error else call.result)
+                messages.append({"role": "tool", "tool_call_id": requested.id, "content": content})
+        else:
+            replay.error = f"conversation did not finish within max_turns={scenario.max_turns}"
+        replay.duration_ms = (time.perf_counter() - started) * 1000.0
+        replay.cost = config.cost(model.model, replay.input_tokens, replay.output_tokens)
+        return replay
+
+
+def run_canned_tool(scenario: Scenario, name: str, arguments: dict[str, Any]) -> ToolCall:
+    """Answer a tool call from the scenario's canned ``returns``/``returns_by``."""
+    started = time.perf_counter()
+    tool = scenario.tool(name)
+    if tool is None:
+        known = ", ".join(t.name for t in scenario.tools) or "none"
+        return ToolCall(name=name, arguments=arguments, error=f"unknown tool '{name}' (scenario tools: {known})")
+    if "_raw" in arguments and len(arguments) == 1:
+        return ToolCall(name=name, arguments=arguments, error="arguments are not valid JSON")
+    result = tool.answer(arguments)
+    return ToolCall(name=name, arguments=arguments, result=result,
+                    duration_ms=(time.perf_counter() - started) * 1000.0)
+
+
+def load_adapter(reference: str | None, providers: ProvidersConfig) -> Adapter:
+    """Resolve ``None`` (the default), ``module:callable`` or an entry-point name to an adapter.
+
+    A class or factory that accepts ``providers=`` is called with it; any other
+    callable is used as the adapter itself.
+    """
+    if not reference:
+        return ConversationAdapter(providers)
+    if ":" in reference:
+        module_name, _, attr = reference.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise AdapterError(f"cannot load adapter '{reference}': {exc}") from None
+    else:
+        found = [ep for ep in entry_points(group=ADAPTER_GROUP) if ep.name == reference]
+        if not found:
+            names = sorted(ep.name for ep in entry_points(group=ADAPTER_GROUP))
+            raise AdapterError(f"unknown adapter '{reference}': use module:callable or one of the "
+                               f"'{ADAPTER_GROUP}' entry points ({', '.join(names) or 'none installed'})")
+        try:
+            target = found[0].load()
+        except Exception as exc:  # noqa: BLE001 - report any import failure in one line
+            raise AdapterError(f"cannot load adapter entry point '{reference}': {exc}") from None
+    if isinstance(target, type) or getattr(target, "wants_providers", False):
+        try:
+            return target(providers=providers)
+        except TypeError:
+            return target()
+    if not callable(target):
+        raise AdapterError(f"adapter '{reference}' is not callable")
+    return target

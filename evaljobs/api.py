@@ -1,0 +1,168 @@
+"""The Python API the CLI is built on: submit a run, wait for it, recover it.
+
+    from evaljobs import Session
+    with Session(db="sqlite:///evals.db", broker="memory", width=8) as session:
+        run = session.submit("catalog.yaml", ["sim/fast", "sim/smart"])
+        run = session.wait(run.id)
+        print(run.report["verdict"])
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import events, runtime, store, strategies
+from .catalog import Catalog, CatalogError, load_catalog
+from .modelspec import ModelSpecError, parse_model_spec
+
+TERMINAL = ("complete", "partial", "failed", "cancelled")
+
+
+class UsageError(ValueError):
+    """Something the user asked for that cannot be done (one line)."""
+
+
+def capture_context(providers: Sequence) -> dict[str, Any] | None:
+    values = {}
+    for provider in providers:
+        value = provider.capture()
+        if value is not None:
+            values[provider.name] = value
+    return values or None
+
+
+class Session:
+    """Binds a database and (for queued strategies) a broker for one process."""
+
+    def __init__(self, *, db: str | None = None, broker: str | None = None, width: int = 8,
+                 providers: str | None = None, queue: str | None = None,
+                 context_providers: Sequence | None = None):
+        if width < 1:
+            raise UsageError(f"--width must be at least 1, not {width}")
+        if providers:
+            os.environ["EVALJOBS_PROVIDERS"] = str(providers)
+        self.providers = runtime.providers(providers)
+        self.db_url = db
+        store.connect(db)
+        self.broker_url = broker
+        self.width = width
+        self.queue = queue
+        self._context_providers = context_providers
+        self._binding = None
+        self._worker = None
+
+    # -- context -------------------------------------------------------------------------------
+    @property
+    def context_providers(self) -> list:
+        if self._context_providers is None:
+            from middleware.context import discover_providers
+
+            from .broker import CONTEXT_PROVIDER_GROUP
+
+            self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP)
+        return list(self._context_providers)
+
+    # -- broker ---------------------------------------------------------------------------------
+    def binding(self):
+        if self._binding is None:
+            from .broker import configure
+
+            self._binding = configure(self.broker_url, queue=self.queue,
+                                      context_providers=self._context_providers)
+        return self._binding
+
+    def _ensure_local_worker(self) -> None:
+        binding = self.binding()
+        if binding.is_memory and self._worker is None:
+            from .broker import start_memory_worker
+
+            self._worker = start_memory_worker(binding, self.width)
+
+    # -- runs -------------------------------------------------------------------------------------
+    def load(self, catalog: str | Path | Catalog) -> Catalog:
+        if isinstance(catalog, Catalog):
+            return catalog
+        return load_catalog(catalog, providers=self.providers)
+
+    def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
+               adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
+               time_limit: float | None = None) -> store.RunInfo:
+        """Validate everything, create the run, and start it.
+
+        In-process strategies (``sequential``, ``threads``) run to completion
+        before this returns; queued ones return as soon as ``start_run`` is sent.
+        Nothing is created when the catalog, a model or an option is bad.
+        """
+        if strategy not in strategies.STRATEGIES:
+            raise UsageError(f"unknown strategy '{strategy}': use one of {', '.join(strategies.STRATEGIES)}")
+        if not models:
+            raise UsageError("no model given: pass at least one -m provider/model")
+        specs = []
+        for text in models:
+            try:
+                specs.append(parse_model_spec(text, self.providers).spec)
+            except ModelSpecError as exc:
+                raise UsageError(str(exc)) from None
+        if len(set(specs)) != len(specs):
+            raise UsageError(f"a model is given twice: {', '.join(specs)}")
+        if judge_model:
+            try:
+                parse_model_spec(judge_model, self.providers)
+            except ModelSpecError as exc:
+                raise UsageError(f"--judge-model: {exc}") from None
+        if adapter:
+            runtime.adapter(adapter)  # fail now, not on a worker
+        cat = self.load(catalog)
+        settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
+                                       time_limit=time_limit)
+        context = capture_context(self.context_providers)
+        run = store.create_run(cat, specs, strategy=strategy, context=context, options=settings.to_options())
+        if strategy in strategies.QUEUED:
+            self._ensure_local_worker()
+            self.binding().actors.start_run.send(run.id)
+            return store.get_run(run.id)
+        return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
+
+    def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> store.RunInfo:
+        """Follow a run until its report exists: woken by events, with a slow poll as the fallback."""
+        binding = self._binding
+        if binding is not None and binding.is_memory:
+            self._ensure_local_worker()
+        deadline = time.monotonic() + timeout if timeout else None
+        with events.Subscription(run_id) as subscription:
+            while True:
+                run = store.get_run(run_id)
+                if run.status in TERMINAL and (run.report is not None or run.status == "cancelled"):
+                    return run
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return run
+                wait_for = poll if remaining is None else min(poll, remaining)
+                started = time.monotonic()
+                while time.monotonic() - started < wait_for:
+                    event = subscription.get(timeout=max(0.01, wait_for - (time.monotonic() - started)))
+                    if event is None:
+                        break
+                    if on_event is not None:
+                        on_event(event)
+                    if event.get("type") == "complete":
+                        break
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._binding is not None:
+            self._binding.broker.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Session", "UsageError", "CatalogError", "capture_context"]

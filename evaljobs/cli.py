@@ -1,0 +1,373 @@
+"""The ``evaljobs`` command line (click).
+
+Every error a user can cause is one line on stderr and a non-zero exit
+(2 for bad input, 1 for a failed gate) — never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from . import store
+from .strategies import DEFAULT_STRATEGY, STRATEGIES
+
+EXIT_GATE = 1
+EXIT_USAGE = 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from .adapters import AdapterError
+    from .api import UsageError
+    from .broker import BrokerError
+    from .modelspec import ModelSpecError
+
+    errors: list[type[BaseException]] = [AdapterError, UsageError, BrokerError, ModelSpecError,
+                                         store.StoreError, store.UnknownRun]
+    try:
+        from middleware.context import ContextError
+
+        errors.append(ContextError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+class Group(click.Group):
+    """Turns the errors a user can cause into one line and exit code 2."""
+
+    def invoke(self, ctx: click.Context):
+        from .catalog import CatalogError
+
+        try:
+            return super().invoke(ctx)
+        except CatalogError as exc:
+            for problem in exc.problems:
+                click.echo(f"error: {problem}", err=True)
+            ctx.exit(EXIT_USAGE)
+        except _user_errors() as exc:
+            click.echo(f"error: {_one_line(exc)}", err=True)
+            ctx.exit(EXIT_USAGE)
+        except _connection_errors() as exc:
+            click.echo(f"error: cannot reach a server: {_one_line(exc)}", err=True)
+            ctx.exit(EXIT_USAGE)
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.exceptions.ConnectionError, ConnectionError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.splitlines())
+
+
+db_option = click.option("--db", envvar="EVALJOBS_DATABASE_URL", default=None,
+                         help="Database URL: sqlite:///path.db (default .evaljobs/evaljobs.db) or postgresql://…")
+broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="memory", show_default=True,
+                             help="'memory' (in-process workers) or redis://host:port/db.")
+providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
+                                type=click.Path(dir_okay=False),
+                                help="Providers config (YAML): base URLs, API-key env vars, prices.")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="evaljobs")
+def main() -> None:
+    """Run LLM-agent evaluation catalogs (scenarios × models) as a fan-out, with one trustworthy report."""
+
+
+def _rate(text: str | None) -> float | None:
+    if text is None:
+        return None
+    value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    if not 0.0 <= value <= 1.0:
+        raise click.BadParameter(f"{text!r} is not a pass rate between 0 and 1 (or 0% and 100%)")
+    return value
+
+
+@main.command()
+@click.argument("catalog", type=click.Path(dir_okay=False))
+@click.option("-m", "--model", "models", multiple=True, required=True,
+              help="Model spec provider/model[@label]; repeat for several models.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True)
+@click.option("--width", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Worker threads for --broker memory and the threads strategy.")
+@click.option("--wait/--no-wait", default=None,
+              help="Follow the run to its report (default: yes, except fanout/per-model on Redis).")
+@click.option("--fail-under", default=None, help="Exit 1 when the pass rate is under this (0.9 or 90%).")
+@click.option("--adapter", default=None, help="Host adapter module:callable or entry-point name.")
+@click.option("--judge-model", default=None, help="Model for llm_judge criteria (default: the catalog's).")
+@click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@db_option
+@broker_option
+@providers_option
+def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model, judge_cap, time_limit,
+        as_json, db, broker, providers) -> None:
+    """Evaluate CATALOG against each -m MODEL."""
+    from . import events
+    from .api import Session
+    from .progress import Progress
+
+    gate = _rate(fail_under)
+    if not Path(catalog).exists():
+        raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
+    session = Session(db=db, broker=broker, width=width, providers=providers)
+    try:
+        catalog_obj = session.load(catalog)
+        expected = len(catalog_obj.scenarios) * len(models)
+        progress = Progress(expected)
+        inline = strategy not in ("fanout", "per-model")
+        if inline:
+            events.add_listener(progress)
+        try:
+            info = session.submit(catalog_obj, list(models), strategy=strategy, adapter=adapter,
+                                  judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit)
+        finally:
+            if inline:
+                events.remove_listener(progress)
+        click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models "
+                   f"= {info.expected} pairs ({strategy}, broker {session.binding().url if not inline else 'none'})",
+                   err=True)
+        follow = wait if wait is not None else (inline or session.binding().is_memory)
+        if not inline and not follow:
+            click.echo(info.id)
+            return
+        if not inline:
+            info = session.wait(info.id, on_event=progress)
+        _print_outcome(info, as_json)
+        _gate(info, gate)
+    finally:
+        session.close()
+
+
+def _print_outcome(info: store.RunInfo, as_json: bool) -> None:
+    from .report import render_json, render_table
+
+    if info.report is None:
+        click.echo(f"run {info.id} is {info.status} with {info.persisted}/{info.expected} pairs; no report yet",
+                   err=True)
+        return
+    click.echo(render_json(info.report) if as_json else render_table(info.report))
+
+
+def _gate(info: store.RunInfo, gate: float | None) -> None:
+    if gate is None or info.report is None:
+        return
+    rate = info.report["summary"]["pass_rate"]
+    if rate < gate:
+        click.echo(f"FAIL: pass rate {rate:.1%} is under --fail-under {gate:.1%}", err=True)
+        sys.exit(EXIT_GATE)
+    click.echo(f"OK: pass rate {rate:.1%} meets --fail-under {gate:.1%}", err=True)
+
+
+@main.command()
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def runs(limit, as_json, db) -> None:
+    """List recent runs."""
+    store.connect(db)
+    items = store.list_runs(limit=limit)
+    if as_json:
+        click.echo(json.dumps([_run_summary(r) for r in items], indent=2))
+        return
+    if not items:
+        click.echo("no runs yet: try `evaljobs demo`", err=True)
+        return
+    click.echo(f"{'RUN':<16} {'STATUS':<9} {'PAIRS':>9} {'PASS':>6}  {'STRATEGY':<10} {'CATALOG':<20} CREATED")
+    for r in items:
+        rate = f"{r.report['summary']['pass_rate']:.0%}" if r.report else "-"
+        click.echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
+                   f"{r.catalog_name[:20]:<20} {r.created_at}")
+
+
+def _run_summary(r: store.RunInfo) -> dict:
+    return {"id": r.id, "status": r.status, "catalog": r.catalog_name, "digest": r.digest, "models": r.models,
+            "strategy": r.strategy, "expected": r.expected, "persisted": r.persisted,
+            "created_at": str(r.created_at), "finished_at": str(r.finished_at) if r.finished_at else None,
+            "pass_rate": r.report["summary"]["pass_rate"] if r.report else None}
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def show(run_id, as_json, db) -> None:
+    """Show one run: status, progress and each result."""
+    store.connect(db)
+    info = store.get_run(run_id)
+    results = store.list_results(run_id)
+    if as_json:
+        click.echo(json.dumps({**_run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
+                              default=str))
+        return
+    click.echo(f"run {info.id}  {info.status}  {info.persisted}/{info.expected} pairs  catalog {info.catalog_name}"
+               f" ({info.digest[:19]})  strategy {info.strategy}")
+    click.echo(f"models: {', '.join(info.models)}")
+    if info.context:
+        click.echo(f"context: {json.dumps(info.context)}")
+    for r in results:
+        extra = f"  [{r.fault}]" if r.fault else ""
+        error = f"  {r.error[:100]}" if r.error else ""
+        click.echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{extra}{error}")
+    missing = store.missing_pairs(run_id)
+    if missing:
+        click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]})")
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--format", "fmt", type=click.Choice(["json", "md", "table"]), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE.")
+@click.option("--fail-under", default=None, help="Exit 1 when the pass rate is under this.")
+@db_option
+def report(run_id, fmt, output, fail_under, db) -> None:
+    """Render a run's report."""
+    from .report import render_json, render_markdown, render_table
+
+    gate = _rate(fail_under)
+    store.connect(db)
+    info = store.get_run(run_id)
+    if info.report is None:
+        raise click.ClickException(f"run {run_id} has no report yet ({info.status}, "
+                                   f"{info.persisted}/{info.expected} pairs); try `evaljobs recover {run_id}`")
+    text = {"json": render_json, "md": render_markdown, "table": render_table}[fmt](info.report)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text)
+    _gate(info, gate)
+
+
+@main.group()
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+@db_option
+def db_upgrade(db) -> None:
+    """Create or upgrade the schema."""
+    store.connect(db)
+    done = store.upgrade()
+    click.echo("\n".join(done) if done else "schema is up to date")
+
+
+@main.group()
+def catalog() -> None:
+    """Catalog tools."""
+
+
+@catalog.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@providers_option
+def catalog_check(path, providers) -> None:
+    """Validate a catalog and print its digest."""
+    from . import runtime
+    from .catalog import load_catalog
+
+    if not Path(path).exists():
+        raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
+    cat = load_catalog(path, providers=runtime.providers(providers))
+    click.echo(f"{path}: ok — catalog '{cat.name}', {len(cat.scenarios)} scenarios, {cat.digest}")
+
+
+@main.command("mock-provider")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--latency", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Seconds per call.")
+@click.option("--jitter", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--max-concurrent", type=click.IntRange(min=1), default=None, help="429 beyond this many in flight.")
+@click.option("--rpm", type=click.IntRange(min=1), default=None, help="429 beyond this many requests a minute.")
+@click.option("--error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) -> None:
+    """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
+    from .providers.simulated import SimulatedProvider
+
+    provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
+                                 max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)
+    click.echo(f"simulated provider on http://{host}:{port}/v1  (export EVALJOBS_SIM_URL=http://{host}:{port}/v1)",
+               err=True)
+    provider.serve_forever()
+
+
+@main.command()
+@click.option("--width", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--db", default=None, help="Database URL (default: a fresh SQLite file under .evaljobs/).")
+@click.option("--html", "html_path", default=None, help="Where to write the HTML report, if supported.")
+def demo(width, db, html_path) -> None:
+    """Run the bundled support catalog against two simulated models and print the report."""
+    from .api import Session
+    from .progress import Progress
+    from .report import render_table
+
+    here = Path(__file__).resolve().parent
+    catalog_path = here / "examples" / "support.yaml"
+    if not catalog_path.exists():
+        catalog_path = here.parent / "examples" / "catalogs" / "support.yaml"
+    models = ["sim/fast", "sim/smart"]
+    with Session(db=db, broker="memory", width=width) as session:
+        cat = session.load(catalog_path)
+        progress = Progress(len(cat.scenarios) * len(models))
+        info = session.submit(cat, models, strategy="fanout")
+        click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
+                   f"fan-out over {width} in-process workers", err=True)
+        info = session.wait(info.id, on_event=progress)
+        click.echo(render_table(info.report))
+        click.echo(f"\nnext: evaljobs show {info.id}   |   evaljobs report {info.id} --format md", err=True)
+
+
+@main.command()
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Threads per process.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-Q", "--queues", multiple=True, help="Queues to consume (default: agents).")
+@click.option("--watch", "watch_path", default=None, hidden=True)
+@db_option
+@click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
+@providers_option
+def worker(threads, processes, queues, watch_path, db, broker, providers) -> None:
+    """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully)."""
+    if not broker.startswith(("redis://", "rediss://", "unix://")):
+        raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
+    env = dict(os.environ, EVALJOBS_BROKER_URL=broker)
+    if db:
+        env["EVALJOBS_DATABASE_URL"] = db
+    if providers:
+        env["EVALJOBS_PROVIDERS"] = str(Path(providers).resolve())
+    args = [sys.executable, "-m", "dramatiq", "evaljobs.workerboot", "--processes", str(processes),
+            "--threads", str(threads)]
+    for queue in queues:
+        args += ["--queues", queue]
+    os.execve(sys.executable, args, env)
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@db_option
+@broker_option
+def recover(run_id, db, broker) -> None:
+    """Re-enqueue lost pairs of running runs and finalize complete-but-unreported ones."""
+    from .recovery import recover as do_recover
+
+    store.connect(db)
+    from .broker import configure
+
+    binding = configure(broker)
+    actions = do_recover(binding, run_id)
+    if not actions:
+        click.echo("nothing to recover")
+    for line in actions:
+        click.echo(line)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,168 @@
+"""Run events: one per recorded result and one when the report is committed.
+
+Published only *after* the commit they describe, so a waiter that sees
+``complete`` always finds the report. Redis pub/sub (channel
+``evaljobs:run:<id>``) when a Redis URL is bound, plus an in-process fan-out
+for the memory broker and for waiters in the same process. Events are hints
+that wake waiters; the database stays the source of truth (waiters fall back
+to a slow poll, which also covers events missed while disconnected).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from typing import Any, Iterator
+
+logger = logging.getLogger("evaljobs.events")
+
+_lock = threading.Lock()
+_local: dict[str, list[queue.SimpleQueue]] = {}
+_listeners: list = []
+_redis_url: str | None = None
+_redis_client = None
+
+
+def add_listener(fn) -> None:
+    """Call ``fn(event)`` synchronously for every event published by this process."""
+    with _lock:
+        _listeners.append(fn)
+
+
+def remove_listener(fn) -> None:
+    with _lock:
+        if fn in _listeners:
+            _listeners.remove(fn)
+
+
+def channel(run_id: str) -> str:
+    return f"evaljobs:run:{run_id}"
+
+
+def bind_redis(url: str | None) -> None:
+    """Publish to (and subscribe through) this Redis; ``None`` keeps events in-process."""
+    global _redis_url, _redis_client
+    with _lock:
+        _redis_url = url
+        _redis_client = None
+
+
+def _client():
+    global _redis_client
+    if _redis_url is None:
+        return None
+    with _lock:
+        if _redis_client is None:
+            import redis
+
+            _redis_client = redis.Redis.from_url(_redis_url, socket_timeout=5, socket_connect_timeout=5)
+        return _redis_client
+
+
+def publish(run_id: str, event: dict[str, Any]) -> None:
+    event = {"run": run_id, **event}
+    with _lock:
+        targets = list(_local.get(run_id, ())) + list(_local.get("*", ()))
+        listeners = list(_listeners)
+    for target in targets:
+        target.put(event)
+    for listener in listeners:
+        try:
+            listener(event)
+        except Exception:  # noqa: BLE001 - a display bug must not fail the evaluation
+            logger.exception("event listener failed")
+    client = _client()
+    if client is not None:
+        try:
+            client.publish(channel(run_id), json.dumps(event, separators=(",", ":")))
+        except Exception as exc:  # noqa: BLE001 - events are hints; never fail the evaluation for them
+            logger.warning("could not publish event for run %s: %s", run_id, exc)
+
+
+def publish_result(run_id: str, result, recorded) -> None:
+    publish(run_id, {"type": "result", "scenario": result.scenario_key, "model": result.model,
+                     "status": result.status, "score": result.score, "fault": result.fault,
+                     "persisted": recorded.persisted, "expected": recorded.expected})
+
+
+def publish_complete(run_id: str, report: dict[str, Any]) -> None:
+    summary = report.get("summary", {})
+    publish(run_id, {"type": "complete", "passed": summary.get("passed"), "failed": summary.get("failed"),
+                     "errored": summary.get("errored"), "pass_rate": summary.get("pass_rate")})
+
+
+class Subscription:
+    """Events of one run (``"*"``: every run). Iterate with :meth:`get` and a timeout.
+
+    Subscribe *before* reading the state you want to follow, so no event can
+    fall between the read and the subscription.
+    """
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        with _lock:
+            _local.setdefault(run_id, []).append(self._queue)
+        self._pubsub = None
+        client = _client()
+        if client is not None:
+            try:
+                self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+                if run_id == "*":
+                    self._pubsub.psubscribe(channel("*"))
+                else:
+                    self._pubsub.subscribe(channel(run_id))
+            except Exception as exc:  # noqa: BLE001 - fall back to polling
+                logger.warning("live events unavailable (%s); falling back to polling", exc)
+                self._pubsub = None
+
+    def get(self, timeout: float) -> dict[str, Any] | None:
+        """The next event, or None after ``timeout`` seconds without one."""
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        if self._pubsub is not None:
+            try:
+                message = self._pubsub.get_message(timeout=timeout)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("lost the event stream (%s); polling instead", exc)
+                self._pubsub = None
+                message = None
+            if message and message.get("type") in ("message", "pmessage"):
+                try:
+                    return json.loads(message["data"])
+                except ValueError:
+                    return None
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                return None
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # pragma: no cover - convenience
+        while True:
+            event = self.get(1.0)
+            if event is not None:
+                yield event
+
+    def close(self) -> None:
+        with _lock:
+            queues = _local.get(self.run_id, [])
+            if self._queue in queues:
+                queues.remove(self._queue)
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

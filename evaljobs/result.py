@@ -1,0 +1,53 @@
+"""The persisted verdict for one (run, scenario, model) pair."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASSED = "passed"
+FAILED = "failed"
+ERRORED = "errored"
+STATUSES = (PASSED, FAILED, ERRORED)
+
+#: Stored outputs are capped so that a runaway answer cannot bloat the database or a report.
+OUTPUT_CAP = 20_000
+
+
+@dataclass
+class Result:
+    scenario_key: str
+    model: str
+    status: str
+    score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+    fault: str | None = None
+    output: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    duration_ms: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    attempts: int = 1
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"result status must be one of {STATUSES}, not {self.status!r}")
+        if self.output and len(self.output) > OUTPUT_CAP:
+            self.output = self.output[:OUTPUT_CAP] + "…[truncated]"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.scenario_key, self.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def errored(cls, scenario_key: str, model: str, reason: str, *, attempts: int = 1,
+                duration_ms: int = 0) -> "Result":
+        """A pair that could not be evaluated still gets a row, so the barrier completes."""
+        return cls(scenario_key=scenario_key, model=model, status=ERRORED, score=0.0,
+                   fault="run_error", error=reason[:2000], attempts=attempts, duration_ms=duration_ms)

@@ -1,0 +1,48 @@
+"""Retry policy shared by every strategy.
+
+Rate limits are not faults: waiting for a provider's ``Retry-After`` does not
+use up the retry budget meant for real (transient) faults; it has its own,
+much larger, cap so a provider that never recovers still ends in ``errored``.
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    #: Retries after a transient fault (5xx, timeout, connection reset); permanent faults never retry.
+    max_retries: int = 3
+    min_backoff: float = 0.5
+    max_backoff: float = 10.0
+    #: How many rate-limit waits a pair may take before it is recorded as errored.
+    max_rate_limit_waits: int = 50
+    #: Fraction of the Retry-After delay added as random jitter, so waiters do not return in a herd.
+    jitter: float = 0.25
+    #: Per-pair time limit (seconds): a stuck evaluation ends as errored instead of holding a worker.
+    time_limit: float = 180.0
+
+    @classmethod
+    def from_env(cls) -> "RetryPolicy":
+        env = os.environ
+        return cls(
+            max_retries=int(env.get("EVALJOBS_MAX_RETRIES", cls.max_retries)),
+            min_backoff=float(env.get("EVALJOBS_MIN_BACKOFF", cls.min_backoff)),
+            max_backoff=float(env.get("EVALJOBS_MAX_BACKOFF", cls.max_backoff)),
+            max_rate_limit_waits=int(env.get("EVALJOBS_MAX_RATE_LIMIT_WAITS", cls.max_rate_limit_waits)),
+            time_limit=float(env.get("EVALJOBS_TIME_LIMIT", cls.time_limit)),
+        )
+
+    def backoff(self, retries: int, rng: random.Random | None = None) -> float:
+        """Exponential backoff with full jitter for the ``retries``-th retry (0-based)."""
+        ceiling = min(self.max_backoff, self.min_backoff * (2 ** retries))
+        rng = rng or random
+        return self.min_backoff + rng.random() * max(0.0, ceiling - self.min_backoff)
+
+    def rate_limit_delay(self, retry_after: float | None, rng: random.Random | None = None) -> float:
+        """Wait at least the provider's Retry-After, plus jitter."""
+        base = retry_after if retry_after is not None and retry_after > 0 else self.min_backoff
+        rng = rng or random
+        return base + rng.random() * base * self.jitter

@@ -1,0 +1,708 @@
+"""Persistence: catalog snapshots, runs, one result row per (run, scenario, model), and the barrier.
+
+SQLite (WAL, the embedded default) and PostgreSQL (several machines) through peewee.
+Every public function opens a connection for one short statement or transaction
+and hands it back before returning, so no connection is ever held across a
+provider call and a worker's connections track the work in flight, not its
+thread count. Every public function is safe to call from many threads and
+several processes at once: correctness rests on the database (a unique
+constraint, a locked run row), never on Python-side bookkeeping.
+
+Module state is the ``database`` proxy (which URL we are bound to) and a
+per-process cache of parsed snapshots.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import peewee
+from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
+                    IntegerField, Model, TextField, fn)
+from playhouse.pool import PooledPostgresqlDatabase
+
+from .report import build_report
+from .result import ERRORED, FAILED, PASSED, Result
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+
+ENV_URL = "EVALJOBS_DATABASE_URL"
+DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
+SCHEMA_VERSION = 1
+
+PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
+    "pending", "running", "complete", "partial", "failed", "cancelled")
+RUN_STATUSES = (PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
+FINISHED_STATUSES = (COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
+
+#: Seconds a SQLite writer waits for the write lock before giving up.
+SQLITE_BUSY_SECONDS = 30
+#: Seconds to wait for a PostgreSQL server that does not answer.
+PG_CONNECT_TIMEOUT = 10
+_PG_POOL_SIZE = 32
+_PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
+
+database = DatabaseProxy()
+_snapshots: dict[str, "Catalog"] = {}
+_bind_lock = threading.RLock()
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """A store problem a user can act on; the message is one line."""
+
+
+class UnknownRun(StoreError):
+    pass
+
+
+class UnknownSnapshot(StoreError):
+    pass
+
+
+class UnexpectedPair(StoreError):
+    """A result for a pair the run does not expect (completion contract, invariant 4)."""
+
+
+class Incomplete(StoreError):
+    """Finalize was asked for a run whose persisted pairs do not yet equal the expected pairs."""
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunInfo:
+    id: str
+    digest: str
+    catalog_name: str
+    models: list[str]
+    strategy: str
+    status: str
+    expected: int
+    persisted: int
+    context: dict[str, Any] | None
+    options: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    report: dict[str, Any] | None
+    note: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+@dataclass
+class Recorded:
+    """What ``record_result`` did. ``completed`` is True for exactly one call per run."""
+
+    inserted: bool
+    completed: bool
+    persisted: int
+    expected: int
+
+
+@dataclass
+class Finalized:
+    report: dict[str, Any]
+    created: bool
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+class _Table(Model):
+    class Meta:
+        database = database
+
+
+class SchemaVersion(_Table):
+    version = IntegerField(primary_key=True)
+    applied_at = DateTimeField()
+    description = TextField()
+
+    class Meta:
+        table_name = "schema_version"
+
+
+class Snapshot(_Table):
+    digest = CharField(max_length=128, primary_key=True)
+    name = TextField()
+    body = TextField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "snapshot"
+
+
+class Run(_Table):
+    id = CharField(max_length=32, primary_key=True)
+    digest = CharField(max_length=128)
+    catalog_name = TextField()
+    models = TextField()
+    strategy = CharField(max_length=32)
+    status = CharField(max_length=16)
+    expected = IntegerField()
+    persisted = IntegerField(default=0)
+    context = TextField(null=True)
+    options = TextField()
+    created_at = DateTimeField()
+    started_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True)
+    report = TextField(null=True)
+    report_at = DateTimeField(null=True)
+    note = TextField(null=True)
+    judge_calls = IntegerField(default=0)
+
+    class Meta:
+        table_name = "run"
+        indexes = ((("created_at",), False), (("status", "created_at"), False))
+
+
+class ResultRow(_Table):
+    run = ForeignKeyField(Run, column_name="run_id", on_delete="CASCADE", index=False)
+    scenario_key = TextField()
+    model = TextField()
+    status = CharField(max_length=16)
+    score = DoubleField()
+    scores = TextField()
+    fault = TextField(null=True)
+    output = TextField()
+    tool_calls = TextField()
+    duration_ms = IntegerField()
+    input_tokens = IntegerField()
+    output_tokens = IntegerField()
+    cost = DoubleField()
+    attempts = IntegerField()
+    error = TextField(null=True)
+    details = TextField()
+    cached = BooleanField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "result"
+        # The one index a run's results need: it enforces invariant 1 and serves every
+        # per-run query (WHERE run_id = ?), so nothing here scans the table.
+        indexes = ((("run", "scenario_key", "model"), True),)
+
+
+_TABLES = (SchemaVersion, Snapshot, Run, ResultRow)
+
+
+# -- binding and connections ----------------------------------------------------------------
+
+
+def connect(url: str | None = None) -> peewee.Database:
+    """Bind the store to ``url`` (else ``$EVALJOBS_DATABASE_URL``, else a SQLite file under ``.evaljobs/``).
+
+    Creates the schema on first use. Binding the URL already bound is a no-op; another URL rebinds.
+    """
+    url = url or os.environ.get(ENV_URL) or DEFAULT_URL
+    with _bind_lock:
+        current = database.obj
+        if current is not None and current.evaljobs_url == url:
+            _adopt(current)
+            return current
+        db = _open(url)
+        database.initialize(db)
+        try:
+            db.evaljobs_schema_log = _upgrade(db)
+        except BaseException:
+            database.initialize(current)
+            _retire(db)
+            raise
+        _retire(current)
+        return db
+
+
+def upgrade() -> list[str]:
+    """Create or upgrade the schema of the bound database; returns what it did (empty: up to date).
+
+    ``connect`` already upgrades on first use, so this also reports what that did
+    (each change is reported once).
+    """
+    db = _bound()
+    with _bind_lock:
+        done, db.evaljobs_schema_log = db.evaljobs_schema_log + _upgrade(db), []
+    return done
+
+
+def release_connection() -> None:
+    """Close this thread's connection (or hand it back to the pool) if one is open.
+
+    For worker middleware: the store already closes after each call, this is the safety net.
+    """
+    db = database.obj
+    if db is not None and not db.is_closed() and not db.in_transaction():
+        db.close()
+
+
+def _open(url: str) -> peewee.Database:
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        db = _open_sqlite(url)
+    elif scheme in ("postgresql", "postgres"):
+        db = _open_postgres(url)
+    else:
+        raise StoreError(f"unsupported database URL {redact(url)}: use sqlite:///path or "
+                         "postgresql://user@host:port/db")
+    db.evaljobs_url = url
+    db.evaljobs_pid = os.getpid()
+    return db
+
+
+def _open_sqlite(url: str) -> peewee.SqliteDatabase:
+    if not url.startswith("sqlite:///"):
+        raise StoreError(f"bad SQLite URL {url!r}: use sqlite:///relative/path or sqlite:////absolute/path")
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if not path:
+        raise StoreError(f"bad SQLite URL {url!r}: no file path after sqlite:///")
+    if path == ":memory:":
+        raise StoreError(f"{url}: every call opens its own connection, so an in-memory SQLite database "
+                         "would be empty each time; use a file path")
+    path = str(Path(path).resolve())  # a relative URL means relative to where we connected
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the folder for {url}: {exc.strerror}") from None
+    pragmas = {"journal_mode": "wal", "busy_timeout": SQLITE_BUSY_SECONDS * 1000, "foreign_keys": 1,
+               "synchronous": "normal"}
+    return peewee.SqliteDatabase(path, pragmas=pragmas, timeout=SQLITE_BUSY_SECONDS)
+
+
+def _open_postgres(url: str) -> peewee.PostgresqlDatabase:
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        raise StoreError(f"{redact(url)} needs the PostgreSQL driver: "
+                         "pip install 'evaljobs[postgres]'") from None
+    dsn = "postgresql://" + url.split("://", 1)[1]
+    # A pool, because a fresh TCP connection per short transaction would cost more than the
+    # transaction; connections still go back to it after every call.
+    return PooledPostgresqlDatabase(dsn, max_connections=_PG_POOL_SIZE, stale_timeout=300, timeout=30,
+                                    connect_timeout=PG_CONNECT_TIMEOUT)
+
+
+def _retire(db: peewee.Database | None) -> None:
+    if db is None:
+        return
+    if isinstance(db, PooledPostgresqlDatabase) and db.evaljobs_pid == os.getpid():
+        db.close_all()
+    else:
+        db.dispose()
+
+
+def _adopt(db: peewee.Database) -> None:
+    """After a fork, forget (never close) the parent's connections: they share its sockets."""
+    if db.evaljobs_pid != os.getpid():
+        db.dispose()
+        db.evaljobs_pid = os.getpid()
+
+
+def _bound() -> peewee.Database:
+    db = database.obj
+    if db is None:
+        return connect()
+    if db.evaljobs_pid != os.getpid():
+        with _bind_lock:
+            _adopt(db)
+    return db
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextmanager
+def _connection() -> Iterator[peewee.Database]:
+    """This thread's connection for the duration of one public call (reused if already open)."""
+    db = _bound()
+    opened = db.is_closed()
+    if opened:
+        try:
+            db.connect()
+        except (peewee.OperationalError, peewee.InterfaceError, peewee.ImproperlyConfigured) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"cannot reach database {redact(db.evaljobs_url)}: {reason}") from None
+    try:
+        yield db
+    finally:
+        if opened and not db.is_closed():
+            db.close()
+
+
+@contextmanager
+def _transaction() -> Iterator[peewee.Database]:
+    """A write transaction. On SQLite it is BEGIN IMMEDIATE, which takes the write lock up front,
+    so read-count-write sequences are serialized across threads and processes."""
+    with _connection() as db:
+        txn = db.atomic(lock_type="IMMEDIATE") if isinstance(db, peewee.SqliteDatabase) else db.atomic()
+        with txn:
+            yield db
+
+
+def _upgrade(db: peewee.Database) -> list[str]:
+    done: list[str] = []
+    with _transaction():
+        if isinstance(db, peewee.PostgresqlDatabase):
+            # CREATE TABLE IF NOT EXISTS races with itself on PostgreSQL; serialize first users.
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
+        existing = set(db.get_tables())
+        for table in _TABLES:
+            if table._meta.table_name not in existing:
+                done.append(f"created table {table._meta.table_name}")
+        db.create_tables(_TABLES, safe=True)
+        current = SchemaVersion.select(fn.MAX(SchemaVersion.version)).scalar() or 0
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
+                             f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
+        if current < SCHEMA_VERSION:
+            SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(), description="initial schema")
+            done.append(f"recorded schema version {SCHEMA_VERSION}")
+    return done
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    """Naive UTC: what both backends store without conversion."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=timezone.utc) if value is not None else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return _aware(value).isoformat() if value is not None else None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text is not None else None
+
+
+def _info(row: Run) -> RunInfo:
+    return RunInfo(id=row.id, digest=row.digest, catalog_name=row.catalog_name, models=_loads(row.models),
+                   strategy=row.strategy, status=row.status, expected=row.expected, persisted=row.persisted,
+                   context=_loads(row.context), options=_loads(row.options) or {},
+                   created_at=_aware(row.created_at), started_at=_aware(row.started_at),
+                   finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note)
+
+
+def _get_row(run_id: str, *, lock: bool = False) -> Run:
+    query = Run.select().where(Run.id == run_id)
+    if lock and database.obj.for_update:
+        query = query.for_update()
+    row = query.first()
+    if row is None:
+        raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    return row
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}: use one of {', '.join(RUN_STATUSES)}")
+
+
+def _pair_text(pairs: list[tuple[str, str]], limit: int = 5) -> str:
+    shown = ", ".join(f"{key} × {model}" for key, model in pairs[:limit])
+    return shown + (f" (+{len(pairs) - limit} more)" if len(pairs) > limit else "")
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+def save_snapshot(catalog: "Catalog") -> None:
+    """Store the catalog body under its digest (insert if absent): a run always grades against
+    the exact catalog it was started with, whatever happens to the YAML file afterwards."""
+    with _connection():
+        (Snapshot.insert(digest=catalog.digest, name=catalog.name, body=_dumps(catalog.body),
+                         created_at=_now())
+         .on_conflict(action="NOTHING", conflict_target=[Snapshot.digest]).as_rowcount().execute())
+    _snapshots.setdefault(catalog.digest, catalog)
+
+
+def load_snapshot(digest: str) -> "Catalog":
+    """The catalog snapshotted under ``digest``, parsed once per process and then cached."""
+    cached = _snapshots.get(digest)
+    if cached is not None:
+        return cached
+    with _connection():
+        body = Snapshot.select(Snapshot.body).where(Snapshot.digest == digest).scalar()
+    if body is None:
+        raise UnknownSnapshot(f"unknown catalog snapshot {digest!r}: the run's catalog was never saved here")
+    from .catalog import catalog_from_body  # lazy: catalog parsing must not be needed to import the store
+
+    catalog = catalog_from_body(json.loads(body), source=f"<snapshot {digest[:12]}>")
+    return _snapshots.setdefault(digest, catalog)
+
+
+def _forget_snapshots() -> None:
+    """Empty this process's snapshot cache (tests)."""
+    _snapshots.clear()
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+def create_run(catalog: "Catalog", models: list[str], *, strategy: str, context: dict | None = None,
+               options: dict | None = None) -> RunInfo:
+    """Snapshot the catalog and create a pending run expecting every scenario × model pair."""
+    models = list(models)
+    if not models:
+        raise ValueError("a run needs at least one model: pass -m MODEL")
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        raise ValueError(f"model {repeated[0]!r} is given more than once: pass each model once")
+    if not catalog.scenarios:
+        raise ValueError(f"catalog {catalog.source} has no scenarios: add at least one")
+    save_snapshot(catalog)
+    row = dict(id="r_" + secrets.token_hex(6), digest=catalog.digest, catalog_name=catalog.name,
+               models=_dumps(models), strategy=strategy, status=PENDING,
+               expected=len(catalog.scenarios) * len(models), persisted=0,
+               context=_dumps(context) if context is not None else None, options=_dumps(options or {}),
+               created_at=_now())
+    with _connection():
+        Run.insert(**row).as_rowcount().execute()
+    return get_run(row["id"])
+
+
+def get_run(run_id: str) -> RunInfo:
+    with _connection():
+        return _info(_get_row(run_id))
+
+
+def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = None) -> list[RunInfo]:
+    """Newest first (served by the created_at / (status, created_at) indexes)."""
+    query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+    if statuses:
+        for status in statuses:
+            _check_status(status)
+        query = query.where(Run.status.in_(list(statuses)))
+    with _connection():
+        return [_info(row) for row in query]
+
+
+def mark_running(run_id: str) -> bool:
+    """pending → running; False if the run had already left pending (e.g. a redelivered start)."""
+    with _transaction():
+        changed = (Run.update(status=RUNNING, started_at=_now())
+                   .where((Run.id == run_id) & (Run.status == PENDING)).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
+
+
+def set_status(run_id: str, status: str, note: str | None = None) -> None:
+    """Set the status (and ``note`` if given); the first start/finish time is kept."""
+    _check_status(status)
+    now = _now()
+    changes: dict[Any, Any] = {Run.status: status}
+    if status == RUNNING:
+        changes[Run.started_at] = fn.COALESCE(Run.started_at, Run.started_at.to_value(now))
+    if status in FINISHED_STATUSES:
+        changes[Run.finished_at] = fn.COALESCE(Run.finished_at, Run.finished_at.to_value(now))
+    if note is not None:
+        changes[Run.note] = note
+    with _transaction():
+        if not Run.update(changes).where(Run.id == run_id).execute():
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+
+
+def cancel(run_id: str) -> bool:
+    """Cancel a pending or running run; False if it had already finished."""
+    with _transaction():
+        changed = (Run.update(status=CANCELLED, finished_at=_now())
+                   .where((Run.id == run_id) & Run.status.in_([PENDING, RUNNING])).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
+
+
+def take_judge_call(run_id: str, cap: int) -> bool:
+    """Reserve one LLM-judge call against the run's cap; False once ``cap`` calls were taken.
+
+    One conditional UPDATE, so the cap holds across every worker thread and machine.
+    """
+    with _transaction():
+        taken = (Run.update(judge_calls=Run.judge_calls + 1)
+                 .where((Run.id == run_id) & (Run.judge_calls < cap)).execute())
+        if not taken:
+            _get_row(run_id)
+    return bool(taken)
+
+
+# -- results and the barrier ----------------------------------------------------------------
+
+
+def record_result(run_id: str, result: Result) -> Recorded:
+    """Persist one pair's result and count the run's persisted pairs, in one short transaction.
+
+    This is the barrier (invariants 1, 2, 4). The database decides everything:
+    the unique (run, scenario, model) constraint makes a redelivered result a no-op,
+    and the count is of distinct persisted rows, never of messages handled.
+
+    The run row is locked first (``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite the
+    IMMEDIATE transaction already holds the database's write lock). Without it, two
+    workers inserting the last two pairs concurrently under READ COMMITTED would each
+    count only the committed rows plus their own — N-1 each — and neither would see
+    the run complete, so no finalize would ever be sent. With the lock the second
+    counter waits for the first to commit, sees N, and exactly one call returns
+    ``completed=True``.
+    """
+    with _transaction():
+        run = _get_row(run_id, lock=True)
+        models = _loads(run.models)
+        unknown_scenario = result.scenario_key not in load_snapshot(run.digest)
+        if unknown_scenario or result.model not in models:
+            what = (f"scenario {result.scenario_key!r} is not in catalog {run.catalog_name!r}"
+                    if unknown_scenario else
+                    f"model {result.model!r} is not one of the run's models ({', '.join(models)})")
+            raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
+                                 f"{result.model!r}: {what}")
+        if not _insert_result(run_id, result):
+            return Recorded(inserted=False, completed=False, persisted=run.persisted, expected=run.expected)
+        persisted = _count_query(run_id).scalar()
+        Run.update(persisted=persisted).where(Run.id == run_id).execute()
+    return Recorded(inserted=True, completed=persisted == run.expected, persisted=persisted,
+                    expected=run.expected)
+
+
+def _insert_result(run_id: str, result: Result) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted."""
+    row = dict(run=run_id, scenario_key=result.scenario_key, model=result.model, status=result.status,
+               score=float(result.score), scores=_dumps(result.scores), fault=result.fault,
+               output=result.output or "", tool_calls=_dumps(result.tool_calls),
+               duration_ms=int(round(result.duration_ms or 0)), input_tokens=int(result.input_tokens or 0),
+               output_tokens=int(result.output_tokens or 0), cost=float(result.cost or 0.0),
+               attempts=int(result.attempts), error=result.error, details=_dumps(result.details),
+               cached=bool(result.cached), created_at=_now())
+    target = [ResultRow.run, ResultRow.scenario_key, ResultRow.model]
+    return (ResultRow.insert(**row).on_conflict(action="NOTHING", conflict_target=target)
+            .as_rowcount().execute()) == 1
+
+
+def _count_query(run_id: str) -> peewee.Select:
+    return ResultRow.select(fn.COUNT(ResultRow.id)).where(ResultRow.run == run_id)
+
+
+def _results_query(run_id: str) -> peewee.Select:
+    return ResultRow.select().where(ResultRow.run == run_id)
+
+
+def _progress_query(run_id: str) -> peewee.Select:
+    return (ResultRow.select(ResultRow.status, fn.COUNT(ResultRow.id).alias("n"))
+            .where(ResultRow.run == run_id).group_by(ResultRow.status))
+
+
+def _pairs_query(run_id: str) -> peewee.Select:
+    return ResultRow.select(ResultRow.scenario_key, ResultRow.model).where(ResultRow.run == run_id)
+
+
+def _to_result(row: ResultRow) -> Result:
+    return Result(scenario_key=row.scenario_key, model=row.model, status=row.status, score=row.score,
+                  scores=_loads(row.scores), fault=row.fault, output=row.output,
+                  tool_calls=_loads(row.tool_calls), duration_ms=row.duration_ms,
+                  input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
+                  attempts=row.attempts, error=row.error, details=_loads(row.details),
+                  cached=bool(row.cached))
+
+
+def is_recorded(run_id: str, scenario_key: str, model: str) -> bool:
+    query = ResultRow.select(ResultRow.id).where(
+        (ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key) & (ResultRow.model == model))
+    with _connection():
+        return query.exists()
+
+
+def list_results(run_id: str) -> list[Result]:
+    """The run's results ordered by (scenario key, model).
+
+    Sorted in Python, so the order is the same on every backend and collation.
+    """
+    with _connection():
+        _get_row(run_id)
+        rows = list(_results_query(run_id))
+    return [_to_result(row) for row in sorted(rows, key=lambda r: (r.scenario_key, r.model))]
+
+
+def missing_pairs(run_id: str) -> list[tuple[str, str]]:
+    """Expected pairs with no persisted row, in catalog order (scenario-major, run model order)."""
+    with _connection():
+        return _missing(_get_row(run_id))
+
+
+def _missing(run: Run) -> list[tuple[str, str]]:
+    done = set(_pairs_query(run.id).tuples())
+    keys = load_snapshot(run.digest).keys
+    return [(key, model) for key in keys for model in _loads(run.models) if (key, model) not in done]
+
+
+def progress(run_id: str) -> dict[str, int]:
+    """expected / persisted / passed / failed / errored, from one indexed GROUP BY."""
+    with _connection():
+        run = _get_row(run_id)
+        counts = {status: n for status, n in _progress_query(run_id).tuples()}
+    return {"expected": run.expected, "persisted": sum(counts.values()), "passed": counts.get(PASSED, 0),
+            "failed": counts.get(FAILED, 0), "errored": counts.get(ERRORED, 0)}
+
+
+# -- finalize -------------------------------------------------------------------------------
+
+
+def finalize(run_id: str) -> Finalized:
+    """Build, store and return the run's one report (invariant 3); idempotent.
+
+    Finalize may be sent more than once. The run row is locked, an existing report
+    is returned as is, and the report is written with ``WHERE report IS NULL``, so
+    concurrent finalizers produce exactly one report and all return it.
+    """
+    with _transaction():
+        run = _get_row(run_id, lock=True)
+        if run.report is not None:
+            return Finalized(report=_loads(run.report), created=False)
+        results = [_to_result(row) for row in _results_query(run_id)]
+        if len(results) != run.expected:
+            missing = _missing(run)
+            raise Incomplete(f"run {run_id} has {len(results)} of {run.expected} pairs; "
+                             f"missing: {_pair_text(missing)}")
+        finished = _now()
+        report = build_report(_report_run(run, finished), results)
+        errored = sum(1 for r in results if r.status == ERRORED)
+        status = COMPLETE if not errored else FAILED_RUN if errored == len(results) else PARTIAL
+        written = (Run.update(report=_dumps(report), report_at=finished, finished_at=finished, status=status,
+                              persisted=len(results))
+                   .where((Run.id == run_id) & Run.report.is_null()).execute())
+        if not written:  # unreachable while the row lock holds; never write a second report
+            return Finalized(report=_loads(_get_row(run_id).report), created=False)
+    return Finalized(report=report, created=True)
+
+
+def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
+    return {"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
+            "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
+            "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
+            "finished_at": _iso(finished), "context": _loads(run.context)}

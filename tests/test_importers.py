@@ -1,0 +1,498 @@
+"""Importers: ActiveAgent suites and catalogs, promptfoo configs, JSONL samples -> native catalogs."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evaljobs.catalog import CatalogError, ExpectedTool, loads_catalog, parse_catalog
+from evaljobs.importers import FORMATS, detect_format, dump_native, load_any
+
+IMPORTS = Path(__file__).resolve().parents[1] / "examples" / "imports"
+SUITE = IMPORTS / "activeagent_suite.yaml"
+AA_CATALOG = IMPORTS / "activeagent_catalog.yaml"
+PROMPTFOO = IMPORTS / "promptfoo" / "promptfooconfig.yaml"
+JSONL = IMPORTS / "samples.jsonl"
+SAMPLES = [SUITE, AA_CATALOG, PROMPTFOO, JSONL]
+
+
+def _catalog(path, **options):
+    result = load_any(path, **options)
+    return result, parse_catalog(result.data, source=str(path))
+
+
+def _errors(path, **options) -> list[str]:
+    with pytest.raises(CatalogError) as err:
+        load_any(path, **options)
+    problems = err.value.problems
+    assert problems and all("\n" not in p for p in problems)
+    return problems
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def test_detect_format_by_extension_and_shape():
+    assert detect_format(None, "x.jsonl") == "jsonl"
+    assert detect_format({"suite": "s", "groups": []}, "a.yaml") == "activeagent-suite"
+    assert detect_format({"catalog": "c", "products": []}, "a.yaml") == "activeagent-catalog"
+    assert detect_format({"prompts": ["p"], "tests": []}, "promptfooconfig.yaml") == "promptfoo"
+    assert detect_format({"name": "n", "scenarios": []}, "c.yaml") == "native"
+    assert detect_format({"name": "n", "groups": []}, "c.yaml") == "native"
+    with pytest.raises(CatalogError) as err:
+        detect_format({"title": "x", "cases": []}, "odd.yaml")
+    assert err.value.problems == [
+        "odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native catalog "
+        "('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog ('catalog' + "
+        "'products'), a promptfoo config ('prompts' + 'tests') or a .jsonl file; pass --format "
+        "{native,activeagent-suite,activeagent-catalog,promptfoo,jsonl}"]
+
+
+def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
+    assert [load_any(p).format for p in SAMPLES] == ["activeagent-suite", "activeagent-catalog", "promptfoo",
+                                                      "jsonl"]
+    assert load_any(SUITE, format="activeagent-suite").format == "activeagent-suite"
+    with pytest.raises(CatalogError) as err:
+        load_any(SUITE, format="promptfu")
+    assert err.value.problems == [f"{SUITE}: unknown format 'promptfu' (did you mean 'promptfoo'?); use one of "
+                                  f"{', '.join(FORMATS)}"]
+
+
+def test_native_files_pass_through(tmp_path):
+    path = _write(tmp_path, "native.yaml", "name: n\nscenarios:\n  - {key: a, prompt: hi}\n")
+    result = load_any(path)
+    assert (result.format, result.excluded, result.warnings) == ("native", 0, [])
+    assert result.data == {"name": "n", "scenarios": [{"key": "a", "prompt": "hi"}]}
+
+
+# --------------------------------------------------------------------------- ActiveAgent suite
+
+
+def test_activeagent_suite_maps_groups_keys_params_and_expectations():
+    result, catalog = _catalog(SUITE)
+    assert result.excluded == 1  # billing.chargeback-live is production_only
+    assert result.warnings == [f"{SUITE}: 2 expected tool(s) are not declared in the file; declared them "
+                               f"without canned results (the agent under test provides them)"]
+    assert catalog.name == "support-agent"
+    assert catalog.description == "Support agent regression suite (ActiveAgent format)."
+    assert catalog.keys == ("billing.invoice-copy", "billing.refund", "orders.status")
+
+    refund = catalog.scenario("billing.refund")
+    assert refund.prompt == "I was charged twice for order 1234. Can I get a refund?"  # {{order_id}} filled
+    assert refund.group == "Billing"
+    assert refund.tags == ("billing", "param:order_id=1234")
+    assert refund.expect.contains == ("refund",)
+    assert refund.expect.not_contains == ("internal note",)
+    assert refund.expect.tools == (ExpectedTool("lookup_order"),)
+    assert [t.name for t in refund.tools] == ["lookup_order"] and refund.tools[0].returns is None
+    assert refund.notes == "The agent must look the order up before promising anything."
+
+    assert catalog.scenario("billing.invoice-copy").expect.contains == ("invoice",)
+    status = catalog.scenario("orders.status")
+    assert status.group == "Orders" and status.tags == ("orders",)
+    assert status.expect.tools == (ExpectedTool("lookup_order", {"order_id": "1234"}),)
+
+
+def test_activeagent_production_only_scenarios_can_be_included():
+    result, catalog = _catalog(SUITE, include_production_only=True)
+    assert result.excluded == 0
+    live = catalog.scenario("billing.chargeback-live")
+    assert live.tags == ("billing", "production_only")
+    assert live.notes == "Needs the production payments backend."
+    assert len(catalog.scenarios) == 4
+
+
+def test_activeagent_all_production_only_says_how_to_include_them(tmp_path):
+    path = _write(tmp_path, "prod.yaml", """
+suite: s
+groups:
+  - key: g
+    scenarios:
+      - {key: a, prompt: hi, production_only: true}
+      - {key: b, prompt: ho, production_only: true}
+""")
+    assert _errors(path) == [f"{path}: all 2 scenarios are production_only and were left out; pass "
+                             f"--include-production-only to evaluate them"]
+
+
+# --------------------------------------------------------------------------- ActiveAgent catalog
+
+
+def test_activeagent_catalog_maps_products_sets_judges_and_criteria():
+    result, catalog = _catalog(AA_CATALOG)
+    assert result.excluded == 1 and result.format == "activeagent-catalog"
+    assert catalog.name == "acme-support" and catalog.description == "Acme support evaluations"
+    assert catalog.keys == ("account.orders.history", "shop.orders.cancel", "shop.orders.status",
+                            "shop.stock.kettle")
+
+    status = catalog.scenario("shop.orders.status")
+    assert status.prompt == "Where is order 1234, placed by Ada?"
+    assert status.group == "Shop / Orders"
+    assert status.tags == ("orders", "param:customer=Ada", "param:order_id=1234", "shop", "smoke")
+    assert status.expect.contains == ("1234", "shipped")  # params fill expectations too
+    assert status.expect.judge == "The answer is polite and states the order status plainly."  # the set's
+    assert status.criteria == ("contains", "expected_tools", "llm_judge")
+
+    cancel = catalog.scenario("shop.orders.cancel")
+    assert cancel.expect.judge == "Confirms the cancellation and mentions the refund delay."  # its own wins
+    assert cancel.expect.not_contains == ("sorry",)
+    assert cancel.tags == ("orders", "orders-write", "shop")
+    assert cancel.expect.tools == (ExpectedTool("cancel_order"),)
+
+    kettle = catalog.scenario("shop.stock.kettle")
+    assert kettle.group == "Shop / Stock" and kettle.criteria is None and kettle.expect.judge is None
+    history = catalog.scenario("account.orders.history")
+    assert history.group == "Account / Orders" and history.tags == ("account", "orders")
+
+
+def test_activeagent_catalog_unknown_criterion_is_an_error_or_skipped_when_lenient(tmp_path):
+    path = _write(tmp_path, "crit.yaml", """
+catalog: c
+products:
+  - key: p
+    sets:
+      - key: s
+        criteria: [contains, tone]
+        scenarios:
+          - {key: a, prompt: hi, expect: {contains: hello}}
+""")
+    assert _errors(path) == [
+        f"{path}:6: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, contains, "
+        f"not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge); use a known criterion "
+        f"(write rubric points into 'judge') or pass --lenient to skip it"]
+    result, catalog = _catalog(path, lenient=True)
+    assert result.warnings == [f"{path}:6: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
+                               f"response_present, contains, not_contains, regex, expected_tools, max_latency_ms, "
+                               f"token_budget, llm_judge); skipped (--lenient)"]
+    assert catalog.scenario("p.s.a").criteria == ("contains",)
+
+
+def test_activeagent_bad_entries_are_all_reported_naming_file_line_and_entry(tmp_path):
+    path = _write(tmp_path, "bad_suite.yaml", """\
+suite: s
+owner: team-a
+groups:
+  - name: no key
+    scenarios: []
+  - key: billing
+    scenarios:
+      - key: refund
+        prompt: "Refund {{order_id}} for {{ customer.name }}"
+        params: {order_id: "1"}
+      - key: refund
+        prompt: again
+      - prompt: no key here
+      - key: typo
+        prompt: hi
+        expct: {contains: x}
+      - key: both
+        prompt: hi
+        messages: [{role: user, content: hi}]
+      - key: params
+        prompt: hi
+        params: {a: [1, 2]}
+      - key: flag
+        prompt: hi
+        production_only: "yes"
+""")
+    assert _errors(path) == [
+        f"{path}:4: group #1: missing 'key'",
+        f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
+        f"only plain {{{{name}}}} placeholders are supported",
+        f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); keys "
+        f"must be unique within their group or set",
+        f"{path}:13: group 'billing': scenario #3: missing 'key'",
+        f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename it "
+        f"or pass --lenient to skip it",
+        f"{path}:19: scenario 'billing.both': give either 'prompt' or 'messages', not both",
+        f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill {{{{name}}}} "
+        f"placeholders in the prompt)",
+        f"{path}:25: scenario 'billing.flag': production_only must be true or false, not 'yes'",
+    ]
+    missing = _write(tmp_path, "missing_param.yaml", "suite: s\ngroups:\n  - key: g\n    scenarios:\n"
+                                                     "      - {key: a, prompt: 'Order {{order_id}}'}\n")
+    assert _errors(missing) == [f"{missing}:5: scenario 'g.a': prompt uses {{{{order_id}}}} but params has no "
+                                f"'order_id'; add it under params"]
+
+
+def test_activeagent_unknown_top_level_keys_are_warnings(tmp_path):
+    path = _write(tmp_path, "s.yaml", "suite: s\nowner: me\ngroups:\n  - key: g\n    scenarios:\n"
+                                      "      - {key: a, prompt: hi}\n")
+    assert load_any(path).warnings == [f"{path}:2: top-level key 'owner' is not used by evaljobs; ignored"]
+
+
+# --------------------------------------------------------------------------- promptfoo
+
+
+def test_promptfoo_prompts_times_tests_with_stable_keys():
+    result, catalog = _catalog(PROMPTFOO)
+    assert result.warnings == [f"{PROMPTFOO}:3: 'providers' is ignored by evaljobs; choose the models with -m"]
+    assert catalog.name == "Refund assistant prompts"
+    prompts = ["chat", "polite", "prompt-1", "variants-1", "variants-2"]
+    tests = ["exact-answer", "greeting", "refund-question", "test-3"]
+    assert catalog.keys == tuple(f"{p}.{t}" for p in prompts for t in tests)
+    assert {s.group for s in catalog.scenarios} == {"prompt-1", "Polite agent", "chat", "variants-1",
+                                                    "variants-2"}
+
+
+def test_promptfoo_prompt_sources_and_vars():
+    _, catalog = _catalog(PROMPTFOO)
+    plain = catalog.scenario("prompt-1.refund-question")
+    assert plain.prompt == "You are a support agent. Customer question: How do I get a refund?"
+    polite = catalog.scenario("polite.greeting")  # {{policy}} is a file:// var from defaultTest
+    assert polite.prompt == ("Answer politely and briefly, following this policy: Refunds are accepted within "
+                             "30 days of delivery. Question: Hi there!")
+    chat = catalog.scenario("chat.greeting")  # a JSON chat file: its system message becomes the system prompt
+    assert chat.system == "You are Acme's support agent. Be concise."
+    assert chat.messages == ({"role": "user", "content": "Hi there!"},)
+    assert catalog.scenario("variants-1.greeting").prompt == "Customer: Hi there!\nAgent:"
+    assert catalog.scenario("variants-2.greeting").prompt == ("Reply as Acme support in one sentence: "
+                                                              "Hi there!")
+
+
+def test_promptfoo_assertions_map_onto_native_expectations():
+    _, catalog = _catalog(PROMPTFOO)
+    refund = catalog.scenario("prompt-1.refund-question").expect
+    assert refund.contains == ("refund",)                      # icontains
+    assert refund.not_contains == ("as an AI",)                # defaultTest not-icontains
+    assert refund.regex == ("(?:days|weeks)", "Refund")        # contains-any, case-sensitive contains
+    assert refund.judge == "Mentions the Acme refund window."  # llm-rubric, value rendered with vars
+    assert refund.max_latency_ms == 8000                       # defaultTest latency
+    scenario = catalog.scenario("prompt-1.refund-question")
+    assert scenario.pass_threshold == 0.8 and scenario.tags == ("area:billing", "prompt:prompt-1")
+    assert scenario.notes == "Refund question"
+    assert catalog.scenario("prompt-1.test-3").notes == ""
+
+
+@pytest.mark.parametrize("key, answer, passes", [
+    ("exact-answer", "OK", True),
+    ("exact-answer", "  OK\n", True),
+    ("exact-answer", "OK, sorry", False),       # equals, and not-contains-any 'sorry'
+    ("exact-answer", "I OK", False),
+    ("greeting", "Hello! How can I help?", True),
+    ("greeting", "Hi, I can help.", False),     # starts-with Hello
+    ("greeting", "Hello, about your refund", False),  # not-contains refund
+    ("greeting", "Hello, about your Refund", True),   # ...case-sensitively
+    ("test-3", '{"id": 1, "status": "shipped"}', True),
+    ("test-3", '{"id": 1, "status": "ERROR"}', False),  # not-regex (?i)error
+    ("test-3", 'Here: {"id": 1, "status": "x"}', False),  # is-json: the whole answer
+    ("test-3", '{"status": "x"}', False),                # contains-all '"id"'
+])
+def test_promptfoo_generated_regexes_grade_like_promptfoo(key, answer, passes):
+    _, catalog = _catalog(PROMPTFOO)
+    expect = catalog.scenario(f"prompt-1.{key}").expect
+    ok = (all(re.search(r, answer) for r in expect.regex)
+          and all(c.lower() in answer.lower() for c in expect.contains)
+          and not any(c.lower() in answer.lower() for c in expect.not_contains))
+    assert ok is passes
+
+
+def test_promptfoo_unsupported_assertion_is_an_error_or_a_lenient_skip(tmp_path):
+    path = _write(tmp_path, "promptfoo.yaml", """\
+prompts: ["Q: {{question}}"]
+tests:
+  - vars: {question: a}
+  - description: b
+    vars: {question: b}
+  - description: refund question
+    vars: {question: "refund?"}
+    assert:
+      - type: javascript
+        value: output.length < 10
+      - type: icontains
+        value: refund
+""")
+    assert _errors(path) == [
+        f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot be graded by evaljobs; "
+        f"remove it or pass --lenient to skip it"]
+    result, catalog = _catalog(path, lenient=True)
+    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot be "
+                               f"graded by evaljobs; skipped (--lenient)"]
+    assert catalog.scenario("prompt-1.refund-question").expect.contains == ("refund",)
+    assert catalog.keys == ("prompt-1.b", "prompt-1.refund-question", "prompt-1.test-1")
+
+
+def test_promptfoo_bad_config_reports_every_problem(tmp_path):
+    (tmp_path / "prompt.py").write_text("def prompt(): ...")
+    path = _write(tmp_path, "bad.yaml", """\
+prompts:
+  - "Q: {{question}}"
+  - file://missing.txt
+  - file://prompt.py
+  - "Shout {{ question | upper }}"
+scenarios: []
+tests:
+  - description: bad regex
+    vars: {question: hi}
+    assert:
+      - type: regex
+        value: "(unclosed"
+  - description: odd values
+    vars: {question: "x"}
+    assert:
+      - type: contains
+      - {type: equals, value: {a: 1}}
+      - {type: is-json, value: {type: object}}
+  - description: no var
+    vars: {other: x, many: [a, b]}
+    threshold: 2
+    expect: nothing
+  - "just a string"
+""")
+    assert _errors(path) == [
+        f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to skip it",
+        f"{path}:3: prompt #2: prompt file 'missing.txt' not found (looked for {tmp_path}/missing.txt)",
+        f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and JSON/YAML "
+        f"chat files; code prompts are not run); use a text or chat file or pass --lenient to skip it",
+        f"{path}:23: test #5: must be a mapping with vars and assert, not 'just a string'",
+        f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile in Python: "
+        f"missing ), unterminated subpattern at position 0",
+        f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
+        f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON equality) "
+        f"cannot be graded by evaljobs; remove it or pass --lenient to skip it",
+        f"{path}:18: test #2 ('odd values'): assertion type 'is-json' with a JSON schema cannot be graded by "
+        f"evaljobs; remove it or pass --lenient to skip it",
+        f"{path}:22: test #3 ('no var'): unknown key 'expect' (known: description, vars, assert, threshold, "
+        f"metadata, options); remove or rename it or pass --lenient to skip it",
+        f"{path}:20: test #3 ('no var'): var 'many' is a list (promptfoo runs one test per value; evaljobs does "
+        f"not); write one test per value or pass --lenient to skip it",
+        f"{path}:21: test #3 ('no var'): threshold must be a number from 0 to 1, not 2",
+        f"{path}:8: test #1 ('bad regex'): prompt 'prompt-4' uses the template expression "
+        f"'{{{{ question | upper }}}}' (only plain {{{{var}}}} placeholders are supported); simplify it or pass "
+        f"--lenient to skip it",
+        f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
+        f"'question'; add it under vars (or defaultTest.vars)",
+    ]
+
+
+def test_promptfoo_tests_file_and_default_test_vars_in_asserts(tmp_path):
+    (tmp_path / "tests.yaml").write_text("- description: Capital\n  vars: {country: France, answer: Paris}\n")
+    path = _write(tmp_path, "promptfooconfig.yaml", """\
+prompts:
+  - id: geo
+    raw: "What is the capital of {{country}}?"
+defaultTest:
+  assert:
+    - {type: icontains, value: "{{answer}}"}
+tests: file://tests.yaml
+""")
+    _, catalog = _catalog(path)
+    assert catalog.keys == ("geo.capital",)
+    assert catalog.scenario("geo.capital").expect.contains == ("Paris",)
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def test_jsonl_samples_become_scenarios_graded_by_inclusion():
+    result, catalog = _catalog(JSONL)
+    assert (result.format, result.excluded, result.warnings) == ("jsonl", 0, [])
+    assert catalog.name == "samples"
+    assert catalog.keys == ("17", "arith-1", "sample-1", "sample-5")  # line 3 is blank: ids count lines
+    first = catalog.scenario("sample-1")
+    assert first.prompt == "What is the capital of France? Answer in one word."
+    assert first.expect.contains == ("Paris",) and first.expect.regex == ()
+    arith = catalog.scenario("arith-1")
+    assert arith.system == "Answer with a number only."
+    assert arith.messages == ({"role": "user", "content": "What is 2 + 2?"},)
+    assert arith.expect.regex == ("(?i)(?:4|four)",)
+    assert re.search(arith.expect.regex[0], "It is FOUR") and not re.search(arith.expect.regex[0], "five")
+    colour = catalog.scenario("17")
+    assert colour.tags == ("difficulty:easy", "source:inspect")
+    assert catalog.scenario("sample-5").expect.contains == ("tac",)  # a one-item list is plain inclusion
+
+
+def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
+    path = _write(tmp_path, "evals.jsonl", "\n".join([
+        '{"input": "ok", "ideal": "x"}',
+        '{"input": "broken", ',
+        '[1, 2]',
+        '{"input": "no answer"}',
+        '{"id": "a", "input": [{"role": "user", "content": [{"type": "image"}]}], "target": "x"}',
+        '{"id": "dup", "input": "one", "target": "x"}',
+        '{"id": "dup", "input": "two", "target": "x"}',
+        '{"input": "q", "ideal": "a", "target": "b"}',
+        '{"input": "q", "target": "a", "choices": ["a", "b"]}',
+        '{"input": "q", "target": "b", "choices": ["a", "b"]}',
+    ]) + "\n")
+    assert _errors(path) == [
+        f"{path}:2: sample: not valid JSON: Expecting property name enclosed in double quotes (column 21)",
+        f"{path}:3: sample: must be a JSON object with 'input' and 'ideal' or 'target', not list",
+        f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
+        f"answers), not None",
+        f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts are "
+        f"not supported), not {{'role': 'user', 'content': [{{'type': 'image'}}]}}",
+        f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
+        f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
+        f"{path}:9: field 'choices' (2 samples, first on line 9) is not supported by evaljobs (known: input, "
+        f"ideal, target, id, metadata); remove it or pass --lenient to skip it",
+    ]
+
+
+def test_jsonl_lenient_skips_unknown_fields_and_empty_files_are_errors(tmp_path):
+    path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
+    result = load_any(path, lenient=True)
+    assert result.warnings == [f"{path}:1: field 'choices' (line 1) is not supported by evaljobs (known: input, "
+                               f"ideal, target, id, metadata); skipped (--lenient)"]
+    assert [s["key"] for s in result.data["scenarios"]] == ["sample-1"]
+    empty = _write(tmp_path, "empty.jsonl", "\n\n")
+    assert _errors(empty) == [f"{empty}: no samples; write one JSON object per line"]
+
+
+# --------------------------------------------------------------------------- stability and round trips
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_converting_twice_yields_identical_data(path):
+    first, second = load_any(path), load_any(path)
+    assert first.data == second.data
+    assert dump_native(first.data) == dump_native(second.data)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_converted_yaml_is_a_native_catalog_with_the_same_digest(path, tmp_path):
+    result, catalog = _catalog(path)
+    text = dump_native(result.data)
+    assert "&id" not in text and "*id" not in text  # no YAML aliases: every scenario reads on its own
+    out = tmp_path / "converted.yaml"
+    out.write_text(text)
+    again = load_any(out)
+    assert again.format == "native"
+    assert parse_catalog(again.data, source=str(out)).digest == catalog.digest
+    assert loads_catalog(text, source=str(out)).digest == catalog.digest
+
+
+def test_keys_survive_edits_that_reorder_or_add_entries(tmp_path):
+    data = yaml.safe_load(SUITE.read_text())
+    data["groups"].reverse()
+    data["groups"][0]["scenarios"].insert(0, {"key": "new", "prompt": "A new scenario"})
+    path = _write(tmp_path, "edited.yaml", yaml.safe_dump(data))
+    before = {s.key: s for s in _catalog(SUITE)[1].scenarios}
+    after = {s.key: s for s in _catalog(path)[1].scenarios}
+    assert set(after) == set(before) | {"orders.new"}
+    assert all(after[key] == scenario for key, scenario in before.items())
+
+
+def test_promptfoo_file_references_resolve_relative_to_the_config(tmp_path, monkeypatch):
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(PROMPTFOO.parent, copy)
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    moved = load_any(Path("elsewhere") / "promptfooconfig.yaml")
+    assert moved.data["groups"] == load_any(PROMPTFOO).data["groups"]
+
+
+def test_unreadable_and_empty_files_are_one_line_errors(tmp_path):
+    assert _errors(tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory"]
+    empty = _write(tmp_path, "empty.yaml", "  \n")
+    assert _errors(empty) == [f"{empty}: the file is empty"]
+    broken = _write(tmp_path, "broken.yaml", "suite: s\ngroups: [\n")
+    assert _errors(broken)[0].startswith(f"{broken}:3: YAML syntax error: ")
