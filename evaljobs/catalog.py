@@ -183,10 +183,11 @@ def load_catalog(path: str | os.PathLike, *, providers: ProvidersConfig | None =
     return loads_catalog(text, source=source, providers=providers)
 
 
-def loads_catalog(text: str, *, source: str = "<catalog>", providers: ProvidersConfig | None = None) -> Catalog:
+def loads_catalog(text: str, *, source: str = "<catalog>",
+                  providers: ProvidersConfig | None = None) -> Catalog:
     """Validate a catalog given as text; ``source`` names it in messages (``.json`` selects JSON)."""
     if not text.strip():
-        raise CatalogError([f"{source}: catalog is empty; it needs a 'name' and at least one scenario"])
+        raise CatalogError([_empty(source)])
     problems: list[str] = []
     with _gc_paused():
         if source.lower().endswith(".json"):
@@ -203,7 +204,11 @@ def loads_catalog(text: str, *, source: str = "<catalog>", providers: ProvidersC
             except RecursionError:
                 raise CatalogError([f"{source}: YAML is nested too deeply"]) from None
             if data is None:
-                raise CatalogError([f"{source}: catalog is empty; it needs a 'name' and at least one scenario"])
+                raise CatalogError([_empty(source)])
+        if _has_mcp_imports(data):
+            from .tools import expand_catalog_tools  # lazy: only catalogs that import MCP tools need it
+
+            data = expand_catalog_tools(data, source=source)
         try:
             catalog = parse_catalog(data, source=source, lines=lines, providers=providers)
         except CatalogError as exc:
@@ -211,6 +216,26 @@ def loads_catalog(text: str, *, source: str = "<catalog>", providers: ProvidersC
     if problems:
         raise CatalogError(problems)
     return catalog
+
+
+def _is_mcp_import(entry: Any) -> bool:
+    """A tool entry ``{mcp: {...}, only: [...]}`` (no ``name``): the server's tools are listed at load time."""
+    return isinstance(entry, dict) and "mcp" in entry and "name" not in entry
+
+
+def _has_mcp_imports(data: Any) -> bool:
+    if not isinstance(data, dict):
+        return False
+    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
+    lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
+    return any(_is_mcp_import(tool)
+               for scenarios in lists if isinstance(scenarios, list)
+               for scenario in scenarios if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
+               for tool in scenario["tools"])
+
+
+def _empty(source: str) -> str:
+    return f"{source}: catalog is empty; it needs a 'name' and at least one scenario"
 
 
 def _load_json(text: str, source: str) -> Any:
@@ -360,7 +385,8 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
                 return _MERGE
         elif tag is None or tag == "!" or tag == _TAG + "str":
             return value
-        return loader.construct_object(yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, event.style))
+        node = yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
+        return loader.construct_object(node)
 
     def child_path(line: int, kind: str) -> tuple:
         if not stack:
@@ -373,16 +399,19 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
         return parent.path + (parent.key,)
 
     def add(value: Any, line: int) -> None:
-        if not stack:
+        frame = stack[-1] if stack else None
+        if value is _MERGE and (frame is None or not frame.is_map or frame.key is not _NO_KEY):
+            raise fatal(line, "'<<' is YAML's merge key; quote it (\"<<\") to use it as text")
+        if frame is None:
             root.append(value)
             return
-        frame = stack[-1]
         if not frame.is_map:
             lines[frame.path + (len(frame.obj),)] = line
             frame.obj.append(value)
         elif frame.key is _NO_KEY:
             if isinstance(value, (dict, list)):
-                raise fatal(line, "a mapping key must be a plain value, not a collection; catalogs use string keys")
+                raise fatal(line, "a mapping key must be a plain value, not a collection; "
+                                  "catalogs use string keys")
             frame.key, frame.key_line = value, line
         else:
             key, frame.key = frame.key, _NO_KEY
@@ -392,8 +421,8 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
             path = frame.path + (key,)
             if key in frame.obj:
                 problems.append(_one_line(
-                    f"{source}:{frame.key_line}: duplicate key {_show(key)} in the same mapping (first at line "
-                    f"{lines.get(path, '?')}); remove one: only the last would be used"))
+                    f"{source}:{frame.key_line}: duplicate key {_show(key)} in the same mapping "
+                    f"(first at line {lines.get(path, '?')}); remove one: only the last would be used"))
             else:
                 lines[path] = frame.key_line
             frame.obj[key] = value
@@ -417,6 +446,7 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
                 value = scalar(event)
                 if event.anchor is not None:
                     anchors[event.anchor] = value
+                    open_anchors.discard(event.anchor)  # redefined: aliases now mean this value
                 add(value, line)
             elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
                 name = "a mapping" if kind is yaml.MappingStartEvent else "a list"
@@ -440,7 +470,8 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
                 add(frame.obj, frame.line)
             elif kind is yaml.AliasEvent:
                 if event.anchor not in anchors:
-                    raise fatal(line, f"unknown alias *{event.anchor}; define the anchor &{event.anchor} first")
+                    raise fatal(line, f"unknown alias *{event.anchor}; "
+                                      f"define the anchor &{event.anchor} first")
                 if event.anchor in open_anchors:
                     raise fatal(line, f"recursive alias *{event.anchor} (used inside its own anchor); "
                                       f"a catalog must be a tree: copy the content instead")
@@ -460,7 +491,8 @@ def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
     if mark is None or problem is None:
         return _one_line(f"{source}: YAML error: {str(exc).splitlines()[0] if str(exc) else exc!r}")
     context = getattr(exc, "context", None)
-    kind = "cannot read YAML value" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+    constructing = isinstance(exc, yaml.constructor.ConstructorError)
+    kind = "cannot read YAML value" if constructing else "YAML syntax error"
     text = f"{source}:{mark.line + 1}: {kind}: {problem} (column {mark.column + 1})"
     context_mark = getattr(exc, "context_mark", None)
     if context:
@@ -484,7 +516,8 @@ _SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_thresho
                  "max_latency_ms", "token_budget")
 _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
 _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
-_TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by")
+_TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
+_LIVE_KINDS = ("http", "mcp")
 _EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget")
 _EXPECTED_TOOL_KEYS = ("name", "arguments")
 _MESSAGE_KEYS = ("role", "content", "name")
@@ -552,10 +585,13 @@ def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
         raise _Bad(f"{name} must be a list of criterion names ({', '.join(CRITERIA)}), not {_show(value)}")
     if not items:
-        raise _Bad(f"{name} is empty; list at least one criterion, or omit it to apply every one that applies")
-    for item in items:
-        if item not in CRITERIA:
-            raise _Bad(f"{name}: unknown criterion {item!r}{_suggest(item, CRITERIA, 'known')}")
+        raise _Bad(f"{name} is empty; list at least one criterion, "
+                   f"or omit it to apply every one that applies")
+    unknown = [item for item in items if item not in CRITERIA]
+    if len(unknown) == 1:
+        raise _Bad(f"{name}: unknown criterion {unknown[0]!r}{_suggest(unknown[0], CRITERIA, 'known')}")
+    if unknown:
+        raise _Bad(f"{name}: unknown criteria {', '.join(map(repr, unknown))}; known: {', '.join(CRITERIA)}")
     return tuple(c for c in CRITERIA if c in items)
 
 
@@ -595,7 +631,8 @@ class _Context:
         prefix = f"{self.source}:{line}" if line else self.source
         self.problems.append(_one_line(f"{prefix}: {where}: {what}" if where else f"{prefix}: {what}"))
 
-    def unknown_keys(self, path: tuple, where: str, raw: dict, valid: tuple[str, ...], what: str = "key") -> None:
+    def unknown_keys(self, path: tuple, where: str, raw: dict, valid: tuple[str, ...],
+                     what: str = "key") -> None:
         for key in raw:
             if key not in valid:
                 self.add(path + (key,) if isinstance(key, str) else path, where,
@@ -607,7 +644,8 @@ class _Context:
         if raw is None:
             return {}
         if not isinstance(raw, dict):
-            self.add(path, where, f"must be a mapping of settings ({', '.join(_SETTING_KEYS)}), not {_kind(raw)}")
+            self.add(path, where,
+                     f"must be a mapping of settings ({', '.join(_SETTING_KEYS)}), not {_kind(raw)}")
             return {}
         self.unknown_keys(path, where, raw, _SETTING_KEYS)
         return self.settings(path, where, raw)
@@ -627,7 +665,8 @@ class _Context:
 
     def judge_model(self, value: Any) -> str:
         if not isinstance(value, str):
-            raise _Bad(f"judge_model must be a model spec string like 'openai/gpt-4o-mini', not {_show(value)}")
+            raise _Bad(f"judge_model must be a model spec string like 'openai/gpt-4o-mini', "
+                       f"not {_show(value)}")
         try:
             return parse_model_spec(value, self.providers).spec
         except ModelSpecError as exc:
@@ -646,19 +685,21 @@ class _Context:
             name = raw.get("name")
             if not isinstance(name, str) or not name.strip():
                 self.add(path + ("name",) if "name" in raw else path, where,
-                         "missing 'name'" if name is None else f"name must be a non-empty string, not {_show(name)}")
+                         "missing 'name'" if name is None
+                         else f"name must be a non-empty string, not {_show(name)}")
                 name = None
             else:
                 where = f"group '{name}'"
                 if name in self.group_names:
                     first = self.group_names[name]
-                    self.add(path, where, f"duplicate group name{f' (first at line {first})' if first else ''}; "
-                                          f"merge the two groups or rename one")
+                    at = f" (first at line {first})" if first else ""
+                    self.add(path, where, f"duplicate group name{at}; merge the two groups or rename one")
                 self.group_names.setdefault(name, self.line(path))
             self.unknown_keys(path, where, raw, _GROUP_KEYS)
             tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
             settings = dict(base)
-            settings.update(self.settings_block(path + ("defaults",), f"{where}: defaults", raw.get("defaults")))
+            settings.update(self.settings_block(path + ("defaults",), f"{where}: defaults",
+                                                raw.get("defaults")))
             items = raw.get("scenarios")
             if items is None:
                 self.add(path, where, "missing 'scenarios'; list the group's scenarios under it")
@@ -690,8 +731,8 @@ class _Context:
             if key in self.keys:
                 first_line, first_where = self.keys[key]
                 first = f"line {first_line}" if first_line else first_where
-                self.add(path, where, f"duplicate key (first defined at {first}); scenario keys must be unique "
-                                      f"across the catalog: rename one")
+                self.add(path, where, f"duplicate key (first defined at {first}); "
+                                      f"scenario keys must be unique across the catalog: rename one")
             else:
                 self.keys[key] = (line, where)
         self.unknown_keys(path, where, raw, _SCENARIO_KEYS)
@@ -712,7 +753,8 @@ class _Context:
         own_group = raw.get("group")
         if own_group is not None:
             if not isinstance(own_group, str) or not own_group.strip():
-                self.add(path + ("group",), where, f"group must be a non-empty string, not {_show(own_group)}")
+                self.add(path + ("group",), where,
+                         f"group must be a non-empty string, not {_show(own_group)}")
             elif group is not None and own_group != group:
                 self.add(path + ("group",), where, f"group is {own_group!r} but the scenario is inside group "
                                                    f"{group!r}; remove its 'group' key")
@@ -813,6 +855,10 @@ class _Context:
             if not isinstance(item, dict):
                 self.add(tpath, twhere, f"must be a mapping with 'name', not {_kind(item)}")
                 continue
+            if _is_mcp_import(item):
+                self.add(tpath, twhere, "an MCP tool import ({mcp, only}) is expanded when the catalog file is "
+                                        "loaded (load_catalog); in loaded data, give each tool a 'name'")
+                continue
             before = len(self.problems)
             name = item.get("name")
             if not isinstance(name, str) or not _TOOL_NAME_RE.fullmatch(name):
@@ -828,7 +874,8 @@ class _Context:
             self.unknown_keys(tpath, twhere, item, _TOOL_KEYS)
             description = item.get("description")
             if description is not None and not isinstance(description, str):
-                self.add(tpath + ("description",), twhere, f"description must be a string, not {_kind(description)}")
+                self.add(tpath + ("description",), twhere,
+                         f"description must be a string, not {_kind(description)}")
             parameters = item.get("parameters")
             if parameters is None:
                 parameters = {"type": "object", "properties": {}}
@@ -843,12 +890,33 @@ class _Context:
                              f"not {_show(parameters.get('type'))}")
             returns = self.json_value(tpath + ("returns",), twhere, "returns", item.get("returns"))
             returns_by = self.returns_by(tpath + ("returns_by",), twhere, item.get("returns_by"), parameters)
+            live = self.live_spec(tpath, twhere, item)
             if len(self.problems) == before:
                 tools.append(Tool(name=name, description=description or "", parameters=parameters,
-                                  returns=returns, returns_by=returns_by))
+                                  returns=returns, returns_by=returns_by, **live))
         return tuple(tools), list(names)
 
-    def returns_by(self, path: tuple, where: str, raw: Any, parameters: Any) -> dict[str, dict[str, Any]] | None:
+    def live_spec(self, path: tuple, where: str, item: dict) -> dict[str, Any]:
+        """``{"http": spec}`` or ``{"mcp": spec}`` for a live tool (answered by its endpoint), else ``{}``."""
+        kinds = [kind for kind in _LIVE_KINDS if item.get(kind) is not None]
+        if not kinds:
+            return {}
+        if len(kinds) > 1:
+            self.add(path, where, "give either 'http' or 'mcp', not both")
+            return {}
+        kind = kinds[0]
+        canned = [key for key in ("returns", "returns_by") if item.get(key) is not None]
+        if canned:
+            self.add(path + (canned[0],), where, f"a live tool is answered by its {kind} endpoint; "
+                                                 f"remove '{canned[0]}' (or '{kind}' to keep it canned)")
+        from .tools import validate_live_spec  # lazy: most catalogs have no live tools
+
+        for problem in validate_live_spec(kind, item[kind]):
+            self.add(path + (kind,), where, problem)
+        return {kind: self.json_value(path + (kind,), where, kind, item[kind])}
+
+    def returns_by(self, path: tuple, where: str, raw: Any,
+                   parameters: Any) -> dict[str, dict[str, Any]] | None:
         if raw is None:
             return None
         if not isinstance(raw, dict):
@@ -867,7 +935,8 @@ class _Context:
                                        f"(parameters: {', '.join(map(str, properties))})")
                 continue
             if not isinstance(table, dict):
-                self.add(apath, where, f"returns_by.{arg} must map argument value -> result, not {_kind(table)}")
+                self.add(apath, where,
+                         f"returns_by.{arg} must map argument value -> result, not {_kind(table)}")
                 continue
             inner: dict[str, Any] = {}
             for value, result in table.items():
@@ -911,12 +980,15 @@ class _Context:
                                                    f"fix the pattern (escape special characters with \\)")
         judge = raw.get("judge")
         if judge is not None and (not isinstance(judge, str) or not judge.strip()):
-            self.add(path + ("judge",), where, f"expect.judge must be a non-empty rubric string, not {_show(judge)}")
+            self.add(path + ("judge",), where,
+                     f"expect.judge must be a non-empty rubric string, not {_show(judge)}")
             judge = None
+        contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
+        not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
+                                    raw.get("not_contains"))
         return Expect(
-            contains=tuple(sorted(self.strings(path + ("contains",), where, "expect.contains", raw.get("contains")))),
-            not_contains=tuple(sorted(self.strings(path + ("not_contains",), where, "expect.not_contains",
-                                                   raw.get("not_contains")))),
+            contains=tuple(sorted(contains)),
+            not_contains=tuple(sorted(not_contains)),
             regex=tuple(sorted(regexes)),
             tools=self.expected_tools(path + ("tools",), where, raw.get("tools"), declared),
             judge=judge,
@@ -924,7 +996,8 @@ class _Context:
             token_budget=own.get("token_budget", effective["token_budget"]),
         )
 
-    def expected_tools(self, path: tuple, where: str, raw: Any, declared: list[str]) -> tuple[ExpectedTool, ...]:
+    def expected_tools(self, path: tuple, where: str, raw: Any,
+                       declared: list[str]) -> tuple[ExpectedTool, ...]:
         if raw is None:
             return ()
         items = [raw] if isinstance(raw, (str, dict)) else raw
@@ -954,8 +1027,9 @@ class _Context:
                 continue
             if name not in declared:
                 have = f"declared: {', '.join(declared)}" if declared else "the scenario declares no tools"
-                self.add(ipath, where, f"expect.tools: {name!r} is not one of this scenario's tools ({have}); "
-                                       f"declare it under 'tools' or fix the name{_suggest(name, declared, '')}")
+                self.add(ipath, where,
+                         f"expect.tools: {name!r} is not one of this scenario's tools ({have}); "
+                         f"declare it under 'tools' or fix the name{_suggest(name, declared, '')}")
                 continue
             out.append(ExpectedTool(name=name, arguments=arguments if isinstance(arguments, dict) else {}))
         return tuple(out)
@@ -1044,14 +1118,22 @@ def digest_of(body: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _tool_body(t: Tool) -> dict[str, Any]:
+    body = {"name": t.name, "description": t.description, "parameters": t.parameters,
+            "returns": t.returns, "returns_by": t.returns_by}
+    for kind in _LIVE_KINDS:  # only when set: canned catalogs keep their digest
+        if getattr(t, kind) is not None:
+            body[kind] = getattr(t, kind)
+    return body
+
+
 def _scenario_body(s: Scenario) -> dict[str, Any]:
     e = s.expect
     return {
         "key": s.key,
         "messages": [dict(m) for m in s.messages],
         "system": s.system,
-        "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters,
-                   "returns": t.returns, "returns_by": t.returns_by} for t in s.tools],
+        "tools": [_tool_body(t) for t in s.tools],
         "expect": {"contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
                    "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
                    "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget},

@@ -295,9 +295,8 @@ def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) 
 
     provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
                                  max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)
-    click.echo(f"simulated provider on http://{host}:{port}/v1  (export EVALJOBS_SIM_URL=http://{host}:{port}/v1)",
-               err=True)
-    provider.serve_forever()
+    provider.serve_forever(on_ready=lambda p: click.echo(
+        f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))
 
 
 @main.command()

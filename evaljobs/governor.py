@@ -682,7 +682,7 @@ class _LocalStore:
             rank = list(queue).index(lease_id) if lease_id in queue else len(queue)
             free = s.limit - n_i - n_b
             if lane == "bulk":
-                free = min(_bulk_cap(s.limit, config.bulk_reserve) - n_b, free)
+                free = min(_bulk_cap(s.limit, config.bulk_reserve) - n_b, free - len(s.queues["interactive"]))
             if rank >= free:
                 ahead = rank - max(free, 0) + 1
                 lat = s.lat if s.lat is not None else DEFAULT_LATENCY

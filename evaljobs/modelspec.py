@@ -37,7 +37,8 @@ class ProviderConfig:
     name: str
     base_url: str | None
     api_key_env: str | None = None
-    #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` -> (USD per million input tokens, per million output).
+    #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` ->
+    #: (USD per million input tokens, USD per million output tokens).
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
     timeout: float = 60.0
     max_retries: int | None = None
@@ -150,7 +151,8 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
                              f"the file holds only 'providers: {{name: {{base_url: ...}}}}'")
     entries = data.get("providers") or {}
     if not isinstance(entries, dict):
-        raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, got {_kind(entries)}")
+        raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, "
+                             f"got {_kind(entries)}")
     for name, entry in entries.items():
         providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)))
     return ProvidersConfig(providers=providers, source=source)
@@ -203,7 +205,8 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
     if "timeout" in entry:
         timeout = entry["timeout"]
         if not _is_number(timeout) or timeout <= 0:
-            raise ModelSpecError(f"{where}: timeout must be a positive number of seconds, not {_show(timeout)}")
+            raise ModelSpecError(f"{where}: timeout must be a positive number of seconds, "
+                                 f"not {_show(timeout)}")
         timeout = float(timeout)
 
     max_retries = base.max_retries if base else None
@@ -216,7 +219,8 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
     headers = dict(base.headers) if base else {}
     if "headers" in entry and entry["headers"] is not None:
         raw = entry["headers"]
-        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in raw.items()):
             raise ModelSpecError(f"{where}: headers must map header name -> string value")
         headers.update({k: _expand(where, f"header {k!r}", v) for k, v in raw.items()})
 

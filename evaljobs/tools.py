@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import copy
 import difflib
 import json
@@ -48,7 +49,8 @@ import re
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .replay import ToolCall
 from .result import OUTPUT_CAP
@@ -92,7 +94,8 @@ def validate_live_spec(kind: str, spec: Any) -> list[str]:
     if url is not None and (not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url)):
         problems.append(f"{kind}.url must be an http:// or https:// URL, not {url!r}")
     timeout = spec.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout <= 0):
         problems.append(f"{kind}.timeout must be a positive number of seconds, not {timeout!r}")
     for name in ("headers", "env"):
         value = spec.get(name)
@@ -194,7 +197,8 @@ class LiveTools:
         try:
             listed = session.run(session.list_tools(), timeout)
         except _ToolFailed as exc:
-            raise LiveToolError(f"cannot list the tools of MCP server {_describe(spec)}: {exc.message}") from None
+            raise LiveToolError(f"cannot list the tools of MCP server {_describe(spec)}: "
+                                f"{exc.message}") from None
         return listed
 
     def close(self) -> None:
@@ -213,7 +217,7 @@ class LiveTools:
         if loop is not None:
             loop.stop()
 
-    def __enter__(self) -> "LiveTools":
+    def __enter__(self) -> LiveTools:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -261,13 +265,13 @@ class LiveTools:
 
     # -- mcp
 
-    def _loop_thread(self) -> "_LoopThread":
+    def _loop_thread(self) -> _LoopThread:
         # Called with self._lock held.
         if self._loop is None:
             self._loop = _LoopThread()
         return self._loop
 
-    def _session(self, spec: dict[str, Any]) -> "_McpSession":
+    def _session(self, spec: dict[str, Any]) -> _McpSession:
         key = _server_key(spec)
         with self._lock:
             if self._closed:
@@ -352,7 +356,8 @@ class _McpSession:
             return future.result(timeout=timeout + 5.0)  # the SDK's own read timeout fires first
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise _ToolFailed(f"MCP server {_describe(self.spec)} did not answer within {timeout:g}s") from None
+            raise _ToolFailed(f"MCP server {_describe(self.spec)} did not answer within "
+                              f"{timeout:g}s") from None
         except _ToolFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - any transport failure: reconnect next time
@@ -448,10 +453,8 @@ class _McpSession:
             except RuntimeError:  # the loop is already closed
                 return
         if holder is not None and threading.current_thread() is not self.loop.thread:
-            try:
+            with contextlib.suppress(Exception):  # closing: nothing left to report to
                 holder.result(timeout=5)
-            except Exception:  # noqa: BLE001 - closing: nothing left to report to
-                pass
 
 
 async def _mcp_target(spec: dict[str, Any], stack: Any) -> Any:
@@ -500,18 +503,20 @@ def expand_mcp_tools(spec: dict[str, Any], *, live: LiveTools | None = None) -> 
     so calls go to that server. Raises :class:`LiveToolError` (one line).
     """
     if not isinstance(spec, dict) or "mcp" not in spec:
-        raise LiveToolError("an MCP tool import needs 'mcp: {url | command}' (and optionally 'only: [names]')")
+        raise LiveToolError("an MCP tool import needs 'mcp: {url | command}' "
+                            "(and optionally 'only: [names]')")
     unknown = [k for k in spec if k not in MCP_IMPORT_KEYS]
     if unknown:
-        raise LiveToolError(f"unknown key {unknown[0]!r} in an MCP tool import{_suggest(unknown[0], MCP_IMPORT_KEYS)}"
-                            f"; to declare one tool give it a 'name'")
+        hint = _suggest(unknown[0], MCP_IMPORT_KEYS)
+        raise LiveToolError(f"unknown key {unknown[0]!r} in an MCP tool import{hint}; to declare one tool "
+                            f"give it a 'name'")
     server = spec["mcp"]
     problems = validate_live_spec("mcp", server)
     if problems:
         raise LiveToolError("; ".join(problems))
     if server.get("tool") is not None:
-        raise LiveToolError("mcp.tool names one tool: give the entry a 'name' to declare it, or use 'only' to "
-                            "import several")
+        raise LiveToolError("mcp.tool names one tool: give the entry a 'name' to declare it, or use 'only' "
+                            "to import several")
     only = spec.get("only")
     if only is not None and (not isinstance(only, list) or not all(isinstance(n, str) and n for n in only)):
         raise LiveToolError(f"'only' must be a list of the server's tool names, not {only!r}")
@@ -526,8 +531,9 @@ def expand_mcp_tools(spec: dict[str, Any], *, live: LiveTools | None = None) -> 
     if only is not None:
         missing = [n for n in only if n not in by_name]
         if missing:
+            offered = ", ".join(by_name) or "none"
             raise LiveToolError(f"MCP server {_describe(server)} has no tool {missing[0]!r} "
-                                f"(it offers: {', '.join(by_name) or 'none'}){_suggest(missing[0], list(by_name))}")
+                                f"(it offers: {offered}){_suggest(missing[0], list(by_name))}")
         listed = [by_name[n] for n in only]
     out = []
     for tool in listed:
@@ -556,7 +562,8 @@ def expand_catalog_tools(data: Any, *, source: str = "<catalog>", live: LiveTool
             scenario_lists.append((f"group '{group.get('name')}': ", group.get("scenarios")))
     imports = [(prefix, scenario, i, entry)
                for prefix, scenarios in scenario_lists if isinstance(scenarios, list)
-               for scenario in scenarios if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
+               for scenario in scenarios
+               if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
                for i, entry in enumerate(scenario["tools"])
                if isinstance(entry, dict) and "mcp" in entry and "name" not in entry]
     if not imports:
@@ -602,7 +609,7 @@ _shared_lock = threading.Lock()
 
 
 def get_live_tools() -> LiveTools:
-    """This process's :class:`LiveTools` (created on first use, closed at exit; a forked child gets its own)."""
+    """This process's :class:`LiveTools` (made on first use, closed at exit; a forked child makes its own)."""
     global _shared, _shared_pid
     with _shared_lock:
         if _shared is None or _shared_pid != os.getpid():
@@ -681,7 +688,7 @@ def _first_line(value: Any, limit: int = 200) -> str:
 
 def _exception_text(exc: BaseException) -> str:
     """The innermost useful message, also inside anyio's exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+    while isinstance(getattr(exc, "exceptions", None), (list, tuple)) and exc.exceptions:  # a group
         exc = exc.exceptions[0]
     text = _first_line(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -693,6 +700,6 @@ def _suggest(key: str, valid: tuple[str, ...] | list[str]) -> str:
 
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "HTTP_METHODS", "LiveToolError", "LiveTools", "expand_catalog_tools", "expand_mcp_tools",
-    "get_live_tools", "is_live", "live_tool_runner", "resolve_env", "validate_live_spec",
+    "DEFAULT_TIMEOUT", "HTTP_METHODS", "LiveToolError", "LiveTools", "expand_catalog_tools",
+    "expand_mcp_tools", "get_live_tools", "is_live", "live_tool_runner", "resolve_env", "validate_live_spec",
 ]

@@ -135,7 +135,8 @@ def test_rich_catalog_resolves_effective_values(tmp_path):
     lookup = order.tool("lookup_order")
     assert lookup == Tool(
         name="lookup_order", description="Find an order",
-        parameters={"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+        parameters={"type": "object", "properties": {"order_id": {"type": "string"}},
+                    "required": ["order_id"]},
         returns={"error": "unknown order"},
         returns_by={"order_id": {"1234": {"status": "shipped"}, "9999": {"error": "not found"}}})
     # returns_by keys are strings whatever YAML made of them; answers match str and int arguments.
@@ -192,7 +193,8 @@ scenarios:
 
 
 def test_scenario_level_limits_reach_expect():
-    catalog = loads_catalog("name: s\nscenarios: [{key: a, prompt: hi, max_latency_ms: 100, token_budget: 9}]\n")
+    catalog = loads_catalog(
+        "name: s\nscenarios: [{key: a, prompt: hi, max_latency_ms: 100, token_budget: 9}]\n")
     assert catalog.scenario("a").expect == Expect(max_latency_ms=100, token_budget=9)
 
 
@@ -215,6 +217,80 @@ scenarios:
     assert [s.max_turns for s in catalog.scenarios] == [2, 3, 6]
     assert catalog.scenario("b").prompt == "hi"
     assert catalog.scenario("c").tool("lookup").returns == "ok"
+
+
+# --------------------------------------------------------------------------- live tools (http / mcp)
+
+LIVE = """\
+name: live
+scenarios:
+  - key: a
+    prompt: hi
+    tools:
+      - name: echo
+        parameters: {type: object, properties: {x: {type: integer}}}
+        http: {url: "https://api.example/echo", method: get, timeout: 5}
+      - name: stock
+        mcp: {command: [python, server.py, --stdio], timeout: 10}
+      - name: canned
+        returns: {ok: true}
+"""
+
+
+def test_live_tools_are_parsed_and_kept_in_the_body():
+    catalog = loads_catalog(LIVE)
+    echo, stock, canned = catalog.scenario("a").tools
+    assert echo.http == {"url": "https://api.example/echo", "method": "get", "timeout": 5} and echo.mcp is None
+    assert stock.mcp == {"command": ["python", "server.py", "--stdio"], "timeout": 10} and stock.http is None
+    assert canned.http is None and canned.mcp is None
+    tools = catalog.body["scenarios"][0]["tools"]
+    assert "http" in tools[0] and "mcp" in tools[1] and "http" not in tools[2] and "mcp" not in tools[2]
+    assert parse_catalog(catalog.body) == catalog
+    changed = LIVE.replace("timeout: 5", "timeout: 6")
+    assert loads_catalog(changed).digest != catalog.digest
+
+
+def test_bad_live_tools():
+    problems = problems_of("""\
+        name: live
+        scenarios:
+          - key: a
+            prompt: hi
+            tools:
+              - name: both
+                http: {url: "https://x.example"}
+                mcp: {url: "https://x.example/mcp"}
+              - name: canned-and-live
+                http: {url: "https://x.example"}
+                returns: 1
+              - name: bad
+                http: {url: "ftp://x", method: FETCH}
+        """)
+    assert problems == [
+        "cat.yaml:6: scenario 'a': tool 'both': give either 'http' or 'mcp', not both",
+        "cat.yaml:11: scenario 'a': tool 'canned-and-live': a live tool is answered by its http endpoint; "
+        "remove 'returns' (or 'http' to keep it canned)",
+        "cat.yaml:13: scenario 'a': tool 'bad': http.url must be an http:// or https:// URL, not 'ftp://x'",
+        "cat.yaml:13: scenario 'a': tool 'bad': http.method must be one of GET, POST, PUT, PATCH, DELETE, "
+        "not 'FETCH'",
+    ]
+
+
+def test_mcp_import_entries_need_loading_from_a_file():
+    with pytest.raises(CatalogError) as info:
+        parse_catalog({"name": "x", "scenarios": [{"key": "a", "prompt": "hi",
+                                                   "tools": [{"mcp": {"command": ["python", "s.py"]}}]}]})
+    assert info.value.problems == [
+        "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) is expanded when the catalog file "
+        "is loaded (load_catalog); in loaded data, give each tool a 'name'"]
+
+
+def test_example_catalog_imports_its_mcp_tools_at_load_time():
+    catalog = load_catalog(Path(__file__).resolve().parents[1] / "examples" / "catalogs" / "tools_mcp.yaml")
+    teapot = catalog.scenario("stock.teapot-then-order")
+    assert [t.name for t in teapot.tools] == ["check_stock", "lookup_order"]
+    assert all(t.mcp is not None and t.parameters.get("type") == "object" for t in teapot.tools)
+    assert catalog_from_body(json.loads(json.dumps(catalog.body))) == catalog
 
 
 # --------------------------------------------------------------------------- digest and body
@@ -258,7 +334,8 @@ scenarios:
     temperature: 0.0
     system: You are terse.
     prompt: Where is order 1234?
-  - {tags: [smoke], expect: {not_contains: [unfortunately, sorry], contains: [hello]}, prompt: Hello, key: greet}
+  - {tags: [smoke], expect: {not_contains: [unfortunately, sorry], contains: [hello]},
+     prompt: Hello, key: greet}
 defaults:
   token_budget: 4000
   max_latency_ms: 30000
@@ -362,8 +439,8 @@ def test_json_duplicate_keys_are_reported(tmp_path):
     with pytest.raises(CatalogError) as info:
         load_catalog(path)
     assert info.value.problems == [
-        f"{path}:2: duplicate key 'name' in the same mapping (first at line 1); remove one: only the last would "
-        f"be used"]
+        f"{path}:2: duplicate key 'name' in the same mapping (first at line 1); "
+        f"remove one: only the last would be used"]
 
 
 # --------------------------------------------------------------------------- bad catalogs: the corpus
@@ -434,19 +511,27 @@ def test_yaml_syntax_error_has_line():
     ("just text\n", "cat.yaml: the top level must be a mapping with 'name' and 'scenarios', not a string"),
     ("name: x\n", "cat.yaml: no scenarios; add at least one under 'scenarios'"),
     ("name: x\nscenarios: []\ngroups: []\n", "cat.yaml:2: no scenarios; add at least one"),
-    ("scenarios: [{key: a, prompt: b}]\n", "cat.yaml: missing 'name'; add a top-level 'name: <catalog name>'"),
+    ("scenarios: [{key: a, prompt: b}]\n",
+     "cat.yaml: missing 'name'; add a top-level 'name: <catalog name>'"),
     ("name: ''\nscenarios: [{key: a, prompt: b}]\n", "cat.yaml:1: 'name' must be a non-empty string, not ''"),
     ("name: x\nscenarios: {key: a}\n", "cat.yaml:2: 'scenarios' must be a list of scenarios, not a mapping"),
     ("name: x\ngroups: {a: 1}\nscenarios: [{key: a, prompt: b}]\n", "cat.yaml:2: 'groups' must be a list"),
     ("name: x\ndefaults: [1]\nscenarios: [{key: a, prompt: b}]\n", "cat.yaml:2: defaults: must be a mapping"),
     ("name: x\nscenarios: &s\n  - key: a\n    prompt: b\n    tools: *s\n",
      "cat.yaml:5: recursive alias *s (used inside its own anchor); a catalog must be a tree"),
-    ("name: x\n---\nname: y\n", "cat.yaml:2: a second YAML document ('---'); a catalog file holds exactly one"),
+    ("name: x\n---\nname: y\n",
+     "cat.yaml:2: a second YAML document ('---'); a catalog file holds exactly one"),
     ("name: *nope\n", "cat.yaml:1: unknown alias *nope; define the anchor &nope first"),
     ("name: x\n? [a, b]\n: c\n", "cat.yaml:2: a mapping key must be a plain value, not a list"),
-    ("name: x\nscenarios:\n  - key: a\n    prompt: b\n    tools:\n      - name: t\n        returns: !!set {a, b}\n",
+    ("name: x\nscenarios:\n  - key: a\n    prompt: b\n    tools:\n"
+     "      - name: t\n        returns: !!set {a, b}\n",
      "cat.yaml:7: a YAML set (!!set) is not JSON data; write a list instead"),
-    ("name: !custom x\n", "cat.yaml:1: cannot read YAML value: could not determine a constructor for the tag"),
+    ("name: !custom x\n",
+     "cat.yaml:1: cannot read YAML value: could not determine a constructor for the tag"),
+    ("name: x\nscenarios: [{key: a, prompt: <<}]\n", "cat.yaml:2: '<<' is YAML's merge key; quote it"),
+    ("name: x\ndefaults: {criteria: [contain, judge]}\nscenarios: [{key: a, prompt: b}]\n",
+     "cat.yaml:2: defaults: criteria: unknown criteria 'contain', 'judge'; "
+     "known: response_present, contains"),
 ])
 def test_file_level_problems(text, message):
     problems = problems_of(text)
@@ -480,23 +565,25 @@ def test_judge_model_provider_is_checked_when_providers_are_given():
         """
     problems = problems_of(text, providers=_PROVIDERS)
     assert problems[0] == (
-        "cat.yaml:2: defaults: judge_model: model spec 'acme/judge-1': unknown provider 'acme' (known: anthropic, "
-        "ollama, openai, sim, vllm); add it to a providers file and pass it with --providers FILE")
-    assert problems[1].startswith("cat.yaml:4: scenario 'a': judge_model: model spec 'bad spec' contains whitespace")
+        "cat.yaml:2: defaults: judge_model: model spec 'acme/judge-1': unknown provider 'acme' "
+        "(known: anthropic, ollama, openai, sim, vllm); add it to a providers file and pass it with "
+        "--providers FILE")
+    assert problems[1].startswith(
+        "cat.yaml:4: scenario 'a': judge_model: model spec 'bad spec' contains whitespace")
     # Without a providers config only the syntax is checked.
     assert len(problems_of(text)) == 1
 
 
 def test_error_values_are_shown_on_one_line():
     problems = problems_of('name: x\nscenarios:\n  - {key: "a\\nb", prompt: hi}\n')
-    assert problems == ["cat.yaml:3: scenario #1: key 'a\\nb' must be a string of letters, digits and _ . : / - "
-                        "(quote it if YAML reads it as a number)"]
+    assert problems == ["cat.yaml:3: scenario #1: key 'a\\nb' must be a string of letters, digits and "
+                        "_ . : / - (quote it if YAML reads it as a number)"]
 
 
 def test_parse_catalog_without_lines_omits_them():
     with pytest.raises(CatalogError) as info:
-        parse_catalog({"name": "x", "scenarios": [{"prompt": "hi"}, {"key": "b", "prompt": "hi", "max_turns": "six"}]},
-                      source="data")
+        parse_catalog({"name": "x", "scenarios": [
+            {"prompt": "hi"}, {"key": "b", "prompt": "hi", "max_turns": "six"}]}, source="data")
     assert info.value.problems == [
         "data: scenario #1: missing 'key'; give every scenario a unique key like 'refund.late_order'",
         "data: scenario 'b': max_turns must be an integer >= 1, not 'six'"]
@@ -518,9 +605,10 @@ def test_non_json_tool_data_in_python_input():
             {"name": "w", "returns": {(1, 2): "tuple key"}}]}]})
     assert info.value.problems == [
         "<catalog>: scenario 'a': tool 't': returns.ids is a set, which is not JSON; use a list",
-        "<catalog>: scenario 'a': tool 'u': returns is nan, which JSON cannot represent; use a finite number or a "
-        "string",
-        "<catalog>: scenario 'a': tool 'v': returns.n is an integer too large for JSON (beyond 64 bits); quote it",
+        "<catalog>: scenario 'a': tool 'u': returns is nan, which JSON cannot represent; "
+        "use a finite number or a string",
+        "<catalog>: scenario 'a': tool 'v': returns.n is an integer too large for JSON (beyond 64 bits); "
+        "quote it",
         "<catalog>: scenario 'a': tool 'w': returns has key (1, 2), which is not a JSON key; quote it"]
 
 
@@ -556,9 +644,9 @@ def test_ten_thousand_scenarios_parse_fast_and_look_up_in_constant_time():
 # --------------------------------------------------------------------------- properties
 
 _KEYS = ["name", "description", "defaults", "scenarios", "groups", "key", "prompt", "messages", "system",
-         "tools", "expect", "tags", "notes", "group", "max_turns", "temperature", "criteria", "pass_threshold",
-         "judge_model", "returns", "returns_by", "parameters", "contains", "regex", "role", "content", "arguments",
-         "judge", "max_latency_ms", "token_budget", "not_contains"]
+         "tools", "expect", "tags", "notes", "group", "max_turns", "temperature", "criteria",
+         "pass_threshold", "judge_model", "returns", "returns_by", "parameters", "contains", "regex", "role",
+         "content", "arguments", "judge", "max_latency_ms", "token_budget", "not_contains"]
 _scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
             | st.text(max_size=8) | st.sampled_from(["a", "user", "(", "sim/x", "gpt-4o", "contains", ""]))
 _data = st.recursive(
@@ -577,8 +665,9 @@ _near_scenario = st.fixed_dictionaries(
                                           "judge_model", "system", "token_budget", "tags", "notes")}
     | {"expect": st.dictionaries(st.sampled_from(["contains", "regex", "judge", "tools", "max_latency_ms"]),
                                  _setting | st.text(max_size=4), max_size=3),
-       "tools": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["t", "u", "bad name"])},
-                                               optional={"returns": _data, "returns_by": _data}), max_size=2)})
+       "tools": st.lists(st.fixed_dictionaries(
+           {"name": st.sampled_from(["t", "u", "bad name"])},
+           optional={"returns": _data, "returns_by": _data}), max_size=2)})
 #: Near-valid catalogs, so that the success path (and the body round-trip) is exercised too.
 _near_catalog = st.fixed_dictionaries(
     {"name": st.sampled_from(["n", "cat"]), "scenarios": st.lists(_near_scenario, min_size=1, max_size=3)},
@@ -592,7 +681,8 @@ _near_catalog = st.fixed_dictionaries(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_data | _near_catalog | st.fixed_dictionaries(
-    {"name": _data, "scenarios": st.lists(st.dictionaries(st.sampled_from(_KEYS), _data, max_size=6), max_size=3)},
+    {"name": _data,
+     "scenarios": st.lists(st.dictionaries(st.sampled_from(_KEYS), _data, max_size=6), max_size=3)},
     optional={"defaults": _data, "groups": _data}))
 def test_arbitrary_data_is_a_catalog_or_a_catalog_error(data):
     try:
@@ -609,7 +699,8 @@ def test_arbitrary_data_is_a_catalog_or_a_catalog_error(data):
 _plain = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=10),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    lambda children: (st.lists(children, max_size=4)
+                      | st.dictionaries(st.text(max_size=6), children, max_size=4)),
     max_leaves=25)
 
 

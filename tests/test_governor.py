@@ -295,6 +295,49 @@ def test_a_waiter_is_admitted_when_a_slot_frees(make):
     assert row["max_wait_ms"] >= 100 and row["mean_wait_ms"] == pytest.approx(row["max_wait_ms"] / 2, rel=0.01)
 
 
+def _queue_a_waiter(governor: Governor, lane: str) -> tuple[threading.Thread, list]:
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(governor.acquire(BUDGET, lane, max_wait=5)))
+    waiter.start()
+    deadline = time.monotonic() + 2
+    while stat(governor)["waiting"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert stat(governor)["waiting"] == 1
+    return waiter, got
+
+
+# A slot freed by an expiring lease (injected clock) wakes nobody, so the queued waiter and the
+# newcomer race fairly: only the queue gives the slot to the waiter.
+
+def test_waiters_are_served_first_come_first_served(make):
+    clock = FakeClock()
+    governor = make(BudgetConfig(initial=1, ceiling=1, lease_seconds=1), clock=clock)
+    governor.acquire(BUDGET, keep_alive=False)
+    waiter, got = _queue_a_waiter(governor, "bulk")
+    clock.advance(1.5)  # the holder's lease ends; the waiter's place (renewed at each attempt) does not
+    with pytest.raises(Busy):  # the freed slot belongs to the caller that queued first
+        governor.acquire(BUDGET, max_wait=0)
+    waiter.join(timeout=5)
+    assert len(got) == 1
+    got[0].release()
+
+
+def test_queued_interactive_calls_go_before_bulk(make):
+    clock = FakeClock()
+    governor = make(BudgetConfig(initial=2, ceiling=2, bulk_reserve=0, lease_seconds=1), clock=clock)
+    held = [governor.acquire(BUDGET, "bulk", keep_alive=False) for _ in range(2)]
+    waiter, got = _queue_a_waiter(governor, "interactive")
+    clock.advance(0.6)
+    held[1].renew()
+    clock.advance(0.6)  # held[0] has expired, held[1] has not
+    with pytest.raises(Busy):
+        governor.acquire(BUDGET, "bulk", max_wait=0)
+    waiter.join(timeout=5)
+    assert len(got) == 1 and got[0].lane == "interactive"
+    got[0].release()
+    held[1].release()
+
+
 # ----------------------------------------------------------------------------- leases
 
 def test_an_unrenewed_lease_expires_and_a_renewed_one_does_not(make):

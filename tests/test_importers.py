@@ -51,9 +51,9 @@ def test_detect_format_by_extension_and_shape():
     with pytest.raises(CatalogError) as err:
         detect_format({"title": "x", "cases": []}, "odd.yaml")
     assert err.value.problems == [
-        "odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native catalog "
-        "('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog ('catalog' + "
-        "'products'), a promptfoo config ('prompts' + 'tests') or a .jsonl file; pass --format "
+        "odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native "
+        "catalog ('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog "
+        "('catalog' + 'products'), a promptfoo config ('prompts' + 'tests') or a .jsonl file; pass --format "
         "{native,activeagent-suite,activeagent-catalog,promptfoo,jsonl}"]
 
 
@@ -63,8 +63,8 @@ def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
     assert load_any(SUITE, format="activeagent-suite").format == "activeagent-suite"
     with pytest.raises(CatalogError) as err:
         load_any(SUITE, format="promptfu")
-    assert err.value.problems == [f"{SUITE}: unknown format 'promptfu' (did you mean 'promptfoo'?); use one of "
-                                  f"{', '.join(FORMATS)}"]
+    assert err.value.problems == [f"{SUITE}: unknown format 'promptfu' (did you mean 'promptfoo'?); use one "
+                                  f"of {', '.join(FORMATS)}"]
 
 
 def test_native_files_pass_through(tmp_path):
@@ -81,7 +81,7 @@ def test_activeagent_suite_maps_groups_keys_params_and_expectations():
     result, catalog = _catalog(SUITE)
     assert result.excluded == 1  # billing.chargeback-live is production_only
     assert result.warnings == [f"{SUITE}: 2 expected tool(s) are not declared in the file; declared them "
-                               f"without canned results (the agent under test provides them)"]
+                               "without canned results (the agent under test provides them)"]
     assert catalog.name == "support-agent"
     assert catalog.description == "Support agent regression suite (ActiveAgent format)."
     assert catalog.keys == ("billing.invoice-copy", "billing.refund", "orders.status")
@@ -121,7 +121,7 @@ groups:
       - {key: b, prompt: ho, production_only: true}
 """)
     assert _errors(path) == [f"{path}: all 2 scenarios are production_only and were left out; pass "
-                             f"--include-production-only to evaluate them"]
+                             "--include-production-only to evaluate them"]
 
 
 # --------------------------------------------------------------------------- ActiveAgent catalog
@@ -166,13 +166,13 @@ products:
           - {key: a, prompt: hi, expect: {contains: hello}}
 """)
     assert _errors(path) == [
-        f"{path}:6: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, contains, "
-        f"not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge); use a known criterion "
-        f"(write rubric points into 'judge') or pass --lenient to skip it"]
+        f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, "
+        "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge); use a "
+        "known criterion (write rubric points into 'judge') or pass --lenient to skip it"]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [f"{path}:6: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
-                               f"response_present, contains, not_contains, regex, expected_tools, max_latency_ms, "
-                               f"token_budget, llm_judge); skipped (--lenient)"]
+    assert result.warnings == [f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
+                               "response_present, contains, not_contains, regex, expected_tools, "
+                               "max_latency_ms, token_budget, llm_judge); skipped (--lenient)"]
     assert catalog.scenario("p.s.a").criteria == ("contains",)
 
 
@@ -207,21 +207,21 @@ groups:
     assert _errors(path) == [
         f"{path}:4: group #1: missing 'key'",
         f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
-        f"only plain {{{{name}}}} placeholders are supported",
-        f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); keys "
-        f"must be unique within their group or set",
+        "only plain {{name}} placeholders are supported",
+        f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
+        "keys must be unique within their group or set",
         f"{path}:13: group 'billing': scenario #3: missing 'key'",
-        f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename it "
-        f"or pass --lenient to skip it",
+        f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
+        "it or pass --lenient to skip it",
         f"{path}:19: scenario 'billing.both': give either 'prompt' or 'messages', not both",
-        f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill {{{{name}}}} "
-        f"placeholders in the prompt)",
+        f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill "
+        "{{name}} placeholders in the prompt)",
         f"{path}:25: scenario 'billing.flag': production_only must be true or false, not 'yes'",
     ]
     missing = _write(tmp_path, "missing_param.yaml", "suite: s\ngroups:\n  - key: g\n    scenarios:\n"
                                                      "      - {key: a, prompt: 'Order {{order_id}}'}\n")
-    assert _errors(missing) == [f"{missing}:5: scenario 'g.a': prompt uses {{{{order_id}}}} but params has no "
-                                f"'order_id'; add it under params"]
+    assert _errors(missing) == [f"{missing}:5: scenario 'g.a': prompt uses {{{{order_id}}}} but params has "
+                                "no 'order_id'; add it under params"]
 
 
 def test_activeagent_unknown_top_level_keys_are_warnings(tmp_path):
@@ -235,7 +235,8 @@ def test_activeagent_unknown_top_level_keys_are_warnings(tmp_path):
 
 def test_promptfoo_prompts_times_tests_with_stable_keys():
     result, catalog = _catalog(PROMPTFOO)
-    assert result.warnings == [f"{PROMPTFOO}:3: 'providers' is ignored by evaljobs; choose the models with -m"]
+    assert result.warnings == [
+        f"{PROMPTFOO}:3: 'providers' is ignored by evaljobs; choose the models with -m"]
     assert catalog.name == "Refund assistant prompts"
     prompts = ["chat", "polite", "prompt-1", "variants-1", "variants-2"]
     tests = ["exact-answer", "greeting", "refund-question", "test-3"]
@@ -249,8 +250,8 @@ def test_promptfoo_prompt_sources_and_vars():
     plain = catalog.scenario("prompt-1.refund-question")
     assert plain.prompt == "You are a support agent. Customer question: How do I get a refund?"
     polite = catalog.scenario("polite.greeting")  # {{policy}} is a file:// var from defaultTest
-    assert polite.prompt == ("Answer politely and briefly, following this policy: Refunds are accepted within "
-                             "30 days of delivery. Question: Hi there!")
+    assert polite.prompt == ("Answer politely and briefly, following this policy: Refunds are accepted "
+                             "within 30 days of delivery. Question: Hi there!")
     chat = catalog.scenario("chat.greeting")  # a JSON chat file: its system message becomes the system prompt
     assert chat.system == "You are Acme's support agent. Be concise."
     assert chat.messages == ({"role": "user", "content": "Hi there!"},)
@@ -313,10 +314,10 @@ tests:
 """)
     assert _errors(path) == [
         f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot be graded by evaljobs; "
-        f"remove it or pass --lenient to skip it"]
+        "remove it or pass --lenient to skip it"]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot be "
-                               f"graded by evaljobs; skipped (--lenient)"]
+    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot "
+                               "be graded by evaljobs; skipped (--lenient)"]
     assert catalog.scenario("prompt-1.refund-question").expect.contains == ("refund",)
     assert catalog.keys == ("prompt-1.b", "prompt-1.refund-question", "prompt-1.test-1")
 
@@ -349,28 +350,29 @@ tests:
   - "just a string"
 """)
     assert _errors(path) == [
-        f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to skip it",
+        f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
+        "skip it",
         f"{path}:3: prompt #2: prompt file 'missing.txt' not found (looked for {tmp_path}/missing.txt)",
-        f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and JSON/YAML "
-        f"chat files; code prompts are not run); use a text or chat file or pass --lenient to skip it",
-        f"{path}:23: test #5: must be a mapping with vars and assert, not 'just a string'",
+        f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
+        "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
+        "it",
+        f"{path}:5: prompt #4: uses the template expression '{{{{ question | upper }}}}' (only plain "
+        "{{var}} placeholders are supported); simplify it or pass --lenient to skip it",
+        f"{path}:23: test #4: must be a mapping with vars and assert, not 'just a string'",
         f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile in Python: "
-        f"missing ), unterminated subpattern at position 0",
+        "missing ), unterminated subpattern at position 0",
         f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
-        f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON equality) "
-        f"cannot be graded by evaljobs; remove it or pass --lenient to skip it",
+        f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
+        "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it",
         f"{path}:18: test #2 ('odd values'): assertion type 'is-json' with a JSON schema cannot be graded by "
-        f"evaljobs; remove it or pass --lenient to skip it",
+        "evaljobs; remove it or pass --lenient to skip it",
         f"{path}:22: test #3 ('no var'): unknown key 'expect' (known: description, vars, assert, threshold, "
-        f"metadata, options); remove or rename it or pass --lenient to skip it",
-        f"{path}:20: test #3 ('no var'): var 'many' is a list (promptfoo runs one test per value; evaljobs does "
-        f"not); write one test per value or pass --lenient to skip it",
+        "metadata, options); remove or rename it or pass --lenient to skip it",
+        f"{path}:20: test #3 ('no var'): var 'many' is a list (promptfoo runs one test per value; evaljobs "
+        "does not); write one test per value or pass --lenient to skip it",
         f"{path}:21: test #3 ('no var'): threshold must be a number from 0 to 1, not 2",
-        f"{path}:8: test #1 ('bad regex'): prompt 'prompt-4' uses the template expression "
-        f"'{{{{ question | upper }}}}' (only plain {{{{var}}}} placeholders are supported); simplify it or pass "
-        f"--lenient to skip it",
         f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
-        f"'question'; add it under vars (or defaultTest.vars)",
+        "'question'; add it under vars (or defaultTest.vars)",
     ]
 
 
@@ -428,21 +430,21 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
         f"{path}:2: sample: not valid JSON: Expecting property name enclosed in double quotes (column 21)",
         f"{path}:3: sample: must be a JSON object with 'input' and 'ideal' or 'target', not list",
         f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
-        f"answers), not None",
-        f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts are "
-        f"not supported), not {{'role': 'user', 'content': [{{'type': 'image'}}]}}",
+        "answers), not None",
+        f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
+        "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}",
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
         f"{path}:9: field 'choices' (2 samples, first on line 9) is not supported by evaljobs (known: input, "
-        f"ideal, target, id, metadata); remove it or pass --lenient to skip it",
+        "ideal, target, id, metadata); remove it or pass --lenient to skip it",
     ]
 
 
 def test_jsonl_lenient_skips_unknown_fields_and_empty_files_are_errors(tmp_path):
     path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
     result = load_any(path, lenient=True)
-    assert result.warnings == [f"{path}:1: field 'choices' (line 1) is not supported by evaljobs (known: input, "
-                               f"ideal, target, id, metadata); skipped (--lenient)"]
+    assert result.warnings == [f"{path}:1: field 'choices' (line 1) is not supported by evaljobs (known: "
+                               "input, ideal, target, id, metadata); skipped (--lenient)"]
     assert [s["key"] for s in result.data["scenarios"]] == ["sample-1"]
     empty = _write(tmp_path, "empty.jsonl", "\n\n")
     assert _errors(empty) == [f"{empty}: no samples; write one JSON object per line"]
@@ -491,7 +493,8 @@ def test_promptfoo_file_references_resolve_relative_to_the_config(tmp_path, monk
 
 
 def test_unreadable_and_empty_files_are_one_line_errors(tmp_path):
-    assert _errors(tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory"]
+    assert _errors(tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or "
+                                               "directory"]
     empty = _write(tmp_path, "empty.yaml", "  \n")
     assert _errors(empty) == [f"{empty}: the file is empty"]
     broken = _write(tmp_path, "broken.yaml", "suite: s\ngroups: [\n")

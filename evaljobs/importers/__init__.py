@@ -134,11 +134,10 @@ class Problems:
         self._seen: set[str] = set()
 
     def _line(self, path: tuple) -> str:
-        while path:
-            line = self.lines.get(path)
+        for end in range(len(path), -1, -1):  # the entry itself, else its nearest parent with a line
+            line = self.lines.get(path[:end])
             if line:
                 return f"{self.source}:{line}"
-            path = path[:-1]
         return self.source
 
     def _format(self, path: tuple, where: str, what: str) -> str:
@@ -174,8 +173,8 @@ def read_text(source: str) -> str:
         with open(source, encoding="utf-8-sig") as handle:
             return handle.read()
     except UnicodeDecodeError as exc:
-        raise CatalogError([f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"]) \
-            from None
+        raise CatalogError([f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            f"save it as UTF-8"]) from None
     except OSError as exc:
         raise CatalogError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
 
@@ -188,7 +187,8 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
         try:
             return json.loads(text), {}
         except json.JSONDecodeError as exc:
-            raise CatalogError([f"{source}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"]) from None
+            raise CatalogError([f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
+                                f"(column {exc.colno})"]) from None
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

@@ -103,7 +103,8 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
     state = _State(problems, include_production_only)
     name = data.get("catalog")
     if not isinstance(name, str) or not name.strip():
-        problems.error(("catalog",), "", f"'catalog' must be the catalog's key (a non-empty string), not {name!r}")
+        problems.error(("catalog",), "", f"'catalog' must be the catalog's key (a non-empty string), "
+                                         f"not {name!r}")
         name = "catalog"
     _top_level(problems, data, _CATALOG_KEYS)
     out: dict[str, Any] = {"name": name.strip()}
@@ -127,15 +128,17 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
             check_keys(problems, spath, swhere, raw_set, _SET_KEYS)
             judge = raw_set.get("judge")
             if judge is not None and (not isinstance(judge, str) or not judge.strip()):
-                problems.error(spath + ("judge",), swhere, f"judge must be a rubric (a non-empty string), not {judge!r}")
+                problems.error(spath + ("judge",), swhere,
+                               f"judge must be a rubric (a non-empty string), not {judge!r}")
                 judge = None
             defaults = {}
             criteria = _criteria(problems, spath + ("criteria",), swhere, raw_set.get("criteria"))
             if criteria:
                 defaults["criteria"] = criteria
             scenarios = [sc for i, item in _entries(problems, raw_set, "scenarios", spath, swhere)
-                         if (sc := state.scenario(item, spath + ("scenarios", i), f"{swhere}: scenario #{i + 1}",
-                                                  f"{pkey}.{skey}", defaults, judge)) is not None]
+                         if (sc := state.scenario(item, spath + ("scenarios", i),
+                                                  f"{swhere}: scenario #{i + 1}", f"{pkey}.{skey}", defaults,
+                                                  judge)) is not None]
             if scenarios:
                 label = f"{_label(product, pkey)} / {_label(raw_set, skey)}"
                 group: dict[str, Any] = {"name": label, "tags": [pkey, skey]}
@@ -290,7 +293,8 @@ class _State:
         problems = self.problems
         if self.placeholder_tools:
             problems.warn((), "", f"{self.placeholder_tools} expected tool(s) are not declared in the file; "
-                                  f"declared them without canned results (the agent under test provides them)")
+                                  f"declared them without canned results (the agent under test provides "
+                                  f"them)")
         if not problems.errors and not out["groups"]:
             if self.total and self.excluded == self.total:
                 problems.error((), "", f"all {self.total} scenarios are production_only and were left out; "
@@ -325,7 +329,8 @@ def _key(problems: Problems, raw: dict, path: tuple, where: str) -> str | None:
     value = raw.get("key")
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not key_part(value):
         problems.error(path + ("key",) if "key" in raw else path, where,
-                       "missing 'key'" if value is None else f"key must be a non-empty identifier, not {value!r}")
+                       "missing 'key'" if value is None
+                       else f"key must be a non-empty identifier, not {value!r}")
         return None
     return key_part(value)
 

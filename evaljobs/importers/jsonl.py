@@ -54,14 +54,16 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False) -> ImportRes
         scenarios.append(scenario)
     for name, numbers in unknown.items():
         problems.lines[("line", name)] = numbers[0]
-        lines = f"line {numbers[0]}" if len(numbers) == 1 else f"{len(numbers)} samples, first on line {numbers[0]}"
+        lines = (f"line {numbers[0]}" if len(numbers) == 1
+                 else f"{len(numbers)} samples, first on line {numbers[0]}")
         problems.unsupported(("line", name), "", f"field {name!r} ({lines}) is not supported by evaljobs "
                                                  f"(known: {', '.join(_SAMPLE_KEYS)})", "remove it")
     if not problems.errors and not scenarios:
         problems.error((), "", "no samples; write one JSON object per line")
     problems.raise_if_any()
     name = os.path.splitext(os.path.basename(source))[0] or "samples"
-    return ImportResult(data={"name": name, "scenarios": scenarios}, format="jsonl", warnings=problems.warnings)
+    return ImportResult(data={"name": name, "scenarios": scenarios}, format="jsonl",
+                        warnings=problems.warnings)
 
 
 def _sample(line: str, number: int, problems: Problems) -> dict[str, Any] | None:
@@ -103,12 +105,13 @@ def _sample(line: str, number: int, problems: Problems) -> dict[str, Any] | None
     target = sample.get("ideal", sample.get("target"))
     targets = strings(target) if target is not None else None
     if not targets or not all(t.strip() for t in targets):
-        problems.error((), where, f"needs 'ideal' or 'target': the answer text (or a list of accepted answers), "
-                                  f"not {target!r}")
+        problems.error((), where, f"needs 'ideal' or 'target': the answer text (or a list of accepted "
+                                  f"answers), not {target!r}")
     elif len(dict.fromkeys(targets)) == 1:
         scenario["expect"] = {"contains": [targets[0]]}
     else:
-        scenario["expect"] = {"regex": ["(?i)(?:" + "|".join(re.escape(t) for t in dict.fromkeys(targets)) + ")"]}
+        alternatives = "|".join(re.escape(t) for t in dict.fromkeys(targets))
+        scenario["expect"] = {"regex": [f"(?i)(?:{alternatives})"]}
     metadata = sample.get("metadata")
     if isinstance(metadata, dict):
         tags = [f"{k}:{v}" for k, v in metadata.items()

@@ -42,6 +42,7 @@ import copy
 import json
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -87,58 +88,79 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     tests = _tests(data.get("tests"), problems, base)
 
     default_vars = _vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest", base)
-    converted = []  # (test key, notes, vars, expect, threshold, tags)
-    test_keys: dict[str, int] = {}
-    for i, (path, test) in enumerate(tests):
-        label = test.get("description")
-        where = f"test #{i + 1}" + (f" ({label!r})" if isinstance(label, str) else "")
-        check_keys(problems, path, where, test, _TEST_KEYS)
-        tkey = slug(label) if isinstance(label, str) and slug(label) else f"test-{i + 1}"
-        if tkey in test_keys:  # two tests share a description: number the later ones
-            tkey = f"{tkey}-{i + 1}"
-        test_keys[tkey] = i
-        variables = dict(default_vars)
-        variables.update(_vars(test.get("vars"), problems, path + ("vars",), where, base))
-        # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
-        expect = _merge(_expect(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
-                                variables, fill_at=(path, f"{where} (defaultTest.assert)")),
-                        _expect(test.get("assert"), problems, path + ("assert",), where, variables))
-        threshold = test.get("threshold", default.get("threshold"))
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not 0 <= threshold <= 1):
-            problems.error(path + ("threshold",), where, f"threshold must be a number from 0 to 1, not {threshold!r}")
-            threshold = None
-        tags = _metadata_tags(test.get("metadata"))
-        converted.append((tkey, label if isinstance(label, str) else None, variables, expect, threshold, tags,
-                          path, where))
+    converted = [_test(path, test, default, default_vars, problems, base) for path, test in tests]
+    seen: set[str] = set()
+    for test in converted:  # two tests share a description: number the later ones
+        if test.key in seen:
+            test.key = f"{test.key}-{test.index + 1}"
+        seen.add(test.key)
 
     groups = []
     for pid, plabel, content in prompts:
-        scenarios = []
-        for tkey, notes, variables, expect, threshold, tags, path, where in converted:
-            scenario: dict[str, Any] = {"key": f"{pid}.{tkey}"}
-            if isinstance(content, str):
-                scenario["prompt"] = _fill(content, variables, problems, path, where, f"prompt '{pid}'")
-            else:
-                scenario["messages"] = [
-                    dict(m, content=_fill(m["content"], variables, problems, path, where, f"prompt '{pid}'"))
-                    for m in content]
-            if expect:
-                scenario["expect"] = copy.deepcopy(expect)  # each scenario owns its data
-            if threshold is not None:
-                scenario["pass_threshold"] = float(threshold)
-            if tags:
-                scenario["tags"] = list(tags)
-            if notes:
-                scenario["notes"] = notes
-            scenarios.append(scenario)
+        scenarios = [_scenario(pid, content, test, problems) for test in converted]
         if scenarios:
             groups.append({"name": plabel, "tags": [f"prompt:{pid}"], "scenarios": scenarios})
     out["groups"] = groups
-    if not problems.errors and (not prompts or not converted):
+    if not problems.errors and not (prompts and converted):
         problems.error(("tests",) if prompts else ("prompts",), "",
-                       "no tests" if prompts else "no prompts" + "; a promptfoo config needs prompts and tests")
+                       f"no {'tests' if prompts else 'prompts'}; a promptfoo config needs prompts and tests")
     return out
+
+
+@dataclass
+class _Test:
+    index: int
+    key: str
+    path: tuple
+    where: str
+    description: str | None
+    variables: dict[str, Any]
+    expect: dict[str, Any]
+    threshold: float | None
+    tags: list[str]
+
+
+def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], problems: Problems,
+          base: str) -> _Test:
+    i = path[-1] if isinstance(path[-1], int) else 0
+    label = test.get("description") if isinstance(test.get("description"), str) else None
+    where = f"test #{i + 1}" + (f" ({label!r})" if label else "")
+    check_keys(problems, path, where, test, _TEST_KEYS)
+    variables = dict(default_vars)
+    variables.update(_vars(test.get("vars"), problems, path + ("vars",), where, base))
+    # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
+    expect = _merge(_expect(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
+                            variables, fill_at=(path, f"{where} (defaultTest.assert)")),
+                    _expect(test.get("assert"), problems, path + ("assert",), where, variables))
+    threshold = test.get("threshold", default.get("threshold"))
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not 0 <= threshold <= 1):
+        problems.error(path + ("threshold",), where,
+                       f"threshold must be a number from 0 to 1, not {threshold!r}")
+        threshold = None
+    return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
+                 variables=variables, expect=expect, threshold=threshold,
+                 tags=_metadata_tags(test.get("metadata")))
+
+
+def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[str, Any]:
+    """One prompt x one test."""
+    scenario: dict[str, Any] = {"key": f"{pid}.{test.key}"}
+    blame, what = (test.path, test.where), f"prompt '{pid}'"
+    if isinstance(content, str):
+        scenario["prompt"] = _fill(content, test.variables, problems, blame, None, what)
+    else:
+        scenario["messages"] = [dict(m, content=_fill(m["content"], test.variables, problems, blame, None,
+                                                      what)) for m in content]
+    if test.expect:
+        scenario["expect"] = copy.deepcopy(test.expect)  # each scenario owns its data
+    if test.threshold is not None:
+        scenario["pass_threshold"] = float(test.threshold)
+    if test.tags:
+        scenario["tags"] = list(test.tags)
+    if test.description:
+        scenario["notes"] = test.description
+    return scenario
 
 
 # --------------------------------------------------------------------------- prompts
@@ -167,13 +189,15 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
                 if text is None and isinstance(ident, str) and ident.startswith("file://"):
                     text, ident = ident, None
                 if not isinstance(text, str) or not text.strip():
-                    problems.error(path, f"prompt #{i + 1}", "needs 'raw' (the prompt text) or a file:// 'id'")
+                    problems.error(path, f"prompt #{i + 1}",
+                                   "needs 'raw' (the prompt text) or a file:// 'id'")
                     continue
                 label = label if isinstance(label, str) and label.strip() else None
                 ident = ident if isinstance(ident, str) and ident.strip() else label
                 entries.append((path, text, ident, label))
             else:
-                problems.error(path, f"prompt #{i + 1}", f"must be a string or {{id, label, raw}}, not {item!r}")
+                problems.error(path, f"prompt #{i + 1}",
+                               f"must be a string or {{id, label, raw}}, not {item!r}")
     else:
         problems.error(("prompts",), "", "prompts must be a list of prompts")
         return []
@@ -184,18 +208,22 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
         where = f"prompt #{n}"
         if text.startswith("file://"):
             loaded = _prompt_file(text[len("file://"):], problems, path, where, base)
-            stem = key_part(ident or "") or key_part(os.path.splitext(os.path.basename(text))[0]) or f"prompt-{n}"
+            stem = (key_part(ident or "") or key_part(os.path.splitext(os.path.basename(text))[0])
+                    or f"prompt-{n}")
             for j, content in enumerate(loaded, 1):
                 pid = stem if len(loaded) == 1 else f"{stem}-{j}"
                 shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
+                _check_expressions(content, problems, path, where)
                 out.append((pid, shown, content))
         else:
             content = _chat(text) or text
             pid = key_part(ident or "") or f"prompt-{n}"
+            _check_expressions(content, problems, path, where)
             out.append((pid, label or pid, content))
     for pid, _, _ in out:
         if pid in seen:
-            problems.error(("prompts",), "", f"two prompts have the id {pid!r}; give them distinct ids or labels")
+            problems.error(("prompts",), "",
+                           f"two prompts have the id {pid!r}; give them distinct ids or labels")
         seen.add(pid)
     return out
 
@@ -204,8 +232,9 @@ def _prompt_file(ref: str, problems: Problems, path: tuple, where: str, base: st
     file = ref if os.path.isabs(ref) else os.path.join(base, ref)
     ext = os.path.splitext(file)[1].lower()
     if ext not in _PROMPT_FILE_TEXT + _PROMPT_FILE_CHAT:
-        problems.unsupported(path, where, f"prompt file {ref!r} ({ext or 'no extension'}) cannot be read by "
-                                          f"evaljobs (only text and JSON/YAML chat files; code prompts are not run)",
+        kind = ext or "no extension"
+        problems.unsupported(path, where, f"prompt file {ref!r} ({kind}) cannot be read by evaljobs (only "
+                                          f"text and JSON/YAML chat files; code prompts are not run)",
                              "use a text or chat file")
         return []
     if not os.path.isfile(file):
@@ -264,8 +293,8 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
         ref = raw[len("file://"):]
         file = ref if os.path.isabs(ref) else os.path.join(base, ref)
         if not file.lower().endswith((".yaml", ".yml", ".json")):
-            problems.unsupported(path, "tests", f"tests file {ref!r} is not YAML or JSON (CSV and code are not "
-                                                f"read by evaljobs)", "convert it to YAML")
+            problems.unsupported(path, "tests", f"tests file {ref!r} is not YAML or JSON (CSV and code are "
+                                                f"not read by evaljobs)", "convert it to YAML")
             return []
         if not os.path.isfile(file):
             problems.error(path, "tests", f"tests file {ref!r} not found (looked for {file})")
@@ -281,7 +310,8 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
     out = []
     for i, test in enumerate(raw):
         if not isinstance(test, dict):
-            problems.error(path + (i,), f"test #{i + 1}", f"must be a mapping with vars and assert, not {test!r}")
+            problems.error(path + (i,), f"test #{i + 1}",
+                           f"must be a mapping with vars and assert, not {test!r}")
             continue
         out.append((path + (i,), test))
     return out
@@ -296,29 +326,42 @@ def _vars(raw: Any, problems: Problems, path: tuple, where: str, base: str) -> d
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if isinstance(value, list):
-            problems.unsupported(path + (name,), where, f"var {name!r} is a list (promptfoo runs one test per "
-                                                        f"value; evaljobs does not)", "write one test per value")
+            problems.unsupported(path + (name,), where, f"var {name!r} is a list (promptfoo runs one test "
+                                                        f"per value; evaljobs does not)",
+                                 "write one test per value")
             continue
         if isinstance(value, str) and value.startswith("file://"):
             ref = value[len("file://"):]
             file = ref if os.path.isabs(ref) else os.path.join(base, ref)
             if not os.path.isfile(file):
-                problems.error(path + (name,), where, f"var {name!r}: file {ref!r} not found (looked for {file})")
+                problems.error(path + (name,), where,
+                               f"var {name!r}: file {ref!r} not found (looked for {file})")
                 continue
             value = read_text(file).rstrip("\n")
         out[str(name)] = value
     return out
 
 
-def _fill(text: str, variables: dict[str, Any], problems: Problems, path: tuple, where: str, what: str) -> str:
+def _fill(text: str, variables: dict[str, Any], problems: Problems, missing_at: tuple[tuple, str],
+          bad_at: tuple[tuple, str] | None, what: str) -> str:
+    """Render ``{{var}}``s; a missing var is blamed on ``missing_at`` (the test), a template
+    expression evaljobs cannot render on ``bad_at`` (where it is written; ``None``: checked elsewhere)."""
     rendered, missing, bad = render(text, variables)
     for name in dict.fromkeys(missing):
-        problems.error(path, where, f"{what} uses {{{{{name}}}}} but the test has no var {name!r}; add it "
+        problems.error(*missing_at, f"{what} uses {{{{{name}}}}} but the test has no var {name!r}; add it "
                                     f"under vars (or defaultTest.vars)")
-    for expr in dict.fromkeys(bad):
-        problems.unsupported(path, where, f"{what} uses the template expression {expr!r} (only plain "
-                                          f"{{{{var}}}} placeholders are supported)", "simplify it")
+    for expr in dict.fromkeys(bad) if bad_at else ():
+        problems.unsupported(*bad_at, f"{what} uses the template expression {expr!r} (only plain "
+                                      f"{{{{var}}}} placeholders are supported)", "simplify it")
     return rendered
+
+
+def _check_expressions(content: Any, problems: Problems, path: tuple, where: str) -> None:
+    """Report a prompt's template expressions once (not once per test)."""
+    texts = [content] if isinstance(content, str) else [m["content"] for m in content]
+    for expr in dict.fromkeys(e for text in texts for e in render(text, {})[2]):
+        problems.unsupported(path, where, f"uses the template expression {expr!r} (only plain {{{{var}}}} "
+                                          f"placeholders are supported)", "simplify it")
 
 
 def _metadata_tags(raw: Any) -> list[str]:
@@ -338,34 +381,33 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
     ``fill_at`` names the (path, entry) to blame for a missing var, when that is
     not where the assertion is written (defaultTest asserts rendered per test).
     """
-    sink = problems
     if raw is None:
         return {}
     if not isinstance(raw, list):
-        sink.error(path, where, "assert must be a list of assertions")
+        problems.error(path, where, "assert must be a list of assertions")
         return {}
     out: dict[str, Any] = {}
     for i, item in enumerate(raw):
         apath = path + (i,)
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            sink.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
+            problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
             continue
-        check_keys(sink, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
+        check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
         kind = item["type"]
         value = item.get("value")
-        fpath, fwhere = fill_at or (apath, where)
+        missing_at, bad_at = fill_at or (apath, where), (apath, where)
         if isinstance(value, str):
-            value = _fill(value, variables, sink, fpath, fwhere, f"assertion '{kind}'")
+            value = _fill(value, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
         elif isinstance(value, list):
-            value = [_fill(v, variables, sink, fpath, fwhere, f"assertion '{kind}'") if isinstance(v, str) else v
-                     for v in value]
+            value = [_fill(v, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
+                     if isinstance(v, str) else v for v in value]
         try:
             _assertion(kind, value, item, out)
         except _Unsupported as exc:
-            sink.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
+            problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
                              "remove it")
         except _BadValue as exc:
-            sink.error(apath, where, f"assertion {kind!r}: {exc.reason}")
+            problems.error(apath, where, f"assertion {kind!r}: {exc.reason}")
     return out
 
 

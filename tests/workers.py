@@ -1,0 +1,68 @@
+"""Real evaljobs worker processes for integration tests (``evaljobs worker`` → Dramatiq's CLI)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """``evaljobs worker`` in its own process group, so a test can SIGKILL the whole worker."""
+
+    def __init__(self, broker_url: str, db_url: str, *, threads: int = 4, processes: int = 1,
+                 env: dict[str, str] | None = None, log: Path | None = None):
+        self.env = dict(os.environ)
+        self.env.update({
+            "EVALJOBS_BROKER_URL": broker_url,
+            "EVALJOBS_DATABASE_URL": db_url,
+            "EVALJOBS_HEARTBEAT_TIMEOUT_MS": "2500",
+            "EVALJOBS_MAINTENANCE_CHANCE": "250000",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        })
+        self.env.update(env or {})
+        self.args = [sys.executable, "-m", "evaljobs", "worker", "--threads", str(threads),
+                     "--processes", str(processes)]
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "WorkerProcess":
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its children: nothing gets to ack or clean up."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM: Dramatiq's graceful stop (finish current messages, requeue the rest)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else None
+
+    def __enter__(self) -> "WorkerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.terminate(10)
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
