@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 
 from .catalog import Scenario
 from .modelspec import ModelSpec, ProvidersConfig
+from .providers.errors import TransientError
 from .replay import Replay, ToolCall
 
 ADAPTER_GROUP = "evaljobs.adapters"
@@ -107,9 +108,18 @@ class ConversationAdapter:
         replay = Replay(messages=messages)
         started = time.perf_counter()
         for turn in range(scenario.max_turns):
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceeded(f"ran out of time after {turn} turns")
-            completion = client.complete(model.model, messages, tools=tools, temperature=scenario.temperature)
+            remaining = None
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DeadlineExceeded(f"ran out of time after {turn} turns")
+            try:
+                completion = client.complete(model.model, messages, tools=tools, temperature=scenario.temperature,
+                                             timeout=remaining)
+            except TransientError:
+                if deadline is not None and time.monotonic() >= deadline - 0.01:
+                    raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
+                raise
             replay.turns += 1
             replay.input_tokens += completion.input_tokens
             replay.output_tokens += completion.output_tokens

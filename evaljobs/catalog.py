@@ -7,6 +7,9 @@ each, with file and line) so a user fixes a broken catalog in one edit, not
 one error at a time. Effective values (defaults, group settings) are resolved
 into each :class:`Scenario`, so consumers never need the defaults again, and
 the resolved form is the canonical ``body`` that the digest covers.
+
+Live tools (``http`` / ``mcp``) are validated with :mod:`evaljobs.tools`,
+imported lazily: that module is only needed by catalogs that use them.
 """
 from __future__ import annotations
 
@@ -219,7 +222,8 @@ def loads_catalog(text: str, *, source: str = "<catalog>",
 
 
 def _is_mcp_import(entry: Any) -> bool:
-    """A tool entry ``{mcp: {...}, only: [...]}`` (no ``name``): the server's tools are listed at load time."""
+    """A tool entry ``{mcp: {...}, only: [...]}`` without a ``name``: the server's tools,
+    listed when the file is loaded (:func:`evaljobs.tools.expand_catalog_tools`)."""
     return isinstance(entry, dict) and "mcp" in entry and "name" not in entry
 
 
@@ -230,7 +234,8 @@ def _has_mcp_imports(data: Any) -> bool:
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
     return any(_is_mcp_import(tool)
                for scenarios in lists if isinstance(scenarios, list)
-               for scenario in scenarios if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
+               for scenario in scenarios
+               if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
                for tool in scenario["tools"])
 
 
@@ -856,8 +861,8 @@ class _Context:
                 self.add(tpath, twhere, f"must be a mapping with 'name', not {_kind(item)}")
                 continue
             if _is_mcp_import(item):
-                self.add(tpath, twhere, "an MCP tool import ({mcp, only}) is expanded when the catalog file is "
-                                        "loaded (load_catalog); in loaded data, give each tool a 'name'")
+                self.add(tpath, twhere, "an MCP tool import ({mcp, only}) is expanded when the catalog file "
+                                        "is loaded (load_catalog); in loaded data, give each tool a 'name'")
                 continue
             before = len(self.problems)
             name = item.get("name")

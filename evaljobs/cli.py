@@ -329,15 +329,18 @@ def demo(width, db, html_path) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Threads per process.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("-Q", "--queues", multiple=True, help="Queues to consume (default: agents).")
-@click.option("--watch", "watch_path", default=None, hidden=True)
+@click.option("--recover-every", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Also check every N seconds for runs whose messages were lost (0: off).")
 @db_option
 @click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
 @providers_option
-def worker(threads, processes, queues, watch_path, db, broker, providers) -> None:
+def worker(threads, processes, queues, recover_every, db, broker, providers) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully)."""
     if not broker.startswith(("redis://", "rediss://", "unix://")):
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
     env = dict(os.environ, EVALJOBS_BROKER_URL=broker)
+    if recover_every:
+        env["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
         env["EVALJOBS_DATABASE_URL"] = db
     if providers:

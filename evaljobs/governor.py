@@ -46,11 +46,12 @@ Choices, and why:
   (short: 2 s by default), in a FIFO queue per lane, sleeping between attempts
   with capped, jittered exponential backoff (or exactly until a pause or window
   ends); a release in the same process wakes its waiters at once (a release
-  elsewhere is seen at the next attempt, at most ``POLL_MAX`` later). After ``max_wait`` it gets ``Busy(retry_in=...)`` and should re-enqueue
-  its message with that delay instead of sleeping on a worker thread; a wait
-  that is known to outlast ``max_wait`` (a long Retry-After) raises at once. The
-  governor never touches the database. A wait that ends without a permit (Busy,
-  an exception, an interrupt) removes its queue entry in ``finally``, and queue
+  elsewhere is seen at the next attempt, at most ``POLL_MAX`` later). After
+  ``max_wait`` it gets ``Busy(retry_in=...)`` and should re-enqueue its message
+  with that delay instead of sleeping on a worker thread; a wait that is known
+  to outlast ``max_wait`` (a long Retry-After) raises at once. The governor
+  never touches the database. A wait that ends without a permit (Busy, an
+  exception, an interrupt) removes its queue entry in ``finally``, and queue
   entries of a killed waiter expire within seconds: a cancelled wait holds no
   slot and no place.
 * **Redis down.** On a connection error or timeout the governor logs ONE warning
@@ -116,7 +117,7 @@ class BudgetConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None, *, source: str = "governor") -> "BudgetConfig":
-        """Build from a providers-file mapping; ``budget_key`` is allowed (see ``budget_key()``) and ignored here.
+        """Build from a providers-file mapping; ``budget_key`` is allowed and ignored (see ``budget_key()``).
 
         ``source`` prefixes the one-line ``ValueError`` (e.g. "providers.yaml: provider 'openai' governor").
         """
@@ -131,7 +132,8 @@ class BudgetConfig:
             if key == "budget_key":
                 continue
             if key not in names:
-                raise ValueError(f"{source}: unknown key {key!r} (valid keys: {', '.join(names)}, budget_key)")
+                raise ValueError(f"{source}: unknown key {key!r} "
+                                 f"(valid keys: {', '.join(names)}, budget_key)")
             values[key] = value
         config = cls.__new__(cls)
         for name in names:
@@ -160,7 +162,8 @@ def _check_config(config: BudgetConfig, source: str) -> None:
     for name in ("rpm", "tpm"):
         value = getattr(config, name)
         if value is not None and (not is_int(value) or value < 1):
-            raise ValueError(f"{source}: {name} must be an integer >= 1 (per minute) or absent, not {value!r}")
+            raise ValueError(f"{source}: {name} must be an integer >= 1 (per minute) or absent, "
+                             f"not {value!r}")
     if not is_number(config.bulk_reserve) or not 0 <= config.bulk_reserve < 1:
         raise ValueError(f"{source}: bulk_reserve must be a fraction in [0, 1), not {config.bulk_reserve!r}")
     if not is_number(config.lease_seconds) or config.lease_seconds <= 0:
@@ -258,7 +261,8 @@ class Permit:
             self._governor._renew(self)
 
     def release(self, *, rate_limited: bool = False, retry_after: float | None = None, failed: bool = False,
-                tokens: int = 0, latency: float | None = None, headers: Mapping[str, str] | None = None) -> None:
+                tokens: int = 0, latency: float | None = None,
+                headers: Mapping[str, str] | None = None) -> None:
         """Give the slot back and report the outcome that tunes the budget.
 
         ``rate_limited``: the provider answered 429 (``retry_after`` pauses the budget);
@@ -456,7 +460,8 @@ local initial, ceiling = tonumber(ARGV[4]), tonumber(ARGV[5])
 local rate_limited, spent, pause = ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9])
 local failed, tokens, reserved = ARGV[10] == '1', tonumber(ARGV[11]), tonumber(ARGV[12])
 local latency, rpm, tpm = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local in_flight = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') + redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
+local in_flight = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+  + redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
 local held = redis.call('ZREM', ARGV[1] == 'bulk' and KEYS[3] or KEYS[2], ARGV[2])
 local limit = tonumber(redis.call('HGET', st, 'limit')) or math.min(initial, ceiling)
 local ssthresh = tonumber(redis.call('HGET', st, 'ssthresh')) or ceiling
@@ -559,9 +564,9 @@ class _RedisStore:
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"),
                 k(budget, "wait:interactive"), k(budget, "wait:bulk"), k(budget, "waitexp"),
                 k(budget, "req"), k(budget, "tok"), f"{self.namespace}:budgets"]
-        args = [budget, lane, lease_id, lease_id, self._now(), config.initial, config.ceiling, config.rpm or 0,
-                config.tpm or 0, repr(float(config.bulk_reserve)), repr(float(config.lease_seconds)), int(tokens),
-                f"{waited_ms:.3f}", repr(WAITER_TTL)]
+        args = [budget, lane, lease_id, lease_id, self._now(), config.initial, config.ceiling,
+                config.rpm or 0, config.tpm or 0, repr(float(config.bulk_reserve)),
+                repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL)]
         granted, reason, retry_in, now, limit, epoch, est = self._acquire(keys=keys, args=args)
         return _Answer(granted=bool(int(granted)), reason=reason, retry_in=float(retry_in), now=float(now),
                        limit=int(limit), epoch=int(epoch), tokens=int(est))
@@ -741,9 +746,10 @@ class _LocalStore:
                     if estimate is not None and estimate > s.limit:
                         s.limit = estimate
                 s.limit = max(1, min(s.limit, config.ceiling))
-            if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and outcome.tokens != permit._tokens:
+            correction = outcome.tokens - permit._tokens
+            if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and correction:
                 sec = int(math.floor(now))
-                s.tok_window[sec] = s.tok_window.get(sec, 0) + outcome.tokens - permit._tokens
+                s.tok_window[sec] = s.tok_window.get(sec, 0) + correction
 
     def renew(self, permit: Permit) -> None:
         with self._lock:
@@ -759,8 +765,9 @@ class _LocalStore:
                 n_i = sum(1 for e in s.leases["interactive"].values() if e > now)
                 n_b = sum(1 for e in s.leases["bulk"].values() if e > now)
                 waiting = sum(1 for e in s.waiter_exp.values() if e > now)
-                rows.append(_stats_row(budget, self.name, s.limit, n_i, n_b, waiting, s.admitted, s.rate_limited,
-                                       s.wait_sum_ms, s.wait_max_ms, max(0.0, s.paused_until - now)))
+                rows.append(_stats_row(budget, self.name, s.limit, n_i, n_b, waiting, s.admitted,
+                                       s.rate_limited, s.wait_sum_ms, s.wait_max_ms,
+                                       max(0.0, s.paused_until - now)))
             return rows
 
     def close(self) -> None:
@@ -772,7 +779,7 @@ def _bulk_cap(limit: int, reserve: float) -> int:
 
 
 def _grow(limit: int, ssthresh: int, acc: int, in_flight: int) -> tuple[int, int]:
-    """Slow start below ``ssthresh`` (+1 a success), additive increase above it (+1 per ``limit`` successes)."""
+    """Slow start below ``ssthresh`` (+1 a success), then additive increase (+1 per ``limit`` successes)."""
     if in_flight * 2 < limit:
         return limit, acc
     if limit < ssthresh:
@@ -919,7 +926,11 @@ class Governor:
                 self._wake()
 
     def stats(self) -> list[dict[str, Any]]:
-        """Per budget: limit, in_flight (by lane), waiting, admitted, rate_limited, mean/max wait (ms), paused_for."""
+        """One row per known budget (a set in Redis, never a key scan).
+
+        Keys: budget, backend, limit, in_flight (and by lane), waiting, admitted,
+        rate_limited, mean_wait_ms, max_wait_ms, paused_for (seconds).
+        """
         store = self._current()
         if store is self._redis:
             try:
@@ -1015,7 +1026,8 @@ _DEFAULT_CONFIG = BudgetConfig()
 
 def _check_budget(budget: Any) -> None:
     if not isinstance(budget, str) or not budget:
-        raise ValueError(f"governor budget must be a non-empty string like 'openai:gpt-4o-mini', not {budget!r}")
+        raise ValueError(f"governor budget must be a non-empty string like 'openai:gpt-4o-mini', "
+                         f"not {budget!r}")
 
 
 class _Renewer:
@@ -1036,7 +1048,8 @@ class _Renewer:
             self._permits.add(permit)
             if self._thread is None or not self._thread.is_alive():
                 self._stopped = False
-                self._thread = threading.Thread(target=self._run, name="evaljobs-governor-renewer", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="evaljobs-governor-renewer",
+                                                daemon=True)
                 self._thread.start()
             self._cond.notify()
 

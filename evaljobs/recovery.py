@@ -105,3 +105,41 @@ def recover(binding, run_id: str | None = None) -> list[str]:
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
     return actions
+
+
+class PeriodicRecovery:
+    """Run :func:`recover` every ``interval`` seconds from a worker, one worker at a time.
+
+    Several workers may run this loop; a Redis lock (``SET NX EX``) makes sure
+    only one of them recovers per interval, so lost pairs are re-enqueued once.
+    """
+
+    def __init__(self, binding, interval: float):
+        import threading
+
+        self.binding = binding
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="evaljobs-recovery", daemon=True)
+
+    def start(self) -> "PeriodicRecovery":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _lock(self) -> bool:
+        if self.binding.is_memory:
+            return True
+        key = f"{self.binding.broker.namespace}:evaljobs-recovery-lock"
+        return bool(self.binding.broker.client.set(key, "1", nx=True, ex=max(1, int(self.interval))))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if self._lock():
+                    for line in recover(self.binding):
+                        logger.warning("recovery: %s", line)
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive through outages
+                logger.warning("recovery check failed: %s", exc)

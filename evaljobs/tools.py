@@ -184,6 +184,8 @@ class LiveTools:
             error = exc.message
         except LiveToolError as exc:
             error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a tool must never take the conversation down with it
+            error = f"tool '{tool.name}' failed unexpectedly: {_exception_text(exc)}"
         return ToolCall(name=tool.name, arguments=arguments, result=result, error=error,
                         duration_ms=(time.perf_counter() - started) * 1000.0)
 
@@ -423,14 +425,20 @@ class _McpSession:
 
     async def call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
         from mcp import MCPError
-        from mcp_types import REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         client = self._require()
         try:
             result = await client.call_tool(name, arguments, read_timeout_seconds=timeout)
-        except MCPError as exc:  # a protocol-level error (timeout, unknown method): the session lives on
+        except MCPError as exc:  # a protocol-level error (timeout, unknown method): the session lives on...
             if exc.code == REQUEST_TIMEOUT:
                 raise _ToolFailed(f"MCP tool '{name}' timed out after {timeout:g}s") from None
+            if exc.code == CONNECTION_CLOSED:  # ...unless the server went away: reconnect on the next call
+                self.dead = True
+                if self._stop is not None:
+                    self._stop.set()
+                raise _ToolFailed(f"MCP tool '{name}': the server {_describe(self.spec)} closed the "
+                                  f"connection (it reconnects on the next call)") from None
             raise _ToolFailed(f"MCP tool '{name}': error {exc.code}: {_first_line(exc.message)}") from None
         texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
         if result.is_error:
@@ -482,11 +490,7 @@ async def _mcp_target(spec: dict[str, Any], stack: Any) -> Any:
 def _mcp_value(result: Any, texts: list[str]) -> Any:
     """What the model gets back: text (JSON-decoded when it is JSON), else structured data."""
     if texts and len(texts) == len(result.content):
-        text = "\n".join(texts)
-        try:
-            return json.loads(text)
-        except ValueError:
-            return _cap(text)
+        return _decoded("\n".join(texts))
     if result.structured_content is not None:
         return result.structured_content
     return [c.model_dump(mode="json", exclude_none=True) for c in result.content]
@@ -641,11 +645,17 @@ def live_tool_runner(fallback: Callable[[Scenario, str, dict[str, Any]], ToolCal
 
 
 def _body(response: Any) -> Any:
-    text = response.text
+    return _decoded(response.text)
+
+
+def _decoded(text: str) -> Any:
+    """JSON if the text is JSON, else the text; oversized answers are cut (they are stored with results)."""
+    if len(text) > OUTPUT_CAP:
+        return _cap(text)
     try:
         return json.loads(text)
     except ValueError:
-        return _cap(text)
+        return text
 
 
 def _cap(text: str) -> str:

@@ -1,7 +1,18 @@
-"""Entry module for ``dramatiq evaljobs.workerboot``: binds the broker, database and actors from the environment."""
+"""Entry module for ``dramatiq evaljobs.workerboot``: binds the broker, database and actors from the environment.
+
+``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
+(one worker at a time, see :class:`evaljobs.recovery.PeriodicRecovery`).
+"""
+import os
+
 from . import store
 from .broker import configure
+from .recovery import PeriodicRecovery
 
 store.connect()
 binding = configure()
 broker = binding.broker
+
+_every = float(os.environ.get("EVALJOBS_RECOVER_EVERY", "0") or 0)
+if _every > 0:
+    PeriodicRecovery(binding, _every).start()

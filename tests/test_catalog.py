@@ -240,7 +240,8 @@ scenarios:
 def test_live_tools_are_parsed_and_kept_in_the_body():
     catalog = loads_catalog(LIVE)
     echo, stock, canned = catalog.scenario("a").tools
-    assert echo.http == {"url": "https://api.example/echo", "method": "get", "timeout": 5} and echo.mcp is None
+    assert echo.http == {"url": "https://api.example/echo", "method": "get", "timeout": 5}
+    assert echo.mcp is None
     assert stock.mcp == {"command": ["python", "server.py", "--stdio"], "timeout": 10} and stock.http is None
     assert canned.http is None and canned.mcp is None
     tools = catalog.body["scenarios"][0]["tools"]
@@ -281,8 +282,8 @@ def test_mcp_import_entries_need_loading_from_a_file():
         parse_catalog({"name": "x", "scenarios": [{"key": "a", "prompt": "hi",
                                                    "tools": [{"mcp": {"command": ["python", "s.py"]}}]}]})
     assert info.value.problems == [
-        "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) is expanded when the catalog file "
-        "is loaded (load_catalog); in loaded data, give each tool a 'name'"]
+        "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) is expanded when the catalog "
+        "file is loaded (load_catalog); in loaded data, give each tool a 'name'"]
 
 
 def test_example_catalog_imports_its_mcp_tools_at_load_time():

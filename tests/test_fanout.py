@@ -232,3 +232,27 @@ def test_barrier_record_twice_counts_once(tmp_path):
     for key in ("a", "b", "c", "a"):
         barrier.record(run.id, Result(key, "sim/one", "passed", score=1.0), on_complete=calls.append)
     assert calls == [run.id] and store.get_run(run.id).persisted == 3
+
+
+def test_per_pair_time_limit_ends_a_stuck_pair_as_errored(env):
+    binding, completes = env
+    text = """
+name: slow
+scenarios:
+  - key: stuck
+    prompt: "[sim: sleep 5] [sim: say late]"
+  - key: quick
+    prompt: "[sim: say fine]"
+"""
+    run = store.create_run(loads_catalog(text, source="slow.yaml"), ["sim/one"], strategy="fanout",
+                           options={"time_limit": 0.5})
+    started = time.monotonic()
+    binding.actors.start_run.send(run.id)
+    join(binding)
+    results = {r.scenario_key: r for r in store.list_results(run.id)}
+    assert results["stuck"].status == "errored"
+    assert results["stuck"].error.startswith("timed out after 0.5 s")
+    assert results["stuck"].attempts == 1  # a time-out is final, not retried
+    assert results["quick"].status == "passed"
+    assert time.monotonic() - started < 4
+    assert completes == [run.id]

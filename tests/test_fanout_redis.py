@@ -123,3 +123,19 @@ def test_redis_flushed_mid_run_is_recovered(redis_url, sqlite_url, sim, tmp_path
         assert info.status == "complete" and info.persisted == 12
     finally:
         session.close()
+
+
+def test_worker_periodic_recovery_finishes_a_flushed_run(redis_url, sqlite_url, sim, tmp_path):
+    import redis as redis_lib
+
+    session = Session(db=sqlite_url, broker=redis_url)
+    try:
+        run = store.create_run(catalog(6, "periodic"), ["sim/a"], strategy="fanout")
+        session.binding().actors.start_run.send(run.id)
+        redis_lib.Redis.from_url(redis_url).flushall()  # the start message is gone
+        with WorkerProcess(redis_url, sqlite_url, threads=2, log=tmp_path / "w.log",
+                           env={"EVALJOBS_RECOVER_EVERY": "0.5"}):
+            info = session.wait(run.id, timeout=60, poll=0.5)
+        assert info.status == "complete" and info.persisted == 6
+    finally:
+        session.close()

@@ -292,12 +292,13 @@ def test_a_waiter_is_admitted_when_a_slot_frees(make):
     got[0].release()
     row = stat(governor)
     assert row["waiting"] == 0 and row["admitted"] == 2
-    assert row["max_wait_ms"] >= 100 and row["mean_wait_ms"] == pytest.approx(row["max_wait_ms"] / 2, rel=0.01)
+    assert row["max_wait_ms"] >= 100
+    assert row["mean_wait_ms"] == pytest.approx(row["max_wait_ms"] / 2, rel=0.01)
 
 
 def _queue_a_waiter(governor: Governor, lane: str) -> tuple[threading.Thread, list]:
     got: list = []
-    waiter = threading.Thread(target=lambda: got.append(governor.acquire(BUDGET, lane, max_wait=5)))
+    waiter = threading.Thread(target=lambda: got.append(governor.acquire(BUDGET, lane, max_wait=3)))
     waiter.start()
     deadline = time.monotonic() + 2
     while stat(governor)["waiting"] == 0 and time.monotonic() < deadline:
@@ -422,6 +423,10 @@ def test_redis_down_falls_back_to_local_with_one_warning_then_returns(redis_serv
     governor = Governor(redis_url, reconnect_after=0.3)
     governor.configure(BUDGET, BudgetConfig(initial=2, ceiling=4, bulk_reserve=0))
     caplog.set_level(logging.INFO, logger="evaljobs.governor")
+
+    def warnings() -> list[str]:  # this governor's (threads left by other tests may log too)
+        return [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "every 0.3s" in r.getMessage()]
     try:
         before = governor.acquire(BUDGET)
         assert before.backend == "redis"
@@ -437,8 +442,7 @@ def test_redis_down_falls_back_to_local_with_one_warning_then_returns(redis_serv
         time.sleep(0.35)  # Redis is retried after reconnect_after, fails again: still the one warning
         governor.acquire(BUDGET).release()
         assert stat(governor)["backend"] == "local"
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1 and "local" in warnings[0].getMessage()
+        assert len(warnings()) == 1 and "local per-process governor" in warnings()[0]
 
         redis_server.start()
         time.sleep(0.35)
@@ -450,7 +454,7 @@ def test_redis_down_falls_back_to_local_with_one_warning_then_returns(redis_serv
         finally:
             observer.close()
         after.release()
-        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+        assert len(warnings()) == 1
         assert any("back" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     finally:
         redis_server.start()
@@ -524,7 +528,8 @@ def test_stats_list_every_known_budget_without_scanning(redis_url):
         rows = governor.stats()
         assert [row["budget"] for row in rows] == ["a:1", "b:2"]
         a, b = rows
-        assert (a["limit"], a["in_flight"], a["in_flight_interactive"], a["waiting"], a["admitted"]) == (3, 1, 1, 0, 1)
+        assert (a["limit"], a["in_flight"], a["in_flight_interactive"], a["waiting"]) == (3, 1, 1, 0)
+        assert a["admitted"] == 1
         assert (b["limit"], b["in_flight"], b["rate_limited"], b["admitted"]) == (2, 0, 1, 1)
         assert {"mean_wait_ms", "max_wait_ms", "paused_for", "backend"} <= set(a)
         held.release()

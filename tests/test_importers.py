@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from evaljobs.catalog import CatalogError, ExpectedTool, loads_catalog, parse_catalog
+from evaljobs.grading import grade
 from evaljobs.importers import FORMATS, detect_format, dump_native, load_any
+from evaljobs.replay import Replay
 
 IMPORTS = Path(__file__).resolve().parents[1] / "examples" / "imports"
 SUITE = IMPORTS / "activeagent_suite.yaml"
@@ -288,13 +290,10 @@ def test_promptfoo_assertions_map_onto_native_expectations():
     ("test-3", 'Here: {"id": 1, "status": "x"}', False),  # is-json: the whole answer
     ("test-3", '{"status": "x"}', False),                # contains-all '"id"'
 ])
-def test_promptfoo_generated_regexes_grade_like_promptfoo(key, answer, passes):
+def test_promptfoo_assertions_grade_like_promptfoo(key, answer, passes):
     _, catalog = _catalog(PROMPTFOO)
-    expect = catalog.scenario(f"prompt-1.{key}").expect
-    ok = (all(re.search(r, answer) for r in expect.regex)
-          and all(c.lower() in answer.lower() for c in expect.contains)
-          and not any(c.lower() in answer.lower() for c in expect.not_contains))
-    assert ok is passes
+    grades = grade(catalog.scenario(f"prompt-1.{key}"), Replay(answer=answer, turns=1))
+    assert (grades.status == "passed") is passes, grades
 
 
 def test_promptfoo_unsupported_assertion_is_an_error_or_a_lenient_skip(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,8 +19,10 @@ import pytest
 import yaml
 
 from evaljobs.adapters import ConversationAdapter, run_canned_tool
-from evaljobs.catalog import CatalogError, Scenario, Tool
+from evaljobs.catalog import CatalogError, Scenario, Tool, parse_catalog
+from evaljobs.grading import grade
 from evaljobs.modelspec import load_providers, parse_model_spec
+from evaljobs.result import OUTPUT_CAP
 from evaljobs.tools import (LiveToolError, LiveTools, expand_catalog_tools, expand_mcp_tools,
                             live_tool_runner, validate_live_spec)
 
@@ -62,6 +65,8 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(1.5)
         if url.path == "/text":
             return self._send(200, "plain answer", "text/plain")
+        if url.path == "/big":
+            return self._send(200, json.dumps(["x" * 100] * 400))
         self._send(200, json.dumps({"method": "GET", "query": parse_qs(url.query)}))
 
     def do_POST(self) -> None:
@@ -105,6 +110,13 @@ def test_http_get_sends_query_parameters_and_text_bodies_come_back_as_text(http_
     assert text.error is None and text.result == "plain answer"
 
 
+def test_oversized_answers_are_cut_like_stored_outputs(http_url):
+    with LiveTools() as live:
+        big = live.call(Tool(name="big", http={"url": f"{http_url}/big", "method": "GET"}), {})
+    assert isinstance(big.result, str) and big.result.endswith("…[truncated]")
+    assert len(big.result) == OUTPUT_CAP + len("…[truncated]")
+
+
 def test_http_error_status_is_a_tool_error_with_the_body(http_url):
     with LiveTools() as live:
         call = live.call(Tool(name="f", http={"url": f"{http_url}/fail?token=s3cret"}), {"x": 1})
@@ -132,6 +144,7 @@ def test_http_refused_connection_is_a_tool_error():
 def test_env_headers_are_resolved_at_call_time_and_never_recorded(http_url, monkeypatch):
     tool = Tool(name="auth", http={"url": f"{http_url}/echo",
                                    "headers": {"Authorization": "Bearer ${SHOP_TOKEN}"}})
+    failing = Tool(name="auth", http={**tool.http, "url": f"{http_url}/fail"})
     with LiveTools() as live:
         monkeypatch.delenv("SHOP_TOKEN", raising=False)
         missing = live.call(tool, {})
@@ -139,11 +152,12 @@ def test_env_headers_are_resolved_at_call_time_and_never_recorded(http_url, monk
         first = live.call(tool, {})
         monkeypatch.setenv("SHOP_TOKEN", "s3cret-2")  # rotated: the next call uses the new value
         second = live.call(tool, {})
+        failed = live.call(failing, {})
     assert missing.error == ("tool 'auth': header 'Authorization' needs the environment variable SHOP_TOKEN, "
                              "which is not set; export it")
     assert first.result["auth"] == "Bearer s3cret-1" and second.result["auth"] == "Bearer s3cret-2"
-    recorded = json.dumps([c.to_dict() for c in (missing, first)]).replace(first.result["auth"], "")
-    assert "s3cret" not in recorded  # only the echo of our own test server carried it
+    assert "HTTP 503" in failed.error
+    assert "s3cret" not in json.dumps([missing.to_dict(), failed.to_dict()])  # headers are recorded nowhere
 
 
 def test_http_connections_are_reused_across_calls_and_threads(http_url):
@@ -252,7 +266,7 @@ def test_mcp_timeout_is_recorded_and_the_session_survives(stdio_live):
     assert after["pid"] == before["pid"]  # same server process: not restarted by the timeout
 
 
-def test_mcp_stdio_session_is_reused_across_calls_and_threads():
+def test_mcp_stdio_session_is_reused_and_reopened_only_when_the_server_dies():
     with LiveTools() as live:
         stats = Tool(name="stats", mcp=STDIO)
         first = live.call(stats, {}).result
@@ -264,11 +278,24 @@ def test_mcp_stdio_session_is_reused_across_calls_and_threads():
         assert last["pid"] == first["pid"]  # one server process served every call
         assert last["calls"] == first["calls"] + 25
         assert live.sessions_opened == 1
-        assert _alive(first["pid"])
-    deadline = time.monotonic() + 5
-    while _alive(first["pid"]) and time.monotonic() < deadline:
+
+        os.kill(first["pid"], signal.SIGKILL)  # the server crashes between calls
+        _wait_dead(first["pid"])
+        lost = live.call(stats, {})
+        assert lost.error == (f"MCP tool 'stats': the server 'python {SERVER} --stdio --test-tools' closed "
+                              f"the connection (it reconnects on the next call)")
+        again = live.call(stats, {}).result
+        assert again["pid"] != first["pid"] and again["calls"] == 1
+        assert live.sessions_opened == 2
+        assert _alive(again["pid"])
+    _wait_dead(again["pid"])
+    assert not _alive(again["pid"])  # close() stopped the stdio server
+
+
+def _wait_dead(pid: int, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(first["pid"])  # close() stopped the stdio server
 
 
 def test_mcp_connect_failures_are_tool_errors():
@@ -375,11 +402,26 @@ def test_mcp_http_env_headers(mcp_http, monkeypatch):
 # --------------------------------------------------------------------------- catalogs and the adapter
 
 
-def test_expand_catalog_tools_on_the_example_catalog():
+def test_the_example_catalog_imports_its_tools_and_passes_against_the_live_server(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the catalog's server command is relative to the repository root
     data = yaml.safe_load((ROOT / "examples" / "catalogs" / "tools_mcp.yaml").read_text())
+    providers = load_providers(None)
     with LiveTools() as live:
         out = expand_catalog_tools(data, source="tools_mcp.yaml", live=live)
-        assert live.sessions_opened == 1  # one listing for every scenario that imports from the server
+        catalog = parse_catalog(out, source="tools_mcp.yaml")
+        adapter = ConversationAdapter(providers, tool_runner=live_tool_runner(run_canned_tool, live))
+        grades = {}
+        for scenario in catalog.scenarios:
+            replay = adapter(scenario, parse_model_spec("sim/sim", providers))
+            grades[scenario.key] = (grade(scenario, replay), replay)
+        assert live.sessions_opened == 1  # one server for the listing and every scenario's calls
+    assert {key: g.status for key, (g, _) in grades.items()} == dict.fromkeys(catalog.keys, "passed")
+    _, replay = grades["stock.teapot-then-order"]
+    assert [(c.name, c.result) for c in replay.tool_calls] == [
+        ("check_stock", {"item": "teapot", "in_stock": 0, "known": True}),
+        ("lookup_order", {"order_id": "5678", "status": "delivered", "eta": None, "items": ["teapot"]})]
+    assert "not valid" in grades["orders.bad-id"][1].tool_calls[0].error  # a tool error the agent passed on
+
     scenarios = {s["key"]: s for g in out["groups"] for s in g["scenarios"]}
     both = scenarios["stock.teapot-then-order"]["tools"]
     assert [t["name"] for t in both] == ["check_stock", "lookup_order"]

@@ -128,9 +128,13 @@ def test_builtins():
     assert sim.price("anything") == (1.0, 2.0)
 
 
-def test_sim_url_from_env(monkeypatch):
+def test_sim_url_from_env_is_read_at_call_time(monkeypatch):
+    from evaljobs.adapters import base_url_for
+
+    config = load_providers()
     monkeypatch.setenv("EVALJOBS_SIM_URL", "http://127.0.0.1:9999/v1")
-    assert load_providers().get("sim").base_url == "http://127.0.0.1:9999/v1"
+    assert config.get("sim").base_url is None  # not baked into a cached config
+    assert base_url_for(config, "sim") == "http://127.0.0.1:9999/v1"
 
 
 def test_get_unknown_provider_names_known_ones():

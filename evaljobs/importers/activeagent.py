@@ -27,7 +27,7 @@ A catalog::
             name: Orders
             judge: "rubric for the LLM judge"       # optional, for every scenario of the set
             criteria: [contains, llm_judge]          # optional, evaljobs criterion names
-            scenarios: [ ...same fields, plus tags and params... ]
+            scenarios: [ ...same fields, plus tags (suites accept tags too) ]
 
 How it maps (chosen so that converting is lossless and stable):
 
@@ -89,7 +89,7 @@ def convert_suite(data: Any, problems: Problems, *, include_production_only: boo
         check_keys(problems, path, where, raw, _GROUP_KEYS)
         scenarios = [s for i, item in _entries(problems, raw, "scenarios", path, where)
                      if (s := state.scenario(item, path + ("scenarios", i), f"{where}: scenario #{i + 1}",
-                                             gkey, {}, None)) is not None]
+                                             gkey, None)) is not None]
         if scenarios:
             groups.append({"name": _label(raw, gkey), "tags": [gkey], "scenarios": scenarios})
     out["groups"] = state.unique_groups(groups)
@@ -131,13 +131,13 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
                 problems.error(spath + ("judge",), swhere,
                                f"judge must be a rubric (a non-empty string), not {judge!r}")
                 judge = None
-            defaults = {}
+            defaults: dict[str, Any] = {}
             criteria = _criteria(problems, spath + ("criteria",), swhere, raw_set.get("criteria"))
             if criteria:
                 defaults["criteria"] = criteria
             scenarios = [sc for i, item in _entries(problems, raw_set, "scenarios", spath, swhere)
                          if (sc := state.scenario(item, spath + ("scenarios", i),
-                                                  f"{swhere}: scenario #{i + 1}", f"{pkey}.{skey}", defaults,
+                                                  f"{swhere}: scenario #{i + 1}", f"{pkey}.{skey}",
                                                   judge)) is not None]
             if scenarios:
                 label = f"{_label(product, pkey)} / {_label(raw_set, skey)}"
@@ -163,8 +163,9 @@ class _State:
         self.keys: dict[str, str] = {}
         self.placeholder_tools = 0
 
-    def scenario(self, raw: Any, path: tuple, where: str, prefix: str, defaults: dict[str, Any],
+    def scenario(self, raw: Any, path: tuple, where: str, prefix: str,
                  set_judge: str | None) -> dict[str, Any] | None:
+        """One scenario as native data; ``None`` if it is left out or has problems."""
         problems = self.problems
         skey = _key(problems, raw, path, where)
         if skey is None:

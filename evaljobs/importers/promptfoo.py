@@ -17,13 +17,14 @@ Assertions map onto native expectations. Native ``contains``/``not_contains``
 are case-insensitive, so case-sensitive assertions become regexes:
 
 ==================  ====================================================
-equals              regex ``\\A\\s*<value>\\s*\\Z`` (surrounding whitespace allowed)
+equals              regex ``\\A\\s*<value>\\s*\\Z`` (surrounding whitespace allowed); ``not-equals``: negative
 contains            regex ``<value>`` (escaped; case-sensitive)
 icontains           ``contains``
 contains-any        regex ``(?:a|b)``; ``icontains-any`` adds ``(?i)``
 contains-all        one regex per value; ``icontains-all``: ``contains``
 not-contains        regex ``\\A(?![\\s\\S]*<value>)`` (nowhere in the answer)
-not-icontains       ``not_contains``; ``not-contains-any``/``not-icontains-any`` likewise
+not-contains-any    one negative regex per value
+not-icontains       ``not_contains`` (``not-icontains-any``: one entry per value)
 regex               ``regex`` (``not-regex``: the negative form above)
 starts-with         regex ``\\A\\s*<value>`` (``not-starts-with``: negative)
 is-json             regex for a JSON object or array (``not-is-json``: negative)

@@ -202,8 +202,12 @@ class ChatClient:
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None, temperature: float | None = None,
-                 max_tokens: int | None = None, extra: dict[str, Any] | None = None) -> Completion:
-        """POST ``{base_url}/chat/completions``; raise a typed ``ProviderError`` on any failure."""
+                 max_tokens: int | None = None, extra: dict[str, Any] | None = None,
+                 timeout: float | None = None) -> Completion:
+        """POST ``{base_url}/chat/completions``; raise a typed ``ProviderError`` on any failure.
+
+        ``timeout`` shortens this one call (e.g. to what is left of a per-pair time limit).
+        """
         body: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
             body["tools"] = tools
@@ -223,9 +227,11 @@ class ChatClient:
         try:
             http = self._lease()
             try:
-                with http.stream("POST", url, json=body, headers=request_headers) as response:
+                call_timeout = min(self.timeout, timeout) if timeout else self.timeout
+                with http.stream("POST", url, json=body, headers=request_headers,
+                                 timeout=httpx.Timeout(call_timeout)) as response:
                     phase = "body"
-                    payload = self._read_body(response, started)
+                    payload = self._read_body(response, started, call_timeout)
                     status = response.status_code
                     headers = response.headers
             finally:
@@ -264,7 +270,7 @@ class ChatClient:
 
     # -- private helpers ------------------------------------------------------------------
 
-    def _read_body(self, response: httpx.Response, started: float) -> bytes:
+    def _read_body(self, response: httpx.Response, started: float, timeout: float | None = None) -> bytes:
         """The whole body, refusing (without buffering) anything over ``max_response_bytes``."""
         cap = self.max_response_bytes
         declared = response.headers.get("content-length")
@@ -278,8 +284,9 @@ class ChatClient:
             if size > cap:
                 raise PermanentError(f"response too large (> {cap} bytes)", status=response.status_code)
             chunks.append(chunk)
-            if time.perf_counter() - started > self.timeout:
-                raise TransientError(f"timed out after {self.timeout:g} s reading the response body")
+            limit = timeout or self.timeout
+            if time.perf_counter() - started > limit:
+                raise TransientError(f"timed out after {limit:g} s reading the response body")
         return b"".join(chunks)
 
     def _completion(self, status: int, headers: httpx.Headers, payload: bytes,

@@ -1,0 +1,113 @@
+"""The CLI end to end: run → show → report, the --fail-under gate, one-line errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from evaljobs.cli import main
+from evaljobs.providers.simulated import SimulatedProvider
+from workers import ROOT
+
+SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimulatedProvider(latency=0.005) as provider:
+        yield provider
+
+
+@pytest.fixture
+def cli(tmp_path, sim, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cli.db")
+    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def run_id_from(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("run r_"):
+            return line.split()[1].rstrip(":")
+    raise AssertionError(output)
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "threads", "fanout", "per-model"])
+def test_run_then_report_every_strategy(cli, strategy):
+    result = cli("run", SUPPORT, "-m", "sim/fast", "-m", "sim/smart", "--strategy", strategy, "--width", "4")
+    assert result.exit_code == 0, result.output
+    assert "sim/smart" in result.output and "verdict: 1. sim/smart" in result.output
+    run_id = run_id_from(result.output)
+    shown = cli("show", run_id)
+    assert shown.exit_code == 0 and "cancel-order × sim/fast" in shown.output
+    md = cli("report", run_id, "--format", "md")
+    assert md.exit_code == 0 and "sim/smart" in md.output
+    as_json = json.loads(cli("report", run_id, "--format", "json").output)
+    assert as_json["summary"]["results"] == 28
+    assert as_json["run"]["strategy"] == strategy
+
+
+def test_fail_under_gate_exit_codes(cli, tmp_path):
+    ok = cli("run", SUPPORT, "-m", "sim/smart", "--fail-under", "90%")
+    assert ok.exit_code == 0, ok.output
+    failing = cli("run", SUPPORT, "-m", "sim/fast", "--fail-under", "0.9")
+    assert failing.exit_code == 1
+    assert "FAIL: pass rate 78.6% is under --fail-under 90.0%" in failing.output
+    run_id = run_id_from(failing.output)
+    assert cli("report", run_id, "--fail-under", "0.5", "-o", str(tmp_path / "r.md")).exit_code == 0
+    assert cli("report", run_id, "--fail-under", "0.95", "-o", str(tmp_path / "r.md")).exit_code == 1
+    assert (tmp_path / "r.md").read_text().startswith("#")
+
+
+def test_bad_catalog_is_one_line_per_problem_exit_2_and_creates_no_run(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nscenarios:\n  - key: a\n    prompt: ''\n  - key: a\n    prompt: hi\n    expct: {}\n")
+    result = cli("run", str(bad), "-m", "sim/fast")
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line]
+    assert all(line.startswith("error: ") for line in lines), result.output
+    assert any("bad.yaml:4" in line and "empty" in line.lower() for line in lines), result.output
+    assert any("duplicate" in line.lower() for line in lines), result.output
+    assert any("expct" in line for line in lines), result.output
+    assert "Traceback" not in result.output
+    assert "no runs yet" in cli("runs").output
+
+
+def test_unknown_provider_and_bad_options(cli):
+    result = cli("run", SUPPORT, "-m", "nosuch/model")
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "nosuch" in result.output
+    result = cli("run", SUPPORT, "-m", "sim/a", "-m", "sim/a")
+    assert result.exit_code == 2 and "twice" in result.output
+    result = cli("run", "missing.yaml", "-m", "sim/a")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    result = cli("run", SUPPORT, "-m", "sim/a", "--broker", "amqp://x")
+    assert result.exit_code == 2 and "unsupported broker" in result.output
+    result = cli("show", "r_nope")
+    assert result.exit_code == 2 and "r_nope" in result.output
+
+
+def test_db_upgrade_and_catalog_check(cli):
+    first = cli("db", "upgrade")
+    assert first.exit_code == 0
+    assert cli("db", "upgrade").output.strip() == "schema is up to date"
+    checked = cli("catalog", "check", SUPPORT)
+    assert checked.exit_code == 0 and "sha256:" in checked.output and "14 scenarios" in checked.output
+
+
+def test_python_dash_m_evaljobs_runs_for_real(tmp_path, sim):
+    env = {"EVALJOBS_SIM_URL": sim.url, "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/m.db", "PATH": "/usr/bin"}
+    out = subprocess.run([sys.executable, "-m", "evaljobs", "run", SUPPORT, "-m", "sim/smart", "--json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["summary"]["pass_rate"] == 1.0
+    assert "[14/14]" in out.stderr  # a progress line per result when not on a terminal
