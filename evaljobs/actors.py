@@ -12,6 +12,7 @@ module-level state besides the database binding).
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 
 import dramatiq
@@ -19,6 +20,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
 
 from . import barrier, runtime, store
 from .evaluate import evaluate, evaluate_with_retries
+from .governor import Busy
 from .providers.errors import RateLimited, TransientError
 from .result import Result
 
@@ -100,13 +102,14 @@ def enqueue_many(broker: dramatiq.Broker, messages: list) -> None:
         broker.enqueue(message)
 
 
-def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0) -> None:
+def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> None:
     """Evaluate one pair and record it. A pair already recorded returns at once (redelivery)."""
     run, catalog = _load(run_id, scenario_key, model)
     if run.status == "cancelled" or store.is_recorded(run_id, scenario_key, model):
         return
     settings = runtime.RunSettings.from_options(run.options)
     policy = runtime.policy(settings)
+    runtime.set_permit_wait(None)  # short: a pair without a permit goes back to the queue
     retries = _retries()
     attempts = retries + 1
     scenario = catalog.scenario(scenario_key)
@@ -116,13 +119,20 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0) -
         judge = _judge(run_id, settings, spec)
         result = evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
                           time_limit=policy.time_limit)
+    except Busy as exc:
+        # The governor has no permit for this deployment yet: hand the pair back to the queue with its
+        # estimate instead of sleeping on this thread. Not a fault: no retry is used, no cap applies.
+        delay_ms = int(max(exc.retry_in, 0.05) * 1000 * (1 + random.random() * policy.jitter))
+        bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
+                                                     kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms)
+        return
     except RateLimited as exc:
         if rl < policy.max_rate_limit_waits:
             # A rate limit is not a fault: re-send with the provider's delay instead of sleeping on
             # this thread, and without touching the retry budget (``retries`` stays as it is).
             delay_ms = int(policy.rate_limit_delay(exc.retry_after) * 1000)
             bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
-                                                         kwargs={"rl": rl + 1}, delay=delay_ms)
+                                                         kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms)
             return
         result = Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
                                 attempts=attempts)
@@ -150,6 +160,7 @@ def evaluate_model(run_id: str, model: str) -> None:
     spec = runtime.model_spec(model)
     adapter = runtime.adapter(settings.adapter)
     judge = _judge(run_id, settings, spec)
+    runtime.set_permit_wait(60.0)  # one message runs the model's whole list: wait for permits in place
     for key, pair_model in store.missing_pairs(run_id):
         if pair_model != model:
             continue

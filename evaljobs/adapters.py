@@ -95,10 +95,15 @@ class ConversationAdapter:
 
     def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None):
         self.providers = providers
-        self.tool_runner = tool_runner or run_canned_tool
+        if tool_runner is None:
+            from .tools import live_tool_runner
+
+            tool_runner = live_tool_runner(run_canned_tool)
+        self.tool_runner = tool_runner
 
     def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
-        client = client_for(self.providers, model.provider)
+        from .calls import complete
+
         config = self.providers.get(model.provider)
         messages: list[dict[str, Any]] = []
         if scenario.system:
@@ -114,8 +119,8 @@ class ConversationAdapter:
                 if remaining <= 0:
                     raise DeadlineExceeded(f"ran out of time after {turn} turns")
             try:
-                completion = client.complete(model.model, messages, tools=tools, temperature=scenario.temperature,
-                                             timeout=remaining)
+                completion = complete(self.providers, model, messages, first=turn == 0, tools=tools,
+                                      temperature=scenario.temperature, timeout=remaining)
             except TransientError:
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None

@@ -52,6 +52,8 @@ class Session:
         self._context_providers = context_providers
         self._binding = None
         self._worker = None
+        self.excluded = 0
+        self.import_warnings: list[str] = []
 
     # -- context -------------------------------------------------------------------------------
     @property
@@ -81,10 +83,30 @@ class Session:
             self._worker = start_memory_worker(binding, self.width)
 
     # -- runs -------------------------------------------------------------------------------------
-    def load(self, catalog: str | Path | Catalog) -> Catalog:
+    def load(self, catalog: str | Path | Catalog, *, format: str | None = None,
+             include_production_only: bool = False, lenient: bool = False) -> Catalog:
+        """Load a native catalog, or import a foreign one (ActiveAgent, promptfoo, JSONL samples).
+
+        What an import leaves out (``production_only`` scenarios) is remembered
+        in :attr:`excluded` and stored with the run so the report can say so.
+        """
         if isinstance(catalog, Catalog):
-            return catalog
-        return load_catalog(catalog, providers=self.providers)
+            return catalog  # already loaded (and counted) by an earlier call
+        self.excluded = 0
+        self.import_warnings = []
+        from .importers import load_any
+
+        imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
+                            lenient=lenient)
+        if imported.format == "native":
+            return load_catalog(catalog, providers=self.providers)
+        from .catalog import parse_catalog
+        from .tools import expand_catalog_tools
+
+        self.excluded = imported.excluded
+        self.import_warnings = list(imported.warnings)
+        data = expand_catalog_tools(imported.data, source=str(catalog))
+        return parse_catalog(data, source=str(catalog), providers=self.providers)
 
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
@@ -118,7 +140,10 @@ class Session:
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit)
         context = capture_context(self.context_providers)
-        run = store.create_run(cat, specs, strategy=strategy, context=context, options=settings.to_options())
+        options = settings.to_options()
+        if self.excluded:
+            options["excluded"] = self.excluded
+        run = store.create_run(cat, specs, strategy=strategy, context=context, options=options)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)

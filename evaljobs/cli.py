@@ -76,6 +76,19 @@ providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", defa
                                 help="Providers config (YAML): base URLs, API-key env vars, prices.")
 
 
+def import_options(fn):
+    """--format / --include-production-only / --lenient for commands that read catalogs."""
+    from .importers import FORMATS
+
+    fn = click.option("--lenient", is_flag=True,
+                      help="Imports: skip assertions evaljobs cannot grade (with a warning) instead of failing.")(fn)
+    fn = click.option("--include-production-only", is_flag=True,
+                      help="Imports: keep ActiveAgent scenarios marked production_only.")(fn)
+    fn = click.option("--format", "catalog_format", type=click.Choice(sorted(FORMATS)), default=None,
+                      help="Catalog format (default: detected from the file).")(fn)
+    return fn
+
+
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="evaljobs")
 def main() -> None:
@@ -106,11 +119,12 @@ def _rate(text: str | None) -> float | None:
 @click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model, judge_cap, time_limit,
-        as_json, db, broker, providers) -> None:
+        as_json, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from . import events
     from .api import Session
@@ -121,7 +135,13 @@ def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
     session = Session(db=db, broker=broker, width=width, providers=providers)
     try:
-        catalog_obj = session.load(catalog)
+        catalog_obj = session.load(catalog, format=catalog_format, lenient=lenient,
+                                   include_production_only=include_production_only)
+        for warning in session.import_warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if session.excluded:
+            click.echo(f"note: {session.excluded} production_only scenarios left out "
+                       f"(--include-production-only keeps them)", err=True)
         expected = len(catalog_obj.scenarios) * len(models)
         progress = Progress(expected)
         inline = strategy not in ("fanout", "per-model")
@@ -267,18 +287,60 @@ def catalog() -> None:
     """Catalog tools."""
 
 
-@catalog.command("check")
-@click.argument("path", type=click.Path(dir_okay=False))
-@providers_option
-def catalog_check(path, providers) -> None:
-    """Validate a catalog and print its digest."""
+def _read_catalog(path, providers, catalog_format, include_production_only, lenient):
     from . import runtime
-    from .catalog import load_catalog
+    from .importers import load_any
 
     if not Path(path).exists():
         raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
-    cat = load_catalog(path, providers=runtime.providers(providers))
-    click.echo(f"{path}: ok — catalog '{cat.name}', {len(cat.scenarios)} scenarios, {cat.digest}")
+    imported = load_any(path, format=catalog_format, include_production_only=include_production_only,
+                        lenient=lenient)
+    for warning in imported.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return imported, runtime.providers(providers)
+
+
+@catalog.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@import_options
+@providers_option
+def catalog_check(path, catalog_format, include_production_only, lenient, providers) -> None:
+    """Validate a catalog (native or imported) and print its digest."""
+    from .catalog import load_catalog, parse_catalog
+    from .tools import expand_catalog_tools
+
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient)
+    if imported.format == "native":
+        cat = load_catalog(path, providers=config)
+    else:
+        cat = parse_catalog(expand_catalog_tools(imported.data, source=path), source=path, providers=config)
+    extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
+    click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
+               f"{cat.digest}")
+
+
+@catalog.command("convert")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the native YAML here (default: stdout).")
+@import_options
+@providers_option
+def catalog_convert(path, output, catalog_format, include_production_only, lenient, providers) -> None:
+    """Convert an ActiveAgent, promptfoo or JSONL catalog to the native YAML format."""
+    from .catalog import parse_catalog
+    from .importers import dump_native
+
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient)
+    parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
+    text = dump_native(imported.data)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        count = len(imported.data.get("scenarios", [])) + sum(len(g.get("scenarios", []))
+                                                             for g in imported.data.get("groups", []))
+        click.echo(f"wrote {output}: {count} scenarios from {imported.format}"
+                   + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""), err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @main.command("mock-provider")

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Any, Callable
 
-from .adapters import Adapter, ConversationAdapter, DeadlineExceeded, client_for
+from .adapters import Adapter, ConversationAdapter, DeadlineExceeded
 from .catalog import Scenario
 from .grading import Judge, JudgeVerdict, grade
 from .modelspec import ModelSpec, ProvidersConfig, parse_model_spec
@@ -20,7 +20,9 @@ from .replay import Replay
 from .result import ERRORED, Result
 from .retry import RetryPolicy
 
-RETRYABLE = (RateLimited, TransientError)
+from .governor import Busy  # noqa: E402 - the governor's "no permit yet": hand the pair back, not a fault
+
+RETRYABLE = (RateLimited, TransientError, Busy)
 
 JUDGE_SYSTEM = (
     "You are an evaluation judge. Score the ANSWER against the RUBRIC, from 0 (fails the rubric) "
@@ -136,6 +138,9 @@ def evaluate_with_retries(
         try:
             return evaluate(scenario, model, adapter, judge=judge, attempts=attempts,
                             raise_retryable=True, time_limit=policy.time_limit)
+        except Busy as exc:
+            # The shared budget is full: wait our turn in-process (this path has no queue to hand back to).
+            sleep(max(0.05, exc.retry_in))
         except RateLimited as exc:
             waits += 1
             if waits > policy.max_rate_limit_waits:
@@ -170,12 +175,14 @@ class ProviderJudge:
             return JudgeVerdict(0.0, "no judge model configured (set defaults.judge_model)")
         if not self.allow():
             return None
-        client = client_for(self.providers, judge_model.provider)
+        from .calls import complete
+
         request = _DIRECTIVE.sub("", scenario.prompt).strip()
         user = f"RUBRIC:\n{scenario.expect.judge}\n\nREQUEST:\n{request}\n\nANSWER:\n{replay.answer}"
-        completion = client.complete(judge_model.model,
-                                     [{"role": "system", "content": JUDGE_SYSTEM},
-                                      {"role": "user", "content": user}], temperature=0)
+        # The judge's calls count against the judge model's budget like any other call.
+        completion = complete(self.providers, judge_model,
+                              [{"role": "system", "content": JUDGE_SYSTEM},
+                               {"role": "user", "content": user}], first=False, temperature=0)
         cost = self.providers.get(judge_model.provider).cost(
             judge_model.model, completion.input_tokens, completion.output_tokens)
         score, reason = parse_judge_answer(completion.content)

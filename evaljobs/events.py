@@ -48,6 +48,11 @@ def bind_redis(url: str | None) -> None:
         _redis_client = None
 
 
+def redis_url() -> str | None:
+    """The Redis events are bound to (the broker's), if any."""
+    return _redis_url
+
+
 def _client():
     global _redis_client
     if _redis_url is None:

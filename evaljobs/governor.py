@@ -256,7 +256,10 @@ class Permit:
         return f"<Permit {self.budget!r} {self.lane} {self.lease_id[:8]} {self.backend} {state}>"
 
     def renew(self) -> None:
-        """Extend the lease by ``lease_seconds`` from now (a long call that must keep its slot)."""
+        """Extend the lease to ``lease_seconds`` from now (a long call keeps its slot).
+
+        A lease that already expired is put back: the call is really in flight, so it is counted.
+        """
         if not self.released:
             self._governor._renew(self)
 

@@ -79,3 +79,84 @@ def policy(settings: RunSettings | None = None) -> RetryPolicy:
 
         return replace(base, time_limit=float(settings.time_limit))
     return base
+
+
+# -- the provider governor and lanes ------------------------------------------------------------
+
+_governor_lock = threading.Lock()
+_governor: Any = None
+_governor_key: tuple | None = None
+_budgets: dict[str, Any] = {}
+_lane = "bulk"
+_waits = threading.local()
+
+
+def set_default_lane(lane: str) -> None:
+    """The governor lane this process's provider calls use (a pool's ``--lane``)."""
+    global _lane
+    if lane not in ("interactive", "bulk"):
+        raise ValueError(f"lane must be 'interactive' or 'bulk', not {lane!r}")
+    _lane = lane
+
+
+def lane() -> str:
+    return os.environ.get("EVALJOBS_LANE") or _lane
+
+
+def permit_wait() -> float:
+    """How long the first call of a pair waits for a permit (queued pairs: short; in-process: long)."""
+    return getattr(_waits, "value", None) or float(os.environ.get("EVALJOBS_PERMIT_WAIT", "2.0"))
+
+
+def set_permit_wait(seconds: float | None) -> None:
+    _waits.value = seconds
+
+
+def governor():
+    """The process's governor, or None when ``EVALJOBS_GOVERNOR=off``.
+
+    Its state lives in Redis when one is known (``EVALJOBS_GOVERNOR_URL``, else
+    the broker's Redis), so every worker on every machine shares one budget per
+    deployment; otherwise it is local to this process.
+    """
+    global _governor, _governor_key
+    if os.environ.get("EVALJOBS_GOVERNOR", "on").lower() in ("off", "0", "false", "no"):
+        return None
+    url = os.environ.get("EVALJOBS_GOVERNOR_URL") or _broker_redis_url()
+    key = (url,)
+    with _governor_lock:
+        if _governor is None or _governor_key != key:
+            from .governor import Governor
+
+            if _governor is not None:
+                _governor.close()
+            _governor = Governor(url)
+            _governor_key = key
+            _budgets.clear()
+        return _governor
+
+
+def _broker_redis_url() -> str | None:
+    url = os.environ.get("EVALJOBS_BROKER_URL") or ""
+    from . import events
+
+    bound = events.redis_url()
+    if bound:
+        return bound
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
+
+
+def budget_for(providers_config: ProvidersConfig, spec: ModelSpec) -> str:
+    """The governor budget of a deployment, configured from its provider entry on first use."""
+    from .governor import BudgetConfig, budget_key
+
+    config = providers_config.get(spec.provider)
+    budget = budget_key(config.name, spec.model, config.governor)
+    wanted = BudgetConfig.from_dict(config.governor,
+                                    source=f"{providers_config.source}: provider '{config.name}' governor")
+    if _budgets.get(budget) != wanted:
+        gov = governor()
+        if gov is not None:
+            gov.configure(budget, wanted)
+        _budgets[budget] = wanted
+    return budget

@@ -705,4 +705,4 @@ def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
     return {"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
-            "finished_at": _iso(finished), "context": _loads(run.context)}
+            "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options)}

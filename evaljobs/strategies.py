@@ -36,6 +36,7 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
     judge = runtime.judge_for(settings, allow)
 
     def one(pair: tuple[str, str]) -> None:
+        runtime.set_permit_wait(60.0)  # no queue to hand a pair back to: wait in-process for a permit
         key, model = pair
         spec = runtime.model_spec(model)
         result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy,

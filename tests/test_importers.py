@@ -272,6 +272,7 @@ def test_promptfoo_assertions_map_onto_native_expectations():
     assert refund.max_latency_ms == 8000                       # defaultTest latency
     scenario = catalog.scenario("prompt-1.refund-question")
     assert scenario.pass_threshold == 0.8 and scenario.tags == ("area:billing", "prompt:prompt-1")
+    assert catalog.scenario("prompt-1.greeting").pass_threshold == 1.0  # no threshold: every assertion
     assert scenario.notes == "Refund question"
     assert catalog.scenario("prompt-1.test-3").notes == ""
 

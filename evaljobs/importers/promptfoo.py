@@ -32,6 +32,11 @@ llm-rubric          ``judge`` (several rubrics are joined, one per line)
 latency             ``max_latency_ms`` from its ``threshold``
 ==================  ====================================================
 
+A test passes only when every assertion does (``pass_threshold: 1.0``, as in
+promptfoo), unless it sets ``threshold`` (then the native ``pass_threshold``).
+Note that evaljobs' judge scores from 0 to 1: with no threshold, an
+``llm-rubric`` must get full marks.
+
 Anything else (``javascript``, ``python``, ``similar``, a schema on
 ``is-json``, ...) cannot be graded by evaljobs: an error naming the test and
 the type, or skipped with a warning under ``--lenient``. ``providers`` are
@@ -155,8 +160,8 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[s
                                                       what)) for m in content]
     if test.expect:
         scenario["expect"] = copy.deepcopy(test.expect)  # each scenario owns its data
-    if test.threshold is not None:
-        scenario["pass_threshold"] = float(test.threshold)
+    # promptfoo passes a test only when every assertion passes, unless the test sets a threshold.
+    scenario["pass_threshold"] = float(test.threshold) if test.threshold is not None else 1.0
     if test.tags:
         scenario["tags"] = list(test.tags)
     if test.description:
