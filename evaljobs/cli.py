@@ -44,6 +44,12 @@ class Group(click.Group):
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # One line, not click's usage block: what is wrong, and where to look.
+            command = f"evaljobs {exc.ctx.info_name} " if exc.ctx and exc.ctx.parent else "evaljobs "
+            hint = f" (see `{command.strip()} --help`)"
+            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
+            ctx.exit(EXIT_USAGE)
         except CatalogError as exc:
             for problem in exc.problems:
                 click.echo(f"error: {problem}", err=True)
@@ -412,6 +418,37 @@ def worker(threads, processes, queues, recover_every, db, broker, providers) -> 
     for queue in queues:
         args += ["--queues", queue]
     os.execve(sys.executable, args, env)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--redis", "redis_url", envvar="EVALJOBS_GOVERNOR_URL", default=None,
+              help="Redis holding the governor's state (default: EVALJOBS_BROKER_URL).")
+def governor(as_json, redis_url) -> None:
+    """Show the provider governor: per deployment budget, limit, in flight, waiting, admitted, 429s, waits."""
+    from .governor import Governor
+
+    url = redis_url or os.environ.get("EVALJOBS_BROKER_URL")
+    if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise click.BadParameter("the governor's shared state lives in Redis: pass --redis redis://… "
+                                 "or set EVALJOBS_BROKER_URL", param_hint="--redis")
+    gov = Governor(url)
+    try:
+        rows = gov.stats()
+    finally:
+        gov.close()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no budgets yet: the governor records a budget on its first provider call")
+        return
+    click.echo(f"{'BUDGET':<32} {'LIMIT':>5} {'IN FLIGHT':>9} {'WAITING':>7} {'ADMITTED':>8} {'429s':>5} "
+               f"{'MEAN WAIT':>9} {'MAX WAIT':>8}")
+    for row in rows:
+        click.echo(f"{row['budget'][:32]:<32} {row['limit']:>5} {row['in_flight']:>9} {row['waiting']:>7} "
+                   f"{row['admitted']:>8} {row['rate_limited']:>5} {row['mean_wait_ms']:>7.0f}ms "
+                   f"{row['max_wait_ms']:>6.0f}ms")
 
 
 @main.command()

@@ -11,13 +11,21 @@ import math
 from collections import Counter
 from typing import Any, Iterable
 
+from .compare import Comparison, compare
 from .result import ERRORED, FAILED, PASSED, Result
 
 #: A criterion score at or above this counts as passed (scores are floats in [0, 1]).
 CRITERION_PASS = 0.999
 #: How many failing pairs the Markdown rendering lists before summarizing the rest.
 MARKDOWN_FAILURES = 25
+#: Caps for the other Markdown lists (models, flipped pairs, criterion rows).
+MARKDOWN_MODELS = 40
+MARKDOWN_FLIPS = 25
+MARKDOWN_CRITERIA = 80
+#: GitHub rejects comments over 65,536 characters; keep room for whatever wraps the report.
+MARKDOWN_LIMIT = 60_000
 _ERROR_CHARS = 120
+_NAME_CHARS = 80
 
 _RUN_FIELDS = ("id", "catalog_name", "digest", "models", "strategy", "created_at", "started_at",
                "finished_at", "context")
@@ -179,6 +187,16 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _text(text: Any) -> str:
+    """A plain-text table cell: also neutralizes HTML, which GitHub would otherwise interpret."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(text: Any, limit: int = _NAME_CHARS) -> str:
+    """A name in a code span: shortened, and without backticks that would end the span early."""
+    return f"`{_cell(_short(str(text), limit).replace('`', chr(39)))}`"
+
+
 def _failures(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in report["results"] if r["status"] != PASSED]
 
@@ -191,17 +209,44 @@ def _headline(report: dict[str, Any]) -> str:
     block = next(m for m in report["models"] if m["model"] == best["model"])
     tail = f"{block['passed']}/{block['scenarios']} passed, mean score {best['mean_score']:.3f}"
     if len(verdict) == 1:
-        return f"`{best['model']}`: {_pct(best['pass_rate'])} ({tail})"
-    return f"best: `{best['model']}` at {_pct(best['pass_rate'])} ({tail})"
+        return f"{_code(best['model'])}: {_pct(best['pass_rate'])} ({tail})"
+    return f"best: {_code(best['model'])} at {_pct(best['pass_rate'])} ({tail})"
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    """A PR-comment-sized summary: headline verdict, per-model table, failing pairs, details folded."""
+def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Comparison | None" = None) -> str:
+    """A PR-comment-sized summary: headline verdict, per-model table, failing pairs, details folded.
+
+    With ``baseline`` (the baseline run's report, or a ready :class:`Comparison`) a section
+    lists the pairs that flipped. Every list is capped ("…and N more") and the text is kept
+    under :data:`MARKDOWN_LIMIT` characters, because GitHub rejects longer comments.
+    """
+    sections = [_markdown_head(report)]
+    if baseline is not None:
+        comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
+        sections.append(_markdown_baseline(comparison))
+    sections.append(_markdown_failures(report))
+    text = "\n".join(line for section in [*sections, _markdown_details(report)] for line in section) + "\n"
+    if len(text) > MARKDOWN_LIMIT:
+        omitted = ["", "_Details omitted to fit a pull-request comment: see the JSON or HTML report._"]
+        text = "\n".join(line for section in [*sections, omitted] for line in section) + "\n"
+    return _clip(text, MARKDOWN_LIMIT)
+
+
+def _clip(text: str, limit: int) -> str:
+    """Last resort for absurd inputs: cut at a line boundary and say so."""
+    if len(text) <= limit:
+        return text
+    note = f"\n\n…truncated ({len(text) - limit:,}+ more characters): see the JSON or HTML report.\n"
+    cut = text.rfind("\n", 0, limit - len(note))
+    return text[: max(cut, 0)] + note
+
+
+def _markdown_head(report: dict[str, Any]) -> list[str]:
     run, summary = report["run"], report["summary"]
     lines = [
-        f"### evaljobs · {_cell(run.get('catalog_name') or '?')} — {_headline(report)}",
+        f"### evaljobs · {_text(_short(run.get('catalog_name') or '?', _NAME_CHARS))} — {_headline(report)}",
         "",
-        f"Run `{run.get('id')}` · catalog digest `{(run.get('digest') or '')[:12]}` · "
+        f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '')[:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored · {_money(summary['cost'])}",
         "",
@@ -209,39 +254,84 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     blocks = {m["model"]: m for m in report["models"]}
-    for entry in report["verdict"]:
+    for entry in report["verdict"][:MARKDOWN_MODELS]:
         m = blocks[entry["model"]]
-        lines.append(f"| {entry['rank']} | `{_cell(m['model'])}` | {_pct(m['pass_rate'])} | {m['passed']} | "
+        lines.append(f"| {entry['rank']} | {_code(m['model'])} | {_pct(m['pass_rate'])} | {m['passed']} | "
                      f"{m['failed']} | {m['errored']} | {m['mean_score']:.3f} | "
                      f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | {_money(m['cost'])} |")
+    if len(report["verdict"]) > MARKDOWN_MODELS:
+        lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
+    return lines
+
+
+def _markdown_failures(report: dict[str, Any]) -> list[str]:
     failures = _failures(report)
-    if failures:
-        lines += ["", f"**Failing pairs ({len(failures)})**", "",
-                  "| Scenario | Model | Status | Fault | Error |", "|---|---|---|---|---|"]
-        for row in failures[:MARKDOWN_FAILURES]:
-            lines.append(f"| `{_cell(row['scenario_key'])}` | `{_cell(row['model'])}` | {row['status']} | "
-                         f"{_cell(row['fault'] or '')} | {_cell(_short(row['error']))} |")
-        if len(failures) > MARKDOWN_FAILURES:
-            lines.append(f"\n…and {len(failures) - MARKDOWN_FAILURES} more (see the JSON report).")
+    if not failures:
+        return ["", "All pairs passed."]
+    lines = ["", f"**Failing pairs ({len(failures)})**", "",
+             "| Scenario | Model | Status | Fault | Error |", "|---|---|---|---|---|"]
+    for row in failures[:MARKDOWN_FAILURES]:
+        lines.append(f"| {_code(row['scenario_key'])} | {_code(row['model'])} | {row['status']} | "
+                     f"{_text(row['fault'] or '')} | {_text(_short(row['error']))} |")
+    if len(failures) > MARKDOWN_FAILURES:
+        lines.append(f"\n…and {len(failures) - MARKDOWN_FAILURES} more (see the JSON report).")
+    return lines
+
+
+def _signed_pp(value: float) -> str:
+    return f"{value * 100:+.1f}pp"
+
+
+def _markdown_baseline(comparison: Comparison) -> list[str]:
+    c = comparison
+    cost = c.cost_delta
+    lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
+                 f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
+                 f"mean score {c.mean_score_delta:+.3f} · cost {'+' if cost >= 0 else '-'}${abs(cost):.4f}"]
+    if c.models:
+        lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |", "|---|---:|---:|---:|---:|"]
+        for m in c.models[:MARKDOWN_MODELS]:
+            lines.append(f"| {_code(m.model)} | {_pct(m.pass_rate_a)} → {_pct(m.pass_rate_b)} | "
+                         f"{_signed_pp(m.pass_rate_b - m.pass_rate_a)} | {m.regressed} | {m.fixed} |")
+        if len(c.models) > MARKDOWN_MODELS:
+            lines.append(f"\n…and {len(c.models) - MARKDOWN_MODELS} more models.")
+    flipped = c.flipped
+    if flipped:
+        lines += ["", f"**Flipped pairs ({len(flipped)})**", "",
+                  "| Change | Scenario | Model | Status | Δ score | Fault now |", "|---|---|---|---|---:|---|"]
+        for f in flipped[:MARKDOWN_FLIPS]:
+            fault = f.after.fault if f.after else None
+            lines.append(f"| {f.kind} | {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} | "
+                         f"{(f.score_delta or 0.0):+.3f} | {_text(fault or '')} |")
+        if len(flipped) > MARKDOWN_FLIPS:
+            lines.append(f"\n…and {len(flipped) - MARKDOWN_FLIPS} more (see `evaljobs compare`).")
     else:
-        lines += ["", "All pairs passed."]
-    lines += _markdown_details(report)
-    return "\n".join(lines) + "\n"
+        lines += ["", "No pair flipped."]
+    for label, pairs in (("Only in the baseline", c.only_a), ("Only in this run", c.only_b)):
+        if pairs:
+            shown = ", ".join(f"{_code(p.scenario_key, 40)} × {_code(p.model, 40)}" for p in pairs[:10])
+            more = f" …and {len(pairs) - 10} more" if len(pairs) > 10 else ""
+            lines += ["", f"{label} ({len(pairs)}): {shown}{more}"]
+    return lines
 
 
 def _markdown_details(report: dict[str, Any]) -> list[str]:
     lines = ["", "<details><summary>Details</summary>", ""]
     if report["criteria"]:
         lines += ["| Criterion | Model | Mean | Min | Max | Passed |", "|---|---|---:|---:|---:|---:|"]
-        for c in report["criteria"]:
-            lines.append(f"| {_cell(c['criterion'])} | `{_cell(c['model'])}` | {c['mean']:.3f} | "
+        for c in report["criteria"][:MARKDOWN_CRITERIA]:
+            lines.append(f"| {_text(c['criterion'])} | {_code(c['model'])} | {c['mean']:.3f} | "
                          f"{c['min']:.3f} | {c['max']:.3f} | {c['passed']}/{c['total']} |")
+        if len(report["criteria"]) > MARKDOWN_CRITERIA:
+            lines.append(f"\n…and {len(report['criteria']) - MARKDOWN_CRITERIA} more rows (see the JSON report).")
         lines.append("")
     lines += ["| Model | Tokens in | Tokens out | Faults |", "|---|---:|---:|---|"]
-    for m in report["models"]:
+    for m in report["models"][:MARKDOWN_MODELS]:
         faults = ", ".join(f"{name} × {n}" for name, n in m["faults"].items()) or "none"
-        lines.append(f"| `{_cell(m['model'])}` | {m['input_tokens']:,} | {m['output_tokens']:,} | "
-                     f"{_cell(faults)} |")
+        lines.append(f"| {_code(m['model'])} | {m['input_tokens']:,} | {m['output_tokens']:,} | "
+                     f"{_text(_short(faults, 200))} |")
+    if len(report["models"]) > MARKDOWN_MODELS:
+        lines.append(f"\n…and {len(report['models']) - MARKDOWN_MODELS} more models.")
     lines += ["", "</details>"]
     return lines
 
