@@ -663,15 +663,9 @@ def _cap(text: str) -> str:
 
 
 def _query_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    if isinstance(value, (int, float)):
-        return str(value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    from .importers import text_of  # one rule for "a JSON value as text", shared with the importers
+
+    return text_of(value)
 
 
 def _public_url(url: str) -> str:
