@@ -249,31 +249,6 @@ def show(run_id, as_json, db) -> None:
         click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]})")
 
 
-@main.command()
-@click.argument("run_id")
-@click.option("--format", "fmt", type=click.Choice(["json", "md", "table"]), default="md", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE.")
-@click.option("--fail-under", default=None, help="Exit 1 when the pass rate is under this.")
-@db_option
-def report(run_id, fmt, output, fail_under, db) -> None:
-    """Render a run's report."""
-    from .report import render_json, render_markdown, render_table
-
-    gate = _rate(fail_under)
-    store.connect(db)
-    info = store.get_run(run_id)
-    if info.report is None:
-        raise click.ClickException(f"run {run_id} has no report yet ({info.status}, "
-                                   f"{info.persisted}/{info.expected} pairs); try `evaljobs recover {run_id}`")
-    text = {"json": render_json, "md": render_markdown, "table": render_table}[fmt](info.report)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(text)
-    _gate(info, gate)
-
-
 @main.group()
 def db() -> None:
     """Database maintenance."""
@@ -370,10 +345,12 @@ def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) 
 @main.command()
 @click.option("--width", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--db", default=None, help="Database URL (default: a fresh SQLite file under .evaljobs/).")
-@click.option("--html", "html_path", default=None, help="Where to write the HTML report, if supported.")
+@click.option("--html", "html_path", default=None,
+              help="Where to write the HTML report (default .evaljobs/RUN.html).")
 def demo(width, db, html_path) -> None:
     """Run the bundled support catalog against two simulated models and print the report."""
     from .api import Session
+    from .html_report import render_html
     from .progress import Progress
     from .report import render_table
 
@@ -390,7 +367,11 @@ def demo(width, db, html_path) -> None:
                    f"fan-out over {width} in-process workers", err=True)
         info = session.wait(info.id, on_event=progress)
         click.echo(render_table(info.report))
+        html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(render_html(info.report, store.list_results(info.id)), encoding="utf-8")
         click.echo(f"\nnext: evaljobs show {info.id}   |   evaljobs report {info.id} --format md", err=True)
+        click.echo(f"HTML report: {html_file.resolve()}")
 
 
 @main.command()
@@ -468,6 +449,13 @@ def recover(run_id, db, broker) -> None:
         click.echo("nothing to recover")
     for line in actions:
         click.echo(line)
+
+
+# Registered last: these command modules import the helpers above (_gate, _rate, db_option).
+from .commands.reports import compare as _compare_command, report as _report_command  # noqa: E402
+
+main.add_command(_report_command)
+main.add_command(_compare_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

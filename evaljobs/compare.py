@@ -84,7 +84,9 @@ class PairChange:
 
     def to_dict(self) -> dict[str, Any]:
         def side(o: Outcome | None) -> dict[str, Any] | None:
-            return None if o is None else {"status": o.status, "score": o.score, "cost": o.cost, "fault": o.fault}
+            if o is None:
+                return None
+            return {"status": o.status, "score": o.score, "cost": o.cost, "fault": o.fault}
 
         return {"scenario_key": self.scenario_key, "model": self.model, "kind": self.kind,
                 "before": side(self.before), "after": side(self.after),
@@ -116,12 +118,14 @@ class ModelDelta:
         return round(self.passed_b / self.pairs, 4) if self.pairs else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "pairs": self.pairs, "passed_a": self.passed_a, "passed_b": self.passed_b,
+        return {"model": self.model, "pairs": self.pairs,
+                "passed_a": self.passed_a, "passed_b": self.passed_b,
                 "pass_rate_a": self.pass_rate_a, "pass_rate_b": self.pass_rate_b,
                 "pass_rate_delta": round(self.pass_rate_b - self.pass_rate_a, 4),
                 "mean_score_a": self.mean_score_a, "mean_score_b": self.mean_score_b,
                 "mean_score_delta": round(self.mean_score_b - self.mean_score_a, 4),
-                "cost_a": self.cost_a, "cost_b": self.cost_b, "cost_delta": round(self.cost_b - self.cost_a, 6),
+                "cost_a": self.cost_a, "cost_b": self.cost_b,
+                "cost_delta": round(self.cost_b - self.cost_a, 6),
                 "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed}
 
 
@@ -178,7 +182,8 @@ class Comparison:
     def headline(self) -> str:
         only = ""
         if self.only_a or self.only_b:
-            only = f"; {len(self.only_a)} only in {self.run_a or 'A'}, {len(self.only_b)} only in {self.run_b or 'B'}"
+            only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
+                    f"{len(self.only_b)} only in {self.run_b or 'B'}")
         return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
                 f"{len(self.changed)} failed↔errored{only}")
 
@@ -186,7 +191,8 @@ class Comparison:
         return {
             "run_a": self.run_a,
             "run_b": self.run_b,
-            "summary": {"common": len(self.common), "regressed": len(self.regressed), "fixed": len(self.fixed),
+            "summary": {"common": len(self.common), "regressed": len(self.regressed),
+                        "fixed": len(self.fixed),
                         "changed": len(self.changed), "only_a": len(self.only_a), "only_b": len(self.only_b),
                         "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta},
             "models": [m.to_dict() for m in self.models],
@@ -305,7 +311,8 @@ def render_comparison(comparison: Comparison) -> str:
         out += _table(("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED"),
                       [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
                         _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
-                        _signed_money(m.cost_b - m.cost_a), str(m.regressed), str(m.fixed)) for m in c.models])
+                        _signed_money(m.cost_b - m.cost_a), str(m.regressed), str(m.fixed))
+                       for m in c.models])
     flipped = c.flipped
     if flipped:
         out += ["", f"flipped ({len(flipped)}):"]

@@ -47,9 +47,11 @@ def grade_lines(result: Result) -> list[str]:
     if result.error:
         lines.append(f"error: {result.error}")
     if result.scores:
-        lines.append("scores: " + ", ".join(f"{name}={value:.3f}" for name, value in sorted(result.scores.items())))
+        scores = sorted(result.scores.items())
+        lines.append("scores: " + ", ".join(f"{name}={value:.3f}" for name, value in scores))
     details = result.details or {}
-    for key, label in (("missing", "missing"), ("forbidden", "forbidden"), ("unmatched_regex", "unmatched regex")):
+    for key, label in (("missing", "missing"), ("forbidden", "forbidden"),
+                       ("unmatched_regex", "unmatched regex")):
         if details.get(key):
             lines.append(f"{label}: " + ", ".join(_json(item) for item in details[key]))
     for wanted in details.get("expected_tools_not_called") or []:
@@ -65,7 +67,8 @@ def grade_lines(result: Result) -> list[str]:
         lines.append(f"judge: {judge}")
     for call in result.tool_calls or []:
         outcome = f"error {call.get('error')}" if call.get("error") else _clip(_json(call.get("result")), 300)
-        lines.append(f"tool call: {call.get('name')}({_clip(_json(call.get('arguments') or {}), 300)}) -> {outcome}")
+        arguments = _clip(_json(call.get("arguments") or {}), 300)
+        lines.append(f"tool call: {call.get('name')}({arguments}) -> {outcome}")
     if result.output:
         lines.append("answer: " + _clip(result.output))
     if result.cached:
@@ -125,7 +128,8 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
                        ("model", model), ("strategy", run.get("strategy")),
                        ("context", _json(context) if context else None)])
         for row in mine:
-            _testcase(suite, _classname(catalog, clean(model)), row, by_pair.get((row["scenario_key"], model)))
+            result = by_pair.get((row["scenario_key"], model))
+            _testcase(suite, _classname(catalog, clean(model)), row, result)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -136,7 +140,8 @@ def _testcase(suite: ET.Element, classname: str, row: dict[str, Any], result: Re
     if row["status"] == FAILED:
         fault = row.get("fault") or "failed"
         body = grade_lines(result) if result else [f"score: {row['score']:.3f}  fault: {fault}"]
-        node = ET.SubElement(case, "failure", message=clean(f"{fault} (score {row['score']:.3f})"), type=clean(fault))
+        node = ET.SubElement(case, "failure", message=clean(f"{fault} (score {row['score']:.3f})"),
+                             type=clean(fault))
         node.text = clean("\n".join(body))
     elif row["status"] == ERRORED:
         error = row.get("error") or (result.error if result else None) or "errored"

@@ -40,12 +40,15 @@ def build_report(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
     """
     ordered = sorted(results, key=lambda r: (r.scenario_key, r.model))
     models = _model_order(run.get("models") or [], ordered)
-    per_model = [_model_block(model, [r for r in ordered if r.model == model]) for model in models]
+    by_model: dict[str, list[Result]] = {model: [] for model in models}
+    for r in ordered:
+        by_model[r.model].append(r)
+    per_model = [_model_block(model, by_model[model]) for model in models]
     return {
         "run": _run_block(run),
         "summary": _summary(run, ordered),
         "models": per_model,
-        "criteria": _criteria(models, ordered),
+        "criteria": _criteria(models, by_model),
         "verdict": _verdict(per_model),
         "results": [_compact(r) for r in ordered],
     }
@@ -117,12 +120,12 @@ def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
     }
 
 
-def _criteria(models: list[str], results: list[Result]) -> list[dict[str, Any]]:
-    names = sorted({name for r in results for name in r.scores})
+def _criteria(models: list[str], by_model: dict[str, list[Result]]) -> list[dict[str, Any]]:
+    names = sorted({name for rows in by_model.values() for r in rows for name in r.scores})
     rows = []
     for name in names:
         for model in models:
-            scores = [float(r.scores[name]) for r in results if r.model == model and name in r.scores]
+            scores = [float(r.scores[name]) for r in by_model[model] if name in r.scores]
             if not scores:
                 continue
             rows.append({
@@ -246,9 +249,10 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
     lines = [
         f"### evaljobs · {_text(_short(run.get('catalog_name') or '?', _NAME_CHARS))} — {_headline(report)}",
         "",
-        f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '')[:12]}` · "
+        f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
-        f"{summary['failed']} failed, {summary['errored']} errored · {_money(summary['cost'])}",
+        f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
+        f"{_money(summary['cost'])}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms | Cost |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -262,6 +266,11 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
     if len(report["verdict"]) > MARKDOWN_MODELS:
         lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
     return lines
+
+
+def _cached(report: dict[str, Any]) -> str:
+    cached = sum(1 for r in report["results"] if r.get("cached"))
+    return f" ({cached} cached replay{'s' if cached != 1 else ''})" if cached else ""
 
 
 def _markdown_failures(report: dict[str, Any]) -> list[str]:
@@ -289,7 +298,8 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
                  f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
                  f"mean score {c.mean_score_delta:+.3f} · cost {'+' if cost >= 0 else '-'}${abs(cost):.4f}"]
     if c.models:
-        lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |", "|---|---:|---:|---:|---:|"]
+        lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |",
+                  "|---|---:|---:|---:|---:|"]
         for m in c.models[:MARKDOWN_MODELS]:
             lines.append(f"| {_code(m.model)} | {_pct(m.pass_rate_a)} → {_pct(m.pass_rate_b)} | "
                          f"{_signed_pp(m.pass_rate_b - m.pass_rate_a)} | {m.regressed} | {m.fixed} |")
@@ -298,7 +308,8 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
     flipped = c.flipped
     if flipped:
         lines += ["", f"**Flipped pairs ({len(flipped)})**", "",
-                  "| Change | Scenario | Model | Status | Δ score | Fault now |", "|---|---|---|---|---:|---|"]
+                  "| Change | Scenario | Model | Status | Δ score | Fault now |",
+                  "|---|---|---|---|---:|---|"]
         for f in flipped[:MARKDOWN_FLIPS]:
             fault = f.after.fault if f.after else None
             lines.append(f"| {f.kind} | {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} | "
@@ -323,7 +334,8 @@ def _markdown_details(report: dict[str, Any]) -> list[str]:
             lines.append(f"| {_text(c['criterion'])} | {_code(c['model'])} | {c['mean']:.3f} | "
                          f"{c['min']:.3f} | {c['max']:.3f} | {c['passed']}/{c['total']} |")
         if len(report["criteria"]) > MARKDOWN_CRITERIA:
-            lines.append(f"\n…and {len(report['criteria']) - MARKDOWN_CRITERIA} more rows (see the JSON report).")
+            more = len(report["criteria"]) - MARKDOWN_CRITERIA
+            lines.append(f"\n…and {more} more rows (see the JSON report).")
         lines.append("")
     lines += ["| Model | Tokens in | Tokens out | Faults |", "|---|---:|---:|---|"]
     for m in report["models"][:MARKDOWN_MODELS]:
