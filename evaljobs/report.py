@@ -71,7 +71,14 @@ def _model_order(models: list[str], results: list[Result]) -> list[str]:
 def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     block = {name: run.get(name) for name in _RUN_FIELDS}
     block["models"] = list(run.get("models") or [])
+    # Scenarios an import left out (ActiveAgent production_only): the report must say so.
+    block["excluded"] = int((run.get("options") or {}).get("excluded") or 0)
     return block
+
+
+def _excluded_note(run: dict[str, Any]) -> str:
+    n = run.get("excluded") or 0
+    return f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else ""
 
 
 def _rate(part: int, whole: int) -> float:
@@ -252,7 +259,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
-        f"{_money(summary['cost'])}",
+        f"{_money(summary['cost'])}{_excluded_note(run)}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms | Cost |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -364,7 +371,7 @@ def render_table(report: dict[str, Any]) -> str:
 
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
-           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'])}",
+           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'])}{_excluded_note(run)}",
            line(header), *(line(row) for row in rows)]
     failures = _failures(report)
     if failures:
