@@ -8,7 +8,9 @@
 """
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,12 +27,32 @@ class UsageError(ValueError):
 
 
 def capture_context(providers: Sequence) -> dict[str, Any] | None:
+    """The host context to store on the run, checked exactly as the middleware will carry it.
+
+    Runs before the run is created, so a value that cannot travel fails here,
+    naming its provider, and leaves no pending run behind.
+    """
+    from middleware.context import ContextError
+
     values = {}
     for provider in providers:
         value = provider.capture()
-        if value is not None:
-            values[provider.name] = value
+        if value is None:
+            continue
+        try:
+            values[provider.name] = json.loads(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ContextError(f"context provider {provider.name!r} returned a value that is not "
+                               f"JSON-serializable ({type(value).__name__}): {exc}") from None
+    size = len(json.dumps({"v": values}, sort_keys=True, separators=(",", ":")))
+    if size > CONTEXT_MAX_BYTES:
+        raise ContextError(f"host context is {size} bytes, over the cap of {CONTEXT_MAX_BYTES} bytes "
+                           f"(providers: {', '.join(sorted(values))}); carry an identifier instead")
     return values or None
+
+
+#: The ContextMiddleware's default cap, checked before a run exists so an oversized context leaves no run.
+CONTEXT_MAX_BYTES = 8192
 
 
 class Session:
@@ -52,6 +74,7 @@ class Session:
         self._context_providers = context_providers
         self._binding = None
         self._worker = None
+        self._lock = threading.RLock()  # host threads may submit concurrently: bind and start once
         self.excluded = 0
         self.import_warnings: list[str] = []
 
@@ -68,19 +91,21 @@ class Session:
 
     # -- broker ---------------------------------------------------------------------------------
     def binding(self):
-        if self._binding is None:
-            from .broker import configure
+        with self._lock:
+            if self._binding is None:
+                from .broker import configure
 
-            self._binding = configure(self.broker_url, queue=self.queue,
-                                      context_providers=self._context_providers)
-        return self._binding
+                self._binding = configure(self.broker_url, queue=self.queue,
+                                          context_providers=self._context_providers)
+            return self._binding
 
     def _ensure_local_worker(self) -> None:
         binding = self.binding()
-        if binding.is_memory and self._worker is None:
-            from .broker import start_memory_worker
+        with self._lock:
+            if binding.is_memory and self._worker is None:
+                from .broker import start_memory_worker
 
-            self._worker = start_memory_worker(binding, self.width)
+                self._worker = start_memory_worker(binding, self.width)
 
     # -- runs -------------------------------------------------------------------------------------
     def load(self, catalog: str | Path | Catalog, *, format: str | None = None,

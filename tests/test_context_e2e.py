@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from acme_host import DOMAIN, NoPublishingDomain, current_domain, publishing_domain
+try:
+    from acme_host import DOMAIN, NoPublishingDomain, current_domain, publishing_domain
+except ImportError as exc:  # pragma: no cover - a setup mistake, said plainly
+    raise ImportError("tests/test_context_e2e.py needs the example host package: "
+                      ".venv/bin/pip install -e examples/host_adapter") from exc
 from acme_host.adapter import DomainAdapter
 from acme_host.context import NAME, provider as domain_provider
 from evaljobs import runtime, store
@@ -63,10 +67,10 @@ class Backend:
     def log(self) -> Path:
         return self.tmp_path / "worker.log"
 
-    def session(self, *, threads: int = 4, context_providers=None) -> Session:
+    def session(self, *, threads: int = 4, db: str | None = None) -> Session:
         """A session whose workers are running (``threads`` worker threads in all)."""
-        session = Session(db=self.db, broker=self.redis_url or "memory", width=threads,
-                          context_providers=context_providers)
+        self.db = db or self.db
+        session = Session(db=self.db, broker=self.redis_url or "memory", width=threads)
         self.sessions.append(session)
         # Bind the broker now: concurrent submits must not each configure their own.
         session.binding()
@@ -156,7 +160,7 @@ def test_adapter_fails_loudly_without_a_domain_and_records_the_domain_it_ran_und
 # -- acceptance ------------------------------------------------------------------------------------
 
 
-def test_every_pair_runs_under_the_domain_the_run_was_started_in_even_when_retried(backend):
+def test_every_pair_runs_under_the_domain_the_run_was_started_in_even_when_retried(backend, sim):
     """Start → each pair → finalize on worker threads; a retry and a rate-limit re-send keep "acme"."""
     session = backend.session(threads=4)
     cat = catalog("acme-run", ["s0", "s1", "s2", "s3"],
@@ -173,13 +177,14 @@ def test_every_pair_runs_under_the_domain_the_run_was_started_in_even_when_retri
     # The retried attempt ran on whatever thread took it, with no domain of its own.
     assert results[("s2", "sim/a")].attempts == 2 and results[("s2", "sim/b")].attempts == 2
     assert results[("s0", "sim/a")].attempts == 1
+    assert results[("s3", "sim/a")].attempts == 1 and sim.stats()["rate_limited"] == 2  # re-sent, not retried
     assert backend.dead_letters(session) == 0
 
 
 def test_runs_started_concurrently_under_acme_and_globex_never_mix(backend, request):
-    db = request.getfixturevalue("pg_url") if backend.kind == "redis" else backend.db
-    backend.db = db
-    session = backend.session(threads=4)
+    # On Redis the workers share a PostgreSQL database, as several machines would.
+    pg_url = request.getfixturevalue("pg_url") if backend.kind == "redis" else None
+    session = backend.session(threads=4, db=pg_url)
     cat = catalog("mixed", [f"s{i}" for i in range(6)], {"s5": "[sim: fail-first 1 500] publish s5"})
     start = threading.Barrier(2)
     runs: dict[str, str] = {}

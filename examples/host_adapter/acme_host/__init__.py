@@ -8,7 +8,14 @@ needs it. Two entry points wire it in, with no change to evaljobs:
   carries the domain from the thread that starts a run to every worker thread;
 * ``evaljobs.adapters``: ``acme`` (:class:`acme_host.adapter.DomainAdapter`).
 """
-from .domain import DOMAIN, NoPublishingDomain, PublishingDomain, current_domain, publishing_domain, require_domain
+from .domain import (
+    DOMAIN,
+    NoPublishingDomain,
+    PublishingDomain,
+    current_domain,
+    publishing_domain,
+    require_domain,
+)
 
 __all__ = ["DOMAIN", "NoPublishingDomain", "PublishingDomain", "current_domain", "publishing_domain",
            "require_domain"]
