@@ -380,14 +380,39 @@ def demo(width, db, html_path) -> None:
 @click.option("-Q", "--queues", multiple=True, help="Queues to consume (default: agents).")
 @click.option("--recover-every", type=click.FloatRange(min=0), default=0, show_default=True,
               help="Also check every N seconds for runs whose messages were lost (0: off).")
+@click.option("--min", "min_", type=int, default=None, help="Elastic pool: fewest members (with --max).")
+@click.option("--max", "max_", type=int, default=None, help="Elastic pool: most members.")
+@click.option("--idle-seconds", type=float, default=30.0, show_default=True,
+              help="Elastic pool: retire members idle this long.")
+@click.option("--lane", envvar="EVALJOBS_LANE", default="bulk", show_default=True,
+              help="Governor lane for this worker's provider calls: interactive or bulk.")
 @db_option
 @click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
 @providers_option
-def worker(threads, processes, queues, recover_every, db, broker, providers) -> None:
-    """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully)."""
+def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, db, broker,
+           providers) -> None:
+    """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
+
+    With --min/--max the worker is an elastic pool that follows the queue's backlog.
+    """
     if not broker.startswith(("redis://", "rediss://", "unix://")):
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
-    env = dict(os.environ, EVALJOBS_BROKER_URL=broker)
+    if lane not in ("interactive", "bulk"):
+        raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
+    if min_ is not None or max_ is not None:
+        from .commands.pool import configure_logging, run_pool
+
+        low = min_ if min_ is not None else 1
+        configure_logging()
+        try:
+            run_pool(min=low, max=max_ if max_ is not None else max(low, threads), idle_seconds=idle_seconds,
+                     lane=lane, broker=broker, db=db, queues=queues, providers=providers,
+                     recover_every=recover_every)
+        except ValueError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+        return
+    env = dict(os.environ, EVALJOBS_BROKER_URL=broker, EVALJOBS_LANE=lane)
     if recover_every:
         env["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
@@ -456,6 +481,10 @@ from .commands.reports import compare as _compare_command, report as _report_com
 
 main.add_command(_report_command)
 main.add_command(_compare_command)
+
+from .commands.pool import pool_worker  # noqa: E402
+
+main.add_command(pool_worker)
 
 
 if __name__ == "__main__":  # pragma: no cover

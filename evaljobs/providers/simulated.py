@@ -423,11 +423,22 @@ class SimulatedProvider:
         with self._lock:
             self._stats["in_flight"] += 1
             self._stats["peak_in_flight"] = max(self._stats["peak_in_flight"], self._stats["in_flight"])
+        released = False
+
+        def release() -> None:
+            # A request stops counting as in flight once its answer is ready, *before* the answer is
+            # written: a client may send its next request the moment it has read this one, before
+            # this coroutine runs again, and that request must not see a phantom slot taken.
+            nonlocal released
+            if not released:
+                released = True
+                with self._lock:
+                    self._stats["in_flight"] -= 1
+
         try:
-            return await self._answer(payload, model, messages, writer, keep_alive)
+            return await self._answer(payload, model, messages, writer, keep_alive, release)
         finally:
-            with self._lock:
-                self._stats["in_flight"] -= 1
+            release()
 
     def _admit(self) -> tuple[str, float] | None:
         """None when admitted; else (message, retry_after) for a 429. Admitted calls fill the rpm window."""
@@ -448,7 +459,7 @@ class SimulatedProvider:
         return None
 
     async def _answer(self, payload: dict[str, Any], model: str, messages: list[dict[str, Any]],
-                      writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+                      writer: asyncio.StreamWriter, keep_alive: bool, release=lambda: None) -> bool:
         conversation = json.dumps([model, messages], sort_keys=True, default=str).encode()
         key = hashlib.sha256(conversation).digest()[:16]
         attempt = self._attempts.pop(key, 0) + 1
@@ -470,6 +481,7 @@ class SimulatedProvider:
             answer = _Answer(status=400, message=str(exc))
         if delay > 0:
             await asyncio.sleep(delay)
+        release()
         return await self._respond(answer, model, messages, payload, writer, keep_alive)
 
     async def _respond(self, answer: _Answer, model: str, messages: list[dict[str, Any]],
