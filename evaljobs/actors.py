@@ -115,7 +115,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
     scenario = catalog.scenario(scenario_key)
     try:
         spec = runtime.model_spec(model)
-        adapter = runtime.adapter(settings.adapter)
+        adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
         judge = _judge(run_id, settings, spec)
         result = evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
                           time_limit=policy.time_limit)
@@ -158,7 +158,7 @@ def evaluate_model(run_id: str, model: str) -> None:
     settings = runtime.RunSettings.from_options(run.options)
     policy = runtime.policy(settings)
     spec = runtime.model_spec(model)
-    adapter = runtime.adapter(settings.adapter)
+    adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
     judge = _judge(run_id, settings, spec)
     runtime.set_permit_wait(60.0)  # one message runs the model's whole list: wait for permits in place
     for key, pair_model in store.missing_pairs(run_id):

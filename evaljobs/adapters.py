@@ -93,8 +93,11 @@ class ConversationAdapter:
 
     version = "conversation-1"
 
-    def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None):
+    def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None,
+                 cache_ttl: float | None = None):
         self.providers = providers
+        #: Seconds cached provider answers stay valid; None: no response cache (see ``evaljobs.cache``).
+        self.cache_ttl = cache_ttl
         if tool_runner is None:
             from .tools import live_tool_runner
 
@@ -104,6 +107,13 @@ class ConversationAdapter:
     def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
         from .calls import complete
 
+        cache = None
+        if self.cache_ttl is not None:
+            from .cache import CachingClient, GovernedCalls
+
+            # In front of the governor: a cached answer takes no permit from the shared budget.
+            cache = CachingClient(GovernedCalls(self.providers, model), model.provider, self.cache_ttl,
+                                  adapter_version=self.version)
         config = self.providers.get(model.provider)
         messages: list[dict[str, Any]] = []
         if scenario.system:
@@ -112,6 +122,7 @@ class ConversationAdapter:
         tools = [t.schema() for t in scenario.tools] or None
         replay = Replay(messages=messages)
         started = time.perf_counter()
+        cached_turns = paid_input = paid_output = 0
         for turn in range(scenario.max_turns):
             remaining = None
             if deadline is not None:
@@ -119,8 +130,12 @@ class ConversationAdapter:
                 if remaining <= 0:
                     raise DeadlineExceeded(f"ran out of time after {turn} turns")
             try:
-                completion = complete(self.providers, model, messages, first=turn == 0, tools=tools,
-                                      temperature=scenario.temperature, timeout=remaining)
+                if cache is not None:
+                    completion = cache.complete(model.model, messages, first=turn == 0, tools=tools,
+                                                temperature=scenario.temperature, timeout=remaining)
+                else:
+                    completion = complete(self.providers, model, messages, first=turn == 0, tools=tools,
+                                          temperature=scenario.temperature, timeout=remaining)
             except TransientError:
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
@@ -128,6 +143,11 @@ class ConversationAdapter:
             replay.turns += 1
             replay.input_tokens += completion.input_tokens
             replay.output_tokens += completion.output_tokens
+            if getattr(completion, "cached", False):
+                cached_turns += 1
+            else:
+                paid_input += completion.input_tokens
+                paid_output += completion.output_tokens
             messages.append(completion.raw_message)
             if not completion.tool_calls:
                 replay.answer = completion.content or ""
@@ -140,7 +160,9 @@ class ConversationAdapter:
         else:
             replay.error = f"conversation did not finish within max_turns={scenario.max_turns}"
         replay.duration_ms = (time.perf_counter() - started) * 1000.0
-        replay.cost = config.cost(model.model, replay.input_tokens, replay.output_tokens)
+        replay.cached = replay.turns > 0 and cached_turns == replay.turns
+        # Only the turns a provider answered cost money; answers from the cache are free.
+        replay.cost = config.cost(model.model, paid_input, paid_output)
         return replay
 
 
@@ -158,14 +180,20 @@ def run_canned_tool(scenario: Scenario, name: str, arguments: dict[str, Any]) ->
                     duration_ms=(time.perf_counter() - started) * 1000.0)
 
 
-def load_adapter(reference: str | None, providers: ProvidersConfig) -> Adapter:
+def load_adapter(reference: str | None, providers: ProvidersConfig, *, cache: bool = False) -> Adapter:
     """Resolve ``None`` (the default), ``module:callable`` or an entry-point name to an adapter.
 
     A class or factory that accepts ``providers=`` is called with it; any other
-    callable is used as the adapter itself.
+    callable is used as the adapter itself. ``cache`` (``--cache``) turns on the
+    response cache, which only :class:`ConversationAdapter` (and subclasses) support.
     """
+    cache_ttl = None
+    if cache:
+        from .cache import default_ttl
+
+        cache_ttl = default_ttl()
     if not reference:
-        return ConversationAdapter(providers)
+        return ConversationAdapter(providers, cache_ttl=cache_ttl)
     if ":" in reference:
         module_name, _, attr = reference.partition(":")
         try:
@@ -184,6 +212,11 @@ def load_adapter(reference: str | None, providers: ProvidersConfig) -> Adapter:
             target = found[0].load()
         except Exception as exc:  # noqa: BLE001 - report any import failure in one line
             raise AdapterError(f"cannot load adapter entry point '{reference}': {exc}") from None
+    if cache_ttl is not None:
+        if not (isinstance(target, type) and issubclass(target, ConversationAdapter)):
+            raise AdapterError(f"--cache needs the built-in conversation adapter (or a subclass); adapter "
+                               f"'{reference}' makes its own provider calls")
+        return target(providers=providers, cache_ttl=cache_ttl)
     if isinstance(target, type) or getattr(target, "wants_providers", False):
         try:
             return target(providers=providers)

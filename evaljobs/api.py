@@ -135,8 +135,10 @@ class Session:
 
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
-               time_limit: float | None = None) -> store.RunInfo:
+               time_limit: float | None = None, cache: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
+
+        ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.cache``).
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -159,11 +161,11 @@ class Session:
                 parse_model_spec(judge_model, self.providers)
             except ModelSpecError as exc:
                 raise UsageError(f"--judge-model: {exc}") from None
-        if adapter:
-            runtime.adapter(adapter)  # fail now, not on a worker
+        if adapter or cache:
+            runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat = self.load(catalog)
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
-                                       time_limit=time_limit)
+                                       time_limit=time_limit, cache=cache or None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         if self.excluded:

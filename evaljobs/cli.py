@@ -125,12 +125,14 @@ def _rate(text: str | None) -> float | None:
 @click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@click.option("--cache", is_flag=True,
+              help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).")
 @import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model, judge_cap, time_limit,
-        as_json, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
+        as_json, cache, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from . import events
     from .api import Session
@@ -155,7 +157,8 @@ def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model
             events.add_listener(progress)
         try:
             info = session.submit(catalog_obj, list(models), strategy=strategy, adapter=adapter,
-                                  judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit)
+                                  judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
+                                  cache=cache)
         finally:
             if inline:
                 events.remove_listener(progress)
@@ -485,6 +488,13 @@ main.add_command(_compare_command)
 from .commands.pool import pool_worker  # noqa: E402
 
 main.add_command(pool_worker)
+
+
+from .commands.ops import cache as cache_group, rerun as rerun_command, status as status_command, \
+    watch as watch_command  # noqa: E402 - registered once main exists
+
+for _command in (watch_command, status_command, rerun_command, cache_group):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -162,11 +162,16 @@ class ProviderJudge:
     ``allow()`` is asked before every call so a run can cap its judge calls.
     """
 
+    #: Part of the response-cache key of judge calls: bump it when the judge prompt's meaning changes.
+    version = "judge-1"
+
     def __init__(self, providers: ProvidersConfig, *, default_model: str | None = None,
-                 allow: Callable[[], bool] | None = None):
+                 allow: Callable[[], bool] | None = None, cache_ttl: float | None = None):
         self.providers = providers
         self.default_model = default_model
         self.allow = allow or (lambda: True)
+        #: Seconds cached judge answers stay valid (a run with ``--cache``); None: always ask.
+        self.cache_ttl = cache_ttl
 
     def __call__(self, scenario: Scenario, replay: Replay, model: ModelSpec | None = None) -> JudgeVerdict | None:
         spec_text = scenario.judge_model or self.default_model
@@ -179,12 +184,20 @@ class ProviderJudge:
 
         request = _DIRECTIVE.sub("", scenario.prompt).strip()
         user = f"RUBRIC:\n{scenario.expect.judge}\n\nREQUEST:\n{request}\n\nANSWER:\n{replay.answer}"
+        messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
         # The judge's calls count against the judge model's budget like any other call.
-        completion = complete(self.providers, judge_model,
-                              [{"role": "system", "content": JUDGE_SYSTEM},
-                               {"role": "user", "content": user}], first=False, temperature=0)
-        cost = self.providers.get(judge_model.provider).cost(
-            judge_model.model, completion.input_tokens, completion.output_tokens)
+        if self.cache_ttl is not None:
+            from .cache import CachingClient, GovernedCalls
+
+            cache = CachingClient(GovernedCalls(self.providers, judge_model), judge_model.provider,
+                                  self.cache_ttl, adapter_version=self.version)
+            completion = cache.complete(judge_model.model, messages, first=False, temperature=0)
+        else:
+            completion = complete(self.providers, judge_model, messages, first=False, temperature=0)
+        cost = 0.0  # an answer from the cache costs nothing
+        if not getattr(completion, "cached", False):
+            cost = self.providers.get(judge_model.provider).cost(
+                judge_model.model, completion.input_tokens, completion.output_tokens)
         score, reason = parse_judge_answer(completion.content)
         return JudgeVerdict(score, reason, completion.input_tokens, completion.output_tokens, cost)
 

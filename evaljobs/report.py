@@ -123,6 +123,7 @@ def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
         "input_tokens": sum(r.input_tokens for r in results),
         "output_tokens": sum(r.output_tokens for r in results),
         "cost": round(sum(r.cost for r in results), 6),
+        "cached": sum(1 for r in results if r.cached),
         "faults": {fault: n for fault, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0]))},
     }
 

@@ -18,8 +18,8 @@ from .retry import RetryPolicy
 
 _lock = threading.Lock()
 _providers: dict[str | None, ProvidersConfig] = {}
-_adapters: dict[tuple[str | None, str | None], Adapter] = {}
-_specs: dict[str, ModelSpec] = {}
+_adapters: dict[tuple[str | None, str | None, bool], Adapter] = {}
+_specs: dict[tuple, ModelSpec] = {}
 
 
 def providers(path: str | None = None) -> ProvidersConfig:
@@ -30,22 +30,27 @@ def providers(path: str | None = None) -> ProvidersConfig:
         return _providers[path]
 
 
-def adapter(reference: str | None, providers_path: str | None = None) -> Adapter:
-    key = (reference, providers_path)
+def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False) -> Adapter:
+    """The run's adapter; ``cache`` puts the response cache in front of its provider calls."""
+    # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
+    # adapter built from another config.
+    providers_path = providers_path or os.environ.get("EVALJOBS_PROVIDERS") or None
+    key = (reference, providers_path, bool(cache))
     with _lock:
         found = _adapters.get(key)
     if found is None:
-        found = load_adapter(reference, providers(providers_path))
+        found = load_adapter(reference, providers(providers_path), cache=bool(cache))
         with _lock:
             _adapters.setdefault(key, found)
     return found
 
 
 def model_spec(text: str) -> ModelSpec:
-    spec = _specs.get(text)
+    key = (text, os.environ.get("EVALJOBS_PROVIDERS"))
+    spec = _specs.get(key)
     if spec is None:
         spec = parse_model_spec(text, providers())
-        _specs[text] = spec
+        _specs[key] = spec
     return spec
 
 
@@ -57,19 +62,26 @@ class RunSettings:
     judge_model: str | None = None
     judge_cap: int | None = None
     time_limit: float | None = None
+    cache: bool | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
         options = options or {}
         return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
-                   judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"))
+                   judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
+                   cache=options.get("cache") or None)
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
-    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow)
+    cache_ttl = None
+    if settings.cache:
+        from .cache import default_ttl
+
+        cache_ttl = default_ttl()
+    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow, cache_ttl=cache_ttl)
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:

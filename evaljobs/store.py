@@ -13,13 +13,17 @@ per-process cache of parsed snapshots.
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import secrets
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -30,14 +34,16 @@ from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, Doubl
 from playhouse.pool import PooledPostgresqlDatabase
 
 from .report import build_report
-from .result import ERRORED, FAILED, PASSED, Result
+from .result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
 
 if TYPE_CHECKING:
     from .catalog import Catalog
 
 ENV_URL = "EVALJOBS_DATABASE_URL"
 DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: What each schema version added (recorded in ``schema_version.description``).
+_SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)"}
 
 PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
     "pending", "running", "complete", "partial", "failed", "cancelled")
@@ -48,6 +54,9 @@ FINISHED_STATUSES = (COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
 SQLITE_BUSY_SECONDS = 30
 #: Seconds to wait for a PostgreSQL server that does not answer.
 PG_CONNECT_TIMEOUT = 10
+#: Seconds a call keeps retrying when a database this process has reached before drops its
+#: connections or stops answering (a restart, a failover), before it gives up with one line.
+RECONNECT_SECONDS = float(os.environ.get("EVALJOBS_DB_RECONNECT_SECONDS", "60"))
 _PG_POOL_SIZE = 32
 _PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
 
@@ -61,6 +70,10 @@ _bind_lock = threading.RLock()
 
 class StoreError(Exception):
     """A store problem a user can act on; the message is one line."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The database did not accept a connection (down, restarting, wrong address)."""
 
 
 class UnknownRun(StoreError):
@@ -99,6 +112,8 @@ class RunInfo:
     finished_at: datetime | None
     report: dict[str, Any] | None
     note: str | None
+    #: The explicit pairs of a run over a subset (a rerun), in order; None: every scenario × model.
+    pairs: list[tuple[str, str]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -166,6 +181,9 @@ class Run(_Table):
     report_at = DateTimeField(null=True)
     note = TextField(null=True)
     judge_calls = IntegerField(default=0)
+    #: JSON list of [scenario_key, model] when the run covers a subset of scenario × model (a rerun);
+    #: NULL for the whole product. Read with the run row (by primary key), so honouring it scans nothing.
+    pairs = TextField(null=True)
 
     class Meta:
         table_name = "run"
@@ -261,6 +279,7 @@ def _open(url: str) -> peewee.Database:
                          "postgresql://user@host:port/db")
     db.evaljobs_url = url
     db.evaljobs_pid = os.getpid()
+    db.evaljobs_reached = False  # set once a connection succeeds: only then is a failure an outage
     return db
 
 
@@ -341,7 +360,8 @@ def _connection() -> Iterator[peewee.Database]:
             db.connect()
         except (peewee.OperationalError, peewee.InterfaceError, peewee.ImproperlyConfigured) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"cannot reach database {redact(db.evaljobs_url)}: {reason}") from None
+            raise DatabaseUnavailable(f"cannot reach database {redact(db.evaljobs_url)}: {reason}") from None
+        db.evaljobs_reached = True
     try:
         yield db
     finally:
@@ -359,6 +379,59 @@ def _transaction() -> Iterator[peewee.Database]:
             yield db
 
 
+_logger = logging.getLogger("evaljobs.store")
+
+
+def _reconnecting(fn):
+    """Run ``fn`` again when the database connection is lost mid-call (a restart, a failover).
+
+    Safe because every public call is one short statement or transaction that either
+    committed or rolled back, and each is idempotent: insert-if-absent on the unique
+    pair, conditional updates, reads. So a call repeated after its connection dropped
+    cannot double a result; without this, a worker whose database restarted between a
+    provider call and its commit failed the message and evaluated the pair again.
+
+    Retries for up to ``RECONNECT_SECONDS`` and only a database this process has reached
+    before (a wrong URL still fails at once), only as the outermost call (a nested call
+    inside a transaction leaves the retry to its caller), and on SQLite only a lock
+    timeout. Giving up is one line naming the database.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        db = database.obj
+        if db is not None and not db.is_closed() and db.in_transaction():
+            return fn(*args, **kwargs)
+        deadline, pause = None, 0.05
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (DatabaseUnavailable, peewee.OperationalError, peewee.InterfaceError) as exc:
+                db = database.obj
+                if db is None or not getattr(db, "evaljobs_reached", False) or not _is_outage(db, exc):
+                    raise
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + RECONNECT_SECONDS
+                    _logger.warning("database %s: %s; retrying %s for up to %g s", redact(db.evaljobs_url),
+                                    reason[:200], fn.__name__, RECONNECT_SECONDS)
+                if now >= deadline:
+                    raise DatabaseUnavailable(f"lost database {redact(db.evaljobs_url)} for {RECONNECT_SECONDS:g} s "
+                                              f"({fn.__name__}): {reason[:300]}") from None
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 1.0)
+
+    return wrapper
+
+
+def _is_outage(db: peewee.Database, exc: Exception) -> bool:
+    if isinstance(exc, DatabaseUnavailable) or isinstance(db, peewee.PostgresqlDatabase):
+        return True  # connection lost, admin shutdown, serialization failure, deadlock: all transient
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
 def _upgrade(db: peewee.Database) -> list[str]:
     done: list[str] = []
     with _transaction():
@@ -374,9 +447,23 @@ def _upgrade(db: peewee.Database) -> list[str]:
         if current > SCHEMA_VERSION:
             raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
                              f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
+        if Run._meta.table_name in existing:
+            done += _add_missing_columns(db, Run, {"pairs": "TEXT"})
         if current < SCHEMA_VERSION:
-            SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(), description="initial schema")
+            SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(),
+                                 description=_SCHEMA_CHANGES[SCHEMA_VERSION] if current else "initial schema")
             done.append(f"recorded schema version {SCHEMA_VERSION}")
+    return done
+
+
+def _add_missing_columns(db: peewee.Database, table: type[Model], columns: dict[str, str]) -> list[str]:
+    """ALTER TABLE … ADD COLUMN for nullable columns added after the table was first created."""
+    have = {column.name for column in db.get_columns(table._meta.table_name)}
+    done = []
+    for name, sql_type in columns.items():
+        if name not in have:
+            db.execute_sql(f'ALTER TABLE "{table._meta.table_name}" ADD COLUMN "{name}" {sql_type}')
+            done.append(f"added column {table._meta.table_name}.{name}")
     return done
 
 
@@ -409,7 +496,19 @@ def _info(row: Run) -> RunInfo:
                    strategy=row.strategy, status=row.status, expected=row.expected, persisted=row.persisted,
                    context=_loads(row.context), options=_loads(row.options) or {},
                    created_at=_aware(row.created_at), started_at=_aware(row.started_at),
-                   finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note)
+                   finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note,
+                   pairs=list(_pair_list(row.pairs)) if row.pairs is not None else None)
+
+
+@lru_cache(maxsize=256)
+def _pair_list(text: str) -> tuple[tuple[str, str], ...]:
+    """A run's explicit pairs, parsed once per process (they never change once the run exists)."""
+    return tuple((key, model) for key, model in json.loads(text))
+
+
+@lru_cache(maxsize=256)
+def _pair_set(text: str) -> frozenset[tuple[str, str]]:
+    return frozenset(_pair_list(text))
 
 
 def _get_row(run_id: str, *, lock: bool = False) -> Run:
@@ -435,6 +534,7 @@ def _pair_text(pairs: list[tuple[str, str]], limit: int = 5) -> str:
 # -- snapshots ------------------------------------------------------------------------------
 
 
+@_reconnecting
 def save_snapshot(catalog: "Catalog") -> None:
     """Store the catalog body under its digest (insert if absent): a run always grades against
     the exact catalog it was started with, whatever happens to the YAML file afterwards."""
@@ -445,6 +545,7 @@ def save_snapshot(catalog: "Catalog") -> None:
     _snapshots.setdefault(catalog.digest, catalog)
 
 
+@_reconnecting
 def load_snapshot(digest: str) -> "Catalog":
     """The catalog snapshotted under ``digest``, parsed once per process and then cached."""
     cached = _snapshots.get(digest)
@@ -469,8 +570,14 @@ def _forget_snapshots() -> None:
 
 
 def create_run(catalog: "Catalog", models: list[str], *, strategy: str, context: dict | None = None,
-               options: dict | None = None) -> RunInfo:
-    """Snapshot the catalog and create a pending run expecting every scenario × model pair."""
+               options: dict | None = None, pairs: list[tuple[str, str]] | None = None) -> RunInfo:
+    """Snapshot the catalog and create a pending run expecting every scenario × model pair.
+
+    With ``pairs`` (a rerun) the run expects exactly those pairs instead: each must name a
+    catalog scenario and one of ``models``, and every model must have at least one pair.
+    They are stored in catalog order and the barrier, ``missing_pairs`` and ``finalize``
+    honour them, so the completion contract is the same as for a whole run.
+    """
     models = list(models)
     if not models:
         raise ValueError("a run needs at least one model: pass -m MODEL")
@@ -479,22 +586,46 @@ def create_run(catalog: "Catalog", models: list[str], *, strategy: str, context:
         raise ValueError(f"model {repeated[0]!r} is given more than once: pass each model once")
     if not catalog.scenarios:
         raise ValueError(f"catalog {catalog.source} has no scenarios: add at least one")
+    chosen = _check_pairs(catalog, models, pairs) if pairs is not None else None
     save_snapshot(catalog)
     row = dict(id="r_" + secrets.token_hex(6), digest=catalog.digest, catalog_name=catalog.name,
                models=_dumps(models), strategy=strategy, status=PENDING,
-               expected=len(catalog.scenarios) * len(models), persisted=0,
-               context=_dumps(context) if context is not None else None, options=_dumps(options or {}),
-               created_at=_now())
+               expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models),
+               persisted=0, context=_dumps(context) if context is not None else None,
+               options=_dumps(options or {}), created_at=_now(),
+               pairs=_dumps(chosen) if chosen is not None else None)
     with _connection():
         Run.insert(**row).as_rowcount().execute()
     return get_run(row["id"])
 
 
+def _check_pairs(catalog: "Catalog", models: list[str], pairs: list[tuple[str, str]]) -> list[list[str]]:
+    wanted = [(str(key), str(model)) for key, model in pairs]
+    if not wanted:
+        raise ValueError("a run over chosen pairs needs at least one pair")
+    seen: set[tuple[str, str]] = set()
+    for key, model in wanted:
+        if (key, model) in seen:
+            raise ValueError(f"pair {key} × {model} is given more than once: pass each pair once")
+        seen.add((key, model))
+        if key not in catalog:
+            raise ValueError(f"pair {key} × {model}: scenario {key!r} is not in catalog {catalog.name!r}")
+        if model not in models:
+            raise ValueError(f"pair {key} × {model}: model {model!r} is not one of the run's models "
+                             f"({', '.join(models)})")
+    unused = [m for m in models if m not in {model for _, model in wanted}]
+    if unused:
+        raise ValueError(f"model {unused[0]!r} has no pair in this run: leave it out of the models")
+    return [[key, model] for key in catalog.keys for model in models if (key, model) in seen]
+
+
+@_reconnecting
 def get_run(run_id: str) -> RunInfo:
     with _connection():
         return _info(_get_row(run_id))
 
 
+@_reconnecting
 def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = None) -> list[RunInfo]:
     """Newest first (served by the created_at / (status, created_at) indexes)."""
     query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
@@ -506,6 +637,7 @@ def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = No
         return [_info(row) for row in query]
 
 
+@_reconnecting
 def mark_running(run_id: str) -> bool:
     """pending → running; False if the run had already left pending (e.g. a redelivered start)."""
     with _transaction():
@@ -516,6 +648,7 @@ def mark_running(run_id: str) -> bool:
     return bool(changed)
 
 
+@_reconnecting
 def set_status(run_id: str, status: str, note: str | None = None) -> None:
     """Set the status (and ``note`` if given); the first start/finish time is kept."""
     _check_status(status)
@@ -532,6 +665,7 @@ def set_status(run_id: str, status: str, note: str | None = None) -> None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
 
 
+@_reconnecting
 def cancel(run_id: str) -> bool:
     """Cancel a pending or running run; False if it had already finished."""
     with _transaction():
@@ -542,6 +676,7 @@ def cancel(run_id: str) -> bool:
     return bool(changed)
 
 
+@_reconnecting
 def take_judge_call(run_id: str, cap: int) -> bool:
     """Reserve one LLM-judge call against the run's cap; False once ``cap`` calls were taken.
 
@@ -558,6 +693,7 @@ def take_judge_call(run_id: str, cap: int) -> bool:
 # -- results and the barrier ----------------------------------------------------------------
 
 
+@_reconnecting
 def record_result(run_id: str, result: Result) -> Recorded:
     """Persist one pair's result and count the run's persisted pairs, in one short transaction.
 
@@ -583,6 +719,9 @@ def record_result(run_id: str, result: Result) -> Recorded:
                     f"model {result.model!r} is not one of the run's models ({', '.join(models)})")
             raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
                                  f"{result.model!r}: {what}")
+        if run.pairs is not None and result.pair not in _pair_set(run.pairs):
+            raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
+                                 f"{result.model!r}: the run covers only {run.expected} chosen pairs")
         if not _insert_result(run_id, result):
             return Recorded(inserted=False, completed=False, persisted=run.persisted, expected=run.expected)
         persisted = _count_query(run_id).scalar()
@@ -591,14 +730,30 @@ def record_result(run_id: str, result: Result) -> Recorded:
                     expected=run.expected)
 
 
+def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
+    """``value`` with every string longer than ``cap`` cut to ``cap`` (like ``Result.output``).
+
+    ``details`` keeps the conversation transcript and ``tool_calls`` the tools' answers; without
+    this, one 50 MB provider answer was stored whole in ``details.messages`` although the output
+    column was capped.
+    """
+    if isinstance(value, str):
+        return value if len(value) <= cap else value[:cap] + "…[truncated]"
+    if isinstance(value, dict):
+        return {key: _capped(item, cap) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_capped(item, cap) for item in value]
+    return value
+
+
 def _insert_result(run_id: str, result: Result) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted."""
     row = dict(run=run_id, scenario_key=result.scenario_key, model=result.model, status=result.status,
                score=float(result.score), scores=_dumps(result.scores), fault=result.fault,
-               output=result.output or "", tool_calls=_dumps(result.tool_calls),
+               output=result.output or "", tool_calls=_dumps(_capped(result.tool_calls)),
                duration_ms=int(round(result.duration_ms or 0)), input_tokens=int(result.input_tokens or 0),
                output_tokens=int(result.output_tokens or 0), cost=float(result.cost or 0.0),
-               attempts=int(result.attempts), error=result.error, details=_dumps(result.details),
+               attempts=int(result.attempts), error=result.error, details=_dumps(_capped(result.details)),
                cached=bool(result.cached), created_at=_now())
     target = [ResultRow.run, ResultRow.scenario_key, ResultRow.model]
     return (ResultRow.insert(**row).on_conflict(action="NOTHING", conflict_target=target)
@@ -631,6 +786,7 @@ def _to_result(row: ResultRow) -> Result:
                   cached=bool(row.cached))
 
 
+@_reconnecting
 def is_recorded(run_id: str, scenario_key: str, model: str) -> bool:
     query = ResultRow.select(ResultRow.id).where(
         (ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key) & (ResultRow.model == model))
@@ -638,6 +794,7 @@ def is_recorded(run_id: str, scenario_key: str, model: str) -> bool:
         return query.exists()
 
 
+@_reconnecting
 def list_results(run_id: str) -> list[Result]:
     """The run's results ordered by (scenario key, model).
 
@@ -649,6 +806,7 @@ def list_results(run_id: str) -> list[Result]:
     return [_to_result(row) for row in sorted(rows, key=lambda r: (r.scenario_key, r.model))]
 
 
+@_reconnecting
 def missing_pairs(run_id: str) -> list[tuple[str, str]]:
     """Expected pairs with no persisted row, in catalog order (scenario-major, run model order)."""
     with _connection():
@@ -657,10 +815,32 @@ def missing_pairs(run_id: str) -> list[tuple[str, str]]:
 
 def _missing(run: Run) -> list[tuple[str, str]]:
     done = set(_pairs_query(run.id).tuples())
-    keys = load_snapshot(run.digest).keys
-    return [(key, model) for key in keys for model in _loads(run.models) if (key, model) not in done]
+    return [pair for pair in _expected(run) if pair not in done]
 
 
+def _expected(run: Run) -> list[tuple[str, str]]:
+    if run.pairs is not None:
+        return list(_pair_list(run.pairs))
+    models = _loads(run.models)
+    return [(key, model) for key in load_snapshot(run.digest).keys for model in models]
+
+
+def expected_pairs(run_id: str) -> list[tuple[str, str]]:
+    """Every pair the run expects, in catalog order (its chosen pairs for a rerun)."""
+    with _connection():
+        return _expected(_get_row(run_id))
+
+
+def pair_statuses(run_id: str) -> dict[tuple[str, str], str]:
+    """(scenario key, model) → status of each persisted result: one indexed query, no result bodies."""
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.status)
+             .where(ResultRow.run == run_id))
+    with _connection():
+        _get_row(run_id)
+        return {(key, model): status for key, model, status in query.tuples()}
+
+
+@_reconnecting
 def progress(run_id: str) -> dict[str, int]:
     """expected / persisted / passed / failed / errored, from one indexed GROUP BY."""
     with _connection():
@@ -673,6 +853,7 @@ def progress(run_id: str) -> dict[str, int]:
 # -- finalize -------------------------------------------------------------------------------
 
 
+@_reconnecting
 def finalize(run_id: str) -> Finalized:
     """Build, store and return the run's one report (invariant 3); idempotent.
 
@@ -706,3 +887,74 @@ def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
             "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options)}
+
+
+# -- response cache (``--cache``) -----------------------------------------------------------
+
+
+class CacheEntry(_Table):
+    """One cached provider answer, shared by every worker through the database.
+
+    ``key`` is a sha256 of (provider, model, request body, adapter version) computed by
+    :mod:`evaljobs.cache`; only successful answers are ever written.
+    """
+
+    key = CharField(max_length=64, primary_key=True)
+    provider = TextField()
+    model = TextField()
+    value = TextField()
+    created_at = DateTimeField(index=True)
+
+    class Meta:
+        table_name = "cache"
+
+
+def _ensure_cache() -> None:
+    """Create the ``cache`` table the first time this process (and database) uses the cache.
+
+    The cache is optional, so its table is not part of the schema every run needs
+    (``connect``/``db upgrade``): a database where nobody ever passed ``--cache`` has none.
+    """
+    db = _bound()
+    if getattr(db, "evaljobs_cache_ready", False):
+        return
+    with _transaction():
+        if isinstance(db, peewee.PostgresqlDatabase):
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
+        db.create_tables([CacheEntry], safe=True)
+    db.evaljobs_cache_ready = True
+
+
+def cache_get(key: str, ttl: float) -> str | None:
+    """The cached value under ``key`` if it was written less than ``ttl`` seconds ago (primary-key lookup)."""
+    _ensure_cache()
+    cutoff = _now() - timedelta(seconds=ttl)
+    query = (CacheEntry.select(CacheEntry.value)
+             .where((CacheEntry.key == key) & (CacheEntry.created_at >= cutoff)))
+    with _connection():
+        return query.scalar()
+
+
+def cache_put(key: str, value: str, *, provider: str, model: str) -> None:
+    """Store (or refresh) ``value`` under ``key``; concurrent writers of the same key are harmless."""
+    _ensure_cache()
+    row = dict(key=key, provider=provider, model=model, value=value, created_at=_now())
+    with _connection():
+        (CacheEntry.insert(**row)
+         .on_conflict(conflict_target=[CacheEntry.key],
+                      preserve=[CacheEntry.value, CacheEntry.created_at, CacheEntry.provider,
+                                CacheEntry.model])
+         .as_rowcount().execute())
+
+
+def cache_clear(older_than: float | None = None) -> int:
+    """Delete cached answers written more than ``older_than`` seconds ago (all with None).
+
+    Returns how many were deleted.
+    """
+    _ensure_cache()
+    query = CacheEntry.delete()
+    if older_than is not None:
+        query = query.where(CacheEntry.created_at < _now() - timedelta(seconds=older_than))
+    with _transaction():
+        return query.execute()

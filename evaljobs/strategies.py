@@ -28,7 +28,7 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
     store.mark_running(run_id)
     settings = runtime.RunSettings.from_options(run.options)
     policy = runtime.policy(settings)
-    adapter = runtime.adapter(settings.adapter)
+    adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
     allow = None
     if settings.judge_cap is not None:
         cap = settings.judge_cap

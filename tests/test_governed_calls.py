@@ -20,6 +20,7 @@ def catalog(n: int):
 def limited(tmp_path, monkeypatch):
     providers = tmp_path / "providers.yaml"
     providers.write_text("providers:\n  sim:\n    governor: {initial: 2, ceiling: 4}\n")
+    monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))  # Session sets it too; restored after the test
     with SimulatedProvider(latency=0.05, max_concurrent=4) as sim:
         monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
         yield sim, str(providers)

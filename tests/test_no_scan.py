@@ -1,0 +1,261 @@
+"""Invariant 9: listing a run's results or progress never scans a Redis keyspace or a whole table.
+
+SQL: every statement the listing functions issue is captured from peewee's
+query log and explained on a populated database (thousands of rows, ANALYZEd,
+so the planner has a real choice): no full scan of ``run`` or ``result`` on
+SQLite or PostgreSQL.
+
+Redis: MONITOR records every command while `evaljobs show`, `watch`, `status`
+and `Session.wait` follow a run worked by a real worker process: none of them
+(nor the worker) issues SCAN/KEYS/HSCAN/SSCAN/ZSCAN. Commands that Lua scripts
+run inside Redis are reported by MONITOR with client type ``lua`` — Dramatiq's
+maintenance script runs ``keys`` on one dead worker's ack sets that way — and
+are not commands our code sends, so they are left out.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+import redis as redis_lib
+from click.testing import CliRunner
+
+from evaljobs import events, store
+from evaljobs.api import Session
+from evaljobs.catalog import loads_catalog, parse_catalog
+from evaljobs.cli import Group, main
+from evaljobs.commands.ops import status as status_command, watch as watch_command
+from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.result import Result
+from evaljobs.status import active_runs
+from workers import WorkerProcess
+
+SCANS = {"SCAN", "KEYS", "HSCAN", "SSCAN", "ZSCAN"}
+
+
+# -- SQL ------------------------------------------------------------------------------------------
+
+
+class _Statements(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.statements: list[tuple[str, tuple]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, tuple) and len(record.msg) == 2:
+            sql, params = record.msg
+            self.statements.append((sql, tuple(params or ())))
+
+
+@contextmanager
+def sql_log():
+    """Every statement peewee sends, as (sql, params)."""
+    logger = logging.getLogger("peewee")
+    handler, level = _Statements(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.statements
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def populate(runs: int = 100, scenarios: int = 25, idle_runs: int = 3000) -> tuple[list[str], str]:
+    """``runs`` runs of scenarios × 2 models with every result (5,000 rows), plus ``idle_runs`` finished
+    runs without results; a tenth of the runs still running. Returns the run ids and a rerun's id."""
+    body = {"name": "big", "scenarios": [{"key": f"s{i:02d}", "messages": [{"role": "user", "content": "x"}]}
+                                         for i in range(scenarios)]}
+    catalog = parse_catalog(body, source="big.yaml")
+    first = store.create_run(catalog, ["m1", "m2"], strategy="fanout")  # saves the snapshot
+    now = store._now()
+    ids = [first.id] + [f"r_live{i:06d}" for i in range(1, runs)]
+    live = [dict(id=run_id, digest=catalog.digest, catalog_name="big", models='["m1","m2"]',
+                 strategy="fanout", status="pending", expected=scenarios * 2, persisted=0, options="{}",
+                 judge_calls=0,
+                 created_at=now - timedelta(seconds=i)) for i, run_id in enumerate(ids[1:], start=1)]
+    rows = [dict(run=run_id, scenario_key=key, model=model, status="passed" if (i + j) % 4 else "failed",
+                 score=1.0, scores="{}", output="", tool_calls="[]", duration_ms=5, input_tokens=1,
+                 output_tokens=1, cost=0.0, attempts=1, details="{}", cached=False, created_at=now)
+            for i, run_id in enumerate(ids) for j, key in enumerate(catalog.keys) for model in ("m1", "m2")]
+    old = [dict(id=f"r_idle{i:06d}", digest=catalog.digest, catalog_name="big", models='["m1"]',
+                strategy="fanout", status="complete", expected=scenarios, persisted=0, options="{}",
+                judge_calls=0,
+                created_at=now - timedelta(days=30, seconds=i)) for i in range(idle_runs)]
+    with store._transaction() as db:
+        _insert(db, "run", live + old)
+        _insert(db, "result", rows)
+        Run, Row = store.Run, store.ResultRow
+        Run.update(status="complete", persisted=scenarios * 2).where(Run.id.in_(ids[10:])).execute()
+        Run.update(status="running", persisted=scenarios * 2 - 1).where(Run.id.in_(ids[:10])).execute()
+        Row.delete().where((Row.run == ids[0]) & (Row.scenario_key == "s00") & (Row.model == "m1")).execute()
+    rerun = store.create_run(catalog, ["m2"], strategy="fanout", pairs=[("s03", "m2"), ("s07", "m2")])
+    store.record_result(rerun.id, Result("s03", "m2", "passed"))
+    with store._connection() as db:
+        db.execute_sql("ANALYZE")
+    return ids, rerun.id
+
+
+def _insert(db, table: str, rows: list[dict]) -> None:
+    """Multi-row INSERTs by hand: peewee's insert_many spends seconds building SQL for thousands of rows."""
+    columns = list(rows[0])
+    names = ", ".join(f'"{"run_id" if c == "run" and table == "result" else c}"' for c in columns)
+    one = "(" + ", ".join([db.param] * len(columns)) + ")"
+    for start in range(0, len(rows), 400):
+        chunk = rows[start:start + 400]
+        db.execute_sql(f'INSERT INTO "{table}" ({names}) VALUES {", ".join([one] * len(chunk))}',
+                       [row[c] for row in chunk for c in columns])
+
+
+def full_scans(db, sql: str, params: tuple) -> list[str]:
+    """The plan lines of ``sql`` that read a whole ``run`` or ``result`` table."""
+    if isinstance(db, store.peewee.SqliteDatabase):
+        plan = [row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params)]
+        return [line for line in plan if re.match(r"^SCAN (?!CONSTANT ROW)\S+", line)
+                and not re.search(r"USING (COVERING )?INDEX|USING INTEGER PRIMARY KEY", line)]
+    plan = [row[0] for row in db.execute_sql("EXPLAIN " + sql, params)]
+    return [line.strip() for line in plan if re.search(r"Seq Scan on (run|result)\b", line)]
+
+
+def test_listing_results_and_progress_uses_indexes_only(db_url):
+    db = store.connect(db_url)
+    ids, rerun_id = populate()
+    running = ids[0]
+    calls = {
+        "list_results": lambda: store.list_results(running),
+        "progress": lambda: store.progress(running),
+        "missing_pairs": lambda: store.missing_pairs(running),
+        "missing_pairs of a rerun": lambda: store.missing_pairs(rerun_id),
+        "is_recorded": lambda: store.is_recorded(running, "s05", "m2"),
+        "get_run": lambda: store.get_run(running),
+        "list_runs": lambda: store.list_runs(limit=20),
+        "list_runs by status": lambda: store.list_runs(limit=50, statuses=["pending", "running"]),
+        "expected_pairs": lambda: store.expected_pairs(rerun_id),
+        "pair_statuses": lambda: store.pair_statuses(running),
+        "status: active runs": lambda: active_runs(),
+    }
+    results = {}
+    for name, call in calls.items():
+        with sql_log() as statements:
+            results[name] = call()
+        selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
+        assert selects, f"{name}: no SELECT captured"
+        with store._connection():
+            for sql, params in selects:
+                assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
+    # The calls did their job on the populated database (the plans above are for real work).
+    assert len(results["list_results"]) == 49 and results["missing_pairs"] == [("s00", "m1")]
+    assert results["progress"]["persisted"] == 49 and results["missing_pairs of a rerun"] == [("s07", "m2")]
+    assert len(results["list_runs"]) == 20 and len(results["list_runs by status"]) == 11
+    assert len(results["status: active runs"]) == 11 and results["is_recorded"] is True
+
+
+def test_the_check_catches_a_full_scan(db_url):
+    """The detector is not vacuous: a query with no usable index is reported on both backends."""
+    db = store.connect(db_url)
+    populate(runs=20, idle_runs=2000)
+    sql, params = store.ResultRow.select().where(store.ResultRow.output == "needle").sql()
+    with store._connection():
+        assert full_scans(db, sql, params)
+        sql, params = store.Run.select().where(store.Run.catalog_name == "big").sql()
+        assert full_scans(db, sql, params)
+
+
+# -- Redis ----------------------------------------------------------------------------------------
+
+
+class Monitor:
+    """Redis MONITOR on a thread; ``commands`` holds what was seen after :meth:`mark`."""
+
+    STOP = "evaljobs-monitor-stop"
+
+    def __init__(self, url: str):
+        self.url = url
+        self.commands: list[dict] = []
+        self.marked = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Monitor":
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def _run(self) -> None:
+        client = redis_lib.Redis.from_url(self.url)
+        with client.monitor() as monitor:
+            self._ready.set()
+            while True:
+                command = monitor.next_command()
+                if self.STOP in command["command"]:
+                    break
+                self.commands.append(command)
+        client.close()
+
+    def stop(self) -> None:
+        redis_lib.Redis.from_url(self.url).echo(self.STOP)
+        self._thread.join(10)
+
+    def seen(self, prefix: str) -> bool:
+        return any(c["command"].startswith(prefix) for c in self.commands)
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimulatedProvider(latency=0.05, jitter=0.02) as provider:
+        yield provider
+
+
+@pytest.mark.redis
+def test_show_watch_status_and_wait_never_scan_redis(redis_url, sqlite_url, sim, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    monkeypatch.setenv("EVALJOBS_DATABASE_URL", sqlite_url)
+    monitor = Monitor(redis_url).start()
+    probe = redis_lib.Redis.from_url(redis_url)
+    probe.scan(0, match="probe-*")  # the monitor does see a scan when one is sent
+    probe.close()
+    session = Session(db=sqlite_url, broker=redis_url)
+    ops = Group(commands={"status": status_command, "watch": watch_command})
+    runner = CliRunner()
+    lines = ["name: watched", "scenarios:"] + [
+        f'  - key: s{i:02d}\n    prompt: "[sim: say {i}]"\n    expect: {{contains: ["{i}"]}}'
+        for i in range(16)]
+    catalog = loads_catalog("\n".join(lines) + "\n", source="watched.yaml")
+    try:
+        worker = WorkerProcess(redis_url, sqlite_url, threads=4, log=tmp_path / "worker.log").start()
+        try:
+            run = session.submit(catalog, ["sim/a", "sim/b"])
+            waited: list[store.RunInfo] = []
+            waiter = threading.Thread(
+                target=lambda: waited.append(session.wait(run.id, timeout=90, poll=0.5)))
+            waiter.start()
+            during = runner.invoke(ops, ["status", "--broker", redis_url], catch_exceptions=False)
+            watched = runner.invoke(ops, ["watch", run.id, "--broker", redis_url, "--timeout", "90"],
+                                    catch_exceptions=False)
+            waiter.join(90)
+            shown = runner.invoke(main, ["show", run.id], catch_exceptions=False)
+            after = runner.invoke(ops, ["status", "--json", "--broker", redis_url], catch_exceptions=False)
+        finally:
+            worker.kill()  # the run is over: no need for a graceful stop
+    finally:
+        session.close()
+        monitor.stop()
+        events.bind_redis(None)  # later tests follow runs in-process
+    assert during.exit_code == 0 and "agents" in during.output, during.output
+    log = (tmp_path / "worker.log").read_text()[-2000:]
+    assert watched.exit_code == 0 and "verdict:" in watched.output, log
+    assert waited and waited[0].report is not None
+    assert shown.exit_code == 0 and "s15 × sim/b" in shown.output
+    assert after.exit_code == 0 and '"ready": 0' in after.output
+
+    probe_index = next(i for i, c in enumerate(monitor.commands) if c["command"].startswith("SCAN 0"))
+    ours = [c for c in monitor.commands[probe_index + 1:] if c["client_type"] != "lua"]
+    offending = [c["command"] for c in ours if c["command"].split(" ", 1)[0].upper() in SCANS]
+    assert offending == []
+    # The monitor really watched this traffic: the status reads and the event subscriptions are there.
+    assert monitor.seen("LLEN dramatiq:agents") and monitor.seen("HGETALL evaljobs:pools")
+    assert monitor.seen(f"SUBSCRIBE evaljobs:run:{run.id}") and monitor.seen("EVALSHA")

@@ -1,0 +1,284 @@
+"""Live progress: every result reported exactly once, "complete" only once the report is committed.
+
+Checked on the in-process broker (worker threads, in-process events) and on
+real Redis pub/sub with `evaljobs worker` processes; plus the Progress
+arithmetic that merges events with the slow database poll, and `evaljobs watch`.
+"""
+from __future__ import annotations
+
+import io
+import re
+import threading
+from collections import Counter
+
+import dramatiq
+import pytest
+from click.testing import CliRunner
+
+from evaljobs import broker, events, store
+from evaljobs.catalog import loads_catalog
+from evaljobs.cli import Group
+from evaljobs.commands.ops import watch
+from evaljobs.progress import Progress, follow
+from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.result import Result
+from workers import WorkerProcess
+
+MODELS = ["sim/a", "sim/b"]
+
+
+def catalog(n: int, name: str = "watched", fail_every: int = 0):
+    lines = [f"name: {name}", "scenarios:"]
+    for i in range(n):
+        want = "nothing-like-this" if fail_every and i % fail_every == 0 else f"answer {i}"
+        lines += [f"  - key: s{i:02d}", f'    prompt: "[sim: say answer {i}]"',
+                  f"    expect: {{contains: ['{want}']}}"]
+    return loads_catalog("\n".join(lines) + "\n", source=f"{name}.yaml")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimulatedProvider(latency=0.02, jitter=0.02) as provider:
+        yield provider
+
+
+@pytest.fixture
+def memory(tmp_path, sim, monkeypatch):
+    """SQLite + the in-process broker with real worker threads."""
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    binding = broker.configure("memory")
+    worker = dramatiq.Worker(binding.broker, worker_threads=4, worker_timeout=20)
+    worker.start()
+    yield binding
+    worker.stop()
+    binding.broker.close()
+
+
+class Recorder:
+    """Follows one run's events on a thread; on "complete" it reads the report at once."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.events: list[dict] = []
+        self.report_on_complete: list[bool] = []
+        self.subscription = events.Subscription(run_id)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            event = self.subscription.get(0.1)
+            if event is None:
+                continue
+            if event.get("type") == "complete":
+                self.report_on_complete.append(store.get_run(self.run_id).report is not None)
+            self.events.append(event)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.subscription.close()
+
+
+def assert_stream(run_id: str, recorder: Recorder, lines: str, expected_pairs: set) -> None:
+    results = [(e["scenario"], e["model"]) for e in recorder.events if e["type"] == "result"]
+    assert Counter(results) == Counter({pair: 1 for pair in expected_pairs}), "each result exactly once"
+    assert [e["type"] for e in recorder.events].count("complete") == 1
+    assert recorder.report_on_complete == [True], "a waiter reading the report on complete finds it"
+    assert sorted(e["persisted"] for e in recorder.events if e["type"] == "result") == \
+        list(range(1, len(expected_pairs) + 1))
+    # The Progress fed by follow() printed one line per pair, each pair once, ending at N/N.
+    printed = re.findall(r"^\[\s*(\d+)/(\d+)\] (\w+)\s+(\S+) × (\S+)", lines, re.M)
+    assert Counter((key, model) for _, _, _, key, model in printed) == \
+        Counter({pair: 1 for pair in expected_pairs}), lines
+    assert max(int(done) for done, *_ in printed) == len(expected_pairs)
+
+
+def test_memory_broker_stream_reports_each_result_once_and_complete_after_the_report(memory):
+    cat = catalog(12, fail_every=4)
+    run = store.create_run(cat, MODELS, strategy="fanout")
+    recorder = Recorder(run.id)
+    out = io.StringIO()
+    progress = Progress(run.expected, stream=out, tty=False)
+    memory.actors.start_run.send(run.id)
+    info = follow(run.id, progress=progress, poll=5.0, timeout=60)
+    memory.broker.join(memory.queue, fail_fast=False)
+    recorder.close()
+    assert info.report is not None and info.persisted == 24
+    assert_stream(run.id, recorder, out.getvalue(), {(k, m) for k in cat.keys for m in MODELS})
+    assert progress.counts == {"passed": 18, "failed": 6, "errored": 0} and progress.done == 24
+
+
+@pytest.mark.redis
+def test_redis_stream_from_worker_processes_reports_each_result_once(redis_url, sqlite_url, sim, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    store.connect(sqlite_url)
+    binding = broker.configure(redis_url)  # binds events to Redis pub/sub
+    try:
+        cat = catalog(15, "redis-watched")
+        run = store.create_run(cat, MODELS, strategy="fanout")
+        recorder = Recorder(run.id)
+        out = io.StringIO()
+        progress = Progress(run.expected, stream=out, tty=False)
+        worker = WorkerProcess(redis_url, sqlite_url, threads=4, log=tmp_path / "worker.log").start()
+        try:
+            binding.actors.start_run.send(run.id)
+            info = follow(run.id, progress=progress, poll=5.0, timeout=90)
+            deadline_ok = info.report is not None
+        finally:
+            worker.kill()  # the run is over (or the test failed): no need for a graceful stop
+        recorder.close()
+        assert deadline_ok, (tmp_path / "worker.log").read_text()[-3000:]
+        assert_stream(run.id, recorder, out.getvalue(), {(k, m) for k in cat.keys for m in MODELS})
+        assert progress.done == 30
+    finally:
+        binding.broker.close()
+        events.bind_redis(None)
+
+
+# -- Progress: events and polls merged without double counting ---------------------------------
+
+
+def result_event(key: str, model: str, status: str, persisted: int | None) -> dict:
+    event = {"type": "result", "scenario": key, "model": model, "status": status, "score": 1.0, "fault": None}
+    if persisted is not None:
+        event["persisted"] = persisted
+    return event
+
+
+def poll(persisted: int, passed: int = 0, failed: int = 0, errored: int = 0, expected: int = 6) -> dict:
+    return {"expected": expected, "persisted": persisted, "passed": passed, "failed": failed,
+            "errored": errored}
+
+
+def test_progress_counts_each_pair_once_across_events_and_polls():
+    out = io.StringIO()
+    p = Progress(6, stream=out, tty=False)
+    p(result_event("a", "m", "passed", 1))
+    p(result_event("a", "m", "passed", 1))  # the same event twice (local queue and Redis)
+    assert (p.done, p.counts["passed"]) == (1, 1)
+    p.update(poll(3, passed=2, failed=1))  # the poll saw pairs 2 and 3, whose events were missed
+    assert (p.done, p.counts) == (3, {"passed": 2, "failed": 1, "errored": 0})
+    p(result_event("b", "m", "failed", 3))  # a late event for a pair the poll already counted
+    assert (p.done, p.counts) == (3, {"passed": 2, "failed": 1, "errored": 0})
+    p(result_event("c", "m", "errored", 5))  # newer than the poll: counted
+    p(result_event("d", "m", "passed", 4))
+    assert (p.done, p.counts) == (5, {"passed": 3, "failed": 1, "errored": 1})
+    p.update(poll(4, passed=3, failed=1))  # an older read than the events: events above it stay counted
+    assert (p.done, p.counts) == (5, {"passed": 3, "failed": 1, "errored": 1})
+    p.update(poll(2, passed=1, failed=1))  # a stale read never goes backwards
+    assert p.done == 5
+    p.update(poll(6, passed=4, failed=1, errored=1))
+    assert (p.done, p.counts) == (6, {"passed": 4, "failed": 1, "errored": 1})
+    lines = out.getvalue().splitlines()
+    assert sum(" a × m " in line for line in lines) == 1
+    assert "[3/6] 2 more result(s) read from the database" in lines
+    assert lines[-1].startswith("[6/6]")
+
+
+def test_progress_on_a_terminal_draws_one_bar_and_ends_it_once():
+    out = io.StringIO()
+    p = Progress(2, stream=out, tty=True)
+    p(result_event("a", "m", "passed", 1))
+    p(result_event("b", "m", "failed", 2))
+    p({"type": "complete"})
+    p.update(poll(2, passed=1, failed=1, expected=2))
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert "2/2" in text and "✓1 ✗1 !0" in text and "\r[" in text
+
+
+def test_follow_catches_up_by_polling_when_no_event_arrives(tmp_path):
+    """Results recorded without events (a disconnected subscriber): the poll counts them, once."""
+    store.connect(f"sqlite:///{tmp_path}/quiet.db")
+    cat = catalog(3, "quiet")
+    run = store.create_run(cat, ["sim/a"], strategy="fanout")
+    out = io.StringIO()
+    progress = Progress(run.expected, stream=out, tty=False)
+
+    def behind_the_scenes():
+        for i, key in enumerate(cat.keys):
+            store.record_result(run.id, Result(key, "sim/a", "passed" if i else "errored", score=1.0))
+        store.finalize(run.id)  # no `complete` event either
+
+    timer = threading.Timer(0.2, behind_the_scenes)
+    timer.start()
+    info = follow(run.id, progress=progress, poll=0.1, timeout=20)
+    timer.join()
+    assert info.report is not None
+    assert progress.done == 3 and progress.counts == {"passed": 2, "failed": 0, "errored": 1}
+
+
+def test_follow_returns_on_timeout_and_on_cancel(tmp_path):
+    store.connect(f"sqlite:///{tmp_path}/cancel.db")
+    run = store.create_run(catalog(2, "cancelled"), ["sim/a"], strategy="fanout")
+    assert follow(run.id, poll=0.05, timeout=0.2).report is None
+    store.cancel(run.id)
+    assert follow(run.id, poll=10, timeout=30).status == "cancelled"
+
+
+# -- evaljobs watch ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/watch.db")
+    group = Group(commands={"watch": watch})  # as the lead registers it on `evaljobs`
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(group, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def finished_run(pass_rate_of: int, total: int = 4) -> store.RunInfo:
+    cat = catalog(total, f"done{pass_rate_of}")
+    run = store.create_run(cat, ["sim/a"], strategy="fanout")
+    for i, key in enumerate(cat.keys):
+        store.record_result(run.id, Result(key, "sim/a", "passed" if i < pass_rate_of else "failed"))
+    store.finalize(run.id)
+    return run
+
+
+def test_watch_a_finished_run_prints_the_table_and_applies_the_gate(cli, tmp_path):
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    run = finished_run(3)
+    ok = cli("watch", run.id, "--fail-under", "70%")
+    assert ok.exit_code == 0, ok.output
+    assert f"run {run.id}" in ok.output and "verdict: 1. sim/a (75.0%)" in ok.output
+    assert "OK: pass rate 75.0% meets --fail-under 70.0%" in ok.output
+    failing = cli("watch", run.id, "--fail-under", "0.8")
+    assert failing.exit_code == 1 and "FAIL: pass rate 75.0% is under --fail-under 80.0%" in failing.output
+    bad = cli("watch", run.id, "--fail-under", "lots")
+    assert bad.exit_code == 2 and "'lots' is not a pass rate" in bad.output
+    unknown = cli("watch", "r_nope")
+    assert unknown.exit_code == 2 and "unknown run 'r_nope'" in unknown.output
+    assert "Traceback" not in unknown.output
+
+
+def test_watch_follows_a_live_run_line_per_result_then_the_table(memory, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_DATABASE_URL", store.database.obj.evaljobs_url)
+    cat = catalog(5, "live", fail_every=5)
+    run = store.create_run(cat, MODELS, strategy="fanout")
+    memory.actors.start_run.send(run.id)
+    result = cli("watch", run.id, "--broker", "memory", "--fail-under", "0.5")
+    assert result.exit_code == 0, result.output
+    printed = re.findall(r"^\[\s*\d+/10\] \w+\s+(\S+) × (\S+)", result.output, re.M)
+    assert printed and len(set(printed)) == len(printed), result.output  # a pair is never listed twice
+    counts = [int(n) for n in re.findall(r"^\[\s*(\d+)/10\]", result.output, re.M)]
+    assert counts == sorted(counts) and counts[-1] == 10, result.output
+    assert "verdict:" in result.output and "OK: pass rate 80.0%" in result.output
+
+
+def test_watch_a_cancelled_run_says_so_and_fails_a_gate(cli, tmp_path):
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    run = store.create_run(catalog(2, "stopped"), ["sim/a"], strategy="fanout")
+    store.cancel(run.id)
+    plain = cli("watch", run.id)
+    assert plain.exit_code == 0 and "is cancelled with 0/2 pairs; no report" in plain.output
+    gated = cli("watch", run.id, "--fail-under", "0.1")
+    assert gated.exit_code == 1 and "has no report" in gated.output
