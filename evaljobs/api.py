@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import events, runtime, store, strategies
+from . import runtime, store, strategies
 from .catalog import Catalog, CatalogError, load_catalog
 from .modelspec import ModelSpecError, parse_model_spec
 
-TERMINAL = ("complete", "partial", "failed", "cancelled")
 
 
 class UsageError(ValueError):
@@ -179,29 +178,19 @@ class Session:
 
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
              on_event: Callable[[dict[str, Any]], None] | None = None) -> store.RunInfo:
-        """Follow a run until its report exists: woken by events, with a slow poll as the fallback."""
+        """Follow a run until its report exists: woken by events, with a slow poll as the fallback.
+
+        A :class:`~evaljobs.progress.Progress` passed as ``on_event`` is also fed the
+        database's numbers on each poll, so missed events never leave the bar behind.
+        """
+        from .progress import Progress, follow
+
         binding = self._binding
         if binding is not None and binding.is_memory:
             self._ensure_local_worker()
-        deadline = time.monotonic() + timeout if timeout else None
-        with events.Subscription(run_id) as subscription:
-            while True:
-                run = store.get_run(run_id)
-                if run.status in TERMINAL and (run.report is not None or run.status == "cancelled"):
-                    return run
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return run
-                wait_for = poll if remaining is None else min(poll, remaining)
-                started = time.monotonic()
-                while time.monotonic() - started < wait_for:
-                    event = subscription.get(timeout=max(0.01, wait_for - (time.monotonic() - started)))
-                    if event is None:
-                        break
-                    if on_event is not None:
-                        on_event(event)
-                    if event.get("type") == "complete":
-                        break
+        if isinstance(on_event, Progress):
+            return follow(run_id, progress=on_event, poll=poll, timeout=timeout)
+        return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
 
     def close(self) -> None:
         if self._worker is not None:
