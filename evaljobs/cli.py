@@ -416,6 +416,9 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
             sys.exit(EXIT_USAGE)
         return
     env = dict(os.environ, EVALJOBS_BROKER_URL=broker, EVALJOBS_LANE=lane)
+    # Dramatiq's idle consumer polls up to worker_timeout apart (default 1 s): that delays start_run,
+    # finalize_run and every delayed re-send (governor Busy, Retry-After) by up to a second.
+    env.setdefault("dramatiq_worker_timeout", "100")
     if recover_every:
         env["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:

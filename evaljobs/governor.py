@@ -30,6 +30,17 @@ Choices, and why:
   ``ceiling`` (64). When ``rpm``/``tpm`` are configured, slow start may jump
   straight to Little's law, ``0.85 x min(rpm/60 x latency, tpm/60/tokens x
   latency)``, from moving averages of reported latency and tokens per call.
+* **Hold at the capacity a 429 showed.** Halving and then crawling back up one
+  slot per round only to hit the same wall again (plain AIMD) wastes a third of
+  a hard concurrency limit and trips a 429 every few rounds. So the burst's
+  first 429 also records how many other calls of the budget were in flight when
+  the provider refused (what it was serving; a later 429 of the same burst may
+  lower it): slow start climbs back to that level (``ssthresh``) at once, and
+  there the increase waits ``HOLD_ROUNDS`` (16) times longer before probing one
+  slot above it; a probe that finds the same capacity again doubles that wait
+  (up to ``HOLD_ROUNDS_MAX``, 256 rounds), so a steady limit costs a probe
+  ever more rarely. A 429 with fewer calls in flight than the halved limit (a
+  per-minute quota, someone else's traffic) teaches nothing: plain AIMD.
 * **Rate windows.** With ``rpm``/``tpm``, requests and tokens of the last 60 s
   are counted in one-second buckets; a call that would overflow them is not
   admitted until the oldest buckets leave the window. ``acquire(tokens=N)``
@@ -45,12 +56,16 @@ Choices, and why:
 * **Waiting never burns a worker.** A caller waits at most ``max_wait`` seconds
   (short: 2 s by default), in a FIFO queue per lane, sleeping between attempts
   with capped, jittered exponential backoff (or exactly until a pause or window
-  ends); a release in the same process wakes its waiters at once (a release
-  elsewhere is seen at the next attempt, at most ``POLL_MAX`` later). After
-  ``max_wait`` it gets ``Busy(retry_in=...)`` and should re-enqueue its message
-  with that delay instead of sleeping on a worker thread; a wait that is known
-  to outlast ``max_wait`` (a long Retry-After) raises at once. The governor
-  never touches the database. A wait that ends without a permit (Busy, an
+  ends); a release in the same process wakes the waiter whose turn it is at
+  once (each denied waiter learns its place in line and sleeps until that
+  many slots were freed here, so a release costs one Redis round trip, not one
+  per waiting thread); a release elsewhere is seen at the next attempt: at the
+  head of the line within a quarter of the expected wait (at most
+  ``POLL_MAX``), further back about twice per expected wait. After
+  ``max_wait`` it gets ``Busy(retry_in=...)`` and should re-enqueue its
+  message with that delay instead of sleeping on a worker thread; a wait that
+  is known to outlast ``max_wait`` (a long Retry-After) raises at once. The
+  governor never touches the database. A wait that ends without a permit (Busy, an
   exception, an interrupt) removes its queue entry in ``finally``, and queue
   entries of a killed waiter expire within seconds: a cancelled wait holds no
   slot and no place.
@@ -67,6 +82,8 @@ acquire from the judge model's budget.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import random
@@ -95,6 +112,10 @@ WAITER_TTL = SLEEP_CAP + 1.0
 MAX_PAUSE = 3600.0
 #: Weight of the newest observation in the latency and tokens-per-call moving averages.
 EWMA_ALPHA = 0.2
+#: After a 429 that showed the provider's capacity, rounds (x limit successes) the limit holds there
+#: before it probes one slot above; each probe that finds the same capacity doubles it, up to the max.
+HOLD_ROUNDS = 16
+HOLD_ROUNDS_MAX = 256
 #: Safety factor applied to the Little's-law estimate.
 LITTLE_FACTOR = 0.85
 DEFAULT_LATENCY = 1.0
@@ -221,6 +242,8 @@ class _Answer:
     limit: int
     epoch: int
     tokens: int = 0
+    #: Denied for "limit": how many slots must free before this caller's turn (its place in line).
+    ahead: int = 0
 
 
 class Permit:
@@ -392,10 +415,10 @@ end
 local n_i, n_b = redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3])
 local queue = KEYS[4]
 if lane == 'bulk' then queue = KEYS[5] end
-local function deny(reason, retry_in)
+local function deny(reason, retry_in, ahead)
   redis.call('ZADD', queue, 'NX', now, waiter)
   redis.call('ZADD', KEYS[6], now + ttl, waiter)
-  return {0, reason, string.format('%.6f', retry_in), string.format('%.6f', now), limit, epoch, 0}
+  return {0, reason, string.format('%.6f', retry_in), string.format('%.6f', now), limit, epoch, 0, ahead or 0}
 end
 local paused = tonumber(redis.call('HGET', st, 'paused_until')) or 0
 if paused > now then return deny('paused', paused - now) end
@@ -409,7 +432,7 @@ end
 if rank >= free then
   local lat = tonumber(redis.call('HGET', st, 'lat')) or 1.0
   local ahead = rank - math.max(free, 0) + 1
-  return deny('limit', math.min(60, math.max(0.05, lat * ahead / limit)))
+  return deny('limit', math.min(60, math.max(0.05, lat * ahead / limit)), ahead)
 end
 local est = tokens
 if est <= 0 then est = math.floor((tonumber(redis.call('HGET', st, 'tok')) or 0) + 0.5) end
@@ -451,29 +474,49 @@ if waited_ms > (tonumber(redis.call('HGET', st, 'wait_max_ms')) or 0) then
 end
 if rpm > 0 then redis.call('HINCRBY', KEYS[7], sec, 1); redis.call('EXPIRE', KEYS[7], 120) end
 if tpm > 0 and est > 0 then redis.call('HINCRBY', KEYS[8], sec, est); redis.call('EXPIRE', KEYS[8], 120) end
-return {1, 'ok', '0', string.format('%.6f', now), limit, epoch, est}
+return {1, 'ok', '0', string.format('%.6f', now), limit, epoch, est, 0}
 """
 
 # KEYS: state, lease:interactive, lease:bulk, tok
 # ARGV: lane, lease_id, now|'', initial, ceiling, epoch, rate_limited, spent, pause, failed, tokens,
-#       reserved, latency, rpm|0, tpm|0
+#       reserved, latency, rpm|0, tpm|0, hold_rounds, hold_rounds_max
 _RELEASE = _TIME.format(i=3) + """
 local st = KEYS[1]
 local initial, ceiling = tonumber(ARGV[4]), tonumber(ARGV[5])
 local rate_limited, spent, pause = ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9])
 local failed, tokens, reserved = ARGV[10] == '1', tonumber(ARGV[11]), tonumber(ARGV[12])
 local latency, rpm, tpm = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local hold_rounds, hold_max = tonumber(ARGV[16]), tonumber(ARGV[17])
 local in_flight = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
   + redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
-local held = redis.call('ZREM', ARGV[1] == 'bulk' and KEYS[3] or KEYS[2], ARGV[2])
+local lease_key = ARGV[1] == 'bulk' and KEYS[3] or KEYS[2]
+local expiry = tonumber(redis.call('ZSCORE', lease_key, ARGV[2]))
+redis.call('ZREM', lease_key, ARGV[2])
+local held = 0  -- 1 when this release frees a slot (its lease had not expired)
+if expiry and expiry > now then held = 1 end
+-- the budget's other calls in flight when the provider refused this one: what it was serving
+local others = in_flight - held
 local limit = tonumber(redis.call('HGET', st, 'limit')) or math.min(initial, ceiling)
 local ssthresh = tonumber(redis.call('HGET', st, 'ssthresh')) or ceiling
 local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
 local acc = tonumber(redis.call('HGET', st, 'acc')) or 0
+local hold = tonumber(redis.call('HGET', st, 'hold')) or 0
+local plateau = tonumber(redis.call('HGET', st, 'plateau')) or hold_rounds
+local old_limit = limit
 if rate_limited or spent then
   if rate_limited then redis.call('HINCRBY', st, 'rate_limited', 1) end
-  if tonumber(ARGV[6]) == epoch then
-    limit = math.max(1, math.floor(limit / 2)); ssthresh = limit; acc = 0; epoch = epoch + 1
+  local granted_in = tonumber(ARGV[6])
+  if granted_in == epoch then
+    local held_at = hold
+    limit = math.max(1, math.floor(limit / 2)); ssthresh = limit; acc = 0; epoch = epoch + 1; hold = 0
+    if rate_limited and others > limit then
+      ssthresh = math.min(others, ceiling); hold = ssthresh
+    end
+    -- a probe above the held level that finds the same capacity: hold twice as long next time
+    if hold > 0 and hold == held_at then plateau = math.min(plateau * 2, hold_max)
+    else plateau = hold_rounds end
+  elseif rate_limited and granted_in == epoch - 1 and others > limit and others < ssthresh then
+    ssthresh = others; hold = others
   end
   if pause > 0 and now + pause > (tonumber(redis.call('HGET', st, 'paused_until')) or 0) then
     redis.call('HSET', st, 'paused_until', string.format('%.6f', now + pause))
@@ -491,7 +534,9 @@ elseif not failed then
     if limit < ssthresh then limit = limit + 1
     else
       acc = acc + 1
-      if acc >= limit then limit = limit + 1; acc = 0 end
+      local need = limit
+      if limit == hold then need = limit * plateau end
+      if acc >= need then limit = limit + 1; acc = 0 end
     end
   end
   if limit < ssthresh and (rpm > 0 or (tpm > 0 and tok and tok > 0)) then
@@ -502,7 +547,7 @@ elseif not failed then
       if est == nil or by_tokens < est then est = by_tokens end
     end
     est = math.floor(0.85 * est + 1e-9)
-    if est > limit then limit = est end
+    if est > limit then limit = math.min(est, ssthresh) end
   end
   limit = math.max(1, math.min(limit, ceiling))
 end
@@ -510,8 +555,9 @@ if tpm > 0 and not rate_limited and tokens > 0 and tokens ~= reserved then
   redis.call('HINCRBY', KEYS[4], math.floor(now), tokens - reserved)
   redis.call('EXPIRE', KEYS[4], 120)
 end
-redis.call('HSET', st, 'limit', limit, 'ssthresh', ssthresh, 'epoch', epoch, 'acc', acc)
-return {held, limit, epoch}
+redis.call('HSET', st, 'limit', limit, 'ssthresh', ssthresh, 'epoch', epoch, 'acc', acc, 'hold', hold,
+           'plateau', plateau)
+return {held, limit, epoch, held + math.max(0, limit - old_limit)}
 """
 
 # KEYS: lease key;  ARGV: lease_id, now|'', lease_s
@@ -570,9 +616,9 @@ class _RedisStore:
         args = [budget, lane, lease_id, lease_id, self._now(), config.initial, config.ceiling,
                 config.rpm or 0, config.tpm or 0, repr(float(config.bulk_reserve)),
                 repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL)]
-        granted, reason, retry_in, now, limit, epoch, est = self._acquire(keys=keys, args=args)
+        granted, reason, retry_in, now, limit, epoch, est, ahead = self._acquire(keys=keys, args=args)
         return _Answer(granted=bool(int(granted)), reason=reason, retry_in=float(retry_in), now=float(now),
-                       limit=int(limit), epoch=int(epoch), tokens=int(est))
+                       limit=int(limit), epoch=int(epoch), tokens=int(est), ahead=int(ahead))
 
     def cancel_wait(self, budget: str, lane: str, lease_id: str) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -580,13 +626,15 @@ class _RedisStore:
         pipe.zrem(self._key(budget, "waitexp"), lease_id)
         pipe.execute()
 
-    def release(self, permit: Permit, outcome: _Outcome) -> None:
+    def release(self, permit: Permit, outcome: _Outcome) -> int:
+        """Give the slot back; returns how many slots that freed (a grown limit frees more than one)."""
         k, budget, config = self._key, permit.budget, permit._config
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"), k(budget, "tok")]
         args = [permit.lane, permit.lease_id, self._now(), config.initial, config.ceiling, permit._epoch,
                 int(outcome.rate_limited), int(outcome.spent), repr(outcome.pause), int(outcome.failed),
-                outcome.tokens, permit._tokens, repr(outcome.latency), config.rpm or 0, config.tpm or 0]
-        self._release(keys=keys, args=args)
+                outcome.tokens, permit._tokens, repr(outcome.latency), config.rpm or 0, config.tpm or 0,
+                HOLD_ROUNDS, HOLD_ROUNDS_MAX]
+        return int(self._release(keys=keys, args=args)[3])
 
     def renew(self, permit: Permit) -> None:
         self._renew(keys=[self._key(permit.budget, f"lease:{permit.lane}")],
@@ -633,6 +681,8 @@ class _LocalBudget:
     epoch: int = 0
     acc: int = 0
     paused_until: float = 0.0
+    hold: int = 0
+    plateau: int = HOLD_ROUNDS
     lat: float | None = None
     tok: float | None = None
     admitted: int = 0
@@ -680,10 +730,10 @@ class _LocalStore:
             n_i, n_b = len(s.leases["interactive"]), len(s.leases["bulk"])
             queue = s.queues[lane]
 
-            def deny(reason: str, retry_in: float) -> _Answer:
+            def deny(reason: str, retry_in: float, ahead: int = 0) -> _Answer:
                 queue.setdefault(lease_id, now)
                 s.waiter_exp[lease_id] = now + WAITER_TTL
-                return _Answer(False, reason, retry_in, now, s.limit, s.epoch)
+                return _Answer(False, reason, retry_in, now, s.limit, s.epoch, ahead=ahead)
 
             if s.paused_until > now:
                 return deny("paused", s.paused_until - now)
@@ -694,7 +744,7 @@ class _LocalStore:
             if rank >= free:
                 ahead = rank - max(free, 0) + 1
                 lat = s.lat if s.lat is not None else DEFAULT_LATENCY
-                return deny("limit", min(60.0, max(0.05, lat * ahead / s.limit)))
+                return deny("limit", min(60.0, max(0.05, lat * ahead / s.limit)), ahead)
             est = tokens if tokens > 0 else int(math.floor((s.tok or 0.0) + 0.5))
             sec = int(math.floor(now))
             if config.rpm:
@@ -724,35 +774,46 @@ class _LocalStore:
                 state.queues[lane].pop(lease_id, None)
                 state.waiter_exp.pop(lease_id, None)
 
-    def release(self, permit: Permit, outcome: _Outcome) -> None:
+    def release(self, permit: Permit, outcome: _Outcome) -> int:
         config = permit._config
         with self._lock:
             now = self.clock()
             s = self._budget(permit.budget, config)
             in_flight = sum(1 for held in s.leases.values() for expiry in held.values() if expiry > now)
-            s.leases[permit.lane].pop(permit.lease_id, None)
+            expiry = s.leases[permit.lane].pop(permit.lease_id, None)
+            held = int(expiry is not None and expiry > now)
+            others = in_flight - held  # what the provider was serving when it refused this call
+            old_limit = s.limit
             if outcome.rate_limited or outcome.spent:
                 if outcome.rate_limited:
                     s.rate_limited += 1
                 if permit._epoch == s.epoch:
                     s.limit = max(1, s.limit // 2)
-                    s.ssthresh, s.acc, s.epoch = s.limit, 0, s.epoch + 1
+                    held_at = s.hold
+                    s.ssthresh, s.acc, s.epoch, s.hold = s.limit, 0, s.epoch + 1, 0
+                    if outcome.rate_limited and others > s.limit:
+                        s.ssthresh = s.hold = min(others, config.ceiling)
+                    same = s.hold > 0 and s.hold == held_at  # a probe found the same capacity again
+                    s.plateau = min(s.plateau * 2, HOLD_ROUNDS_MAX) if same else HOLD_ROUNDS
+                elif outcome.rate_limited and permit._epoch == s.epoch - 1 and s.limit < others < s.ssthresh:
+                    s.ssthresh = s.hold = others
                 if outcome.pause > 0:
                     s.paused_until = max(s.paused_until, now + outcome.pause)
             elif not outcome.failed:
                 s.lat = outcome.latency if s.lat is None else s.lat + EWMA_ALPHA * (outcome.latency - s.lat)
                 if outcome.tokens > 0:
                     s.tok = outcome.tokens if s.tok is None else s.tok + EWMA_ALPHA * (outcome.tokens - s.tok)
-                s.limit, s.acc = _grow(s.limit, s.ssthresh, s.acc, in_flight)
+                s.limit, s.acc = _grow(s.limit, s.ssthresh, s.acc, in_flight, hold=s.hold, plateau=s.plateau)
                 if s.limit < s.ssthresh:
                     estimate = _little(config, s.lat, s.tok)
                     if estimate is not None and estimate > s.limit:
-                        s.limit = estimate
+                        s.limit = min(estimate, s.ssthresh)
                 s.limit = max(1, min(s.limit, config.ceiling))
             correction = outcome.tokens - permit._tokens
             if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and correction:
                 sec = int(math.floor(now))
                 s.tok_window[sec] = s.tok_window.get(sec, 0) + correction
+            return held + max(0, s.limit - old_limit)
 
     def renew(self, permit: Permit) -> None:
         with self._lock:
@@ -781,14 +842,20 @@ def _bulk_cap(limit: int, reserve: float) -> int:
     return max(1, math.floor((1 - reserve) * limit + _EPSILON))
 
 
-def _grow(limit: int, ssthresh: int, acc: int, in_flight: int) -> tuple[int, int]:
-    """Slow start below ``ssthresh`` (+1 a success), then additive increase (+1 per ``limit`` successes)."""
+def _grow(limit: int, ssthresh: int, acc: int, in_flight: int, *, hold: int = 0,
+          plateau: int = HOLD_ROUNDS) -> tuple[int, int]:
+    """Slow start below ``ssthresh`` (+1 a success), then additive increase (+1 per ``limit`` successes).
+
+    ``hold``: the capacity the provider showed at its last 429; at that limit the increase
+    waits ``plateau`` times longer (a plateau, not a probe above it every round).
+    """
     if in_flight * 2 < limit:
         return limit, acc
     if limit < ssthresh:
         return limit + 1, acc
     acc += 1
-    return (limit + 1, 0) if acc >= limit else (limit, acc)
+    need = limit * plateau if limit == hold else limit
+    return (limit + 1, 0) if acc >= need else (limit, acc)
 
 
 def _little(config: BudgetConfig, latency: float | None, tokens: float | None) -> int | None:
@@ -850,10 +917,15 @@ class Governor:
         self._lock = threading.Lock()
         self._down_until: float | None = None
         self._renewer = _Renewer()
-        # Waiters in this process sleep on this condition; a release or a cancelled wait here wakes
-        # them at once (releases in other processes are seen at the next poll).
-        self._wakeup = threading.Condition()
-        self._generation = 0
+        # Slots freed in this process so far, per budget (releases, a grown limit, cancelled waits).
+        # A waiter told it is `ahead` slots from its turn sleeps until that many more were freed here:
+        # only the waiter whose turn came is woken, not every waiting thread (a herd of Redis round
+        # trips on each release delays the one that matters). Releases in other processes are seen
+        # at the next poll.
+        self._wakeup = threading.Lock()
+        self._freed: dict[str, int] = {}
+        self._sleepers: dict[str, list[tuple[int, int, threading.Event]]] = {}
+        self._sleeper_ids = itertools.count()
 
     def __repr__(self) -> str:
         where = self._redis.location if self._redis else "local"
@@ -899,7 +971,7 @@ class Governor:
             while True:
                 waited_ms = (time.monotonic() - started) * 1000.0
                 with self._wakeup:
-                    seen = self._generation
+                    seen = self._freed.get(budget, 0)
                 store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms)
                 if queued_in is not None and queued_in is not store:
                     self._cancel(queued_in, budget, lane, lease_id)
@@ -916,17 +988,22 @@ class Governor:
                 if remaining <= 0 or (exact and answer.retry_in > remaining):
                     raise Busy(budget, answer.retry_in, answer.reason)
                 if exact:
-                    pause = answer.retry_in
+                    pause, turn = answer.retry_in, 1
                 else:
+                    # Poll (for releases in other processes) often at the head of the line (about
+                    # four times per expected wait), and about twice per expected wait further back.
+                    turn = max(1, answer.ahead)
                     pause = backoff * (0.5 + random.random())
+                    if turn > 1:
+                        pause = max(pause, min(answer.retry_in / 2, SLEEP_CAP))
+                    else:
+                        pause = min(pause, max(POLL_MIN, answer.retry_in / 4))
                     backoff = min(backoff * 2, POLL_MAX)
-                with self._wakeup:
-                    if self._generation == seen:  # nothing was released since the attempt
-                        self._wakeup.wait(max(0.0, min(pause, remaining, SLEEP_CAP)))
+                self._sleep(budget, seen + turn, max(0.0, min(pause, remaining, SLEEP_CAP)))
         finally:
             if permit is None and queued_in is not None:
                 self._cancel(queued_in, budget, lane, lease_id)
-                self._wake()
+                self._wake(budget)
 
     def stats(self) -> list[dict[str, Any]]:
         """One row per known budget (a set in Redis, never a key scan).
@@ -980,26 +1057,44 @@ class Governor:
         except _STORE_ERRORS as exc:  # the queue entry expires within WAITER_TTL anyway
             self._redis_failed(exc)
 
-    def _on_permit_store(self, permit: Permit, operation: Callable[[Any], None]) -> None:
+    def _on_permit_store(self, permit: Permit, operation: Callable[[Any], Any]) -> Any:
+        """``operation(store)`` on the store holding ``permit``'s lease; None when that store is down."""
         if permit.backend == "local":
-            operation(self._local)
-            return
+            return operation(self._local)
         if self._current() is not self._redis:
-            return  # Redis is down: the lease expires there by itself
+            return None  # Redis is down: the lease expires there by itself
         try:
-            operation(self._redis)
+            return operation(self._redis)
         except _STORE_ERRORS as exc:
             self._redis_failed(exc)
+            return None
 
     def _release(self, permit: Permit, outcome: _Outcome) -> None:
         self._renewer.discard(permit)
-        self._on_permit_store(permit, lambda store: store.release(permit, outcome))
-        self._wake()
+        freed = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
+        self._wake(permit.budget, max(1, freed or 0))  # unknown (store down): wake the next waiter anyway
 
-    def _wake(self) -> None:
+    def _wake(self, budget: str, slots: int = 1) -> None:
+        """``slots`` of ``budget`` were freed in this process: wake the waiters whose turn that is."""
         with self._wakeup:
-            self._generation += 1
-            self._wakeup.notify_all()
+            freed = self._freed[budget] = self._freed.get(budget, 0) + slots
+            sleepers = self._sleepers.get(budget)
+            while sleepers and sleepers[0][0] <= freed:
+                heapq.heappop(sleepers)[2].set()
+
+    def _sleep(self, budget: str, until_freed: int, timeout: float) -> None:
+        """Sleep until ``until_freed`` slots of ``budget`` were freed in this process, or ``timeout`` s."""
+        with self._wakeup:
+            if self._freed.get(budget, 0) >= until_freed:
+                return
+            entry = (until_freed, next(self._sleeper_ids), threading.Event())
+            heapq.heappush(self._sleepers.setdefault(budget, []), entry)
+        if not entry[2].wait(timeout):
+            with self._wakeup:
+                sleepers = self._sleepers.get(budget, [])
+                if entry in sleepers:
+                    sleepers.remove(entry)
+                    heapq.heapify(sleepers)
 
     def _renew(self, permit: Permit) -> None:
         permit._renew_at = time.monotonic() + permit._config.lease_seconds / 2
