@@ -57,3 +57,23 @@ def test_sequential_and_threads_share_the_local_budget(limited, sqlite_url, monk
     with Session(db=sqlite_url, width=12, providers=providers) as session:
         info = session.submit(catalog(24), ["sim/a"], strategy="threads")
     assert info.status == "complete" and sim.stats()["rate_limited"] == 0
+
+
+@pytest.mark.redis
+def test_governor_redis_stopped_mid_run_the_run_completes_on_the_local_fallback(limited, redis_server, redis_url,
+                                                                               sqlite_url, monkeypatch, caplog):
+    import threading
+
+    from evaljobs import runtime
+
+    sim, providers = limited
+    monkeypatch.setenv("EVALJOBS_GOVERNOR_URL", redis_url)
+    with Session(db=sqlite_url, broker="memory", width=8, providers=providers) as session:
+        run = session.submit(catalog(60), ["sim/a"], strategy="fanout")
+        stopper = threading.Timer(0.3, redis_server.stop)
+        stopper.start()
+        info = session.wait(run.id, timeout=90, poll=0.5)
+        stopper.join()
+    assert info.status == "complete" and info.persisted == 60
+    assert runtime.governor().backend == "local"  # it fell back instead of failing the evaluation
+    assert all(r.status == "passed" for r in store.list_results(run.id))
