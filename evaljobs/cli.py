@@ -499,6 +499,10 @@ from .commands.ops import cache as cache_group, rerun as rerun_command, status a
 for _command in (watch_command, status_command, rerun_command, cache_group):
     main.add_command(_command)
 
+from .commands.bench import bench as bench_command  # noqa: E402
+
+main.add_command(bench_command)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
