@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from . import store
-from .providers.client import Completion, RequestedToolCall
+from .providers.client import Completion, RequestedToolCall, request_body
 
 ENV_TTL = "EVALJOBS_CACHE_TTL"
 DEFAULT_TTL = 7 * 24 * 3600.0
@@ -84,20 +84,6 @@ class _Completer(Protocol):
     def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion: ...
 
 
-def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON body an OpenAI-compatible client sends for these arguments (as ``ChatClient`` builds it)."""
-    body: dict[str, Any] = {"model": model, "messages": messages}
-    if tools:
-        body["tools"] = tools
-    if temperature is not None:
-        body["temperature"] = temperature
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    if extra:
-        body.update(extra)
-    return body
 
 
 def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: str = "") -> str:

@@ -88,14 +88,10 @@ def _finish(info: store.RunInfo, gate: float | None) -> None:
             click.echo(f"FAIL: run {info.id} has no report to hold to --fail-under {gate:.1%}", err=True)
             sys.exit(EXIT_GATE)
         return
+    from ..cli import _gate  # one gate for run, report and watch
+
     click.echo(render_table(info.report), nl=False)
-    if gate is None:
-        return
-    rate = info.report["summary"]["pass_rate"]
-    if rate < gate:
-        click.echo(f"FAIL: pass rate {rate:.1%} is under --fail-under {gate:.1%}", err=True)
-        sys.exit(EXIT_GATE)
-    click.echo(f"OK: pass rate {rate:.1%} meets --fail-under {gate:.1%}", err=True)
+    _gate(info, gate)
 
 
 def _follow(info: store.RunInfo, timeout: float | None, poll: float) -> store.RunInfo:

@@ -63,6 +63,22 @@ class Completion:
     model: str | None = None
 
 
+def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of a chat completion request (also what the response cache keys on)."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if extra:
+        body.update(extra)
+    return body
+
+
 class ChatClient:
     """A keep-alive connection pool to one OpenAI-compatible endpoint; thread-safe.
 
@@ -208,15 +224,8 @@ class ChatClient:
 
         ``timeout`` shortens this one call (e.g. to what is left of a per-pair time limit).
         """
-        body: dict[str, Any] = {"model": model, "messages": messages}
-        if tools:
-            body["tools"] = tools
-        if temperature is not None:
-            body["temperature"] = temperature
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if extra:
-            body.update(extra)
+        body = request_body(model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
+                            extra=extra)
         url = f"{self.base_url}/chat/completions"
         started = time.perf_counter()
         # The ProviderError is raised *after* the except blocks so that it carries no
