@@ -47,6 +47,9 @@ MAX_ERROR_RATE = 0.01
 TOLERANCE = 0.10
 #: Cores busy (CPU seconds per wall second) at or above this share of the machine's cores = CPU bound.
 CPU_BOUND_SHARE = 0.75
+#: The whole host this busy (all processes, from /proc/stat) also means CPU bound: on one machine the
+#: provider, the broker and the database compete with the workers for the same cores.
+HOST_BOUND_SHARE = 0.90
 DEFAULT_CELL_TIMEOUT = 900.0
 WORKER_READY_TIMEOUT = 60.0
 _READY_LINE = "is ready for action"
@@ -110,6 +113,8 @@ class Measurement:
     first_result_s: float | None = None
     #: Cores the workers could use: worker processes on Redis (each is one GIL), else 1; capped by the host.
     cores: int | None = None
+    #: Share of the host's CPU time that was busy during the run (every process, not only ours).
+    host_busy: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -144,6 +149,7 @@ class Cell:
     complete: bool = True
     first_result_s: float | None = None
     cores: int | None = None
+    host_busy: float | None = None
 
     @property
     def overhead(self) -> float | None:
@@ -279,8 +285,9 @@ def summarize(measurements: Iterable[Measurement], *, models: int = 1,
             report_lag_ms=_median_or_none((m.report_lag_ms for m in use), 1),
             first_result_s=_median_or_none((m.first_result_s for m in use), 4),
             cores=use[0].cores,
+            host_busy=_median_or_none((m.host_busy for m in use), 3),
             ideal_s=(round(ideal_wall(pairs, effective_width(strategy, width, models), pair_latency), 4)
-                     if pair_latency else None),
+                     if pair_latency is not None else None),
             complete=len(done) == len(ms),
         ))
     order = {name: i for i, name in enumerate(STRATEGIES)}
@@ -336,6 +343,20 @@ def _why(cell: Cell, beyond: Sequence[Cell], cores: int) -> tuple[str, str]:
                     f"the workers already use {hottest.cores_busy:.2f} of the {usable} core(s) they can use at "
                     f"width {hottest.width} ({hottest.cpu_s:.2f} s CPU in {hottest.wall_s:.2f} s; one Python "
                     f"process runs on one core at a time): more threads only queue for the CPU")
+    hosts = [c for c in (cell, *beyond) if c.host_busy is not None]
+    if hosts:
+        hottest = max(hosts, key=lambda c: c.host_busy or 0.0)
+        if (hottest.host_busy or 0.0) >= HOST_BOUND_SHARE:
+            workers = (f"the workers {hottest.cores_busy:.2f} of them, " if hottest.cores_busy is not None
+                       else "")
+            return ("CPU bound",
+                    f"the host's {cores} cores were {hottest.host_busy:.0%} busy at width {hottest.width} "
+                    f"({workers}the rest the provider, broker, database and whatever else runs there): "
+                    f"more threads only queue for the CPU")
+    if cell.ideal_s == 0:
+        return ("overhead bound",
+                f"the provider answers at once, so the run is all evaluate, persist and queue overhead; "
+                f"past width {cell.width} it does not shrink")
     if cell.ideal_s:
         rounds = math.ceil(cell.pairs / max(1, cell.width))
         return ("latency bound",
@@ -378,7 +399,7 @@ def recommend(cells: Sequence[Cell], *, cores: int) -> Recommendation:
 _TABLE = (("strategy", 10, "{}"), ("width", 5, "{}"), ("wall s", 8, "{:.2f}"), ("pairs/s", 8, "{:.1f}"),
           ("ideal s", 7, "{:.2f}"), ("x ideal", 7, "{:.2f}"), ("err %", 6, "{:.1f}"), ("429s", 5, "{:.0f}"),
           ("retries", 7, "{:.0f}"), ("cost $", 8, "{:.4f}"), ("CPU s", 6, "{:.2f}"),
-          ("peak MB", 7, "{:.0f}"), ("lag ms", 6, "{:.0f}"))
+          ("host%", 5, "{:.0f}"), ("peak MB", 7, "{:.0f}"), ("lag ms", 6, "{:.0f}"))
 
 
 def render_table(result: BenchResult) -> str:
@@ -387,7 +408,8 @@ def render_table(result: BenchResult) -> str:
                        enumerate(_TABLE))]
     for c in result.cells:
         values = (c.strategy, c.width, c.wall_s, c.throughput, c.ideal_s, c.overhead, c.error_rate * 100,
-                  c.rate_limited, c.retries, c.cost, c.cpu_s, c.peak_rss_mb, c.report_lag_ms)
+                  c.rate_limited, c.retries, c.cost, c.cpu_s,
+                  c.host_busy * 100 if c.host_busy is not None else None, c.peak_rss_mb, c.report_lag_ms)
         row = []
         for i, ((_, width, fmt), value) in enumerate(zip(_TABLE, values)):
             text = "-" if value is None else fmt.format(value)
@@ -414,7 +436,7 @@ def render_table(result: BenchResult) -> str:
 def render_markdown(result: BenchResult) -> str:
     """The cells as a Markdown table (for BENCHMARKS.md and pull requests), then the verdict lines."""
     head = ("strategy", "width", "wall s (min-max)", "pairs/s", "ideal s", "× ideal", "errors", "429s",
-            "retries", "CPU s", "peak MB", "report lag ms")
+            "retries", "CPU s", "host CPU", "peak MB", "report lag ms")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in result.cells:
         def fmt(value, spec):
@@ -422,7 +444,8 @@ def render_markdown(result: BenchResult) -> str:
         lines.append("| " + " | ".join([
             c.strategy, str(c.width), f"{c.wall_s:.2f} ({c.wall_min_s:.2f}-{c.wall_max_s:.2f})",
             f"{c.throughput:.1f}", fmt(c.ideal_s, ".2f"), fmt(c.overhead, ".2f"), f"{c.error_rate:.1%}",
-            fmt(c.rate_limited, ".0f"), f"{c.retries:.0f}", fmt(c.cpu_s, ".2f"), fmt(c.peak_rss_mb, ".0f"),
+            fmt(c.rate_limited, ".0f"), f"{c.retries:.0f}", fmt(c.cpu_s, ".2f"), fmt(c.host_busy, ".0%"),
+            fmt(c.peak_rss_mb, ".0f"),
             fmt(c.report_lag_ms, ".0f")]) + " |")
     rec = result.recommendation
     lines.append("")
@@ -439,7 +462,8 @@ def render_markdown(result: BenchResult) -> str:
 
 CSV_FIELDS = ("strategy", "width", "repeats", "pairs", "wall_s", "wall_min_s", "wall_max_s", "throughput",
               "ideal_s", "overhead", "error_rate", "rate_limited", "errors", "retries", "errored_pairs", "cost",
-              "cpu_s", "cores_busy", "cores", "peak_rss_mb", "first_result_s", "report_lag_ms", "complete")
+              "cpu_s", "cores_busy", "cores", "host_busy", "peak_rss_mb", "first_result_s", "report_lag_ms",
+              "complete")
 
 
 def render_csv(result: BenchResult) -> str:
@@ -569,6 +593,18 @@ def _cpu_of(path: str) -> float:
     if parts is None:
         return 0.0
     return (int(parts[11]) + int(parts[12])) / _TICKS  # utime + stime
+
+
+def host_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole host so far, from the first line of /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            values = [int(v) for v in handle.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return (total - idle) / _TICKS, total / _TICKS
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -901,6 +937,7 @@ def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width:
             events.add_listener(clock)
         before = sim.stats() if sim is not None else None
         meter.start()
+        host0 = host_cpu()
         started = time.perf_counter()
         try:
             info = session.submit(catalog, models, strategy=strategy)
@@ -911,7 +948,11 @@ def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width:
             if strategy not in QUEUED:
                 events.remove_listener(clock)
         wall = time.perf_counter() - started
+        host1 = host_cpu()
         cpu, peak = meter.stop()
+        host_busy = None
+        if host0 is not None and host1 is not None and host1[1] > host0[1]:
+            host_busy = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
         after = sim.stats() if sim is not None else None
         if info.report is None:
             store.cancel(info.id)
@@ -933,7 +974,8 @@ def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width:
             errors=errors, retries=retries, errored_pairs=sum(1 for r in results if r.status == "errored"),
             passed=int(summary.get("passed", 0)), cost=float(summary.get("cost", 0.0)), cpu_s=cpu,
             peak_rss_mb=peak, report_lag_ms=clock.lag_ms,
-            first_result_s=(round(clock.first_result - started, 4) if clock.first_result is not None else None))
+            first_result_s=(round(clock.first_result - started, 4) if clock.first_result is not None else None),
+            host_busy=host_busy)
     finally:
         session.close()
 

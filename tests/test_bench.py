@@ -192,6 +192,7 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
     for c in data["cells"]:
         assert c["pairs"] == 3 and c["wall_s"] > 0 and c["complete"]
         assert c["error_rate"] == 0.0 and c["cpu_s"] is not None and c["peak_rss_mb"] > 10
+        assert 0.0 < c["host_busy"] <= 1.0 and c["cores"] == 1
         assert c["ideal_s"] == pytest.approx(-(-3 // c["width"]) * 0.01)  # one call per pair, measured
     for m in data["measurements"]:
         assert m["status"] == "complete" and m["requests"] == 3 and m["passed"] == 2
@@ -257,3 +258,20 @@ def test_fanout_cells_on_redis_measure_the_worker_processes(tiny_catalog, tmp_pa
     assert c["cpu_s"] > 0 and c["peak_rss_mb"] > 20 and c["cores"] == 1
     assert data["measurements"][0]["requests"] == 3
     assert "Worker process is ready for action" in (out / "workers.log").read_text()
+
+
+def test_knee_is_cpu_bound_when_the_host_is_saturated_even_if_the_workers_are_not():
+    """Two worker processes at 1.4 of 2 cores, the provider and broker on the rest: the host is the limit."""
+    cells = [cell(strategy, w, wall, cpu=1.4 * wall, latency=None, cores=2) for strategy, w, wall in
+             (("fanout", 8, 10.2), ("fanout", 16, 10.3), ("fanout", 32, 11.2))]
+    for c in cells:
+        c.host_busy = 0.97
+    knee = find_knee(cells, cores=2)
+    assert knee.width == 8 and knee.bound == "CPU bound" and "97% busy" in knee.reason
+    for c in cells:
+        c.host_busy = 0.5
+    assert find_knee(cells, cores=2).bound == "latency bound"
+    zero = [cell("fanout", w, 10.0, latency=None, cores=2) for w in (8, 16)]
+    for c in zero:
+        c.ideal_s = 0.0
+    assert find_knee(zero, cores=2).bound == "overhead bound"
