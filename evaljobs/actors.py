@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
 
-from . import barrier, runtime, store
+from . import barrier, poison, runtime, store
 from .evaluate import evaluate, evaluate_with_retries
 from .governor import Busy
 from .providers.errors import RateLimited, TransientError
@@ -138,7 +138,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
                                 attempts=attempts)
     except TransientError as exc:
         if retries < policy.max_retries:
-            raise
+            raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
         result = Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
                                 attempts=attempts)
     except TimeLimitExceeded:
@@ -209,7 +209,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
 
     _bound = Actors(
         start_run=make(start_run),
-        evaluate_scenario=make(evaluate_scenario, time_limit=time_limit),
+        evaluate_scenario=make(poison.guarded(evaluate_scenario), time_limit=time_limit),
         evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
         finalize_run=make(finalize_run),
         queue=queue,

@@ -35,6 +35,7 @@ from dramatiq.middleware import (
 )
 
 from middleware.db import DatabaseConnections
+from middleware.refusals import Refusals
 
 from . import actors, events, store
 
@@ -80,6 +81,7 @@ def middleware_stack(context_providers: Sequence | None = None) -> list[dramatiq
         Pipelines(),
         Retries(),
         CurrentMessage(),
+        Refusals(),
         DatabaseConnections(store.release_connection),
     ]
 

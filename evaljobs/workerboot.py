@@ -16,3 +16,7 @@ broker = binding.broker
 _every = float(os.environ.get("EVALJOBS_RECOVER_EVERY", "0") or 0)
 if _every > 0:
     PeriodicRecovery(binding, _every).start()
+
+from .graceful import tolerate_group_sigterm  # noqa: E402
+
+tolerate_group_sigterm()  # systemd / supervisord stopasgroup signal every process of the group at once
