@@ -414,7 +414,7 @@ def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[t
             lines[frame.path + (len(frame.obj),)] = line
             frame.obj.append(value)
         elif frame.key is _NO_KEY:
-            if isinstance(value, (dict, list)):
+            if isinstance(value, (dict, list, set, frozenset)):  # `!!set x: 1` builds a set key
                 raise fatal(line, "a mapping key must be a plain value, not a collection; "
                                   "catalogs use string keys")
             frame.key, frame.key_line = value, line

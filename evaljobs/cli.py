@@ -68,6 +68,16 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
     return (redis.exceptions.ConnectionError, ConnectionError)
 
 
+def _ping_redis(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.splitlines())
@@ -104,7 +114,10 @@ def main() -> None:
 def _rate(text: str | None) -> float | None:
     if text is None:
         return None
-    value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    try:
+        value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a pass rate (0.9 or 90%)") from None
     if not 0.0 <= value <= 1.0:
         raise click.BadParameter(f"{text!r} is not a pass rate between 0 and 1 (or 0% and 100%)")
     return value
@@ -172,6 +185,11 @@ def run(catalog, models, strategy, width, wait, fail_under, adapter, judge_model
         if not inline:
             info = session.wait(info.id, on_event=progress)
         _print_outcome(info, as_json)
+        if info.status == "failed":  # every pair errored: nothing was evaluated
+            first = next((r.error for r in store.list_results(info.id) if r.error), "")
+            click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
+                       err=True)
+            sys.exit(EXIT_GATE)
         _gate(info, gate)
     finally:
         session.close()
@@ -341,8 +359,12 @@ def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) 
 
     provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
                                  max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)
-    provider.serve_forever(on_ready=lambda p: click.echo(
-        f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))
+    try:
+        provider.serve_forever(on_ready=lambda p: click.echo(
+            f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise click.UsageError(f"cannot listen on {host}:{port}: {reason}") from None
 
 
 @main.command()
@@ -402,6 +424,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
     if lane not in ("interactive", "bulk"):
         raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
+    _ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
     if min_ is not None or max_ is not None:
         from .commands.pool import configure_logging, run_pool
 
@@ -444,6 +467,7 @@ def governor(as_json, redis_url) -> None:
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise click.BadParameter("the governor's shared state lives in Redis: pass --redis redis://… "
                                  "or set EVALJOBS_BROKER_URL", param_hint="--redis")
+    _ping_redis(url)  # one line now, rather than a silent fallback to an empty local governor
     gov = Governor(url)
     try:
         rows = gov.stats()

@@ -132,9 +132,8 @@ def evaluate_with_retries(
     """The in-process retry loop used by the ``sequential`` and ``threads`` strategies."""
     retries = 0
     waits = 0
-    attempts = 0
     while True:
-        attempts += 1
+        attempts = retries + 1  # a rate-limit wait or a busy governor is not an attempt
         try:
             return evaluate(scenario, model, adapter, judge=judge, attempts=attempts,
                             raise_retryable=True, time_limit=policy.time_limit)

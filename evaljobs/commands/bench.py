@@ -84,6 +84,10 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     """
     if not Path(catalog).exists():
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
+    if broker.startswith(("redis://", "rediss://", "unix://")):
+        from ..cli import _ping_redis
+
+        _ping_redis(broker)  # one line now, rather than a worker process failing to start
     try:
         spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
                          widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,

@@ -148,6 +148,10 @@ def status(as_json, queues, window, db, broker) -> None:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
         click.echo(render(info), nl=False)
+    unreadable = [note for note in info.notes if note.startswith("cannot read ")]
+    if unreadable:  # what it could read is shown above; a monitoring script must still see the outage
+        click.echo(f"error: {unreadable[0]}", err=True)
+        sys.exit(2)
 
 
 # -- rerun ------------------------------------------------------------------------------------
