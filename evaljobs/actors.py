@@ -19,6 +19,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
 
 from . import barrier, poison, runtime, store
+from .enqueue import enqueue_many
 from .evaluate import evaluate, evaluate_with_retries
 from .governor import Busy
 from .providers.errors import RateLimited, TransientError
@@ -61,15 +62,20 @@ def _load(run_id: str, scenario_key: str | None = None, model: str | None = None
         run = store.get_run(run_id)
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
+    return run, _check_pair(run, scenario_key, model)
+
+
+def _check_pair(run: store.RunInfo, scenario_key: str | None, model: str | None):
+    """The run's catalog, once the message's scenario and model are known to belong to the run."""
     catalog = store.load_snapshot(run.digest)
     if model is not None and model not in run.models:
-        raise InvalidMessage(f"model '{model}' is not part of run {run_id} (models: {', '.join(run.models)})")
+        raise InvalidMessage(f"model '{model}' is not part of run {run.id} (models: {', '.join(run.models)})")
     if scenario_key is not None:
         try:
             catalog.scenario(scenario_key)
         except KeyError:
-            raise InvalidMessage(f"scenario '{scenario_key}' is not in run {run_id}'s catalog") from None
-    return run, catalog
+            raise InvalidMessage(f"scenario '{scenario_key}' is not in run {run.id}'s catalog") from None
+    return catalog
 
 
 def persist(run_id: str, result: Result) -> store.Recorded:
@@ -97,15 +103,14 @@ def start_run(run_id: str) -> None:
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
-def enqueue_many(broker: dramatiq.Broker, messages: list) -> None:
-    for message in messages:
-        broker.enqueue(message)
-
-
 def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> None:
     """Evaluate one pair and record it. A pair already recorded returns at once (redelivery)."""
-    run, catalog = _load(run_id, scenario_key, model)
-    if run.status == "cancelled" or store.is_recorded(run_id, scenario_key, model):
+    try:
+        run, recorded = store.pair_state(run_id, scenario_key, model)  # one query, not get_run + is_recorded
+    except store.UnknownRun as exc:
+        raise InvalidMessage(str(exc)) from None
+    catalog = _check_pair(run, scenario_key, model)
+    if run.status == "cancelled" or recorded:
         return
     settings = runtime.RunSettings.from_options(run.options)
     policy = runtime.policy(settings)
