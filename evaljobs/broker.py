@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
     AgeLimit,
@@ -82,7 +83,7 @@ def middleware_stack(context_providers: Sequence | None = None) -> list[dramatiq
         Retries(),
         CurrentMessage(),
         Refusals(),
-        DatabaseConnections(store.release_connection),
+        DatabaseConnections(store.release_connection, hold=store.hold_connection),
     ]
 
 
@@ -98,18 +99,33 @@ class Binding:
         return self.url == "memory"
 
 
+#: Longest pause (ms) between two polls of an idle Redis queue.
+CONSUMER_POLL_MS = 20
+
+
+class _RedisBroker(RedisBroker):
+    """Dramatiq's Redis broker, polling an idle queue at most ``CONSUMER_POLL_MS`` apart.
+
+    Why: an idle consumer backs off up to ``worker_timeout`` between polls (5, 10, 20, 40 … ms),
+    and ``start_run`` enqueues its pairs while the consumer is backing off: the first pairs
+    started about 90 ms after they were enqueued. ``worker_timeout`` cannot simply be lowered,
+    as every worker thread also wakes that often. An idle poll is one short Lua call.
+    """
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        return super().consume(queue_name, prefetch, min(timeout, CONSUMER_POLL_MS))
+
+
 def make_broker(url: str, *, context_providers: Sequence | None = None) -> dramatiq.Broker:
     stack = middleware_stack(context_providers)
     if url == "memory":
         return StubBroker(middleware=stack)
     if url.startswith(("redis://", "rediss://", "unix://")):
-        from dramatiq.brokers.redis import RedisBroker
-
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
         heartbeat = int(os.environ.get("EVALJOBS_HEARTBEAT_TIMEOUT_MS", "60000"))
         chance = int(os.environ.get("EVALJOBS_MAINTENANCE_CHANCE", "1000"))
-        return RedisBroker(url=url, middleware=stack, heartbeat_timeout=heartbeat, maintenance_chance=chance)
+        return _RedisBroker(url=url, middleware=stack, heartbeat_timeout=heartbeat, maintenance_chance=chance)
     raise BrokerError(f"unsupported broker URL '{url}': use 'memory' or 'redis://host:port/db'")
 
 

@@ -201,13 +201,21 @@ def guarded(evaluate: Callable[..., Any]) -> Callable[..., Any]:
         if client is None:
             return evaluate(run_id, scenario_key, model, *args, **kwargs)
         limit = max_crashes()
-        last_chance = crashes(run_id, scenario_key, model, client=client) >= max(1, limit - 1)
-        if last_chance:
-            logger.warning("pair %s × %s of run %s has crashed workers before; evaluating it alone in this "
-                           "process", scenario_key, model, run_id)
-        # The start is counted only once the lock is held: a pair waiting for a suspect to finish
-        # is not in flight, and must not be charged if the suspect crashes the process.
-        with _solo.alone() if last_chance else _solo.shared():
+        # The usual case costs two round trips (begin, end): the start is counted while sharing the
+        # process, and only a pair that turns out to be a suspect takes its count back and starts
+        # again alone. The start is counted only once the lock is held: a pair waiting for a
+        # suspect to finish is not in flight, and must not be charged if the suspect crashes.
+        with _solo.shared():
+            count = begin_attempt(run_id, scenario_key, model, client=client)
+            if count < max(1, limit - 1):
+                try:
+                    return evaluate(run_id, scenario_key, model, *args, **kwargs)
+                finally:
+                    end_attempt(run_id, scenario_key, model, client=client)
+            end_attempt(run_id, scenario_key, model, client=client)
+        logger.warning("pair %s × %s of run %s has crashed workers before; evaluating it alone in this "
+                       "process", scenario_key, model, run_id)
+        with _solo.alone():
             count = begin_attempt(run_id, scenario_key, model, client=client)
             try:
                 if count >= limit:

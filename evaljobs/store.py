@@ -258,14 +258,54 @@ def upgrade() -> list[str]:
     return done
 
 
-def release_connection() -> None:
-    """Close this thread's connection (or hand it back to the pool) if one is open.
+_held = threading.local()
+#: One SQLite writer at a time per process (see ``_transaction``); re-entrant for nested transactions.
+_sqlite_writers = threading.RLock()
 
-    For worker middleware: the store already closes after each call, this is the safety net.
+
+def hold_connection() -> None:
+    """Let this thread keep its SQLite connection open across store calls and messages.
+
+    For worker middleware (before each message) and in-process pair loops. Opening a SQLite
+    connection runs its pragmas, and closing the last one checkpoints the WAL: per query
+    that was the largest cost of a zero-latency pair. A SQLite connection is a file handle
+    with no server-side limit, so a worker thread keeps one for its life (it is closed when
+    the thread ends). PostgreSQL connections still go back to the pool after each call, so
+    the server's connection limit caps in-flight queries, not width.
+    """
+    _held.db = database.obj if isinstance(database.obj, peewee.SqliteDatabase) else None
+
+
+@contextmanager
+def holding() -> Iterator[None]:
+    """:func:`hold_connection` for the duration of a block, then close this thread's connection."""
+    hold_connection()
+    try:
+        yield
+    finally:
+        _held.db = None
+        db = database.obj
+        if db is not None and not db.is_closed() and not db.in_transaction():
+            db.close()
+
+
+def _holds(db: peewee.Database) -> bool:
+    return getattr(_held, "db", None) is db
+
+
+def release_connection() -> None:
+    """Hand this thread's connection back after a message (the worker middleware's hook).
+
+    PostgreSQL: closed, i.e. returned to the pool. SQLite under :func:`hold_connection`:
+    kept open for the thread's next message. Without a hold the store already closes after
+    each call, and this is the safety net.
     """
     db = database.obj
-    if db is not None and not db.is_closed() and not db.in_transaction():
-        db.close()
+    if db is None or db.is_closed() or db.in_transaction():
+        return
+    if _holds(db):
+        return
+    db.close()
 
 
 def _open(url: str) -> peewee.Database:
@@ -365,7 +405,7 @@ def _connection() -> Iterator[peewee.Database]:
     try:
         yield db
     finally:
-        if opened and not db.is_closed():
+        if opened and not db.is_closed() and not _holds(db):
             db.close()
 
 
@@ -374,8 +414,15 @@ def _transaction() -> Iterator[peewee.Database]:
     """A write transaction. On SQLite it is BEGIN IMMEDIATE, which takes the write lock up front,
     so read-count-write sequences are serialized across threads and processes."""
     with _connection() as db:
-        txn = db.atomic(lock_type="IMMEDIATE") if isinstance(db, peewee.SqliteDatabase) else db.atomic()
-        with txn:
+        if not isinstance(db, peewee.SqliteDatabase):
+            with db.atomic():
+                yield db
+            return
+        # Threads of this process queue for SQLite's one write lock here, in order, instead of
+        # inside SQLite's busy handler, which sleeps 1, 2, 5, 10 … ms between tries: with eight
+        # worker threads writing, those sleeps, not the writes, set the pace. Other processes
+        # still meet the busy handler.
+        with _sqlite_writers, db.atomic(lock_type="IMMEDIATE"):
             yield db
 
 
@@ -439,10 +486,13 @@ def _upgrade(db: peewee.Database) -> list[str]:
             # CREATE TABLE IF NOT EXISTS races with itself on PostgreSQL; serialize first users.
             db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
         existing = set(db.get_tables())
-        for table in _TABLES:
-            if table._meta.table_name not in existing:
-                done.append(f"created table {table._meta.table_name}")
-        db.create_tables(_TABLES, safe=True)
+        missing = [table for table in _TABLES if table._meta.table_name not in existing]
+        done += [f"created table {table._meta.table_name}" for table in missing]
+        # Only the missing tables (each with its indexes, in this transaction): on PostgreSQL
+        # CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table before it finds the index,
+        # so every booting worker took SHARE on run, then on result, and deadlocked with
+        # record_result (ROW EXCLUSIVE on result, then on run).
+        db.create_tables(missing, safe=True)
         current = SchemaVersion.select(fn.MAX(SchemaVersion.version)).scalar() or 0
         if current > SCHEMA_VERSION:
             raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
@@ -693,6 +743,86 @@ def take_judge_call(run_id: str, cap: int) -> bool:
 # -- results and the barrier ----------------------------------------------------------------
 
 
+# -- the per-pair hot path ------------------------------------------------------------------
+#
+# Every pair runs the two calls below, so they are written as fixed SQL rather than built by
+# peewee's query builder: building and compiling a query (and instantiating a model row) cost
+# more CPU than SQLite spent running it, which capped a zero-latency run at about 60 pairs/s.
+# They touch the same columns and take the same locks as the builder's queries did.
+
+_RUN_COLUMNS = ("id", "digest", "catalog_name", "models", "strategy", "status", "expected", "persisted",
+                "context", "options", "created_at", "started_at", "finished_at", "note", "pairs")
+_RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores", "fault", "output",
+                   "tool_calls", "duration_ms", "input_tokens", "output_tokens", "cost", "attempts", "error",
+                   "details", "cached", "created_at")
+
+
+@dataclass(frozen=True)
+class _HotSQL:
+    pair_state: str
+    lock_run: str
+    insert_result: str
+    bump_persisted: str
+
+
+@lru_cache(maxsize=4)
+def _hot_sql(param: str, for_update: bool) -> _HotSQL:
+    p = param
+    return _HotSQL(
+        pair_state=(f"SELECT {', '.join(_RUN_COLUMNS)}, EXISTS (SELECT 1 FROM result WHERE run_id = {p} "
+                    f"AND scenario_key = {p} AND model = {p}) FROM run WHERE id = {p}"),
+        lock_run=(f"SELECT digest, catalog_name, models, pairs, expected, persisted FROM run WHERE id = {p}"
+                  + (" FOR UPDATE" if for_update else "")),
+        insert_result=(f"INSERT INTO result ({', '.join(_RESULT_COLUMNS)}) VALUES "
+                       f"({', '.join([p] * len(_RESULT_COLUMNS))}) "
+                       f"ON CONFLICT (run_id, scenario_key, model) DO NOTHING"),
+        bump_persisted=f"UPDATE run SET persisted = {p} WHERE id = {p}",
+    )
+
+
+def _hot(db: peewee.Database) -> _HotSQL:
+    return _hot_sql(db.param, bool(db.for_update))
+
+
+@lru_cache(maxsize=1024)
+def _json_once(text: str | None) -> Any:
+    """JSON columns that never change once a run exists (models, options, context), parsed once.
+
+    Callers must not mutate the result: it is shared.
+    """
+    return json.loads(text) if text is not None else None
+
+
+def _datetime(value: Any) -> datetime | None:
+    """A timestamp as stored (SQLite gives text, PostgreSQL a datetime), aware in UTC."""
+    if value is None or isinstance(value, datetime):
+        return _aware(value)
+    return _aware(datetime.fromisoformat(value))
+
+
+@_reconnecting
+def pair_state(run_id: str, scenario_key: str, model: str) -> tuple[RunInfo, bool]:
+    """The run (without its report) and whether this pair is already recorded: one query.
+
+    What a worker needs before evaluating a pair; ``get_run`` + ``is_recorded`` in one round trip.
+    """
+    if not isinstance(run_id, str):  # a malformed message; the builder's queries coerced, fixed SQL does not
+        raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    with _connection() as db:
+        row = db.execute_sql(_hot(db).pair_state, (run_id, str(scenario_key), str(model), run_id)).fetchone()
+    if row is None:
+        raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    (id_, digest, catalog_name, models, strategy, status, expected, persisted, context, options, created_at,
+     started_at, finished_at, note, pairs, recorded) = row
+    info = RunInfo(id=id_, digest=digest, catalog_name=catalog_name, models=list(_json_once(models)),
+                   strategy=strategy, status=status, expected=expected, persisted=persisted,
+                   context=_json_once(context), options=_json_once(options) or {},
+                   created_at=_datetime(created_at), started_at=_datetime(started_at),
+                   finished_at=_datetime(finished_at), report=None, note=note,
+                   pairs=list(_pair_list(pairs)) if pairs is not None else None)
+    return info, bool(recorded)
+
+
 @_reconnecting
 def record_result(run_id: str, result: Result) -> Recorded:
     """Persist one pair's result and count the run's persisted pairs, in one short transaction.
@@ -707,27 +837,31 @@ def record_result(run_id: str, result: Result) -> Recorded:
     count only the committed rows plus their own — N-1 each — and neither would see
     the run complete, so no finalize would ever be sent. With the lock the second
     counter waits for the first to commit, sees N, and exactly one call returns
-    ``completed=True``.
+    ``completed=True``. Under that lock a new row makes the count one more than the
+    run row says (a COUNT(*) here made each insert O(pairs so far)).
     """
-    with _transaction():
-        run = _get_row(run_id, lock=True)
-        models = _loads(run.models)
-        unknown_scenario = result.scenario_key not in load_snapshot(run.digest)
+    with _transaction() as db:
+        sql = _hot(db)
+        row = db.execute_sql(sql.lock_run, (run_id,)).fetchone()
+        if row is None:
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+        digest, catalog_name, models_text, pairs_text, expected, persisted = row
+        models = _json_once(models_text)
+        unknown_scenario = result.scenario_key not in load_snapshot(digest)
         if unknown_scenario or result.model not in models:
-            what = (f"scenario {result.scenario_key!r} is not in catalog {run.catalog_name!r}"
+            what = (f"scenario {result.scenario_key!r} is not in catalog {catalog_name!r}"
                     if unknown_scenario else
                     f"model {result.model!r} is not one of the run's models ({', '.join(models)})")
             raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
                                  f"{result.model!r}: {what}")
-        if run.pairs is not None and result.pair not in _pair_set(run.pairs):
+        if pairs_text is not None and result.pair not in _pair_set(pairs_text):
             raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
-                                 f"{result.model!r}: the run covers only {run.expected} chosen pairs")
-        if not _insert_result(run_id, result):
-            return Recorded(inserted=False, completed=False, persisted=run.persisted, expected=run.expected)
-        persisted = _count_query(run_id).scalar()
-        Run.update(persisted=persisted).where(Run.id == run_id).execute()
-    return Recorded(inserted=True, completed=persisted == run.expected, persisted=persisted,
-                    expected=run.expected)
+                                 f"{result.model!r}: the run covers only {expected} chosen pairs")
+        if not _insert_result(db, sql, run_id, result):
+            return Recorded(inserted=False, completed=False, persisted=persisted, expected=expected)
+        persisted += 1
+        db.execute_sql(sql.bump_persisted, (persisted, run_id))
+    return Recorded(inserted=True, completed=persisted == expected, persisted=persisted, expected=expected)
 
 
 def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
@@ -746,22 +880,14 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
     return value
 
 
-def _insert_result(run_id: str, result: Result) -> bool:
+def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Result) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted."""
-    row = dict(run=run_id, scenario_key=result.scenario_key, model=result.model, status=result.status,
-               score=float(result.score), scores=_dumps(result.scores), fault=result.fault,
-               output=result.output or "", tool_calls=_dumps(_capped(result.tool_calls)),
-               duration_ms=int(round(result.duration_ms or 0)), input_tokens=int(result.input_tokens or 0),
-               output_tokens=int(result.output_tokens or 0), cost=float(result.cost or 0.0),
-               attempts=int(result.attempts), error=result.error, details=_dumps(_capped(result.details)),
-               cached=bool(result.cached), created_at=_now())
-    target = [ResultRow.run, ResultRow.scenario_key, ResultRow.model]
-    return (ResultRow.insert(**row).on_conflict(action="NOTHING", conflict_target=target)
-            .as_rowcount().execute()) == 1
-
-
-def _count_query(run_id: str) -> peewee.Select:
-    return ResultRow.select(fn.COUNT(ResultRow.id)).where(ResultRow.run == run_id)
+    params = (run_id, result.scenario_key, result.model, result.status, float(result.score),
+              _dumps(result.scores), result.fault, result.output or "", _dumps(_capped(result.tool_calls)),
+              int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
+              float(result.cost or 0.0), int(result.attempts), result.error, _dumps(_capped(result.details)),
+              bool(result.cached), _now())
+    return db.execute_sql(sql.insert_result, params).rowcount == 1
 
 
 def _results_query(run_id: str) -> peewee.Select:

@@ -56,12 +56,15 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
                 for provider, token in reversed(tokens):
                     provider.clear(token)
 
-        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evaljobs") as pool:
+        # SQLite: each thread keeps one connection, as a worker thread does (closed as the thread ends).
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evaljobs",
+                                initializer=store.hold_connection) as pool:
             for _ in pool.map(in_context, pairs):
                 pass
     else:
-        for pair in pairs:
-            one(pair)
+        with store.holding():
+            for pair in pairs:
+                one(pair)
     if not pairs:
         barrier.finalize(run_id)
     return store.get_run(run_id)

@@ -131,6 +131,7 @@ def test_listing_results_and_progress_uses_indexes_only(db_url):
         "missing_pairs": lambda: store.missing_pairs(running),
         "missing_pairs of a rerun": lambda: store.missing_pairs(rerun_id),
         "is_recorded": lambda: store.is_recorded(running, "s05", "m2"),
+        "pair_state": lambda: store.pair_state(running, "s05", "m2"),
         "get_run": lambda: store.get_run(running),
         "list_runs": lambda: store.list_runs(limit=20),
         "list_runs by status": lambda: store.list_runs(limit=50, statuses=["pending", "running"]),
@@ -152,6 +153,7 @@ def test_listing_results_and_progress_uses_indexes_only(db_url):
     assert results["progress"]["persisted"] == 49 and results["missing_pairs of a rerun"] == [("s07", "m2")]
     assert len(results["list_runs"]) == 20 and len(results["list_runs by status"]) == 11
     assert len(results["status: active runs"]) == 11 and results["is_recorded"] is True
+    assert results["pair_state"][0].id == running and results["pair_state"][1] is True
 
 
 def test_the_check_catches_a_full_scan(db_url):

@@ -391,9 +391,11 @@ def test_concurrent_finalize_creates_one_report(run: store.RunInfo) -> None:
 
 def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     db = store.connect(sqlite_url)
-    for query in (store._results_query("r_x"), store._progress_query("r_x"), store._count_query("r_x"),
-                  store._pairs_query("r_x")):
-        sql, params = query.sql()
+    hot = store._hot(db)
+    queries = [query.sql() for query in (store._results_query("r_x"), store._progress_query("r_x"),
+                                          store._pairs_query("r_x"))]
+    queries += [(hot.pair_state, ("r_x", "k", "m", "r_x")), (hot.lock_run, ("r_x",))]
+    for sql, params in queries:
         with store._connection():
             plan = " | ".join(row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))
         assert "SCAN" not in plan and "USING" in plan and "INDEX" in plan, plan
