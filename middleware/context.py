@@ -46,7 +46,8 @@ from dramatiq.broker import Broker
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 from dramatiq.middleware import Callbacks, GroupCallbacks, Middleware, MiddlewareError, Pipelines, Retries
-from dramatiq.middleware import SkipMessage
+
+from .refusals import dead_letter
 
 __all__ = [
     "ContextError",
@@ -315,8 +316,7 @@ class ContextMiddleware(Middleware):
 
         values = self._verified_values(message, context)
         if values is None:
-            message.fail()
-            raise SkipMessage(f"context of message {message.message_id} rejected")
+            dead_letter(message, f"context of message {message.message_id} rejected")
 
         restored = self._state.restored
         for name, value in values.items():
@@ -339,17 +339,10 @@ class ContextMiddleware(Middleware):
                     name,
                     exc_info=True,
                 )
-                message.fail()
-                raise SkipMessage(f"context provider {name!r} failed to restore") from None
+                dead_letter(message, f"context provider {name!r} failed to restore")
 
-    def after_process_message(
-        self,
-        broker: Broker,
-        message: Message,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-    ) -> None:
+    def after_process_message(self, broker: Broker, message: Message, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
         self._clear()
 
     def after_skip_message(self, broker: Broker, message: Message) -> None:

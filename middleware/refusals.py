@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from dramatiq.broker import Broker
 from dramatiq.errors import ActorNotFound
@@ -29,7 +29,18 @@ from dramatiq.logging import get_logger
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
-__all__ = ["Refusals"]
+__all__ = ["Refusals", "dead_letter"]
+
+
+def dead_letter(message: Message, reason: str) -> NoReturn:
+    """Dead-letter ``message`` without running its actor; call it from ``before_process_message``.
+
+    ``message.fail()`` has the broker dead-letter the message instead of acking it, and
+    ``SkipMessage`` keeps the worker from running the actor (``Retries`` never sees it). The
+    caller logs why first: ``reason`` is only the skip's one-line summary.
+    """
+    message.fail()
+    raise SkipMessage(reason) from None
 
 
 class Refusals(Middleware):
@@ -73,17 +84,10 @@ class Refusals(Middleware):
                 signature,
                 e,
             )
-            message.fail()
-            raise SkipMessage(f"arguments do not fit {message.actor_name}{signature}") from None
+            dead_letter(message, f"arguments do not fit {message.actor_name}{signature}")
 
-    def after_process_message(
-        self,
-        broker: Broker,
-        message: Message,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-    ) -> None:
+    def after_process_message(self, broker: Broker, message: Message, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
         if exception is None:
             return
         try:

@@ -7,19 +7,15 @@ import pytest
 
 from evaljobs import events, store
 from evaljobs.api import Session
-from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
+from test_faults import numbered_catalog
 from workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.redis]
 
 
 def catalog(n: int, name: str = "wide"):
-    lines = [f"name: {name}", "scenarios:"]
-    for i in range(n):
-        lines += [f"  - key: s{i:03d}", f'    prompt: "[sim: say answer {i}]"',
-                  f"    expect: {{contains: ['answer {i}']}}"]
-    return loads_catalog("\n".join(lines) + "\n", source=f"{name}.yaml")
+    return numbered_catalog(n, name)
 
 
 @pytest.fixture

@@ -17,7 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -233,6 +236,47 @@ def assert_every_pair_once(run_id: str, catalog: Catalog, models: list[str], see
             "statuses": _tally(results)}
 
 
+@dataclass
+class FleetRun:
+    """The run :func:`fleet_run` started: what the test's fault injection and final checks need."""
+
+    id: str
+    session: Session
+    seen: Events
+    #: What :func:`assert_every_pair_once` observed; filled in when the ``with`` block ends cleanly.
+    observed: dict = field(default_factory=dict)
+
+
+@contextmanager
+def fleet_run(fleet: Fleet, catalog: Catalog, models: list[str], *, db: str, broker: str,
+              options: dict | None = None) -> Iterator[FleetRun]:
+    """A fanout run evaluated by ``fleet``; the ``with`` body injects the fault and waits.
+
+    Before the body: the run is created, its events subscribed to, the fleet and the run started.
+    After it: the fleet is stopped gracefully (always) and, if the body raised nothing, the run is
+    checked with :func:`assert_every_pair_once` — the end of every fault test.
+    """
+    with Session(db=db, broker=broker) as session:
+        session.binding()  # binds events to Redis before we subscribe
+        run = store.create_run(catalog, models, strategy="fanout", options=options)
+        handle = FleetRun(run.id, session, Events(broker, run.id))
+        try:
+            fleet.start()
+            session.binding().actors.start_run.send(run.id)
+            yield handle
+        finally:
+            fleet.stop()
+        handle.observed = assert_every_pair_once(run.id, catalog, models, handle.seen, log=fleet.log_text())
+        handle.seen.close()
+
+
+def assert_all_passed(run_id: str) -> list:
+    """The run's results, each of which passed: the fault was survived, not just recorded."""
+    results = store.list_results(run_id)
+    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
+    return results
+
+
 def _tally(results) -> str:
     counts: dict[str, int] = {}
     for r in results:
@@ -292,28 +336,17 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(redis_url, pg_ur
     # Deliberate kills also count against the pairs in flight (see evaljobs.poison): far above what a
     # pair meets here, so the test shows that killed work is redone, never given up on.
     fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4, env={"EVALJOBS_MAX_CRASHES": "25"})
-    with Session(db=pg_url, broker=redis_url) as session:
-        session.binding()  # binds events to Redis before we subscribe
-        run = store.create_run(catalog, models, strategy="fanout")
-        seen = Events(redis_url, run.id)
-        fleet.start()
-        try:
-            session.binding().actors.start_run.send(run.id)
-            started = last_kill = time.monotonic()
-            while store.get_run(run.id).report is None and time.monotonic() - started < seconds:
-                time.sleep(0.2)
-                # At most one kill a second, each of a worker in the middle of its work.
-                if time.monotonic() - last_kill >= 1.0 and fleet.kill_one_that_worked(calls=10):
-                    last_kill = time.monotonic()
-            elapsed = time.monotonic() - started
-        finally:
-            fleet.stop()
-        observed = assert_every_pair_once(run.id, catalog, models, seen, log=fleet.log_text())
-        seen.close()
-    results = store.list_results(run.id)
-    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
+    with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
+        started = last_kill = time.monotonic()
+        while store.get_run(run.id).report is None and time.monotonic() - started < seconds:
+            time.sleep(0.2)
+            # At most one kill a second, each of a worker in the middle of its work.
+            if time.monotonic() - last_kill >= 1.0 and fleet.kill_one_that_worked(calls=10):
+                last_kill = time.monotonic()
+        elapsed = time.monotonic() - started
+    assert_all_passed(run.id)
     assert fleet.kills >= 3, "the run finished before the workers were killed: nothing was tested"
-    observe("sigkill-workers", kills=fleet.kills, seconds=f"{elapsed:.0f}", **observed)
+    observe("sigkill-workers", kills=fleet.kills, seconds=f"{elapsed:.0f}", **run.observed)
 
 
 # -- graceful shutdown ----------------------------------------------------------------------------------
@@ -367,41 +400,30 @@ def test_redis_restarted_mid_run_completes_after_evaljobs_recover(sqlite_url, si
     with RedisServer(appendonly=True) as redis_server:  # persistence on: queues survive a clean restart
         url = redis_server.url
         fleet = Fleet(url, sqlite_url, tmp_path / "logs", count=2, threads=4)
-        with Session(db=sqlite_url, broker=url) as session:
-            session.binding()
-            run = store.create_run(catalog, models, strategy="fanout")
-            seen = Events(url, run.id)
-            fleet.start()
-            recovered: list[str] = []
-            try:
-                session.binding().actors.start_run.send(run.id)
-                assert wait_until(lambda: store.get_run(run.id).persisted >= 16, 90), fleet.log_text()
-                if how == "crash":
-                    redis_server.kill()
-                else:
-                    redis_server.stop()
-                at_restart = store.get_run(run.id).persisted
-                time.sleep(2.0)  # workers finish provider calls, then fail to ack, enqueue and publish
-                redis_server.start()
-                # The runbook after a Redis incident: `evaljobs recover` re-sends what the queues lost
-                # (an enqueue, a retry or a finalize attempted while Redis was down) and leaves alone
-                # the pairs still queued. Run again if the run still stalls.
-                deadline = time.monotonic() + 120
-                while True:
-                    out = evaljobs_cli("recover", "--db", sqlite_url, "--broker", url)
-                    assert out.returncode == 0, out.stderr
-                    recovered += [line for line in out.stdout.splitlines() if line != "nothing to recover"]
-                    if wait_until(lambda: store.get_run(run.id).report is not None, 10):
-                        break
-                    assert time.monotonic() < deadline, fleet.log_text()
-            finally:
-                fleet.stop()
-            observed = assert_every_pair_once(run.id, catalog, models, seen, log=fleet.log_text())
-            seen.close()
-    results = store.list_results(run.id)
-    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
+        recovered: list[str] = []
+        with fleet_run(fleet, catalog, models, db=sqlite_url, broker=url) as run:
+            assert wait_until(lambda: store.get_run(run.id).persisted >= 16, 90), fleet.log_text()
+            if how == "crash":
+                redis_server.kill()
+            else:
+                redis_server.stop()
+            at_restart = store.get_run(run.id).persisted
+            time.sleep(2.0)  # workers finish provider calls, then fail to ack, enqueue and publish
+            redis_server.start()
+            # The runbook after a Redis incident: `evaljobs recover` re-sends what the queues lost
+            # (an enqueue, a retry or a finalize attempted while Redis was down) and leaves alone
+            # the pairs still queued. Run again if the run still stalls.
+            deadline = time.monotonic() + 120
+            while True:
+                out = evaljobs_cli("recover", "--db", sqlite_url, "--broker", url)
+                assert out.returncode == 0, out.stderr
+                recovered += [line for line in out.stdout.splitlines() if line != "nothing to recover"]
+                if wait_until(lambda: store.get_run(run.id).report is not None, 10):
+                    break
+                assert time.monotonic() < deadline, fleet.log_text()
+    assert_all_passed(run.id)
     observe(f"redis-{how}", persisted_at_restart=at_restart, recover_actions=len(recovered),
-            subscriber_reconnects=seen.reconnects, **observed)
+            subscriber_reconnects=run.seen.reconnects, **run.observed)
 
 
 # -- PostgreSQL restarted mid-run -----------------------------------------------------------------------
@@ -412,33 +434,23 @@ def test_postgres_restarted_mid_run_workers_reconnect_and_retry_persistence(redi
                                                                             sim, tmp_path):
     catalog, models = numbered_catalog(50, "pg-restart"), ["sim/a", "sim/b"]
     fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4)
-    with Session(db=pg_url, broker=redis_url) as session:
-        session.binding()
-        run = store.create_run(catalog, models, strategy="fanout")
-        seen = Events(redis_url, run.id)
-        fleet.start()
-        try:
-            session.binding().actors.start_run.send(run.id)
-            assert wait_until(lambda: store.get_run(run.id).persisted >= 20, 90), fleet.log_text()
-            postgres_server.stop()  # fast shutdown: every connection is cut, in-flight transactions roll back
-            at_stop = time.monotonic()
-            time.sleep(3.0)         # longer than a message's retries: workers must wait for it, not give up
-            postgres_server.start()
-            down = time.monotonic() - at_stop
-            info = session.wait(run.id, timeout=120, poll=0.5)
-        finally:
-            fleet.stop()
-        log = fleet.log_text()
-        observed = assert_every_pair_once(run.id, catalog, models, seen, log=log)
-        seen.close()
-    results = store.list_results(run.id)
-    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
+    with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
+        assert wait_until(lambda: store.get_run(run.id).persisted >= 20, 90), fleet.log_text()
+        postgres_server.stop()  # fast shutdown: every connection is cut, in-flight transactions roll back
+        at_stop = time.monotonic()
+        time.sleep(3.0)         # longer than a message's retries: workers must wait for it, not give up
+        postgres_server.start()
+        down = time.monotonic() - at_stop
+        info = run.session.wait(run.id, timeout=120, poll=0.5)
+    log = fleet.log_text()
+    results = assert_all_passed(run.id)
     assert info.status == "complete"
-    assert seen.results == len(results)  # one `result` event per inserted row: nothing recorded twice
+    assert run.seen.results == len(results)  # one `result` event per inserted row: nothing recorded twice
     # Persistence was retried in place: no message failed, so no pair went back to the provider.
     assert "Failed to process message" not in log, log[-3000:]
     assert sim.stats()["requests"] == len(results)
-    observe("postgres-restart", seconds_down=f"{down:.1f}", provider_calls=sim.stats()["requests"], **observed)
+    observe("postgres-restart", seconds_down=f"{down:.1f}", provider_calls=sim.stats()["requests"],
+            **run.observed)
 
 
 # -- SQLite under contention ----------------------------------------------------------------------------
@@ -450,14 +462,11 @@ def test_sqlite_many_writer_threads_and_two_worker_processes_never_locked(redis_
     with SimulatedProvider(latency=0.005) as fast_sim:  # fast provider: the database is the bottleneck
         monkeypatch.setenv("EVALJOBS_SIM_URL", fast_sim.url)
         fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8)
-        with Session(db=sqlite_url, broker=redis_url) as session:
-            session.binding()
-            run = store.create_run(catalog, models, strategy="fanout")
+        errors: list[BaseException] = []
+        writes = [0]
+        with fleet_run(fleet, catalog, models, db=sqlite_url, broker=redis_url) as run:
             # A second run written by 16 threads of this process while the workers write the first.
             other = store.create_run(numbered_catalog(400, "hammer"), ["sim/x"], strategy="fanout")
-            seen = Events(redis_url, run.id)
-            errors: list[BaseException] = []
-            writes = [0]
 
             def hammer(offset: int) -> None:
                 from evaljobs.result import Result
@@ -471,29 +480,21 @@ def test_sqlite_many_writer_threads_and_two_worker_processes_never_locked(redis_
                 except BaseException as exc:  # noqa: BLE001 - reported below
                     errors.append(exc)
 
-            fleet.start()
             threads = [threading.Thread(target=hammer, args=(n,)) for n in range(16)]
-            try:
-                session.binding().actors.start_run.send(run.id)
-                assert wait_until(lambda: store.get_run(run.id).persisted >= 1, 90), fleet.log_text()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join(120)
-                info = session.wait(run.id, timeout=120, poll=0.5)
-            finally:
-                fleet.stop()
-            observed = assert_every_pair_once(run.id, catalog, models, seen, log=fleet.log_text())
-            seen.close()
+            assert wait_until(lambda: store.get_run(run.id).persisted >= 1, 90), fleet.log_text()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            info = run.session.wait(run.id, timeout=120, poll=0.5)
     assert not errors, errors[:3]
     assert store.get_run(other.id).persisted == 400 and writes[0] == 400
-    results = store.list_results(run.id)
+    results = assert_all_passed(run.id)
     assert not [r.error for r in results if r.error and "locked" in r.error.lower()]
-    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
     logs = "".join(path.read_text(errors="replace") for path in (tmp_path / "logs").glob("*.log"))
     assert "database is locked" not in logs
     assert info.status == "complete"
-    observe("sqlite-contention", writer_threads=16, worker_processes=2, foreign_writes=writes[0], **observed)
+    observe("sqlite-contention", writer_threads=16, worker_processes=2, foreign_writes=writes[0], **run.observed)
 
 
 # -- a poison message -----------------------------------------------------------------------------------
@@ -514,21 +515,12 @@ def test_poison_pair_that_kills_its_worker_is_errored_after_a_bounded_number_of_
               for i in range(12)]
     catalog, models = loads_catalog("\n".join(lines) + "\n", source="poisoned.yaml"), ["sim/a"]
     fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=1, threads=4)
-    with Session(db=sqlite_url, broker=redis_url) as session:
-        session.binding()
-        run = store.create_run(catalog, models, strategy="fanout", options={"adapter": "test_faults:crashing_adapter"})
-        seen = Events(redis_url, run.id)
-        fleet.start()
-        try:
-            session.binding().actors.start_run.send(run.id)
-            deadline = time.monotonic() + 150
-            while store.get_run(run.id).report is None and time.monotonic() < deadline:
-                fleet.revive()  # what supervisord's autorestart does
-                time.sleep(0.2)
-        finally:
-            fleet.stop()
-        observed = assert_every_pair_once(run.id, catalog, models, seen, log=fleet.log_text())
-        seen.close()
+    with fleet_run(fleet, catalog, models, db=sqlite_url, broker=redis_url,
+                   options={"adapter": "test_faults:crashing_adapter"}) as run:
+        deadline = time.monotonic() + 150
+        while store.get_run(run.id).report is None and time.monotonic() < deadline:
+            fleet.revive()  # what supervisord's autorestart does
+            time.sleep(0.2)
     results = {r.scenario_key: r for r in store.list_results(run.id)}
     poisoned = results.pop("poison")
     assert poisoned.status == "errored"
@@ -539,7 +531,7 @@ def test_poison_pair_that_kills_its_worker_is_errored_after_a_bounded_number_of_
     assert all(r.status == "passed" for r in results.values()), {k: r.error for k, r in results.items()
                                                                   if r.status != "passed"}
     assert store.get_run(run.id).status == "partial"
-    observe("poison-message", crashed_workers=fleet.restarts, **observed)
+    observe("poison-message", crashed_workers=fleet.restarts, **run.observed)
 
 
 # -- the mechanisms behind the fixes, in isolation -------------------------------------------------------

@@ -23,7 +23,7 @@ from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES, ChatClient
 from evaljobs.providers.errors import PermanentError
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.result import OUTPUT_CAP
-from test_faults import Events, Fleet, assert_every_pair_once, observe
+from test_faults import Fleet, fleet_run, observe
 
 pytestmark = [pytest.mark.redis]
 
@@ -97,21 +97,11 @@ def check_outcomes(run_id: str) -> dict[str, str]:
 def test_every_provider_fault_on_a_worker_process(redis_url, sqlite_url, flaky, tmp_path):
     catalog = faults_catalog()
     fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=1, threads=8, env=SETTINGS)
-    with Session(db=sqlite_url, broker=redis_url) as session:
-        session.binding()
-        run = store.create_run(catalog, ["flaky/m"], strategy="fanout")
-        seen = Events(redis_url, run.id)
-        fleet.start()
-        try:
-            session.binding().actors.start_run.send(run.id)
-            info = session.wait(run.id, timeout=120, poll=0.5)
-        finally:
-            fleet.stop()
-        observed = assert_every_pair_once(run.id, catalog, ["flaky/m"], seen, log=fleet.log_text())
-        seen.close()
+    with fleet_run(fleet, catalog, ["flaky/m"], db=sqlite_url, broker=redis_url) as run:
+        info = run.session.wait(run.id, timeout=120, poll=0.5)
     check_outcomes(run.id)
     assert info.status == "partial"
-    observe("provider-faults-fanout", **observed)
+    observe("provider-faults-fanout", **run.observed)
 
 
 def test_every_provider_fault_in_process(sqlite_url, flaky):
@@ -138,24 +128,14 @@ def test_a_429_storm_is_waited_out_and_every_pair_passes(redis_url, sqlite_url, 
         # No governor: the workers hit the provider's limit head-on, as a fleet without one would.
         fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8,
                       env={"EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RATE_LIMIT_WAITS": "200"})
-        with Session(db=sqlite_url, broker=redis_url) as session:
-            session.binding()
-            run = store.create_run(catalog, ["stormy/m"], strategy="fanout")
-            seen = Events(redis_url, run.id)
-            fleet.start()
-            try:
-                session.binding().actors.start_run.send(run.id)
-                info = session.wait(run.id, timeout=120, poll=0.5)
-            finally:
-                fleet.stop()
-            observed = assert_every_pair_once(run.id, catalog, ["stormy/m"], seen, log=fleet.log_text())
-            seen.close()
+        with fleet_run(fleet, catalog, ["stormy/m"], db=sqlite_url, broker=redis_url) as run:
+            info = run.session.wait(run.id, timeout=120, poll=0.5)
         stats = stormy.stats()
     results = store.list_results(run.id)
     assert info.status == "complete"
     assert all(r.status == "passed" and r.attempts == 1 for r in results)
     assert stats["rate_limited"] >= 10, stats  # it was a storm
-    observe("429-storm", rate_limited=stats["rate_limited"], calls=stats["requests"], **observed)
+    observe("429-storm", rate_limited=stats["rate_limited"], calls=stats["requests"], **run.observed)
 
 
 def _chunked_flood(total: int) -> tuple[str, threading.Thread]:
