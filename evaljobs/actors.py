@@ -103,15 +103,19 @@ def start_run(run_id: str) -> None:
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
-def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> None:
-    """Evaluate one pair and record it. A pair already recorded returns at once (redelivery)."""
+def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> bool:
+    """Evaluate one pair and record it. A pair already recorded returns at once (redelivery).
+
+    True when the pair is recorded (by this call or before it); False when it was handed back
+    to the queue or the run is cancelled. The poison guard uses it (see ``poison.guarded``).
+    """
     try:
         run, recorded = store.pair_state(run_id, scenario_key, model)  # one query, not get_run + is_recorded
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
     catalog = _check_pair(run, scenario_key, model)
     if run.status == "cancelled" or recorded:
-        return
+        return recorded
     settings = runtime.RunSettings.from_options(run.options)
     policy = runtime.policy(settings)
     runtime.set_permit_wait(None)  # short: a pair without a permit goes back to the queue
@@ -130,7 +134,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
         delay_ms = int(max(exc.retry_in, 0.05) * 1000 * (1 + random.random() * policy.jitter))
         bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
                                                      kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms)
-        return
+        return False
     except RateLimited as exc:
         if rl < policy.max_rate_limit_waits:
             # A rate limit is not a fault: re-send with the provider's delay instead of sleeping on
@@ -138,7 +142,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
             delay_ms = int(policy.rate_limit_delay(exc.retry_after) * 1000)
             bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
                                                          kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms)
-            return
+            return False
         result = Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
                                 attempts=attempts)
     except TransientError as exc:
@@ -153,6 +157,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
             raise
         result = Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts)
     persist(run_id, result)
+    return True
 
 
 def evaluate_model(run_id: str, model: str) -> None:
@@ -181,6 +186,8 @@ def finalize_run(run_id: str) -> None:
         raise InvalidMessage(str(exc)) from None
     if outcome is None:
         logger.warning("finalize_run: run %s is not complete yet; recovery will finish it", run_id)
+    else:
+        poison.forget(run_id)
 
 
 def _judge(run_id: str, settings: runtime.RunSettings, spec):

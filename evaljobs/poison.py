@@ -15,8 +15,8 @@ delivery records it as ``errored`` *without evaluating it*, so the barrier
 still completes and the report names the pair (invariant 5).
 
 The counts live in the broker's Redis, one hash per run
-(``evaljobs:crashes:<run>``, field ``[scenario, model]``), expiring a week
-after the last change. The in-process memory broker counts nothing: a crash
+(``evaljobs:crashes:<run>``, field ``[scenario, model]``), dropped when the
+run is finalized and otherwise expiring a week after the last change. The in-process memory broker counts nothing: a crash
 there takes the whole run (and this process) with it.
 
 A crash counts against every pair the process had in flight, the innocent
@@ -122,6 +122,22 @@ def end_attempt(run_id: str, scenario_key: str, model: str, *, client: Any = Non
         logger.warning("could not count the end of %s × %s (run %s): %s", scenario_key, model, run_id, exc)
 
 
+def forget(run_id: str, *, client: Any = None) -> None:
+    """Drop a finished run's counts (one DEL).
+
+    A pair that ends recorded skips :func:`end_attempt` (one round trip less per pair: a
+    recorded pair is never evaluated again, so its count no longer matters); its start stays
+    counted until the run is finalized, here, or the key expires.
+    """
+    client = client if client is not None else _client()
+    if client is None:
+        return
+    try:
+        client.delete(key(run_id))
+    except Exception as exc:  # noqa: BLE001 - the key expires by itself
+        logger.warning("could not drop the crash counts of run %s: %s", run_id, exc)
+
+
 def crashes(run_id: str, scenario_key: str, model: str, *, client: Any = None) -> int:
     """Starts of this pair that never ended (0 when nothing is counted)."""
     client = client if client is not None else _client()
@@ -208,10 +224,13 @@ def guarded(evaluate: Callable[..., Any]) -> Callable[..., Any]:
         with _solo.shared():
             count = begin_attempt(run_id, scenario_key, model, client=client)
             if count < max(1, limit - 1):
+                recorded = False
                 try:
-                    return evaluate(run_id, scenario_key, model, *args, **kwargs)
+                    recorded = evaluate(run_id, scenario_key, model, *args, **kwargs)
+                    return recorded
                 finally:
-                    end_attempt(run_id, scenario_key, model, client=client)
+                    if recorded is not True:  # a recorded pair is never evaluated again: its count is moot
+                        end_attempt(run_id, scenario_key, model, client=client)
             end_attempt(run_id, scenario_key, model, client=client)
         logger.warning("pair %s × %s of run %s has crashed workers before; evaluating it alone in this "
                        "process", scenario_key, model, run_id)

@@ -760,28 +760,57 @@ _RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores
 @dataclass(frozen=True)
 class _HotSQL:
     pair_state: str
-    lock_run: str
+    run_facts: str
     insert_result: str
     bump_persisted: str
+    persisted: str
 
 
 @lru_cache(maxsize=4)
-def _hot_sql(param: str, for_update: bool) -> _HotSQL:
+def _hot_sql(param: str) -> _HotSQL:
     p = param
     return _HotSQL(
         pair_state=(f"SELECT {', '.join(_RUN_COLUMNS)}, EXISTS (SELECT 1 FROM result WHERE run_id = {p} "
                     f"AND scenario_key = {p} AND model = {p}) FROM run WHERE id = {p}"),
-        lock_run=(f"SELECT digest, catalog_name, models, pairs, expected, persisted FROM run WHERE id = {p}"
-                  + (" FOR UPDATE" if for_update else "")),
+        run_facts=f"SELECT digest, catalog_name, models, pairs, expected FROM run WHERE id = {p}",
         insert_result=(f"INSERT INTO result ({', '.join(_RESULT_COLUMNS)}) VALUES "
                        f"({', '.join([p] * len(_RESULT_COLUMNS))}) "
                        f"ON CONFLICT (run_id, scenario_key, model) DO NOTHING"),
-        bump_persisted=f"UPDATE run SET persisted = {p} WHERE id = {p}",
+        bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
+        persisted=f"SELECT persisted FROM run WHERE id = {p}",
     )
 
 
 def _hot(db: peewee.Database) -> _HotSQL:
-    return _hot_sql(db.param, bool(db.for_update))
+    return _hot_sql(db.param)
+
+
+@dataclass(frozen=True)
+class _RunFacts:
+    """What a run was created with and never changes: safe to keep for the life of the process."""
+
+    digest: str
+    catalog_name: str
+    models: tuple[str, ...]
+    pairs: str | None
+    expected: int
+
+
+_facts: dict[str, _RunFacts] = {}
+
+
+def _run_facts(db: peewee.Database, run_id: str) -> _RunFacts:
+    facts = _facts.get(run_id)
+    if facts is None:
+        row = db.execute_sql(_hot(db).run_facts, (run_id,)).fetchone()
+        if row is None:
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+        digest, catalog_name, models, pairs, expected = row
+        facts = _RunFacts(digest, catalog_name, tuple(_json_once(models)), pairs, expected)
+        if len(_facts) >= 1024:
+            _facts.clear()
+        _facts[run_id] = facts
+    return facts
 
 
 @lru_cache(maxsize=1024)
@@ -831,37 +860,36 @@ def record_result(run_id: str, result: Result) -> Recorded:
     the unique (run, scenario, model) constraint makes a redelivered result a no-op,
     and the count is of distinct persisted rows, never of messages handled.
 
-    The run row is locked first (``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite the
-    IMMEDIATE transaction already holds the database's write lock). Without it, two
-    workers inserting the last two pairs concurrently under READ COMMITTED would each
-    count only the committed rows plus their own — N-1 each — and neither would see
-    the run complete, so no finalize would ever be sent. With the lock the second
-    counter waits for the first to commit, sees N, and exactly one call returns
-    ``completed=True``. Under that lock a new row makes the count one more than the
-    run row says (a COUNT(*) here made each insert O(pairs so far)).
+    The count is ``UPDATE run SET persisted = persisted + 1 … RETURNING persisted`` in the
+    transaction that inserted the row, and only when it did. The UPDATE locks the run row
+    (SQLite's IMMEDIATE transaction already holds the database's write lock), so two
+    workers inserting the last two pairs concurrently are serialized there: the second
+    waits for the first to commit and, under READ COMMITTED, increments the committed
+    value — one returns N-1, the other N, and exactly one call returns ``completed=True``.
+    A COUNT(*) instead made each insert O(pairs so far). The pair is checked against what
+    the run was created with (digest, models, pairs), which never changes, so that needs
+    no lock.
     """
+    with _connection() as db:
+        facts = _run_facts(db, run_id)
+    unknown_scenario = result.scenario_key not in load_snapshot(facts.digest)
+    if unknown_scenario or result.model not in facts.models:
+        what = (f"scenario {result.scenario_key!r} is not in catalog {facts.catalog_name!r}"
+                if unknown_scenario else
+                f"model {result.model!r} is not one of the run's models ({', '.join(facts.models)})")
+        raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
+                             f"{result.model!r}: {what}")
+    if facts.pairs is not None and result.pair not in _pair_set(facts.pairs):
+        raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
+                             f"{result.model!r}: the run covers only {facts.expected} chosen pairs")
     with _transaction() as db:
         sql = _hot(db)
-        row = db.execute_sql(sql.lock_run, (run_id,)).fetchone()
-        if row is None:
-            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
-        digest, catalog_name, models_text, pairs_text, expected, persisted = row
-        models = _json_once(models_text)
-        unknown_scenario = result.scenario_key not in load_snapshot(digest)
-        if unknown_scenario or result.model not in models:
-            what = (f"scenario {result.scenario_key!r} is not in catalog {catalog_name!r}"
-                    if unknown_scenario else
-                    f"model {result.model!r} is not one of the run's models ({', '.join(models)})")
-            raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
-                                 f"{result.model!r}: {what}")
-        if pairs_text is not None and result.pair not in _pair_set(pairs_text):
-            raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
-                                 f"{result.model!r}: the run covers only {expected} chosen pairs")
         if not _insert_result(db, sql, run_id, result):
-            return Recorded(inserted=False, completed=False, persisted=persisted, expected=expected)
-        persisted += 1
-        db.execute_sql(sql.bump_persisted, (persisted, run_id))
-    return Recorded(inserted=True, completed=persisted == expected, persisted=persisted, expected=expected)
+            persisted = db.execute_sql(sql.persisted, (run_id,)).fetchone()[0]
+            return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
+        persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
+    return Recorded(inserted=True, completed=persisted == facts.expected, persisted=persisted,
+                    expected=facts.expected)
 
 
 def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:

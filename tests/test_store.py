@@ -394,7 +394,7 @@ def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     hot = store._hot(db)
     queries = [query.sql() for query in (store._results_query("r_x"), store._progress_query("r_x"),
                                           store._pairs_query("r_x"))]
-    queries += [(hot.pair_state, ("r_x", "k", "m", "r_x")), (hot.lock_run, ("r_x",))]
+    queries += [(hot.pair_state, ("r_x", "k", "m", "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
     for sql, params in queries:
         with store._connection():
             plan = " | ".join(row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))
