@@ -240,13 +240,14 @@ def strategy_widths(strategy: str, widths: Sequence[int], models: int) -> list[i
     return list(widths)
 
 
-def effective_width(strategy: str, width: int, models: int) -> int:
-    """How many pairs a strategy can have in flight at ``width``."""
+def effective_width(strategy: str, width: int, models: int, processes: int = 1) -> int:
+    """How many pairs a strategy can have in flight at ``width`` (threads per worker process)."""
     if strategy == "sequential":
         return 1
+    workers = processes if strategy in QUEUED else 1  # in-process strategies run in this one process
     if strategy == "per-model":
-        return max(1, min(width, models))
-    return width
+        return max(1, min(width * workers, models))
+    return width * workers
 
 
 def ideal_wall(pairs: int, width: int, pair_latency: float) -> float:
@@ -258,7 +259,7 @@ def ideal_wall(pairs: int, width: int, pair_latency: float) -> float:
 
 
 def summarize(measurements: Iterable[Measurement], *, models: int = 1,
-              pair_latency: float | None = None) -> list[Cell]:
+              pair_latency: float | None = None, processes: int = 1) -> list[Cell]:
     """One :class:`Cell` per (strategy, width): medians of the repeats, ordered by strategy then width."""
     groups: dict[tuple[str, int], list[Measurement]] = {}
     for m in measurements:
@@ -286,8 +287,8 @@ def summarize(measurements: Iterable[Measurement], *, models: int = 1,
             first_result_s=_median_or_none((m.first_result_s for m in use), 4),
             cores=use[0].cores,
             host_busy=_median_or_none((m.host_busy for m in use), 3),
-            ideal_s=(round(ideal_wall(pairs, effective_width(strategy, width, models), pair_latency), 4)
-                     if pair_latency is not None else None),
+            ideal_s=(round(ideal_wall(pairs, effective_width(strategy, width, models, processes),
+                                      pair_latency), 4) if pair_latency is not None else None),
             complete=len(done) == len(ms),
         ))
     order = {name: i for i, name in enumerate(STRATEGIES)}
@@ -864,7 +865,8 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
             else:
                 os.environ[name] = value
     pair_latency = _pair_latency(spec, measurements)
-    cells = summarize(measurements, models=len(spec.models), pair_latency=pair_latency)
+    cells = summarize(measurements, models=len(spec.models), pair_latency=pair_latency,
+                      processes=spec.processes if spec.broker != "memory" else 1)
     env["pair_latency_s"] = pair_latency
     env["load_average_at_end"] = _load_average()
     return BenchResult(spec, env, measurements, cells, recommend(cells, cores=env["cores"]))

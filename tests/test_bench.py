@@ -115,6 +115,9 @@ def test_fixed_concurrency_strategies_have_one_width():
     assert strategy_widths("per-model", (4, 8), 2) == [4]
     assert strategy_widths("fanout", (1, 2, 4), 1) == [1, 2, 4]
     assert effective_width("per-model", 8, 3) == 3 and effective_width("sequential", 8, 3) == 1
+    # --processes P: every worker process has WIDTH threads, so fan-out has P x WIDTH in flight.
+    assert effective_width("fanout", 16, 1, processes=2) == 32
+    assert effective_width("threads", 16, 1, processes=2) == 16
     knee = find_knee([cell("sequential", 1, 15.0)], cores=2)
     assert knee.bound == "one width only" and "fixed" in knee.reason
 
