@@ -1019,7 +1019,7 @@ def finalize(run_id: str) -> Finalized:
         run = _get_row(run_id, lock=True)
         if run.report is not None:
             return Finalized(report=_loads(run.report), created=False)
-        results = [_to_result(row) for row in _results_query(run_id)]
+        results = _report_results(run_id)
         if len(results) != run.expected:
             missing = _missing(run)
             raise Incomplete(f"run {run_id} has {len(results)} of {run.expected} pairs; "
@@ -1034,6 +1034,24 @@ def finalize(run_id: str) -> Finalized:
         if not written:  # unreachable while the row lock holds; never write a second report
             return Finalized(report=_loads(_get_row(run_id).report), created=False)
     return Finalized(report=report, created=True)
+
+
+def _report_results(run_id: str) -> list[Result]:
+    """The run's results with what the report reads: no output, transcript or tool answers.
+
+    Read as plain tuples: building a model row and parsing three JSON columns for each of
+    1,000 results took most of the 130 ms between the last result and the report.
+    """
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.status, ResultRow.score,
+                              ResultRow.scores, ResultRow.fault, ResultRow.error, ResultRow.duration_ms,
+                              ResultRow.cost, ResultRow.cached, ResultRow.input_tokens, ResultRow.output_tokens)
+             .where(ResultRow.run == run_id).tuples())
+    return [Result(scenario_key=key, model=model, status=status, score=score,
+                   scores=json.loads(scores) if scores != "{}" else {}, fault=fault, error=error,
+                   duration_ms=duration_ms, cost=cost, cached=bool(cached), input_tokens=input_tokens,
+                   output_tokens=output_tokens)
+            for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
+            output_tokens in query]
 
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
