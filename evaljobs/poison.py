@@ -212,10 +212,13 @@ def guarded(evaluate: Callable[..., Any]) -> Callable[..., Any]:
     """
 
     @functools.wraps(evaluate)
-    def wrapper(run_id: str, scenario_key: str, model: str, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(run_id: str, scenario_key: str, model: str, *args: Any, **kwargs: Any) -> None:
+        # Returns None whatever ``evaluate`` returns: Dramatiq warns about an actor's return value
+        # unless a results backend is configured.
         client = _client()
         if client is None:
-            return evaluate(run_id, scenario_key, model, *args, **kwargs)
+            evaluate(run_id, scenario_key, model, *args, **kwargs)
+            return
         limit = max_crashes()
         # The usual case costs two round trips (begin, end): the start is counted while sharing the
         # process, and only a pair that turns out to be a suspect takes its count back and starts
@@ -227,7 +230,7 @@ def guarded(evaluate: Callable[..., Any]) -> Callable[..., Any]:
                 recorded = False
                 try:
                     recorded = evaluate(run_id, scenario_key, model, *args, **kwargs)
-                    return recorded
+                    return
                 finally:
                     if recorded is not True:  # a recorded pair is never evaluated again: its count is moot
                         end_attempt(run_id, scenario_key, model, client=client)
@@ -238,8 +241,9 @@ def guarded(evaluate: Callable[..., Any]) -> Callable[..., Any]:
             count = begin_attempt(run_id, scenario_key, model, client=client)
             try:
                 if count >= limit:
-                    return _give_up(run_id, scenario_key, model, count)
-                return evaluate(run_id, scenario_key, model, *args, **kwargs)
+                    _give_up(run_id, scenario_key, model, count)
+                    return
+                evaluate(run_id, scenario_key, model, *args, **kwargs)
             finally:
                 end_attempt(run_id, scenario_key, model, client=client)
 
