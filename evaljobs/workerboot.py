@@ -29,3 +29,10 @@ import sys  # noqa: E402
 # a response read → the result persisted) can stall that long. 1 ms trades a little
 # switching for those waits.
 sys.setswitchinterval(0.001)
+
+import logging  # noqa: E402
+
+# Dramatiq's CLI logs at INFO, and httpx logs every request at INFO: one line per provider call
+# (1,000 lines for a 1,000-pair run), formatted here, piped to and written by the parent process —
+# about a tenth of a worker's CPU on a fast provider. Provider faults are in the results.
+logging.getLogger("httpx").setLevel(logging.WARNING)
