@@ -67,3 +67,7 @@ def _enqueue_chunk(broker, chunk: Iterable[dramatiq.Message]) -> None:
         pipe.execute()
     for message in sent:
         broker.emit_after("enqueue", message, None)
+    wake = getattr(broker, "wake", None)  # this process's consumers need not wait for their next poll
+    if wake is not None:
+        for queue in {message.queue_name for message in sent}:
+            wake(queue)

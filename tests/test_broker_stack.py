@@ -1,4 +1,9 @@
-"""The middleware order is part of the contract (see evaljobs/broker.py)."""
+"""The middleware order is part of the contract (see evaljobs/broker.py); so is how consumers poll."""
+import concurrent.futures
+import threading
+import time
+
+import dramatiq
 import pytest
 from dramatiq.middleware import Callbacks, CurrentMessage, Pipelines, Retries
 
@@ -23,11 +28,98 @@ def test_an_idle_redis_queue_is_polled_at_most_consumer_poll_ms_apart(redis_url)
     idle queue; start_run's pairs then waited that long before the first was picked up."""
     from evaljobs.broker import CONSUMER_POLL_MS, make_broker
 
-    broker = make_broker(redis_url)
+    broker, other = make_broker(redis_url), make_broker(redis_url)  # other: another worker machine
     try:
-        consumer = broker.consume("agents", prefetch=4, timeout=100)
-        assert consumer.timeout == CONSUMER_POLL_MS < 100
-        assert broker.consume("agents", prefetch=4, timeout=5).timeout == 5
+        consumer = broker.consume("idle-poll", prefetch=4, timeout=1000)
+        assert consumer.poll_ms == CONSUMER_POLL_MS < 100
+        assert broker.consume("idle-poll", prefetch=4, timeout=5).poll_ms == 5
+        consumer._idle = 30  # long idle: backed off as far as it goes
+        got = _next_in_thread(consumer, idle_first=0.3)
+        sent = time.perf_counter()
+        other.enqueue(_message("idle-poll"))  # no wake-up: another process sent it
+        latency = got.result(timeout=5) - sent
+        assert latency < 0.25, f"picked up {latency * 1000:.0f} ms after it was sent"
         consumer.close()
     finally:
         broker.close()
+        other.close()
+
+
+@pytest.mark.redis
+def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, monkeypatch):
+    """finalize_run is sent by the worker that recorded the last pair: its own consumer fetches it at
+    once instead of at its next idle poll (half a poll, on average, between last result and report)."""
+    from evaljobs import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)  # an unwoken consumer would sleep ~2 s
+    broker = broker_module.make_broker(redis_url)
+    try:
+        consumer = broker.consume("wake-local", prefetch=4, timeout=5000)
+        consumer._idle = 30  # long idle: its next pause is the whole poll (1-2 s with jitter)
+        got = _next_in_thread(consumer, idle_first=0.3)
+        sent = time.perf_counter()
+        broker.enqueue(_message("wake-local"))
+        latency = got.result(timeout=5) - sent
+        assert latency < 0.2, f"picked up {latency * 1000:.0f} ms after it was sent"
+        consumer.close()
+    finally:
+        broker.close()
+
+
+@pytest.mark.redis
+def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half_of_it(redis_url, monkeypatch):
+    """Dramatiq's consumer sleeps (5, 10, 20 … ms) when it holds `prefetch` unacked messages; with a
+    provider that answers at once the worker threads drained the queue and sat idle meanwhile."""
+    from evaljobs import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)
+    broker = broker_module.make_broker(redis_url)
+    try:
+        for _ in range(6):
+            broker.enqueue(_message("wake-ack"))
+        consumer = broker.consume("wake-ack", prefetch=4, timeout=5000)
+        held = [_next_message(consumer) for _ in range(4)]
+        assert consumer.outstanding_message_count == 4  # full: the next fetch waits for acks
+        consumer._idle = 30  # its next pause is the whole poll (1-2 s with jitter) unless an ack wakes it
+        got = _next_in_thread(consumer, idle_first=0.3)
+        consumer.ack(held[0])
+        assert not got.done(), "one ack of four must not trigger a fetch (refills come in batches)"
+        acked = time.perf_counter()
+        consumer.ack(held[1])  # half of the prefetch free
+        latency = got.result(timeout=5) - acked
+        assert latency < 0.2, f"fetched {latency * 1000:.0f} ms after the ack"
+        consumer.close()
+    finally:
+        broker.flush_all()
+        broker.close()
+
+
+def _message(queue: str) -> dramatiq.Message:
+    return dramatiq.Message(queue_name=queue, actor_name="noop", args=(), kwargs={}, options={})
+
+
+def _next_message(consumer, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = next(consumer)
+        if message is not None:
+            return message
+    raise AssertionError("no message")
+
+
+def _next_in_thread(consumer, *, idle_first: float) -> concurrent.futures.Future:
+    """Poll ``consumer`` in a thread (as Dramatiq's consumer thread does); the future is the time the
+    first message came out. Waits ``idle_first`` seconds so the consumer is in its idle back-off."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def poll() -> None:
+        try:
+            _next_message(consumer, timeout=10)
+            future.set_result(time.perf_counter())
+        except BaseException as exc:  # noqa: BLE001 - reported through the future
+            future.set_exception(exc)
+
+    threading.Thread(target=poll, daemon=True).start()
+    time.sleep(idle_first)
+    assert not future.done()
+    return future
