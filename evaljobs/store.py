@@ -764,6 +764,7 @@ class _HotSQL:
     insert_result: str
     bump_persisted: str
     persisted: str
+    report_results: str
 
 
 @lru_cache(maxsize=4)
@@ -778,6 +779,8 @@ def _hot_sql(param: str) -> _HotSQL:
                        f"ON CONFLICT (run_id, scenario_key, model) DO NOTHING"),
         bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
         persisted=f"SELECT persisted FROM run WHERE id = {p}",
+        report_results=(f"SELECT scenario_key, model, status, score, scores, fault, error, duration_ms, cost, "
+                        f"cached, input_tokens, output_tokens FROM result WHERE run_id = {p}"),
     )
 
 
@@ -1039,19 +1042,27 @@ def finalize(run_id: str) -> Finalized:
 def _report_results(run_id: str) -> list[Result]:
     """The run's results with what the report reads: no output, transcript or tool answers.
 
-    Read as plain tuples: building a model row and parsing three JSON columns for each of
-    1,000 results took most of the 130 ms between the last result and the report.
+    Fixed SQL, rows fetched at once as plain tuples, each distinct ``scores`` text parsed once:
+    between the last result and the report, building a model row and parsing three JSON columns
+    for each of 1,000 results took 130 ms; peewee's row iteration alone, 20 ms.
     """
-    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.status, ResultRow.score,
-                              ResultRow.scores, ResultRow.fault, ResultRow.error, ResultRow.duration_ms,
-                              ResultRow.cost, ResultRow.cached, ResultRow.input_tokens, ResultRow.output_tokens)
-             .where(ResultRow.run == run_id).tuples())
-    return [Result(scenario_key=key, model=model, status=status, score=score,
-                   scores=json.loads(scores) if scores != "{}" else {}, fault=fault, error=error,
-                   duration_ms=duration_ms, cost=cost, cached=bool(cached), input_tokens=input_tokens,
-                   output_tokens=output_tokens)
+    db = _bound()
+    rows = db.execute_sql(_hot(db).report_results, (run_id,)).fetchall()
+    parsed: dict[str, dict[str, float]] = {}
+
+    def scores_of(text: str) -> dict[str, float]:
+        if text == "{}":
+            return {}
+        value = parsed.get(text)
+        if value is None:
+            value = parsed[text] = json.loads(text)
+        return dict(value)  # a copy each: a Result's scores are its own
+
+    return [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
+                   fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
+                   input_tokens=input_tokens, output_tokens=output_tokens)
             for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
-            output_tokens in query]
+            output_tokens in rows]
 
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
