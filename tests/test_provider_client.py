@@ -396,3 +396,76 @@ def test_get_client_names_a_missing_key_variable(sim, monkeypatch):
     monkeypatch.delenv("EVALJOBS_MISSING_KEY", raising=False)
     with pytest.raises(PermanentError, match="environment variable EVALJOBS_MISSING_KEY is not set"):
         get_client(sim.url, "EVALJOBS_MISSING_KEY")
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    """Answers every POST with a one-line completion and records the request line and headers."""
+
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        type(self).seen.append((self.requestline, {k.lower(): v for k, v in self.headers.items()}))
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"},
+                                        "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@pytest.fixture
+def recording_server():
+    _RecordingHandler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("no_proxy", [None, "provider.invalid"])
+def test_an_http_proxy_from_the_environment_is_used_unless_no_proxy_names_the_host(recording_server, monkeypatch,
+                                                                                   no_proxy):
+    """Requests go to the transport directly (not through httpx.Client), which must not lose
+    what the client did with trust_env: HTTP_PROXY and NO_PROXY."""
+    port = recording_server.server_address[1]
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    if no_proxy:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+    client = ChatClient("http://provider.invalid/v1", api_key=SECRET, timeout=5)
+    try:
+        if no_proxy:
+            with pytest.raises(TransientError, match="cannot connect to http://provider.invalid/v1"):
+                client.complete("m", [{"role": "user", "content": "x"}])
+            assert _RecordingHandler.seen == []
+            return
+        completion = client.complete("m", [{"role": "user", "content": "x"}])
+    finally:
+        client.close()
+    assert completion.content == "hi"
+    [(request_line, headers)] = _RecordingHandler.seen
+    assert request_line == "POST http://provider.invalid/v1/chat/completions HTTP/1.1"  # absolute form: a proxy
+    assert headers["authorization"] == f"Bearer {SECRET}"
+    assert headers["user-agent"] == "evaljobs" and headers["accept"] == "application/json"
+    assert headers["content-type"] == "application/json" and "gzip" in headers["accept-encoding"]
+
+
+def test_requests_carry_the_default_headers_without_a_proxy(recording_server, monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    port = recording_server.server_address[1]
+    with ChatClient(f"http://127.0.0.1:{port}/v1", headers={"X-Team": "evals"}, timeout=5) as client:
+        assert client.complete("m", [{"role": "user", "content": "x"}]).content == "hi"
+    [(request_line, headers)] = _RecordingHandler.seen
+    assert request_line == "POST /v1/chat/completions HTTP/1.1"
+    assert headers["host"] == f"127.0.0.1:{port}" and headers["x-team"] == "evals"
+    assert "authorization" not in headers
