@@ -152,6 +152,12 @@ class _WakeableConsumer(_DramatiqRedisConsumer):
             self.wake.set()
 
     def __next__(self):
+        if not self.message_cache and self.outstanding_message_count >= self.prefetch:
+            # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
+            # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
+            self.wake.wait(self.poll_ms / 1000)
+            self.wake.clear()
+            return None
         self.wake.clear()  # before the fetch: a wake-up during it is not lost
         message = super().__next__()
         if message is not None:

@@ -94,6 +94,30 @@ def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half
         broker.close()
 
 
+@pytest.mark.redis
+def test_a_consumer_holding_its_prefetch_waits_for_an_ack_instead_of_spinning(redis_url, monkeypatch):
+    """Dramatiq's loop comes round every 0-1 ms while the prefetch is full: CPU for nothing."""
+    from evaljobs import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 300)
+    broker = broker_module.make_broker(redis_url)
+    try:
+        for _ in range(3):
+            broker.enqueue(_message("full-wait"))
+        consumer = broker.consume("full-wait", prefetch=2, timeout=5000)
+        held = [_next_message(consumer) for _ in range(2)]
+        started = time.perf_counter()
+        assert next(consumer) is None
+        assert time.perf_counter() - started >= 0.25  # one wait for the whole poll, not a spin
+        consumer.ack(held[0])
+        consumer.ack(held[1])
+        assert _next_message(consumer, timeout=1) is not None
+        consumer.close()
+    finally:
+        broker.flush_all()
+        broker.close()
+
+
 def _message(queue: str) -> dramatiq.Message:
     return dramatiq.Message(queue_name=queue, actor_name="noop", args=(), kwargs={}, options={})
 
