@@ -278,3 +278,25 @@ def test_knee_is_cpu_bound_when_the_host_is_saturated_even_if_the_workers_are_no
     for c in zero:
         c.ideal_s = 0.0
     assert find_knee(zero, cores=2).bound == "overhead bound"
+
+
+@pytest.mark.redis
+def test_bench_costs_measures_every_step_of_a_pair(tmp_path):
+    """scripts/bench_costs (BENCHMARKS.md's per-pair CPU table) runs against its real parts."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "costs.json"
+    done = subprocess.run([sys.executable, str(root / "scripts" / "bench_costs"), "--n", "40", "--json", str(out)],
+                          capture_output=True, text=True, timeout=240, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"provider call (client)", "provider call (server)", "Redis command",
+                            "Redis command (server)", "store: pair_state", "store: record_result",
+                            "evaluate_scenario", "Dramatiq no-op message", "Dramatiq no-op message (Redis server)",
+                            "sequential, per pair"}
+    # Other processes' CPU is read in clock ticks (10 ms): 40 iterations may round to 0 there.
+    assert all(value >= 0 for value in figures.values()), figures
+    assert all(value > 0 for name, value in figures.items() if "server" not in name), figures
+    assert "evaluate_scenario" in done.stdout
