@@ -75,11 +75,7 @@ def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half
     monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)
     broker = broker_module.make_broker(redis_url)
     try:
-        for _ in range(6):
-            broker.enqueue(_message("wake-ack"))
-        consumer = broker.consume("wake-ack", prefetch=4, timeout=5000)
-        held = [_next_message(consumer) for _ in range(4)]
-        assert consumer.outstanding_message_count == 4  # full: the next fetch waits for acks
+        consumer, held = _full_consumer(broker, "wake-ack", prefetch=4, more=2)
         consumer._idle = 30  # its next pause is the whole poll (1-2 s with jitter) unless an ack wakes it
         got = _next_in_thread(consumer, idle_first=0.3)
         consumer.ack(held[0])
@@ -102,10 +98,7 @@ def test_a_consumer_holding_its_prefetch_waits_for_an_ack_instead_of_spinning(re
     monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 300)
     broker = broker_module.make_broker(redis_url)
     try:
-        for _ in range(3):
-            broker.enqueue(_message("full-wait"))
-        consumer = broker.consume("full-wait", prefetch=2, timeout=5000)
-        held = [_next_message(consumer) for _ in range(2)]
+        consumer, held = _full_consumer(broker, "full-wait", prefetch=2, more=1)
         started = time.perf_counter()
         assert next(consumer) is None
         assert time.perf_counter() - started >= 0.25  # one wait for the whole poll, not a spin
@@ -120,6 +113,16 @@ def test_a_consumer_holding_its_prefetch_waits_for_an_ack_instead_of_spinning(re
 
 def _message(queue: str) -> dramatiq.Message:
     return dramatiq.Message(queue_name=queue, actor_name="noop", args=(), kwargs={}, options={})
+
+
+def _full_consumer(broker, queue: str, *, prefetch: int, more: int):
+    """A consumer holding its whole prefetch (unacked), with ``more`` messages still in Redis."""
+    for _ in range(prefetch + more):
+        broker.enqueue(_message(queue))
+    consumer = broker.consume(queue, prefetch=prefetch, timeout=5000)
+    held = [_next_message(consumer) for _ in range(prefetch)]
+    assert consumer.outstanding_message_count == prefetch  # full: the next fetch waits for acks
+    return consumer, held
 
 
 def _next_message(consumer, timeout: float = 5.0):
