@@ -411,10 +411,12 @@ def demo(width, db, html_path) -> None:
               help="Elastic pool: retire members idle this long.")
 @click.option("--lane", envvar="EVALJOBS_LANE", default="bulk", show_default=True,
               help="Governor lane for this worker's provider calls: interactive or bulk.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Debug logs: Dramatiq's, the database's, and a line for every provider call.")
 @db_option
 @click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
 @providers_option
-def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, db, broker,
+def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
            providers) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
 
@@ -452,6 +454,8 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
             "--threads", str(threads)]
     for queue in queues:
         args += ["--queues", queue]
+    if verbose:
+        args.append("--verbose")
     os.execve(sys.executable, args, env)
 
 

@@ -32,7 +32,9 @@ sys.setswitchinterval(0.001)
 
 import logging  # noqa: E402
 
-# Dramatiq's CLI logs at INFO, and httpx logs every request at INFO: one line per provider call
-# (1,000 lines for a 1,000-pair run), formatted here, piped to and written by the parent process —
-# about a tenth of a worker's CPU on a fast provider. Provider faults are in the results.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+# Dramatiq's CLI logs at INFO, and httpx.Client logs every request at INFO (tool calls use one):
+# a line per call, formatted here, piped to and written by the parent process — for provider
+# calls, before they left httpx.Client, a tenth of a worker's CPU on a fast provider. Faults are in
+# the results; `evaljobs worker --verbose` (DEBUG) logs every call, provider calls included.
+if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+    logging.getLogger("httpx").setLevel(logging.WARNING)

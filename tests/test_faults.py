@@ -118,7 +118,7 @@ class Fleet:
     """
 
     def __init__(self, broker_url: str, db_url: str, logs: Path, *, count: int = 1, threads: int = 4,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, verbose: bool = False):
         logs.mkdir(parents=True, exist_ok=True)
         self.logs = logs
         self._spawned = 0
@@ -126,7 +126,7 @@ class Fleet:
         def make() -> WorkerProcess:
             self._spawned += 1
             return WorkerProcess(broker_url, db_url, threads=threads, env={**FAST, **(env or {})},
-                                 log=logs / f"worker-{self._spawned:03d}.log")
+                                 log=logs / f"worker-{self._spawned:03d}.log", verbose=verbose)
 
         self.make = make
         self.workers = [make() for _ in range(count)]
@@ -147,9 +147,9 @@ class Fleet:
 
     @staticmethod
     def provider_calls(worker: WorkerProcess) -> int:
-        """Provider calls the worker has made (httpx logs one INFO line per request)."""
+        """Provider calls the worker has made: with ``verbose``, each is a DEBUG line of its own."""
         try:
-            return worker.log.read_text(errors="replace").count("HTTP Request: POST")
+            return worker.log.read_text(errors="replace").count("provider call: POST")
         except OSError:
             return 0
 
@@ -335,7 +335,9 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(redis_url, pg_ur
     catalog, models = numbered_catalog(scenarios, "killed"), ["sim/a", "sim/b"]
     # Deliberate kills also count against the pairs in flight (see evaljobs.poison): far above what a
     # pair meets here, so the test shows that killed work is redone, never given up on.
-    fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4, env={"EVALJOBS_MAX_CRASHES": "25"})
+    # verbose: each provider call is a log line, which is how the test tells a worker at work.
+    fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4, env={"EVALJOBS_MAX_CRASHES": "25"},
+                  verbose=True)
     with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
         started = last_kill = time.monotonic()
         while store.get_run(run.id).report is None and time.monotonic() - started < seconds:

@@ -15,7 +15,7 @@ class WorkerProcess:
     """``evaljobs worker`` in its own process group, so a test can SIGKILL the whole worker."""
 
     def __init__(self, broker_url: str, db_url: str, *, threads: int = 4, processes: int = 1,
-                 env: dict[str, str] | None = None, log: Path | None = None):
+                 env: dict[str, str] | None = None, log: Path | None = None, verbose: bool = False):
         self.env = dict(os.environ)
         self.env.update({
             "EVALJOBS_BROKER_URL": broker_url,
@@ -26,7 +26,7 @@ class WorkerProcess:
         })
         self.env.update(env or {})
         self.args = [sys.executable, "-m", "evaljobs", "worker", "--threads", str(threads),
-                     "--processes", str(processes)]
+                     "--processes", str(processes)] + (["--verbose"] if verbose else [])
         self.log = log
         self.proc: subprocess.Popen | None = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import re
 import threading
@@ -26,6 +27,8 @@ from evaljobs.providers.errors import (
     TransientError,
     parse_retry_after,
 )
+
+logger = logging.getLogger("evaljobs.providers")
 
 #: How much of a provider's own error message is kept in a reason.
 PROVIDER_MESSAGE_CAP = 200
@@ -288,14 +291,17 @@ class ChatClient:
             error = PermanentError(f"invalid provider URL {url!r}: {exc}")
         except httpx.TransportError as exc:
             error = TransientError(f"{type(exc).__name__} talking to {self.base_url}: {exc or 'no detail'}")
-        if error is not None:
-            raise self._scrubbed(error)
         latency_ms = (time.perf_counter() - started) * 1000.0
-        try:
-            return self._completion(status, headers, payload, latency_ms)
-        except ProviderError as exc:
-            error = exc
-        raise self._scrubbed(error)
+        if error is None:
+            try:
+                completion = self._completion(status, headers, payload, latency_ms)
+                logger.debug("provider call: POST %s -> HTTP %s in %.0f ms", url, status, latency_ms)
+                return completion
+            except ProviderError as exc:
+                error = exc
+        error = self._scrubbed(error)
+        logger.debug("provider call: POST %s -> %s in %.0f ms", url, error.reason, latency_ms)
+        raise error
 
     # -- private helpers ------------------------------------------------------------------
 
