@@ -1,3 +1,3 @@
-from .cli import main
+from evaljobs.cli import main
 
 main(prog_name="evaljobs")

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from evaljobs.errors import UsageError
 import json
 import os
 import threading
@@ -15,14 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import runtime, store, strategies
-from .catalog import Catalog, CatalogError, load_catalog
-from .modelspec import ModelSpecError, parse_model_spec
+from evaljobs.pipeline import runtime, strategies
+from evaljobs import store
+from evaljobs.catalog import Catalog, CatalogError, load_catalog
+from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 
-
-
-class UsageError(ValueError):
-    """Something the user asked for that cannot be done (one line)."""
 
 
 def capture_context(providers: Sequence) -> dict[str, Any] | None:
@@ -31,7 +29,7 @@ def capture_context(providers: Sequence) -> dict[str, Any] | None:
     Runs before the run is created, so a value that cannot travel fails here,
     naming its provider, and leaves no pending run behind.
     """
-    from middleware.context import ContextError
+    from evaljobs_middleware.context import ContextError
 
     values = {}
     for provider in providers:
@@ -81,9 +79,9 @@ class Session:
     @property
     def context_providers(self) -> list:
         if self._context_providers is None:
-            from middleware.context import discover_providers
+            from evaljobs_middleware.context import discover_providers
 
-            from .broker import CONTEXT_PROVIDER_GROUP
+            from evaljobs.pipeline.broker import CONTEXT_PROVIDER_GROUP
 
             self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP)
         return list(self._context_providers)
@@ -92,7 +90,7 @@ class Session:
     def binding(self):
         with self._lock:
             if self._binding is None:
-                from .broker import configure
+                from evaljobs.pipeline.broker import configure
 
                 self._binding = configure(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
@@ -102,7 +100,7 @@ class Session:
         binding = self.binding()
         with self._lock:
             if binding.is_memory and self._worker is None:
-                from .broker import start_memory_worker
+                from evaljobs.pipeline.broker import start_memory_worker
 
                 self._worker = start_memory_worker(binding, self.width)
 
@@ -118,14 +116,14 @@ class Session:
             return catalog  # already loaded (and counted) by an earlier call
         self.excluded = 0
         self.import_warnings = []
-        from .importers import load_any
+        from evaljobs.catalog.importers import load_any
 
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
                             lenient=lenient)
         if imported.format == "native":
             return load_catalog(catalog, providers=self.providers)
-        from .catalog import parse_catalog
-        from .tools import expand_catalog_tools
+        from evaljobs.catalog import parse_catalog
+        from evaljobs.providers.livetools import expand_catalog_tools
 
         self.excluded = imported.excluded
         self.import_warnings = list(imported.warnings)
@@ -137,7 +135,7 @@ class Session:
                time_limit: float | None = None, cache: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
-        ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.cache``).
+        ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -183,7 +181,7 @@ class Session:
         A :class:`~evaljobs.progress.Progress` passed as ``on_event`` is also fed the
         database's numbers on each poll, so missed events never leave the bar behind.
         """
-        from .progress import Progress, follow
+        from evaljobs.pipeline.progress import Progress, follow
 
         binding = self._binding
         if binding is not None and binding.is_memory:

@@ -3,15 +3,13 @@
 - :mod:`middleware.context` — carry host thread-local / context-var state across every hop.
 - :mod:`middleware.db` — hand a worker thread's database connection back after each message.
 """
-from .context import (
-    ContextError,
-    ContextMiddleware,
-    ContextVarProvider,
-    Provider,
-    ThreadLocalProvider,
-    discover_providers,
-)
-from .db import DatabaseConnections
+from evaljobs_middleware.context import (ContextError,
+                                         ContextMiddleware,
+                                         ContextVarProvider,
+                                         Provider,
+                                         ThreadLocalProvider,
+                                         discover_providers)
+from evaljobs_middleware.db import DatabaseConnections
 
 __all__ = [
     "ContextError",

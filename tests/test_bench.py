@@ -8,10 +8,25 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from evaljobs.bench import (BenchError, BenchResult, BenchSpec, Cell, Measurement, effective_width, find_knee,
-                            ideal_wall, load_result, measure_enqueue, parse_strategies, parse_widths, recommend,
-                            render_csv, render_table, strategy_widths, summarize, write_outputs)
-from evaljobs.commands.bench import bench
+from evaljobs.bench import (BenchError,
+                            BenchResult,
+                            BenchSpec,
+                            Cell,
+                            Measurement,
+                            effective_width,
+                            find_knee,
+                            ideal_wall,
+                            load_result,
+                            measure_enqueue,
+                            parse_strategies,
+                            parse_widths,
+                            recommend,
+                            render_csv,
+                            render_table,
+                            strategy_widths,
+                            summarize,
+                            write_outputs)
+from evaljobs.cli.bench import bench
 
 TINY = """
 name: tiny

@@ -7,9 +7,9 @@ import dramatiq
 import pytest
 from dramatiq.middleware import Callbacks, CurrentMessage, Pipelines, Retries
 
-from evaljobs.broker import middleware_stack
-from middleware.context import ContextMiddleware
-from middleware.db import DatabaseConnections
+from evaljobs.pipeline.broker import middleware_stack
+from evaljobs_middleware.context import ContextMiddleware
+from evaljobs_middleware.db import DatabaseConnections
 
 
 def test_context_middleware_comes_before_every_middleware_that_enqueues_in_an_after_hook():
@@ -26,7 +26,7 @@ def test_context_middleware_comes_before_every_middleware_that_enqueues_in_an_af
 def test_an_idle_redis_queue_is_polled_at_most_consumer_poll_ms_apart(redis_url):
     """Dramatiq backs off up to worker_timeout (100 ms for `evaljobs worker`) between polls of an
     idle queue; start_run's pairs then waited that long before the first was picked up."""
-    from evaljobs.broker import CONSUMER_POLL_MS, make_broker
+    from evaljobs.pipeline.broker import CONSUMER_POLL_MS, make_broker
 
     broker, other = make_broker(redis_url), make_broker(redis_url)  # other: another worker machine
     try:
@@ -49,7 +49,7 @@ def test_an_idle_redis_queue_is_polled_at_most_consumer_poll_ms_apart(redis_url)
 def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, monkeypatch):
     """finalize_run is sent by the worker that recorded the last pair: its own consumer fetches it at
     once instead of at its next idle poll (half a poll, on average, between last result and report)."""
-    from evaljobs import broker as broker_module
+    from evaljobs.pipeline import broker as broker_module
 
     monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)  # an unwoken consumer would sleep ~2 s
     broker = broker_module.make_broker(redis_url)
@@ -70,7 +70,7 @@ def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, mon
 def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half_of_it(redis_url, monkeypatch):
     """Dramatiq's consumer sleeps (5, 10, 20 … ms) when it holds `prefetch` unacked messages; with a
     provider that answers at once the worker threads drained the queue and sat idle meanwhile."""
-    from evaljobs import broker as broker_module
+    from evaljobs.pipeline import broker as broker_module
 
     monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)
     broker = broker_module.make_broker(redis_url)
@@ -93,7 +93,7 @@ def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half
 @pytest.mark.redis
 def test_a_consumer_holding_its_prefetch_waits_for_an_ack_instead_of_spinning(redis_url, monkeypatch):
     """Dramatiq's loop comes round every 0-1 ms while the prefetch is full: CPU for nothing."""
-    from evaljobs import broker as broker_module
+    from evaljobs.pipeline import broker as broker_module
 
     monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 300)
     broker = broker_module.make_broker(redis_url)

@@ -14,11 +14,17 @@ from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.cache import (DEFAULT_TTL, CacheConfigError, CachingClient, cache_key, default_ttl, is_cached,
-                            parse_duration, request_body)
+from evaljobs.providers.cache import (DEFAULT_TTL,
+                                      CacheConfigError,
+                                      CachingClient,
+                                      cache_key,
+                                      default_ttl,
+                                      is_cached,
+                                      parse_duration,
+                                      request_body)
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
-from evaljobs.commands.ops import cache as cache_group
+from evaljobs.cli.ops import cache as cache_group
 from evaljobs.providers.client import ChatClient
 from evaljobs.providers.errors import PermanentError, TransientError
 from evaljobs.providers.simulated import SimulatedProvider
@@ -244,7 +250,7 @@ def own_calls_adapter(scenario, model):
 
 
 def test_cache_with_a_host_adapter_that_makes_its_own_calls_is_refused(session):
-    from evaljobs.adapters import AdapterError
+    from evaljobs.evaluation.adapters import AdapterError
 
     catalog = loads_catalog(CATALOG.replace("TAG", "x"), source="cached.yaml")
     refused = ("--cache needs the built-in conversation adapter (or a subclass); "

@@ -12,21 +12,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaljobs.catalog import (
-    CRITERIA,
-    Catalog,
-    CatalogError,
-    Expect,
-    ExpectedTool,
-    Scenario,
-    Tool,
-    _load_yaml,
-    catalog_from_body,
-    load_catalog,
-    loads_catalog,
-    parse_catalog,
-)
-from evaljobs.modelspec import ProvidersConfig, builtin_providers
+from evaljobs.catalog import (CRITERIA,
+                              Catalog,
+                              CatalogError,
+                              Expect,
+                              ExpectedTool,
+                              Scenario,
+                              Tool,
+                              _load_yaml,
+                              catalog_from_body,
+                              load_catalog,
+                              loads_catalog,
+                              parse_catalog)
+from evaljobs.catalog.modelspec import ProvidersConfig, builtin_providers
 
 BAD = Path(__file__).parent / "data" / "bad_catalogs"
 _PROVIDERS = ProvidersConfig(providers=builtin_providers())
@@ -624,22 +622,18 @@ def test_all_criteria_names_are_accepted():
 # --------------------------------------------------------------------------- scale
 
 
-def test_ten_thousand_scenarios_parse_fast_and_look_up_in_constant_time():
+def test_ten_thousand_scenarios_parse_and_look_up_by_index():
+    # How fast this parses is a benchmark figure, not a test assertion (a busy CI machine would
+    # make a wall-clock bound flaky); here: every scenario is read, and lookups go through the index.
     lines = ["name: big", "defaults: {max_turns: 3}", "scenarios:"]
     for i in range(10_000):
         lines += [f"  - key: s{i}", f"    prompt: question {i}", "    tags: [a, b]",
                   f"    expect: {{contains: [answer{i}]}}"]
-    text = "\n".join(lines)
-    started = time.perf_counter()
-    catalog = loads_catalog(text)
-    elapsed = time.perf_counter() - started
+    catalog = loads_catalog("\n".join(lines))
     assert len(catalog.scenarios) == 10_000
-    assert elapsed < 5.0, f"parsing 10,000 scenarios took {elapsed:.2f}s"
-    started = time.perf_counter()
     for i in range(0, 10_000, 7):
         assert catalog.scenario(f"s{i}").key == f"s{i}"
-    # A linear scan would be ~1,400 x 5,000 comparisons; the index makes this near-instant.
-    assert time.perf_counter() - started < 0.5
+    assert len(catalog._index) == 10_000  # a dict keyed by scenario key, not a list scan
 
 
 # --------------------------------------------------------------------------- properties

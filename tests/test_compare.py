@@ -9,11 +9,18 @@ from click.testing import CliRunner
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.cli import Group
-from evaljobs.commands.reports import compare as compare_command
-from evaljobs.compare import (CHANGED, FIXED, ONLY_A, ONLY_B, REGRESSED, SAME, compare, render_comparison)
+from evaljobs.cli.reports import compare as compare_command
+from evaljobs.reports.compare import (CHANGED,
+                                      FIXED,
+                                      ONLY_A,
+                                      ONLY_B,
+                                      REGRESSED,
+                                      SAME,
+                                      compare,
+                                      render_comparison)
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.report import build_report
-from evaljobs.result import Result
+from evaljobs.reports.build import build_report
+from evaljobs.evaluation.result import Result
 
 
 def _r(key: str, model: str, status: str, score: float, *, cost: float = 0.001, fault: str | None = None) -> Result:

@@ -28,12 +28,13 @@ except ImportError as exc:  # pragma: no cover - a setup mistake, said plainly
                       ".venv/bin/pip install -e examples/host_adapter") from exc
 from acme_host.adapter import DomainAdapter
 from acme_host.context import NAME, provider as domain_provider
-from evaljobs import runtime, store
+from evaljobs.pipeline import runtime
+from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
-from evaljobs.modelspec import parse_model_spec
+from evaljobs.catalog.modelspec import parse_model_spec
 from evaljobs.providers.simulated import SimulatedProvider
-from middleware.context import ContextError, ContextMiddleware, ThreadLocalProvider
+from evaljobs_middleware.context import ContextError, ContextMiddleware, ThreadLocalProvider
 from workers import ROOT, WorkerProcess, wait_until
 
 KEY = "e2e-context-signing-key"
@@ -244,7 +245,7 @@ def test_with_one_worker_thread_a_message_without_context_sees_none_after_one_wi
 def test_forged_altered_unsigned_or_replayed_context_is_rejected_and_never_restored(backend, sim, monkeypatch,
                                                                                    caplog):
     monkeypatch.setenv("EVALJOBS_CONTEXT_KEY", KEY)  # this process and (inherited) the worker's
-    caplog.set_level(logging.ERROR, logger="middleware.context")
+    caplog.set_level(logging.ERROR, logger="evaljobs_middleware.context")
     session = backend.session(threads=2)
     with publishing_domain("acme"):
         signed_run = session.submit(catalog("signed", ["s0", "s1"]), ["sim/a"], adapter="acme")

@@ -15,14 +15,12 @@ from dramatiq.broker import MessageProxy
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Callbacks, Middleware
 
-from middleware.context import (
-    ContextError,
-    ContextMiddleware,
-    ContextVarProvider,
-    Provider,
-    ThreadLocalProvider,
-    discover_providers,
-)
+from evaljobs_middleware.context import (ContextError,
+                                         ContextMiddleware,
+                                         ContextVarProvider,
+                                         Provider,
+                                         ThreadLocalProvider,
+                                         discover_providers)
 
 QUEUE = "ctx"
 KEY = b"test-signing-key"

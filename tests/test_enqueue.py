@@ -5,7 +5,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from evaljobs import enqueue
+from evaljobs.pipeline import enqueue
 
 
 class Recorder(dramatiq.Middleware):

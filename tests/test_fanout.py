@@ -12,10 +12,11 @@ import time
 import dramatiq
 import pytest
 
-from evaljobs import barrier, broker, events, store
+from evaljobs.pipeline import barrier, broker, events
+from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.replay import Replay
+from evaljobs.evaluation.replay import Replay
 
 CATALOG = """
 name: fan
@@ -230,7 +231,7 @@ def test_inline_strategies_share_the_barrier(tmp_path, sim, monkeypatch):
 
 
 def test_barrier_record_twice_counts_once(tmp_path):
-    from evaljobs.result import Result
+    from evaljobs.evaluation.result import Result
 
     store.connect(f"sqlite:///{tmp_path}/b.db")
     run = make_run(models=["sim/one"])

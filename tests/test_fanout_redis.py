@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from evaljobs import events, store
+from evaljobs.pipeline import events
+from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.providers.simulated import SimulatedProvider
 from test_faults import numbered_catalog
@@ -103,7 +104,7 @@ def test_kill_9_mid_run_still_gives_exactly_every_pair_and_one_report(redis_url,
 def test_redis_flushed_mid_run_is_recovered(redis_url, sqlite_url, sim, tmp_path):
     import redis as redis_lib
 
-    from evaljobs.recovery import recover
+    from evaljobs.pipeline.recovery import recover
 
     session = Session(db=sqlite_url, broker=redis_url)
     try:

@@ -24,11 +24,12 @@ from typing import Iterator
 
 import pytest
 
-from evaljobs import events, poison, store
+from evaljobs.pipeline import events, poison
+from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import Catalog, loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.replay import Replay
+from evaljobs.evaluation.replay import Replay
 from servers import RedisServer
 from workers import ROOT, WorkerProcess, wait_until
 
@@ -471,7 +472,7 @@ def test_sqlite_many_writer_threads_and_two_worker_processes_never_locked(redis_
             other = store.create_run(numbered_catalog(400, "hammer"), ["sim/x"], strategy="fanout")
 
             def hammer(offset: int) -> None:
-                from evaljobs.result import Result
+                from evaljobs.evaluation.result import Result
 
                 try:
                     for i in range(offset, 400, 16):
@@ -595,7 +596,7 @@ def test_a_last_chance_evaluation_runs_alone_in_its_process():
 
 
 def test_a_repeated_sigterm_within_the_window_is_the_same_stop_request():
-    from evaljobs import graceful
+    from evaljobs.workers import graceful
 
     calls: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from evaljobs import runtime, store
+from evaljobs.pipeline import runtime
+from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
@@ -64,7 +65,7 @@ def test_governor_redis_stopped_mid_run_the_run_completes_on_the_local_fallback(
                                                                                sqlite_url, monkeypatch, caplog):
     import threading
 
-    from evaljobs import runtime
+    from evaljobs.pipeline import runtime
 
     sim, providers = limited
     monkeypatch.setenv("EVALJOBS_GOVERNOR_URL", redis_url)

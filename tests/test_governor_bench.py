@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs import governor as governor_module
-from evaljobs.governor import HOLD_ROUNDS, BudgetConfig, Governor
+from evaljobs.providers import governor as governor_module
+from evaljobs.providers.governor import HOLD_ROUNDS, BudgetConfig, Governor
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:bench"

@@ -1,6 +1,6 @@
 from evaljobs.catalog import Expect, ExpectedTool, Scenario
-from evaljobs.grading import FAULTS, JudgeVerdict, grade
-from evaljobs.replay import Replay, ToolCall
+from evaljobs.evaluation.grading import FAULTS, JudgeVerdict, grade
+from evaljobs.evaluation.replay import Replay, ToolCall
 
 
 def scenario(**expect) -> Scenario:

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from evaljobs.html_report import render_html
-from evaljobs.report import build_report
-from evaljobs.result import Result
+from evaljobs.reports.html import render_html
+from evaljobs.reports.build import build_report
+from evaljobs.evaluation.result import Result
 
 BROWSERS = ("chromium", "chromium-browser")
 XSS = ('<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'

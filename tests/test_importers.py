@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from evaljobs.catalog import CatalogError, ExpectedTool, loads_catalog, parse_catalog
-from evaljobs.grading import grade
-from evaljobs.importers import FORMATS, detect_format, dump_native, load_any
-from evaljobs.replay import Replay
+from evaljobs.evaluation.grading import grade
+from evaljobs.catalog.importers import FORMATS, detect_format, dump_native, load_any
+from evaljobs.evaluation.replay import Replay
 
 IMPORTS = Path(__file__).resolve().parents[1] / "examples" / "imports"
 SUITE = IMPORTS / "activeagent_suite.yaml"

@@ -18,13 +18,17 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from evaljobs.adapters import ConversationAdapter, run_canned_tool
+from evaljobs.evaluation.adapters import ConversationAdapter, run_canned_tool
 from evaljobs.catalog import CatalogError, Scenario, Tool, parse_catalog
-from evaljobs.grading import grade
-from evaljobs.modelspec import load_providers, parse_model_spec
-from evaljobs.result import OUTPUT_CAP
-from evaljobs.tools import (LiveToolError, LiveTools, expand_catalog_tools, expand_mcp_tools,
-                            live_tool_runner, validate_live_spec)
+from evaljobs.evaluation.grading import grade
+from evaljobs.catalog.modelspec import load_providers, parse_model_spec
+from evaljobs.evaluation.result import OUTPUT_CAP
+from evaljobs.providers.livetools import (LiveToolError,
+                                          LiveTools,
+                                          expand_catalog_tools,
+                                          expand_mcp_tools,
+                                          live_tool_runner,
+                                          validate_live_spec)
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = str(ROOT / "examples" / "mcp_tools" / "server.py")

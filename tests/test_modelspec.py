@@ -5,14 +5,12 @@ import textwrap
 
 import pytest
 
-from evaljobs.modelspec import (
-    ModelSpec,
-    ModelSpecError,
-    ProviderConfig,
-    ProvidersConfig,
-    load_providers,
-    parse_model_spec,
-)
+from evaljobs.catalog.modelspec import (ModelSpec,
+                                        ModelSpecError,
+                                        ProviderConfig,
+                                        ProvidersConfig,
+                                        load_providers,
+                                        parse_model_spec)
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +127,7 @@ def test_builtins():
 
 
 def test_sim_url_from_env_is_read_at_call_time(monkeypatch):
-    from evaljobs.adapters import base_url_for
+    from evaljobs.evaluation.adapters import base_url_for
 
     config = load_providers()
     monkeypatch.setenv("EVALJOBS_SIM_URL", "http://127.0.0.1:9999/v1")

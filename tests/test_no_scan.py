@@ -24,14 +24,15 @@ import pytest
 import redis as redis_lib
 from click.testing import CliRunner
 
-from evaljobs import events, store
+from evaljobs.pipeline import events
+from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog, parse_catalog
 from evaljobs.cli import Group, main
-from evaljobs.commands.ops import status as status_command, watch as watch_command
+from evaljobs.cli.ops import status as status_command, watch as watch_command
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.result import Result
-from evaljobs.status import active_runs
+from evaljobs.evaluation.result import Result
+from evaljobs.workers.status import active_runs
 from workers import WorkerProcess
 
 SCANS = {"SCAN", "KEYS", "HSCAN", "SSCAN", "ZSCAN"}

@@ -28,7 +28,7 @@ import time
 import pytest
 
 from evaljobs import store
-from evaljobs.result import Result
+from evaljobs.evaluation.result import Result
 from test_faults import numbered_catalog
 from workers import ROOT
 

@@ -21,10 +21,11 @@ import pytest
 import redis as redis_lib
 from click.testing import CliRunner
 
-from evaljobs import broker as evaljobs_broker
-from evaljobs import events, store
-from evaljobs.commands.pool import pool_worker
-from evaljobs.pool import STATE_KEY, Pool, read_pools, validate
+from evaljobs.pipeline import broker as evaljobs_broker
+from evaljobs.pipeline import events
+from evaljobs import store
+from evaljobs.cli.pool import pool_worker
+from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
 from workers import ROOT, wait_until
 
 NAP = 0.05
@@ -341,7 +342,7 @@ def test_pool_command_serves_until_sigterm_then_stops_cleanly(redis_url, sqlite_
     client = redis_lib.Redis.from_url(redis_url)
     log = tmp_path / "pool.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "evaljobs.commands.pool", "--min", "2", "--max", "4", "--idle-seconds", "1",
+    argv = [sys.executable, "-m", "evaljobs.cli.pool", "--min", "2", "--max", "4", "--idle-seconds", "1",
             "--lane", "interactive", "--broker", redis_url, "--db", sqlite_url]
     proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     try:

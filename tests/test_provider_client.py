@@ -15,18 +15,16 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from evaljobs.providers import (
-    ChatClient,
-    PermanentError,
-    ProviderError,
-    RateLimited,
-    SimulatedProvider,
-    TransientError,
-    close_clients,
-    get_client,
-    is_retryable,
-    parse_retry_after,
-)
+from evaljobs.providers import (ChatClient,
+                                PermanentError,
+                                ProviderError,
+                                RateLimited,
+                                SimulatedProvider,
+                                TransientError,
+                                close_clients,
+                                get_client,
+                                is_retryable,
+                                parse_retry_after)
 
 SECRET = "sk-test-SECRET123"
 

@@ -22,7 +22,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES, ChatClient
 from evaljobs.providers.errors import PermanentError
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.result import OUTPUT_CAP
+from evaljobs.evaluation.result import OUTPUT_CAP
 from test_faults import Fleet, fleet_run, observe
 
 pytestmark = [pytest.mark.redis]

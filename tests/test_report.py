@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from evaljobs.report import build_report, percentile, render_json, render_markdown, render_table
-from evaljobs.result import Result
+from evaljobs.reports.build import build_report, percentile, render_json, render_markdown, render_table
+from evaljobs.evaluation.result import Result
 
 RUN = {"id": "r_0123456789ab", "catalog_name": "support", "digest": "f" * 64, "models": ["a", "b", "c", "d"],
        "strategy": "fanout", "created_at": "2025-01-01T00:00:00+00:00",

@@ -14,14 +14,14 @@ from click.testing import CliRunner
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.cli import Group
-from evaljobs.commands.reports import compare as compare_command
-from evaljobs.commands.reports import report as report_command
-from evaljobs.compare import compare
-from evaljobs.html_report import render_html
-from evaljobs.junit import render_junit
+from evaljobs.cli.reports import compare as compare_command
+from evaljobs.cli.reports import report as report_command
+from evaljobs.reports.compare import compare
+from evaljobs.reports.html import render_html
+from evaljobs.reports.junit import render_junit
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.report import MARKDOWN_LIMIT, build_report, render_markdown
-from evaljobs.result import Result
+from evaljobs.reports.build import MARKDOWN_LIMIT, build_report, render_markdown
+from evaljobs.evaluation.result import Result
 from workers import ROOT
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")

@@ -19,10 +19,10 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog, parse_catalog
 from evaljobs.cli import Group
-from evaljobs.commands.ops import rerun as rerun_command
+from evaljobs.cli.ops import rerun as rerun_command
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.rerun import RerunError, create_rerun, rerun, select_pairs
-from evaljobs.result import Result
+from evaljobs.pipeline.rerun import RerunError, create_rerun, rerun, select_pairs
+from evaljobs.evaluation.result import Result
 
 
 def make_catalog(keys: list[str], name: str = "subset"):

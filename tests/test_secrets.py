@@ -26,7 +26,7 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.report import render_json, render_markdown, render_table
+from evaljobs.reports.build import render_json, render_markdown, render_table
 from test_faults import Events, Fleet, assert_every_pair_once, observe
 
 pytestmark = [pytest.mark.redis]
@@ -226,13 +226,13 @@ def renderings(run_id: str) -> dict[str, str]:
     out = {"render_json": render_json(info.report), "render_markdown": render_markdown(info.report),
            "render_table": render_table(info.report)}
     try:
-        from evaljobs.junit import render_junit
+        from evaljobs.reports.junit import render_junit
 
         out["render_junit"] = render_junit(info.report, results)
     except ImportError:
         pass
     try:
-        from evaljobs.html_report import render_html
+        from evaljobs.reports.html import render_html
 
         out["render_html"] = render_html(info.report, results)
     except ImportError:

@@ -12,15 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evaljobs.providers import (
-    ChatClient,
-    PermanentError,
-    ProviderError,
-    RateLimited,
-    SimulatedProvider,
-    TransientError,
-    parse_simulate_options,
-)
+from evaljobs.providers import (ChatClient,
+                                PermanentError,
+                                ProviderError,
+                                RateLimited,
+                                SimulatedProvider,
+                                TransientError,
+                                parse_simulate_options)
 from evaljobs.providers import simulated
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,13 +7,14 @@ import pytest
 import redis as redis_lib
 from click.testing import CliRunner
 
-from evaljobs import broker, events, store
+from evaljobs.pipeline import broker, events
+from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
-from evaljobs.commands.ops import status as status_command
-from evaljobs.governor import Governor
-from evaljobs.result import Result
-from evaljobs.status import collect, render
+from evaljobs.cli.ops import status as status_command
+from evaljobs.providers.governor import Governor
+from evaljobs.evaluation.result import Result
+from evaljobs.workers.status import collect, render
 from servers import free_port
 
 CATALOG = "name: st\nscenarios:\n" + "".join(

@@ -13,7 +13,7 @@ import pytest
 from evaljobs import catalog as catalog_module
 from evaljobs import store
 from evaljobs.catalog import Catalog, parse_catalog
-from evaljobs.result import Result
+from evaljobs.evaluation.result import Result
 from servers import free_port
 
 

@@ -15,13 +15,14 @@ import dramatiq
 import pytest
 from click.testing import CliRunner
 
-from evaljobs import broker, events, store
+from evaljobs.pipeline import broker, events
+from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
-from evaljobs.commands.ops import watch
-from evaljobs.progress import Progress, follow
+from evaljobs.cli.ops import watch
+from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.result import Result
+from evaljobs.evaluation.result import Result
 from workers import WorkerProcess
 
 MODELS = ["sim/a", "sim/b"]

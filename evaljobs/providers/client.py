@@ -20,13 +20,11 @@ from typing import Any, Mapping
 
 import httpx
 
-from evaljobs.providers.errors import (
-    PermanentError,
-    ProviderError,
-    RateLimited,
-    TransientError,
-    parse_retry_after,
-)
+from evaljobs.providers.errors import (PermanentError,
+                                       ProviderError,
+                                       RateLimited,
+                                       TransientError,
+                                       parse_retry_after)
 
 logger = logging.getLogger("evaljobs.providers")
 

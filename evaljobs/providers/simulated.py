@@ -21,6 +21,7 @@ conversation's assistant turn *i*. Directives never appear in answers.
 """
 from __future__ import annotations
 
+from evaljobs.errors import UsageError
 import asyncio
 import collections
 import copy
@@ -75,7 +76,7 @@ class Directive:
     where: str = ""
 
 
-class DirectiveError(ValueError):
+class DirectiveError(UsageError):
     """A directive the simulator cannot follow; answered as HTTP 400 with this one-line message."""
 
 

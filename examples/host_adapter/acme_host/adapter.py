@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from evaljobs.adapters import ConversationAdapter
+from evaljobs.evaluation.adapters import ConversationAdapter
 from evaljobs.catalog import Scenario
-from evaljobs.modelspec import ModelSpec
-from evaljobs.replay import Replay
+from evaljobs.catalog.modelspec import ModelSpec
+from evaljobs.evaluation.replay import Replay
 
 from .context import NAME
 from .domain import require_domain

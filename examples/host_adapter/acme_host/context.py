@@ -7,7 +7,7 @@ before an actor runs — and clears it afterwards.
 """
 from __future__ import annotations
 
-from middleware.context import ThreadLocalProvider
+from evaljobs_middleware.context import ThreadLocalProvider
 
 from .domain import DOMAIN
 

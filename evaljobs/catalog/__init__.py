@@ -1,0 +1,1204 @@
+"""Catalogs: what to evaluate. Parsing, validation, canonical digest, snapshots.
+
+Domain code: no Dramatiq, peewee or httpx here.
+
+A catalog is validated in one pass that collects *every* problem (one line
+each, with file and line) so a user fixes a broken catalog in one edit, not
+one error at a time. Effective values (defaults, group settings) are resolved
+into each :class:`Scenario`, so consumers never need the defaults again, and
+the resolved form is the canonical ``body`` that the digest covers.
+
+Live tools (``http`` / ``mcp``) are validated with :mod:`evaljobs.tools`,
+imported lazily: that module is only needed by catalogs that use them.
+"""
+from __future__ import annotations
+
+from evaljobs.errors import UsageError
+import contextlib
+import datetime
+import difflib
+import gc
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import yaml
+
+from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+
+DEFAULT_MAX_TURNS = 6
+DEFAULT_PASS_THRESHOLD = 0.7
+
+#: Criterion names a catalog may list under ``criteria`` (the graders implement them).
+CRITERIA = ("response_present", "contains", "not_contains", "regex", "expected_tools",
+            "max_latency_ms", "token_budget", "llm_judge")
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class CatalogError(UsageError):
+    """A catalog that cannot be used. ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool offered to the model. Answered from ``returns`` / ``returns_by``."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    returns: Any = None
+    #: {argument name: {argument value (as a string): result}}; first match wins, else ``returns``.
+    returns_by: dict[str, dict[str, Any]] | None = None
+    #: Live endpoints (set by later features); ``None`` for canned tools.
+    http: dict[str, Any] | None = None
+    mcp: dict[str, Any] | None = None
+
+    def answer(self, arguments: dict[str, Any]) -> Any:
+        """The canned answer for these arguments."""
+        if self.returns_by:
+            for arg, table in self.returns_by.items():
+                if arg in arguments:
+                    value = arguments[arg]
+                    key = value if isinstance(value, str) else _scalar_key(value)
+                    if key in table:
+                        return table[key]
+        return self.returns
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+def _scalar_key(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ExpectedTool:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expect:
+    contains: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    tools: tuple[ExpectedTool, ...] = ()
+    judge: str | None = None
+    max_latency_ms: int | None = None
+    token_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    #: The conversation to send, without the system prompt (that is ``system``).
+    messages: tuple[dict[str, Any], ...]
+    system: str | None = None
+    tools: tuple[Tool, ...] = ()
+    expect: Expect = field(default_factory=Expect)
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    group: str | None = None
+    temperature: float | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+    #: Criteria names to apply; ``None`` means every criterion the scenario's expectations enable.
+    criteria: tuple[str, ...] | None = None
+    pass_threshold: float = DEFAULT_PASS_THRESHOLD
+    #: Where the scenario starts in its file; not part of its meaning (excluded from equality).
+    line: int | None = field(default=None, compare=False)
+    #: Canonical model spec for ``llm_judge``; ``None`` means "judge with the model under test".
+    judge_model: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The last user message, for display."""
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else str(content)
+        return ""
+
+    def tool(self, name: str) -> Tool | None:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A validated catalog. Scenarios are kept sorted by key: a catalog is a *set* of
+    scenarios, so reordering them in the file changes neither the digest nor reports."""
+
+    name: str
+    scenarios: tuple[Scenario, ...]
+    digest: str
+    #: The canonical, normalized catalog body: what is snapshotted and what the digest covers.
+    body: dict[str, Any]
+    source: str = field(default="<catalog>", compare=False)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        # Workers look up one scenario per message in catalogs of 10,000: index once.
+        object.__setattr__(self, "_index", {s.key: s for s in self.scenarios})
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(s.key for s in self.scenarios)
+
+    def scenario(self, key: str) -> Scenario:
+        """The scenario with this key (O(1)); ``KeyError`` if there is none."""
+        return self._index[key]  # type: ignore[attr-defined]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._index  # type: ignore[attr-defined]
+        except TypeError:
+            return False
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load_catalog(path: str | os.PathLike, *, providers: ProvidersConfig | None = None) -> Catalog:
+    """Read, validate and resolve a catalog file (YAML, or JSON by ``.json`` extension)."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        raise CatalogError([f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            f"save the catalog as UTF-8"]) from None
+    except OSError as exc:
+        raise CatalogError([f"{source}: cannot read catalog: {exc.strerror or exc}"]) from None
+    return loads_catalog(text, source=source, providers=providers)
+
+
+def loads_catalog(text: str, *, source: str = "<catalog>",
+                  providers: ProvidersConfig | None = None) -> Catalog:
+    """Validate a catalog given as text; ``source`` names it in messages (``.json`` selects JSON)."""
+    if not text.strip():
+        raise CatalogError([_empty(source)])
+    problems: list[str] = []
+    with _gc_paused():
+        if source.lower().endswith(".json"):
+            data = _load_json(text, source)
+            try:  # JSON is YAML: read it again only for line numbers and duplicate keys
+                _, lines = _load_yaml(text, source, problems)
+            except (yaml.YAMLError, CatalogError, RecursionError):
+                lines = {}
+        else:
+            try:
+                data, lines = _load_yaml(text, source, problems)
+            except yaml.YAMLError as exc:
+                raise CatalogError([_yaml_error(source, exc)]) from None
+            except RecursionError:
+                raise CatalogError([f"{source}: YAML is nested too deeply"]) from None
+            if data is None:
+                raise CatalogError([_empty(source)])
+        if _has_mcp_imports(data):
+            from evaljobs.providers.livetools import expand_catalog_tools  # lazy: only catalogs that import MCP tools need it
+
+            data = expand_catalog_tools(data, source=source)
+        try:
+            catalog = parse_catalog(data, source=source, lines=lines, providers=providers)
+        except CatalogError as exc:
+            raise CatalogError(problems + exc.problems) from None
+    if problems:
+        raise CatalogError(problems)
+    return catalog
+
+
+def _is_mcp_import(entry: Any) -> bool:
+    """A tool entry ``{mcp: {...}, only: [...]}`` without a ``name``: the server's tools,
+    listed when the file is loaded (:func:`evaljobs.tools.expand_catalog_tools`)."""
+    return isinstance(entry, dict) and "mcp" in entry and "name" not in entry
+
+
+def _has_mcp_imports(data: Any) -> bool:
+    if not isinstance(data, dict):
+        return False
+    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
+    lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
+    return any(_is_mcp_import(tool)
+               for scenarios in lists if isinstance(scenarios, list)
+               for scenario in scenarios
+               if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list)
+               for tool in scenario["tools"])
+
+
+def _empty(source: str) -> str:
+    return f"{source}: catalog is empty; it needs a 'name' and at least one scenario"
+
+
+def _load_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError([_one_line(f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
+                                      f"(column {exc.colno})")]) from None
+    except RecursionError:
+        raise CatalogError([f"{source}: JSON is nested too deeply"]) from None
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Loading allocates hundreds of thousands of small objects that all survive:
+    the cyclic GC would rescan them over and over (about half the load time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_catalog(data: Any, *, source: str = "<catalog>", lines: dict | None = None,
+                  providers: ProvidersConfig | None = None) -> Catalog:
+    """Validate already-loaded catalog data.
+
+    ``lines`` maps paths into ``data`` to 1-based line numbers, e.g.
+    ``("scenarios", 0) -> 7`` and ``("scenarios", 0, "max_turns") -> 9``;
+    :func:`loads_catalog` records it while reading the YAML.
+    """
+    with _gc_paused():
+        return _parse(data, source, lines or {}, providers)
+
+
+def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | None) -> Catalog:
+    ctx = _Context(source, lines, providers)
+    if not isinstance(data, dict):
+        ctx.add((), "", f"the top level must be a mapping with 'name' and 'scenarios', not {_kind(data)}")
+        raise CatalogError(ctx.problems)
+    ctx.unknown_keys((), "", data, _CATALOG_KEYS, what="top-level key")
+
+    name = data.get("name")
+    if "name" not in data or name is None:
+        ctx.add((), "", "missing 'name'; add a top-level 'name: <catalog name>'")
+    elif not isinstance(name, str) or not name.strip():
+        ctx.add(("name",), "", f"'name' must be a non-empty string, not {_show(name)}")
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        ctx.add(("description",), "", f"'description' must be a string, not {_kind(description)}")
+        description = None
+
+    base = dict(_BASE_SETTINGS)
+    base.update(ctx.settings_block(("defaults",), "defaults", data.get("defaults")))
+
+    scenarios: list[Scenario] = []
+    entries = 0
+    raw_list = data.get("scenarios")
+    if raw_list is not None and not isinstance(raw_list, list):
+        ctx.add(("scenarios",), "", f"'scenarios' must be a list of scenarios, not {_kind(raw_list)}")
+    elif raw_list:
+        entries += len(raw_list)
+        for i, raw in enumerate(raw_list):
+            ctx.scenario(scenarios, ("scenarios", i), raw, f"scenario #{i + 1}", base, None, ())
+
+    groups = data.get("groups")
+    if groups is not None and not isinstance(groups, list):
+        ctx.add(("groups",), "", f"'groups' must be a list of groups, not {_kind(groups)}")
+    elif groups:
+        entries += ctx.groups(scenarios, groups, base)
+
+    malformed = (raw_list is not None and not isinstance(raw_list, list)) or (
+        groups is not None and not isinstance(groups, list))
+    if entries == 0 and not malformed:
+        ctx.add(("scenarios",) if "scenarios" in data else (), "",
+                "no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')")
+    if ctx.problems:
+        raise CatalogError(ctx.problems)
+    return _build(name.strip(), description or "", scenarios, source)
+
+
+def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
+    """Rebuild a catalog from a stored ``Catalog.body`` (a body is itself a valid catalog)."""
+    return parse_catalog(body, source=source)
+
+
+# --------------------------------------------------------------------------- YAML + line numbers
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_TAG = "tag:yaml.org,2002:"
+_PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
+_NO_KEY = object()
+_MERGE = object()
+
+
+class _Frame:
+    __slots__ = ("obj", "path", "line", "is_map", "key", "key_line", "merges", "anchor")
+
+    def __init__(self, obj: Any, path: tuple, line: int, anchor: str | None):
+        self.obj, self.path, self.line, self.anchor = obj, path, line, anchor
+        self.is_map = isinstance(obj, dict)
+        self.key: Any = _NO_KEY
+        self.key_line = 0
+        self.merges: list[tuple[Any, int]] = []
+
+
+def _load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tuple, int]]:
+    """Plain data from the YAML event stream, plus ``{path: line}`` for every key and list item.
+
+    PyYAML's own composer + constructor build a node tree and then walk it
+    with generic, generator-based machinery: about 10x slower than this, which
+    matters for catalogs of 10,000 scenarios. Duplicate keys (which YAML would
+    silently collapse) are appended to ``problems``; anything that cannot be
+    plain data (recursive aliases, complex keys, collection tags) raises
+    ``CatalogError``.
+    """
+    loader = _Loader(text)
+    resolvers = loader.yaml_implicit_resolvers
+    wildcard = resolvers.get(None, [])
+    lines: dict[tuple, int] = {}
+    anchors: dict[str, Any] = {}
+    open_anchors: set[str] = set()
+    stack: list[_Frame] = []
+    root: list[Any] = []
+    documents = 0
+
+    def fatal(line: int, what: str) -> CatalogError:
+        return CatalogError(problems + [_one_line(f"{source}:{line}: {what}")])
+
+    def scalar(event: Any) -> Any:
+        tag, value = event.tag, event.value
+        if tag is None and event.implicit[0]:
+            for tag, regexp in resolvers.get(value[:1], []) + wildcard:
+                if regexp.match(value):
+                    break
+            else:
+                return value
+            if tag == _TAG + "null":
+                return None
+            if tag == _TAG + "bool":
+                return loader.bool_values[value.lower()]
+            if tag == _TAG + "int" and value.isdigit() and (value[0] != "0" or value == "0"):
+                return int(value)
+            if tag == _TAG + "merge":
+                return _MERGE
+        elif tag is None or tag == "!" or tag == _TAG + "str":
+            return value
+        node = yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
+        return loader.construct_object(node)
+
+    def child_path(line: int, kind: str) -> tuple:
+        if not stack:
+            return ()
+        parent = stack[-1]
+        if not parent.is_map:
+            return parent.path + (len(parent.obj),)
+        if parent.key is _NO_KEY:
+            raise fatal(line, f"a mapping key must be a plain value, not {kind}; catalogs use string keys")
+        return parent.path + (parent.key,)
+
+    def add(value: Any, line: int) -> None:
+        frame = stack[-1] if stack else None
+        if value is _MERGE and (frame is None or not frame.is_map or frame.key is not _NO_KEY):
+            raise fatal(line, "'<<' is YAML's merge key; quote it (\"<<\") to use it as text")
+        if frame is None:
+            root.append(value)
+            return
+        if not frame.is_map:
+            lines[frame.path + (len(frame.obj),)] = line
+            frame.obj.append(value)
+        elif frame.key is _NO_KEY:
+            if isinstance(value, (dict, list, set, frozenset)):  # `!!set x: 1` builds a set key
+                raise fatal(line, "a mapping key must be a plain value, not a collection; "
+                                  "catalogs use string keys")
+            frame.key, frame.key_line = value, line
+        else:
+            key, frame.key = frame.key, _NO_KEY
+            if key is _MERGE:
+                frame.merges.append((value, frame.key_line))
+                return
+            path = frame.path + (key,)
+            if key in frame.obj:
+                problems.append(_one_line(
+                    f"{source}:{frame.key_line}: duplicate key {_show(key)} in the same mapping "
+                    f"(first at line {lines.get(path, '?')}); remove one: only the last would be used"))
+            else:
+                lines[path] = frame.key_line
+            frame.obj[key] = value
+
+    def merge(frame: _Frame) -> None:
+        """``<<: *anchor`` (or a list of them): explicit keys win, then earlier sources."""
+        for value, line in frame.merges:
+            sources = value if isinstance(value, list) else [value]
+            for item in sources:
+                if not isinstance(item, dict):
+                    raise fatal(line, "'<<' (merge) needs a mapping or a list of mappings")
+                for key, item_value in item.items():
+                    frame.obj.setdefault(key, item_value)
+
+    try:
+        get_event = loader.get_event
+        while (event := get_event()) is not None:
+            kind = type(event)
+            line = event.start_mark.line + 1
+            if kind is yaml.ScalarEvent:
+                value = scalar(event)
+                if event.anchor is not None:
+                    anchors[event.anchor] = value
+                    open_anchors.discard(event.anchor)  # redefined: aliases now mean this value
+                add(value, line)
+            elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+                name = "a mapping" if kind is yaml.MappingStartEvent else "a list"
+                if event.tag not in _PLAIN_TAGS:
+                    if event.tag == _TAG + "set":
+                        raise fatal(line, "a YAML set (!!set) is not JSON data; write a list instead")
+                    raise fatal(line, f"YAML tag {event.tag.replace(_TAG, '!!')} is not supported: a catalog "
+                                      f"holds JSON-like data; write {name} without the tag")
+                frame = _Frame({} if kind is yaml.MappingStartEvent else [], child_path(line, name), line,
+                               event.anchor)
+                if event.anchor is not None:
+                    anchors[event.anchor] = frame.obj
+                    open_anchors.add(event.anchor)
+                stack.append(frame)
+            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+                frame = stack.pop()
+                if frame.merges:
+                    merge(frame)
+                if frame.anchor is not None:
+                    open_anchors.discard(frame.anchor)
+                add(frame.obj, frame.line)
+            elif kind is yaml.AliasEvent:
+                if event.anchor not in anchors:
+                    raise fatal(line, f"unknown alias *{event.anchor}; "
+                                      f"define the anchor &{event.anchor} first")
+                if event.anchor in open_anchors:
+                    raise fatal(line, f"recursive alias *{event.anchor} (used inside its own anchor); "
+                                      f"a catalog must be a tree: copy the content instead")
+                add(anchors[event.anchor], line)
+            elif kind is yaml.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise fatal(line, "a second YAML document ('---'); a catalog file holds exactly one")
+    finally:
+        loader.dispose()
+    return (root[0] if root else None), lines
+
+
+def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return _one_line(f"{source}: YAML error: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+    context = getattr(exc, "context", None)
+    constructing = isinstance(exc, yaml.constructor.ConstructorError)
+    kind = "cannot read YAML value" if constructing else "YAML syntax error"
+    text = f"{source}:{mark.line + 1}: {kind}: {problem} (column {mark.column + 1})"
+    context_mark = getattr(exc, "context_mark", None)
+    if context:
+        text += f", {context}"
+        if context_mark is not None and context_mark.line != mark.line:
+            text += f" at line {context_mark.line + 1}"
+    return _one_line(text)
+
+
+_ONE_LINE = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_ONE_LINE)
+
+
+# --------------------------------------------------------------------------- validation
+
+_CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")
+_SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
+                 "max_latency_ms", "token_budget")
+_GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
+_SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
+_TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
+_LIVE_KINDS = ("http", "mcp")
+_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget")
+_EXPECTED_TOOL_KEYS = ("name", "arguments")
+_MESSAGE_KEYS = ("role", "content", "name")
+
+_BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
+                                  "criteria": None, "pass_threshold": DEFAULT_PASS_THRESHOLD,
+                                  "judge_model": None, "max_latency_ms": None, "token_budget": None}
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
+_TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MAX_DEPTH = 100
+#: Integers beyond 64 bits are not portable JSON (and Python refuses to print huge ones).
+_MAX_INT = 2**63 - 1
+
+
+class _Bad(Exception):
+    """One problem with a value; ``subpath`` points inside it (for a better line number)."""
+
+    def __init__(self, message: str, subpath: tuple = ()):
+        super().__init__(message)
+        self.message = message
+        self.subpath = subpath
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -_MAX_INT <= value <= _MAX_INT
+
+
+def _check_system(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"{name} must be a string (the system prompt), not {_kind(value)}")
+    return value
+
+
+def _check_temperature(name: str, value: Any) -> float:
+    if not _is_number(value) or not (0 <= value <= 2):
+        raise _Bad(f"{name} must be a number from 0 to 2, not {_show(value)}")
+    return float(value)
+
+
+def _check_max_turns(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise _Bad(f"{name} must be an integer >= 1, not {_show(value)}")
+    return value
+
+
+def _check_threshold(name: str, value: Any) -> float:
+    if not _is_number(value) or not (0 <= value <= 1):
+        raise _Bad(f"{name} must be a number from 0 to 1 (the score needed to pass), not {_show(value)}")
+    return float(value)
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise _Bad(f"{name} must be a positive integer, not {_show(value)}")
+    return value
+
+
+def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
+        raise _Bad(f"{name} must be a list of criterion names ({', '.join(CRITERIA)}), not {_show(value)}")
+    if not items:
+        raise _Bad(f"{name} is empty; list at least one criterion, "
+                   f"or omit it to apply every one that applies")
+    unknown = [item for item in items if item not in CRITERIA]
+    if len(unknown) == 1:
+        raise _Bad(f"{name}: unknown criterion {unknown[0]!r}{_suggest(unknown[0], CRITERIA, 'known')}")
+    if unknown:
+        raise _Bad(f"{name}: unknown criteria {', '.join(map(repr, unknown))}; known: {', '.join(CRITERIA)}")
+    return tuple(c for c in CRITERIA if c in items)
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "system": _check_system, "temperature": _check_temperature, "max_turns": _check_max_turns,
+    "criteria": _check_criteria, "pass_threshold": _check_threshold,
+    "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int,
+}
+
+
+class _Context:
+    """Collects problems while walking the catalog data."""
+
+    def __init__(self, source: str, lines: dict, providers: ProvidersConfig | None):
+        self.source = source
+        self.lines = lines
+        self.providers = providers
+        self.problems: list[str] = []
+        self.keys: dict[str, tuple[int | None, str]] = {}
+        self.group_names: dict[str, int | None] = {}
+
+    # -- reporting
+
+    def line(self, path: tuple) -> int | None:
+        while path:
+            try:
+                line = self.lines.get(path)
+            except TypeError:  # unhashable part in a user-supplied path
+                line = None
+            if line is not None:
+                return line
+            path = path[:-1]
+        return None
+
+    def add(self, path: tuple, where: str, what: str) -> None:
+        line = self.line(path)
+        prefix = f"{self.source}:{line}" if line else self.source
+        self.problems.append(_one_line(f"{prefix}: {where}: {what}" if where else f"{prefix}: {what}"))
+
+    def unknown_keys(self, path: tuple, where: str, raw: dict, valid: tuple[str, ...],
+                     what: str = "key") -> None:
+        for key in raw:
+            if key not in valid:
+                self.add(path + (key,) if isinstance(key, str) else path, where,
+                         f"unknown {what} {_show(key)}{_suggest(key, valid, 'valid keys')}")
+
+    # -- settings (defaults, group defaults, scenario overrides)
+
+    def settings_block(self, path: tuple, where: str, raw: Any) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add(path, where,
+                     f"must be a mapping of settings ({', '.join(_SETTING_KEYS)}), not {_kind(raw)}")
+            return {}
+        self.unknown_keys(path, where, raw, _SETTING_KEYS)
+        return self.settings(path, where, raw)
+
+    def settings(self, path: tuple, where: str, raw: dict) -> dict[str, Any]:
+        """The valid, explicitly set settings in ``raw`` (``null`` means "inherit")."""
+        out: dict[str, Any] = {}
+        for name in _SETTING_KEYS:
+            value = raw.get(name)
+            if value is None:
+                continue
+            try:
+                out[name] = self.judge_model(value) if name == "judge_model" else _CHECKS[name](name, value)
+            except _Bad as exc:
+                self.add(path + (name,), where, exc.message)
+        return out
+
+    def judge_model(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise _Bad(f"judge_model must be a model spec string like 'openai/gpt-4o-mini', "
+                       f"not {_show(value)}")
+        try:
+            return parse_model_spec(value, self.providers).spec
+        except ModelSpecError as exc:
+            raise _Bad(f"judge_model: {exc}") from None
+
+    # -- groups and scenarios
+
+    def groups(self, out: list[Scenario], groups: list, base: dict[str, Any]) -> int:
+        entries = 0
+        for g, raw in enumerate(groups):
+            path = ("groups", g)
+            where = f"group #{g + 1}"
+            if not isinstance(raw, dict):
+                self.add(path, where, f"must be a mapping with 'name' and 'scenarios', not {_kind(raw)}")
+                continue
+            name = raw.get("name")
+            if not isinstance(name, str) or not name.strip():
+                self.add(path + ("name",) if "name" in raw else path, where,
+                         "missing 'name'" if name is None
+                         else f"name must be a non-empty string, not {_show(name)}")
+                name = None
+            else:
+                where = f"group '{name}'"
+                if name in self.group_names:
+                    first = self.group_names[name]
+                    at = f" (first at line {first})" if first else ""
+                    self.add(path, where, f"duplicate group name{at}; merge the two groups or rename one")
+                self.group_names.setdefault(name, self.line(path))
+            self.unknown_keys(path, where, raw, _GROUP_KEYS)
+            tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
+            settings = dict(base)
+            settings.update(self.settings_block(path + ("defaults",), f"{where}: defaults",
+                                                raw.get("defaults")))
+            items = raw.get("scenarios")
+            if items is None:
+                self.add(path, where, "missing 'scenarios'; list the group's scenarios under it")
+            elif not isinstance(items, list):
+                self.add(path + ("scenarios",), where, f"'scenarios' must be a list, not {_kind(items)}")
+            else:
+                entries += len(items)
+                for i, item in enumerate(items):
+                    self.scenario(out, path + ("scenarios", i), item, f"{where}: scenario #{i + 1}",
+                                  settings, name or "", tags)
+        return entries
+
+    def scenario(self, out: list[Scenario], path: tuple, raw: Any, where: str, settings: dict[str, Any],
+                 group: str | None, group_tags: tuple[str, ...]) -> None:
+        """Validate one scenario; append it to ``out`` when it has no problems."""
+        before = len(self.problems)
+        if not isinstance(raw, dict):
+            self.add(path, where, f"must be a mapping with 'key' and 'prompt', not {_kind(raw)}")
+            return
+        key = raw.get("key")
+        if key is None:
+            self.add(path, where, "missing 'key'; give every scenario a unique key like 'refund.late_order'")
+        elif not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+            self.add(path + ("key",), where, f"key {_show(key)} must be a string of letters, digits and "
+                                             f"_ . : / - (quote it if YAML reads it as a number)")
+        else:
+            where = f"scenario '{key}'"
+            line = self.line(path)
+            if key in self.keys:
+                first_line, first_where = self.keys[key]
+                first = f"line {first_line}" if first_line else first_where
+                self.add(path, where, f"duplicate key (first defined at {first}); "
+                                      f"scenario keys must be unique across the catalog: rename one")
+            else:
+                self.keys[key] = (line, where)
+        self.unknown_keys(path, where, raw, _SCENARIO_KEYS)
+
+        effective = dict(settings)
+        explicit = self.settings(path, where, raw)
+        messages, lifted = self.conversation(path, where, raw, explicit)
+        if lifted is not None:
+            explicit["system"] = lifted
+        effective.update(explicit)
+
+        tools, declared = self.tools(path + ("tools",), where, raw.get("tools"))
+        expect = self.expect(path + ("expect",), where, raw.get("expect"), declared, effective, explicit)
+        tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
+        notes = raw.get("notes")
+        if notes is not None and not isinstance(notes, str):
+            self.add(path + ("notes",), where, f"notes must be a string, not {_kind(notes)}")
+        own_group = raw.get("group")
+        if own_group is not None:
+            if not isinstance(own_group, str) or not own_group.strip():
+                self.add(path + ("group",), where,
+                         f"group must be a non-empty string, not {_show(own_group)}")
+            elif group is not None and own_group != group:
+                self.add(path + ("group",), where, f"group is {own_group!r} but the scenario is inside group "
+                                                   f"{group!r}; remove its 'group' key")
+            elif group is None:
+                group = own_group
+        if len(self.problems) > before:
+            return
+        out.append(Scenario(
+            key=key, messages=messages, system=effective["system"] or None,
+            tools=tools, expect=expect, tags=tuple(sorted(set(group_tags) | set(tags))), notes=notes or "",
+            group=group or None, temperature=effective["temperature"], max_turns=effective["max_turns"],
+            criteria=effective["criteria"], pass_threshold=effective["pass_threshold"],
+            line=self.line(path), judge_model=effective["judge_model"]))
+
+    def conversation(self, path: tuple, where: str, raw: dict,
+                     explicit: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], str | None]:
+        """The messages to send, and a leading system message lifted out of them (if any)."""
+        has_prompt, has_messages = raw.get("prompt") is not None, raw.get("messages") is not None
+        if has_prompt and has_messages:
+            self.add(path + ("messages",), where, "give either 'prompt' or 'messages', not both")
+            return (), None
+        if not has_prompt and not has_messages:
+            self.add(path, where, "missing 'prompt' (the user's message) or 'messages' (a conversation)")
+            return (), None
+        if has_prompt:
+            prompt = raw["prompt"]
+            if not isinstance(prompt, str):
+                self.add(path + ("prompt",), where,
+                         f"prompt must be a string, not {_kind(prompt)}{_quote_hint(prompt)}")
+            elif not prompt.strip():
+                self.add(path + ("prompt",), where, "prompt is empty; write the user's message")
+            else:
+                return ({"role": "user", "content": prompt},), None
+            return (), None
+        items = raw["messages"]
+        mpath = path + ("messages",)
+        if not isinstance(items, list) or not items:
+            self.add(mpath, where, "messages must be a non-empty list of {role, content}"
+                     + ("" if isinstance(items, list) else f", not {_kind(items)}"))
+            return (), None
+        messages: list[dict[str, Any]] = []
+        ok = True
+        for i, item in enumerate(items):
+            ipath = mpath + (i,)
+            label = f"messages[{i}]"
+            if not isinstance(item, dict):
+                self.add(ipath, where, f"{label} must be a mapping {{role, content}}, not {_kind(item)}")
+                ok = False
+                continue
+            self.unknown_keys(ipath, f"{where}: {label}", item, _MESSAGE_KEYS)
+            role, content = item.get("role"), item.get("content")
+            if role not in ROLES:
+                self.add(ipath, where, f"{label}: role must be one of {', '.join(ROLES)}, not {_show(role)}")
+                ok = False
+            if not isinstance(content, str):
+                self.add(ipath, where, f"{label}: content must be a string, not {_kind(content)}"
+                                       f"{_quote_hint(content)}")
+                ok = False
+            elif role == "user" and not content.strip():
+                self.add(ipath, where, f"{label}: user message is empty; write its content")
+                ok = False
+            name = item.get("name")
+            if name is not None and not isinstance(name, str):
+                self.add(ipath, where, f"{label}: name must be a string, not {_kind(name)}")
+                ok = False
+            message = {"role": role, "content": content}
+            if name is not None:
+                message["name"] = name
+            messages.append(message)
+        if not ok:
+            return (), None
+        lifted = None
+        if messages[0]["role"] == "system":
+            if raw.get("system") is not None:
+                self.add(mpath, where, "has both 'system' and a leading system message; keep one")
+                return (), None
+            lifted = messages.pop(0)["content"]
+            if messages and messages[0]["role"] == "system":
+                self.add(mpath, where, "starts with two system messages; merge them into one")
+                return (), None
+        if not any(m["role"] == "user" for m in messages):
+            self.add(mpath, where, "messages need at least one user message")
+            return (), None
+        return tuple(messages), lifted
+
+    def tools(self, path: tuple, where: str, raw: Any) -> tuple[tuple[Tool, ...], list[str]]:
+        """The valid tools, and every declared name (so expectations are checked even if a tool is bad)."""
+        if raw is None:
+            return (), []
+        if not isinstance(raw, list):
+            self.add(path, where, f"tools must be a list of tools, not {_kind(raw)}")
+            return (), []
+        tools: list[Tool] = []
+        names: dict[str, int] = {}
+        for i, item in enumerate(raw):
+            tpath = path + (i,)
+            twhere = f"{where}: tool #{i + 1}"
+            if not isinstance(item, dict):
+                self.add(tpath, twhere, f"must be a mapping with 'name', not {_kind(item)}")
+                continue
+            if _is_mcp_import(item):
+                self.add(tpath, twhere, "an MCP tool import ({mcp, only}) is expanded when the catalog file "
+                                        "is loaded (load_catalog); in loaded data, give each tool a 'name'")
+                continue
+            before = len(self.problems)
+            name = item.get("name")
+            if not isinstance(name, str) or not _TOOL_NAME_RE.fullmatch(name):
+                self.add(tpath + ("name",) if "name" in item else tpath, twhere,
+                         "missing 'name'" if name is None else
+                         f"name {_show(name)} must be 1-64 letters, digits, '_' or '-'")
+            else:
+                twhere = f"{where}: tool '{name}'"
+                if name in names:
+                    self.add(tpath, twhere, f"duplicate tool name (also tool #{names[name]}); "
+                                            f"tool names must be unique within a scenario")
+                names.setdefault(name, i + 1)
+            self.unknown_keys(tpath, twhere, item, _TOOL_KEYS)
+            description = item.get("description")
+            if description is not None and not isinstance(description, str):
+                self.add(tpath + ("description",), twhere,
+                         f"description must be a string, not {_kind(description)}")
+            parameters = item.get("parameters")
+            if parameters is None:
+                parameters = {"type": "object", "properties": {}}
+            elif not isinstance(parameters, dict):
+                self.add(tpath + ("parameters",), twhere,
+                         f"parameters must be a JSON-schema object (a mapping), not {_kind(parameters)}")
+            else:
+                parameters = self.json_value(tpath + ("parameters",), twhere, "parameters", parameters)
+                if isinstance(parameters, dict) and parameters.get("type", "object") != "object":
+                    self.add(tpath + ("parameters", "type"), twhere,
+                             f"parameters.type must be 'object' (function arguments are an object), "
+                             f"not {_show(parameters.get('type'))}")
+            returns = self.json_value(tpath + ("returns",), twhere, "returns", item.get("returns"))
+            returns_by = self.returns_by(tpath + ("returns_by",), twhere, item.get("returns_by"), parameters)
+            live = self.live_spec(tpath, twhere, item)
+            if len(self.problems) == before:
+                tools.append(Tool(name=name, description=description or "", parameters=parameters,
+                                  returns=returns, returns_by=returns_by, **live))
+        return tuple(tools), list(names)
+
+    def live_spec(self, path: tuple, where: str, item: dict) -> dict[str, Any]:
+        """``{"http": spec}`` or ``{"mcp": spec}`` for a live tool (answered by its endpoint), else ``{}``."""
+        kinds = [kind for kind in _LIVE_KINDS if item.get(kind) is not None]
+        if not kinds:
+            return {}
+        if len(kinds) > 1:
+            self.add(path, where, "give either 'http' or 'mcp', not both")
+            return {}
+        kind = kinds[0]
+        canned = [key for key in ("returns", "returns_by") if item.get(key) is not None]
+        if canned:
+            self.add(path + (canned[0],), where, f"a live tool is answered by its {kind} endpoint; "
+                                                 f"remove '{canned[0]}' (or '{kind}' to keep it canned)")
+        from evaljobs.providers.livetools import validate_live_spec  # lazy: most catalogs have no live tools
+
+        for problem in validate_live_spec(kind, item[kind]):
+            self.add(path + (kind,), where, problem)
+        return {kind: self.json_value(path + (kind,), where, kind, item[kind])}
+
+    def returns_by(self, path: tuple, where: str, raw: Any,
+                   parameters: Any) -> dict[str, dict[str, Any]] | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.add(path, where, "returns_by must map argument name -> {argument value: result}, "
+                                  f"not {_kind(raw)}")
+            return None
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        out: dict[str, dict[str, Any]] = {}
+        for arg, table in raw.items():
+            apath = path + (arg,) if isinstance(arg, str) else path
+            if not isinstance(arg, str):
+                self.add(apath, where, f"returns_by: argument name {_show(arg)} must be a string")
+                continue
+            if isinstance(properties, dict) and properties and arg not in properties:
+                self.add(apath, where, f"returns_by: {arg!r} is not a parameter of this tool "
+                                       f"(parameters: {', '.join(map(str, properties))})")
+                continue
+            if not isinstance(table, dict):
+                self.add(apath, where,
+                         f"returns_by.{arg} must map argument value -> result, not {_kind(table)}")
+                continue
+            inner: dict[str, Any] = {}
+            for value, result in table.items():
+                if value is not None and not isinstance(value, (str, int, float, bool)):
+                    self.add(apath, where, f"returns_by.{arg}: argument value {_show(value)} must be a "
+                                           f"string or number")
+                    continue
+                key = value if isinstance(value, str) else _scalar_key(value)
+                if key in inner:
+                    self.add(apath, where, f"returns_by.{arg}: value {key!r} is listed twice")
+                    continue
+                inner[key] = self.json_value(apath + (value,), where, f"returns_by.{arg}.{key}", result)
+            out[arg] = inner
+        return out or None
+
+    def expect(self, path: tuple, where: str, raw: Any, declared: list[str],
+               effective: dict[str, Any], explicit: dict[str, Any]) -> Expect:
+        own: dict[str, Any] = {}
+        if raw is not None and not isinstance(raw, dict):
+            self.add(path, where, f"expect must be a mapping ({', '.join(_EXPECT_KEYS)}), not {_kind(raw)}")
+            raw = None
+        raw = raw or {}
+        self.unknown_keys(path, f"{where}: expect", raw, _EXPECT_KEYS)
+        for name in ("max_latency_ms", "token_budget"):
+            if raw.get(name) is None:
+                continue
+            try:
+                own[name] = _check_positive_int(f"expect.{name}", raw[name])
+            except _Bad as exc:
+                self.add(path + (name,), where, exc.message)
+                continue
+            if name in explicit and explicit[name] != own[name]:
+                self.add(path + (name,), where, f"{name} is set both on the scenario ({explicit[name]}) and "
+                                                f"in expect ({own[name]}); keep one")
+        regexes = self.strings(path + ("regex",), where, "expect.regex", raw.get("regex"))
+        for pattern in regexes:
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError, ValueError) as exc:
+                self.add(path + ("regex",), where, f"expect.regex {pattern!r} does not compile: {exc}; "
+                                                   f"fix the pattern (escape special characters with \\)")
+        judge = raw.get("judge")
+        if judge is not None and (not isinstance(judge, str) or not judge.strip()):
+            self.add(path + ("judge",), where,
+                     f"expect.judge must be a non-empty rubric string, not {_show(judge)}")
+            judge = None
+        contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
+        not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
+                                    raw.get("not_contains"))
+        return Expect(
+            contains=tuple(sorted(contains)),
+            not_contains=tuple(sorted(not_contains)),
+            regex=tuple(sorted(regexes)),
+            tools=self.expected_tools(path + ("tools",), where, raw.get("tools"), declared),
+            judge=judge,
+            max_latency_ms=own.get("max_latency_ms", effective["max_latency_ms"]),
+            token_budget=own.get("token_budget", effective["token_budget"]),
+        )
+
+    def expected_tools(self, path: tuple, where: str, raw: Any,
+                       declared: list[str]) -> tuple[ExpectedTool, ...]:
+        if raw is None:
+            return ()
+        items = [raw] if isinstance(raw, (str, dict)) else raw
+        if not isinstance(items, list):
+            self.add(path, where, f"expect.tools must be a list of tool names or {{name, arguments}}, "
+                                  f"not {_kind(raw)}")
+            return ()
+        out: list[ExpectedTool] = []
+        for i, item in enumerate(items):
+            ipath = path + (i,) if isinstance(raw, list) else path
+            arguments: Any = {}
+            if isinstance(item, dict):
+                self.unknown_keys(ipath, f"{where}: expect.tools[{i}]", item, _EXPECTED_TOOL_KEYS)
+                name, arguments = item.get("name"), item.get("arguments")
+                if arguments is None:
+                    arguments = {}
+                elif not isinstance(arguments, dict):
+                    self.add(ipath + ("arguments",), where,
+                             f"expect.tools[{i}].arguments must be a mapping, not {_kind(arguments)}")
+                    continue
+                arguments = self.json_value(ipath + ("arguments",), where, f"expect.tools[{i}].arguments",
+                                            arguments)
+            else:
+                name = item
+            if not isinstance(name, str) or not name:
+                self.add(ipath, where, f"expect.tools[{i}] needs a tool name, not {_show(name)}")
+                continue
+            if name not in declared:
+                have = f"declared: {', '.join(declared)}" if declared else "the scenario declares no tools"
+                self.add(ipath, where,
+                         f"expect.tools: {name!r} is not one of this scenario's tools ({have}); "
+                         f"declare it under 'tools' or fix the name{_suggest(name, declared, '')}")
+                continue
+            out.append(ExpectedTool(name=name, arguments=arguments if isinstance(arguments, dict) else {}))
+        return tuple(out)
+
+    def strings(self, path: tuple, where: str, what: str, raw: Any) -> tuple[str, ...]:
+        """A string or a list of non-empty strings, de-duplicated (order kept)."""
+        if raw is None:
+            return ()
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, list):
+            self.add(path, where, f"{what} must be a string or a list of strings, not {_kind(raw)}")
+            return ()
+        out: list[str] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip():
+                self.add(path + (i,) if isinstance(raw, list) else path, where,
+                         f"{what} entries must be non-empty strings, not {_show(item)}{_quote_hint(item)}")
+            elif item not in out:
+                out.append(item)
+        return tuple(out)
+
+    def json_value(self, path: tuple, where: str, what: str, value: Any) -> Any:
+        try:
+            return _json(value, what, (), 0)
+        except _Bad as exc:
+            self.add(path + exc.subpath, where, exc.message)
+            return None
+
+
+def _json(value: Any, what: str, subpath: tuple, depth: int) -> Any:
+    """``value`` as plain JSON data (tuples become lists, scalar keys strings); else ``_Bad``."""
+    if depth > _MAX_DEPTH:
+        raise _Bad(f"{what} is nested more than {_MAX_DEPTH} levels deep", subpath)
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        if not -_MAX_INT <= value <= _MAX_INT:
+            raise _Bad(f"{what} is an integer too large for JSON (beyond 64 bits); quote it", subpath)
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Bad(f"{what} is {value!r}, which JSON cannot represent; use a finite number or a string",
+                       subpath)
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                text = key
+            elif key is None:
+                text = "null"
+            elif isinstance(key, bool) or _is_int(key) or (isinstance(key, float) and math.isfinite(key)):
+                text = json.dumps(key)
+            else:
+                raise _Bad(f"{what} has key {_show(key)}, which is not a JSON key; quote it", subpath)
+            if text in out:
+                raise _Bad(f"{what} has key {text!r} twice (after converting keys to strings)", subpath)
+            out[text] = _json(item, f"{what}.{text}", subpath + (key,), depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json(item, f"{what}[{i}]", subpath + (i,), depth + 1) for i, item in enumerate(value)]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        raise _Bad(f"{what} is a date ({value.isoformat()}), which is not JSON; quote it: "
+                   f"'{value.isoformat()}'", subpath)
+    if isinstance(value, (set, frozenset)):
+        raise _Bad(f"{what} is a set, which is not JSON; use a list", subpath)
+    if isinstance(value, (bytes, bytearray)):
+        raise _Bad(f"{what} is binary data, which is not JSON; use a (base64) string", subpath)
+    raise _Bad(f"{what} is a {type(value).__name__}, which is not JSON; use strings, numbers, booleans, "
+               f"null, lists and mappings", subpath)
+
+
+# --------------------------------------------------------------------------- canonical body and digest
+
+
+def _build(name: str, description: str, scenarios: list[Scenario], source: str) -> Catalog:
+    ordered = tuple(sorted(scenarios, key=lambda s: s.key))
+    body = {"name": name, "description": description, "scenarios": [_scenario_body(s) for s in ordered]}
+    return Catalog(name=name, scenarios=ordered, digest=digest_of(body), body=body, source=source,
+                   description=description)
+
+
+def digest_of(body: dict[str, Any]) -> str:
+    """``sha256:`` of the canonical JSON of a catalog body."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _tool_body(t: Tool) -> dict[str, Any]:
+    body = {"name": t.name, "description": t.description, "parameters": t.parameters,
+            "returns": t.returns, "returns_by": t.returns_by}
+    for kind in _LIVE_KINDS:  # only when set: canned catalogs keep their digest
+        if getattr(t, kind) is not None:
+            body[kind] = getattr(t, kind)
+    return body
+
+
+def _scenario_body(s: Scenario) -> dict[str, Any]:
+    e = s.expect
+    return {
+        "key": s.key,
+        "messages": [dict(m) for m in s.messages],
+        "system": s.system,
+        "tools": [_tool_body(t) for t in s.tools],
+        "expect": {"contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
+                   "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
+                   "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget},
+        "tags": list(s.tags),
+        "notes": s.notes,
+        "group": s.group,
+        "temperature": s.temperature,
+        "max_turns": s.max_turns,
+        "criteria": list(s.criteria) if s.criteria is not None else None,
+        "pass_threshold": s.pass_threshold,
+        "judge_model": s.judge_model,
+    }
+
+
+# --------------------------------------------------------------------------- message helpers
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, str):
+        return f"a string ({_show(value)})"
+    if isinstance(value, (int, float)):
+        return f"a number ({_show(value)})"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a {type(value).__name__}"
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # e.g. an integer too large to print
+        return f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _quote_hint(value: Any) -> str:
+    """YAML reads unquoted yes/no/123/2024-01-01 as non-strings: say how to keep the text."""
+    if isinstance(value, (bool, int, float, datetime.date)) or value is None:
+        return "; quote it to make it text"
+    return ""
+
+
+def _suggest(key: Any, valid: tuple[str, ...] | list[str], label: str) -> str:
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    return f"; {label}: {', '.join(valid)}" if label and valid else ""
+
+
+__all__ = [
+    "CRITERIA", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD", "Expect",
+    "ExpectedTool", "ROLES", "Scenario", "Tool", "catalog_from_body", "digest_of", "load_catalog",
+    "loads_catalog", "parse_catalog",
+]

@@ -1,0 +1,352 @@
+"""Model specs (``provider/model[@label]``) and the providers configuration.
+
+Domain code: no Dramatiq, peewee or httpx here. The providers config names the
+environment variable that holds each API key, never the key itself, so a
+config file can be committed and a snapshot of it can be stored with a run.
+"""
+from __future__ import annotations
+
+from evaljobs.errors import UsageError
+import difflib
+import fnmatch
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+#: Environment variable naming a providers file, used when no path is given.
+PROVIDERS_ENV = "EVALJOBS_PROVIDERS"
+#: Environment variable pointing the ``sim`` provider at a shared simulated provider.
+SIM_URL_ENV = "EVALJOBS_SIM_URL"
+
+_PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_ENV_REF = re.compile(r"\$\{([^}]*)\}")
+_PROVIDER_KEYS = ("base_url", "api_key_env", "prices", "timeout", "max_retries", "headers", "governor")
+
+
+class ModelSpecError(UsageError):
+    """A model spec or providers config that cannot be used (one line: names the value and the fix)."""
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """How to reach one OpenAI-compatible provider, and what its tokens cost."""
+
+    name: str
+    base_url: str | None
+    api_key_env: str | None = None
+    #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` ->
+    #: (USD per million input tokens, USD per million output tokens).
+    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    timeout: float = 60.0
+    max_retries: int | None = None
+    #: Opaque to this module: read by the governor (initial, ceiling, rpm, tpm, bulk_reserve, budget_key).
+    governor: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def price(self, model: str) -> tuple[float, float]:
+        """Per-million-token prices: the exact model, else the longest matching pattern, else ``"*"``, else 0.
+
+        Patterns let one entry cover dated snapshots (``gpt-4o-mini-2024-07-18``).
+        """
+        if model in self.prices:
+            return self.prices[model]
+        patterns = sorted((p for p in self.prices if p != "*" and any(c in p for c in "*?[")),
+                          key=len, reverse=True)
+        for pattern in patterns:
+            if fnmatch.fnmatchcase(model, pattern):
+                return self.prices[pattern]
+        return self.prices.get("*", (0.0, 0.0))
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        """USD cost of one call."""
+        price_in, price_out = self.price(model)
+        return (input_tokens * price_in + output_tokens * price_out) / 1_000_000
+
+    @property
+    def api_key(self) -> str | None:
+        """The key from the environment variable the config names (``None`` if unset or keyless)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True)
+class ProvidersConfig:
+    providers: dict[str, ProviderConfig]
+    source: str = "<built-in>"
+
+    def get(self, name: str) -> ProviderConfig:
+        try:
+            return self.providers[name]
+        except (KeyError, TypeError):
+            raise ModelSpecError(
+                f"unknown provider {name!r} (known: {', '.join(sorted(self.providers))}); "
+                f"add it to a providers file and pass it with --providers FILE") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.providers
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.providers))
+
+
+def builtin_providers() -> dict[str, ProviderConfig]:
+    """The providers every config starts from. ``sim`` honours ``EVALJOBS_SIM_URL`` at call time."""
+    return {
+        "openai": ProviderConfig(
+            name="openai", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY",
+            prices={
+                "gpt-4o-mini": (0.15, 0.60), "gpt-4o-mini-*": (0.15, 0.60),
+                "gpt-4o": (2.50, 10.00), "gpt-4o-2*": (2.50, 10.00),
+                "gpt-4.1": (2.00, 8.00), "gpt-4.1-mini": (0.40, 1.60), "gpt-4.1-nano": (0.10, 0.40),
+                "o3-mini": (1.10, 4.40), "o4-mini": (1.10, 4.40),
+            }),
+        "anthropic": ProviderConfig(
+            name="anthropic", base_url="https://api.anthropic.com/v1/", api_key_env="ANTHROPIC_API_KEY",
+            prices={
+                "claude-3-5-haiku-*": (0.80, 4.00), "claude-3-haiku-*": (0.25, 1.25),
+                "claude-3-5-sonnet-*": (3.00, 15.00), "claude-3-7-sonnet-*": (3.00, 15.00),
+                "claude-sonnet-4-*": (3.00, 15.00), "claude-opus-4-*": (15.00, 75.00),
+            }),
+        "ollama": ProviderConfig(name="ollama", base_url="http://127.0.0.1:11434/v1"),
+        "vllm": ProviderConfig(name="vllm", base_url="http://127.0.0.1:8000/v1"),
+        # base_url None: start the simulated provider in-process (see adapters.simulated_provider_url).
+        "sim": ProviderConfig(name="sim", base_url=None,
+                              prices={"*": (1.0, 2.0)}),
+    }
+
+
+def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
+    """The built-in providers, overridden/extended by ``path`` (or ``$EVALJOBS_PROVIDERS``).
+
+    An entry for a built-in name is merged field by field (``prices`` model by
+    model), so ``openai: {base_url: http://proxy/v1}`` keeps the key variable and prices.
+    """
+    path = path if path is not None else (os.environ.get(PROVIDERS_ENV) or None)
+    providers = builtin_providers()
+    if path is None:
+        return ProvidersConfig(providers=providers, source="<built-in>")
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ModelSpecError(f"{source}: cannot read providers file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ModelSpecError(f"{where}: YAML syntax error: {problem}") from None
+    if data is None:
+        return ProvidersConfig(providers=providers, source=source)
+    if not isinstance(data, dict):
+        raise ModelSpecError(f"{source}: expected a mapping with a 'providers' key, got {_kind(data)}")
+    unknown = [k for k in data if k != "providers"]
+    if unknown:
+        raise ModelSpecError(f"{source}: unknown top-level key {_show(unknown[0])}; "
+                             f"the file holds only 'providers: {{name: {{base_url: ...}}}}'")
+    entries = data.get("providers") or {}
+    if not isinstance(entries, dict):
+        raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, "
+                             f"got {_kind(entries)}")
+    for name, entry in entries.items():
+        providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)))
+    return ProvidersConfig(providers=providers, source=source)
+
+
+def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None) -> ProviderConfig:
+    if not isinstance(name, str) or not _PROVIDER_NAME.fullmatch(name):
+        raise ModelSpecError(f"{source}: provider name {_show(name)} must match [A-Za-z0-9_.-]+ "
+                             f"(no '/' or '@': they separate provider, model and label)")
+    where = f"{source}: provider '{name}'"
+    if entry is None:
+        entry = {}
+    if not isinstance(entry, dict):
+        raise ModelSpecError(f"{where}: expected a mapping of settings, got {_kind(entry)}")
+    if "api_key" in entry:
+        raise ModelSpecError(f"{where}: 'api_key' is not allowed (never put secrets in this file); "
+                             f"set 'api_key_env' to the name of the environment variable that holds the key")
+    for key in entry:
+        if key not in _PROVIDER_KEYS:
+            raise ModelSpecError(f"{where}: unknown key {_show(key)}{_suggest(key, _PROVIDER_KEYS)}")
+
+    base_url = base.base_url if base else None
+    if "base_url" in entry:
+        base_url = entry["base_url"]
+        if base_url is not None:
+            if not isinstance(base_url, str) or not base_url.strip():
+                raise ModelSpecError(f"{where}: base_url must be a URL string, not {_show(base_url)}")
+            base_url = _expand(where, "base_url", base_url)
+    elif base is None:
+        raise ModelSpecError(f"{where}: missing 'base_url' (the OpenAI-compatible endpoint, "
+                             f"e.g. http://127.0.0.1:8000/v1)")
+
+    api_key_env = base.api_key_env if base else None
+    if "api_key_env" in entry:
+        api_key_env = entry["api_key_env"]
+        if api_key_env is not None and (not isinstance(api_key_env, str)
+                                        or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env)):
+            raise ModelSpecError(f"{where}: api_key_env must be an environment variable name "
+                                 f"like OPENAI_API_KEY, not {_show(api_key_env)}")
+
+    prices = dict(base.prices) if base else {}
+    if "prices" in entry and entry["prices"] is not None:
+        raw = entry["prices"]
+        if not isinstance(raw, dict):
+            raise ModelSpecError(f"{where}: prices must map model -> [input, output] USD per million tokens")
+        for model, pair in raw.items():
+            prices[str(model)] = _price_pair(where, model, pair)
+
+    timeout = base.timeout if base else 60.0
+    if "timeout" in entry:
+        timeout = entry["timeout"]
+        if not _is_number(timeout) or timeout <= 0:
+            raise ModelSpecError(f"{where}: timeout must be a positive number of seconds, "
+                                 f"not {_show(timeout)}")
+        timeout = float(timeout)
+
+    max_retries = base.max_retries if base else None
+    if "max_retries" in entry:
+        max_retries = entry["max_retries"]
+        if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)
+                                        or max_retries < 0):
+            raise ModelSpecError(f"{where}: max_retries must be an integer >= 0, not {_show(max_retries)}")
+
+    headers = dict(base.headers) if base else {}
+    if "headers" in entry and entry["headers"] is not None:
+        raw = entry["headers"]
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in raw.items()):
+            raise ModelSpecError(f"{where}: headers must map header name -> string value")
+        headers.update({k: _expand(where, f"header {k!r}", v) for k, v in raw.items()})
+
+    governor = dict(base.governor) if base else {}
+    if "governor" in entry and entry["governor"] is not None:
+        if not isinstance(entry["governor"], dict):
+            raise ModelSpecError(f"{where}: governor must be a mapping (initial, ceiling, rpm, tpm, ...)")
+        governor.update(entry["governor"])
+
+    return ProviderConfig(name=name, base_url=base_url, api_key_env=api_key_env, prices=prices,
+                          timeout=timeout, max_retries=max_retries, governor=governor, headers=headers)
+
+
+def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:
+    if (isinstance(pair, (list, tuple)) and len(pair) == 2
+            and all(_is_number(p) and p >= 0 for p in pair)):
+        return (float(pair[0]), float(pair[1]))
+    raise ModelSpecError(f"{where}: price for {_show(model)} must be [input, output] USD per million "
+                         f"tokens (two numbers >= 0), not {_show(pair)}")
+
+
+def _expand(where: str, what: str, value: str) -> str:
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ModelSpecError(f"{where}: {what} uses ${{{name}}} but the environment variable "
+                                 f"{name!r} is not set; export it or write the value literally")
+        return os.environ[name]
+
+    return _ENV_REF.sub(replace, value)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model under test. ``spec`` is the canonical string that identifies it in results."""
+
+    provider: str
+    model: str
+    label: str | None = None
+
+    @property
+    def spec(self) -> str:
+        base = f"{self.provider}/{self.model}"
+        return f"{base}@{self.label}" if self.label else base
+
+    @property
+    def display(self) -> str:
+        return self.label or f"{self.provider}/{self.model}"
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+_INFERRED = (("gpt-*", "openai"), ("o1*", "openai"), ("o3*", "openai"), ("o4*", "openai"),
+             ("claude-*", "anthropic"))
+
+
+def parse_model_spec(text: str, providers: ProvidersConfig | None = None) -> ModelSpec:
+    """Parse ``provider/model[@label]``, inferring the provider of bare well-known names.
+
+    The provider ends at the FIRST ``/`` (model names may contain ``/``, as in
+    ``vllm/meta-llama/Llama-3-8B``); the label starts at the LAST ``@``.
+    """
+    if not isinstance(text, str):
+        raise ModelSpecError(f"model spec must be a string like 'openai/gpt-4o-mini', not {_show(text)}")
+    if not text:
+        raise ModelSpecError("empty model spec; write provider/model, e.g. openai/gpt-4o-mini")
+    if any(ch.isspace() for ch in text):
+        raise ModelSpecError(f"model spec {text!r} contains whitespace; write provider/model[@label] "
+                             f"without spaces")
+    base, label = text, None
+    if "@" in text:
+        base, label = text.rsplit("@", 1)
+        if not label:
+            raise ModelSpecError(f"model spec {text!r} has an empty label after '@'; "
+                                 f"drop the '@' or write provider/model@label")
+    if "/" in base:
+        provider, model = base.split("/", 1)
+        if not provider:
+            raise ModelSpecError(f"model spec {text!r} has an empty provider; write provider/model")
+        if not model:
+            raise ModelSpecError(f"model spec {text!r} has an empty model name; write provider/model")
+        if not _PROVIDER_NAME.fullmatch(provider):
+            raise ModelSpecError(f"model spec {text!r}: provider {provider!r} must match [A-Za-z0-9_.-]+")
+    else:
+        if not base:
+            raise ModelSpecError(f"model spec {text!r} has an empty model name; write provider/model@label")
+        model = base
+        provider = _infer_provider(base)
+        if provider is None:
+            raise ModelSpecError(f"cannot tell the provider of model spec {text!r}; write it as "
+                                 f"provider/model (e.g. vllm/{base} or ollama/{base})")
+    if providers is not None and provider not in providers:
+        raise ModelSpecError(f"model spec {text!r}: unknown provider {provider!r} "
+                             f"(known: {', '.join(providers.names)}); "
+                             f"add it to a providers file and pass it with --providers FILE")
+    return ModelSpec(provider=provider, model=model, label=label)
+
+
+def _infer_provider(model: str) -> str | None:
+    for pattern, provider in _INFERRED:
+        if fnmatch.fnmatchcase(model, pattern):
+            return provider
+    if ":" in model:
+        name, _, tag = model.partition(":")
+        if name and tag:
+            return "ollama"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _suggest(key: Any, valid: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    return f" (valid keys: {', '.join(valid)})"

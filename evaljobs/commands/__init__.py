@@ -1,1 +1,0 @@
-"""Click commands that live outside ``evaljobs.cli`` and are registered there with ``main.add_command``."""

@@ -1,0 +1,186 @@
+"""One configuration: every setting evaljobs reads from the environment, read in one place.
+
+Why one place: a worker evaluates thousands of pairs, and a setting read from
+``os.environ`` deep in the hot path is both slow and invisible (which variables
+matter? which flag wins?). :class:`Settings` is built once — from the
+environment, then command-line flags and files on top (:meth:`Settings.replace`)
+— and passed down. No other module reads or writes ``os.environ``
+(``tests/test_architecture.py`` checks it); the two exceptions are here too:
+:func:`secret` reads a named API-key or header variable at call time (so a
+rotated key is picked up without a restart and never lands in ``Settings``),
+and :func:`child_environment` builds the environment of a worker process.
+
+Process-wide: :func:`settings` returns this process's settings (built on first
+use); :func:`configure` replaces them (the CLI after parsing flags, a worker at
+boot, a test). Code that takes a ``Settings`` argument should prefer it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evaljobs.errors import ConfigurationError
+
+#: URL schemes that name a Redis server (broker, governor, events).
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+DEFAULT_QUEUE = "agents"
+_FALSE = ("off", "0", "false", "no")
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "")
+    if text.strip() == "":
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigurationError(f"{name}={text!r} is not a number") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, "")
+    if text.strip() == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(f"{name}={text!r} is not a whole number") from None
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    return env.get(name) or None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, with its environment variable and default (see the README's table)."""
+
+    database_url: str | None = None          # EVALJOBS_DATABASE_URL (None: .evaljobs/evaljobs.db)
+    db_reconnect_seconds: float = 60.0       # EVALJOBS_DB_RECONNECT_SECONDS
+    broker_url: str | None = None            # EVALJOBS_BROKER_URL (None: the in-process broker)
+    queue: str = DEFAULT_QUEUE               # EVALJOBS_QUEUE
+    providers_path: str | None = None        # EVALJOBS_PROVIDERS
+    context_key: str | None = field(default=None, repr=False)  # EVALJOBS_CONTEXT_KEY (None: unsigned); a secret
+    governor: bool = True                    # EVALJOBS_GOVERNOR (off/0/false/no)
+    governor_url: str | None = None          # EVALJOBS_GOVERNOR_URL (None: the broker's Redis)
+    lane: str | None = None                  # EVALJOBS_LANE (interactive | bulk)
+    permit_wait: float = 2.0                 # EVALJOBS_PERMIT_WAIT
+    cache_ttl: str | None = None             # EVALJOBS_CACHE_TTL (a duration: 3600, 12h, 7d)
+    max_retries: int = 3                     # EVALJOBS_MAX_RETRIES
+    min_backoff: float = 0.5                 # EVALJOBS_MIN_BACKOFF
+    max_backoff: float = 10.0                # EVALJOBS_MAX_BACKOFF
+    max_rate_limit_waits: int = 50           # EVALJOBS_MAX_RATE_LIMIT_WAITS
+    time_limit: float = 180.0                # EVALJOBS_TIME_LIMIT (seconds per pair)
+    max_crashes: str | None = None           # EVALJOBS_MAX_CRASHES
+    heartbeat_timeout_ms: int = 60000        # EVALJOBS_HEARTBEAT_TIMEOUT_MS
+    maintenance_chance: int = 1000           # EVALJOBS_MAINTENANCE_CHANCE
+    recover_every: float = 0.0               # EVALJOBS_RECOVER_EVERY (0: no periodic recovery)
+    sim_url: str | None = None               # EVALJOBS_SIM_URL (None: start one in-process)
+    sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY
+    sim_jitter: float = 0.02                 # EVALJOBS_SIM_JITTER
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """Settings from ``env`` (default: this process's environment); unset means default."""
+        env = os.environ if env is None else env
+        d = cls()
+        governor = (env.get("EVALJOBS_GOVERNOR") or "on").strip().lower() not in _FALSE
+        return cls(
+            database_url=_text(env, "EVALJOBS_DATABASE_URL"),
+            db_reconnect_seconds=_float(env, "EVALJOBS_DB_RECONNECT_SECONDS", d.db_reconnect_seconds),
+            broker_url=_text(env, "EVALJOBS_BROKER_URL"),
+            queue=env.get("EVALJOBS_QUEUE") or d.queue,
+            providers_path=_text(env, "EVALJOBS_PROVIDERS"),
+            context_key=_text(env, "EVALJOBS_CONTEXT_KEY"),
+            governor=governor,
+            governor_url=_text(env, "EVALJOBS_GOVERNOR_URL"),
+            lane=_text(env, "EVALJOBS_LANE"),
+            permit_wait=_float(env, "EVALJOBS_PERMIT_WAIT", d.permit_wait),
+            cache_ttl=_text(env, "EVALJOBS_CACHE_TTL"),
+            max_retries=_int(env, "EVALJOBS_MAX_RETRIES", d.max_retries),
+            min_backoff=_float(env, "EVALJOBS_MIN_BACKOFF", d.min_backoff),
+            max_backoff=_float(env, "EVALJOBS_MAX_BACKOFF", d.max_backoff),
+            max_rate_limit_waits=_int(env, "EVALJOBS_MAX_RATE_LIMIT_WAITS", d.max_rate_limit_waits),
+            time_limit=_float(env, "EVALJOBS_TIME_LIMIT", d.time_limit),
+            max_crashes=_text(env, "EVALJOBS_MAX_CRASHES"),
+            heartbeat_timeout_ms=_int(env, "EVALJOBS_HEARTBEAT_TIMEOUT_MS", d.heartbeat_timeout_ms),
+            maintenance_chance=_int(env, "EVALJOBS_MAINTENANCE_CHANCE", d.maintenance_chance),
+            recover_every=_float(env, "EVALJOBS_RECOVER_EVERY", d.recover_every),
+            sim_url=_text(env, "EVALJOBS_SIM_URL"),
+            sim_latency=_float(env, "EVALJOBS_SIM_LATENCY", d.sim_latency),
+            sim_jitter=_float(env, "EVALJOBS_SIM_JITTER", d.sim_jitter),
+        )
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with ``changes`` applied; ``None`` values are ignored (an option not given)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def redis_broker(self) -> bool:
+        return bool(self.broker_url and self.broker_url.startswith(REDIS_SCHEMES))
+
+    def environment(self) -> dict[str, str]:
+        """These settings as ``EVALJOBS_*`` variables (for a worker process started by this one)."""
+        out: dict[str, str] = {}
+        names = {"database_url": "EVALJOBS_DATABASE_URL", "broker_url": "EVALJOBS_BROKER_URL",
+                 "queue": "EVALJOBS_QUEUE", "providers_path": "EVALJOBS_PROVIDERS",
+                 "governor_url": "EVALJOBS_GOVERNOR_URL", "lane": "EVALJOBS_LANE",
+                 "sim_url": "EVALJOBS_SIM_URL", "cache_ttl": "EVALJOBS_CACHE_TTL"}
+        for attr, name in names.items():
+            value = getattr(self, attr)
+            if value is not None:
+                out[name] = str(value)
+        out["EVALJOBS_GOVERNOR"] = "on" if self.governor else "off"
+        return out
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def settings() -> Settings:
+    """This process's settings (from the environment on first use, or what :func:`configure` set)."""
+    global _current
+    current = _current
+    if current is None:
+        with _lock:
+            if _current is None:
+                _current = Settings.from_env()
+            current = _current
+    return current
+
+
+def configure(new: Settings | None = None, **changes: Any) -> Settings:
+    """Replace this process's settings: ``new`` (default: re-read the environment) with ``changes``."""
+    global _current
+    with _lock:
+        _current = (new or Settings.from_env()).replace(**changes)
+        return _current
+
+
+def secret(name: str) -> str | None:
+    """The value of the environment variable ``name`` (an API key, a header), read at call time.
+
+    Secrets are never kept in :class:`Settings`: a provider entry names the
+    variable, and the value is read here on every use, so a rotated key is
+    picked up and nothing that stores or prints settings can leak it.
+    """
+    return os.environ.get(name)
+
+
+def child_environment(extra: Mapping[str, str] | None = None, base: Settings | None = None) -> dict[str, str]:
+    """The environment for a worker process: this one's, with ``base`` settings and ``extra`` on top."""
+    env = dict(os.environ)
+    if base is not None:
+        env.update(base.environment())
+    env.update(extra or {})
+    return env
+
+
+__all__ = ["Settings", "settings", "configure", "secret", "child_environment", "REDIS_SCHEMES",
+           "DEFAULT_QUEUE"]

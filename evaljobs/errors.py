@@ -1,0 +1,52 @@
+"""One error family for everything a user can cause.
+
+Every error evaljobs raises on purpose derives from :class:`EvaljobsError`; its
+``str()`` is one line that names the file, line, value or server at fault and
+what to do. The CLI maps the family to exit codes in one place (``exit_code``),
+so a command never prints a traceback for a mistake a user can fix.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+#: Exit codes shared by every command.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the work ran and did not pass (a gate), or a server/storage failed
+EXIT_USAGE = 2   # the command, a file or a value given to it is wrong: nothing was done
+
+
+class EvaljobsError(Exception):
+    """Base of every error evaljobs raises for a user: a one-line message."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(EvaljobsError, ValueError):
+    """A bad command, option, file or value: nothing was started (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigurationError(UsageError):
+    """A setting (flag, environment variable, file) that is present but unusable."""
+
+
+class ServiceUnavailable(EvaljobsError):
+    """A server evaljobs needs (Redis, the database, a provider) cannot be reached (exit 1)."""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` folded onto one line and cut at ``limit`` characters (for messages)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def suggest(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+__all__ = ["EvaljobsError", "UsageError", "ConfigurationError", "ServiceUnavailable", "EXIT_OK",
+           "EXIT_FAILED", "EXIT_USAGE", "one_line", "suggest"]

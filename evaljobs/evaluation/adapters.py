@@ -1,0 +1,228 @@
+"""Adapters: how a scenario is run against a model.
+
+The default adapter drives an OpenAI-compatible chat conversation and answers
+the model's tool calls from the scenario's canned tools. Hosts can plug in
+their own agent with ``--adapter module:callable`` or the entry-point group
+``evaljobs.adapters``; the callable takes ``(scenario, model)`` and returns a
+:class:`~evaljobs.evaluation.replay.Replay`.
+"""
+from __future__ import annotations
+
+from evaljobs.errors import UsageError
+import importlib
+import json
+import os
+import threading
+import time
+from importlib.metadata import entry_points
+from typing import Any, Callable, Protocol
+
+from evaljobs.catalog import Scenario
+from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
+from evaljobs.providers.errors import TransientError
+from evaljobs.evaluation.replay import Replay, ToolCall
+
+ADAPTER_GROUP = "evaljobs.adapters"
+
+
+class AdapterError(UsageError):
+    """An adapter reference that cannot be loaded (one line, names the reference)."""
+
+
+class Adapter(Protocol):
+    def __call__(self, scenario: Scenario, model: ModelSpec) -> Replay: ...
+
+
+class DeadlineExceeded(Exception):
+    """The per-pair time limit ran out between turns."""
+
+
+_sim_lock = threading.Lock()
+_sim_url: str | None = None
+
+
+def simulated_provider_url() -> str:
+    """The URL of the built-in simulated provider for this process.
+
+    ``EVALJOBS_SIM_URL`` points at a shared one (``evaljobs mock-provider``);
+    otherwise one is started in-process on a free loopback port, once.
+    """
+    global _sim_url
+    env = os.environ.get("EVALJOBS_SIM_URL")
+    if env:
+        return env
+    with _sim_lock:
+        if _sim_url is None:
+            from evaljobs.providers.simulated import SimulatedProvider
+
+            provider = SimulatedProvider(
+                latency=float(os.environ.get("EVALJOBS_SIM_LATENCY", "0.05")),
+                jitter=float(os.environ.get("EVALJOBS_SIM_JITTER", "0.02")),
+            )
+            provider.start()
+            _sim_url = provider.url
+        return _sim_url
+
+
+def base_url_for(providers: ProvidersConfig, provider_name: str) -> str:
+    config = providers.get(provider_name)
+    if config.base_url:
+        return config.base_url
+    if provider_name == "sim":
+        return simulated_provider_url()
+    raise AdapterError(f"provider '{provider_name}' has no base_url; set one in the providers config")
+
+
+def client_for(providers: ProvidersConfig, provider_name: str):
+    from evaljobs.providers.client import get_client
+
+    config = providers.get(provider_name)
+    return get_client(base_url_for(providers, provider_name), api_key_env=config.api_key_env,
+                      timeout=config.timeout, headers=config.headers or None)
+
+
+def _tool_content(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class ConversationAdapter:
+    """Run the scenario as a chat: model turn → tool calls answered → next turn.
+
+    Provider errors propagate (typed, see ``evaljobs.providers.errors``) so the
+    caller can decide between retrying and recording an ``errored`` result.
+    """
+
+    version = "conversation-1"
+
+    def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None,
+                 cache_ttl: float | None = None):
+        self.providers = providers
+        #: Seconds cached provider answers stay valid; None: no response cache (see ``evaljobs.providers.cache``).
+        self.cache_ttl = cache_ttl
+        if tool_runner is None:
+            from evaljobs.providers.livetools import live_tool_runner
+
+            tool_runner = live_tool_runner(run_canned_tool)
+        self.tool_runner = tool_runner
+
+    def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
+        from evaljobs.providers.calls import complete
+
+        cache = None
+        if self.cache_ttl is not None:
+            from evaljobs.providers.cache import CachingClient, GovernedCalls
+
+            # In front of the governor: a cached answer takes no permit from the shared budget.
+            cache = CachingClient(GovernedCalls(self.providers, model), model.provider, self.cache_ttl,
+                                  adapter_version=self.version)
+        config = self.providers.get(model.provider)
+        messages: list[dict[str, Any]] = []
+        if scenario.system:
+            messages.append({"role": "system", "content": scenario.system})
+        messages.extend(dict(m) for m in scenario.messages)
+        tools = [t.schema() for t in scenario.tools] or None
+        replay = Replay(messages=messages)
+        started = time.perf_counter()
+        cached_turns = paid_input = paid_output = 0
+        for turn in range(scenario.max_turns):
+            remaining = None
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DeadlineExceeded(f"ran out of time after {turn} turns")
+            try:
+                if cache is not None:
+                    completion = cache.complete(model.model, messages, first=turn == 0, tools=tools,
+                                                temperature=scenario.temperature, timeout=remaining)
+                else:
+                    completion = complete(self.providers, model, messages, first=turn == 0, tools=tools,
+                                          temperature=scenario.temperature, timeout=remaining)
+            except TransientError:
+                if deadline is not None and time.monotonic() >= deadline - 0.01:
+                    raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
+                raise
+            replay.turns += 1
+            replay.input_tokens += completion.input_tokens
+            replay.output_tokens += completion.output_tokens
+            if getattr(completion, "cached", False):
+                cached_turns += 1
+            else:
+                paid_input += completion.input_tokens
+                paid_output += completion.output_tokens
+            messages.append(completion.raw_message)
+            if not completion.tool_calls:
+                replay.answer = completion.content or ""
+                break
+            for requested in completion.tool_calls:
+                call = self.tool_runner(scenario, requested.name, requested.arguments)
+                replay.tool_calls.append(call)
+                content = _tool_content({"error": call.error} if call.error else call.result)
+                messages.append({"role": "tool", "tool_call_id": requested.id, "content": content})
+        else:
+            replay.error = f"conversation did not finish within max_turns={scenario.max_turns}"
+        replay.duration_ms = (time.perf_counter() - started) * 1000.0
+        replay.cached = replay.turns > 0 and cached_turns == replay.turns
+        # Only the turns a provider answered cost money; answers from the cache are free.
+        replay.cost = config.cost(model.model, paid_input, paid_output)
+        return replay
+
+
+def run_canned_tool(scenario: Scenario, name: str, arguments: dict[str, Any]) -> ToolCall:
+    """Answer a tool call from the scenario's canned ``returns``/``returns_by``."""
+    started = time.perf_counter()
+    tool = scenario.tool(name)
+    if tool is None:
+        known = ", ".join(t.name for t in scenario.tools) or "none"
+        return ToolCall(name=name, arguments=arguments, error=f"unknown tool '{name}' (scenario tools: {known})")
+    if "_raw" in arguments and len(arguments) == 1:
+        return ToolCall(name=name, arguments=arguments, error="arguments are not valid JSON")
+    result = tool.answer(arguments)
+    return ToolCall(name=name, arguments=arguments, result=result,
+                    duration_ms=(time.perf_counter() - started) * 1000.0)
+
+
+def load_adapter(reference: str | None, providers: ProvidersConfig, *, cache: bool = False) -> Adapter:
+    """Resolve ``None`` (the default), ``module:callable`` or an entry-point name to an adapter.
+
+    A class or factory that accepts ``providers=`` is called with it; any other
+    callable is used as the adapter itself. ``cache`` (``--cache``) turns on the
+    response cache, which only :class:`ConversationAdapter` (and subclasses) support.
+    """
+    cache_ttl = None
+    if cache:
+        from evaljobs.providers.cache import default_ttl
+
+        cache_ttl = default_ttl()
+    if not reference:
+        return ConversationAdapter(providers, cache_ttl=cache_ttl)
+    if ":" in reference:
+        module_name, _, attr = reference.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise AdapterError(f"cannot load adapter '{reference}': {exc}") from None
+    else:
+        found = [ep for ep in entry_points(group=ADAPTER_GROUP) if ep.name == reference]
+        if not found:
+            names = sorted(ep.name for ep in entry_points(group=ADAPTER_GROUP))
+            raise AdapterError(f"unknown adapter '{reference}': use module:callable or one of the "
+                               f"'{ADAPTER_GROUP}' entry points ({', '.join(names) or 'none installed'})")
+        try:
+            target = found[0].load()
+        except Exception as exc:  # noqa: BLE001 - report any import failure in one line
+            raise AdapterError(f"cannot load adapter entry point '{reference}': {exc}") from None
+    if cache_ttl is not None:
+        if not (isinstance(target, type) and issubclass(target, ConversationAdapter)):
+            raise AdapterError(f"--cache needs the built-in conversation adapter (or a subclass); adapter "
+                               f"'{reference}' makes its own provider calls")
+        return target(providers=providers, cache_ttl=cache_ttl)
+    if isinstance(target, type) or getattr(target, "wants_providers", False):
+        try:
+            return target(providers=providers)
+        except TypeError:
+            return target()
+    if not callable(target):
+        raise AdapterError(f"adapter '{reference}' is not callable")
+    return target

@@ -1,0 +1,232 @@
+"""The Dramatiq actors: ``start_run`` → ``evaluate_scenario`` × N×M → ``finalize_run``.
+
+Messages carry ids only. The barrier is :func:`evaljobs.store.record_result`
+(distinct persisted pairs, counted by the database) — never Dramatiq's
+``GroupCallbacks``, which decrements once per successful message and so
+completes early on a redelivery and never fires when a child fails.
+
+Actors are declared per broker with :func:`declare`; the module keeps the
+current binding so an actor can send its children (the one piece of
+module-level state besides the database binding).
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+import dramatiq
+from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
+
+from evaljobs.pipeline import barrier, poison, runtime
+from evaljobs import store
+from evaljobs.pipeline.enqueue import enqueue_many
+from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries
+from evaljobs.providers.governor import Busy
+from evaljobs.providers.errors import RateLimited, TransientError
+from evaljobs.evaluation.result import Result
+
+logger = logging.getLogger("evaljobs.actors")
+
+TERMINAL = ("complete", "partial", "failed", "cancelled")
+
+
+class InvalidMessage(Exception):
+    """A message that can never succeed (unknown run, scenario or model): dead-lettered, never retried."""
+
+
+@dataclass
+class Actors:
+    start_run: dramatiq.Actor
+    evaluate_scenario: dramatiq.Actor
+    evaluate_model: dramatiq.Actor
+    finalize_run: dramatiq.Actor
+    queue: str
+
+
+_bound: Actors | None = None
+
+
+def bound() -> Actors:
+    if _bound is None:
+        raise RuntimeError("evaljobs actors are not declared on a broker; call evaljobs.pipeline.broker.configure()")
+    return _bound
+
+
+def _retries() -> int:
+    message = CurrentMessage.get_current_message()
+    return int(message.options.get("retries", 0)) if message is not None else 0
+
+
+def _load(run_id: str, scenario_key: str | None = None, model: str | None = None):
+    try:
+        run = store.get_run(run_id)
+    except store.UnknownRun as exc:
+        raise InvalidMessage(str(exc)) from None
+    return run, _check_pair(run, scenario_key, model)
+
+
+def _check_pair(run: store.RunInfo, scenario_key: str | None, model: str | None):
+    """The run's catalog, once the message's scenario and model are known to belong to the run."""
+    catalog = store.load_snapshot(run.digest)
+    if model is not None and model not in run.models:
+        raise InvalidMessage(f"model '{model}' is not part of run {run.id} (models: {', '.join(run.models)})")
+    if scenario_key is not None:
+        try:
+            catalog.scenario(scenario_key)
+        except KeyError:
+            raise InvalidMessage(f"scenario '{scenario_key}' is not in run {run.id}'s catalog") from None
+    return catalog
+
+
+def persist(run_id: str, result: Result) -> store.Recorded:
+    """Record one result (the barrier) and, if it completed the run, send finalize — after commit."""
+    return barrier.record(run_id, result, on_complete=lambda rid: bound().finalize_run.send(rid))
+
+
+def start_run(run_id: str) -> None:
+    """Mark the run running and enqueue every pair not yet persisted; never waits for them."""
+    run, catalog = _load(run_id)
+    if run.status in TERMINAL:
+        logger.info("run %s is already %s; start_run does nothing", run_id, run.status)
+        return
+    store.mark_running(run_id)
+    missing = store.missing_pairs(run_id)
+    actors = bound()
+    if not missing:
+        actors.finalize_run.send(run_id)
+        return
+    if run.strategy == "per-model":
+        for model in dict.fromkeys(model for _, model in missing):
+            actors.evaluate_model.send(run_id, model)
+        return
+    messages = [actors.evaluate_scenario.message(run_id, key, model) for key, model in missing]
+    enqueue_many(actors.evaluate_scenario.broker, messages)
+
+
+def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> bool:
+    """Evaluate one pair and record it. A pair already recorded returns at once (redelivery).
+
+    True when the pair is recorded (by this call or before it); False when it was handed back
+    to the queue or the run is cancelled. The poison guard uses it (see ``poison.guarded``).
+    """
+    try:
+        run, recorded = store.pair_state(run_id, scenario_key, model)  # one query, not get_run + is_recorded
+    except store.UnknownRun as exc:
+        raise InvalidMessage(str(exc)) from None
+    catalog = _check_pair(run, scenario_key, model)
+    if run.status == "cancelled" or recorded:
+        return recorded
+    settings = runtime.RunSettings.from_options(run.options)
+    policy = runtime.policy(settings)
+    runtime.set_permit_wait(None)  # short: a pair without a permit goes back to the queue
+    retries = _retries()
+    attempts = retries + 1
+    scenario = catalog.scenario(scenario_key)
+    try:
+        spec = runtime.model_spec(model)
+        adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
+        judge = _judge(run_id, settings, spec)
+        result = evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
+                          time_limit=policy.time_limit)
+    except Busy as exc:
+        # The governor has no permit for this deployment yet: hand the pair back to the queue with its
+        # estimate instead of sleeping on this thread. Not a fault: no retry is used, no cap applies.
+        delay_ms = int(max(exc.retry_in, 0.05) * 1000 * (1 + random.random() * policy.jitter))
+        bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
+                                                     kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms)
+        return False
+    except RateLimited as exc:
+        if rl < policy.max_rate_limit_waits:
+            # A rate limit is not a fault: re-send with the provider's delay instead of sleeping on
+            # this thread, and without touching the retry budget (``retries`` stays as it is).
+            delay_ms = int(policy.rate_limit_delay(exc.retry_after) * 1000)
+            bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
+                                                         kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms)
+            return False
+        result = Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
+                                attempts=attempts)
+    except TransientError as exc:
+        if retries < policy.max_retries:
+            raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
+        result = Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
+                                attempts=attempts)
+    except TimeLimitExceeded:
+        result = Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts)
+    except Exception as exc:  # noqa: BLE001 - the last attempt must still leave a row for the barrier
+        if retries < policy.max_retries:
+            raise
+        result = Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts)
+    persist(run_id, result)
+    return True
+
+
+def evaluate_model(run_id: str, model: str) -> None:
+    """The ``per-model`` shape: one message per model, its scenarios evaluated in order."""
+    run, catalog = _load(run_id, None, model)
+    if run.status == "cancelled":
+        return
+    settings = runtime.RunSettings.from_options(run.options)
+    policy = runtime.policy(settings)
+    spec = runtime.model_spec(model)
+    adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
+    judge = _judge(run_id, settings, spec)
+    runtime.set_permit_wait(60.0)  # one message runs the model's whole list: wait for permits in place
+    for key, pair_model in store.missing_pairs(run_id):
+        if pair_model != model:
+            continue
+        result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy, judge=judge)
+        persist(run_id, result)
+
+
+def finalize_run(run_id: str) -> None:
+    """Assemble the report exactly once; sending it twice is harmless."""
+    try:
+        outcome = barrier.finalize(run_id)
+    except store.UnknownRun as exc:
+        raise InvalidMessage(str(exc)) from None
+    if outcome is None:
+        logger.warning("finalize_run: run %s is not complete yet; recovery will finish it", run_id)
+    else:
+        poison.forget(run_id)
+
+
+def _judge(run_id: str, settings: runtime.RunSettings, spec):
+    from evaljobs.evaluation.evaluate import bind_judge
+
+    allow = None
+    if settings.judge_cap is not None:
+        cap = settings.judge_cap
+        allow = lambda: store.take_judge_call(run_id, cap)  # noqa: E731
+    return bind_judge(runtime.judge_for(settings, allow), spec)
+
+
+def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
+    """Declare the actors on ``broker`` (once per broker) and make that the current binding."""
+    global _bound
+    policy = runtime.policy()
+    retry_options = {
+        "max_retries": policy.max_retries,
+        "min_backoff": int(policy.min_backoff * 1000),
+        "max_backoff": int(policy.max_backoff * 1000),
+        "throws": (InvalidMessage,),
+    }
+    time_limit = int((policy.time_limit + 30) * 1000)
+
+    def make(fn, **options) -> dramatiq.Actor:
+        name = fn.__name__
+        if name in broker.actors:
+            return broker.actors[name]
+        return dramatiq.Actor(fn, broker=broker, actor_name=name, queue_name=queue, priority=0,
+                              options={**retry_options, **options})
+
+    _bound = Actors(
+        start_run=make(start_run),
+        evaluate_scenario=make(poison.guarded(evaluate_scenario), time_limit=time_limit),
+        evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
+        finalize_run=make(finalize_run),
+        queue=queue,
+    )
+    return _bound
+
+

@@ -1,0 +1,38 @@
+"""Record a result and finish the run: the code every strategy shares.
+
+``record`` is the barrier (one transaction in the store that inserts the pair
+if absent and counts distinct persisted pairs); the call that completes the
+run triggers ``on_complete`` — a ``finalize_run`` message for queued
+strategies, a direct :func:`finalize` for in-process ones. Events go out only
+after the commit they describe.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from evaljobs.pipeline import events
+from evaljobs import store
+from evaljobs.evaluation.result import Result
+
+
+def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -> store.Recorded:
+    recorded = store.record_result(run_id, result)
+    if recorded.inserted:
+        events.publish_result(run_id, result, recorded)
+    if recorded.completed:
+        on_complete(run_id)
+    return recorded
+
+
+def finalize(run_id: str) -> store.Finalized | None:
+    """Finalize (idempotent) and announce ``complete`` once the report is committed.
+
+    Returns None when the run is not complete yet (recovery will finish it).
+    """
+    try:
+        outcome = store.finalize(run_id)
+    except store.Incomplete:
+        return None
+    if outcome.created:
+        events.publish_complete(run_id, outcome.report)
+    return outcome

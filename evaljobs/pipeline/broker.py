@@ -1,0 +1,240 @@
+"""The one place the broker and its middleware stack are set up.
+
+``memory`` (the embedded default) is Dramatiq's in-process ``StubBroker``
+driven by a real :class:`dramatiq.Worker` with ``width`` threads; ``redis://``
+is Dramatiq's Redis broker shared by any number of worker machines. Both get
+the same actors and the same middleware, in this order:
+
+1. ``ContextMiddleware`` first. Dramatiq runs ``before_*`` hooks in list order
+   and ``after_*`` hooks in *reverse* order, so being first means the host
+   context is restored before anything else runs and cleared last — after
+   ``Retries`` and ``Callbacks`` have re-enqueued or sent their messages in
+   their own ``after_process_message`` hooks, which therefore still see it.
+2. Dramatiq's defaults (AgeLimit, TimeLimit, ShutdownNotifications,
+   Callbacks, Pipelines, Retries), then ``CurrentMessage`` (actors read their
+   retry count from it).
+3. ``DatabaseConnections`` last among the after-hooks' first runners: each
+   worker thread hands its database connection back after every message.
+"""
+from __future__ import annotations
+
+from evaljobs.errors import UsageError
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.redis import _RedisConsumer as _DramatiqRedisConsumer
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.common import compute_backoff
+from dramatiq.middleware import (
+    AgeLimit,
+    Callbacks,
+    CurrentMessage,
+    Pipelines,
+    Retries,
+    ShutdownNotifications,
+    TimeLimit,
+)
+
+from evaljobs_middleware.db import DatabaseConnections
+from evaljobs_middleware.refusals import Refusals
+
+from evaljobs.pipeline import actors, events
+from evaljobs import store
+
+DEFAULT_QUEUE = "agents"
+CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
+
+
+class BrokerError(UsageError):
+    """A broker URL that cannot be used (one line)."""
+
+
+def queue_name() -> str:
+    return os.environ.get("EVALJOBS_QUEUE", DEFAULT_QUEUE)
+
+
+def broker_url(url: str | None = None) -> str:
+    return url or os.environ.get("EVALJOBS_BROKER_URL") or "memory"
+
+
+def context_middleware(providers: Sequence | None = None):
+    """The host-context middleware with the providers registered by entry point (or given)."""
+    from evaljobs_middleware.context import ContextMiddleware, discover_providers
+
+    if providers is None:
+        providers = discover_providers(CONTEXT_PROVIDER_GROUP)
+    key = os.environ.get("EVALJOBS_CONTEXT_KEY") or None
+    return ContextMiddleware(providers, signing_key=key, bind=_bind_run)
+
+
+def _bind_run(message) -> str:
+    """Signed contexts are bound to the run they were sent for (first actor argument)."""
+    args = getattr(message, "args", None) or ()
+    return str(args[0]) if args else ""
+
+
+def middleware_stack(context_providers: Sequence | None = None) -> list[dramatiq.Middleware]:
+    return [
+        context_middleware(context_providers),
+        AgeLimit(),
+        TimeLimit(),
+        ShutdownNotifications(),
+        Callbacks(),
+        Pipelines(),
+        Retries(),
+        CurrentMessage(),
+        Refusals(),
+        DatabaseConnections(store.release_connection, hold=store.hold_connection),
+    ]
+
+
+@dataclass
+class Binding:
+    broker: dramatiq.Broker
+    url: str
+    queue: str
+    actors: actors.Actors
+
+    @property
+    def is_memory(self) -> bool:
+        return self.url == "memory"
+
+
+#: Longest pause (ms) between two polls of an idle Redis queue.
+CONSUMER_POLL_MS = 20
+
+
+class _WakeableConsumer(_DramatiqRedisConsumer):
+    """Dramatiq's Redis consumer, whose pauses end early when there is something to fetch.
+
+    Dramatiq's consumer sleeps between fetches whenever a fetch brings nothing: when the queue
+    is empty, but also when the process already holds ``prefetch`` unacked messages. Both
+    sleeps back off (5, 10, 20 ms …), and Dramatiq acks from the worker threads, so:
+
+    * a fast pipeline stalls: the threads finish the prefetched messages and sit idle until
+      the consumer's pause runs out (a quarter of the worker threads' time, with a provider
+      that answers at once);
+    * a message sent from this very process (``finalize_run`` after the last pair, a retry)
+      waits for the pause too: on average half a poll between the last result and its report.
+
+    So the pause is an :class:`threading.Event` wait, set by an ack or nack that leaves half
+    the prefetch free and by an enqueue on this queue from this process (see
+    :meth:`_RedisBroker.enqueue`). An idle queue is still polled at most
+    ``CONSUMER_POLL_MS`` apart; messages sent by other processes are seen at that pace.
+    """
+
+    def __init__(self, broker, queue_name: str, prefetch: int, timeout: int):
+        # Dramatiq's own pause is cut to a yield (0-1 ms); ours, below, can be woken.
+        super().__init__(broker, queue_name, prefetch, 1)
+        self.poll_ms = max(1, min(timeout, CONSUMER_POLL_MS))
+        self.wake = threading.Event()
+        self._idle = 0
+
+    def ack(self, message) -> None:
+        try:
+            super().ack(message)
+        finally:
+            self._freed()
+
+    def nack(self, message) -> None:
+        try:
+            super().nack(message)
+        finally:
+            self._freed()
+
+    def _freed(self) -> None:
+        # Refill in batches: waking on every ack would turn one fetch of many messages into a
+        # fetch (a Lua call) per message. Half the prefetch still queued keeps the threads busy.
+        if self.outstanding_message_count <= self.prefetch // 2:
+            self.wake.set()
+
+    def __next__(self):
+        if not self.message_cache and self.outstanding_message_count >= self.prefetch:
+            # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
+            # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
+            self.wake.wait(self.poll_ms / 1000)
+            self.wake.clear()
+            return None
+        self.wake.clear()  # before the fetch: a wake-up during it is not lost
+        message = super().__next__()
+        if message is not None:
+            self._idle = 0
+            return message
+        self._idle, pause_ms = compute_backoff(self._idle, factor=1, max_backoff=self.poll_ms)
+        self.wake.wait(pause_ms / 1000)
+        return None
+
+
+class _RedisBroker(RedisBroker):
+    """Dramatiq's Redis broker with consumers that do not oversleep (see :class:`_WakeableConsumer`).
+
+    Why the poll cap: an idle consumer backs off up to ``worker_timeout`` between polls (5, 10,
+    20, 40 … ms), and ``start_run`` enqueues its pairs while the consumer is backing off: the
+    first pairs started about 90 ms after they were enqueued. ``worker_timeout`` cannot simply
+    be lowered, as every worker thread also wakes that often. An idle poll is one short Lua call.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._consumers: dict[str, weakref.WeakSet] = {}
+        self._consumers_lock = threading.Lock()
+
+    @property
+    def consumer_class(self):
+        return _WakeableConsumer
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        consumer = super().consume(queue_name, prefetch, timeout)
+        with self._consumers_lock:
+            self._consumers.setdefault(queue_name, weakref.WeakSet()).add(consumer)
+        return consumer
+
+    def enqueue(self, message, *, delay=None):
+        message = super().enqueue(message, delay=delay)
+        if delay is None:
+            self.wake(message.queue_name)
+        return message
+
+    def wake(self, queue_name: str) -> None:
+        """Tell this process's consumers of ``queue_name`` that there is a message to fetch."""
+        with self._consumers_lock:
+            consumers = list(self._consumers.get(queue_name, ()))
+        for consumer in consumers:
+            consumer.wake.set()
+
+
+def make_broker(url: str, *, context_providers: Sequence | None = None) -> dramatiq.Broker:
+    stack = middleware_stack(context_providers)
+    if url == "memory":
+        return StubBroker(middleware=stack)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        # How long a silent worker counts as alive, and how often (per million commands) the broker
+        # looks for dead workers' unacked messages to requeue. Tests shorten both.
+        heartbeat = int(os.environ.get("EVALJOBS_HEARTBEAT_TIMEOUT_MS", "60000"))
+        chance = int(os.environ.get("EVALJOBS_MAINTENANCE_CHANCE", "1000"))
+        return _RedisBroker(url=url, middleware=stack, heartbeat_timeout=heartbeat, maintenance_chance=chance)
+    raise BrokerError(f"unsupported broker URL '{url}': use 'memory' or 'redis://host:port/db'")
+
+
+def configure(url: str | None = None, *, queue: str | None = None,
+              context_providers: Sequence | None = None) -> Binding:
+    """Create the broker for ``url``, make it Dramatiq's global broker and declare the actors on it."""
+    url = broker_url(url)
+    queue = queue or queue_name()
+    broker = make_broker(url, context_providers=context_providers)
+    dramatiq.set_broker(broker)
+    bound = actors.declare(broker, queue=queue)
+    events.bind_redis(None if url == "memory" else url)
+    return Binding(broker=broker, url=url, queue=queue, actors=bound)
+
+
+def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
+    """Real Dramatiq worker threads on the in-process broker."""
+    worker = dramatiq.Worker(binding.broker, worker_threads=max(1, width), worker_timeout=50)
+    worker.start()
+    return worker

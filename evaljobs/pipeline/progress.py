@@ -1,0 +1,176 @@
+"""Progress of a run: a live bar on a terminal, one line per result in CI logs, and :func:`follow`.
+
+Two sources feed a :class:`Progress`: run events (fast, but hints that can be
+missed while disconnected) and a slow database poll (:meth:`Progress.update`
+with :func:`evaljobs.store.progress` numbers, the truth). Each pair must count
+once whichever source saw it first. Result events carry ``persisted``, the
+run's count of persisted pairs right after their own commit; the barrier
+counts under the run's row lock, so those numbers are 1, 2, … N in commit
+order and a poll that read P pairs has counted exactly the events numbered
+1…P. Progress therefore keeps the last poll's counts and adds only the events
+numbered above it.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Callable, TextIO
+
+from evaljobs.pipeline import events
+from evaljobs import store
+
+#: Seconds between database polls when following a run (the fallback for missed events).
+POLL_SECONDS = 5.0
+
+_STATUSES = ("passed", "failed", "errored")
+
+
+class Progress:
+    """Fed run events (``progress(event)``) and polls (``progress.update(numbers)``).
+
+    Counts each pair once, whichever source saw it first (see the module docstring).
+    """
+
+    def __init__(self, expected: int, *, stream: TextIO | None = None, tty: bool | None = None,
+                 done: int = 0):
+        self.expected = expected
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.seen: set[tuple[str, str]] = set()
+        self.started = time.monotonic()
+        self.base = done
+        self._polled = done
+        self._polled_counts = {status: 0 for status in _STATUSES}
+        #: Events not (known to be) covered by the last poll: pair -> (persisted number or None, status).
+        self._newer: dict[tuple[str, str], tuple[int | None, str]] = {}
+        self._last_draw = 0.0
+        self._finished = False
+        self._lock = threading.Lock()  # in-process strategies call it from several worker threads
+
+    # -- what it shows ---------------------------------------------------------------------
+    @property
+    def done(self) -> int:
+        return self._polled + len(self._newer)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict(self._polled_counts)
+        for _, status in self._newer.values():
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
+    # -- feeding ---------------------------------------------------------------------------
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        with self._lock:
+            if kind == "result":
+                self._result(event)
+            elif kind == "complete" and self.tty:
+                self.draw(final=True)
+
+    def _result(self, event: dict[str, Any]) -> None:
+        pair = (event.get("scenario"), event.get("model"))
+        if pair in self.seen:
+            return  # the same event twice (e.g. in-process and through Redis)
+        self.seen.add(pair)
+        number = event.get("persisted")
+        number = number if isinstance(number, int) else None
+        status = event.get("status") or "errored"
+        if number is None or number > self._polled:
+            self._newer[pair] = (number, status)
+        if self.tty:
+            self.draw()
+            return
+        score = event.get("score") or 0.0
+        fault = f"  {event['fault']}" if event.get("fault") else ""
+        self._line(f"{status:<7} {pair[0]} × {pair[1]}  score {score:.2f}{fault}")
+
+    def update(self, numbers: dict[str, int]) -> None:
+        """Catch up with the database: ``numbers`` as returned by :func:`evaljobs.store.progress`.
+
+        Events numbered at or below the poll's ``persisted`` are already in its counts;
+        events without a number were received before this poll's read began (the caller
+        reads after handling them), so their commits are in it too.
+        """
+        with self._lock:
+            self._update(numbers)
+
+    def _update(self, numbers: dict[str, int]) -> None:
+        persisted = int(numbers.get("persisted", 0))
+        if persisted < self._polled:
+            return  # an older read than one already applied
+        before = self.done
+        self.expected = int(numbers.get("expected", self.expected))
+        self._polled = persisted
+        self._polled_counts = {status: int(numbers.get(status, 0)) for status in _STATUSES}
+        self._newer = {pair: (n, s) for pair, (n, s) in self._newer.items()
+                       if n is not None and n > persisted}
+        if self.tty:
+            self.draw()
+        elif self.done > before and self.done > self.base + len(self.seen):
+            self._line(f"{self.done - before} more result(s) read from the database")
+
+    # -- drawing ---------------------------------------------------------------------------
+    def _line(self, text: str) -> None:
+        width = len(str(self.expected))
+        self.stream.write(f"[{self.done:>{width}}/{self.expected}] {text}\n")
+        self.stream.flush()
+
+    def draw(self, final: bool = False) -> None:
+        if self._finished:
+            return
+        now = time.monotonic()
+        complete = self.done >= self.expected
+        if not final and not complete and now - self._last_draw < 0.05:
+            return
+        self._last_draw = now
+        elapsed = now - self.started
+        fraction = min(1.0, self.done / self.expected) if self.expected else 1.0
+        bar = "#" * int(fraction * 30)
+        fresh = self.done - self.base
+        eta = elapsed * (self.expected - self.done) / fresh if fresh > 0 and not complete else 0.0
+        c = self.counts
+        self.stream.write(f"\r[{bar:<30}] {self.done}/{self.expected}  ✓{c['passed']} ✗{c['failed']} "
+                          f"!{c['errored']}  {elapsed:5.1f}s  ETA {eta:4.1f}s ")
+        if final or complete:
+            self.stream.write("\n")
+            self._finished = True
+        self.stream.flush()
+
+
+def follow(run_id: str, *, progress: Progress | None = None,
+           on_event: Callable[[dict[str, Any]], None] | None = None, poll: float = POLL_SECONDS,
+           timeout: float | None = None) -> store.RunInfo:
+    """Follow a run until its report exists (or it is cancelled, or ``timeout`` passes); returns it.
+
+    Woken by the run's events; every ``poll`` seconds (and on ``complete``) it reads
+    the run and its progress numbers from the database, which also catches events
+    missed while disconnected. Every read is by primary key or the per-run index.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with events.Subscription(run_id) as subscription:  # subscribe first: no event falls before the read
+        while True:
+            run = store.get_run(run_id)
+            if progress is not None:
+                progress.update(store.progress(run_id))
+            if run.report is not None or run.status == store.CANCELLED:
+                return run
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return run
+            window = poll if remaining is None else min(poll, remaining)
+            until = time.monotonic() + window
+            while True:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                event = subscription.get(timeout=left)
+                if event is None:
+                    continue
+                if progress is not None:
+                    progress(event)
+                if on_event is not None:
+                    on_event(event)
+                if event.get("type") == "complete":
+                    break

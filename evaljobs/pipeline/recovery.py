@@ -1,0 +1,145 @@
+"""Recovery: finish runs whose messages were lost, without disturbing healthy ones.
+
+A run can stall when its messages vanish (Redis flushed or restarted without
+persistence, a message dead-lettered by a bug). Recovery compares what the
+database is missing with what the broker still holds, re-enqueues only the
+pairs nobody will process — with the run's stored host context — and sends
+``finalize_run`` for runs that are complete but have no report. A healthy run
+(every missing pair still has a message) is left untouched.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Iterable
+
+from evaljobs import store
+
+logger = logging.getLogger("evaljobs.recovery")
+
+
+def pending_work(binding) -> tuple[set[tuple[str, str, str]], set[tuple[str, str]], set[str]]:
+    """(run, scenario, model) pairs, (run, model) per-model jobs and runs with a start message, still queued.
+
+    Reads the queue's own message hashes (ready, in flight and delayed) — the
+    queue, not the keyspace.
+    """
+    pairs: set[tuple[str, str, str]] = set()
+    models: set[tuple[str, str]] = set()
+    starts: set[str] = set()
+    for body in _queued_bodies(binding):
+        try:
+            data = json.loads(body)
+            actor, args = data.get("actor_name"), data.get("args") or []
+        except (ValueError, AttributeError):
+            continue
+        if actor == "evaluate_scenario" and len(args) >= 3:
+            pairs.add((args[0], args[1], args[2]))
+        elif actor == "evaluate_model" and len(args) >= 2:
+            models.add((args[0], args[1]))
+        elif actor == "start_run" and args:
+            starts.add(args[0])
+    return pairs, models, starts
+
+
+def _queued_bodies(binding) -> Iterable[bytes | str]:
+    broker = binding.broker
+    if binding.is_memory:
+        for queue in list(broker.queues.values()):
+            for message in list(queue.queue):
+                yield message if isinstance(message, (bytes, str)) else message.encode()
+        return
+    client = broker.client
+    namespace = broker.namespace
+    for name in (binding.queue, f"{binding.queue}.DQ"):
+        for _, body in client.hscan_iter(f"{namespace}:{name}.msgs", count=500):
+            yield body
+
+
+def _with_context(binding, message, run: store.RunInfo):
+    """Give a re-enqueued message the context the run was started with."""
+    if not run.context:
+        return message
+    for middleware in binding.broker.middleware:
+        attach = getattr(middleware, "attach", None)
+        if attach is not None:
+            attach(message, run.context)
+    return message
+
+
+def recover(binding, run_id: str | None = None) -> list[str]:
+    """Recover one run, or every running/pending run. Returns one line per action taken."""
+    actions: list[str] = []
+    runs = [store.get_run(run_id)] if run_id else store.list_runs(limit=1000, statuses=["pending", "running"])
+    if not runs:
+        return actions
+    pairs, models, starts = pending_work(binding)
+    actors = binding.actors
+    for run in runs:
+        if run.status in ("complete", "partial", "failed", "cancelled") and run.report is not None:
+            continue
+        if run.status == "cancelled":
+            continue
+        missing = store.missing_pairs(run.id)
+        if not missing:
+            if run.report is None:
+                actors.finalize_run.send(run.id)
+                actions.append(f"{run.id}: all {run.expected} pairs persisted; sent finalize_run")
+            continue
+        if run.id in starts:
+            continue  # start_run will enqueue the missing pairs itself
+        if run.strategy == "per-model":
+            lost_models = sorted({m for _, m in missing} - {m for r, m in models if r == run.id})
+            for model in lost_models:
+                binding.broker.enqueue(_with_context(binding, actors.evaluate_model.message(run.id, model), run))
+            if lost_models:
+                actions.append(f"{run.id}: re-enqueued {len(lost_models)} per-model jobs")
+            continue
+        lost = [(k, m) for k, m in missing if (run.id, k, m) not in pairs]
+        if not lost:
+            continue
+        if run.status == "pending":
+            store.mark_running(run.id)
+        for key, model in lost:
+            message = actors.evaluate_scenario.message(run.id, key, model)
+            binding.broker.enqueue(_with_context(binding, message, run))
+        actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
+    return actions
+
+
+class PeriodicRecovery:
+    """Run :func:`recover` every ``interval`` seconds from a worker, one worker at a time.
+
+    Several workers may run this loop; a Redis lock (``SET NX EX``) makes sure
+    only one of them recovers per interval, so lost pairs are re-enqueued once.
+    """
+
+    def __init__(self, binding, interval: float):
+        import threading
+
+        self.binding = binding
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="evaljobs-recovery", daemon=True)
+
+    def start(self) -> "PeriodicRecovery":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _lock(self) -> bool:
+        if self.binding.is_memory:
+            return True
+        key = f"{self.binding.broker.namespace}:evaljobs-recovery-lock"
+        return bool(self.binding.broker.client.set(key, "1", nx=True, ex=max(1, int(self.interval))))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if self._lock():
+                    for line in recover(self.binding):
+                        logger.warning("recovery: %s", line)
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive through outages
+                logger.warning("recovery check failed: %s", exc)

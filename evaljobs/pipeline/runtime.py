@@ -1,0 +1,174 @@
+"""Per-process evaluation runtime: providers, adapters and judges, built once and reused.
+
+Workers evaluate thousands of pairs; loading the providers config or an
+adapter per message would be waste, so they are cached here by the values
+that identify them (the run's adapter reference, the providers file).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from evaljobs.evaluation.adapters import Adapter, load_adapter
+from evaljobs.evaluation.evaluate import ProviderJudge
+from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, load_providers, parse_model_spec
+from evaljobs.evaluation.retry import RetryPolicy
+
+_lock = threading.Lock()
+_providers: dict[str | None, ProvidersConfig] = {}
+_adapters: dict[tuple[str | None, str | None, bool], Adapter] = {}
+_specs: dict[tuple, ModelSpec] = {}
+
+
+def providers(path: str | None = None) -> ProvidersConfig:
+    path = path or os.environ.get("EVALJOBS_PROVIDERS") or None
+    with _lock:
+        if path not in _providers:
+            _providers[path] = load_providers(path)
+        return _providers[path]
+
+
+def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False) -> Adapter:
+    """The run's adapter; ``cache`` puts the response cache in front of its provider calls."""
+    # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
+    # adapter built from another config.
+    providers_path = providers_path or os.environ.get("EVALJOBS_PROVIDERS") or None
+    key = (reference, providers_path, bool(cache))
+    with _lock:
+        found = _adapters.get(key)
+    if found is None:
+        found = load_adapter(reference, providers(providers_path), cache=bool(cache))
+        with _lock:
+            _adapters.setdefault(key, found)
+    return found
+
+
+def model_spec(text: str) -> ModelSpec:
+    key = (text, os.environ.get("EVALJOBS_PROVIDERS"))
+    spec = _specs.get(key)
+    if spec is None:
+        spec = parse_model_spec(text, providers())
+        _specs[key] = spec
+    return spec
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run asks of every worker that evaluates it (stored in ``Run.options``)."""
+
+    adapter: str | None = None
+    judge_model: str | None = None
+    judge_cap: int | None = None
+    time_limit: float | None = None
+    cache: bool | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
+        options = options or {}
+        return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
+                   judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
+                   cache=options.get("cache") or None)
+
+    def to_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
+    cache_ttl = None
+    if settings.cache:
+        from evaljobs.providers.cache import default_ttl
+
+        cache_ttl = default_ttl()
+    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow, cache_ttl=cache_ttl)
+
+
+def policy(settings: RunSettings | None = None) -> RetryPolicy:
+    base = RetryPolicy.from_env()
+    if settings and settings.time_limit:
+        from dataclasses import replace
+
+        return replace(base, time_limit=float(settings.time_limit))
+    return base
+
+
+# -- the provider governor and lanes ------------------------------------------------------------
+
+_governor_lock = threading.Lock()
+_governor: Any = None
+_governor_key: tuple | None = None
+_budgets: dict[str, Any] = {}
+_lane = "bulk"
+_waits = threading.local()
+
+
+def set_default_lane(lane: str) -> None:
+    """The governor lane this process's provider calls use (a pool's ``--lane``)."""
+    global _lane
+    if lane not in ("interactive", "bulk"):
+        raise ValueError(f"lane must be 'interactive' or 'bulk', not {lane!r}")
+    _lane = lane
+
+
+def lane() -> str:
+    return os.environ.get("EVALJOBS_LANE") or _lane
+
+
+def permit_wait() -> float:
+    """How long the first call of a pair waits for a permit (queued pairs: short; in-process: long)."""
+    return getattr(_waits, "value", None) or float(os.environ.get("EVALJOBS_PERMIT_WAIT", "2.0"))
+
+
+def set_permit_wait(seconds: float | None) -> None:
+    _waits.value = seconds
+
+
+def governor():
+    """The process's governor, or None when ``EVALJOBS_GOVERNOR=off``.
+
+    Its state lives in Redis when one is known (``EVALJOBS_GOVERNOR_URL``, else
+    the broker's Redis), so every worker on every machine shares one budget per
+    deployment; otherwise it is local to this process.
+    """
+    global _governor, _governor_key
+    if os.environ.get("EVALJOBS_GOVERNOR", "on").lower() in ("off", "0", "false", "no"):
+        return None
+    url = os.environ.get("EVALJOBS_GOVERNOR_URL") or _broker_redis_url()
+    key = (url,)
+    with _governor_lock:
+        if _governor is None or _governor_key != key:
+            from evaljobs.providers.governor import Governor
+
+            if _governor is not None:
+                _governor.close()
+            _governor = Governor(url)
+            _governor_key = key
+            _budgets.clear()
+        return _governor
+
+
+def _broker_redis_url() -> str | None:
+    url = os.environ.get("EVALJOBS_BROKER_URL") or ""
+    from evaljobs.pipeline import events
+
+    bound = events.redis_url()
+    if bound:
+        return bound
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
+
+
+def budget_for(providers_config: ProvidersConfig, spec: ModelSpec) -> str:
+    """The governor budget of a deployment, configured from its provider entry on first use."""
+    from evaljobs.providers.governor import BudgetConfig, budget_key
+
+    config = providers_config.get(spec.provider)
+    budget = budget_key(config.name, spec.model, config.governor)
+    wanted = BudgetConfig.from_dict(config.governor,
+                                    source=f"{providers_config.source}: provider '{config.name}' governor")
+    if _budgets.get(budget) != wanted:
+        gov = governor()
+        if gov is not None:
+            gov.configure(budget, wanted)
+        _budgets[budget] = wanted
+    return budget

@@ -1,0 +1,191 @@
+"""The response cache (``evaljobs run --cache``): unchanged provider calls are not paid for twice.
+
+A catalog is cheap to run on every agent change only if the pairs that did not
+change cost nothing. :class:`CachingClient` wraps anything with a chat
+client's ``complete(model, messages, …)`` and answers a call from the
+database when the same request was answered successfully before:
+
+* **Key**: sha256 of (provider, model, the canonical JSON request body exactly
+  as the client sends it, the adapter version). The per-call ``timeout`` and
+  the governor's ``first`` hint are not part of the request, so not of the key.
+  Bump the adapter's ``version`` when what it sends or how it reads answers
+  changes, and every old entry stops matching.
+* **Shared**: entries live in the database's ``cache`` table (see
+  :func:`evaljobs.store.cache_get`), so every worker on every machine shares
+  them. Each lookup and write is its own short statement; nothing is held
+  across the provider call.
+* **Errors are never cached**: only a ``Completion`` the client returned is
+  written; any exception passes through untouched.
+* **TTL**: an entry older than ``ttl`` seconds is ignored (default 7 days,
+  ``EVALJOBS_CACHE_TTL``, e.g. ``3600``, ``12h`` or ``7d``); ``evaljobs cache
+  clear [--older-than AGE]`` deletes entries.
+* **Marked**: an answer from the cache is a :class:`CachedCompletion`
+  (``cached=True``); the adapter marks a replay ``cached`` when every model turn
+  came from the cache, and that flag travels to the result and the report.
+
+The cache sits in front of the governor (:class:`GovernedCalls`), so a hit
+takes no permit from the provider's shared budget.
+"""
+from __future__ import annotations
+
+from evaljobs.errors import ConfigurationError
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from evaljobs import store
+from evaljobs.providers.client import Completion, RequestedToolCall, request_body
+
+ENV_TTL = "EVALJOBS_CACHE_TTL"
+DEFAULT_TTL = 7 * 24 * 3600.0
+#: Bumped when the stored value's shape changes.
+FORMAT = 1
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+
+
+class CacheConfigError(ConfigurationError):
+    """A TTL or age that cannot be read (one line naming the value)."""
+
+
+def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
+    """Seconds from ``90``, ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if match is None:
+            raise CacheConfigError(f"{what} {text!r} is not a duration: use seconds or a number with "
+                                   "s, m, h, d or w (e.g. 12h, 7d)")
+        value = float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+    if value < 0:
+        raise CacheConfigError(f"{what} {text!r} is negative")
+    return value
+
+
+def default_ttl() -> float:
+    """``$EVALJOBS_CACHE_TTL`` in seconds, else 7 days."""
+    text = os.environ.get(ENV_TTL)
+    return parse_duration(text, what=ENV_TTL) if text else DEFAULT_TTL
+
+
+@dataclass
+class CachedCompletion(Completion):
+    """A completion answered from the cache (no provider call was made for it)."""
+
+    cached: bool = True
+
+
+class _Completer(Protocol):
+    def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion: ...
+
+
+
+
+def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: str = "") -> str:
+    """sha256 of (provider, model, canonical request body JSON, adapter version), as hex."""
+    canonical = json.dumps({"format": FORMAT, "provider": provider, "model": model, "body": body,
+                            "adapter": adapter_version},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _encode(completion: Completion) -> str:
+    return json.dumps({
+        "content": completion.content,
+        "tool_calls": [asdict(call) for call in completion.tool_calls],
+        "input_tokens": completion.input_tokens,
+        "output_tokens": completion.output_tokens,
+        "finish_reason": completion.finish_reason,
+        "raw_message": completion.raw_message,
+        "model": completion.model,
+        "latency_ms": completion.latency_ms,
+    }, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode(text: str, latency_ms: float) -> CachedCompletion:
+    data = json.loads(text)
+    return CachedCompletion(
+        content=data["content"],
+        tool_calls=[RequestedToolCall(**call) for call in data["tool_calls"]],
+        input_tokens=data["input_tokens"],
+        output_tokens=data["output_tokens"],
+        finish_reason=data["finish_reason"],
+        latency_ms=latency_ms,
+        raw_message=data["raw_message"],
+        headers={},
+        model=data.get("model"),
+    )
+
+
+class CachingClient:
+    """``client`` with a database-backed response cache in front; the same ``complete(...)``.
+
+    ``client`` is a :class:`~evaljobs.providers.client.ChatClient` or anything with its
+    ``complete(model, messages, **kwargs)`` (e.g. :class:`GovernedCalls`); keyword
+    arguments other than the request-body ones (``timeout``, ``first``) are passed
+    through to it on a miss. ``hits``/``misses`` count this wrapper's lookups.
+    """
+
+    def __init__(self, client: _Completer, provider_name: str, ttl: float | None = None, *,
+                 adapter_version: str = ""):
+        self.client = client
+        self.provider_name = provider_name
+        self.ttl = default_ttl() if ttl is None else float(ttl)
+        self.adapter_version = adapter_version
+        self.hits = 0
+        self.misses = 0
+
+    def complete(self, model: str, messages: list[dict[str, Any]], *,
+                 tools: list[dict[str, Any]] | None = None, temperature: float | None = None,
+                 max_tokens: int | None = None, extra: dict[str, Any] | None = None,
+                 **kwargs: Any) -> Completion:
+        body = request_body(model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
+                            extra=extra)
+        key = cache_key(self.provider_name, model, body, self.adapter_version)
+        started = time.perf_counter()
+        found = store.cache_get(key, self.ttl) if self.ttl > 0 else None
+        if found is not None:
+            self.hits += 1
+            return _decode(found, (time.perf_counter() - started) * 1000.0)
+        self.misses += 1
+        completion = self.client.complete(model, messages, tools=tools, temperature=temperature,
+                                          max_tokens=max_tokens, extra=extra, **kwargs)
+        if self.ttl > 0:
+            store.cache_put(key, _encode(completion), provider=self.provider_name, model=model)
+        return completion
+
+
+class GovernedCalls:
+    """The governed call path (:func:`evaljobs.providers.calls.complete`) for one deployment, as a client.
+
+    Wrapping this (not the raw client) puts the cache in front of the governor:
+    a hit takes no permit from the deployment's shared budget.
+    """
+
+    def __init__(self, providers, spec):
+        self.providers = providers
+        self.spec = spec
+
+    def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion:
+        from evaljobs.providers.calls import complete
+
+        return complete(self.providers, self.spec, messages, **kwargs)
+
+
+def is_cached(completion: Completion) -> bool:
+    return bool(getattr(completion, "cached", False))
+
+
+def clear(older_than: float | None = None) -> int:
+    """Delete cached answers older than ``older_than`` seconds (every one with None); returns how many."""
+    return store.cache_clear(older_than)
+
+
+__all__ = ["CachingClient", "CachedCompletion", "GovernedCalls", "cache_key", "request_body", "default_ttl",
+           "parse_duration", "is_cached", "clear", "CacheConfigError", "DEFAULT_TTL", "ENV_TTL"]

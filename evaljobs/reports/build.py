@@ -1,0 +1,387 @@
+"""The one report of a run: numbers per model and per criterion, a verdict, and renderings.
+
+Domain code: no Dramatiq, peewee or httpx. ``build_report`` is a pure function of
+the run and its results, so the report a finalizer stores is reproducible from
+the persisted rows, and two finalizers given the same rows build the same dict.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any, Iterable
+
+from evaljobs.reports.compare import Comparison, compare
+from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
+
+#: A criterion score at or above this counts as passed (scores are floats in [0, 1]).
+CRITERION_PASS = 0.999
+#: How many failing pairs the Markdown rendering lists before summarizing the rest.
+MARKDOWN_FAILURES = 25
+#: Caps for the other Markdown lists (models, flipped pairs, criterion rows).
+MARKDOWN_MODELS = 40
+MARKDOWN_FLIPS = 25
+MARKDOWN_CRITERIA = 80
+#: GitHub rejects comments over 65,536 characters; keep room for whatever wraps the report.
+MARKDOWN_LIMIT = 60_000
+_ERROR_CHARS = 120
+_NAME_CHARS = 80
+
+_RUN_FIELDS = ("id", "catalog_name", "digest", "models", "strategy", "created_at", "started_at",
+               "finished_at", "context")
+
+
+def build_report(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
+    """Assemble the report for ``run`` (id, catalog_name, digest, models, strategy,
+    created_at, finished_at as ISO strings or None, optionally expected, started_at, context).
+
+    Only plain JSON types (dict, list, str, int, float, bool, None) are used, so the
+    stored report loads back equal to the one built.
+    """
+    ordered = sorted(results, key=lambda r: (r.scenario_key, r.model))
+    models = _model_order(run.get("models") or [], ordered)
+    by_model: dict[str, list[Result]] = {model: [] for model in models}
+    for r in ordered:
+        by_model[r.model].append(r)
+    per_model = [_model_block(model, by_model[model]) for model in models]
+    return {
+        "run": _run_block(run),
+        "summary": _summary(run, ordered),
+        "models": per_model,
+        "criteria": _criteria(models, by_model),
+        "verdict": _verdict(per_model),
+        "results": [_compact(r) for r in ordered],
+    }
+
+
+def percentile(values: Iterable[float], pct: float) -> float | None:
+    """Nearest-rank percentile: the smallest value with at least ``pct``% of values at or below it."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def _model_order(models: list[str], results: list[Result]) -> list[str]:
+    extra = sorted({r.model for r in results} - set(models))
+    return list(models) + extra
+
+
+def _run_block(run: dict[str, Any]) -> dict[str, Any]:
+    block = {name: run.get(name) for name in _RUN_FIELDS}
+    block["models"] = list(run.get("models") or [])
+    # Scenarios an import left out (ActiveAgent production_only): the report must say so.
+    block["excluded"] = int((run.get("options") or {}).get("excluded") or 0)
+    return block
+
+
+def _excluded_note(run: dict[str, Any]) -> str:
+    n = run.get("excluded") or 0
+    return f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else ""
+
+
+def _rate(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def _tally(results: list[Result]) -> tuple[int, int, int]:
+    statuses = Counter(r.status for r in results)
+    return statuses[PASSED], statuses[FAILED], statuses[ERRORED]
+
+
+def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
+    passed, failed, errored = _tally(results)
+    expected = run.get("expected")
+    return {
+        "expected": int(expected) if expected is not None else len(results),
+        "results": len(results),
+        "passed": passed,
+        "failed": failed,
+        "errored": errored,
+        "pass_rate": _rate(passed, len(results)),
+        "cost": round(sum(r.cost for r in results), 6),
+        "duration_ms": int(sum(r.duration_ms for r in results)),
+    }
+
+
+def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
+    passed, failed, errored = _tally(results)
+    durations = [r.duration_ms for r in results]
+    faults = Counter(r.fault for r in results if r.fault)
+    p50, p95 = percentile(durations, 50), percentile(durations, 95)
+    return {
+        "model": model,
+        "scenarios": len(results),
+        "passed": passed,
+        "failed": failed,
+        "errored": errored,
+        "pass_rate": _rate(passed, len(results)),
+        "mean_score": round(sum(r.score for r in results) / len(results), 4) if results else 0.0,
+        "duration_p50_ms": int(p50) if p50 is not None else None,
+        "duration_p95_ms": int(p95) if p95 is not None else None,
+        "input_tokens": sum(r.input_tokens for r in results),
+        "output_tokens": sum(r.output_tokens for r in results),
+        "cost": round(sum(r.cost for r in results), 6),
+        "cached": sum(1 for r in results if r.cached),
+        "faults": {fault: n for fault, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0]))},
+    }
+
+
+def _criteria(models: list[str], by_model: dict[str, list[Result]]) -> list[dict[str, Any]]:
+    names = sorted({name for rows in by_model.values() for r in rows for name in r.scores})
+    rows = []
+    for name in names:
+        for model in models:
+            scores = [float(r.scores[name]) for r in by_model[model] if name in r.scores]
+            if not scores:
+                continue
+            rows.append({
+                "criterion": name,
+                "model": model,
+                "mean": round(sum(scores) / len(scores), 4),
+                "min": round(min(scores), 4),
+                "max": round(max(scores), 4),
+                "passed": sum(1 for s in scores if s >= CRITERION_PASS),
+                "total": len(scores),
+            })
+    return rows
+
+
+def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ranked = sorted(per_model, key=lambda m: (-m["pass_rate"], -m["mean_score"], m["cost"], m["model"]))
+    return [{"rank": i, "model": m["model"], "pass_rate": m["pass_rate"], "mean_score": m["mean_score"],
+             "cost": m["cost"]} for i, m in enumerate(ranked, start=1)]
+
+
+def _compact(result: Result) -> dict[str, Any]:
+    return {
+        "scenario_key": result.scenario_key,
+        "model": result.model,
+        "status": result.status,
+        "score": round(float(result.score), 4),
+        "fault": result.fault,
+        "error": result.error,
+        "duration_ms": int(result.duration_ms),
+        "cost": round(float(result.cost), 6),
+        "cached": bool(result.cached),
+    }
+
+
+# -- renderings ---------------------------------------------------------------------------------
+
+
+def render_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+
+
+def _pct(rate: float) -> str:
+    return f"{rate * 100:.1f}%"
+
+
+def _money(cost: float) -> str:
+    return f"${cost:.4f}"
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _short(text: str | None, limit: int = _ERROR_CHARS) -> str:
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _text(text: Any) -> str:
+    """A plain-text table cell: also neutralizes HTML, which GitHub would otherwise interpret."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(text: Any, limit: int = _NAME_CHARS) -> str:
+    """A name in a code span: shortened, and without backticks that would end the span early."""
+    return f"`{_cell(_short(str(text), limit).replace('`', chr(39)))}`"
+
+
+def _failures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in report["results"] if r["status"] != PASSED]
+
+
+def _headline(report: dict[str, Any]) -> str:
+    verdict = report["verdict"]
+    if not verdict:
+        return "no models"
+    best = verdict[0]
+    block = next(m for m in report["models"] if m["model"] == best["model"])
+    tail = f"{block['passed']}/{block['scenarios']} passed, mean score {best['mean_score']:.3f}"
+    if len(verdict) == 1:
+        return f"{_code(best['model'])}: {_pct(best['pass_rate'])} ({tail})"
+    return f"best: {_code(best['model'])} at {_pct(best['pass_rate'])} ({tail})"
+
+
+def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Comparison | None" = None) -> str:
+    """A PR-comment-sized summary: headline verdict, per-model table, failing pairs, details folded.
+
+    With ``baseline`` (the baseline run's report, or a ready :class:`Comparison`) a section
+    lists the pairs that flipped. Every list is capped ("…and N more") and the text is kept
+    under :data:`MARKDOWN_LIMIT` characters, because GitHub rejects longer comments.
+    """
+    sections = [_markdown_head(report)]
+    if baseline is not None:
+        comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
+        sections.append(_markdown_baseline(comparison))
+    sections.append(_markdown_failures(report))
+    text = "\n".join(line for section in [*sections, _markdown_details(report)] for line in section) + "\n"
+    if len(text) > MARKDOWN_LIMIT:
+        omitted = ["", "_Details omitted to fit a pull-request comment: see the JSON or HTML report._"]
+        text = "\n".join(line for section in [*sections, omitted] for line in section) + "\n"
+    return _clip(text, MARKDOWN_LIMIT)
+
+
+def _clip(text: str, limit: int) -> str:
+    """Last resort for absurd inputs: cut at a line boundary and say so."""
+    if len(text) <= limit:
+        return text
+    note = f"\n\n…truncated ({len(text) - limit:,}+ more characters): see the JSON or HTML report.\n"
+    cut = text.rfind("\n", 0, limit - len(note))
+    return text[: max(cut, 0)] + note
+
+
+def _markdown_head(report: dict[str, Any]) -> list[str]:
+    run, summary = report["run"], report["summary"]
+    lines = [
+        f"### evaljobs · {_text(_short(run.get('catalog_name') or '?', _NAME_CHARS))} — {_headline(report)}",
+        "",
+        f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
+        f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
+        f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
+        f"{_money(summary['cost'])}{_excluded_note(run)}",
+        "",
+        "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms | Cost |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    blocks = {m["model"]: m for m in report["models"]}
+    for entry in report["verdict"][:MARKDOWN_MODELS]:
+        m = blocks[entry["model"]]
+        lines.append(f"| {entry['rank']} | {_code(m['model'])} | {_pct(m['pass_rate'])} | {m['passed']} | "
+                     f"{m['failed']} | {m['errored']} | {m['mean_score']:.3f} | "
+                     f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | {_money(m['cost'])} |")
+    if len(report["verdict"]) > MARKDOWN_MODELS:
+        lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
+    return lines
+
+
+def _cached(report: dict[str, Any]) -> str:
+    cached = sum(1 for r in report["results"] if r.get("cached"))
+    return f" ({cached} cached replay{'s' if cached != 1 else ''})" if cached else ""
+
+
+def _markdown_failures(report: dict[str, Any]) -> list[str]:
+    failures = _failures(report)
+    if not failures:
+        return ["", "All pairs passed."]
+    lines = ["", f"**Failing pairs ({len(failures)})**", "",
+             "| Scenario | Model | Status | Fault | Error |", "|---|---|---|---|---|"]
+    for row in failures[:MARKDOWN_FAILURES]:
+        lines.append(f"| {_code(row['scenario_key'])} | {_code(row['model'])} | {row['status']} | "
+                     f"{_text(row['fault'] or '')} | {_text(_short(row['error']))} |")
+    if len(failures) > MARKDOWN_FAILURES:
+        lines.append(f"\n…and {len(failures) - MARKDOWN_FAILURES} more (see the JSON report).")
+    return lines
+
+
+def _signed_pp(value: float) -> str:
+    return f"{value * 100:+.1f}pp"
+
+
+def _markdown_baseline(comparison: Comparison) -> list[str]:
+    c = comparison
+    cost = c.cost_delta
+    lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
+                 f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
+                 f"mean score {c.mean_score_delta:+.3f} · cost {'+' if cost >= 0 else '-'}${abs(cost):.4f}"]
+    if c.models:
+        lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |",
+                  "|---|---:|---:|---:|---:|"]
+        for m in c.models[:MARKDOWN_MODELS]:
+            lines.append(f"| {_code(m.model)} | {_pct(m.pass_rate_a)} → {_pct(m.pass_rate_b)} | "
+                         f"{_signed_pp(m.pass_rate_b - m.pass_rate_a)} | {m.regressed} | {m.fixed} |")
+        if len(c.models) > MARKDOWN_MODELS:
+            lines.append(f"\n…and {len(c.models) - MARKDOWN_MODELS} more models.")
+    flipped = c.flipped
+    if flipped:
+        lines += ["", f"**Flipped pairs ({len(flipped)})**", "",
+                  "| Change | Scenario | Model | Status | Δ score | Fault now |",
+                  "|---|---|---|---|---:|---|"]
+        for f in flipped[:MARKDOWN_FLIPS]:
+            fault = f.after.fault if f.after else None
+            lines.append(f"| {f.kind} | {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} | "
+                         f"{(f.score_delta or 0.0):+.3f} | {_text(fault or '')} |")
+        if len(flipped) > MARKDOWN_FLIPS:
+            lines.append(f"\n…and {len(flipped) - MARKDOWN_FLIPS} more (see `evaljobs compare`).")
+    else:
+        lines += ["", "No pair flipped."]
+    for label, pairs in (("Only in the baseline", c.only_a), ("Only in this run", c.only_b)):
+        if pairs:
+            shown = ", ".join(f"{_code(p.scenario_key, 40)} × {_code(p.model, 40)}" for p in pairs[:10])
+            more = f" …and {len(pairs) - 10} more" if len(pairs) > 10 else ""
+            lines += ["", f"{label} ({len(pairs)}): {shown}{more}"]
+    return lines
+
+
+def _markdown_details(report: dict[str, Any]) -> list[str]:
+    lines = ["", "<details><summary>Details</summary>", ""]
+    if report["criteria"]:
+        lines += ["| Criterion | Model | Mean | Min | Max | Passed |", "|---|---|---:|---:|---:|---:|"]
+        for c in report["criteria"][:MARKDOWN_CRITERIA]:
+            lines.append(f"| {_text(c['criterion'])} | {_code(c['model'])} | {c['mean']:.3f} | "
+                         f"{c['min']:.3f} | {c['max']:.3f} | {c['passed']}/{c['total']} |")
+        if len(report["criteria"]) > MARKDOWN_CRITERIA:
+            more = len(report["criteria"]) - MARKDOWN_CRITERIA
+            lines.append(f"\n…and {more} more rows (see the JSON report).")
+        lines.append("")
+    lines += ["| Model | Tokens in | Tokens out | Faults |", "|---|---:|---:|---|"]
+    for m in report["models"][:MARKDOWN_MODELS]:
+        faults = ", ".join(f"{name} × {n}" for name, n in m["faults"].items()) or "none"
+        lines.append(f"| {_code(m['model'])} | {m['input_tokens']:,} | {m['output_tokens']:,} | "
+                     f"{_text(_short(faults, 200))} |")
+    if len(report["models"]) > MARKDOWN_MODELS:
+        lines.append(f"\n…and {len(report['models']) - MARKDOWN_MODELS} more models.")
+    lines += ["", "</details>"]
+    return lines
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """A fixed-width terminal table, one line per model, then failing pairs and the verdict."""
+    run, summary = report["run"], report["summary"]
+    header = ("MODEL", "SCEN", "PASS", "FAIL", "ERR", "PASS%", "MEAN", "P50 MS", "P95 MS", "COST")
+    rows = [(m["model"], str(m["scenarios"]), str(m["passed"]), str(m["failed"]), str(m["errored"]),
+             _pct(m["pass_rate"]), f"{m['mean_score']:.3f}", _ms(m["duration_p50_ms"]),
+             _ms(m["duration_p95_ms"]), _money(m["cost"])) for m in report["models"]]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))
+        return "  ".join([first, *rest]).rstrip()
+
+    out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
+           f"{summary['results']}/{summary['expected']} pairs  "
+           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'])}{_excluded_note(run)}",
+           line(header), *(line(row) for row in rows)]
+    failures = _failures(report)
+    if failures:
+        out.append("")
+        out.append(f"not passed ({len(failures)}):")
+        for row in failures:
+            fault = f" [{row['fault']}]" if row["fault"] else ""
+            error = f": {_short(row['error'], 80)}" if row["error"] else ""
+            out.append(f"  {row['scenario_key']} × {row['model']}  {row['status']}{fault}{error}")
+    ranking = " > ".join(f"{v['rank']}. {v['model']} ({_pct(v['pass_rate'])})" for v in report["verdict"])
+    out += ["", f"verdict: {ranking or 'no models'}"]
+    return "\n".join(out) + "\n"

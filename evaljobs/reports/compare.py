@@ -1,0 +1,331 @@
+"""Compare two runs pair by pair: what flipped, how scores and costs moved, what only one run has.
+
+Domain code: no Dramatiq, peewee or httpx. Either side may be a stored report
+(its compact ``results`` rows), a list of :class:`Result`, or a list of result
+dicts, so a baseline can be compared from its report alone and an unfinished
+run from its rows. Side A is the baseline (before), side B the candidate (after).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
+
+#: Kinds of change for a pair present in both runs.
+REGRESSED = "regressed"  # passed → failed or errored
+FIXED = "fixed"          # failed or errored → passed
+CHANGED = "changed"      # failed ↔ errored: still not passing, but for another kind of reason
+SAME = "same"
+#: Kinds for a pair present in one run only.
+ONLY_A = "only_a"
+ONLY_B = "only_b"
+FLIPS = (REGRESSED, FIXED, CHANGED)
+
+Side = Union[Mapping[str, Any], Sequence[Result], Sequence[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One run's verdict on one pair (what the comparison needs of a result)."""
+
+    status: str
+    score: float
+    cost: float
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class PairChange:
+    scenario_key: str
+    model: str
+    before: Outcome | None
+    after: Outcome | None
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.scenario_key, self.model)
+
+    @property
+    def kind(self) -> str:
+        if self.after is None:
+            return ONLY_A
+        if self.before is None:
+            return ONLY_B
+        was, now = self.before.status, self.after.status
+        if was == now:
+            return SAME
+        if was == PASSED:
+            return REGRESSED
+        if now == PASSED:
+            return FIXED
+        return CHANGED
+
+    @property
+    def flipped(self) -> bool:
+        return self.kind in FLIPS
+
+    @property
+    def score_delta(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return round(self.after.score - self.before.score, 4)
+
+    @property
+    def cost_delta(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return round(self.after.cost - self.before.cost, 6)
+
+    @property
+    def transition(self) -> str:
+        """``passed → failed``; a missing side reads ``-``."""
+        return f"{self.before.status if self.before else '-'} → {self.after.status if self.after else '-'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(o: Outcome | None) -> dict[str, Any] | None:
+            if o is None:
+                return None
+            return {"status": o.status, "score": o.score, "cost": o.cost, "fault": o.fault}
+
+        return {"scenario_key": self.scenario_key, "model": self.model, "kind": self.kind,
+                "before": side(self.before), "after": side(self.after),
+                "score_delta": self.score_delta, "cost_delta": self.cost_delta}
+
+
+@dataclass(frozen=True)
+class ModelDelta:
+    """One model over the pairs both runs have (so the rates compare like with like)."""
+
+    model: str
+    pairs: int
+    passed_a: int
+    passed_b: int
+    mean_score_a: float
+    mean_score_b: float
+    cost_a: float
+    cost_b: float
+    regressed: int
+    fixed: int
+    changed: int
+
+    @property
+    def pass_rate_a(self) -> float:
+        return round(self.passed_a / self.pairs, 4) if self.pairs else 0.0
+
+    @property
+    def pass_rate_b(self) -> float:
+        return round(self.passed_b / self.pairs, 4) if self.pairs else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "pairs": self.pairs,
+                "passed_a": self.passed_a, "passed_b": self.passed_b,
+                "pass_rate_a": self.pass_rate_a, "pass_rate_b": self.pass_rate_b,
+                "pass_rate_delta": round(self.pass_rate_b - self.pass_rate_a, 4),
+                "mean_score_a": self.mean_score_a, "mean_score_b": self.mean_score_b,
+                "mean_score_delta": round(self.mean_score_b - self.mean_score_a, 4),
+                "cost_a": self.cost_a, "cost_b": self.cost_b,
+                "cost_delta": round(self.cost_b - self.cost_a, 6),
+                "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed}
+
+
+@dataclass
+class Comparison:
+    run_a: str | None
+    run_b: str | None
+    changes: list[PairChange] = field(default_factory=list)  # every pair of either run, sorted
+    models: list[ModelDelta] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[PairChange]:
+        return [c for c in self.changes if c.kind == kind]
+
+    @property
+    def regressed(self) -> list[PairChange]:
+        return self.of_kind(REGRESSED)
+
+    @property
+    def fixed(self) -> list[PairChange]:
+        return self.of_kind(FIXED)
+
+    @property
+    def changed(self) -> list[PairChange]:
+        return self.of_kind(CHANGED)
+
+    @property
+    def flipped(self) -> list[PairChange]:
+        """Pairs whose status differs, regressions first, then fixes, then failed ↔ errored."""
+        order = {REGRESSED: 0, FIXED: 1, CHANGED: 2}
+        return sorted((c for c in self.changes if c.flipped), key=lambda c: (order[c.kind], c.pair))
+
+    @property
+    def only_a(self) -> list[PairChange]:
+        return self.of_kind(ONLY_A)
+
+    @property
+    def only_b(self) -> list[PairChange]:
+        return self.of_kind(ONLY_B)
+
+    @property
+    def common(self) -> list[PairChange]:
+        return [c for c in self.changes if c.before is not None and c.after is not None]
+
+    @property
+    def cost_delta(self) -> float:
+        """Cost of B minus cost of A over the common pairs."""
+        return round(sum(c.cost_delta or 0.0 for c in self.common), 6)
+
+    @property
+    def mean_score_delta(self) -> float:
+        common = self.common
+        return round(sum(c.score_delta or 0.0 for c in common) / len(common), 4) if common else 0.0
+
+    def headline(self) -> str:
+        only = ""
+        if self.only_a or self.only_b:
+            only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
+                    f"{len(self.only_b)} only in {self.run_b or 'B'}")
+        return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
+                f"{len(self.changed)} failed↔errored{only}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "summary": {"common": len(self.common), "regressed": len(self.regressed),
+                        "fixed": len(self.fixed),
+                        "changed": len(self.changed), "only_a": len(self.only_a), "only_b": len(self.only_b),
+                        "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta},
+            "models": [m.to_dict() for m in self.models],
+            "flipped": [c.to_dict() for c in self.flipped],
+            "only_a": [list(c.pair) for c in self.only_a],
+            "only_b": [list(c.pair) for c in self.only_b],
+        }
+
+
+def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = None) -> Comparison:
+    """Compare baseline ``a`` with candidate ``b`` pair by pair.
+
+    Run ids default to the reports' ``run.id`` when a side is a report.
+    """
+    rows_a, rows_b = _outcomes(a), _outcomes(b)
+    run_a = run_a or _run_id(a)
+    run_b = run_b or _run_id(b)
+    changes = [PairChange(key, model, rows_a.get((key, model)), rows_b.get((key, model)))
+               for key, model in sorted(set(rows_a) | set(rows_b))]
+    return Comparison(run_a=run_a, run_b=run_b, changes=changes, models=_model_deltas(changes, a, b))
+
+
+def _run_id(side: Side) -> str | None:
+    if isinstance(side, Mapping):
+        run = side.get("run") or {}
+        return run.get("id")
+    return None
+
+
+def _rows(side: Side) -> Iterable[Any]:
+    if isinstance(side, Mapping):
+        if "results" not in side:
+            raise ValueError("a report to compare must have 'results' rows (build it with build_report)")
+        return side["results"]
+    return side
+
+
+def _outcomes(side: Side) -> dict[tuple[str, str], Outcome]:
+    out: dict[tuple[str, str], Outcome] = {}
+    for row in _rows(side):
+        if isinstance(row, Result):
+            key, model = row.scenario_key, row.model
+            outcome = Outcome(row.status, round(float(row.score), 4), round(float(row.cost), 6), row.fault)
+        else:
+            key, model = row["scenario_key"], row["model"]
+            outcome = Outcome(row["status"], round(float(row.get("score") or 0.0), 4),
+                              round(float(row.get("cost") or 0.0), 6), row.get("fault"))
+        if outcome.status not in (PASSED, FAILED, ERRORED):
+            raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
+        out[(key, model)] = outcome
+    return out
+
+
+def _model_order(changes: list[PairChange], a: Side, b: Side) -> list[str]:
+    order: list[str] = []
+    for side in (a, b):
+        if isinstance(side, Mapping):
+            order += [m for m in (side.get("run") or {}).get("models") or [] if m not in order]
+    order += sorted({c.model for c in changes} - set(order))
+    return order
+
+
+def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelta]:
+    deltas = []
+    for model in _model_order(changes, a, b):
+        common = [c for c in changes if c.model == model and c.before is not None and c.after is not None]
+        if not common:
+            continue
+        n = len(common)
+        deltas.append(ModelDelta(
+            model=model, pairs=n,
+            passed_a=sum(1 for c in common if c.before.status == PASSED),
+            passed_b=sum(1 for c in common if c.after.status == PASSED),
+            mean_score_a=round(sum(c.before.score for c in common) / n, 4),
+            mean_score_b=round(sum(c.after.score for c in common) / n, 4),
+            cost_a=round(sum(c.before.cost for c in common), 6),
+            cost_b=round(sum(c.after.cost for c in common), 6),
+            regressed=sum(1 for c in common if c.kind == REGRESSED),
+            fixed=sum(1 for c in common if c.kind == FIXED),
+            changed=sum(1 for c in common if c.kind == CHANGED)))
+    return deltas
+
+
+# -- terminal rendering ---------------------------------------------------------------------------
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    return f"{value:+.{digits}f}"
+
+
+def _signed_money(value: float) -> str:
+    return f"{'+' if value >= 0 else '-'}${abs(value):.4f}"
+
+
+def _pp(value: float) -> str:
+    return f"{value * 100:+.1f}pp"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> list[str]:
+    """Fixed-width columns; the first ``left`` columns are left-aligned, the rest right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        parts = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def render_comparison(comparison: Comparison) -> str:
+    """The ``evaljobs compare`` table: per-model deltas, then every flipped pair, then one-sided pairs."""
+    c = comparison
+    out = [f"compare {c.run_a or 'A'} → {c.run_b or 'B'}: {c.headline()}",
+           f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta)} (common pairs)", ""]
+    if c.models:
+        out += _table(("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED"),
+                      [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
+                        _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
+                        _signed_money(m.cost_b - m.cost_a), str(m.regressed), str(m.fixed))
+                       for m in c.models])
+    flipped = c.flipped
+    if flipped:
+        out += ["", f"flipped ({len(flipped)}):"]
+        out += ["  " + line for line in _table(
+            ("KIND", "SCENARIO", "MODEL", "STATUS", "Δ SCORE", "Δ COST", "FAULT NOW"),
+            [(f.kind, f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0),
+              _signed_money(f.cost_delta or 0.0), (f.after.fault if f.after else None) or "")
+             for f in flipped],
+            left=4)]
+    else:
+        out += ["", "no pair flipped"]
+    for label, pairs, run in (("only in", c.only_a, c.run_a or "A"), ("only in", c.only_b, c.run_b or "B")):
+        if pairs:
+            out += ["", f"{label} {run} ({len(pairs)}):"]
+            out += [f"  {p.scenario_key} × {p.model}" for p in pairs]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,151 @@
+"""JUnit XML for CI systems (Jenkins, GitLab, GitHub Actions reporters), so failures show natively.
+
+Shape: ``<testsuites>`` → one ``<testsuite>`` per model → one ``<testcase>`` per
+scenario. A failed pair carries ``<failure message=fault type=fault>`` with the
+grader's details (scores per criterion, missing or forbidden strings, expected
+tools not called, the judge's reason, the answer); an errored pair carries
+``<error>``. ``classname`` is ``catalog.model`` with the dots inside the model
+replaced by ``_``, because Jenkins reads the last dot as the package/class
+split; the exact model spec is the suite's name and a property.
+
+Domain code: no Dramatiq, peewee or httpx. ElementTree does the XML escaping;
+characters XML 1.0 cannot carry at all (most C0 controls, lone surrogates) are
+dropped first.
+"""
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from typing import Any, Iterable
+
+from evaljobs.evaluation.result import ERRORED, FAILED, Result
+
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: Longest answer, argument or result text copied into a failure body.
+TEXT_CAP = 2000
+_MESSAGE_CAP = 300
+
+
+def clean(text: Any) -> str:
+    """Text XML 1.0 can carry: control characters (except tab, newline, CR) removed."""
+    return _INVALID_XML.sub("", "" if text is None else str(text))
+
+
+def _clip(text: str, limit: int = TEXT_CAP) -> str:
+    return text if len(text) <= limit else text[:limit] + f"…[{len(text) - limit} more characters]"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def grade_lines(result: Result) -> list[str]:
+    """The grader's account of one pair, one fact per line (also useful in logs)."""
+    lines = [f"status: {result.status}  score: {result.score:.3f}  fault: {result.fault or '-'}"]
+    if result.error:
+        lines.append(f"error: {result.error}")
+    if result.scores:
+        scores = sorted(result.scores.items())
+        lines.append("scores: " + ", ".join(f"{name}={value:.3f}" for name, value in scores))
+    details = result.details or {}
+    for key, label in (("missing", "missing"), ("forbidden", "forbidden"),
+                       ("unmatched_regex", "unmatched regex")):
+        if details.get(key):
+            lines.append(f"{label}: " + ", ".join(_json(item) for item in details[key]))
+    for wanted in details.get("expected_tools_not_called") or []:
+        args = wanted.get("arguments") if isinstance(wanted, dict) else None
+        name = wanted.get("name") if isinstance(wanted, dict) else wanted
+        lines.append(f"expected tool not called: {name}" + (f" {_json(args)}" if args else ""))
+    for failed in details.get("tool_errors") or []:
+        lines.append(f"tool error: {failed.get('name')}: {failed.get('error')}")
+    judge = details.get("judge")
+    if isinstance(judge, dict):
+        lines.append(f"judge: {float(judge.get('score') or 0.0):.3f} {judge.get('reason') or ''}".rstrip())
+    elif judge:
+        lines.append(f"judge: {judge}")
+    for call in result.tool_calls or []:
+        outcome = f"error {call.get('error')}" if call.get("error") else _clip(_json(call.get("result")), 300)
+        arguments = _clip(_json(call.get("arguments") or {}), 300)
+        lines.append(f"tool call: {call.get('name')}({arguments}) -> {outcome}")
+    if result.output:
+        lines.append("answer: " + _clip(result.output))
+    if result.cached:
+        lines.append("(cached replay)")
+    return lines
+
+
+def _seconds(ms: Any) -> str:
+    return f"{(float(ms or 0)) / 1000.0:.3f}"
+
+
+def _timestamp(run: dict[str, Any]) -> str | None:
+    """ISO 8601 without a zone, as the Ant JUnit schema wants."""
+    text = run.get("started_at") or run.get("created_at")
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text)).replace(tzinfo=None, microsecond=0).isoformat()
+    except ValueError:
+        return None
+
+
+def _classname(catalog: str, model: str) -> str:
+    return f"{catalog.replace('.', '_')}.{model.replace('.', '_')}"
+
+
+def _props(parent: ET.Element, values: Iterable[tuple[str, Any]]) -> None:
+    props = ET.SubElement(parent, "properties")
+    for name, value in values:
+        if value is not None:
+            ET.SubElement(props, "property", name=clean(name), value=clean(value))
+
+
+def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None) -> str:
+    """The run as JUnit XML. ``results`` (the run's rows) add the grader details; without
+    them failures carry only what the report keeps (fault, score, error)."""
+    run = report["run"]
+    catalog = clean(run.get("catalog_name") or "catalog")
+    by_pair = {r.pair: r for r in results or []}
+    rows = report["results"]
+    root = ET.Element("testsuites", name=f"evaljobs {catalog}", tests=str(len(rows)),
+                      failures=str(sum(1 for r in rows if r["status"] == FAILED)),
+                      errors=str(sum(1 for r in rows if r["status"] == ERRORED)),
+                      time=_seconds(sum(r["duration_ms"] for r in rows)))
+    stamp = _timestamp(run)
+    models = [m["model"] for m in report["models"]]
+    for index, model in enumerate(models):
+        mine = [r for r in rows if r["model"] == model]
+        suite = ET.SubElement(root, "testsuite", name=clean(model), id=str(index), tests=str(len(mine)),
+                              failures=str(sum(1 for r in mine if r["status"] == FAILED)),
+                              errors=str(sum(1 for r in mine if r["status"] == ERRORED)), skipped="0",
+                              time=_seconds(sum(r["duration_ms"] for r in mine)))
+        if stamp:
+            suite.set("timestamp", stamp)
+        context = run.get("context")
+        _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
+                       ("model", model), ("strategy", run.get("strategy")),
+                       ("context", _json(context) if context else None)])
+        for row in mine:
+            result = by_pair.get((row["scenario_key"], model))
+            _testcase(suite, _classname(catalog, clean(model)), row, result)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _testcase(suite: ET.Element, classname: str, row: dict[str, Any], result: Result | None) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=clean(row["scenario_key"]),
+                         time=_seconds(row["duration_ms"]))
+    if row["status"] == FAILED:
+        fault = row.get("fault") or "failed"
+        body = grade_lines(result) if result else [f"score: {row['score']:.3f}  fault: {fault}"]
+        node = ET.SubElement(case, "failure", message=clean(f"{fault} (score {row['score']:.3f})"),
+                             type=clean(fault))
+        node.text = clean("\n".join(body))
+    elif row["status"] == ERRORED:
+        error = row.get("error") or (result.error if result else None) or "errored"
+        first = error.strip().splitlines()[0] if error.strip() else "errored"
+        node = ET.SubElement(case, "error", message=clean(_clip(first, _MESSAGE_CAP)),
+                             type=clean(row.get("fault") or "run_error"))
+        node.text = clean("\n".join(grade_lines(result)) if result else error)
