@@ -533,6 +533,10 @@ from evaljobs.cli.bench import bench as bench_command  # noqa: E402
 
 main.add_command(bench_command)
 
+from .commands.view import view as view_command  # noqa: E402
+
+main.add_command(view_command)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

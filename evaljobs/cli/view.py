@@ -1,0 +1,51 @@
+"""``evaljobs view``: serve the read-only web viewer (runs, a run, a scenario, compare, fleet).
+
+Starlette, uvicorn and Jinja2 are imported only when the command runs, so
+``evaljobs --help`` stays fast and works without the ``view`` extra.
+"""
+from __future__ import annotations
+
+import click
+
+from .. import store
+from ..cli import EXIT_USAGE, db_option
+
+
+@click.command("view")
+@db_option
+@click.option("--broker", envvar="EVALJOBS_BROKER_URL", default=None,
+              help="redis://… to follow runs by their events and show the fleet (default: read the database "
+                   "every second, no fleet).")
+@click.option("--port", type=int, default=8700, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback needs --token.")
+@click.option("--token", envvar="EVALJOBS_VIEW_TOKEN", default=None,
+              help="Secret every request must carry (cookie, bearer header, or ?token= once).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
+def view(db, broker, port, host, token, open_browser) -> None:
+    """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."""
+    from ..view import ViewConfig, ViewError, check_config, check_installed, serve, url_of
+
+    config = ViewConfig(broker=None if broker in (None, "", "memory") else broker, token=token, host=host,
+                        port=port)
+    try:
+        check_installed()
+        check_config(config)
+    except ViewError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    store.connect(db)
+    url = url_of(config)
+
+    def ready() -> None:
+        click.echo(f"evaljobs view: {url}", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    try:
+        serve(config, on_ready=ready)
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None

@@ -1,0 +1,279 @@
+"""Read-only, indexed queries for the viewer (``evaljobs view``): pages of runs and of a run's cells.
+
+Kept apart from :mod:`evaljobs.store` (which serves the pipeline's writes and the
+report) so that the viewer's reads are in one place and checked in one test for
+their query plans. Every statement here is served by an index: ``run(created_at)``,
+``run(status, created_at)``, the run's primary key, or the unique
+``result(run_id, scenario_key, model)``; none reads a whole table (invariant 9).
+
+What a page shows of an answer is its first characters (``substr`` in SQL), so a
+10,000-pair run's grid never loads its transcripts.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import peewee
+
+from . import store
+from .result import Result
+
+#: Characters of an answer (or error) a grid cell receives.
+PREVIEW_CHARS = 240
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the runs list shows it (no report body, no context)."""
+
+    id: str
+    catalog_name: str
+    models: list[str]
+    strategy: str
+    status: str
+    expected: int
+    persisted: int
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    digest: str
+    note: str | None = None
+    pairs: list[tuple[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One persisted pair of a run, as a grid cell needs it."""
+
+    id: int
+    scenario_key: str
+    model: str
+    status: str
+    fault: str | None
+    score: float
+    cost: float
+    duration_ms: int
+    input_tokens: int
+    output_tokens: int
+    cached: bool
+    preview: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run's live numbers: one primary-key read and one indexed GROUP BY."""
+
+    status: str
+    expected: int
+    persisted: int
+    passed: int
+    failed: int
+    errored: int
+    finished: bool
+    last_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "expected": self.expected, "persisted": self.persisted,
+                "passed": self.passed, "failed": self.failed, "errored": self.errored,
+                "finished": self.finished, "cursor": self.last_id}
+
+
+def _db() -> peewee.Database:
+    return store._bound()
+
+
+def _sqlite(db: peewee.Database) -> bool:
+    return isinstance(db, peewee.SqliteDatabase)
+
+
+_RUN_LIST_COLUMNS = ("id", "catalog_name", "models", "strategy", "status", "expected", "persisted",
+                     "created_at", "started_at", "finished_at", "digest")
+
+
+@store._reconnecting
+def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None = None,
+         model: str | None = None, since: datetime | None = None, until: datetime | None = None) -> list[RunRow]:
+    """Newest runs first, filtered; read along ``run(created_at)`` or ``run(status, created_at)``."""
+    for status in statuses:
+        store._check_status(status)
+    db = _db()
+    p = db.param
+    where, params = [], []
+    if statuses:
+        where.append(f"status IN ({', '.join([p] * len(statuses))})")
+        params += list(statuses)
+    if catalog:
+        where.append(f"catalog_name = {p}")
+        params.append(catalog)
+    if model:
+        where.append(f"models LIKE {p} ESCAPE '\\'")
+        params.append("%" + _like(json.dumps(model)) + "%")
+    if since is not None:
+        where.append(f"created_at >= {p}")
+        params.append(_param_time(db, since))
+    if until is not None:
+        where.append(f"created_at < {p}")
+        params.append(_param_time(db, until))
+    sql = (f"SELECT {', '.join(_RUN_LIST_COLUMNS)} FROM run"
+           + (f" WHERE {' AND '.join(where)}" if where else "")
+           + f" ORDER BY created_at DESC, id DESC LIMIT {int(limit)}")
+    with store._connection() as db:
+        rows = db.execute_sql(sql, params).fetchall()
+    return [RunRow(id=r[0], catalog_name=r[1], models=list(store._json_once(r[2]) or []), strategy=r[3],
+                   status=r[4], expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
+                   started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]), digest=r[10])
+            for r in rows]
+
+
+def _param_time(db: peewee.Database, value: datetime) -> Any:
+    """A timestamp as the column stores it: naive UTC (SQLite keeps peewee's text form of it)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return str(value) if _sqlite(db) else value
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@store._reconnecting
+def run(run_id: str) -> RunRow:
+    """One run by primary key, without its report."""
+    db = _db()
+    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs FROM run WHERE id = {db.param}"
+    with store._connection() as db:
+        r = db.execute_sql(sql, (run_id,)).fetchone()
+    if r is None:
+        raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    return RunRow(id=r[0], catalog_name=r[1], models=list(store._json_once(r[2]) or []), strategy=r[3],
+                  status=r[4], expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
+                  started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]), digest=r[10], note=r[11],
+                  pairs=list(store._pair_list(r[12])) if r[12] is not None else None)
+
+
+@store._reconnecting
+def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """run id → model → {passed, failed, errored, cost}, from one GROUP BY on the per-run index.
+
+    For the runs list's pass rate per model of runs without a report (pending, running).
+    """
+    if not run_ids:
+        return {}
+    db = _db()
+    p = db.param
+    sql = (f"SELECT run_id, model, status, COUNT(*), SUM(cost) FROM result WHERE run_id IN "
+           f"({', '.join([p] * len(run_ids))}) GROUP BY run_id, model, status")
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    with store._connection() as db:
+        for run_id, model, status, n, cost in db.execute_sql(sql, list(run_ids)).fetchall():
+            tally = out.setdefault(run_id, {}).setdefault(model, {"passed": 0, "failed": 0, "errored": 0,
+                                                                   "cost": 0.0})
+            tally[status] = tally.get(status, 0) + n
+            tally["cost"] += float(cost or 0.0)
+    return out
+
+
+@store._reconnecting
+def report_models(run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """run id → (the report's per-model blocks, its summary), extracted in SQL by primary key.
+
+    The database pulls the two small parts out of each stored report, so listing 50
+    finished runs of 10,000 pairs does not ship or parse 50 full reports.
+    """
+    if not run_ids:
+        return {}
+    db = _db()
+    p = db.param
+    if _sqlite(db):
+        parts = "json_extract(report, '$.models'), json_extract(report, '$.summary')"
+    else:
+        parts = "(report::json -> 'models')::text, (report::json -> 'summary')::text"
+    sql = (f"SELECT id, {parts} FROM run WHERE id IN ({', '.join([p] * len(run_ids))}) "
+           f"AND report IS NOT NULL")
+    with store._connection() as db:
+        rows = db.execute_sql(sql, list(run_ids)).fetchall()
+    return {run_id: (json.loads(models) if models else [], json.loads(summary) if summary else {})
+            for run_id, models, summary in rows}
+
+
+@store._reconnecting
+def cells(run_id: str) -> list[Cell]:
+    """Every persisted pair of the run with the first characters of its answer; one indexed query."""
+    db = _db()
+    p = db.param
+    sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
+           f"output_tokens, cached, substr(output, 1, {PREVIEW_CHARS}), substr(error, 1, {PREVIEW_CHARS}) "
+           f"FROM result WHERE run_id = {p}")
+    with store._connection() as db:
+        rows = db.execute_sql(sql, (run_id,)).fetchall()
+    return [Cell(id=r[0], scenario_key=r[1], model=r[2], status=r[3], fault=r[4], score=float(r[5]),
+                 cost=float(r[6]), duration_ms=int(r[7]), input_tokens=int(r[8]), output_tokens=int(r[9]),
+                 cached=bool(r[10]), preview=r[11] or "", error=r[12]) for r in rows]
+
+
+@store._reconnecting
+def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
+    """The run's pairs with a row id above ``after`` (the live page's cursor), oldest first."""
+    db = _db()
+    p = db.param
+    sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
+           f"output_tokens, cached, substr(output, 1, {PREVIEW_CHARS}), substr(error, 1, {PREVIEW_CHARS}) "
+           f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
+    with store._connection() as db:
+        rows = db.execute_sql(sql, (run_id, int(after))).fetchall()
+    return [Cell(id=r[0], scenario_key=r[1], model=r[2], status=r[3], fault=r[4], score=float(r[5]),
+                 cost=float(r[6]), duration_ms=int(r[7]), input_tokens=int(r[8]), output_tokens=int(r[9]),
+                 cached=bool(r[10]), preview=r[11] or "", error=r[12]) for r in rows]
+
+
+@store._reconnecting
+def search(run_id: str, text: str) -> set[tuple[str, str]]:
+    """Pairs whose scenario key or answer contains ``text`` (case-insensitive), within the run's rows."""
+    db = _db()
+    p = db.param
+    pattern = "%" + _like(text.lower()) + "%"
+    sql = (f"SELECT scenario_key, model FROM result WHERE run_id = {p} AND "
+           f"(lower(scenario_key) LIKE {p} ESCAPE '\\' OR lower(output) LIKE {p} ESCAPE '\\')")
+    with store._connection() as db:
+        return {(key, model) for key, model in db.execute_sql(sql, (run_id, pattern, pattern)).fetchall()}
+
+
+@store._reconnecting
+def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
+    """Every model's full result for one scenario of the run (prefix of the unique index)."""
+    query = (store.ResultRow.select()
+             .where((store.ResultRow.run == run_id) & (store.ResultRow.scenario_key == scenario_key)))
+    with store._connection():
+        rows = list(query)
+    return [store._to_result(row) for row in sorted(rows, key=lambda r: r.model)]
+
+
+@store._reconnecting
+def state(run_id: str) -> RunState:
+    """The run's status and counts by status, and the highest row id seen (the live cursor)."""
+    db = _db()
+    p = db.param
+    with store._connection() as db:
+        head = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
+        if head is None:
+            raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+        counts = dict(db.execute_sql(f"SELECT status, COUNT(*) FROM result WHERE run_id = {p} GROUP BY status",
+                                     (run_id,)).fetchall())
+        last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
+    status, expected, _ = head
+    return RunState(status=status, expected=expected, persisted=sum(counts.values()),
+                    passed=counts.get("passed", 0), failed=counts.get("failed", 0),
+                    errored=counts.get("errored", 0), finished=status in store.FINISHED_STATUSES,
+                    last_id=int(last or 0))
+
+
+@store._reconnecting
+def catalogs(limit: int = 200) -> list[str]:
+    """Catalog names of the newest runs, for the filter's choices (read along ``run(created_at)``)."""
+    with store._connection() as db:
+        rows = db.execute_sql(f"SELECT catalog_name FROM run ORDER BY created_at DESC LIMIT {int(limit)}").fetchall()
+    return sorted({r[0] for r in rows})

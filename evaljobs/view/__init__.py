@@ -1,0 +1,69 @@
+"""``evaljobs view``: a local, read-only web app over the store, the run events and the fleet.
+
+Importing this package imports no web stack; :func:`serve` and
+:func:`evaljobs.view.app.create_app` do (the ``view`` extra: Starlette, uvicorn, Jinja2).
+"""
+from __future__ import annotations
+
+from .app import ViewConfig, is_loopback
+
+REQUIRES = ("starlette", "uvicorn", "jinja2")
+
+
+class ViewError(ValueError):
+    """A viewer setting a user can fix (one line)."""
+
+
+def check_installed() -> None:
+    import importlib.util
+
+    missing = [name for name in REQUIRES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ViewError(f"evaljobs view needs {', '.join(missing)}: pip install 'evaljobs[view]'")
+
+
+def check_config(config: ViewConfig) -> None:
+    """Fail closed: a view bound beyond loopback without a token, or with an empty one, does not start."""
+    if config.token is not None and not config.token.strip():
+        raise ViewError("the view token is empty: pass --token with a secret (or unset EVALJOBS_VIEW_TOKEN)")
+    if not is_loopback(config.host) and not config.token:
+        raise ViewError(f"--host {config.host} is reachable beyond this machine: pass --token (or set "
+                        "EVALJOBS_VIEW_TOKEN), or bind to 127.0.0.1")
+    if not 0 < config.port < 65536:
+        raise ViewError(f"--port {config.port} is not a TCP port (1-65535)")
+
+
+def url_of(config: ViewConfig) -> str:
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    base = f"http://{host}:{config.port}/"
+    return base + (f"?token={config.token}" if config.token else "")
+
+
+def serve(config: ViewConfig, *, on_ready=None) -> None:
+    """Run the viewer until interrupted (the store must already be connected)."""
+    check_installed()
+    check_config(config)
+    import uvicorn
+
+    from .app import create_app
+
+    if config.redis_url:
+        from .. import events
+
+        events.bind_redis(config.redis_url)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=config.port,
+                                           log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=2))
+    if on_ready is not None:
+        original = server.startup
+
+        async def startup(sockets=None):
+            await original(sockets)
+            if server.started:
+                on_ready()
+
+        server.startup = startup
+    server.run()
+
+
+__all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of"]

@@ -1,0 +1,344 @@
+"""What each page of the viewer shows, assembled from the store's indexed reads.
+
+Plain Python (no Starlette, no Jinja): the routes turn request parameters into
+these calls and hand the results to templates; tests and the benchmark call them
+directly. Every number of a run page is computed from the run's cells (one indexed
+query), so a running run and a finished one show the same columns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from .. import store, store_pages
+from ..compare import FIXED, REGRESSED, CHANGED, Comparison, compare
+from ..report import percentile
+from ..store_pages import Cell, RunRow
+
+PAGE_SIZE = 50
+RUNS_LIMIT = 50
+#: Order of statuses when sorting by a model's column: the interesting ones first.
+_STATUS_RANK = {"errored": 0, "failed": 1, "pending": 2, "passed": 3}
+PAIR_STATUSES = ("passed", "failed", "errored", "pending")
+
+
+class NotFound(LookupError):
+    """A run or scenario the URL names does not exist (a 404, one line)."""
+
+
+# -- the runs list --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunListItem:
+    run: RunRow
+    models: list[dict[str, Any]]  # {model, pass_rate, results}
+    cost: float
+    pass_rate: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        r = self.run
+        if r.started_at is None:
+            return None
+        end = r.finished_at or datetime.now(timezone.utc)
+        return max(0.0, (end - r.started_at).total_seconds())
+
+
+def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model: str | None = None,
+             since: datetime | None = None, until: datetime | None = None,
+             limit: int = RUNS_LIMIT) -> list[RunListItem]:
+    rows = store_pages.runs(limit=limit, statuses=tuple(statuses), catalog=catalog or None, model=model or None,
+                            since=since, until=until)
+    reported = store_pages.report_models([r.id for r in rows if r.status in store.FINISHED_STATUSES])
+    tallies = store_pages.model_tallies([r.id for r in rows if r.id not in reported])
+    items = []
+    for row in rows:
+        if row.id in reported:
+            blocks, summary = reported[row.id]
+            models = [{"model": b["model"], "pass_rate": b["pass_rate"], "results": b["scenarios"]} for b in blocks]
+            items.append(RunListItem(row, models, float(summary.get("cost") or 0.0), summary.get("pass_rate")))
+            continue
+        per = tallies.get(row.id, {})
+        models, cost, passed, total = [], 0.0, 0, 0
+        for model in row.models:
+            t = per.get(model, {})
+            n = int(t.get("passed", 0) + t.get("failed", 0) + t.get("errored", 0))
+            models.append({"model": model, "pass_rate": (t.get("passed", 0) / n) if n else None, "results": n})
+            cost += t.get("cost", 0.0)
+            passed += int(t.get("passed", 0))
+            total += n
+        items.append(RunListItem(row, models, round(cost, 6), (passed / total) if total else None))
+    return items
+
+
+# -- a run -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelRow:
+    model: str
+    results: int
+    passed: int
+    failed: int
+    errored: int
+    pass_rate: float
+    interval: tuple[float, float] | None
+    mean_score: float
+    cost: float
+    input_tokens: int
+    output_tokens: int
+    p50_ms: int | None
+    p95_ms: int | None
+    durations: list[int] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class GridRow:
+    key: str
+    group: str | None
+    tags: tuple[str, ...]
+    prompt: str
+    cells: list[tuple[str, Cell | None]]  # (model, cell) in column order
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for _, c in self.cells if c)
+
+    @property
+    def slowest_ms(self) -> int | None:
+        return max((c.duration_ms for _, c in self.cells if c), default=None)
+
+
+@dataclass
+class RunPage:
+    run: RunRow
+    state: store_pages.RunState
+    models: list[ModelRow]
+    verdict: list[ModelRow]
+    columns: list[str]
+    rows: list[GridRow]
+    matched: int
+    page: int
+    pages: int
+    faults: list[str]
+    tags: list[str]
+    groups: list[str]
+    total_cost: float
+
+
+def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The Wilson score interval of a pass rate (95 %): honest for small n and rates near 0 or 1."""
+    if n <= 0:
+        return None
+    p = passed / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
+    by: dict[str, list[Cell]] = {m: [] for m in models}
+    for cell in cells:
+        by.setdefault(cell.model, []).append(cell)
+    out = []
+    for model, rows in by.items():
+        n = len(rows)
+        passed = sum(1 for c in rows if c.status == "passed")
+        failed = sum(1 for c in rows if c.status == "failed")
+        durations = sorted(c.duration_ms for c in rows)
+        p50, p95 = percentile(durations, 50), percentile(durations, 95)
+        out.append(ModelRow(
+            model=model, results=n, passed=passed, failed=failed, errored=n - passed - failed,
+            pass_rate=(passed / n) if n else 0.0, interval=wilson(passed, n),
+            mean_score=(sum(c.score for c in rows) / n) if n else 0.0, cost=round(sum(c.cost for c in rows), 6),
+            input_tokens=sum(c.input_tokens for c in rows), output_tokens=sum(c.output_tokens for c in rows),
+            p50_ms=p50, p95_ms=p95, durations=durations))
+    return out
+
+
+def _catalog(digest: str):
+    try:
+        return store.load_snapshot(digest)
+    except store.UnknownSnapshot:
+        return None
+
+
+def first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
+             tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
+             descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
+    try:
+        run = store_pages.run(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
+    state = store_pages.state(run_id)
+    cells = store_pages.cells(run_id)
+    models = model_rows(run.models, cells)
+    verdict = sorted((m for m in models if m.results),
+                     key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
+    catalog = _catalog(run.digest)
+    by_pair = {(c.scenario_key, c.model): c for c in cells}
+    if run.pairs is not None:
+        keys = list(dict.fromkeys(k for k, _ in run.pairs))
+    elif catalog is not None:
+        keys = list(catalog.keys)
+    else:
+        keys = sorted({c.scenario_key for c in cells})
+    scenarios = {s.key: s for s in catalog.scenarios} if catalog is not None else {}
+    columns = [model] if model and model in run.models else list(run.models)
+    wanted = {s for s in statuses if s in PAIR_STATUSES}
+    text = (q or "").strip().lower()
+    found = store_pages.search(run_id, text) if text else set()
+    rows: list[GridRow] = []
+    for key in keys:
+        scenario = scenarios.get(key)
+        tags = tuple(scenario.tags) if scenario else ()
+        grp = scenario.group if scenario else None
+        if tag and tag not in tags:
+            continue
+        if group and grp != group:
+            continue
+        prompt = scenario.prompt if scenario else ""
+        row_cells = [(m, by_pair.get((key, m))) for m in columns]
+        if wanted and not any((c.status if c else "pending") in wanted for _, c in row_cells):
+            continue
+        if fault and not any(c is not None and c.fault == fault for _, c in row_cells):
+            continue
+        if text and text not in key.lower() and text not in prompt.lower() \
+                and not any((key, m) in found for m in columns):
+            continue
+        rows.append(GridRow(key=key, group=grp, tags=tags, prompt=prompt, cells=row_cells))
+    rows = _sorted(rows, sort, descending)
+    pages = max(1, math.ceil(len(rows) / page_size))
+    page = min(max(1, page), pages)
+    return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns,
+                   rows=rows[(page - 1) * page_size:page * page_size], matched=len(rows), page=page, pages=pages,
+                   faults=sorted({c.fault for c in cells if c.fault}),
+                   tags=sorted({t for s in scenarios.values() for t in s.tags}),
+                   groups=sorted({s.group for s in scenarios.values() if s.group}),
+                   total_cost=round(sum(c.cost for c in cells), 6))
+
+
+def _sorted(rows: list[GridRow], sort: str, descending: bool) -> list[GridRow]:
+    if sort.startswith("m:"):
+        model = sort[2:]
+
+        def key(row: GridRow):
+            cell = dict(row.cells).get(model)
+            return (_STATUS_RANK[cell.status if cell else "pending"], cell.score if cell else 0.0, row.key)
+    elif sort == "group":
+        def key(row: GridRow):
+            return (row.group or "", row.key)
+    elif sort == "cost":
+        def key(row: GridRow):
+            return (row.cost, row.key)
+    elif sort == "latency":
+        def key(row: GridRow):
+            return (row.slowest_ms or 0, row.key)
+    else:
+        def key(row: GridRow):
+            return row.key
+    return sorted(rows, key=key, reverse=descending)
+
+
+# -- a scenario ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScenarioColumn:
+    model: str
+    result: Any  # Result | None
+    baseline: Any  # Result | None
+    flip: str | None
+
+
+@dataclass
+class ScenarioPage:
+    run: RunRow
+    key: str
+    scenario: Any  # catalog Scenario | None
+    columns: list[ScenarioColumn]
+    baseline: RunRow | None
+    baselines: list[RunRow]
+
+
+def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> ScenarioPage:
+    try:
+        run = store_pages.run(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
+    catalog = _catalog(run.digest)
+    scenario = catalog.scenario(key) if catalog is not None and key in catalog else None
+    results = {r.model: r for r in store_pages.scenario_results(run_id, key)}
+    if scenario is None and not results:
+        raise NotFound(f"run {run_id} has no scenario {key!r}")
+    base_run, base = None, {}
+    if baseline:
+        try:
+            base_run = store_pages.run(baseline)
+        except store.UnknownRun as exc:
+            raise NotFound(str(exc)) from None
+        base = {r.model: r for r in store_pages.scenario_results(baseline, key)}
+    columns = []
+    for model in list(run.models) + sorted(set(results) - set(run.models)):
+        mine, theirs = results.get(model), base.get(model)
+        flip = None
+        if mine is not None and theirs is not None:
+            flip = compare([theirs], [mine]).changes[0].kind
+        columns.append(ScenarioColumn(model, mine, theirs, flip))
+    others = [r for r in store_pages.runs(limit=30, catalog=run.catalog_name) if r.id != run.id]
+    return ScenarioPage(run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others)
+
+
+# -- compare ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ComparePage:
+    a: RunRow
+    b: RunRow
+    comparison: Comparison
+    latency: dict[str, tuple[int | None, int | None]]  # model → (p50 in A, p50 in B)
+
+    @property
+    def flipped(self):
+        return self.comparison.flipped
+
+    def kind_count(self, kind: str) -> int:
+        return len(self.comparison.of_kind(kind))
+
+
+def _side(run_id: str) -> tuple[RunRow, list[Cell]]:
+    try:
+        return store_pages.run(run_id), store_pages.cells(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
+
+
+def compare_page(a: str, b: str) -> ComparePage:
+    run_a, cells_a = _side(a)
+    run_b, cells_b = _side(b)
+
+    def rows(cells: list[Cell]) -> list[dict[str, Any]]:
+        return [{"scenario_key": c.scenario_key, "model": c.model, "status": c.status, "score": c.score,
+                 "cost": c.cost, "fault": c.fault} for c in cells]
+
+    comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
+                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)})
+    lat_a = {m.model: m.p50_ms for m in model_rows(run_a.models, cells_a)}
+    lat_b = {m.model: m.p50_ms for m in model_rows(run_b.models, cells_b)}
+    latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}
+    return ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
+
+
+FLIP_KINDS = (REGRESSED, FIXED, CHANGED)

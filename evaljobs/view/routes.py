@@ -1,0 +1,161 @@
+"""The viewer's pages: request parameters in, a template out (the data comes from :mod:`.queries`).
+
+Handlers are plain functions, so Starlette runs them in its thread pool: the store's
+reads are synchronous and short, and the event loop stays free for the live streams.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse
+from starlette.templating import Jinja2Templates
+
+from .. import store
+from . import charts, queries
+from .app import HERE, ViewConfig
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"
+
+
+def _money(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _ms(value: int | float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{int(value)} ms"
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "–"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 90:
+        return f"{value:.1f} s"
+    if value < 5400:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _pretty(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def environment() -> Environment:
+    """The templates' Jinja environment: autoescaping on for every template, whatever its name."""
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(pct=_pct, money=_money, ms=_ms, when=_when, seconds=_seconds, pretty=_pretty,
+                       first_line=queries.first_line)
+    return env
+
+
+def _date(request: Request, name: str) -> datetime | None:
+    text = request.query_params.get(name) or ""
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise HTTPException(400, f"{name}={text!r} is not a date: use YYYY-MM-DD") from None
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name)
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise HTTPException(400, f"{name}={text!r} is not a number") from None
+
+
+class Pages:
+    def __init__(self, config: ViewConfig):
+        self.config = config
+        self.templates = Jinja2Templates(env=environment())
+
+    def _render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        response = self.templates.TemplateResponse(request, name, context, status_code=code)
+        response.headers["cache-control"] = "no-store"
+        return response
+
+    def not_found(self, request: Request, exc: Exception) -> HTMLResponse | PlainTextResponse:
+        status = getattr(exc, "status_code", 404)
+        detail = getattr(exc, "detail", None) or "not found"
+        return self._render(request, "error.html", code=status, message=detail)
+
+    def runs(self, request: Request) -> HTMLResponse:
+        statuses = [s for s in request.query_params.getlist("status") if s]
+        bad = [s for s in statuses if s not in store.RUN_STATUSES]
+        if bad:
+            raise HTTPException(400, f"status={bad[0]!r} is not one of {', '.join(store.RUN_STATUSES)}")
+        since, until = _date(request, "since"), _date(request, "until")
+        until_next = until + timedelta(days=1) if until else None
+        catalog = request.query_params.get("catalog") or ""
+        model = request.query_params.get("model") or ""
+        items = queries.run_list(statuses=statuses, catalog=catalog, model=model, since=since, until=until_next)
+        return self._render(request, "runs.html", items=items, statuses=store.RUN_STATUSES, chosen=statuses,
+                            catalogs=queries.store_pages.catalogs(), catalog=catalog, model=model,
+                            since=request.query_params.get("since") or "",
+                            until=request.query_params.get("until") or "",
+                            running=[i.run.id for i in items if not i.run.status in store.FINISHED_STATUSES])
+
+    def run(self, request: Request) -> HTMLResponse:
+        p = request.query_params
+        sort = p.get("sort") or "key"
+        try:
+            page = queries.run_page(
+                request.path_params["run_id"], statuses=p.getlist("status"), fault=p.get("fault") or None,
+                model=p.get("model") or None, tag=p.get("tag") or None, group=p.get("group") or None,
+                q=p.get("q") or None, sort=sort, descending=p.get("dir") == "desc", page=_int(request, "page", 1))
+        except queries.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        params = [(k, v) for k, v in p.multi_items() if k not in ("page", "sort", "dir") and v]
+        return self._render(request, "run.html", p=page, params=params, sort=sort, dir=p.get("dir") or "asc",
+                            chosen=p.getlist("status"), fault=p.get("fault") or "", model=p.get("model") or "",
+                            tag=p.get("tag") or "", group=p.get("group") or "", q=p.get("q") or "",
+                            pass_chart=charts.pass_rates(page.models), cost_chart=charts.cost_vs_pass_rate(page.models),
+                            latency_chart=charts.latency(page.models), pair_statuses=queries.PAIR_STATUSES,
+                            live=not page.state.finished)
+
+    def scenario(self, request: Request) -> HTMLResponse:
+        baseline = request.query_params.get("baseline") or None
+        try:
+            page = queries.scenario_page(request.path_params["run_id"], request.path_params["key"],
+                                         baseline=baseline)
+        except queries.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        return self._render(request, "scenario.html", p=page)
+
+    def compare(self, request: Request) -> HTMLResponse:
+        a, b = request.query_params.get("a") or "", request.query_params.get("b") or ""
+        recent = queries.store_pages.runs(limit=100)
+        page = None
+        if a and b:
+            try:
+                page = queries.compare_page(a, b)
+            except queries.NotFound as exc:
+                raise HTTPException(404, str(exc)) from None
+        return self._render(request, "compare.html", p=page, a=a, b=b, recent=recent, kinds=queries.FLIP_KINDS)
+
+    def fleet(self, request: Request) -> HTMLResponse:
+        from .live import fleet_status
+
+        return self._render(request, "fleet.html", status=fleet_status(self.config),
+                            broker=store.redact(self.config.broker) if self.config.broker else "memory")
