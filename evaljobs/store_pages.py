@@ -94,10 +94,21 @@ _RUN_LIST_COLUMNS = ("id", "catalog_name", "models", "strategy", "status", "expe
                      "created_at", "started_at", "finished_at", "digest")
 
 
+#: The runs list reads the run table along ``run(created_at)`` in batches of this many rows …
+RUN_BATCH = 500
+#: … and at most this many batches: a filter matching nothing never reads more than 10,000 runs.
+RUN_BATCHES = 20
+
+
 @store._reconnecting
 def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None = None,
          model: str | None = None, since: datetime | None = None, until: datetime | None = None) -> list[RunRow]:
-    """Newest runs first, filtered; read along ``run(created_at)`` or ``run(status, created_at)``."""
+    """Newest runs first, filtered.
+
+    Status and dates are conditions on ``run(created_at)`` / ``run(status, created_at)``; catalog
+    and model are checked here on batches read along that index, newest first, because neither
+    has an index of its own and a planner given ``catalog_name = ?`` may scan the whole table.
+    """
     for status in statuses:
         store._check_status(status)
     db = _db()
@@ -106,27 +117,43 @@ def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None =
     if statuses:
         where.append(f"status IN ({', '.join([p] * len(statuses))})")
         params += list(statuses)
-    if catalog:
-        where.append(f"catalog_name = {p}")
-        params.append(catalog)
-    if model:
-        where.append(f"models LIKE {p} ESCAPE '\\'")
-        params.append("%" + _like(json.dumps(model)) + "%")
     if since is not None:
         where.append(f"created_at >= {p}")
         params.append(_param_time(db, since))
     if until is not None:
         where.append(f"created_at < {p}")
         params.append(_param_time(db, until))
-    sql = (f"SELECT {', '.join(_RUN_LIST_COLUMNS)} FROM run"
-           + (f" WHERE {' AND '.join(where)}" if where else "")
-           + f" ORDER BY created_at DESC, id DESC LIMIT {int(limit)}")
+    found: list[RunRow] = []
+    seen: set[str] = set()
+    cursor = None
     with store._connection() as db:
-        rows = db.execute_sql(sql, params).fetchall()
-    return [RunRow(id=r[0], catalog_name=r[1], models=list(store._json_once(r[2]) or []), strategy=r[3],
-                   status=r[4], expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
-                   started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]), digest=r[10])
-            for r in rows]
+        for _ in range(RUN_BATCHES):
+            clauses, values = list(where), list(params)
+            if cursor is not None:
+                clauses.append(f"created_at <= {p}")
+                values.append(cursor)
+            batch = limit if not (catalog or model) else RUN_BATCH
+            sql = (f"SELECT {', '.join(_RUN_LIST_COLUMNS)} FROM run"
+                   + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+                   + f" ORDER BY created_at DESC, id DESC LIMIT {int(batch)}")
+            rows = db.execute_sql(sql, values).fetchall()
+            for r in rows:
+                if r[0] in seen:
+                    continue
+                seen.add(r[0])
+                models = list(store._json_once(r[2]) or [])
+                if (catalog and r[1] != catalog) or (model and model not in models):
+                    continue
+                found.append(RunRow(id=r[0], catalog_name=r[1], models=models, strategy=r[3], status=r[4],
+                                    expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
+                                    started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]),
+                                    digest=r[10]))
+                if len(found) >= limit:
+                    return found
+            if len(rows) < batch or not (catalog or model):
+                break
+            cursor = rows[-1][7]
+    return found
 
 
 def _param_time(db: peewee.Database, value: datetime) -> Any:
@@ -157,23 +184,21 @@ def run(run_id: str) -> RunRow:
 
 @store._reconnecting
 def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
-    """run id → model → {passed, failed, errored, cost}, from one GROUP BY on the per-run index.
+    """run id → model → {passed, failed, errored, cost}: a GROUP BY on the per-run index for each run.
 
-    For the runs list's pass rate per model of runs without a report (pending, running).
+    For the runs list's pass rate per model of runs without a report (pending, running). One query
+    per run, not ``run_id IN (…)``: given a long list, PostgreSQL's planner scans the whole table.
     """
-    if not run_ids:
-        return {}
     db = _db()
-    p = db.param
-    sql = (f"SELECT run_id, model, status, COUNT(*), SUM(cost) FROM result WHERE run_id IN "
-           f"({', '.join([p] * len(run_ids))}) GROUP BY run_id, model, status")
+    sql = f"SELECT model, status, COUNT(*), SUM(cost) FROM result WHERE run_id = {db.param} GROUP BY model, status"
     out: dict[str, dict[str, dict[str, float]]] = {}
     with store._connection() as db:
-        for run_id, model, status, n, cost in db.execute_sql(sql, list(run_ids)).fetchall():
-            tally = out.setdefault(run_id, {}).setdefault(model, {"passed": 0, "failed": 0, "errored": 0,
-                                                                   "cost": 0.0})
-            tally[status] = tally.get(status, 0) + n
-            tally["cost"] += float(cost or 0.0)
+        for run_id in run_ids:
+            for model, status, n, cost in db.execute_sql(sql, (run_id,)).fetchall():
+                tally = out.setdefault(run_id, {}).setdefault(model, {"passed": 0, "failed": 0, "errored": 0,
+                                                                       "cost": 0.0})
+                tally[status] = tally.get(status, 0) + n
+                tally["cost"] += float(cost or 0.0)
     return out
 
 

@@ -11,9 +11,6 @@ folder (``screenshots/``), named after the page.
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,9 +19,9 @@ import pytest
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.result import Result
-from servers import free_port
 from test_html_report_browser import Browser, BrowserError, chromium  # noqa: F401 - the module's browser fixture
-from workers import ROOT, WorkerProcess
+from viewer import Viewer
+from workers import WorkerProcess
 
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
 MODELS = ["sim/a", "sim/b"]
@@ -89,33 +86,6 @@ def _crafted_run(catalog, side: int) -> str:
         store.record_result(run.id, _result(key, model, statuses[side], answer))
     store.finalize(run.id)
     return run.id
-
-
-class Viewer:
-    """``evaljobs view`` as a process, on a free loopback port."""
-
-    def __init__(self, db_url: str, broker: str, log: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
-                   EVALJOBS_HEARTBEAT_TIMEOUT_MS="3000")
-        self.log = log
-        self.proc = subprocess.Popen([sys.executable, "-m", "evaljobs", "view", "--db", db_url, "--broker", broker,
-                                      "--port", str(self.port)], env=env, cwd=ROOT,
-                                     stdout=open(log, "ab"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while b"evaljobs view: http://" not in log.read_bytes():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"evaljobs view did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")

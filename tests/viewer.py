@@ -1,0 +1,41 @@
+"""``evaljobs view`` as a real process on a free loopback port, for the viewer's tests and benchmark."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from servers import free_port
+from workers import ROOT
+
+
+class Viewer:
+    """``evaljobs view`` as a process, on a free loopback port."""
+
+    def __init__(self, db_url: str, broker: str, log: Path, *, extra: list[str] = ()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+                   EVALJOBS_HEARTBEAT_TIMEOUT_MS="3000")
+        self.log = log
+        self._out = open(log, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "evaljobs", "view", "--db", db_url, "--broker", broker,
+                                      "--port", str(self.port), *extra], env=env, cwd=ROOT,
+                                     stdout=self._out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while b"evaljobs view: http://" not in log.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"evaljobs view did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        finally:
+            self._out.close()
