@@ -8,6 +8,7 @@ query), so a running run and a finished one show the same columns.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -174,20 +175,46 @@ def first_line(text: str | None) -> str:
     return ""
 
 
-def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
-             tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
-             descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
-    try:
-        run = store_pages.run(run_id)
-    except store.UnknownRun as exc:
-        raise NotFound(str(exc)) from None
-    state = store_pages.state(run_id)
-    cells = store_pages.cells(run_id)
-    models = model_rows(run.models, cells)
-    verdict = sorted((m for m in models if m.results),
-                     key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
+@dataclass
+class _Row:
+    """A scenario of the run with what filters and sorts read, computed once per index."""
+
+    key: str
+    group: str | None
+    tags: tuple[str, ...]
+    prompt: str
+    text: str  # key and prompt, lower-cased, for the search
+
+
+@dataclass
+class RunIndex:
+    """A run's cells and what every page of it derives from them: kept while the run is unchanged.
+
+    A finished run never changes, and a running one only gains rows, so the index is reused
+    while the run's highest row id is the same, and extended with just the new rows (read by
+    id on the per-run index) when it is not. A page then costs the run's state, the filter
+    and sort over its scenarios, and rendering one page — not a read of 10,000 rows.
+    """
+
+    run: RunRow
+    last_id: int
+    cells: list[Cell]
+    by_pair: dict[tuple[str, str], Cell]
+    rows: list[_Row]
+    models: list[ModelRow]
+    faults: list[str]
+    tags: list[str]
+    groups: list[str]
+    total_cost: float
+
+
+_INDEX_LIMIT = 4
+_indexes: "dict[str, RunIndex]" = {}
+_indexes_lock = threading.Lock()
+
+
+def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
     catalog = _catalog(run.digest)
-    by_pair = {(c.scenario_key, c.model): c for c in cells}
     if run.pairs is not None:
         keys = list(dict.fromkeys(k for k, _ in run.pairs))
     elif catalog is not None:
@@ -195,59 +222,108 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     else:
         keys = sorted({c.scenario_key for c in cells})
     scenarios = {s.key: s for s in catalog.scenarios} if catalog is not None else {}
+    rows = []
+    for key in keys:
+        s = scenarios.get(key)
+        prompt = s.prompt if s else ""
+        rows.append(_Row(key, s.group if s else None, tuple(s.tags) if s else (), prompt,
+                         f"{key}\n{prompt}".lower()))
+    return RunIndex(run=run, last_id=last_id, cells=cells, by_pair={(c.scenario_key, c.model): c for c in cells},
+                    rows=rows, models=model_rows(run.models, cells),
+                    faults=sorted({c.fault for c in cells if c.fault}),
+                    tags=sorted({t for s in scenarios.values() for t in s.tags}),
+                    groups=sorted({s.group for s in scenarios.values() if s.group}),
+                    total_cost=round(sum(c.cost for c in cells), 6))
+
+
+def run_index(run_id: str, state: store_pages.RunState) -> RunIndex:
+    """The run's index as of ``state`` (reused, extended with new rows, or built)."""
+    with _indexes_lock:
+        index = _indexes.get(run_id)
+    if index is not None and index.last_id == state.last_id and len(index.cells) == state.persisted \
+            and index.run.status == state.status:
+        return index
+    try:
+        run = store_pages.run(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
+    if index is not None and len(index.cells) < state.persisted and index.last_id < state.last_id:
+        known = {c.id for c in index.cells}
+        lookback = 0 if isinstance(store._bound(), store.peewee.SqliteDatabase) else 256
+        new = [c for c in store_pages.cells_after(run_id, max(0, index.last_id - lookback), limit=1_000_000)
+               if c.id not in known]
+        cells = index.cells + new
+    else:
+        cells = store_pages.cells(run_id)
+    built = _build_index(run, cells, max((c.id for c in cells), default=0))
+    with _indexes_lock:
+        _indexes.pop(run_id, None)
+        _indexes[run_id] = built
+        while len(_indexes) > _INDEX_LIMIT:
+            _indexes.pop(next(iter(_indexes)))
+    return built
+
+
+def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
+             tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
+             descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
+    try:
+        state = store_pages.state(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
+    index = run_index(run_id, state)
+    run, by_pair = index.run, index.by_pair
     columns = [model] if model and model in run.models else list(run.models)
     wanted = {s for s in statuses if s in PAIR_STATUSES}
     text = (q or "").strip().lower()
     found = store_pages.search(run_id, text) if text else set()
-    rows: list[GridRow] = []
-    for key in keys:
-        scenario = scenarios.get(key)
-        tags = tuple(scenario.tags) if scenario else ()
-        grp = scenario.group if scenario else None
-        if tag and tag not in tags:
+    matched: list[tuple[_Row, list[tuple[str, Cell | None]]]] = []
+    for row in index.rows:
+        if tag and tag not in row.tags:
             continue
-        if group and grp != group:
+        if group and row.group != group:
             continue
-        prompt = scenario.prompt if scenario else ""
-        row_cells = [(m, by_pair.get((key, m))) for m in columns]
-        if wanted and not any((c.status if c else "pending") in wanted for _, c in row_cells):
+        key = row.key
+        cells = [(m, by_pair.get((key, m))) for m in columns]
+        if wanted and not any((c.status if c else "pending") in wanted for _, c in cells):
             continue
-        if fault and not any(c is not None and c.fault == fault for _, c in row_cells):
+        if fault and not any(c is not None and c.fault == fault for _, c in cells):
             continue
-        if text and text not in key.lower() and text not in prompt.lower() \
-                and not any((key, m) in found for m in columns):
+        if text and text not in row.text and not any((key, m) in found for m in columns):
             continue
-        rows.append(GridRow(key=key, group=grp, tags=tags, prompt=prompt, cells=row_cells))
-    rows = _sorted(rows, sort, descending)
-    pages = max(1, math.ceil(len(rows) / page_size))
+        matched.append((row, cells))
+    matched = _sorted(matched, sort, descending)
+    pages = max(1, math.ceil(len(matched) / page_size))
     page = min(max(1, page), pages)
-    return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns,
-                   rows=rows[(page - 1) * page_size:page * page_size], matched=len(rows), page=page, pages=pages,
-                   faults=sorted({c.fault for c in cells if c.fault}),
-                   tags=sorted({t for s in scenarios.values() for t in s.tags}),
-                   groups=sorted({s.group for s in scenarios.values() if s.group}),
-                   total_cost=round(sum(c.cost for c in cells), 6))
+    shown = [GridRow(key=row.key, group=row.group, tags=row.tags, prompt=row.prompt, cells=cells)
+             for row, cells in matched[(page - 1) * page_size:page * page_size]]
+    models = index.models
+    verdict = sorted((m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
+    return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
+                   matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
+                   groups=index.groups, total_cost=index.total_cost)
 
 
-def _sorted(rows: list[GridRow], sort: str, descending: bool) -> list[GridRow]:
+def _sorted(rows: list, sort: str, descending: bool) -> list:
+    """Sort (row, cells) pairs by a grid column: scenario, group, a model's status, cost, slowest."""
     if sort.startswith("m:"):
         model = sort[2:]
 
-        def key(row: GridRow):
-            cell = dict(row.cells).get(model)
-            return (_STATUS_RANK[cell.status if cell else "pending"], cell.score if cell else 0.0, row.key)
+        def key(item):
+            cell = dict(item[1]).get(model)
+            return (_STATUS_RANK[cell.status if cell else "pending"], cell.score if cell else 0.0, item[0].key)
     elif sort == "group":
-        def key(row: GridRow):
-            return (row.group or "", row.key)
+        def key(item):
+            return (item[0].group or "", item[0].key)
     elif sort == "cost":
-        def key(row: GridRow):
-            return (row.cost, row.key)
+        def key(item):
+            return (sum(c.cost for _, c in item[1] if c), item[0].key)
     elif sort == "latency":
-        def key(row: GridRow):
-            return (row.slowest_ms or 0, row.key)
+        def key(item):
+            return (max((c.duration_ms for _, c in item[1] if c), default=0), item[0].key)
     else:
-        def key(row: GridRow):
-            return row.key
+        def key(item):
+            return item[0].key
     return sorted(rows, key=key, reverse=descending)
 
 
@@ -318,16 +394,16 @@ class ComparePage:
         return len(self.comparison.of_kind(kind))
 
 
-def _side(run_id: str) -> tuple[RunRow, list[Cell]]:
+def _side(run_id: str) -> RunIndex:
     try:
-        return store_pages.run(run_id), store_pages.cells(run_id)
+        return run_index(run_id, store_pages.state(run_id))
     except store.UnknownRun as exc:
         raise NotFound(str(exc)) from None
 
 
 def compare_page(a: str, b: str) -> ComparePage:
-    run_a, cells_a = _side(a)
-    run_b, cells_b = _side(b)
+    side_a, side_b = _side(a), _side(b)
+    run_a, cells_a, run_b, cells_b = side_a.run, side_a.cells, side_b.run, side_b.cells
 
     def rows(cells: list[Cell]) -> list[dict[str, Any]]:
         return [{"scenario_key": c.scenario_key, "model": c.model, "status": c.status, "score": c.score,
@@ -335,8 +411,8 @@ def compare_page(a: str, b: str) -> ComparePage:
 
     comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
                          {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)})
-    lat_a = {m.model: m.p50_ms for m in model_rows(run_a.models, cells_a)}
-    lat_b = {m.model: m.p50_ms for m in model_rows(run_b.models, cells_b)}
+    lat_a = {m.model: m.p50_ms for m in side_a.models}
+    lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}
     return ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
 
