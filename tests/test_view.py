@@ -13,10 +13,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from evaljobs import store, store_pages
+from evaljobs import store
+from evaljobs.store import pages as store_pages
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
-from evaljobs.result import Result
+from evaljobs.evaluation.result import Result
 from evaljobs.view import queries
 from test_no_scan import full_scans, populate, sql_log
 from viewer import Viewer

@@ -18,7 +18,7 @@ import pytest
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
-from evaljobs.result import Result
+from evaljobs.evaluation.result import Result
 from test_html_report_browser import Browser, BrowserError, chromium  # noqa: F401 - the module's browser fixture
 from viewer import Viewer
 from workers import WorkerProcess
@@ -256,7 +256,7 @@ def test_a_script_in_a_model_answer_stays_inert(site) -> None:
 
 @pytest.mark.redis
 def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(site, redis_url, monkeypatch) -> None:
-    from evaljobs import events
+    from evaljobs.pipeline import events
     from evaljobs.api import Session
     from evaljobs.providers.simulated import SimulatedProvider
 

@@ -533,7 +533,7 @@ from evaljobs.cli.bench import bench as bench_command  # noqa: E402
 
 main.add_command(bench_command)
 
-from .commands.view import view as view_command  # noqa: E402
+from evaljobs.cli.view import view as view_command  # noqa: E402
 
 main.add_command(view_command)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from .. import store
-from ..cli import EXIT_USAGE, db_option
+from evaljobs import store
+from evaljobs.cli import EXIT_USAGE, db_option
 
 
 @click.command("view")
@@ -24,7 +24,7 @@ from ..cli import EXIT_USAGE, db_option
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
 def view(db, broker, port, host, token, open_browser) -> None:
     """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."""
-    from ..view import ViewConfig, ViewError, check_config, check_installed, serve, url_of
+    from evaljobs.view import ViewConfig, ViewError, check_config, check_installed, serve, url_of
 
     config = ViewConfig(broker=None if broker in (None, "", "memory") else broker, token=token, host=host,
                         port=port)

@@ -5,13 +5,14 @@ Importing this package imports no web stack; :func:`serve` and
 """
 from __future__ import annotations
 
-from .app import ViewConfig, is_loopback
+from evaljobs.errors import UsageError
+from evaljobs.view.app import ViewConfig, is_loopback
 
 REQUIRES = ("starlette", "uvicorn", "jinja2")
 
 
-class ViewError(ValueError):
-    """A viewer setting a user can fix (one line)."""
+class ViewError(UsageError):
+    """A viewer setting a user can fix (one line, exit 2)."""
 
 
 def check_installed() -> None:
@@ -45,10 +46,10 @@ def serve(config: ViewConfig, *, on_ready=None) -> None:
     check_config(config)
     import uvicorn
 
-    from .app import create_app
+    from evaljobs.view.app import create_app
 
     if config.redis_url:
-        from .. import events
+        from evaljobs.pipeline import events
 
         events.bind_redis(config.redis_url)
     server = uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=config.port,

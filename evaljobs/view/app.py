@@ -131,7 +131,7 @@ def create_app(config: ViewConfig):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from . import live, routes
+    from evaljobs.view import live, routes
 
     pages = routes.Pages(config)
     streams = live.Streams(config, pages.templates)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..report import percentile
-from .queries import ModelRow
+from evaljobs.reports.build import percentile
+from evaljobs.view.queries import ModelRow
 
 WIDTH = 560
 LABEL = 170

@@ -23,8 +23,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from .. import events, store, store_pages
-from .app import ViewConfig
+from evaljobs import store
+from evaljobs.pipeline import events
+from evaljobs.store import pages as store_pages
+from evaljobs.view.app import ViewConfig
 
 logger = logging.getLogger("evaljobs.view")
 #: Coalesce wake-ups for this long before reading, so a burst of events costs one read.
@@ -45,7 +47,7 @@ def sse(event: str, data: Any, ident: int | None = None) -> str:
 
 
 def cell_json(c: store_pages.Cell) -> dict[str, Any]:
-    from .queries import first_line
+    from evaljobs.view.queries import first_line
 
     return {"id": c.id, "key": c.scenario_key, "model": c.model, "status": c.status, "fault": c.fault,
             "line": first_line(c.preview) or (first_line(c.error) if c.error else ""), "ms": c.duration_ms}
@@ -105,7 +107,7 @@ class Hints:
 
 
 def fleet_status(config: ViewConfig):
-    from ..status import collect
+    from evaljobs.workers.status import collect
 
     return collect(config.broker or None)
 

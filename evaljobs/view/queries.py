@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import Counter
+from functools import cached_property
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from .. import store, store_pages
-from ..compare import FIXED, REGRESSED, CHANGED, Comparison, compare
-from ..report import percentile
-from ..store_pages import Cell, RunRow
+from evaljobs import store
+from evaljobs.reports.build import percentile
+from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
+from evaljobs.store import pages as store_pages
+from evaljobs.store.pages import Cell, RunRow
 
 PAGE_SIZE = 50
 RUNS_LIMIT = 50
@@ -206,6 +209,14 @@ class RunIndex:
     tags: list[str]
     groups: list[str]
     total_cost: float
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def state(self, status: str, expected: int) -> store_pages.RunState:
+        c = self.counts
+        return store_pages.RunState(status=status, expected=expected, persisted=len(self.cells),
+                                    passed=c.get("passed", 0), failed=c.get("failed", 0),
+                                    errored=c.get("errored", 0), finished=status in store.FINISHED_STATUSES,
+                                    last_id=self.last_id)
 
 
 _INDEX_LIMIT = 4
@@ -233,21 +244,29 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
                     faults=sorted({c.fault for c in cells if c.fault}),
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
                     groups=sorted({s.group for s in scenarios.values() if s.group}),
-                    total_cost=round(sum(c.cost for c in cells), 6))
+                    total_cost=round(sum(c.cost for c in cells), 6),
+                    counts=dict(Counter(c.status for c in cells)))
 
 
-def run_index(run_id: str, state: store_pages.RunState) -> RunIndex:
-    """The run's index as of ``state`` (reused, extended with new rows, or built)."""
+def run_index(run_id: str) -> RunIndex:
+    """The run's index, current as of now: reused, extended with the new rows, or built.
+
+    Whether it is current costs two indexed reads (:func:`store_pages.head`), not a count.
+    """
+    try:
+        status, _, persisted, last_id = store_pages.head(run_id)
+    except store.UnknownRun as exc:
+        raise NotFound(str(exc)) from None
     with _indexes_lock:
         index = _indexes.get(run_id)
-    if index is not None and index.last_id == state.last_id and len(index.cells) == state.persisted \
-            and index.run.status == state.status:
+    if index is not None and index.last_id == last_id and len(index.cells) == persisted \
+            and index.run.status == status:
         return index
     try:
         run = store_pages.run(run_id)
     except store.UnknownRun as exc:
         raise NotFound(str(exc)) from None
-    if index is not None and len(index.cells) < state.persisted and index.last_id < state.last_id:
+    if index is not None and len(index.cells) < persisted and index.last_id < last_id:
         known = {c.id for c in index.cells}
         lookback = 0 if isinstance(store._bound(), store.peewee.SqliteDatabase) else 256
         new = [c for c in store_pages.cells_after(run_id, max(0, index.last_id - lookback), limit=1_000_000)
@@ -267,12 +286,9 @@ def run_index(run_id: str, state: store_pages.RunState) -> RunIndex:
 def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
              tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
              descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
-    try:
-        state = store_pages.state(run_id)
-    except store.UnknownRun as exc:
-        raise NotFound(str(exc)) from None
-    index = run_index(run_id, state)
+    index = run_index(run_id)
     run, by_pair = index.run, index.by_pair
+    state = index.state(run.status, run.expected)
     columns = [model] if model and model in run.models else list(run.models)
     wanted = {s for s in statuses if s in PAIR_STATUSES}
     text = (q or "").strip().lower()
@@ -386,7 +402,7 @@ class ComparePage:
     comparison: Comparison
     latency: dict[str, tuple[int | None, int | None]]  # model → (p50 in A, p50 in B)
 
-    @property
+    @cached_property
     def flipped(self):
         return self.comparison.flipped
 
@@ -394,16 +410,21 @@ class ComparePage:
         return len(self.comparison.of_kind(kind))
 
 
+_comparisons: dict[tuple, "ComparePage"] = {}
+
+
 def _side(run_id: str) -> RunIndex:
-    try:
-        return run_index(run_id, store_pages.state(run_id))
-    except store.UnknownRun as exc:
-        raise NotFound(str(exc)) from None
+    return run_index(run_id)
 
 
 def compare_page(a: str, b: str) -> ComparePage:
     side_a, side_b = _side(a), _side(b)
     run_a, cells_a, run_b, cells_b = side_a.run, side_a.cells, side_b.run, side_b.cells
+    version = (a, side_a.last_id, len(cells_a), b, side_b.last_id, len(cells_b))
+    with _indexes_lock:
+        known = _comparisons.get(version)
+    if known is not None:
+        return known
 
     def rows(cells: list[Cell]) -> list[dict[str, Any]]:
         return [{"scenario_key": c.scenario_key, "model": c.model, "status": c.status, "score": c.score,
@@ -414,7 +435,12 @@ def compare_page(a: str, b: str) -> ComparePage:
     lat_a = {m.model: m.p50_ms for m in side_a.models}
     lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}
-    return ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
+    page = ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
+    with _indexes_lock:
+        if len(_comparisons) >= _INDEX_LIMIT:
+            _comparisons.clear()
+        _comparisons[version] = page
+    return page
 
 
 FLIP_KINDS = (REGRESSED, FIXED, CHANGED)

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.templating import Jinja2Templates
 
-from .. import store
-from . import charts, queries
-from .app import HERE, ViewConfig
+from evaljobs import store
+from evaljobs.view import charts, queries
+from evaljobs.view.app import HERE, ViewConfig
 
 
 def _pct(value: float | None) -> str:
@@ -155,7 +155,7 @@ class Pages:
         return self._render(request, "compare.html", p=page, a=a, b=b, recent=recent, kinds=queries.FLIP_KINDS)
 
     def fleet(self, request: Request) -> HTMLResponse:
-        from .live import fleet_status
+        from evaljobs.view.live import fleet_status
 
         return self._render(request, "fleet.html", status=fleet_status(self.config),
                             broker=store.redact(self.config.broker) if self.config.broker else "memory")

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, Sequence
 
 import peewee
 
-from . import store
-from .result import Result
+from evaljobs import store
+from evaljobs.evaluation.result import Result
 
 #: Characters of an answer (or error) a grid cell receives.
 PREVIEW_CHARS = 240
@@ -287,6 +287,22 @@ def state(run_id: str) -> RunState:
                     passed=counts.get("passed", 0), failed=counts.get("failed", 0),
                     errored=counts.get("errored", 0), finished=status in store.FINISHED_STATUSES,
                     last_id=int(last or 0))
+
+
+@store._reconnecting
+def head(run_id: str) -> tuple[str, int, int, int]:
+    """(status, expected, persisted, highest row id): by primary key and the per-run index, no counting.
+
+    What a page needs to tell whether what it derived from the run's rows is still current.
+    """
+    db = _db()
+    p = db.param
+    with store._connection() as db:
+        row = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
+        if row is None:
+            raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+        last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
+    return row[0], row[1], row[2], int(last or 0)
 
 
 @store._reconnecting
