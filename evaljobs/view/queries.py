@@ -210,6 +210,8 @@ class RunIndex:
     groups: list[str]
     total_cost: float
     counts: dict[str, int] = field(default_factory=dict)
+    #: For each row, its (model, cell) pairs in the run's model order, built once.
+    grid: list[list[tuple[str, Cell | None]]] = field(default_factory=list)
 
     def state(self, status: str, expected: int) -> store_pages.RunState:
         c = self.counts
@@ -239,7 +241,9 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
         prompt = s.prompt if s else ""
         rows.append(_Row(key, s.group if s else None, tuple(s.tags) if s else (), prompt,
                          f"{key}\n{prompt}".lower()))
-    return RunIndex(run=run, last_id=last_id, cells=cells, by_pair={(c.scenario_key, c.model): c for c in cells},
+    by_pair = {(c.scenario_key, c.model): c for c in cells}
+    grid = [[(m, by_pair.get((row.key, m))) for m in run.models] for row in rows]
+    return RunIndex(run=run, last_id=last_id, cells=cells, by_pair=by_pair, grid=grid,
                     rows=rows, models=model_rows(run.models, cells),
                     faults=sorted({c.fault for c in cells if c.fault}),
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
@@ -283,6 +287,23 @@ def run_index(run_id: str) -> RunIndex:
     return built
 
 
+_searches: "dict[tuple, set[tuple[str, str]]]" = {}
+
+
+def _search(run_id: str, last_id: int, count: int, text: str) -> set[tuple[str, str]]:
+    """Pairs whose answer or key contains ``text``: one indexed query, kept while the run is unchanged."""
+    version = (run_id, last_id, count, text)
+    with _indexes_lock:
+        hit = _searches.get(version)
+    if hit is None:
+        hit = store_pages.search(run_id, text)
+        with _indexes_lock:
+            if len(_searches) >= 32:
+                _searches.clear()
+            _searches[version] = hit
+    return hit
+
+
 def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
              tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
              descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
@@ -290,17 +311,19 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     run, by_pair = index.run, index.by_pair
     state = index.state(run.status, run.expected)
     columns = [model] if model and model in run.models else list(run.models)
+    every_model = columns == list(run.models)
     wanted = {s for s in statuses if s in PAIR_STATUSES}
     text = (q or "").strip().lower()
-    found = store_pages.search(run_id, text) if text else set()
+    found = _search(run_id, index.last_id, len(index.cells), text) if text else set()
     matched: list[tuple[_Row, list[tuple[str, Cell | None]]]] = []
-    for row in index.rows:
+    for row, cells in zip(index.rows, index.grid):
         if tag and tag not in row.tags:
             continue
         if group and row.group != group:
             continue
         key = row.key
-        cells = [(m, by_pair.get((key, m))) for m in columns]
+        if not every_model:
+            cells = [(m, by_pair.get((key, m))) for m in columns]
         if wanted and not any((c.status if c else "pending") in wanted for _, c in cells):
             continue
         if fault and not any(c is not None and c.fault == fault for _, c in cells):
