@@ -106,6 +106,16 @@ class Hints:
             pass
 
 
+def held(fn, *args):
+    """Call ``fn`` in a pool thread that keeps its SQLite connection (see ``store.hold_connection``).
+
+    The pool's threads live as long as the server; opening a SQLite connection per read ran its
+    pragmas each time, and closing the last one checkpointed the WAL.
+    """
+    store.hold_connection()
+    return fn(*args)
+
+
 def fleet_status(config: ViewConfig):
     from evaljobs.workers.status import collect
 
@@ -137,8 +147,8 @@ class Streams:
             last_sent, quiet, seen = None, 0.0, set()
             while True:
                 try:
-                    state = await run_in_threadpool(store_pages.state, run_id)
-                    rows = await run_in_threadpool(store_pages.cells_after, run_id, max(0, after - lookback))
+                    state = await run_in_threadpool(held, store_pages.state, run_id)
+                    rows = await run_in_threadpool(held, store_pages.cells_after, run_id, max(0, after - lookback))
                 except store.UnknownRun as exc:
                     yield sse("gone", {"error": str(exc)})
                     return
@@ -175,7 +185,7 @@ class Streams:
             states = {}
             for run_id in ids:
                 try:
-                    states[run_id] = (await run_in_threadpool(store_pages.state, run_id)).to_dict()
+                    states[run_id] = (await run_in_threadpool(held, store_pages.state, run_id)).to_dict()
                 except store.UnknownRun:
                     continue
             changed = {k: v for k, v in states.items() if last.get(k) != v}
@@ -193,7 +203,7 @@ class Streams:
         template = self.templates.env.get_template("_fleet.html")
         last = None
         while True:
-            status = await run_in_threadpool(fleet_status, self.config)
+            status = await run_in_threadpool(held, fleet_status, self.config)
             html = template.render(status=status)
             if html != last:
                 yield sse("fleet", {"html": html})

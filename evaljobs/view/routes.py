@@ -101,6 +101,7 @@ class Pages:
         return self._render(request, "error.html", code=status, message=detail)
 
     def runs(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         statuses = [s for s in request.query_params.getlist("status") if s]
         bad = [s for s in statuses if s not in store.RUN_STATUSES]
         if bad:
@@ -117,6 +118,7 @@ class Pages:
                             running=[i.run.id for i in items if not i.run.status in store.FINISHED_STATUSES])
 
     def run(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         p = request.query_params
         sort = p.get("sort") or "key"
         try:
@@ -135,6 +137,7 @@ class Pages:
                             live=not page.state.finished)
 
     def scenario(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         baseline = request.query_params.get("baseline") or None
         try:
             page = queries.scenario_page(request.path_params["run_id"], request.path_params["key"],
@@ -144,6 +147,7 @@ class Pages:
         return self._render(request, "scenario.html", p=page)
 
     def compare(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         a, b = request.query_params.get("a") or "", request.query_params.get("b") or ""
         recent = queries.store_pages.runs(limit=100)
         page = None
@@ -155,6 +159,7 @@ class Pages:
         return self._render(request, "compare.html", p=page, a=a, b=b, recent=recent, kinds=queries.FLIP_KINDS)
 
     def fleet(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         from evaljobs.view.live import fleet_status
 
         return self._render(request, "fleet.html", status=fleet_status(self.config),
