@@ -470,6 +470,9 @@ UNREACHABLE = {
     "bench-db": (["bench", SUPPORT, "-m", "sim/a", "--db", DEAD_PG, "--widths", "1", "--repeat", "1",
                   "--simulate", "latency=0"], 2, "cannot reach database"),
     "status-redis": (["status", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
+    "view-db": (["view", "--db", DEAD_PG, "--port", "BUSY_PORT"], 2, "cannot reach database"),
+    "view-redis": (["view", "--broker", DEAD_REDIS, "--db", "SQLITE", "--port", "BUSY_PORT"], 2, "127.0.0.1"),
+    "view-port-in-use": (["view", "--db", "SQLITE", "--port", "BUSY_PORT"], 2, "cannot listen on 127.0.0.1"),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from evaljobs import store
-from evaljobs.cli import EXIT_USAGE, db_option
+from evaljobs.cli import EXIT_USAGE, _ping_redis, db_option
 
 
 @click.command("view")
@@ -34,7 +34,9 @@ def view(db, broker, port, host, token, open_browser) -> None:
     except ViewError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
-    store.connect(db)
+    store.connect(db)  # an unreachable database stops here, in one line
+    if config.redis_url:
+        _ping_redis(config.redis_url)  # and so does an unreachable broker: the fleet and live pages need it
     url = url_of(config)
 
     def ready() -> None:

@@ -5,6 +5,8 @@ Importing this package imports no web stack; :func:`serve` and
 """
 from __future__ import annotations
 
+import socket
+
 from evaljobs.errors import UsageError
 from evaljobs.view.app import ViewConfig, is_loopback
 
@@ -52,6 +54,15 @@ def serve(config: ViewConfig, *, on_ready=None) -> None:
         from evaljobs.pipeline import events
 
         events.bind_redis(config.redis_url)
+    # Bound here, not by uvicorn, so a busy port is an OSError the command reports in one line.
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError:
+        sock.close()
+        raise
     server = uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=config.port,
                                            log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=2))
@@ -64,7 +75,10 @@ def serve(config: ViewConfig, *, on_ready=None) -> None:
                 on_ready()
 
         server.startup = startup
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 __all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of"]
