@@ -124,7 +124,7 @@ def test_the_guard_checks_the_token_host_and_method_on_every_request(viewed, tmp
             assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "default-src 'none'" in csp
             assert bearer.headers["x-content-type-options"] == "nosniff"
             assert client.post("/", headers={"authorization": "Bearer s3cret-token"}).status_code == 405
-        assert "s3cret-token" not in viewer.log.read_text().replace("?token=s3cret-token", "")
+        assert "s3cret-token" not in viewer.log.read_text()  # never printed, though the address is
     finally:
         viewer.close()
     open_viewer = Viewer(viewed, "memory", tmp_path / "view2.log")

@@ -40,11 +40,13 @@ def view(db, broker, port, host, token, open_browser) -> None:
     url = url_of(config)
 
     def ready() -> None:
-        click.echo(f"evaljobs view: {url}", err=True)
+        # The token is a secret: never printed (logs keep it); --open hands it to the browser only.
+        hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
+        click.echo(f"evaljobs view: {url}{hint}", err=True)
         if open_browser:
             import webbrowser
 
-            webbrowser.open(url)
+            webbrowser.open(url_of(config, with_token=True))
 
     try:
         serve(config, on_ready=ready)

@@ -36,10 +36,11 @@ def check_config(config: ViewConfig) -> None:
         raise ViewError(f"--port {config.port} is not a TCP port (1-65535)")
 
 
-def url_of(config: ViewConfig) -> str:
+def url_of(config: ViewConfig, *, with_token: bool = False) -> str:
+    """The viewer's address; the token only when asked (for ``--open``), never for printing."""
     host = f"[{config.host}]" if ":" in config.host else config.host
     base = f"http://{host}:{config.port}/"
-    return base + (f"?token={config.token}" if config.token else "")
+    return base + (f"?token={config.token}" if config.token and with_token else "")
 
 
 def serve(config: ViewConfig, *, on_ready=None) -> None:

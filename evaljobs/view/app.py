@@ -100,7 +100,7 @@ class Guard:
             ok = (bearer.startswith("Bearer ") and _same(bearer[7:], self.token)) or \
                  (cookie_value is not None and _same(cookie_value, self.token))
             if not ok:
-                await _plain(send, 401, "evaljobs view: open the address printed at start (it carries ?token=…)")
+                await _plain(send, 401, "evaljobs view: open this address once with ?token=YOUR_TOKEN, or send Authorization: Bearer")
                 return
 
         async def with_headers(message) -> None:
