@@ -266,7 +266,7 @@ def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(si
         f'  - key: s{i:02d}\n    prompt: "[sim: say answer {i}]"\n    expect: {{contains: ["answer"]}}'
         for i in range(20)]
     catalog = loads_catalog("\n".join(lines) + "\n", source="live.yaml")
-    with SimulatedProvider(latency=0.25, jitter=0.05) as sim:
+    with SimulatedProvider(latency=0.4, jitter=0.05) as sim:
         monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
         worker = WorkerProcess(site["redis"], site["db"], threads=2, log=site["folder"] / "worker.log",
                                env={"EVALJOBS_SIM_URL": sim.url})
