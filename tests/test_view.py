@@ -214,3 +214,29 @@ def test_the_live_stream_follows_a_run_from_the_database_without_a_broker(viewed
     assert seen[-1][0] == "done"
     last_state = [data["state"] for name, data in seen if name == "update"][-1]
     assert last_state["persisted"] == 6 and last_state["failed"] == 1
+
+
+def test_the_runs_list_stream_moves_running_runs_and_ends_when_they_finish(viewed, tmp_path):
+    catalog = loads_catalog("name: listed\nscenarios:\n  - key: a\n    prompt: q\n  - key: b\n    prompt: q\n",
+                            source="listed.yaml")
+    run = store.create_run(catalog, ["m"], strategy="sequential")
+    store.mark_running(run.id)
+    viewer = Viewer(viewed, "memory", tmp_path / "view.log")
+    try:
+        with httpx.Client(base_url=viewer.url, timeout=30) as client:
+            page = client.get("/")
+            assert f'data-live="{run.id}"' in page.text and "<progress" in page.text
+            with client.stream("GET", f"/live/runs?id={run.id}") as response:
+                stream = _events(response, lambda e: e[0] == "done")
+                first = next(stream)
+                assert first == ("runs", {run.id: {**first[1][run.id], "persisted": 0, "status": "running"}})
+                store.record_result(run.id, Result("a", "m", "passed"))
+                store.record_result(run.id, Result("b", "m", "failed"))
+                store.finalize(run.id)
+                rest = list(stream)
+    finally:
+        viewer.close()
+    states = [data[run.id] for name, data in rest if name == "runs"]
+    assert states[-1]["persisted"] == 2 and states[-1]["finished"] and states[-1]["status"] == "complete"
+    assert states[-1]["failed"] == 1
+    assert rest[-1][0] == "done"
