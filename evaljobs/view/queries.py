@@ -429,8 +429,12 @@ class ComparePage:
     def flipped(self):
         return self.comparison.flipped
 
-    def kind_count(self, kind: str) -> int:
-        return len(self.comparison.of_kind(kind))
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """The comparison's headline numbers, computed once (each is a pass over every pair)."""
+        c = self.comparison
+        return {"headline": c.headline(), "mean_score_delta": c.mean_score_delta, "cost_delta": c.cost_delta,
+                "only_a": len(c.only_a), "only_b": len(c.only_b)}
 
 
 _comparisons: dict[tuple, "ComparePage"] = {}
@@ -459,6 +463,7 @@ def compare_page(a: str, b: str) -> ComparePage:
     lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}
     page = ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
+    page.summary, page.flipped  # noqa: B018 - computed before the page is shared between requests
     with _indexes_lock:
         if len(_comparisons) >= _INDEX_LIMIT:
             _comparisons.clear()
