@@ -161,6 +161,12 @@ class Session:
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat = self.load(catalog)
+        from evaljobs.evaluation.evaluate import JudgeModelMissing, require_judge_models
+
+        try:  # no self-judging: a judged catalog needs a judge model before anything is created
+            require_judge_models(cat.scenarios, judge_model, self.providers)
+        except JudgeModelMissing as exc:
+            raise UsageError(f"{cat.source}: {exc}") from None
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None)
         context = capture_context(self.context_providers)

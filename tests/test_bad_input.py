@@ -184,7 +184,8 @@ CORPUS = {
     "unknown-criterion": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    criteria: [vibes]\n",
         ["bad.yaml:5: scenario 'a': criteria: unknown criterion 'vibes'; known: response_present, contains, "
-         "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge"]),
+         "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
+         "assertions"]),
     "group-without-name": (
         "name: x\ngroups:\n  - scenarios: [{key: a, prompt: hi}]\n",
         ["bad.yaml:3: group #1: missing 'name'"]),
@@ -217,7 +218,8 @@ CORPUS = {
     "expect-a-list": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: [contains]\n",
         ["bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, judge, "
-         "max_latency_ms, token_budget), not a list"]),
+         "max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, ideal_grader, "
+         "reference, assertions), not a list"]),
     "same-field-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    prompt: again\n",
         ["bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the last "

@@ -112,7 +112,7 @@ def test_junit_failures_carry_fault_and_grader_details() -> None:
     assert "scores: contains=0.000, expected_tools=0.000, response_present=1.000" in body
     assert 'missing: "cancelled"' in body
     assert 'expected tool not called: cancel_order {"order_id": "5678"}' in body
-    assert "judge: 0.200 claims success without acting" in body
+    assert "judge (?): 0.200 claims success without acting" in body
     assert "answer: Sure, consider it done!" in body
     error = root.find("testsuite[@name='sim/fast']/testcase[@name='refund-policy']/error")
     assert error.get("message") == "HTTP 400: bad request" and error.get("type") == "run_error"

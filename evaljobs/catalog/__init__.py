@@ -23,7 +23,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import yaml
@@ -35,7 +35,28 @@ DEFAULT_PASS_THRESHOLD = 0.7
 
 #: Criterion names a catalog may list under ``criteria`` (the graders implement them).
 CRITERIA = ("response_present", "contains", "not_contains", "regex", "expected_tools",
-            "max_latency_ms", "token_budget", "llm_judge")
+            "max_latency_ms", "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
+#: Criteria a scenario's ``expect.gate`` may name (the expectations that can fail a scenario on their own).
+GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_tools", "max_latency_ms",
+            "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
+#: How ``expect.ideal`` answers are compared (OpenAI evals' Match / Includes / FuzzyMatch).
+IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
+#: ``expect.assertions`` kinds: ``builtin`` (native checks on the transformed output), ``javascript``
+#: (run in Node), ``python`` (run in a subprocess), ``json_schema`` (validated with jsonschema).
+ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema")
+
+
+def _present_criteria(expect: "Expect") -> tuple[str, ...]:
+    """The criteria this block of expectations enables, in ``GATEABLE`` order."""
+    present = {
+        "contains": bool(expect.contains or expect.patterns),
+        "not_contains": bool(expect.not_contains or expect.forbidden_patterns),
+        "regex": bool(expect.regex), "expected_tools": bool(expect.tools),
+        "max_latency_ms": expect.max_latency_ms is not None, "token_budget": expect.token_budget is not None,
+        "llm_judge": expect.judge is not None, "ideal": bool(expect.ideal),
+        "assertions": bool(expect.assertions),
+    }
+    return tuple(c for c in GATEABLE if present.get(c))
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -99,6 +120,21 @@ class Expect:
     judge: str | None = None
     max_latency_ms: int | None = None
     token_budget: int | None = None
+    #: ActiveAgent-style patterns: a case-insensitive substring, or else a case-insensitive regex.
+    #: Graded under ``contains`` / ``not_contains`` (faults ``missing_content`` / ``forbidden_content``).
+    patterns: tuple[str, ...] = ()
+    forbidden_patterns: tuple[str, ...] = ()
+    #: ``all``: every expected tool must be called; ``any``: one of them is enough (ActiveAgent).
+    tools_match: str = "all"
+    #: Criteria that fail the scenario on their own, whatever the mean score.
+    gates: tuple[str, ...] = ()
+    #: Reference answers and how they are compared (``IDEAL_GRADERS``).
+    ideal: tuple[str, ...] = ()
+    ideal_grader: str = "includes"
+    #: The reference answer the LLM judge compares against (``model_graded_fact``-style).
+    reference: str | None = None
+    #: Assertions run by an external runtime or a transform chain (promptfoo imports): plain JSON data.
+    assertions: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -332,7 +368,7 @@ def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
 
 # --------------------------------------------------------------------------- YAML + line numbers
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from evaljobs.yaml12 import FastLoader as _Loader  # noqa: E402 - YAML 1.2: Yes/No/on/off stay strings
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
 _NO_KEY = object()
@@ -524,7 +560,9 @@ _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
 _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
 _LIVE_KINDS = ("http", "mcp")
-_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget")
+_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget",
+                "patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader", "reference",
+                "assertions")
 _EXPECTED_TOOL_KEYS = ("name", "arguments")
 _MESSAGE_KEYS = ("role", "content", "name")
 
@@ -837,10 +875,9 @@ class _Context:
             if raw.get("system") is not None:
                 self.add(mpath, where, "has both 'system' and a leading system message; keep one")
                 return (), None
+            # Further system messages stay in the conversation as written (OpenAI evals samples have
+            # several); a provider that takes one system prompt gets them merged by its adapter.
             lifted = messages.pop(0)["content"]
-            if messages and messages[0]["role"] == "system":
-                self.add(mpath, where, "starts with two system messages; merge them into one")
-                return (), None
         if not any(m["role"] == "user" for m in messages):
             self.add(mpath, where, "messages need at least one user message")
             return (), None
@@ -992,7 +1029,31 @@ class _Context:
         contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
         not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
                                     raw.get("not_contains"))
-        return Expect(
+        patterns = self.strings(path + ("patterns",), where, "expect.patterns", raw.get("patterns"))
+        forbidden = self.strings(path + ("forbidden_patterns",), where, "expect.forbidden_patterns",
+                                 raw.get("forbidden_patterns"))
+        tools_match = raw.get("tools_match", "all")
+        if tools_match not in ("all", "any"):
+            self.add(path + ("tools_match",), where,
+                     f"expect.tools_match must be 'all' (every expected tool) or 'any' (one of them), "
+                     f"not {_show(tools_match)}")
+            tools_match = "all"
+        ideal = self.strings(path + ("ideal",), where, "expect.ideal", raw.get("ideal"))
+        grader = raw.get("ideal_grader", "includes")
+        if grader not in IDEAL_GRADERS:
+            self.add(path + ("ideal_grader",), where, f"expect.ideal_grader must be one of "
+                                                      f"{', '.join(IDEAL_GRADERS)}, not {_show(grader)}")
+            grader = "includes"
+        reference = raw.get("reference")
+        if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+            self.add(path + ("reference",), where,
+                     f"expect.reference must be the reference answer (a non-empty string), not {_show(reference)}")
+            reference = None
+        if reference is not None and judge is None:
+            self.add(path + ("reference",), where, "expect.reference is the LLM judge's reference answer; "
+                                                   "add expect.judge (the rubric) or remove it")
+        assertions = self.assertions(path + ("assertions",), where, raw.get("assertions"))
+        out = Expect(
             contains=tuple(sorted(contains)),
             not_contains=tuple(sorted(not_contains)),
             regex=tuple(sorted(regexes)),
@@ -1000,7 +1061,55 @@ class _Context:
             judge=judge,
             max_latency_ms=own.get("max_latency_ms", effective["max_latency_ms"]),
             token_budget=own.get("token_budget", effective["token_budget"]),
+            patterns=tuple(sorted(patterns)),
+            forbidden_patterns=tuple(sorted(forbidden)),
+            tools_match=tools_match,
+            ideal=tuple(ideal),
+            ideal_grader=grader,
+            reference=reference,
+            assertions=assertions,
         )
+        return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
+
+    def gates(self, path: tuple, where: str, raw: Any, expect: Expect) -> tuple[str, ...]:
+        """``gate: true`` (every expectation written in this block) or a list of criterion names."""
+        if raw is None or raw is False:
+            return ()
+        present = _present_criteria(expect)
+        if raw is True:
+            return present
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.add(path, where, f"expect.gate must be true (every expectation is a gate) or a list of "
+                                  f"criterion names ({', '.join(GATEABLE)}), not {_show(raw)}")
+            return ()
+        out = []
+        for item in items:
+            if item not in GATEABLE:
+                self.add(path, where, f"expect.gate: unknown criterion {item!r}{_suggest(item, GATEABLE, 'known')}")
+            elif item not in present and item not in ("response_present", "tools_succeeded"):
+                self.add(path, where, f"expect.gate names {item!r}, but this scenario expects nothing for it; "
+                                      f"add the expectation or remove it from gate")
+            elif item not in out:
+                out.append(item)
+        return tuple(c for c in GATEABLE if c in out)
+
+    def assertions(self, path: tuple, where: str, raw: Any) -> tuple[dict[str, Any], ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.add(path, where, f"expect.assertions must be a list of assertions, not {_kind(raw)}")
+            return ()
+        out = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, dict) or item.get("kind") not in ASSERTION_KINDS:
+                self.add(path + (i,), where, f"expect.assertions[{i}] must be a mapping with 'kind' "
+                                             f"({', '.join(ASSERTION_KINDS)}), not {_show(item)}")
+                continue
+            value = self.json_value(path + (i,), where, f"expect.assertions[{i}]", item)
+            if isinstance(value, dict):
+                out.append(value)
+        return tuple(out)
 
     def expected_tools(self, path: tuple, where: str, raw: Any,
                        declared: list[str]) -> tuple[ExpectedTool, ...]:
@@ -1133,6 +1242,21 @@ def _tool_body(t: Tool) -> dict[str, Any]:
     return body
 
 
+def _expect_body(e: Expect) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
+        "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
+        "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
+    # Later fields only when set: catalogs that do not use them keep their digest.
+    optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
+                "tools_match": e.tools_match if e.tools_match != "all" else None,
+                "gate": list(e.gates), "ideal": list(e.ideal),
+                "ideal_grader": e.ideal_grader if e.ideal else None, "reference": e.reference,
+                "assertions": [dict(a) for a in e.assertions]}
+    body.update({k: v for k, v in optional.items() if v})
+    return body
+
+
 def _scenario_body(s: Scenario) -> dict[str, Any]:
     e = s.expect
     return {
@@ -1140,9 +1264,7 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
         "messages": [dict(m) for m in s.messages],
         "system": s.system,
         "tools": [_tool_body(t) for t in s.tools],
-        "expect": {"contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
-                   "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
-                   "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget},
+        "expect": _expect_body(e),
         "tags": list(s.tags),
         "notes": s.notes,
         "group": s.group,
@@ -1198,7 +1320,7 @@ def _suggest(key: Any, valid: tuple[str, ...] | list[str], label: str) -> str:
 
 
 __all__ = [
-    "CRITERIA", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD", "Expect",
+    "ASSERTION_KINDS", "CRITERIA", "GATEABLE", "IDEAL_GRADERS", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD", "Expect",
     "ExpectedTool", "ROLES", "Scenario", "Tool", "catalog_from_body", "digest_of", "load_catalog",
     "loads_catalog", "parse_catalog",
 ]

@@ -76,6 +76,8 @@ class ProviderConfig:
 class ProvidersConfig:
     providers: dict[str, ProviderConfig]
     source: str = "<built-in>"
+    #: The providers file's default judge model (``judge_model: provider/model``) for llm_judge criteria.
+    judge_model: str | None = None
 
     def get(self, name: str) -> ProviderConfig:
         try:
@@ -146,17 +148,22 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
         return ProvidersConfig(providers=providers, source=source)
     if not isinstance(data, dict):
         raise ModelSpecError(f"{source}: expected a mapping with a 'providers' key, got {_kind(data)}")
-    unknown = [k for k in data if k != "providers"]
+    unknown = [k for k in data if k not in ("providers", "judge_model")]
     if unknown:
         raise ModelSpecError(f"{source}: unknown top-level key {_show(unknown[0])}; "
-                             f"the file holds only 'providers: {{name: {{base_url: ...}}}}'")
+                             f"the file holds only 'providers: {{name: {{base_url: ...}}}}' "
+                             f"and an optional default 'judge_model: provider/model'")
+    judge_model = data.get("judge_model")
+    if judge_model is not None and (not isinstance(judge_model, str) or "/" not in judge_model):
+        raise ModelSpecError(f"{source}: judge_model must be a model spec like 'openai/gpt-4o-mini', "
+                             f"not {_show(judge_model)}")
     entries = data.get("providers") or {}
     if not isinstance(entries, dict):
         raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, "
                              f"got {_kind(entries)}")
     for name, entry in entries.items():
         providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)))
-    return ProvidersConfig(providers=providers, source=source)
+    return ProvidersConfig(providers=providers, source=source, judge_model=judge_model)
 
 
 def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None) -> ProviderConfig:

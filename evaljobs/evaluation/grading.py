@@ -6,6 +6,7 @@ injected as a callable so this module never talks to a provider itself.
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,17 +23,47 @@ CRITERIA = (
     "max_latency_ms",
     "token_budget",
     "llm_judge",
+    "tools_succeeded",
+    "ideal",
+    "assertions",
 )
 
-#: Faults, most mechanical first: a non-passing result gets the first one that applies.
+#: Faults, most mechanical first: a non-passing result gets the first one that applies
+#: (the order of ActiveAgent's diagnosis: an empty answer, then tool errors, tools, content, quality).
 FAULTS = (
     "run_error",
+    "judge_unavailable",
+    "not_gradable",
     "tool_error",
     "expected_tool_not_called",
     "forbidden_content",
     "missing_content",
+    "regex_mismatch",
+    "wrong_answer",
+    "assertion_failed",
+    "too_slow",
+    "over_token_budget",
     "low_quality",
 )
+
+#: The fault a failing criterion stands for.
+CRITERION_FAULT = {
+    "response_present": "missing_content",
+    "contains": "missing_content",
+    "not_contains": "forbidden_content",
+    "regex": "regex_mismatch",
+    "expected_tools": "expected_tool_not_called",
+    "tools_succeeded": "tool_error",
+    "ideal": "wrong_answer",
+    "assertions": "assertion_failed",
+    "max_latency_ms": "too_slow",
+    "token_budget": "over_token_budget",
+    "llm_judge": "low_quality",
+}
+
+#: An assertion runner: ``run(assertion, answer, scenario) -> (passed, score, reason)``; injected so that
+#: grading never starts a process itself. ``None``: the scenario's external assertions are not gradable.
+AssertionRunner = Callable[[dict, str, Scenario], "tuple[bool, float, str]"]
 
 
 @dataclass
@@ -42,6 +73,13 @@ class JudgeVerdict:
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0
+    #: Set when the judge gave no usable verdict (unreachable, refused, not the expected JSON after its
+    #: retries): the pair is ``errored`` with fault ``judge_unavailable``, never held against the model.
+    error: str | None = None
+    #: What was asked and answered, kept with the result for every report.
+    prompt: str = ""
+    raw: str = ""
+    model: str = ""
 
 
 #: ``judge(scenario, replay) -> JudgeVerdict | None``; None means "not judged" (e.g. the run's cap is reached).
@@ -79,80 +117,176 @@ def _tool_matches(expected_args: dict[str, Any], actual_args: dict[str, Any]) ->
     return True
 
 
-def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None) -> Grades:
+def pattern_matches(text: str, pattern: str) -> bool:
+    """ActiveAgent's rule (``Scorer.matches_pattern?``): a case-insensitive substring, or else a
+    case-insensitive regular expression; a pattern that does not compile only counts as a substring."""
+    if not pattern.strip():
+        return False
+    if pattern.lower() in text.lower():
+        return True
+    try:
+        return re.search(pattern, text, re.IGNORECASE) is not None
+    except (re.error, RecursionError, OverflowError):
+        return False
+
+
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """OpenAI evals' ``normalize``: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def ideal_matches(answer: str, ideal: str, grader: str) -> bool:
+    """One reference answer, compared the way OpenAI evals' eval classes compare it."""
+    if grader == "match":  # evals.record_and_check_match: the sampled text starts with the ideal
+        return answer.startswith(ideal)
+    if grader == "includes":  # Includes (ignore_case=False): utils.get_answer finds it
+        return ideal in answer
+    if grader == "includes_ignore_case":  # Includes(ignore_case=True), Inspect's includes()
+        return ideal.lower() in answer.lower()
+    a, b = normalize_answer(answer), normalize_answer(ideal)  # fuzzy_match: either way round
+    if not a or not b:
+        return a == b
+    return a in b or b in a
+
+
+def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
+          assertions: AssertionRunner | None = None) -> Grades:
     """Score a replay against the scenario's expectations.
 
-    Score is the mean of the applicable criteria; the result passes when the
-    score reaches the scenario's pass threshold. A replay with an error is
-    ``errored`` with fault ``run_error`` and is not graded further.
+    Score is the mean of the applicable criteria. The result passes when the
+    score reaches the scenario's pass threshold and no gate failed; a failed gate
+    fails the scenario whatever the score, with that gate's fault. A replay with
+    an error is ``errored`` with fault ``run_error``; a judge that gave no usable
+    verdict makes the pair ``errored`` with ``judge_unavailable`` (it says nothing
+    about the model under test).
     """
     if replay.error:
         return Grades(status=ERRORED, score=0.0, fault="run_error", details={"error": replay.error})
 
     expect = scenario.expect
+    gates = set(expect.gates)
     answer = replay.answer or ""
     lowered = answer.lower()
     scores: dict[str, float] = {}
     details: dict[str, Any] = {}
 
-    if _applies(scenario, "response_present"):
+    def applies(name: str) -> bool:
+        return _applies(scenario, name) or name in gates
+
+    if applies("response_present"):
         scores["response_present"] = 1.0 if answer.strip() else 0.0
-    if expect.contains and _applies(scenario, "contains"):
+    if (expect.contains or expect.patterns) and applies("contains"):
         missing = [s for s in expect.contains if s.lower() not in lowered]
-        scores["contains"] = _fraction(len(expect.contains) - len(missing), len(expect.contains))
+        missing += [p for p in expect.patterns if not pattern_matches(answer, p)]
+        total = len(expect.contains) + len(expect.patterns)
+        scores["contains"] = _fraction(total - len(missing), total)
         if missing:
             details["missing"] = missing
-    if expect.not_contains and _applies(scenario, "not_contains"):
+    if (expect.not_contains or expect.forbidden_patterns) and applies("not_contains"):
         found = [s for s in expect.not_contains if s.lower() in lowered]
-        scores["not_contains"] = _fraction(len(expect.not_contains) - len(found), len(expect.not_contains))
+        found += [p for p in expect.forbidden_patterns if pattern_matches(answer, p)]
+        total = len(expect.not_contains) + len(expect.forbidden_patterns)
+        scores["not_contains"] = _fraction(total - len(found), total)
         if found:
             details["forbidden"] = found
-    if expect.regex and _applies(scenario, "regex"):
+    if expect.regex and applies("regex"):
         unmatched = [r for r in expect.regex if not re.search(r, answer)]
         scores["regex"] = _fraction(len(expect.regex) - len(unmatched), len(expect.regex))
         if unmatched:
             details["unmatched_regex"] = unmatched
-    if expect.tools and _applies(scenario, "expected_tools"):
+    if expect.tools and applies("expected_tools"):
         not_called = []
         for wanted in expect.tools:
             if not any(c.name == wanted.name and _tool_matches(wanted.arguments, c.arguments or {})
                        for c in replay.tool_calls):
                 not_called.append({"name": wanted.name, "arguments": wanted.arguments})
-        scores["expected_tools"] = _fraction(len(expect.tools) - len(not_called), len(expect.tools))
-        if not_called:
+        if expect.tools_match == "any":  # ActiveAgent: any one of the expected tools is enough
+            scores["expected_tools"] = 0.0 if len(not_called) == len(expect.tools) else 1.0
+        else:
+            scores["expected_tools"] = _fraction(len(expect.tools) - len(not_called), len(expect.tools))
+        if scores["expected_tools"] < 1.0:
             details["expected_tools_not_called"] = not_called
-    if expect.max_latency_ms is not None and _applies(scenario, "max_latency_ms"):
+    tool_errors = [c for c in replay.tool_calls if c.error]
+    if tool_errors:
+        details["tool_errors"] = [{"name": c.name, "error": c.error} for c in tool_errors]
+    if "tools_succeeded" in gates and replay.tool_calls:
+        scores["tools_succeeded"] = 0.0 if tool_errors else 1.0
+    if expect.ideal and applies("ideal"):
+        hit = any(ideal_matches(answer, ideal, expect.ideal_grader) for ideal in expect.ideal)
+        scores["ideal"] = 1.0 if hit else 0.0
+        if not hit:
+            details["ideal"] = {"grader": expect.ideal_grader, "expected": list(expect.ideal)}
+    if expect.max_latency_ms is not None and applies("max_latency_ms"):
         scores["max_latency_ms"] = 1.0 if replay.duration_ms <= expect.max_latency_ms else 0.0
-    if expect.token_budget is not None and _applies(scenario, "token_budget"):
+    if expect.token_budget is not None and applies("token_budget"):
         used = replay.input_tokens + replay.output_tokens
         scores["token_budget"] = 1.0 if used <= expect.token_budget else 0.0
-    if expect.judge and judge is not None and _applies(scenario, "llm_judge"):
+    if expect.assertions and applies("assertions"):
+        if assertions is None:
+            details["assertions"] = "not gradable: no assertion runner in this process"
+            return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
+        outcomes = []
+        for item in expect.assertions:
+            passed, value, reason = assertions(item, answer, scenario)
+            outcomes.append({"assertion": item.get("label") or item.get("kind"), "pass": bool(passed),
+                             "score": round(float(value), 6), "reason": reason[:500]})
+        scores["assertions"] = _fraction(sum(1 for o in outcomes if o["pass"]), len(outcomes))
+        details["assertions"] = outcomes
+    if expect.judge and judge is not None and applies("llm_judge"):
         verdict = judge(scenario, replay)
         if verdict is None:
             details["judge"] = "skipped: the run's judge-call cap is reached"
         else:
+            info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
+                    "tokens": verdict.input_tokens + verdict.output_tokens}
+            if verdict.error:
+                info.update(score=None, reason=verdict.error)
+                details["judge"] = info
+                return Grades(status=ERRORED, score=0.0, scores=scores, fault="judge_unavailable",
+                              details=details)
             scores["llm_judge"] = max(0.0, min(1.0, float(verdict.score)))
-            details["judge"] = {"score": scores["llm_judge"], "reason": verdict.reason, "cost": verdict.cost,
-                                "tokens": verdict.input_tokens + verdict.output_tokens}
-
-    tool_errors = [c for c in replay.tool_calls if c.error]
-    if tool_errors:
-        details["tool_errors"] = [{"name": c.name, "error": c.error} for c in tool_errors]
+            info.update(score=scores["llm_judge"], reason=verdict.reason)
+            details["judge"] = info
 
     score = sum(scores.values()) / len(scores) if scores else 0.0
     score = round(score, 6)
+    failed_gates = [c for c in GATE_ORDER if c in gates and c in scores and _gate_failed(c, scores[c], scenario)]
+    if failed_gates:
+        details["failed_gates"] = failed_gates
+        return Grades(status=FAILED, score=score, scores=scores, fault=_gate_fault(failed_gates[0], answer),
+                      details=details)
     if score >= scenario.pass_threshold and scores:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
     return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
 
 
+#: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first.
+GATE_ORDER = ("response_present", "tools_succeeded", "expected_tools", "not_contains", "contains", "regex",
+              "ideal", "assertions", "max_latency_ms", "token_budget", "llm_judge")
+
+
+def _gate_failed(criterion: str, value: float, scenario: Scenario) -> bool:
+    if criterion == "llm_judge":  # a judge grade must reach the threshold on its own (ActiveAgent)
+        return value < scenario.pass_threshold
+    return value < 1.0
+
+
+def _gate_fault(criterion: str, answer: str) -> str:
+    if criterion == "response_present":  # ActiveAgent: "the agent returned nothing" is a run_error
+        return "run_error"
+    return CRITERION_FAULT[criterion]
+
+
 def _fault(scores: dict[str, float], tool_errors: list) -> str:
     if tool_errors:
         return "tool_error"
-    if scores.get("expected_tools", 1.0) < 1.0:
-        return "expected_tool_not_called"
-    if scores.get("not_contains", 1.0) < 1.0:
-        return "forbidden_content"
-    if min(scores.get("contains", 1.0), scores.get("regex", 1.0), scores.get("response_present", 1.0)) < 1.0:
-        return "missing_content"
+    for criterion in ("expected_tools", "not_contains", "contains", "response_present", "regex", "ideal",
+                      "assertions"):
+        if scores.get(criterion, 1.0) < 1.0:
+            return CRITERION_FAULT[criterion]
     return "low_quality"

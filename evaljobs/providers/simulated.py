@@ -656,6 +656,12 @@ def _step_answer(directives: list[Directive], model: str, messages: list[dict[st
         first_id = 1 + sum(len(m.get("tool_calls") or []) for m in assistant_turns)
         calls = [_tool_call(d, first_id + i) for i, d in enumerate(step)]
         return _Answer(tool_calls=calls, finish_reason="tool_calls")
+    if not steps:
+        from evaljobs.providers.simulated_judge import judge_answer  # a judge request gets a real, deterministic grade
+
+        verdict = judge_answer(messages)
+        if verdict is not None:
+            return _Answer(content=verdict)
     if last_role == "tool":
         return _Answer(content=_summary(messages))
     tools = payload.get("tools") or []

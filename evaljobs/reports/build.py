@@ -165,7 +165,16 @@ def _compact(result: Result) -> dict[str, Any]:
         "duration_ms": int(result.duration_ms),
         "cost": round(float(result.cost), 6),
         "cached": bool(result.cached),
+        **_judge_entry(result),
     }
+
+
+def _judge_entry(result: Result) -> dict[str, Any]:
+    """The judge's model, prompt, raw answer, parsed score and reason, kept with the pair in the report."""
+    judge = (result.details or {}).get("judge") if isinstance(result.details, dict) else None
+    if not isinstance(judge, dict):
+        return {}
+    return {"judge": {k: judge.get(k) for k in ("model", "score", "reason", "prompt", "raw")}}
 
 
 # -- renderings ---------------------------------------------------------------------------------
@@ -216,12 +225,13 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    best = verdict[0]
-    block = next(m for m in report["models"] if m["model"] == best["model"])
-    tail = f"{block['passed']}/{block['scenarios']} passed, mean score {best['mean_score']:.3f}"
-    if len(verdict) == 1:
-        return f"{_code(best['model'])}: {_pct(best['pass_rate'])} ({tail})"
-    return f"best: {_code(best['model'])} at {_pct(best['pass_rate'])} ({tail})"
+    from evaljobs.headline import headline
+
+    def tail(best: dict[str, Any]) -> str:
+        block = next(m for m in report["models"] if m["model"] == best["model"])
+        return f"{block['passed']}/{block['scenarios']} passed, mean score {best['mean_score']:.3f}"
+
+    return headline(verdict, name=_code, tail=tail)
 
 
 def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Comparison | None" = None) -> str:
@@ -334,8 +344,25 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
     return lines
 
 
+def _markdown_judge(report: dict[str, Any]) -> list[str]:
+    judged = [r for r in report["results"] if r.get("judge")]
+    if not judged:
+        return []
+    lines = ["", "**Judge**", "", "| Scenario | Model | Judge | Score | Reason | Raw answer |",
+             "|---|---|---|---|---|---|"]
+    for row in judged[:MARKDOWN_FAILURES]:
+        j = row["judge"]
+        score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
+        lines.append(f"| {_code(row['scenario_key'])} | {_code(row['model'])} | {_code(j.get('model') or '?')} | "
+                     f"{score} | {_text(_short(j.get('reason') or ''))} | {_text(_short(j.get('raw') or ''))} |")
+    if len(judged) > MARKDOWN_FAILURES:
+        lines.append(f"\n…and {len(judged) - MARKDOWN_FAILURES} more (the judge's prompts are in the JSON report).")
+    return lines
+
+
 def _markdown_details(report: dict[str, Any]) -> list[str]:
     lines = ["", "<details><summary>Details</summary>", ""]
+    lines += _markdown_judge(report)
     if report["criteria"]:
         lines += ["| Criterion | Model | Mean | Min | Max | Passed |", "|---|---|---:|---:|---:|---:|"]
         for c in report["criteria"][:MARKDOWN_CRITERIA]:
@@ -382,6 +409,17 @@ def render_table(report: dict[str, Any]) -> str:
             fault = f" [{row['fault']}]" if row["fault"] else ""
             error = f": {_short(row['error'], 80)}" if row["error"] else ""
             out.append(f"  {row['scenario_key']} × {row['model']}  {row['status']}{fault}{error}")
-    ranking = " > ".join(f"{v['rank']}. {v['model']} ({_pct(v['pass_rate'])})" for v in report["verdict"])
+    judged = [r for r in report["results"] if r.get("judge")]
+    if judged:
+        out.append("")
+        out.append(f"judge ({len(judged)}):")
+        for row in judged:
+            j = row["judge"]
+            score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
+            out.append(f"  {row['scenario_key']} × {row['model']}  {j.get('model') or '?'} score {score}: "
+                       f"{_short(j.get('reason') or '', 80)}  raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
+    from evaljobs.headline import ranking as _ranking
+
+    ranking = _ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]
     return "\n".join(out) + "\n"

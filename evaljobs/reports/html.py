@@ -197,8 +197,9 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    best = verdict[0]
-    return f"{'best: ' if len(verdict) > 1 else ''}{best['model']} at {_pct(best['pass_rate'])}"
+    from evaljobs.headline import headline
+
+    return headline(verdict)
 
 
 def _header(report: dict[str, Any]) -> list[str]:

@@ -62,7 +62,12 @@ def grade_lines(result: Result) -> list[str]:
         lines.append(f"tool error: {failed.get('name')}: {failed.get('error')}")
     judge = details.get("judge")
     if isinstance(judge, dict):
-        lines.append(f"judge: {float(judge.get('score') or 0.0):.3f} {judge.get('reason') or ''}".rstrip())
+        score = "-" if judge.get("score") is None else f"{float(judge['score']):.3f}"
+        lines.append(f"judge ({judge.get('model') or '?'}): {score} {judge.get('reason') or ''}".rstrip())
+        if judge.get("raw"):
+            lines.append(f"judge answer: {judge['raw']}")
+        if judge.get("prompt"):
+            lines.append(f"judge prompt: {judge['prompt']}")
     elif judge:
         lines.append(f"judge: {judge}")
     for call in result.tool_calls or []:

@@ -189,7 +189,9 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
         except json.JSONDecodeError as exc:
             raise CatalogError([f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
                                 f"(column {exc.colno})"]) from None
-    loader = yaml.SafeLoader(text)
+    from evaljobs.yaml12 import SafeLoader  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
+
+    loader = SafeLoader(text)
     try:
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}

@@ -53,6 +53,7 @@ from typing import Any
 
 import yaml
 
+from evaljobs import yaml12
 from evaljobs.catalog.importers import Problems, check_keys, key_part, read_text, render, slug, strings
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest")
@@ -251,7 +252,7 @@ def _prompt_file(ref: str, problems: Problems, path: tuple, where: str, base: st
         parts = [p.strip() for p in re.split(r"^---\s*$", text, flags=re.M)]
         return [p for p in parts if p]
     try:
-        data = json.loads(text) if ext == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if ext == ".json" else yaml12.load(text)
     except (ValueError, yaml.YAMLError) as exc:
         problems.error(path, where, f"prompt file {ref!r} is not valid {ext[1:].upper()}: "
                                     f"{str(exc).splitlines()[0]}")

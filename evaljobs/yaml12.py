@@ -1,0 +1,80 @@
+"""YAML 1.2 (core schema) loaders on PyYAML: ``Yes``, ``No``, ``on``, ``off`` stay strings.
+
+PyYAML implements YAML 1.1, where ``body: Yes`` is the boolean ``true``,
+``017`` is fifteen, ``1:30`` is ninety and ``2024-01-01`` is a date. promptfoo
+(js-yaml), most editors and YAML 1.2 read them as text, the number 17 and text.
+A catalog or an imported file must mean the same thing here as in the tool it
+came from, so every YAML evaljobs reads goes through these loaders.
+
+Why a resolver on PyYAML rather than another library: the catalog reader walks
+PyYAML's event stream to keep line numbers for every key (see
+``evaljobs.catalog``), fast with the C parser; swapping only the implicit
+resolvers and the integer constructor gives the YAML 1.2 core schema there and
+in the plain loaders alike, with no second parser to keep in step.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+_TAG = "tag:yaml.org,2002:"
+
+#: The YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), plus the merge key.
+CORE_RESOLVERS: list[tuple[str, re.Pattern[str], str]] = [
+    ("bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
+    ("null", re.compile(r"^(?:~|null|Null|NULL|)$"), "~nN"),
+    ("int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), "-+0123456789"),
+    ("float", re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+0123456789."),
+    ("merge", re.compile(r"^(?:<<)$"), "<"),
+]
+
+
+def _resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    table: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    for name, regexp, first in CORE_RESOLVERS:
+        for char in first:
+            table.setdefault(char, []).append((_TAG + name, regexp))
+    table.setdefault(None, []).append((_TAG + "null", CORE_RESOLVERS[1][1]))  # the empty scalar
+    return table
+
+
+_CORE = _resolvers()
+_BOOL = {"true": True, "false": False}
+
+
+def _construct_int(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> int:
+    value = loader.construct_scalar(node)
+    if value.startswith("0o"):
+        return int(value[2:], 8)
+    if value.startswith("0x"):
+        return int(value[2:], 16)
+    return int(value, 10)  # "017" is seventeen in YAML 1.2
+
+
+def _construct_bool(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> bool:
+    return _BOOL[loader.construct_scalar(node).lower()]
+
+
+def _make(base: type) -> type:
+    cls = type(f"Yaml12{base.__name__}", (base,), {"yaml_implicit_resolvers": _CORE,
+                                                    "bool_values": _BOOL})
+    cls.yaml_constructors = dict(base.yaml_constructors)
+    cls.add_constructor(_TAG + "int", _construct_int)
+    cls.add_constructor(_TAG + "bool", _construct_bool)
+    return cls
+
+
+#: The pure-Python and (when PyYAML has it) C-accelerated YAML 1.2 safe loaders.
+SafeLoader: type = _make(yaml.SafeLoader)
+FastLoader: type = _make(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def load(text: str) -> Any:
+    """``yaml.safe_load`` with YAML 1.2 core-schema scalars."""
+    return yaml.load(text, Loader=FastLoader)  # noqa: S506 - a safe loader
+
+
+__all__ = ["CORE_RESOLVERS", "FastLoader", "SafeLoader", "load"]
