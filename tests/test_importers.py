@@ -132,7 +132,7 @@ groups:
 def test_activeagent_catalog_maps_products_sets_judges_and_criteria():
     result, catalog = _catalog(AA_CATALOG)
     assert result.excluded == 1 and result.format == "activeagent-catalog"
-    assert catalog.name == "acme-support" and catalog.description == "Acme support evaluations"
+    assert catalog.name == "Acme support evaluations" and catalog.description == ""  # the display name is kept
     assert catalog.keys == ("account.orders.history", "shop.orders.cancel", "shop.orders.status",
                             "shop.stock.kettle")
 
@@ -169,12 +169,14 @@ products:
 """)
     assert _errors(path) == [
         f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, "
-        "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge); use a "
+        "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, "
+        "tools_succeeded, ideal, assertions); use a "
         "known criterion (write rubric points into 'judge') or pass --lenient to skip it"]
     result, catalog = _catalog(path, lenient=True)
     assert result.warnings == [f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
                                "response_present, contains, not_contains, regex, expected_tools, "
-                               "max_latency_ms, token_budget, llm_judge); skipped (--lenient)"]
+                               "max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, assertions); "
+                               "skipped (--lenient)"]
     assert catalog.scenario("p.s.a").criteria == ("contains",)
 
 

@@ -43,7 +43,28 @@ How it maps (chosen so that converting is lossless and stable):
   included on purpose; included ones are tagged ``production_only``.
 * Expected tools the scenario does not declare are declared without canned
   results (the agent under test — a host adapter — provides them).
-* ``criteria`` must be evaljobs criterion names (``contains``, ``llm_judge``...).
+* ``criteria`` are evaljobs criterion names (``contains``, ``llm_judge``...), or
+  ActiveAgent criterion hashes ``{key, type: llm_judge, config: {prompt}}`` (the
+  prompt becomes the judge rubric); other criterion hashes are refused with a reason.
+* A set's ``judge`` is a rubric string, or ActiveAgent's mapping: ``{kind: rules}``
+  (no LLM judge) or ``{kind: llm, model: provider/model, prompt: rubric}`` (``model``
+  becomes the group's ``judge_model``; without a prompt the judge grades task
+  completion, as ActiveAgent's ``Judge#score_task`` does).
+* A product's ``agent`` and ``repository`` are kept as tags ``agent:<name>`` and
+  ``repository:<name>``. The catalog's ``name`` (its display name) is the native
+  name — its key when it has none — and its ``description`` the description.
+
+Graded as ActiveAgent grades (``Diagnosis``): every expectation is a gate
+(``expect.gate``), so a scenario fails on an empty answer (``run_error``), a tool
+error, no expected tool called — expected tools mean *any of* them —, forbidden
+content or missing content, whatever its mean score; a judge grade must reach the
+pass threshold (0.7, ActiveAgent's ``PASS_THRESHOLD``) on its own. ``contains`` /
+``not_contains`` follow ``Scorer.matches_pattern?``: a case-insensitive substring,
+or else a case-insensitive regular expression — plain text stays ``contains``,
+anything with regex syntax becomes ``patterns`` / ``forbidden_patterns``.
+Not modelled: the ``missing_capability`` and ``ungrounded_answer`` heuristics
+(phrase lists over the answer): an answer they would flag is graded on its
+expectations alone.
 """
 from __future__ import annotations
 
@@ -56,10 +77,15 @@ from evaljobs.catalog.importers import Problems, check_keys, key_part, render, s
 _SUITE_KEYS = ("suite", "description", "groups", "version")
 _CATALOG_KEYS = ("catalog", "name", "description", "products", "version")
 _GROUP_KEYS = ("key", "name", "description", "scenarios")
-_PRODUCT_KEYS = ("key", "name", "description", "sets")
+_PRODUCT_KEYS = ("key", "name", "description", "sets", "agent", "repository")
 _SET_KEYS = ("key", "name", "description", "judge", "criteria", "scenarios")
-_SCENARIO_KEYS = ("key", "prompt", "messages", "system", "tools", "expect", "notes", "production_only",
-                  "tags", "params")
+_SCENARIO_KEYS = ("key", "prompt", "messages", "system", "tools", "expect", "expectations", "contains",
+                  "not_contains", "notes", "production_only", "tags", "params", "position")
+#: ActiveAgent's PASS_THRESHOLD (lib/active_agent/evals.rb).
+PASS_THRESHOLD = 0.7
+#: The rubric for ``judge: {kind: llm}`` without a prompt: ActiveAgent's task-completion grade.
+TASK_COMPLETION = "The answer completes the task the user asked for, correctly and without inventing facts."
+_REGEX_SYNTAX = set("\\^$.|?*+()[]{}")
 _EXPECT_KEYS = ("tools", "contains", "not_contains", "regex", "judge")
 
 PRODUCTION_TAG = "production_only"
@@ -107,9 +133,10 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
                                          f"not {name!r}")
         name = "catalog"
     _top_level(problems, data, _CATALOG_KEYS)
-    out: dict[str, Any] = {"name": name.strip()}
-    description = data.get("description") or data.get("name")
-    if isinstance(description, str):
+    display = data.get("name")
+    out: dict[str, Any] = {"name": display.strip() if isinstance(display, str) and display.strip() else name.strip()}
+    description = data.get("description")
+    if isinstance(description, str) and description.strip():
         out["description"] = description
     groups = []
     for p, product in _entries(problems, data, "products", (), "catalog"):
@@ -126,13 +153,13 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
                 continue
             swhere = f"set '{pkey}.{skey}'"
             check_keys(problems, spath, swhere, raw_set, _SET_KEYS)
-            judge = raw_set.get("judge")
-            if judge is not None and (not isinstance(judge, str) or not judge.strip()):
-                problems.error(spath + ("judge",), swhere,
-                               f"judge must be a rubric (a non-empty string), not {judge!r}")
-                judge = None
             defaults: dict[str, Any] = {}
-            criteria = _criteria(problems, spath + ("criteria",), swhere, raw_set.get("criteria"))
+            judge, judge_model = _set_judge(problems, spath + ("judge",), swhere, raw_set.get("judge"))
+            if judge_model:
+                defaults["judge_model"] = judge_model
+            criteria, rubric = _criteria(problems, spath + ("criteria",), swhere, raw_set.get("criteria"))
+            if rubric:
+                judge = f"{judge}\n{rubric}" if judge else rubric
             if criteria:
                 defaults["criteria"] = criteria
             scenarios = [sc for i, item in _entries(problems, raw_set, "scenarios", spath, swhere)
@@ -141,7 +168,7 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
                                                   judge)) is not None]
             if scenarios:
                 label = f"{_label(product, pkey)} / {_label(raw_set, skey)}"
-                group: dict[str, Any] = {"name": label, "tags": [pkey, skey]}
+                group: dict[str, Any] = {"name": label, "tags": [pkey, skey] + _product_tags(product)}
                 if defaults:
                     group["defaults"] = defaults
                 group["scenarios"] = scenarios
@@ -225,9 +252,19 @@ class _State:
             tools = None
         tools = list(tools or [])
 
-        expect = self.expect(raw.get("expect"), path + ("expect",), where, fill, tools)
+        if tools and all(isinstance(t, str) for t in tools):  # ActiveAgent: top-level tools are expected tools
+            top_tools, tools = tools, []
+        else:
+            top_tools = None
+        raw_expect = raw.get("expect", raw.get("expectations"))
+        if raw_expect is None and any(raw.get(k) is not None for k in ("contains", "not_contains")) \
+                or top_tools:  # Scenario.from_hash reads these at the top level too
+            raw_expect = {k: v for k, v in (("tools", top_tools), ("contains", raw.get("contains")),
+                                            ("not_contains", raw.get("not_contains"))) if v is not None}
+        expect = self.expect(raw_expect, path + ("expect",), where, fill, tools)
         if set_judge is not None and "judge" not in expect:  # the scenario's own rubric wins
             expect["judge"] = fill(set_judge, "judge")
+        _activeagent_semantics(expect)
         if tools:
             out["tools"] = copy.deepcopy(tools)
         if expect:
@@ -341,22 +378,106 @@ def _label(raw: dict, key: str) -> str:
     return name.strip() if isinstance(name, str) and name.strip() else key
 
 
-def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> list[str]:
+def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[list[str], str | None]:
+    """evaljobs criterion names, and a rubric from ActiveAgent ``llm_judge`` criterion hashes."""
     if raw is None:
-        return []
-    items = strings(raw)
-    if items is None:
-        problems.error(path, where, f"criteria must be a list of criterion names ({', '.join(CRITERIA)})")
-        return []
-    out = []
+        return [], None
+    items = raw if isinstance(raw, list) else [raw]
+    out: list[str] = []
+    rubrics: list[str] = []
     for item in items:
+        if isinstance(item, dict):  # ActiveAgent's {key, type, config} criterion
+            kind = item.get("type")
+            prompt = (item.get("config") or {}).get("prompt") if isinstance(item.get("config"), dict) else None
+            if kind == "llm_judge" and isinstance(prompt, str) and prompt.strip():
+                rubrics.append(prompt.strip())
+            else:
+                problems.unsupported(path, where, f"ActiveAgent criterion {item.get('key') or kind!r} (type "
+                                                  f"{kind!r}) is not mapped: only llm_judge criteria with a "
+                                                  f"config.prompt are", "write it as an expectation")
+            continue
+        if not isinstance(item, str):
+            problems.error(path, where, f"criteria must be a list of criterion names ({', '.join(CRITERIA)})")
+            return [], None
         if item in CRITERIA:
             out.append(item)
         else:
             problems.unsupported(path, where, f"criterion {item!r} is not one evaljobs grades "
                                               f"(known: {', '.join(CRITERIA)})",
                                  "use a known criterion (write rubric points into 'judge')")
-    return out
+    if rubrics and out and "llm_judge" not in out:
+        out.append("llm_judge")
+    return out, "\n".join(rubrics) or None
+
+
+def _set_judge(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[str | None, str | None]:
+    """A set's judge: a rubric string, or ``{kind: rules}`` / ``{kind: llm, model, prompt}``."""
+    if raw is None:
+        return None, None
+    if isinstance(raw, str):
+        if not raw.strip():
+            problems.error(path, where, "judge must be a rubric (a non-empty string) or a mapping with 'kind'")
+        return (raw if raw.strip() else None), None
+    if not isinstance(raw, dict):
+        problems.error(path, where, f"judge must be a rubric (a string) or a mapping with 'kind', not {raw!r}")
+        return None, None
+    kind = raw.get("kind")
+    check_keys(problems, path, f"{where}: judge", raw, ("kind", "model", "judge_model", "prompt", "rubric"))
+    if kind == "rules":  # rule scores only: no LLM judge
+        return None, None
+    if kind != "llm":
+        problems.error(path + ("kind",), where, f"judge.kind must be 'rules' or 'llm', not {kind!r}")
+        return None, None
+    model = raw.get("model", raw.get("judge_model"))
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        problems.error(path, where, f"judge.model must be a model spec like 'openai/gpt-4o-mini', not {model!r}")
+        model = None
+    rubric = raw.get("prompt", raw.get("rubric"))
+    if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):
+        problems.error(path, where, f"judge.prompt must be a rubric (a non-empty string), not {rubric!r}")
+        rubric = None
+    return rubric or TASK_COMPLETION, model
+
+
+def _product_tags(product: dict[str, Any]) -> list[str]:
+    return [f"{name}:{product[name]}" for name in ("agent", "repository")
+            if isinstance(product.get(name), str) and product[name].strip()]
+
+
+def _looks_like_regex(pattern: str) -> bool:
+    return any(char in _REGEX_SYNTAX for char in pattern)
+
+
+def _activeagent_semantics(expect: dict[str, Any]) -> None:
+    """Grade as ActiveAgent's Diagnosis does: gates, any-of tools, substring-or-regex patterns."""
+    import re
+
+    for name, target in (("contains", "patterns"), ("not_contains", "forbidden_patterns")):
+        items = expect.get(name) or []
+        regexes = []
+        for item in items:
+            if _looks_like_regex(item):
+                try:
+                    re.compile(item)
+                except (re.error, RecursionError, OverflowError):
+                    continue  # not a valid regex: ActiveAgent matches it as a substring only
+                regexes.append(item)
+        if regexes:
+            expect[target] = regexes
+            plain = [i for i in items if i not in regexes]
+            if plain:
+                expect[name] = plain
+            else:
+                expect.pop(name)
+    if expect.get("tools"):
+        expect["tools_match"] = "any"
+    gates = ["response_present", "tools_succeeded"]
+    for criterion, keys in (("expected_tools", ("tools",)), ("contains", ("contains", "patterns")),
+                            ("not_contains", ("not_contains", "forbidden_patterns")), ("regex", ("regex",)),
+                            ("llm_judge", ("judge",))):
+        if any(expect.get(k) for k in keys):
+            gates.append(criterion)
+    expect["gate"] = gates
 
 
 def _text(value: Any) -> str:
