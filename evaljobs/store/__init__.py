@@ -1059,11 +1059,30 @@ def _report_results(run_id: str) -> list[Result]:
             value = parsed[text] = json.loads(text)
         return dict(value)  # a copy each: a Result's scores are its own
 
-    return [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
-                   fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
-                   input_tokens=input_tokens, output_tokens=output_tokens)
-            for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
-            output_tokens in rows]
+    results = [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
+                      fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
+                      input_tokens=input_tokens, output_tokens=output_tokens)
+               for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
+               output_tokens in rows]
+    _add_judge_details(run_id, results)
+    return results
+
+
+def _add_judge_details(run_id: str, results: list[Result]) -> None:
+    """The judge's prompt, raw answer, score and reason go into the report: read ``details`` only for
+    the pairs a judge was asked about (runs without a judge read nothing more)."""
+    judged = {(r.scenario_key, r.model): r for r in results
+              if "llm_judge" in r.scores or r.fault == "judge_unavailable"}
+    if not judged:
+        return
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.details)
+             .where(ResultRow.run == run_id).tuples())
+    for key, model, details in query:
+        result = judged.get((key, model))
+        if result is not None:
+            judge = (_loads(details) or {}).get("judge")
+            if isinstance(judge, dict):
+                result.details = {"judge": judge}
 
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
