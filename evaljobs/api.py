@@ -167,6 +167,13 @@ class Session:
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
             raise UsageError(f"{cat.source}: {exc}") from None
+        external = [a for s in cat.scenarios for a in s.expect.assertions]
+        if external:
+            from .assertions import refusal
+
+            problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
+            if problem:
+                raise UsageError(f"{cat.source}: {problem}")
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None)
         context = capture_context(self.context_providers)

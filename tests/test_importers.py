@@ -309,16 +309,16 @@ tests:
   - description: refund question
     vars: {question: "refund?"}
     assert:
-      - type: javascript
-        value: output.length < 10
+      - type: levenshtein
+        value: refund
       - type: icontains
         value: refund
 """)
     assert _errors(path) == [
-        f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot be graded by evaljobs; "
+        f"{path}:9: test #3 ('refund question'): assertion type 'levenshtein' cannot be graded by evaljobs; "
         "remove it or pass --lenient to skip it"]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'javascript' cannot "
+    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'levenshtein' cannot "
                                "be graded by evaljobs; skipped (--lenient)"]
     assert catalog.scenario("prompt-1.refund-question").expect.contains == ("refund",)
     assert catalog.keys == ("prompt-1.b", "prompt-1.refund-question", "prompt-1.test-1")
@@ -366,8 +366,7 @@ tests:
         f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
         f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
         "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it",
-        f"{path}:18: test #2 ('odd values'): assertion type 'is-json' with a JSON schema cannot be graded by "
-        "evaljobs; remove it or pass --lenient to skip it",
+        # (is-json with a schema, line 18, is graded now: jsonschema validates it)
         f"{path}:22: test #3 ('no var'): unknown key 'expect' (known: description, vars, assert, threshold, "
         "metadata, options); remove or rename it or pass --lenient to skip it",
         f"{path}:20: test #3 ('no var'): var 'many' is a list (promptfoo runs one test per value; evaljobs "

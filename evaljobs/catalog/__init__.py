@@ -42,8 +42,10 @@ GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_t
 #: How ``expect.ideal`` answers are compared (OpenAI evals' Match / Includes / FuzzyMatch).
 IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
 #: ``expect.assertions`` kinds: ``builtin`` (native checks on the transformed output), ``javascript``
-#: (run in Node), ``python`` (run in a subprocess), ``json_schema`` (validated with jsonschema).
-ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema")
+#: (run in Node), ``python`` (run in a subprocess), ``json_schema`` (validated with jsonschema), and
+#: ``refused`` (skipped at import under --lenient, with its reason: a scenario left with nothing else
+#: to grade is reported as not gradable).
+ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused")
 
 
 def _present_criteria(expect: "Expect") -> tuple[str, ...]:
@@ -54,7 +56,7 @@ def _present_criteria(expect: "Expect") -> tuple[str, ...]:
         "regex": bool(expect.regex), "expected_tools": bool(expect.tools),
         "max_latency_ms": expect.max_latency_ms is not None, "token_budget": expect.token_budget is not None,
         "llm_judge": expect.judge is not None, "ideal": bool(expect.ideal),
-        "assertions": bool(expect.assertions),
+        "assertions": any(a.get("kind") != "refused" for a in expect.assertions),
     }
     return tuple(c for c in GATEABLE if present.get(c))
 ROLES = ("system", "user", "assistant", "tool")

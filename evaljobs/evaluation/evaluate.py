@@ -119,7 +119,7 @@ def _grading_error(grades) -> str | None:
         judge = grades.details.get("judge")
         return str(judge.get("reason") if isinstance(judge, dict) else judge)
     if grades.fault == "not_gradable":
-        return str(grades.details.get("assertions") or "not gradable")
+        return "not gradable: " + "; ".join(grades.details.get("not_gradable") or ["no assertion can run"])
     return None
 
 

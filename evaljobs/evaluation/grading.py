@@ -226,13 +226,26 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if expect.token_budget is not None and applies("token_budget"):
         used = replay.input_tokens + replay.output_tokens
         scores["token_budget"] = 1.0 if used <= expect.token_budget else 0.0
-    if expect.assertions and applies("assertions"):
+    refused = [a for a in expect.assertions if a.get("kind") == "refused"]
+    runnable = [a for a in expect.assertions if a.get("kind") != "refused"]
+    if refused and not runnable and not _has_expectations(expect):
+        # Every assertion of the source test was refused at import (--lenient): nothing is left to grade,
+        # and "the answer is not empty" is not the test the user wrote.
+        details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
+        return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
+    if runnable and applies("assertions"):
+        from .assertions import AssertionRefused
+
         if assertions is None:
-            details["assertions"] = "not gradable: no assertion runner in this process"
+            details["not_gradable"] = ["no assertion runner in this process"]
             return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
         outcomes = []
-        for item in expect.assertions:
-            passed, value, reason = assertions(item, answer, scenario)
+        for item in runnable:
+            try:
+                passed, value, reason = assertions(item, answer, scenario)
+            except AssertionRefused as exc:
+                details["not_gradable"] = [str(exc)]
+                return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
             outcomes.append({"assertion": item.get("label") or item.get("kind"), "pass": bool(passed),
                              "score": round(float(value), 6), "reason": reason[:500]})
         scores["assertions"] = _fraction(sum(1 for o in outcomes if o["pass"]), len(outcomes))
@@ -263,6 +276,12 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if score >= scenario.pass_threshold and scores:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
     return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
+
+
+def _has_expectations(expect) -> bool:
+    return bool(expect.contains or expect.not_contains or expect.regex or expect.tools or expect.judge
+                or expect.patterns or expect.forbidden_patterns or expect.ideal
+                or expect.max_latency_ms is not None or expect.token_budget is not None)
 
 
 #: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first.

@@ -37,10 +37,25 @@ promptfoo), unless it sets ``threshold`` (then the native ``pass_threshold``).
 Note that evaljobs' judge scores from 0 to 1: with no threshold, an
 ``llm-rubric`` must get full marks.
 
-Anything else (``javascript``, ``python``, ``similar``, a schema on
-``is-json``, ...) cannot be graded by evaljobs: an error naming the test and
-the type, or skipped with a warning under ``--lenient``. ``providers`` are
-ignored (choose models with ``-m``), with a warning.
+Run outside Python's graders (``evaljobs.assertions``): ``javascript`` (inline,
+in Node), ``python`` (inline or ``file://x.py[:function]``, whose source is
+stored in the catalog; in a subprocess), ``is-json`` with a schema
+(``jsonschema``), and any built-in assertion on a transformed output: the test's
+``options.transform`` (or ``defaultTest``'s) then the assertion's own
+``transform`` run in Node first, as promptfoo applies them.
+
+``$ref: '#/assertionTemplates/<name>'`` (any JSON pointer into the same file)
+is replaced by what it points to; siblings of ``$ref`` refine it.
+
+Refused, with the reason: ``similar`` (needs an embedding model), ``cost``
+(not graded per pair), file:// JavaScript modules and transforms, an
+``llm-rubric`` or ``latency`` with a transform, and unknown types: an error
+naming the test and the type, or under ``--lenient`` skipped with a warning
+— a test whose every assertion was skipped is then reported as not gradable,
+never graded on "an answer came back". ``providers`` are ignored (choose
+models with ``-m``), with a warning.
+
+YAML is read as YAML 1.2, as promptfoo reads it: ``body: Yes`` is the text "Yes".
 """
 from __future__ import annotations
 
@@ -56,7 +71,7 @@ import yaml
 from evaljobs import yaml12
 from evaljobs.catalog.importers import Problems, check_keys, key_part, read_text, render, slug, strings
 
-_TOP_KEYS = ("description", "prompts", "tests", "defaultTest")
+_TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",
                 "writeLatestResults", "tags", "metadata", "$schema")
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
@@ -95,7 +110,8 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     tests = _tests(data.get("tests"), problems, base)
 
     default_vars = _vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest", base)
-    converted = [_test(path, test, default, default_vars, problems, base) for path, test in tests]
+    refs = _Refs(data, problems)
+    converted = [_test(path, test, default, default_vars, problems, base, refs) for path, test in tests]
     seen: set[str] = set()
     for test in converted:  # two tests share a description: number the later ones
         if test.key in seen:
@@ -128,17 +144,22 @@ class _Test:
 
 
 def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], problems: Problems,
-          base: str) -> _Test:
+          base: str, refs: "_Refs") -> _Test:
     i = path[-1] if isinstance(path[-1], int) else 0
     label = test.get("description") if isinstance(test.get("description"), str) else None
     where = f"test #{i + 1}" + (f" ({label!r})" if label else "")
     check_keys(problems, path, where, test, _TEST_KEYS)
     variables = dict(default_vars)
     variables.update(_vars(test.get("vars"), problems, path + ("vars",), where, base))
+    # promptfoo merges the test's options over defaultTest's: the test's transform wins.
+    transform = _options_transform(test, path, where, problems)
+    if transform is None:
+        transform = _options_transform(default, ("defaultTest",), "defaultTest", problems)
+    ctx = _AssertContext(variables=variables, transform=transform, base=base, refs=refs)
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
     expect = _merge(_expect(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
-                            variables, fill_at=(path, f"{where} (defaultTest.assert)")),
-                    _expect(test.get("assert"), problems, path + ("assert",), where, variables))
+                            variables, fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx),
+                    _expect(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx))
     threshold = test.get("threshold", default.get("threshold"))
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
@@ -307,7 +328,7 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
             problems.error(path, "tests", f"tests file {ref!r} not found (looked for {file})")
             return []
         try:
-            raw = yaml.safe_load(read_text(file))
+            raw = yaml12.load(read_text(file))
         except yaml.YAMLError as exc:
             problems.error(path, "tests", f"tests file {ref!r} is not valid YAML: {str(exc).splitlines()[0]}")
             return []
@@ -382,7 +403,7 @@ def _metadata_tags(raw: Any) -> list[str]:
 
 
 def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: dict[str, Any],
-            *, fill_at: tuple[tuple, str] | None = None) -> dict[str, Any]:
+            *, fill_at: tuple[tuple, str] | None = None, ctx: "_AssertContext | None" = None) -> dict[str, Any]:
     """Native ``expect`` for a list of promptfoo assertions.
 
     ``fill_at`` names the (path, entry) to blame for a missing var, when that is
@@ -394,8 +415,13 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
         problems.error(path, where, "assert must be a list of assertions")
         return {}
     out: dict[str, Any] = {}
+    ctx = ctx or _AssertContext(variables=variables)
     for i, item in enumerate(raw):
         apath = path + (i,)
+        if isinstance(item, dict) and "$ref" in item and ctx.refs is not None:
+            item = ctx.refs.resolve(item, apath, where)
+            if item is None:
+                continue
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
             continue
@@ -403,19 +429,160 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
         kind = item["type"]
         value = item.get("value")
         missing_at, bad_at = fill_at or (apath, where), (apath, where)
-        if isinstance(value, str):
-            value = _fill(value, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
-        elif isinstance(value, list):
-            value = [_fill(v, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
-                     if isinstance(v, str) else v for v in value]
+        if kind not in _CODE_TYPES:  # code is not a template (its own {{ }} and quotes are code)
+            if isinstance(value, str):
+                value = _fill(value, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
+            elif isinstance(value, list):
+                value = [_fill(v, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
+                         if isinstance(v, str) else v for v in value]
+        label = f"{where}: assertion #{i + 1} ({kind})"
         try:
-            _assertion(kind, value, item, out)
+            _external(kind, value, item, out, ctx, label) or _transformed(kind, value, item, out, ctx, label) \
+                or _assertion(kind, value, item, out)
         except _Unsupported as exc:
             problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
-                             "remove it")
+                                 "remove it")
+            if problems.lenient:
+                out.setdefault("assertions", []).append({"kind": "refused", "label": label,
+                                                         "reason": f"{kind} {exc.reason}"})
         except _BadValue as exc:
             problems.error(apath, where, f"assertion {kind!r}: {exc.reason}")
     return out
+
+
+_CODE_TYPES = ("javascript", "not-javascript", "python", "not-python")
+
+
+@dataclass
+class _AssertContext:
+    """What an assertion needs besides itself: the test's vars, its transform, the config's folder."""
+
+    variables: dict[str, Any]
+    transform: str | None = None
+    base: str = "."
+    refs: "_Refs | None" = None
+
+    def transforms(self, item: dict) -> list[str]:
+        """The test's ``options.transform`` first, then the assertion's own ``transform`` (as promptfoo)."""
+        own = item.get("transform")
+        if own is not None and (not isinstance(own, str) or not own.strip()):
+            raise _BadValue(f"transform must be a JavaScript expression (a string), not {own!r}")
+        chain = [t for t in (self.transform, own) if t]
+        for t in chain:
+            if t.startswith("file://"):
+                raise _Unsupported(f"with a file:// transform ({t}) cannot be run by evaljobs (only inline "
+                                   f"JavaScript transforms are)")
+        return chain
+
+
+class _Refs:
+    """``$ref: '#/assertionTemplates/name'``: JSON pointers into the same config file."""
+
+    def __init__(self, data: dict, problems: Problems):
+        self.data = data
+        self.problems = problems
+
+    def resolve(self, item: dict, path: tuple, where: str) -> dict | None:
+        ref = item.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            self.problems.unsupported(path, where, f"$ref {ref!r} is not a reference into this file "
+                                                   f"('#/assertionTemplates/<name>')", "inline the assertion")
+            return None
+        target: Any = self.data
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                self.problems.unsupported(path, where, f"$ref {ref!r} points to nothing in this file",
+                                          "define it under assertionTemplates or fix the name")
+                return None
+        if not isinstance(target, dict):
+            self.problems.error(path, where, f"$ref {ref!r} is not an assertion (a mapping with 'type')")
+            return None
+        merged = copy.deepcopy(target)
+        merged.update({k: v for k, v in item.items() if k != "$ref"})  # siblings of $ref refine it
+        return merged
+
+
+def _options_transform(test: dict, path: tuple, where: str, problems: Problems) -> str | None:
+    options = test.get("options")
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        problems.error(path + ("options",), where, "options must be a mapping")
+        return None
+    for key in options:
+        if key != "transform":
+            problems.warn(path + ("options", key), where, f"options.{key} is not used by evaljobs; ignored")
+    transform = options.get("transform")
+    if transform is not None and (not isinstance(transform, str) or not transform.strip()):
+        problems.error(path + ("options", "transform"), where,
+                       f"options.transform must be a JavaScript expression (a string), not {transform!r}")
+        return None
+    return transform
+
+
+def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: _AssertContext, label: str) -> bool:
+    """javascript / python / is-json with a schema: assertions run by ``evaljobs.assertions``."""
+    negate = kind.startswith("not-")
+    base_kind = kind[4:] if negate else kind
+    entry: dict[str, Any]
+    if base_kind == "javascript":
+        if not isinstance(value, str) or not value.strip():
+            raise _BadValue(f"value must be JavaScript code (a string), not {value!r}")
+        if value.startswith("file://"):
+            raise _Unsupported("from a file:// module cannot be run by evaljobs (inline JavaScript is)")
+        entry = {"kind": "javascript", "code": value}
+    elif base_kind == "python":
+        if not isinstance(value, str) or not value.strip():
+            raise _BadValue(f"value must be Python code or file://path.py[:function], not {value!r}")
+        if value.startswith("file://"):
+            ref, _, function = value[len("file://"):].partition(":")
+            file = ref if os.path.isabs(ref) else os.path.join(ctx.base, ref)
+            if not os.path.isfile(file):
+                raise _BadValue(f"Python file {ref!r} not found (looked for {file})")
+            # The source is stored in the catalog: a worker on another machine runs the same code.
+            entry = {"kind": "python", "code": read_text(file), "function": function or "get_assert",
+                     "filename": os.path.basename(file)}
+        else:
+            entry = {"kind": "python", "code": value}
+    elif base_kind == "is-json" and value is not None:
+        if not isinstance(value, dict):
+            raise _BadValue(f"is-json's value must be a JSON schema (a mapping), not {value!r}")
+        entry = {"kind": "json_schema", "schema": value}
+    else:
+        return False
+    entry["label"] = label
+    transforms = ctx.transforms(item)
+    if transforms:
+        entry["transforms"] = transforms
+    if negate:
+        entry["negate"] = True
+    threshold = item.get("threshold")
+    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+        entry["threshold"] = threshold
+    if base_kind in ("javascript", "python") and ctx.variables:
+        entry["vars"] = copy.deepcopy(ctx.variables)
+    out.setdefault("assertions", []).append(entry)
+    return True
+
+
+def _transformed(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: _AssertContext, label: str) -> bool:
+    """A built-in assertion on a transformed output: the native checks, run after the transforms."""
+    transforms = ctx.transforms(item)
+    if not transforms:
+        return False
+    if kind in ("llm-rubric", "latency"):
+        raise _Unsupported("with a transform cannot be graded by evaljobs (the judge and the latency see "
+                           "the answer as it came)")
+    checks: dict[str, Any] = {}
+    _assertion(kind, value, item, checks)
+    out.setdefault("assertions", []).append({"kind": "builtin", "expect": checks, "transforms": transforms,
+                                             "label": label})
+    return True
 
 
 class _Unsupported(Exception):
@@ -490,6 +657,12 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
     elif kind == "llm-rubric":
         rubric = one()
         out["judge"] = f"{out['judge']}\n{rubric}" if out.get("judge") else rubric
+    elif kind == "similar":
+        raise _Unsupported("needs an embedding model to compare meanings, which evaljobs does not have "
+                           "(write the expected phrases as icontains, or a rubric as llm-rubric)")
+    elif kind == "cost":
+        raise _Unsupported("compares promptfoo's price of one call with a threshold; evaljobs reports the "
+                           "cost of each pair but does not grade it")
     elif kind == "latency":
         threshold = item.get("threshold")
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold <= 0:

@@ -1,0 +1,275 @@
+"""External assertions: promptfoo's ``javascript`` and ``python`` assertions, transforms, JSON schemas.
+
+An imported promptfoo test may grade with code. evaljobs runs that code the way
+promptfoo does instead of dropping it:
+
+* ``javascript`` assertions and every ``transform`` run in Node: one long-lived
+  ``node`` process per worker process, spoken to with one JSON line per call on
+  stdin/stdout. Each call runs in a fresh ``vm`` context with a timeout (a loop
+  that never ends is stopped); a call that does not answer in time gets the
+  process killed and restarted. Without ``node`` on PATH the assertion is refused
+  with one line saying how to install it.
+* ``python`` assertions (inline, or a ``file://x.py:function`` whose source the
+  importer stored in the catalog) run in a ``python`` subprocess with a timeout.
+* ``is-json`` with a schema validates with ``jsonschema`` (optional extra
+  ``evaljobs[imports]``).
+* built-in checks on a transformed output reuse the native graders.
+
+A result follows promptfoo's conventions: a boolean is pass/fail; a number is a
+score that passes above 0 (or at ``threshold`` when one is set); an object gives
+``pass``, ``score`` and ``reason``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Any
+
+#: Seconds one JavaScript or Python call may take.
+CALL_TIMEOUT = 10.0
+
+NODE_HINT = ("install Node.js (https://nodejs.org, or your package manager: apt-get install nodejs) so that "
+             "'node' is on PATH")
+
+
+class AssertionRefused(Exception):
+    """An assertion that cannot run here (no Node, no jsonschema): one line, naming it and the fix."""
+
+
+# The Node side: one request per line, one answer per line. Each call's code is the body of
+# `function (output, context)` (a one-line expression gets a `return`, as promptfoo does).
+_NODE_SCRIPT = r"""
+const vm = require('vm');
+const readline = require('readline');
+const rl = readline.createInterface({input: process.stdin});
+function reply(obj) { process.stdout.write(JSON.stringify(obj) + '\n'); }
+rl.on('line', async (line) => {
+  let req;
+  try { req = JSON.parse(line); } catch (e) { reply({ok: false, error: 'bad request'}); return; }
+  const body = req.code.includes('\n') ? req.code : 'return ' + req.code;
+  const sandbox = {output: req.output, context: req.context, JSON, Math, Date, RegExp, Number, String,
+                   Array, Object, Boolean, parseInt, parseFloat, isNaN, isFinite};
+  try {
+    let value = vm.runInNewContext('(function (output, context) {\n' + body + '\n})(output, context)',
+                                   sandbox, {timeout: req.timeout_ms});
+    if (value && typeof value.then === 'function') {
+      value = await Promise.race([value, new Promise((_, no) =>
+        setTimeout(() => no(new Error('timed out after ' + req.timeout_ms + ' ms')), req.timeout_ms))]);
+    }
+    reply({id: req.id, ok: true, value: value === undefined ? null : JSON.parse(JSON.stringify(value))});
+  } catch (e) {
+    reply({id: req.id, ok: false, error: String(e && e.message || e).split('\n')[0]});
+  }
+});
+"""
+
+
+class NodeRunner:
+    """One long-lived Node process (started on first use), shared by the threads of this process."""
+
+    def __init__(self, node: str | None = None, timeout: float = CALL_TIMEOUT):
+        self.node = node or shutil.which("node")
+        self.timeout = timeout
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._next = 0
+
+    def available(self) -> bool:
+        return self.node is not None
+
+    def _start(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([self.node, "-e", _NODE_SCRIPT], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                          bufsize=1)
+        return self._proc
+
+    def call(self, code: str, output: Any, context: dict[str, Any]) -> Any:
+        """Run ``code`` as promptfoo would (``output``, ``context`` in scope); its JSON value, or ``RuntimeError``."""
+        if self.node is None:
+            raise AssertionRefused(f"needs Node.js: {NODE_HINT}")
+        with self._lock:
+            proc = self._start()
+            self._next += 1
+            request = {"id": self._next, "code": code, "output": output, "context": context,
+                       "timeout_ms": int(self.timeout * 1000)}
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+            line = _read_line(proc, self.timeout + 2.0)
+            if line is None:  # stuck (an async loop): kill it, the next call starts a fresh one
+                self.close()
+                raise RuntimeError(f"JavaScript timed out after {self.timeout:g} s")
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise RuntimeError(f"JavaScript error: {answer.get('error')}")
+        return answer.get("value")
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str | None:
+    """One line from the process, or ``None`` when none comes within ``timeout`` seconds."""
+    result: list[str] = []
+    reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive() or not result or not result[0]:
+        return None
+    return result[0]
+
+
+_PYTHON_WRAPPER = r"""
+import json, sys
+request = json.load(sys.stdin)
+scope = {}
+if request.get("function"):
+    exec(compile(request["code"], request.get("filename") or "<assertion>", "exec"), scope)
+    fn = scope[request["function"]]
+else:
+    code = request["code"]
+    body = code if "\n" in code.strip() else "return " + code.strip()
+    source = "def __assertion(output, context):\n" + "\n".join("    " + l for l in body.splitlines())
+    exec(compile(source, "<assertion>", "exec"), scope)
+    fn = scope["__assertion"]
+value = fn(request["output"], request["context"])
+json.dump({"value": value}, sys.stdout, default=str)
+"""
+
+
+def run_python(code: str, output: Any, context: dict[str, Any], *, function: str | None = None,
+               filename: str | None = None, timeout: float = CALL_TIMEOUT) -> Any:
+    """Run a promptfoo ``python`` assertion in a subprocess; its value, or ``RuntimeError``."""
+    request = {"code": code, "output": output, "context": context, "function": function, "filename": filename}
+    try:
+        done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER], input=json.dumps(request), text=True,
+                              capture_output=True, timeout=timeout, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"Python timed out after {timeout:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+        raise RuntimeError(f"Python error: {last}")
+    return json.loads(done.stdout)["value"]
+
+
+def _verdict(value: Any, threshold: float | None) -> tuple[bool, float, str]:
+    """promptfoo's reading of a custom assertion's result."""
+    if isinstance(value, bool):
+        return value, 1.0 if value else 0.0, "returned " + str(value).lower()
+    if isinstance(value, (int, float)):
+        passed = value >= threshold if threshold is not None else value > 0
+        return passed, float(value), f"returned {value}"
+    if isinstance(value, dict) and "pass" in value:
+        passed = bool(value.get("pass"))
+        score = value.get("score")
+        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(passed)
+        return passed, score, str(value.get("reason") or "")
+    raise RuntimeError(f"returned {json.dumps(value)[:80]}, not a boolean, a number or {{pass, score, reason}}")
+
+
+def _as_text(output: Any) -> str:
+    return output if isinstance(output, str) else json.dumps(output)
+
+
+class ProcessRunner:
+    """The assertion runner of this process (``evaljobs.grading.AssertionRunner``)."""
+
+    def __init__(self, node: NodeRunner | None = None):
+        self.node = node or NodeRunner()
+
+    def __call__(self, assertion: dict[str, Any], answer: str, scenario: Any) -> tuple[bool, float, str]:
+        label = assertion.get("label") or assertion.get("kind")
+        context = {"vars": assertion.get("vars") or {}, "prompt": getattr(scenario, "prompt", "")}
+        try:
+            output: Any = answer
+            for transform in assertion.get("transforms") or ():
+                output = self.node.call(transform, output, context)
+            kind = assertion["kind"]
+            if kind == "javascript":
+                passed, score, reason = _verdict(self.node.call(assertion["code"], output, context),
+                                                 assertion.get("threshold"))
+            elif kind == "python":
+                passed, score, reason = _verdict(run_python(assertion["code"], output, context,
+                                                            function=assertion.get("function"),
+                                                            filename=assertion.get("filename")),
+                                                 assertion.get("threshold"))
+            elif kind == "json_schema":
+                passed, score, reason = _json_schema(output, assertion.get("schema"))
+            elif kind == "builtin":
+                passed, score, reason = _builtin(_as_text(output), assertion.get("expect") or {})
+            else:
+                raise AssertionRefused(f"assertion kind {kind!r} cannot run")
+        except AssertionRefused as exc:
+            raise AssertionRefused(f"{label}: {exc}") from None
+        except RuntimeError as exc:
+            return False, 0.0, f"{label}: {exc}"
+        if assertion.get("negate"):
+            passed, score = not passed, 1.0 - score
+        return passed, score, reason
+
+
+def _json_schema(output: Any, schema: Any) -> tuple[bool, float, str]:
+    try:
+        import jsonschema
+    except ImportError:
+        raise AssertionRefused("is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'") from None
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except ValueError as exc:
+            return False, 0.0, f"not JSON: {exc}"
+    errors = sorted(jsonschema.Draft202012Validator(schema or {}).iter_errors(output), key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].path) or "(root)"
+        return False, 0.0, f"JSON does not match the schema at {where}: {errors[0].message}"
+    return True, 1.0, "JSON matches the schema"
+
+
+def _builtin(text: str, expect: dict[str, Any]) -> tuple[bool, float, str]:
+    """A promptfoo built-in assertion (already mapped to native checks) on a transformed output."""
+    lowered = text.lower()
+    failures = [f"missing {c!r}" for c in expect.get("contains") or [] if c.lower() not in lowered]
+    failures += [f"forbidden {c!r}" for c in expect.get("not_contains") or [] if c.lower() in lowered]
+    failures += [f"no match for /{r}/" for r in expect.get("regex") or [] if not re.search(r, text)]
+    return (not failures, 0.0 if failures else 1.0, "; ".join(failures) or "ok")
+
+
+_RUNNER: ProcessRunner | None = None
+_RUNNER_LOCK = threading.Lock()
+
+
+def process_runner() -> ProcessRunner:
+    """The runner shared by this process (its Node process is started on first use)."""
+    global _RUNNER
+    with _RUNNER_LOCK:
+        if _RUNNER is None:
+            _RUNNER = ProcessRunner()
+        return _RUNNER
+
+
+def refusal(assertions) -> str | None:
+    """Why this catalog's external assertions cannot run in this process (``None``: they can)."""
+    for item in assertions:
+        kind = item.get("kind")
+        transforms = item.get("transforms") or ()
+        if (kind == "javascript" or transforms) and shutil.which("node") is None:
+            return f"{item.get('label') or kind}: needs Node.js: {NODE_HINT}"
+        if kind == "json_schema":
+            try:
+                import jsonschema  # noqa: F401
+            except ImportError:
+                return f"{item.get('label')}: is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'"
+    return None
+
+
+__all__ = ["AssertionRefused", "CALL_TIMEOUT", "NodeRunner", "ProcessRunner", "process_runner", "refusal",
+           "run_python"]
