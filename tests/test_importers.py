@@ -403,15 +403,17 @@ def test_jsonl_samples_become_scenarios_graded_by_inclusion():
     assert catalog.keys == ("17", "arith-1", "sample-1", "sample-5")  # line 3 is blank: ids count lines
     first = catalog.scenario("sample-1")
     assert first.prompt == "What is the capital of France? Answer in one word."
-    assert first.expect.contains == ("Paris",) and first.expect.regex == ()
+    # Default grader: OpenAI evals' Includes (case-sensitive) for 'ideal', Inspect's includes() (ignores
+    # case) for 'target'; the reference answer is a gate.
+    assert (first.expect.ideal, first.expect.ideal_grader, first.expect.gates) == (("Paris",), "includes",
+                                                                                  ("ideal",))
     arith = catalog.scenario("arith-1")
     assert arith.system == "Answer with a number only."
     assert arith.messages == ({"role": "user", "content": "What is 2 + 2?"},)
-    assert arith.expect.regex == ("(?i)(?:4|four)",)
-    assert re.search(arith.expect.regex[0], "It is FOUR") and not re.search(arith.expect.regex[0], "five")
+    assert arith.expect.ideal == ("4", "four") and arith.expect.ideal_grader == "includes_ignore_case"
     colour = catalog.scenario("17")
     assert colour.tags == ("difficulty:easy", "source:inspect")
-    assert catalog.scenario("sample-5").expect.contains == ("tac",)  # a one-item list is plain inclusion
+    assert catalog.scenario("sample-5").expect.ideal == ("tac",)
 
 
 def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):

@@ -289,29 +289,35 @@ def catalog() -> None:
     """Catalog tools."""
 
 
-def _read_catalog(path, providers, catalog_format, include_production_only, lenient):
+def _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader=None):
     from evaljobs.pipeline import runtime
     from evaljobs.catalog.importers import load_any
 
     if not Path(path).exists():
         raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
     imported = load_any(path, format=catalog_format, include_production_only=include_production_only,
-                        lenient=lenient)
+                        lenient=lenient, grader=grader)
     for warning in imported.warnings:
         click.echo(f"warning: {warning}", err=True)
     return imported, runtime.providers(providers)
 
 
+_grader_option = click.option(
+    "--grader", type=click.Choice(["includes", "match", "fuzzy_match", "model_graded_fact"]), default=None,
+    help="JSONL only: how replies are compared with ideal/target (default: includes).")
+
+
 @catalog.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 @import_options
+@_grader_option
 @providers_option
-def catalog_check(path, catalog_format, include_production_only, lenient, providers) -> None:
-    """Validate a catalog (native or imported) and print its digest."""
+def catalog_check(path, catalog_format, include_production_only, lenient, grader, providers) -> None:
+    """Validate a catalog (native or imported) and print its digest and what was imported how."""
     from evaljobs.catalog import load_catalog, parse_catalog
     from evaljobs.providers.livetools import expand_catalog_tools
 
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient)
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
     if imported.format == "native":
         cat = load_catalog(path, providers=config)
     else:
@@ -319,6 +325,11 @@ def catalog_check(path, catalog_format, include_production_only, lenient, provid
     extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
     click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
                f"{cat.digest}")
+    counts = imported.counts
+    if counts:
+        click.echo(f"assertions: {counts.get('assertions', 0)} imported, {counts.get('mapped', 0)} mapped to "
+                   f"native checks, {counts.get('external', 0)} executed externally (Node, Python, jsonschema), "
+                   f"{counts.get('refused', 0)} refused")
 
 
 @catalog.command("convert")
@@ -326,13 +337,14 @@ def catalog_check(path, catalog_format, include_production_only, lenient, provid
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the native YAML here (default: stdout).")
 @import_options
+@_grader_option
 @providers_option
-def catalog_convert(path, output, catalog_format, include_production_only, lenient, providers) -> None:
+def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, providers) -> None:
     """Convert an ActiveAgent, promptfoo or JSONL catalog to the native YAML format."""
     from evaljobs.catalog import parse_catalog
     from evaljobs.catalog.importers import dump_native
 
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient)
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
     parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
     text = dump_native(imported.data)
     if output:

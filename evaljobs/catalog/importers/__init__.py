@@ -39,6 +39,8 @@ class ImportResult:
     excluded: int = 0
     #: What was skipped or assumed (one line each, naming file and entry).
     warnings: list[str] = field(default_factory=list)
+    #: Source assertions: how many were imported, mapped to native checks, run externally, refused.
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def detect_format(data: Any, path: str) -> str:
@@ -65,7 +67,7 @@ def detect_format(data: Any, path: str) -> str:
 
 
 def load_any(path: str | os.PathLike, *, format: str | None = None, include_production_only: bool = False,
-             lenient: bool = False) -> ImportResult:
+             lenient: bool = False, grader: str | None = None) -> ImportResult:
     """Read a catalog file of any supported format as native catalog data.
 
     Raises :class:`CatalogError` listing every problem (one line each). The
@@ -77,10 +79,13 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
         raise CatalogError([f"{source}: unknown format {format!r}{_suggest(format, FORMATS)}; "
                             f"use one of {', '.join(FORMATS)}"])
     text = read_text(source)
-    if format == "jsonl" or (format is None and source.lower().endswith(".jsonl")):
+    is_jsonl = format == "jsonl" or (format is None and source.lower().endswith(".jsonl"))
+    if grader is not None and not is_jsonl:
+        raise CatalogError([f"{source}: --grader applies to JSONL samples (OpenAI evals, Inspect) only"])
+    if is_jsonl:
         from evaljobs.catalog.importers.jsonl import convert_jsonl
 
-        return convert_jsonl(text, source, lenient=lenient)
+        return convert_jsonl(text, source, lenient=lenient, grader=grader)
     data, lines = load_structured(text, source)
     fmt = format or detect_format(data, source)
     problems = Problems(source, lines, lenient)
@@ -88,7 +93,7 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
         if not isinstance(data, dict):
             raise CatalogError([f"{source}: a native catalog must be a mapping with 'name' and 'scenarios', "
                                 f"not {_kind(data)}"])
-        return ImportResult(data=data, format=fmt)
+        return ImportResult(data=data, format=fmt, counts=_native_counts(data))
     if fmt == "activeagent-suite":
         from evaljobs.catalog.importers.activeagent import convert_suite
 
@@ -106,7 +111,29 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
 
         return convert_jsonl(text, source, lenient=lenient)
     problems.raise_if_any()
-    return ImportResult(data=out, format=fmt, excluded=excluded, warnings=problems.warnings)
+    return ImportResult(data=out, format=fmt, excluded=excluded, warnings=problems.warnings,
+                        counts=dict(problems.counts))
+
+
+def _native_counts(data: dict[str, Any]) -> dict[str, int]:
+    """A native catalog's expectations, counted like an import's assertions (all native)."""
+    total = external = 0
+    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
+    lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
+    for scenarios in lists:
+        for scenario in scenarios if isinstance(scenarios, list) else []:
+            expect = scenario.get("expect") if isinstance(scenario, dict) else None
+            if not isinstance(expect, dict):
+                continue
+            for key, value in expect.items():
+                if key in ("assertions",) and isinstance(value, list):
+                    external += sum(1 for a in value if isinstance(a, dict) and a.get("kind") != "refused")
+                elif key in ("contains", "not_contains", "regex", "tools", "patterns", "forbidden_patterns",
+                             "ideal"):
+                    total += len(value) if isinstance(value, list) else 1
+                elif key in ("judge", "max_latency_ms", "token_budget") and value is not None:
+                    total += 1
+    return {"assertions": total + external, "mapped": total, "external": external, "refused": 0}
 
 
 def dump_native(data: dict[str, Any]) -> str:
@@ -132,6 +159,12 @@ class Problems:
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self._seen: set[str] = set()
+        #: Source assertions (expectations): imported, mapped to native checks, run externally, refused.
+        self.counts: dict[str, int] = {"assertions": 0, "mapped": 0, "external": 0, "refused": 0}
+
+    def count(self, what: str) -> None:
+        self.counts["assertions"] += 1
+        self.counts[what] += 1
 
     def _line(self, path: tuple) -> str:
         for end in range(len(path), -1, -1):  # the entry itself, else its nearest parent with a line

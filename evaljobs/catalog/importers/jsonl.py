@@ -6,30 +6,52 @@ One JSON object per line::
     {"id": "q2", "input": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
      "target": ["4", "four"]}
 
-``input`` is a prompt string or a chat (a list of ``{role, content}``);
-``ideal`` (OpenAI Evals) or ``target`` (Inspect) is the answer the model's
-reply must include, case-insensitively (the "includes" grading of both
-tools). Several targets mean "any of them": a case-insensitive regex
-alternation of the escaped targets. Keys are the sample's ``id`` when it has
+``input`` is a prompt string or a chat (a list of ``{role, content}``; several
+system messages are kept as written — OpenAI evals' few-shot samples use them).
+``ideal`` (OpenAI Evals) or ``target`` (Inspect) is the reference answer, or a
+list of accepted answers (any of them). How the reply is compared is the
+*grader*, chosen to match the eval the samples were written for (the file does
+not say; ``evaljobs catalog convert --grader`` picks one, and the converted
+catalog's description states which):
+
+==================  ===============================================================
+``includes``        the default: the reply contains the reference (OpenAI evals'
+                    ``Includes``: case-sensitive; Inspect's ``includes()`` ignores
+                    case: ``target`` samples use ``includes_ignore_case``)
+``match``           the reply starts with the reference (``Match``: ``startswith``)
+``fuzzy_match``     normalized (lower case, no punctuation or articles), either one
+                    contains the other (``FuzzyMatch``)
+``model_graded_fact`` the LLM judge compares the reply with the reference answer
+                    (Inspect's ``model_graded_fact``); needs a judge model
+==================  ===============================================================
+
+The reference-answer check is a gate. Keys are the sample's ``id`` when it has
 one, else ``sample-<line number>`` (so they are stable while lines are not
-moved). ``metadata`` (scalar values) becomes tags ``name:value``. The catalog
-is named after the file.
+moved). ``metadata`` (scalar values) becomes tags ``name:value``. The catalog is
+named after the file.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
+from evaljobs.catalog import CatalogError
 from evaljobs.catalog.importers import ImportResult, Problems, key_part, strings
 
 _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
+GRADERS = ("includes", "match", "fuzzy_match", "model_graded_fact")
+#: The rubric given to the judge for model_graded_fact (the reference answer goes with it).
+FACT_RUBRIC = ("The answer is factually consistent with the reference answer: it states the same facts, "
+               "possibly in other words, and contradicts none of them. Ignore style and length.")
 
 
-def convert_jsonl(text: str, source: str, *, lenient: bool = False) -> ImportResult:
+def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str | None = None) -> ImportResult:
     """Every non-blank line of ``text`` as one scenario (errors name the line number)."""
     problems = Problems(source, lenient=lenient)
+    if grader is not None and grader not in GRADERS:
+        raise CatalogError([f"{source}: unknown grader {grader!r}; use one of {', '.join(GRADERS)}"])
+    chosen = grader or "includes"
     scenarios: list[dict[str, Any]] = []
     keys: dict[str, int] = {}
     unknown: dict[str, list[int]] = {}  # field -> line numbers: reported once per field, not per line
@@ -38,7 +60,7 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False) -> ImportRes
             continue
         lines = {(): number}  # every problem on this sample points at its line
         sample_problems = Problems(source, lines, lenient)
-        scenario = _sample(line, number, sample_problems)
+        scenario = _sample(line, number, sample_problems, chosen)
         problems.errors.extend(sample_problems.errors)
         if scenario is None:
             continue
@@ -62,11 +84,15 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False) -> ImportRes
         problems.error((), "", "no samples; write one JSON object per line")
     problems.raise_if_any()
     name = os.path.splitext(os.path.basename(source))[0] or "samples"
-    return ImportResult(data={"name": name, "scenarios": scenarios}, format="jsonl",
-                        warnings=problems.warnings)
+    how = "the default" if grader is None else "chosen with --grader"
+    description = (f"Imported from {os.path.basename(source)}; graded with {chosen} ({how}; "
+                   f"evaljobs catalog convert --grader picks one of {', '.join(GRADERS)})")
+    problems.counts.update(assertions=len(scenarios), mapped=len(scenarios))
+    return ImportResult(data={"name": name, "description": description, "scenarios": scenarios}, format="jsonl",
+                        warnings=problems.warnings, counts=dict(problems.counts))
 
 
-def _sample(line: str, number: int, problems: Problems) -> dict[str, Any] | None:
+def _sample(line: str, number: int, problems: Problems, grader: str = "includes") -> dict[str, Any] | None:
     try:
         sample = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -107,11 +133,13 @@ def _sample(line: str, number: int, problems: Problems) -> dict[str, Any] | None
     if not targets or not all(t.strip() for t in targets):
         problems.error((), where, f"needs 'ideal' or 'target': the answer text (or a list of accepted "
                                   f"answers), not {target!r}")
-    elif len(dict.fromkeys(targets)) == 1:
-        scenario["expect"] = {"contains": [targets[0]]}
+    elif grader == "model_graded_fact":
+        reference = targets[0] if len(targets) == 1 else "\n".join(f"- {t}" for t in dict.fromkeys(targets))
+        scenario["expect"] = {"judge": FACT_RUBRIC, "reference": reference, "gate": ["llm_judge"]}
     else:
-        alternatives = "|".join(re.escape(t) for t in dict.fromkeys(targets))
-        scenario["expect"] = {"regex": [f"(?i)(?:{alternatives})"]}
+        if grader == "includes" and "target" in sample and "ideal" not in sample:
+            grader = "includes_ignore_case"  # Inspect's includes() ignores case by default
+        scenario["expect"] = {"ideal": list(dict.fromkeys(targets)), "ideal_grader": grader, "gate": ["ideal"]}
     metadata = sample.get("metadata")
     if isinstance(metadata, dict):
         tags = [f"{k}:{v}" for k, v in metadata.items()

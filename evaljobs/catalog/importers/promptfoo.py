@@ -421,6 +421,7 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
         if isinstance(item, dict) and "$ref" in item and ctx.refs is not None:
             item = ctx.refs.resolve(item, apath, where)
             if item is None:
+                problems.count("refused")
                 continue
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
@@ -437,9 +438,13 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
                          if isinstance(v, str) else v for v in value]
         label = f"{where}: assertion #{i + 1} ({kind})"
         try:
-            _external(kind, value, item, out, ctx, label) or _transformed(kind, value, item, out, ctx, label) \
-                or _assertion(kind, value, item, out)
+            if _external(kind, value, item, out, ctx, label) or _transformed(kind, value, item, out, ctx, label):
+                problems.count("external")
+            else:
+                _assertion(kind, value, item, out)
+                problems.count("mapped")
         except _Unsupported as exc:
+            problems.count("refused")
             problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
                                  "remove it")
             if problems.lenient:

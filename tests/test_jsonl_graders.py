@@ -1,0 +1,118 @@
+"""JSONL samples grade as the eval they were written for (OpenAI evals' Match / Includes /
+FuzzyMatch, Inspect's model_graded_fact), and `catalog check` says what was imported how.
+
+Data: OpenAI evals' test_match / test_fuzzy_match samples and Inspect's security_guide dataset
+(see the SOURCE files).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from evaljobs.catalog import CatalogError, parse_catalog
+from evaljobs.cli import main
+from evaljobs.grading import grade
+from evaljobs.importers import load_any
+from evaljobs.importers.jsonl import FACT_RUBRIC
+from evaljobs.replay import Replay
+from evaljobs.result import FAILED, PASSED
+
+DATA = Path(__file__).parent / "data"
+MATCH = DATA / "openai_evals" / "test_match_samples.jsonl"
+FUZZY = DATA / "openai_evals" / "test_fuzzy_match_samples.jsonl"
+SECURITY = DATA / "inspect" / "security_guide.jsonl"
+
+
+def _catalog(path: Path, grader: str | None = None):
+    imported = load_any(path, grader=grader)
+    return imported, parse_catalog(imported.data, source=str(path))
+
+
+def test_samples_with_several_system_messages_import_as_written():
+    _, catalog = _catalog(FUZZY, "fuzzy_match")
+    first = catalog.scenario("sample-1")
+    assert first.system == "Answer the following questions as concisely as possible."
+    few_shot = [m for m in first.messages if m["role"] == "system"]
+    assert [m.get("name") for m in few_shot] == ["example_user", "example_assistant"] * 2
+    assert first.messages[-1] == {"role": "user", "content": "Who is the girl who plays eleven in stranger things?"}
+
+
+@pytest.mark.parametrize("grader, answers", [
+    # Match: the reply must start with the ideal.
+    ("match", {"time": PASSED, "time.": PASSED, "Once upon a time": FAILED, " time": FAILED}),
+    # Includes (OpenAI evals, ignore_case=False): the ideal anywhere, same case.
+    ("includes", {"Once upon a time": PASSED, "TIME": FAILED, "timeless": PASSED}),
+    # FuzzyMatch: normalized, either direction.
+    ("fuzzy_match", {"Time!": PASSED, "the time": PASSED, "upon": FAILED}),
+])
+def test_match_includes_fuzzy_match_follow_openai_evals(grader, answers):
+    imported, catalog = _catalog(MATCH, grader)
+    assert imported.data["description"].startswith(f"Imported from test_match_samples.jsonl; graded with {grader} "
+                                                   f"(chosen with --grader")
+    scenario = catalog.scenario("sample-1")  # ideal: "time"
+    for answer, status in answers.items():
+        assert grade(scenario, Replay(answer=answer)).status == status, (grader, answer)
+    assert grade(scenario, Replay(answer="nope")).fault == "wrong_answer"
+
+
+def test_any_of_several_ideals_and_the_default_grader_is_stated():
+    imported, catalog = _catalog(FUZZY)
+    assert "graded with includes (the default;" in imported.data["description"]
+    derek = catalog.scenario("sample-2")  # ideal: ["Season 11", "11"]
+    assert grade(derek, Replay(answer="He died in season 11.")).status == PASSED  # "11" is included
+    _, fuzzy = _catalog(FUZZY, "fuzzy_match")
+    assert grade(fuzzy.scenario("sample-1"), Replay(answer="millie bobby brown")).status == PASSED
+    assert grade(fuzzy.scenario("sample-1"), Replay(answer="Winona Ryder")).status == FAILED
+
+
+def test_model_graded_fact_sends_the_target_to_the_judge_as_reference():
+    _, catalog = _catalog(SECURITY, "model_graded_fact")
+    sqli = catalog.scenario("sample-1")
+    assert sqli.expect.judge == FACT_RUBRIC
+    assert sqli.expect.reference == "use parameterized queries and prepared statements"
+    assert sqli.expect.gates == ("llm_judge",)
+    # Inspect's includes() ignores case: a target sample's default grader does too.
+    _, plain = _catalog(SECURITY)
+    assert plain.scenario("sample-1").expect.ideal_grader == "includes_ignore_case"
+
+
+def test_grader_is_for_jsonl_only():
+    with pytest.raises(CatalogError) as info:
+        load_any(DATA / "activeagent" / "support_suite.yml", grader="match")
+    assert info.value.problems == [f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
+                                   "samples (OpenAI evals, Inspect) only"]
+
+
+def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_path):
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    out = tmp_path / "fuzzy.yaml"
+    done = runner.invoke(main, ["catalog", "convert", str(FUZZY), "--grader", "fuzzy_match", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    converted = yaml.safe_load(out.read_text())
+    assert "graded with fuzzy_match" in converted["description"]
+    assert converted["scenarios"][0]["expect"] == {"ideal": ["Millie Bobby Brown"], "ideal_grader": "fuzzy_match",
+                                                   "gate": ["ideal"]}
+
+    def check(*args: str) -> str:
+        result = runner.invoke(main, ["catalog", "check", *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()[-1]
+
+    assert check(str(FUZZY)) == ("assertions: 3 imported, 3 mapped to native checks, 0 executed externally "
+                                 "(Node, Python, jsonschema), 0 refused")
+    simple = DATA / "promptfoo" / "simple-test" / "promptfooconfig.yaml"
+    # simple-test: equals, icontains, is-json, llm-rubric, $ref icontains -> mapped; javascript, python ->
+    # external; similar -> refused.
+    assert check(str(simple), "--lenient") == ("assertions: 8 imported, 5 mapped to native checks, 2 executed "
+                                               "externally (Node, Python, jsonschema), 1 refused")
+    json_output = DATA / "promptfoo" / "json-output" / "promptfooconfig.yaml"
+    assert check(str(json_output)) == ("assertions: 5 imported, 1 mapped to native checks, 4 executed "
+                                       "externally (Node, Python, jsonschema), 0 refused")
+    # support_catalog: refund_request (tools, contains), angry_customer (not_contains), invoice_copy (tools);
+    # open_tickets is production_only and left out.
+    assert check(str(DATA / "activeagent" / "support_catalog.yml")) == (
+        "assertions: 4 imported, 4 mapped to native checks, 0 executed externally (Node, Python, jsonschema), "
+        "0 refused")
