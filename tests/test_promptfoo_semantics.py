@@ -148,3 +148,22 @@ def test_a_test_whose_every_assertion_was_refused_is_not_gradable(tmp_path):
     result = grade(catalog.scenarios[0], Replay(answer="hello"))
     assert (result.status, result.fault) == (ERRORED, "not_gradable")
     assert len(result.details["not_gradable"]) == 2 and "response_present" not in result.scores
+
+
+def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path, monkeypatch):
+    import evaljobs.assertions as assertions
+    from evaljobs.api import Session, UsageError
+    from evaljobs import junit
+    from evaljobs.result import Result
+
+    monkeypatch.setattr(assertions.shutil, "which", lambda name: None)
+    with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory") as session:
+        with pytest.raises(UsageError) as info:
+            session.submit(str(JSON_OUTPUT), ["sim/fast"], strategy="sequential")
+    assert str(info.value).startswith(f"{JSON_OUTPUT}: test #1: assertion #2 (javascript): needs Node.js: install")
+    # JUnit carries the grader's account of external assertions and gates.
+    result = Result("k", "m", "failed", details={"failed_gates": ["assertions"], "assertions": [
+        {"assertion": "test #2: assertion #3 (contains-any)", "pass": False, "reason": "no match for /India/"}]})
+    lines = junit.grade_lines(result)
+    assert "failed gates: assertions" in lines
+    assert "assertion failed: test #2: assertion #3 (contains-any): no match for /India/" in lines

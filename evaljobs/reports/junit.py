@@ -58,6 +58,16 @@ def grade_lines(result: Result) -> list[str]:
         args = wanted.get("arguments") if isinstance(wanted, dict) else None
         name = wanted.get("name") if isinstance(wanted, dict) else wanted
         lines.append(f"expected tool not called: {name}" + (f" {_json(args)}" if args else ""))
+    if details.get("failed_gates"):
+        lines.append("failed gates: " + ", ".join(details["failed_gates"]))
+    if isinstance(details.get("ideal"), dict):
+        ideal = details["ideal"]
+        lines.append(f"reference answer ({ideal.get('grader')}): " + ", ".join(_json(i) for i in ideal.get("expected") or []))
+    for outcome in details.get("assertions") or [] if isinstance(details.get("assertions"), list) else []:
+        lines.append(f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
+                     f"{outcome.get('reason') or ''}".rstrip())
+    for reason in details.get("not_gradable") or []:
+        lines.append(f"not gradable: {reason}")
     for failed in details.get("tool_errors") or []:
         lines.append(f"tool error: {failed.get('name')}: {failed.get('error')}")
     judge = details.get("judge")
