@@ -169,7 +169,7 @@ class Session:
             raise UsageError(f"{cat.source}: {exc}") from None
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
-            from evaljobs.assertions import refusal
+            from evaljobs.evaluation.assertions import refusal
 
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from evaljobs.catalog import parse_catalog
-from evaljobs.grading import grade
-from evaljobs.importers import load_any
-from evaljobs.replay import Replay, ToolCall
-from evaljobs.result import ERRORED, FAILED, PASSED
+from evaljobs.evaluation.grading import grade
+from evaljobs.catalog.importers import load_any
+from evaljobs.evaluation.replay import Replay, ToolCall
+from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
 DATA = Path(__file__).parent / "data" / "activeagent"
 PASS_THRESHOLD = 0.7
@@ -172,8 +172,8 @@ def test_contains_patterns_activeagent_reads_as_regex_are_regex_here():
                   not_contains: ['pass(word)?:']
     """)
     path = Path(__file__).parent / "data" / "activeagent"  # for the source name only
-    from evaljobs.importers import Problems
-    from evaljobs.importers.activeagent import convert_suite
+    from evaljobs.catalog.importers import Problems
+    from evaljobs.catalog.importers.activeagent import convert_suite
 
     data, _ = convert_suite(__import__("yaml").safe_load(text), Problems(str(path / "patterns.yml")))
     scenario = parse_catalog(data).scenario("g.eta")
@@ -199,8 +199,8 @@ def test_real_fixture_catalog_imports_with_agent_repository_and_judge_mapping():
 
 
 def test_set_judge_as_llm_mapping_gives_rubric_and_judge_model():
-    from evaljobs.importers import Problems
-    from evaljobs.importers.activeagent import TASK_COMPLETION, convert_catalog
+    from evaljobs.catalog.importers import Problems
+    from evaljobs.catalog.importers.activeagent import TASK_COMPLETION, convert_catalog
 
     doc = {"catalog": "c", "products": [{"key": "p", "sets": [
         {"key": "a", "judge": {"kind": "llm", "model": "sim/judge", "prompt": "Polite and exact."},

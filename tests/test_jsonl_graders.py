@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from evaljobs.catalog import CatalogError, parse_catalog
 from evaljobs.cli import main
-from evaljobs.grading import grade
-from evaljobs.importers import load_any
-from evaljobs.importers.jsonl import FACT_RUBRIC
-from evaljobs.replay import Replay
-from evaljobs.result import FAILED, PASSED
+from evaljobs.evaluation.grading import grade
+from evaljobs.catalog.importers import load_any
+from evaljobs.catalog.importers.jsonl import FACT_RUBRIC
+from evaljobs.evaluation.replay import Replay
+from evaljobs.evaluation.result import FAILED, PASSED
 
 DATA = Path(__file__).parent / "data"
 MATCH = DATA / "openai_evals" / "test_match_samples.jsonl"

@@ -16,7 +16,7 @@ from evaljobs import store
 from evaljobs.api import Session, UsageError
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated_judge import grade as sim_grade, judge_answer
-from evaljobs.evaluate import JUDGE_SYSTEM, judge_prompt
+from evaljobs.evaluation.evaluate import JUDGE_SYSTEM, judge_prompt
 from evaljobs.catalog import Expect, Scenario
 
 CATALOG = """
@@ -83,9 +83,9 @@ def test_judge_verdicts_failures_and_what_is_stored(session):
     assert "judge model is gone" in broken.error
 
     # Every report format shows the judge's verdict.
-    from evaljobs import junit
-    from evaljobs.html_report import render_html
-    from evaljobs.report import render_json, render_markdown, render_table
+    from evaljobs.reports import junit
+    from evaljobs.reports.html import render_html
+    from evaljobs.reports.build import render_json, render_markdown, render_table
 
     report = run.report
     row = next(r for r in report["results"] if r["scenario_key"] == "kind")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.assertions import NodeRunner, ProcessRunner
+from evaljobs.evaluation.assertions import NodeRunner, ProcessRunner
 from evaljobs.catalog import CatalogError, parse_catalog
-from evaljobs.grading import grade
-from evaljobs.importers import load_any
-from evaljobs.replay import Replay
-from evaljobs.result import ERRORED, FAILED, PASSED
+from evaljobs.evaluation.grading import grade
+from evaljobs.catalog.importers import load_any
+from evaljobs.evaluation.replay import Replay
+from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
 DATA = Path(__file__).parent / "data" / "promptfoo"
 SIMPLE = DATA / "simple-test" / "promptfooconfig.yaml"
@@ -151,10 +151,10 @@ def test_a_test_whose_every_assertion_was_refused_is_not_gradable(tmp_path):
 
 
 def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path, monkeypatch):
-    import evaljobs.assertions as assertions
+    import evaljobs.evaluation.assertions as assertions
     from evaljobs.api import Session, UsageError
-    from evaljobs import junit
-    from evaljobs.result import Result
+    from evaljobs.reports import junit
+    from evaljobs.evaluation.result import Result
 
     monkeypatch.setattr(assertions.shutil, "which", lambda name: None)
     with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory") as session:

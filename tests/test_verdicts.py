@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from evaljobs.catalog import CatalogError, Expect, ExpectedTool, Scenario, loads_catalog
-from evaljobs.grading import JudgeVerdict, grade, ideal_matches, normalize_answer, pattern_matches
-from evaljobs.headline import headline, ranking
-from evaljobs.replay import Replay, ToolCall
-from evaljobs.result import ERRORED, FAILED, PASSED
+from evaljobs.evaluation.grading import JudgeVerdict, grade, ideal_matches, normalize_answer, pattern_matches
+from evaljobs.reports.headline import headline, ranking
+from evaljobs.evaluation.replay import Replay, ToolCall
+from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
 USER = ({"role": "user", "content": "hi"},)
 

@@ -370,7 +370,7 @@ def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
 
 # --------------------------------------------------------------------------- YAML + line numbers
 
-from evaljobs.yaml12 import FastLoader as _Loader  # noqa: E402 - YAML 1.2: Yes/No/on/off stay strings
+from evaljobs.catalog.yaml12 import FastLoader as _Loader  # noqa: E402 - YAML 1.2: Yes/No/on/off stay strings
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
 _NO_KEY = object()

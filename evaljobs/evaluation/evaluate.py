@@ -75,7 +75,7 @@ def evaluate(
     try:
         runner = None
         if scenario.expect.assertions:
-            from evaljobs.assertions import process_runner  # lazy: only imported suites carry external assertions
+            from evaljobs.evaluation.assertions import process_runner  # lazy: only imported suites carry external assertions
 
             runner = process_runner()
         grades = grade(scenario, replay, judge, runner)

@@ -234,7 +234,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
         return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
     if runnable and applies("assertions"):
-        from evaljobs.assertions import AssertionRefused
+        from evaljobs.evaluation.assertions import AssertionRefused
 
         if assertions is None:
             details["not_gradable"] = ["no assertion runner in this process"]

@@ -225,7 +225,7 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    from evaljobs.headline import headline
+    from evaljobs.reports.headline import headline
 
     def tail(best: dict[str, Any]) -> str:
         block = next(m for m in report["models"] if m["model"] == best["model"])
@@ -418,7 +418,7 @@ def render_table(report: dict[str, Any]) -> str:
             score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
             out.append(f"  {row['scenario_key']} × {row['model']}  {j.get('model') or '?'} score {score}: "
                        f"{_short(j.get('reason') or '', 80)}  raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
-    from evaljobs.headline import ranking as _ranking
+    from evaljobs.reports.headline import ranking as _ranking
 
     ranking = _ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]

@@ -197,7 +197,7 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    from evaljobs.headline import headline
+    from evaljobs.reports.headline import headline
 
     return headline(verdict)
 

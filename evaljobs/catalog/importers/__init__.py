@@ -222,7 +222,7 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
         except json.JSONDecodeError as exc:
             raise CatalogError([f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
                                 f"(column {exc.colno})"]) from None
-    from evaljobs.yaml12 import SafeLoader  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
+    from evaljobs.catalog.yaml12 import SafeLoader  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
 
     loader = SafeLoader(text)
     try:

@@ -37,7 +37,7 @@ promptfoo), unless it sets ``threshold`` (then the native ``pass_threshold``).
 Note that evaljobs' judge scores from 0 to 1: with no threshold, an
 ``llm-rubric`` must get full marks.
 
-Run outside Python's graders (``evaljobs.assertions``): ``javascript`` (inline,
+Run outside Python's graders (``evaljobs.evaluation.assertions``): ``javascript`` (inline,
 in Node), ``python`` (inline or ``file://x.py[:function]``, whose source is
 stored in the catalog; in a subprocess), ``is-json`` with a schema
 (``jsonschema``), and any built-in assertion on a transformed output: the test's
@@ -68,7 +68,7 @@ from typing import Any
 
 import yaml
 
-from evaljobs import yaml12
+from evaljobs.catalog import yaml12
 from evaljobs.catalog.importers import Problems, check_keys, key_part, read_text, render, slug, strings
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
@@ -531,7 +531,7 @@ def _options_transform(test: dict, path: tuple, where: str, problems: Problems) 
 
 
 def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: _AssertContext, label: str) -> bool:
-    """javascript / python / is-json with a schema: assertions run by ``evaljobs.assertions``."""
+    """javascript / python / is-json with a schema: assertions run by ``evaljobs.evaluation.assertions``."""
     negate = kind.startswith("not-")
     base_kind = kind[4:] if negate else kind
     entry: dict[str, Any]
