@@ -702,8 +702,20 @@ _plain = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(data=_plain, flow=st.booleans())
 def test_fast_yaml_reader_agrees_with_pyyaml(data, flow):
-    text = yaml.safe_dump({"root": data}, default_flow_style=flow, allow_unicode=True)
+    # The reference is PyYAML's own constructor with the YAML 1.2 core schema (evaljobs.catalog.yaml12),
+    # and the text is written by its dumper, which quotes what either YAML version would not read as text.
+    from evaljobs.catalog import yaml12
+
+    text = yaml12.dump({"root": data}, default_flow_style=flow, allow_unicode=True)
     loaded, lines = _load_yaml(text, "t.yaml", problems := [])
-    assert loaded == yaml.safe_load(text)
+    assert loaded == yaml12.load(text)
     assert problems == []
     assert lines[("root",)] == 1
+
+
+def test_yaml_written_by_evaljobs_means_the_same_under_yaml_12_and_11():
+    from evaljobs.catalog import yaml12
+
+    tricky = ["0E0", "0o17", "017", "yes", "No", "on", "2024-01-01", "1:30", "~", "true", ".inf"]
+    text = yaml12.dump({"values": tricky})
+    assert yaml12.load(text) == yaml.safe_load(text) == {"values": tricky}

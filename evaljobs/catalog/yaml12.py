@@ -72,9 +72,30 @@ SafeLoader: type = _make(yaml.SafeLoader)
 FastLoader: type = _make(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+def _union(*tables: dict) -> dict:
+    out: dict[Any, list] = {}
+    for table in tables:
+        for first, entries in table.items():
+            bucket = out.setdefault(first, [])
+            bucket.extend(e for e in entries if e not in bucket)
+    return out
+
+
+#: Writes YAML that reads back the same under YAML 1.2 *and* 1.1: a string either schema would read
+#: as something else ('0E0', '0o17', 'yes', '2024-01-01') is quoted. Catalogs that evaljobs writes
+#: (catalog convert) therefore mean the same in every tool.
+SafeDumper: type = type("Yaml12SafeDumper", (yaml.SafeDumper,),
+                        {"yaml_implicit_resolvers": _union(yaml.SafeDumper.yaml_implicit_resolvers, _CORE)})
+
+
+def dump(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump`` whose plain scalars mean the same under YAML 1.2 and 1.1."""
+    return yaml.dump(data, Dumper=SafeDumper, **options)
+
+
 def load(text: str) -> Any:
     """``yaml.safe_load`` with YAML 1.2 core-schema scalars."""
     return yaml.load(text, Loader=FastLoader)  # noqa: S506 - a safe loader
 
 
-__all__ = ["CORE_RESOLVERS", "FastLoader", "SafeLoader", "load"]
+__all__ = ["CORE_RESOLVERS", "FastLoader", "SafeDumper", "SafeLoader", "dump", "load"]

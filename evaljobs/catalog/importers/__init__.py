@@ -351,7 +351,10 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-class _Dumper(yaml.SafeDumper):
+from evaljobs.catalog.yaml12 import SafeDumper as _Yaml12Dumper  # noqa: E402
+
+
+class _Dumper(_Yaml12Dumper):
     """Block style, and multi-line strings as ``|`` blocks for readable converted catalogs."""
 
     def ignore_aliases(self, data: Any) -> bool:  # no &anchors: every scenario reads on its own
