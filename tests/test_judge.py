@@ -139,3 +139,22 @@ def test_the_simulated_judge_grades_the_answer_against_rubric_and_reference():
     assert verdict == json.loads(judge_answer(messages))  # deterministic: same prompt, same grade
     assert verdict["score"] == 0.89  # all of the reference, half of the rubric ("says" is missing)
     assert judge_answer([{"role": "user", "content": "RUBRIC:\nx\n\nANSWER:\ny"}]) is None  # not a judge call
+
+
+def test_the_providers_file_can_name_the_default_judge(tmp_path):
+    from evaljobs.catalog.modelspec import ModelSpecError, load_providers
+    from evaljobs.evaluation.evaluate import JudgeModelMissing, judge_model_for, require_judge_models
+
+    scenario = Scenario(key="s", messages=({"role": "user", "content": "q"},), expect=Expect(judge="kind"))
+    bare = load_providers(None)
+    with pytest.raises(JudgeModelMissing):
+        require_judge_models([scenario], None, bare)
+    path = tmp_path / "providers.yaml"
+    path.write_text("judge_model: sim/judge\nproviders: {}\n")
+    config = load_providers(path)
+    require_judge_models([scenario], None, config)  # no error: the file names a judge
+    assert judge_model_for(scenario, None, config) == "sim/judge"
+    assert judge_model_for(scenario, "sim/other", config) == "sim/other"  # --judge-model wins
+    path.write_text("judge_model: 42\n")
+    with pytest.raises(ModelSpecError, match="judge_model must be a model spec"):
+        load_providers(path)
