@@ -394,7 +394,8 @@ def demo(width, db, html_path) -> None:
     here = Path(__file__).resolve().parent
     catalog_path = here / "examples" / "support.yaml"
     if not catalog_path.exists():
-        catalog_path = here.parent / "examples" / "catalogs" / "support.yaml"
+        # A source checkout: examples/ sits beside the evaljobs package (this file is evaljobs/cli/__init__.py).
+        catalog_path = here.parent.parent / "examples" / "catalogs" / "support.yaml"
     models = ["sim/fast", "sim/smart"]
     with Session(db=db, broker="memory", width=width) as session:
         cat = session.load(catalog_path)
