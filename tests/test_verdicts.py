@@ -150,3 +150,30 @@ def test_headlines_are_honest_about_ties_and_zero():
     assert headline(_v(0.0)) == "m1: no scenario passed"
     assert ranking(_v(0.939, 0.9391, 0.5)) == "1. m1 (93.9%) = m2 (93.9%) > 3. m3 (50.0%)"
     assert " > " not in ranking(_v(0.939, 0.9391))
+
+
+def test_weighted_criteria_give_the_score_and_gates_still_decide():
+    catalog = loads_catalog("""
+name: weighted
+defaults:
+  weights: {llm_judge: 3}
+scenarios:
+  - key: a
+    prompt: hi
+    expect: {contains: [refund], not_contains: [password], judge: "polite", gate: [not_contains]}
+""")
+    scenario = catalog.scenario("a")
+    assert scenario.weights == (("llm_judge", 3.0),) and catalog.body["scenarios"][0]["weights"] == {"llm_judge": 3.0}
+    judge = lambda s, r: JudgeVerdict(0.2, "curt")  # noqa: E731
+    # (1 response_present + 1 contains + 1 not_contains + 3 x 0.2) / 6 = 0.6: under 0.7 although every
+    # mechanical check passed, because the judge counts three times.
+    low = grade(scenario, Replay(answer="Your refund is on its way."), judge=judge)
+    assert low.score == pytest.approx(0.6) and (low.status, low.fault) == (FAILED, "low_quality")
+    good = grade(scenario, Replay(answer="Your refund is on its way."), judge=lambda s, r: JudgeVerdict(1.0))
+    assert good.status == PASSED
+    # The forbidden-content gate fails it whatever the weighted score.
+    leak = grade(scenario, Replay(answer="Your refund; password 1234"), judge=lambda s, r: JudgeVerdict(1.0))
+    assert (leak.status, leak.fault) == (FAILED, "forbidden_content")
+    with pytest.raises(CatalogError) as info:
+        loads_catalog("name: x\ndefaults: {weights: {vibes: 2}}\nscenarios: [{key: a, prompt: hi}]\n", source="w.yaml")
+    assert info.value.problems[0].startswith("w.yaml:2: defaults: weights: unknown criterion 'vibes'")

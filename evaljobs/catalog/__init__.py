@@ -155,6 +155,8 @@ class Scenario:
     #: Criteria names to apply; ``None`` means every criterion the scenario's expectations enable.
     criteria: tuple[str, ...] | None = None
     pass_threshold: float = DEFAULT_PASS_THRESHOLD
+    #: ``((criterion, weight), ...)``: the score is the weighted mean (criteria not listed weigh 1).
+    weights: tuple[tuple[str, float], ...] = ()
     #: Where the scenario starts in its file; not part of its meaning (excluded from equality).
     line: int | None = field(default=None, compare=False)
     #: Canonical model spec for ``llm_judge``; ``None`` means "judge with the model under test".
@@ -557,7 +559,7 @@ def _one_line(text: str) -> str:
 
 _CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")
 _SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
-                 "max_latency_ms", "token_budget")
+                 "max_latency_ms", "token_budget", "weights")
 _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
 _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
@@ -570,7 +572,8 @@ _MESSAGE_KEYS = ("role", "content", "name")
 
 _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
                                   "criteria": None, "pass_threshold": DEFAULT_PASS_THRESHOLD,
-                                  "judge_model": None, "max_latency_ms": None, "token_budget": None}
+                                  "judge_model": None, "max_latency_ms": None, "token_budget": None,
+                                  "weights": None}
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
 _TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -641,10 +644,27 @@ def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
     return tuple(c for c in CRITERIA if c in items)
 
 
+def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """``{criterion: weight}``: how much each criterion counts in the score (default 1 each)."""
+    if not isinstance(value, dict) or not value:
+        raise _Bad(f"{name} must map criterion names to weights, e.g. {{contains: 2, llm_judge: 1}}, "
+                   f"not {_show(value)}")
+    out = []
+    for criterion, weight in value.items():
+        if criterion not in CRITERIA:
+            raise _Bad(f"{name}: unknown criterion {criterion!r}{_suggest(str(criterion), CRITERIA, 'known')}")
+        if not _is_number(weight) or not math.isfinite(weight) or weight < 0:
+            raise _Bad(f"{name}.{criterion} must be a number >= 0, not {_show(weight)}")
+        out.append((criterion, float(weight)))
+    if not any(w > 0 for _, w in out):
+        raise _Bad(f"{name}: at least one weight must be above 0")
+    return tuple(sorted(out))
+
+
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "system": _check_system, "temperature": _check_temperature, "max_turns": _check_max_turns,
     "criteria": _check_criteria, "pass_threshold": _check_threshold,
-    "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int,
+    "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int, "weights": _check_weights,
 }
 
 
@@ -813,6 +833,7 @@ class _Context:
             tools=tools, expect=expect, tags=tuple(sorted(set(group_tags) | set(tags))), notes=notes or "",
             group=group or None, temperature=effective["temperature"], max_turns=effective["max_turns"],
             criteria=effective["criteria"], pass_threshold=effective["pass_threshold"],
+            weights=effective["weights"] or (),
             line=self.line(path), judge_model=effective["judge_model"]))
 
     def conversation(self, path: tuple, where: str, raw: dict,
@@ -1275,6 +1296,8 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
         "criteria": list(s.criteria) if s.criteria is not None else None,
         "pass_threshold": s.pass_threshold,
         "judge_model": s.judge_model,
+        # Only when set: catalogs without weights keep their digest.
+        **({"weights": dict(s.weights)} if s.weights else {}),
     }
 
 

@@ -266,8 +266,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
             info.update(score=scores["llm_judge"], reason=verdict.reason)
             details["judge"] = info
 
-    score = sum(scores.values()) / len(scores) if scores else 0.0
-    score = round(score, 6)
+    score = _weighted_mean(scores, dict(scenario.weights))
     failed_gates = [c for c in GATE_ORDER if c in gates and c in scores and _gate_failed(c, scores[c], scenario)]
     if failed_gates:
         details["failed_gates"] = failed_gates
@@ -276,6 +275,14 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if score >= scenario.pass_threshold and scores:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
     return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
+
+
+def _weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float:
+    """The score: the mean of the criteria, each counting its weight (1 unless the scenario says)."""
+    total = sum(weights.get(c, 1.0) for c in scores)
+    if not scores or total <= 0:
+        return 0.0
+    return round(sum(value * weights.get(c, 1.0) for c, value in scores.items()) / total, 6)
 
 
 def _has_expectations(expect) -> bool:
