@@ -428,6 +428,12 @@ def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: di
             continue
         check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
         kind = item["type"]
+        for key, why in (("weight", "each assertion counts once here"),
+                         ("provider", "the judge model is the run's (judge_model / --judge-model)"),
+                         ("rubricPrompt", "evaljobs' judge prompt is used")):
+            if item.get(key) is not None and not (key == "weight" and item[key] == 1):
+                problems.warn(apath + (key,), where, f"assertion #{i + 1} ({kind}): {key} is not used by "
+                                                     f"evaljobs ({why}); ignored")
         value = item.get("value")
         missing_at, bad_at = fill_at or (apath, where), (apath, where)
         if kind not in _CODE_TYPES:  # code is not a template (its own {{ }} and quotes are code)
