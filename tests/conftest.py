@@ -82,3 +82,19 @@ def sqlite_url(tmp_path) -> str:
 def db_url(request: pytest.FixtureRequest) -> str:
     """Run the test once against SQLite and once against a real PostgreSQL."""
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment(monkeypatch):
+    """evaljobs reads ``EVALJOBS_*`` once, into ``evaljobs.config.Settings``; tests change them with
+    ``monkeypatch.setenv``/``delenv``, so the process's settings are rebuilt after each change
+    (and at the start of every test, once the previous test's changes are undone)."""
+    from evaljobs import config
+
+    config.configure()
+    for name in ("setenv", "delenv"):
+        def changed(*args, _original=getattr(monkeypatch, name), **kwargs):
+            _original(*args, **kwargs)
+            config.configure()
+
+        setattr(monkeypatch, name, changed)

@@ -618,8 +618,7 @@ def test_a_repeated_sigterm_within_the_window_is_the_same_stop_request():
 def test_store_calls_retry_through_a_lost_connection_but_not_other_errors(sqlite_url, monkeypatch):
     import peewee
 
-    store.connect(sqlite_url)
-    monkeypatch.setattr(store, "RECONNECT_SECONDS", 2.0)
+    store.connect(sqlite_url, reconnect_seconds=2.0)
     failures = [peewee.OperationalError("database is locked")] * 2
 
     @store._reconnecting

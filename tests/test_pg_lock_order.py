@@ -6,7 +6,7 @@ The two transactions, and the table locks they take in opposite orders:
 * :func:`evaljobs.store.record_result` — ``SELECT … FROM run … FOR UPDATE`` (ROW SHARE on ``run``),
   ``INSERT INTO result`` (ROW EXCLUSIVE on ``result``), then ``UPDATE run SET persisted``
   (ROW EXCLUSIVE on ``run``): ``result`` before the strong lock on ``run``.
-* ``store._upgrade``, run by ``store.connect()`` in every process that binds the database — every
+* ``store.schema.upgrade_tables``, run by ``store.connect()`` in every process that binds the database — every
   worker that boots, so one a second in that test. ``create_tables(safe=True)`` sends
   ``CREATE INDEX IF NOT EXISTS`` for indexes that exist; PostgreSQL takes SHARE on the table
   *before* it finds the index there: SHARE on ``run``, then SHARE on ``result``.
@@ -67,7 +67,7 @@ def test_a_worker_booting_while_a_result_is_recorded_deadlocks_neither(pg_url, m
             carry_on.wait(30)
         return done
 
-    monkeypatch.setattr(store, "_insert_result", paused)
+    monkeypatch.setattr(store.results, "_insert_result", paused)
     outcome: list[object] = []
 
     def record() -> None:

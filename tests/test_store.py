@@ -56,10 +56,10 @@ def test_connect_same_url_is_a_noop_and_another_url_rebinds(url: str, tmp_path) 
 
 
 def test_connect_reads_the_environment_then_the_default(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(store.ENV_URL, f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/env.db")
     store.connect()
     assert (tmp_path / "env.db").exists()
-    monkeypatch.delenv(store.ENV_URL)
+    monkeypatch.delenv("EVALJOBS_DATABASE_URL")
     monkeypatch.chdir(tmp_path)
     store.connect()
     assert (tmp_path / ".evaljobs" / "evaljobs.db").exists()
@@ -166,7 +166,7 @@ def test_snapshot_round_trip_is_parsed_once_per_process(url: str, monkeypatch) -
         parsed.append(source)
         return real(body, source=source)
 
-    monkeypatch.setattr(catalog_module, "catalog_from_body", spy)
+    monkeypatch.setattr(store.snapshots, "catalog_from_body", spy)  # the name the store calls
     loaded = store.load_snapshot(cat.digest)
     assert loaded == cat and loaded.digest == cat.digest and loaded.body == cat.body
     assert store.load_snapshot(cat.digest) is loaded

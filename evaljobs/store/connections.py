@@ -1,0 +1,297 @@
+"""Binding the store to a database, and the short-lived connections every public call uses.
+
+SQLite (WAL, the embedded default) and PostgreSQL (several machines) through
+peewee. Every public store function opens a connection for one short statement
+or transaction (:func:`_connection`, :func:`_transaction`) and hands it back
+before returning, so no connection is held across a provider call and a
+worker's connections track the work in flight, not its thread count.
+:func:`_reconnecting` carries a call through a database restart.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+import peewee
+from playhouse.pool import PooledPostgresqlDatabase
+
+from evaljobs import config
+from evaljobs.config import Settings
+from evaljobs.store.errors import DatabaseUnavailable, StoreError, redact
+from evaljobs.store.schema import database, upgrade_tables
+
+DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
+#: Seconds a SQLite writer waits for the write lock before giving up.
+SQLITE_BUSY_SECONDS = 30
+#: Seconds to wait for a PostgreSQL server that does not answer.
+PG_CONNECT_TIMEOUT = 10
+#: Seconds a call keeps retrying when a database this process has reached before drops its
+#: connections or stops answering (a restart, a failover), before it gives up with one line.
+#: The default of ``Settings.db_reconnect_seconds``; :func:`connect` sets it per database.
+RECONNECT_SECONDS = Settings.db_reconnect_seconds
+_PG_POOL_SIZE = 32
+
+_bind_lock = threading.RLock()
+
+
+def connect(url: str | None = None, *, settings: Settings | None = None,
+            reconnect_seconds: float | None = None) -> peewee.Database:
+    """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under ``.evaljobs/``).
+
+    Creates the schema on first use. Binding the URL already bound is a no-op; another URL rebinds.
+    ``reconnect_seconds`` (default: the settings' ``db_reconnect_seconds``) is how long a call
+    keeps retrying through a lost connection (see :func:`_reconnecting`).
+    """
+    settings = settings or config.settings()
+    url = url or settings.database_url or DEFAULT_URL
+    if reconnect_seconds is None:
+        reconnect_seconds = settings.db_reconnect_seconds
+    with _bind_lock:
+        current = database.obj
+        if current is not None and current.evaljobs_url == url:
+            _adopt(current)
+            current.evaljobs_reconnect_seconds = float(reconnect_seconds)
+            return current
+        db = _open(url)
+        db.evaljobs_reconnect_seconds = float(reconnect_seconds)
+        database.initialize(db)
+        try:
+            db.evaljobs_schema_log = upgrade_tables(db, _transaction)
+        except BaseException:
+            database.initialize(current)
+            _retire(db)
+            raise
+        _retire(current)
+        return db
+
+
+def upgrade() -> list[str]:
+    """Create or upgrade the schema of the bound database; returns what it did (empty: up to date).
+
+    ``connect`` already upgrades on first use, so this also reports what that did
+    (each change is reported once).
+    """
+    db = _bound()
+    with _bind_lock:
+        done, db.evaljobs_schema_log = db.evaljobs_schema_log + upgrade_tables(db, _transaction), []
+    return done
+
+
+_held = threading.local()
+#: One SQLite writer at a time per process (see ``_transaction``); re-entrant for nested transactions.
+_sqlite_writers = threading.RLock()
+
+
+def hold_connection() -> None:
+    """Let this thread keep its SQLite connection open across store calls and messages.
+
+    For worker middleware (before each message) and in-process pair loops. Opening a SQLite
+    connection runs its pragmas, and closing the last one checkpoints the WAL: per query
+    that was the largest cost of a zero-latency pair. A SQLite connection is a file handle
+    with no server-side limit, so a worker thread keeps one for its life (it is closed when
+    the thread ends). PostgreSQL connections still go back to the pool after each call, so
+    the server's connection limit caps in-flight queries, not width.
+    """
+    _held.db = database.obj if isinstance(database.obj, peewee.SqliteDatabase) else None
+
+
+@contextmanager
+def holding() -> Iterator[None]:
+    """:func:`hold_connection` for the duration of a block, then close this thread's connection."""
+    hold_connection()
+    try:
+        yield
+    finally:
+        _held.db = None
+        db = database.obj
+        if db is not None and not db.is_closed() and not db.in_transaction():
+            db.close()
+
+
+def _holds(db: peewee.Database) -> bool:
+    return getattr(_held, "db", None) is db
+
+
+def release_connection() -> None:
+    """Hand this thread's connection back after a message (the worker middleware's hook).
+
+    PostgreSQL: closed, i.e. returned to the pool. SQLite under :func:`hold_connection`:
+    kept open for the thread's next message. Without a hold the store already closes after
+    each call, and this is the safety net.
+    """
+    db = database.obj
+    if db is None or db.is_closed() or db.in_transaction():
+        return
+    if _holds(db):
+        return
+    db.close()
+
+
+def _open(url: str) -> peewee.Database:
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        db = _open_sqlite(url)
+    elif scheme in ("postgresql", "postgres"):
+        db = _open_postgres(url)
+    else:
+        raise StoreError(f"unsupported database URL {redact(url)}: use sqlite:///path or "
+                         "postgresql://user@host:port/db")
+    db.evaljobs_url = url
+    db.evaljobs_pid = os.getpid()
+    db.evaljobs_reached = False  # set once a connection succeeds: only then is a failure an outage
+    return db
+
+
+def _open_sqlite(url: str) -> peewee.SqliteDatabase:
+    if not url.startswith("sqlite:///"):
+        raise StoreError(f"bad SQLite URL {url!r}: use sqlite:///relative/path or sqlite:////absolute/path")
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if not path:
+        raise StoreError(f"bad SQLite URL {url!r}: no file path after sqlite:///")
+    if path == ":memory:":
+        raise StoreError(f"{url}: every call opens its own connection, so an in-memory SQLite database "
+                         "would be empty each time; use a file path")
+    path = str(Path(path).resolve())  # a relative URL means relative to where we connected
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the folder for {url}: {exc.strerror}") from None
+    pragmas = {"journal_mode": "wal", "busy_timeout": SQLITE_BUSY_SECONDS * 1000, "foreign_keys": 1,
+               "synchronous": "normal"}
+    return peewee.SqliteDatabase(path, pragmas=pragmas, timeout=SQLITE_BUSY_SECONDS)
+
+
+def _open_postgres(url: str) -> peewee.PostgresqlDatabase:
+    try:
+        import psycopg2  # noqa: F401 - an optional extra (evaljobs[postgres]): imported only for its URL
+    except ImportError:
+        raise StoreError(f"{redact(url)} needs the PostgreSQL driver: "
+                         "pip install 'evaljobs[postgres]'") from None
+    dsn = "postgresql://" + url.split("://", 1)[1]
+    # A pool, because a fresh TCP connection per short transaction would cost more than the
+    # transaction; connections still go back to it after every call.
+    return PooledPostgresqlDatabase(dsn, max_connections=_PG_POOL_SIZE, stale_timeout=300, timeout=30,
+                                    connect_timeout=PG_CONNECT_TIMEOUT)
+
+
+def _retire(db: peewee.Database | None) -> None:
+    if db is None:
+        return
+    if isinstance(db, PooledPostgresqlDatabase) and db.evaljobs_pid == os.getpid():
+        db.close_all()
+    else:
+        db.dispose()
+
+
+def _adopt(db: peewee.Database) -> None:
+    """After a fork, forget (never close) the parent's connections: they share its sockets."""
+    if db.evaljobs_pid != os.getpid():
+        db.dispose()
+        db.evaljobs_pid = os.getpid()
+
+
+def _bound() -> peewee.Database:
+    db = database.obj
+    if db is None:
+        return connect()
+    if db.evaljobs_pid != os.getpid():
+        with _bind_lock:
+            _adopt(db)
+    return db
+
+
+@contextmanager
+def _connection() -> Iterator[peewee.Database]:
+    """This thread's connection for the duration of one public call (reused if already open)."""
+    db = _bound()
+    opened = db.is_closed()
+    if opened:
+        try:
+            db.connect()
+        except (peewee.OperationalError, peewee.InterfaceError, peewee.ImproperlyConfigured) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DatabaseUnavailable(f"cannot reach database {redact(db.evaljobs_url)}: {reason}") from None
+        db.evaljobs_reached = True
+    try:
+        yield db
+    finally:
+        if opened and not db.is_closed() and not _holds(db):
+            db.close()
+
+
+@contextmanager
+def _transaction() -> Iterator[peewee.Database]:
+    """A write transaction. On SQLite it is BEGIN IMMEDIATE, which takes the write lock up front,
+    so read-count-write sequences are serialized across threads and processes."""
+    with _connection() as db:
+        if not isinstance(db, peewee.SqliteDatabase):
+            with db.atomic():
+                yield db
+            return
+        # Threads of this process queue for SQLite's one write lock here, in order, instead of
+        # inside SQLite's busy handler, which sleeps 1, 2, 5, 10 … ms between tries: with eight
+        # worker threads writing, those sleeps, not the writes, set the pace. Other processes
+        # still meet the busy handler.
+        with _sqlite_writers, db.atomic(lock_type="IMMEDIATE"):
+            yield db
+
+
+_logger = logging.getLogger("evaljobs.store")
+
+
+def _reconnecting(fn):
+    """Run ``fn`` again when the database connection is lost mid-call (a restart, a failover).
+
+    Safe because every public call is one short statement or transaction that either
+    committed or rolled back, and each is idempotent: insert-if-absent on the unique
+    pair, conditional updates, reads. So a call repeated after its connection dropped
+    cannot double a result; without this, a worker whose database restarted between a
+    provider call and its commit failed the message and evaluated the pair again.
+
+    Retries for up to the bound database's ``reconnect_seconds`` (see :func:`connect`) and only a database this process has reached
+    before (a wrong URL still fails at once), only as the outermost call (a nested call
+    inside a transaction leaves the retry to its caller), and on SQLite only a lock
+    timeout. Giving up is one line naming the database.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        db = database.obj
+        if db is not None and not db.is_closed() and db.in_transaction():
+            return fn(*args, **kwargs)
+        deadline, pause = None, 0.05
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (DatabaseUnavailable, peewee.OperationalError, peewee.InterfaceError) as exc:
+                db = database.obj
+                if db is None or not getattr(db, "evaljobs_reached", False) or not _is_outage(db, exc):
+                    raise
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                now = time.monotonic()
+                patience = getattr(db, "evaljobs_reconnect_seconds", RECONNECT_SECONDS)
+                if deadline is None:
+                    deadline = now + patience
+                    _logger.warning("database %s: %s; retrying %s for up to %g s", redact(db.evaljobs_url),
+                                    reason[:200], fn.__name__, patience)
+                if now >= deadline:
+                    raise DatabaseUnavailable(f"lost database {redact(db.evaljobs_url)} for {patience:g} s "
+                                              f"({fn.__name__}): {reason[:300]}") from None
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 1.0)
+
+    return wrapper
+
+
+def _is_outage(db: peewee.Database, exc: Exception) -> bool:
+    if isinstance(exc, DatabaseUnavailable) or isinstance(db, peewee.PostgresqlDatabase):
+        return True  # connection lost, admin shutdown, serialization failure, deadlock: all transient
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text

@@ -1,0 +1,44 @@
+"""The store's errors: one line each, all in the evaljobs error family."""
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from evaljobs.errors import EXIT_USAGE, EvaljobsError
+
+
+class StoreError(EvaljobsError):
+    """A store problem a user can act on; the message is one line."""
+
+    exit_code = EXIT_USAGE  # an unknown run or an unreachable database URL: the CLI's exit 2, as always
+
+
+class DatabaseUnavailable(StoreError):
+    """The database did not accept a connection (down, restarting, wrong address)."""
+
+
+class UnknownRun(StoreError):
+    pass
+
+
+class UnknownSnapshot(StoreError):
+    pass
+
+
+class UnexpectedPair(StoreError):
+    """A result for a pair the run does not expect (completion contract, invariant 4)."""
+
+
+class Incomplete(StoreError):
+    """Finalize was asked for a run whose persisted pairs do not yet equal the expected pairs."""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+__all__ = ["redact", "StoreError", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete"]

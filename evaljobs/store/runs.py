@@ -1,0 +1,212 @@
+"""Runs: creating one (expected pairs, snapshot), reading it, and its status transitions.
+
+Each function is one short statement or transaction; a status change is a
+conditional UPDATE, so concurrent workers and processes agree without locks
+held in Python.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from peewee import fn
+
+from evaljobs.catalog import Catalog
+from evaljobs.store.connections import _connection, _reconnecting, _transaction
+from evaljobs.store.errors import UnknownRun
+from evaljobs.store.schema import (CANCELLED, FINISHED_STATUSES, PENDING, RUN_STATUSES, RUNNING, Run, _aware,
+                                   _dumps, _loads, _now, database)
+from evaljobs.store.snapshots import save_snapshot
+
+
+@dataclass
+class RunInfo:
+    id: str
+    digest: str
+    catalog_name: str
+    models: list[str]
+    strategy: str
+    status: str
+    expected: int
+    persisted: int
+    context: dict[str, Any] | None
+    options: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    report: dict[str, Any] | None
+    note: str | None
+    #: The explicit pairs of a run over a subset (a rerun), in order; None: every scenario × model.
+    pairs: list[tuple[str, str]] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+def _info(row: Run) -> RunInfo:
+    return RunInfo(id=row.id, digest=row.digest, catalog_name=row.catalog_name, models=_loads(row.models),
+                   strategy=row.strategy, status=row.status, expected=row.expected, persisted=row.persisted,
+                   context=_loads(row.context), options=_loads(row.options) or {},
+                   created_at=_aware(row.created_at), started_at=_aware(row.started_at),
+                   finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note,
+                   pairs=list(_pair_list(row.pairs)) if row.pairs is not None else None)
+
+
+@lru_cache(maxsize=256)
+def _pair_list(text: str) -> tuple[tuple[str, str], ...]:
+    """A run's explicit pairs, parsed once per process (they never change once the run exists)."""
+    return tuple((key, model) for key, model in json.loads(text))
+
+
+@lru_cache(maxsize=256)
+def _pair_set(text: str) -> frozenset[tuple[str, str]]:
+    return frozenset(_pair_list(text))
+
+
+def _get_row(run_id: str, *, lock: bool = False) -> Run:
+    query = Run.select().where(Run.id == run_id)
+    if lock and database.obj.for_update:
+        query = query.for_update()
+    row = query.first()
+    if row is None:
+        raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    return row
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}: use one of {', '.join(RUN_STATUSES)}")
+
+
+def _pair_text(pairs: list[tuple[str, str]], limit: int = 5) -> str:
+    shown = ", ".join(f"{key} × {model}" for key, model in pairs[:limit])
+    return shown + (f" (+{len(pairs) - limit} more)" if len(pairs) > limit else "")
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: dict | None = None,
+               options: dict | None = None, pairs: list[tuple[str, str]] | None = None) -> RunInfo:
+    """Snapshot the catalog and create a pending run expecting every scenario × model pair.
+
+    With ``pairs`` (a rerun) the run expects exactly those pairs instead: each must name a
+    catalog scenario and one of ``models``, and every model must have at least one pair.
+    They are stored in catalog order and the barrier, ``missing_pairs`` and ``finalize``
+    honour them, so the completion contract is the same as for a whole run.
+    """
+    models = list(models)
+    if not models:
+        raise ValueError("a run needs at least one model: pass -m MODEL")
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        raise ValueError(f"model {repeated[0]!r} is given more than once: pass each model once")
+    if not catalog.scenarios:
+        raise ValueError(f"catalog {catalog.source} has no scenarios: add at least one")
+    chosen = _check_pairs(catalog, models, pairs) if pairs is not None else None
+    save_snapshot(catalog)
+    row = dict(id="r_" + secrets.token_hex(6), digest=catalog.digest, catalog_name=catalog.name,
+               models=_dumps(models), strategy=strategy, status=PENDING,
+               expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models),
+               persisted=0, context=_dumps(context) if context is not None else None,
+               options=_dumps(options or {}), created_at=_now(),
+               pairs=_dumps(chosen) if chosen is not None else None)
+    with _connection():
+        Run.insert(**row).as_rowcount().execute()
+    return get_run(row["id"])
+
+
+def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple[str, str]]) -> list[list[str]]:
+    wanted = [(str(key), str(model)) for key, model in pairs]
+    if not wanted:
+        raise ValueError("a run over chosen pairs needs at least one pair")
+    seen: set[tuple[str, str]] = set()
+    for key, model in wanted:
+        if (key, model) in seen:
+            raise ValueError(f"pair {key} × {model} is given more than once: pass each pair once")
+        seen.add((key, model))
+        if key not in catalog:
+            raise ValueError(f"pair {key} × {model}: scenario {key!r} is not in catalog {catalog.name!r}")
+        if model not in models:
+            raise ValueError(f"pair {key} × {model}: model {model!r} is not one of the run's models "
+                             f"({', '.join(models)})")
+    unused = [m for m in models if m not in {model for _, model in wanted}]
+    if unused:
+        raise ValueError(f"model {unused[0]!r} has no pair in this run: leave it out of the models")
+    return [[key, model] for key in catalog.keys for model in models if (key, model) in seen]
+
+
+@_reconnecting
+def get_run(run_id: str) -> RunInfo:
+    with _connection():
+        return _info(_get_row(run_id))
+
+
+@_reconnecting
+def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = None) -> list[RunInfo]:
+    """Newest first (served by the created_at / (status, created_at) indexes)."""
+    query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+    if statuses:
+        for status in statuses:
+            _check_status(status)
+        query = query.where(Run.status.in_(list(statuses)))
+    with _connection():
+        return [_info(row) for row in query]
+
+
+@_reconnecting
+def mark_running(run_id: str) -> bool:
+    """pending → running; False if the run had already left pending (e.g. a redelivered start)."""
+    with _transaction():
+        changed = (Run.update(status=RUNNING, started_at=_now())
+                   .where((Run.id == run_id) & (Run.status == PENDING)).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
+
+
+@_reconnecting
+def set_status(run_id: str, status: str, note: str | None = None) -> None:
+    """Set the status (and ``note`` if given); the first start/finish time is kept."""
+    _check_status(status)
+    now = _now()
+    changes: dict[Any, Any] = {Run.status: status}
+    if status == RUNNING:
+        changes[Run.started_at] = fn.COALESCE(Run.started_at, Run.started_at.to_value(now))
+    if status in FINISHED_STATUSES:
+        changes[Run.finished_at] = fn.COALESCE(Run.finished_at, Run.finished_at.to_value(now))
+    if note is not None:
+        changes[Run.note] = note
+    with _transaction():
+        if not Run.update(changes).where(Run.id == run_id).execute():
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+
+
+@_reconnecting
+def cancel(run_id: str) -> bool:
+    """Cancel a pending or running run; False if it had already finished."""
+    with _transaction():
+        changed = (Run.update(status=CANCELLED, finished_at=_now())
+                   .where((Run.id == run_id) & Run.status.in_([PENDING, RUNNING])).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
+
+
+@_reconnecting
+def take_judge_call(run_id: str, cap: int) -> bool:
+    """Reserve one LLM-judge call against the run's cap; False once ``cap`` calls were taken.
+
+    One conditional UPDATE, so the cap holds across every worker thread and machine.
+    """
+    with _transaction():
+        taken = (Run.update(judge_calls=Run.judge_calls + 1)
+                 .where((Run.id == run_id) & (Run.judge_calls < cap)).execute())
+        if not taken:
+            _get_row(run_id)
+    return bool(taken)

@@ -1,0 +1,197 @@
+"""The schema: the tables, how their columns are encoded, and creating or upgrading them.
+
+Everything here works on a database handed in (or the ``database`` proxy the
+tables are bound to); opening connections is :mod:`evaljobs.store.connections`'
+job, so this module imports nothing else from the store.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Callable, ContextManager
+
+import peewee
+from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
+                    IntegerField, Model, TextField, fn)
+
+from evaljobs.store.errors import StoreError, redact
+
+SCHEMA_VERSION = 2
+#: What each schema version added (recorded in ``schema_version.description``).
+_SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)"}
+PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
+
+PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
+    "pending", "running", "complete", "partial", "failed", "cancelled")
+RUN_STATUSES = (PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
+FINISHED_STATUSES = (COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
+
+#: The tables are bound to this proxy; :func:`evaljobs.store.connect` points it at a database.
+database = DatabaseProxy()
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+class _Table(Model):
+    class Meta:
+        database = database
+
+
+class SchemaVersion(_Table):
+    version = IntegerField(primary_key=True)
+    applied_at = DateTimeField()
+    description = TextField()
+
+    class Meta:
+        table_name = "schema_version"
+
+
+class Snapshot(_Table):
+    digest = CharField(max_length=128, primary_key=True)
+    name = TextField()
+    body = TextField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "snapshot"
+
+
+class Run(_Table):
+    id = CharField(max_length=32, primary_key=True)
+    digest = CharField(max_length=128)
+    catalog_name = TextField()
+    models = TextField()
+    strategy = CharField(max_length=32)
+    status = CharField(max_length=16)
+    expected = IntegerField()
+    persisted = IntegerField(default=0)
+    context = TextField(null=True)
+    options = TextField()
+    created_at = DateTimeField()
+    started_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True)
+    report = TextField(null=True)
+    report_at = DateTimeField(null=True)
+    note = TextField(null=True)
+    judge_calls = IntegerField(default=0)
+    #: JSON list of [scenario_key, model] when the run covers a subset of scenario × model (a rerun);
+    #: NULL for the whole product. Read with the run row (by primary key), so honouring it scans nothing.
+    pairs = TextField(null=True)
+
+    class Meta:
+        table_name = "run"
+        indexes = ((("created_at",), False), (("status", "created_at"), False))
+
+
+class ResultRow(_Table):
+    run = ForeignKeyField(Run, column_name="run_id", on_delete="CASCADE", index=False)
+    scenario_key = TextField()
+    model = TextField()
+    status = CharField(max_length=16)
+    score = DoubleField()
+    scores = TextField()
+    fault = TextField(null=True)
+    output = TextField()
+    tool_calls = TextField()
+    duration_ms = IntegerField()
+    input_tokens = IntegerField()
+    output_tokens = IntegerField()
+    cost = DoubleField()
+    attempts = IntegerField()
+    error = TextField(null=True)
+    details = TextField()
+    cached = BooleanField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "result"
+        # The one index a run's results need: it enforces invariant 1 and serves every
+        # per-run query (WHERE run_id = ?), so nothing here scans the table.
+        indexes = ((("run", "scenario_key", "model"), True),)
+
+
+_TABLES = (SchemaVersion, Snapshot, Run, ResultRow)
+
+
+# -- column encoding ------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    """Naive UTC: what both backends store without conversion."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=timezone.utc) if value is not None else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return _aware(value).isoformat() if value is not None else None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text is not None else None
+
+
+@lru_cache(maxsize=1024)
+def _json_once(text: str | None) -> Any:
+    """JSON columns that never change once a run exists (models, options, context), parsed once.
+
+    Callers must not mutate the result: it is shared.
+    """
+    return json.loads(text) if text is not None else None
+
+
+def _datetime(value: Any) -> datetime | None:
+    """A timestamp as stored (SQLite gives text, PostgreSQL a datetime), aware in UTC."""
+    if value is None or isinstance(value, datetime):
+        return _aware(value)
+    return _aware(datetime.fromisoformat(value))
+
+
+# -- creating and upgrading ----------------------------------------------------------------
+
+
+def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager[Any]]) -> list[str]:
+    """Create the missing tables and columns of ``db`` in one ``transaction()``; returns what it did."""
+    done: list[str] = []
+    with transaction():
+        if isinstance(db, peewee.PostgresqlDatabase):
+            # CREATE TABLE IF NOT EXISTS races with itself on PostgreSQL; serialize first users.
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (PG_SCHEMA_LOCK,))
+        existing = set(db.get_tables())
+        missing = [table for table in _TABLES if table._meta.table_name not in existing]
+        done += [f"created table {table._meta.table_name}" for table in missing]
+        # Only the missing tables (each with its indexes, in this transaction): on PostgreSQL
+        # CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table before it finds the index,
+        # so every booting worker took SHARE on run, then on result, and deadlocked with
+        # record_result (ROW EXCLUSIVE on result, then on run).
+        db.create_tables(missing, safe=True)
+        current = SchemaVersion.select(fn.MAX(SchemaVersion.version)).scalar() or 0
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
+                             f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
+        if Run._meta.table_name in existing:
+            done += _add_missing_columns(db, Run, {"pairs": "TEXT"})
+        if current < SCHEMA_VERSION:
+            SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(),
+                                 description=_SCHEMA_CHANGES[SCHEMA_VERSION] if current else "initial schema")
+            done.append(f"recorded schema version {SCHEMA_VERSION}")
+    return done
+
+
+def _add_missing_columns(db: peewee.Database, table: type[Model], columns: dict[str, str]) -> list[str]:
+    """ALTER TABLE … ADD COLUMN for nullable columns added after the table was first created."""
+    have = {column.name for column in db.get_columns(table._meta.table_name)}
+    done = []
+    for name, sql_type in columns.items():
+        if name not in have:
+            db.execute_sql(f'ALTER TABLE "{table._meta.table_name}" ADD COLUMN "{name}" {sql_type}')
+            done.append(f"added column {table._meta.table_name}.{name}")
+    return done

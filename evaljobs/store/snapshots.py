@@ -1,0 +1,44 @@
+"""Catalog snapshots: a run always grades against the exact catalog it was started with.
+
+Stored by digest (insert if absent) and parsed once per process.
+"""
+from __future__ import annotations
+
+import json
+
+from evaljobs.catalog import Catalog, catalog_from_body
+from evaljobs.store.connections import _connection, _reconnecting
+from evaljobs.store.errors import UnknownSnapshot
+from evaljobs.store.schema import Snapshot, _dumps, _now
+
+_snapshots: dict[str, Catalog] = {}
+
+
+@_reconnecting
+def save_snapshot(catalog: Catalog) -> None:
+    """Store the catalog body under its digest (insert if absent): a run always grades against
+    the exact catalog it was started with, whatever happens to the YAML file afterwards."""
+    with _connection():
+        (Snapshot.insert(digest=catalog.digest, name=catalog.name, body=_dumps(catalog.body),
+                         created_at=_now())
+         .on_conflict(action="NOTHING", conflict_target=[Snapshot.digest]).as_rowcount().execute())
+    _snapshots.setdefault(catalog.digest, catalog)
+
+
+@_reconnecting
+def load_snapshot(digest: str) -> Catalog:
+    """The catalog snapshotted under ``digest``, parsed once per process and then cached."""
+    cached = _snapshots.get(digest)
+    if cached is not None:
+        return cached
+    with _connection():
+        body = Snapshot.select(Snapshot.body).where(Snapshot.digest == digest).scalar()
+    if body is None:
+        raise UnknownSnapshot(f"unknown catalog snapshot {digest!r}: the run's catalog was never saved here")
+    catalog = catalog_from_body(json.loads(body), source=f"<snapshot {digest[:12]}>")
+    return _snapshots.setdefault(digest, catalog)
+
+
+def _forget_snapshots() -> None:
+    """Empty this process's snapshot cache (tests)."""
+    _snapshots.clear()
