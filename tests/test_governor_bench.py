@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.providers import governor as governor_module
+from evaljobs.providers.governor import facade, local_store, redis_store
 from evaljobs.providers.governor import HOLD_ROUNDS, BudgetConfig, Governor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,8 +131,9 @@ def test_a_429_with_nothing_else_in_flight_holds_nothing(make):
 @pytest.fixture
 def long_polls(monkeypatch):
     """Waiters far from the head of the line poll rarely (5 s) so only a release can wake them quickly."""
-    monkeypatch.setattr(governor_module, "SLEEP_CAP", 5.0)
-    monkeypatch.setattr(governor_module, "WAITER_TTL", 6.0)
+    monkeypatch.setattr(facade, "SLEEP_CAP", 5.0)
+    for store in (local_store, redis_store):
+        monkeypatch.setattr(store, "WAITER_TTL", 6.0)
 
 
 class Line:

@@ -1,0 +1,262 @@
+"""The governor itself: admission with waiting, releases, the Redis-down fallback, stats."""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+import redis.exceptions
+
+from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
+from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy,
+                                                 _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome, budget_key)
+from evaljobs.providers.governor.local_store import _LocalStore
+from evaljobs.providers.governor.permits import Permit, _Renewer
+from evaljobs.providers.governor.redis_store import _RedisStore
+
+log = logging.getLogger("evaljobs.providers.governor")
+
+_STORE_ERRORS: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+
+
+class Governor:
+    """Shared provider budgets. Thread-safe; create one per process and share it.
+
+    ``redis_url`` None: a local, per-process governor only. ``clock`` (tests):
+    seconds as a float; it replaces the Redis server clock in the scripts (so all
+    governors sharing a budget must share it) and times the local store.
+    ``reconnect_after``: seconds on the local fallback before Redis is tried again.
+    """
+
+    def __init__(self, redis_url: str | None, *, namespace: str = "evaljobs:gov",
+                 clock: Callable[[], float] | None = None, reconnect_after: float = 30.0):
+        self._local = _LocalStore(clock or time.monotonic)
+        self._redis = _RedisStore(redis_url, namespace, clock) if redis_url else None
+        self._configs: dict[str, BudgetConfig] = {}
+        #: Deployment budgets configured by :meth:`budget_for`, by budget key.
+        self._deployments: dict[str, BudgetConfig] = {}
+        self._reconnect_after = reconnect_after
+        self._lock = threading.Lock()
+        self._down_until: float | None = None
+        self._renewer = _Renewer()
+        # Slots freed in this process so far, per budget (releases, a grown limit, cancelled waits).
+        # A waiter told it is `ahead` slots from its turn sleeps until that many more were freed here:
+        # only the waiter whose turn came is woken, not every waiting thread (a herd of Redis round
+        # trips on each release delays the one that matters). Releases in other processes are seen
+        # at the next poll.
+        self._wakeup = threading.Lock()
+        self._freed: dict[str, int] = {}
+        self._sleepers: dict[str, list[tuple[int, int, threading.Event]]] = {}
+        self._sleeper_ids = itertools.count()
+
+    def __repr__(self) -> str:
+        where = self._redis.location if self._redis else "local"
+        return f"<Governor {where} backend={self.backend}>"
+
+    @property
+    def backend(self) -> str:
+        """Where new permits come from now: ``"redis"``, or ``"local"`` (no Redis, or it is down)."""
+        return self._current().name
+
+    def configure(self, budget: str, config: BudgetConfig) -> None:
+        """Set how ``budget`` behaves in this process (sent with every call: Redis needs no setup)."""
+        _check_budget(budget)
+        if not isinstance(config, BudgetConfig):
+            raise TypeError(f"configure({budget!r}, ...) needs a BudgetConfig, not {type(config).__name__}")
+        with self._lock:
+            self._configs[budget] = config
+
+    def budget_for(self, providers: ProvidersConfig, spec: ModelSpec) -> str:
+        """The budget of ``spec``'s deployment, configured from its provider entry on first use.
+
+        Why here: every caller of the governor (the model under test, the judge) needs a
+        deployment's budget name *and* its configuration in force, and building a
+        ``BudgetConfig`` per call is waste; this keeps one per budget for this governor.
+        """
+        config = providers.get(spec.provider)
+        budget = budget_key(config.name, spec.model, config.governor)
+        wanted = BudgetConfig.from_dict(config.governor,
+                                        source=f"{providers.source}: provider '{config.name}' governor")
+        if self._deployments.get(budget) != wanted:
+            self.configure(budget, wanted)
+            self._deployments[budget] = wanted
+        return budget
+
+    def config(self, budget: str) -> BudgetConfig:
+        """The configuration of ``budget`` (defaults when it was never configured)."""
+        return self._configs.get(budget) or _DEFAULT_CONFIG
+
+    def acquire(self, budget: str, lane: str = "bulk", *, max_wait: float = 2.0, tokens: int = 0,
+                keep_alive: bool = True) -> Permit:
+        """A permit for one call against ``budget``, waiting at most ``max_wait`` seconds, else ``Busy``.
+
+        ``tokens``: the call's expected tokens, for a ``tpm`` window (0: the moving average).
+        ``keep_alive``: renew the lease in the background until the permit is released.
+        """
+        _check_budget(budget)
+        if lane not in LANES:
+            raise ValueError(f"governor lane must be one of {', '.join(LANES)}, not {lane!r}")
+        if not isinstance(max_wait, (int, float)) or not max_wait >= 0:
+            raise ValueError(f"governor max_wait must be a number of seconds >= 0, not {max_wait!r}")
+        config = self.config(budget)
+        lease_id = uuid.uuid4().hex
+        started = time.monotonic()
+        deadline = started + max_wait
+        backoff = POLL_MIN
+        queued_in: _RedisStore | _LocalStore | None = None
+        permit: Permit | None = None
+        try:
+            while True:
+                waited_ms = (time.monotonic() - started) * 1000.0
+                with self._wakeup:
+                    seen = self._freed.get(budget, 0)
+                store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms)
+                if queued_in is not None and queued_in is not store:
+                    self._cancel(queued_in, budget, lane, lease_id)
+                    queued_in = None
+                if answer.granted:
+                    permit = Permit(self, store.name, budget, lane, lease_id, answer.now, answer.epoch,
+                                    answer.tokens, config, waited_ms / 1000.0)
+                    if keep_alive:
+                        self._renewer.add(permit)
+                    return permit
+                queued_in = store
+                remaining = deadline - time.monotonic()
+                exact = answer.reason != "limit"  # a pause or a window ends at a known time
+                if remaining <= 0 or (exact and answer.retry_in > remaining):
+                    raise Busy(budget, answer.retry_in, answer.reason)
+                if exact:
+                    pause, turn = answer.retry_in, 1
+                else:
+                    # Poll (for releases in other processes) often at the head of the line (about
+                    # four times per expected wait), and about twice per expected wait further back.
+                    turn = max(1, answer.ahead)
+                    pause = backoff * (0.5 + random.random())
+                    if turn > 1:
+                        pause = max(pause, min(answer.retry_in / 2, SLEEP_CAP))
+                    else:
+                        pause = min(pause, max(POLL_MIN, answer.retry_in / 4))
+                    backoff = min(backoff * 2, POLL_MAX)
+                self._sleep(budget, seen + turn, max(0.0, min(pause, remaining, SLEEP_CAP)))
+        finally:
+            if permit is None and queued_in is not None:
+                self._cancel(queued_in, budget, lane, lease_id)
+                self._wake(budget)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """One row per known budget (a set in Redis, never a key scan).
+
+        Keys: budget, backend, limit, in_flight (and by lane), waiting, admitted,
+        rate_limited, mean_wait_ms, max_wait_ms, paused_for (seconds).
+        """
+        store = self._current()
+        if store is self._redis:
+            try:
+                rows = store.stats()
+            except _STORE_ERRORS as exc:
+                self._redis_failed(exc)
+            else:
+                self._redis_ok()
+                return rows
+        return self._local.stats()
+
+    def close(self) -> None:
+        """Stop the lease renewer and close the Redis connections (held permits then expire)."""
+        self._renewer.stop()
+        if self._redis is not None:
+            self._redis.close()
+
+    # -- internals
+
+    def _current(self) -> _RedisStore | _LocalStore:
+        if self._redis is None:
+            return self._local
+        with self._lock:
+            if self._down_until is not None and time.monotonic() < self._down_until:
+                return self._local
+        return self._redis
+
+    def _attempt(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
+                 waited_ms: float) -> tuple[_RedisStore | _LocalStore, _Answer]:
+        store = self._current()
+        if store is self._redis:
+            try:
+                answer = store.try_acquire(budget, lane, lease_id, config, tokens, waited_ms)
+            except _STORE_ERRORS as exc:
+                self._redis_failed(exc)
+            else:
+                self._redis_ok()
+                return store, answer
+        return self._local, self._local.try_acquire(budget, lane, lease_id, config, tokens, waited_ms)
+
+    def _cancel(self, store: _RedisStore | _LocalStore, budget: str, lane: str, lease_id: str) -> None:
+        try:
+            store.cancel_wait(budget, lane, lease_id)
+        except _STORE_ERRORS as exc:  # the queue entry expires within WAITER_TTL anyway
+            self._redis_failed(exc)
+
+    def _on_permit_store(self, permit: Permit, operation: Callable[[Any], Any]) -> Any:
+        """``operation(store)`` on the store holding ``permit``'s lease; None when that store is down."""
+        if permit.backend == "local":
+            return operation(self._local)
+        if self._current() is not self._redis:
+            return None  # Redis is down: the lease expires there by itself
+        try:
+            return operation(self._redis)
+        except _STORE_ERRORS as exc:
+            self._redis_failed(exc)
+            return None
+
+    def _release(self, permit: Permit, outcome: _Outcome) -> None:
+        self._renewer.discard(permit)
+        freed = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
+        self._wake(permit.budget, max(1, freed or 0))  # unknown (store down): wake the next waiter anyway
+
+    def _wake(self, budget: str, slots: int = 1) -> None:
+        """``slots`` of ``budget`` were freed in this process: wake the waiters whose turn that is."""
+        with self._wakeup:
+            freed = self._freed[budget] = self._freed.get(budget, 0) + slots
+            sleepers = self._sleepers.get(budget)
+            while sleepers and sleepers[0][0] <= freed:
+                heapq.heappop(sleepers)[2].set()
+
+    def _sleep(self, budget: str, until_freed: int, timeout: float) -> None:
+        """Sleep until ``until_freed`` slots of ``budget`` were freed in this process, or ``timeout`` s."""
+        with self._wakeup:
+            if self._freed.get(budget, 0) >= until_freed:
+                return
+            entry = (until_freed, next(self._sleeper_ids), threading.Event())
+            heapq.heappush(self._sleepers.setdefault(budget, []), entry)
+        if not entry[2].wait(timeout):
+            with self._wakeup:
+                sleepers = self._sleepers.get(budget, [])
+                if entry in sleepers:
+                    sleepers.remove(entry)
+                    heapq.heapify(sleepers)
+
+    def _renew(self, permit: Permit) -> None:
+        permit._renew_at = time.monotonic() + permit._config.lease_seconds / 2
+        self._on_permit_store(permit, lambda store: store.renew(permit))
+
+    def _redis_failed(self, exc: BaseException) -> None:
+        with self._lock:
+            first = self._down_until is None
+            self._down_until = time.monotonic() + self._reconnect_after
+        if first:
+            log.warning("governor: Redis at %s unavailable (%s: %s); using a local per-process governor, "
+                        "retrying Redis every %gs", self._redis.location if self._redis else "?",
+                        type(exc).__name__, exc, self._reconnect_after)
+
+    def _redis_ok(self) -> None:
+        if self._down_until is None:
+            return
+        with self._lock:
+            was_down, self._down_until = self._down_until is not None, None
+        if was_down:
+            log.info("governor: Redis at %s is back; budgets are shared again",
+                     self._redis.location if self._redis else "?")

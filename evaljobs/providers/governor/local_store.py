@@ -1,0 +1,179 @@
+"""The local store: the same semantics as the Lua scripts, in memory for one process.
+
+The governor's fallback while Redis is down, and its only store without a Redis URL.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX, LANES,
+                                                 WAITER_TTL, BudgetConfig, _Answer, _Outcome, _stats_row)
+from evaljobs.providers.governor.control import _bulk_cap, _grow, _little, _wait_for, _window
+from evaljobs.providers.governor.permits import Permit
+
+
+@dataclass
+class _LocalBudget:
+    limit: int
+    ssthresh: int
+    epoch: int = 0
+    acc: int = 0
+    paused_until: float = 0.0
+    hold: int = 0
+    plateau: int = HOLD_ROUNDS
+    lat: float | None = None
+    tok: float | None = None
+    admitted: int = 0
+    rate_limited: int = 0
+    wait_sum_ms: float = 0.0
+    wait_max_ms: float = 0.0
+    leases: dict[str, dict[str, float]] = field(default_factory=lambda: {lane: {} for lane in LANES})
+    #: lane -> waiter id -> arrival, in arrival order (dicts keep insertion order).
+    queues: dict[str, dict[str, float]] = field(default_factory=lambda: {lane: {} for lane in LANES})
+    waiter_exp: dict[str, float] = field(default_factory=dict)
+    req: dict[int, int] = field(default_factory=dict)
+    tok_window: dict[int, int] = field(default_factory=dict)
+
+
+class _LocalStore:
+    """The same semantics as the Lua scripts, in memory for one process (the fallback, or no Redis)."""
+
+    name = "local"
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._budgets: dict[str, _LocalBudget] = {}
+
+    def _budget(self, budget: str, config: BudgetConfig) -> _LocalBudget:
+        state = self._budgets.get(budget)
+        if state is None:
+            state = self._budgets[budget] = _LocalBudget(limit=min(config.initial, config.ceiling),
+                                                         ssthresh=config.ceiling)
+        state.limit = min(state.limit, config.ceiling)
+        return state
+
+    def try_acquire(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
+                    waited_ms: float) -> _Answer:
+        with self._lock:
+            now = self.clock()
+            s = self._budget(budget, config)
+            for held in s.leases.values():
+                for lid in [lid for lid, expiry in held.items() if expiry <= now]:
+                    del held[lid]
+            for waiter in [w for w, expiry in s.waiter_exp.items() if expiry <= now]:
+                del s.waiter_exp[waiter]
+                for queue in s.queues.values():
+                    queue.pop(waiter, None)
+            n_i, n_b = len(s.leases["interactive"]), len(s.leases["bulk"])
+            queue = s.queues[lane]
+
+            def deny(reason: str, retry_in: float, ahead: int = 0) -> _Answer:
+                queue.setdefault(lease_id, now)
+                s.waiter_exp[lease_id] = now + WAITER_TTL
+                return _Answer(False, reason, retry_in, now, s.limit, s.epoch, ahead=ahead)
+
+            if s.paused_until > now:
+                return deny("paused", s.paused_until - now)
+            rank = list(queue).index(lease_id) if lease_id in queue else len(queue)
+            free = s.limit - n_i - n_b
+            if lane == "bulk":
+                free = min(_bulk_cap(s.limit, config.bulk_reserve) - n_b, free - len(s.queues["interactive"]))
+            if rank >= free:
+                ahead = rank - max(free, 0) + 1
+                lat = s.lat if s.lat is not None else DEFAULT_LATENCY
+                return deny("limit", min(60.0, max(0.05, lat * ahead / s.limit)), ahead)
+            est = tokens if tokens > 0 else int(math.floor((s.tok or 0.0) + 0.5))
+            sec = int(math.floor(now))
+            if config.rpm:
+                used, buckets = _window(s.req, sec)
+                if used + 1 > config.rpm:
+                    return deny("rpm", _wait_for(buckets, used + 1 - config.rpm, now))
+            if config.tpm:
+                used, buckets = _window(s.tok_window, sec)
+                if used > 0 and used + est > config.tpm:
+                    return deny("tpm", _wait_for(buckets, used + est - config.tpm, now))
+            s.leases[lane][lease_id] = now + config.lease_seconds
+            queue.pop(lease_id, None)
+            s.waiter_exp.pop(lease_id, None)
+            s.admitted += 1
+            s.wait_sum_ms += waited_ms
+            s.wait_max_ms = max(s.wait_max_ms, waited_ms)
+            if config.rpm:
+                s.req[sec] = s.req.get(sec, 0) + 1
+            if config.tpm and est > 0:
+                s.tok_window[sec] = s.tok_window.get(sec, 0) + est
+            return _Answer(True, "ok", 0.0, now, s.limit, s.epoch, est)
+
+    def cancel_wait(self, budget: str, lane: str, lease_id: str) -> None:
+        with self._lock:
+            state = self._budgets.get(budget)
+            if state is not None:
+                state.queues[lane].pop(lease_id, None)
+                state.waiter_exp.pop(lease_id, None)
+
+    def release(self, permit: Permit, outcome: _Outcome) -> int:
+        config = permit._config
+        with self._lock:
+            now = self.clock()
+            s = self._budget(permit.budget, config)
+            in_flight = sum(1 for held in s.leases.values() for expiry in held.values() if expiry > now)
+            expiry = s.leases[permit.lane].pop(permit.lease_id, None)
+            held = int(expiry is not None and expiry > now)
+            others = in_flight - held  # what the provider was serving when it refused this call
+            old_limit = s.limit
+            if outcome.rate_limited or outcome.spent:
+                if outcome.rate_limited:
+                    s.rate_limited += 1
+                if permit._epoch == s.epoch:
+                    s.limit = max(1, s.limit // 2)
+                    held_at = s.hold
+                    s.ssthresh, s.acc, s.epoch, s.hold = s.limit, 0, s.epoch + 1, 0
+                    if outcome.rate_limited and others > s.limit:
+                        s.ssthresh = s.hold = min(others, config.ceiling)
+                    same = s.hold > 0 and s.hold == held_at  # a probe found the same capacity again
+                    s.plateau = min(s.plateau * 2, HOLD_ROUNDS_MAX) if same else HOLD_ROUNDS
+                elif outcome.rate_limited and permit._epoch == s.epoch - 1 and s.limit < others < s.ssthresh:
+                    s.ssthresh = s.hold = others
+                if outcome.pause > 0:
+                    s.paused_until = max(s.paused_until, now + outcome.pause)
+            elif not outcome.failed:
+                s.lat = outcome.latency if s.lat is None else s.lat + EWMA_ALPHA * (outcome.latency - s.lat)
+                if outcome.tokens > 0:
+                    s.tok = outcome.tokens if s.tok is None else s.tok + EWMA_ALPHA * (outcome.tokens - s.tok)
+                s.limit, s.acc = _grow(s.limit, s.ssthresh, s.acc, in_flight, hold=s.hold, plateau=s.plateau)
+                if s.limit < s.ssthresh:
+                    estimate = _little(config, s.lat, s.tok)
+                    if estimate is not None and estimate > s.limit:
+                        s.limit = min(estimate, s.ssthresh)
+                s.limit = max(1, min(s.limit, config.ceiling))
+            correction = outcome.tokens - permit._tokens
+            if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and correction:
+                sec = int(math.floor(now))
+                s.tok_window[sec] = s.tok_window.get(sec, 0) + correction
+            return held + max(0, s.limit - old_limit)
+
+    def renew(self, permit: Permit) -> None:
+        with self._lock:
+            state = self._budget(permit.budget, permit._config)
+            state.leases[permit.lane][permit.lease_id] = self.clock() + permit._config.lease_seconds
+
+    def stats(self) -> list[dict[str, Any]]:
+        with self._lock:
+            now = self.clock()
+            rows = []
+            for budget in sorted(self._budgets):
+                s = self._budgets[budget]
+                n_i = sum(1 for e in s.leases["interactive"].values() if e > now)
+                n_b = sum(1 for e in s.leases["bulk"].values() if e > now)
+                waiting = sum(1 for e in s.waiter_exp.values() if e > now)
+                rows.append(_stats_row(budget, self.name, s.limit, n_i, n_b, waiting, s.admitted,
+                                       s.rate_limited, s.wait_sum_ms, s.wait_max_ms,
+                                       max(0.0, s.paused_until - now)))
+            return rows
+
+    def close(self) -> None:
+        pass
