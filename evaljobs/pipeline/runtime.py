@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from evaljobs import config
+from evaljobs.pipeline import context
 from evaljobs.evaluation.adapters import Adapter, load_adapter
 from evaljobs.evaluation.evaluate import ProviderJudge
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, load_providers, parse_model_spec
@@ -23,7 +25,7 @@ _specs: dict[tuple, ModelSpec] = {}
 
 
 def providers(path: str | None = None) -> ProvidersConfig:
-    path = path or os.environ.get("EVALJOBS_PROVIDERS") or None
+    path = path or config.settings().providers_path
     with _lock:
         if path not in _providers:
             _providers[path] = load_providers(path)
@@ -46,7 +48,7 @@ def adapter(reference: str | None, providers_path: str | None = None, *, cache: 
 
 
 def model_spec(text: str) -> ModelSpec:
-    key = (text, os.environ.get("EVALJOBS_PROVIDERS"))
+    key = (text, config.settings().providers_path)
     spec = _specs.get(key)
     if spec is None:
         spec = parse_model_spec(text, providers())
@@ -87,88 +89,36 @@ def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
 def policy(settings: RunSettings | None = None) -> RetryPolicy:
     base = RetryPolicy.from_env()
     if settings and settings.time_limit:
-        from dataclasses import replace
-
         return replace(base, time_limit=float(settings.time_limit))
     return base
 
 
-# -- the provider governor and lanes ------------------------------------------------------------
-
-_governor_lock = threading.Lock()
-_governor: Any = None
-_governor_key: tuple | None = None
-_budgets: dict[str, Any] = {}
-_lane = "bulk"
-_waits = threading.local()
+# -- the provider governor and lanes: this process's worker context (evaljobs.pipeline.context) ----
 
 
 def set_default_lane(lane: str) -> None:
     """The governor lane this process's provider calls use (a pool's ``--lane``)."""
-    global _lane
-    if lane not in ("interactive", "bulk"):
-        raise ValueError(f"lane must be 'interactive' or 'bulk', not {lane!r}")
-    _lane = lane
+    context.current().set_default_lane(lane)
 
 
 def lane() -> str:
-    return os.environ.get("EVALJOBS_LANE") or _lane
+    return context.current().lane()
 
 
 def permit_wait() -> float:
     """How long the first call of a pair waits for a permit (queued pairs: short; in-process: long)."""
-    return getattr(_waits, "value", None) or float(os.environ.get("EVALJOBS_PERMIT_WAIT", "2.0"))
+    return context.current().permit_wait()
 
 
 def set_permit_wait(seconds: float | None) -> None:
-    _waits.value = seconds
+    context.current().set_permit_wait(seconds)
 
 
 def governor():
-    """The process's governor, or None when ``EVALJOBS_GOVERNOR=off``.
-
-    Its state lives in Redis when one is known (``EVALJOBS_GOVERNOR_URL``, else
-    the broker's Redis), so every worker on every machine shares one budget per
-    deployment; otherwise it is local to this process.
-    """
-    global _governor, _governor_key
-    if os.environ.get("EVALJOBS_GOVERNOR", "on").lower() in ("off", "0", "false", "no"):
-        return None
-    url = os.environ.get("EVALJOBS_GOVERNOR_URL") or _broker_redis_url()
-    key = (url,)
-    with _governor_lock:
-        if _governor is None or _governor_key != key:
-            from evaljobs.providers.governor import Governor
-
-            if _governor is not None:
-                _governor.close()
-            _governor = Governor(url)
-            _governor_key = key
-            _budgets.clear()
-        return _governor
-
-
-def _broker_redis_url() -> str | None:
-    url = os.environ.get("EVALJOBS_BROKER_URL") or ""
-    from evaljobs.pipeline import events
-
-    bound = events.redis_url()
-    if bound:
-        return bound
-    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
+    """The process's governor, or None when the settings turn it off (see ``WorkerContext.governor``)."""
+    return context.current().governor()
 
 
 def budget_for(providers_config: ProvidersConfig, spec: ModelSpec) -> str:
     """The governor budget of a deployment, configured from its provider entry on first use."""
-    from evaljobs.providers.governor import BudgetConfig, budget_key
-
-    config = providers_config.get(spec.provider)
-    budget = budget_key(config.name, spec.model, config.governor)
-    wanted = BudgetConfig.from_dict(config.governor,
-                                    source=f"{providers_config.source}: provider '{config.name}' governor")
-    if _budgets.get(budget) != wanted:
-        gov = governor()
-        if gov is not None:
-            gov.configure(budget, wanted)
-        _budgets[budget] = wanted
-    return budget
+    return context.current().budget_for(providers_config, spec)
