@@ -2,6 +2,7 @@
 
 - :mod:`middleware.context` — carry host thread-local / context-var state across every hop.
 - :mod:`middleware.db` — hand a worker thread's database connection back after each message.
+- :mod:`middleware.crashes` — count messages that crash their worker process; give up on them.
 """
 from evaljobs_middleware.context import (ContextError,
                                          ContextMiddleware,
@@ -9,12 +10,14 @@ from evaljobs_middleware.context import (ContextError,
                                          Provider,
                                          ThreadLocalProvider,
                                          discover_providers)
+from evaljobs_middleware.crashes import CrashCounter
 from evaljobs_middleware.db import DatabaseConnections
 
 __all__ = [
     "ContextError",
     "ContextMiddleware",
     "ContextVarProvider",
+    "CrashCounter",
     "DatabaseConnections",
     "Provider",
     "ThreadLocalProvider",

@@ -24,8 +24,11 @@ from typing import Iterator
 
 import pytest
 
-from evaljobs.pipeline import events, poison
+from evaljobs.pipeline import actors, events
+from evaljobs_middleware import crashes
 from evaljobs import store
+from evaljobs.config import Settings
+from evaljobs.errors import ConfigurationError
 from evaljobs.api import Session
 from evaljobs.catalog import Catalog, loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
@@ -527,9 +530,9 @@ def test_poison_pair_that_kills_its_worker_is_errored_after_a_bounded_number_of_
     results = {r.scenario_key: r for r in store.list_results(run.id)}
     poisoned = results.pop("poison")
     assert poisoned.status == "errored"
-    assert poisoned.error.startswith(f"crashed its worker {poison.DEFAULT_MAX_CRASHES} times"), poisoned.error
+    assert poisoned.error.startswith(f"crashed its worker {crashes.DEFAULT_MAX_CRASHES} times"), poisoned.error
     # Bounded: exactly max_crashes() worker processes died, then the pair was recorded without running.
-    assert fleet.restarts == poison.DEFAULT_MAX_CRASHES
+    assert fleet.restarts == crashes.DEFAULT_MAX_CRASHES
     # The pairs that shared a crash with it got their last chance alone, and passed.
     assert all(r.status == "passed" for r in results.values()), {k: r.error for k, r in results.items()
                                                                   if r.status != "passed"}
@@ -545,25 +548,29 @@ def test_crash_counts_are_starts_without_an_end(redis_url, monkeypatch):
 
     client = redis_lib.Redis.from_url(redis_url)
     try:
-        assert poison.begin_attempt("r_1", "a", "m", client=client) == 0
-        poison.end_attempt("r_1", "a", "m", client=client)           # returned or raised: not a crash
-        assert poison.crashes("r_1", "a", "m", client=client) == 0
-        assert poison.begin_attempt("r_1", "a", "m", client=client) == 0  # ...then the process died
-        assert poison.begin_attempt("r_1", "a", "m", client=client) == 1  # the next delivery sees it
-        assert poison.crashes("r_1", "b", "m", client=client) == 0        # per pair
-        assert 0 < client.ttl(poison.key("r_1")) <= poison.TTL_SECONDS
+        key = actors.crash_key("r_1")
+        a, b = '["a","m"]', '["b","m"]'
+        assert crashes.begin_attempt(client, key, a) == 0
+        crashes.end_attempt(client, key, a)           # returned or raised: not a crash
+        assert crashes.crashes(client, key, a) == 0
+        assert crashes.begin_attempt(client, key, a) == 0  # ...then the process died
+        assert crashes.begin_attempt(client, key, a) == 1  # the next delivery sees it
+        assert crashes.crashes(client, key, b) == 0        # per pair
+        assert 0 < client.ttl(key) <= crashes.DEFAULT_TTL
+        crashes.forget(client, key)
+        assert crashes.crashes(client, key, a) == 0
     finally:
         client.close()
-    monkeypatch.setenv(poison.MAX_CRASHES_ENV, "5")
-    assert poison.max_crashes() == 5
+    monkeypatch.setenv("EVALJOBS_MAX_CRASHES", "5")
+    assert actors.max_crashes(Settings.from_env()) == 5
     for bad in ("0", "many"):
-        monkeypatch.setenv(poison.MAX_CRASHES_ENV, bad)
-        with pytest.raises(ValueError, match=poison.MAX_CRASHES_ENV):
-            poison.max_crashes()
+        monkeypatch.setenv("EVALJOBS_MAX_CRASHES", bad)
+        with pytest.raises(ConfigurationError, match="EVALJOBS_MAX_CRASHES"):
+            actors.max_crashes(Settings.from_env())
 
 
 def test_a_last_chance_evaluation_runs_alone_in_its_process():
-    solo = poison._Solo()
+    solo = crashes.Solo()
     events_seen: list[str] = []
     shared_running = threading.Event()
     release_shared = threading.Event()

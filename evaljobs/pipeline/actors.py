@@ -11,17 +11,24 @@ module-level state besides the database binding).
 """
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
 
-from evaljobs.pipeline import barrier, poison, runtime
+from evaljobs_middleware import crashes
+
+from evaljobs.config import Settings
+from evaljobs.errors import ConfigurationError
+from evaljobs.pipeline import barrier, runtime
 from evaljobs import store
 from evaljobs.pipeline.enqueue import enqueue_many
-from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries
+from evaljobs.evaluation.evaluate import bind_judge, evaluate, evaluate_with_retries
 from evaljobs.providers.governor import Busy
 from evaljobs.providers.errors import RateLimited, TransientError
 from evaljobs.evaluation.result import Result
@@ -108,7 +115,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
     """Evaluate one pair and record it. A pair already recorded returns at once (redelivery).
 
     True when the pair is recorded (by this call or before it); False when it was handed back
-    to the queue or the run is cancelled. The poison guard uses it (see ``poison.guarded``).
+    to the queue or the run is cancelled. The crash counter uses it (see :func:`_settling`).
     """
     try:
         run, recorded = store.pair_state(run_id, scenario_key, model)  # one query, not get_run + is_recorded
@@ -188,12 +195,10 @@ def finalize_run(run_id: str) -> None:
     if outcome is None:
         logger.warning("finalize_run: run %s is not complete yet; recovery will finish it", run_id)
     else:
-        poison.forget(run_id)
+        crashes.forget(getattr(bound().finalize_run.broker, "client", None), crash_key(run_id))
 
 
 def _judge(run_id: str, settings: runtime.RunSettings, spec):
-    from evaljobs.evaluation.evaluate import bind_judge
-
     allow = None
     if settings.judge_cap is not None:
         cap = settings.judge_cap
@@ -213,7 +218,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     }
     time_limit = int((policy.time_limit + 30) * 1000)
 
-    def make(fn, **options) -> dramatiq.Actor:
+    def make(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor:
         name = fn.__name__
         if name in broker.actors:
             return broker.actors[name]
@@ -222,7 +227,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
 
     _bound = Actors(
         start_run=make(start_run),
-        evaluate_scenario=make(poison.guarded(evaluate_scenario), time_limit=time_limit),
+        evaluate_scenario=make(_settling(evaluate_scenario), time_limit=time_limit),
         evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
         finalize_run=make(finalize_run),
         queue=queue,
@@ -230,3 +235,75 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     return _bound
 
 
+
+
+# -- pairs that crash their worker (see evaljobs_middleware.crashes) ----------------------------------
+
+
+def crash_key(run_id: str) -> str:
+    """The Redis hash counting the crashes of a run's pairs (dropped when the run is finalized)."""
+    return f"evaljobs:crashes:{run_id}"
+
+
+def crash_counted(message: dramatiq.Message) -> tuple[str, str] | None:
+    """What the crash counter counts: each ``evaluate_scenario`` pair, by run and [scenario, model]."""
+    if message.actor_name != "evaluate_scenario" or len(message.args) < 3:
+        return None
+    run_id, scenario_key, model = message.args[:3]
+    return crash_key(str(run_id)), json.dumps([scenario_key, model], separators=(",", ":"))
+
+
+def crashed_result(scenario_key: str, model: str, count: int) -> Result:
+    """The row a poison pair gets instead of one more crash."""
+    return Result.errored(scenario_key, model,
+                          f"crashed its worker {count} times (the process died while evaluating this pair); "
+                          f"not evaluated again", attempts=count)
+
+
+def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> None:
+    """The crash counter's callback: record a pair that crashed ``count`` workers as errored.
+
+    So the barrier still completes and the report names the pair (invariant 5). A message for
+    a pair the run does not have is dead-lettered.
+    """
+    run_id, scenario_key, model = message.args[:3]
+    if store.is_recorded(run_id, scenario_key, model):
+        return
+    try:
+        persist(run_id, crashed_result(scenario_key, model, count))
+    except (store.UnknownRun, store.UnexpectedPair) as exc:
+        raise InvalidMessage(str(exc)) from None
+
+
+def max_crashes(settings: Settings) -> int:
+    """How many crashed workers a pair may cost before it is recorded as errored (``EVALJOBS_MAX_CRASHES``)."""
+    text = settings.max_crashes
+    if text is None or not str(text).strip():
+        return crashes.DEFAULT_MAX_CRASHES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={text!r} is not a whole number: set it to 1 or more") from None
+    if value < 1:
+        raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={value} must be 1 or more")
+    return value
+
+
+def crash_counter(settings: Settings) -> crashes.CrashCounter:
+    """The crash-counting middleware for ``evaluate_scenario`` messages."""
+    return crashes.CrashCounter(crash_counted, give_up, max_crashes=max_crashes(settings))
+
+
+def _settling(evaluate: Callable[..., bool]) -> Callable[..., None]:
+    """The actor function: ``evaluate``, telling the crash counter when its pair is recorded.
+
+    Returns None whatever ``evaluate`` returns: Dramatiq warns about an actor's return value
+    unless a results backend is configured.
+    """
+
+    @functools.wraps(evaluate)
+    def actor(*args: Any, **kwargs: Any) -> None:
+        if evaluate(*args, **kwargs) is True:
+            crashes.settled()
+
+    return actor

@@ -18,8 +18,6 @@ the same actors and the same middleware, in this order:
 """
 from __future__ import annotations
 
-from evaljobs.errors import UsageError
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -40,13 +38,15 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
+from evaljobs_middleware.context import ContextMiddleware, discover_providers
 from evaljobs_middleware.db import DatabaseConnections
 from evaljobs_middleware.refusals import Refusals
 
-from evaljobs.pipeline import actors, events
-from evaljobs import store
-
-DEFAULT_QUEUE = "agents"
+from evaljobs import config, store
+from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401 - DEFAULT_QUEUE: re-exported
+from evaljobs.errors import UsageError
+from evaljobs.pipeline import actors, context, events
+from evaljobs.pipeline.context import WorkerContext
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
 
@@ -54,21 +54,19 @@ class BrokerError(UsageError):
     """A broker URL that cannot be used (one line)."""
 
 
-def queue_name() -> str:
-    return os.environ.get("EVALJOBS_QUEUE", DEFAULT_QUEUE)
+def queue_name(settings: Settings | None = None) -> str:
+    return (settings or config.settings()).queue
 
 
-def broker_url(url: str | None = None) -> str:
-    return url or os.environ.get("EVALJOBS_BROKER_URL") or "memory"
+def broker_url(url: str | None = None, settings: Settings | None = None) -> str:
+    return url or (settings or config.settings()).broker_url or "memory"
 
 
-def context_middleware(providers: Sequence | None = None):
+def context_middleware(providers: Sequence | None = None, *, settings: Settings | None = None) -> ContextMiddleware:
     """The host-context middleware with the providers registered by entry point (or given)."""
-    from evaljobs_middleware.context import ContextMiddleware, discover_providers
-
     if providers is None:
         providers = discover_providers(CONTEXT_PROVIDER_GROUP)
-    key = os.environ.get("EVALJOBS_CONTEXT_KEY") or None
+    key = (settings or config.settings()).context_key
     return ContextMiddleware(providers, signing_key=key, bind=_bind_run)
 
 
@@ -78,9 +76,11 @@ def _bind_run(message) -> str:
     return str(args[0]) if args else ""
 
 
-def middleware_stack(context_providers: Sequence | None = None) -> list[dramatiq.Middleware]:
+def middleware_stack(context_providers: Sequence | None = None, *,
+                     settings: Settings | None = None) -> list[dramatiq.Middleware]:
+    settings = settings or config.settings()
     return [
-        context_middleware(context_providers),
+        context_middleware(context_providers, settings=settings),
         AgeLimit(),
         TimeLimit(),
         ShutdownNotifications(),
@@ -90,15 +90,21 @@ def middleware_stack(context_providers: Sequence | None = None) -> list[dramatiq
         CurrentMessage(),
         Refusals(),
         DatabaseConnections(store.release_connection, hold=store.hold_connection),
+        # Last: a pair given up on is recorded with the thread's database connection held and the
+        # host context restored; its after-hook (the end of the count) runs first.
+        actors.crash_counter(settings),
     ]
 
 
 @dataclass
 class Binding:
+    """A broker with the actors declared on it, and the worker context its messages' calls use."""
+
     broker: dramatiq.Broker
     url: str
     queue: str
     actors: actors.Actors
+    context: WorkerContext | None = None
 
     @property
     def is_memory(self) -> bool:
@@ -208,29 +214,31 @@ class _RedisBroker(RedisBroker):
             consumer.wake.set()
 
 
-def make_broker(url: str, *, context_providers: Sequence | None = None) -> dramatiq.Broker:
-    stack = middleware_stack(context_providers)
+def make_broker(url: str, *, context_providers: Sequence | None = None,
+                settings: Settings | None = None) -> dramatiq.Broker:
+    settings = settings or config.settings()
+    stack = middleware_stack(context_providers, settings=settings)
     if url == "memory":
         return StubBroker(middleware=stack)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(REDIS_SCHEMES):
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
-        heartbeat = int(os.environ.get("EVALJOBS_HEARTBEAT_TIMEOUT_MS", "60000"))
-        chance = int(os.environ.get("EVALJOBS_MAINTENANCE_CHANCE", "1000"))
-        return _RedisBroker(url=url, middleware=stack, heartbeat_timeout=heartbeat, maintenance_chance=chance)
+        return _RedisBroker(url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
+                            maintenance_chance=settings.maintenance_chance)
     raise BrokerError(f"unsupported broker URL '{url}': use 'memory' or 'redis://host:port/db'")
 
 
 def configure(url: str | None = None, *, queue: str | None = None,
-              context_providers: Sequence | None = None) -> Binding:
+              context_providers: Sequence | None = None, settings: Settings | None = None) -> Binding:
     """Create the broker for ``url``, make it Dramatiq's global broker and declare the actors on it."""
-    url = broker_url(url)
-    queue = queue or queue_name()
-    broker = make_broker(url, context_providers=context_providers)
+    settings = settings or config.settings()
+    url = broker_url(url, settings)
+    queue = queue or settings.queue
+    broker = make_broker(url, context_providers=context_providers, settings=settings)
     dramatiq.set_broker(broker)
     bound = actors.declare(broker, queue=queue)
     events.bind_redis(None if url == "memory" else url)
-    return Binding(broker=broker, url=url, queue=queue, actors=bound)
+    return Binding(broker=broker, url=url, queue=queue, actors=bound, context=context.current())
 
 
 def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
