@@ -20,6 +20,7 @@ import threading
 from contextlib import contextmanager
 from datetime import timedelta
 
+import peewee
 import pytest
 import redis as redis_lib
 from click.testing import CliRunner
@@ -114,7 +115,7 @@ def _insert(db, table: str, rows: list[dict]) -> None:
 
 def full_scans(db, sql: str, params: tuple) -> list[str]:
     """The plan lines of ``sql`` that read a whole ``run`` or ``result`` table."""
-    if isinstance(db, store.peewee.SqliteDatabase):
+    if isinstance(db, peewee.SqliteDatabase):
         plan = [row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params)]
         return [line for line in plan if re.match(r"^SCAN (?!CONSTANT ROW)\S+", line)
                 and not re.search(r"USING (COVERING )?INDEX|USING INTEGER PRIMARY KEY", line)]

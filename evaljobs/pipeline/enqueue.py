@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 from uuid import uuid4
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis
 
 logger = logging.getLogger("evaljobs.enqueue")
@@ -41,10 +42,6 @@ def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) 
 
 
 def _pipelinable(broker: dramatiq.Broker) -> bool:
-    try:
-        from dramatiq.brokers.redis import RedisBroker
-    except ImportError:  # pragma: no cover - redis is a runtime dependency
-        return False
     return (isinstance(broker, RedisBroker) and "dispatch" in getattr(broker, "scripts", {})
             and all(hasattr(broker, name) for name in ("_should_do_maintenance", "_max_unpack_size",
                                                          "namespace", "broker_id", "heartbeat_timeout",

@@ -15,6 +15,8 @@ import queue
 import threading
 from typing import Any, Iterator
 
+import redis
+
 logger = logging.getLogger("evaljobs.events")
 
 _lock = threading.Lock()
@@ -59,8 +61,6 @@ def _client():
         return None
     with _lock:
         if _redis_client is None:
-            import redis
-
             _redis_client = redis.Redis.from_url(_redis_url, socket_timeout=5, socket_connect_timeout=5)
         return _redis_client
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Iterable
 
 from evaljobs import store
@@ -115,8 +116,6 @@ class PeriodicRecovery:
     """
 
     def __init__(self, binding, interval: float):
-        import threading
-
         self.binding = binding
         self.interval = interval
         self._stop = threading.Event()

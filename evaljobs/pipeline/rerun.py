@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Sequence
 
 from evaljobs import store
 from evaljobs.evaluation.result import ERRORED, FAILED
+from evaljobs.pipeline.strategies import QUEUED, run_inline
 
 #: What a rerun can select: pairs whose result has this status, or every pair the run expected.
 SELECTIONS = (ERRORED, FAILED, "all")
@@ -71,8 +72,6 @@ def start(run: store.RunInfo, *, binding=None, width: int = 8,
     whatever this process's own context is. In-process strategies run to
     completion here with that context restored.
     """
-    from evaljobs.pipeline.strategies import QUEUED, run_inline
-
     if run.strategy in QUEUED:
         if binding is None:
             raise RerunError(f"run {run.id} uses the {run.strategy} strategy: it needs a broker")

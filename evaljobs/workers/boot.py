@@ -3,19 +3,17 @@
 ``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
 (one worker at a time, see :class:`evaljobs.recovery.PeriodicRecovery`).
 """
-import os
-
-from evaljobs import store
+from evaljobs import config, store
 from evaljobs.pipeline.broker import configure
 from evaljobs.pipeline.recovery import PeriodicRecovery
 
-store.connect()
-binding = configure()
+_settings = config.settings()
+store.connect(settings=_settings)
+binding = configure(settings=_settings)
 broker = binding.broker
 
-_every = float(os.environ.get("EVALJOBS_RECOVER_EVERY", "0") or 0)
-if _every > 0:
-    PeriodicRecovery(binding, _every).start()
+if _settings.recover_every > 0:
+    PeriodicRecovery(binding, _settings.recover_every).start()
 
 from evaljobs.workers.graceful import tolerate_group_sigterm  # noqa: E402
 

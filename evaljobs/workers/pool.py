@@ -51,6 +51,9 @@ from typing import Any, Iterable, Sequence
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import dq_name
+from dramatiq.middleware import ShutdownNotifications
+
+from evaljobs.pipeline import context
 
 logger = logging.getLogger(__name__)
 
@@ -215,9 +218,7 @@ class Pool:
         """Set the process's governor lane, start ``min`` members and the controller."""
         if self._controller is not None:
             raise RuntimeError("this pool is already started")
-        from evaljobs.pipeline import runtime
-
-        runtime.set_default_lane(self.lane)
+        context.current().set_default_lane(self.lane)
         for queue in self.queues:
             self.broker.declare_queue(queue)
         self._warn_shutdown_notifications()
@@ -439,8 +440,6 @@ class Pool:
             self._counters.running -= 1
 
     def _warn_shutdown_notifications(self) -> None:
-        from dramatiq.middleware import ShutdownNotifications
-
         for middleware in self.broker.middleware:
             if isinstance(middleware, ShutdownNotifications):
                 opted = [name for name, actor in self.broker.actors.items()

@@ -23,18 +23,23 @@ the pools' queues, ``-Q``), not discovered.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from evaljobs import store
+import redis
+
+from evaljobs import config, store
+from evaljobs.config import REDIS_SCHEMES
+from evaljobs.errors import one_line
+from evaljobs.pipeline.broker import queue_name
+from evaljobs.providers.governor import Governor
+from evaljobs.workers.pool import read_pools as pools_of
 
 DRAMATIQ_NAMESPACE = "dramatiq"
 #: Pending and running runs shown at most.
 RUNS_LIMIT = 50
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass
@@ -87,7 +92,7 @@ class Status:
 
 def heartbeat_window() -> float:
     """Seconds a worker counts as seen: Dramatiq's own heartbeat timeout for the broker (default 60)."""
-    return int(os.environ.get("EVALJOBS_HEARTBEAT_TIMEOUT_MS", "60000")) / 1000.0
+    return config.settings().heartbeat_timeout_ms / 1000.0
 
 
 def active_runs(limit: int = RUNS_LIMIT) -> list[RunProgress]:
@@ -144,20 +149,12 @@ def read_workers(client, queues: Sequence[str], *, window: float,
 
 
 def read_pools(client) -> list[dict[str, Any]] | None:
-    """The elastic pools' live records, if the pools module is installed."""
-    try:
-        from evaljobs.workers.pool import read_pools as pools_of
-    except ImportError:
-        return None
+    """The elastic pools' live records."""
     return pools_of(client)
 
 
 def read_governor(redis_url: str) -> list[dict[str, Any]] | None:
     """The governor's budgets (its own stats: a set of budget names, never a key scan)."""
-    try:
-        from evaljobs.providers.governor import Governor
-    except ImportError:
-        return None
     governor = Governor(redis_url)
     try:
         return governor.stats()
@@ -172,19 +169,15 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
     A section whose server cannot be reached is left ``None`` with a note: the
     database half of the status is still useful while Redis is down, and vice versa.
     """
-    from evaljobs.pipeline.broker import queue_name
-
     window = heartbeat_window() if window is None else window
     status = Status(broker=store.redact(broker_url) if broker_url else "memory", runs=[], window=window)
     try:
         status.runs = active_runs(runs_limit)
     except store.StoreError as exc:
         status.notes.append(f"runs: {exc}")
-    if not broker_url or broker_url == "memory" or not broker_url.startswith(_REDIS_SCHEMES):
+    if not broker_url or broker_url == "memory" or not broker_url.startswith(REDIS_SCHEMES):
         status.notes.append("in-process broker: no shared queues (each `evaljobs run` has its own workers)")
         return status
-    import redis
-
     client = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
     try:
         try:
@@ -204,7 +197,7 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
             return status
     finally:
         client.close()
-    gov_url = governor_url or os.environ.get("EVALJOBS_GOVERNOR_URL") or broker_url
+    gov_url = governor_url or config.settings().governor_url or broker_url
     try:
         status.governor = read_governor(gov_url)
     except Exception as exc:  # noqa: BLE001 - the governor section must not hide the rest
@@ -213,7 +206,7 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join((str(exc).strip() or type(exc).__name__).splitlines())
+    return one_line(str(exc).strip() or type(exc).__name__)
 
 
 def _ago(iso: str | None) -> str:
