@@ -7,15 +7,20 @@ import re
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from evaljobs.providers.errors import RateLimited, parse_retry_after
 from evaljobs.providers.governor.budgets import MAX_PAUSE, BudgetConfig, _Outcome
 
-if TYPE_CHECKING:  # the facade creates permits and imports this module; a permit only calls it back
-    from evaljobs.providers.governor.facade import Governor
-
 log = logging.getLogger("evaljobs.providers.governor")
+
+
+class _Owner(Protocol):
+    """What a permit calls back: the governor that granted it (the facade imports this module)."""
+
+    def _release(self, permit: "Permit", outcome: _Outcome) -> None: ...
+
+    def _renew(self, permit: "Permit") -> None: ...
 
 
 class Permit:
@@ -27,7 +32,7 @@ class Permit:
     inside the block to report tokens and response headers.
     """
 
-    def __init__(self, governor: "Governor", backend: str, budget: str, lane: str, lease_id: str,
+    def __init__(self, governor: _Owner, backend: str, budget: str, lane: str, lease_id: str,
                  granted_at: float, epoch: int, tokens: int, config: BudgetConfig, waited: float):
         self.budget = budget
         self.lane = lane
