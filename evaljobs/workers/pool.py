@@ -28,7 +28,7 @@ Choices, and why:
   waiting for it.
 * **Visible state.** Every second the pool writes a JSON record to the Redis
   hash ``evaljobs:pools`` (field ``host:pid``), timed by the Redis server
-  clock; :func:`read_pools` returns the live ones and removes records older
+  clock; :func:`~evaljobs.workers.records.read_pools` returns the live ones and removes records older
   than 30 s (a pool that was killed cannot remove its own).
 
 Note: Dramatiq's ``worker_shutdown`` hooks are broker-wide, so retiring a member
@@ -54,24 +54,15 @@ from dramatiq.common import dq_name
 from dramatiq.middleware import ShutdownNotifications
 
 from evaljobs.pipeline import context
+from evaljobs.workers.records import STATE_KEY, STATE_MAX_AGE, _server_time, read_pools
 
 logger = logging.getLogger(__name__)
 
 LANES = ("interactive", "bulk")
-STATE_KEY = "evaljobs:pools"
-#: Records not refreshed for this many seconds belong to dead pools: readers ignore and remove them.
-STATE_MAX_AGE = 30.0
 #: How often a pool rewrites its record.
 PUBLISH_EVERY = 1.0
 #: Idle members wake this often (ms) to look for work; it also bounds how long retiring takes.
 MEMBER_TIMEOUT_MS = 100
-
-# Deletes a pool's record only if it is still the (stale) value the reader saw.
-_DELETE_IF_SAME = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 0
-"""
-
 
 def validate(min: int, max: int, idle_seconds: float, lane: str) -> None:
     """Raise ``ValueError`` (one line, naming the value) unless the pool arguments make sense."""
@@ -482,40 +473,6 @@ class Pool:
             client.hdel(STATE_KEY, self.id)
         except Exception as exc:  # noqa: BLE001
             logger.warning("pool %s: cannot remove its state from Redis: %s", self.id, exc)
-
-
-def _server_time(client) -> float:
-    """The Redis server's clock, so that records written and read on different hosts agree on age."""
-    seconds, micros = client.time()
-    return seconds + micros / 1e6
-
-
-def read_pools(client, *, max_age: float = STATE_MAX_AGE) -> list[dict[str, Any]]:
-    """The live pools' records (``evaljobs status``), oldest id first; removes records older than ``max_age``.
-
-    ``client`` is a ``redis.Redis``. A record is stale when its pool has not
-    rewritten it for ``max_age`` seconds of the Redis server's clock (the pool
-    was killed or lost Redis); it is deleted only if nobody refreshed it meanwhile.
-    """
-    now = _server_time(client)
-    live, stale = [], []
-    for field_name, raw in client.hgetall(STATE_KEY).items():
-        try:
-            record = json.loads(raw)
-            age = now - float(record["updated_at"])
-        except (ValueError, KeyError, TypeError):
-            stale.append((field_name, raw))
-            continue
-        if age > max_age:
-            stale.append((field_name, raw))
-        else:
-            record["age"] = round(max(0.0, age), 3)
-            live.append(record)
-    if stale:
-        script = client.register_script(_DELETE_IF_SAME)
-        for field_name, raw in stale:
-            script(keys=[STATE_KEY], args=[field_name, raw])
-    return sorted(live, key=lambda r: str(r.get("id")))
 
 
 __all__ = ["Pool", "validate", "read_pools", "default_pool_id", "LANES", "STATE_KEY", "STATE_MAX_AGE"]

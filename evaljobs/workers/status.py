@@ -35,7 +35,7 @@ from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import one_line
 from evaljobs.pipeline.broker import queue_name
 from evaljobs.providers.governor import Governor
-from evaljobs.workers.pool import read_pools as pools_of
+from evaljobs.workers.records import read_pools as pools_of
 
 DRAMATIQ_NAMESPACE = "dramatiq"
 #: Pending and running runs shown at most.
