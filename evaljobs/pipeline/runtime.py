@@ -6,7 +6,6 @@ that identify them (the run's adapter reference, the providers file).
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,7 +35,7 @@ def adapter(reference: str | None, providers_path: str | None = None, *, cache: 
     """The run's adapter; ``cache`` puts the response cache in front of its provider calls."""
     # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
     # adapter built from another config.
-    providers_path = providers_path or os.environ.get("EVALJOBS_PROVIDERS") or None
+    providers_path = providers_path or config.settings().providers_path
     key = (reference, providers_path, bool(cache))
     with _lock:
         found = _adapters.get(key)
