@@ -180,8 +180,9 @@ class CrashCounter(dramatiq.Middleware):
     Parameters:
       key: ``message -> (hash key, field)``, or None for a message that is not counted.
       give_up: ``(broker, message, crashes)``, called instead of processing a message that
-        crashed ``max_crashes`` workers; the message is then skipped (acked). It may raise to
-        fail the message instead (e.g. an exception the actor ``throws``: dead-lettered).
+        crashed ``max_crashes`` workers; the message is then skipped (acked). If it raises, the
+        message is failed instead (dead-lettered) — still not processed: Dramatiq swallows an
+        exception from a ``before_`` hook and would run the actor.
       max_crashes: crashed workers a message may cost (>= 1).
       ttl: seconds a group's counts live after their last change.
     """
@@ -223,7 +224,11 @@ class CrashCounter(dramatiq.Middleware):
         if count >= self.max_crashes:
             logger.error("message %s (%s in %s) crashed its worker %d times; giving up on it without "
                          "processing it again", message.message_id, field, key, count)
-            self.give_up(broker, message, count)
+            try:
+                self.give_up(broker, message, count)
+            except Exception as exc:  # noqa: BLE001 - Dramatiq would log it and process the message anyway
+                logger.error("giving up on message %s failed it instead: %s", message.message_id, exc)
+                message.fail()  # dead-lettered, not processed: a raising hook alone would not stop it
             raise SkipMessage(f"crashed its worker {count} times")
 
     def _done(self) -> None:

@@ -264,7 +264,7 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
     """The crash counter's callback: record a pair that crashed ``count`` workers as errored.
 
     So the barrier still completes and the report names the pair (invariant 5). A message for
-    a pair the run does not have is dead-lettered.
+    a pair the run does not have raises, and the crash counter dead-letters it.
     """
     run_id, scenario_key, model = message.args[:3]
     if store.is_recorded(run_id, scenario_key, model):
