@@ -39,7 +39,7 @@ from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STA
 from evaljobs.store.snapshots import load_snapshot, save_snapshot
 
 # Private helpers that tests still reach for (being replaced by public functions; see issue 15).
-from evaljobs.store.connections import _connection, _reconnecting, _transaction  # noqa: E402,F401
+from evaljobs.store.connections import _bound, _connection, _reconnecting, _transaction  # noqa: E402,F401
 from evaljobs.store.results import (_hot, _insert_result, _pairs_query, _progress_query,  # noqa: E402,F401
                                     _results_query)
 from evaljobs.store.schema import _now  # noqa: E402,F401

@@ -18,8 +18,12 @@ from typing import Any, NamedTuple, Sequence
 
 import peewee
 
-from evaljobs import store
 from evaljobs.evaluation.result import Result
+from evaljobs.store.connections import _bound, _connection, _reconnecting
+from evaljobs.store.errors import UnknownRun
+from evaljobs.store.results import _to_result
+from evaljobs.store.runs import _check_status, _pair_list
+from evaljobs.store.schema import FINISHED_STATUSES, ResultRow, _datetime, _json_once
 
 #: Characters of an answer (or error) a grid cell receives.
 PREVIEW_CHARS = 240
@@ -82,7 +86,7 @@ class RunState:
 
 
 def _db() -> peewee.Database:
-    return store._bound()
+    return _bound()
 
 
 def _sqlite(db: peewee.Database) -> bool:
@@ -99,7 +103,7 @@ RUN_BATCH = 500
 RUN_BATCHES = 20
 
 
-@store._reconnecting
+@_reconnecting
 def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None = None,
          model: str | None = None, since: datetime | None = None, until: datetime | None = None) -> list[RunRow]:
     """Newest runs first, filtered.
@@ -109,7 +113,7 @@ def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None =
     has an index of its own and a planner given ``catalog_name = ?`` may scan the whole table.
     """
     for status in statuses:
-        store._check_status(status)
+        _check_status(status)
     db = _db()
     p = db.param
     where, params = [], []
@@ -125,7 +129,7 @@ def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None =
     found: list[RunRow] = []
     seen: set[str] = set()
     cursor = None
-    with store._connection() as db:
+    with _connection() as db:
         for _ in range(RUN_BATCHES):
             clauses, values = list(where), list(params)
             if cursor is not None:
@@ -140,12 +144,12 @@ def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None =
                 if r[0] in seen:
                     continue
                 seen.add(r[0])
-                models = list(store._json_once(r[2]) or [])
+                models = list(_json_once(r[2]) or [])
                 if (catalog and r[1] != catalog) or (model and model not in models):
                     continue
                 found.append(RunRow(id=r[0], catalog_name=r[1], models=models, strategy=r[3], status=r[4],
-                                    expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
-                                    started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]),
+                                    expected=r[5], persisted=r[6], created_at=_datetime(r[7]),
+                                    started_at=_datetime(r[8]), finished_at=_datetime(r[9]),
                                     digest=r[10]))
                 if len(found) >= limit:
                     return found
@@ -166,22 +170,22 @@ def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-@store._reconnecting
+@_reconnecting
 def run(run_id: str) -> RunRow:
     """One run by primary key, without its report."""
     db = _db()
     sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs FROM run WHERE id = {db.param}"
-    with store._connection() as db:
+    with _connection() as db:
         r = db.execute_sql(sql, (run_id,)).fetchone()
     if r is None:
-        raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
-    return RunRow(id=r[0], catalog_name=r[1], models=list(store._json_once(r[2]) or []), strategy=r[3],
-                  status=r[4], expected=r[5], persisted=r[6], created_at=store._datetime(r[7]),
-                  started_at=store._datetime(r[8]), finished_at=store._datetime(r[9]), digest=r[10], note=r[11],
-                  pairs=list(store._pair_list(r[12])) if r[12] is not None else None)
+        raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+    return RunRow(id=r[0], catalog_name=r[1], models=list(_json_once(r[2]) or []), strategy=r[3],
+                  status=r[4], expected=r[5], persisted=r[6], created_at=_datetime(r[7]),
+                  started_at=_datetime(r[8]), finished_at=_datetime(r[9]), digest=r[10], note=r[11],
+                  pairs=list(_pair_list(r[12])) if r[12] is not None else None)
 
 
-@store._reconnecting
+@_reconnecting
 def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
     """run id → model → {passed, failed, errored, cost}: a GROUP BY on the per-run index for each run.
 
@@ -191,7 +195,7 @@ def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float
     db = _db()
     sql = f"SELECT model, status, COUNT(*), SUM(cost) FROM result WHERE run_id = {db.param} GROUP BY model, status"
     out: dict[str, dict[str, dict[str, float]]] = {}
-    with store._connection() as db:
+    with _connection() as db:
         for run_id in run_ids:
             for model, status, n, cost in db.execute_sql(sql, (run_id,)).fetchall():
                 tally = out.setdefault(run_id, {}).setdefault(model, {"passed": 0, "failed": 0, "errored": 0,
@@ -201,7 +205,7 @@ def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float
     return out
 
 
-@store._reconnecting
+@_reconnecting
 def report_models(run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]:
     """run id → (the report's per-model blocks, its summary), extracted in SQL by primary key.
 
@@ -218,13 +222,13 @@ def report_models(run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]
         parts = "(report::json -> 'models')::text, (report::json -> 'summary')::text"
     sql = (f"SELECT id, {parts} FROM run WHERE id IN ({', '.join([p] * len(run_ids))}) "
            f"AND report IS NOT NULL")
-    with store._connection() as db:
+    with _connection() as db:
         rows = db.execute_sql(sql, list(run_ids)).fetchall()
     return {run_id: (json.loads(models) if models else [], json.loads(summary) if summary else {})
             for run_id, models, summary in rows}
 
 
-@store._reconnecting
+@_reconnecting
 def cells(run_id: str) -> list[Cell]:
     """Every persisted pair of the run with the first characters of its answer; one indexed query."""
     db = _db()
@@ -232,11 +236,11 @@ def cells(run_id: str) -> list[Cell]:
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
            f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}) "
            f"FROM result WHERE run_id = {p}")
-    with store._connection() as db:
+    with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id,)).fetchall()))
 
 
-@store._reconnecting
+@_reconnecting
 def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     """The run's pairs with a row id above ``after`` (the live page's cursor), oldest first."""
     db = _db()
@@ -244,11 +248,11 @@ def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
            f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}) "
            f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
-    with store._connection() as db:
+    with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id, int(after))).fetchall()))
 
 
-@store._reconnecting
+@_reconnecting
 def search(run_id: str, text: str) -> set[tuple[str, str]]:
     """Pairs whose scenario key or answer contains ``text`` (case-insensitive), within the run's rows."""
     db = _db()
@@ -256,40 +260,40 @@ def search(run_id: str, text: str) -> set[tuple[str, str]]:
     pattern = "%" + _like(text.lower()) + "%"
     sql = (f"SELECT scenario_key, model FROM result WHERE run_id = {p} AND "
            f"(lower(scenario_key) LIKE {p} ESCAPE '\\' OR lower(output) LIKE {p} ESCAPE '\\')")
-    with store._connection() as db:
+    with _connection() as db:
         return {(key, model) for key, model in db.execute_sql(sql, (run_id, pattern, pattern)).fetchall()}
 
 
-@store._reconnecting
+@_reconnecting
 def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
     """Every model's full result for one scenario of the run (prefix of the unique index)."""
-    query = (store.ResultRow.select()
-             .where((store.ResultRow.run == run_id) & (store.ResultRow.scenario_key == scenario_key)))
-    with store._connection():
+    query = (ResultRow.select()
+             .where((ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key)))
+    with _connection():
         rows = list(query)
-    return [store._to_result(row) for row in sorted(rows, key=lambda r: r.model)]
+    return [_to_result(row) for row in sorted(rows, key=lambda r: r.model)]
 
 
-@store._reconnecting
+@_reconnecting
 def state(run_id: str) -> RunState:
     """The run's status and counts by status, and the highest row id seen (the live cursor)."""
     db = _db()
     p = db.param
-    with store._connection() as db:
+    with _connection() as db:
         head = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
         if head is None:
-            raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
         counts = dict(db.execute_sql(f"SELECT status, COUNT(*) FROM result WHERE run_id = {p} GROUP BY status",
                                      (run_id,)).fetchall())
         last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
     status, expected, _ = head
     return RunState(status=status, expected=expected, persisted=sum(counts.values()),
                     passed=counts.get("passed", 0), failed=counts.get("failed", 0),
-                    errored=counts.get("errored", 0), finished=status in store.FINISHED_STATUSES,
+                    errored=counts.get("errored", 0), finished=status in FINISHED_STATUSES,
                     last_id=int(last or 0))
 
 
-@store._reconnecting
+@_reconnecting
 def head(run_id: str) -> tuple[str, int, int, int]:
     """(status, expected, persisted, highest row id): by primary key and the per-run index, no counting.
 
@@ -297,17 +301,17 @@ def head(run_id: str) -> tuple[str, int, int, int]:
     """
     db = _db()
     p = db.param
-    with store._connection() as db:
+    with _connection() as db:
         row = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
         if row is None:
-            raise store.UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+            raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
         last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
     return row[0], row[1], row[2], int(last or 0)
 
 
-@store._reconnecting
+@_reconnecting
 def catalogs(limit: int = 200) -> list[str]:
     """Catalog names of the newest runs, for the filter's choices (read along ``run(created_at)``)."""
-    with store._connection() as db:
+    with _connection() as db:
         rows = db.execute_sql(f"SELECT catalog_name FROM run ORDER BY created_at DESC LIMIT {int(limit)}").fetchall()
     return sorted({r[0] for r in rows})

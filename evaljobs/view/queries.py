@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+import peewee
+
 from evaljobs import store
 from evaljobs.reports.build import percentile
 from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
@@ -272,7 +274,7 @@ def run_index(run_id: str) -> RunIndex:
         raise NotFound(str(exc)) from None
     if index is not None and len(index.cells) < persisted and index.last_id < last_id:
         known = {c.id for c in index.cells}
-        lookback = 0 if isinstance(store._bound(), store.peewee.SqliteDatabase) else 256
+        lookback = 0 if isinstance(store._bound(), peewee.SqliteDatabase) else 256
         new = [c for c in store_pages.cells_after(run_id, max(0, index.last_id - lookback), limit=1_000_000)
                if c.id not in known]
         cells = index.cells + new
