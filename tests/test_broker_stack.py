@@ -9,6 +9,7 @@ from dramatiq.middleware import Callbacks, CurrentMessage, Pipelines, Retries
 
 from evaljobs.pipeline.broker import middleware_stack
 from evaljobs_middleware.context import ContextMiddleware
+from evaljobs_middleware.crashes import CrashCounter
 from evaljobs_middleware.db import DatabaseConnections
 
 
@@ -20,6 +21,8 @@ def test_context_middleware_comes_before_every_middleware_that_enqueues_in_an_af
     for enqueuing in (Callbacks, Pipelines, Retries):
         assert kinds.index(ContextMiddleware) < kinds.index(enqueuing)
     assert CurrentMessage in kinds and DatabaseConnections in kinds
+    # the crash counter's give-up records a pair: context restored and connection held before it
+    assert kinds[-1] is CrashCounter and kinds.index(DatabaseConnections) < kinds.index(CrashCounter)
 
 
 @pytest.mark.redis

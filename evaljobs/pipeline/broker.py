@@ -13,8 +13,12 @@ the same actors and the same middleware, in this order:
 2. Dramatiq's defaults (AgeLimit, TimeLimit, ShutdownNotifications,
    Callbacks, Pipelines, Retries), then ``CurrentMessage`` (actors read their
    retry count from it).
-3. ``DatabaseConnections`` last among the after-hooks' first runners: each
-   worker thread hands its database connection back after every message.
+3. ``DatabaseConnections``: each worker thread hands its database connection
+   back after every message.
+4. ``CrashCounter`` last (:mod:`evaljobs_middleware.crashes`): a pair that
+   crashed too many workers is recorded by its give-up callback with the
+   host context restored and the connection held; its after-hook, which ends
+   the pair's count, runs first.
 """
 from __future__ import annotations
 
