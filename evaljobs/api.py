@@ -161,7 +161,7 @@ class Session:
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat = self.load(catalog)
-        from evaljobs.evaluation.evaluate import JudgeModelMissing, require_judge_models
+        from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
 
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)

@@ -24,10 +24,19 @@ from evaljobs.providers.cache import (DEFAULT_TTL,
                                       request_body)
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
+from evaljobs.config import Settings
 from evaljobs.cli.ops import cache as cache_group
 from evaljobs.providers.client import ChatClient
 from evaljobs.providers.errors import PermanentError, TransientError
 from evaljobs.providers.simulated import SimulatedProvider
+
+
+class STORE:
+    """The store's cache table as the response cache's backend (what the pipeline binds)."""
+
+    get = staticmethod(store.cache_get)
+    put = staticmethod(store.cache_put)
+    clear = staticmethod(store.cache_clear)
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +66,12 @@ def test_a_repeated_request_is_answered_from_the_database(db_url, sim, client):
     store.connect(db_url)
     prompt = unique('[sim: call lookup {"id": "7"}]')
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
-    first_client = CachingClient(client, "sim", adapter_version="v1")
+    first_client = CachingClient(client, "sim", adapter_version="v1", backend=STORE)
     before = sim.stats()["requests"]
     first = first_client.complete("fast", ask(prompt), tools=tools, temperature=0)
     assert not is_cached(first) and sim.stats()["requests"] == before + 1
     # Another worker (another wrapper, same database) asks the same thing: no provider call.
-    second = CachingClient(client, "sim", adapter_version="v1").complete("fast", ask(prompt), tools=tools,
+    second = CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete("fast", ask(prompt), tools=tools,
                                                                         temperature=0, timeout=5)
     assert sim.stats()["requests"] == before + 1
     assert is_cached(second) and second.cached is True
@@ -79,7 +88,7 @@ def test_anything_that_changes_the_request_misses(sqlite_url, sim, client, chang
     store.connect(sqlite_url)
     prompt = unique("[sim: say hello]")
     base = dict(model="fast", messages=ask(prompt), temperature=0, tools=None)
-    CachingClient(client, "sim", adapter_version="v1").complete(base["model"], base["messages"],
+    CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete(base["model"], base["messages"],
                                                                 temperature=0)
     provider, version, kwargs = "sim", "v1", dict(base)
     if change == "model":
@@ -95,14 +104,14 @@ def test_anything_that_changes_the_request_misses(sqlite_url, sim, client, chang
     else:
         kwargs["messages"] = ask(prompt + "!")
     before = sim.stats()["requests"]
-    answer = CachingClient(client, provider, adapter_version=version).complete(
+    answer = CachingClient(client, provider, adapter_version=version, backend=STORE).complete(
         kwargs["model"], kwargs["messages"], temperature=kwargs["temperature"], tools=kwargs["tools"])
     assert not is_cached(answer) and sim.stats()["requests"] == before + 1
 
 
 def test_errors_are_never_cached(sqlite_url, sim, client):
     store.connect(sqlite_url)
-    caching = CachingClient(client, "sim")
+    caching = CachingClient(client, "sim", backend=STORE)
     before = sim.stats()["requests"]
     for _ in range(2):
         with pytest.raises(TransientError, match="HTTP 503"):
@@ -118,35 +127,32 @@ def test_errors_are_never_cached(sqlite_url, sim, client):
 def test_entries_older_than_the_ttl_are_not_used(sqlite_url, sim, client):
     store.connect(sqlite_url)
     prompt = unique("[sim: say fresh]")
-    CachingClient(client, "sim", ttl=3600).complete("fast", ask(prompt))
+    CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt))
     key = cache_key("sim", "fast", request_body("fast", ask(prompt)))
     with store._connection():  # age the entry by two hours
         store.CacheEntry.update(created_at=store._now() - timedelta(hours=2)).where(
             store.CacheEntry.key == key).execute()
     before = sim.stats()["requests"]
-    assert is_cached(CachingClient(client, "sim", ttl=3 * 3600).complete("fast", ask(prompt)))
-    assert not is_cached(CachingClient(client, "sim", ttl=3600).complete("fast", ask(prompt)))  # refreshed
+    assert is_cached(CachingClient(client, "sim", ttl=3 * 3600, backend=STORE).complete("fast", ask(prompt)))
+    assert not is_cached(CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt)))  # refreshed
     assert sim.stats()["requests"] == before + 1
-    assert is_cached(CachingClient(client, "sim", ttl=3600).complete("fast", ask(prompt)))
-    assert not is_cached(CachingClient(client, "sim", ttl=0).complete("fast", ask(prompt)))  # 0: off
+    assert is_cached(CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt)))
+    assert not is_cached(CachingClient(client, "sim", ttl=0, backend=STORE).complete("fast", ask(prompt)))  # 0: off
 
 
-def test_ttl_and_durations(monkeypatch):
+def test_ttl_and_durations():
     assert [parse_duration(x) for x in ("90", "90s", "30m", "12h", "7d", "2w", "1.5h", 5)] == \
         [90, 90, 1800, 43200, 604800, 1209600, 5400, 5]
-    monkeypatch.delenv("EVALJOBS_CACHE_TTL", raising=False)
-    assert default_ttl() == 7 * 86400
-    monkeypatch.setenv("EVALJOBS_CACHE_TTL", "12h")
-    assert default_ttl() == 43200
-    monkeypatch.setenv("EVALJOBS_CACHE_TTL", "soon")
+    assert default_ttl(Settings.from_env({})) == 7 * 86400
+    assert default_ttl(Settings.from_env({"EVALJOBS_CACHE_TTL": "12h"})) == 43200
     with pytest.raises(CacheConfigError, match=r"^EVALJOBS_CACHE_TTL 'soon' is not a duration"):
-        default_ttl()
+        default_ttl(Settings.from_env({"EVALJOBS_CACHE_TTL": "soon"}))
 
 
 def test_cache_clear_command(sqlite_url, sim, client, monkeypatch):
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", sqlite_url)
     store.connect(sqlite_url)
-    caching = CachingClient(client, "sim")
+    caching = CachingClient(client, "sim", backend=STORE)
     old, new = unique("[sim: say old]"), unique("[sim: say new]")
     for prompt in (old, new):
         caching.complete("fast", ask(prompt))

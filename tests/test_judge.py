@@ -16,7 +16,7 @@ from evaljobs import store
 from evaljobs.api import Session, UsageError
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated_judge import grade as sim_grade, judge_answer
-from evaljobs.evaluation.evaluate import JUDGE_SYSTEM, judge_prompt
+from evaljobs.evaluation.judge import JUDGE_SYSTEM, judge_prompt
 from evaljobs.catalog import Expect, Scenario
 
 CATALOG = """
@@ -143,7 +143,7 @@ def test_the_simulated_judge_grades_the_answer_against_rubric_and_reference():
 
 def test_the_providers_file_can_name_the_default_judge(tmp_path):
     from evaljobs.catalog.modelspec import ModelSpecError, load_providers
-    from evaljobs.evaluation.evaluate import JudgeModelMissing, judge_model_for, require_judge_models
+    from evaljobs.evaluation.judge import JudgeModelMissing, judge_model_for, require_judge_models
 
     scenario = Scenario(key="s", messages=({"role": "user", "content": "q"},), expect=Expect(judge="kind"))
     bare = load_providers(None)

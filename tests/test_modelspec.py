@@ -127,7 +127,7 @@ def test_builtins():
 
 
 def test_sim_url_from_env_is_read_at_call_time(monkeypatch):
-    from evaljobs.evaluation.adapters import base_url_for
+    from evaljobs.providers.endpoints import base_url_for
 
     config = load_providers()
     monkeypatch.setenv("EVALJOBS_SIM_URL", "http://127.0.0.1:9999/v1")

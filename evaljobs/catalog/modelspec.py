@@ -115,7 +115,7 @@ def builtin_providers() -> dict[str, ProviderConfig]:
             }),
         "ollama": ProviderConfig(name="ollama", base_url="http://127.0.0.1:11434/v1"),
         "vllm": ProviderConfig(name="vllm", base_url="http://127.0.0.1:8000/v1"),
-        # base_url None: start the simulated provider in-process (see adapters.simulated_provider_url).
+        # base_url None: start the simulated provider in-process (see providers.endpoints.simulated_provider_url).
         "sim": ProviderConfig(name="sim", base_url=None,
                               prices={"*": (1.0, 2.0)}),
     }

@@ -235,14 +235,15 @@ def cache() -> None:
 @db_option
 def cache_clear(older_than, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
-    from evaljobs.providers.cache import CacheConfigError, clear, parse_duration
+    from evaljobs import store
+    from evaljobs.providers.cache import CacheConfigError, parse_duration
 
     try:
         age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     except CacheConfigError as exc:
         raise OpsError(str(exc)) from None
     _connect(db)
-    removed = clear(age)
+    removed = store.cache_clear(age)
     scope = f" older than {older_than}" if older_than is not None else ""
     click.echo(f"removed {removed} cached answer{'s' if removed != 1 else ''}{scope}")
 

@@ -8,19 +8,19 @@ their own agent with ``--adapter module:callable`` or the entry-point group
 """
 from __future__ import annotations
 
-from evaljobs.errors import UsageError
 import importlib
 import json
-import os
-import threading
 import time
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
-from evaljobs.providers.errors import TransientError
+from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
+from evaljobs.providers.calls import ProviderCalls
+from evaljobs.providers.errors import TransientError
+from evaljobs.providers.livetools import live_tool_runner
 
 ADAPTER_GROUP = "evaljobs.adapters"
 
@@ -37,50 +37,6 @@ class DeadlineExceeded(Exception):
     """The per-pair time limit ran out between turns."""
 
 
-_sim_lock = threading.Lock()
-_sim_url: str | None = None
-
-
-def simulated_provider_url() -> str:
-    """The URL of the built-in simulated provider for this process.
-
-    ``EVALJOBS_SIM_URL`` points at a shared one (``evaljobs mock-provider``);
-    otherwise one is started in-process on a free loopback port, once.
-    """
-    global _sim_url
-    env = os.environ.get("EVALJOBS_SIM_URL")
-    if env:
-        return env
-    with _sim_lock:
-        if _sim_url is None:
-            from evaljobs.providers.simulated import SimulatedProvider
-
-            provider = SimulatedProvider(
-                latency=float(os.environ.get("EVALJOBS_SIM_LATENCY", "0.05")),
-                jitter=float(os.environ.get("EVALJOBS_SIM_JITTER", "0.02")),
-            )
-            provider.start()
-            _sim_url = provider.url
-        return _sim_url
-
-
-def base_url_for(providers: ProvidersConfig, provider_name: str) -> str:
-    config = providers.get(provider_name)
-    if config.base_url:
-        return config.base_url
-    if provider_name == "sim":
-        return simulated_provider_url()
-    raise AdapterError(f"provider '{provider_name}' has no base_url; set one in the providers config")
-
-
-def client_for(providers: ProvidersConfig, provider_name: str):
-    from evaljobs.providers.client import get_client
-
-    config = providers.get(provider_name)
-    return get_client(base_url_for(providers, provider_name), api_key_env=config.api_key_env,
-                      timeout=config.timeout, headers=config.headers or None)
-
-
 def _tool_content(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
@@ -95,26 +51,15 @@ class ConversationAdapter:
     version = "conversation-1"
 
     def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None,
-                 cache_ttl: float | None = None):
+                 calls: ProviderCalls | None = None):
         self.providers = providers
-        #: Seconds cached provider answers stay valid; None: no response cache (see ``evaljobs.providers.cache``).
-        self.cache_ttl = cache_ttl
-        if tool_runner is None:
-            from evaljobs.providers.livetools import live_tool_runner
-
-            tool_runner = live_tool_runner(run_canned_tool)
-        self.tool_runner = tool_runner
+        #: The governance and response cache the pipeline bound (``evaljobs.providers.calls``);
+        #: the default calls the provider directly.
+        self.calls = calls or ProviderCalls()
+        self.tool_runner = tool_runner or live_tool_runner(run_canned_tool)
 
     def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
-        from evaljobs.providers.calls import complete
-
-        cache = None
-        if self.cache_ttl is not None:
-            from evaljobs.providers.cache import CachingClient, GovernedCalls
-
-            # In front of the governor: a cached answer takes no permit from the shared budget.
-            cache = CachingClient(GovernedCalls(self.providers, model), model.provider, self.cache_ttl,
-                                  adapter_version=self.version)
+        client = self.calls.client(self.providers, model, self.version)
         config = self.providers.get(model.provider)
         messages: list[dict[str, Any]] = []
         if scenario.system:
@@ -131,12 +76,8 @@ class ConversationAdapter:
                 if remaining <= 0:
                     raise DeadlineExceeded(f"ran out of time after {turn} turns")
             try:
-                if cache is not None:
-                    completion = cache.complete(model.model, messages, first=turn == 0, tools=tools,
-                                                temperature=scenario.temperature, timeout=remaining)
-                else:
-                    completion = complete(self.providers, model, messages, first=turn == 0, tools=tools,
-                                          temperature=scenario.temperature, timeout=remaining)
+                completion = client.complete(model.model, messages, first=turn == 0, tools=tools,
+                                             temperature=scenario.temperature, timeout=remaining)
             except TransientError:
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
@@ -181,20 +122,18 @@ def run_canned_tool(scenario: Scenario, name: str, arguments: dict[str, Any]) ->
                     duration_ms=(time.perf_counter() - started) * 1000.0)
 
 
-def load_adapter(reference: str | None, providers: ProvidersConfig, *, cache: bool = False) -> Adapter:
+def load_adapter(reference: str | None, providers: ProvidersConfig, *,
+                 calls: ProviderCalls | None = None) -> Adapter:
     """Resolve ``None`` (the default), ``module:callable`` or an entry-point name to an adapter.
 
     A class or factory that accepts ``providers=`` is called with it; any other
-    callable is used as the adapter itself. ``cache`` (``--cache``) turns on the
-    response cache, which only :class:`ConversationAdapter` (and subclasses) support.
+    callable is used as the adapter itself. ``calls`` carries the governance and,
+    for ``--cache``, the response cache; the cache is only supported by
+    :class:`ConversationAdapter` (and subclasses), which get ``calls`` too.
     """
-    cache_ttl = None
-    if cache:
-        from evaljobs.providers.cache import default_ttl
-
-        cache_ttl = default_ttl()
+    calls = calls or ProviderCalls()
     if not reference:
-        return ConversationAdapter(providers, cache_ttl=cache_ttl)
+        return ConversationAdapter(providers, calls=calls)
     if ":" in reference:
         module_name, _, attr = reference.partition(":")
         try:
@@ -213,11 +152,13 @@ def load_adapter(reference: str | None, providers: ProvidersConfig, *, cache: bo
             target = found[0].load()
         except Exception as exc:  # noqa: BLE001 - report any import failure in one line
             raise AdapterError(f"cannot load adapter entry point '{reference}': {exc}") from None
-    if cache_ttl is not None:
-        if not (isinstance(target, type) and issubclass(target, ConversationAdapter)):
-            raise AdapterError(f"--cache needs the built-in conversation adapter (or a subclass); adapter "
-                               f"'{reference}' makes its own provider calls")
-        return target(providers=providers, cache_ttl=cache_ttl)
+    if isinstance(target, type) and issubclass(target, ConversationAdapter):
+        adapter = target(providers=providers)
+        adapter.calls = calls  # bound after construction: a subclass's __init__ need not know about it
+        return adapter
+    if calls.cache is not None:
+        raise AdapterError(f"--cache needs the built-in conversation adapter (or a subclass); adapter "
+                           f"'{reference}' makes its own provider calls")
     if isinstance(target, type) or getattr(target, "wants_providers", False):
         try:
             return target(providers=providers)

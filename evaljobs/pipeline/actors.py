@@ -28,7 +28,8 @@ from evaljobs.errors import ConfigurationError
 from evaljobs.pipeline import barrier, runtime
 from evaljobs import store
 from evaljobs.pipeline.enqueue import enqueue_many
-from evaljobs.evaluation.evaluate import bind_judge, evaluate, evaluate_with_retries
+from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries
+from evaljobs.evaluation.judge import bind_judge
 from evaljobs.providers.governor import Busy
 from evaljobs.providers.errors import RateLimited, TransientError
 from evaljobs.evaluation.result import Result

@@ -13,7 +13,10 @@ from typing import Any
 from evaljobs import config
 from evaljobs.pipeline import context
 from evaljobs.evaluation.adapters import Adapter, load_adapter
-from evaljobs.evaluation.evaluate import ProviderJudge
+from evaljobs.evaluation.judge import ProviderJudge
+from evaljobs.providers.cache import ResponseCache, default_ttl
+from evaljobs.providers.calls import ProviderCalls
+from evaljobs.store import cache as store_cache
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, load_providers, parse_model_spec
 from evaljobs.evaluation.retry import RetryPolicy
 
@@ -40,7 +43,7 @@ def adapter(reference: str | None, providers_path: str | None = None, *, cache: 
     with _lock:
         found = _adapters.get(key)
     if found is None:
-        found = load_adapter(reference, providers(providers_path), cache=bool(cache))
+        found = load_adapter(reference, providers(providers_path), calls=calls(bool(cache)))
         with _lock:
             _adapters.setdefault(key, found)
     return found
@@ -77,12 +80,15 @@ class RunSettings:
 
 
 def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
-    cache_ttl = None
-    if settings.cache:
-        from evaljobs.providers.cache import default_ttl
+    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow,
+                         calls=calls(bool(settings.cache)))
 
-        cache_ttl = default_ttl()
-    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow, cache_ttl=cache_ttl)
+
+def calls(cache: bool = False) -> ProviderCalls:
+    """How this process's provider calls are made: governed by the worker context, and answered
+    from the store's response cache for a run with ``--cache``."""
+    return ProviderCalls(governance=context.current(),
+                         cache=ResponseCache(store_cache, default_ttl()) if cache else None)
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:

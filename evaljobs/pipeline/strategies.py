@@ -15,7 +15,8 @@ from typing import Sequence
 
 from evaljobs.pipeline import barrier, runtime
 from evaljobs import store
-from evaljobs.evaluation.evaluate import bind_judge, evaluate_with_retries
+from evaljobs.evaluation.evaluate import evaluate_with_retries
+from evaljobs.evaluation.judge import bind_judge
 
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
 QUEUED = ("fanout", "per-model")

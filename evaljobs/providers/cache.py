@@ -10,34 +10,35 @@ database when the same request was answered successfully before:
   the governor's ``first`` hint are not part of the request, so not of the key.
   Bump the adapter's ``version`` when what it sends or how it reads answers
   changes, and every old entry stops matching.
-* **Shared**: entries live in the database's ``cache`` table (see
-  :func:`evaljobs.store.cache_get`), so every worker on every machine shares
-  them. Each lookup and write is its own short statement; nothing is held
-  across the provider call.
+* **Shared**: entries live where the :class:`CacheBackend` keeps them — the
+  pipeline binds it to the database's ``cache`` table (``evaljobs.store``), so
+  every worker on every machine shares them. Each lookup and write is its own
+  short statement; nothing is held across the provider call. (This module
+  does not import the store: the store is a higher layer.)
 * **Errors are never cached**: only a ``Completion`` the client returned is
   written; any exception passes through untouched.
 * **TTL**: an entry older than ``ttl`` seconds is ignored (default 7 days,
-  ``EVALJOBS_CACHE_TTL``, e.g. ``3600``, ``12h`` or ``7d``); ``evaljobs cache
+  ``EVALJOBS_CACHE_TTL`` via :attr:`evaljobs.config.Settings.cache_ttl`, e.g. ``3600``, ``12h`` or ``7d``); ``evaljobs cache
   clear [--older-than AGE]`` deletes entries.
 * **Marked**: an answer from the cache is a :class:`CachedCompletion`
   (``cached=True``); the adapter marks a replay ``cached`` when every model turn
   came from the cache, and that flag travels to the result and the report.
 
-The cache sits in front of the governor (:class:`GovernedCalls`), so a hit
-takes no permit from the provider's shared budget.
+The cache sits in front of the governor (:class:`evaljobs.providers.calls.ProviderCalls`
+wraps the governed call path in it), so a hit takes no permit from the
+provider's shared budget.
 """
 from __future__ import annotations
 
-from evaljobs.errors import ConfigurationError
 import hashlib
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from evaljobs import store
+from evaljobs.config import Settings, settings as current_settings
+from evaljobs.errors import ConfigurationError
 from evaljobs.providers.client import Completion, RequestedToolCall, request_body
 
 ENV_TTL = "EVALJOBS_CACHE_TTL"
@@ -68,10 +69,31 @@ def parse_duration(text: str | float | int, *, what: str = "duration") -> float:
     return value
 
 
-def default_ttl() -> float:
-    """``$EVALJOBS_CACHE_TTL`` in seconds, else 7 days."""
-    text = os.environ.get(ENV_TTL)
+def default_ttl(settings: Settings | None = None) -> float:
+    """``$EVALJOBS_CACHE_TTL`` (:attr:`Settings.cache_ttl`) in seconds, else 7 days."""
+    text = (settings or current_settings()).cache_ttl
     return parse_duration(text, what=ENV_TTL) if text else DEFAULT_TTL
+
+
+class CacheBackend(Protocol):
+    """Where cached answers live; the pipeline binds the store's cache table (any object with these)."""
+
+    def get(self, key: str, ttl: float) -> str | None:
+        """The value written under ``key`` less than ``ttl`` seconds ago, else None."""
+
+    def put(self, key: str, value: str, *, provider: str, model: str) -> None:
+        """Store (or refresh) ``value`` under ``key``."""
+
+    def clear(self, older_than: float | None = None) -> int:
+        """Delete entries older than ``older_than`` seconds (all with None); how many were deleted."""
+
+
+@dataclass(frozen=True)
+class ResponseCache:
+    """The response cache of a run with ``--cache``: a backend and how long its answers stay valid."""
+
+    backend: CacheBackend
+    ttl: float = DEFAULT_TTL
 
 
 @dataclass
@@ -81,10 +103,10 @@ class CachedCompletion(Completion):
     cached: bool = True
 
 
-class _Completer(Protocol):
+class Completer(Protocol):
+    """Anything with a chat client's ``complete(model, messages, **kwargs)``."""
+
     def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion: ...
-
-
 
 
 def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: str = "") -> str:
@@ -124,17 +146,18 @@ def _decode(text: str, latency_ms: float) -> CachedCompletion:
 
 
 class CachingClient:
-    """``client`` with a database-backed response cache in front; the same ``complete(...)``.
+    """``client`` with a response cache (``backend``) in front; the same ``complete(...)``.
 
     ``client`` is a :class:`~evaljobs.providers.client.ChatClient` or anything with its
-    ``complete(model, messages, **kwargs)`` (e.g. :class:`GovernedCalls`); keyword
+    ``complete(model, messages, **kwargs)`` (e.g. :class:`~evaljobs.providers.calls.GovernedCalls`); keyword
     arguments other than the request-body ones (``timeout``, ``first``) are passed
     through to it on a miss. ``hits``/``misses`` count this wrapper's lookups.
     """
 
-    def __init__(self, client: _Completer, provider_name: str, ttl: float | None = None, *,
-                 adapter_version: str = ""):
+    def __init__(self, client: Completer, provider_name: str, ttl: float | None = None, *,
+                 backend: CacheBackend, adapter_version: str = ""):
         self.client = client
+        self.backend = backend
         self.provider_name = provider_name
         self.ttl = default_ttl() if ttl is None else float(ttl)
         self.adapter_version = adapter_version
@@ -149,7 +172,7 @@ class CachingClient:
                             extra=extra)
         key = cache_key(self.provider_name, model, body, self.adapter_version)
         started = time.perf_counter()
-        found = store.cache_get(key, self.ttl) if self.ttl > 0 else None
+        found = self.backend.get(key, self.ttl) if self.ttl > 0 else None
         if found is not None:
             self.hits += 1
             return _decode(found, (time.perf_counter() - started) * 1000.0)
@@ -157,35 +180,14 @@ class CachingClient:
         completion = self.client.complete(model, messages, tools=tools, temperature=temperature,
                                           max_tokens=max_tokens, extra=extra, **kwargs)
         if self.ttl > 0:
-            store.cache_put(key, _encode(completion), provider=self.provider_name, model=model)
+            self.backend.put(key, _encode(completion), provider=self.provider_name, model=model)
         return completion
-
-
-class GovernedCalls:
-    """The governed call path (:func:`evaljobs.providers.calls.complete`) for one deployment, as a client.
-
-    Wrapping this (not the raw client) puts the cache in front of the governor:
-    a hit takes no permit from the deployment's shared budget.
-    """
-
-    def __init__(self, providers, spec):
-        self.providers = providers
-        self.spec = spec
-
-    def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion:
-        from evaljobs.providers.calls import complete
-
-        return complete(self.providers, self.spec, messages, **kwargs)
 
 
 def is_cached(completion: Completion) -> bool:
     return bool(getattr(completion, "cached", False))
 
 
-def clear(older_than: float | None = None) -> int:
-    """Delete cached answers older than ``older_than`` seconds (every one with None); returns how many."""
-    return store.cache_clear(older_than)
-
-
-__all__ = ["CachingClient", "CachedCompletion", "GovernedCalls", "cache_key", "request_body", "default_ttl",
-           "parse_duration", "is_cached", "clear", "CacheConfigError", "DEFAULT_TTL", "ENV_TTL"]
+__all__ = ["CacheBackend", "CachingClient", "CachedCompletion", "Completer", "ResponseCache", "cache_key",
+           "request_body", "default_ttl", "parse_duration", "is_cached", "CacheConfigError", "DEFAULT_TTL",
+           "ENV_TTL"]

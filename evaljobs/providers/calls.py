@@ -1,17 +1,25 @@
-"""Every provider call goes through here: the governor's permit around the client call.
+"""Every provider call goes through here: the governor's permit (and the response cache) around the client.
 
 Why one place: the model under test and the LLM judge must both count against
 their deployment's shared budget, and the lane (interactive/bulk) and the
 permit wait policy must be the same for every caller.
+
+What governs a call is handed in, never looked up: the pipeline binds a
+:class:`Governance` (the process's governor, lane, permit wait and budgets)
+and, for a run with ``--cache``, a :class:`~evaljobs.providers.cache.ResponseCache`
+into one :class:`ProviderCalls`, and gives that to the adapter and the judge.
+So this layer imports nothing from the pipeline or the store.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from evaljobs.pipeline import runtime
-from evaljobs.evaluation.adapters import client_for
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
+from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
+from evaljobs.providers.endpoints import client_for
+from evaljobs.providers.governor import Governor
 
 #: How long the first call of a conversation may wait for a permit before the
 #: pair is handed back to the queue (nothing is lost yet). Later turns wait
@@ -20,17 +28,76 @@ FIRST_CALL_WAIT = 2.0
 LATER_CALL_WAIT = 120.0
 
 
+class Governance(Protocol):
+    """The process's provider governance, as the pipeline binds it."""
+
+    def governor(self) -> Governor | None:
+        """The governor, or None when it is off."""
+
+    def budget_for(self, providers: ProvidersConfig, spec: ModelSpec) -> str:
+        """The governor budget of ``spec``'s deployment (configured on first use)."""
+
+    def lane(self) -> str:
+        """``interactive`` or ``bulk``."""
+
+    def permit_wait(self) -> float:
+        """Seconds the first call of a pair may wait for a permit."""
+
+
 def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[str, Any]], *,
-             first: bool = True, **kwargs: Any) -> Completion:
-    """``client.complete`` under a governor permit for ``spec``'s budget (when the governor is on)."""
+             governance: Governance | None = None, first: bool = True, **kwargs: Any) -> Completion:
+    """``client.complete`` under a governor permit for ``spec``'s budget (when a governor is bound and on)."""
     client = client_for(providers, spec.provider)
-    governor = runtime.governor()
+    governor = governance.governor() if governance is not None else None
     if governor is None:
         return client.complete(spec.model, messages, **kwargs)
-    budget = runtime.budget_for(providers, spec)
-    max_wait = runtime.permit_wait() if first else LATER_CALL_WAIT
-    with governor.acquire(budget, runtime.lane(), max_wait=max_wait) as permit:
+    budget = governance.budget_for(providers, spec)
+    max_wait = governance.permit_wait() if first else LATER_CALL_WAIT
+    with governor.acquire(budget, governance.lane(), max_wait=max_wait) as permit:
         completion = client.complete(spec.model, messages, **kwargs)
         permit.release(tokens=completion.input_tokens + completion.output_tokens,
                        latency=completion.latency_ms / 1000.0, headers=completion.headers)
     return completion
+
+
+class GovernedCalls:
+    """The governed call path (:func:`complete`) for one deployment, as a client.
+
+    Wrapping this (not the raw client) puts the cache in front of the governor:
+    a hit takes no permit from the deployment's shared budget.
+    """
+
+    def __init__(self, providers: ProvidersConfig, spec: ModelSpec, governance: Governance | None = None):
+        self.providers = providers
+        self.spec = spec
+        self.governance = governance
+
+    def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion:
+        return complete(self.providers, self.spec, messages, governance=self.governance, **kwargs)
+
+
+@dataclass(frozen=True)
+class ProviderCalls:
+    """How this process calls providers: the governance and response cache the pipeline bound.
+
+    The default (nothing bound) calls the provider directly: no permit, no cache.
+    """
+
+    governance: Governance | None = None
+    #: The response cache of a run with ``--cache``; None: every call goes to the provider.
+    cache: ResponseCache | None = None
+
+    def client(self, providers: ProvidersConfig, spec: ModelSpec, version: str = "") -> Completer:
+        """A client for ``spec``'s calls: ``complete(model, messages, first=..., **kwargs)``.
+
+        ``version`` (the adapter's or judge's) is part of the response-cache key.
+        """
+        governed = GovernedCalls(providers, spec, self.governance)
+        if self.cache is None:
+            return governed
+        # In front of the governor: a cached answer takes no permit from the shared budget.
+        return CachingClient(governed, spec.provider, self.cache.ttl, backend=self.cache.backend,
+                             adapter_version=version)
+
+
+__all__ = ["FIRST_CALL_WAIT", "LATER_CALL_WAIT", "Governance", "GovernedCalls", "ProviderCalls", "complete"]

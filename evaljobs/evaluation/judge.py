@@ -1,0 +1,167 @@
+"""The LLM judge: asks a judge model to score an answer against the scenario's rubric.
+
+Kept apart from :mod:`evaluate` because it is the one grader that calls a
+provider: it takes the process's :class:`~evaljobs.providers.calls.ProviderCalls`
+(governor permits, response cache) as an argument, so evaluation code never
+looks up pipeline state. :mod:`grading` receives it as a plain callable.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable
+
+from evaljobs.catalog import Scenario
+from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_spec
+from evaljobs.errors import UsageError
+from evaljobs.evaluation.grading import Judge, JudgeVerdict
+from evaljobs.evaluation.replay import Replay
+from evaljobs.providers.calls import ProviderCalls
+from evaljobs.providers.errors import ProviderError, RateLimited
+from evaljobs.providers.governor import Busy
+
+JUDGE_SYSTEM = (
+    "You are an evaluation judge. Score the ANSWER against the RUBRIC, from 0 (fails the rubric) "
+    "to 1 (fully meets it). Reply with only a JSON object: {\"score\": <number 0..1>, \"reason\": \"<one sentence>\"}."
+)
+
+_DIRECTIVE = re.compile(r"\[sim(?:@[^:\]]+)?:[^\]]*\]")
+
+
+
+class JudgeModelMissing(UsageError):
+    """llm_judge criteria but no judge model: the run is refused before it is created."""
+
+
+def judge_model_for(scenario: Scenario, run_judge_model: str | None, providers: ProvidersConfig) -> str | None:
+    """The judge model of one scenario: the run's ``--judge-model`` overrides the catalog's
+    ``judge_model``, which overrides the providers file's default. Never the model under test."""
+    return run_judge_model or scenario.judge_model or providers.judge_model
+
+
+def require_judge_models(scenarios, run_judge_model: str | None, providers: ProvidersConfig) -> None:
+    """Refuse a run whose judged scenarios have no judge model (no self-judging by default)."""
+    unjudged = [s.key for s in scenarios
+                if s.expect.judge and (s.criteria is None or "llm_judge" in s.criteria or "llm_judge" in s.expect.gates)
+                and not judge_model_for(s, run_judge_model, providers)]
+    if unjudged:
+        more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
+        raise JudgeModelMissing(
+            f"scenario {unjudged[0]!r}{more} has an llm_judge rubric but no judge model; set 'judge_model' "
+            f"in the catalog's defaults, pass --judge-model provider/model, or set 'judge_model' in the "
+            f"providers file (a model does not judge its own answers)")
+
+
+def judge_prompt(scenario: Scenario, answer: str) -> list[dict[str, str]]:
+    """The judge's messages: the rubric, the request, the reference answer (if any) and the answer."""
+    request = _DIRECTIVE.sub("", scenario.prompt).strip()
+    rubric = (scenario.expect.judge or "").strip()  # directives here steer a simulated judge (tests)
+    parts = [f"RUBRIC:\n{rubric}", f"REQUEST:\n{request}"]
+    if scenario.expect.reference:
+        parts.append(f"REFERENCE ANSWER:\n{scenario.expect.reference}")
+    parts.append(f"ANSWER:\n{answer}")
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+class ProviderJudge:
+    """An LLM judge: asks a judge model to score the answer against the rubric, strict JSON.
+
+    ``allow()`` is asked before every call so a run can cap its judge calls. A
+    judge that cannot give a verdict (a provider error, or an answer that is not
+    the expected JSON, after ``attempts`` tries) returns a verdict with ``error``
+    set and its raw answer kept: the pair is then ``errored`` (``judge_unavailable``),
+    never failed against the model under test. A rate limit or a busy governor is
+    a wait, not a failure: it is raised so the pair is retried later.
+    """
+
+    #: Part of the response-cache key of judge calls: bump it when the judge prompt's meaning changes.
+    version = "judge-2"
+
+    def __init__(self, providers: ProvidersConfig, *, default_model: str | None = None,
+                 allow: Callable[[], bool] | None = None, calls: ProviderCalls | None = None, attempts: int = 2):
+        self.providers = providers
+        #: The run's ``--judge-model``: overrides the catalog's.
+        self.default_model = default_model
+        self.allow = allow or (lambda: True)
+        #: The governance and response cache the pipeline bound; the default calls the provider directly.
+        self.calls = calls or ProviderCalls()
+        self.attempts = max(1, attempts)
+
+    def __call__(self, scenario: Scenario, replay: Replay, model: ModelSpec | None = None) -> JudgeVerdict | None:
+        spec_text = judge_model_for(scenario, self.default_model, self.providers)
+        messages = judge_prompt(scenario, replay.answer or "")
+        prompt = messages[-1]["content"]
+        if not spec_text:
+            return JudgeVerdict(0.0, error="no judge model configured (set judge_model or --judge-model)",
+                                prompt=prompt)
+        judge_model = parse_model_spec(spec_text, self.providers)
+        if not self.allow():
+            return None
+        # The judge's calls count against the judge model's budget like any other call.
+        client = self.calls.client(self.providers, judge_model, self.version)
+        tokens_in = tokens_out = 0
+        cost = 0.0
+        raw = ""
+        problem = ""
+        for _ in range(self.attempts):
+            try:
+                completion = client.complete(judge_model.model, messages, first=False, temperature=0)
+            except (RateLimited, Busy):
+                raise
+            except ProviderError as exc:
+                problem = f"judge {judge_model.spec} unavailable: {exc.reason}"
+                continue
+            tokens_in += completion.input_tokens
+            tokens_out += completion.output_tokens
+            if not getattr(completion, "cached", False):  # an answer from the cache costs nothing
+                cost += self.providers.get(judge_model.provider).cost(
+                    judge_model.model, completion.input_tokens, completion.output_tokens)
+            raw = completion.content or ""
+            parsed = parse_judge_json(raw)
+            if isinstance(parsed, tuple):
+                return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, prompt=prompt, raw=raw,
+                                    model=judge_model.spec)
+            problem = f"judge {judge_model.spec}: {parsed}"
+        return JudgeVerdict(0.0, "", tokens_in, tokens_out, cost, error=problem, prompt=prompt, raw=raw[:4000],
+                            model=judge_model.spec)
+
+
+def parse_judge_json(text: str) -> tuple[float, str] | str:
+    """Strict: a JSON object with a numeric ``score`` in [0, 1] -> (score, reason); else what is wrong."""
+    body = (text or "").strip()
+    if body.startswith("```"):
+        body = body.strip("`")
+        body = body[4:] if body.lower().startswith("json") else body
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"answer is not JSON: {(text or '')[:120]!r}"
+    if not isinstance(data, dict) or not isinstance(data.get("score"), (int, float)) \
+            or isinstance(data.get("score"), bool):
+        return f"answer has no numeric 'score': {(text or '')[:120]!r}"
+    score = float(data["score"])
+    if not 0.0 <= score <= 1.0:
+        return f"score {score} is outside 0..1"
+    return score, str(data.get("reason", ""))[:500]
+
+
+def parse_judge_answer(text: str) -> tuple[float, str]:
+    """Compatibility: (score, reason), or (0, what is wrong) for an answer that is not a verdict."""
+    parsed = parse_judge_json(text)
+    return parsed if isinstance(parsed, tuple) else (0.0, f"judge {parsed}")
+
+
+def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
+    """The judge for one pair (the model under test is passed for context, never used as the judge)."""
+    if judge is None:
+        return None
+    return lambda scenario, replay: judge(scenario, replay, model)
+
+
+__all__ = ["evaluate", "evaluate_with_retries", "ProviderJudge", "parse_judge_answer", "parse_judge_json",
+           "bind_judge", "judge_model_for", "require_judge_models", "JudgeModelMissing", "judge_prompt",
+           "RETRYABLE", "PermanentError", "ERRORED"]
+
+
+__all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",
+           "parse_judge_answer", "parse_judge_json", "require_judge_models"]
