@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 
 from evaljobs.pipeline import runtime, strategies
 from evaljobs import store
-from evaljobs.catalog import Catalog, CatalogError, load_catalog
+from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
+from evaljobs.providers.livetools import expand_source
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 
 
@@ -121,14 +122,12 @@ class Session:
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
                             lenient=lenient)
         if imported.format == "native":
-            return load_catalog(catalog, providers=self.providers)
-        from evaljobs.catalog import parse_catalog
-        from evaljobs.providers.livetools import expand_catalog_tools
-
+            # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
+            return parse_source(expand_source(read_catalog(catalog)), providers=self.providers)
         self.excluded = imported.excluded
         self.import_warnings = list(imported.warnings)
-        data = expand_catalog_tools(imported.data, source=str(catalog))
-        return parse_catalog(data, source=str(catalog), providers=self.providers)
+        source = expand_source(CatalogSource(source=str(catalog), data=imported.data))
+        return parse_source(source, providers=self.providers)
 
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,

@@ -19,11 +19,14 @@ from evaljobs.catalog import (CRITERIA,
                               ExpectedTool,
                               Scenario,
                               Tool,
-                              _load_yaml,
                               catalog_from_body,
                               load_catalog,
                               loads_catalog,
-                              parse_catalog)
+                              parse_catalog,
+                              parse_source,
+                              read_catalog,
+                              reads_catalog)
+from evaljobs.catalog._yaml import load_yaml
 from evaljobs.catalog.modelspec import ProvidersConfig, builtin_providers
 
 BAD = Path(__file__).parent / "data" / "bad_catalogs"
@@ -275,21 +278,44 @@ def test_bad_live_tools():
     ]
 
 
-def test_mcp_import_entries_need_loading_from_a_file():
+def test_mcp_import_entries_need_the_expansion_step():
     with pytest.raises(CatalogError) as info:
         parse_catalog({"name": "x", "scenarios": [{"key": "a", "prompt": "hi",
                                                    "tools": [{"mcp": {"command": ["python", "s.py"]}}]}]})
     assert info.value.problems == [
-        "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) is expanded when the catalog "
-        "file is loaded (load_catalog); in loaded data, give each tool a 'name'"]
+        "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) must be expanded first: only the "
+        "server can list its tools (Session.load and the evaljobs commands do it; in code call "
+        "evaljobs.providers.livetools.expand_source); or give each tool a 'name'"]
 
 
-def test_example_catalog_imports_its_mcp_tools_at_load_time():
-    catalog = load_catalog(Path(__file__).resolve().parents[1] / "examples" / "catalogs" / "tools_mcp.yaml")
+EXAMPLE_MCP = Path(__file__).resolve().parents[1] / "examples" / "catalogs" / "tools_mcp.yaml"
+
+
+def test_loading_a_catalog_with_mcp_imports_does_no_io_until_the_expansion_step():
+    source = read_catalog(EXAMPLE_MCP)
+    assert source.has_mcp_imports and not reads_catalog(RICH).has_mcp_imports
+    # Reading and parsing never start the server: the unexpanded import is reported, with its line.
+    with pytest.raises(CatalogError) as info:
+        load_catalog(EXAMPLE_MCP)
+    assert info.value.problems and all("must be expanded first" in p for p in info.value.problems)
+    assert all(re.match(rf"^{re.escape(str(EXAMPLE_MCP))}:\d+: scenario '", p) for p in info.value.problems)
+    with pytest.raises(CatalogError):
+        parse_source(source)
+
+
+def test_example_catalog_imports_its_mcp_tools_in_the_expansion_step():
+    from evaljobs.providers.livetools import expand_source
+
+    source = read_catalog(EXAMPLE_MCP)
+    expanded = expand_source(source)
+    assert expanded is not source and source.has_mcp_imports and not expanded.has_mcp_imports
+    catalog = parse_source(expanded)
     teapot = catalog.scenario("stock.teapot-then-order")
     assert [t.name for t in teapot.tools] == ["check_stock", "lookup_order"]
     assert all(t.mcp is not None and t.parameters.get("type") == "object" for t in teapot.tools)
     assert catalog_from_body(json.loads(json.dumps(catalog.body))) == catalog
+    plain = reads_catalog(RICH)
+    assert expand_source(plain) is plain  # nothing to expand: no server is asked
 
 
 # --------------------------------------------------------------------------- digest and body
@@ -707,7 +733,7 @@ def test_fast_yaml_reader_agrees_with_pyyaml(data, flow):
     from evaljobs.catalog import yaml12
 
     text = yaml12.dump({"root": data}, default_flow_style=flow, allow_unicode=True)
-    loaded, lines = _load_yaml(text, "t.yaml", problems := [])
+    loaded, lines = load_yaml(text, "t.yaml", problems := [])
     assert loaded == yaml12.load(text)
     assert problems == []
     assert lines[("root",)] == 1

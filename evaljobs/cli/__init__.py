@@ -314,14 +314,12 @@ _grader_option = click.option(
 @providers_option
 def catalog_check(path, catalog_format, include_production_only, lenient, grader, providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
-    from evaljobs.catalog import load_catalog, parse_catalog
-    from evaljobs.providers.livetools import expand_catalog_tools
+    from evaljobs.catalog import CatalogSource, parse_source, read_catalog
+    from evaljobs.providers.livetools import expand_source
 
     imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
-    if imported.format == "native":
-        cat = load_catalog(path, providers=config)
-    else:
-        cat = parse_catalog(expand_catalog_tools(imported.data, source=path), source=path, providers=config)
+    source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
+    cat = parse_source(expand_source(source), providers=config)
     extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
     click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
                f"{cat.digest}")

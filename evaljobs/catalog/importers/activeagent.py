@@ -71,8 +71,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from evaljobs.catalog import CRITERIA
-from evaljobs.catalog.importers import Problems, check_keys, key_part, render, strings
+from evaljobs.catalog.model import CRITERIA
+from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
 
 _SUITE_KEYS = ("suite", "description", "groups", "version")
 _CATALOG_KEYS = ("catalog", "name", "description", "products", "version")

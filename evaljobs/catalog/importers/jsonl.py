@@ -36,8 +36,8 @@ import json
 import os
 from typing import Any
 
-from evaljobs.catalog import CatalogError
-from evaljobs.catalog.importers import ImportResult, Problems, key_part, strings
+from evaljobs.catalog.model import CatalogError
+from evaljobs.catalog.importers.shared import ImportResult, Problems, key_part, strings
 
 _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
 GRADERS = ("includes", "match", "fuzzy_match", "model_graded_fact")

@@ -69,7 +69,7 @@ from typing import Any
 import yaml
 
 from evaljobs.catalog import yaml12
-from evaljobs.catalog.importers import Problems, check_keys, key_part, read_text, render, slug, strings
+from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, render, slug, strings
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",

@@ -1,0 +1,76 @@
+"""The canonical body of a catalog and its digest.
+
+The body is the resolved catalog (defaults applied, scenarios sorted by key)
+as plain JSON data: it is what a run snapshots, and its sha256 is the digest
+that says whether two catalogs mean the same thing, however they are written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
+from evaljobs.catalog.toolspec import LIVE_KINDS
+
+
+def build_catalog(name: str, description: str, scenarios: list[Scenario], source: str) -> Catalog:
+    """The catalog of these validated scenarios, sorted by key, with its canonical body and digest."""
+    ordered = tuple(sorted(scenarios, key=lambda s: s.key))
+    body = {"name": name, "description": description, "scenarios": [_scenario_body(s) for s in ordered]}
+    return Catalog(name=name, scenarios=ordered, digest=digest_of(body), body=body, source=source,
+                   description=description)
+
+
+def digest_of(body: dict[str, Any]) -> str:
+    """``sha256:`` of the canonical JSON of a catalog body."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _tool_body(t: Tool) -> dict[str, Any]:
+    body = {"name": t.name, "description": t.description, "parameters": t.parameters,
+            "returns": t.returns, "returns_by": t.returns_by}
+    for kind in LIVE_KINDS:  # only when set: canned catalogs keep their digest
+        if getattr(t, kind) is not None:
+            body[kind] = getattr(t, kind)
+    return body
+
+
+def _expect_body(e: Expect) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
+        "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
+        "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
+    # Later fields only when set: catalogs that do not use them keep their digest.
+    optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
+                "tools_match": e.tools_match if e.tools_match != "all" else None,
+                "gate": list(e.gates), "ideal": list(e.ideal),
+                "ideal_grader": e.ideal_grader if e.ideal else None, "reference": e.reference,
+                "assertions": [dict(a) for a in e.assertions]}
+    body.update({k: v for k, v in optional.items() if v})
+    return body
+
+
+def _scenario_body(s: Scenario) -> dict[str, Any]:
+    e = s.expect
+    return {
+        "key": s.key,
+        "messages": [dict(m) for m in s.messages],
+        "system": s.system,
+        "tools": [_tool_body(t) for t in s.tools],
+        "expect": _expect_body(e),
+        "tags": list(s.tags),
+        "notes": s.notes,
+        "group": s.group,
+        "temperature": s.temperature,
+        "max_turns": s.max_turns,
+        "criteria": list(s.criteria) if s.criteria is not None else None,
+        "pass_threshold": s.pass_threshold,
+        "judge_model": s.judge_model,
+        # Only when set: catalogs without weights keep their digest.
+        **({"weights": dict(s.weights)} if s.weights else {}),
+    }
+
+
+__all__ = ["build_catalog", "digest_of"]

@@ -1,0 +1,198 @@
+"""The catalog's data model: what a validated catalog is made of (frozen dataclasses).
+
+Everything here is plain data with no I/O, so every layer can hold and pass
+scenarios. Reading and validating a catalog file is :mod:`evaljobs.catalog.load`
+and :mod:`evaljobs.catalog.validate`; the canonical digest is
+:mod:`evaljobs.catalog.digest`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evaljobs.errors import UsageError
+
+DEFAULT_MAX_TURNS = 6
+DEFAULT_PASS_THRESHOLD = 0.7
+
+#: Criterion names a catalog may list under ``criteria`` (the graders implement them).
+CRITERIA = ("response_present", "contains", "not_contains", "regex", "expected_tools",
+            "max_latency_ms", "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
+#: Criteria a scenario's ``expect.gate`` may name (the expectations that can fail a scenario on their own).
+GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_tools", "max_latency_ms",
+            "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
+#: How ``expect.ideal`` answers are compared (OpenAI evals' Match / Includes / FuzzyMatch).
+IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
+#: ``expect.assertions`` kinds: ``builtin`` (native checks on the transformed output), ``javascript``
+#: (run in Node), ``python`` (run in a subprocess), ``json_schema`` (validated with jsonschema), and
+#: ``refused`` (skipped at import under --lenient, with its reason: a scenario left with nothing else
+#: to grade is reported as not gradable).
+ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused")
+
+
+def present_criteria(expect: "Expect") -> tuple[str, ...]:
+    """The criteria this block of expectations enables, in ``GATEABLE`` order."""
+    present = {
+        "contains": bool(expect.contains or expect.patterns),
+        "not_contains": bool(expect.not_contains or expect.forbidden_patterns),
+        "regex": bool(expect.regex), "expected_tools": bool(expect.tools),
+        "max_latency_ms": expect.max_latency_ms is not None, "token_budget": expect.token_budget is not None,
+        "llm_judge": expect.judge is not None, "ideal": bool(expect.ideal),
+        "assertions": any(a.get("kind") != "refused" for a in expect.assertions),
+    }
+    return tuple(c for c in GATEABLE if present.get(c))
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class CatalogError(UsageError):
+    """A catalog that cannot be used. ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool offered to the model. Answered from ``returns`` / ``returns_by``."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    returns: Any = None
+    #: {argument name: {argument value (as a string): result}}; first match wins, else ``returns``.
+    returns_by: dict[str, dict[str, Any]] | None = None
+    #: Live endpoints (set by later features); ``None`` for canned tools.
+    http: dict[str, Any] | None = None
+    mcp: dict[str, Any] | None = None
+
+    def answer(self, arguments: dict[str, Any]) -> Any:
+        """The canned answer for these arguments."""
+        if self.returns_by:
+            for arg, table in self.returns_by.items():
+                if arg in arguments:
+                    value = arguments[arg]
+                    key = value if isinstance(value, str) else scalar_key(value)
+                    if key in table:
+                        return table[key]
+        return self.returns
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+def scalar_key(value: Any) -> str:
+    """An argument value as the text key of a ``returns_by`` table."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ExpectedTool:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expect:
+    contains: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    tools: tuple[ExpectedTool, ...] = ()
+    judge: str | None = None
+    max_latency_ms: int | None = None
+    token_budget: int | None = None
+    #: ActiveAgent-style patterns: a case-insensitive substring, or else a case-insensitive regex.
+    #: Graded under ``contains`` / ``not_contains`` (faults ``missing_content`` / ``forbidden_content``).
+    patterns: tuple[str, ...] = ()
+    forbidden_patterns: tuple[str, ...] = ()
+    #: ``all``: every expected tool must be called; ``any``: one of them is enough (ActiveAgent).
+    tools_match: str = "all"
+    #: Criteria that fail the scenario on their own, whatever the mean score.
+    gates: tuple[str, ...] = ()
+    #: Reference answers and how they are compared (``IDEAL_GRADERS``).
+    ideal: tuple[str, ...] = ()
+    ideal_grader: str = "includes"
+    #: The reference answer the LLM judge compares against (``model_graded_fact``-style).
+    reference: str | None = None
+    #: Assertions run by an external runtime or a transform chain (promptfoo imports): plain JSON data.
+    assertions: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    #: The conversation to send, without the system prompt (that is ``system``).
+    messages: tuple[dict[str, Any], ...]
+    system: str | None = None
+    tools: tuple[Tool, ...] = ()
+    expect: Expect = field(default_factory=Expect)
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    group: str | None = None
+    temperature: float | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+    #: Criteria names to apply; ``None`` means every criterion the scenario's expectations enable.
+    criteria: tuple[str, ...] | None = None
+    pass_threshold: float = DEFAULT_PASS_THRESHOLD
+    #: ``((criterion, weight), ...)``: the score is the weighted mean (criteria not listed weigh 1).
+    weights: tuple[tuple[str, float], ...] = ()
+    #: Where the scenario starts in its file; not part of its meaning (excluded from equality).
+    line: int | None = field(default=None, compare=False)
+    #: Canonical model spec for ``llm_judge``; ``None`` means "judge with the model under test".
+    judge_model: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The last user message, for display."""
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else str(content)
+        return ""
+
+    def tool(self, name: str) -> Tool | None:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A validated catalog. Scenarios are kept sorted by key: a catalog is a *set* of
+    scenarios, so reordering them in the file changes neither the digest nor reports."""
+
+    name: str
+    scenarios: tuple[Scenario, ...]
+    digest: str
+    #: The canonical, normalized catalog body: what is snapshotted and what the digest covers.
+    body: dict[str, Any]
+    source: str = field(default="<catalog>", compare=False)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        # Workers look up one scenario per message in catalogs of 10,000: index once.
+        object.__setattr__(self, "_index", {s.key: s for s in self.scenarios})
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(s.key for s in self.scenarios)
+
+    def scenario(self, key: str) -> Scenario:
+        """The scenario with this key (O(1)); ``KeyError`` if there is none."""
+        return self._index[key]  # type: ignore[attr-defined]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._index  # type: ignore[attr-defined]
+        except TypeError:
+            return False
+
+
+__all__ = ["ASSERTION_KINDS", "CRITERIA", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD",
+           "Expect", "ExpectedTool", "GATEABLE", "IDEAL_GRADERS", "ROLES", "Scenario", "Tool", "present_criteria",
+           "scalar_key"]

@@ -1,0 +1,797 @@
+"""Catalog validation: catalog data in, a :class:`~evaljobs.catalog.model.Catalog` or every problem out.
+
+A catalog is validated in one pass that collects *every* problem (one line
+each, with file and line) so a user fixes a broken catalog in one edit, not
+one error at a time. Effective values (defaults, group settings) are resolved
+into each :class:`Scenario`, so consumers never need the defaults again, and
+the resolved form is the canonical ``body`` that the digest covers.
+
+Pure: no I/O. Live tools (``http`` / ``mcp``) are checked with the pure spec
+checks of :mod:`evaljobs.catalog.toolspec`; an MCP tool *import* must have been
+expanded (:mod:`evaljobs.providers.livetools`) before its data gets here.
+
+Kept whole, though longer than most modules: it is one walk over the catalog
+(:class:`_Context`) that carries the problem list, the key and group registries
+and the line map through every level; split across modules, each part would
+need all of that state and the walk would no longer read top to bottom.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import json
+import math
+import re
+from dataclasses import replace
+from typing import Any, Callable, Iterator
+
+from evaljobs.catalog.digest import build_catalog
+from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
+                                    IDEAL_GRADERS, ROLES, Catalog, CatalogError, Expect, ExpectedTool, Scenario,
+                                    Tool, present_criteria, scalar_key)
+from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+from evaljobs.catalog.text import did_you_mean, escape_breaks, kind_of, quote_hint, show
+from evaljobs.catalog.toolspec import LIVE_KINDS, MCP_IMPORT_NOT_EXPANDED, is_mcp_import, validate_live_spec
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Loading allocates hundreds of thousands of small objects that all survive:
+    the cyclic GC would rescan them over and over (about half the load time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_catalog(data: Any, *, source: str = "<catalog>", lines: dict | None = None,
+                  providers: ProvidersConfig | None = None) -> Catalog:
+    """Validate already-loaded catalog data.
+
+    ``lines`` maps paths into ``data`` to 1-based line numbers, e.g.
+    ``("scenarios", 0) -> 7`` and ``("scenarios", 0, "max_turns") -> 9``;
+    :func:`loads_catalog` records it while reading the YAML.
+    """
+    with gc_paused():
+        return _parse(data, source, lines or {}, providers)
+
+
+def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | None) -> Catalog:
+    ctx = _Context(source, lines, providers)
+    if not isinstance(data, dict):
+        ctx.add((), "", f"the top level must be a mapping with 'name' and 'scenarios', not {kind_of(data)}")
+        raise CatalogError(ctx.problems)
+    ctx.unknown_keys((), "", data, _CATALOG_KEYS, what="top-level key")
+
+    name = data.get("name")
+    if "name" not in data or name is None:
+        ctx.add((), "", "missing 'name'; add a top-level 'name: <catalog name>'")
+    elif not isinstance(name, str) or not name.strip():
+        ctx.add(("name",), "", f"'name' must be a non-empty string, not {show(name)}")
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        ctx.add(("description",), "", f"'description' must be a string, not {kind_of(description)}")
+        description = None
+
+    base = dict(_BASE_SETTINGS)
+    base.update(ctx.settings_block(("defaults",), "defaults", data.get("defaults")))
+
+    scenarios: list[Scenario] = []
+    entries = 0
+    raw_list = data.get("scenarios")
+    if raw_list is not None and not isinstance(raw_list, list):
+        ctx.add(("scenarios",), "", f"'scenarios' must be a list of scenarios, not {kind_of(raw_list)}")
+    elif raw_list:
+        entries += len(raw_list)
+        for i, raw in enumerate(raw_list):
+            ctx.scenario(scenarios, ("scenarios", i), raw, f"scenario #{i + 1}", base, None, ())
+
+    groups = data.get("groups")
+    if groups is not None and not isinstance(groups, list):
+        ctx.add(("groups",), "", f"'groups' must be a list of groups, not {kind_of(groups)}")
+    elif groups:
+        entries += ctx.groups(scenarios, groups, base)
+
+    malformed = (raw_list is not None and not isinstance(raw_list, list)) or (
+        groups is not None and not isinstance(groups, list))
+    if entries == 0 and not malformed:
+        ctx.add(("scenarios",) if "scenarios" in data else (), "",
+                "no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')")
+    if ctx.problems:
+        raise CatalogError(ctx.problems)
+    return build_catalog(name.strip(), description or "", scenarios, source)
+
+
+def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
+    """Rebuild a catalog from a stored ``Catalog.body`` (a body is itself a valid catalog)."""
+    return parse_catalog(body, source=source)
+
+
+_CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")
+_SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
+                 "max_latency_ms", "token_budget", "weights")
+_GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
+_SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
+_TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
+_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget",
+                "patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader", "reference",
+                "assertions")
+_EXPECTED_TOOL_KEYS = ("name", "arguments")
+_MESSAGE_KEYS = ("role", "content", "name")
+
+_BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
+                                  "criteria": None, "pass_threshold": DEFAULT_PASS_THRESHOLD,
+                                  "judge_model": None, "max_latency_ms": None, "token_budget": None,
+                                  "weights": None}
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
+_TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MAX_DEPTH = 100
+#: Integers beyond 64 bits are not portable JSON (and Python refuses to print huge ones).
+_MAX_INT = 2**63 - 1
+
+
+class _Bad(Exception):
+    """One problem with a value; ``subpath`` points inside it (for a better line number)."""
+
+    def __init__(self, message: str, subpath: tuple = ()):
+        super().__init__(message)
+        self.message = message
+        self.subpath = subpath
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -_MAX_INT <= value <= _MAX_INT
+
+
+def _check_system(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"{name} must be a string (the system prompt), not {kind_of(value)}")
+    return value
+
+
+def _check_temperature(name: str, value: Any) -> float:
+    if not _is_number(value) or not (0 <= value <= 2):
+        raise _Bad(f"{name} must be a number from 0 to 2, not {show(value)}")
+    return float(value)
+
+
+def _check_max_turns(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise _Bad(f"{name} must be an integer >= 1, not {show(value)}")
+    return value
+
+
+def _check_threshold(name: str, value: Any) -> float:
+    if not _is_number(value) or not (0 <= value <= 1):
+        raise _Bad(f"{name} must be a number from 0 to 1 (the score needed to pass), not {show(value)}")
+    return float(value)
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise _Bad(f"{name} must be a positive integer, not {show(value)}")
+    return value
+
+
+def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
+        raise _Bad(f"{name} must be a list of criterion names ({', '.join(CRITERIA)}), not {show(value)}")
+    if not items:
+        raise _Bad(f"{name} is empty; list at least one criterion, "
+                   f"or omit it to apply every one that applies")
+    unknown = [item for item in items if item not in CRITERIA]
+    if len(unknown) == 1:
+        raise _Bad(f"{name}: unknown criterion {unknown[0]!r}{did_you_mean(unknown[0], CRITERIA, 'known')}")
+    if unknown:
+        raise _Bad(f"{name}: unknown criteria {', '.join(map(repr, unknown))}; known: {', '.join(CRITERIA)}")
+    return tuple(c for c in CRITERIA if c in items)
+
+
+def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """``{criterion: weight}``: how much each criterion counts in the score (default 1 each)."""
+    if not isinstance(value, dict) or not value:
+        raise _Bad(f"{name} must map criterion names to weights, e.g. {{contains: 2, llm_judge: 1}}, "
+                   f"not {show(value)}")
+    out = []
+    for criterion, weight in value.items():
+        if criterion not in CRITERIA:
+            raise _Bad(f"{name}: unknown criterion {criterion!r}{did_you_mean(str(criterion), CRITERIA, 'known')}")
+        if not _is_number(weight) or not math.isfinite(weight) or weight < 0:
+            raise _Bad(f"{name}.{criterion} must be a number >= 0, not {show(weight)}")
+        out.append((criterion, float(weight)))
+    if not any(w > 0 for _, w in out):
+        raise _Bad(f"{name}: at least one weight must be above 0")
+    return tuple(sorted(out))
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "system": _check_system, "temperature": _check_temperature, "max_turns": _check_max_turns,
+    "criteria": _check_criteria, "pass_threshold": _check_threshold,
+    "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int, "weights": _check_weights,
+}
+
+
+class _Context:
+    """Collects problems while walking the catalog data."""
+
+    def __init__(self, source: str, lines: dict, providers: ProvidersConfig | None):
+        self.source = source
+        self.lines = lines
+        self.providers = providers
+        self.problems: list[str] = []
+        self.keys: dict[str, tuple[int | None, str]] = {}
+        self.group_names: dict[str, int | None] = {}
+
+    # -- reporting
+
+    def line(self, path: tuple) -> int | None:
+        while path:
+            try:
+                line = self.lines.get(path)
+            except TypeError:  # unhashable part in a user-supplied path
+                line = None
+            if line is not None:
+                return line
+            path = path[:-1]
+        return None
+
+    def add(self, path: tuple, where: str, what: str) -> None:
+        line = self.line(path)
+        prefix = f"{self.source}:{line}" if line else self.source
+        self.problems.append(escape_breaks(f"{prefix}: {where}: {what}" if where else f"{prefix}: {what}"))
+
+    def unknown_keys(self, path: tuple, where: str, raw: dict, valid: tuple[str, ...],
+                     what: str = "key") -> None:
+        for key in raw:
+            if key not in valid:
+                self.add(path + (key,) if isinstance(key, str) else path, where,
+                         f"unknown {what} {show(key)}{did_you_mean(key, valid, 'valid keys')}")
+
+    # -- settings (defaults, group defaults, scenario overrides)
+
+    def settings_block(self, path: tuple, where: str, raw: Any) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.add(path, where,
+                     f"must be a mapping of settings ({', '.join(_SETTING_KEYS)}), not {kind_of(raw)}")
+            return {}
+        self.unknown_keys(path, where, raw, _SETTING_KEYS)
+        return self.settings(path, where, raw)
+
+    def settings(self, path: tuple, where: str, raw: dict) -> dict[str, Any]:
+        """The valid, explicitly set settings in ``raw`` (``null`` means "inherit")."""
+        out: dict[str, Any] = {}
+        for name in _SETTING_KEYS:
+            value = raw.get(name)
+            if value is None:
+                continue
+            try:
+                out[name] = self.judge_model(value) if name == "judge_model" else _CHECKS[name](name, value)
+            except _Bad as exc:
+                self.add(path + (name,), where, exc.message)
+        return out
+
+    def judge_model(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise _Bad(f"judge_model must be a model spec string like 'openai/gpt-4o-mini', "
+                       f"not {show(value)}")
+        try:
+            return parse_model_spec(value, self.providers).spec
+        except ModelSpecError as exc:
+            raise _Bad(f"judge_model: {exc}") from None
+
+    # -- groups and scenarios
+
+    def groups(self, out: list[Scenario], groups: list, base: dict[str, Any]) -> int:
+        entries = 0
+        for g, raw in enumerate(groups):
+            path = ("groups", g)
+            where = f"group #{g + 1}"
+            if not isinstance(raw, dict):
+                self.add(path, where, f"must be a mapping with 'name' and 'scenarios', not {kind_of(raw)}")
+                continue
+            name = raw.get("name")
+            if not isinstance(name, str) or not name.strip():
+                self.add(path + ("name",) if "name" in raw else path, where,
+                         "missing 'name'" if name is None
+                         else f"name must be a non-empty string, not {show(name)}")
+                name = None
+            else:
+                where = f"group '{name}'"
+                if name in self.group_names:
+                    first = self.group_names[name]
+                    at = f" (first at line {first})" if first else ""
+                    self.add(path, where, f"duplicate group name{at}; merge the two groups or rename one")
+                self.group_names.setdefault(name, self.line(path))
+            self.unknown_keys(path, where, raw, _GROUP_KEYS)
+            tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
+            settings = dict(base)
+            settings.update(self.settings_block(path + ("defaults",), f"{where}: defaults",
+                                                raw.get("defaults")))
+            items = raw.get("scenarios")
+            if items is None:
+                self.add(path, where, "missing 'scenarios'; list the group's scenarios under it")
+            elif not isinstance(items, list):
+                self.add(path + ("scenarios",), where, f"'scenarios' must be a list, not {kind_of(items)}")
+            else:
+                entries += len(items)
+                for i, item in enumerate(items):
+                    self.scenario(out, path + ("scenarios", i), item, f"{where}: scenario #{i + 1}",
+                                  settings, name or "", tags)
+        return entries
+
+    def scenario(self, out: list[Scenario], path: tuple, raw: Any, where: str, settings: dict[str, Any],
+                 group: str | None, group_tags: tuple[str, ...]) -> None:
+        """Validate one scenario; append it to ``out`` when it has no problems."""
+        before = len(self.problems)
+        if not isinstance(raw, dict):
+            self.add(path, where, f"must be a mapping with 'key' and 'prompt', not {kind_of(raw)}")
+            return
+        key = raw.get("key")
+        if key is None:
+            self.add(path, where, "missing 'key'; give every scenario a unique key like 'refund.late_order'")
+        elif not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+            self.add(path + ("key",), where, f"key {show(key)} must be a string of letters, digits and "
+                                             f"_ . : / - (quote it if YAML reads it as a number)")
+        else:
+            where = f"scenario '{key}'"
+            line = self.line(path)
+            if key in self.keys:
+                first_line, first_where = self.keys[key]
+                first = f"line {first_line}" if first_line else first_where
+                self.add(path, where, f"duplicate key (first defined at {first}); "
+                                      f"scenario keys must be unique across the catalog: rename one")
+            else:
+                self.keys[key] = (line, where)
+        self.unknown_keys(path, where, raw, _SCENARIO_KEYS)
+
+        effective = dict(settings)
+        explicit = self.settings(path, where, raw)
+        messages, lifted = self.conversation(path, where, raw, explicit)
+        if lifted is not None:
+            explicit["system"] = lifted
+        effective.update(explicit)
+
+        tools, declared = self.tools(path + ("tools",), where, raw.get("tools"))
+        expect = self.expect(path + ("expect",), where, raw.get("expect"), declared, effective, explicit)
+        tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
+        notes = raw.get("notes")
+        if notes is not None and not isinstance(notes, str):
+            self.add(path + ("notes",), where, f"notes must be a string, not {kind_of(notes)}")
+        own_group = raw.get("group")
+        if own_group is not None:
+            if not isinstance(own_group, str) or not own_group.strip():
+                self.add(path + ("group",), where,
+                         f"group must be a non-empty string, not {show(own_group)}")
+            elif group is not None and own_group != group:
+                self.add(path + ("group",), where, f"group is {own_group!r} but the scenario is inside group "
+                                                   f"{group!r}; remove its 'group' key")
+            elif group is None:
+                group = own_group
+        if len(self.problems) > before:
+            return
+        out.append(Scenario(
+            key=key, messages=messages, system=effective["system"] or None,
+            tools=tools, expect=expect, tags=tuple(sorted(set(group_tags) | set(tags))), notes=notes or "",
+            group=group or None, temperature=effective["temperature"], max_turns=effective["max_turns"],
+            criteria=effective["criteria"], pass_threshold=effective["pass_threshold"],
+            weights=effective["weights"] or (),
+            line=self.line(path), judge_model=effective["judge_model"]))
+
+    def conversation(self, path: tuple, where: str, raw: dict,
+                     explicit: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], str | None]:
+        """The messages to send, and a leading system message lifted out of them (if any)."""
+        has_prompt, has_messages = raw.get("prompt") is not None, raw.get("messages") is not None
+        if has_prompt and has_messages:
+            self.add(path + ("messages",), where, "give either 'prompt' or 'messages', not both")
+            return (), None
+        if not has_prompt and not has_messages:
+            self.add(path, where, "missing 'prompt' (the user's message) or 'messages' (a conversation)")
+            return (), None
+        if has_prompt:
+            prompt = raw["prompt"]
+            if not isinstance(prompt, str):
+                self.add(path + ("prompt",), where,
+                         f"prompt must be a string, not {kind_of(prompt)}{quote_hint(prompt)}")
+            elif not prompt.strip():
+                self.add(path + ("prompt",), where, "prompt is empty; write the user's message")
+            else:
+                return ({"role": "user", "content": prompt},), None
+            return (), None
+        items = raw["messages"]
+        mpath = path + ("messages",)
+        if not isinstance(items, list) or not items:
+            self.add(mpath, where, "messages must be a non-empty list of {role, content}"
+                     + ("" if isinstance(items, list) else f", not {kind_of(items)}"))
+            return (), None
+        messages: list[dict[str, Any]] = []
+        ok = True
+        for i, item in enumerate(items):
+            ipath = mpath + (i,)
+            label = f"messages[{i}]"
+            if not isinstance(item, dict):
+                self.add(ipath, where, f"{label} must be a mapping {{role, content}}, not {kind_of(item)}")
+                ok = False
+                continue
+            self.unknown_keys(ipath, f"{where}: {label}", item, _MESSAGE_KEYS)
+            role, content = item.get("role"), item.get("content")
+            if role not in ROLES:
+                self.add(ipath, where, f"{label}: role must be one of {', '.join(ROLES)}, not {show(role)}")
+                ok = False
+            if not isinstance(content, str):
+                self.add(ipath, where, f"{label}: content must be a string, not {kind_of(content)}"
+                                       f"{quote_hint(content)}")
+                ok = False
+            elif role == "user" and not content.strip():
+                self.add(ipath, where, f"{label}: user message is empty; write its content")
+                ok = False
+            name = item.get("name")
+            if name is not None and not isinstance(name, str):
+                self.add(ipath, where, f"{label}: name must be a string, not {kind_of(name)}")
+                ok = False
+            message = {"role": role, "content": content}
+            if name is not None:
+                message["name"] = name
+            messages.append(message)
+        if not ok:
+            return (), None
+        lifted = None
+        if messages[0]["role"] == "system":
+            if raw.get("system") is not None:
+                self.add(mpath, where, "has both 'system' and a leading system message; keep one")
+                return (), None
+            # Further system messages stay in the conversation as written (OpenAI evals samples have
+            # several); a provider that takes one system prompt gets them merged by its adapter.
+            lifted = messages.pop(0)["content"]
+        if not any(m["role"] == "user" for m in messages):
+            self.add(mpath, where, "messages need at least one user message")
+            return (), None
+        return tuple(messages), lifted
+
+    def tools(self, path: tuple, where: str, raw: Any) -> tuple[tuple[Tool, ...], list[str]]:
+        """The valid tools, and every declared name (so expectations are checked even if a tool is bad)."""
+        if raw is None:
+            return (), []
+        if not isinstance(raw, list):
+            self.add(path, where, f"tools must be a list of tools, not {kind_of(raw)}")
+            return (), []
+        tools: list[Tool] = []
+        names: dict[str, int] = {}
+        for i, item in enumerate(raw):
+            tpath = path + (i,)
+            twhere = f"{where}: tool #{i + 1}"
+            if not isinstance(item, dict):
+                self.add(tpath, twhere, f"must be a mapping with 'name', not {kind_of(item)}")
+                continue
+            if is_mcp_import(item):
+                self.add(tpath, twhere, MCP_IMPORT_NOT_EXPANDED)
+                only = item.get("only")  # its tools exist: do not also report expectations naming them
+                for listed in only if isinstance(only, list) else ():
+                    if isinstance(listed, str):
+                        names.setdefault(listed, i + 1)
+                continue
+            before = len(self.problems)
+            name = item.get("name")
+            if not isinstance(name, str) or not _TOOL_NAME_RE.fullmatch(name):
+                self.add(tpath + ("name",) if "name" in item else tpath, twhere,
+                         "missing 'name'" if name is None else
+                         f"name {show(name)} must be 1-64 letters, digits, '_' or '-'")
+            else:
+                twhere = f"{where}: tool '{name}'"
+                if name in names:
+                    self.add(tpath, twhere, f"duplicate tool name (also tool #{names[name]}); "
+                                            f"tool names must be unique within a scenario")
+                names.setdefault(name, i + 1)
+            self.unknown_keys(tpath, twhere, item, _TOOL_KEYS)
+            description = item.get("description")
+            if description is not None and not isinstance(description, str):
+                self.add(tpath + ("description",), twhere,
+                         f"description must be a string, not {kind_of(description)}")
+            parameters = item.get("parameters")
+            if parameters is None:
+                parameters = {"type": "object", "properties": {}}
+            elif not isinstance(parameters, dict):
+                self.add(tpath + ("parameters",), twhere,
+                         f"parameters must be a JSON-schema object (a mapping), not {kind_of(parameters)}")
+            else:
+                parameters = self.json_value(tpath + ("parameters",), twhere, "parameters", parameters)
+                if isinstance(parameters, dict) and parameters.get("type", "object") != "object":
+                    self.add(tpath + ("parameters", "type"), twhere,
+                             f"parameters.type must be 'object' (function arguments are an object), "
+                             f"not {show(parameters.get('type'))}")
+            returns = self.json_value(tpath + ("returns",), twhere, "returns", item.get("returns"))
+            returns_by = self.returns_by(tpath + ("returns_by",), twhere, item.get("returns_by"), parameters)
+            live = self.live_spec(tpath, twhere, item)
+            if len(self.problems) == before:
+                tools.append(Tool(name=name, description=description or "", parameters=parameters,
+                                  returns=returns, returns_by=returns_by, **live))
+        return tuple(tools), list(names)
+
+    def live_spec(self, path: tuple, where: str, item: dict) -> dict[str, Any]:
+        """``{"http": spec}`` or ``{"mcp": spec}`` for a live tool (answered by its endpoint), else ``{}``."""
+        kinds = [kind for kind in LIVE_KINDS if item.get(kind) is not None]
+        if not kinds:
+            return {}
+        if len(kinds) > 1:
+            self.add(path, where, "give either 'http' or 'mcp', not both")
+            return {}
+        kind = kinds[0]
+        canned = [key for key in ("returns", "returns_by") if item.get(key) is not None]
+        if canned:
+            self.add(path + (canned[0],), where, f"a live tool is answered by its {kind} endpoint; "
+                                                 f"remove '{canned[0]}' (or '{kind}' to keep it canned)")
+        for problem in validate_live_spec(kind, item[kind]):
+            self.add(path + (kind,), where, problem)
+        return {kind: self.json_value(path + (kind,), where, kind, item[kind])}
+
+    def returns_by(self, path: tuple, where: str, raw: Any,
+                   parameters: Any) -> dict[str, dict[str, Any]] | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.add(path, where, "returns_by must map argument name -> {argument value: result}, "
+                                  f"not {kind_of(raw)}")
+            return None
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        out: dict[str, dict[str, Any]] = {}
+        for arg, table in raw.items():
+            apath = path + (arg,) if isinstance(arg, str) else path
+            if not isinstance(arg, str):
+                self.add(apath, where, f"returns_by: argument name {show(arg)} must be a string")
+                continue
+            if isinstance(properties, dict) and properties and arg not in properties:
+                self.add(apath, where, f"returns_by: {arg!r} is not a parameter of this tool "
+                                       f"(parameters: {', '.join(map(str, properties))})")
+                continue
+            if not isinstance(table, dict):
+                self.add(apath, where,
+                         f"returns_by.{arg} must map argument value -> result, not {kind_of(table)}")
+                continue
+            inner: dict[str, Any] = {}
+            for value, result in table.items():
+                if value is not None and not isinstance(value, (str, int, float, bool)):
+                    self.add(apath, where, f"returns_by.{arg}: argument value {show(value)} must be a "
+                                           f"string or number")
+                    continue
+                key = value if isinstance(value, str) else scalar_key(value)
+                if key in inner:
+                    self.add(apath, where, f"returns_by.{arg}: value {key!r} is listed twice")
+                    continue
+                inner[key] = self.json_value(apath + (value,), where, f"returns_by.{arg}.{key}", result)
+            out[arg] = inner
+        return out or None
+
+    def expect(self, path: tuple, where: str, raw: Any, declared: list[str],
+               effective: dict[str, Any], explicit: dict[str, Any]) -> Expect:
+        own: dict[str, Any] = {}
+        if raw is not None and not isinstance(raw, dict):
+            self.add(path, where, f"expect must be a mapping ({', '.join(_EXPECT_KEYS)}), not {kind_of(raw)}")
+            raw = None
+        raw = raw or {}
+        self.unknown_keys(path, f"{where}: expect", raw, _EXPECT_KEYS)
+        for name in ("max_latency_ms", "token_budget"):
+            if raw.get(name) is None:
+                continue
+            try:
+                own[name] = _check_positive_int(f"expect.{name}", raw[name])
+            except _Bad as exc:
+                self.add(path + (name,), where, exc.message)
+                continue
+            if name in explicit and explicit[name] != own[name]:
+                self.add(path + (name,), where, f"{name} is set both on the scenario ({explicit[name]}) and "
+                                                f"in expect ({own[name]}); keep one")
+        regexes = self.strings(path + ("regex",), where, "expect.regex", raw.get("regex"))
+        for pattern in regexes:
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError, ValueError) as exc:
+                self.add(path + ("regex",), where, f"expect.regex {pattern!r} does not compile: {exc}; "
+                                                   f"fix the pattern (escape special characters with \\)")
+        judge = raw.get("judge")
+        if judge is not None and (not isinstance(judge, str) or not judge.strip()):
+            self.add(path + ("judge",), where,
+                     f"expect.judge must be a non-empty rubric string, not {show(judge)}")
+            judge = None
+        contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
+        not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
+                                    raw.get("not_contains"))
+        patterns = self.strings(path + ("patterns",), where, "expect.patterns", raw.get("patterns"))
+        forbidden = self.strings(path + ("forbidden_patterns",), where, "expect.forbidden_patterns",
+                                 raw.get("forbidden_patterns"))
+        tools_match = raw.get("tools_match", "all")
+        if tools_match not in ("all", "any"):
+            self.add(path + ("tools_match",), where,
+                     f"expect.tools_match must be 'all' (every expected tool) or 'any' (one of them), "
+                     f"not {show(tools_match)}")
+            tools_match = "all"
+        ideal = self.strings(path + ("ideal",), where, "expect.ideal", raw.get("ideal"))
+        grader = raw.get("ideal_grader", "includes")
+        if grader not in IDEAL_GRADERS:
+            self.add(path + ("ideal_grader",), where, f"expect.ideal_grader must be one of "
+                                                      f"{', '.join(IDEAL_GRADERS)}, not {show(grader)}")
+            grader = "includes"
+        reference = raw.get("reference")
+        if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+            self.add(path + ("reference",), where,
+                     f"expect.reference must be the reference answer (a non-empty string), not {show(reference)}")
+            reference = None
+        if reference is not None and judge is None:
+            self.add(path + ("reference",), where, "expect.reference is the LLM judge's reference answer; "
+                                                   "add expect.judge (the rubric) or remove it")
+        assertions = self.assertions(path + ("assertions",), where, raw.get("assertions"))
+        out = Expect(
+            contains=tuple(sorted(contains)),
+            not_contains=tuple(sorted(not_contains)),
+            regex=tuple(sorted(regexes)),
+            tools=self.expected_tools(path + ("tools",), where, raw.get("tools"), declared),
+            judge=judge,
+            max_latency_ms=own.get("max_latency_ms", effective["max_latency_ms"]),
+            token_budget=own.get("token_budget", effective["token_budget"]),
+            patterns=tuple(sorted(patterns)),
+            forbidden_patterns=tuple(sorted(forbidden)),
+            tools_match=tools_match,
+            ideal=tuple(ideal),
+            ideal_grader=grader,
+            reference=reference,
+            assertions=assertions,
+        )
+        return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
+
+    def gates(self, path: tuple, where: str, raw: Any, expect: Expect) -> tuple[str, ...]:
+        """``gate: true`` (every expectation written in this block) or a list of criterion names."""
+        if raw is None or raw is False:
+            return ()
+        present = present_criteria(expect)
+        if raw is True:
+            return present
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.add(path, where, f"expect.gate must be true (every expectation is a gate) or a list of "
+                                  f"criterion names ({', '.join(GATEABLE)}), not {show(raw)}")
+            return ()
+        out = []
+        for item in items:
+            if item not in GATEABLE:
+                self.add(path, where, f"expect.gate: unknown criterion {item!r}{did_you_mean(item, GATEABLE, 'known')}")
+            elif item not in present and item not in ("response_present", "tools_succeeded"):
+                self.add(path, where, f"expect.gate names {item!r}, but this scenario expects nothing for it; "
+                                      f"add the expectation or remove it from gate")
+            elif item not in out:
+                out.append(item)
+        return tuple(c for c in GATEABLE if c in out)
+
+    def assertions(self, path: tuple, where: str, raw: Any) -> tuple[dict[str, Any], ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.add(path, where, f"expect.assertions must be a list of assertions, not {kind_of(raw)}")
+            return ()
+        out = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, dict) or item.get("kind") not in ASSERTION_KINDS:
+                self.add(path + (i,), where, f"expect.assertions[{i}] must be a mapping with 'kind' "
+                                             f"({', '.join(ASSERTION_KINDS)}), not {show(item)}")
+                continue
+            value = self.json_value(path + (i,), where, f"expect.assertions[{i}]", item)
+            if isinstance(value, dict):
+                out.append(value)
+        return tuple(out)
+
+    def expected_tools(self, path: tuple, where: str, raw: Any,
+                       declared: list[str]) -> tuple[ExpectedTool, ...]:
+        if raw is None:
+            return ()
+        items = [raw] if isinstance(raw, (str, dict)) else raw
+        if not isinstance(items, list):
+            self.add(path, where, f"expect.tools must be a list of tool names or {{name, arguments}}, "
+                                  f"not {kind_of(raw)}")
+            return ()
+        out: list[ExpectedTool] = []
+        for i, item in enumerate(items):
+            ipath = path + (i,) if isinstance(raw, list) else path
+            arguments: Any = {}
+            if isinstance(item, dict):
+                self.unknown_keys(ipath, f"{where}: expect.tools[{i}]", item, _EXPECTED_TOOL_KEYS)
+                name, arguments = item.get("name"), item.get("arguments")
+                if arguments is None:
+                    arguments = {}
+                elif not isinstance(arguments, dict):
+                    self.add(ipath + ("arguments",), where,
+                             f"expect.tools[{i}].arguments must be a mapping, not {kind_of(arguments)}")
+                    continue
+                arguments = self.json_value(ipath + ("arguments",), where, f"expect.tools[{i}].arguments",
+                                            arguments)
+            else:
+                name = item
+            if not isinstance(name, str) or not name:
+                self.add(ipath, where, f"expect.tools[{i}] needs a tool name, not {show(name)}")
+                continue
+            if name not in declared:
+                have = f"declared: {', '.join(declared)}" if declared else "the scenario declares no tools"
+                self.add(ipath, where,
+                         f"expect.tools: {name!r} is not one of this scenario's tools ({have}); "
+                         f"declare it under 'tools' or fix the name{did_you_mean(name, declared, '')}")
+                continue
+            out.append(ExpectedTool(name=name, arguments=arguments if isinstance(arguments, dict) else {}))
+        return tuple(out)
+
+    def strings(self, path: tuple, where: str, what: str, raw: Any) -> tuple[str, ...]:
+        """A string or a list of non-empty strings, de-duplicated (order kept)."""
+        if raw is None:
+            return ()
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, list):
+            self.add(path, where, f"{what} must be a string or a list of strings, not {kind_of(raw)}")
+            return ()
+        out: list[str] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip():
+                self.add(path + (i,) if isinstance(raw, list) else path, where,
+                         f"{what} entries must be non-empty strings, not {show(item)}{quote_hint(item)}")
+            elif item not in out:
+                out.append(item)
+        return tuple(out)
+
+    def json_value(self, path: tuple, where: str, what: str, value: Any) -> Any:
+        try:
+            return _json(value, what, (), 0)
+        except _Bad as exc:
+            self.add(path + exc.subpath, where, exc.message)
+            return None
+
+
+def _json(value: Any, what: str, subpath: tuple, depth: int) -> Any:
+    """``value`` as plain JSON data (tuples become lists, scalar keys strings); else ``_Bad``."""
+    if depth > _MAX_DEPTH:
+        raise _Bad(f"{what} is nested more than {_MAX_DEPTH} levels deep", subpath)
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        if not -_MAX_INT <= value <= _MAX_INT:
+            raise _Bad(f"{what} is an integer too large for JSON (beyond 64 bits); quote it", subpath)
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Bad(f"{what} is {value!r}, which JSON cannot represent; use a finite number or a string",
+                       subpath)
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                text = key
+            elif key is None:
+                text = "null"
+            elif isinstance(key, bool) or _is_int(key) or (isinstance(key, float) and math.isfinite(key)):
+                text = json.dumps(key)
+            else:
+                raise _Bad(f"{what} has key {show(key)}, which is not a JSON key; quote it", subpath)
+            if text in out:
+                raise _Bad(f"{what} has key {text!r} twice (after converting keys to strings)", subpath)
+            out[text] = _json(item, f"{what}.{text}", subpath + (key,), depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json(item, f"{what}[{i}]", subpath + (i,), depth + 1) for i, item in enumerate(value)]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        raise _Bad(f"{what} is a date ({value.isoformat()}), which is not JSON; quote it: "
+                   f"'{value.isoformat()}'", subpath)
+    if isinstance(value, (set, frozenset)):
+        raise _Bad(f"{what} is a set, which is not JSON; use a list", subpath)
+    if isinstance(value, (bytes, bytearray)):
+        raise _Bad(f"{what} is binary data, which is not JSON; use a (base64) string", subpath)
+    raise _Bad(f"{what} is a {type(value).__name__}, which is not JSON; use strings, numbers, booleans, "
+               f"null, lists and mappings", subpath)
+
+
+__all__ = ["catalog_from_body", "gc_paused", "parse_catalog"]

@@ -1,0 +1,95 @@
+"""What every part of live tools shares: its errors, ``${NAME}`` secrets, and safe message text.
+
+Messages never show header values or URL query strings (they may carry secrets).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from evaljobs.config import secret
+from evaljobs.errors import UsageError
+from evaljobs.evaluation.result import OUTPUT_CAP
+
+DEFAULT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 30.0
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class LiveToolError(UsageError):
+    """A live tool spec that cannot be used (one line, names the value and the fix)."""
+
+
+class ToolFailed(Exception):
+    """A live tool call that failed: recorded on the ToolCall, never raised to the conversation."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def resolve_env(value: str, what: str) -> str:
+    """``${NAME}`` references replaced from the environment (raises naming a missing variable)."""
+
+    def sub(match: re.Match) -> str:
+        name = match.group(1)
+        value = secret(name)
+        if value is None:
+            raise LiveToolError(f"{what} needs the environment variable {name}, which is not set; export it")
+        return value
+
+    return _ENV_REF.sub(sub, value)
+
+
+def body_of(response: Any) -> Any:
+    return decoded(response.text)
+
+
+def decoded(text: str) -> Any:
+    """JSON if the text is JSON, else the text; oversized answers are cut (they are stored with results)."""
+    if len(text) > OUTPUT_CAP:
+        return cap(text)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def cap(text: str) -> str:
+    return text if len(text) <= OUTPUT_CAP else text[:OUTPUT_CAP] + "…[truncated]"
+
+
+def public_url(url: str) -> str:
+    """The URL without query string or credentials, for messages."""
+    url = url.split("?", 1)[0].split("#", 1)[0]
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        host, _, path = rest.partition("/")
+        rest = host.rpartition("@")[2] + ("/" + path if path else "")
+    return f"{scheme}{sep}{rest}"
+
+
+def describe(spec: dict[str, Any]) -> str:
+    if spec.get("url"):
+        return public_url(str(spec["url"]))
+    command = spec.get("command") or []
+    return "'" + " ".join(str(c) for c in command) + "'"
+
+
+def first_line(value: Any, limit: int = 200) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def exception_text(exc: BaseException) -> str:
+    """The innermost useful message, also inside anyio's exception groups."""
+    while isinstance(getattr(exc, "exceptions", None), (list, tuple)) and exc.exceptions:  # a group
+        exc = exc.exceptions[0]
+    text = first_line(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "LiveToolError", "ToolFailed", "body_of", "cap", "decoded",
+           "describe", "exception_text", "first_line", "public_url", "resolve_env"]

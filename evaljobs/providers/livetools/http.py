@@ -1,0 +1,50 @@
+"""Live ``http`` tools: the model's arguments to an HTTP endpoint, its answer back to the model.
+
+The arguments are sent as a JSON body (``GET``/``DELETE``: as query
+parameters); the response body (JSON if it parses, else text) goes back to
+the model. A 4xx/5xx status is a tool error. ``${NAME}`` in header values is
+read from the environment at call time; messages never show header values or
+URL query strings.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from evaljobs.catalog.model import Tool
+from evaljobs.catalog.text import text_of
+from evaljobs.catalog.toolspec import validate_live_spec
+from evaljobs.providers.livetools._common import LiveToolError, ToolFailed, body_of, first_line, public_url, resolve_env
+
+
+def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], default_timeout: float) -> Any:
+    """What ``tool``'s endpoint answers to ``arguments`` (raises ``ToolFailed`` / ``LiveToolError``)."""
+    spec = tool.http or {}
+    problems = validate_live_spec("http", spec)
+    if problems:
+        raise LiveToolError(f"tool '{tool.name}': " + "; ".join(problems))
+    url, method = spec["url"], str(spec.get("method") or "POST").upper()
+    headers = {name: resolve_env(value, f"tool '{tool.name}': header {name!r}")
+               for name, value in (spec.get("headers") or {}).items()}
+    timeout = float(spec.get("timeout") or default_timeout)
+    where = f"{method} {public_url(url)}"
+    if method in ("GET", "DELETE"):
+        request: dict[str, Any] = {"params": {k: text_of(v) for k, v in arguments.items()}}
+    else:
+        request = {"json": arguments}
+    try:
+        response = client.request(method, url, headers=headers, timeout=timeout, **request)
+    except httpx.TimeoutException:
+        raise ToolFailed(f"{where} timed out after {timeout:g}s") from None
+    except httpx.HTTPError as exc:
+        raise ToolFailed(f"{where} failed: {type(exc).__name__}: {first_line(exc)}") from None
+    body = body_of(response)
+    if response.status_code >= 400:
+        shown = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        raise ToolFailed(f"{where} answered HTTP {response.status_code}: {first_line(shown, 300)}")
+    return body
+
+
+__all__ = ["call_http"]

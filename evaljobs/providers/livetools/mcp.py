@@ -1,0 +1,216 @@
+"""MCP tool servers through the official ``mcp`` SDK: one long-lived session per server.
+
+Each session lives on a background event-loop thread (:class:`LoopThread`),
+held open by a task between calls; the synchronous worker threads call into it
+with ``asyncio.run_coroutine_threadsafe``. Opening a session (let alone
+spawning a stdio server) per call would cost more than the call. ``command``
+starts the server as a subprocess over stdio (a leading ``python``/``python3``
+means the interpreter running evaljobs); ``url`` speaks streamable HTTP.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from evaljobs.providers.livetools._common import (ToolFailed, decoded, describe, exception_text, first_line,
+                                                  resolve_env)
+
+
+def server_key(spec: dict[str, Any]) -> str:
+    """Which MCP server a spec talks to (one session each); ``tool`` and ``timeout`` do not matter."""
+    ident = {k: spec[k] for k in ("url", "command", "env", "cwd", "headers") if spec.get(k) is not None}
+    return json.dumps(ident, sort_keys=True)
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread: MCP sessions live here between calls."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="evaljobs-live-tools", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Any) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class McpSession:
+    """One open MCP client session, held by a task on the loop thread until closed.
+
+    anyio requires a session's context to be entered and exited by the same
+    task, so a dedicated task holds it open; calls from other tasks use it.
+    """
+
+    def __init__(self, loop: LoopThread, spec: dict[str, Any], connect_timeout: float,
+                 on_open: Callable[[], None]):
+        self.loop = loop
+        self.spec = spec
+        self.connect_timeout = connect_timeout
+        self.on_open = on_open
+        self.client: Any = None
+        self.dead = False
+        self._connect_lock = threading.Lock()
+        self._stop: asyncio.Event | None = None
+        self._holder: concurrent.futures.Future | None = None
+
+    def run(self, coro: Any, timeout: float) -> Any:
+        """Run a coroutine on the session (connecting first if needed); failures as ``ToolFailed``."""
+        try:
+            self._connect()
+        except ToolFailed:
+            coro.close()
+            raise
+        future = self.loop.submit(coro)
+        try:
+            return future.result(timeout=timeout + 5.0)  # the SDK's own read timeout fires first
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ToolFailed(f"MCP server {describe(self.spec)} did not answer within "
+                              f"{timeout:g}s") from None
+        except ToolFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any transport failure: reconnect next time
+            self.dead = True
+            self.close()
+            raise ToolFailed(f"MCP server {describe(self.spec)} failed: {exception_text(exc)}") from None
+
+    def _connect(self) -> None:
+        with self._connect_lock:
+            if self.dead:
+                raise ToolFailed(f"MCP server {describe(self.spec)} connection was closed")
+            if self.client is not None:
+                return
+            ready: concurrent.futures.Future = concurrent.futures.Future()
+            self._holder = self.loop.submit(self._hold(ready))
+            try:
+                ready.result(timeout=self.connect_timeout)
+            except concurrent.futures.TimeoutError:
+                self.dead = True
+                self._holder.cancel()
+                raise ToolFailed(f"could not connect to MCP server {describe(self.spec)} within "
+                                  f"{self.connect_timeout:g}s") from None
+            except Exception as exc:  # noqa: BLE001
+                self.dead = True
+                raise ToolFailed(f"could not connect to MCP server {describe(self.spec)}: "
+                                  f"{exception_text(exc)}") from None
+            self.on_open()
+
+    async def _hold(self, ready: concurrent.futures.Future) -> None:
+        self._stop = asyncio.Event()
+        try:
+            async with AsyncExitStack() as stack:
+                target = await mcp_target(self.spec, stack)
+                self.client = await stack.enter_async_context(Client(target, read_timeout_seconds=None))
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - report connect failures to the waiting thread
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            self.dead = True
+            self.client = None
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        client = self._require()
+        tools: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(100):  # pages; a server that never stops paginating cannot hang us
+            page = await client.list_tools(cursor=cursor)
+            tools.extend({"name": t.name, "description": t.description or "",
+                          "parameters": t.input_schema or {"type": "object", "properties": {}}}
+                         for t in page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+        client = self._require()
+        try:
+            result = await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        except MCPError as exc:  # a protocol-level error (timeout, unknown method): the session lives on...
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolFailed(f"MCP tool '{name}' timed out after {timeout:g}s") from None
+            if exc.code == CONNECTION_CLOSED:  # ...unless the server went away: reconnect on the next call
+                self.dead = True
+                if self._stop is not None:
+                    self._stop.set()
+                raise ToolFailed(f"MCP tool '{name}': the server {describe(self.spec)} closed the "
+                                  f"connection (it reconnects on the next call)") from None
+            raise ToolFailed(f"MCP tool '{name}': error {exc.code}: {first_line(exc.message)}") from None
+        texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
+        if result.is_error:
+            raise ToolFailed(f"MCP tool '{name}' failed: {first_line(' '.join(texts) or 'error', 500)}")
+        return mcp_value(result, texts)
+
+    def _require(self) -> Any:
+        client = self.client
+        if client is None:
+            raise ToolFailed(f"MCP server {describe(self.spec)} connection was closed")
+        return client
+
+    def close(self) -> None:
+        """Leave the session (a stdio server is terminated); waits a few seconds at most."""
+        self.dead = True
+        stop, holder = self._stop, self._holder
+        if stop is not None:
+            try:
+                self.loop.loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop is already closed
+                return
+        if holder is not None and threading.current_thread() is not self.loop.thread:
+            with contextlib.suppress(Exception):  # closing: nothing left to report to
+                holder.result(timeout=5)
+
+
+async def mcp_target(spec: dict[str, Any], stack: Any) -> Any:
+    """What ``mcp.Client`` connects to: a URL (with headers, a transport) or stdio parameters."""
+    if spec.get("command"):
+        command = list(spec["command"])
+        if command[0] in ("python", "python3"):
+            command[0] = sys.executable
+        env = {k: resolve_env(v, f"mcp.env {k!r}") for k, v in (spec.get("env") or {}).items()}
+        return StdioServerParameters(command=command[0], args=command[1:], env=env or None,
+                                     cwd=spec.get("cwd"))
+    url = spec["url"]
+    headers = {k: resolve_env(v, f"mcp.headers {k!r}") for k, v in (spec.get("headers") or {}).items()}
+    if not headers:
+        return url
+    http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+    return streamable_http_client(url, http_client=http)
+
+
+def mcp_value(result: Any, texts: list[str]) -> Any:
+    """What the model gets back: text (JSON-decoded when it is JSON), else structured data."""
+    if texts and len(texts) == len(result.content):
+        return decoded("\n".join(texts))
+    if result.structured_content is not None:
+        return result.structured_content
+    return [c.model_dump(mode="json", exclude_none=True) for c in result.content]
+
+
+__all__ = ["LoopThread", "McpSession", "server_key"]
