@@ -6,8 +6,6 @@ config file can be committed and a snapshot of it can be stored with a run.
 """
 from __future__ import annotations
 
-from evaljobs.errors import UsageError
-import difflib
 import fnmatch
 import math
 import os
@@ -16,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from evaljobs.config import secret, settings
+from evaljobs.errors import UsageError, suggest
 
 #: Environment variable naming a providers file, used when no path is given.
 PROVIDERS_ENV = "EVALJOBS_PROVIDERS"
@@ -69,7 +70,7 @@ class ProviderConfig:
     @property
     def api_key(self) -> str | None:
         """The key from the environment variable the config names (``None`` if unset or keyless)."""
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+        return secret(self.api_key_env) if self.api_key_env else None
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,12 @@ def builtin_providers() -> dict[str, ProviderConfig]:
 
 
 def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
-    """The built-in providers, overridden/extended by ``path`` (or ``$EVALJOBS_PROVIDERS``).
+    """The built-in providers, overridden/extended by ``path`` (or ``$EVALJOBS_PROVIDERS``, ``Settings.providers_path``).
 
     An entry for a built-in name is merged field by field (``prices`` model by
     model), so ``openai: {base_url: http://proxy/v1}`` keeps the key variable and prices.
     """
-    path = path if path is not None else (os.environ.get(PROVIDERS_ENV) or None)
+    path = path if path is not None else settings().providers_path
     providers = builtin_providers()
     if path is None:
         return ProvidersConfig(providers=providers, source="<built-in>")
@@ -253,10 +254,11 @@ def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:
 def _expand(where: str, what: str, value: str) -> str:
     def replace(match: re.Match) -> str:
         name = match.group(1)
-        if name not in os.environ:
+        value = secret(name)
+        if value is None:
             raise ModelSpecError(f"{where}: {what} uses ${{{name}}} but the environment variable "
                                  f"{name!r} is not set; export it or write the value literally")
-        return os.environ[name]
+        return value
 
     return _ENV_REF.sub(replace, value)
 
@@ -353,7 +355,4 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 def _suggest(key: Any, valid: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean '{close[0]}'?)"
-    return f" (valid keys: {', '.join(valid)})"
+    return suggest(key, valid) or f" (valid keys: {', '.join(valid)})"

@@ -6,9 +6,10 @@ much larger, cap so a provider that never recovers still ends in ``errored``.
 """
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
+
+from evaljobs.config import Settings, settings as current_settings
 
 
 @dataclass(frozen=True)
@@ -25,15 +26,12 @@ class RetryPolicy:
     time_limit: float = 180.0
 
     @classmethod
-    def from_env(cls) -> "RetryPolicy":
-        env = os.environ
-        return cls(
-            max_retries=int(env.get("EVALJOBS_MAX_RETRIES", cls.max_retries)),
-            min_backoff=float(env.get("EVALJOBS_MIN_BACKOFF", cls.min_backoff)),
-            max_backoff=float(env.get("EVALJOBS_MAX_BACKOFF", cls.max_backoff)),
-            max_rate_limit_waits=int(env.get("EVALJOBS_MAX_RATE_LIMIT_WAITS", cls.max_rate_limit_waits)),
-            time_limit=float(env.get("EVALJOBS_TIME_LIMIT", cls.time_limit)),
-        )
+    def from_settings(cls, settings: Settings | None = None) -> "RetryPolicy":
+        """The policy ``settings`` ask for (``EVALJOBS_MAX_RETRIES`` …; default: this process's)."""
+        settings = settings or current_settings()
+        return cls(max_retries=settings.max_retries, min_backoff=settings.min_backoff,
+                   max_backoff=settings.max_backoff, max_rate_limit_waits=settings.max_rate_limit_waits,
+                   time_limit=settings.time_limit)
 
     def backoff(self, retries: int, rng: random.Random | None = None) -> float:
         """Exponential backoff with full jitter for the ``retries``-th retry (0-based)."""

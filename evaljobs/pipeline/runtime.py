@@ -92,7 +92,7 @@ def calls(cache: bool = False) -> ProviderCalls:
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:
-    base = RetryPolicy.from_env()
+    base = RetryPolicy.from_settings()
     if settings and settings.time_limit:
         return replace(base, time_limit=float(settings.time_limit))
     return base

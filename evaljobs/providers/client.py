@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import httpx
 
+from evaljobs.config import secret
 from evaljobs.providers.errors import (PermanentError,
                                        ProviderError,
                                        RateLimited,
@@ -536,14 +537,14 @@ def get_client(base_url: str, api_key_env: str | None = None, timeout: float = D
                headers: Mapping[str, str] | None = None) -> ChatClient:
     """The process-wide ``ChatClient`` for this endpoint, created on first use.
 
-    The key is read from ``os.environ[api_key_env]`` on every call, so a rotated
+    The key is read from the environment variable ``api_key_env`` on every call, so a rotated
     key reaches the shared client; it is kept only in the Authorization header.
     After a fork the child starts a fresh pool instead of sharing the parent's sockets.
     """
     global _clients_pid
     api_key = None
     if api_key_env:
-        api_key = os.environ.get(api_key_env)
+        api_key = secret(api_key_env)
         if not api_key:
             raise PermanentError(f"environment variable {api_key_env} is not set; export it with the API key "
                                  f"for {base_url}")
