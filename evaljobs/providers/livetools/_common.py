@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from evaljobs.config import secret
-from evaljobs.errors import UsageError
+from evaljobs.errors import UsageError, one_line
 from evaljobs.evaluation.result import OUTPUT_CAP
 
 DEFAULT_TIMEOUT = 30.0
@@ -78,18 +78,13 @@ def describe(spec: dict[str, Any]) -> str:
     return "'" + " ".join(str(c) for c in command) + "'"
 
 
-def first_line(value: Any, limit: int = 200) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def exception_text(exc: BaseException) -> str:
     """The innermost useful message, also inside anyio's exception groups."""
     while isinstance(getattr(exc, "exceptions", None), (list, tuple)) and exc.exceptions:  # a group
         exc = exc.exceptions[0]
-    text = first_line(exc)
+    text = one_line(exc, 200)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 __all__ = ["CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "LiveToolError", "ToolFailed", "body_of", "cap", "decoded",
-           "describe", "exception_text", "first_line", "public_url", "resolve_env"]
+           "describe", "exception_text", "public_url", "resolve_env"]

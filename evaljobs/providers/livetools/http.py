@@ -16,7 +16,8 @@ import httpx
 from evaljobs.catalog.model import Tool
 from evaljobs.catalog.text import text_of
 from evaljobs.catalog.toolspec import validate_live_spec
-from evaljobs.providers.livetools._common import LiveToolError, ToolFailed, body_of, first_line, public_url, resolve_env
+from evaljobs.errors import one_line
+from evaljobs.providers.livetools._common import LiveToolError, ToolFailed, body_of, public_url, resolve_env
 
 
 def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], default_timeout: float) -> Any:
@@ -39,11 +40,11 @@ def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], defau
     except httpx.TimeoutException:
         raise ToolFailed(f"{where} timed out after {timeout:g}s") from None
     except httpx.HTTPError as exc:
-        raise ToolFailed(f"{where} failed: {type(exc).__name__}: {first_line(exc)}") from None
+        raise ToolFailed(f"{where} failed: {type(exc).__name__}: {one_line(exc, 200)}") from None
     body = body_of(response)
     if response.status_code >= 400:
         shown = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
-        raise ToolFailed(f"{where} answered HTTP {response.status_code}: {first_line(shown, 300)}")
+        raise ToolFailed(f"{where} answered HTTP {response.status_code}: {one_line(shown, 300)}")
     return body
 
 

@@ -24,7 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from evaljobs.providers.livetools._common import (ToolFailed, decoded, describe, exception_text, first_line,
+from evaljobs.errors import one_line
+from evaljobs.providers.livetools._common import (ToolFailed, decoded, describe, exception_text,
                                                   resolve_env)
 
 
@@ -161,10 +162,10 @@ class McpSession:
                     self._stop.set()
                 raise ToolFailed(f"MCP tool '{name}': the server {describe(self.spec)} closed the "
                                   f"connection (it reconnects on the next call)") from None
-            raise ToolFailed(f"MCP tool '{name}': error {exc.code}: {first_line(exc.message)}") from None
+            raise ToolFailed(f"MCP tool '{name}': error {exc.code}: {one_line(exc.message, 200)}") from None
         texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
         if result.is_error:
-            raise ToolFailed(f"MCP tool '{name}' failed: {first_line(' '.join(texts) or 'error', 500)}")
+            raise ToolFailed(f"MCP tool '{name}' failed: {one_line(' '.join(texts) or 'error', 500)}")
         return mcp_value(result, texts)
 
     def _require(self) -> Any:
