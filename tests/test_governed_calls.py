@@ -7,6 +7,10 @@ from evaljobs.pipeline import runtime
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
+from evaljobs.catalog.modelspec import load_providers, parse_model_spec
+from evaljobs.providers.cache import ResponseCache, is_cached
+from evaljobs.providers.calls import ProviderCalls
+from evaljobs.providers.governor import Governor, budget_key
 from evaljobs.providers.simulated import SimulatedProvider
 
 
@@ -78,3 +82,65 @@ def test_governor_redis_stopped_mid_run_the_run_completes_on_the_local_fallback(
     assert info.status == "complete" and info.persisted == 60
     assert runtime.governor().backend == "local"  # it fell back instead of failing the evaluation
     assert all(r.status == "passed" for r in store.list_results(run.id))
+
+
+# -- providers.calls with what the pipeline binds, handed in directly -----------------------------
+
+
+class BoundGovernance:
+    """What a pipeline binds for providers.calls: one governor, a lane, a permit wait, budget names."""
+
+    def __init__(self, governor: Governor):
+        self._governor = governor
+        self.budgets: list[str] = []
+
+    def governor(self) -> Governor:
+        return self._governor
+
+    def budget_for(self, providers, spec) -> str:
+        config = providers.get(spec.provider)
+        self.budgets.append(budget_key(config.name, spec.model, config.governor))
+        return self.budgets[-1]
+
+    def lane(self) -> str:
+        return "interactive"
+
+    def permit_wait(self) -> float:
+        return 2.0
+
+
+class StoreCache:
+    """The store's cache table as the response cache's backend."""
+
+    get = staticmethod(store.cache_get)
+    put = staticmethod(store.cache_put)
+    clear = staticmethod(store.cache_clear)
+
+
+def test_calls_take_permits_from_the_governor_handed_in_and_a_cache_hit_takes_none(tmp_path, sqlite_url):
+    store.connect(sqlite_url)
+    governor = Governor(None)  # local state: the same code path as a worker without Redis
+    with SimulatedProvider(latency=0.0) as sim:
+        (tmp_path / "p.yaml").write_text(f"providers:\n  sim:\n    base_url: {sim.url}\n")
+        providers = load_providers(tmp_path / "p.yaml")
+        spec = parse_model_spec("sim/a", providers)
+        ask = [{"role": "user", "content": "[sim: say governed]"}]
+
+        def admitted() -> int:
+            return sum(b["admitted"] for b in governor.stats())
+
+        try:
+            governance = BoundGovernance(governor)
+            ProviderCalls(governance=governance).client(providers, spec).complete("a", ask, first=True)
+            assert (admitted(), sim.stats()["requests"], governance.budgets) == (1, 1, ["sim:a"])
+
+            ProviderCalls().client(providers, spec).complete("a", ask)  # nothing bound: no permit
+            assert (admitted(), sim.stats()["requests"]) == (1, 2)
+
+            cached = ProviderCalls(governance=governance, cache=ResponseCache(StoreCache(), 3600))
+            miss = cached.client(providers, spec, "v1").complete("a", ask)
+            hit = cached.client(providers, spec, "v1").complete("a", ask)
+            assert not is_cached(miss) and is_cached(hit) and hit.content == miss.content
+            assert (admitted(), sim.stats()["requests"]) == (2, 3)  # the hit took no permit and no call
+        finally:
+            governor.close()
