@@ -12,17 +12,23 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any, Mapping
 
+from evaljobs.errors import EvaljobsError, one_line
+
 #: Longest reason kept; the provider's own message is cut shorter by the client.
 REASON_CAP = 500
 
 
-class ProviderError(Exception):
-    """A provider call failed. ``status`` is the HTTP status when there was a response."""
+class ProviderError(EvaljobsError):
+    """A provider call failed. ``status`` is the HTTP status when there was a response.
+
+    Part of the one error family (exit 1 if one ever reaches the CLI): a provider
+    fault is not the user's command being wrong.
+    """
 
     retryable: bool = False
 
     def __init__(self, reason: str, *, status: int | None = None):
-        self.reason = _one_line(reason)
+        self.reason = one_line(reason, REASON_CAP)
         self.status = status
         super().__init__(self.reason)
 
@@ -104,13 +110,6 @@ def _number(text: str) -> float | None:
     if value != value or value < 0 or value == float("inf"):
         return None
     return value
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(str(text).split())
-    if len(line) > REASON_CAP:
-        line = line[: REASON_CAP - 1] + "…"
-    return line
 
 
 def _rebuild(cls: type[ProviderError], reason: str, state: dict[str, Any]) -> ProviderError:
