@@ -1,27 +1,11 @@
 """What an adapter returns: the record of one conversation between a model and a scenario."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass
-class ToolCall:
-    """One tool call the model made, and what the scenario's tool answered."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    result: Any = None
-    error: str | None = None
-    duration_ms: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
-        return cls(**{k: data.get(k) for k in ("name", "arguments", "result", "error")},
-                   duration_ms=float(data.get("duration_ms") or 0.0))
+# Defined with live tools (a layer below), which build them; re-exported here, where replays hold them.
+from evaljobs.providers.toolcall import ToolCall
 
 
 @dataclass

@@ -4,13 +4,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# Stored outputs are capped so that a runaway answer cannot bloat the database or a report; the cap is
+# defined with the tool-call record, a layer below, because live tools cut their answers to it too.
+from evaljobs.providers.toolcall import OUTPUT_CAP
+
 PASSED = "passed"
 FAILED = "failed"
 ERRORED = "errored"
 STATUSES = (PASSED, FAILED, ERRORED)
-
-#: Stored outputs are capped so that a runaway answer cannot bloat the database or a report.
-OUTPUT_CAP = 20_000
 
 
 @dataclass

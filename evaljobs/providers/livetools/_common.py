@@ -10,7 +10,7 @@ from typing import Any
 
 from evaljobs.config import secret
 from evaljobs.errors import UsageError, one_line
-from evaljobs.evaluation.result import OUTPUT_CAP
+from evaljobs.providers.toolcall import OUTPUT_CAP
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0

@@ -19,10 +19,10 @@ import httpx
 
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
-from evaljobs.evaluation.replay import ToolCall
 from evaljobs.providers.livetools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
                                                   describe, exception_text)
 from evaljobs.providers.livetools.http import call_http
+from evaljobs.providers.toolcall import ToolCall
 
 if TYPE_CHECKING:  # the mcp extra is optional: imported at run time only on the first MCP call
     from evaljobs.providers.livetools.mcp import LoopThread, McpSession
