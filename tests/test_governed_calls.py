@@ -8,6 +8,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.catalog.modelspec import load_providers, parse_model_spec
+from evaljobs.evaluation.adapters import load_adapter
 from evaljobs.providers.cache import ResponseCache, is_cached
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.governor import Governor, budget_key
@@ -144,3 +145,14 @@ def test_calls_take_permits_from_the_governor_handed_in_and_a_cache_hit_takes_no
             assert (admitted(), sim.stats()["requests"]) == (2, 3)  # the hit took no permit and no call
         finally:
             governor.close()
+
+
+def test_load_adapter_hands_the_calls_to_conversation_adapters_and_subclasses():
+    from acme_host.adapter import DomainAdapter  # the example host package, installed by scripts/test
+
+    providers = load_providers(None)
+    calls = ProviderCalls(governance=BoundGovernance(None))
+    default = load_adapter(None, providers, calls=calls)
+    host = load_adapter("acme_host.adapter:DomainAdapter", providers, calls=calls)
+    assert isinstance(host, DomainAdapter) and default.calls is calls and host.calls is calls
+    assert load_adapter(None, providers).calls == ProviderCalls()  # nothing bound: direct calls
