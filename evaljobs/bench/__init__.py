@@ -19,6 +19,7 @@ needs (the simulated provider, worker processes) and stops it again.
 """
 from __future__ import annotations
 
+from evaljobs.config import configure
 from evaljobs.errors import UsageError
 import csv
 import io
@@ -816,6 +817,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
 
         sim = SimulatedProvider(**spec.simulate).start()
         os.environ["EVALJOBS_SIM_URL"] = sim.url
+        configure()  # in-process runs read EVALJOBS_SIM_URL through Settings
         env["simulated_provider"] = sim.url
     queue = f"bench-{secrets.token_hex(4)}"
     measurements: list[Measurement] = []
@@ -865,6 +867,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        configure()
     pair_latency = _pair_latency(spec, measurements)
     cells = summarize(measurements, models=len(spec.models), pair_latency=pair_latency,
                       processes=spec.processes if spec.broker != "memory" else 1)
