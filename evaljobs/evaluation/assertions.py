@@ -22,13 +22,14 @@ score that passes above 0 (or at ``threshold`` when one is set); an object gives
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
 from typing import Any
+
+from evaljobs.config import child_environment
 
 #: Seconds one JavaScript or Python call may take.
 CALL_TIMEOUT = 10.0
@@ -152,7 +153,7 @@ def run_python(code: str, output: Any, context: dict[str, Any], *, function: str
     request = {"code": code, "output": output, "context": context, "function": function, "filename": filename}
     try:
         done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER], input=json.dumps(request), text=True,
-                              capture_output=True, timeout=timeout, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+                              capture_output=True, timeout=timeout, env=child_environment({"PYTHONIOENCODING": "utf-8"}))
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"Python timed out after {timeout:g} s") from None
     if done.returncode != 0:
