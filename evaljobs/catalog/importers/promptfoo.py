@@ -69,20 +69,17 @@ from typing import Any
 import yaml
 
 from evaljobs.catalog import yaml12
-from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, render, slug, strings
+from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill, merge_expect,
+                                                             options_transform)
+from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, render, slug
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",
                 "writeLatestResults", "tags", "metadata", "$schema")
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
 _DEFAULT_TEST_KEYS = ("vars", "assert", "threshold", "options", "metadata")
-_ASSERT_KEYS = ("type", "value", "threshold", "weight", "metric", "provider", "transform", "rubricPrompt")
 _PROMPT_FILE_TEXT = (".txt", ".md", ".prompt", ".j2", ".njk")
 _PROMPT_FILE_CHAT = (".json", ".yaml", ".yml")
-
-#: The answer is (roughly) a JSON object or array.
-JSON_REGEX = r"\A\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z"
-
 
 def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     """A promptfoo config as native catalog data (problems collected in ``problems``)."""
@@ -110,7 +107,7 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     tests = _tests(data.get("tests"), problems, base)
 
     default_vars = _vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest", base)
-    refs = _Refs(data, problems)
+    refs = Refs(data, problems)
     converted = [_test(path, test, default, default_vars, problems, base, refs) for path, test in tests]
     seen: set[str] = set()
     for test in converted:  # two tests share a description: number the later ones
@@ -144,7 +141,7 @@ class _Test:
 
 
 def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], problems: Problems,
-          base: str, refs: "_Refs") -> _Test:
+          base: str, refs: "Refs") -> _Test:
     i = path[-1] if isinstance(path[-1], int) else 0
     label = test.get("description") if isinstance(test.get("description"), str) else None
     where = f"test #{i + 1}" + (f" ({label!r})" if label else "")
@@ -152,14 +149,14 @@ def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], 
     variables = dict(default_vars)
     variables.update(_vars(test.get("vars"), problems, path + ("vars",), where, base))
     # promptfoo merges the test's options over defaultTest's: the test's transform wins.
-    transform = _options_transform(test, path, where, problems)
+    transform = options_transform(test, path, where, problems)
     if transform is None:
-        transform = _options_transform(default, ("defaultTest",), "defaultTest", problems)
-    ctx = _AssertContext(variables=variables, transform=transform, base=base, refs=refs)
+        transform = options_transform(default, ("defaultTest",), "defaultTest", problems)
+    ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs)
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
-    expect = _merge(_expect(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
+    expect = merge_expect(convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
                             variables, fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx),
-                    _expect(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx))
+                    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx))
     threshold = test.get("threshold", default.get("threshold"))
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
@@ -176,9 +173,9 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[s
     scenario: dict[str, Any] = {"key": f"{pid}.{test.key}"}
     blame, what = (test.path, test.where), f"prompt '{pid}'"
     if isinstance(content, str):
-        scenario["prompt"] = _fill(content, test.variables, problems, blame, None, what)
+        scenario["prompt"] = fill(content, test.variables, problems, blame, None, what)
     else:
-        scenario["messages"] = [dict(m, content=_fill(m["content"], test.variables, problems, blame, None,
+        scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, None,
                                                       what)) for m in content]
     if test.expect:
         scenario["expect"] = copy.deepcopy(test.expect)  # each scenario owns its data
@@ -370,20 +367,6 @@ def _vars(raw: Any, problems: Problems, path: tuple, where: str, base: str) -> d
     return out
 
 
-def _fill(text: str, variables: dict[str, Any], problems: Problems, missing_at: tuple[tuple, str],
-          bad_at: tuple[tuple, str] | None, what: str) -> str:
-    """Render ``{{var}}``s; a missing var is blamed on ``missing_at`` (the test), a template
-    expression evaljobs cannot render on ``bad_at`` (where it is written; ``None``: checked elsewhere)."""
-    rendered, missing, bad = render(text, variables)
-    for name in dict.fromkeys(missing):
-        problems.error(*missing_at, f"{what} uses {{{{{name}}}}} but the test has no var {name!r}; add it "
-                                    f"under vars (or defaultTest.vars)")
-    for expr in dict.fromkeys(bad) if bad_at else ():
-        problems.unsupported(*bad_at, f"{what} uses the template expression {expr!r} (only plain "
-                                      f"{{{{var}}}} placeholders are supported)", "simplify it")
-    return rendered
-
-
 def _check_expressions(content: Any, problems: Problems, path: tuple, where: str) -> None:
     """Report a prompt's template expressions once (not once per test)."""
     texts = [content] if isinstance(content, str) else [m["content"] for m in content]
@@ -399,313 +382,3 @@ def _metadata_tags(raw: Any) -> list[str]:
             if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip()]
 
 
-# --------------------------------------------------------------------------- assertions
-
-
-def _expect(raw: Any, problems: Problems, path: tuple, where: str, variables: dict[str, Any],
-            *, fill_at: tuple[tuple, str] | None = None, ctx: "_AssertContext | None" = None) -> dict[str, Any]:
-    """Native ``expect`` for a list of promptfoo assertions.
-
-    ``fill_at`` names the (path, entry) to blame for a missing var, when that is
-    not where the assertion is written (defaultTest asserts rendered per test).
-    """
-    if raw is None:
-        return {}
-    if not isinstance(raw, list):
-        problems.error(path, where, "assert must be a list of assertions")
-        return {}
-    out: dict[str, Any] = {}
-    ctx = ctx or _AssertContext(variables=variables)
-    for i, item in enumerate(raw):
-        apath = path + (i,)
-        if isinstance(item, dict) and "$ref" in item and ctx.refs is not None:
-            item = ctx.refs.resolve(item, apath, where)
-            if item is None:
-                problems.count("refused")
-                continue
-        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
-            continue
-        check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
-        kind = item["type"]
-        for key, why in (("weight", "each assertion counts once here"),
-                         ("provider", "the judge model is the run's (judge_model / --judge-model)"),
-                         ("rubricPrompt", "evaljobs' judge prompt is used")):
-            if item.get(key) is not None and not (key == "weight" and item[key] == 1):
-                problems.warn(apath + (key,), where, f"assertion #{i + 1} ({kind}): {key} is not used by "
-                                                     f"evaljobs ({why}); ignored")
-        value = item.get("value")
-        missing_at, bad_at = fill_at or (apath, where), (apath, where)
-        if kind not in _CODE_TYPES:  # code is not a template (its own {{ }} and quotes are code)
-            if isinstance(value, str):
-                value = _fill(value, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
-            elif isinstance(value, list):
-                value = [_fill(v, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
-                         if isinstance(v, str) else v for v in value]
-        label = f"{where}: assertion #{i + 1} ({kind})"
-        try:
-            if _external(kind, value, item, out, ctx, label) or _transformed(kind, value, item, out, ctx, label):
-                problems.count("external")
-            else:
-                _assertion(kind, value, item, out)
-                problems.count("mapped")
-        except _Unsupported as exc:
-            problems.count("refused")
-            problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
-                                 "remove it")
-            if problems.lenient:
-                out.setdefault("assertions", []).append({"kind": "refused", "label": label,
-                                                         "reason": f"{kind} {exc.reason}"})
-        except _BadValue as exc:
-            problems.error(apath, where, f"assertion {kind!r}: {exc.reason}")
-    return out
-
-
-_CODE_TYPES = ("javascript", "not-javascript", "python", "not-python")
-
-
-@dataclass
-class _AssertContext:
-    """What an assertion needs besides itself: the test's vars, its transform, the config's folder."""
-
-    variables: dict[str, Any]
-    transform: str | None = None
-    base: str = "."
-    refs: "_Refs | None" = None
-
-    def transforms(self, item: dict) -> list[str]:
-        """The test's ``options.transform`` first, then the assertion's own ``transform`` (as promptfoo)."""
-        own = item.get("transform")
-        if own is not None and (not isinstance(own, str) or not own.strip()):
-            raise _BadValue(f"transform must be a JavaScript expression (a string), not {own!r}")
-        chain = [t for t in (self.transform, own) if t]
-        for t in chain:
-            if t.startswith("file://"):
-                raise _Unsupported(f"with a file:// transform ({t}) cannot be run by evaljobs (only inline "
-                                   f"JavaScript transforms are)")
-        return chain
-
-
-class _Refs:
-    """``$ref: '#/assertionTemplates/name'``: JSON pointers into the same config file."""
-
-    def __init__(self, data: dict, problems: Problems):
-        self.data = data
-        self.problems = problems
-
-    def resolve(self, item: dict, path: tuple, where: str) -> dict | None:
-        ref = item.get("$ref")
-        if not isinstance(ref, str) or not ref.startswith("#/"):
-            self.problems.unsupported(path, where, f"$ref {ref!r} is not a reference into this file "
-                                                   f"('#/assertionTemplates/<name>')", "inline the assertion")
-            return None
-        target: Any = self.data
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and part in target:
-                target = target[part]
-            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-                target = target[int(part)]
-            else:
-                self.problems.unsupported(path, where, f"$ref {ref!r} points to nothing in this file",
-                                          "define it under assertionTemplates or fix the name")
-                return None
-        if not isinstance(target, dict):
-            self.problems.error(path, where, f"$ref {ref!r} is not an assertion (a mapping with 'type')")
-            return None
-        merged = copy.deepcopy(target)
-        merged.update({k: v for k, v in item.items() if k != "$ref"})  # siblings of $ref refine it
-        return merged
-
-
-def _options_transform(test: dict, path: tuple, where: str, problems: Problems) -> str | None:
-    options = test.get("options")
-    if options is None:
-        return None
-    if not isinstance(options, dict):
-        problems.error(path + ("options",), where, "options must be a mapping")
-        return None
-    for key in options:
-        if key != "transform":
-            problems.warn(path + ("options", key), where, f"options.{key} is not used by evaljobs; ignored")
-    transform = options.get("transform")
-    if transform is not None and (not isinstance(transform, str) or not transform.strip()):
-        problems.error(path + ("options", "transform"), where,
-                       f"options.transform must be a JavaScript expression (a string), not {transform!r}")
-        return None
-    return transform
-
-
-def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: _AssertContext, label: str) -> bool:
-    """javascript / python / is-json with a schema: assertions run by ``evaljobs.evaluation.assertions``."""
-    negate = kind.startswith("not-")
-    base_kind = kind[4:] if negate else kind
-    entry: dict[str, Any]
-    if base_kind == "javascript":
-        if not isinstance(value, str) or not value.strip():
-            raise _BadValue(f"value must be JavaScript code (a string), not {value!r}")
-        if value.startswith("file://"):
-            raise _Unsupported("from a file:// module cannot be run by evaljobs (inline JavaScript is)")
-        entry = {"kind": "javascript", "code": value}
-    elif base_kind == "python":
-        if not isinstance(value, str) or not value.strip():
-            raise _BadValue(f"value must be Python code or file://path.py[:function], not {value!r}")
-        if value.startswith("file://"):
-            ref, _, function = value[len("file://"):].partition(":")
-            file = ref if os.path.isabs(ref) else os.path.join(ctx.base, ref)
-            if not os.path.isfile(file):
-                raise _BadValue(f"Python file {ref!r} not found (looked for {file})")
-            # The source is stored in the catalog: a worker on another machine runs the same code.
-            entry = {"kind": "python", "code": read_text(file), "function": function or "get_assert",
-                     "filename": os.path.basename(file)}
-        else:
-            entry = {"kind": "python", "code": value}
-    elif base_kind == "is-json" and value is not None:
-        if not isinstance(value, dict):
-            raise _BadValue(f"is-json's value must be a JSON schema (a mapping), not {value!r}")
-        entry = {"kind": "json_schema", "schema": value}
-    else:
-        return False
-    entry["label"] = label
-    transforms = ctx.transforms(item)
-    if transforms:
-        entry["transforms"] = transforms
-    if negate:
-        entry["negate"] = True
-    threshold = item.get("threshold")
-    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
-        entry["threshold"] = threshold
-    if base_kind in ("javascript", "python") and ctx.variables:
-        entry["vars"] = copy.deepcopy(ctx.variables)
-    out.setdefault("assertions", []).append(entry)
-    return True
-
-
-def _transformed(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: _AssertContext, label: str) -> bool:
-    """A built-in assertion on a transformed output: the native checks, run after the transforms."""
-    transforms = ctx.transforms(item)
-    if not transforms:
-        return False
-    if kind in ("llm-rubric", "latency"):
-        raise _Unsupported("with a transform cannot be graded by evaljobs (the judge and the latency see "
-                           "the answer as it came)")
-    checks: dict[str, Any] = {}
-    _assertion(kind, value, item, checks)
-    out.setdefault("assertions", []).append({"kind": "builtin", "expect": checks, "transforms": transforms,
-                                             "label": label})
-    return True
-
-
-class _Unsupported(Exception):
-    def __init__(self, reason: str = "cannot be graded by evaljobs"):
-        self.reason = reason
-
-
-class _BadValue(Exception):
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
-def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
-    def values(split: bool = False) -> list[str]:
-        items = value.split(",") if split and isinstance(value, str) else value
-        got = strings(items)
-        if not got or not all(v.strip() for v in got):
-            raise _BadValue(f"value must be {'a list of strings' if split else 'a string'}, not {value!r}")
-        return [v.strip() if split else v for v in got]
-
-    def one() -> str:
-        got = values()
-        if len(got) != 1:
-            raise _BadValue(f"value must be one string, not {value!r}")
-        return got[0]
-
-    def add(name: str, *items: str) -> None:
-        bucket = out.setdefault(name, [])
-        bucket.extend(i for i in items if i not in bucket)
-
-    esc = re.escape
-    if kind == "equals":
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise _Unsupported("with a non-text value (deep JSON equality) cannot be graded by evaljobs")
-        add("regex", rf"\A\s*{esc(str(value))}\s*\Z")
-    elif kind == "not-equals":
-        add("regex", rf"\A(?!\s*{esc(one())}\s*\Z)")
-    elif kind == "contains":
-        add("regex", esc(one()))
-    elif kind == "icontains":
-        add("contains", one())
-    elif kind in ("contains-any", "icontains-any"):
-        flags = "(?i)" if kind.startswith("i") else ""
-        add("regex", flags + "(?:" + "|".join(esc(v) for v in values(split=True)) + ")")
-    elif kind == "contains-all":
-        add("regex", *(esc(v) for v in values(split=True)))
-    elif kind == "icontains-all":
-        add("contains", *values(split=True))
-    elif kind == "not-contains":
-        add("regex", _nowhere(esc(one())))
-    elif kind == "not-icontains":
-        add("not_contains", one())
-    elif kind == "not-contains-any":
-        add("regex", *(_nowhere(esc(v)) for v in values(split=True)))
-    elif kind == "not-icontains-any":
-        add("not_contains", *values(split=True))
-    elif kind in ("regex", "not-regex"):
-        pattern = one()
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise _BadValue(f"regex {pattern!r} does not compile in Python: {exc}") from None
-        add("regex", pattern if kind == "regex" else _nowhere(pattern))
-    elif kind == "starts-with":
-        add("regex", rf"\A\s*{esc(one())}")
-    elif kind == "not-starts-with":
-        add("regex", rf"\A(?!\s*{esc(one())})")
-    elif kind in ("is-json", "not-is-json"):
-        if value is not None:
-            raise _Unsupported("with a JSON schema cannot be graded by evaljobs")
-        add("regex", JSON_REGEX if kind == "is-json" else r"\A(?!\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z)")
-    elif kind == "llm-rubric":
-        rubric = one()
-        out["judge"] = f"{out['judge']}\n{rubric}" if out.get("judge") else rubric
-    elif kind == "similar":
-        raise _Unsupported("needs an embedding model to compare meanings, which evaljobs does not have "
-                           "(write the expected phrases as icontains, or a rubric as llm-rubric)")
-    elif kind == "cost":
-        raise _Unsupported("compares promptfoo's price of one call with a threshold; evaljobs reports the "
-                           "cost of each pair but does not grade it")
-    elif kind == "latency":
-        threshold = item.get("threshold")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold <= 0:
-            raise _BadValue(f"latency needs a positive 'threshold' in milliseconds, not {threshold!r}")
-        out["max_latency_ms"] = min(int(threshold), out.get("max_latency_ms", int(threshold)))
-    else:
-        raise _Unsupported()
-
-
-def _nowhere(pattern: str) -> str:
-    """A regex that matches (at the start) only if ``pattern`` occurs nowhere in the text.
-
-    Global inline flags such as ``(?i)`` must lead a Python pattern: they are hoisted.
-    """
-    match = re.match(r"\(\?([aiLmsux]+)\)", pattern)
-    flags = ""
-    if match:
-        flags, pattern = match.group(0), pattern[match.end():]
-    return rf"{flags}\A(?![\s\S]*?(?:{pattern}))"
-
-
-def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """defaultTest's expectations followed by the test's own."""
-    out = {name: list(items) if isinstance(items, list) else items for name, items in first.items()}
-    for name, value in second.items():
-        if isinstance(value, list):
-            bucket = out.setdefault(name, [])
-            bucket.extend(v for v in value if v not in bucket)
-        elif name == "judge" and out.get("judge"):
-            out["judge"] = f"{out['judge']}\n{value}"
-        elif name == "max_latency_ms" and "max_latency_ms" in out:
-            out[name] = min(out[name], value)
-        else:
-            out[name] = value
-    return out
