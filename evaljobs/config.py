@@ -163,6 +163,25 @@ def configure(new: Settings | None = None, **changes: Any) -> Settings:
         return _current
 
 
+def configured() -> Settings | None:
+    """The settings this process was given (:func:`configure`, or a first :func:`settings`), or None.
+
+    None means nothing fixed them yet: code that still reads the environment keeps doing so.
+    """
+    return _current
+
+
+def restore(previous: Settings | None) -> None:
+    """Put back what :func:`configured` returned before a :func:`configure` (None: unconfigured again).
+
+    For a scope that configures the process for a while (a session, a pool, a
+    benchmark) and must leave it as it found it.
+    """
+    global _current
+    with _lock:
+        _current = previous
+
+
 def secret(name: str) -> str | None:
     """The value of the environment variable ``name`` (an API key, a header), read at call time.
 
@@ -182,5 +201,5 @@ def child_environment(extra: Mapping[str, str] | None = None, base: Settings | N
     return env
 
 
-__all__ = ["Settings", "settings", "configure", "secret", "child_environment", "REDIS_SCHEMES",
+__all__ = ["Settings", "settings", "configure", "configured", "restore", "secret", "child_environment", "REDIS_SCHEMES",
            "DEFAULT_QUEUE"]

@@ -1,0 +1,204 @@
+"""What every command module shares: the group that maps errors to exit codes, options, the gate.
+
+Errors become exit codes in one place, :func:`exit_for`: a mistake a user can
+fix (an :class:`~evaljobs.errors.EvaljobsError`, a bad flag) is one line on
+stderr and its family's ``exit_code`` — never a traceback. Exit 1 is also a
+failed gate (``--fail-under``), so CI can tell "worse" from "broken".
+
+This module is imported by ``evaljobs --help``: it imports click and the
+error family only (the pipeline, the store and Redis are imported by the
+commands that use them).
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import click
+
+from evaljobs.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, one_line
+
+#: A failed gate (--fail-under, --fail-on-regression): the work ran and is not good enough.
+EXIT_GATE = EXIT_FAILED
+
+#: How long an error line may get before it is cut (long enough for a path and a value).
+_LINE_LIMIT = 2000
+
+
+def message(exc: BaseException) -> str:
+    """``exc`` as one line (its class name when it has no text)."""
+    return one_line(str(exc).strip() or type(exc).__name__, _LINE_LIMIT)
+
+
+def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
+    """The stderr lines and exit code for an error a user can cause, or None for a bug (re-raised).
+
+    The one mapping of the CLI: click's usage errors and the evaljobs family
+    (its ``exit_code``), a catalog's problems one line each, the host-context
+    middleware's refusals (``evaljobs_middleware`` imports nothing from evaljobs,
+    so its errors are not in the family) and a server that cannot be reached.
+    """
+    if isinstance(exc, click.UsageError):
+        ctx = exc.ctx
+        command = f"evaljobs {ctx.info_name}" if ctx is not None and ctx.parent is not None else "evaljobs"
+        return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
+    if isinstance(exc, EvaljobsError):
+        problems = getattr(exc, "problems", None)  # a CatalogError: every problem, one line each
+        lines = [f"error: {p}" for p in problems] if problems else [f"error: {message(exc)}"]
+        return lines, exc.exit_code
+    if _is_context_error(exc):
+        return [f"error: {message(exc)}"], EXIT_USAGE
+    if _is_connection_error(exc):
+        return [f"error: cannot reach a server: {message(exc)}"], EXIT_USAGE
+    return None
+
+
+def _is_context_error(exc: BaseException) -> bool:
+    module = sys.modules.get("evaljobs_middleware.context")  # loaded by whatever raised it
+    return module is not None and isinstance(exc, module.ContextError)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionError):
+        return True
+    redis_exceptions = sys.modules.get("redis.exceptions")  # loaded by whatever raised it
+    return redis_exceptions is not None and isinstance(exc, redis_exceptions.ConnectionError)
+
+
+@contextmanager
+def one_line_errors(ctx: click.Context) -> Iterator[None]:
+    """Turn an error a user can cause into its line(s) on stderr and its exit code."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - exit_for decides; anything else is a bug and re-raised
+        mapped = exit_for(exc)
+        if mapped is None:
+            raise
+        lines, code = mapped
+        for line in lines:
+            click.echo(line, err=True)
+        ctx.exit(code)
+
+
+class Group(click.Group):
+    """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_errors(ctx):
+            return super().invoke(ctx)
+
+
+class Command(click.Command):
+    """A command that may also run on its own (``python -m evaljobs.cli.pool``), mapping errors as the group does."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            returned = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except Exception as exc:  # noqa: BLE001 - exit_for decides; anything else is a bug and re-raised
+            mapped = exit_for(exc)
+            if mapped is None:
+                raise
+            lines, code = mapped
+            for line in lines:
+                click.echo(line, err=True)
+            sys.exit(code)
+        sys.exit(returned if isinstance(returned, int) else EXIT_OK)
+
+
+# -- options shared by several commands -------------------------------------------------------
+
+
+db_option = click.option("--db", envvar="EVALJOBS_DATABASE_URL", default=None,
+                         help="Database URL: sqlite:///path.db (default .evaljobs/evaljobs.db) or postgresql://…")
+broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="memory", show_default=True,
+                             help="'memory' (in-process workers) or redis://host:port/db.")
+providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
+                                type=click.Path(dir_okay=False),
+                                help="Providers config (YAML): base URLs, API-key env vars, prices.")
+width_option = click.option("--width", type=click.IntRange(min=1), default=8, show_default=True,
+                            help="Worker threads for --broker memory and the threads strategy.")
+
+
+def import_options(fn: Callable) -> Callable:
+    """--format / --include-production-only / --lenient for commands that read catalogs."""
+    # catalog.importers.FORMATS, sorted, written out: importing the importers costs `evaljobs --help` about
+    # half a second (tests/test_cli.py checks that the two lists agree).
+    formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "promptfoo")
+    fn = click.option("--lenient", is_flag=True,
+                      help="Imports: skip assertions evaljobs cannot grade (with a warning) instead of failing.")(fn)
+    fn = click.option("--include-production-only", is_flag=True,
+                      help="Imports: keep ActiveAgent scenarios marked production_only.")(fn)
+    fn = click.option("--format", "catalog_format", type=click.Choice(formats), default=None,
+                      help="Catalog format (default: detected from the file).")(fn)
+    return fn
+
+
+def rate(text: str | None) -> float | None:
+    """A pass rate given as 0.9 or 90% (None: no gate)."""
+    if text is None:
+        return None
+    try:
+        value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a pass rate: use 0.9 or 90%") from None
+    if not 0.0 <= value <= 1.0:
+        raise click.BadParameter(f"{text!r} is not a pass rate between 0 and 1 (or 0% and 100%)")
+    return value
+
+
+fail_under_option = click.option("--fail-under", "gate", default=None, metavar="RATE",
+                                 callback=lambda ctx, param, text: rate(text),
+                                 help="Exit 1 when the pass rate is under RATE (0.9 or 90%).")
+
+
+def gate(info: Any, threshold: float | None) -> None:
+    """Exit 1 when the run's pass rate is under ``threshold`` (say so on stderr either way)."""
+    if threshold is None or info.report is None:
+        return
+    rate_ = info.report["summary"]["pass_rate"]
+    if rate_ < threshold:
+        click.echo(f"FAIL: pass rate {rate_:.1%} is under --fail-under {threshold:.1%}", err=True)
+        sys.exit(EXIT_GATE)
+    click.echo(f"OK: pass rate {rate_:.1%} meets --fail-under {threshold:.1%}", err=True)
+
+
+def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None:
+    """Print the run's report (a table, or JSON) and hold it to the gate; say so when there is none.
+
+    A run with no report fails a gate: there is nothing to hold to it.
+    """
+    from evaljobs.reports.build import render_json, render_table  # start-up time: only once a run exists
+
+    if info.report is None:
+        click.echo(f"run {info.id} is {info.status} with {info.persisted}/{info.expected} pairs; no report yet",
+                   err=True)
+        if threshold is not None:
+            click.echo(f"FAIL: run {info.id} has no report to hold to --fail-under {threshold:.1%}", err=True)
+            sys.exit(EXIT_GATE)
+        return
+    text = render_json(info.report) if as_json else render_table(info.report)
+    click.echo(text, nl=not text.endswith("\n"))
+    gate(info, threshold)
+
+
+def ping_redis(url: str) -> None:
+    """Fail now, in one line, when the Redis at ``url`` does not answer (rather than retrying forever)."""
+    import redis  # start-up time: only the commands that talk to Redis load the client
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+__all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "Command", "exit_for", "one_line_errors", "message",
+           "db_option", "broker_option", "providers_option", "width_option", "import_options", "rate",
+           "fail_under_option", "gate", "finish", "ping_redis"]

@@ -1,0 +1,114 @@
+"""Serving an elastic pool in this process: bind the database and broker, run the pool until stopped.
+
+``evaljobs pool``, ``evaljobs worker --min/--max`` and :meth:`evaljobs.api.Session.pool`
+all come here. The pool's lane and providers file are this process's
+settings for as long as it serves (:func:`evaljobs.config.configure`), and are
+put back afterwards — never written to ``os.environ``.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+from evaljobs import config, store
+from evaljobs.config import REDIS_SCHEMES
+from evaljobs.errors import UsageError, one_line
+from evaljobs.pipeline.broker import configure as bind_broker
+from evaljobs.pipeline.recovery import PeriodicRecovery
+from evaljobs.workers.pool import Pool, validate
+
+logger = logging.getLogger("evaljobs.workers.serve")
+
+
+def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, broker: str | None,
+                         recover_every: float = 0.0) -> None:
+    """Raise :class:`UsageError` (one line) for arguments a pool cannot run with, before connecting."""
+    try:
+        validate(min, max, idle_seconds, lane)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if recover_every < 0:
+        raise UsageError(f"--recover-every must be at least 0, not {recover_every!r}")
+    if not broker:
+        raise UsageError("a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)")
+    if not broker.startswith(REDIS_SCHEMES):
+        raise UsageError(f"a pool needs a shared broker: --broker redis://host:port/db, not {broker!r}")
+
+
+def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str, db: str | None = None,
+             queues: Sequence[str] = (), providers: str | None = None, recover_every: float = 0.0,
+             poll: float = 0.05, stop: threading.Event | None = None) -> dict:
+    """Bind the database and broker, run a :class:`~evaljobs.workers.pool.Pool` until ``stop`` (or SIGTERM/SIGINT).
+
+    Returns the pool's final :meth:`~evaljobs.workers.pool.Pool.state`. Raises
+    :class:`~evaljobs.errors.UsageError` (one line) for bad arguments before
+    connecting to anything, and when the broker does not answer.
+    """
+    check_pool_arguments(min, max, idle_seconds, lane, broker, recover_every)
+    previous = config.configured()
+    config.configure(previous, lane=lane,
+                     providers_path=str(Path(providers).resolve()) if providers else None)
+    try:
+        store.connect(db)
+        binding = bind_broker(broker)
+        try:
+            binding.broker.client.ping()
+        except Exception as exc:  # noqa: BLE001 - redis' connection errors: say which URL, in one line
+            binding.broker.close()
+            raise UsageError(f"cannot reach the broker at {broker}: {one_line(exc)}") from None
+        return _serve(binding, min, max, idle_seconds, lane, queues, recover_every, poll,
+                      stop or threading.Event())
+    finally:
+        config.restore(previous)
+
+
+def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
+           recover_every: float, poll: float, stop: threading.Event) -> dict:
+    binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
+    recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
+    pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
+                poll=poll)
+    restore_signals = _on_signals(stop)
+    try:
+        pool.start()
+        logger.info("pool %s: %d..%d members on %s, lane %s, idle %gs", pool.id, min, max,
+                    ", ".join(pool.queues), lane, idle_seconds)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        pool.stop()
+        if recovery is not None:
+            recovery.stop()
+        restore_signals()
+        binding.broker.close()
+    return pool.state()
+
+
+def configure_logging() -> None:
+    """Dramatiq-style log lines on stderr, without one line per member start/stop or per provider call."""
+    logging.basicConfig(level=logging.INFO,
+                        format="[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] "
+                               "%(message)s")
+    logging.getLogger("dramatiq.worker.Worker").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGTERM/SIGINT stop the pool gracefully (only possible from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: stop.set())
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+__all__ = ["run_pool", "check_pool_arguments", "configure_logging"]
