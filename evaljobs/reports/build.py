@@ -11,7 +11,9 @@ import math
 from collections import Counter
 from typing import Any, Iterable
 
+from evaljobs.reports._format import money as _money, pct as _pct
 from evaljobs.reports.compare import Comparison, compare
+from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
 #: A criterion score at or above this counts as passed (scores are floats in [0, 1]).
@@ -184,14 +186,6 @@ def render_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
-def _pct(rate: float) -> str:
-    return f"{rate * 100:.1f}%"
-
-
-def _money(cost: float) -> str:
-    return f"${cost:.4f}"
-
-
 def _ms(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -225,8 +219,6 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    from evaljobs.reports.headline import headline
-
     def tail(best: dict[str, Any]) -> str:
         block = next(m for m in report["models"] if m["model"] == best["model"])
         return f"{block['passed']}/{block['scenarios']} passed, mean score {best['mean_score']:.3f}"
@@ -418,8 +410,6 @@ def render_table(report: dict[str, Any]) -> str:
             score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
             out.append(f"  {row['scenario_key']} × {row['model']}  {j.get('model') or '?'} score {score}: "
                        f"{_short(j.get('reason') or '', 80)}  raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
-    from evaljobs.reports.headline import ranking as _ranking
-
-    ranking = _ranking(report["verdict"])
+    ranking = verdict_ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]
     return "\n".join(out) + "\n"

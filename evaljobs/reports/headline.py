@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
+from evaljobs.reports._format import pct as _pct
 
 
 def _shown(entry: dict[str, Any]) -> str:

@@ -24,7 +24,9 @@ import re
 from datetime import datetime
 from typing import Any, Iterable
 
+from evaljobs.reports._format import money as _money, pct as _pct
 from evaljobs.reports.compare import Comparison, PairChange, compare
+from evaljobs.reports.headline import headline
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
 #: Longest message, answer, argument or tool result kept per pair (the file must stay openable).
@@ -48,14 +50,6 @@ def _capped(value: Any) -> Any:
         return _cap(value)
     text = json.dumps(value, default=str)
     return value if len(text) <= TEXT_CAP else _cap(text)
-
-
-def _pct(rate: float) -> str:
-    return f"{rate * 100:.1f}%"
-
-
-def _money(cost: float) -> str:
-    return f"${cost:.4f}"
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -197,8 +191,6 @@ def _headline(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     if not verdict:
         return "no models"
-    from evaljobs.reports.headline import headline
-
     return headline(verdict)
 
 

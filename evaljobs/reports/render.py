@@ -1,0 +1,40 @@
+"""A stored report in the format asked for: one dispatch for the CLI, the API and the viewer.
+
+``json``, ``md`` (a pull-request comment), ``table`` (a terminal), ``junit``
+(CI test results) and ``html`` (one self-contained file). With a
+:class:`~evaljobs.reports.compare.Comparison` against a baseline, every format
+but JUnit shows the flipped pairs.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from evaljobs.errors import UsageError
+from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import render_json, render_markdown, render_table
+from evaljobs.reports.compare import Comparison, render_comparison
+from evaljobs.reports.html import render_html
+from evaljobs.reports.junit import render_junit
+
+FORMATS = ("json", "md", "junit", "html", "table")
+
+
+def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Result] = (),
+           comparison: Comparison | None = None) -> str:
+    """``report`` rendered as ``format``; ``results`` (the full rows) feed the JUnit and HTML details."""
+    if format not in FORMATS:
+        raise UsageError(f"unknown report format {format!r}: use one of {', '.join(FORMATS)}")
+    if comparison is not None and format == "junit":
+        raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
+    if format == "json":
+        return render_json({**report, "comparison": comparison.to_dict()} if comparison else report)
+    if format == "md":
+        return render_markdown(report, baseline=comparison)
+    if format == "table":
+        return render_table(report) + ("\n" + render_comparison(comparison) if comparison else "")
+    if format == "junit":
+        return render_junit(report, list(results))
+    return render_html(report, list(results), baseline=comparison)
+
+
+__all__ = ["render", "FORMATS"]
