@@ -1,26 +1,37 @@
-"""The Python API the CLI is built on: submit a run, wait for it, recover it.
+"""The Python API the CLI is built on: every command is a thin shell over a :class:`Session`.
 
     from evaljobs import Session
     with Session(db="sqlite:///evals.db", broker="memory", width=8) as session:
         run = session.submit("catalog.yaml", ["sim/fast", "sim/smart"])
         run = session.wait(run.id)
         print(run.report["verdict"])
+        print(session.report(run.id, "md"))
+        again = session.rerun(run.id, ["errored"])      # a new run over the errored pairs
+        session.recover()                               # finish runs whose messages were lost
+
+A session binds a database and (for queued strategies) a broker for this
+process; on the in-process broker it also runs the workers, so whatever it
+queues (a run, a rerun, a recovery) is evaluated here.
 """
 from __future__ import annotations
 
-from evaljobs.errors import UsageError
 import json
-import os
 import threading
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evaljobs.pipeline import runtime, strategies
-from evaljobs import store
+from evaljobs import config, store
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
-from evaljobs.providers.livetools import expand_source
+from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
+from evaljobs.errors import UsageError
+from evaljobs.pipeline import rerun as reruns, runtime, strategies
+from evaljobs.pipeline.recovery import recover as recover_runs
+from evaljobs.providers.livetools import expand_source
+from evaljobs.reports.compare import Comparison, compare as compare_sides
+from evaljobs.reports.render import FORMATS, render
+from evaljobs.workers.serve import run_pool
 
 
 
@@ -61,8 +72,13 @@ class Session:
                  context_providers: Sequence | None = None):
         if width < 1:
             raise UsageError(f"--width must be at least 1, not {width}")
+        # The providers file is this process's setting while the session is open, so the in-process
+        # workers read the same one; put back on close (never written to os.environ).
+        self._previous_settings = config.configured()
+        self._configured = bool(providers)
+        self.providers_path = str(providers) if providers else None
         if providers:
-            os.environ["EVALJOBS_PROVIDERS"] = str(providers)
+            config.configure(self._previous_settings, providers_path=str(providers))
         self.providers = runtime.providers(providers)
         self.db_url = db
         store.connect(db)
@@ -117,8 +133,6 @@ class Session:
             return catalog  # already loaded (and counted) by an earlier call
         self.excluded = 0
         self.import_warnings = []
-        from evaljobs.catalog.importers import load_any
-
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
                             lenient=lenient)
         if imported.format == "native":
@@ -202,12 +216,125 @@ class Session:
             return follow(run_id, progress=on_event, poll=poll, timeout=timeout)
         return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
 
+    # -- reruns and recovery -----------------------------------------------------------------------
+    def create_rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
+        """Create (do not start) a new run over ``run_id``'s ``errored``/``failed`` pairs, or ``all``.
+
+        The original run is never touched; the new one has its catalog snapshot,
+        host context, options and strategy (:mod:`evaljobs.pipeline.rerun`).
+        """
+        store.get_run(run_id)  # an unknown run is one line before anything else is said
+        return reruns.create_rerun(run_id, which)
+
+    def start(self, run: store.RunInfo) -> store.RunInfo:
+        """Start a created run (a rerun) with its stored context, as :meth:`submit` starts a new one.
+
+        In-process strategies run to completion before this returns; queued ones
+        return once ``start_run`` is sent (on the in-process broker, this
+        session's workers evaluate it: :meth:`wait` for it).
+        """
+        if run.strategy in strategies.QUEUED:
+            self._ensure_local_worker()
+            return reruns.start(run, binding=self.binding())
+        return reruns.start(run, width=self.width, context_providers=self.context_providers)
+
+    def rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
+        """:meth:`create_rerun` then :meth:`start`: the new run (finished for in-process strategies)."""
+        return self.start(self.create_rerun(run_id, which))
+
+    def recover(self, run_id: str | None = None, *, wait: bool | None = None,
+                timeout: float | None = None, poll: float = 5.0) -> "Recovery":
+        """Re-enqueue the lost pairs of ``run_id`` (or of every running run) and finalize complete ones.
+
+        What nobody will process any more is queued again, with the run's stored
+        context (:mod:`evaljobs.pipeline.recovery`). On the in-process broker
+        nobody else would ever process it: this session's workers evaluate the
+        recovered pairs and, by default (``wait``), the call returns once each
+        recovered run has its report. On Redis the workers do the work and
+        ``wait`` defaults to no.
+        """
+        binding = self.binding()
+        if binding.is_memory:
+            self._ensure_local_worker()
+        actions = recover_runs(binding, run_id)
+        touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
+        runs = [store.get_run(rid) for rid in touched]
+        if wait if wait is not None else binding.is_memory:
+            runs = [self.wait(rid, timeout=timeout, poll=poll) for rid in touched]
+        return Recovery(actions, runs)
+
+    # -- reading runs and their reports -----------------------------------------------------------
+    def get(self, run_id: str) -> store.RunInfo:
+        return store.get_run(run_id)
+
+    def runs(self, limit: int = 20) -> list[store.RunInfo]:
+        return store.list_runs(limit=limit)
+
+    def results(self, run_id: str) -> list:
+        return store.list_results(run_id)
+
+    def compare(self, baseline_id: str, run_id: str, *,
+                on_note: Callable[[str], None] | None = None) -> Comparison:
+        """What changed from ``baseline_id`` to ``run_id``: flipped pairs, score and cost deltas.
+
+        Either side may be unfinished (its rows so far are compared). Runs of
+        different catalog snapshots are still matched by scenario key and model;
+        ``on_note`` is told so.
+        """
+        base, base_side = self._side(baseline_id)
+        info, side = self._side(run_id)
+        return self._compare(base, base_side, info, side, on_note)
+
+    def report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
+               on_note: Callable[[str], None] | None = None) -> str:
+        """The run's report rendered as ``format`` (one of :data:`REPORT_FORMATS`), optionally against a baseline."""
+        if format not in FORMATS:
+            raise UsageError(f"unknown report format {format!r}: use one of {', '.join(FORMATS)}")
+        if baseline and format == "junit":
+            raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
+        info = store.get_run(run_id)
+        if info.report is None:
+            raise UsageError(f"run {run_id} has no report yet ({info.status}, {info.persisted}/{info.expected} "
+                             f"pairs); wait for it or try `evaljobs recover {run_id}`")
+        comparison = None
+        if baseline:
+            base, base_side = self._side(baseline)
+            comparison = self._compare(base, base_side, info, info.report, on_note)
+        results = store.list_results(run_id) if format in ("junit", "html") else ()
+        return render(info.report, format, results=results, comparison=comparison)
+
+    @staticmethod
+    def _side(run_id: str) -> tuple[store.RunInfo, Any]:
+        """What a comparison reads for a run: its report when it has one, else its rows so far."""
+        info = store.get_run(run_id)
+        return info, (info.report if info.report is not None else store.list_results(run_id))
+
+    @staticmethod
+    def _compare(base: store.RunInfo, base_side: Any, info: store.RunInfo, side: Any,
+                 on_note: Callable[[str], None] | None) -> Comparison:
+        if base.digest != info.digest and on_note is not None:
+            on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
+                    "pairs are matched by scenario key and model")
+        return compare_sides(base_side, side, run_a=base.id, run_b=info.id)
+
+    # -- pools --------------------------------------------------------------------------------------
+    def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
+             queues: Sequence[str] = (), recover_every: float = 0.0,
+             stop: threading.Event | None = None) -> dict:
+        """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
+        return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=self.broker_url or "",
+                        db=self.db_url, queues=queues, providers=self.providers_path, recover_every=recover_every,
+                        stop=stop)
+
     def close(self) -> None:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
         if self._binding is not None:
             self._binding.broker.close()
+        if self._configured:
+            config.restore(self._previous_settings)
+            self._configured = False
 
     def __enter__(self) -> "Session":
         return self
@@ -216,4 +343,15 @@ class Session:
         self.close()
 
 
-__all__ = ["Session", "UsageError", "CatalogError", "capture_context"]
+@dataclass
+class Recovery:
+    """What :meth:`Session.recover` did: one line per action, and the runs it touched (as they are now)."""
+
+    actions: list[str] = field(default_factory=list)
+    runs: list[store.RunInfo] = field(default_factory=list)
+
+
+#: The formats :meth:`Session.report` renders.
+REPORT_FORMATS = FORMATS
+
+__all__ = ["Session", "Recovery", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]
