@@ -273,6 +273,10 @@ class Session:
     def results(self, run_id: str) -> list:
         return store.list_results(run_id)
 
+    def missing(self, run_id: str) -> list[tuple[str, str]]:
+        """The (scenario, model) pairs of ``run_id`` with no persisted result yet."""
+        return store.missing_pairs(run_id)
+
     def compare(self, baseline_id: str, run_id: str, *,
                 on_note: Callable[[str], None] | None = None) -> Comparison:
         """What changed from ``baseline_id`` to ``run_id``: flipped pairs, score and cost deltas.

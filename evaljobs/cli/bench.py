@@ -1,7 +1,8 @@
 """``evaljobs bench``: run a catalog per (strategy, width) and say which shape and width to use.
 
-The lead registers it on the main group (``main.add_command(bench)``), whose
-error handling turns the usage errors below into one line and exit code 2.
+A thin shell over :func:`evaljobs.bench.run_bench`; its errors (one line, exit
+2) are mapped in :mod:`evaljobs.cli._options`. The engine is imported inside
+the command: it loads the whole pipeline (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
 
@@ -10,36 +11,23 @@ from pathlib import Path
 
 import click
 
-from evaljobs.bench import (DEFAULT_CELL_TIMEOUT,
-                            DEFAULT_REPEAT,
-                            DEFAULT_WIDTHS,
-                            STRATEGIES,
-                            BenchError,
-                            BenchSpec,
-                            parse_strategies,
-                            parse_widths,
-                            render_table,
-                            run_bench,
-                            write_outputs)
-
-EXIT_USAGE = 2
-
-
-class BenchUsageError(click.ClickException):
-    """A one-line error a user can fix; exit 2 like the rest of the CLI's usage errors."""
-
-    exit_code = EXIT_USAGE
+from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, STRATEGIES, BenchSpec,
+                                  parse_strategies, parse_widths)
+from evaljobs.bench.render import render_table, write_outputs
+from evaljobs.cli._options import Command, ping_redis
+from evaljobs.config import REDIS_SCHEMES
+from evaljobs.errors import UsageError
 
 
 def _simulate(text: str | None) -> dict | None:
     if text is None:
         return None
-    from evaljobs.providers.simulated import parse_simulate_options
+    from evaljobs.providers.simulated import parse_simulate_options  # start-up time (module docstring)
 
     try:
         options = parse_simulate_options(text)
     except ValueError as exc:
-        raise BenchUsageError(f"--simulate: {exc}") from None
+        raise UsageError(f"--simulate: {exc}") from None
     for key in ("host", "port"):
         options.pop(key, None)  # one provider on a free loopback port, whatever was asked
     return options
@@ -50,12 +38,12 @@ def _worker_env(pairs: tuple[str, ...]) -> dict[str, str]:
     for item in pairs:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BenchUsageError(f"--worker-env {item!r} is not NAME=VALUE")
+            raise UsageError(f"--worker-env {item!r} is not NAME=VALUE")
         env[key.strip()] = value
     return env
 
 
-@click.command("bench")
+@click.command("bench", cls=Command)
 @click.argument("catalog", type=click.Path(dir_okay=False))
 @click.option("-m", "--model", "models", multiple=True, required=True,
               help="Model spec provider/model; repeat for several models.")
@@ -93,19 +81,16 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     """
     if not Path(catalog).exists():
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
-    if broker.startswith(("redis://", "rediss://", "unix://")):
-        from evaljobs.cli import _ping_redis
+    from evaljobs.bench.engine import run_bench  # start-up time (see the module docstring)
 
-        _ping_redis(broker)  # one line now, rather than a worker process failing to start
-    try:
-        spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
-                         widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,
-                         simulate=_simulate(simulate), providers=providers, processes=processes,
-                         cell_timeout=cell_timeout, worker_env=_worker_env(worker_env), governor=governor,
-                         out=out or str(Path(".evaljobs") / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")))
-        result = run_bench(spec, echo=lambda line: click.echo(line, err=True))
-    except BenchError as exc:
-        raise BenchUsageError(str(exc)) from None
+    if broker.startswith(REDIS_SCHEMES):
+        ping_redis(broker)  # one line now, rather than a worker process failing to start
+    spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
+                     widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,
+                     simulate=_simulate(simulate), providers=providers, processes=processes,
+                     cell_timeout=cell_timeout, worker_env=_worker_env(worker_env), governor=governor,
+                     out=out or str(Path(".evaljobs") / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")))
+    result = run_bench(spec, echo=lambda line: click.echo(line, err=True))
     click.echo(render_table(result))
     paths = write_outputs(result, Path(spec.out))
     click.echo(f"\nwrote {paths['json']}, {paths['csv']} and {paths['md']}", err=True)

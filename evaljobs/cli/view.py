@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import click
 
-from evaljobs import store
-from evaljobs.cli import EXIT_USAGE, _ping_redis, db_option
+from evaljobs.cli._options import EXIT_USAGE, db_option, ping_redis
 
 
 @click.command("view")
@@ -24,19 +23,16 @@ from evaljobs.cli import EXIT_USAGE, _ping_redis, db_option
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
 def view(db, broker, port, host, token, open_browser) -> None:
     """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."""
-    from evaljobs.view import ViewConfig, ViewError, check_config, check_installed, serve, url_of
+    from evaljobs import store  # start-up time, like the viewer's own imports (see the module docstring)
+    from evaljobs.view import ViewConfig, check_config, check_installed, serve, url_of
 
     config = ViewConfig(broker=None if broker in (None, "", "memory") else broker, token=token, host=host,
                         port=port)
-    try:
-        check_installed()
-        check_config(config)
-    except ViewError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
+    check_installed()  # a ViewError is a UsageError: one line and exit 2 (evaljobs.cli._options.exit_for)
+    check_config(config)
     store.connect(db)  # an unreachable database stops here, in one line
     if config.redis_url:
-        _ping_redis(config.redis_url)  # and so does an unreachable broker: the fleet and live pages need it
+        ping_redis(config.redis_url)  # and so does an unreachable broker: the fleet and live pages need it
     url = url_of(config)
 
     def ready() -> None:

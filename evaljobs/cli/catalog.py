@@ -1,0 +1,89 @@
+"""``evaljobs catalog check`` and ``catalog convert``: validate or convert a catalog without running it.
+
+Catalog parsing does no I/O beyond reading the file; a native catalog's live
+tools are expanded (MCP schemas fetched) as an explicit step, as a session
+does. Imported inside the commands: the catalog code (start-up time of
+``evaljobs --help``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evaljobs.cli._options import import_options, providers_option
+
+
+@click.group()
+def catalog() -> None:
+    """Catalog tools."""
+
+
+def _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader=None):
+    from evaljobs.catalog.importers import load_any  # start-up time (see the module docstring)
+    from evaljobs.pipeline import runtime
+
+    if not Path(path).exists():
+        raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
+    imported = load_any(path, format=catalog_format, include_production_only=include_production_only,
+                        lenient=lenient, grader=grader)
+    for warning in imported.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return imported, runtime.providers(providers)
+
+
+_grader_option = click.option(
+    "--grader", type=click.Choice(["includes", "match", "fuzzy_match", "model_graded_fact"]), default=None,
+    help="JSONL only: how replies are compared with ideal/target (default: includes).")
+
+
+@catalog.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@import_options
+@_grader_option
+@providers_option
+def catalog_check(path, catalog_format, include_production_only, lenient, grader, providers) -> None:
+    """Validate a catalog (native or imported) and print its digest and what was imported how."""
+    from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
+    from evaljobs.providers.livetools import expand_source
+
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
+    # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
+    source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
+    cat = parse_source(expand_source(source), providers=config)
+    extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
+    click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
+               f"{cat.digest}")
+    counts = imported.counts
+    if counts:
+        click.echo(f"assertions: {counts.get('assertions', 0)} imported, {counts.get('mapped', 0)} mapped to "
+                   f"native checks, {counts.get('external', 0)} executed externally (Node, Python, jsonschema), "
+                   f"{counts.get('refused', 0)} refused")
+
+
+@catalog.command("convert")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the native YAML here (default: stdout).")
+@import_options
+@_grader_option
+@providers_option
+def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, providers) -> None:
+    """Convert an ActiveAgent, promptfoo or JSONL catalog to the native YAML format."""
+    from evaljobs.catalog import parse_catalog  # start-up time
+    from evaljobs.catalog.importers import dump_native
+
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
+    parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
+    text = dump_native(imported.data)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        count = len(imported.data.get("scenarios", [])) + sum(len(g.get("scenarios", []))
+                                                             for g in imported.data.get("groups", []))
+        click.echo(f"wrote {output}: {count} scenarios from {imported.format}"
+                   + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""), err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+__all__ = ["catalog"]

@@ -1,0 +1,122 @@
+"""``evaljobs run`` and ``evaljobs demo``: evaluate a catalog and print its report.
+
+Thin shells over :class:`evaljobs.api.Session`. The API, the pipeline and the
+report renderers are imported inside the commands: ``evaljobs --help`` (and a
+mistyped flag) must not pay for loading them (start-up time).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from evaljobs.cli._options import (EXIT_GATE, broker_option, db_option, fail_under_option, finish,
+                                   import_options, providers_option, width_option)
+
+#: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
+STRATEGIES = ("sequential", "threads", "fanout", "per-model")
+DEFAULT_STRATEGY = "fanout"
+
+
+@click.command()
+@click.argument("catalog", type=click.Path(dir_okay=False))
+@click.option("-m", "--model", "models", multiple=True, required=True,
+              help="Model spec provider/model[@label]; repeat for several models.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True)
+@width_option
+@click.option("--wait/--no-wait", default=None,
+              help="Follow the run to its report (default: yes, except fanout/per-model on Redis).")
+@fail_under_option
+@click.option("--adapter", default=None, help="Host adapter module:callable or entry-point name.")
+@click.option("--judge-model", default=None, help="Model for llm_judge criteria (default: the catalog's).")
+@click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@click.option("--cache", is_flag=True,
+              help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).")
+@import_options
+@db_option
+@broker_option
+@providers_option
+def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
+        as_json, cache, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
+    """Evaluate CATALOG against each -m MODEL."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.pipeline import events
+    from evaljobs.pipeline.progress import Progress
+
+    if not Path(catalog).exists():
+        raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
+    with Session(db=db, broker=broker, width=width, providers=providers) as session:
+        catalog_obj = session.load(catalog, format=catalog_format, lenient=lenient,
+                                   include_production_only=include_production_only)
+        for warning in session.import_warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if session.excluded:
+            click.echo(f"note: {session.excluded} production_only scenarios left out "
+                       f"(--include-production-only keeps them)", err=True)
+        progress = Progress(len(catalog_obj.scenarios) * len(models))
+        inline = strategy not in ("fanout", "per-model")
+        if inline:  # in-process strategies finish inside submit: the bar listens to their events
+            events.add_listener(progress)
+        try:
+            info = session.submit(catalog_obj, list(models), strategy=strategy, adapter=adapter,
+                                  judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
+                                  cache=cache)
+        finally:
+            if inline:
+                events.remove_listener(progress)
+        click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models "
+                   f"= {info.expected} pairs ({strategy}, broker {session.binding().url if not inline else 'none'})",
+                   err=True)
+        follow = wait if wait is not None else (inline or session.binding().is_memory)
+        if not inline and not follow:
+            click.echo(info.id)
+            return
+        if not inline:
+            info = session.wait(info.id, on_event=progress)
+        if info.status == "failed":  # every pair errored: nothing was evaluated
+            _print(info, as_json)
+            first = next((r.error for r in session.results(info.id) if r.error), "")
+            click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
+                       err=True)
+            sys.exit(EXIT_GATE)
+        finish(info, gate, as_json=as_json)
+
+
+def _print(info, as_json: bool) -> None:
+    finish(info, None, as_json=as_json)
+
+
+@click.command()
+@width_option
+@click.option("--db", default=None, help="Database URL (default: a fresh SQLite file under .evaljobs/).")
+@click.option("--html", "html_path", default=None,
+              help="Where to write the HTML report (default .evaljobs/RUN.html).")
+def demo(width, db, html_path) -> None:
+    """Run the bundled support catalog against two simulated models and print the report."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.pipeline.progress import Progress
+
+    here = Path(__file__).resolve().parent.parent
+    catalog_path = here / "examples" / "support.yaml"
+    if not catalog_path.exists():
+        catalog_path = here.parent / "examples" / "catalogs" / "support.yaml"
+    models = ["sim/fast", "sim/smart"]
+    with Session(db=db, broker="memory", width=width) as session:
+        cat = session.load(catalog_path)
+        progress = Progress(len(cat.scenarios) * len(models))
+        info = session.submit(cat, models, strategy="fanout")
+        click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
+                   f"fan-out over {width} in-process workers", err=True)
+        info = session.wait(info.id, on_event=progress)
+        click.echo(session.report(info.id, "table"), nl=False)
+        html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(session.report(info.id, "html"), encoding="utf-8")
+        click.echo(f"\nnext: evaljobs show {info.id}   |   evaljobs report {info.id} --format md", err=True)
+        click.echo(f"HTML report: {html_file.resolve()}")
+
+
+__all__ = ["run", "demo", "STRATEGIES", "DEFAULT_STRATEGY"]

@@ -1,0 +1,76 @@
+"""``evaljobs runs`` and ``evaljobs show``: list runs, and one run with each result.
+
+The API is imported inside the commands: ``evaljobs --help`` must not load
+the store (start-up time).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from evaljobs.cli._options import db_option
+
+
+@click.command()
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def runs(limit, as_json, db) -> None:
+    """List recent runs."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    with Session(db=db) as session:
+        items = session.runs(limit=limit)
+    if as_json:
+        click.echo(json.dumps([run_summary(r) for r in items], indent=2))
+        return
+    if not items:
+        click.echo("no runs yet: try `evaljobs demo`", err=True)
+        return
+    click.echo(f"{'RUN':<16} {'STATUS':<9} {'PAIRS':>9} {'PASS':>6}  {'STRATEGY':<10} {'CATALOG':<20} CREATED")
+    for r in items:
+        rate = f"{r.report['summary']['pass_rate']:.0%}" if r.report else "-"
+        click.echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
+                   f"{r.catalog_name[:20]:<20} {r.created_at}")
+
+
+def run_summary(r: Any) -> dict:
+    """One run as the JSON of ``runs --json`` and ``show --json``."""
+    return {"id": r.id, "status": r.status, "catalog": r.catalog_name, "digest": r.digest, "models": r.models,
+            "strategy": r.strategy, "expected": r.expected, "persisted": r.persisted,
+            "created_at": str(r.created_at), "finished_at": str(r.finished_at) if r.finished_at else None,
+            "pass_rate": r.report["summary"]["pass_rate"] if r.report else None}
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def show(run_id, as_json, db) -> None:
+    """Show one run: status, progress and each result."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    with Session(db=db) as session:
+        info = session.get(run_id)
+        results = session.results(run_id)
+        missing = session.missing(run_id)
+    if as_json:
+        click.echo(json.dumps({**run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
+                              default=str))
+        return
+    click.echo(f"run {info.id}  {info.status}  {info.persisted}/{info.expected} pairs  catalog {info.catalog_name}"
+               f" ({info.digest[:19]})  strategy {info.strategy}")
+    click.echo(f"models: {', '.join(info.models)}")
+    if info.context:
+        click.echo(f"context: {json.dumps(info.context)}")
+    for r in results:
+        extra = f"  [{r.fault}]" if r.fault else ""
+        error = f"  {r.error[:100]}" if r.error else ""
+        click.echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{extra}{error}")
+    if missing:
+        click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]})")
+
+
+__all__ = ["runs", "show", "run_summary"]

@@ -1,0 +1,78 @@
+"""``evaljobs worker``: Dramatiq workers with evaljobs' broker and middleware, or an elastic pool.
+
+A fixed worker becomes ``dramatiq evaljobs.workers.boot`` (``exec``, so
+supervisord's signals reach it) with its settings passed in the child's
+environment (:func:`evaljobs.config.child_environment`); ``--min/--max`` serve
+an elastic pool in this process (:func:`evaljobs.workers.serve.run_pool`),
+imported inside the command (start-up time of ``evaljobs --help``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from evaljobs.cli._options import db_option, ping_redis, providers_option
+from evaljobs.config import REDIS_SCHEMES, child_environment
+
+
+@click.command()
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Threads per process.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-Q", "--queues", multiple=True, help="Queues to consume (default: agents).")
+@click.option("--recover-every", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Also check every N seconds for runs whose messages were lost (0: off).")
+@click.option("--min", "min_", type=int, default=None, help="Elastic pool: fewest members (with --max).")
+@click.option("--max", "max_", type=int, default=None, help="Elastic pool: most members.")
+@click.option("--idle-seconds", type=float, default=30.0, show_default=True,
+              help="Elastic pool: retire members idle this long.")
+@click.option("--lane", envvar="EVALJOBS_LANE", default="bulk", show_default=True,
+              help="Governor lane for this worker's provider calls: interactive or bulk.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Debug logs: Dramatiq's, the database's, and a line for every provider call.")
+@db_option
+@click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
+@providers_option
+def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
+           providers) -> None:
+    """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
+
+    With --min/--max the worker is an elastic pool that follows the queue's backlog.
+    """
+    if not broker.startswith(REDIS_SCHEMES):
+        raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
+    if lane not in ("interactive", "bulk"):
+        raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
+    ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
+    if min_ is not None or max_ is not None:
+        from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
+
+        low = min_ if min_ is not None else 1
+        configure_logging()
+        run_pool(min=low, max=max_ if max_ is not None else max(low, threads), idle_seconds=idle_seconds,
+                 lane=lane, broker=broker, db=db, queues=queues, providers=providers,
+                 recover_every=recover_every)
+        return
+    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane}
+    if recover_every:
+        extra["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
+    if db:
+        extra["EVALJOBS_DATABASE_URL"] = db
+    if providers:
+        extra["EVALJOBS_PROVIDERS"] = str(Path(providers).resolve())
+    env = child_environment(extra)
+    # Dramatiq's idle consumer polls up to worker_timeout apart (default 1 s): that delays start_run,
+    # finalize_run and every delayed re-send (governor Busy, Retry-After) by up to a second.
+    env.setdefault("dramatiq_worker_timeout", "100")
+    args = [sys.executable, "-m", "dramatiq", "evaljobs.workers.boot", "--processes", str(processes),
+            "--threads", str(threads)]
+    for queue in queues:
+        args += ["--queues", queue]
+    if verbose:
+        args.append("--verbose")
+    os.execve(sys.executable, args, env)
+
+
+__all__ = ["worker"]
