@@ -111,3 +111,27 @@ def test_python_dash_m_evaljobs_runs_for_real(tmp_path, sim):
     report = json.loads(out.stdout)
     assert report["summary"]["pass_rate"] == 1.0
     assert "[14/14]" in out.stderr  # a progress line per result when not on a terminal
+
+
+def test_lists_written_out_for_start_up_time_match_their_sources():
+    """The CLI writes a few choice lists out so `evaljobs --help` need not import the pipeline."""
+    from evaljobs.catalog.importers import FORMATS as CATALOG_FORMATS
+    from evaljobs.cli import run as run_module, reports as reports_module
+    from evaljobs.pipeline.strategies import DEFAULT_STRATEGY, STRATEGIES
+    from evaljobs.reports.render import FORMATS as REPORT_FORMATS
+
+    assert run_module.STRATEGIES == STRATEGIES and run_module.DEFAULT_STRATEGY == DEFAULT_STRATEGY
+    assert reports_module.FORMATS == REPORT_FORMATS
+    (fmt,) = [p for p in main.commands["run"].params if p.name == "catalog_format"]
+    assert tuple(fmt.type.choices) == tuple(sorted(CATALOG_FORMATS))
+
+
+def test_help_does_not_import_the_pipeline():
+    """`evaljobs --help` stays cheap: no store, pipeline, provider client or Redis client is loaded."""
+    code = ("import sys, runpy; sys.argv = ['evaljobs', '--help']\n"
+            "try:\n    runpy.run_module('evaljobs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('evaljobs.store', 'evaljobs.api', 'evaljobs.pipeline.runtime', 'redis', 'peewee',"
+            " 'httpx', 'dramatiq') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in done.stderr, done.stderr

@@ -24,22 +24,27 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from evaljobs.bench.analysis import find_knee, recommend, summarize
-from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
-from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, QUEUED, STRATEGIES,
-                                  BenchError, BenchResult, BenchSpec, Cell, Knee, Measurement, Recommendation,
-                                  effective_width, ideal_wall, parse_strategies, parse_widths, strategy_widths)
-from evaljobs.bench.render import load_result, plot, render_csv, render_markdown, render_table, write_outputs
-
-#: Names of the engine, imported when first used: it loads the API and the pipeline, which
-#: `evaljobs --help` (this package backs `evaljobs bench`'s options) must not pay for.
-_ENGINE = ("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment")
+#: Where each public name lives. Imported on first use: this package backs the options of
+#: `evaljobs bench`, and `evaljobs --help` must not pay for the engine (the whole pipeline) or the
+#: analysis (statistics) — the same reason `evaljobs/__init__.py` imports lazily.
+_EXPORTS = {
+    **dict.fromkeys(("BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
+                     "parse_strategies", "parse_widths", "strategy_widths", "effective_width", "ideal_wall",
+                     "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT"), "model"),
+    **dict.fromkeys(("summarize", "find_knee", "recommend"), "analysis"),
+    **dict.fromkeys(("render_table", "render_csv", "render_markdown", "plot", "write_outputs", "load_result"),
+                    "render"),
+    **dict.fromkeys(("ProcessMeter", "host_cpu", "group_pids"), "meter"),
+    **dict.fromkeys(("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment"),
+                    "engine"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ENGINE:
-        return getattr(importlib.import_module("evaljobs.bench.engine"), name)
-    raise AttributeError(f"module 'evaljobs.bench' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evaljobs.bench' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"evaljobs.bench.{module}"), name)
 
 
 __all__ = ["BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",

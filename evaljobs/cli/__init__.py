@@ -10,16 +10,11 @@ from __future__ import annotations
 import click
 
 from evaljobs.cli._options import EXIT_GATE, EXIT_USAGE, Group
-from evaljobs.cli.bench import bench
-from evaljobs.cli.catalog import catalog
-from evaljobs.cli.db import db
-from evaljobs.cli.ops import cache, recover, rerun, status, watch
-from evaljobs.cli.pool import pool_worker
-from evaljobs.cli.providers import governor, mock_provider
-from evaljobs.cli.reports import compare, report
-from evaljobs.cli.run import demo, run
-from evaljobs.cli.runs import runs, show
-from evaljobs.cli.workers import worker
+# Modules, not their commands: `evaljobs.cli.run` stays the module (a command named like its module
+# would hide it).
+from evaljobs.cli import (bench as _bench, catalog as _catalog, db as _db, ops as _ops, pool as _pool,
+                          providers as _providers, reports as _reports, run as _run, runs as _runs,
+                          workers as _workers)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,8 +23,9 @@ def main() -> None:
     """Run LLM-agent evaluation catalogs (scenarios × models) as a fan-out, with one trustworthy report."""
 
 
-for _command in (run, runs, show, db, catalog, mock_provider, demo, worker, governor, recover, report, compare,
-                 pool_worker, watch, status, rerun, cache, bench):
+for _command in (_run.run, _runs.runs, _runs.show, _db.db, _catalog.catalog, _providers.mock_provider, _run.demo,
+                 _workers.worker, _providers.governor, _ops.recover, _reports.report, _reports.compare,
+                 _pool.pool_worker, _ops.watch, _ops.status, _ops.rerun, _ops.cache, _bench.bench):
     main.add_command(_command)
 
 

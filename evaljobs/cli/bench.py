@@ -13,7 +13,6 @@ import click
 
 from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, STRATEGIES, BenchSpec,
                                   parse_strategies, parse_widths)
-from evaljobs.bench.render import render_table, write_outputs
 from evaljobs.cli._options import Command, ping_redis
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
@@ -82,6 +81,7 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     if not Path(catalog).exists():
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
     from evaljobs.bench.engine import run_bench  # start-up time (see the module docstring)
+    from evaljobs.bench.render import render_table, write_outputs
 
     if broker.startswith(REDIS_SCHEMES):
         ping_redis(broker)  # one line now, rather than a worker process failing to start
