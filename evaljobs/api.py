@@ -79,9 +79,13 @@ class Session:
         self.providers_path = str(providers) if providers else None
         if providers:
             config.configure(self._previous_settings, providers_path=str(providers))
-        self.providers = runtime.providers(providers)
+        try:
+            self.providers = runtime.providers(providers)
+            store.connect(db)
+        except BaseException:
+            self._restore_settings()  # a session that never opened leaves the process as it found it
+            raise
         self.db_url = db
-        store.connect(db)
         self.broker_url = broker
         self.width = width
         self.queue = queue
@@ -336,6 +340,9 @@ class Session:
             self._worker = None
         if self._binding is not None:
             self._binding.broker.close()
+        self._restore_settings()
+
+    def _restore_settings(self) -> None:
         if self._configured:
             config.restore(self._previous_settings)
             self._configured = False

@@ -413,7 +413,7 @@ def test_cli_report_gate_and_one_line_errors(runs, tmp_path) -> None:
     bad_baseline = _cli(db, "report", fast, "--format", "junit", "--baseline", fast)
     assert bad_baseline.exit_code == 2
     assert bad_baseline.stderr.strip().splitlines() == [
-        "Error: --baseline does not apply to --format junit: use md, html, table or json"]
+        "error: --baseline does not apply to --format junit: use md, html, table or json"]
     store.connect(db)
     pending = store.create_run(store.load_snapshot(store.get_run(fast).digest), ["sim/fast"], strategy="fanout")
     no_report = _cli(db, "report", pending.id)
