@@ -1,0 +1,111 @@
+"""The Python API covers what the CLI does: rerun, recover, report rendering, pools' settings.
+
+On the in-process broker with real worker threads and the simulated provider
+over loopback; the CLI commands are checked to be the same calls.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from evaljobs import config, store
+from evaljobs.api import REPORT_FORMATS, Session
+from evaljobs.catalog import loads_catalog
+from evaljobs.cli import main
+from evaljobs.errors import UsageError
+from evaljobs.pipeline import runtime
+from evaljobs.providers.simulated import SimulatedProvider
+
+CATALOG = """
+name: api
+scenarios:
+  - key: a
+    prompt: "[sim: say alpha]"
+    expect: {contains: [alpha]}
+  - key: b
+    prompt: "[sim: say beta]"
+    expect: {contains: [gamma]}
+  - key: c
+    prompt: "[sim: say gamma]"
+    expect: {contains: [gamma]}
+"""
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimulatedProvider(latency=0.0) as provider:
+        yield provider
+
+
+@pytest.fixture
+def session(sqlite_url, sim, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    with Session(db=sqlite_url, broker="memory", width=4) as opened:
+        yield opened
+
+
+def test_recover_on_the_memory_broker_evaluates_the_lost_pairs_and_waits(session, sqlite_url):
+    lost = store.create_run(loads_catalog(CATALOG, source="api.yaml"), ["sim/a", "sim/b"], strategy="fanout")
+    assert store.get_run(lost.id).status == "pending"  # start_run never sent: every message is lost
+    done = session.recover(lost.id)
+    assert done.actions == [f"{lost.id}: re-enqueued 6 of 6 missing pairs"]
+    (info,) = done.runs
+    assert info.id == lost.id and info.report is not None and info.persisted == 6
+    assert session.recover(lost.id).actions == []  # nothing left to do
+
+
+def test_recover_command_on_the_memory_broker_finishes_the_run(sqlite_url, sim, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    store.connect(sqlite_url)
+    lost = store.create_run(loads_catalog(CATALOG, source="api.yaml"), ["sim/a"], strategy="fanout")
+    result = CliRunner().invoke(main, ["recover", lost.id, "--db", sqlite_url, "--broker", "memory"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"{lost.id}: re-enqueued 3 of 3 missing pairs" in result.output
+    assert f"{lost.id}: complete, 3/3 pairs, report ready" in result.output
+    assert store.get_run(lost.id).report is not None
+
+
+def test_rerun_makes_a_new_run_over_the_failed_pairs(session):
+    first = session.wait(session.submit(loads_catalog(CATALOG, source="api.yaml"), ["sim/a"]).id, timeout=60)
+    assert first.report["summary"]["failed"] == 1
+    again = session.wait(session.rerun(first.id, ["failed"]).id, timeout=60)
+    assert again.id != first.id and again.expected == 1 and again.options["rerun_of"] == first.id
+    assert [(r.scenario_key, r.status) for r in session.results(again.id)] == [("b", "failed")]
+    inline = session.rerun(first.id, ["all"])  # fanout again: queued, evaluated by this session's workers
+    assert session.wait(inline.id, timeout=60).persisted == 3
+    with pytest.raises(UsageError, match="has no errored pairs"):
+        session.rerun(first.id, ["errored"])
+
+
+def test_report_renders_every_format_and_refuses_what_cannot_be(session):
+    first = session.wait(session.submit(loads_catalog(CATALOG, source="api.yaml"), ["sim/a"]).id, timeout=60)
+    second = session.wait(session.submit(loads_catalog(CATALOG, source="api.yaml"), ["sim/a"]).id, timeout=60)
+    texts = {fmt: session.report(second.id, fmt) for fmt in REPORT_FORMATS}
+    assert json.loads(texts["json"])["summary"]["results"] == 3
+    assert texts["md"].startswith("### evaljobs · api — `sim/a`: 66.7% (2/3 passed")
+    assert "<testsuites" in texts["junit"] and texts["html"].lstrip().lower().startswith("<!doctype html")
+    assert "verdict: 1. sim/a (66.7%)" in texts["table"]
+    against = json.loads(session.report(second.id, "json", baseline=first.id))
+    assert against["comparison"]["run_a"] == first.id
+    with pytest.raises(UsageError, match="does not apply to --format junit"):
+        session.report(second.id, "junit", baseline=first.id)
+    with pytest.raises(UsageError, match="unknown report format 'pdf'"):
+        session.report(second.id, "pdf")
+    assert session.compare(first.id, second.id).regressed == []
+
+
+def test_a_providers_file_is_the_sessions_setting_and_never_written_to_the_environment(sqlite_url, tmp_path):
+    providers = tmp_path / "providers.yaml"
+    providers.write_text("providers:\n  acme:\n    base_url: http://127.0.0.1:9/v1\n")
+    before, environ = config.configured(), dict(os.environ)
+    with Session(db=sqlite_url, providers=str(providers)):
+        assert config.configured().providers_path == str(providers)
+        assert "acme" in runtime.providers().names  # what the in-process workers read
+    assert config.configured() is before and dict(os.environ) == environ
+    with pytest.raises(UsageError):
+        Session(db=sqlite_url, providers=str(tmp_path / "missing.yaml"))
+    assert config.configured() is before and dict(os.environ) == environ
