@@ -1,39 +1,16 @@
-"""``evaljobs mock-provider`` (the simulated provider) and ``evaljobs governor`` (its shared budgets).
+"""``evaljobs governor``: the provider governor's shared budgets, read from its Redis.
 
-The provider code and the Redis client are imported inside the commands
-(start-up time of ``evaljobs --help``).
+The governor and the Redis client are imported inside the command (start-up time
+of ``evaljobs --help``).
 """
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
 from evaljobs.cli._options import ping_redis
 from evaljobs.config import REDIS_SCHEMES, Settings
-
-
-@click.command("mock-provider")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--latency", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Seconds per call.")
-@click.option("--jitter", type=click.FloatRange(min=0), default=0.0, show_default=True)
-@click.option("--max-concurrent", type=click.IntRange(min=1), default=None, help="429 beyond this many in flight.")
-@click.option("--rpm", type=click.IntRange(min=1), default=None, help="429 beyond this many requests a minute.")
-@click.option("--error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
-def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) -> None:
-    """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
-    from evaljobs.providers.simulated import SimulatedProvider  # start-up time (see the module docstring)
-
-    provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
-                                 max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)
-    try:
-        provider.serve_forever(on_ready=lambda p: click.echo(
-            f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))
-    except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise click.UsageError(f"cannot listen on {host}:{port}: {reason}") from None
 
 
 @click.command()
@@ -68,4 +45,4 @@ def governor(as_json, redis_url) -> None:
                    f"{row['max_wait_ms']:>6.0f}ms")
 
 
-__all__ = ["mock_provider", "governor"]
+__all__ = ["governor"]
