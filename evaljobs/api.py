@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from evaljobs_middleware.context import ContextError, discover_providers
+
 from evaljobs import config, store
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import rerun as reruns, runtime, strategies
+from evaljobs.pipeline.broker import CONTEXT_PROVIDER_GROUP, configure as bind_broker, start_memory_worker
+from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.pipeline.recovery import recover as recover_runs
 from evaljobs.providers.livetools import expand_source
 from evaljobs.reports.compare import Comparison, compare as compare_sides
@@ -41,8 +45,6 @@ def capture_context(providers: Sequence) -> dict[str, Any] | None:
     Runs before the run is created, so a value that cannot travel fails here,
     naming its provider, and leaves no pending run behind.
     """
-    from evaljobs_middleware.context import ContextError
-
     values = {}
     for provider in providers:
         value = provider.capture()
@@ -100,10 +102,6 @@ class Session:
     @property
     def context_providers(self) -> list:
         if self._context_providers is None:
-            from evaljobs_middleware.context import discover_providers
-
-            from evaljobs.pipeline.broker import CONTEXT_PROVIDER_GROUP
-
             self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP)
         return list(self._context_providers)
 
@@ -111,9 +109,7 @@ class Session:
     def binding(self):
         with self._lock:
             if self._binding is None:
-                from evaljobs.pipeline.broker import configure
-
-                self._binding = configure(self.broker_url, queue=self.queue,
+                self._binding = bind_broker(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
             return self._binding
 
@@ -121,8 +117,6 @@ class Session:
         binding = self.binding()
         with self._lock:
             if binding.is_memory and self._worker is None:
-                from evaljobs.pipeline.broker import start_memory_worker
-
                 self._worker = start_memory_worker(binding, self.width)
 
     # -- runs -------------------------------------------------------------------------------------
@@ -211,8 +205,6 @@ class Session:
         A :class:`~evaljobs.progress.Progress` passed as ``on_event`` is also fed the
         database's numbers on each poll, so missed events never leave the bar behind.
         """
-        from evaljobs.pipeline.progress import Progress, follow
-
         binding = self._binding
         if binding is not None and binding.is_memory:
             self._ensure_local_worker()

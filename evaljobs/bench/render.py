@@ -93,7 +93,7 @@ def render_csv(result: BenchResult) -> str:
 
 def plot(result: BenchResult, path: Path, *, title: str | None = None) -> bool:
     """Wall clock and error rate against width, one line per strategy; False if matplotlib is missing."""
-    try:
+    try:  # the optional extra `evaljobs[plot]`: without it, no plot and the rest of the outputs
         import matplotlib
 
         matplotlib.use("Agg")
