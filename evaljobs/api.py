@@ -28,6 +28,8 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 from evaljobs.errors import UsageError
+from evaljobs.evaluation.assertions import refusal
+from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
 from evaljobs.pipeline import rerun as reruns, runtime, strategies
 from evaljobs.pipeline.broker import CONTEXT_PROVIDER_GROUP, configure as bind_broker, start_memory_worker
 from evaljobs.pipeline.progress import Progress, follow
@@ -172,16 +174,12 @@ class Session:
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat = self.load(catalog)
-        from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
-
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
             raise UsageError(f"{cat.source}: {exc}") from None
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
-            from evaljobs.evaluation.assertions import refusal
-
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")

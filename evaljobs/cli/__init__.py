@@ -14,7 +14,7 @@ from evaljobs.cli._options import EXIT_GATE, EXIT_USAGE, Group
 # would hide it).
 from evaljobs.cli import (bench as _bench, catalog as _catalog, db as _db, governor as _governor,
                           mock_provider as _mock_provider, ops as _ops, pool as _pool, reports as _reports,
-                          run as _run, runs as _runs, workers as _workers)
+                          run as _run, runs as _runs, view as _view, workers as _workers)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +25,7 @@ def main() -> None:
 
 for _command in (_run.run, _runs.runs, _runs.show, _db.db, _catalog.catalog, _mock_provider.mock_provider, _run.demo,
                  _workers.worker, _governor.governor, _ops.recover, _reports.report, _reports.compare,
-                 _pool.pool_worker, _ops.watch, _ops.status, _ops.rerun, _ops.cache, _bench.bench):
+                 _pool.pool_worker, _ops.watch, _ops.status, _ops.rerun, _ops.cache, _bench.bench, _view.view):
     main.add_command(_command)
 
 
