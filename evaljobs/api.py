@@ -76,13 +76,14 @@ class Session:
                  context_providers: Sequence | None = None):
         if width < 1:
             raise UsageError(f"--width must be at least 1, not {width}")
-        # The providers file is this process's setting while the session is open, so the in-process
-        # workers read the same one; put back on close (never written to os.environ).
+        # The providers file becomes this process's setting (as EVALJOBS_PROVIDERS would be), so the
+        # in-process workers read the same one; never written to os.environ. Set only when it changes:
+        # new settings rebuild the worker context (its governor and what it learned).
         self._previous_settings = config.configured()
-        self._configured = bool(providers)
         self.providers_path = str(providers) if providers else None
-        if providers:
-            config.configure(self._previous_settings, providers_path=str(providers))
+        self._configured = bool(providers) and config.settings().providers_path != self.providers_path
+        if self._configured:
+            config.configure(self._previous_settings, providers_path=self.providers_path)
         try:
             self.providers = runtime.providers(providers)
             store.connect(db)
@@ -330,7 +331,6 @@ class Session:
             self._worker = None
         if self._binding is not None:
             self._binding.broker.close()
-        self._restore_settings()
 
     def _restore_settings(self) -> None:
         if self._configured:

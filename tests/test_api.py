@@ -101,11 +101,15 @@ def test_report_renders_every_format_and_refuses_what_cannot_be(session):
 def test_a_providers_file_is_the_sessions_setting_and_never_written_to_the_environment(sqlite_url, tmp_path):
     providers = tmp_path / "providers.yaml"
     providers.write_text("providers:\n  acme:\n    base_url: http://127.0.0.1:9/v1\n")
-    before, environ = config.configured(), dict(os.environ)
+    environ = dict(os.environ)
     with Session(db=sqlite_url, providers=str(providers)):
-        assert config.configured().providers_path == str(providers)
+        assert config.settings().providers_path == str(providers)
         assert "acme" in runtime.providers().names  # what the in-process workers read
-    assert config.configured() is before and dict(os.environ) == environ
+    configured = config.settings()
+    assert configured.providers_path == str(providers)  # the process's setting, as the variable was
+    with Session(db=sqlite_url, providers=str(providers)):
+        assert config.settings() is configured  # unchanged: the worker context (and governor) is kept
     with pytest.raises(UsageError):
         Session(db=sqlite_url, providers=str(tmp_path / "missing.yaml"))
-    assert config.configured() is before and dict(os.environ) == environ
+    assert config.settings() is configured  # a session that never opened changes nothing
+    assert dict(os.environ) == environ
