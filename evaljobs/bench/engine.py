@@ -5,9 +5,9 @@ persist → barrier → report). The engine starts what it needs — the simulat
 provider, ``evaljobs worker`` processes for the Redis cells — and stops it
 again. Its own settings (the simulated provider's URL, the governor switch)
 are this process's settings for the benchmark's duration
-(:func:`evaljobs.config.configure`, put back after); worker processes get
-theirs in their environment (:func:`evaljobs.config.child_environment`).
-Nothing writes ``os.environ``.
+(:func:`evaljobs.config.configure`); they are put back afterwards, and so is
+where events are published. Worker processes get theirs in their environment
+(:func:`evaljobs.config.child_environment`). Nothing writes ``os.environ``.
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
     if spec.processes > 1 and spec.broker == "memory":
         raise BenchError("--processes needs a Redis broker: in-process workers are threads of this process")
     env = environment(spec)
-    previous = config.configured()
+    previous, previous_events = config.configured(), events.redis_url()
     base = previous or config.Settings.from_env()
     worker_env = dict(spec.worker_env)
     if spec.governor is not None:
@@ -212,6 +212,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                     workers.stop()
     finally:
         config.restore(previous)
+        events.bind_redis(previous_events)  # the Redis cells bound the events there: put back
         if sim is not None:
             sim.stop()
     pair_latency = _pair_latency(spec, measurements)
