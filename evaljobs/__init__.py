@@ -19,6 +19,7 @@ _EXPORTS = {
     "Scenario": "catalog",
     "Tool": "catalog",
     "load_catalog": "catalog",
+    "Adapter": "evaluation.adapters",
     "Replay": "evaluation.replay",
     "ToolCall": "evaluation.replay",
     "Result": "evaluation.result",

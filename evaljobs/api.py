@@ -19,7 +19,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evaljobs_middleware.context import ContextError, discover_providers
 
@@ -31,13 +31,17 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
 from evaljobs.pipeline import rerun as reruns, runtime, strategies
-from evaljobs.pipeline.broker import CONTEXT_PROVIDER_GROUP, configure as bind_broker, start_memory_worker
+from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker,
+                                      start_memory_worker)
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.pipeline.recovery import recover as recover_runs
 from evaljobs.providers.livetools import expand_source
 from evaljobs.reports.compare import Comparison, compare as compare_sides
 from evaljobs.reports.render import FORMATS, render
 from evaljobs.workers.serve import run_pool
+
+if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
+    import dramatiq
 
 
 
@@ -71,7 +75,7 @@ CONTEXT_MAX_BYTES = 8192
 class Session:
     """Binds a database and (for queued strategies) a broker for one process."""
 
-    def __init__(self, *, db: str | None = None, broker: str | None = None, width: int = 8,
+    def __init__(self, *, db: str | None = None, broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
                  context_providers: Sequence | None = None):
         if width < 1:
@@ -91,7 +95,9 @@ class Session:
             self._restore_settings()  # a session that never opened leaves the process as it found it
             raise
         self.db_url = db
-        self.broker_url = broker
+        # A host's own broker object: bound as it is, and its workers are the host's (none started here).
+        self._host_broker = None if broker is None or isinstance(broker, str) else broker
+        self.broker_url = None if self._host_broker is not None else broker
         self.width = width
         self.queue = queue
         self._context_providers = context_providers
@@ -111,6 +117,9 @@ class Session:
     # -- broker ---------------------------------------------------------------------------------
     def binding(self):
         with self._lock:
+            if self._binding is None and self._host_broker is not None:
+                self._binding = bind(self._host_broker, queue=self.queue,
+                                     context_providers=self._context_providers)
             if self._binding is None:
                 self._binding = bind_broker(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
@@ -119,7 +128,7 @@ class Session:
     def _ensure_local_worker(self) -> None:
         binding = self.binding()
         with self._lock:
-            if binding.is_memory and self._worker is None:
+            if binding.is_memory and binding.owned and self._worker is None:
                 self._worker = start_memory_worker(binding, self.width)
 
     # -- runs -------------------------------------------------------------------------------------
@@ -329,8 +338,8 @@ class Session:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
-        if self._binding is not None:
-            self._binding.broker.close()
+        if self._binding is not None and self._binding.owned:
+            self._binding.broker.close()  # a host's broker stays open: it is the host's
 
     def _restore_settings(self) -> None:
         if self._configured:

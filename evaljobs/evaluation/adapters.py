@@ -9,6 +9,7 @@ their own agent with ``--adapter module:callable`` or the entry-point group
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import time
 from importlib.metadata import entry_points
@@ -30,7 +31,38 @@ class AdapterError(UsageError):
 
 
 class Adapter(Protocol):
-    def __call__(self, scenario: Scenario, model: ModelSpec) -> Replay: ...
+    """What evaljobs calls once per (scenario, model) pair: ``adapter(scenario, model, deadline=...)``.
+
+    ``deadline`` is a ``time.monotonic()`` instant (``None``: no ``--time-limit``) by which the
+    adapter should give up (raise :class:`DeadlineExceeded`) between turns. It is optional: an
+    adapter whose signature has no ``deadline`` parameter (nor ``**kwargs``) is called as
+    ``adapter(scenario, model)`` (see :func:`call_adapter`), so both spellings work.
+    """
+
+    def __call__(self, scenario: Scenario, model: ModelSpec, *,
+                 deadline: float | None = None) -> Replay: ...
+
+
+def accepts_deadline(adapter: Callable[..., Any]) -> bool:
+    """Whether ``adapter`` can be called with ``deadline=`` (a parameter of that name, or ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(adapter).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: call it plainly
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == "deadline" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+               for p in parameters)
+
+
+def call_adapter(adapter: Callable[..., Any], scenario: Scenario, model: ModelSpec,
+                 deadline: float | None = None) -> Any:
+    """Call ``adapter`` for one pair with the :class:`Adapter` signature it declares.
+
+    Why look at the signature rather than try and catch ``TypeError``: a ``TypeError`` raised
+    inside the adapter would be mistaken for a signature mismatch and the pair run twice.
+    """
+    if accepts_deadline(adapter):
+        return adapter(scenario, model, deadline=deadline)
+    return adapter(scenario, model)
 
 
 class DeadlineExceeded(Exception):

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec
-from evaljobs.evaluation.adapters import Adapter, ConversationAdapter, DeadlineExceeded
+from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
 from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
@@ -48,10 +48,7 @@ def evaluate(
     started = time.perf_counter()
     deadline = time.monotonic() + time_limit if time_limit else None
     try:
-        if isinstance(adapter, ConversationAdapter):
-            replay = adapter(scenario, model, deadline=deadline)
-        else:
-            replay = adapter(scenario, model)
+        replay = call_adapter(adapter, scenario, model, deadline)
         if not isinstance(replay, Replay):
             raise TypeError(f"adapter returned {type(replay).__name__}, expected a Replay")
     except RETRYABLE:

@@ -109,6 +109,8 @@ class Binding:
     queue: str
     actors: actors.Actors
     context: WorkerContext | None = None
+    #: False for a host's broker (:func:`bind`): the host runs its workers, evaljobs never starts one.
+    owned: bool = True
 
     @property
     def is_memory(self) -> bool:
@@ -243,6 +245,30 @@ def configure(url: str | None = None, *, queue: str | None = None,
     bound = actors.declare(broker, queue=queue)
     events.bind_redis(None if url == "memory" else url)
     return Binding(broker=broker, url=url, queue=queue, actors=bound, context=context.current())
+
+
+def bind(broker: dramatiq.Broker, *, queue: str | None = None,
+         context_providers: Sequence | None = None) -> Binding:
+    """Use a host's own broker (a ``StubBroker`` in its tests, its ``RedisBroker`` in production).
+
+    What evaljobs' stack needs and the broker lacks is added: ``ContextMiddleware`` first (before the
+    host's middleware, so they all see the restored context), the rest at the end. The actors are
+    declared on it, and evaljobs never starts a worker of its own for it: that is the host's.
+    """
+    present = {type(m) for m in broker.middleware}
+    for position, middleware in enumerate(middleware_stack(context_providers)):
+        if type(middleware) in present:
+            continue
+        if position == 0 and broker.middleware:
+            broker.add_middleware(middleware, before=type(broker.middleware[0]))
+        else:
+            broker.add_middleware(middleware)
+    queue = queue or queue_name()
+    bound = actors.declare(broker, queue=queue)
+    url = "memory" if isinstance(broker, StubBroker) else "host"
+    if url == "memory":
+        events.bind_redis(None)  # in-process events: Session.wait is woken by this process's workers
+    return Binding(broker=broker, url=url, queue=queue, actors=bound, context=context.current(), owned=False)
 
 
 def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
