@@ -82,6 +82,7 @@ class Settings:
     sim_url: str | None = None               # EVALJOBS_SIM_URL (None: start one in-process)
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY
     sim_jitter: float = 0.02                 # EVALJOBS_SIM_JITTER
+    middleware: str | None = None            # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -114,6 +115,7 @@ class Settings:
             sim_url=_text(env, "EVALJOBS_SIM_URL"),
             sim_latency=_float(env, "EVALJOBS_SIM_LATENCY", d.sim_latency),
             sim_jitter=_float(env, "EVALJOBS_SIM_JITTER", d.sim_jitter),
+            middleware=_text(env, "EVALJOBS_MIDDLEWARE"),
         )
 
     def replace(self, **changes: Any) -> "Settings":
@@ -130,7 +132,8 @@ class Settings:
         names = {"database_url": "EVALJOBS_DATABASE_URL", "broker_url": "EVALJOBS_BROKER_URL",
                  "queue": "EVALJOBS_QUEUE", "providers_path": "EVALJOBS_PROVIDERS",
                  "governor_url": "EVALJOBS_GOVERNOR_URL", "lane": "EVALJOBS_LANE",
-                 "sim_url": "EVALJOBS_SIM_URL", "cache_ttl": "EVALJOBS_CACHE_TTL"}
+                 "sim_url": "EVALJOBS_SIM_URL", "cache_ttl": "EVALJOBS_CACHE_TTL",
+                 "middleware": "EVALJOBS_MIDDLEWARE"}
         for attr, name in names.items():
             value = getattr(self, attr)
             if value is not None:

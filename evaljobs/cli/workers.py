@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from evaljobs.cli._options import db_option, ping_redis, providers_option
+from evaljobs import config
 from evaljobs.config import REDIS_SCHEMES, child_environment
 
 
@@ -34,9 +35,12 @@ from evaljobs.config import REDIS_SCHEMES, child_environment
               help="Debug logs: Dramatiq's, the database's, and a line for every provider call.")
 @db_option
 @click.option("--broker", envvar="EVALJOBS_BROKER_URL", required=True, help="redis://host:port/db")
+@click.option("--middleware", "middleware", multiple=True, metavar="MODULE:CLASS",
+              help="A host Dramatiq middleware to add after evaljobs' own (repeatable; entry-point group "
+                   "evaljobs.middleware adds them too).")
 @providers_option
 def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
-           providers) -> None:
+           middleware, providers) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
 
     With --min/--max the worker is an elastic pool that follows the queue's backlog.
@@ -46,6 +50,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     if lane not in ("interactive", "bulk"):
         raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
+    middleware_refs = _host_middleware(middleware)
     if min_ is not None or max_ is not None:
         from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
 
@@ -62,6 +67,8 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         extra["EVALJOBS_DATABASE_URL"] = db
     if providers:
         extra["EVALJOBS_PROVIDERS"] = str(Path(providers).resolve())
+    if middleware_refs:
+        extra["EVALJOBS_MIDDLEWARE"] = middleware_refs
     env = child_environment(extra)
     # Dramatiq's idle consumer polls up to worker_timeout apart (default 1 s): that delays start_run,
     # finalize_run and every delayed re-send (governor Busy, Retry-After) by up to a second.
@@ -73,6 +80,21 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     if verbose:
         args.append("--verbose")
     os.execve(sys.executable, args, env)
+
+
+def _host_middleware(given: tuple[str, ...]) -> str | None:
+    """``--middleware`` references, each loaded once now (a bad one is one line here, not in every process)."""
+    from evaljobs.pipeline.host_middleware import MiddlewareError, load, references  # start-up time
+
+    refs = references(config.settings().middleware) + [r.strip() for r in given if r.strip()]
+    for reference in refs:
+        try:
+            load(reference)
+        except MiddlewareError as exc:
+            raise click.BadParameter(str(exc), param_hint="--middleware") from None
+    joined = ",".join(refs) or None
+    config.configure(config.settings(), middleware=joined)  # the in-process pool's brokers use them too
+    return joined
 
 
 __all__ = ["worker"]

@@ -19,6 +19,9 @@ the same actors and the same middleware, in this order:
    crashed too many workers is recorded by its give-up callback with the
    host context restored and the connection held; its after-hook, which ends
    the pair's count, runs first.
+5. The host's own middleware (entry-point group ``evaljobs.middleware``, then
+   ``evaljobs worker --middleware``; see :mod:`evaljobs.pipeline.host_middleware`):
+   after all of evaljobs', so they run with the host context restored.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
+from evaljobs.pipeline.host_middleware import host_middleware, references
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
 
@@ -97,6 +101,9 @@ def middleware_stack(context_providers: Sequence | None = None, *,
         # Last: a pair given up on is recorded with the thread's database connection held and the
         # host context restored; its after-hook (the end of the count) runs first.
         actors.crash_counter(settings),
+        # The host's own (entry points, then --middleware): after evaljobs', so they see the restored
+        # context in before_* hooks and, as after_* hooks run in reverse, still see it in theirs.
+        *host_middleware(references(settings.middleware)),
     ]
 
 

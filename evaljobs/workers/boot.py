@@ -1,13 +1,30 @@
 """Entry module for ``dramatiq evaljobs.workers.boot``: binds the broker, database and actors from the environment.
 
+This is the module to give Dramatiq's own CLI (``dramatiq evaljobs.workers.boot --processes 2
+--threads 8``), as ``evaljobs worker`` does. Everything comes from the environment
+(:class:`evaljobs.config.Settings`): ``EVALJOBS_BROKER_URL`` (required: a worker process
+consumes the shared Redis broker; without one it exits with a one-line error instead of
+waiting on an in-process broker nothing ever sends to), ``EVALJOBS_DATABASE_URL``,
+``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the table in the README.
 ``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
 (one worker at a time, see :class:`evaljobs.recovery.PeriodicRecovery`).
 """
-from evaljobs import config, store
-from evaljobs.pipeline.broker import configure
-from evaljobs.pipeline.recovery import PeriodicRecovery
+import sys
+
+from evaljobs import config
 
 _settings = config.settings()
+if not _settings.redis_broker:
+    # Exit code 2 is Dramatiq's "import failed": its main process stops the other workers and exits 2.
+    given = f" (EVALJOBS_BROKER_URL={_settings.broker_url!r})" if _settings.broker_url else ""
+    print(f"error: evaljobs.workers.boot needs a Redis broker{given}: set EVALJOBS_BROKER_URL=redis://host:port/db "
+          "(or run `evaljobs worker --broker redis://...`)", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+from evaljobs import store  # noqa: E402 - after the check: a worker without a broker connects to nothing
+from evaljobs.pipeline.broker import configure  # noqa: E402
+from evaljobs.pipeline.recovery import PeriodicRecovery  # noqa: E402
+
 store.connect(settings=_settings)
 binding = configure(settings=_settings)
 broker = binding.broker
@@ -18,8 +35,6 @@ if _settings.recover_every > 0:
 from evaljobs.workers.graceful import tolerate_group_sigterm  # noqa: E402
 
 tolerate_group_sigterm()  # systemd / supervisord stopasgroup signal every process of the group at once
-
-import sys  # noqa: E402
 
 # A worker thread spends its life waiting on sockets (provider, Redis, database). When one
 # wakes, it needs the GIL back from whichever thread is running Python; by default that
