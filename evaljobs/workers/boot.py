@@ -36,6 +36,10 @@ from evaljobs.workers.graceful import tolerate_group_sigterm  # noqa: E402
 
 tolerate_group_sigterm()  # systemd / supervisord stopasgroup signal every process of the group at once
 
+from evaljobs.workers.supervision import exit_with_parent  # noqa: E402
+
+exit_with_parent()  # a SIGKILLed main process takes its worker processes with it (graceful SIGTERM)
+
 # A worker thread spends its life waiting on sockets (provider, Redis, database). When one
 # wakes, it needs the GIL back from whichever thread is running Python; by default that
 # thread keeps it for up to 5 ms, so each handoff (a permit freed → the next call sent,
