@@ -54,7 +54,8 @@ def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, mon
     once instead of at its next idle poll (half a poll, on average, between last result and report)."""
     from evaljobs.pipeline import broker as broker_module
 
-    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)  # an unwoken consumer would sleep ~2 s
+    # an unwoken consumer would sleep ~2 s
+    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 2000)
     broker = broker_module.make_broker(redis_url)
     try:
         consumer = broker.consume("wake-local", prefetch=4, timeout=5000)
@@ -75,7 +76,7 @@ def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half
     provider that answers at once the worker threads drained the queue and sat idle meanwhile."""
     from evaljobs.pipeline import broker as broker_module
 
-    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 2000)
+    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 2000)
     broker = broker_module.make_broker(redis_url)
     try:
         consumer, held = _full_consumer(broker, "wake-ack", prefetch=4, more=2)
@@ -98,7 +99,7 @@ def test_a_consumer_holding_its_prefetch_waits_for_an_ack_instead_of_spinning(re
     """Dramatiq's loop comes round every 0-1 ms while the prefetch is full: CPU for nothing."""
     from evaljobs.pipeline import broker as broker_module
 
-    monkeypatch.setattr(broker_module, "CONSUMER_POLL_MS", 300)
+    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 300)
     broker = broker_module.make_broker(redis_url)
     try:
         consumer, held = _full_consumer(broker, "full-wait", prefetch=2, more=1)

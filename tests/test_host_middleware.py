@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import dramatiq
 import pytest
@@ -22,7 +21,7 @@ from evaljobs.pipeline.host_middleware import MiddlewareError, discover, host_mi
 from evaljobs.testing import run_catalog
 from evaljobs_middleware.context import ContextMiddleware
 from host_middleware_recorder import Recorder
-from workers import ROOT, WorkerProcess, wait_until
+from workers import WorkerProcess, wait_until
 
 CATALOG = {"name": "mw", "scenarios": [{"key": k, "prompt": f"publish {k}", "expect": {"contains": ["published for"]}}
                                        for k in ("a", "b")]}

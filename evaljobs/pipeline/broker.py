@@ -25,16 +25,11 @@ the same actors and the same middleware, in this order:
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.brokers.redis import _RedisConsumer as _DramatiqRedisConsumer
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.common import compute_backoff
 from dramatiq.middleware import (
     AgeLimit,
     Callbacks,
@@ -54,6 +49,11 @@ from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
+# Dramatiq's private parts (a consumer subclass, the pipelined enqueue) live in one module, pinned by
+# tests/test_dramatiq_internals.py; the old names stay importable here.
+from evaljobs.pipeline.dramatiq_internals import CONSUMER_POLL_MS  # noqa: F401 - re-exported
+from evaljobs.pipeline.dramatiq_internals import WakeableConsumer as _WakeableConsumer  # noqa: F401
+from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker as _RedisBroker
 from evaljobs.pipeline.host_middleware import host_middleware, references
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
@@ -122,109 +122,6 @@ class Binding:
     @property
     def is_memory(self) -> bool:
         return self.url == "memory"
-
-
-#: Longest pause (ms) between two polls of an idle Redis queue.
-CONSUMER_POLL_MS = 20
-
-
-class _WakeableConsumer(_DramatiqRedisConsumer):
-    """Dramatiq's Redis consumer, whose pauses end early when there is something to fetch.
-
-    Dramatiq's consumer sleeps between fetches whenever a fetch brings nothing: when the queue
-    is empty, but also when the process already holds ``prefetch`` unacked messages. Both
-    sleeps back off (5, 10, 20 ms …), and Dramatiq acks from the worker threads, so:
-
-    * a fast pipeline stalls: the threads finish the prefetched messages and sit idle until
-      the consumer's pause runs out (a quarter of the worker threads' time, with a provider
-      that answers at once);
-    * a message sent from this very process (``finalize_run`` after the last pair, a retry)
-      waits for the pause too: on average half a poll between the last result and its report.
-
-    So the pause is an :class:`threading.Event` wait, set by an ack or nack that leaves half
-    the prefetch free and by an enqueue on this queue from this process (see
-    :meth:`_RedisBroker.enqueue`). An idle queue is still polled at most
-    ``CONSUMER_POLL_MS`` apart; messages sent by other processes are seen at that pace.
-    """
-
-    def __init__(self, broker, queue_name: str, prefetch: int, timeout: int):
-        # Dramatiq's own pause is cut to a yield (0-1 ms); ours, below, can be woken.
-        super().__init__(broker, queue_name, prefetch, 1)
-        self.poll_ms = max(1, min(timeout, CONSUMER_POLL_MS))
-        self.wake = threading.Event()
-        self._idle = 0
-
-    def ack(self, message) -> None:
-        try:
-            super().ack(message)
-        finally:
-            self._freed()
-
-    def nack(self, message) -> None:
-        try:
-            super().nack(message)
-        finally:
-            self._freed()
-
-    def _freed(self) -> None:
-        # Refill in batches: waking on every ack would turn one fetch of many messages into a
-        # fetch (a Lua call) per message. Half the prefetch still queued keeps the threads busy.
-        if self.outstanding_message_count <= self.prefetch // 2:
-            self.wake.set()
-
-    def __next__(self):
-        if not self.message_cache and self.outstanding_message_count >= self.prefetch:
-            # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
-            # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
-            self.wake.wait(self.poll_ms / 1000)
-            self.wake.clear()
-            return None
-        self.wake.clear()  # before the fetch: a wake-up during it is not lost
-        message = super().__next__()
-        if message is not None:
-            self._idle = 0
-            return message
-        self._idle, pause_ms = compute_backoff(self._idle, factor=1, max_backoff=self.poll_ms)
-        self.wake.wait(pause_ms / 1000)
-        return None
-
-
-class _RedisBroker(RedisBroker):
-    """Dramatiq's Redis broker with consumers that do not oversleep (see :class:`_WakeableConsumer`).
-
-    Why the poll cap: an idle consumer backs off up to ``worker_timeout`` between polls (5, 10,
-    20, 40 … ms), and ``start_run`` enqueues its pairs while the consumer is backing off: the
-    first pairs started about 90 ms after they were enqueued. ``worker_timeout`` cannot simply
-    be lowered, as every worker thread also wakes that often. An idle poll is one short Lua call.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._consumers: dict[str, weakref.WeakSet] = {}
-        self._consumers_lock = threading.Lock()
-
-    @property
-    def consumer_class(self):
-        return _WakeableConsumer
-
-    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
-        consumer = super().consume(queue_name, prefetch, timeout)
-        with self._consumers_lock:
-            self._consumers.setdefault(queue_name, weakref.WeakSet()).add(consumer)
-        return consumer
-
-    def enqueue(self, message, *, delay=None):
-        message = super().enqueue(message, delay=delay)
-        if delay is None:
-            self.wake(message.queue_name)
-        return message
-
-    def wake(self, queue_name: str) -> None:
-        """Tell this process's consumers of ``queue_name`` that there is a message to fetch."""
-        with self._consumers_lock:
-            consumers = list(self._consumers.get(queue_name, ()))
-        for consumer in consumers:
-            consumer.wake.set()
 
 
 def make_broker(url: str, *, context_providers: Sequence | None = None,

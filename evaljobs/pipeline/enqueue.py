@@ -12,17 +12,17 @@ in Redis.
 
 Other brokers (the in-process ``StubBroker``) enqueue one by one as before; so
 does a Redis broker whose internals this module does not recognise (a newer
-Dramatiq), rather than guessing.
+Dramatiq), rather than guessing. The Dramatiq internals this relies on are in
+:mod:`evaljobs.pipeline.dramatiq_internals`, pinned by a test.
 """
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
-from uuid import uuid4
+from typing import Sequence
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.common import current_millis
+
+from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
 
 logger = logging.getLogger("evaljobs.enqueue")
 
@@ -33,38 +33,9 @@ CHUNK = 500
 
 def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) -> None:
     """Enqueue ``messages`` (none delayed) on ``broker``, pipelined on Redis."""
-    if not _pipelinable(broker):
+    if not pipelinable(broker):
         for message in messages:
             broker.enqueue(message)
         return
     for start in range(0, len(messages), CHUNK):
-        _enqueue_chunk(broker, messages[start:start + CHUNK])
-
-
-def _pipelinable(broker: dramatiq.Broker) -> bool:
-    return (isinstance(broker, RedisBroker) and "dispatch" in getattr(broker, "scripts", {})
-            and all(hasattr(broker, name) for name in ("_should_do_maintenance", "_max_unpack_size",
-                                                         "namespace", "broker_id", "heartbeat_timeout",
-                                                         "dead_message_ttl")))
-
-
-def _enqueue_chunk(broker, chunk: Iterable[dramatiq.Message]) -> None:
-    dispatch = broker.scripts["dispatch"]
-    keys = [broker.namespace]
-    sent = []
-    with broker.client.pipeline(transaction=False) as pipe:
-        for message in chunk:
-            message = message.copy(options={"redis_message_id": str(uuid4())})
-            broker.emit_before("enqueue", message, None)
-            args = ["enqueue", current_millis(), message.queue_name, broker.broker_id, broker.heartbeat_timeout,
-                    broker.dead_message_ttl, broker._should_do_maintenance("enqueue"), broker._max_unpack_size(),
-                    message.options["redis_message_id"], message.encode()]
-            dispatch(keys=keys, args=args, client=pipe)
-            sent.append(message)
-        pipe.execute()
-    for message in sent:
-        broker.emit_after("enqueue", message, None)
-    wake = getattr(broker, "wake", None)  # this process's consumers need not wait for their next poll
-    if wake is not None:
-        for queue in {message.queue_name for message in sent}:
-            wake(queue)
+        enqueue_pipelined(broker, messages[start:start + CHUNK])

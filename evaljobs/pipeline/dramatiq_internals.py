@@ -1,0 +1,165 @@
+"""Everything of Dramatiq's that is not its public API, in one place.
+
+Two speed-ups lean on Dramatiq's Redis broker internals:
+
+* :class:`WakeableConsumer` subclasses the private ``dramatiq.brokers.redis._RedisConsumer``
+  (its constructor ``(broker, queue_name, prefetch, timeout)``, its ``prefetch``,
+  ``message_cache``, ``outstanding_message_count``, ``ack``/``nack`` and a ``__next__`` that
+  returns ``None`` when nothing was fetched), and :class:`WakingRedisBroker` swaps it in
+  through ``RedisBroker.consumer_class``.
+* :func:`enqueue_pipelined` repeats ``RedisBroker.enqueue`` for many messages in one pipeline:
+  it copies the private ``_should_do_maintenance``, ``_max_unpack_size`` and the argument list
+  of the ``dispatch`` Lua script (``command, timestamp, queue, broker_id, heartbeat_timeout,
+  dead_message_ttl, maintenance, max_unpack, redis_message_id, encoded message``).
+
+``tests/test_dramatiq_internals.py`` pins each of these against the installed Dramatiq on a
+real Redis (the dispatch arguments are compared with those of Dramatiq's own ``enqueue``), so
+an upgrade that changes them fails in CI, not silently in production.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterable
+from uuid import uuid4
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.redis import _RedisConsumer
+from dramatiq.common import compute_backoff, current_millis
+
+#: The private attributes of RedisBroker that :func:`enqueue_pipelined` uses.
+PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace", "broker_id",
+                       "heartbeat_timeout", "dead_message_ttl")
+
+
+#: Longest pause (ms) between two polls of an idle Redis queue.
+CONSUMER_POLL_MS = 20
+
+
+class WakeableConsumer(_RedisConsumer):
+    """Dramatiq's Redis consumer, whose pauses end early when there is something to fetch.
+
+    Dramatiq's consumer sleeps between fetches whenever a fetch brings nothing: when the queue
+    is empty, but also when the process already holds ``prefetch`` unacked messages. Both
+    sleeps back off (5, 10, 20 ms …), and Dramatiq acks from the worker threads, so:
+
+    * a fast pipeline stalls: the threads finish the prefetched messages and sit idle until
+      the consumer's pause runs out (a quarter of the worker threads' time, with a provider
+      that answers at once);
+    * a message sent from this very process (``finalize_run`` after the last pair, a retry)
+      waits for the pause too: on average half a poll between the last result and its report.
+
+    So the pause is an :class:`threading.Event` wait, set by an ack or nack that leaves half
+    the prefetch free and by an enqueue on this queue from this process (see
+    :meth:`WakingRedisBroker.enqueue`). An idle queue is still polled at most
+    ``CONSUMER_POLL_MS`` apart; messages sent by other processes are seen at that pace.
+    """
+
+    def __init__(self, broker, queue_name: str, prefetch: int, timeout: int):
+        # Dramatiq's own pause is cut to a yield (0-1 ms); ours, below, can be woken.
+        super().__init__(broker, queue_name, prefetch, 1)
+        self.poll_ms = max(1, min(timeout, CONSUMER_POLL_MS))
+        self.wake = threading.Event()
+        self._idle = 0
+
+    def ack(self, message) -> None:
+        try:
+            super().ack(message)
+        finally:
+            self._freed()
+
+    def nack(self, message) -> None:
+        try:
+            super().nack(message)
+        finally:
+            self._freed()
+
+    def _freed(self) -> None:
+        # Refill in batches: waking on every ack would turn one fetch of many messages into a
+        # fetch (a Lua call) per message. Half the prefetch still queued keeps the threads busy.
+        if self.outstanding_message_count <= self.prefetch // 2:
+            self.wake.set()
+
+    def __next__(self):
+        if not self.message_cache and self.outstanding_message_count >= self.prefetch:
+            # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
+            # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
+            self.wake.wait(self.poll_ms / 1000)
+            self.wake.clear()
+            return None
+        self.wake.clear()  # before the fetch: a wake-up during it is not lost
+        message = super().__next__()
+        if message is not None:
+            self._idle = 0
+            return message
+        self._idle, pause_ms = compute_backoff(self._idle, factor=1, max_backoff=self.poll_ms)
+        self.wake.wait(pause_ms / 1000)
+        return None
+
+
+class WakingRedisBroker(RedisBroker):
+    """Dramatiq's Redis broker with consumers that do not oversleep (see :class:`WakeableConsumer`).
+
+    Why the poll cap: an idle consumer backs off up to ``worker_timeout`` between polls (5, 10,
+    20, 40 … ms), and ``start_run`` enqueues its pairs while the consumer is backing off: the
+    first pairs started about 90 ms after they were enqueued. ``worker_timeout`` cannot simply
+    be lowered, as every worker thread also wakes that often. An idle poll is one short Lua call.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._consumers: dict[str, weakref.WeakSet] = {}
+        self._consumers_lock = threading.Lock()
+
+    @property
+    def consumer_class(self):
+        return WakeableConsumer
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        consumer = super().consume(queue_name, prefetch, timeout)
+        with self._consumers_lock:
+            self._consumers.setdefault(queue_name, weakref.WeakSet()).add(consumer)
+        return consumer
+
+    def enqueue(self, message, *, delay=None):
+        message = super().enqueue(message, delay=delay)
+        if delay is None:
+            self.wake(message.queue_name)
+        return message
+
+    def wake(self, queue_name: str) -> None:
+        """Tell this process's consumers of ``queue_name`` that there is a message to fetch."""
+        with self._consumers_lock:
+            consumers = list(self._consumers.get(queue_name, ()))
+        for consumer in consumers:
+            consumer.wake.set()
+
+
+def pipelinable(broker: dramatiq.Broker) -> bool:
+    """Whether ``broker`` is a Redis broker with the internals :func:`enqueue_pipelined` copies."""
+    return (isinstance(broker, RedisBroker) and "dispatch" in getattr(broker, "scripts", {})
+            and all(hasattr(broker, name) for name in PIPELINE_ATTRIBUTES))
+
+
+def enqueue_pipelined(broker: RedisBroker, chunk: Iterable[dramatiq.Message]) -> None:
+    """Exactly ``RedisBroker.enqueue`` for each message (no delay), the script calls in one pipeline."""
+    dispatch = broker.scripts["dispatch"]
+    keys = [broker.namespace]
+    sent = []
+    with broker.client.pipeline(transaction=False) as pipe:
+        for message in chunk:
+            message = message.copy(options={"redis_message_id": str(uuid4())})
+            broker.emit_before("enqueue", message, None)
+            args = ["enqueue", current_millis(), message.queue_name, broker.broker_id, broker.heartbeat_timeout,
+                    broker.dead_message_ttl, broker._should_do_maintenance("enqueue"), broker._max_unpack_size(),
+                    message.options["redis_message_id"], message.encode()]
+            dispatch(keys=keys, args=args, client=pipe)
+            sent.append(message)
+        pipe.execute()
+    for message in sent:
+        broker.emit_after("enqueue", message, None)
+    wake = getattr(broker, "wake", None)  # this process's consumers need not wait for their next poll
+    if wake is not None:
+        for queue in {message.queue_name for message in sent}:
+            wake(queue)

@@ -1,0 +1,125 @@
+"""Pins the Dramatiq internals evaljobs.pipeline.dramatiq_internals depends on, against the installed Dramatiq.
+
+If one of these fails after a Dramatiq upgrade, the pipelined enqueue or the wakeable consumer
+no longer matches Dramatiq: fix dramatiq_internals.py (or drop the speed-up), do not relax the test.
+"""
+from __future__ import annotations
+
+import inspect
+
+import dramatiq
+import pytest
+from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.middleware import Middleware
+
+from evaljobs.pipeline import dramatiq_internals as internals
+from evaljobs.pipeline.broker import make_broker
+
+QUEUE = "pinned"
+
+
+class _Seen(Middleware):
+    def __init__(self):
+        self.before, self.after = [], []
+
+    def before_enqueue(self, broker, message, delay):
+        self.before.append((message.options.get("redis_message_id"), delay))
+
+    def after_enqueue(self, broker, message, delay):
+        self.after.append((message.options.get("redis_message_id"), delay))
+
+
+def _recording_dispatch(broker, calls):
+    original = broker.scripts["dispatch"]
+
+    def dispatch(keys=None, args=None, client=None):
+        calls.append((list(keys), list(args)))
+        return original(keys=keys, args=args, client=client)
+
+    broker.scripts = {**broker.scripts, "dispatch": dispatch}
+
+
+def _normalised(call):
+    keys, args = call
+    command, _timestamp, queue, broker_id, heartbeat, ttl, maintenance, unpack, redis_id, encoded = args
+    message = dramatiq.Message.decode(encoded)
+    assert message.options["redis_message_id"] == redis_id  # the id in the script args is the message's
+    fields = {k: v for k, v in message.asdict().items() if k not in ("message_id", "message_timestamp")}
+    fields["options"] = {k: v for k, v in fields["options"].items() if k != "redis_message_id"}
+    return keys, [command, queue, broker_id, heartbeat, ttl, type(maintenance), unpack, fields]
+
+
+@pytest.mark.redis
+def test_the_pipelined_enqueue_sends_what_dramatiqs_own_enqueue_sends(redis_url):
+    plain = RedisBroker(url=redis_url)  # Dramatiq's own class: the reference behaviour
+    ours = RedisBroker(url=redis_url)
+    try:
+        assert internals.pipelinable(ours)
+        assert set(internals.PIPELINE_ATTRIBUTES) <= set(dir(ours))
+        seen_plain, seen_ours = _Seen(), _Seen()
+        plain.add_middleware(seen_plain)
+        ours.add_middleware(seen_ours)
+        ours.broker_id = plain.broker_id  # one process's two brokers: the same id in the args
+        reference, pipelined = [], []
+        _recording_dispatch(plain, reference)
+        _recording_dispatch(ours, pipelined)
+        message = dramatiq.Message(queue_name=QUEUE, actor_name="noop", args=("run-1", "s", "m"), kwargs={},
+                                   options={"context": {"v": {"k": 1}}})
+
+        plain.enqueue(message)
+        internals.enqueue_pipelined(ours, [message])
+
+        assert len(reference) == len(pipelined) == 1
+        assert _normalised(pipelined[0]) == _normalised(reference[0])
+        assert seen_ours.before == seen_ours.after and seen_ours.after[0][1] is None
+        assert len(seen_plain.before) == len(seen_ours.before) == 1
+        # Both messages are in Redis, as Dramatiq's consumer reads them.
+        consumer = plain.consume(QUEUE, prefetch=2, timeout=50)
+        got = []
+        for _ in range(200):
+            proxy = next(consumer)
+            if proxy is not None:
+                got.append(proxy)
+                consumer.ack(proxy)
+            if len(got) == 2:
+                break
+        assert [m.args for m in got] == [("run-1", "s", "m")] * 2
+        consumer.close()
+    finally:
+        plain.close()
+        ours.close()
+
+
+def test_the_private_consumer_has_the_shape_wakeable_consumer_builds_on():
+    assert list(inspect.signature(_RedisConsumer.__init__).parameters) == ["self", "broker", "queue_name",
+                                                                           "prefetch", "timeout"]
+    for name in ("ack", "nack", "__next__", "outstanding_message_count"):
+        assert hasattr(_RedisConsumer, name), name
+    assert isinstance(inspect.getattr_static(_RedisConsumer, "outstanding_message_count"), property)
+    assert isinstance(inspect.getattr_static(RedisBroker, "consumer_class"), property)
+    assert "self.consumer_class(self, queue_name, prefetch, timeout)" in inspect.getsource(RedisBroker.consume)
+    assert issubclass(internals.WakeableConsumer, _RedisConsumer)
+
+
+@pytest.mark.redis
+def test_the_wakeable_consumer_on_real_redis_fetches_acks_and_is_woken(redis_url):
+    broker = make_broker(redis_url)
+    try:
+        consumer = broker.consume(QUEUE, prefetch=2, timeout=1000)
+        assert type(consumer) is internals.WakeableConsumer
+        assert consumer.prefetch == 2 and consumer.message_cache == [] and consumer.outstanding_message_count == 0
+        assert next(consumer) is None  # nothing queued: None, as Dramatiq's worker loop expects
+        broker.enqueue(dramatiq.Message(queue_name=QUEUE, actor_name="noop", args=(), kwargs={}, options={}))
+        assert consumer.wake.is_set()  # an enqueue from this process wakes its consumer
+        proxy = None
+        for _ in range(200):
+            proxy = next(consumer)
+            if proxy is not None:
+                break
+        assert proxy is not None and consumer.outstanding_message_count == 1
+        consumer.wake.clear()
+        consumer.ack(proxy)
+        assert consumer.outstanding_message_count == 0 and consumer.wake.is_set()  # an ack that frees prefetch
+        consumer.close()
+    finally:
+        broker.close()
