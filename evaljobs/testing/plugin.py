@@ -14,6 +14,17 @@ import pytest
 WORKER_THREADS = 4
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A host's ``freeze_time`` must not stop evaljobs' delays and deadlines (see :mod:`evaljobs.clock`)."""
+    try:
+        import freezegun.config  # noqa: F401 - only to tell it, if the host uses it
+    except ImportError:
+        return
+    from evaljobs.clock import shield_from_frozen_time
+
+    shield_from_frozen_time()
+
+
 @pytest.fixture
 def evaljobs_simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """evaljobs' simulated provider (serves ``sim/...`` models), started for this test."""
