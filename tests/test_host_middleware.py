@@ -108,3 +108,19 @@ def test_evaljobs_worker_middleware_option_on_real_worker_processes(redis_url, s
         assert {(hook, domain) for hook, _, domain in rows} == {("before", "zeta"), ("after", "zeta")}
     finally:
         worker.terminate(20)
+
+
+@pytest.mark.redis
+def test_evaljobs_worker_rejects_a_bad_middleware_in_one_line_before_starting(redis_url):
+    from click.testing import CliRunner
+
+    from evaljobs.cli import main
+
+    previous = config.settings()
+    try:
+        result = CliRunner().invoke(main, ["worker", "--broker", redis_url, "--middleware", "nowhere:Thing"])
+    finally:
+        config.configure(previous)
+    assert result.exit_code == 2
+    error = [line for line in result.output.splitlines() if "nowhere:Thing" in line]
+    assert len(error) == 1 and "cannot load host middleware 'nowhere:Thing'" in error[0], result.output
