@@ -19,7 +19,7 @@ from evaljobs.providers import (ChatClient,
                                 SimulatedProvider,
                                 TransientError,
                                 parse_simulate_options)
-from evaljobs.providers import simulated
+from evaljobs.providers.simulated import server as simulated
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},

@@ -1,4 +1,10 @@
-"""OpenAI-compatible chat completions over httpx, one keep-alive connection pool per endpoint per process.
+"""Chat calls over httpx, one keep-alive connection pool per endpoint per process, any wire format.
+
+What is sent and how the answer is read belong to a wire format
+(``evaljobs.providers.wire``: OpenAI-compatible, Anthropic Messages, Azure
+OpenAI); this module owns the HTTP: the pooled connections, timeouts, size caps,
+SSE streaming with the time to first token, and turning transport failures into
+typed errors.
 
 Every failure leaves ``ChatClient.complete`` as a typed ``ProviderError`` whose
 reason is one specific line (never the API key or the Authorization header), so
@@ -15,22 +21,19 @@ import re
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import httpx
 
 from evaljobs.config import secret
-from evaljobs.providers.errors import (PermanentError,
-                                       ProviderError,
-                                       RateLimited,
-                                       TransientError,
-                                       parse_retry_after)
+from evaljobs.providers.completion import Completion, RequestedToolCall
+from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
+from evaljobs.providers.wire import WireFormat, wire_format
+from evaljobs.providers.wire._common import PROVIDER_MESSAGE_CAP, sse_events
+from evaljobs.providers.wire.openai import request_body
 
 logger = logging.getLogger("evaljobs.providers")
 
-#: How much of a provider's own error message is kept in a reason.
-PROVIDER_MESSAGE_CAP = 200
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_RESPONSE_BYTES = 10_000_000
 #: Sized for a wide fan-out: one process may have hundreds of calls in flight.
@@ -39,51 +42,12 @@ DEFAULT_MAX_CONNECTIONS = 256
 _BEARER = re.compile(r"(?i)\bbearer\s+\S+")
 
 
-@dataclass
-class RequestedToolCall:
-    """A tool call the model asked for. ``arguments_error`` is set when its JSON did not parse."""
-
-    id: str
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    arguments_error: str | None = None
-
-
-@dataclass
-class Completion:
-    """One parsed chat-completion answer."""
-
-    content: str
-    tool_calls: list[RequestedToolCall]
-    input_tokens: int
-    output_tokens: int
-    finish_reason: str | None
-    latency_ms: float
-    #: The assistant message to append to the conversation (tool_calls in OpenAI shape).
-    raw_message: dict[str, Any]
-    #: Rate-limit response headers (``x-ratelimit-*``, ``retry-after*``), lower-cased, for a governor.
-    headers: dict[str, str] = field(default_factory=dict)
-    model: str | None = None
-
-
-def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON body of a chat completion request (also what the response cache keys on)."""
-    body: dict[str, Any] = {"model": model, "messages": messages}
-    if tools:
-        body["tools"] = tools
-    if temperature is not None:
-        body["temperature"] = temperature
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    if extra:
-        body.update(extra)
-    return body
-
-
 class ChatClient:
-    """A keep-alive connection pool to one OpenAI-compatible endpoint; thread-safe.
+    """A keep-alive connection pool to one provider endpoint; thread-safe.
+
+    ``wire`` names the wire format (``openai``, ``anthropic``, ``azure``);
+    ``api_version`` is Azure's ``api-version`` or Anthropic's ``anthropic-version``;
+    ``stream`` makes every call stream (SSE) unless the call says otherwise.
 
     Create one per (endpoint, credentials) and share it — ``get_client`` does that
     per process. ``transport`` is for tests (``httpx.MockTransport``).
@@ -108,7 +72,8 @@ class ChatClient:
                  headers: Mapping[str, str] | None = None,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, wire: str = "openai",
+                 api_version: str | None = None, stream: bool = False):
         if timeout <= 0:
             raise ValueError(f"provider timeout must be > 0 seconds, not {timeout!r}")
         if max_response_bytes <= 0:
@@ -119,15 +84,23 @@ class ChatClient:
         self.timeout = float(timeout)
         self.max_response_bytes = int(max_response_bytes)
         self.max_connections = int(max_connections)
+        try:
+            self._wire: WireFormat = wire_format(wire)
+        except KeyError:
+            raise ValueError(f"unknown wire format {wire!r}; known: openai, anthropic, azure") from None
+        self.wire = wire
+        self.api_version = api_version
+        self.stream = bool(stream)
         self._headers = httpx.Headers({"accept": "application/json", "accept-encoding": "gzip, deflate",
                                       "connection": "keep-alive", "user-agent": "evaljobs"})
+        self._headers.update(self._wire.static_headers(api_version))
         self._headers.update({k.lower(): v for k, v in (headers or {}).items()})
+        self._api_key: str | None = None
         self.set_api_key(api_key)
         self._transport = transport
-        try:
-            self._url: httpx.URL | str = httpx.URL(f"{self.base_url}/chat/completions")
-        except httpx.InvalidURL:
-            self._url = f"{self.base_url}/chat/completions"  # fails, with its reason, on each call
+        #: model -> request URL (Azure's classic URL names the deployment, i.e. the model).
+        self._urls: dict[str, httpx.URL | str] = {}
+        self._url = self._url_for("model")  # the proxy decision is per host, the same for every model
         self._timeouts = httpx.Timeout(self.timeout).as_dict()
         self._idle: list[httpx.BaseTransport] = []
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -136,7 +109,17 @@ class ChatClient:
         self._pool = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"ChatClient({self.base_url!r}, timeout={self.timeout!r})"
+        return f"ChatClient({self.base_url!r}, wire={self.wire!r}, timeout={self.timeout!r})"
+
+    def _url_for(self, model: str) -> httpx.URL | str:
+        text = self._wire.url(self.base_url, model, self.api_version)
+        try:
+            url: httpx.URL | str = httpx.URL(text)
+        except httpx.InvalidURL:
+            url = text  # fails, with its reason, on each call
+        if len(self._urls) < 10_000:
+            self._urls[model] = url
+        return url
 
     def __enter__(self) -> "ChatClient":
         return self
@@ -160,15 +143,16 @@ class ChatClient:
             http.close()
 
     def set_api_key(self, api_key: str | None) -> None:
-        """Replace the credential (a rotated key); it lives only in the Authorization header.
+        """Replace the credential (a rotated key); it lives only in the wire format's auth header.
 
         The headers are swapped whole, so a call running in another thread sees either key, never a mix.
         """
         headers = self._headers.copy()
+        for name in _AUTH_HEADERS:
+            headers.pop(name, None)
         if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        else:
-            headers.pop("authorization", None)
+            headers.update(self._wire.auth_headers(api_key))
+        self._api_key = api_key or None
         self._headers = headers
 
     def _lease(self) -> httpx.BaseTransport:
@@ -235,15 +219,21 @@ class ChatClient:
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None, temperature: float | None = None,
                  max_tokens: int | None = None, extra: dict[str, Any] | None = None,
-                 timeout: float | None = None) -> Completion:
-        """POST ``{base_url}/chat/completions``; raise a typed ``ProviderError`` on any failure.
+                 timeout: float | None = None, stream: bool | None = None) -> Completion:
+        """POST the chat request the wire format describes; raise a typed ``ProviderError`` on any failure.
 
         ``timeout`` shortens this one call (e.g. to what is left of a per-pair time limit).
+        ``stream`` (default: the client's) reads the answer as Server-Sent Events and
+        records the time to the first token; a server that answers a streamed request
+        with plain JSON is read as JSON.
         """
-        body = request_body(model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
-                            extra=extra)
-        url = self._url
+        streaming = self.stream if stream is None else stream
+        body = self._wire.body(model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
+                               extra=extra, stream=streaming)
+        url = self._urls.get(model) or self._url_for(model)
         started = time.perf_counter()
+        ttft_ms: float | None = None
+        events: Any = None
         # The ProviderError is raised *after* the except blocks so that it carries no
         # __context__ pointing at httpx exceptions (whose request holds the key).
         error: ProviderError | None = None
@@ -260,9 +250,13 @@ class ChatClient:
                 try:
                     phase = "body"
                     response.request = request
-                    payload = self._read_body(response, started, call_timeout)
                     status = response.status_code
                     headers = response.headers
+                    if streaming and status == 200 and "event-stream" in headers.get("content-type", ""):
+                        events, ttft_ms = self._read_stream(response, started, call_timeout)
+                        payload = b""
+                    else:
+                        payload = self._read_body(response, started, call_timeout)
                 finally:
                     response.close()
             finally:
@@ -293,7 +287,12 @@ class ChatClient:
         latency_ms = (time.perf_counter() - started) * 1000.0
         if error is None:
             try:
-                completion = self._completion(status, headers, payload, latency_ms)
+                if events is not None:
+                    completion = self._wire.completion(events, status, latency_ms,
+                                                       self._wire.limit_headers(headers))
+                    completion.ttft_ms = ttft_ms
+                else:
+                    completion = self._completion(status, headers, payload, latency_ms)
                 logger.debug("provider call: POST %s -> HTTP %s in %.0f ms", url, status, latency_ms)
                 return completion
             except ProviderError as exc:
@@ -325,26 +324,43 @@ class ChatClient:
 
     def _completion(self, status: int, headers: httpx.Headers, payload: bytes,
                     latency_ms: float) -> Completion:
-        limit_headers = {k.lower(): v for k, v in headers.items()
-                         if k.lower().startswith("x-ratelimit-") or k.lower().startswith("retry-after")}
-        if status == 429:
-            raise RateLimited(f"HTTP 429 from provider: {_provider_message(payload)}",
-                              retry_after=parse_retry_after(headers))
-        if status == 408 or status >= 500:
-            raise TransientError(f"HTTP {status} from provider: {_provider_message(payload)}", status=status)
-        if status >= 400:
-            raise PermanentError(f"HTTP {status} from provider: {_provider_message(payload)}", status=status)
         if not 200 <= status < 300:
-            location = headers.get("location")
-            hint = f" to {location}" if location else ""
-            raise PermanentError(f"unexpected HTTP {status}{hint} from provider; check the base URL",
-                                 status=status)
+            raise self._wire.error(status, headers, payload)
         try:
             data = json.loads(payload)
         except ValueError as exc:
             raise PermanentError(f"malformed JSON in response body ({exc}; {len(payload)} bytes)",
                                  status=status) from None
-        return _parse_completion(data, status, latency_ms, limit_headers)
+        return self._wire.completion(data, status, latency_ms, self._wire.limit_headers(headers))
+
+    def _read_stream(self, response: httpx.Response, started: float,
+                     timeout: float | None = None) -> tuple[Any, float | None]:
+        """(the answer folded back into one body, ms to the first token) from an SSE stream."""
+        reader = self._wire.stream_reader()
+        ttft_ms: float | None = None
+        for event, data in sse_events(self._stream_lines(response, started, timeout)):
+            if reader.feed(event, data) and ttft_ms is None:
+                ttft_ms = (time.perf_counter() - started) * 1000.0
+        return reader.result(), ttft_ms
+
+    def _stream_lines(self, response: httpx.Response, started: float,
+                      timeout: float | None) -> Iterator[bytes]:
+        cap = self.max_response_bytes
+        limit = timeout or self.timeout
+        size = 0
+        pending = b""
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise PermanentError(f"response too large (> {cap} bytes)", status=response.status_code)
+            if time.perf_counter() - started > limit:
+                raise TransientError(f"timed out after {limit:g} s reading the response stream")
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line[:-1] if line.endswith(b"\r") else line
+        if pending:
+            yield pending
 
     def _timeout_reason(self, exc: httpx.TimeoutException) -> str:
         what = {
@@ -358,10 +374,8 @@ class ChatClient:
     def _scrubbed(self, error: ProviderError) -> ProviderError:
         """Remove the API key and any bearer token from the reason (providers echo bad keys)."""
         reason = _BEARER.sub("Bearer ***", error.reason)
-        auth = self._headers.get("authorization", "")
-        secret = auth[7:].strip() if auth.lower().startswith("bearer ") else auth.strip()
-        if secret:
-            reason = reason.replace(secret, "***")
+        if self._api_key:
+            reason = reason.replace(self._api_key, "***")
         if reason != error.reason:
             error.reason = reason
             error.args = (reason,)
@@ -371,6 +385,8 @@ class ChatClient:
 
 
 _NEW_CONNECTION = object()
+#: Every header a wire format may carry the key in (removed whole when the key changes).
+_AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
 
 
 def _environment_proxy(url: httpx.URL | str) -> str | None:
@@ -406,114 +422,6 @@ def _shared_ssl_context() -> Any:
         return _ssl_context
 
 
-def _parse_completion(data: Any, status: int, latency_ms: float, headers: dict[str, str]) -> Completion:
-    if isinstance(data, dict) and "choices" not in data and data.get("error"):
-        raise PermanentError(f"provider returned an error with HTTP {status}: {_error_text(data)}",
-                             status=status)
-    choices = data.get("choices") if isinstance(data, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
-        raise PermanentError(f"unexpected response: no choices[0].message in the JSON body (got {keys})",
-                             status=status)
-    tool_calls = [_parse_tool_call(i, raw, status) for i, raw in enumerate(message.get("tool_calls") or [])]
-    raw_message: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    if tool_calls:
-        raw_message["tool_calls"] = [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.name, "arguments": _raw_arguments(raw)}}
-            for call, raw in zip(tool_calls, message.get("tool_calls"))
-        ]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    return Completion(
-        content=_text(message.get("content")),
-        tool_calls=tool_calls,
-        input_tokens=_int(usage.get("prompt_tokens", usage.get("input_tokens"))),
-        output_tokens=_int(usage.get("completion_tokens", usage.get("output_tokens"))),
-        finish_reason=choice.get("finish_reason"),
-        latency_ms=latency_ms,
-        raw_message=raw_message,
-        headers=headers,
-        model=data.get("model") if isinstance(data.get("model"), str) else None,
-    )
-
-
-def _parse_tool_call(index: int, raw: Any, status: int) -> RequestedToolCall:
-    function = raw.get("function") if isinstance(raw, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(name, str) or not name:
-        raise PermanentError(f"unexpected response: tool_calls[{index}] has no function name", status=status)
-    call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{index}"
-    arguments = function.get("arguments")
-    if isinstance(arguments, dict):  # some servers send an object instead of a JSON string
-        return RequestedToolCall(call_id, name, arguments)
-    text = arguments if isinstance(arguments, str) else ""
-    if not text.strip():
-        return RequestedToolCall(call_id, name, {})
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        return RequestedToolCall(call_id, name, {"_raw": text},
-                                 arguments_error=f"invalid JSON arguments: {exc}")
-    if not isinstance(parsed, dict):
-        kind = type(parsed).__name__
-        return RequestedToolCall(call_id, name, {"_raw": text},
-                                 arguments_error=f"arguments are a JSON {kind}, not an object")
-    return RequestedToolCall(call_id, name, parsed)
-
-
-def _raw_arguments(raw: dict[str, Any]) -> str:
-    arguments = raw["function"].get("arguments")
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments if arguments is not None else {})
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return str(content)
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _provider_message(payload: bytes) -> str:
-    """The provider's own error message, from the usual JSON shapes or the raw text, cut short."""
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        data = None
-    text = _error_text(data) if isinstance(data, dict) else ""
-    if not text:
-        text = payload[: PROVIDER_MESSAGE_CAP * 4].decode("utf-8", "replace")
-    text = " ".join(text.split()) or "no error message"
-    if len(text) > PROVIDER_MESSAGE_CAP:
-        text = text[: PROVIDER_MESSAGE_CAP - 1] + "…"
-    return text
-
-
-def _error_text(data: dict[str, Any]) -> str:
-    error = data.get("error")
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("type") or error.get("code") or "")
-    if isinstance(error, str):
-        return error
-    for key in ("message", "detail"):
-        if isinstance(data.get(key), str):
-            return data[key]
-    return ""
-
-
 def _network_text(exc: Exception, default: str) -> str:
     text = str(exc)
     lowered = text.lower()
@@ -534,7 +442,8 @@ _clients_pid = os.getpid()
 
 
 def get_client(base_url: str, api_key_env: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-               headers: Mapping[str, str] | None = None) -> ChatClient:
+               headers: Mapping[str, str] | None = None, *, wire: str = "openai",
+               api_version: str | None = None, stream: bool = False) -> ChatClient:
     """The process-wide ``ChatClient`` for this endpoint, created on first use.
 
     The key is read from the environment variable ``api_key_env`` on every call, so a rotated
@@ -548,16 +457,18 @@ def get_client(base_url: str, api_key_env: str | None = None, timeout: float = D
         if not api_key:
             raise PermanentError(f"environment variable {api_key_env} is not set; export it with the API key "
                                  f"for {base_url}")
-    cache_key = (base_url.rstrip("/"), api_key_env, float(timeout), tuple(sorted((headers or {}).items())))
+    cache_key = (base_url.rstrip("/"), api_key_env, float(timeout), tuple(sorted((headers or {}).items())),
+                 wire, api_version, bool(stream))
     with _clients_lock:
         if os.getpid() != _clients_pid:
             _clients.clear()  # the parent's connections are not ours to use or close
             _clients_pid = os.getpid()
         client = _clients.get(cache_key)
         if client is None or client.closed:
-            client = ChatClient(base_url, api_key=api_key, timeout=timeout, headers=headers)
+            client = ChatClient(base_url, api_key=api_key, timeout=timeout, headers=headers, wire=wire,
+                                api_version=api_version, stream=stream)
             _clients[cache_key] = client
-        elif api_key and client._headers.get("authorization") != f"Bearer {api_key}":
+        elif api_key and client._api_key != api_key:
             client.set_api_key(api_key)
     return client
 
@@ -569,3 +480,7 @@ def close_clients() -> None:
         _clients.clear()
     for client in clients:
         client.close()
+
+
+__all__ = ["ChatClient", "Completion", "PROVIDER_MESSAGE_CAP", "RequestedToolCall", "close_clients", "get_client",
+           "request_body"]

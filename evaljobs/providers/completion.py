@@ -1,0 +1,40 @@
+"""What one provider call answered, whatever the wire format: the parsed ``Completion``.
+
+Every wire format parses into this one shape, and ``raw_message`` is always the
+assistant message in the OpenAI chat shape, so a conversation is kept in one
+shape and each wire format translates it on the way out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RequestedToolCall:
+    """A tool call the model asked for. ``arguments_error`` is set when its JSON did not parse."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments_error: str | None = None
+
+
+@dataclass
+class Completion:
+    """One parsed chat answer."""
+
+    content: str
+    tool_calls: list[RequestedToolCall]
+    input_tokens: int
+    output_tokens: int
+    #: In the OpenAI vocabulary (stop, length, tool_calls, content_filter) whatever the wire format.
+    finish_reason: str | None
+    latency_ms: float
+    #: The assistant message to append to the conversation (tool_calls in OpenAI shape).
+    raw_message: dict[str, Any]
+    #: Rate-limit response headers (``x-ratelimit-*``, ``retry-after*``), lower-cased, for a governor.
+    headers: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    #: Milliseconds from sending the request to the first streamed token; None when not streamed.
+    ttft_ms: float | None = None

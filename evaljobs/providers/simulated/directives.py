@@ -1,0 +1,120 @@
+"""Directives: the ``[sim…: action args]`` spans a catalog embeds in messages to steer the simulated provider.
+
+Parsing only (no I/O): what a directive says, which model it applies to, and the
+text without it, so directives never leak into an answer.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from evaljobs.errors import UsageError
+
+#: Actions that apply on every turn, before the step logic.
+FAULT_ACTIONS = ("status", "ratelimit", "fail-first", "sleep", "malformed", "truncate", "reset", "huge",
+                 "echo")
+STEP_ACTIONS = ("say", "call")
+ACTIONS = STEP_ACTIONS + FAULT_ACTIONS
+
+# Greedy name: it runs to the last ':' before whitespace, so "llama3:8b" is a valid model name.
+_DIRECTIVE_START = re.compile(r"\[sim(?:@([^\s\]]+))?:")
+
+
+@dataclass(frozen=True)
+class Directive:
+    action: str
+    args: str
+    model: str | None = None
+    #: Where it was found, for error messages ("message 2").
+    where: str = ""
+
+
+class DirectiveError(UsageError):
+    """A directive the simulator cannot follow; answered as HTTP 400 with this one-line message."""
+
+
+def find_directives(text: str) -> list[tuple[int, int, str | None, str]]:
+    """``(start, end, model, body)`` for each ``[sim…: …]`` span in ``text``.
+
+    The closing ``]`` is found with bracket matching (JSON arguments may contain
+    ``]``); double quotes only count as strings inside ``{…}``/``[…]`` so that a
+    ``say`` text may contain a lone quote.
+    """
+    found = []
+    pos = 0
+    while True:
+        match = _DIRECTIVE_START.search(text, pos)
+        if match is None:
+            return found
+        end = _closing_bracket(text, match.end())
+        if end is None:
+            return found
+        found.append((match.start(), end + 1, match.group(1), text[match.end():end]))
+        pos = end + 1
+
+
+def _closing_bracket(text: str, start: int) -> int | None:
+    depth = 0
+    in_string = False
+    escaped = False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"' and depth > 0:
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            if depth == 0:
+                if char == "]":
+                    return index
+            else:
+                depth -= 1
+    fallback = text.find("]", start)
+    return fallback if fallback >= 0 else None
+
+
+def strip_directives(text: str) -> str:
+    """``text`` without its directives, so they never leak into an answer."""
+    spans = find_directives(text)
+    if not spans:
+        return text.strip()
+    pieces, pos = [], 0
+    for start, end, _, _ in spans:
+        pieces.append(text[pos:start])
+        pos = end
+    pieces.append(text[pos:])
+    return re.sub(r"[ \t]{2,}", " ", "".join(pieces)).strip()
+
+
+def collect_directives(messages: list[dict[str, Any]], model: str) -> list[Directive]:
+    """Directives of the system/user messages, in order, that apply to ``model``."""
+    directives = []
+    for number, message in enumerate(messages, start=1):
+        if message.get("role") not in ("system", "user", "developer"):
+            continue
+        for _, _, name, body in find_directives(text_of(message.get("content"))):
+            if name is not None and name != model:
+                continue
+            action, _, args = body.strip().partition(" ")
+            directives.append(Directive(action.strip().lower(), args.strip(), name, f"message {number}"))
+    return directives
+
+
+
+def text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content)
+
