@@ -96,7 +96,7 @@ def test_unknown_provider_with_config():
         parse_model_spec("acme/model-1", providers)
     message = str(info.value)
     assert "unknown provider 'acme'" in message
-    assert "known: anthropic, ollama, openai, sim, vllm" in message
+    assert "known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, together, vllm" in message
     assert "--providers FILE" in message
     # Without a config, any syntactically valid provider is accepted.
     assert parse_model_spec("acme/model-1").provider == "acme"
@@ -108,16 +108,22 @@ def test_unknown_provider_with_config():
 def test_builtins():
     config = load_providers()
     assert config.source == "<built-in>"
-    assert set(config.names) == {"openai", "anthropic", "ollama", "vllm", "sim"}
+    assert set(config.names) == {"openai", "anthropic", "azure", "gemini", "openrouter", "groq", "together",
+                                 "deepseek", "mistral", "fireworks", "ollama", "vllm", "sim"}
     openai = config.get("openai")
     assert openai.base_url == "https://api.openai.com/v1"
     assert openai.api_key_env == "OPENAI_API_KEY"
     assert openai.price("gpt-4o-mini") == (0.15, 0.60)
     assert openai.price("gpt-4o") == (2.50, 10.00)
-    assert openai.price("some-unknown-model") == (0.0, 0.0)
+    assert openai.price("some-unknown-model") is None
+    assert openai.api == "openai" and openai.stream is True and openai.checked
     anthropic = config.get("anthropic")
-    assert anthropic.base_url == "https://api.anthropic.com/v1/"
+    assert anthropic.base_url == "https://api.anthropic.com/v1"
     assert anthropic.api_key_env == "ANTHROPIC_API_KEY"
+    assert anthropic.api == "anthropic"
+    assert config.get("azure").api == "azure" and config.get("azure").api_version
+    # Every preset with a key variable says when its prices were checked.
+    assert all(config.get(name).checked for name in config.names)
     assert config.get("ollama").base_url == "http://127.0.0.1:11434/v1"
     assert config.get("ollama").api_key_env is None
     assert config.get("vllm").base_url == "http://127.0.0.1:8000/v1"
@@ -139,7 +145,7 @@ def test_get_unknown_provider_names_known_ones():
     with pytest.raises(ModelSpecError) as info:
         load_providers().get("acme")
     message = str(info.value)
-    assert message.startswith("unknown provider 'acme' (known: anthropic, ollama, openai, sim, vllm)")
+    assert message.startswith("unknown provider 'acme' (known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, together, vllm)")
     assert "--providers FILE" in message and "\n" not in message
 
 
@@ -152,7 +158,11 @@ def test_cost_computation():
     assert provider.price("big-2024") == (2.0, 10.0)
     assert provider.price("big-mini-2024") == (0.5, 1.0)
     assert provider.price("other") == (1.0, 1.0)
-    assert ProviderConfig(name="q", base_url=None).cost("m", 10**6, 10**6) == 0.0
+    # No price known: the cost is unknown (None), never $0 — except for a call that used no tokens.
+    assert ProviderConfig(name="q", base_url=None).price("m") is None
+    assert ProviderConfig(name="q", base_url=None).cost("m", 10**6, 10**6) is None
+    assert ProviderConfig(name="q", base_url=None).cost("m", 0, 0) == 0.0
+    assert load_providers().get("openai").cost("gpt-unreleased", 10, 10) is None
     # Dated snapshots of built-in models are priced.
     assert load_providers().get("openai").price("gpt-4o-mini-2024-07-18") == (0.15, 0.60)
     assert load_providers().get("sim").cost("x", 500_000, 250_000) == pytest.approx(1.0)
@@ -188,7 +198,7 @@ def test_file_overrides_and_extends(tmp_path, monkeypatch):
     assert litellm == ProviderConfig(
         name="litellm", base_url="http://127.0.0.1:4000/v1", api_key_env="LITELLM_KEY",
         prices={"*": (0.5, 1.5)}, timeout=60.0, max_retries=2,
-        governor={"initial": 4, "ceiling": 32, "rpm": 600}, headers={"X-Team": "t0k"})
+        governor={"initial": 4, "ceiling": 32, "rpm": 600}, headers={"X-Team": "t0k"}, origin=str(path))
     assert "sim" in config and "vllm" in config  # built-ins still there
     assert parse_model_spec("litellm/gpt-4o", config).provider == "litellm"
 

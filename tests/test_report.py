@@ -55,7 +55,8 @@ def test_percentile_is_nearest_rank() -> None:
 def test_summary_and_per_model_numbers() -> None:
     report = build_report(RUN, crafted())
     assert report["summary"] == {"expected": 16, "results": 16, "passed": 9, "failed": 6, "errored": 1,
-                                 "pass_rate": 0.5625, "cost": 0.012, "duration_ms": 6315}
+                                 "pass_rate": 0.5625, "cost": 0.012, "cost_unknown": 0,
+                                     "duration_ms": 6315}
     a = _model(report, "a")
     assert (a["scenarios"], a["passed"], a["failed"], a["errored"]) == (4, 2, 1, 1)
     assert a["pass_rate"] == 0.5
@@ -81,7 +82,8 @@ def test_fault_tally_orders_most_frequent_first() -> None:
 def test_verdict_ranks_pass_rate_then_score_then_cost() -> None:
     verdict = build_report(RUN, crafted())["verdict"]
     assert [(v["rank"], v["model"]) for v in verdict] == [(1, "d"), (2, "b"), (3, "c"), (4, "a")]
-    assert verdict[0] == {"rank": 1, "model": "d", "pass_rate": 0.75, "mean_score": 0.525, "cost": 0.004}
+    assert verdict[0] == {"rank": 1, "model": "d", "pass_rate": 0.75, "mean_score": 0.525, "cost": 0.004,
+                          "cost_unknown": 0}
 
 
 def test_criteria_count_near_one_as_passed() -> None:

@@ -6,7 +6,10 @@ config file can be committed and a snapshot of it can be stored with a run.
 """
 from __future__ import annotations
 
+import datetime
 import fnmatch
+import functools
+import importlib.resources
 import math
 import os
 import re
@@ -25,7 +28,12 @@ SIM_URL_ENV = "EVALJOBS_SIM_URL"
 
 _PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _ENV_REF = re.compile(r"\$\{([^}]*)\}")
-_PROVIDER_KEYS = ("base_url", "api_key_env", "prices", "timeout", "max_retries", "headers", "governor")
+_PROVIDER_KEYS = ("api", "base_url", "api_key_env", "api_version", "stream", "prices", "checked", "timeout",
+                  "max_retries", "headers", "governor")
+#: Wire formats a provider entry may name with ``api:`` (modules under ``evaljobs/providers/wire/``).
+WIRE_FORMATS = ("openai", "anthropic", "azure")
+#: The presets' data file (package data): base URL, key variable, wire format and prices per provider.
+PRESETS_FILE = "data/providers.yaml"
 
 
 class ModelSpecError(UsageError):
@@ -34,7 +42,7 @@ class ModelSpecError(UsageError):
 
 @dataclass(frozen=True)
 class ProviderConfig:
-    """How to reach one OpenAI-compatible provider, and what its tokens cost."""
+    """How to reach one provider (its wire format, URL, key variable), and what its tokens cost."""
 
     name: str
     base_url: str | None
@@ -42,16 +50,27 @@ class ProviderConfig:
     #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` ->
     #: (USD per million input tokens, USD per million output tokens).
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: The wire format (``openai``, ``anthropic``, ``azure``).
+    api: str = "openai"
+    #: Azure's ``api-version`` query parameter, or Anthropic's ``anthropic-version`` header.
+    api_version: str | None = None
+    #: Stream answers (SSE) and record the time to the first token.
+    stream: bool = False
+    #: When the prices were last compared with the provider's price page (ISO date), if known.
+    checked: str | None = None
+    #: Where the entry comes from: ``preset`` or the providers file that set or changed it.
+    origin: str = "preset"
     timeout: float = 60.0
     max_retries: int | None = None
     #: Opaque to this module: read by the governor (initial, ceiling, rpm, tpm, bulk_reserve, budget_key).
     governor: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
 
-    def price(self, model: str) -> tuple[float, float]:
-        """Per-million-token prices: the exact model, else the longest matching pattern, else ``"*"``, else 0.
+    def price(self, model: str) -> tuple[float, float] | None:
+        """Per-million-token prices: the exact model, else the longest matching pattern, else ``"*"``.
 
         Patterns let one entry cover dated snapshots (``gpt-4o-mini-2024-07-18``).
+        None when nothing matches: an unknown price is not a price of zero.
         """
         if model in self.prices:
             return self.prices[model]
@@ -60,11 +79,14 @@ class ProviderConfig:
         for pattern in patterns:
             if fnmatch.fnmatchcase(model, pattern):
                 return self.prices[pattern]
-        return self.prices.get("*", (0.0, 0.0))
+        return self.prices.get("*")
 
-    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float:
-        """USD cost of one call."""
-        price_in, price_out = self.price(model)
+    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """USD cost of one call; None when the model's price is unknown (no tokens used: 0)."""
+        price = self.price(model)
+        if price is None:
+            return 0.0 if not (input_tokens or output_tokens) else None
+        price_in, price_out = price
         return (input_tokens * price_in + output_tokens * price_out) / 1_000_000
 
     @property
@@ -97,29 +119,21 @@ class ProvidersConfig:
 
 
 def builtin_providers() -> dict[str, ProviderConfig]:
-    """The providers every config starts from. ``sim`` honours ``EVALJOBS_SIM_URL`` at call time."""
-    return {
-        "openai": ProviderConfig(
-            name="openai", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY",
-            prices={
-                "gpt-4o-mini": (0.15, 0.60), "gpt-4o-mini-*": (0.15, 0.60),
-                "gpt-4o": (2.50, 10.00), "gpt-4o-2*": (2.50, 10.00),
-                "gpt-4.1": (2.00, 8.00), "gpt-4.1-mini": (0.40, 1.60), "gpt-4.1-nano": (0.10, 0.40),
-                "o3-mini": (1.10, 4.40), "o4-mini": (1.10, 4.40),
-            }),
-        "anthropic": ProviderConfig(
-            name="anthropic", base_url="https://api.anthropic.com/v1/", api_key_env="ANTHROPIC_API_KEY",
-            prices={
-                "claude-3-5-haiku-*": (0.80, 4.00), "claude-3-haiku-*": (0.25, 1.25),
-                "claude-3-5-sonnet-*": (3.00, 15.00), "claude-3-7-sonnet-*": (3.00, 15.00),
-                "claude-sonnet-4-*": (3.00, 15.00), "claude-opus-4-*": (15.00, 75.00),
-            }),
-        "ollama": ProviderConfig(name="ollama", base_url="http://127.0.0.1:11434/v1"),
-        "vllm": ProviderConfig(name="vllm", base_url="http://127.0.0.1:8000/v1"),
-        # base_url None: start the simulated provider in-process (see providers.endpoints.simulated_provider_url).
-        "sim": ProviderConfig(name="sim", base_url=None,
-                              prices={"*": (1.0, 2.0)}),
-    }
+    """The presets every config starts from (``evaljobs/data/providers.yaml``).
+
+    ``sim`` has no base URL: it honours ``EVALJOBS_SIM_URL`` at call time or starts
+    the simulated provider in-process (see ``adapters.simulated_provider_url``).
+    """
+    return dict(_presets())
+
+
+@functools.lru_cache(maxsize=1)
+def _presets() -> tuple[tuple[str, ProviderConfig], ...]:
+    source = f"evaljobs/{PRESETS_FILE}"
+    text = importlib.resources.files("evaljobs").joinpath(PRESETS_FILE).read_text(encoding="utf-8")
+    data = yaml.safe_load(text) or {}
+    return tuple((str(name), _provider_entry(source, name, entry, None, origin="preset"))
+                 for name, entry in data.items())
 
 
 def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
@@ -163,11 +177,12 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
         raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, "
                              f"got {_kind(entries)}")
     for name, entry in entries.items():
-        providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)))
+        providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)), origin=source)
     return ProvidersConfig(providers=providers, source=source, judge_model=judge_model)
 
 
-def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None) -> ProviderConfig:
+def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None, *,
+                    origin: str) -> ProviderConfig:
     if not isinstance(name, str) or not _PROVIDER_NAME.fullmatch(name):
         raise ModelSpecError(f"{source}: provider name {_show(name)} must match [A-Za-z0-9_.-]+ "
                              f"(no '/' or '@': they separate provider, model and label)")
@@ -191,8 +206,36 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
                 raise ModelSpecError(f"{where}: base_url must be a URL string, not {_show(base_url)}")
             base_url = _expand(where, "base_url", base_url)
     elif base is None:
-        raise ModelSpecError(f"{where}: missing 'base_url' (the OpenAI-compatible endpoint, "
-                             f"e.g. http://127.0.0.1:8000/v1)")
+        raise ModelSpecError(f"{where}: missing 'base_url' (the API root, e.g. http://127.0.0.1:8000/v1)")
+
+    api = base.api if base else "openai"
+    if "api" in entry:
+        api = entry["api"]
+        if api not in WIRE_FORMATS:
+            raise ModelSpecError(f"{where}: api {_show(api)} is not a supported wire format; "
+                                 f"use one of {', '.join(WIRE_FORMATS)}{_suggest(api, WIRE_FORMATS, noun='value')}")
+
+    api_version = base.api_version if base else None
+    if "api_version" in entry:
+        api_version = entry["api_version"]
+        if api_version is not None and not (isinstance(api_version, str) and api_version.strip()):
+            raise ModelSpecError(f"{where}: api_version must be a string like \"2024-10-21\", "
+                                 f"not {_show(api_version)}")
+
+    stream = base.stream if base else False
+    if "stream" in entry:
+        stream = entry["stream"]
+        if not isinstance(stream, bool):
+            raise ModelSpecError(f"{where}: stream must be true or false, not {_show(stream)}")
+
+    checked = base.checked if base else None
+    if "checked" in entry:
+        raw_checked = entry["checked"]
+        try:
+            checked = datetime.date.fromisoformat(str(raw_checked)).isoformat() if raw_checked else None
+        except ValueError:
+            raise ModelSpecError(f"{where}: checked must be a date like 2025-08-15 (when the prices were "
+                                 f"last compared with the provider's page), not {_show(raw_checked)}") from None
 
     api_key_env = base.api_key_env if base else None
     if "api_key_env" in entry:
@@ -240,7 +283,8 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         governor.update(entry["governor"])
 
     return ProviderConfig(name=name, base_url=base_url, api_key_env=api_key_env, prices=prices,
-                          timeout=timeout, max_retries=max_retries, governor=governor, headers=headers)
+                          timeout=timeout, max_retries=max_retries, governor=governor, headers=headers,
+                          api=api, api_version=api_version, stream=stream, checked=checked, origin=origin)
 
 
 def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:
@@ -354,5 +398,5 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _suggest(key: Any, valid: tuple[str, ...] | list[str]) -> str:
-    return suggest(key, valid) or f" (valid keys: {', '.join(valid)})"
+def _suggest(key: Any, valid: tuple[str, ...] | list[str], *, noun: str = "key") -> str:
+    return suggest(key, valid) or (f" (valid {noun}s: {', '.join(valid)})" if noun == "key" else "")

@@ -93,7 +93,9 @@ def evaluate(
         duration_ms=int(round(replay.duration_ms)),
         input_tokens=replay.input_tokens,
         output_tokens=replay.output_tokens,
-        cost=round(replay.cost + extra_cost, 8),
+        cost=_total_cost(replay.cost, extra_cost),
+        ttft_ms=replay.ttft_ms,
+        latency_ms=replay.latency_ms,
         attempts=attempts,
         error=replay.error or _grading_error(grades),
         details=details,
@@ -114,6 +116,13 @@ def _grading_error(grades) -> str | None:
 def _last_reason() -> str:
     exc = sys.exc_info()[1]
     return _describe(exc) if exc else "provider error"
+
+
+def _total_cost(*parts: float | None) -> float | None:
+    """The sum, or None when any part is unknown: a partly unknown cost is an unknown cost."""
+    if any(part is None for part in parts):
+        return None
+    return round(sum(parts), 8)  # type: ignore[arg-type]
 
 
 def _errored(scenario: Scenario, model: ModelSpec, reason: str, attempts: int, started: float) -> Result:

@@ -72,7 +72,7 @@ class JudgeVerdict:
     reason: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
-    cost: float = 0.0
+    cost: float | None = 0.0
     #: Set when the judge gave no usable verdict (unreachable, refused, not the expected JSON after its
     #: retries): the pair is ``errored`` with fault ``judge_unavailable``, never held against the model.
     error: str | None = None

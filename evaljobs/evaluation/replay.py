@@ -22,8 +22,13 @@ class Replay:
     duration_ms: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost: float = 0.0
+    #: None when the model's price is unknown.
+    cost: float | None = 0.0
     turns: int = 0
+    #: Time to the first token of the first (streamed, uncached) provider call, ms.
+    ttft_ms: float | None = None
+    #: Sum of the uncached provider call latencies, ms (None when no call reached a provider).
+    latency_ms: float | None = None
     error: str | None = None
     cached: bool = False
     meta: dict[str, Any] = field(default_factory=dict)

@@ -27,11 +27,16 @@ class Result:
     duration_ms: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost: float = 0.0
+    #: USD; None when a model's price is unknown (an unknown cost is never shown as $0).
+    cost: float | None = 0.0
     attempts: int = 1
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
+    #: Time to the first token of the first provider call (streamed calls only), ms.
+    ttft_ms: float | None = None
+    #: Sum of the provider call latencies, ms.
+    latency_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -11,9 +11,25 @@ def pct(rate: float) -> str:
     return f"{rate * 100:.1f}%"
 
 
-def money(cost: float) -> str:
-    """A cost in dollars as ``$0.0123``."""
-    return f"${cost:.4f}"
+def money(cost: float | None, unknown: int = 0) -> str:
+    """A cost in dollars as ``$0.0123``; ``≥ $0.0123`` when ``unknown`` pairs had no known price.
+
+    An unknown price is never shown as $0: with pairs of unknown cost the known sum is a lower bound.
+    """
+    if cost is None:
+        return "unknown"
+    return f"≥ ${cost:.4f}" if unknown else f"${cost:.4f}"
 
 
-__all__ = ["pct", "money"]
+def unknown_note(block: dict) -> str:
+    """`` (cost unknown for N pairs)`` for a summary or model block with ``cost_unknown`` pairs."""
+    n = block.get("cost_unknown") or 0
+    return f" (cost unknown for {n} pair{'s' if n != 1 else ''})" if n else ""
+
+
+def ms_pair(low: int | None, high: int | None) -> str:
+    """``p50 / p95`` milliseconds, or ``-`` when none was measured."""
+    return "-" if low is None else f"{low:,} / {high:,}"
+
+
+__all__ = ["pct", "money", "unknown_note", "ms_pair"]

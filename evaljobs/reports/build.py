@@ -11,7 +11,8 @@ import math
 from collections import Counter
 from typing import Any, Iterable
 
-from evaljobs.reports._format import money as _money, pct as _pct
+from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
+                                      unknown_note as _unknown_note)
 from evaljobs.reports.compare import Comparison, compare
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
@@ -102,9 +103,25 @@ def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
         "failed": failed,
         "errored": errored,
         "pass_rate": _rate(passed, len(results)),
-        "cost": round(sum(r.cost for r in results), 6),
+        "cost": _known_cost(results),
+        "cost_unknown": _unknown_cost(results),
         "duration_ms": int(sum(r.duration_ms for r in results)),
     }
+
+
+def _known_cost(results: list[Result]) -> float:
+    """The sum of the costs that are known (a lower bound when ``_unknown_cost`` is not 0)."""
+    return round(sum(r.cost for r in results if r.cost is not None), 6)
+
+
+def _unknown_cost(results: list[Result]) -> int:
+    """How many pairs have an unknown cost (a model missing from its provider's price table)."""
+    return sum(1 for r in results if r.cost is None)
+
+
+def _ms_percentile(values: list[float | None], pct: float) -> int | None:
+    found = percentile([v for v in values if v is not None], pct)
+    return int(round(found)) if found is not None else None
 
 
 def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
@@ -122,9 +139,14 @@ def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
         "mean_score": round(sum(r.score for r in results) / len(results), 4) if results else 0.0,
         "duration_p50_ms": int(p50) if p50 is not None else None,
         "duration_p95_ms": int(p95) if p95 is not None else None,
+        "ttft_p50_ms": _ms_percentile([r.ttft_ms for r in results], 50),
+        "ttft_p95_ms": _ms_percentile([r.ttft_ms for r in results], 95),
+        "latency_p50_ms": _ms_percentile([r.latency_ms for r in results], 50),
+        "latency_p95_ms": _ms_percentile([r.latency_ms for r in results], 95),
         "input_tokens": sum(r.input_tokens for r in results),
         "output_tokens": sum(r.output_tokens for r in results),
-        "cost": round(sum(r.cost for r in results), 6),
+        "cost": _known_cost(results),
+        "cost_unknown": _unknown_cost(results),
         "cached": sum(1 for r in results if r.cached),
         "faults": {fault: n for fault, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0]))},
     }
@@ -153,7 +175,7 @@ def _criteria(models: list[str], by_model: dict[str, list[Result]]) -> list[dict
 def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ranked = sorted(per_model, key=lambda m: (-m["pass_rate"], -m["mean_score"], m["cost"], m["model"]))
     return [{"rank": i, "model": m["model"], "pass_rate": m["pass_rate"], "mean_score": m["mean_score"],
-             "cost": m["cost"]} for i, m in enumerate(ranked, start=1)]
+             "cost": m["cost"], "cost_unknown": m["cost_unknown"]} for i, m in enumerate(ranked, start=1)]
 
 
 def _compact(result: Result) -> dict[str, Any]:
@@ -165,7 +187,7 @@ def _compact(result: Result) -> dict[str, Any]:
         "fault": result.fault,
         "error": result.error,
         "duration_ms": int(result.duration_ms),
-        "cost": round(float(result.cost), 6),
+        "cost": None if result.cost is None else round(float(result.cost), 6),
         "cached": bool(result.cached),
         **_judge_entry(result),
     }
@@ -262,17 +284,21 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
-        f"{_money(summary['cost'])}{_excluded_note(run)}",
+        f"{_money(summary['cost'], summary.get('cost_unknown', 0))}{_unknown_note(summary)}{_excluded_note(run)}",
         "",
-        "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms | Cost |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
+        "| TTFT p50/p95 ms | Latency p50/p95 ms | Cost |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     blocks = {m["model"]: m for m in report["models"]}
     for entry in report["verdict"][:MARKDOWN_MODELS]:
         m = blocks[entry["model"]]
         lines.append(f"| {entry['rank']} | {_code(m['model'])} | {_pct(m['pass_rate'])} | {m['passed']} | "
                      f"{m['failed']} | {m['errored']} | {m['mean_score']:.3f} | "
-                     f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | {_money(m['cost'])} |")
+                     f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | "
+                     f"{_ms_pair(m.get('ttft_p50_ms'), m.get('ttft_p95_ms'))} | "
+                     f"{_ms_pair(m.get('latency_p50_ms'), m.get('latency_p95_ms'))} | "
+                     f"{_money(m['cost'], m.get('cost_unknown', 0))} |")
     if len(report["verdict"]) > MARKDOWN_MODELS:
         lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
     return lines
@@ -378,10 +404,13 @@ def _markdown_details(report: dict[str, Any]) -> list[str]:
 def render_table(report: dict[str, Any]) -> str:
     """A fixed-width terminal table, one line per model, then failing pairs and the verdict."""
     run, summary = report["run"], report["summary"]
-    header = ("MODEL", "SCEN", "PASS", "FAIL", "ERR", "PASS%", "MEAN", "P50 MS", "P95 MS", "COST")
+    header = ("MODEL", "SCEN", "PASS", "FAIL", "ERR", "PASS%", "MEAN", "P50 MS", "P95 MS", "TTFT P50/P95",
+              "LATENCY P50/P95", "COST")
     rows = [(m["model"], str(m["scenarios"]), str(m["passed"]), str(m["failed"]), str(m["errored"]),
              _pct(m["pass_rate"]), f"{m['mean_score']:.3f}", _ms(m["duration_p50_ms"]),
-             _ms(m["duration_p95_ms"]), _money(m["cost"])) for m in report["models"]]
+             _ms(m["duration_p95_ms"]), _ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms")),
+             _ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms")),
+             _money(m["cost"], m.get("cost_unknown", 0))) for m in report["models"]]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -391,7 +420,8 @@ def render_table(report: dict[str, Any]) -> str:
 
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
-           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'])}{_excluded_note(run)}",
+           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'], summary.get('cost_unknown', 0))}"
+           f"{_unknown_note(summary)}{_excluded_note(run)}",
            line(header), *(line(row) for row in rows)]
     failures = _failures(report)
     if failures:

@@ -31,7 +31,8 @@ class Outcome:
 
     status: str
     score: float
-    cost: float
+    #: None when the price of the model was unknown.
+    cost: float | None
     fault: str | None = None
 
 
@@ -73,7 +74,7 @@ class PairChange:
 
     @property
     def cost_delta(self) -> float | None:
-        if self.before is None or self.after is None:
+        if self.before is None or self.after is None or self.before.cost is None or self.after.cost is None:
             return None
         return round(self.after.cost - self.before.cost, 6)
 
@@ -230,16 +231,20 @@ def _rows(side: Side) -> Iterable[Any]:
     return side
 
 
+def _cost(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
 def _outcomes(side: Side) -> dict[tuple[str, str], Outcome]:
     out: dict[tuple[str, str], Outcome] = {}
     for row in _rows(side):
         if isinstance(row, Result):
             key, model = row.scenario_key, row.model
-            outcome = Outcome(row.status, round(float(row.score), 4), round(float(row.cost), 6), row.fault)
+            outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault)
         else:
             key, model = row["scenario_key"], row["model"]
             outcome = Outcome(row["status"], round(float(row.get("score") or 0.0), 4),
-                              round(float(row.get("cost") or 0.0), 6), row.get("fault"))
+                              _cost(row.get("cost", 0.0)), row.get("fault"))
         if outcome.status not in (PASSED, FAILED, ERRORED):
             raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
         out[(key, model)] = outcome
@@ -268,8 +273,8 @@ def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelt
             passed_b=sum(1 for c in common if c.after.status == PASSED),
             mean_score_a=round(sum(c.before.score for c in common) / n, 4),
             mean_score_b=round(sum(c.after.score for c in common) / n, 4),
-            cost_a=round(sum(c.before.cost for c in common), 6),
-            cost_b=round(sum(c.after.cost for c in common), 6),
+            cost_a=round(sum(c.before.cost or 0.0 for c in common), 6),
+            cost_b=round(sum(c.after.cost or 0.0 for c in common), 6),
             regressed=sum(1 for c in common if c.kind == REGRESSED),
             fixed=sum(1 for c in common if c.kind == FIXED),
             changed=sum(1 for c in common if c.kind == CHANGED)))

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.reports._html_assets import SCRIPT as _SCRIPT, STYLE as _STYLE
-from evaljobs.reports._format import money as _money, pct as _pct
+from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
+                                      unknown_note as _unknown_note)
 from evaljobs.reports.compare import Comparison, PairChange, compare
 from evaljobs.reports.headline import headline
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
@@ -206,7 +207,7 @@ def _header(report: dict[str, Any]) -> list[str]:
         ("Finished", run.get("finished_at")), ("Wall time", wall),
         ("Pairs", f"{s['results']}/{s['expected']}: {s['passed']} passed, {s['failed']} failed, "
                   f"{s['errored']} errored ({_pct(s['pass_rate'])})" + _cached_note(report)),
-        ("Cost", _money(s["cost"])),
+        ("Cost", _money(s["cost"], s.get("cost_unknown", 0)) + _unknown_note(s)),
     ]
     if run.get("context"):
         facts.append(("Context", json.dumps(run["context"], ensure_ascii=False, sort_keys=True, default=str)))
@@ -224,7 +225,8 @@ def _cached_note(report: dict[str, Any]) -> str:
 
 def _verdict(report: dict[str, Any]) -> list[str]:
     items = [f"<li><b>{_e(v['model'])}</b> {_pct(v['pass_rate'])} passed · "
-             f"mean score {v['mean_score']:.3f} · {_money(v['cost'])}</li>" for v in report["verdict"]]
+             f"mean score {v['mean_score']:.3f} · {_e(_money(v['cost'], v.get('cost_unknown', 0)))}</li>"
+             for v in report["verdict"]]
     return ['<section id="verdict"><h2>Verdict</h2><ol>', *items, "</ol></section>"]
 
 
@@ -251,11 +253,14 @@ def _models_table(report: dict[str, Any]) -> list[str]:
         faults = ", ".join(f"{k} × {n}" for k, n in m["faults"].items()) or "-"
         rows.append([_e(m["model"]), str(v["rank"]), _pct(m["pass_rate"]), str(m["passed"]), str(m["failed"]),
                      str(m["errored"]), f"{m['mean_score']:.3f}", _e(m["duration_p50_ms"] or "-"),
-                     _e(m["duration_p95_ms"] or "-"), f"{m['input_tokens']:,}", f"{m['output_tokens']:,}",
-                     _money(m["cost"]), f'<span class="t">{_e(faults)}</span>'])
+                     _e(m["duration_p95_ms"] or "-"), _e(_ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms"))),
+                     _e(_ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms"))),
+                     f"{m['input_tokens']:,}", f"{m['output_tokens']:,}",
+                     _e(_money(m["cost"], m.get("cost_unknown", 0))), f'<span class="t">{_e(faults)}</span>'])
     header = ["Model", "Rank", "Pass rate", "Passed", "Failed", "Errored", "Mean score", "p50 ms", "p95 ms",
-              "Tokens in", "Tokens out", "Cost", "Faults"]
-    return _table("models", "Models", header, rows, numeric=range(1, 12))
+              "TTFT p50/p95 ms", "Latency p50/p95 ms", "Tokens in", "Tokens out", "Cost", "Faults"]
+    return _table("models", "Models", header, rows, numeric=range(1, 14))
+
 
 
 def _criteria_table(report: dict[str, Any]) -> list[str]:

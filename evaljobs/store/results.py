@@ -52,7 +52,7 @@ _RUN_COLUMNS = ("id", "digest", "catalog_name", "models", "strategy", "status", 
                 "context", "options", "created_at", "started_at", "finished_at", "note", "pairs")
 _RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores", "fault", "output",
                    "tool_calls", "duration_ms", "input_tokens", "output_tokens", "cost", "attempts", "error",
-                   "details", "cached", "created_at")
+                   "details", "cached", "created_at", "ttft_ms", "latency_ms")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ def _hot_sql(param: str) -> _HotSQL:
         bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
         persisted=f"SELECT persisted FROM run WHERE id = {p}",
         report_results=(f"SELECT scenario_key, model, status, score, scores, fault, error, duration_ms, cost, "
-                        f"cached, input_tokens, output_tokens FROM result WHERE run_id = {p}"),
+                        f"cached, input_tokens, output_tokens, ttft_ms, latency_ms FROM result "
+                        f"WHERE run_id = {p}"),
     )
 
 
@@ -198,9 +199,14 @@ def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Resul
     params = (run_id, result.scenario_key, result.model, result.status, float(result.score),
               _dumps(result.scores), result.fault, result.output or "", _dumps(_capped(result.tool_calls)),
               int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
-              float(result.cost or 0.0), int(result.attempts), result.error, _dumps(_capped(result.details)),
-              bool(result.cached), _now())
+              None if result.cost is None else float(result.cost), int(result.attempts), result.error,
+              _dumps(_capped(result.details)), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
+              _float_or_none(result.latency_ms))
     return db.execute_sql(sql.insert_result, params).rowcount == 1
+
+
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _results_query(run_id: str) -> peewee.Select:
@@ -222,7 +228,7 @@ def _to_result(row: ResultRow) -> Result:
                   tool_calls=_loads(row.tool_calls), duration_ms=row.duration_ms,
                   input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
                   attempts=row.attempts, error=row.error, details=_loads(row.details),
-                  cached=bool(row.cached))
+                  cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms)
 
 
 @_reconnecting
@@ -342,9 +348,10 @@ def _report_results(run_id: str) -> list[Result]:
 
     results = [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
                       fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
-                      input_tokens=input_tokens, output_tokens=output_tokens)
+                      input_tokens=input_tokens, output_tokens=output_tokens, ttft_ms=ttft_ms,
+                      latency_ms=latency_ms)
                for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
-               output_tokens in rows]
+               output_tokens, ttft_ms, latency_ms in rows]
     _add_judge_details(run_id, results)
     return results
 

@@ -17,9 +17,10 @@ from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, Doubl
 
 from evaljobs.store.errors import StoreError, redact
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: What each schema version added (recorded in ``schema_version.description``).
-_SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)"}
+_SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
+                   3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms"}
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
 
 PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
@@ -98,12 +99,17 @@ class ResultRow(_Table):
     duration_ms = IntegerField()
     input_tokens = IntegerField()
     output_tokens = IntegerField()
-    cost = DoubleField()
+    #: NULL when the model's price is unknown (never stored as $0).
+    cost = DoubleField(null=True)
     attempts = IntegerField()
     error = TextField(null=True)
     details = TextField()
     cached = BooleanField()
     created_at = DateTimeField()
+    #: Time to the first streamed token of the pair's first provider call, when streamed.
+    ttft_ms = DoubleField(null=True)
+    #: Sum of the pair's provider call latencies (the pair's duration also counts tools and grading).
+    latency_ms = DoubleField(null=True)
 
     class Meta:
         table_name = "result"
@@ -179,11 +185,27 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
                              f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
         if Run._meta.table_name in existing:
             done += _add_missing_columns(db, Run, {"pairs": "TEXT"})
+        if ResultRow._meta.table_name in existing:
+            real = "DOUBLE PRECISION" if isinstance(db, peewee.PostgresqlDatabase) else "REAL"
+            done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real})
+            done += _drop_not_null(db, ResultRow, "cost")
         if current < SCHEMA_VERSION:
             SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(),
                                  description=_SCHEMA_CHANGES[SCHEMA_VERSION] if current else "initial schema")
             done.append(f"recorded schema version {SCHEMA_VERSION}")
     return done
+
+
+def _drop_not_null(db: peewee.Database, table: type[Model], column: str) -> list[str]:
+    """Let a column hold NULL (SQLite cannot ALTER a column: playhouse's migrator rebuilds the table)."""
+    found = [c for c in db.get_columns(table._meta.table_name) if c.name == column]
+    if not found or found[0].null:
+        return []
+    from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
+
+    migrator = PostgresqlMigrator(db) if isinstance(db, peewee.PostgresqlDatabase) else SqliteMigrator(db)
+    migrate(migrator.drop_not_null(table._meta.table_name, column))
+    return [f"{table._meta.table_name}.{column} may be NULL"]
 
 
 def _add_missing_columns(db: peewee.Database, table: type[Model], columns: dict[str, str]) -> list[str]:

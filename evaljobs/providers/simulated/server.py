@@ -1,6 +1,11 @@
-"""A real OpenAI-compatible HTTP server on loopback, for the demo, the tests and the benchmarks.
+"""A real HTTP server on loopback speaking OpenAI's and Anthropic's wire formats, for the demo, tests, benchmarks.
 
-Hand-written on asyncio streams (HTTP/1.1, keep-alive, Content-Length bodies) so
+Routes: ``POST /v1/chat/completions`` (and Azure's ``/openai/deployments/NAME/
+chat/completions`` and ``/openai/v1/chat/completions``), ``POST /v1/messages``
+(Anthropic; requires ``anthropic-version`` and ``max_tokens`` like the real API);
+``"stream": true`` is answered as Server-Sent Events in each format.
+
+Hand-written on asyncio streams (HTTP/1.1, keep-alive, Content-Length or chunked bodies) so
 that hundreds of concurrent calls cost only a coroutine each, and no dependency is
 added. It simulates what makes a real provider hard to drive: latency with
 jitter, a concurrency cap and a requests-per-minute window (both answered with
@@ -32,7 +37,9 @@ import random
 import signal
 import sys
 import threading
+import re
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from evaljobs.providers.simulated.answers import (
@@ -45,6 +52,16 @@ from evaljobs.providers.simulated.answers import (
     tokens,
 )
 from evaljobs.providers.simulated.directives import DirectiveError, collect_directives
+from evaljobs.providers.simulated.wire import (
+    RequestError,
+    anthropic_body,
+    anthropic_error,
+    anthropic_events,
+    from_anthropic,
+    from_openai,
+    openai_chunks,
+    openai_error,
+)
 from evaljobs.providers.simulated.http import (
     REASONS,
     Request,
@@ -73,9 +90,10 @@ class SimulatedProvider:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, jitter: float = 0.0,
                  max_concurrent: int | None = None, rpm: int | None = None, error_rate: float = 0.0,
-                 seed: int = 0, retry_after: float = 1.0):
+                 seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0):
         _check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
-                       error_rate=error_rate, retry_after=retry_after, port=port)
+                       error_rate=error_rate, retry_after=retry_after, port=port,
+                       stream_interval=stream_interval)
         self.host = host
         self.port = int(port)
         self.latency = float(latency)
@@ -85,6 +103,8 @@ class SimulatedProvider:
         self.error_rate = float(error_rate)
         self.seed = int(seed)
         self.retry_after = float(retry_after)
+        #: Seconds between streamed events, so a streamed answer's first token comes before its end.
+        self.stream_interval = float(stream_interval)
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._stats = _empty_stats()
@@ -198,7 +218,7 @@ class SimulatedProvider:
         snapshot["config"] = {"latency": self.latency, "jitter": self.jitter,
                               "max_concurrent": self.max_concurrent, "rpm": self.rpm,
                               "error_rate": self.error_rate, "seed": self.seed,
-                              "retry_after": self.retry_after}
+                              "retry_after": self.retry_after, "stream_interval": self.stream_interval}
         return snapshot
 
     def reset_stats(self) -> None:
@@ -252,16 +272,19 @@ class SimulatedProvider:
     async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must be closed afterwards."""
         path = request.path.split("?", 1)[0].rstrip("/") or "/"
+        if request.method == "POST" and _AZURE_PATH.fullmatch(path):
+            return await self._chat(request, writer, "openai")
         routes = {
             ("POST", "/v1/chat/completions"): None, ("POST", "/chat/completions"): None,
+            ("POST", "/v1/messages"): "anthropic", ("POST", "/messages"): "anthropic",
             ("GET", "/v1/models"): self._models_body, ("GET", "/models"): self._models_body,
             ("GET", "/stats"): lambda: self.stats(), ("GET", "/health"): lambda: {"status": "ok"},
             ("POST", "/stats/reset"): self._reset_body,
         }
         if (request.method, path) in routes:
             handler = routes[(request.method, path)]
-            if handler is None:
-                return await self._chat(request, writer)
+            if handler is None or isinstance(handler, str):
+                return await self._chat(request, writer, handler or "openai")
             await send_json(writer, 200, handler(), keep_alive=request.keep_alive)
             return request.keep_alive
         if any(route_path == path for _, route_path in routes):
@@ -279,29 +302,36 @@ class SimulatedProvider:
         self.reset_stats()
         return {"status": "reset"}
 
-    async def _chat(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _chat(self, request: Request, writer: asyncio.StreamWriter, wire: str) -> bool:
         keep_alive = request.keep_alive
         try:
-            payload = json.loads(request.body)
-            model, messages = payload["model"], payload["messages"]
-            if not isinstance(model, str) or not isinstance(messages, list) or not all(
-                    isinstance(m, dict) for m in messages):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
+            try:
+                payload = json.loads(request.body)
+            except ValueError:
+                raise RequestError("request body must be JSON with a string 'model' and a list of message "
+                                   "objects 'messages'") from None
+            if wire == "anthropic":
+                if not request.headers.get("anthropic-version"):
+                    raise RequestError("anthropic-version: header is required")
+                model, messages, tools = from_anthropic(payload)
+            else:
+                model, messages, tools = from_openai(payload)
+        except RequestError as exc:
             self._count(None, "requests")
             self._count(None, "errors", bucket=400)
-            await send_json(writer, 400, error_body("request body must be JSON with a string 'model' and a "
-                                                      "list of message objects 'messages'"),
-                             keep_alive=keep_alive)
+            body = anthropic_error(400, str(exc)) if wire == "anthropic" else error_body(str(exc))
+            await send_json(writer, 400, body, keep_alive=keep_alive)
             return keep_alive
+        call = _Call(wire, payload.get("stream") is True, keep_alive, tools,
+                     bool((payload.get("stream_options") or {}).get("include_usage")))
         self._models.setdefault(model, None)
         self._count(model, "requests")
         refusal = self._admit()
         if refusal is not None:
             message, retry_after = refusal
             self._count(model, "rate_limited")
-            await send_json(writer, 429, error_body(message, "rate_limit_exceeded"),
-                             headers=_retry_headers(retry_after), keep_alive=keep_alive)
+            await send_json(writer, 429, self._error(call, 429, message),
+                            headers=_retry_headers(retry_after), keep_alive=keep_alive)
             return keep_alive
         with self._lock:
             self._stats["in_flight"] += 1
@@ -319,7 +349,7 @@ class SimulatedProvider:
                     self._stats["in_flight"] -= 1
 
         try:
-            return await self._answer(payload, model, messages, writer, keep_alive, release)
+            return await self._answer(payload, model, messages, writer, call, release)
         finally:
             release()
 
@@ -342,7 +372,7 @@ class SimulatedProvider:
         return None
 
     async def _answer(self, payload: dict[str, Any], model: str, messages: list[dict[str, Any]],
-                      writer: asyncio.StreamWriter, keep_alive: bool, release=lambda: None) -> bool:
+                      writer: asyncio.StreamWriter, call: "_Call", release=lambda: None) -> bool:
         conversation = json.dumps([model, messages], sort_keys=True, default=str).encode()
         key = hashlib.sha256(conversation).digest()[:16]
         attempt = self._attempts.pop(key, 0) + 1
@@ -358,17 +388,26 @@ class SimulatedProvider:
             if self.error_rate and draw(self.seed, key, attempt) < self.error_rate:
                 answer = Answer(status=500, message="simulated server error (error_rate)")
             else:
-                extra_sleep, answer = plan(directives, model, messages, payload, attempt, self.retry_after)
+                extra_sleep, answer = plan(directives, model, messages, dict(payload, tools=call.tools),
+                                           attempt, self.retry_after)
                 delay += extra_sleep
         except DirectiveError as exc:
             answer = Answer(status=400, message=str(exc))
         if delay > 0:
             await asyncio.sleep(delay)
         release()
-        return await self._respond(answer, model, messages, payload, writer, keep_alive)
+        return await self._respond(answer, model, messages, payload, writer, call)
+
+    def _error(self, call: "_Call", status: int, message: str) -> dict[str, Any]:
+        if call.wire == "anthropic":
+            return anthropic_error(status, message)
+        kind = "rate_limit_exceeded" if status == 429 else (
+            "server_error" if status >= 500 else "invalid_request_error")
+        return openai_error(message, kind)
 
     async def _respond(self, answer: Answer, model: str, messages: list[dict[str, Any]],
-                       payload: dict[str, Any], writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+                       payload: dict[str, Any], writer: asyncio.StreamWriter, call: "_Call") -> bool:
+        keep_alive = call.keep_alive
         if answer.status != 200:
             headers = {}
             if answer.status == 429:
@@ -377,11 +416,9 @@ class SimulatedProvider:
                 headers = _retry_headers(wait)
             else:
                 self._count(model, "errors", bucket=answer.status)
-            kind = "rate_limit_exceeded" if answer.status == 429 else (
-                "server_error" if answer.status >= 500 else "invalid_request_error")
             message = answer.message or REASONS.get(answer.status, "")
-            await send_json(writer, answer.status, error_body(message, kind), headers=headers,
-                             keep_alive=keep_alive)
+            await send_json(writer, answer.status, self._error(call, answer.status, message), headers=headers,
+                            keep_alive=keep_alive)
             return keep_alive
         if answer.fault == "reset":
             self._count(model, "faults", bucket="reset")
@@ -391,7 +428,7 @@ class SimulatedProvider:
             self._count(model, "faults", bucket="malformed")
             await send(writer, 200, b'{"choices": [{"message": this is not JSON', keep_alive=keep_alive)
             return keep_alive
-        input_tokens = prompt_tokens(messages, payload.get("tools"))
+        input_tokens = prompt_tokens(messages, call.tools)
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
@@ -412,7 +449,23 @@ class SimulatedProvider:
             message["tool_calls"] = answer.tool_calls
         calls_text = json.dumps(answer.tool_calls) if answer.tool_calls else ""
         output_tokens = tokens((content or "") + calls_text)
-        body = completion_body(model, sequence, message, finish, input_tokens, output_tokens)
+        if call.stream:
+            if call.wire == "anthropic":
+                events = anthropic_events(model, sequence, message, finish, input_tokens, output_tokens)
+            else:
+                events = openai_chunks(model, sequence, message, finish, input_tokens, output_tokens,
+                                       call.include_usage)
+            if answer.fault == "truncate":
+                self._count(model, "faults", bucket="truncate")
+                await self._send_stream(writer, events[: len(events) // 2], keep_alive=False, finish=False)
+                return False
+            self._count_completion(model, input_tokens, output_tokens, tool_turn=bool(answer.tool_calls))
+            await self._send_stream(writer, events, keep_alive=keep_alive)
+            return keep_alive
+        if call.wire == "anthropic":
+            body = anthropic_body(model, sequence, message, finish, input_tokens, output_tokens)
+        else:
+            body = completion_body(model, sequence, message, finish, input_tokens, output_tokens)
         if answer.fault == "truncate":
             self._count(model, "faults", bucket="truncate")
             data = json.dumps(body).encode()
@@ -422,8 +475,25 @@ class SimulatedProvider:
             writer.close()
             return False
         self._count_completion(model, input_tokens, output_tokens, tool_turn=bool(answer.tool_calls))
-        await send_json(writer, 200, body, headers=self._limit_headers(), keep_alive=keep_alive)
+        await send_json(writer, 200, body, headers=self._limit_headers(call.wire), keep_alive=keep_alive)
         return keep_alive
+
+    async def _send_stream(self, writer: asyncio.StreamWriter, events: list[bytes], *, keep_alive: bool,
+                           finish: bool = True) -> None:
+        """Server-Sent Events in HTTP/1.1 chunked encoding, ``stream_interval`` seconds apart."""
+        lines = [f"HTTP/1.1 200 {REASONS[200]}", "content-type: text/event-stream", "cache-control: no-cache",
+                 "transfer-encoding: chunked", f"connection: {'keep-alive' if keep_alive else 'close'}"]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        for number, event in enumerate(events):
+            if number and self.stream_interval:
+                await asyncio.sleep(self.stream_interval)
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        if finish:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        if not finish:
+            writer.close()
 
     def _count_completion(self, model: str, input_tokens: int, output_tokens: int, *,
                           tool_turn: bool) -> None:
@@ -433,11 +503,17 @@ class SimulatedProvider:
         if tool_turn:
             self._count(model, "tool_call_turns")
 
-    def _limit_headers(self) -> dict[str, str]:
+    def _limit_headers(self, wire: str = "openai") -> dict[str, str]:
         if self.rpm is None:
             return {}
-        return {"x-ratelimit-limit-requests": str(self.rpm),
-                "x-ratelimit-remaining-requests": str(max(0, self.rpm - len(self._window)))}
+        remaining = str(max(0, self.rpm - len(self._window)))
+        if wire == "anthropic":
+            reset = time.time() + (self._window[0] + RPM_WINDOW_S - time.monotonic() if self._window else 0.0)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset))
+            return {"anthropic-ratelimit-requests-limit": str(self.rpm),
+                    "anthropic-ratelimit-requests-remaining": remaining,
+                    "anthropic-ratelimit-requests-reset": stamp}
+        return {"x-ratelimit-limit-requests": str(self.rpm), "x-ratelimit-remaining-requests": remaining}
 
     async def _send_huge(self, writer: asyncio.StreamWriter, model: str, sequence: int, size: int,
                          input_tokens: int, output_tokens: int, keep_alive: bool) -> None:
@@ -458,6 +534,21 @@ class SimulatedProvider:
         writer.write(suffix)
         await writer.drain()
 
+
+
+#: Azure OpenAI's classic deployment path and its v1 path, served like /v1/chat/completions.
+_AZURE_PATH = re.compile(r"/openai/(deployments/[^/]+|v1)/chat/completions")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """How one chat request wants its answer: wire format, streamed or not."""
+
+    wire: str
+    stream: bool
+    keep_alive: bool
+    tools: Any
+    include_usage: bool
 
 
 def _retry_headers(seconds: float) -> dict[str, str]:
@@ -481,7 +572,7 @@ def _empty_stats() -> dict[str, Any]:
 
 _OPTION_TYPES: dict[str, type] = {"host": str, "port": int, "latency": float, "jitter": float,
                                   "max_concurrent": int, "rpm": int, "error_rate": float, "seed": int,
-                                  "retry_after": float}
+                                  "retry_after": float, "stream_interval": float}
 
 
 def parse_simulate_options(text: str) -> dict[str, Any]:
@@ -516,7 +607,7 @@ def parse_simulate_options(text: str) -> dict[str, Any]:
 
 
 def _check_options(**options: Any) -> None:
-    for key in ("latency", "jitter", "retry_after"):
+    for key in ("latency", "jitter", "retry_after", "stream_interval"):
         value = options.get(key)
         if value is not None and (not value >= 0 or math.isinf(value)):
             raise ValueError(f"simulate option {key}={value!r} must be a number of seconds >= 0")
