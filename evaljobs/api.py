@@ -27,7 +27,7 @@ from evaljobs import config, store
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
-from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
+from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
@@ -44,6 +44,22 @@ from evaljobs.workers.serve import run_pool
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
 
+
+
+def check_providers(models: Sequence[str], providers: str | ProvidersConfig | None = None) -> None:
+    """Raise ``ProviderProblems`` (a ``UsageError``, one line per problem) unless every model can be called.
+
+    Checks configuration only, no network: the provider is known, its wire format
+    is supported, its base URL is http(s), its API-key variable is set (or it needs
+    none). ``run``, ``rerun`` and ``bench`` call this before creating anything;
+    ``evaljobs providers check`` goes further and makes one real call per model.
+    """
+    from evaljobs.providers.preflight import ProviderProblems, problems
+
+    config_ = providers if isinstance(providers, ProvidersConfig) else runtime.providers(providers)
+    found = problems(config_, models)
+    if found:
+        raise ProviderProblems(found)
 
 
 def capture_context(providers: Sequence) -> dict[str, Any] | None:
@@ -183,6 +199,8 @@ class Session:
                 parse_model_spec(judge_model, self.providers)
             except ModelSpecError as exc:
                 raise UsageError(f"--judge-model: {exc}") from None
+        if adapter is None:  # a host adapter makes its own calls, with its own credentials
+            check_providers(specs + ([judge_model] if judge_model else []), self.providers)
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat = self.load(catalog)
@@ -229,7 +247,10 @@ class Session:
         The original run is never touched; the new one has its catalog snapshot,
         host context, options and strategy (:mod:`evaljobs.pipeline.rerun`).
         """
-        store.get_run(run_id)  # an unknown run is one line before anything else is said
+        original = store.get_run(run_id)  # an unknown run is one line before anything else is said
+        if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
+            chosen = {model for _, model in reruns.select_pairs(run_id, sorted(set(which)))}
+            check_providers([m for m in original.models if m in chosen], self.providers)
         return reruns.create_rerun(run_id, which)
 
     def start(self, run: store.RunInfo) -> store.RunInfo:

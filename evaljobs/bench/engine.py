@@ -177,6 +177,10 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         probe = Session(db=spec.db, broker="memory", width=1, providers=spec.providers)
         try:
             catalog = probe.load(spec.catalog)
+            from evaljobs.api import check_providers
+
+            # Before the first cell creates a run: every model's provider can be called (UsageError).
+            check_providers(list(spec.models), probe.providers)
         finally:
             probe.close()
         models = list(spec.models)

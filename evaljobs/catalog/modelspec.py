@@ -122,7 +122,7 @@ def builtin_providers() -> dict[str, ProviderConfig]:
     """The presets every config starts from (``evaljobs/data/providers.yaml``).
 
     ``sim`` has no base URL: it honours ``EVALJOBS_SIM_URL`` at call time or starts
-    the simulated provider in-process (see ``adapters.simulated_provider_url``).
+    the simulated provider in-process (see ``providers.endpoints.simulated_provider_url``).
     """
     return dict(_presets())
 

@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from evaljobs.cli._options import EXIT_USAGE, broker_option, db_option, fail_under_option, finish, width_option
+from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
+                                   width_option)
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
 
@@ -91,8 +92,14 @@ def status(as_json, queues, window, db, broker) -> None:
 @fail_under_option
 @db_option
 @broker_option
-def rerun(run_id, errored, failed, every, width, wait, gate, db, broker) -> None:
-    """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options."""
+@click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None, type=click.Path(dir_okay=False),
+              help="Providers config (YAML): base URLs, API-key env vars, prices (e.g. a fixed key variable).")
+def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, providers) -> None:
+    """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
+
+    The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
+    pair of the new run errored, like ``run``.
+    """
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline import events
     from evaljobs.pipeline.progress import Progress
@@ -103,7 +110,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker) -> None
         raise UsageError("say what to rerun: --errored, --failed (both may be given) or --all")
     if every and len(select) > 1:
         raise UsageError("--all already includes every pair: give it alone")
-    with Session(db=db, broker=broker, width=width) as session:
+    with Session(db=db, broker=broker, width=width, providers=providers) as session:
         new = session.create_rerun(run_id, select)
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
@@ -116,12 +123,26 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker) -> None
             finally:
                 events.remove_listener(progress)
             finish(info, gate)
+            _fail_if_all_errored(info)
             return
         session.start(new)
         if not (wait if wait is not None else session.binding().is_memory):
             click.echo(new.id)
             return
-        finish(session.wait(new.id, on_event=progress), gate)
+        info = session.wait(new.id, on_event=progress)
+        finish(info, gate)
+        _fail_if_all_errored(info)
+
+
+def _fail_if_all_errored(info) -> None:
+    """Exit 1 when nothing was evaluated (every pair errored), as ``run`` does."""
+    from evaljobs import store
+
+    if info.status == "failed":
+        first = next((r.error for r in store.list_results(info.id) if r.error), "") or ""
+        click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
+                   err=True)
+        sys.exit(EXIT_GATE)
 
 
 # -- recover ----------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ def client_for(providers: ProvidersConfig, provider_name: str) -> ChatClient:
     """The process's shared client for the provider entry ``provider_name``."""
     config = providers.get(provider_name)
     return get_client(base_url_for(providers, provider_name), api_key_env=config.api_key_env,
-                      timeout=config.timeout, headers=config.headers or None)
+                      timeout=config.timeout, headers=config.headers or None, wire=config.api,
+                      api_version=config.api_version, stream=config.stream)
 
 
 __all__ = ["EndpointError", "base_url_for", "client_for", "simulated_provider_url"]

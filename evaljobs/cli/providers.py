@@ -1,0 +1,101 @@
+"""``evaljobs providers list`` and ``evaljobs providers check``: what is configured, and does it answer.
+
+``list`` reads configuration only and never prints a key, only whether its
+variable is set. ``check`` makes one minimal real call per model (a few tokens)
+and prints its latency or the exact error, so a bad key or URL is found before a
+run is started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+EXIT_FAILED = 1
+
+
+@click.group("providers")
+def providers_group() -> None:
+    """Providers: presets and configured entries (list), and one real call per model (check)."""
+
+
+@providers_group.command("list")
+@click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None, type=click.Path(dir_okay=False),
+              help="Providers config (YAML) on top of the presets.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per provider instead of a table.")
+def providers_list(providers, as_json) -> None:
+    """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
+    from evaljobs.catalog.modelspec import load_providers
+    from evaljobs.providers.preflight import provider_problems
+
+    config = load_providers(providers)
+    rows = []
+    for name in config.names:
+        entry = config.get(name)
+        key = "-" if not entry.api_key_env else ("set" if os.environ.get(entry.api_key_env) else "missing")
+        problems = provider_problems(entry, os.environ, config.source)
+        rows.append({"name": name, "api": entry.api, "base_url": entry.base_url or ("(in-process)" if name == "sim"
+                                                                                    else "(not set)"),
+                     "api_key_env": entry.api_key_env, "key": key, "stream": entry.stream,
+                     "prices": len(entry.prices), "checked": entry.checked,
+                     "origin": "preset" if entry.origin == "preset" else "file",
+                     "ready": not problems})
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    header = ("PROVIDER", "API", "BASE URL", "KEY VARIABLE", "KEY", "STREAM", "PRICES", "CHECKED", "FROM", "READY")
+    table = [header] + [(r["name"], r["api"], r["base_url"], r["api_key_env"] or "-", r["key"],
+                         "yes" if r["stream"] else "no", str(r["prices"]), r["checked"] or "-", r["origin"],
+                         "yes" if r["ready"] else "no") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    click.echo(f"\nproviders: {config.source}", err=True)
+
+
+@providers_group.command("check")
+@click.option("-m", "--model", "models", multiple=True,
+              help="Model spec provider/model to call; repeat. Default: the first priced model of each "
+                   "provider that is ready (key set).")
+@click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None, type=click.Path(dir_okay=False),
+              help="Providers config (YAML) on top of the presets.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds per call.")
+def providers_check(models, providers, timeout) -> None:
+    """One minimal real call per model: its latency (and time to first token), or the exact error.
+
+    Exits 1 when any call failed, 2 when a model names no known provider.
+    """
+    from evaljobs.catalog.modelspec import load_providers, parse_model_spec
+    from evaljobs.providers.client import close_clients
+    from evaljobs.providers.preflight import probe, probe_models
+
+    config = load_providers(providers)
+    if models:
+        specs = [parse_model_spec(text, config).spec for text in models]  # unknown provider: exit 2
+    else:
+        specs, notes = probe_models(config)
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
+        if not specs:
+            click.echo("no provider is ready to call (see `evaljobs providers list`); pass -m provider/model",
+                       err=True)
+            sys.exit(EXIT_FAILED)
+    failed = 0
+    try:
+        for spec in specs:
+            outcome = probe(config, spec, timeout=timeout)
+            if outcome.error is not None:
+                failed += 1
+                click.echo(f"{spec}  FAIL  {outcome.error}")
+                continue
+            ttft = f", first token {outcome.ttft_ms:.0f} ms" if outcome.ttft_ms is not None else ""
+            click.echo(f"{spec}  ok  {outcome.latency_ms:.0f} ms{ttft}  {outcome.answer!r}")
+    finally:
+        close_clients()
+    if failed:
+        click.echo(f"{failed} of {len(specs)} model{'s' if len(specs) != 1 else ''} failed", err=True)
+        sys.exit(EXIT_FAILED)

@@ -1,0 +1,162 @@
+"""Pre-flight checks: can every model of a run be called at all, before the run exists?
+
+A run whose models cannot be reached (unknown provider, a ``file://`` base URL,
+an API-key variable nobody exported, an unsupported wire format) used to be
+found out pair by pair, after the run was created: every pair errored. These
+checks read only configuration and the environment (no network), so they cost
+nothing and run before ``run``, ``rerun`` and ``bench`` create anything.
+``probe`` is the other half: one minimal real call per model
+(``evaljobs providers check``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from evaljobs.errors import UsageError
+from evaljobs.catalog.modelspec import (
+    SIM_URL_ENV,
+    WIRE_FORMATS,
+    ModelSpec,
+    ModelSpecError,
+    ProviderConfig,
+    ProvidersConfig,
+    parse_model_spec,
+)
+
+
+class ProviderProblems(UsageError):
+    """Models whose providers cannot be called; ``problems`` holds one line each (the CLI prints each)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        count = len(self.problems)
+        super().__init__(f"{count} provider problem{'s' if count != 1 else ''}: " + "; ".join(self.problems))
+
+
+def problems(providers: ProvidersConfig, models: Iterable[str | ModelSpec], *,
+             environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per problem that would stop a call to one of ``models``; empty when all can be called.
+
+    A problem shared by several models of one provider is reported once, naming them.
+    """
+    env = os.environ if environ is None else environ
+    found: dict[str, list[str]] = {}
+    for model in models:
+        try:
+            spec = model if isinstance(model, ModelSpec) else parse_model_spec(model, providers)
+            config = providers.get(spec.provider)
+        except ModelSpecError as exc:
+            found.setdefault(str(exc), [])
+            continue
+        for problem in provider_problems(config, env, providers.source):
+            found.setdefault(problem, []).append(spec.spec)
+    lines = []
+    for problem, specs in found.items():
+        who = f"{', '.join(dict.fromkeys(specs))}: " if specs else ""
+        lines.append(f"{who}{problem}")
+    return lines
+
+
+def provider_problems(config: ProviderConfig, environ: Mapping[str, str], source: str = "") -> list[str]:
+    """What is wrong with one provider entry (its wire format, base URL, key variable)."""
+    where = f"provider '{config.name}'"
+    fix = f"in {source}" if source and source != "<built-in>" else "in a providers file (--providers FILE)"
+    out = []
+    if config.api not in WIRE_FORMATS:
+        out.append(f"{where} uses wire format {config.api!r}, which evaljobs does not speak; "
+                   f"set api to one of {', '.join(WIRE_FORMATS)} {fix}")
+    base_url = config.base_url
+    if base_url is None and config.name == "sim":
+        base_url = environ.get(SIM_URL_ENV) or None  # None: started in-process, always reachable
+        where_url = f"${SIM_URL_ENV}"
+    else:
+        where_url = "base_url"
+    if base_url is None and config.name != "sim":
+        example = "https://RESOURCE.openai.azure.com" if config.api == "azure" else "https://HOST/v1"
+        out.append(f"{where} has no base_url; set one {fix}, e.g. base_url: {example}")
+    elif base_url is not None:
+        problem = url_problem(base_url)
+        if problem:
+            out.append(f"{where} {where_url} {base_url!r} {problem}")
+        elif config.api == "azure":
+            from evaljobs.providers.wire.azure import needs_api_version
+
+            if needs_api_version(base_url) and not config.api_version:
+                out.append(f"{where} is a classic Azure deployment URL without an api-version; set "
+                           f"api_version (e.g. \"2024-10-21\") {fix}, or use the v1 endpoint …/openai/v1")
+    if config.api_key_env and not environ.get(config.api_key_env):
+        out.append(f"{where} needs its API key in ${config.api_key_env}, which is not set; export it, "
+                   f"or name another variable with api_key_env {fix}")
+    return out
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a provider's base URL (None when it can)."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        shown = f"'{parts.scheme}://'" if parts.scheme else "no scheme"
+        return f"must be an http:// or https:// URL, not {shown}"
+    if not parts.hostname:
+        return "has no host"
+    return None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The outcome of one minimal call: ``error`` is None when it answered."""
+
+    model: str
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+    answer: str = ""
+    error: str | None = None
+
+
+#: The whole prompt of a probe: short to send, short to answer.
+PROBE_PROMPT = "Reply with the single word: ok"
+
+
+def probe(providers: ProvidersConfig, model: str | ModelSpec, *, timeout: float = 30.0) -> Probe:
+    """One minimal real call to ``model`` (a few tokens); the exact error when it fails."""
+    from evaljobs.providers.endpoints import client_for
+    from evaljobs.providers.errors import ProviderError
+
+    spec = model if isinstance(model, ModelSpec) else parse_model_spec(model, providers)
+    found = provider_problems(providers.get(spec.provider), os.environ, providers.source)
+    if found:
+        return Probe(spec.spec, error=found[0])
+    started = time.perf_counter()
+    try:
+        client = client_for(providers, spec.provider)
+        # No max_tokens for OpenAI-style APIs (reasoning models refuse it); Anthropic requires one.
+        completion = client.complete(spec.model, [{"role": "user", "content": PROBE_PROMPT}], timeout=timeout,
+                                     max_tokens=16 if client.wire == "anthropic" else None)
+    except ProviderError as exc:
+        return Probe(spec.spec, latency_ms=(time.perf_counter() - started) * 1000.0,
+                     error=f"{type(exc).__name__}: {exc.reason}")
+    return Probe(spec.spec, latency_ms=completion.latency_ms, ttft_ms=completion.ttft_ms,
+                 answer=" ".join(completion.content.split())[:60])
+
+
+def probe_models(providers: ProvidersConfig) -> tuple[list[str], list[str]]:
+    """(models to probe, notes) when none is named: the first priced model of each usable provider."""
+    models, notes = [], []
+    for name in providers.names:
+        config = providers.get(name)
+        if provider_problems(config, os.environ, providers.source):
+            continue
+        exact = [m for m in config.prices if not any(c in m for c in "*?[")]
+        if name == "sim":
+            exact = ["sim"]
+        if exact:
+            models.append(f"{name}/{exact[0]}")
+        else:
+            notes.append(f"{name}: no model to try (its prices name none); pass -m {name}/MODEL")
+    return models, notes
