@@ -206,7 +206,7 @@ class AnthropicStream:
         if self.error is not None:
             return self.error
         if self.message is None or not self.stopped:
-            raise PermanentError("stream ended before message_stop; the answer is incomplete")
+            raise TransientError("stream ended before message_stop; the answer is incomplete")
         content = []
         for index in sorted(self.blocks):
             block = self.blocks[index]

@@ -11,7 +11,7 @@ import json
 from typing import Any, Mapping
 
 from evaljobs.providers.completion import Completion, RequestedToolCall
-from evaljobs.providers.errors import PermanentError, ProviderError
+from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.wire._common import (
     classify,
     count,
@@ -131,7 +131,7 @@ class OpenAIStream:
         if self.error is not None:
             return self.error
         if not self.done and self.finish is None:
-            raise PermanentError("stream ended without a finish_reason or [DONE]; the answer is incomplete")
+            raise TransientError("stream ended without a finish_reason or [DONE]; the answer is incomplete")
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         if self.calls:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
