@@ -266,3 +266,19 @@ def test_a_schema_2_database_learns_unknown_costs_and_ttft(db_url, tmp_path):
     (back,) = store.list_results(run.id)
     assert (back.cost, back.ttft_ms, back.latency_ms) == (None, 12.5, 40.0)
     assert store.upgrade() == []
+
+
+def test_every_readme_providers_example_loads_and_needs_only_its_key(env, tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Providers"):readme.index("### The simulated provider")]
+    blocks = [block.split("```", 1)[0] for block in section.split("```yaml\n")[1:]]
+    assert len(blocks) == 5
+    for number, block in enumerate(blocks):
+        config = load_providers(providers_file(tmp_path, block))
+        (name,) = [n for n in config.names if config.get(n).origin != "preset"]  # the file's one entry
+        entry = config.get(name)
+        model = next(iter(entry.prices))
+        found = problems(config, [f"{name}/{model}"])
+        assert [line.split(": ", 1)[1] for line in found] == [
+            f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or name "
+            f"another variable with api_key_env in {config.source}"], (number, found)
