@@ -16,12 +16,12 @@ from evaljobs import store
 from evaljobs.api import Session, UsageError, check_providers
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
-from evaljobs.modelspec import load_providers
+from evaljobs.catalog.modelspec import load_providers
 from evaljobs.providers.client import close_clients
 from evaljobs.providers.preflight import problems
 from evaljobs.providers.simulated import SimulatedProvider
-from evaljobs.report import build_report, render_markdown, render_table
-from evaljobs.result import Result
+from evaljobs.reports.build import build_report, render_markdown, render_table
+from evaljobs.evaluation.result import Result
 from servers import free_port
 from workers import ROOT
 
