@@ -263,3 +263,9 @@ def test_a_rotated_key_replaces_the_header_of_each_format(capture):
             client.complete("m", [{"role": "user", "content": "x"}])
         assert capture.requests[0]["headers"][header] == value
         assert KEY not in json.dumps(capture.requests[0]["headers"])
+
+
+def test_every_wire_format_a_providers_file_may_name_has_a_module():
+    from evaljobs.providers.wire import WIRE_FORMATS, wire_format
+
+    assert {wire_format(name).name for name in WIRE_FORMATS} == set(WIRE_FORMATS)

@@ -100,7 +100,8 @@ class ChatClient:
         self._transport = transport
         #: model -> request URL (Azure's classic URL names the deployment, i.e. the model).
         self._urls: dict[str, httpx.URL | str] = {}
-        self._url = self._url_for("model")  # the proxy decision is per host, the same for every model
+        # The proxy decision is per host, the same for every model (and every Azure deployment).
+        self._url = self._url_for("model", remember=False)
         self._timeouts = httpx.Timeout(self.timeout).as_dict()
         self._idle: list[httpx.BaseTransport] = []
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -111,13 +112,13 @@ class ChatClient:
     def __repr__(self) -> str:
         return f"ChatClient({self.base_url!r}, wire={self.wire!r}, timeout={self.timeout!r})"
 
-    def _url_for(self, model: str) -> httpx.URL | str:
+    def _url_for(self, model: str, *, remember: bool = True) -> httpx.URL | str:
         text = self._wire.url(self.base_url, model, self.api_version)
         try:
             url: httpx.URL | str = httpx.URL(text)
         except httpx.InvalidURL:
             url = text  # fails, with its reason, on each call
-        if len(self._urls) < 10_000:
+        if remember and len(self._urls) < 10_000:
             self._urls[model] = url
         return url
 

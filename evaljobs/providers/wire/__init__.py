@@ -4,13 +4,15 @@ A wire format is a stateless object (see ``WireFormat``) that the one HTTP clien
 (``evaljobs.providers.client.ChatClient``) drives: it names the URL and headers,
 writes the JSON body from an OpenAI-shaped conversation, reads a JSON answer or
 an SSE stream back into a ``Completion``, and maps the provider's errors onto
-ours. Adding a format is one module here, one line in ``WIRE_FORMATS``, and a
+ours. Adding a format is one module here, its name in ``wire_format`` and in
+``evaljobs.catalog.modelspec.WIRE_FORMATS`` (what a providers file may name), and a
 test against the capture server.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
+from evaljobs.catalog.modelspec import WIRE_FORMATS
 from evaljobs.providers.completion import Completion
 from evaljobs.providers.errors import ProviderError
 
@@ -56,5 +58,4 @@ def wire_format(name: str) -> WireFormat:
     return formats[name]
 
 
-#: Every ``api:`` value a providers file may name.
-WIRE_FORMATS = ("openai", "anthropic", "azure")
+__all__ = ["StreamReader", "WIRE_FORMATS", "WireFormat", "wire_format"]
