@@ -57,7 +57,7 @@ class Cell(NamedTuple):
     status: str
     fault: str | None
     score: float
-    cost: float
+    cost: float | None  # None: the model's price is unknown
     duration_ms: int
     input_tokens: int
     output_tokens: int

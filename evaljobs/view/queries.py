@@ -93,12 +93,14 @@ class ModelRow:
     pass_rate: float
     interval: tuple[float, float] | None
     mean_score: float
+    #: The sum of the known costs; ``cost_unknown`` pairs had no known price (shown as "≥ $X").
     cost: float
     input_tokens: int
     output_tokens: int
     p50_ms: int | None
     p95_ms: int | None
     durations: list[int] = field(default_factory=list, repr=False)
+    cost_unknown: int = 0
 
 
 @dataclass
@@ -111,7 +113,7 @@ class GridRow:
 
     @property
     def cost(self) -> float:
-        return sum(c.cost for _, c in self.cells if c)
+        return sum(c.cost or 0.0 for _, c in self.cells if c)
 
     @property
     def slowest_ms(self) -> int | None:
@@ -160,7 +162,9 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
         out.append(ModelRow(
             model=model, results=n, passed=passed, failed=failed, errored=n - passed - failed,
             pass_rate=(passed / n) if n else 0.0, interval=wilson(passed, n),
-            mean_score=(sum(c.score for c in rows) / n) if n else 0.0, cost=round(sum(c.cost for c in rows), 6),
+            mean_score=(sum(c.score for c in rows) / n) if n else 0.0,
+            cost=round(sum(c.cost for c in rows if c.cost is not None), 6),
+            cost_unknown=sum(1 for c in rows if c.cost is None),
             input_tokens=sum(c.input_tokens for c in rows), output_tokens=sum(c.output_tokens for c in rows),
             p50_ms=p50, p95_ms=p95, durations=durations))
     return out
@@ -250,7 +254,7 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
                     faults=sorted({c.fault for c in cells if c.fault}),
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
                     groups=sorted({s.group for s in scenarios.values() if s.group}),
-                    total_cost=round(sum(c.cost for c in cells), 6),
+                    total_cost=round(sum(c.cost for c in cells if c.cost is not None), 6),
                     counts=dict(Counter(c.status for c in cells)))
 
 
@@ -358,7 +362,7 @@ def _sorted(rows: list, sort: str, descending: bool) -> list:
             return (item[0].group or "", item[0].key)
     elif sort == "cost":
         def key(item):
-            return (sum(c.cost for _, c in item[1] if c), item[0].key)
+            return (sum(c.cost or 0.0 for _, c in item[1] if c), item[0].key)
     elif sort == "latency":
         def key(item):
             return (max((c.duration_ms for _, c in item[1] if c), default=0), item[0].key)
