@@ -282,3 +282,16 @@ def test_every_readme_providers_example_loads_and_needs_only_its_key(env, tmp_pa
         assert [line.split(": ", 1)[1] for line in found] == [
             f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or name "
             f"another variable with api_key_env in {config.source}"], (number, found)
+
+
+def test_viewer_models_count_unknown_costs_instead_of_adding_zero():
+    from evaljobs.store.pages import Cell
+    from evaljobs.view.queries import model_rows
+
+    def cell(i: int, model: str, cost: float | None) -> Cell:
+        return Cell(i, f"s{i}", model, "passed", None, 1.0, cost, 10, 5, 5, False, "", None)
+
+    rows = {m.model: m for m in model_rows(["a/x", "b/y"], [cell(1, "a/x", 0.5), cell(2, "a/x", None),
+                                                          cell(3, "b/y", 0.25)])}
+    assert (rows["a/x"].cost, rows["a/x"].cost_unknown) == (0.5, 1)
+    assert (rows["b/y"].cost, rows["b/y"].cost_unknown) == (0.25, 0)
