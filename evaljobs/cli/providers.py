@@ -8,7 +8,6 @@ run is started.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
@@ -28,14 +27,15 @@ def providers_group() -> None:
 def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
     from evaljobs.catalog.modelspec import load_providers
+    from evaljobs.config import secret
     from evaljobs.providers.preflight import provider_problems
 
     config = load_providers(providers)
     rows = []
     for name in config.names:
         entry = config.get(name)
-        key = "-" if not entry.api_key_env else ("set" if os.environ.get(entry.api_key_env) else "missing")
-        problems = provider_problems(entry, os.environ, config.source)
+        key = "-" if not entry.api_key_env else ("set" if secret(entry.api_key_env) else "missing")
+        problems = provider_problems(entry, source=config.source)
         rows.append({"name": name, "api": entry.api, "base_url": entry.base_url or ("(in-process)" if name == "sim"
                                                                                     else "(not set)"),
                      "api_key_env": entry.api_key_env, "key": key, "stream": entry.stream,

@@ -10,7 +10,6 @@ nothing and run before ``run``, ``rerun`` and ``bench`` create anything.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -28,6 +27,24 @@ from evaljobs.catalog.modelspec import (
 )
 
 
+class _Environment(Mapping[str, str]):
+    """What the checks read, through configuration: keys via ``config.secret``, the sim URL via settings."""
+
+    def __getitem__(self, name: str) -> str:
+        from evaljobs.config import secret, settings
+
+        value = settings().sim_url if name == SIM_URL_ENV else secret(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 class ProviderProblems(UsageError):
     """Models whose providers cannot be called; ``problems`` holds one line each (the CLI prints each)."""
 
@@ -43,7 +60,7 @@ def problems(providers: ProvidersConfig, models: Iterable[str | ModelSpec], *,
 
     A problem shared by several models of one provider is reported once, naming them.
     """
-    env = os.environ if environ is None else environ
+    env = _Environment() if environ is None else environ
     found: dict[str, list[str]] = {}
     for model in models:
         try:
@@ -61,8 +78,14 @@ def problems(providers: ProvidersConfig, models: Iterable[str | ModelSpec], *,
     return lines
 
 
-def provider_problems(config: ProviderConfig, environ: Mapping[str, str], source: str = "") -> list[str]:
-    """What is wrong with one provider entry (its wire format, base URL, key variable)."""
+def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None = None,
+                      source: str = "") -> list[str]:
+    """What is wrong with one provider entry (its wire format, base URL, key variable).
+
+    ``environ`` is for tests; by default keys come from ``config.secret`` and the simulated
+    provider's URL from the settings.
+    """
+    environ = _Environment() if environ is None else environ
     where = f"provider '{config.name}'"
     fix = f"in {source}" if source and source != "<built-in>" else "in a providers file (--providers FILE)"
     out = []
@@ -129,7 +152,7 @@ def probe(providers: ProvidersConfig, model: str | ModelSpec, *, timeout: float 
     from evaljobs.providers.errors import ProviderError
 
     spec = model if isinstance(model, ModelSpec) else parse_model_spec(model, providers)
-    found = provider_problems(providers.get(spec.provider), os.environ, providers.source)
+    found = provider_problems(providers.get(spec.provider), source=providers.source)
     if found:
         return Probe(spec.spec, error=found[0])
     started = time.perf_counter()
@@ -150,7 +173,7 @@ def probe_models(providers: ProvidersConfig) -> tuple[list[str], list[str]]:
     models, notes = [], []
     for name in providers.names:
         config = providers.get(name)
-        if provider_problems(config, os.environ, providers.source):
+        if provider_problems(config, source=providers.source):
             continue
         exact = [m for m in config.prices if not any(c in m for c in "*?[")]
         if name == "sim":
