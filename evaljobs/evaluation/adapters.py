@@ -122,6 +122,9 @@ class ConversationAdapter:
             else:
                 paid_input += completion.input_tokens
                 paid_output += completion.output_tokens
+                replay.latency_ms = (replay.latency_ms or 0.0) + completion.latency_ms
+                if replay.ttft_ms is None and turn == 0:
+                    replay.ttft_ms = completion.ttft_ms
             messages.append(completion.raw_message)
             if not completion.tool_calls:
                 replay.answer = completion.content or ""
@@ -136,6 +139,7 @@ class ConversationAdapter:
         replay.duration_ms = (time.perf_counter() - started) * 1000.0
         replay.cached = replay.turns > 0 and cached_turns == replay.turns
         # Only the turns a provider answered cost money; answers from the cache are free.
+        # None (unknown) when the provider's price table has no entry for the model.
         replay.cost = config.cost(model.model, paid_input, paid_output)
         return replay
 
