@@ -78,7 +78,8 @@ def test_a_run_page_filters_sorts_and_pages(tmp_path):
             failed = model == "m2" and i % 3 == 0
             store.record_result(run.id, Result(f"k{i:03d}", model, "failed" if failed else "passed",
                                                0.0 if failed else 1.0, fault="missing_content" if failed else None,
-                                               output=f"answer {i} from {model}\nsecond line", duration_ms=i))
+                                               output=f"answer {i} from {model}\nsecond line", duration_ms=i,
+                                               ttft_ms=float(i) if model == "m1" else None))
     page = queries.run_page(run.id)
     assert page.matched == 120 and page.pages == 3 and len(page.rows) == 50 and page.rows[0].key == "k000"
     assert page.rows[0].cells[0][1].preview.startswith("answer 0 from m1")
@@ -94,6 +95,10 @@ def test_a_run_page_filters_sorts_and_pages(tmp_path):
     assert [r.cells[1][1].status for r in by_model.rows] == ["failed"] * 3
     m2 = next(m for m in page.models if m.model == "m2")
     assert (m2.results, m2.passed, m2.failed) == (120, 80, 40) and m2.p50_ms == 59
+    m1 = next(m for m in page.models if m.model == "m1")
+    # time to first token where recorded (m1's calls streamed), nothing invented where it was not (m2)
+    assert (m1.ttft_p50_ms, m1.ttft_p95_ms) == (m1.p50_ms, m1.p95_ms) and m1.ttft_p50_ms is not None
+    assert (m2.ttft_p50_ms, m2.ttft_p95_ms) == (None, None)
     low, high = m2.interval
     assert low < 80 / 120 < high
 

@@ -64,6 +64,7 @@ class Cell(NamedTuple):
     cached: bool
     preview: str
     error: str | None
+    ttft_ms: float | None = None  # time to first token of the pair's first call, where recorded
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,8 @@ def cells(run_id: str) -> list[Cell]:
     db = _db()
     p = db.param
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}) "
+           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
+           f"ttft_ms "
            f"FROM result WHERE run_id = {p}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id,)).fetchall()))
@@ -246,7 +248,8 @@ def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     db = _db()
     p = db.param
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}) "
+           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
+           f"ttft_ms "
            f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id, int(after))).fetchall()))

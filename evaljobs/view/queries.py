@@ -101,6 +101,9 @@ class ModelRow:
     p95_ms: int | None
     durations: list[int] = field(default_factory=list, repr=False)
     cost_unknown: int = 0
+    #: Time to first token p50/p95 over the pairs that recorded one (streaming calls); None: none did.
+    ttft_p50_ms: int | None = None
+    ttft_p95_ms: int | None = None
 
 
 @dataclass
@@ -159,6 +162,7 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
         failed = sum(1 for c in rows if c.status == "failed")
         durations = sorted(c.duration_ms for c in rows)
         p50, p95 = percentile(durations, 50), percentile(durations, 95)
+        ttfts = sorted(int(c.ttft_ms) for c in rows if c.ttft_ms is not None)
         out.append(ModelRow(
             model=model, results=n, passed=passed, failed=failed, errored=n - passed - failed,
             pass_rate=(passed / n) if n else 0.0, interval=wilson(passed, n),
@@ -166,7 +170,8 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
             cost=round(sum(c.cost for c in rows if c.cost is not None), 6),
             cost_unknown=sum(1 for c in rows if c.cost is None),
             input_tokens=sum(c.input_tokens for c in rows), output_tokens=sum(c.output_tokens for c in rows),
-            p50_ms=p50, p95_ms=p95, durations=durations))
+            p50_ms=p50, p95_ms=p95, durations=durations,
+            ttft_p50_ms=percentile(ttfts, 50), ttft_p95_ms=percentile(ttfts, 95)))
     return out
 
 
