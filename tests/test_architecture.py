@@ -1,0 +1,570 @@
+"""The architecture, checked from the source with ``ast`` (nothing is imported or run).
+
+DESIGN.md ("Packages and who may import whom") states the rules; this module
+enforces them, so a change that breaks one fails here with the file and line
+to fix rather than surfacing months later as an import cycle at start-up or a
+setting nobody can find:
+
+* lower layers never import higher ones (``LAYERS``, bottom first: config and
+  errors · catalog and middleware · providers · evaluation · reports and store
+  · pipeline · api and workers · bench · cli and the viewer · the package
+  root), and every module has a place in that order;
+* no import cycle between modules (any import counts: module top, function
+  body or ``if TYPE_CHECKING`` — a cycle dodged by a late import is still a
+  cycle in the design);
+* ``middleware/`` (shipped as ``evaljobs_middleware``) imports nothing from
+  ``evaljobs``: it is generic Dramatiq middleware;
+* catalog, grading and report code import none of dramatiq, redis, peewee,
+  httpx or mcp: parsing a catalog, grading an answer and rendering a report are
+  pure functions of their inputs;
+* no module other than ``evaljobs/config.py`` reads ``os.environ`` (or
+  ``os.getenv``), and none at all writes it;
+* setup.cfg's ``packages`` list is exactly the packages on disk (a package
+  missing from the list is silently left out of the wheel);
+* no module is over ``MAX_LINES`` lines unless its docstring says why it must
+  stay whole (the words "stays whole" or "kept whole" and a reason).
+
+Each checker is a plain function of a source tree, so every rule is also shown
+to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
+nothing.
+"""
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: import name → folder on disk (setup.cfg's package_dir maps evaljobs_middleware to middleware/).
+SOURCES = {"evaljobs": ROOT / "evaljobs", "evaljobs_middleware": ROOT / "middleware"}
+CONFIG_MODULE = "evaljobs.config"
+#: Libraries that do I/O (broker, database, network); pure domain code never imports them.
+IO_LIBRARIES = ("dramatiq", "redis", "peewee", "httpx", "mcp")
+#: The pure parts: a module is one of them if its name is, or starts with, one of these.
+PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.reports")
+#: The layers, bottom first (DESIGN.md: cli → bench → api / workers → pipeline → reports / store →
+#: evaluation → providers → catalog, middleware beside catalog). A module may import its own
+#: layer and the ones below it; the longest matching prefix places a module, except that the
+#: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
+LAYERS = (
+    ("evaljobs.errors", "evaljobs.config"),
+    ("evaljobs.catalog", "evaljobs_middleware"),
+    ("evaljobs.providers",),
+    ("evaljobs.evaluation",),
+    ("evaljobs.reports", "evaljobs.store"),
+    ("evaljobs.pipeline",),
+    ("evaljobs.api", "evaljobs.workers"),
+    ("evaljobs.bench",),
+    ("evaljobs.cli", "evaljobs.view", "evaljobs.testing"),
+    ("evaljobs", "evaljobs.__main__"),
+)
+_PLACES_ONLY_ITSELF = {"evaljobs", "evaljobs.__main__"}
+MAX_LINES = 500
+KEPT_WHOLE = re.compile(r"\b(stays?|kept|keep) whole\b", re.IGNORECASE)
+_ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+_ENV_WRITERS = {"putenv", "unsetenv"}
+_MAPPING_WRITERS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+
+
+# -- reading the source ---------------------------------------------------------------------------
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    shown: str    # the path as messages show it: relative to the folder holding the source folders
+    is_package: bool
+    source: str
+    tree: ast.Module = field(repr=False)
+    nodes: list[ast.AST] = field(default_factory=list, repr=False)  # every node, walked once
+
+    def __post_init__(self) -> None:
+        self.nodes = list(ast.walk(self.tree))
+
+    @property
+    def package(self) -> str:
+        """The package relative imports start from."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+def load_modules(sources: dict[str, Path]) -> dict[str, Module]:
+    """Every ``.py`` file under each source folder, by its dotted import name."""
+    modules: dict[str, Module] = {}
+    for top, folder in sources.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            name = ".".join([top, *parts])
+            source = path.read_text(encoding="utf-8")
+            modules[name] = Module(name, path, path.relative_to(folder.parent).as_posix(), is_package,
+                                   source, ast.parse(source, filename=str(path)))
+    return modules
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str   # the dotted name imported (a module of ours when it resolves to one)
+    line: int
+
+
+def imports_of(module: Module, known: dict[str, Module]) -> list[Import]:
+    """Every import in ``module`` (anywhere in it), with relative imports resolved.
+
+    ``from pkg import name`` targets ``pkg.name`` when that is a module, else
+    ``pkg`` itself (the name is an attribute of its ``__init__``).
+    """
+    found: list[Import] = []
+    for node in module.nodes:
+        if isinstance(node, ast.Import):
+            found.extend(Import(alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                candidate = f"{origin}.{alias.name}"
+                found.append(Import(candidate if candidate in known else origin, node.lineno))
+    return found
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+def layer_of(name: str, layers=LAYERS) -> tuple[int, str] | None:
+    """(layer number, the prefix that placed it), or None for a module with no place."""
+    best: tuple[int, str] | None = None
+    for number, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            covers = name == prefix or (name.startswith(prefix + ".") and prefix not in _PLACES_ONLY_ITSELF)
+            if covers and (best is None or len(prefix) > len(best[1])):
+                best = (number, prefix)
+    return best
+
+
+def upward_imports(modules: dict[str, Module], layers=LAYERS) -> list[str]:
+    lines = []
+    for name, module in sorted(modules.items()):
+        own = layer_of(name, layers)
+        if own is None:
+            lines.append(f"{module.shown}: {name} has no layer: add its package to LAYERS in "
+                         "tests/test_architecture.py (and to DESIGN.md's picture)")
+            continue
+        for imp in imports_of(module, modules):
+            target = layer_of(imp.target, layers) if imp.target in modules else None
+            if target is not None and target[0] > own[0]:
+                lines.append(f"{module.shown}:{imp.line}: {name} imports {imp.target}, a higher layer "
+                             f"({own[1]} sits below {target[1]}): move the code down, or hand it in")
+    return lines
+
+
+def import_cycles(modules: dict[str, Module]) -> list[str]:
+    """One line per cycle (strongly connected component), naming each import on one cycle through it."""
+    edges: dict[str, dict[str, int]] = {name: {} for name in modules}
+    for name, module in modules.items():
+        for imp in imports_of(module, modules):
+            if imp.target in modules:
+                edges[name].setdefault(imp.target, imp.line)
+
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def strongconnect(start: str) -> None:  # Tarjan's algorithm, iterative (no recursion limit)
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in edges[node]:
+                        components.append(sorted(component))
+
+    for name in sorted(modules):
+        if name not in index:
+            strongconnect(name)
+
+    lines = []
+    for component in sorted(components):
+        members = set(component)
+        path = _cycle_through(component[0], edges, members)
+        steps = " → ".join(f"{node} ({modules[node].shown}:{edges[node][nxt]})"
+                           for node, nxt in zip(path, path[1:]))
+        lines.append(f"import cycle among {', '.join(component)}: {steps} → {path[-1]}")
+    return lines
+
+
+def _cycle_through(start: str, edges: dict[str, dict[str, int]], members: set[str]) -> list[str]:
+    """The shortest path start → … → start inside one strongly connected component."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(edges[node]):
+                if child not in members:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+                if child not in previous:
+                    previous[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"{start} is on no cycle")  # unreachable for a member of a component
+
+
+def middleware_imports_of_evaljobs(modules: dict[str, Module]) -> list[str]:
+    lines = []
+    for name, module in sorted(modules.items()):
+        if name.split(".")[0] != "evaljobs_middleware":
+            continue
+        for imp in imports_of(module, modules):
+            if imp.target.split(".")[0] == "evaljobs":
+                lines.append(f"{module.shown}:{imp.line}: middleware imports {imp.target} "
+                             "(middleware/ is generic Dramatiq middleware: take a callback or a setting instead)")
+    return lines
+
+
+def io_imports_in_pure_code(modules: dict[str, Module]) -> list[str]:
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not any(name == pure or name.startswith(pure + ".") for pure in PURE_MODULES):
+            continue
+        for imp in imports_of(module, modules):
+            library = imp.target.split(".")[0]
+            if library in IO_LIBRARIES:
+                lines.append(f"{module.shown}:{imp.line}: {name} imports {imp.target} "
+                             "(catalog, grading and report code stay pure: let a caller hand the result in)")
+    return lines
+
+
+def environ_access(modules: dict[str, Module]) -> list[str]:
+    """Reads of the environment outside the configuration module, and writes anywhere."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        os_names: set[str] = set()      # names bound to the os module
+        env_names: dict[str, str] = {}  # local name → os attribute (from os import environ as env)
+        for node in module.nodes:
+            if isinstance(node, ast.Import):
+                os_names.update(alias.asname or "os" for alias in node.names
+                                if alias.name == "os" or (alias.name.startswith("os.") and not alias.asname))
+            elif isinstance(node, ast.ImportFrom) and node.module == "os" and not node.level:
+                env_names.update({alias.asname or alias.name: alias.name
+                                  for alias in node.names if alias.name in _ENV_NAMES})
+
+        def env_attribute(node: ast.AST) -> str | None:
+            """'environ', 'getenv', … when ``node`` is os.<that> (or a name imported from os)."""
+            if isinstance(node, ast.Attribute) and node.attr in _ENV_NAMES and \
+                    isinstance(node.value, ast.Name) and node.value.id in os_names:
+                return node.attr
+            if isinstance(node, ast.Name) and node.id in env_names:
+                return env_names[node.id]
+            return None
+
+        writes: set[int] = set()
+        for node in module.nodes:
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                    env_attribute(node.value) in ("environ", "environb"):
+                writes.add(node.lineno)
+            elif isinstance(node, ast.Call):
+                func = node.func
+                if env_attribute(func) in _ENV_WRITERS:
+                    writes.add(node.lineno)
+                elif isinstance(func, ast.Attribute) and func.attr in _MAPPING_WRITERS and \
+                        env_attribute(func.value) in ("environ", "environb"):
+                    writes.add(node.lineno)
+        reads = {node.lineno for node in module.nodes
+                 if env_attribute(node) is not None and not isinstance(node, ast.Name)} | \
+                {node.lineno for node in module.nodes
+                 if isinstance(node, ast.Name) and node.id in env_names and isinstance(node.ctx, ast.Load)}
+        for line in sorted(writes):
+            lines.append(f"{module.shown}:{line}: {name} writes the process environment "
+                         "(pass Settings down, or build a child's environment with config.child_environment)")
+        if name != CONFIG_MODULE:
+            for line in sorted(reads - writes):
+                lines.append(f"{module.shown}:{line}: {name} reads the process environment "
+                             f"(read it in {CONFIG_MODULE}: a Settings field, or config.secret for a key)")
+    return lines
+
+
+def oversized_modules(modules: dict[str, Module], limit: int = MAX_LINES) -> list[str]:
+    lines = []
+    for name, module in sorted(modules.items()):
+        count = len(module.source.splitlines())
+        if count > limit and not KEPT_WHOLE.search(ast.get_docstring(module.tree) or ""):
+            lines.append(f"{module.shown}: {count} lines (over {limit}): split {name} along its "
+                         "concepts, or say in its module docstring why it stays whole")
+    return lines
+
+
+def packages_on_disk(sources: dict[str, Path]) -> set[str]:
+    """Every folder holding Python source, as a dotted package name (a folder without
+    ``__init__.py`` still counts: it would be a namespace package setuptools leaves out)."""
+    found = set()
+    for top, folder in sources.items():
+        for path in folder.rglob("*.py"):
+            parts = path.parent.relative_to(folder).parts
+            if "__pycache__" not in parts:
+                found.add(".".join([top, *parts]))
+    return found
+
+
+def listed_packages(setup_cfg: Path) -> set[str]:
+    config = configparser.ConfigParser()
+    config.read(setup_cfg, encoding="utf-8")
+    return {line.strip() for line in config.get("options", "packages", fallback="").splitlines() if line.strip()}
+
+
+def package_list_mismatch(setup_cfg: Path, sources: dict[str, Path]) -> list[str]:
+    on_disk, listed = packages_on_disk(sources), listed_packages(setup_cfg)
+    return ([f"{setup_cfg.name}: package {name} is on disk but not in [options] packages (add it)"
+             for name in sorted(on_disk - listed)] +
+            [f"{setup_cfg.name}: package {name} is in [options] packages but not on disk (remove it)"
+             for name in sorted(listed - on_disk)])
+
+
+# -- the rules, on the real source ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def source() -> dict[str, Module]:
+    return load_modules(SOURCES)
+
+
+def test_the_source_is_found(source):
+    # The checks below pass vacuously on an empty tree: make sure they see the real one.
+    assert {"evaljobs", CONFIG_MODULE, "evaljobs.catalog", "evaljobs.reports", "evaljobs_middleware"} <= set(source)
+    assert any(name.startswith("evaljobs_middleware.") for name in source)
+
+
+def test_lower_layers_never_import_higher_ones(source):
+    assert not (found := upward_imports(source)), "\n".join(found)
+
+
+def test_no_import_cycles(source):
+    assert not (found := import_cycles(source)), "\n".join(found)
+
+
+def test_middleware_imports_nothing_from_evaljobs(source):
+    assert not (found := middleware_imports_of_evaljobs(source)), "\n".join(found)
+
+
+def test_catalog_grading_and_reports_import_no_io_library(source):
+    assert not (found := io_imports_in_pure_code(source)), "\n".join(found)
+
+
+def test_only_the_configuration_module_reads_the_environment(source):
+    assert not (found := environ_access(source)), "\n".join(found)
+
+
+def test_setup_cfg_lists_exactly_the_packages_on_disk():
+    assert not (found := package_list_mismatch(ROOT / "setup.cfg", SOURCES)), "\n".join(found)
+
+
+def test_no_module_is_oversized_without_saying_why(source):
+    assert not (found := oversized_modules(source)), "\n".join(found)
+
+
+# -- each rule fails on a planted violation -------------------------------------------------------
+
+def plant(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """Write ``files`` (path → source) under ``root``; return SOURCES-like roots for it."""
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return {"evaljobs": root / "evaljobs", "evaljobs_middleware": root / "middleware"}
+
+
+BASE = {
+    "evaljobs/__init__.py": '"""The package."""\n',
+    "evaljobs/config.py": "import os\n\nURL = os.environ.get('EVALJOBS_X')\n",
+    "evaljobs/catalog/__init__.py": "from evaljobs.catalog.model import Scenario\n",
+    "evaljobs/catalog/model.py": "import dataclasses\nimport yaml\n\nScenario = dataclasses.dataclass(type('S', (), {}))\n",
+    "evaljobs/store/__init__.py": "import peewee\nfrom evaljobs.catalog import Scenario\nfrom . import runs\n",
+    "evaljobs/store/runs.py": "from ..catalog import model\nfrom evaljobs import config\n",
+    "evaljobs/reports/__init__.py": "from evaljobs.store import runs\n",
+    "middleware/__init__.py": "import dramatiq\n",
+    "middleware/context.py": "import threading\n",
+}
+
+
+def planted_tree(tmp_path: Path, changes: dict[str, str]) -> dict[str, Module]:
+    return load_modules(plant(tmp_path, {**BASE, **changes}))
+
+
+def test_the_planted_baseline_breaks_no_rule(tmp_path):
+    modules = planted_tree(tmp_path, {})
+    assert upward_imports(modules) == []
+    assert import_cycles(modules) == []
+    assert middleware_imports_of_evaljobs(modules) == []
+    assert io_imports_in_pure_code(modules) == []
+    assert environ_access(modules) == []
+    assert oversized_modules(modules) == []
+
+
+@pytest.mark.parametrize("path, text, expected", [
+    ("evaljobs/catalog/model.py", "from evaljobs.store import runs\n",
+     "evaljobs/catalog/model.py:1: evaljobs.catalog.model imports evaljobs.store.runs, a higher layer "
+     "(evaljobs.catalog sits below evaljobs.store)"),
+    ("evaljobs/config.py", "def f():\n    from .catalog import model\n",
+     "evaljobs/config.py:2: evaljobs.config imports evaljobs.catalog.model, a higher layer "
+     "(evaljobs.config sits below evaljobs.catalog)"),
+    ("middleware/db.py", "from evaljobs.reports import junit\n",
+     "middleware/db.py:1: evaljobs_middleware.db imports evaljobs.reports, a higher layer "
+     "(evaljobs_middleware sits below evaljobs.reports)"),
+    ("evaljobs/gadgets/__init__.py", "X = 1\n",
+     "evaljobs/gadgets/__init__.py: evaljobs.gadgets has no layer: add its package to LAYERS"),
+])
+def test_an_upward_import_or_an_unplaced_module_is_found(tmp_path, path, text, expected):
+    found = upward_imports(planted_tree(tmp_path, {path: text}))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_a_module_may_import_its_own_layer_and_below(tmp_path):
+    # reports → store is sideways (one layer); store → catalog and config is downward (baseline)
+    assert upward_imports(planted_tree(tmp_path, {"evaljobs/store/runs.py": "from evaljobs.reports import x\n"})) == []
+
+
+@pytest.mark.parametrize("change, expected", [
+    # an absolute import back up: catalog.model → store → catalog.model
+    ({"evaljobs/catalog/model.py": "from evaljobs.store import runs\n"},
+     "evaljobs.catalog.model (evaljobs/catalog/model.py:1) → evaljobs.store.runs (evaljobs/store/runs.py:1)"),
+    # a late import in a function body is still a cycle
+    ({"evaljobs/config.py": "def f():\n    from evaljobs.store import runs\n"}, "evaljobs/config.py:2"),
+    # a relative import (two levels up)
+    ({"evaljobs/catalog/model.py": "from ..reports import x\n"}, "import cycle among"),
+    # a package importing itself through `from . import`
+    ({"evaljobs/catalog/model.py": "from . import Scenario\n"},
+     "evaljobs.catalog (evaljobs/catalog/__init__.py:1) → evaljobs.catalog.model (evaljobs/catalog/model.py:1)"),
+    # an import only for type checking
+    ({"evaljobs/catalog/model.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    import evaljobs.store.runs\n"}, "evaljobs/catalog/model.py:3"),
+])
+def test_an_import_cycle_is_found(tmp_path, change, expected):
+    found = import_cycles(planted_tree(tmp_path, change))
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_module_importing_itself_is_a_cycle(tmp_path):
+    found = import_cycles(planted_tree(tmp_path, {"evaljobs/store/runs.py": "import evaljobs.store.runs\n"}))
+    assert found == ["import cycle among evaljobs.store.runs: "
+                     "evaljobs.store.runs (evaljobs/store/runs.py:1) → evaljobs.store.runs"]
+
+
+@pytest.mark.parametrize("text, line", [
+    ("import evaljobs\n", 1),
+    ("from evaljobs.config import settings\n", 1),
+    ("def late():\n    import evaljobs.store\n", 2),
+])
+def test_middleware_importing_evaljobs_is_found(tmp_path, text, line):
+    found = middleware_imports_of_evaljobs(planted_tree(tmp_path, {"middleware/db.py": text}))
+    assert len(found) == 1 and found[0].startswith(f"middleware/db.py:{line}: middleware imports evaljobs"), found
+
+
+@pytest.mark.parametrize("path, text, library", [
+    ("evaljobs/catalog/model.py", "import httpx\n", "httpx"),
+    ("evaljobs/catalog/importers/promptfoo.py", "def load():\n    from mcp.client import session\n", "mcp"),
+    ("evaljobs/evaluation/grading.py", "import redis.asyncio as r\n", "redis"),
+    ("evaljobs/reports/html.py", "from peewee import fn\n", "peewee"),
+    ("evaljobs/reports/junit.py", "import dramatiq\n", "dramatiq"),
+])
+def test_an_io_library_in_pure_code_is_found(tmp_path, path, text, library):
+    found = io_imports_in_pure_code(planted_tree(tmp_path, {path: text}))
+    assert len(found) == 1 and found[0].startswith(path) and f"imports {library}" in found[0], found
+
+
+def test_io_libraries_outside_pure_code_are_allowed(tmp_path):
+    # store/ imports peewee and middleware/ dramatiq in the baseline; evaluation outside grading may call out.
+    assert io_imports_in_pure_code(planted_tree(tmp_path, {"evaljobs/evaluation/evaluate.py": "import httpx\n"})) == []
+
+
+@pytest.mark.parametrize("text, line, verb", [
+    ("import os\nX = os.environ['EVALJOBS_X']\n", 2, "reads"),
+    ("import os\nX = os.environ.get('EVALJOBS_X')\n", 2, "reads"),
+    ("import os\ndef f():\n    return os.getenv('EVALJOBS_X')\n", 3, "reads"),
+    ("import os as o\nX = dict(o.environ)\n", 2, "reads"),
+    ("from os import environ\nX = 'EVALJOBS_X' in environ\n", 2, "reads"),
+    ("from os import getenv as g\nX = g('EVALJOBS_X')\n", 2, "reads"),
+    ("import os\nos.environ['EVALJOBS_X'] = '1'\n", 2, "writes"),
+    ("import os\ndel os.environ['EVALJOBS_X']\n", 2, "writes"),
+    ("import os\nos.environ.update(EVALJOBS_X='1')\n", 2, "writes"),
+    ("import os\nos.environ.setdefault('EVALJOBS_X', '1')\n", 2, "writes"),
+    ("import os\nos.putenv('EVALJOBS_X', '1')\n", 2, "writes"),
+    ("from os import environ\nenviron.pop('EVALJOBS_X')\n", 2, "writes"),
+])
+def test_environment_access_outside_the_configuration_module_is_found(tmp_path, text, line, verb):
+    found = environ_access(planted_tree(tmp_path, {"evaljobs/store/runs.py": text}))
+    assert found and found[0].startswith(f"evaljobs/store/runs.py:{line}: evaljobs.store.runs {verb} "), found
+    assert len(found) == 1, found
+
+
+def test_the_configuration_module_may_read_but_not_write_the_environment(tmp_path):
+    reads = "import os\nA = os.environ.get('A')\nB = os.getenv('B')\nC = dict(os.environ)\nC.update(D='1')\n"
+    assert environ_access(planted_tree(tmp_path, {"evaljobs/config.py": reads})) == []
+    found = environ_access(planted_tree(tmp_path, {"evaljobs/config.py": reads + "os.environ['E'] = '1'\n"}))
+    assert found == ["evaljobs/config.py:6: evaljobs.config writes the process environment "
+                     "(pass Settings down, or build a child's environment with config.child_environment)"]
+
+
+def test_an_attribute_merely_named_environ_is_not_the_environment(tmp_path):
+    text = "import subprocess\nX = subprocess.environ if hasattr(subprocess, 'environ') else None\n"
+    assert environ_access(planted_tree(tmp_path, {"evaljobs/store/runs.py": text})) == []
+
+
+def test_an_oversized_module_is_found_unless_its_docstring_says_why(tmp_path):
+    body = "".join(f"X{i} = {i}\n" for i in range(MAX_LINES))
+    found = oversized_modules(planted_tree(tmp_path, {"evaljobs/store/runs.py": '"""Runs."""\n' + body}))
+    assert found == [f"evaljobs/store/runs.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split evaljobs.store.runs "
+                     "along its concepts, or say in its module docstring why it stays whole"]
+    reason = '"""Runs.\n\nKept whole: the state machine reads top to bottom."""\n'
+    assert oversized_modules(planted_tree(tmp_path, {"evaljobs/store/runs.py": reason + body})) == []
+    # exactly at the limit is fine
+    assert oversized_modules(planted_tree(tmp_path, {"evaljobs/store/runs.py": body})) == []
+
+
+def test_a_package_missing_from_setup_cfg_or_gone_from_disk_is_found(tmp_path):
+    sources = plant(tmp_path, BASE)
+    setup_cfg = tmp_path / "setup.cfg"
+    listed = ["evaljobs", "evaljobs.catalog", "evaljobs.store", "evaljobs.reports", "evaljobs_middleware"]
+    setup_cfg.write_text("[options]\npackages =\n" + "".join(f"    {p}\n" for p in listed))
+    assert package_list_mismatch(setup_cfg, sources) == []
+    (tmp_path / "evaljobs/bench").mkdir()
+    (tmp_path / "evaljobs/bench/engine.py").write_text("X = 1\n")  # no __init__.py: still a package to ship
+    setup_cfg.write_text("[options]\npackages =\n" + "".join(f"    {p}\n" for p in listed + ["evaljobs.view"]))
+    assert package_list_mismatch(setup_cfg, sources) == [
+        "setup.cfg: package evaljobs.bench is on disk but not in [options] packages (add it)",
+        "setup.cfg: package evaljobs.view is in [options] packages but not on disk (remove it)",
+    ]
