@@ -22,7 +22,9 @@ setting nobody can find:
 * setup.cfg's ``packages`` list is exactly the packages on disk (a package
   missing from the list is silently left out of the wheel);
 * no module is over ``MAX_LINES`` lines unless its docstring says why it must
-  stay whole (the words "stays whole" or "kept whole" and a reason).
+  stay whole (the words "stays whole" or "kept whole" and a reason);
+* no test module imports another test module (or conftest): what tests share
+  lives in ``tests/helpers/`` and ``tests/conftest.py``.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -356,6 +358,19 @@ def package_list_mismatch(setup_cfg: Path, sources: dict[str, Path]) -> list[str
              for name in sorted(listed - on_disk)])
 
 
+def imports_of_test_modules(tests: Path) -> list[str]:
+    lines = []
+    for path in sorted(tests.rglob("*.py")):
+        module = Module(path.stem, path, path.relative_to(tests.parent).as_posix(), False, "",
+                        ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for imp in imports_of(module, {}):
+            top = imp.target.split(".")[0]
+            if top.startswith("test_") or top == "conftest":
+                lines.append(f"{module.shown}:{imp.line}: imports the test module {top} "
+                             "(move what it shares to tests/helpers/, or a fixture to tests/conftest.py)")
+    return lines
+
+
 # -- the rules, on the real source ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -395,6 +410,10 @@ def test_setup_cfg_lists_exactly_the_packages_on_disk():
 
 def test_no_module_is_oversized_without_saying_why(source):
     assert not (found := oversized_modules(source)), "\n".join(found)
+
+
+def test_no_test_imports_another_test_module():
+    assert not (found := imports_of_test_modules(ROOT / "tests")), "\n".join(found)
 
 
 # -- each rule fails on a planted violation -------------------------------------------------------
@@ -567,4 +586,19 @@ def test_a_package_missing_from_setup_cfg_or_gone_from_disk_is_found(tmp_path):
     assert package_list_mismatch(setup_cfg, sources) == [
         "setup.cfg: package evaljobs.bench is on disk but not in [options] packages (add it)",
         "setup.cfg: package evaljobs.view is in [options] packages but not on disk (remove it)",
+    ]
+
+
+def test_a_test_importing_another_test_module_is_found(tmp_path):
+    tests = tmp_path / "tests"
+    plant(tmp_path, {"tests/helpers/__init__.py": "from helpers.fleet import Fleet\n",
+                     "tests/test_a.py": "import pytest\nfrom helpers import Fleet\n"})
+    assert imports_of_test_modules(tests) == []
+    plant(tmp_path, {"tests/test_b.py": "import os\nfrom test_a import numbered\n",
+                     "tests/helpers/fleet.py": "def f():\n    import conftest\n"})
+    assert imports_of_test_modules(tests) == [
+        "tests/helpers/fleet.py:2: imports the test module conftest "
+        "(move what it shares to tests/helpers/, or a fixture to tests/conftest.py)",
+        "tests/test_b.py:2: imports the test module test_a "
+        "(move what it shares to tests/helpers/, or a fixture to tests/conftest.py)",
     ]
