@@ -1,11 +1,15 @@
-"""Session-wide real servers (started only when a test asks) and per-test URLs."""
+"""Session-wide real servers (started only when a test asks) and per-test URLs.
+
+What tests share that is not a fixture (fleets of workers, catalog builders, server
+classes) is in ``tests/helpers/``.
+"""
 from __future__ import annotations
 
 import uuid
 
 import pytest
 
-from servers import PostgresServer, RedisServer, ServerError
+from helpers.servers import PostgresServer, RedisServer, ServerError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -26,9 +26,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import Catalog, CatalogError, load_catalog, loads_catalog
 from evaljobs.cli import main
-from servers import free_port
-from test_faults import FAST, numbered_catalog, redis_queue_state
-from workers import ROOT, WorkerProcess, wait_until
+from helpers import FAST, ROOT, WorkerProcess, free_port, numbered_catalog, redis_queue_state, wait_until
 
 # --------------------------------------------------------------------------- catalogs: fuzzed text
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from evaljobs.cli import main
 from evaljobs.providers.simulated import SimulatedProvider
-from workers import ROOT
+from helpers import ROOT
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 

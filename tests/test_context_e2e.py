@@ -35,7 +35,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.catalog.modelspec import parse_model_spec
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs_middleware.context import ContextError, ContextMiddleware, ThreadLocalProvider
-from workers import ROOT, WorkerProcess, wait_until
+from helpers import ROOT, WorkerProcess, wait_until
 
 KEY = "e2e-context-signing-key"
 WAIT = 45.0

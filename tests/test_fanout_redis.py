@@ -9,8 +9,7 @@ from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.providers.simulated import SimulatedProvider
-from test_faults import numbered_catalog
-from workers import WorkerProcess, wait_until
+from helpers import WorkerProcess, numbered_catalog, wait_until
 
 pytestmark = [pytest.mark.redis]
 

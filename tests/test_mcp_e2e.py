@@ -6,7 +6,7 @@ import pytest
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.providers.simulated import SimulatedProvider
-from workers import ROOT
+from helpers import ROOT
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from evaljobs.cli.ops import status as status_command, watch as watch_command
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import Result
 from evaljobs.workers.status import active_runs
-from workers import WorkerProcess
+from helpers import WorkerProcess
 
 SCANS = {"SCAN", "KEYS", "HSCAN", "SSCAN", "ZSCAN"}
 

@@ -29,8 +29,7 @@ import pytest
 
 from evaljobs import store
 from evaljobs.evaluation.result import Result
-from test_faults import numbered_catalog
-from workers import ROOT
+from helpers import ROOT, numbered_catalog
 
 pytestmark = [pytest.mark.postgres]
 

@@ -26,7 +26,7 @@ from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli.pool import pool_worker
 from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
-from workers import ROOT, wait_until
+from helpers import ROOT, wait_until
 
 NAP = 0.05
 

@@ -5,7 +5,7 @@ The simulated provider injects the faults (``status CODE``, ``sleep S``, ``reset
 ``truncate``, ``huge BYTES``, ``ratelimit S``, ``fail-first N CODE``); a real ``evaljobs worker``
 process evaluates the pairs through Redis, and the same catalog runs through the in-process
 ``sequential`` strategy, whose retry loop is separate code. Both end with every pair exactly once and
-one report (see ``test_faults.assert_every_pair_once``).
+one report (see ``helpers.fleet.assert_every_pair_once``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES, ChatClient
 from evaljobs.providers.errors import PermanentError
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import OUTPUT_CAP
-from test_faults import Fleet, fleet_run, observe
+from helpers import Fleet, fleet_run, observe
 
 pytestmark = [pytest.mark.redis]
 

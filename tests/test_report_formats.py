@@ -22,7 +22,7 @@ from evaljobs.reports.junit import render_junit
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import MARKDOWN_LIMIT, build_report, render_markdown
 from evaljobs.evaluation.result import Result
-from workers import ROOT
+from helpers import ROOT
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'

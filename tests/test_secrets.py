@@ -27,7 +27,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import render_json, render_markdown, render_table
-from test_faults import Events, Fleet, assert_every_pair_once, observe
+from helpers import Events, Fleet, assert_every_pair_once, observe
 
 pytestmark = [pytest.mark.redis]
 

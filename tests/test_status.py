@@ -15,7 +15,7 @@ from evaljobs.cli.ops import status as status_command
 from evaljobs.providers.governor import Governor
 from evaljobs.evaluation.result import Result
 from evaljobs.workers.status import collect, render
-from servers import free_port
+from helpers import free_port
 
 CATALOG = "name: st\nscenarios:\n" + "".join(
     f"  - key: k{i}\n    prompt: \"[sim: say {i}]\"\n" for i in range(4))

@@ -14,7 +14,7 @@ from evaljobs import catalog as catalog_module
 from evaljobs import store
 from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
-from servers import free_port
+from helpers import free_port
 
 
 def make_catalog(keys: list[str], name: str = "demo") -> Catalog:

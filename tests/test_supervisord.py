@@ -15,7 +15,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.simulated import SimulatedProvider
-from workers import ROOT, wait_until
+from helpers import ROOT, wait_until
 
 pytestmark = [pytest.mark.redis]
 

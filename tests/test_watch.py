@@ -23,7 +23,7 @@ from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import Result
-from workers import WorkerProcess
+from helpers import WorkerProcess
 
 MODELS = ["sim/a", "sim/b"]
 

@@ -1,4 +1,4 @@
-"""Real evaljobs worker processes for integration tests (``evaljobs worker`` → Dramatiq's CLI)."""
+"""Real evaljobs processes for integration tests: ``evaljobs worker`` (→ Dramatiq's CLI) and the command line."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/helpers/workers.py)
 
 
 class WorkerProcess:
@@ -66,3 +66,11 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def evaljobs_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real command line, in a subprocess (as an operator would run it)."""
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)

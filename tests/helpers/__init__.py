@@ -1,0 +1,23 @@
+"""What the tests share, in one place: real servers, real worker processes, fleets and catalog builders.
+
+Tests import from here (``from helpers import Fleet, numbered_catalog``), never from
+another test module: a test module is a list of tests, and importing one runs its
+fixtures' module-level set-up and hides where a helper lives. Fixtures (the real
+Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.py``.
+
+* :mod:`helpers.servers` — throwaway ``redis-server`` and PostgreSQL clusters on loopback.
+* :mod:`helpers.workers` — ``evaljobs worker`` processes and the ``evaljobs`` command line.
+* :mod:`helpers.fleet` — a supervised fleet of workers running one run, and the checks
+  every fault test ends with.
+* :mod:`helpers.catalogs` — catalogs of any size, written as YAML through the real loader.
+"""
+from helpers.catalogs import numbered_catalog
+from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
+                           expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
+from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
+from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
+
+__all__ = ["numbered_catalog", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+           "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
+           "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
+           "WorkerProcess", "evaljobs_cli", "wait_until"]

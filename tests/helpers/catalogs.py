@@ -1,0 +1,13 @@
+"""Catalog builders: catalogs of any size, written as users write them (YAML text through the real loader)."""
+from __future__ import annotations
+
+from evaljobs.catalog import Catalog, loads_catalog
+
+
+def numbered_catalog(n: int, name: str, prompt: str = "[sim: say answer {i}]",
+                     expect: str = "answer {i}") -> Catalog:
+    lines = [f"name: {name}", "scenarios:"]
+    for i in range(n):
+        lines += [f"  - key: s{i:04d}", f"    prompt: {prompt.format(i=i)!r}",
+                  f"    expect: {{contains: [{expect.format(i=i)!r}]}}"]
+    return loads_catalog("\n".join(lines) + "\n", source=f"{name}.yaml")
