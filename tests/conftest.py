@@ -1,4 +1,4 @@
-"""Session-wide real servers (started only when a test asks) and per-test URLs.
+"""Session-wide real servers (started only when a test asks), per-test URLs, and the simulated provider.
 
 What tests share that is not a fixture (fleets of workers, catalog builders, server
 classes) is in ``tests/helpers/``.
@@ -6,9 +6,11 @@ classes) is in ``tests/helpers/``.
 from __future__ import annotations
 
 import uuid
+from typing import Callable, Iterator
 
 import pytest
 
+from evaljobs.providers.simulated import SimulatedProvider
 from helpers.servers import PostgresServer, RedisServer, ServerError
 
 
@@ -102,3 +104,47 @@ def _settings_follow_the_environment(monkeypatch):
             config.configure()
 
         setattr(monkeypatch, name, changed)
+
+
+class _SimulatedProviders:
+    """Starts simulated providers on free loopback ports and stops them all at the end of its scope."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch | None) -> None:
+        self._monkeypatch = monkeypatch
+        self._started: list[SimulatedProvider] = []
+
+    def __call__(self, *, export: bool | None = None, **options) -> SimulatedProvider:
+        """``export`` (default: when the scope is one test) sets ``EVALJOBS_SIM_URL`` to the new provider."""
+        if export and self._monkeypatch is None:
+            raise TypeError("a module-scoped provider cannot set EVALJOBS_SIM_URL for each test: "
+                            "set it in the test (monkeypatch.setenv) or use the simulated_provider fixture")
+        provider = SimulatedProvider(**options).start()
+        self._started.append(provider)
+        if export is not False and self._monkeypatch is not None:
+            # Every ``sim/...`` model of this process, and of the worker processes the test starts
+            # (they inherit the environment), talks to this provider.
+            self._monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
+        return provider
+
+    def stop_all(self) -> None:
+        for provider in reversed(self._started):
+            provider.stop()
+
+
+@pytest.fixture
+def simulated_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SimulatedProvider]]:
+    """Factory: ``simulated_provider(latency=0.01, ...)`` starts a :class:`SimulatedProvider` with those
+    options for this test, stopped after it, and points ``EVALJOBS_SIM_URL`` at it (``export=False``
+    leaves the environment alone: a provider reached through a providers file)."""
+    providers = _SimulatedProviders(monkeypatch)
+    yield providers
+    providers.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_simulated_provider() -> Iterator[Callable[..., SimulatedProvider]]:
+    """The same factory for a module-scoped provider shared by a module's tests. It cannot set the
+    environment for them (that is per test): a test that needs ``EVALJOBS_SIM_URL`` sets it."""
+    providers = _SimulatedProviders(None)
+    yield providers
+    providers.stop_all()

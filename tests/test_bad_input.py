@@ -252,15 +252,13 @@ def test_hand_written_bad_catalog_gives_exactly_its_message(name):
 
 @pytest.mark.redis
 def test_malformed_and_unexpected_messages_are_dead_lettered_at_once_and_create_nothing(redis_url, sqlite_url,
-                                                                                       tmp_path, monkeypatch):
+                                                                                       tmp_path, simulated_provider):
     import dramatiq
     import redis as redis_lib
 
-    from evaljobs.providers.simulated import SimulatedProvider
-
     log = tmp_path / "worker.log"
-    with SimulatedProvider(latency=0.01) as sim, Session(db=sqlite_url, broker=redis_url) as session:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    simulated_provider(latency=0.01)
+    with Session(db=sqlite_url, broker=redis_url) as session:
         binding = session.binding()
         actors = binding.actors
         run = store.create_run(numbered_catalog(2, "target"), ["sim/a"], strategy="fanout")

@@ -28,7 +28,6 @@ from evaljobs.config import Settings
 from evaljobs.cli.ops import cache as cache_group
 from evaljobs.providers.client import ChatClient
 from evaljobs.providers.errors import PermanentError, TransientError
-from evaljobs.providers.simulated import SimulatedProvider
 
 
 class STORE:
@@ -40,9 +39,8 @@ class STORE:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.005) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.005)
 
 
 @pytest.fixture

@@ -9,16 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from evaljobs.cli import main
-from evaljobs.providers.simulated import SimulatedProvider
 from helpers import ROOT
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.005) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.005)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from evaljobs.reports.compare import (CHANGED,
                                       SAME,
                                       compare,
                                       render_comparison)
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
 
@@ -160,9 +159,8 @@ scenarios:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.001) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.001)
 
 
 @pytest.fixture

@@ -33,7 +33,6 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.catalog.modelspec import parse_model_spec
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs_middleware.context import ContextError, ContextMiddleware, ThreadLocalProvider
 from helpers import ROOT, WorkerProcess, wait_until
 
@@ -102,15 +101,13 @@ class Backend:
 
 
 @pytest.fixture
-def sim(monkeypatch):
+def sim(simulated_provider, monkeypatch):
     # Short Retry-After so a rate-limited pair is re-sent quickly; worker processes inherit the URL.
-    with SimulatedProvider(latency=0.02, retry_after=0.2) as provider:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        monkeypatch.setenv("EVALJOBS_MAX_RETRIES", "2")
-        monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
-        monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
-        monkeypatch.delenv("EVALJOBS_CONTEXT_KEY", raising=False)
-        yield provider
+    monkeypatch.setenv("EVALJOBS_MAX_RETRIES", "2")
+    monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
+    monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
+    monkeypatch.delenv("EVALJOBS_CONTEXT_KEY", raising=False)
+    return simulated_provider(latency=0.02, retry_after=0.2)
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])

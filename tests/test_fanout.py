@@ -15,7 +15,6 @@ import pytest
 from evaljobs.pipeline import barrier, broker, events
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.replay import Replay
 
 CATALOG = """
@@ -39,9 +38,8 @@ MODELS = ["sim/one", "sim/two"]
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.01) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.01)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import pytest
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.providers.simulated import SimulatedProvider
 from helpers import WorkerProcess, numbered_catalog, wait_until
 
 pytestmark = [pytest.mark.redis]
@@ -19,10 +18,8 @@ def catalog(n: int, name: str = "wide"):
 
 
 @pytest.fixture
-def sim(monkeypatch):
-    with SimulatedProvider(latency=0.15) as provider:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        yield provider
+def sim(simulated_provider):
+    return simulated_provider(latency=0.15)
 
 
 class CompleteCounter:

@@ -26,7 +26,6 @@ from evaljobs.config import Settings
 from evaljobs.errors import ConfigurationError
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.replay import Replay
 from helpers import (FAST, Events, Fleet, RedisServer, WorkerProcess, assert_all_passed,
                      assert_every_pair_once, evaljobs_cli, fleet_run, graceful_stop, numbered_catalog, observe,
@@ -36,11 +35,9 @@ pytestmark = [pytest.mark.redis]
 
 
 @pytest.fixture
-def sim(monkeypatch):
+def sim(simulated_provider):
     """The simulated provider every worker started by the test talks to (through EVALJOBS_SIM_URL)."""
-    with SimulatedProvider(latency=0.2, jitter=0.05) as provider:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        yield provider
+    return simulated_provider(latency=0.2, jitter=0.05)
 
 
 # -- worker processes SIGKILLed repeatedly ---------------------------------------------------------------
@@ -88,14 +85,14 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(redis_url, pg_ur
 
 
 @pytest.mark.parametrize("group", [False, True], ids=["main-process", "process-group"])
-def test_sigterm_mid_run_finishes_what_it_started_and_loses_nothing(redis_url, sqlite_url, tmp_path, monkeypatch,
-                                                                    group):
+def test_sigterm_mid_run_finishes_what_it_started_and_loses_nothing(redis_url, sqlite_url, tmp_path,
+                                                                    simulated_provider, group):
     catalog, models = numbered_catalog(60, "sigterm"), ["sim/a"]
     log = tmp_path / "stopped.log"
     # Slow calls, so that a second after SIGTERM (Dramatiq checks its stop flag once a second) the
     # worker is still in the middle of the run, with calls in flight.
-    with SimulatedProvider(latency=0.5) as slow_sim, Session(db=sqlite_url, broker=redis_url) as session:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", slow_sim.url)
+    simulated_provider(latency=0.5)
+    with Session(db=sqlite_url, broker=redis_url) as session:
         session.binding()
         run = store.create_run(catalog, models, strategy="fanout")
         seen = Events(redis_url, run.id)
@@ -192,36 +189,35 @@ def test_postgres_restarted_mid_run_workers_reconnect_and_retry_persistence(redi
 
 
 def test_sqlite_many_writer_threads_and_two_worker_processes_never_locked(redis_url, sqlite_url, tmp_path,
-                                                                           monkeypatch):
+                                                                           simulated_provider):
     catalog, models = numbered_catalog(60, "contended"), ["sim/a", "sim/b"]
-    with SimulatedProvider(latency=0.005) as fast_sim:  # fast provider: the database is the bottleneck
-        monkeypatch.setenv("EVALJOBS_SIM_URL", fast_sim.url)
-        fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8)
-        errors: list[BaseException] = []
-        writes = [0]
-        with fleet_run(fleet, catalog, models, db=sqlite_url, broker=redis_url) as run:
-            # A second run written by 16 threads of this process while the workers write the first.
-            other = store.create_run(numbered_catalog(400, "hammer"), ["sim/x"], strategy="fanout")
+    simulated_provider(latency=0.005)  # fast provider: the database is the bottleneck
+    fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8)
+    errors: list[BaseException] = []
+    writes = [0]
+    with fleet_run(fleet, catalog, models, db=sqlite_url, broker=redis_url) as run:
+        # A second run written by 16 threads of this process while the workers write the first.
+        other = store.create_run(numbered_catalog(400, "hammer"), ["sim/x"], strategy="fanout")
 
-            def hammer(offset: int) -> None:
-                from evaljobs.evaluation.result import Result
+        def hammer(offset: int) -> None:
+            from evaljobs.evaluation.result import Result
 
-                try:
-                    for i in range(offset, 400, 16):
-                        store.record_result(other.id, Result(f"s{i:04d}", "sim/x", "passed", score=1.0))
-                        store.progress(run.id)
-                        store.is_recorded(run.id, "s0000", "sim/a")
-                        writes[0] += 1
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
+            try:
+                for i in range(offset, 400, 16):
+                    store.record_result(other.id, Result(f"s{i:04d}", "sim/x", "passed", score=1.0))
+                    store.progress(run.id)
+                    store.is_recorded(run.id, "s0000", "sim/a")
+                    writes[0] += 1
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
 
-            threads = [threading.Thread(target=hammer, args=(n,)) for n in range(16)]
-            assert wait_until(lambda: store.get_run(run.id).persisted >= 1, 90), fleet.log_text()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(120)
-            info = run.session.wait(run.id, timeout=120, poll=0.5)
+        threads = [threading.Thread(target=hammer, args=(n,)) for n in range(16)]
+        assert wait_until(lambda: store.get_run(run.id).persisted >= 1, 90), fleet.log_text()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        info = run.session.wait(run.id, timeout=120, poll=0.5)
     assert not errors, errors[:3]
     assert store.get_run(other.id).persisted == 400 and writes[0] == 400
     results = assert_all_passed(run.id)

@@ -23,13 +23,11 @@ def catalog(n: int):
 
 
 @pytest.fixture
-def limited(tmp_path, monkeypatch):
+def limited(tmp_path, monkeypatch, simulated_provider):
     providers = tmp_path / "providers.yaml"
     providers.write_text("providers:\n  sim:\n    governor: {initial: 2, ceiling: 4}\n")
     monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))  # Session sets it too; restored after the test
-    with SimulatedProvider(latency=0.05, max_concurrent=4) as sim:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-        yield sim, str(providers)
+    return simulated_provider(latency=0.05, max_concurrent=4), str(providers)
 
 
 @pytest.mark.redis

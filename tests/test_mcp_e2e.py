@@ -5,15 +5,12 @@ import pytest
 
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.providers.simulated import SimulatedProvider
 from helpers import ROOT
 
 
 @pytest.fixture
-def sim(monkeypatch):
-    with SimulatedProvider(latency=0.01) as provider:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        yield provider
+def sim(simulated_provider):
+    return simulated_provider(latency=0.01)
 
 
 def test_mcp_tools_catalog_runs_with_fanout_and_records_tool_calls(sim, sqlite_url, monkeypatch):

@@ -31,7 +31,6 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog, parse_catalog
 from evaljobs.cli import Group, main
 from evaljobs.cli.ops import status as status_command, watch as watch_command
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import Result
 from evaljobs.workers.status import active_runs
 from helpers import WorkerProcess
@@ -209,9 +208,8 @@ class Monitor:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.05, jitter=0.02) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.05, jitter=0.02)
 
 
 @pytest.mark.redis

@@ -30,9 +30,8 @@ SECRET = "sk-test-SECRET123"
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(retry_after=1.0) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(retry_after=1.0)
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES, ChatClient
 from evaljobs.providers.errors import PermanentError
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import OUTPUT_CAP
 from helpers import Fleet, fleet_run, observe
 
@@ -65,15 +64,15 @@ def faults_catalog():
 
 
 @pytest.fixture
-def flaky(tmp_path, monkeypatch):
+def flaky(tmp_path, monkeypatch, simulated_provider):
     """A provider entry 'flaky' on the simulated provider, with a 1-second timeout."""
-    with SimulatedProvider(latency=0.02, retry_after=0.1) as sim:
-        path = tmp_path / "providers.yaml"
-        path.write_text(f"providers:\n  flaky:\n    base_url: {sim.url}\n    timeout: 1\n")
-        monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))
-        for name, value in SETTINGS.items():
-            monkeypatch.setenv(name, value)
-        yield sim
+    sim = simulated_provider(latency=0.02, retry_after=0.1, export=False)
+    path = tmp_path / "providers.yaml"
+    path.write_text(f"providers:\n  flaky:\n    base_url: {sim.url}\n    timeout: 1\n")
+    monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))
+    for name, value in SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    return sim
 
 
 def check_outcomes(run_id: str) -> dict[str, str]:
@@ -114,23 +113,24 @@ def test_every_provider_fault_in_process(sqlite_url, flaky):
     check_outcomes(info.id)
 
 
-def test_a_429_storm_is_waited_out_and_every_pair_passes(redis_url, sqlite_url, tmp_path, monkeypatch):
+def test_a_429_storm_is_waited_out_and_every_pair_passes(redis_url, sqlite_url, tmp_path, monkeypatch,
+                                                         simulated_provider):
     """16 worker threads against a provider that admits 2 calls at a time: every refused call is a 429
     with Retry-After. Rate limits are not faults: every pair passes on its first attempt."""
-    with SimulatedProvider(latency=0.05, max_concurrent=2, retry_after=0.2) as stormy:
-        path = tmp_path / "providers.yaml"
-        path.write_text(f"providers:\n  stormy:\n    base_url: {stormy.url}\n")
-        monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))
-        lines = ["name: storm", "scenarios:"] + [
-            f"  - {{key: s{i:02d}, prompt: '[sim: say calm {i}]', expect: {{contains: ['calm {i}']}}}}"
-            for i in range(40)]
-        catalog = loads_catalog("\n".join(lines) + "\n", source="storm.yaml")
-        # No governor: the workers hit the provider's limit head-on, as a fleet without one would.
-        fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8,
-                      env={"EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RATE_LIMIT_WAITS": "200"})
-        with fleet_run(fleet, catalog, ["stormy/m"], db=sqlite_url, broker=redis_url) as run:
-            info = run.session.wait(run.id, timeout=120, poll=0.5)
-        stats = stormy.stats()
+    stormy = simulated_provider(latency=0.05, max_concurrent=2, retry_after=0.2, export=False)
+    path = tmp_path / "providers.yaml"
+    path.write_text(f"providers:\n  stormy:\n    base_url: {stormy.url}\n")
+    monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))
+    lines = ["name: storm", "scenarios:"] + [
+        f"  - {{key: s{i:02d}, prompt: '[sim: say calm {i}]', expect: {{contains: ['calm {i}']}}}}"
+        for i in range(40)]
+    catalog = loads_catalog("\n".join(lines) + "\n", source="storm.yaml")
+    # No governor: the workers hit the provider's limit head-on, as a fleet without one would.
+    fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=8,
+                  env={"EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RATE_LIMIT_WAITS": "200"})
+    with fleet_run(fleet, catalog, ["stormy/m"], db=sqlite_url, broker=redis_url) as run:
+        info = run.session.wait(run.id, timeout=120, poll=0.5)
+    stats = stormy.stats()
     results = store.list_results(run.id)
     assert info.status == "complete"
     assert all(r.status == "passed" and r.attempts == 1 for r in results)

@@ -19,7 +19,6 @@ from evaljobs.cli.reports import report as report_command
 from evaljobs.reports.compare import compare
 from evaljobs.reports.html import render_html
 from evaljobs.reports.junit import render_junit
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import MARKDOWN_LIMIT, build_report, render_markdown
 from evaljobs.evaluation.result import Result
 from helpers import ROOT
@@ -323,9 +322,8 @@ def test_markdown_fits_a_pull_request_comment_whatever_the_run() -> None:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.001) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.001)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog, parse_catalog
 from evaljobs.cli import Group
 from evaljobs.cli.ops import rerun as rerun_command
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.pipeline.rerun import RerunError, create_rerun, rerun, select_pairs
 from evaljobs.evaluation.result import Result
 
@@ -141,9 +140,8 @@ def test_create_rerun_keeps_snapshot_context_options_and_strategy(sqlite_url):
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.01) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.01)
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import render_json, render_markdown, render_table
 from helpers import Events, Fleet, assert_every_pair_once, observe
 
@@ -244,10 +243,11 @@ def renderings(run_id: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def providers(tmp_path, monkeypatch):
+def providers(tmp_path, monkeypatch, simulated_provider):
     key = "sk-evaljobs-FAKE-" + secrets.token_hex(16)
     monkeypatch.setenv(KEY_ENV, key)
-    with SimulatedProvider(latency=0.02) as sim, Echoer() as echoer:
+    sim = simulated_provider(latency=0.02, export=False)
+    with Echoer() as echoer:
         path = tmp_path / "providers.yaml"
         path.write_text("providers:\n"
                         f"  keyed:\n    base_url: {sim.url}\n    api_key_env: {KEY_ENV}\n"

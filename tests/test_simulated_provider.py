@@ -27,9 +27,8 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"typ
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider() as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider()
 
 
 @pytest.fixture

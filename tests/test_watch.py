@@ -21,7 +21,6 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
 from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.evaluation.result import Result
 from helpers import WorkerProcess
 
@@ -38,9 +37,8 @@ def catalog(n: int, name: str = "watched", fail_every: int = 0):
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.02, jitter=0.02) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.02, jitter=0.02)
 
 
 @pytest.fixture
