@@ -135,7 +135,7 @@ def imports_of(module: Module, known: dict[str, Module]) -> list[Import]:
             for alias in node.names:
                 candidate = f"{origin}.{alias.name}"
                 found.append(Import(candidate if candidate in known else origin, node.lineno))
-    return found
+    return list(dict.fromkeys(found))  # `from x import a, b` is one import of x on that line
 
 
 # -- the rules ------------------------------------------------------------------------------------
@@ -594,7 +594,7 @@ def test_a_test_importing_another_test_module_is_found(tmp_path):
     plant(tmp_path, {"tests/helpers/__init__.py": "from helpers.fleet import Fleet\n",
                      "tests/test_a.py": "import pytest\nfrom helpers import Fleet\n"})
     assert imports_of_test_modules(tests) == []
-    plant(tmp_path, {"tests/test_b.py": "import os\nfrom test_a import numbered\n",
+    plant(tmp_path, {"tests/test_b.py": "import os\nfrom test_a import numbered, Fleet\n",
                      "tests/helpers/fleet.py": "def f():\n    import conftest\n"})
     assert imports_of_test_modules(tests) == [
         "tests/helpers/fleet.py:2: imports the test module conftest "
