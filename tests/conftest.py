@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 import pytest
 
 from evaljobs.providers.simulated import SimulatedProvider
+from helpers.browser import find_chromium
 from helpers.servers import PostgresServer, RedisServer, ServerError
 
 
@@ -52,6 +53,16 @@ def postgres_server():
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The headless Chromium binary (helpers.browser.Browser drives it); missing is a failure, never a skip."""
+    path = find_chromium()
+    if path is None:
+        pytest.fail("chromium is not installed: scripts/test installs it (apt-get install -y chromium); "
+                    "the HTML report and the viewer are checked in a real headless browser", pytrace=False)
+    return path
 
 
 @pytest.fixture

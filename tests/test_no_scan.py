@@ -14,13 +14,8 @@ are not commands our code sends, so they are left out.
 """
 from __future__ import annotations
 
-import logging
-import re
 import threading
-from contextlib import contextmanager
-from datetime import timedelta
 
-import peewee
 import pytest
 import redis as redis_lib
 from click.testing import CliRunner
@@ -28,98 +23,16 @@ from click.testing import CliRunner
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.catalog import loads_catalog, parse_catalog
+from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group, main
 from evaljobs.cli.ops import status as status_command, watch as watch_command
-from evaljobs.evaluation.result import Result
 from evaljobs.workers.status import active_runs
-from helpers import WorkerProcess
+from helpers import WorkerProcess, full_scans, populate, sql_log
 
 SCANS = {"SCAN", "KEYS", "HSCAN", "SSCAN", "ZSCAN"}
 
 
-# -- SQL ------------------------------------------------------------------------------------------
-
-
-class _Statements(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.statements: list[tuple[str, tuple]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if isinstance(record.msg, tuple) and len(record.msg) == 2:
-            sql, params = record.msg
-            self.statements.append((sql, tuple(params or ())))
-
-
-@contextmanager
-def sql_log():
-    """Every statement peewee sends, as (sql, params)."""
-    logger = logging.getLogger("peewee")
-    handler, level = _Statements(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.statements
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-def populate(runs: int = 100, scenarios: int = 25, idle_runs: int = 3000) -> tuple[list[str], str]:
-    """``runs`` runs of scenarios × 2 models with every result (5,000 rows), plus ``idle_runs`` finished
-    runs without results; a tenth of the runs still running. Returns the run ids and a rerun's id."""
-    body = {"name": "big", "scenarios": [{"key": f"s{i:02d}", "messages": [{"role": "user", "content": "x"}]}
-                                         for i in range(scenarios)]}
-    catalog = parse_catalog(body, source="big.yaml")
-    first = store.create_run(catalog, ["m1", "m2"], strategy="fanout")  # saves the snapshot
-    now = store._now()
-    ids = [first.id] + [f"r_live{i:06d}" for i in range(1, runs)]
-    live = [dict(id=run_id, digest=catalog.digest, catalog_name="big", models='["m1","m2"]',
-                 strategy="fanout", status="pending", expected=scenarios * 2, persisted=0, options="{}",
-                 judge_calls=0,
-                 created_at=now - timedelta(seconds=i)) for i, run_id in enumerate(ids[1:], start=1)]
-    rows = [dict(run=run_id, scenario_key=key, model=model, status="passed" if (i + j) % 4 else "failed",
-                 score=1.0, scores="{}", output="", tool_calls="[]", duration_ms=5, input_tokens=1,
-                 output_tokens=1, cost=0.0, attempts=1, details="{}", cached=False, created_at=now)
-            for i, run_id in enumerate(ids) for j, key in enumerate(catalog.keys) for model in ("m1", "m2")]
-    old = [dict(id=f"r_idle{i:06d}", digest=catalog.digest, catalog_name="big", models='["m1"]',
-                strategy="fanout", status="complete", expected=scenarios, persisted=0, options="{}",
-                judge_calls=0,
-                created_at=now - timedelta(days=30, seconds=i)) for i in range(idle_runs)]
-    with store._transaction() as db:
-        _insert(db, "run", live + old)
-        _insert(db, "result", rows)
-        Run, Row = store.Run, store.ResultRow
-        Run.update(status="complete", persisted=scenarios * 2).where(Run.id.in_(ids[10:])).execute()
-        Run.update(status="running", persisted=scenarios * 2 - 1).where(Run.id.in_(ids[:10])).execute()
-        Row.delete().where((Row.run == ids[0]) & (Row.scenario_key == "s00") & (Row.model == "m1")).execute()
-    rerun = store.create_run(catalog, ["m2"], strategy="fanout", pairs=[("s03", "m2"), ("s07", "m2")])
-    store.record_result(rerun.id, Result("s03", "m2", "passed"))
-    with store._connection() as db:
-        db.execute_sql("ANALYZE")
-    return ids, rerun.id
-
-
-def _insert(db, table: str, rows: list[dict]) -> None:
-    """Multi-row INSERTs by hand: peewee's insert_many spends seconds building SQL for thousands of rows."""
-    columns = list(rows[0])
-    names = ", ".join(f'"{"run_id" if c == "run" and table == "result" else c}"' for c in columns)
-    one = "(" + ", ".join([db.param] * len(columns)) + ")"
-    for start in range(0, len(rows), 400):
-        chunk = rows[start:start + 400]
-        db.execute_sql(f'INSERT INTO "{table}" ({names}) VALUES {", ".join([one] * len(chunk))}',
-                       [row[c] for row in chunk for c in columns])
-
-
-def full_scans(db, sql: str, params: tuple) -> list[str]:
-    """The plan lines of ``sql`` that read a whole ``run`` or ``result`` table."""
-    if isinstance(db, peewee.SqliteDatabase):
-        plan = [row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params)]
-        return [line for line in plan if re.match(r"^SCAN (?!CONSTANT ROW)\S+", line)
-                and not re.search(r"USING (COVERING )?INDEX|USING INTEGER PRIMARY KEY", line)]
-    plan = [row[0] for row in db.execute_sql("EXPLAIN " + sql, params)]
-    return [line.strip() for line in plan if re.search(r"Seq Scan on (run|result)\b", line)]
+# -- SQL (the populated database and the plan reader are in tests/helpers/database.py) ------------
 
 
 def test_listing_results_and_progress_uses_indexes_only(db_url):

@@ -19,9 +19,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.view import queries
-from test_no_scan import full_scans, populate, sql_log
-from viewer import Viewer
-from workers import ROOT
+from helpers import ROOT, Viewer, full_scans, populate, sql_log
 
 
 def test_viewer_reads_use_indexes_only(db_url):

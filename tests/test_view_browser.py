@@ -19,9 +19,8 @@ import pytest
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
-from test_html_report_browser import Browser, BrowserError, chromium  # noqa: F401 - the module's browser fixture
-from viewer import Viewer
-from workers import WorkerProcess
+from helpers import Viewer, WorkerProcess
+from helpers.browser import Browser, BrowserError
 
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
 MODELS = ["sim/a", "sim/b"]
@@ -89,7 +88,7 @@ def _crafted_run(catalog, side: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(chromium, redis_server, tmp_path_factory):  # noqa: F811 - chromium is the imported fixture
+def site(chromium, redis_server, tmp_path_factory):
     folder = tmp_path_factory.mktemp("view")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
@@ -255,10 +254,10 @@ def test_a_script_in_a_model_answer_stays_inert(site) -> None:
 
 
 @pytest.mark.redis
-def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(site, redis_url, monkeypatch) -> None:
+def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(site, redis_url,
+                                                                             simulated_provider) -> None:
     from evaljobs.pipeline import events
     from evaljobs.api import Session
-    from evaljobs.providers.simulated import SimulatedProvider
 
     browser = _open(site, "/fleet")
     assert browser.evaluate("document.querySelectorAll('#workers tr.worker').length") == 0
@@ -266,34 +265,33 @@ def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(si
         f'  - key: s{i:02d}\n    prompt: "[sim: say answer {i}]"\n    expect: {{contains: ["answer"]}}'
         for i in range(20)]
     catalog = loads_catalog("\n".join(lines) + "\n", source="live.yaml")
-    with SimulatedProvider(latency=0.4, jitter=0.05) as sim:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-        worker = WorkerProcess(site["redis"], site["db"], threads=2, log=site["folder"] / "worker.log",
-                               env={"EVALJOBS_SIM_URL": sim.url})
-        session = Session(db=site["db"], broker=site["redis"])
-        try:
-            worker.start()
-            _until(browser, "document.querySelectorAll('#workers tr.worker').length > 0", 30)
-            _shot(site, "fleet")
-            assert browser.console() == []
+    sim = simulated_provider(latency=0.4, jitter=0.05)
+    worker = WorkerProcess(site["redis"], site["db"], threads=2, log=site["folder"] / "worker.log",
+                           env={"EVALJOBS_SIM_URL": sim.url})
+    session = Session(db=site["db"], broker=site["redis"])
+    try:
+        worker.start()
+        _until(browser, "document.querySelectorAll('#workers tr.worker').length > 0", 30)
+        _shot(site, "fleet")
+        assert browser.console() == []
 
-            run = session.submit(catalog, ["sim/a", "sim/b"])
-            browser.navigate(site["url"] + f"/runs/{run.id}")
-            browser.wait_for("document.body.dataset.ready")
-            assert browser.evaluate("document.body.dataset.live") == "yes"
-            browser.evaluate("window.sameDocument = true")
-            _until(browser, "window.sameDocument && Number(document.body.dataset.persisted) > 0 && "
-                            "document.querySelectorAll('#grid td.cell.st-passed').length > 0", 30)
-            seen = browser.evaluate("Number(document.getElementById('run-progress').value)")
-            assert 0 < seen <= 40
-            _shot(site, "run-live")
-            # The run ends: the page reloads onto the finished run, with its verdict.
-            _until(browser, "document.body.dataset.live === 'no' && document.getElementById('verdict')", 60)
-            assert browser.evaluate("window.sameDocument === undefined")
-            assert browser.evaluate("document.getElementById('run-count').textContent") == "40/40"
-            assert browser.evaluate("document.querySelectorAll('#grid td.cell.st-passed').length") == 40
-            _clean(browser, site)
-        finally:
-            worker.terminate(10)
-            session.close()
-            events.bind_redis(None)
+        run = session.submit(catalog, ["sim/a", "sim/b"])
+        browser.navigate(site["url"] + f"/runs/{run.id}")
+        browser.wait_for("document.body.dataset.ready")
+        assert browser.evaluate("document.body.dataset.live") == "yes"
+        browser.evaluate("window.sameDocument = true")
+        _until(browser, "window.sameDocument && Number(document.body.dataset.persisted) > 0 && "
+                        "document.querySelectorAll('#grid td.cell.st-passed').length > 0", 30)
+        seen = browser.evaluate("Number(document.getElementById('run-progress').value)")
+        assert 0 < seen <= 40
+        _shot(site, "run-live")
+        # The run ends: the page reloads onto the finished run, with its verdict.
+        _until(browser, "document.body.dataset.live === 'no' && document.getElementById('verdict')", 60)
+        assert browser.evaluate("window.sameDocument === undefined")
+        assert browser.evaluate("document.getElementById('run-count').textContent") == "40/40"
+        assert browser.evaluate("document.querySelectorAll('#grid td.cell.st-passed').length") == 40
+        _clean(browser, site)
+    finally:
+        worker.terminate(10)
+        session.close()
+        events.bind_redis(None)

@@ -10,14 +10,19 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.fleet` — a supervised fleet of workers running one run, and the checks
   every fault test ends with.
 * :mod:`helpers.catalogs` — catalogs of any size, written as YAML through the real loader.
+* :mod:`helpers.database` — a big populated database and its query plans (the "no full scan" tests).
+* :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
+* :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 """
 from helpers.catalogs import numbered_catalog
+from helpers.database import full_scans, populate, sql_log
 from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
                            expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
 from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
+from helpers.viewer import Viewer
 from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
 
-__all__ = ["numbered_catalog", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+__all__ = ["numbered_catalog", "full_scans", "populate", "sql_log", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
            "WorkerProcess", "evaljobs_cli", "wait_until"]

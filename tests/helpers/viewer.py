@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from servers import free_port
-from workers import ROOT
+from helpers.servers import free_port
+from helpers.workers import ROOT
 
 
 class Viewer:
