@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 
 from evaljobs.errors import UsageError
-from evaljobs.view.app import ViewConfig, is_loopback
+from evaljobs.view.config import ViewConfig, is_loopback
 
 REQUIRES = ("starlette", "uvicorn", "jinja2")
 

@@ -14,12 +14,11 @@ The guard makes the app safe by construction rather than by each route's care:
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
-HERE = Path(__file__).resolve().parent
+from evaljobs.view.config import HERE, ViewConfig
+
 COOKIE = "evaljobs_view"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -30,28 +29,6 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
-
-
-@dataclass(frozen=True)
-class ViewConfig:
-    """What ``evaljobs view`` was started with."""
-
-    broker: str | None = None
-    token: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8700
-    #: Seconds between database reads of a live page when no Redis events wake it.
-    poll_seconds: float = 1.0
-
-    @property
-    def redis_url(self) -> str | None:
-        b = self.broker or ""
-        return b if b.startswith(("redis://", "rediss://", "unix://")) else None
-
-
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK or host.startswith("127.")
 
 
 class Guard:

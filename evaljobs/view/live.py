@@ -26,7 +26,7 @@ from starlette.responses import StreamingResponse
 from evaljobs import store
 from evaljobs.pipeline import events
 from evaljobs.store import pages as store_pages
-from evaljobs.view.app import ViewConfig
+from evaljobs.view.config import ViewConfig
 
 logger = logging.getLogger("evaljobs.view")
 #: Coalesce wake-ups for this long before reading, so a burst of events costs one read.

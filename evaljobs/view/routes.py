@@ -17,7 +17,7 @@ from starlette.templating import Jinja2Templates
 
 from evaljobs import store
 from evaljobs.view import charts, queries
-from evaljobs.view.app import HERE, ViewConfig
+from evaljobs.view.config import HERE, ViewConfig
 
 
 def _pct(value: float | None) -> str:

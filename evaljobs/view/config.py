@@ -1,0 +1,36 @@
+"""What ``evaljobs view`` was started with, and where its templates and static files are.
+
+Its own module so that the app (which imports the routes and the live pages when it is
+built) and the routes and live pages (which need the configuration) do not import each
+other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evaljobs.config import REDIS_SCHEMES
+
+HERE = Path(__file__).resolve().parent
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@dataclass(frozen=True)
+class ViewConfig:
+    """What ``evaljobs view`` was started with."""
+
+    broker: str | None = None
+    token: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8700
+    #: Seconds between database reads of a live page when no Redis events wake it.
+    poll_seconds: float = 1.0
+
+    @property
+    def redis_url(self) -> str | None:
+        b = self.broker or ""
+        return b if b.startswith(REDIS_SCHEMES) else None
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
