@@ -28,6 +28,7 @@ from evaljobs.config import Settings
 from evaljobs.cli.ops import cache as cache_group
 from evaljobs.providers.client import ChatClient
 from evaljobs.providers.errors import PermanentError, TransientError
+from helpers import utc_now
 
 
 class STORE:
@@ -127,8 +128,8 @@ def test_entries_older_than_the_ttl_are_not_used(sqlite_url, sim, client):
     prompt = unique("[sim: say fresh]")
     CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt))
     key = cache_key("sim", "fast", request_body("fast", ask(prompt)))
-    with store._connection():  # age the entry by two hours
-        store.CacheEntry.update(created_at=store._now() - timedelta(hours=2)).where(
+    with store.database.connection_context():  # age the entry by two hours
+        store.CacheEntry.update(created_at=utc_now() - timedelta(hours=2)).where(
             store.CacheEntry.key == key).execute()
     before = sim.stats()["requests"]
     assert is_cached(CachingClient(client, "sim", ttl=3 * 3600, backend=STORE).complete("fast", ask(prompt)))
@@ -154,8 +155,8 @@ def test_cache_clear_command(sqlite_url, sim, client, monkeypatch):
     old, new = unique("[sim: say old]"), unique("[sim: say new]")
     for prompt in (old, new):
         caching.complete("fast", ask(prompt))
-    with store._connection():
-        store.CacheEntry.update(created_at=store._now() - timedelta(days=3)).where(
+    with store.database.connection_context():
+        store.CacheEntry.update(created_at=utc_now() - timedelta(days=3)).where(
             store.CacheEntry.key == cache_key("sim", "fast", request_body("fast", ask(old)))).execute()
     group = Group(commands={"cache": cache_group})
     runner = CliRunner()
@@ -172,10 +173,10 @@ def test_cache_clear_command(sqlite_url, sim, client, monkeypatch):
 
 def test_the_cache_table_is_created_on_first_use_only(tmp_path):
     db = store.connect(f"sqlite:///{tmp_path}/fresh.db")
-    with store._connection():
+    with db.connection_context():
         assert "cache" not in db.get_tables()
     assert store.cache_clear() == 0
-    with store._connection():
+    with db.connection_context():
         assert "cache" in db.get_tables()
 
 

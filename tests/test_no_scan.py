@@ -59,7 +59,7 @@ def test_listing_results_and_progress_uses_indexes_only(db_url):
             results[name] = call()
         selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
         assert selects, f"{name}: no SELECT captured"
-        with store._connection():
+        with db.connection_context():
             for sql, params in selects:
                 assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
     # The calls did their job on the populated database (the plans above are for real work).
@@ -75,7 +75,7 @@ def test_the_check_catches_a_full_scan(db_url):
     db = store.connect(db_url)
     populate(runs=20, idle_runs=2000)
     sql, params = store.ResultRow.select().where(store.ResultRow.output == "needle").sql()
-    with store._connection():
+    with db.connection_context():
         assert full_scans(db, sql, params)
         sql, params = store.Run.select().where(store.Run.catalog_name == "big").sql()
         assert full_scans(db, sql, params)

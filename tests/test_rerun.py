@@ -22,6 +22,7 @@ from evaljobs.cli import Group
 from evaljobs.cli.ops import rerun as rerun_command
 from evaljobs.pipeline.rerun import RerunError, create_rerun, rerun, select_pairs
 from evaljobs.evaluation.result import Result
+from helpers import utc_now
 
 
 def make_catalog(keys: list[str], name: str = "subset"):
@@ -77,12 +78,12 @@ def test_chosen_pairs_are_checked_before_anything_is_created(sqlite_url, pairs, 
 
 def test_a_schema_1_database_gets_the_pairs_column(url, tmp_path):
     db = store.database.obj
-    with store._connection():
+    with db.connection_context():
         run_sql = [c.name for c in db.get_columns("run")]
         assert "pairs" in run_sql
         db.execute_sql('ALTER TABLE "run" DROP COLUMN "pairs"')
         store.SchemaVersion.delete().execute()
-        store.SchemaVersion.create(version=1, applied_at=store._now(), description="initial schema")
+        store.SchemaVersion.create(version=1, applied_at=utc_now(), description="initial schema")
     store.connect(f"sqlite:///{tmp_path}/other.db")
     store.connect(url)  # a newer evaljobs opens a schema 1 database
     assert store.upgrade() == ["added column run.pairs", f"recorded schema version {store.SCHEMA_VERSION}"]

@@ -19,14 +19,14 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.view import queries
-from helpers import ROOT, Viewer, full_scans, populate, sql_log
+from helpers import ROOT, Viewer, full_scans, populate, sql_log, utc_now
 
 
 def test_viewer_reads_use_indexes_only(db_url):
     db = store.connect(db_url)
     ids, rerun_id = populate()
     running, done = ids[0], ids[50]
-    since = store._now().replace(year=2000)
+    since = utc_now().replace(year=2000)
     calls = {
         "runs": lambda: store_pages.runs(limit=50),
         "runs by status": lambda: store_pages.runs(limit=50, statuses=("pending", "running")),
@@ -51,7 +51,7 @@ def test_viewer_reads_use_indexes_only(db_url):
             results[name] = call()
         selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
         assert selects, f"{name}: no SELECT captured"
-        with store._connection():
+        with db.connection_context():
             for sql, params in selects:
                 assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
     assert len(results["runs"]) == 50 and len(results["runs by status"]) == 11

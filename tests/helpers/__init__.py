@@ -15,14 +15,14 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 """
 from helpers.catalogs import numbered_catalog
-from helpers.database import full_scans, populate, sql_log
+from helpers.database import full_scans, populate, sql_log, utc_now
 from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
                            expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
 from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
 from helpers.viewer import Viewer
 from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
 
-__all__ = ["numbered_catalog", "full_scans", "populate", "sql_log", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+__all__ = ["numbered_catalog", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
            "WorkerProcess", "evaljobs_cli", "wait_until"]

@@ -10,13 +10,18 @@ from __future__ import annotations
 import logging
 import re
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import peewee
 
 from evaljobs import store
 from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
+
+
+def utc_now() -> datetime:
+    """Now, as the store writes timestamps: naive UTC."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 class _Statements(logging.Handler):
@@ -51,7 +56,7 @@ def populate(runs: int = 100, scenarios: int = 25, idle_runs: int = 3000) -> tup
                                          for i in range(scenarios)]}
     catalog = parse_catalog(body, source="big.yaml")
     first = store.create_run(catalog, ["m1", "m2"], strategy="fanout")  # saves the snapshot
-    now = store._now()
+    now = utc_now()
     ids = [first.id] + [f"r_live{i:06d}" for i in range(1, runs)]
     live = [dict(id=run_id, digest=catalog.digest, catalog_name="big", models='["m1","m2"]',
                  strategy="fanout", status="pending", expected=scenarios * 2, persisted=0, options="{}",
@@ -65,7 +70,8 @@ def populate(runs: int = 100, scenarios: int = 25, idle_runs: int = 3000) -> tup
                 strategy="fanout", status="complete", expected=scenarios, persisted=0, options="{}",
                 judge_calls=0,
                 created_at=now - timedelta(days=30, seconds=i)) for i in range(idle_runs)]
-    with store._transaction() as db:
+    db = store.database
+    with db.connection_context(), db.atomic():
         _insert(db, "run", live + old)
         _insert(db, "result", rows)
         Run, Row = store.Run, store.ResultRow
@@ -74,7 +80,7 @@ def populate(runs: int = 100, scenarios: int = 25, idle_runs: int = 3000) -> tup
         Row.delete().where((Row.run == ids[0]) & (Row.scenario_key == "s00") & (Row.model == "m1")).execute()
     rerun = store.create_run(catalog, ["m2"], strategy="fanout", pairs=[("s03", "m2"), ("s07", "m2")])
     store.record_result(rerun.id, Result("s03", "m2", "passed"))
-    with store._connection() as db:
+    with db.connection_context():
         db.execute_sql("ANALYZE")
     return ids, rerun.id
 
