@@ -45,11 +45,8 @@ scenarios:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    from evaljobs.providers.simulated import SimulatedProvider
-
-    with SimulatedProvider(latency=0.001) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.001)
 
 
 @pytest.fixture
