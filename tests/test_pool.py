@@ -234,48 +234,46 @@ def wide_catalog(n: int):
 
 
 @pytest.mark.redis
-def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, monkeypatch):
+def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, monkeypatch, simulated_provider):
     from evaljobs.api import Session
-    from evaljobs.providers.simulated import SimulatedProvider
 
     completes: list[str] = []
     original = events.publish_complete
     monkeypatch.setattr(events, "publish_complete",
                         lambda run_id, report: (completes.append(run_id), original(run_id, report)))
     client = redis_lib.Redis.from_url(redis_url)
-    with SimulatedProvider(latency=0.03) as sim:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-        session = Session(db=sqlite_url, broker=redis_url)
-        binding = session.binding()
-        pool = Pool(min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool")
-        stop = threading.Event()
-        forced = []
+    simulated_provider(latency=0.03)
+    session = Session(db=sqlite_url, broker=redis_url)
+    binding = session.binding()
+    pool = Pool(min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool")
+    stop = threading.Event()
+    forced = []
 
-        def retire_busy_members():
-            while not stop.is_set():
-                busy = [m for m in list(pool._members) if m.busy]
-                if busy and len(forced) < 12:
-                    pool._retire(busy[-1])
-                    forced.append(busy[-1])
-                time.sleep(0.05)
+    def retire_busy_members():
+        while not stop.is_set():
+            busy = [m for m in list(pool._members) if m.busy]
+            if busy and len(forced) < 12:
+                pool._retire(busy[-1])
+                forced.append(busy[-1])
+            time.sleep(0.05)
 
-        chaos = threading.Thread(target=retire_busy_members, daemon=True)
-        try:
-            pool.start()
-            run = store.create_run(wide_catalog(20), ["sim/a", "sim/b"], strategy="fanout")
-            binding.actors.start_run.send(run.id)
-            chaos.start()
-            published = read_pools(client)
-            info = session.wait(run.id, timeout=60, poll=0.5)
-            stop.set()
-            chaos.join(2)
-            # every message acked: nothing ready, held, delayed or dead-lettered in Redis
-            assert wait_until(lambda: client.hlen("dramatiq:agents.msgs") == 0, 5)
-            state = pool.state()
-        finally:
-            stop.set()
-            pool.stop()
-            session.close()
+    chaos = threading.Thread(target=retire_busy_members, daemon=True)
+    try:
+        pool.start()
+        run = store.create_run(wide_catalog(20), ["sim/a", "sim/b"], strategy="fanout")
+        binding.actors.start_run.send(run.id)
+        chaos.start()
+        published = read_pools(client)
+        info = session.wait(run.id, timeout=60, poll=0.5)
+        stop.set()
+        chaos.join(2)
+        # every message acked: nothing ready, held, delayed or dead-lettered in Redis
+        assert wait_until(lambda: client.hlen("dramatiq:agents.msgs") == 0, 5)
+        state = pool.state()
+    finally:
+        stop.set()
+        pool.stop()
+        session.close()
     assert info.status == "complete" and info.persisted == 40 == info.expected
     results = store.list_results(info.id)
     assert len(results) == 40 and len({(r.scenario_key, r.model) for r in results}) == 40

@@ -19,7 +19,6 @@ from evaljobs.providers import (ChatClient,
                                 PermanentError,
                                 ProviderError,
                                 RateLimited,
-                                SimulatedProvider,
                                 TransientError,
                                 close_clients,
                                 get_client,
@@ -352,9 +351,9 @@ def test_get_client_is_one_pooled_client_per_endpoint(header_echo, monkeypatch):
     close_clients()
 
 
-def test_pool_caps_connections_and_reuses_them():
-    with SimulatedProvider(latency=0.05) as fresh, \
-            ChatClient(fresh.url, timeout=5.0, max_connections=3) as chat, ThreadPoolExecutor(12) as pool:
+def test_pool_caps_connections_and_reuses_them(simulated_provider):
+    fresh = simulated_provider(latency=0.05, export=False)
+    with ChatClient(fresh.url, timeout=5.0, max_connections=3) as chat, ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(lambda i: chat.complete("m", user(f"q{i}")).content, range(24)))
         stats = fresh.stats()
     assert answers == [f"Answer to: q{i}" for i in range(24)]
