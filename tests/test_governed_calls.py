@@ -12,7 +12,6 @@ from evaljobs.evaluation.adapters import load_adapter
 from evaljobs.providers.cache import ResponseCache, is_cached
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.governor import Governor, budget_key
-from evaljobs.providers.simulated import SimulatedProvider
 
 
 def catalog(n: int):
@@ -116,33 +115,34 @@ class StoreCache:
     clear = staticmethod(store.cache_clear)
 
 
-def test_calls_take_permits_from_the_governor_handed_in_and_a_cache_hit_takes_none(tmp_path, sqlite_url):
+def test_calls_take_permits_from_the_governor_handed_in_and_a_cache_hit_takes_none(tmp_path, sqlite_url,
+                                                                                     simulated_provider):
     store.connect(sqlite_url)
     governor = Governor(None)  # local state: the same code path as a worker without Redis
-    with SimulatedProvider(latency=0.0) as sim:
-        (tmp_path / "p.yaml").write_text(f"providers:\n  sim:\n    base_url: {sim.url}\n")
-        providers = load_providers(tmp_path / "p.yaml")
-        spec = parse_model_spec("sim/a", providers)
-        ask = [{"role": "user", "content": "[sim: say governed]"}]
+    sim = simulated_provider(latency=0.0, export=False)
+    (tmp_path / "p.yaml").write_text(f"providers:\n  sim:\n    base_url: {sim.url}\n")
+    providers = load_providers(tmp_path / "p.yaml")
+    spec = parse_model_spec("sim/a", providers)
+    ask = [{"role": "user", "content": "[sim: say governed]"}]
 
-        def admitted() -> int:
-            return sum(b["admitted"] for b in governor.stats())
+    def admitted() -> int:
+        return sum(b["admitted"] for b in governor.stats())
 
-        try:
-            governance = BoundGovernance(governor)
-            ProviderCalls(governance=governance).client(providers, spec).complete("a", ask, first=True)
-            assert (admitted(), sim.stats()["requests"], governance.budgets) == (1, 1, ["sim:a"])
+    try:
+        governance = BoundGovernance(governor)
+        ProviderCalls(governance=governance).client(providers, spec).complete("a", ask, first=True)
+        assert (admitted(), sim.stats()["requests"], governance.budgets) == (1, 1, ["sim:a"])
 
-            ProviderCalls().client(providers, spec).complete("a", ask)  # nothing bound: no permit
-            assert (admitted(), sim.stats()["requests"]) == (1, 2)
+        ProviderCalls().client(providers, spec).complete("a", ask)  # nothing bound: no permit
+        assert (admitted(), sim.stats()["requests"]) == (1, 2)
 
-            cached = ProviderCalls(governance=governance, cache=ResponseCache(StoreCache(), 3600))
-            miss = cached.client(providers, spec, "v1").complete("a", ask)
-            hit = cached.client(providers, spec, "v1").complete("a", ask)
-            assert not is_cached(miss) and is_cached(hit) and hit.content == miss.content
-            assert (admitted(), sim.stats()["requests"]) == (2, 3)  # the hit took no permit and no call
-        finally:
-            governor.close()
+        cached = ProviderCalls(governance=governance, cache=ResponseCache(StoreCache(), 3600))
+        miss = cached.client(providers, spec, "v1").complete("a", ask)
+        hit = cached.client(providers, spec, "v1").complete("a", ask)
+        assert not is_cached(miss) and is_cached(hit) and hit.content == miss.content
+        assert (admitted(), sim.stats()["requests"]) == (2, 3)  # the hit took no permit and no call
+    finally:
+        governor.close()
 
 
 def test_load_adapter_hands_the_calls_to_conversation_adapters_and_subclasses():
