@@ -17,7 +17,6 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import runtime
-from evaljobs.providers.simulated import SimulatedProvider
 
 CATALOG = """
 name: api
@@ -35,9 +34,8 @@ scenarios:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(latency=0.0) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(latency=0.0)
 
 
 @pytest.fixture

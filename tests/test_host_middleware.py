@@ -21,7 +21,7 @@ from evaljobs.pipeline.host_middleware import MiddlewareError, discover, host_mi
 from evaljobs.testing import run_catalog
 from evaljobs_middleware.context import ContextMiddleware
 from host_middleware_recorder import Recorder
-from workers import WorkerProcess, wait_until
+from helpers import WorkerProcess, wait_until
 
 CATALOG = {"name": "mw", "scenarios": [{"key": k, "prompt": f"publish {k}", "expect": {"contains": ["published for"]}}
                                        for k in ("a", "b")]}

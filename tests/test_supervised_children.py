@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evaljobs.workers import supervision
-from workers import ROOT, wait_until
+from helpers import ROOT, wait_until
 
 BIN = Path(sys.executable).parent
 
