@@ -5,8 +5,8 @@ enforces them, so a change that breaks one fails here with the file and line
 to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
-* lower layers never import higher ones (``LAYERS``, bottom first: config and
-  errors · catalog and middleware · providers · evaluation · reports and store
+* lower layers never import higher ones (``LAYERS``, bottom first: config,
+  errors and clock · catalog and middleware · providers · evaluation · reports and store
   · pipeline · api and workers · bench · cli and the viewer · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -53,7 +53,7 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
-    ("evaljobs.errors", "evaljobs.config"),
+    ("evaljobs.errors", "evaljobs.config", "evaljobs.clock"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers",),
     ("evaljobs.evaluation",),
