@@ -19,20 +19,17 @@ from evaljobs.cli import main
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.providers.client import close_clients
 from evaljobs.providers.preflight import problems
-from evaljobs.providers.simulated import SimulatedProvider
 from evaljobs.reports.build import build_report, render_markdown, render_table
 from evaljobs.evaluation.result import Result
-from servers import free_port
-from workers import ROOT
+from helpers import ROOT, free_port, utc_now
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 SECRET = "sk-preflight-secret-123"
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(stream_interval=0.002) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(stream_interval=0.002)
 
 
 @pytest.fixture
@@ -251,12 +248,12 @@ def test_report_of_known_costs_has_no_lower_bound(env):
 def test_a_schema_2_database_learns_unknown_costs_and_ttft(db_url, tmp_path):
     store.connect(db_url)
     db = store.database.obj
-    with store._connection():  # make it what schema 2 created: cost NOT NULL, no ttft/latency columns
+    with db.connection_context():  # make it what schema 2 created: cost NOT NULL, no ttft/latency columns
         migrator = PostgresqlMigrator(db) if "postgres" in db_url else SqliteMigrator(db)
         migrate(migrator.drop_column("result", "ttft_ms"), migrator.drop_column("result", "latency_ms"),
                 migrator.add_not_null("result", "cost"))
         store.SchemaVersion.delete().execute()
-        store.SchemaVersion.create(version=2, applied_at=store._now(), description="schema 2")
+        store.SchemaVersion.create(version=2, applied_at=utc_now(), description="schema 2")
     store.connect(f"sqlite:///{tmp_path}/other.db")  # forget the open database, as a new process would
     store.connect(db_url)
     assert store.upgrade() == ["added column result.ttft_ms", "added column result.latency_ms",

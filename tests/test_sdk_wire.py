@@ -12,7 +12,6 @@ import anthropic
 import openai
 import pytest
 
-from evaljobs.providers import SimulatedProvider
 from evaljobs.providers.client import ChatClient
 from evaljobs.providers.errors import PermanentError, RateLimited, TransientError
 
@@ -25,9 +24,8 @@ TWO_CALLS = 'find it [sim: call search {"q": "refunds"}] [sim: call search {"q":
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimulatedProvider(stream_interval=0.001) as provider:
-        yield provider
+def sim(module_simulated_provider):
+    return module_simulated_provider(stream_interval=0.001)
 
 
 @pytest.fixture()
