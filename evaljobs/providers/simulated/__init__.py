@@ -4,7 +4,8 @@
 say, ``server`` serves it over HTTP (``http`` is the HTTP/1.1 plumbing).
 """
 from evaljobs.providers.simulated.directives import Directive, DirectiveError, collect_directives, strip_directives
-from evaljobs.providers.simulated.server import SimulatedProvider, parse_simulate_options
+from evaljobs.providers.simulated.options import parse_simulate_options
+from evaljobs.providers.simulated.server import SimulatedProvider
 
 __all__ = ["Directive", "DirectiveError", "SimulatedProvider", "collect_directives", "parse_simulate_options",
            "strip_directives"]

@@ -23,6 +23,11 @@ Actions: ``say TEXT``, ``call TOOL {json}``, ``status CODE [message]``,
 ``truncate``, ``reset``, ``huge BYTES``, ``echo``. The ``say``/``call`` directives
 form *steps* (a run of consecutive ``call``\\ s is one step); step *i* answers the
 conversation's assistant turn *i*. Directives never appear in answers.
+
+This module stays whole (about 570 lines): :class:`SimulatedProvider` owns one event
+loop, the admission state (concurrency cap, RPM window) and the counters that every
+route reads and updates together; what could leave has left (directives, answers,
+wire formats, HTTP plumbing, option parsing are modules of their own).
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from evaljobs.providers.simulated.options import check_options
 from evaljobs.providers.simulated.answers import (
     Answer,
     completion_body,
@@ -91,7 +97,7 @@ class SimulatedProvider:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, jitter: float = 0.0,
                  max_concurrent: int | None = None, rpm: int | None = None, error_rate: float = 0.0,
                  seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0):
-        _check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
+        check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
                        error_rate=error_rate, retry_after=retry_after, port=port,
                        stream_interval=stream_interval)
         self.host = host
@@ -565,59 +571,3 @@ def _empty_stats() -> dict[str, Any]:
     stats = _empty_model_stats()
     stats.update({"in_flight": 0, "peak_in_flight": 0, "connections": 0, "by_model": {}})
     return stats
-
-
-
-# -- options ------------------------------------------------------------------------------
-
-_OPTION_TYPES: dict[str, type] = {"host": str, "port": int, "latency": float, "jitter": float,
-                                  "max_concurrent": int, "rpm": int, "error_rate": float, "seed": int,
-                                  "retry_after": float, "stream_interval": float}
-
-
-def parse_simulate_options(text: str) -> dict[str, Any]:
-    """``"latency=4.6,jitter=0.5,max_concurrent=8,rpm=600,error_rate=0.01"`` → keyword arguments.
-
-    Raises a one-line ``ValueError`` naming the bad key or value.
-    """
-    options: dict[str, Any] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip().replace("-", "_"), value.strip()
-        if not sep or not key:
-            raise ValueError(f"simulate option {item!r} is not key=value "
-                             f"(e.g. latency=4.6,max_concurrent=8)")
-        if key not in _OPTION_TYPES:
-            raise ValueError(f"unknown simulate option {key!r}; known: {', '.join(_OPTION_TYPES)}")
-        kind = _OPTION_TYPES[key]
-        if key in ("max_concurrent", "rpm") and value.lower() in ("", "none"):
-            options[key] = None
-            continue
-        if not value:
-            raise ValueError(f"simulate option {key} needs a value, e.g. {key}=1")
-        try:
-            options[key] = kind(value)
-        except ValueError:
-            noun = "an integer" if kind is int else "a number"
-            raise ValueError(f"simulate option {key}={value!r} is not {noun}") from None
-    _check_options(**{k: v for k, v in options.items() if k not in ("host", "seed")})
-    return options
-
-
-def _check_options(**options: Any) -> None:
-    for key in ("latency", "jitter", "retry_after", "stream_interval"):
-        value = options.get(key)
-        if value is not None and (not value >= 0 or math.isinf(value)):
-            raise ValueError(f"simulate option {key}={value!r} must be a number of seconds >= 0")
-    for key in ("max_concurrent", "rpm"):
-        value = options.get(key)
-        if value is not None and value < 1:
-            raise ValueError(f"simulate option {key}={value!r} must be a positive integer (or none)")
-    rate = options.get("error_rate")
-    if rate is not None and not 0.0 <= rate <= 1.0:
-        raise ValueError(f"simulate option error_rate={rate!r} must be between 0 and 1")
-    port = options.get("port")
-    if port is not None and not 0 <= port <= 65535:
-        raise ValueError(f"simulate option port={port!r} must be between 0 and 65535")
