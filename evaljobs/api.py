@@ -43,6 +43,7 @@ from evaljobs.workers.serve import run_pool
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
+from evaljobs.extras import require_for_catalog
 
 
 
@@ -163,6 +164,8 @@ class Session:
         self.import_warnings = []
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
                             lenient=lenient)
+        # A catalog with MCP tools and no `mcp` extra: one line now, not a connect timeout per server later.
+        require_for_catalog(imported.data, source=str(catalog))
         if imported.format == "native":
             # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
             return parse_source(expand_source(read_catalog(catalog)), providers=self.providers)
@@ -293,6 +296,12 @@ class Session:
     # -- reading runs and their reports -----------------------------------------------------------
     def get(self, run_id: str) -> store.RunInfo:
         return store.get_run(run_id)
+
+    def resolve(self, run_id: str) -> str:
+        """The run id ``run_id`` names: ``latest``, an id, or a unique prefix of one (see store.lookup)."""
+        from evaljobs.store.lookup import resolve_run_id
+
+        return resolve_run_id(run_id)
 
     def runs(self, limit: int = 20) -> list[store.RunInfo]:
         return store.list_runs(limit=limit)

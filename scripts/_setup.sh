@@ -5,16 +5,27 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 EXTRAS="${EVALJOBS_EXTRAS:-}"
+VENV="${EVALJOBS_VENV:-.venv}"   # scripts/test --python 3.10 uses .venv-3.10
 
-if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv" >&2
-  "$PYTHON" -m venv .venv
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV with $("$PYTHON" --version 2>&1)" >&2
+  "$PYTHON" -m venv "$VENV"
 fi
-STAMP=".venv/.evaljobs-installed${EXTRAS:+-$EXTRAS}"
+STAMP="$VENV/.evaljobs-installed${EXTRAS:+-$EXTRAS}"
+if [ -z "$EXTRAS" ]; then
+  # No extras asked for: any install (with extras or not) newer than the metadata will do,
+  # so scripts/demo after scripts/test does not reinstall.
+  for stamp in "$VENV"/.evaljobs-installed*; do
+    if [ -f "$stamp" ] && [ "$stamp" -nt setup.cfg ] && [ "$stamp" -nt pyproject.toml ]; then
+      STAMP="$stamp"
+      break
+    fi
+  done
+fi
 if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "setup: installing evaljobs${EXTRAS:+[$EXTRAS]} into .venv" >&2
-  .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}"
+  echo "setup: installing evaljobs${EXTRAS:+[$EXTRAS]} into $VENV" >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}"
   touch "$STAMP"
 fi
 

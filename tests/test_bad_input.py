@@ -439,7 +439,7 @@ DEAD_REDIS = f"redis://127.0.0.1:{free_port()}/0"
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 
 #: name -> (argv, exit code expected or None for "any non-zero", what the error line must mention).
-#: Every command with a --db / --broker / --redis option must appear here (checked below).
+#: Every command with a --db / --broker option must appear here (checked below).
 UNREACHABLE = {
     "runs-db": (["runs", "--db", DEAD_PG], 2, "cannot reach database"),
     "show-db": (["show", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
@@ -451,7 +451,7 @@ UNREACHABLE = {
     "recover-db": (["recover", "--db", DEAD_PG, "--broker", DEAD_REDIS], 2, "cannot reach database"),
     "run-redis": (["run", SUPPORT, "-m", "sim/a", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "recover-redis": (["recover", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN"], 2, "127.0.0.1"),
-    "governor-redis": (["governor", "--redis", DEAD_REDIS], 2, "127.0.0.1"),
+    "governor-broker": (["governor", "--broker", DEAD_REDIS], 2, "127.0.0.1"),
     "worker-redis": (["worker", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "pool-redis": (["pool", "--broker", DEAD_REDIS, "--db", "SQLITE"], None, "127.0.0.1"),
     "run-provider-sequential": (["run", SUPPORT, "-m", "dead/m", "--providers", "DEAD_PROVIDER", "--db", "SQLITE",

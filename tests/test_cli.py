@@ -96,7 +96,7 @@ def test_unknown_provider_and_bad_options(cli):
 def test_db_upgrade_and_catalog_check(cli):
     first = cli("db", "upgrade")
     assert first.exit_code == 0
-    assert cli("db", "upgrade").output.strip() == "schema is up to date"
+    assert cli("db", "upgrade").stdout.strip() == "schema is up to date"  # stderr: the stage line
     checked = cli("catalog", "check", SUPPORT)
     assert checked.exit_code == 0 and "sha256:" in checked.output and "14 scenarios" in checked.output
 

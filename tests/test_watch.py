@@ -281,3 +281,26 @@ def test_watch_a_cancelled_run_says_so_and_fails_a_gate(cli, tmp_path):
     assert plain.exit_code == 0 and "is cancelled with 0/2 pairs; no report" in plain.output
     gated = cli("watch", run.id, "--fail-under", "0.1")
     assert gated.exit_code == 1 and "has no report" in gated.output
+
+
+def test_progress_without_a_first_result_shows_no_eta():
+    """0/28 with nothing finished has no rate: it says it is waiting, never "ETA 0.0s"."""
+    out = io.StringIO()
+    p = Progress(28, stream=out, tty=True)
+    p.update(poll(0, expected=28))
+    assert "waiting for the first result" in out.getvalue() and "ETA" not in out.getvalue()
+    out2 = io.StringIO()
+    moving = Progress(28, stream=out2, tty=True)
+    moving(result_event("a", "m", "passed", 1))
+    assert re.search(r"1/28 .* ETA +\d+\.\ds", out2.getvalue()), out2.getvalue()
+
+
+def test_progress_says_once_when_the_database_is_ahead_of_the_events():
+    out = io.StringIO()
+    p = Progress(3, stream=out, tty=False)
+    p.catchup_note = "no events here"
+    p(result_event("a", "m", "passed", 1))
+    assert "note:" not in out.getvalue()  # events and reads agree
+    p.update(poll(2, passed=2, expected=3))
+    p.update(poll(3, passed=3, expected=3))
+    assert out.getvalue().count("note: no events here") == 1

@@ -13,7 +13,7 @@ from evaljobs.cli._options import EXIT_GATE, EXIT_USAGE, Group
 # Modules, not their commands: `evaljobs.cli.run` stays the module (a command named like its module
 # would hide it).
 from evaljobs.cli import (bench as _bench, catalog as _catalog, db as _db, governor as _governor,
-                          mock_provider as _mock_provider, ops as _ops, pool as _pool, providers as _providers,
+                          init as _init, mock_provider as _mock_provider, ops as _ops, pool as _pool, providers as _providers,
                           reports as _reports, run as _run, runs as _runs, view as _view, workers as _workers)
 
 
@@ -26,7 +26,7 @@ def main() -> None:
 for _command in (_run.run, _runs.runs, _runs.show, _db.db, _catalog.catalog, _mock_provider.mock_provider, _run.demo,
                  _workers.worker, _governor.governor, _ops.recover, _reports.report, _reports.compare,
                  _pool.pool_worker, _ops.watch, _ops.status, _ops.rerun, _ops.cache, _bench.bench, _view.view,
-                 _providers.providers_group):
+                 _providers.providers_group, _init.init):
     main.add_command(_command)
 
 

@@ -37,6 +37,14 @@ _grader_option = click.option(
     help="JSONL only: how replies are compared with ideal/target (default: includes).")
 
 
+@catalog.command("schema")
+def catalog_schema() -> None:
+    """Print the catalog JSON Schema (for editors: evaljobs catalog schema > catalog.schema.json)."""
+    from evaljobs.catalog.schema import catalog_schema_json
+
+    click.echo(catalog_schema_json(), nl=False)
+
+
 @catalog.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 @import_options
@@ -47,7 +55,10 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
     from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
     from evaljobs.providers.livetools import expand_source
 
+    from evaljobs.extras import require_for_catalog
+
     imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
+    require_for_catalog(imported.data, source=path)  # before any MCP server is listed: one line, at once
     # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
     source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
     cat = parse_source(expand_source(source), providers=config)

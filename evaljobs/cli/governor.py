@@ -15,16 +15,17 @@ from evaljobs.config import REDIS_SCHEMES, Settings
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--redis", "redis_url", envvar="EVALJOBS_GOVERNOR_URL", default=None,
-              help="Redis holding the governor's state (default: EVALJOBS_BROKER_URL).")
-def governor(as_json, redis_url) -> None:
+@click.option("--broker", envvar="EVALJOBS_BROKER_URL", default=None,
+              help="The broker's Redis, which holds the governor's state (unless EVALJOBS_GOVERNOR_URL names "
+                   "another).")
+def governor(as_json, broker) -> None:
     """Show the provider governor: per deployment budget, limit, in flight, waiting, admitted, 429s, waits."""
     from evaljobs.providers.governor import Governor  # start-up time (see the module docstring)
 
-    url = redis_url or Settings.from_env().broker_url  # read now: a test or a shell may have changed it
+    url = Settings.from_env().governor_url or broker  # read now: a test or a shell may have changed it
     if not url or not url.startswith(REDIS_SCHEMES):
-        raise click.BadParameter("the governor's shared state lives in Redis: pass --redis redis://… "
-                                 "or set EVALJOBS_BROKER_URL", param_hint="--redis")
+        raise click.BadParameter("the governor's shared state lives in Redis: pass --broker redis://… "
+                                 "or set EVALJOBS_BROKER_URL", param_hint="--broker")
     ping_redis(url)  # one line now, rather than a silent fallback to an empty local governor
     gov = Governor(url)
     try:

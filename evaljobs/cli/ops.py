@@ -43,7 +43,7 @@ def watch(run_id, gate, timeout, poll, db, broker) -> None:
     from evaljobs.pipeline.progress import Progress
 
     with Session(db=db) as session:
-        info = session.get(run_id)
+        info = session.get(session.resolve(run_id))
         if info.report is None and info.status != store.CANCELLED:
             if broker and broker.startswith(REDIS_SCHEMES):  # live events come through Redis, else in-process
                 events.bind_redis(broker)
@@ -111,6 +111,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, provide
     if every and len(select) > 1:
         raise UsageError("--all already includes every pair: give it alone")
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
+        run_id = session.resolve(run_id)
         new = session.create_rerun(run_id, select)
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
@@ -165,7 +166,7 @@ def recover(run_id, width, wait, db, broker) -> None:
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     with Session(db=db, broker=broker, width=width) as session:
-        done = session.recover(run_id, wait=wait)
+        done = session.recover(session.resolve(run_id) if run_id else None, wait=wait)
     if not done.actions:
         click.echo("nothing to recover")
     for line in done.actions:

@@ -54,6 +54,8 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, gate
     if baseline and fmt == "junit":  # before touching the database
         raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
     with Session(db=db) as session:
+        run_id = session.resolve(run_id)
+        baseline = session.resolve(baseline) if baseline else None
         text = session.report(run_id, fmt, baseline=baseline, on_note=_note)
         info = session.get(run_id)
     _write(text, output)
@@ -73,6 +75,7 @@ def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db:
     from evaljobs.reports.compare import render_comparison
 
     with Session(db=db) as session:
+        run_a, run_b = session.resolve(run_a), session.resolve(run_b)
         comparison = session.compare(run_a, run_b, on_note=_note)
     if as_json:
         click.echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))

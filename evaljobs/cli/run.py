@@ -91,7 +91,7 @@ def _print(info, as_json: bool) -> None:
 
 @click.command()
 @width_option
-@click.option("--db", default=None, help="Database URL (default: a fresh SQLite file under .evaljobs/).")
+@db_option
 @click.option("--html", "html_path", default=None,
               help="Where to write the HTML report (default .evaljobs/RUN.html).")
 def demo(width, db, html_path) -> None:
@@ -99,10 +99,9 @@ def demo(width, db, html_path) -> None:
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline.progress import Progress
 
-    here = Path(__file__).resolve().parent.parent
-    catalog_path = here / "examples" / "support.yaml"
-    if not catalog_path.exists():
-        catalog_path = here.parent / "examples" / "catalogs" / "support.yaml"
+    from evaljobs.resources import demo_catalog
+
+    catalog_path = demo_catalog()  # package data: works from a wheel with no source tree around
     models = ["sim/fast", "sim/smart"]
     with Session(db=db, broker="memory", width=width) as session:
         cat = session.load(catalog_path)

@@ -53,6 +53,7 @@ def show(run_id, as_json, db) -> None:
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     with Session(db=db) as session:
+        run_id = session.resolve(run_id)
         info = session.get(run_id)
         results = session.results(run_id)
         missing = session.missing(run_id)

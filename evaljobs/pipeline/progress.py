@@ -46,6 +46,9 @@ class Progress:
         self._newer: dict[tuple[str, str], tuple[int | None, str]] = {}
         self._last_draw = 0.0
         self._finished = False
+        self._notes: set[str] = set()
+        #: Said once when a database read finds results no event announced (events are not reaching us).
+        self.catchup_note: str | None = None
         self._lock = threading.Lock()  # in-process strategies call it from several worker threads
 
     # -- what it shows ---------------------------------------------------------------------
@@ -106,10 +109,30 @@ class Progress:
         self._polled_counts = {status: int(numbers.get(status, 0)) for status in _STATUSES}
         self._newer = {pair: (n, s) for pair, (n, s) in self._newer.items()
                        if n is not None and n > persisted}
+        caught_up = self.done > before and self.done > self.base + len(self.seen)
+        if caught_up and self.catchup_note:
+            self._say(self.catchup_note)
         if self.tty:
             self.draw()
-        elif self.done > before and self.done > self.base + len(self.seen):
+        elif caught_up:
             self._line(f"{self.done - before} more result(s) read from the database")
+
+    def note(self, text: str) -> None:
+        """Say ``text`` once on its own line (e.g. why nothing moves); the bar resumes below it."""
+        with self._lock:
+            self._say(text)
+            if self.tty:
+                self.draw()
+
+    def _say(self, text: str) -> None:
+        if text in self._notes or self._finished:
+            return
+        self._notes.add(text)
+        if self.tty and self._last_draw:
+            self.stream.write("\n")
+        self.stream.write(f"note: {text}\n")
+        self.stream.flush()
+        self._last_draw = 0.0
 
     # -- drawing ---------------------------------------------------------------------------
     def _line(self, text: str) -> None:
@@ -129,10 +152,15 @@ class Progress:
         fraction = min(1.0, self.done / self.expected) if self.expected else 1.0
         bar = "#" * int(fraction * 30)
         fresh = self.done - self.base
-        eta = elapsed * (self.expected - self.done) / fresh if fresh > 0 and not complete else 0.0
+        if complete:
+            eta = "done"
+        elif fresh > 0:
+            eta = f"ETA {elapsed * (self.expected - self.done) / fresh:4.1f}s"
+        else:  # nothing has finished since we started watching: no rate, so no estimate
+            eta = "waiting for the first result"
         c = self.counts
         self.stream.write(f"\r[{bar:<30}] {self.done}/{self.expected}  ✓{c['passed']} ✗{c['failed']} "
-                          f"!{c['errored']}  {elapsed:5.1f}s  ETA {eta:4.1f}s ")
+                          f"!{c['errored']}  {elapsed:5.1f}s  {eta} ")
         if final or complete:
             self.stream.write("\n")
             self._finished = True
@@ -141,19 +169,27 @@ class Progress:
 
 def follow(run_id: str, *, progress: Progress | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, poll: float = POLL_SECONDS,
-           timeout: float | None = None) -> store.RunInfo:
+           timeout: float | None = None, idle: Callable[[], str | None] | None = None) -> store.RunInfo:
     """Follow a run until its report exists (or it is cancelled, or ``timeout`` passes); returns it.
 
     Woken by the run's events; every ``poll`` seconds (and on ``complete``) it reads
     the run and its progress numbers from the database, which also catches events
     missed while disconnected. Every read is by primary key or the per-run index.
+    ``idle`` is asked, at a read that found no new result, why nothing moves (e.g. no
+    worker consumes the queue); what it returns is shown once as a note.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    last_done = -1
     with events.Subscription(run_id) as subscription:  # subscribe first: no event falls before the read
         while True:
             run = store.get_run(run_id)
             if progress is not None:
                 progress.update(store.progress(run_id))
+                if idle is not None and progress.done == last_done and run.report is None:
+                    reason = idle()
+                    if reason:
+                        progress.note(reason)
+                last_done = progress.done
             if run.report is not None or run.status == store.CANCELLED:
                 return run
             remaining = None if deadline is None else deadline - time.monotonic()

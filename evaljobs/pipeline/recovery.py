@@ -68,12 +68,31 @@ def _with_context(binding, message, run: store.RunInfo):
     return message
 
 
-def recover(binding, run_id: str | None = None) -> list[str]:
-    """Recover one run, or every running/pending run. Returns one line per action taken."""
-    actions: list[str] = []
+class _Actions(list):
+    """The action lines, each also handed to ``on_action`` as it is taken (progress for many runs)."""
+
+    def __init__(self, on_action):
+        super().__init__()
+        self.on_action = on_action
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        if self.on_action is not None:
+            self.on_action(line)
+
+
+def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None) -> list[str]:
+    """Recover one run, or every running/pending run. Returns one line per action taken.
+
+    ``on_action(line)`` is called as each action is taken and ``on_runs(n)`` once the runs to
+    check are known, so a command can show progress while it walks many runs.
+    """
+    actions: list[str] = _Actions(on_action)
     runs = [store.get_run(run_id)] if run_id else store.list_runs(limit=1000, statuses=["pending", "running"])
+    if on_runs is not None:
+        on_runs(len(runs))
     if not runs:
-        return actions
+        return list(actions)
     pairs, models, starts = pending_work(binding)
     actors = binding.actors
     for run in runs:
@@ -105,7 +124,7 @@ def recover(binding, run_id: str | None = None) -> list[str]:
             message = actors.evaluate_scenario.message(run.id, key, model)
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
-    return actions
+    return list(actions)
 
 
 class PeriodicRecovery:

@@ -23,6 +23,7 @@ from evaljobs.providers.livetools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEO
                                                   describe, exception_text)
 from evaljobs.providers.livetools.http import call_http
 from evaljobs.providers.toolcall import ToolCall
+from evaljobs.extras import MissingExtra
 
 if TYPE_CHECKING:  # the mcp extra is optional: imported at run time only on the first MCP call
     from evaljobs.providers.livetools.mcp import LoopThread, McpSession
@@ -122,9 +123,8 @@ class LiveTools:
     def _session(self, spec: dict[str, Any]) -> McpSession:
         try:  # the mcp SDK is an optional extra: imported on the first MCP call only
             from evaljobs.providers.livetools.mcp import LoopThread, McpSession, server_key
-        except ImportError as exc:
-            raise LiveToolError(f"MCP tools need the 'mcp' extra ({exc}); install it: "
-                                f"pip install 'evaljobs[mcp]'") from None
+        except ImportError:
+            raise LiveToolError(str(MissingExtra("mcp"))) from None
         key = server_key(spec)
         with self._lock:
             if self._closed:

@@ -1,0 +1,23 @@
+"""``evaljobs init [DIR]``: a starter catalog, its schema, providers.yaml and a CI workflow."""
+from __future__ import annotations
+
+import click
+
+
+@click.command("init")
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite files that already exist (default: keep them).")
+def init(directory: str, force: bool) -> None:
+    """Start a project in DIRECTORY (default: here): a starter catalog, providers.yaml, a CI workflow.
+
+    Never overwrites a file unless --force; prints what it wrote and the next three commands.
+    """
+    from evaljobs.starter import init_project, next_commands
+
+    written = init_project(directory, force=force)
+    for item in written:
+        note = "  (exists: kept; --force overwrites)" if item.action == "kept" else ""
+        click.echo(f"{item.action:<9} {click.format_filename(str(item.path))}{note}")
+    click.echo("\nnext:")
+    for command in next_commands(directory):
+        click.echo(f"  {command}")

@@ -1,0 +1,113 @@
+"""The README stays executable: its quick start, tutorial, CI and viewing blocks run verbatim.
+
+A fresh copy of the repository (the tracked and new files, no `.evaljobs/`, no
+database) gets the README's shell blocks run line by line in one bash session, the
+way a new user pastes them. Real models named there (openai/…, anthropic/…) are
+pointed at the simulated provider through a providers file (``EVALJOBS_PROVIDERS``)
+and dummy keys, so nothing leaves the machine; everything else runs as written.
+
+The only line not run is ``scripts/test`` (this test is part of it). A line that
+exits non-zero fails the test with its output — except a ``--fail-under`` gate that
+says "FAIL: pass rate …" against the simulated provider (the gate working).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaljobs.providers.simulated import SimulatedProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("Quick start", "Running a catalog")
+NOT_RUN = {"scripts/test": "the test suite itself (this test is part of it)",
+           "pip install 'evaljobs[view]'": "an install (the test environment has the extra already)",
+           "evaljobs view": "a server that runs until stopped (tests/test_view*.py drive it in a browser)"}
+
+
+def readme_blocks(text: str, sections: tuple[str, ...] = SECTIONS) -> list[tuple[str, list[str]]]:
+    """(section, lines) for every ```bash block under the ``## `` headings named in ``sections``."""
+    out: list[tuple[str, list[str]]] = []
+    for section in sections:
+        match = re.search(rf"^## {re.escape(section)}\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+        assert match, f"README has no '## {section}' section"
+        for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", match.group(1), re.M | re.S):
+            block = re.sub(r"\\\n\s*", "", block)  # a command continued with a backslash is one command
+            lines = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+            out.append((section, lines))
+    return out
+
+
+def test_blocks_are_found() -> None:
+    """The extraction itself: the quick start is exactly scripts/demo then scripts/test."""
+    blocks = readme_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    first = [line.split("#")[0].strip() for line in blocks[0][1]]
+    assert first == ["scripts/demo", "scripts/test"], first
+    assert sum(len(lines) for _, lines in blocks) > 5
+
+
+def _fresh_copy(dest: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = ROOT / name
+        if not src.exists() and not src.is_symlink():  # deleted in the work tree, not yet committed
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target.symlink_to(os.readlink(src))
+        else:
+            shutil.copy2(src, target)  # keeps mtimes: scripts/_setup.sh sees the installed .venv as current
+    # The project's virtualenv (created by scripts/test, which runs this test): reused, not rebuilt.
+    (dest / ".venv").symlink_to(Path(sys.prefix))
+
+
+@pytest.fixture
+def sim_providers(tmp_path):
+    provider = SimulatedProvider(latency=0.0)
+    provider.start()
+    config = tmp_path / "providers-sim.yaml"
+    config.write_text("providers:\n"
+                      f"  openai: {{base_url: '{provider.url}'}}\n"
+                      f"  anthropic: {{base_url: '{provider.url}'}}\n", encoding="utf-8")
+    yield config
+    provider.stop()
+
+
+def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
+    repo = tmp_path / "repo"
+    _fresh_copy(repo)
+    assert not (repo / ".evaljobs").exists()
+    blocks = readme_blocks((repo / "README.md").read_text(encoding="utf-8"))
+    script = ["set -o pipefail"]
+    commands: list[str] = []
+    for _section, lines in blocks:
+        for line in lines:
+            if any(line.split("#")[0].strip().startswith(skipped) for skipped in NOT_RUN):
+                continue
+            index = len(commands)
+            commands.append(line)
+            script += [f"echo '::begin {index}'", line, f"echo \"::end {index} $?\""]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
+    env.update(EVALJOBS_PROVIDERS=str(sim_providers), OPENAI_API_KEY="sk-readme-test",
+               ANTHROPIC_API_KEY="sk-ant-readme-test", HOME=str(tmp_path / "home"), NO_COLOR="1")
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=repo, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    err = done.stdout
+    assert "setup: installing" not in err, "scripts/_setup.sh reinstalled into the shared .venv:\n" + err[-3000:]
+    ends = {int(i): int(rc) for i, rc in re.findall(r"^::end (\d+) (\d+)$", err, re.M)}
+    for index, command in enumerate(commands):
+        assert index in ends, f"README command never finished: {command}\n{err[-3000:]}"
+        output = err[err.find(f"::begin {index}\n"):err.find(f"::end {index} ")]
+        # A gate may fail against the simulator (its answers are not a real model's): that is the gate
+        # working. Anything else non-zero (a usage error, every pair errored) fails the test.
+        gated = "--fail-under" in command and ends[index] == 1 and "FAIL: pass rate" in output
+        if ends[index] != 0 and not gated:
+            pytest.fail(f"README command exited {ends[index]}: {command}\n{output[-2000:]}", pytrace=False)
