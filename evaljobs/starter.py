@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
-from evaljobs import __version__
 from evaljobs.catalog.schema import catalog_schema_json
 from evaljobs.errors import UsageError
 from evaljobs.resources import read_text
@@ -47,7 +47,7 @@ def _workflow_text(directory: Path) -> str:
     root = _repository_root(directory)
     workdir = directory.relative_to(root).as_posix() if root else "."
     text = read_text("init/github-workflow.yml")
-    return text.replace("{workdir}", workdir or ".").replace("{version}", __version__)
+    return text.replace("{workdir}", workdir or ".").replace("{version}", version("evaljobs"))
 
 
 def starter_files(directory: Path) -> dict[str, str]:

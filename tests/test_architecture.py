@@ -53,13 +53,13 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
-    ("evaljobs.errors", "evaljobs.config", "evaljobs.clock"),
+    ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers",),
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
-    ("evaljobs.api", "evaljobs.workers"),
+    ("evaljobs.api", "evaljobs.workers", "evaljobs.starter"),
     ("evaljobs.bench",),
     ("evaljobs.cli", "evaljobs.view", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),
