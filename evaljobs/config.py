@@ -29,6 +29,9 @@ from evaljobs.errors import ConfigurationError
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DEFAULT_QUEUE = "agents"
 _FALSE = ("off", "0", "false", "no")
+#: Shortest context signing key accepted (bytes): an HMAC-SHA256 key shorter than its output
+#: is guessable sooner than the signature, and an empty one means "signing off" to no one.
+MIN_CONTEXT_KEY_BYTES = 32
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -85,6 +88,23 @@ class Settings:
     middleware: str | None = None            # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Fail closed: a key that is set is meant to sign. Only an unset key (None) means
+        # "unsigned"; an empty or short one refuses to build settings, so no worker starts and
+        # nothing is submitted under a key that protects nothing.
+        key = self.context_key
+        if key is not None and len(key.encode("utf-8")) < MIN_CONTEXT_KEY_BYTES:
+            what = "set but empty" if not key.strip() else f"{len(key.encode('utf-8'))} bytes"
+            raise ConfigurationError(
+                f"EVALJOBS_CONTEXT_KEY is {what}; a context signing key needs at least "
+                f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
+                "or unset the variable to run unsigned")
+
+    @property
+    def signing(self) -> str:
+        """``"signed"`` or ``"unsigned"``: the mode a worker logs once at start."""
+        return "unsigned" if self.context_key is None else "signed"
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         """Settings from ``env`` (default: this process's environment); unset means default."""
@@ -97,7 +117,7 @@ class Settings:
             broker_url=_text(env, "EVALJOBS_BROKER_URL"),
             queue=env.get("EVALJOBS_QUEUE") or d.queue,
             providers_path=_text(env, "EVALJOBS_PROVIDERS"),
-            context_key=_text(env, "EVALJOBS_CONTEXT_KEY"),
+            context_key=env.get("EVALJOBS_CONTEXT_KEY"),  # set-but-empty is refused, not "unset"
             governor=governor,
             governor_url=_text(env, "EVALJOBS_GOVERNOR_URL"),
             lane=_text(env, "EVALJOBS_LANE"),
@@ -205,4 +225,4 @@ def child_environment(extra: Mapping[str, str] | None = None, base: Settings | N
 
 
 __all__ = ["Settings", "settings", "configure", "configured", "restore", "secret", "child_environment", "REDIS_SCHEMES",
-           "DEFAULT_QUEUE"]
+           "DEFAULT_QUEUE", "MIN_CONTEXT_KEY_BYTES"]

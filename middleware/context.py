@@ -349,6 +349,12 @@ class ContextMiddleware(Middleware):
         self._clear()
 
     def before_worker_boot(self, broker: Broker, worker: Any) -> None:
+        # Once per worker, which mode it is in: an operator must be able to tell from the log
+        # whether contexts arriving from the broker are authenticated.
+        if self.signing_key is None:
+            self.logger.info("Context signing off (no signing key): carried contexts are restored unverified.")
+        else:
+            self.logger.info("Context signing on: a context without a valid signature is dead-lettered.")
         position = next((i for i, m in enumerate(broker.middleware) if m is self), None)
         if position is None:
             return

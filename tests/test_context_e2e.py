@@ -36,7 +36,7 @@ from evaljobs.catalog.modelspec import parse_model_spec
 from evaljobs_middleware.context import ContextError, ContextMiddleware, ThreadLocalProvider
 from helpers import ROOT, WorkerProcess, wait_until
 
-KEY = "e2e-context-signing-key"
+KEY = "e2e-context-signing-key-of-32-bytes+"
 WAIT = 45.0
 
 

@@ -50,6 +50,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     if lane not in ("interactive", "bulk"):
         raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
+    config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY) is one line here, not a traceback per process
     middleware_refs = _host_middleware(middleware)
     if min_ is not None or max_ is not None:
         from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
