@@ -95,3 +95,158 @@ def test_a_worker_logs_once_at_start_which_signing_mode_it_is_in(key, line, redi
     text = log.read_text(errors="replace")
     assert text.count("Context signing ") == 1, text
     assert line in text, text
+
+
+# -- 3. passwords in URLs never reach an output ---------------------------------------------------
+
+def test_redact_masks_every_password_a_url_can_carry():
+    from evaljobs.redact import redact, redact_text
+
+    cases = {
+        "redis://:PW-1@127.0.0.1:6379/0": "redis://:***@127.0.0.1:6379/0",
+        "rediss://default:PW-2@h:6380/1": "rediss://default:***@h:6380/1",
+        "redis://PW-3@h:1/0": "redis://***@h:1/0",  # Redis reads a lone user-info as the password
+        "redis://:p@ss-PW-4@h:1/0": "redis://:***@h:1/0",  # an unencoded @ in the password
+        "postgresql://bob:PW-5@localhost:5432/db?sslmode=require": "postgresql://bob:***@localhost:5432/db?sslmode=require",
+        "postgresql://bob@localhost/db?password=PW-6&x=1": "postgresql://bob@localhost/db?password=***&x=1",
+        "unix:///tmp/r.sock?db=1&password=PW-7": "unix:///tmp/r.sock?db=1&password=***",
+        "sqlite:///tmp/x.db": "sqlite:///tmp/x.db",
+        "redis://127.0.0.1:6379/0": "redis://127.0.0.1:6379/0",
+        "http://example.com:8080/v1": "http://example.com:8080/v1",
+        "memory": "memory",
+    }
+    for url, expected in cases.items():
+        assert redact(url) == expected, url
+    text = "Error connecting to redis://:PW-8@h:1/0; also postgresql://u:PW-9@h/db (host=h password=PW-10)"
+    assert "PW-" not in redact_text(text)
+
+
+def _start_redis_with_password(password: str):
+    """A real redis-server of its own that requires ``password`` (the session one has none)."""
+    from servers import RedisServer
+
+    server = RedisServer()
+    import redis
+
+    client = redis.Redis.from_url(server.url)
+    try:
+        client.config_set("requirepass", password)
+    finally:
+        client.close()
+    return server
+
+
+def _everything_stored(db_url: str, redis_url: str) -> dict[str, str]:
+    """Every row of every table (PostgreSQL) and every Redis key and value, as text."""
+    import psycopg2
+    import redis
+
+    places: dict[str, str] = {}
+    connection = psycopg2.connect(db_url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            for (table,) in cursor.fetchall():
+                cursor.execute(f'SELECT t::text FROM "{table}" t')
+                places[f"table {table}"] = "\n".join(row[0] for row in cursor.fetchall())
+    finally:
+        connection.close()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for key in client.scan_iter(count=1000):
+            try:
+                value = repr(client.dump(key))
+            except redis.ResponseError:
+                value = ""
+            places[f"redis {key!r}"] = repr(key) + value
+    finally:
+        client.close()
+    return places
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_no_command_prints_logs_or_stores_a_redis_or_postgres_password(postgres_server, tmp_path):
+    """Recognisable passwords on the broker's Redis (requirepass) and the database role; every command's
+    output, the worker's log and everything stored is searched for them."""
+    import secrets
+
+    import psycopg2
+
+    from evaljobs.providers.simulated import SimulatedProvider
+
+    redis_password = "REDISPW" + secrets.token_hex(6)
+    pg_password = "PGPW" + secrets.token_hex(6)
+    if not postgres_server.running:
+        postgres_server.start()
+    name = f"test_{secrets.token_hex(6)}"
+    base = postgres_server.create_database(name)
+    role = f"edge_{secrets.token_hex(4)}"
+    admin = psycopg2.connect(postgres_server.url)
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", (pg_password,))
+        cursor.execute(f'ALTER DATABASE "{name}" OWNER TO {role}')
+    admin.close()
+    # The session cluster trusts loopback, so the password is not checked by the server; it is in
+    # every URL evaljobs handles, which is what must never be shown.
+    db_url = base.replace("postgres@", f"{role}:{pg_password}@", 1) if "postgres@" in base else base
+    assert pg_password in db_url, base
+    server = _start_redis_with_password(redis_password)
+    broker = server.url.replace("redis://", f"redis://:{redis_password}@", 1)
+    wrong = server.url.replace("redis://", f"redis://:{redis_password}-WRONG@", 1)
+    (tmp_path / "c.yaml").write_text(CATALOG.replace("hello", "hello") + """
+  - key: broken
+    prompt: "[sim: status 503 down]"
+""")
+    sim = SimulatedProvider().start()
+    env = {"EVALJOBS_DATABASE_URL": db_url, "EVALJOBS_BROKER_URL": broker, "EVALJOBS_SIM_URL": sim.url,
+           "EVALJOBS_MAX_RETRIES": "0"}
+    outputs: dict[str, str] = {}
+
+    def cmd(label: str, *args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
+        done = evaljobs(*args, env=env, cwd=tmp_path)
+        outputs[label] = done.stdout + "\n" + done.stderr
+        if expect is not None:
+            assert done.returncode == expect, (label, done.stdout, done.stderr)
+        return done
+
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(broker, db_url, threads=2, log=log, env=env)
+    try:
+        with worker:
+            waited = cmd("run --wait (redis)", "run", "c.yaml", "-m", "sim/a", "--strategy", "fanout", "--wait",
+                         expect=None)
+            assert waited.returncode in (0, 1), outputs
+            queued = cmd("run --no-wait (redis)", "run", "c.yaml", "-m", "sim/a", "--strategy", "fanout",
+                         "--no-wait")
+            run_id = queued.stdout.strip().splitlines()[-1]
+            cmd("watch", "watch", run_id, expect=None)
+            cmd("run (memory)", "run", "c.yaml", "-m", "sim/a", "--broker", "memory", expect=None)
+            cmd("rerun --wait (redis)", "rerun", run_id, "--errored", "--wait", expect=None)
+            cmd("rerun --no-wait (redis)", "rerun", run_id, "--all", "--no-wait", expect=None)
+            cmd("recover", "recover", expect=None)
+            cmd("status", "status", expect=None)
+            cmd("runs", "runs", expect=None)
+            cmd("show", "show", run_id, expect=None)
+            cmd("governor", "governor", expect=None)
+            for fmt in ("table", "json", "markdown", "junit", "html"):
+                cmd(f"report --format {fmt}", "report", run_id, "--format", fmt, expect=None)
+        env_wrong = dict(env, EVALJOBS_BROKER_URL=wrong)
+        for label, args in {"run (wrong password)": ("run", "c.yaml", "-m", "sim/a", "--no-wait"),
+                            "worker (wrong password)": ("worker", "--threads", "1"),
+                            "status (wrong password)": ("status",)}.items():
+            done = evaljobs(*args, env=env_wrong, cwd=tmp_path)
+            outputs[label] = done.stdout + "\n" + done.stderr
+            assert done.returncode != 0, (label, done.stdout, done.stderr)
+        stored = _everything_stored(db_url, broker)
+    finally:
+        sim.stop()
+        server.close()
+        if postgres_server.running:
+            postgres_server.drop_database(name)
+    outputs["worker log"] = log.read_text(errors="replace")
+    assert "***@" in outputs["run --wait (redis)"], outputs["run --wait (redis)"]  # the search looks at real output
+    for place, text in {**outputs, **stored}.items():
+        for password in (redis_password, pg_password):
+            assert password not in text, f"{password} leaked in {place}: {text[:2000]}"

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from evaljobs.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, one_line
+from evaljobs.redact import redact_text
 
 #: A failed gate (--fail-under, --fail-on-regression): the work ran and is not good enough.
 EXIT_GATE = EXIT_FAILED
@@ -27,8 +28,8 @@ _LINE_LIMIT = 2000
 
 
 def message(exc: BaseException) -> str:
-    """``exc`` as one line (its class name when it has no text)."""
-    return one_line(str(exc).strip() or type(exc).__name__, _LINE_LIMIT)
+    """``exc`` as one line (its class name when it has no text), URL passwords masked (a driver's text may quote one)."""
+    return one_line(redact_text(str(exc).strip() or type(exc).__name__), _LINE_LIMIT)
 
 
 def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
@@ -45,7 +46,7 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
     if isinstance(exc, EvaljobsError):
         problems = getattr(exc, "problems", None)  # a CatalogError: every problem, one line each
-        lines = [f"error: {p}" for p in problems] if problems else [f"error: {message(exc)}"]
+        lines = [f"error: {redact_text(p)}" for p in problems] if problems else [f"error: {message(exc)}"]
         return lines, exc.exit_code
     if _is_context_error(exc):
         return [f"error: {message(exc)}"], EXIT_USAGE

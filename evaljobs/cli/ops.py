@@ -16,6 +16,7 @@ from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_opti
                                    width_option)
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
+from evaljobs.redact import redact
 
 
 # -- watch ------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, provide
         new = session.create_rerun(run_id, select)
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
-                   f"({new.strategy}, broker {broker if queued else 'none'})", err=True)
+                   f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)
         progress = Progress(new.expected)
         if not queued:  # an in-process rerun finishes inside start: the bar listens to its events
             events.add_listener(progress)

@@ -13,6 +13,7 @@ import click
 
 from evaljobs.cli._options import (EXIT_GATE, broker_option, db_option, fail_under_option, finish,
                                    import_options, providers_option, width_option)
+from evaljobs.redact import redact
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
@@ -68,7 +69,7 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             if inline:
                 events.remove_listener(progress)
         click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models "
-                   f"= {info.expected} pairs ({strategy}, broker {session.binding().url if not inline else 'none'})",
+                   f"= {info.expected} pairs ({strategy}, broker {redact(session.binding().url) if not inline else 'none'})",
                    err=True)
         follow = wait if wait is not None else (inline or session.binding().is_memory)
         if not inline and not follow:

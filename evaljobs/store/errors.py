@@ -1,9 +1,8 @@
 """The store's errors: one line each, all in the evaljobs error family."""
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from evaljobs.errors import EXIT_USAGE, EvaljobsError
+from evaljobs.redact import redact  # one redaction for every URL (re-exported: store.redact)
 
 
 class StoreError(EvaljobsError):
@@ -30,15 +29,6 @@ class UnexpectedPair(StoreError):
 
 class Incomplete(StoreError):
     """Finalize was asked for a run whose persisted pairs do not yet equal the expected pairs."""
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 __all__ = ["redact", "StoreError", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete"]

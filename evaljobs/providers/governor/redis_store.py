@@ -1,7 +1,6 @@
 """The shared store: budget state in Redis, every change one Lua script timed by the Redis clock."""
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
 import redis
@@ -11,6 +10,7 @@ from redis.retry import Retry
 from evaljobs.providers.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, WAITER_TTL, BudgetConfig, _Answer,
                                                  _Outcome, _stats_row)
 from evaljobs.providers.governor.permits import Permit
+from evaljobs.redact import redact
 
 
 _TIME = """
@@ -224,7 +224,7 @@ class _RedisStore:
                                            retry=Retry(NoBackoff(), 0), decode_responses=True)
         self.namespace = namespace
         self.clock = clock
-        self.location = _redact(url)
+        self.location = redact(url)
         self._acquire = self.client.register_script(_ACQUIRE)
         self._release = self.client.register_script(_RELEASE)
         self._renew = self.client.register_script(_RENEW)
@@ -287,7 +287,3 @@ class _RedisStore:
 
     def close(self) -> None:
         self.client.close()
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"//[^@/]*@", "//***@", url)
