@@ -79,8 +79,14 @@ class Settings:
     max_rate_limit_waits: int = 50           # EVALJOBS_MAX_RATE_LIMIT_WAITS
     time_limit: float = 180.0                # EVALJOBS_TIME_LIMIT (seconds per pair)
     max_crashes: str | None = None           # EVALJOBS_MAX_CRASHES
-    heartbeat_timeout_ms: int = 60000        # EVALJOBS_HEARTBEAT_TIMEOUT_MS
-    maintenance_chance: int = 1000           # EVALJOBS_MAINTENANCE_CHANCE
+    # How long a worker process may be silent on Redis before its unacked pairs go to others, and
+    # how many broker commands per million look for such dead workers. Dramatiq's defaults (60 s,
+    # 1000) made a SIGKILLed worker's pairs wait 66-72 s. A live worker refreshes its heartbeat on
+    # every broker command of any of its consumers — its delay-queue consumer polls at least every
+    # 20 ms even while every thread waits on a slow provider call — so 10 s is 500 polls of margin;
+    # 2% maintenance finds a dead worker within about a second of polls. See RELIABILITY.md.
+    heartbeat_timeout_ms: int = 10000        # EVALJOBS_HEARTBEAT_TIMEOUT_MS
+    maintenance_chance: int = 20000          # EVALJOBS_MAINTENANCE_CHANCE (per million broker commands)
     recover_every: float = 0.0               # EVALJOBS_RECOVER_EVERY (0: no periodic recovery)
     sim_url: str | None = None               # EVALJOBS_SIM_URL (None: start one in-process)
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY

@@ -250,3 +250,93 @@ def test_no_command_prints_logs_or_stores_a_redis_or_postgres_password(postgres_
     for place, text in {**outputs, **stored}.items():
         for password in (redis_password, pg_password):
             assert password not in text, f"{password} leaked in {place}: {text[:2000]}"
+
+
+# -- 7. a killed worker's pairs come back fast; a live, slow worker keeps its pairs -------------------
+
+SLOW = """
+name: slow
+scenarios:
+  - key: slow
+    prompt: "[sim: sleep {seconds}] [sim: say done]"
+    expect: {{contains: [done]}}
+"""
+
+
+def _slow_run(tmp_path: Path, seconds: float, db: str, broker: str, sim_url: str) -> str:
+    (tmp_path / "slow.yaml").write_text(SLOW.format(seconds=seconds))
+    env = {"EVALJOBS_DATABASE_URL": db, "EVALJOBS_BROKER_URL": broker, "EVALJOBS_SIM_URL": sim_url}
+    done = evaljobs("run", "slow.yaml", "-m", "sim/a", "--strategy", "fanout", "--no-wait", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _recorded(db: str, run_id: str) -> list:
+    from evaljobs import store
+
+    store.connect(db)
+    return store.list_results(run_id)
+
+
+@pytest.mark.redis
+def test_a_live_worker_busy_with_a_long_call_keeps_its_pair(redis_url, tmp_path):
+    """Adversarial: heartbeat timeout 2 s, maintenance on *every* broker command, a call of 8 s (4 timeouts)
+    on a worker whose only thread is busy; a second worker polls all along. The pair is called once."""
+    import time
+
+    from evaljobs.providers.simulated import SimulatedProvider
+
+    db = f"sqlite:///{tmp_path}/evaljobs.db"
+    hostile = {"EVALJOBS_HEARTBEAT_TIMEOUT_MS": "2000", "EVALJOBS_MAINTENANCE_CHANCE": "1000000"}
+    with SimulatedProvider() as sim:
+        env = dict(hostile, EVALJOBS_SIM_URL=sim.url)
+        busy = WorkerProcess(redis_url, db, threads=1, env=env, log=tmp_path / "busy.log")
+        other = WorkerProcess(redis_url, db, threads=2, env=env, log=tmp_path / "other.log")
+        with busy:
+            run_id = _slow_run(tmp_path, 8, db, redis_url, sim.url)
+            assert wait_until(lambda: sim.stats()["requests"] >= 1, 60), (tmp_path / "busy.log").read_text()
+            started = time.monotonic()
+            with other:
+                assert wait_until(lambda: len(_recorded(db, run_id)) == 1, 60), (tmp_path / "other.log").read_text()
+                held = time.monotonic() - started
+        results = _recorded(db, run_id)
+        assert [r.status for r in results] == ["passed"], results
+        assert sim.stats()["requests"] == 1, sim.stats()  # never handed to the polling worker
+    print(f"RELIABILITY live slow worker: 8 s call, heartbeat timeout 2 s, maintenance every command: "
+          f"kept its pair for {held:.1f} s; 1 provider call")
+
+
+@pytest.mark.redis
+def test_a_sigkilled_workers_pair_is_redelivered_with_the_default_heartbeat(redis_url, tmp_path):
+    """Default heartbeat timeout and maintenance chance (not the tests' short ones): a worker holding a pair
+    is SIGKILLed; a live worker gets the pair once the heartbeat is stale, and it is recorded once."""
+    import time
+
+    from evaljobs.providers.simulated import SimulatedProvider
+
+    db = f"sqlite:///{tmp_path}/evaljobs.db"
+    with SimulatedProvider() as sim:
+        workers = []
+        for name in ("victim", "survivor"):
+            worker = WorkerProcess(redis_url, db, threads=1, env={"EVALJOBS_SIM_URL": sim.url},
+                                   log=tmp_path / f"{name}.log")
+            for setting in ("EVALJOBS_HEARTBEAT_TIMEOUT_MS", "EVALJOBS_MAINTENANCE_CHANCE"):
+                worker.env.pop(setting, None)  # the defaults are what this test measures
+            workers.append(worker)
+        victim, survivor = workers
+        victim.start()
+        try:
+            run_id = _slow_run(tmp_path, 3, db, redis_url, sim.url)
+            assert wait_until(lambda: sim.stats()["requests"] >= 1, 60), (tmp_path / "victim.log").read_text()
+            victim.kill()
+            killed = time.monotonic()
+            with survivor:
+                assert wait_until(lambda: sim.stats()["requests"] >= 2, 90), (tmp_path / "survivor.log").read_text()
+                redelivered = time.monotonic() - killed
+                assert wait_until(lambda: len(_recorded(db, run_id)) == 1, 60)
+        finally:
+            victim.kill()
+        results = _recorded(db, run_id)
+        assert [r.status for r in results] == ["passed"], results
+    print(f"RELIABILITY SIGKILLed worker, default heartbeat {config.Settings().heartbeat_timeout_ms} ms: "
+          f"pair redelivered {redelivered:.1f} s after the kill")

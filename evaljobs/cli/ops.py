@@ -59,7 +59,7 @@ def watch(run_id, gate, timeout, poll, db, broker) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("-Q", "--queue", "queues", multiple=True, help="Also show this queue (repeatable).")
 @click.option("--window", type=click.FloatRange(min=0), default=None,
-              help="Seconds a worker counts as seen (default: the broker's heartbeat timeout, 60).")
+              help="Seconds a worker counts as seen (default: the broker's heartbeat timeout, 10).")
 @db_option
 @broker_option
 def status(as_json, queues, window, db, broker) -> None:

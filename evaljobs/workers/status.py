@@ -91,7 +91,7 @@ class Status:
 
 
 def heartbeat_window() -> float:
-    """Seconds a worker counts as seen: Dramatiq's own heartbeat timeout for the broker (default 60)."""
+    """Seconds a worker counts as seen: the broker's heartbeat timeout (EVALJOBS_HEARTBEAT_TIMEOUT_MS, default 10 s)."""
     return config.settings().heartbeat_timeout_ms / 1000.0
 
 
