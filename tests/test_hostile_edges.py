@@ -340,3 +340,64 @@ def test_a_sigkilled_workers_pair_is_redelivered_with_the_default_heartbeat(redi
         assert [r.status for r in results] == ["passed"], results
     print(f"RELIABILITY SIGKILLed worker, default heartbeat {config.Settings().heartbeat_timeout_ms} ms: "
           f"pair redelivered {redelivered:.1f} s after the kill")
+
+
+# -- 4. YAML alias bombs -------------------------------------------------------------------------
+
+def _bomb(levels: int, indent: str = "  ") -> str:
+    """``levels`` lines of ten aliases each: 10**levels strings once expanded, in a few hundred bytes."""
+    lines = [f'{indent}a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        lines.append(f"{indent}a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+LIMITED = "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); " \
+          "sys.argv = ['evaljobs'] + sys.argv[1:]; runpy.run_module('evaljobs', run_name='__main__')"
+
+
+def _check_limited(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``evaljobs ARGS`` under a 1 GB address-space limit; returns the process and its peak RSS in MB."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    done = subprocess.run([sys.executable, "-c", LIMITED, *args], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return done, max(peak, before) / 1024
+
+
+@pytest.mark.parametrize("levels", [8, 10])
+def test_a_catalog_alias_bomb_is_refused_in_one_line(levels, tmp_path):
+    bomb = "name: bomb\nscenarios:\n  - key: x\n    prompt: hi\n    vars:\n" + _bomb(levels, "      ")
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    assert len(bomb) < 1000
+    done, peak_mb = _check_limited(tmp_path, "catalog", "check", "bomb.yaml")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: bomb.yaml:"), done.stderr
+    assert "expands to more than 5,000,000 values" in lines[0] and "alias bomb" in lines[0]
+    print(f"RELIABILITY YAML bomb 10^{levels} strings in {len(bomb)} bytes: refused, peak RSS {peak_mb:.0f} MB")
+
+
+def test_an_import_alias_bomb_is_refused_in_one_line(tmp_path):
+    config_text = ("prompts: ['{{q}}']\nproviders: [openai:gpt-4o-mini]\ndefaultTest:\n  vars:\n"
+                   + _bomb(9, "    ") + "tests:\n  - vars: {q: hi}\n")
+    (tmp_path / "promptfooconfig.yaml").write_text(config_text)
+    done, _ = _check_limited(tmp_path, "catalog", "check", "promptfooconfig.yaml", "--format", "promptfoo")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "promptfooconfig.yaml:" in lines[0] and "alias bomb" in lines[0], done.stderr
+
+
+def test_aliases_a_real_catalog_uses_stay_well_inside_the_bounds():
+    """10,000 scenarios sharing one tool list by alias: loaded, not mistaken for a bomb."""
+    from evaljobs.catalog import loads_catalog
+
+    tool = "[{name: lookup, parameters: {type: object, properties: {id: {type: string}}}, returns: {ok: true}}]"
+    first = f"  - key: s0\n    prompt: hello\n    tools: &tools {tool}\n"
+    rest = "".join(f"  - key: s{i}\n    prompt: hello {i}\n    tools: *tools\n" for i in range(1, 10_000))
+    catalog = loads_catalog("name: big\nscenarios:\n" + first + rest, source="big.yaml")
+    assert len(catalog.scenarios) == 10_000

@@ -14,6 +14,7 @@ import yaml
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.text import escape_breaks, show
 from evaljobs.catalog.yaml12 import FastLoader as _Loader
+from evaljobs.catalog.yaml_bounds import ExpansionBudget
 
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
@@ -126,7 +127,7 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
                     frame.obj.setdefault(key, item_value)
 
     try:
-        get_event = loader.get_event
+        get_event = ExpansionBudget(source).wrap(loader.get_event)  # alias bombs stop here, in one line
         while (event := get_event()) is not None:
             kind = type(event)
             line = event.start_mark.line + 1

@@ -93,8 +93,11 @@ def dump(data: Any, **options: Any) -> str:
     return yaml.dump(data, Dumper=SafeDumper, **options)
 
 
-def load(text: str) -> Any:
-    """``yaml.safe_load`` with YAML 1.2 core-schema scalars."""
+def load(text: str, source: str = "<yaml>") -> Any:
+    """``yaml.safe_load`` with YAML 1.2 core-schema scalars, refusing alias bombs (``CatalogError``)."""
+    from evaljobs.catalog.yaml_bounds import check_expansion  # here: yaml_bounds reads with FastLoader
+
+    check_expansion(text, source, FastLoader)
     return yaml.load(text, Loader=FastLoader)  # noqa: S506 - a safe loader
 
 

@@ -15,7 +15,8 @@ import yaml
 
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.text import text_of
-from evaljobs.catalog.yaml12 import SafeLoader
+from evaljobs.catalog.yaml12 import FastLoader, SafeLoader
+from evaljobs.catalog.yaml_bounds import check_expansion
 from evaljobs.errors import suggest
 
 
@@ -109,6 +110,7 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
                                 f"(column {exc.colno})"]) from None
     loader = SafeLoader(text)  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
     try:
+        check_expansion(text, source, FastLoader)  # an alias bomb is refused before anything expands
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}
         if node is not None:
