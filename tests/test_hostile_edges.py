@@ -401,3 +401,47 @@ def test_aliases_a_real_catalog_uses_stay_well_inside_the_bounds():
     rest = "".join(f"  - key: s{i}\n    prompt: hello {i}\n    tools: *tools\n" for i in range(1, 10_000))
     catalog = loads_catalog("name: big\nscenarios:\n" + first + rest, source="big.yaml")
     assert len(catalog.scenarios) == 10_000
+
+
+# -- 5. a full disk under SQLite ------------------------------------------------------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MB tmpfs (needs CAP_SYS_ADMIN: root in a container that may mount); unmounted afterwards."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): the disk-full "
+                    "test needs a small filesystem to fill")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_naming_the_database_and_the_database_stays_intact(small_tmpfs, tmp_path):
+    big = "name: fill\nscenarios:\n" + "".join(
+        f"  - key: s{i}\n    prompt: \"[sim: say {'x' * 2000} {i}]\"\n    expect: {{contains: [x]}}\n"
+        for i in range(400))
+    (tmp_path / "big.yaml").write_text(big)
+    (tmp_path / "small.yaml").write_text(CATALOG)
+    db = f"sqlite:///{small_tmpfs}/evaljobs.db"
+    env = {"EVALJOBS_DATABASE_URL": db}
+    first = evaljobs("run", "small.yaml", "-m", "sim/a", env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr  # a database that works, with one run in it
+    full = evaljobs("run", "big.yaml", "-m", "sim/a", env=env, cwd=tmp_path)  # its snapshot does not fit
+    lines = full.stderr.strip().splitlines()
+    assert full.returncode != 0 and "Traceback" not in full.stderr, full.stderr
+    assert len(lines) == 1, full.stderr
+    assert lines[0].startswith(f"error: database {db}: database or disk is full"), lines[0]
+    import sqlite3
+
+    connection = sqlite3.connect(f"{small_tmpfs}/evaljobs.db")
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert connection.execute("SELECT count(*) FROM run").fetchone() == (1,)  # the failed run left nothing
+    finally:
+        connection.close()
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)], check=True)  # space freed
+    again = evaljobs("run", "big.yaml", "-m", "sim/a", "--width", "4", env=env, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]

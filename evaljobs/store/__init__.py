@@ -27,7 +27,7 @@ from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, hold_connection, holding,
                                         release_connection, upgrade)
-from evaljobs.store.errors import (DatabaseUnavailable, Incomplete, StoreError, UnexpectedPair, UnknownRun,
+from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplete, StoreError, UnexpectedPair, UnknownRun,
                                    UnknownSnapshot, redact)
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
                                     missing_pairs, pair_state, pair_statuses, progress, record_result)
@@ -53,7 +53,7 @@ cache_clear = cache.clear
 __all__ = [
     "DEFAULT_URL", "PG_CONNECT_TIMEOUT", "RECONNECT_SECONDS", "SQLITE_BUSY_SECONDS", "SCHEMA_VERSION",
     "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "RUN_STATUSES", "FINISHED_STATUSES",
-    "StoreError", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
+    "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
     "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact",
     "save_snapshot", "load_snapshot",

@@ -24,7 +24,7 @@ from playhouse.pool import PooledPostgresqlDatabase
 
 from evaljobs import config
 from evaljobs.config import Settings
-from evaljobs.store.errors import DatabaseUnavailable, StoreError, redact
+from evaljobs.store.errors import DatabaseUnavailable, StorageFailed, StoreError, redact
 from evaljobs.store.schema import database, upgrade_tables
 
 DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
@@ -64,9 +64,12 @@ def connect(url: str | None = None, *, settings: Settings | None = None,
         database.initialize(db)
         try:
             db.evaljobs_schema_log = upgrade_tables(db, _transaction)
-        except BaseException:
+        except BaseException as exc:
             database.initialize(current)
             _retire(db)
+            failed = storage_failure(db, exc)
+            if failed is not None:
+                raise failed from None
             raise
         _retire(current)
         return db
@@ -221,6 +224,11 @@ def _connection() -> Iterator[peewee.Database]:
         db.evaljobs_reached = True
     try:
         yield db
+    except (peewee.OperationalError, peewee.InterfaceError) as exc:
+        failed = storage_failure(db, exc)  # a full disk is one line naming the database, not a traceback
+        if failed is not None:
+            raise failed from None
+        raise
     finally:
         if opened and not db.is_closed() and not _holds(db):
             db.close()
@@ -288,6 +296,29 @@ def _reconnecting(fn):
                 pause = min(pause * 2, 1.0)
 
     return wrapper
+
+
+#: SQLite / PostgreSQL messages of storage that refuses writes (not an outage: waiting does not help).
+_STORAGE_FAILURES = ("database or disk is full", "disk i/o error", "no space left on device",
+                     "attempt to write a readonly database", "could not extend file")
+
+
+def storage_failure(db: peewee.Database | None, exc: BaseException) -> StorageFailed | None:
+    """A one-line :class:`StorageFailed` naming the database and the cause, if ``exc`` is one."""
+    # SQLite rolls a transaction back itself on SQLITE_FULL, so peewee's own rollback then fails
+    # ("cannot rollback - no transaction is active") with the real cause as its context.
+    cause: BaseException | None = exc
+    while cause is not None:
+        reason = " ".join(str(cause).split())
+        if any(mark in reason.lower() for mark in _STORAGE_FAILURES):
+            break
+        cause = cause.__cause__ or cause.__context__
+    else:
+        return None
+    where = redact(getattr(db, "evaljobs_url", None) or getattr(db, "database", None) or "the database")
+    return StorageFailed(f"database {where}: {reason[:200]} (the failed write was rolled back); free space "
+                         "(or fix the disk), then run the command again, or `evaljobs recover RUN` for a run "
+                         "already started")
 
 
 def _is_outage(db: peewee.Database, exc: Exception) -> bool:

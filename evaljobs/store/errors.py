@@ -1,7 +1,7 @@
 """The store's errors: one line each, all in the evaljobs error family."""
 from __future__ import annotations
 
-from evaljobs.errors import EXIT_USAGE, EvaljobsError
+from evaljobs.errors import EXIT_FAILED, EXIT_USAGE, EvaljobsError
 from evaljobs.redact import redact  # one redaction for every URL (re-exported: store.redact)
 
 
@@ -13,6 +13,17 @@ class StoreError(EvaljobsError):
 
 class DatabaseUnavailable(StoreError):
     """The database did not accept a connection (down, restarting, wrong address)."""
+
+
+class StorageFailed(StoreError):
+    """The database's storage refuses writes (disk full, I/O error, read-only): one line, exit 1.
+
+    Not an outage to wait out in a retry loop, and not a mistake in the command: the run stays
+    as it is (SQLite rolls the failed transaction back), and ``evaljobs recover RUN`` finishes it
+    once space is freed.
+    """
+
+    exit_code = EXIT_FAILED
 
 
 class UnknownRun(StoreError):
@@ -31,4 +42,4 @@ class Incomplete(StoreError):
     """Finalize was asked for a run whose persisted pairs do not yet equal the expected pairs."""
 
 
-__all__ = ["redact", "StoreError", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete"]
+__all__ = ["redact", "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete"]
