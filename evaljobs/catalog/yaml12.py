@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from evaljobs.catalog.yaml_bounds import check_expansion
+
 _TAG = "tag:yaml.org,2002:"
 
 #: The YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), plus the merge key.
@@ -95,8 +97,6 @@ def dump(data: Any, **options: Any) -> str:
 
 def load(text: str, source: str = "<yaml>") -> Any:
     """``yaml.safe_load`` with YAML 1.2 core-schema scalars, refusing alias bombs (``CatalogError``)."""
-    from evaljobs.catalog.yaml_bounds import check_expansion  # here: yaml_bounds reads with FastLoader
-
     check_expansion(text, source, FastLoader)
     return yaml.load(text, Loader=FastLoader)  # noqa: S506 - a safe loader
 
