@@ -6,7 +6,7 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors and clock · catalog and middleware · providers · evaluation · reports and store
+  errors, clock and redact · catalog and middleware · providers · evaluation · reports and store
   · pipeline · api and workers · bench · cli and the viewer · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -53,7 +53,8 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
-    ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources"),
+    ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
+     "evaljobs.redact"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers",),
     ("evaljobs.evaluation",),

@@ -13,7 +13,7 @@ import pytest
 
 from evaljobs import config
 from evaljobs.errors import ConfigurationError
-from workers import ROOT, WorkerProcess, wait_until
+from helpers import ROOT, RedisServer, WorkerProcess, wait_until
 
 GOOD_KEY = "k" * 32
 CATALOG = """
@@ -123,8 +123,6 @@ def test_redact_masks_every_password_a_url_can_carry():
 
 def _start_redis_with_password(password: str):
     """A real redis-server of its own that requires ``password`` (the session one has none)."""
-    from servers import RedisServer
-
     server = RedisServer()
     import redis
 
