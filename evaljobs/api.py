@@ -40,6 +40,7 @@ from evaljobs.providers.livetools import expand_source
 from evaljobs.reports.compare import Comparison, compare as compare_sides
 from evaljobs.reports.render import FORMATS, render
 from evaljobs.workers.serve import run_pool
+from evaljobs.providers.preflight import ProviderProblems, problems
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
@@ -55,8 +56,6 @@ def check_providers(models: Sequence[str], providers: str | ProvidersConfig | No
     none). ``run``, ``rerun`` and ``bench`` call this before creating anything;
     ``evaljobs providers check`` goes further and makes one real call per model.
     """
-    from evaljobs.providers.preflight import ProviderProblems, problems
-
     config_ = providers if isinstance(providers, ProvidersConfig) else runtime.providers(providers)
     found = problems(config_, models)
     if found:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evaljobs import config, store
-from evaljobs.api import Session
+from evaljobs.api import Session, check_providers
 from evaljobs.bench.analysis import recommend, summarize
 from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
 from evaljobs.bench.model import (QUEUED, WORKER_READY_TIMEOUT, BenchError, BenchResult, BenchSpec, Measurement,
@@ -177,8 +177,6 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         probe = Session(db=spec.db, broker="memory", width=1, providers=spec.providers)
         try:
             catalog = probe.load(spec.catalog)
-            from evaljobs.api import check_providers
-
             # Before the first cell creates a run: every model's provider can be called (UsageError).
             check_providers(list(spec.models), probe.providers)
         finally:

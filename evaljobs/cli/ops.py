@@ -138,7 +138,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, provide
 
 def _fail_if_all_errored(info) -> None:
     """Exit 1 when nothing was evaluated (every pair errored), as ``run`` does."""
-    from evaljobs import store
+    from evaljobs import store  # start-up time (see the module docstring)
 
     if info.status == "failed":
         first = next((r.error for r in store.list_results(info.id) if r.error), "") or ""

@@ -26,7 +26,7 @@ def providers_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per provider instead of a table.")
 def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
-    from evaljobs.catalog.modelspec import load_providers
+    from evaljobs.catalog.modelspec import load_providers  # start-up time of `evaljobs --help`
     from evaljobs.config import secret
     from evaljobs.providers.preflight import provider_problems
 
@@ -69,7 +69,7 @@ def providers_check(models, providers, timeout) -> None:
 
     Exits 1 when any call failed, 2 when a model names no known provider.
     """
-    from evaljobs.catalog.modelspec import load_providers, parse_model_spec
+    from evaljobs.catalog.modelspec import load_providers, parse_model_spec  # start-up time of `--help`
     from evaljobs.providers.client import close_clients
     from evaljobs.providers.preflight import probe, probe_models
 

@@ -40,7 +40,7 @@ def view(db, broker, port, host, token, open_browser) -> None:
         hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
         click.echo(f"evaljobs view: {url}{hint}", err=True)
         if open_browser:
-            import webbrowser
+            import webbrowser  # only with --open
 
             webbrowser.open(url_of(config, with_token=True))
 

@@ -219,7 +219,7 @@ class ProcessRunner:
 
 
 def _json_schema(output: Any, schema: Any) -> tuple[bool, float, str]:
-    try:
+    try:  # the optional 'imports' extra: needed only by an is-json assertion with a schema
         import jsonschema
     except ImportError:
         raise AssertionRefused("is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'") from None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from evaljobs.catalog import Scenario
+from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
@@ -234,8 +235,6 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
         return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
     if runnable and applies("assertions"):
-        from evaljobs.evaluation.assertions import AssertionRefused
-
         if assertions is None:
             details["not_gradable"] = ["no assertion runner in this process"]
             return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)

@@ -25,14 +25,16 @@ from evaljobs.catalog.modelspec import (
     ProvidersConfig,
     parse_model_spec,
 )
+from evaljobs.config import secret, settings
+from evaljobs.providers.endpoints import client_for
+from evaljobs.providers.errors import ProviderError
+from evaljobs.providers.wire.azure import needs_api_version
 
 
 class _Environment(Mapping[str, str]):
     """What the checks read, through configuration: keys via ``config.secret``, the sim URL via settings."""
 
     def __getitem__(self, name: str) -> str:
-        from evaljobs.config import secret, settings
-
         value = settings().sim_url if name == SIM_URL_ENV else secret(name)
         if value is None:
             raise KeyError(name)
@@ -106,8 +108,6 @@ def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None 
         if problem:
             out.append(f"{where} {where_url} {base_url!r} {problem}")
         elif config.api == "azure":
-            from evaljobs.providers.wire.azure import needs_api_version
-
             if needs_api_version(base_url) and not config.api_version:
                 out.append(f"{where} is a classic Azure deployment URL without an api-version; set "
                            f"api_version (e.g. \"2024-10-21\") {fix}, or use the v1 endpoint …/openai/v1")
@@ -148,9 +148,6 @@ PROBE_PROMPT = "Reply with the single word: ok"
 
 def probe(providers: ProvidersConfig, model: str | ModelSpec, *, timeout: float = 30.0) -> Probe:
     """One minimal real call to ``model`` (a few tokens); the exact error when it fails."""
-    from evaljobs.providers.endpoints import client_for
-    from evaljobs.providers.errors import ProviderError
-
     spec = model if isinstance(model, ModelSpec) else parse_model_spec(model, providers)
     found = provider_problems(providers.get(spec.provider), source=providers.source)
     if found:

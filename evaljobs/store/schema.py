@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Callable, ContextManager
 
 import peewee
+from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
 from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
                     IntegerField, Model, TextField, fn)
 
@@ -201,8 +202,6 @@ def _drop_not_null(db: peewee.Database, table: type[Model], column: str) -> list
     found = [c for c in db.get_columns(table._meta.table_name) if c.name == column]
     if not found or found[0].null:
         return []
-    from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
-
     migrator = PostgresqlMigrator(db) if isinstance(db, peewee.PostgresqlDatabase) else SqliteMigrator(db)
     migrate(migrator.drop_not_null(table._meta.table_name, column))
     return [f"{table._meta.table_name}.{column} may be NULL"]

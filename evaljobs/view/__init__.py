@@ -18,7 +18,7 @@ class ViewError(UsageError):
 
 
 def check_installed() -> None:
-    import importlib.util
+    import importlib.util  # only here: the viewer's start, not every import of evaljobs.view
 
     missing = [name for name in REQUIRES if importlib.util.find_spec(name) is None]
     if missing:
@@ -47,7 +47,7 @@ def serve(config: ViewConfig, *, on_ready=None) -> None:
     """Run the viewer until interrupted (the store must already be connected)."""
     check_installed()
     check_config(config)
-    import uvicorn
+    import uvicorn  # the optional 'view' extra (checked just above)
 
     from evaljobs.view.app import create_app
 

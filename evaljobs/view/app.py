@@ -103,6 +103,7 @@ async def _plain(send, status: int, text: str, extra: list[tuple[bytes, bytes]] 
 
 def create_app(config: ViewConfig):
     """The Starlette app for ``config`` (the store must already be connected)."""
+    # The optional 'view' extra, imported only when the viewer runs (never by `evaljobs --help`).
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.routing import Mount, Route

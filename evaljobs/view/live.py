@@ -27,6 +27,7 @@ from evaljobs import store
 from evaljobs.pipeline import events
 from evaljobs.store import pages as store_pages
 from evaljobs.view.config import ViewConfig
+from evaljobs.view.queries import first_line
 
 logger = logging.getLogger("evaljobs.view")
 #: Coalesce wake-ups for this long before reading, so a burst of events costs one read.
@@ -47,8 +48,6 @@ def sse(event: str, data: Any, ident: int | None = None) -> str:
 
 
 def cell_json(c: store_pages.Cell) -> dict[str, Any]:
-    from evaljobs.view.queries import first_line
-
     return {"id": c.id, "key": c.scenario_key, "model": c.model, "status": c.status, "fault": c.fault,
             "line": first_line(c.preview) or (first_line(c.error) if c.error else ""), "ms": c.duration_ms}
 
@@ -63,7 +62,7 @@ class Hints:
     async def open(self) -> "Hints":
         if self._url and self._channel:
             try:
-                import redis.asyncio as aioredis
+                import redis.asyncio as aioredis  # only with a Redis broker (start-up of a broker-less viewer)
 
                 self._client = aioredis.Redis.from_url(self._url, socket_connect_timeout=5)
                 self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
@@ -117,7 +116,7 @@ def held(fn, *args):
 
 
 def fleet_status(config: ViewConfig):
-    from evaljobs.workers.status import collect
+    from evaljobs.workers.status import collect  # the fleet page only: it imports the Redis client
 
     return collect(config.broker or None)
 

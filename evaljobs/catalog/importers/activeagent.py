@@ -73,6 +73,7 @@ from typing import Any
 
 from evaljobs.catalog.model import CRITERIA
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
+import re
 
 _SUITE_KEYS = ("suite", "description", "groups", "version")
 _CATALOG_KEYS = ("catalog", "name", "description", "products", "version")
@@ -455,8 +456,6 @@ def _looks_like_regex(pattern: str) -> bool:
 
 def _activeagent_semantics(expect: dict[str, Any]) -> None:
     """Grade as ActiveAgent's Diagnosis does: gates, any-of tools, substring-or-regex patterns."""
-    import re
-
     for name, target in (("contains", "patterns"), ("not_contains", "forbidden_patterns")):
         items = expect.get(name) or []
         regexes = []

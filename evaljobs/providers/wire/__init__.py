@@ -50,6 +50,7 @@ class WireFormat(Protocol):
 
 def wire_format(name: str) -> WireFormat:
     """The wire format for an ``api:`` name; ``KeyError`` when there is none."""
+    # The formats import this package's Protocol and helpers, so they are imported on first use.
     from evaljobs.providers.wire.anthropic import AnthropicWire
     from evaljobs.providers.wire.azure import AzureWire
     from evaljobs.providers.wire.openai import OpenAIWire

@@ -29,6 +29,7 @@ from evaljobs.providers.completion import Completion
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError, parse_retry_after
 from evaljobs.providers.wire._common import (
     cap,
+    classify,
     count,
     join_url,
     provider_message,
@@ -124,8 +125,6 @@ class AnthropicWire:
             data = None
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             return _typed_error(status, data, headers)
-        from evaljobs.providers.wire._common import classify
-
         return classify(status, headers, provider_message(payload))
 
     def limit_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
