@@ -30,7 +30,7 @@ from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
-from evaljobs.evaluation.judge import JudgeModelMissing, require_judge_models
+from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
 from evaljobs.pipeline import rerun as reruns, runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker,
                                       start_memory_worker)
@@ -210,6 +210,11 @@ class Session:
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
             raise UsageError(f"{cat.source}: {exc}") from None
+        # The judge is called by evaljobs whatever the adapter: every judge model, whether named by
+        # --judge-model, the catalog or the providers file, passes the same pre-flight checks.
+        judges = judge_models(cat.scenarios, judge_model, self.providers)
+        if judges:
+            check_providers(judges, self.providers)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists

@@ -106,6 +106,21 @@ def test_run_with_unusable_providers_exits_2_one_line_each_and_creates_no_run(en
     assert store.list_runs() == []
 
 
+def test_a_judge_model_named_only_by_the_providers_file_is_checked_too(env):
+    # The judge is called by evaljobs whatever the adapter; its provider must be usable before a run exists.
+    path = providers_file(env, "judge_model: keyed/judge-1\n"
+                               "providers:\n  keyed: {base_url: http://127.0.0.1:9/v1, api_key_env: PF_KEY}\n")
+    catalog = env / "judged.yaml"
+    catalog.write_text("name: judged\nscenarios:\n  - key: a\n    prompt: hi\n"
+                       "    expect: {judge: The answer is polite.}\n")
+    result = cli("run", str(catalog), "-m", "sim/fast", "--providers", path, "--strategy", "sequential")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "keyed" in errors[0] and "$PF_KEY" in errors[0], result.output
+    store.connect(f"sqlite:///{env}/pf.db")
+    assert store.list_runs() == []
+
+
 def test_bench_checks_providers_before_any_cell(env):
     result = cli("bench", SUPPORT, "-m", "anthropic/claude-haiku-4-5", "--widths", "1", "--repeat", "1",
                  "--out", str(env / "bench"))

@@ -39,11 +39,21 @@ def judge_model_for(scenario: Scenario, run_judge_model: str | None, providers: 
     return run_judge_model or scenario.judge_model or providers.judge_model
 
 
+def _judged(scenario: Scenario) -> bool:
+    criteria = scenario.criteria
+    return bool(scenario.expect.judge) and (criteria is None or "llm_judge" in criteria
+                                            or "llm_judge" in scenario.expect.gates)
+
+
+def judge_models(scenarios, run_judge_model: str | None, providers: ProvidersConfig) -> list[str]:
+    """Every judge model the run will call (sorted), wherever it was named: the run, catalog or providers file."""
+    found = {judge_model_for(s, run_judge_model, providers) for s in scenarios if _judged(s)}
+    return sorted(m for m in found if m)
+
+
 def require_judge_models(scenarios, run_judge_model: str | None, providers: ProvidersConfig) -> None:
     """Refuse a run whose judged scenarios have no judge model (no self-judging by default)."""
-    unjudged = [s.key for s in scenarios
-                if s.expect.judge and (s.criteria is None or "llm_judge" in s.criteria or "llm_judge" in s.expect.gates)
-                and not judge_model_for(s, run_judge_model, providers)]
+    unjudged = [s.key for s in scenarios if _judged(s) and not judge_model_for(s, run_judge_model, providers)]
     if unjudged:
         more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
         raise JudgeModelMissing(
