@@ -111,6 +111,19 @@ def test_python_dash_m_evaljobs_runs_for_real(tmp_path, sim):
     assert "[14/14]" in out.stderr  # a progress line per result when not on a terminal
 
 
+def test_a_reader_that_goes_away_is_not_a_server_error(tmp_path, sim):
+    # `evaljobs runs | head -0`: the pipe's reader is gone before we write. Quiet, and 141 as a shell would give.
+    env = {"EVALJOBS_SIM_URL": sim.url, "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/p.db", "PATH": "/usr/bin"}
+    subprocess.run([sys.executable, "-m", "evaljobs", "run", SUPPORT, "-m", "sim/smart", "--json"], env=env,
+                   capture_output=True, timeout=120, check=True)
+    proc = subprocess.Popen([sys.executable, "-m", "evaljobs", "show", "latest"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the interpreter has even started: its first write meets no reader
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert stderr == ""
+
+
 def test_lists_written_out_for_start_up_time_match_their_sources():
     """The CLI writes a few choice lists out so `evaljobs --help` need not import the pipeline."""
     from evaljobs.catalog.importers import FORMATS as CATALOG_FORMATS

@@ -11,6 +11,7 @@ commands that use them).
 """
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -22,6 +23,8 @@ from evaljobs.redact import redact_text
 
 #: A failed gate (--fail-under, --fail-on-regression): the work ran and is not good enough.
 EXIT_GATE = EXIT_FAILED
+#: Like a command killed by SIGPIPE in a shell (128 + 13): the reader of our output went away.
+EXIT_BROKEN_PIPE = 141
 
 #: How long an error line may get before it is cut (long enough for a path and a value).
 _LINE_LIMIT = 2000
@@ -50,9 +53,18 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
         return lines, exc.exit_code
     if _is_context_error(exc):
         return [f"error: {message(exc)}"], EXIT_USAGE
+    if isinstance(exc, BrokenPipeError):  # the reader went away (`evaljobs show latest | head`), no server did
+        _silence_stdout()
+        return [], EXIT_BROKEN_PIPE
     if _is_connection_error(exc):
         return [f"error: cannot reach a server: {message(exc)}"], EXIT_USAGE
     return None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not raise a second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _is_context_error(exc: BaseException) -> bool:
