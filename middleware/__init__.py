@@ -4,14 +4,14 @@
 - :mod:`middleware.db` — hand a worker thread's database connection back after each message.
 - :mod:`middleware.crashes` — count messages that crash their worker process; give up on them.
 """
-from evaljobs_middleware.context import (ContextError,
+from .context import (ContextError,
                                          ContextMiddleware,
                                          ContextVarProvider,
                                          Provider,
                                          ThreadLocalProvider,
                                          discover_providers)
-from evaljobs_middleware.crashes import CrashCounter
-from evaljobs_middleware.db import DatabaseConnections
+from .crashes import CrashCounter
+from .db import DatabaseConnections
 
 __all__ = [
     "ContextError",

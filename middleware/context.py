@@ -47,7 +47,7 @@ from dramatiq.logging import get_logger
 from dramatiq.message import Message
 from dramatiq.middleware import Callbacks, GroupCallbacks, Middleware, MiddlewareError, Pipelines, Retries
 
-from evaljobs_middleware.refusals import dead_letter
+from .refusals import dead_letter
 
 __all__ = [
     "ContextError",
