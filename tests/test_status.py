@@ -135,3 +135,28 @@ def test_unreachable_redis_still_shows_the_runs_and_says_what_failed(db):
     assert out.exit_code == 2, out.output  # what it could read is shown, and a monitor still sees the outage
     assert running.id in out.output
     assert f"note: cannot read {url}:" in out.output and "Traceback" not in out.output
+
+
+def test_render_governor_and_pools_tables_line_up_under_their_headers():
+    from evaljobs.workers.status import Status
+    status = Status(broker="redis://x", runs=[], queues=[], workers=None, window=30,
+                    governor=[{"budget": "openai:acct", "limit": 8, "in_flight": 3, "waiting": 1,
+                               "admitted": 120, "rate_limited": 2, "mean_wait_ms": 41.6}],
+                    pools=[{"id": "p1", "lane": "bulk", "members": 3, "busy": 2, "min": 1, "max": 8,
+                            "started": 5}], notes=[])
+    lines = render(status).splitlines()
+    gov_header = next(line for line in lines if line.startswith("governor: "))
+    gov_row = lines[lines.index(gov_header) + 1]
+    # Each right-aligned value ends where its header ends.
+    for header, value in (("LIMIT", "8"), ("ADMITTED", "120"), ("429s", "2"), ("MEAN WAIT", "42ms")):
+        end = gov_header.index(header) + len(header)
+        assert gov_row[:end].endswith(value), (header, gov_row)
+    assert gov_row.startswith(" " * len("governor: ") + "openai:acct")
+    pool_header = next(line for line in lines if line.startswith("pools: "))
+    pool_row = lines[lines.index(pool_header) + 1]
+    assert pool_row.startswith(" " * len("pools: ") + "p1")
+    assert pool_row[pool_header.index("LANE"):].startswith("bulk")
+    assert pool_row[:pool_header.index("STARTED") + len("STARTED")].endswith("5")
+    status.governor, status.pools = [], []
+    text = render(status)
+    assert "governor: no budgets yet" in text and "pools: none running" in text

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import redis
 
@@ -220,6 +220,19 @@ def _ago(iso: str | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def _section(title: str, rows: list[dict] | None, empty: str,
+             columns: tuple[tuple[str, str, Callable[[dict], Any]], ...]) -> list[str]:
+    """A titled table of ``rows`` (nothing when the part was not asked for, ``empty`` when it has none)."""
+    if rows is None:
+        return []
+    if not rows:
+        return ["", f"{title}: {empty}"]
+    indent = " " * (len(title) + 2)
+    header = " ".join(f"{name:{spec}}" for name, spec, _ in columns)
+    return ["", f"{title}: {header}",
+            *(indent + " ".join(f"{cell(row)!s:{spec}}" for _, spec, cell in columns) for row in rows)]
+
+
 def render(status: Status) -> str:
     """The human-readable status (``--json`` prints :meth:`Status.to_dict` instead)."""
     lines = [f"runs: {len(status.runs)} active" if status.runs else "runs: none active"]
@@ -242,28 +255,22 @@ def render(status: Status) -> str:
             lines.append(f"  {w.id:<38} seen {w.seen_ago:5.1f}s ago  holding {w.holding}")
         if len(status.workers) > 20:
             lines.append(f"  … and {len(status.workers) - 20} more")
-    if status.governor is not None:
-        lines.append("")
-        if not status.governor:
-            lines.append("governor: no budgets yet")
-        else:
-            lines.append(f"governor: {'BUDGET':<30} {'LIMIT':>5} {'IN FLIGHT':>9} {'WAITING':>7} "
-                         f"{'ADMITTED':>8} {'429s':>5} {'MEAN WAIT':>9}")
-            for g in status.governor:
-                lines.append(f"          {str(g.get('budget'))[:30]:<30} {g.get('limit', 0):>5} "
-                             f"{g.get('in_flight', 0):>9} {g.get('waiting', 0):>7} {g.get('admitted', 0):>8} "
-                             f"{g.get('rate_limited', 0):>5} {float(g.get('mean_wait_ms') or 0):>7.0f}ms")
-    if status.pools is not None:
-        lines.append("")
-        if not status.pools:
-            lines.append("pools: none running")
-        else:
-            lines.append(f"pools: {'POOL':<28} {'LANE':<11} {'MEMBERS':>7} {'BUSY':>5} {'MIN':>4} {'MAX':>4} "
-                         f"{'STARTED':>8}")
-            for p in status.pools:
-                lines.append(f"       {str(p.get('id'))[:28]:<28} {str(p.get('lane', '-')):<11} "
-                             f"{p.get('members', 0):>7} {p.get('busy', 0):>5} {p.get('min', '-'):>4} "
-                             f"{p.get('max', '-'):>4} {p.get('started', 0):>8}")
+    lines += _section("governor", status.governor, "no budgets yet", (
+        ("BUDGET", "<30", lambda g: str(g.get("budget"))[:30]),
+        ("LIMIT", ">5", lambda g: g.get("limit", 0)),
+        ("IN FLIGHT", ">9", lambda g: g.get("in_flight", 0)),
+        ("WAITING", ">7", lambda g: g.get("waiting", 0)),
+        ("ADMITTED", ">8", lambda g: g.get("admitted", 0)),
+        ("429s", ">5", lambda g: g.get("rate_limited", 0)),
+        ("MEAN WAIT", ">9", lambda g: f"{float(g.get('mean_wait_ms') or 0):.0f}ms")))
+    lines += _section("pools", status.pools, "none running", (
+        ("POOL", "<28", lambda p: str(p.get("id"))[:28]),
+        ("LANE", "<11", lambda p: str(p.get("lane", "-"))),
+        ("MEMBERS", ">7", lambda p: p.get("members", 0)),
+        ("BUSY", ">5", lambda p: p.get("busy", 0)),
+        ("MIN", ">4", lambda p: p.get("min", "-")),
+        ("MAX", ">4", lambda p: p.get("max", "-")),
+        ("STARTED", ">8", lambda p: p.get("started", 0))))
     for note in status.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
