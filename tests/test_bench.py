@@ -26,7 +26,7 @@ from evaljobs.bench import (BenchError,
                             strategy_widths,
                             summarize,
                             write_outputs)
-from evaljobs.cli.bench import bench
+from evaljobs.cli import main
 
 TINY = """
 name: tiny
@@ -197,7 +197,7 @@ def tiny_catalog(tmp_path):
 
 def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads,fanout",
+    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads,fanout",
                                         "--widths", "1,2", "--repeat", "1", "--simulate", "latency=0.01",
                                         "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -225,7 +225,7 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
 def test_bench_without_matplotlib_still_writes_json_and_csv(tiny_catalog, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [str(tiny_catalog), "-m", "sim/fast", "--strategies", "sequential",
+    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "sequential",
                                         "--repeat", "1", "--simulate", "latency=0", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "no plot: matplotlib is not installed" in result.stderr
@@ -236,7 +236,7 @@ def test_provider_errors_show_in_the_cell(tiny_catalog, tmp_path, monkeypatch):
     """A provider limited to one call in flight answers 429 to a width of 3: the error rate says so."""
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads",
+    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads",
                                         "--widths", "3", "--repeat", "1", "--no-governor", "--simulate",
                                         "latency=0.2,max_concurrent=1,retry_after=0.05", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -251,7 +251,7 @@ def test_provider_errors_show_in_the_cell(tiny_catalog, tmp_path, monkeypatch):
     (["--worker-env", "oops"], "--worker-env 'oops' is not NAME=VALUE"),
 ])
 def test_usage_errors_are_one_line(tiny_catalog, tmp_path, args, message):
-    result = CliRunner().invoke(bench, [str(tiny_catalog), "-m", "sim/fast", "--repeat", "1",
+    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--repeat", "1",
                                         "--simulate", "latency=0", "--out", str(tmp_path / "o"), *args])
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -266,7 +266,7 @@ def test_enqueue_measurement_counts_every_pair_on_the_memory_broker(tmp_path):
 @pytest.mark.redis
 def test_fanout_cells_on_redis_measure_the_worker_processes(tiny_catalog, tmp_path, redis_url):
     out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [str(tiny_catalog), "-m", "sim/fast", "--strategies", "fanout",
+    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "fanout",
                                         "--widths", "2", "--repeat", "1", "--simulate", "latency=0.01",
                                         "--broker", redis_url, "--out", str(out)])
     assert result.exit_code == 0, result.output + (out / "workers.log").read_text(errors="replace")[-2000:]

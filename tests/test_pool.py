@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from evaljobs.pipeline import broker as evaljobs_broker
 from evaljobs.pipeline import events
 from evaljobs import store
-from evaljobs.cli.pool import pool_worker
+from evaljobs.cli import main
 from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
 from helpers import ROOT, wait_until
 
@@ -103,7 +103,7 @@ def test_invalid_arguments_raise_one_line_value_errors(args, fault):
 ])
 def test_cli_gives_one_line_error_and_exit_2(argv, fault):
     broker = [] if "--broker" in argv else ["--broker", "redis://x:1/0"]
-    result = CliRunner().invoke(pool_worker, argv + broker)
+    result = CliRunner().invoke(main, ["pool", *argv, *broker])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and fault in lines[0], result.output
@@ -340,7 +340,7 @@ def test_pool_command_serves_until_sigterm_then_stops_cleanly(redis_url, sqlite_
     client = redis_lib.Redis.from_url(redis_url)
     log = tmp_path / "pool.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "evaljobs.cli.pool", "--min", "2", "--max", "4", "--idle-seconds", "1",
+    argv = [sys.executable, "-m", "evaljobs", "pool", "--min", "2", "--max", "4", "--idle-seconds", "1",
             "--lane", "interactive", "--broker", redis_url, "--db", sqlite_url]
     proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     try:

@@ -102,29 +102,6 @@ class Group(click.Group):
             return super().invoke(ctx)
 
 
-class Command(click.Command):
-    """A command that may also run on its own (``python -m evaljobs.cli.pool``), mapping errors as the group does."""
-
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            returned = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
-        except Exception as exc:  # noqa: BLE001 - exit_for decides; anything else is a bug and re-raised
-            mapped = exit_for(exc)
-            if mapped is None:
-                raise
-            lines, code = mapped
-            for line in lines:
-                click.echo(line, err=True)
-            sys.exit(code)
-        sys.exit(returned if isinstance(returned, int) else EXIT_OK)
-
-
 # -- options shared by several commands -------------------------------------------------------
 
 
@@ -212,6 +189,6 @@ def ping_redis(url: str) -> None:
         client.close()
 
 
-__all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "Command", "exit_for", "one_line_errors", "message",
+__all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
            "db_option", "broker_option", "providers_option", "width_option", "import_options", "rate",
            "fail_under_option", "gate", "finish", "ping_redis"]

@@ -13,7 +13,7 @@ import click
 
 from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, STRATEGIES, BenchSpec,
                                   parse_strategies, parse_widths)
-from evaljobs.cli._options import Command, ping_redis
+from evaljobs.cli._options import ping_redis
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
 
@@ -42,7 +42,7 @@ def _worker_env(pairs: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-@click.command("bench", cls=Command)
+@click.command("bench")
 @click.argument("catalog", type=click.Path(dir_okay=False))
 @click.option("-m", "--model", "models", multiple=True, required=True,
               help="Model spec provider/model; repeat for several models.")
@@ -99,6 +99,3 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     else:
         click.echo("no plot: matplotlib is not installed (pip install 'evaljobs[plot]')", err=True)
 
-
-if __name__ == "__main__":  # pragma: no cover - `python -m evaljobs.cli.bench` before it is registered
-    bench()

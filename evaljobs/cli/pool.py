@@ -1,17 +1,16 @@
 """``evaljobs pool``: an elastic worker pool (``--min --max --idle-seconds --lane``) in one process.
 
 A thin shell over :func:`evaljobs.workers.serve.run_pool` (imported inside the
-command: start-up time of ``evaljobs --help``); also runs on its own as
-``python -m evaljobs.cli.pool`` with the same one-line errors.
+command: start-up time of ``evaljobs --help``). Supervisors run it as ``evaljobs pool`` or
+``python -m evaljobs pool``.
 """
 from __future__ import annotations
 
 import click
 
-from evaljobs.cli._options import Command
 
 
-@click.command("pool", cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("pool", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--min", "min_", type=int, default=1, show_default=True,
               help="Fewest members (worker threads).")
 @click.option("--max", "max_", type=int, default=16, show_default=True, help="Most members.")
@@ -36,6 +35,3 @@ def pool_worker(min_, max_, idle_seconds, lane, queues, recover_every, db, broke
     run_pool(min=min_, max=max_, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
              queues=queues, providers=providers, recover_every=recover_every)
 
-
-if __name__ == "__main__":  # pragma: no cover - exercised by tests/test_pool.py in a subprocess
-    pool_worker()
