@@ -60,7 +60,7 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting, with its environment variable and default (see the README's table)."""
+    """Every setting, with its environment variable and default (see the environment list in docs/cli.md)."""
 
     database_url: str | None = None          # EVALJOBS_DATABASE_URL (None: .evaljobs/evaljobs.db)
     db_reconnect_seconds: float = 60.0       # EVALJOBS_DB_RECONNECT_SECONDS

@@ -1,6 +1,6 @@
-"""The adapter contract hosts write against: `evaljobs.Adapter`, as the README shows it.
+"""The adapter contract hosts write against: `evaljobs.Adapter`, as the docs (docs/hosts.md) show it.
 
-The README's example adapter is taken from the README itself (so the documentation cannot
+The docs' example adapter is taken from docs/hosts.md itself (so the documentation cannot
 drift from what runs) and run through the whole pipeline with the evaljobs.testing plugin.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ import evaljobs
 from evaljobs.evaluation.adapters import ConversationAdapter, accepts_deadline, call_adapter
 from evaljobs.evaluation.replay import Replay
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "hosts.md"  # moved from the README
 CATALOG = {"name": "protocol", "scenarios": [{"key": "hello", "prompt": "say hello", "expect": {"contains": ["HELLO"]}}]}
 
 
 def readme_adapter_example() -> str:
-    section = README.read_text().split("### Writing a host adapter", 1)[1].split("\n### ", 1)[0]
+    section = README.read_text().split("## Writing a host adapter", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "the adapter section shows the protocol, then one example"
     assert "class Adapter(Protocol)" in blocks[0]
@@ -32,7 +32,7 @@ def test_adapter_is_an_exported_protocol_with_the_signature_the_readme_shows():
     assert typing.Protocol in evaljobs.Adapter.__mro__
     signature = str(__import__("inspect").signature(evaljobs.Adapter.__call__))
     assert signature == "(self, scenario: 'Scenario', model: 'ModelSpec', *, deadline: 'float | None' = None) -> 'Replay'"
-    block = README.read_text().split("### Writing a host adapter", 1)[1]
+    block = README.read_text().split("## Writing a host adapter", 1)[1]
     assert "def __call__(self, scenario: Scenario, model: ModelSpec, *,\n                 deadline: float | None = None) -> Replay: ..." in block
 
 

@@ -24,7 +24,7 @@ import pytest
 from evaljobs.providers.simulated import SimulatedProvider
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("Quick start", "Running a catalog")
+SECTIONS = ("Quick start", "Running a catalog", "CI", "Viewing runs")
 NOT_RUN = {"scripts/test": "the test suite itself (this test is part of it)",
            "pip install 'evaljobs[view]'": "an install (the test environment has the extra already)",
            "evaljobs view": "a server that runs until stopped (tests/test_view*.py drive it in a browser)"}

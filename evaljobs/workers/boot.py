@@ -5,7 +5,7 @@ This is the module to give Dramatiq's own CLI (``dramatiq evaljobs.workers.boot 
 (:class:`evaljobs.config.Settings`): ``EVALJOBS_BROKER_URL`` (required: a worker process
 consumes the shared Redis broker; without one it exits with a one-line error instead of
 waiting on an in-process broker nothing ever sends to), ``EVALJOBS_DATABASE_URL``,
-``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the table in the README.
+``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the environment list in docs/cli.md.
 ``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
 (one worker at a time, see :class:`evaljobs.recovery.PeriodicRecovery`).
 """
