@@ -204,6 +204,8 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
     table = result.stdout
     assert table.splitlines()[0].split()[:3] == ["strategy", "width", "wall"]
     assert "recommended default: --strategy" in table and "knee threads:" in table and "knee fanout:" in table
+    cells = [line.split("]")[0].strip() for line in result.stderr.splitlines() if line.lstrip().startswith("[")]
+    assert cells == ["[1/4", "[2/4", "[3/4", "[4/4"], result.stderr  # progress per cell, on stderr
     data = json.loads((out / "bench.json").read_text())
     grid = {(c["strategy"], c["width"]) for c in data["cells"]}
     assert grid == {("threads", 1), ("threads", 2), ("fanout", 1), ("fanout", 2)}

@@ -191,6 +191,8 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         warmup = _warmup_catalog(catalog)
         _warm_up(spec, warmup, models, "memory", queue,
                  [s for s in ("sequential", "fanout") if s in spec.strategies or s == "sequential"])
+        cells_total = sum(len(strategies) for _, strategies in _by_width(plan)) * spec.repeat
+        cell = 0  # each line says [k/N]: a sweep runs for minutes, and the user sees how far it is
         for width, strategies in _by_width(plan):
             workers = None
             if spec.broker != "memory" and any(s in QUEUED for s in strategies):
@@ -201,13 +203,15 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
             try:
                 for strategy in strategies:
                     for repeat in range(1, spec.repeat + 1):
+                        cell += 1
                         queued = strategy in QUEUED
                         meter = ProcessMeter(workers.pids if (queued and workers) else None,
                                              exclude_threads=sim_threads)
                         m = _run_cell(spec, catalog, models, strategy, width, repeat, queue, meter, sim)
                         m.cores = min(env["cores"], spec.processes if (queued and workers) else 1)
                         measurements.append(m)
-                        echo(f"  {strategy:<10} width {width:>3}  repeat {repeat}: {m.wall_s:7.2f} s  "
+                        echo(f"  [{cell:>{len(str(cells_total))}}/{cells_total}] {strategy:<10} width {width:>3}  "
+                             f"repeat {repeat}: {m.wall_s:7.2f} s  "
                              f"{m.status}  errors {m.error_rate:.1%}  ({m.run_id})")
             finally:
                 if workers is not None:
