@@ -234,17 +234,20 @@ class Session:
         return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
 
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
-             on_event: Callable[[dict[str, Any]], None] | None = None) -> store.RunInfo:
+             on_event: Callable[[dict[str, Any]], None] | None = None,
+             idle: Callable[[], str | None] | None = None) -> store.RunInfo:
         """Follow a run until its report exists: woken by events, with a slow poll as the fallback.
 
         A :class:`~evaljobs.progress.Progress` passed as ``on_event`` is also fed the
-        database's numbers on each poll, so missed events never leave the bar behind.
+        database's numbers on each poll, so missed events never leave the bar behind;
+        ``idle`` is then asked, at a poll that found nothing new, why nothing moves
+        (its answer is shown once as a note on the bar).
         """
         binding = self._binding
         if binding is not None and binding.is_memory:
             self._ensure_local_worker()
         if isinstance(on_event, Progress):
-            return follow(run_id, progress=on_event, poll=poll, timeout=timeout)
+            return follow(run_id, progress=on_event, poll=poll, timeout=timeout, idle=idle)
         return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
 
     # -- reruns and recovery -----------------------------------------------------------------------
@@ -277,7 +280,9 @@ class Session:
         return self.start(self.create_rerun(run_id, which))
 
     def recover(self, run_id: str | None = None, *, wait: bool | None = None,
-                timeout: float | None = None, poll: float = 5.0) -> "Recovery":
+                timeout: float | None = None, poll: float = 5.0,
+                on_action: Callable[[str], None] | None = None,
+                on_runs: Callable[[int], None] | None = None) -> "Recovery":
         """Re-enqueue the lost pairs of ``run_id`` (or of every running run) and finalize complete ones.
 
         What nobody will process any more is queued again, with the run's stored
@@ -285,12 +290,13 @@ class Session:
         nobody else would ever process it: this session's workers evaluate the
         recovered pairs and, by default (``wait``), the call returns once each
         recovered run has its report. On Redis the workers do the work and
-        ``wait`` defaults to no.
+        ``wait`` defaults to no. ``on_runs(n)`` is told how many runs will be checked and
+        ``on_action(line)`` each action as it is taken (progress while many runs are walked).
         """
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
-        actions = recover_runs(binding, run_id)
+        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
         if wait if wait is not None else binding.is_memory:

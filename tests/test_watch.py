@@ -304,3 +304,32 @@ def test_progress_says_once_when_the_database_is_ahead_of_the_events():
     p.update(poll(2, passed=2, expected=3))
     p.update(poll(3, passed=3, expected=3))
     assert out.getvalue().count("note: no events here") == 1
+
+
+@pytest.mark.redis
+def test_watch_says_when_no_worker_consumes_the_queue(cli, redis_url, tmp_path):
+    """A run enqueued on Redis with no worker: watch names the queue and how to start a worker."""
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    binding = broker.configure(redis_url)
+    try:
+        run = store.create_run(catalog(2, "unworked"), ["sim/a"], strategy="fanout")
+        binding.actors.start_run.send(run.id)
+        result = cli("watch", run.id, "--broker", redis_url, "--timeout", "1", "--poll", "0.2")
+    finally:
+        binding.broker.close()
+        events.bind_redis(None)  # the broker and watch bound events to this Redis: later tests know none
+    assert result.exit_code == 0, result.output
+    assert result.output.count("note: no worker is consuming queue 'agents': 1 message(s) ready, none taken; "
+                               "start one with `evaljobs worker --broker redis://") == 1, result.output
+    assert "ETA 0.0s" not in result.output and "no report yet" in result.output
+
+
+def test_watch_json_prints_the_report_as_json(cli, tmp_path):
+    import json
+
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    run = finished_run(2)
+    result = cli("watch", run.id, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # stdout alone: the JSON, nothing else
+    assert report["summary"]["pass_rate"] == 0.5

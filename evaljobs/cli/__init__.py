@@ -19,6 +19,11 @@ from evaljobs.cli import (bench as _bench, catalog as _catalog, db as _db, gover
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="evaljobs")
+# Shown in --help; Group.main moves them onto the subcommand before click parses (see forward_global_options).
+@click.option("--db", "global_db", metavar="URL", expose_value=False,
+              help="Database for the subcommand, as its own --db (also EVALJOBS_DATABASE_URL).")
+@click.option("--broker", "global_broker", metavar="URL", expose_value=False,
+              help="Broker for the subcommand, as its own --broker (also EVALJOBS_BROKER_URL).")
 def main() -> None:
     """Run LLM-agent evaluation catalogs (scenarios × models) as a fan-out, with one trustworthy report."""
 

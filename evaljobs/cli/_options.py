@@ -94,8 +94,69 @@ def one_line_errors(ctx: click.Context) -> Iterator[None]:
         ctx.exit(code)
 
 
+#: Options that may also be given before the subcommand (`evaljobs --db URL show latest`).
+GLOBAL_OPTIONS = ("--db", "--broker")
+
+
+def forward_global_options(group: click.Group, args: list[str]) -> list[str]:
+    """``evaljobs --db X show R`` as ``evaljobs show R --db X``: global options go to the command.
+
+    Why: click options belong to one command, and a user who names the database or the broker
+    once, before the subcommand, expects the subcommand to use it. The options are moved to the
+    end of the command they name (an option given to the command itself wins); a command that does
+    not take one is a usage error, never silently ignored.
+    """
+    moved: list[tuple[str, str]] = []
+    rest = list(args)
+    while rest:
+        name, eq, value = rest[0].partition("=")
+        if name not in GLOBAL_OPTIONS:
+            break
+        if not eq:
+            if len(rest) < 2:
+                raise click.UsageError(f"{name} needs a value")
+            value = rest[1]
+            del rest[:2]
+        else:
+            del rest[:1]
+        moved.append((name, value))
+    if not moved:
+        return rest
+    command: click.Command = group
+    path: list[str] = []
+    for token in rest:
+        if not isinstance(command, click.Group) or token.startswith("-"):
+            break
+        found = command.commands.get(token)
+        if found is None:
+            break
+        command, path = found, path + [token]
+    if isinstance(command, click.Group):  # no subcommand (`evaljobs --db X --help`): nothing to give it to
+        return rest
+    takes = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    for name, value in moved:
+        if name not in takes:
+            raise click.UsageError(f"{name} does not apply to `evaljobs {' '.join(path)}`")
+        own = rest[len(path):]
+        if name not in own and not any(t.startswith(name + "=") for t in own):
+            rest += [name, value]
+    return rest
+
+
 class Group(click.Group):
-    """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`."""
+    """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`; global options forwarded."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            argv = forward_global_options(self, argv)
+        except click.UsageError as exc:
+            if not standalone_mode:
+                raise
+            click.echo(f"error: {message(exc.format_message())} (see `evaljobs --help`)", err=True)
+            sys.exit(EXIT_USAGE)
+        return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors(ctx):
@@ -112,6 +173,7 @@ broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="
 providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
                                 type=click.Path(dir_okay=False),
                                 help="Providers config (YAML): base URLs, API-key env vars, prices.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
 width_option = click.option("--width", type=click.IntRange(min=1), default=8, show_default=True,
                             help="Worker threads for --broker memory and the threads strategy.")
 
@@ -190,5 +252,6 @@ def ping_redis(url: str) -> None:
 
 
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
-           "db_option", "broker_option", "providers_option", "width_option", "import_options", "rate",
+           "db_option", "broker_option", "providers_option", "json_option", "width_option",
+           "GLOBAL_OPTIONS", "forward_global_options", "import_options", "rate",
            "fail_under_option", "gate", "finish", "ping_redis"]

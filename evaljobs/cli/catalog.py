@@ -7,11 +7,17 @@ does. Imported inside the commands: the catalog code (start-up time of
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import import_options, providers_option
+from evaljobs.cli._options import import_options, json_option, providers_option
+from evaljobs.cli._stages import quiet_stage, stage
+
+#: Scenarios from which `catalog convert` reports its stages as it goes (20,000 JSONL samples take
+#: about a minute, most of it writing YAML, and a silent minute looks hung).
+LARGE_CATALOG = 500
 
 
 @click.group()
@@ -49,8 +55,9 @@ def catalog_schema() -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 @import_options
 @_grader_option
+@json_option
 @providers_option
-def catalog_check(path, catalog_format, include_production_only, lenient, grader, providers) -> None:
+def catalog_check(path, catalog_format, include_production_only, lenient, grader, as_json, providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
     from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
     from evaljobs.providers.livetools import expand_source
@@ -62,6 +69,11 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
     # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
     source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
     cat = parse_source(expand_source(source), providers=config)
+    if as_json:
+        click.echo(json.dumps({"path": path, "format": imported.format, "name": cat.name,
+                               "scenarios": len(cat.scenarios), "excluded": imported.excluded,
+                               "digest": cat.digest, "counts": imported.counts or {}}))
+        return
     extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
     click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
                f"{cat.digest}")
@@ -85,16 +97,19 @@ def catalog_convert(path, output, catalog_format, include_production_only, lenie
     from evaljobs.catalog.importers import dump_native
 
     imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
-    parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
-    text = dump_native(imported.data)
+    count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
+                                                            for g in imported.data.get("groups") or [])
+    show = stage if count >= LARGE_CATALOG else quiet_stage  # on stderr: stdout may be the YAML itself
+    with show(f"convert: checking {count} scenarios from {imported.format}"):
+        parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
+    with show(f"convert: writing {count} scenarios as YAML"):
+        text = dump_native(imported.data)
     if output:
         Path(output).write_text(text, encoding="utf-8")
-        count = len(imported.data.get("scenarios", [])) + sum(len(g.get("scenarios", []))
-                                                             for g in imported.data.get("groups", []))
         click.echo(f"wrote {output}: {count} scenarios from {imported.format}"
                    + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""), err=True)
     else:
         click.echo(text, nl=False)
 
 
-__all__ = ["catalog"]
+__all__ = ["catalog", "LARGE_CATALOG"]

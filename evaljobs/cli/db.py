@@ -4,9 +4,12 @@ The store is imported inside the command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
 
+import json
+
 import click
 
-from evaljobs.cli._options import db_option
+from evaljobs.cli._options import db_option, json_option
+from evaljobs.cli._stages import stage
 
 
 @click.group()
@@ -15,13 +18,21 @@ def db() -> None:
 
 
 @db.command("upgrade")
+@json_option
 @db_option
-def db_upgrade(db) -> None:
-    """Create or upgrade the schema."""
+def db_upgrade(as_json, db) -> None:
+    """Create or upgrade the schema (says on stderr which database, and how long it took)."""
     from evaljobs import store  # start-up time (see the module docstring)
+    from evaljobs.config import settings
+    from evaljobs.redact import redact
 
-    store.connect(db)
-    done = store.upgrade()
+    # An upgrade may wait on a lock or a long ALTER: name the database and show the clock meanwhile.
+    with stage(f"db upgrade: {redact(db or settings().database_url or store.DEFAULT_URL)}"):
+        store.connect(db)
+        done = store.upgrade()
+    if as_json:
+        click.echo(json.dumps({"changes": done}))
+        return
     click.echo("\n".join(done) if done else "schema is up to date")
 
 

@@ -13,7 +13,7 @@ import sys
 import click
 
 from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
-                                   width_option)
+                                   json_option, providers_option, width_option)
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
 from evaljobs.redact import redact
@@ -29,27 +29,76 @@ from evaljobs.redact import redact
               help="Stop following after SECONDS.")
 @click.option("--poll", type=click.FloatRange(min=0.05), default=5.0, show_default=True, hidden=True,
               help="Seconds between database reads (the fallback for missed events).")
+@json_option
 @db_option
 @broker_option
-def watch(run_id, gate, timeout, poll, db, broker) -> None:
+def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
     """Follow RUN_ID to its report: a live bar on a terminal, a line per result otherwise, then the table.
 
     Woken by the run's events (Redis pub/sub with --broker redis://…); the
     database is read every few seconds as well, which also catches events
     missed while disconnected. A run that is already finished just prints.
+    It says so when no worker takes the run's messages, and when events do
+    not reach it (``--broker memory`` watching workers elsewhere).
     """
     from evaljobs import store  # start-up time (see the module docstring)
     from evaljobs.api import Session
     from evaljobs.pipeline import events
-    from evaljobs.pipeline.progress import Progress
 
     with Session(db=db) as session:
         info = session.get(session.resolve(run_id))
         if info.report is None and info.status != store.CANCELLED:
             if broker and broker.startswith(REDIS_SCHEMES):  # live events come through Redis, else in-process
                 events.bind_redis(broker)
-            info = session.wait(info.id, timeout=timeout, poll=poll, on_event=Progress(info.expected))
-    finish(info, gate)
+            progress, idle = _progress(info, broker, poll)
+            info = session.wait(info.id, timeout=timeout, poll=poll, on_event=progress, idle=idle)
+    finish(info, gate, as_json=as_json)
+
+
+def _progress(info, broker: str | None, poll: float):
+    """The bar for following ``info``, and what to ask when a read finds nothing new (or None).
+
+    A queued run followed without Redis sees no events from workers elsewhere: the bar then moves
+    on database reads, and says so once when a read finds results no event announced. On Redis,
+    a read that finds nothing new asks the queue whether any worker is taking its messages.
+    """
+    from evaljobs.pipeline.progress import Progress
+    from evaljobs.pipeline.strategies import QUEUED
+
+    progress = Progress(info.expected)
+    if info.strategy not in QUEUED:
+        return progress, None
+    if not (broker and broker.startswith(REDIS_SCHEMES)):
+        progress.catchup_note = (f"with --broker {broker or 'memory'} this process sees no events from workers "
+                                 f"elsewhere: progress moves on database reads every {poll:g} s (pass --broker "
+                                 f"redis://… for live events)")
+        return progress, None
+    return progress, _queue_idle_check(broker)
+
+
+def _queue_idle_check(broker: str):
+    """At a read with no new result: say so when the run's queue has work that no worker takes."""
+    import redis  # start-up time (see the module docstring)
+
+    from evaljobs.config import settings
+    from evaljobs.workers.status import read_queues
+
+    queue = settings().queue
+
+    def check() -> str | None:
+        client = redis.Redis.from_url(broker, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            (depth,) = read_queues(client, [queue])
+        except redis.exceptions.RedisError:
+            return None  # the bar goes on from the database; `evaljobs status` says what is wrong with Redis
+        finally:
+            client.close()
+        if depth.ready and not depth.in_flight:
+            return (f"no worker is consuming queue '{queue}': {depth.ready} message(s) ready, none taken; "
+                    f"start one with `evaljobs worker --broker {redact(broker)}`")
+        return None
+
+    return check
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -91,11 +140,11 @@ def status(as_json, queues, window, db, broker) -> None:
 @click.option("--wait/--no-wait", default=None,
               help="Follow the new run to its report (default: yes, except queued strategies on Redis).")
 @fail_under_option
+@json_option
 @db_option
 @broker_option
-@click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None, type=click.Path(dir_okay=False),
-              help="Providers config (YAML): base URLs, API-key env vars, prices (e.g. a fixed key variable).")
-def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, providers) -> None:
+@providers_option
+def rerun(run_id, errored, failed, every, width, wait, gate, as_json, db, broker, providers) -> None:
     """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
 
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
@@ -103,7 +152,6 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, provide
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline import events
-    from evaljobs.pipeline.progress import Progress
     from evaljobs.pipeline.strategies import QUEUED
 
     select = [name for name, on in (("errored", errored), ("failed", failed), ("all", every)) if on]
@@ -117,22 +165,22 @@ def rerun(run_id, errored, failed, every, width, wait, gate, db, broker, provide
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
                    f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)
-        progress = Progress(new.expected)
+        progress, idle = _progress(new, broker, 5.0)
         if not queued:  # an in-process rerun finishes inside start: the bar listens to its events
             events.add_listener(progress)
             try:
                 info = session.start(new)
             finally:
                 events.remove_listener(progress)
-            finish(info, gate)
+            finish(info, gate, as_json=as_json)
             _fail_if_all_errored(info)
             return
         session.start(new)
         if not (wait if wait is not None else session.binding().is_memory):
             click.echo(new.id)
             return
-        info = session.wait(new.id, on_event=progress)
-        finish(info, gate)
+        info = session.wait(new.id, on_event=progress, idle=idle)
+        finish(info, gate, as_json=as_json)
         _fail_if_all_errored(info)
 
 
@@ -156,22 +204,33 @@ def _fail_if_all_errored(info) -> None:
               help="Worker threads that evaluate the recovered pairs with --broker memory.")
 @click.option("--wait/--no-wait", default=None,
               help="Follow the recovered runs to their reports (default: yes with --broker memory).")
+@json_option
 @db_option
 @broker_option
-def recover(run_id, width, wait, db, broker) -> None:
+@providers_option
+def recover(run_id, width, wait, as_json, db, broker, providers) -> None:
     """Re-enqueue lost pairs of running runs and finalize complete-but-unreported ones.
 
     With --broker memory nobody else would evaluate what is re-enqueued: the
-    pairs are evaluated here, and the command returns once the runs have reports.
+    pairs are evaluated here (with --providers, as `run`), and the command
+    returns once the runs have reports. Each action is printed as it is taken.
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db, broker=broker, width=width) as session:
-        done = session.recover(session.resolve(run_id) if run_id else None, wait=wait)
+    def checking(count: int) -> None:
+        click.echo(f"recover: checking {count} run{'s' if count != 1 else ''}", err=True)
+
+    with Session(db=db, broker=broker, width=width, providers=providers) as session:
+        done = session.recover(session.resolve(run_id) if run_id else None, wait=wait, on_runs=checking,
+                               on_action=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps({"actions": done.actions,
+                               "runs": [{"id": info.id, "status": info.status, "persisted": info.persisted,
+                                         "expected": info.expected, "report": info.report is not None}
+                                        for info in done.runs]}))
+        return
     if not done.actions:
         click.echo("nothing to recover")
-    for line in done.actions:
-        click.echo(line)
     for info in done.runs:
         if info.report is not None:
             click.echo(f"{info.id}: {info.status}, {info.persisted}/{info.expected} pairs, report ready")
@@ -188,8 +247,9 @@ def cache() -> None:
 @cache.command("clear")
 @click.option("--older-than", "older_than", default=None, metavar="AGE",
               help="Only entries written more than AGE ago (seconds, or 30m, 12h, 7d…).")
+@json_option
 @db_option
-def cache_clear(older_than, db) -> None:
+def cache_clear(older_than, as_json, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
     from evaljobs import store  # start-up time (see the module docstring)
     from evaljobs.providers.cache import parse_duration
@@ -197,6 +257,9 @@ def cache_clear(older_than, db) -> None:
     age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     store.connect(db)
     removed = store.cache_clear(age)
+    if as_json:
+        click.echo(json.dumps({"removed": removed, "older_than": older_than}))
+        return
     scope = f" older than {older_than}" if older_than is not None else ""
     click.echo(f"removed {removed} cached answer{'s' if removed != 1 else ''}{scope}")
 

@@ -64,7 +64,8 @@ def providers_list(providers, as_json) -> None:
               help="Providers config (YAML) on top of the presets.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds per call.")
-def providers_check(models, providers, timeout) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per model instead of a line.")
+def providers_check(models, providers, timeout, as_json) -> None:
     """One minimal real call per model: its latency (and time to first token), or the exact error.
 
     Exits 1 when any call failed, 2 when a model names no known provider.
@@ -88,6 +89,12 @@ def providers_check(models, providers, timeout) -> None:
     try:
         for spec in specs:
             outcome = probe(config, spec, timeout=timeout)
+            if as_json:
+                failed += outcome.error is not None
+                click.echo(json.dumps({"model": str(spec), "ok": outcome.error is None, "error": outcome.error,
+                                       "latency_ms": outcome.latency_ms, "ttft_ms": outcome.ttft_ms,
+                                       "answer": outcome.answer}))
+                continue
             if outcome.error is not None:
                 failed += 1
                 click.echo(f"{spec}  FAIL  {outcome.error}")

@@ -95,7 +95,8 @@ def _print(info, as_json: bool) -> None:
 @db_option
 @click.option("--html", "html_path", default=None,
               help="Where to write the HTML report (default .evaljobs/RUN.html).")
-def demo(width, db, html_path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+def demo(width, db, html_path, as_json) -> None:
     """Run the bundled support catalog against two simulated models and print the report."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline.progress import Progress
@@ -111,12 +112,13 @@ def demo(width, db, html_path) -> None:
         click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
                    f"fan-out over {width} in-process workers", err=True)
         info = session.wait(info.id, on_event=progress)
-        click.echo(session.report(info.id, "table"), nl=False)
+        text = session.report(info.id, "json" if as_json else "table")
+        click.echo(text, nl=not text.endswith("\n"))
         html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"
         html_file.parent.mkdir(parents=True, exist_ok=True)
         html_file.write_text(session.report(info.id, "html"), encoding="utf-8")
         click.echo(f"\nnext: evaljobs show {info.id}   |   evaljobs report {info.id} --format md", err=True)
-        click.echo(f"HTML report: {html_file.resolve()}")
+        click.echo(f"HTML report: {html_file.resolve()}", err=as_json)  # with --json, stdout is the JSON alone
 
 
 __all__ = ["run", "demo", "STRATEGIES", "DEFAULT_STRATEGY"]
