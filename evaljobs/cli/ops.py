@@ -14,6 +14,7 @@ import click
 
 from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
                                    json_option, providers_option, width_option)
+from evaljobs.cli._follow import follow_progress
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError
 from evaljobs.redact import redact
@@ -50,55 +51,9 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
         if info.report is None and info.status != store.CANCELLED:
             if broker and broker.startswith(REDIS_SCHEMES):  # live events come through Redis, else in-process
                 events.bind_redis(broker)
-            progress, idle = _progress(info, broker, poll)
+            progress, idle = follow_progress(info, broker, poll)
             info = session.wait(info.id, timeout=timeout, poll=poll, on_event=progress, idle=idle)
     finish(info, gate, as_json=as_json)
-
-
-def _progress(info, broker: str | None, poll: float):
-    """The bar for following ``info``, and what to ask when a read finds nothing new (or None).
-
-    A queued run followed without Redis sees no events from workers elsewhere: the bar then moves
-    on database reads, and says so once when a read finds results no event announced. On Redis,
-    a read that finds nothing new asks the queue whether any worker is taking its messages.
-    """
-    from evaljobs.pipeline.progress import Progress
-    from evaljobs.pipeline.strategies import QUEUED
-
-    progress = Progress(info.expected)
-    if info.strategy not in QUEUED:
-        return progress, None
-    if not (broker and broker.startswith(REDIS_SCHEMES)):
-        progress.catchup_note = (f"with --broker {broker or 'memory'} this process sees no events from workers "
-                                 f"elsewhere: progress moves on database reads every {poll:g} s (pass --broker "
-                                 f"redis://… for live events)")
-        return progress, None
-    return progress, _queue_idle_check(broker)
-
-
-def _queue_idle_check(broker: str):
-    """At a read with no new result: say so when the run's queue has work that no worker takes."""
-    import redis  # start-up time (see the module docstring)
-
-    from evaljobs.config import settings
-    from evaljobs.workers.status import read_queues
-
-    queue = settings().queue
-
-    def check() -> str | None:
-        client = redis.Redis.from_url(broker, socket_connect_timeout=5, socket_timeout=5)
-        try:
-            (depth,) = read_queues(client, [queue])
-        except redis.exceptions.RedisError:
-            return None  # the bar goes on from the database; `evaljobs status` says what is wrong with Redis
-        finally:
-            client.close()
-        if depth.ready and not depth.in_flight:
-            return (f"no worker is consuming queue '{queue}': {depth.ready} message(s) ready, none taken; "
-                    f"start one with `evaljobs worker --broker {redact(broker)}`")
-        return None
-
-    return check
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -165,7 +120,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, as_json, db, broker
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
                    f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)
-        progress, idle = _progress(new, broker, 5.0)
+        progress, idle = follow_progress(new, broker, 5.0, local_workers=session.binding().is_memory)
         if not queued:  # an in-process rerun finishes inside start: the bar listens to its events
             events.add_listener(progress)
             try:

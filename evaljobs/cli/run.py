@@ -13,6 +13,7 @@ import click
 
 from evaljobs.cli._options import (EXIT_GATE, broker_option, db_option, fail_under_option, finish,
                                    import_options, providers_option, width_option)
+from evaljobs.cli._follow import follow_progress
 from evaljobs.redact import redact
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
@@ -75,8 +76,10 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         if not inline and not follow:
             click.echo(info.id)
             return
-        if not inline:
-            info = session.wait(info.id, on_event=progress)
+        if not inline:  # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
+            progress, idle = follow_progress(info, session.binding().url, 5.0,
+                                             local_workers=session.binding().is_memory)
+            info = session.wait(info.id, on_event=progress, idle=idle)
         if info.status == "failed":  # every pair errored: nothing was evaluated
             _print(info, as_json)
             first = next((r.error for r in session.results(info.id) if r.error), "")

@@ -1,0 +1,66 @@
+"""How a command follows a run: the progress bar, and what it says when nothing moves.
+
+``watch``, ``rerun`` and ``run --wait`` share it. Why: a run enqueued on Redis with no
+worker consuming its queue used to show a bar at 0/N with "ETA 0.0s" forever; a ``watch``
+without Redis sees no events from workers elsewhere and moved in 5-second jumps without
+saying why. The bar now says both, once, as notes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from evaljobs.config import REDIS_SCHEMES
+from evaljobs.redact import redact
+
+
+def follow_progress(info: Any, broker: str | None, poll: float, *,
+                    local_workers: bool = False) -> tuple[Any, Callable[[], str | None] | None]:
+    """The bar for following ``info``, and what to ask when a read finds nothing new (or None).
+
+    A queued run followed without Redis sees no events from workers elsewhere: the bar then moves
+    on database reads, and says so once when a read finds results no event announced (not when
+    this process runs the workers: ``local_workers``). On Redis, a read that finds nothing new
+    asks the queue whether any worker is taking its messages.
+    """
+    from evaljobs.pipeline.progress import Progress
+    from evaljobs.pipeline.strategies import QUEUED
+
+    progress = Progress(info.expected)
+    if info.strategy not in QUEUED:
+        return progress, None
+    if not (broker and broker.startswith(REDIS_SCHEMES)):
+        if local_workers:
+            return progress, None
+        progress.catchup_note = (f"with --broker {broker or 'memory'} this process sees no events from workers "
+                                 f"elsewhere: progress moves on database reads every {poll:g} s (pass --broker "
+                                 f"redis://… for live events)")
+        return progress, None
+    return progress, _queue_idle_check(broker)
+
+
+def _queue_idle_check(broker: str):
+    """At a read with no new result: say so when the run's queue has work that no worker takes."""
+    import redis  # start-up time: only a command following a run on Redis loads the client
+
+    from evaljobs.config import settings
+    from evaljobs.workers.status import read_queues
+
+    queue = settings().queue
+
+    def check() -> str | None:
+        client = redis.Redis.from_url(broker, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            (depth,) = read_queues(client, [queue])
+        except redis.exceptions.RedisError:
+            return None  # the bar goes on from the database; `evaljobs status` says what is wrong with Redis
+        finally:
+            client.close()
+        if depth.ready and not depth.in_flight:
+            return (f"no worker is consuming queue '{queue}': {depth.ready} message(s) ready, none taken; "
+                    f"start one with `evaljobs worker --broker {redact(broker)}`")
+        return None
+
+    return check
+
+
+__all__ = ["follow_progress"]
