@@ -333,3 +333,36 @@ def test_watch_json_prints_the_report_as_json(cli, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # stdout alone: the JSON, nothing else
     assert report["summary"]["pass_rate"] == 0.5
+
+
+def test_watch_without_redis_says_once_that_progress_moves_on_database_reads(cli, tmp_path, monkeypatch):
+    """Workers elsewhere, watch on --broker memory: no event reaches it, and it says so when a read catches up."""
+    store.connect(f"sqlite:///{tmp_path}/watch.db")
+    cat = catalog(2, "elsewhere")
+    run = store.create_run(cat, ["sim/a"], strategy="fanout")
+    first_read = threading.Event()
+    real_progress = store.progress
+
+    def spied(run_id):
+        numbers = real_progress(run_id)
+        first_read.set()
+        return numbers
+
+    monkeypatch.setattr(store, "progress", spied)
+
+    def worker_elsewhere():  # records results without publishing events, as a worker in another process would
+        assert first_read.wait(30)
+        for key in cat.keys:
+            store.record_result(run.id, Result(key, "sim/a", "passed"))
+        store.finalize(run.id)
+
+    thread = threading.Thread(target=worker_elsewhere)
+    thread.start()
+    try:
+        result = cli("watch", run.id, "--poll", "0.1", "--timeout", "60")
+    finally:
+        thread.join()
+    assert result.exit_code == 0, result.output
+    assert result.output.count("note: with --broker memory this process sees no events from workers elsewhere: "
+                               "progress moves on database reads every 0.1 s") == 1, result.output
+    assert "verdict: 1. sim/a (100.0%)" in result.output
