@@ -22,7 +22,7 @@ from evaljobs.cli import Group
 from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.evaluation.result import Result
-from helpers import WorkerProcess
+from helpers import ManualClock, WorkerProcess
 
 MODELS = ["sim/a", "sim/b"]
 
@@ -290,9 +290,29 @@ def test_progress_without_a_first_result_shows_no_eta():
     p.update(poll(0, expected=28))
     assert "waiting for the first result" in out.getvalue() and "ETA" not in out.getvalue()
     out2 = io.StringIO()
-    moving = Progress(28, stream=out2, tty=True)
+    clock = ManualClock()
+    moving = Progress(28, stream=out2, tty=True, clock=clock)
+    clock.advance(2.0)
     moving(result_event("a", "m", "passed", 1))
-    assert re.search(r"1/28 .* ETA +\d+\.\ds", out2.getvalue()), out2.getvalue()
+    assert re.search(r"1/28 .* 2\.0s  ETA 54\.0s", out2.getvalue()), out2.getvalue()  # 2 s a pair, 27 left
+
+
+def test_the_eta_is_the_rate_since_watching_began_times_what_is_left():
+    """Pairs already done when watching began (``done=``) are not part of the rate; the bar is
+    redrawn at most every 50 ms of the clock, except for the last pair."""
+    out = io.StringIO()
+    clock = ManualClock()
+    p = Progress(10, stream=out, tty=True, done=4, clock=clock)
+    clock.advance(3.0)
+    p(result_event("a", "m", "passed", 5))
+    p(result_event("b", "m", "passed", 6))  # the same instant: not redrawn
+    assert out.getvalue().count("\r") == 1 and re.search(r"5/10 .*  3\.0s  ETA 15\.0s", out.getvalue())
+    clock.advance(1.0)
+    p(result_event("c", "m", "failed", 7))  # 3 fresh pairs in 4 s: 4/3 s a pair, 3 left
+    assert re.search(r"7/10 .*  4\.0s  ETA  4\.0s $", out.getvalue()), out.getvalue()
+    for key, n in (("d", 8), ("e", 9), ("f", 10)):
+        p(result_event(key, "m", "passed", n))
+    assert out.getvalue().endswith("10/10  ✓5 ✗1 !0    4.0s  done \n"), out.getvalue()
 
 
 def test_progress_says_once_when_the_database_is_ahead_of_the_events():
