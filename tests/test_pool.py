@@ -26,7 +26,7 @@ from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli import main
 from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
-from helpers import ROOT, wait_until
+from helpers import ROOT, ManualClock, wait_until
 
 NAP = 0.05
 
@@ -129,23 +129,43 @@ def test_eighteen_messages_reach_six_members_in_under_half_the_sequential_time(m
     assert worker_middleware_count(memory.broker) == 0  # every member's hooks left the broker
 
 
+class TickingPool(Pool):
+    """A pool that counts its controller's finished ticks (so a test can wait for one to pass)."""
+
+    ticks = 0
+
+    def _tick(self) -> None:
+        super()._tick()
+        self.ticks += 1
+
+    def wait_for_a_tick(self) -> None:
+        """Wait until a whole tick has run after this call (it read the clock as it is now)."""
+        seen = self.ticks
+        assert wait_until(lambda: self.ticks >= seen + 2, 5, 0.005), "the pool's controller stopped ticking"
+
+
 def test_pool_grows_to_max_under_load_and_shrinks_back_to_exactly_min(memory):
+    """Idle time is measured on the pool's clock: members retire once idle for ``idle_seconds``,
+    not a moment before, and never below ``min`` however long the pool stays idle."""
+    clock = ManualClock()
     load = Load(memory.broker)
-    pool = Pool(min=2, max=5, idle_seconds=0.05, broker=memory.broker).start()
+    pool = TickingPool(min=2, max=5, idle_seconds=30, broker=memory.broker, poll=0.01, clock=clock).start()
     try:
         assert pool.size == 2
         load.send(20)
         assert wait_until(lambda: pool.size == 5, 2, 0.005)
         join(memory)
+        assert wait_until(lambda: pool.state()["running"] == 0, 2, 0.005)
+        clock.advance(29.9)  # the last message ended at the clock's start: idle 29.9 s of 30
+        pool.wait_for_a_tick()
+        assert pool.size == 5 and pool.state()["retired"] == 0
+        clock.advance(0.1)
         assert wait_until(lambda: pool.size == 2 and pool.state()["retiring"] == 0, 3, 0.01)
-        sizes = []
-        for _ in range(15):  # idle for a while: never below min
-            time.sleep(0.02)
-            sizes.append(pool.size)
+        clock.advance(365 * 86400.0)  # idle for a year: never below min
+        pool.wait_for_a_tick()
         state = pool.state()
     finally:
         pool.stop()
-    assert set(sizes) == {2}
     assert state["members"] == 2 and state["busy"] == 0 and state["peak_members"] == 5
     assert load.peak == 5 and state["retired"] == 3
     assert sum(load.done.values()) == 20

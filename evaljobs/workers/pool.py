@@ -46,13 +46,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import dq_name
 from dramatiq.middleware import ShutdownNotifications
 
+from evaljobs import clock as clocks
 from evaljobs.pipeline import context
 from evaljobs.workers.records import STATE_KEY, STATE_MAX_AGE, _server_time, read_pools
 
@@ -168,12 +169,14 @@ class Pool:
       broker: the broker (default: Dramatiq's global one, e.g. from ``evaljobs.pipeline.broker.configure``).
       queues: the queues whose backlog the pool serves.
       poll: seconds between controller checks of the backlog.
+      clock: the monotonic clock idle time is measured on (a test passes one it moves by hand).
     """
 
     def __init__(self, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk", *,
                  broker: dramatiq.Broker | None = None, queues: Sequence[str] = ("agents",),
                  poll: float = 0.05, pool_id: str | None = None,
-                 member_timeout_ms: int = MEMBER_TIMEOUT_MS) -> None:
+                 member_timeout_ms: int = MEMBER_TIMEOUT_MS,
+                 clock: Callable[[], float] = clocks.monotonic) -> None:
         validate(min, max, idle_seconds, lane)
         if not queues:
             raise ValueError("a pool needs at least one queue")
@@ -186,6 +189,7 @@ class Pool:
         self.broker = broker or dramatiq.get_broker()
         self.queues = tuple(dict.fromkeys(queues))
         self.poll = poll
+        self.clock = clock
         self.id = pool_id or default_pool_id()
         self.member_timeout_ms = member_timeout_ms
         self._lock = threading.Lock()  # members list and counters; never held while a member stops
@@ -301,7 +305,7 @@ class Pool:
         else:
             self._backlog_failing = False
         if backlog is not None:
-            self._resize(backlog, time.monotonic())
+            self._resize(backlog, self.clock())
         self._publish()
 
     def _resize(self, backlog: int, now: float) -> None:
@@ -355,7 +359,7 @@ class Pool:
         worker.queue_prefetch = 1  # hold only the message being run: never sit on work others could run
         with self._lock:
             self._numbers += 1
-            member = _Member(worker=worker, number=self._numbers, last_active=time.monotonic())
+            member = _Member(worker=worker, number=self._numbers, last_active=self.clock())
             self._members.append(member)
             self._counters.grown += 1
             self._counters.peak_members = max(self._counters.peak_members, len(self._members))
@@ -415,7 +419,7 @@ class Pool:
                 return
             member.in_message = True
             member.started += 1
-            member.last_active = time.monotonic()
+            member.last_active = self.clock()
             c = self._counters
             c.started += 1
             c.running += 1
@@ -427,7 +431,7 @@ class Pool:
             if member is None or not member.in_message:
                 return
             member.in_message = False
-            member.last_active = time.monotonic()
+            member.last_active = self.clock()
             self._counters.running -= 1
 
     def _warn_shutdown_notifications(self) -> None:
