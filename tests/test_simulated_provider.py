@@ -20,6 +20,7 @@ from evaljobs.providers import (ChatClient,
                                 TransientError,
                                 parse_simulate_options)
 from evaljobs.providers.simulated import server as simulated
+from helpers import ManualClock
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
@@ -154,18 +155,28 @@ def test_max_concurrent_answers_429_immediately():
     assert stats["rate_limited"] == len(limited) and stats["completed"] == 8 - len(limited)
 
 
-def test_rpm_is_a_sliding_window(monkeypatch):
-    monkeypatch.setattr(simulated, "RPM_WINDOW_S", 0.3)
-    with SimulatedProvider(rpm=3) as sim, ChatClient(sim.url, timeout=5.0) as chat:
-        answers = [chat.complete("m", user(f"q{i}")) for i in range(3)]
+def test_rpm_is_a_sliding_window():
+    """The window is timed on the provider's clock: moved by hand across its end, not slept through."""
+    clock = ManualClock()
+    with SimulatedProvider(rpm=3, clock=clock) as sim, ChatClient(sim.url, timeout=5.0) as chat:
+        answers = [chat.complete("m", user(f"q{i}")) for i in range(2)]
+        clock.advance(20.0)
+        answers.append(chat.complete("m", user("q2")))  # the window: 1000, 1000, 1020
         with pytest.raises(RateLimited) as info:
-            chat.complete("m", user("q4"))
-        assert 0 < info.value.retry_after <= 0.3
+            chat.complete("m", user("q3"))
+        assert info.value.retry_after == 40.0  # until the first two leave the window
         assert [a.headers["x-ratelimit-remaining-requests"] for a in answers] == ["2", "1", "0"]
         assert answers[0].headers["x-ratelimit-limit-requests"] == "3"
-        time.sleep(0.35)
-        assert chat.complete("m", user("q5")).content == "Answer to: q5"
-        assert sim.stats()["rate_limited"] == 1
+        clock.advance(39.5)
+        with pytest.raises(RateLimited) as info:
+            chat.complete("m", user("q4"))
+        assert info.value.retry_after == 0.5
+        clock.advance(0.5)  # 60 s after the first two: both slots free again, the third still held
+        assert [chat.complete("m", user(q)).content for q in ("q5", "q6")] == ["Answer to: q5", "Answer to: q6"]
+        with pytest.raises(RateLimited) as info:
+            chat.complete("m", user("q7"))
+        assert info.value.retry_after == 20.0
+        assert sim.stats()["rate_limited"] == 3
 
 
 def test_rpm_retry_after_reports_the_window():

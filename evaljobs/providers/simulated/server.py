@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from evaljobs import clock as clocks
 from evaljobs.providers.simulated.options import check_options
 from evaljobs.providers.simulated.answers import (
     Answer,
@@ -91,12 +92,14 @@ class SimulatedProvider:
     ``start()`` serves from a daemon thread (tests, in-process demo);
     ``serve_forever()`` blocks (the CLI). ``reset_stats()`` zeroes the counters
     but keeps the rpm window and the per-conversation attempt counts, which are
-    behaviour, not statistics.
+    behaviour, not statistics. ``clock`` (monotonic seconds) times the rpm window; a test passes
+    one it moves by hand to cross the window's end without waiting a minute.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, jitter: float = 0.0,
                  max_concurrent: int | None = None, rpm: int | None = None, error_rate: float = 0.0,
-                 seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0):
+                 seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0,
+                 clock: Callable[[], float] = clocks.monotonic):
         check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
                        error_rate=error_rate, retry_after=retry_after, port=port,
                        stream_interval=stream_interval)
@@ -109,6 +112,7 @@ class SimulatedProvider:
         self.error_rate = float(error_rate)
         self.seed = int(seed)
         self.retry_after = float(retry_after)
+        self.clock = clock
         #: Seconds between streamed events, so a streamed answer's first token comes before its end.
         self.stream_interval = float(stream_interval)
         self._rng = random.Random(self.seed)
@@ -368,7 +372,7 @@ class SimulatedProvider:
                 return (f"concurrency limit reached ({self.max_concurrent} requests in flight)",
                         self.retry_after)
         if self.rpm is not None:
-            now = time.monotonic()
+            now = self.clock()
             while self._window and self._window[0] <= now - RPM_WINDOW_S:
                 self._window.popleft()
             if len(self._window) >= self.rpm:
@@ -514,7 +518,7 @@ class SimulatedProvider:
             return {}
         remaining = str(max(0, self.rpm - len(self._window)))
         if wire == "anthropic":
-            reset = time.time() + (self._window[0] + RPM_WINDOW_S - time.monotonic() if self._window else 0.0)
+            reset = time.time() + (self._window[0] + RPM_WINDOW_S - self.clock() if self._window else 0.0)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset))
             return {"anthropic-ratelimit-requests-limit": str(self.rpm),
                     "anthropic-ratelimit-requests-remaining": remaining,
