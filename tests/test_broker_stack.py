@@ -151,6 +151,8 @@ def _next_in_thread(consumer, *, idle_first: float) -> concurrent.futures.Future
             future.set_exception(exc)
 
     threading.Thread(target=poll, daemon=True).start()
+    # Not convertible to a fake clock: the pause is the consumer's blocking read on a real Redis
+    # (server-side timeout), which only real time ends.
     time.sleep(idle_first)
     assert not future.done()
     return future

@@ -16,6 +16,7 @@ from evaljobs.pipeline import barrier, broker, events
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
+from helpers import wait_until
 
 CATALOG = """
 name: fan
@@ -214,10 +215,8 @@ def test_unknown_run_and_pair_outside_the_run_are_dead_lettered(env):
     binding.actors.evaluate_scenario.send(run.id, "zzz", "sim/one")
     binding.actors.evaluate_scenario.send(run.id, "a", "sim/other")
     join(binding)
-    # StubBroker's nack marks the task done *before* appending to dead_letters: give it a moment.
-    deadline = time.monotonic() + 5
-    while len(binding.broker.dead_letters) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # StubBroker's nack marks the task done *before* appending to dead_letters: wait for the third.
+    assert wait_until(lambda: len(binding.broker.dead_letters) >= 3, 5, 0.01)
     assert len(binding.broker.dead_letters) == 3
     assert store.list_results(run.id) == []
 

@@ -66,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         if url.path == "/slow":
-            time.sleep(1.5)
+            time.sleep(1.5)  # a really slow server (another thread): the client's real timeout must end the call
         if url.path == "/text":
             return self._send(200, "plain answer", "text/plain")
         if url.path == "/big":
@@ -79,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/fail":
             return self._send(503, "overloaded, try later", "text/plain")
         if path == "/slow":
-            time.sleep(1.5)
+            time.sleep(1.5)  # as in do_GET: real slowness, for the client's real timeout
         self._send(200, json.dumps({"method": "POST", "args": json.loads(body or b"null"),
                                     "auth": self.headers.get("Authorization")}))
 

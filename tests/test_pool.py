@@ -47,7 +47,7 @@ class Load:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
-        time.sleep(self.nap)
+        time.sleep(self.nap)  # the work itself (a provider call's worth): a real thread really busy
         with self.lock:
             self.running -= 1
             self.done[n] += 1
@@ -211,7 +211,7 @@ def test_retiring_busy_members_mid_load_loses_and_repeats_nothing(memory):
             if busy:
                 pool._retire(busy[0])
                 retired.append(busy[0])
-            time.sleep(0.01)
+            time.sleep(0.01)  # the rhythm of the chaos, not a wait for a result
 
     chaos = threading.Thread(target=retire_busy_members, daemon=True)
     try:
@@ -275,7 +275,7 @@ def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, 
             if busy and len(forced) < 12:
                 pool._retire(busy[-1])
                 forced.append(busy[-1])
-            time.sleep(0.05)
+            time.sleep(0.05)  # the rhythm of the chaos, not a wait for a result
 
     chaos = threading.Thread(target=retire_busy_members, daemon=True)
     try:

@@ -361,15 +361,16 @@ def test_pool_caps_connections_and_reuses_them(simulated_provider):
 
 
 def test_a_call_times_out_waiting_for_a_pooled_connection():
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     def handler(request):
+        entered.set()
         gate.wait(5)
         return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": "late"}}]})
 
     with mock_client(handler, timeout=0.2, max_connections=1) as chat, ThreadPoolExecutor(1) as pool:
         holder = pool.submit(chat.complete, "m", user("first"))
-        time.sleep(0.05)
+        assert entered.wait(5)  # the first call holds the only connection
         started = time.perf_counter()
         error = fail(chat, "second")
         assert 0.15 < time.perf_counter() - started < 1.0

@@ -20,7 +20,7 @@ from evaljobs.providers import (ChatClient,
                                 TransientError,
                                 parse_simulate_options)
 from evaljobs.providers.simulated import server as simulated
-from helpers import ManualClock
+from helpers import ManualClock, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
@@ -259,7 +259,7 @@ def test_stop_cancels_in_flight_requests_and_frees_the_port():
     chat = ChatClient(sim.url, timeout=5.0)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(outcome, chat, "[sim: sleep 30]")
-        time.sleep(0.1)
+        assert wait_until(lambda: sim.stats()["in_flight"] == 1, 5, 0.005)  # the request is being served
         started = time.perf_counter()
         sim.stop()
         assert pending.result(timeout=5).startswith("TransientError")
