@@ -8,11 +8,11 @@ test_fanout_redis.py.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
-import dramatiq
 import pytest
 
-from evaljobs.pipeline import barrier, broker, events
+from evaljobs.pipeline import actors, barrier, events
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
@@ -44,13 +44,15 @@ def sim(module_simulated_provider):
 
 
 @pytest.fixture
-def env(tmp_path, sim, monkeypatch):
+def env(sim, monkeypatch, request):
+    """The plugin's StubBroker, worker and database (:mod:`evaljobs.testing`), with short retries.
+
+    The retry settings come first: the actors take their retry options when they are declared.
+    """
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     monkeypatch.setenv("EVALJOBS_MAX_RETRIES", "2")
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
-    store.connect(f"sqlite:///{tmp_path}/fan.db")
-    binding = broker.configure("memory")
     completes: list[str] = []
     original = events.publish_complete
 
@@ -59,11 +61,10 @@ def env(tmp_path, sim, monkeypatch):
         original(run_id, report)
 
     monkeypatch.setattr(events, "publish_complete", counting)
-    worker = dramatiq.Worker(binding.broker, worker_threads=4, worker_timeout=20)
-    worker.start()
-    yield binding, completes
-    worker.stop()
-    binding.broker.close()
+    request.getfixturevalue("evaljobs_database")
+    stub = request.getfixturevalue("evaljobs_worker").broker
+    declared = actors.bound()
+    return SimpleNamespace(broker=stub, actors=declared, queue=declared.queue), completes
 
 
 def make_run(models=MODELS, strategy="fanout", options=None):
