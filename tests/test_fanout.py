@@ -8,15 +8,14 @@ test_fanout_redis.py.
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from evaljobs.pipeline import actors, barrier, events
+from evaljobs.pipeline import barrier, events
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
-from helpers import wait_until
+from helpers import plugin_broker, wait_until
 
 CATALOG = """
 name: fan
@@ -61,10 +60,7 @@ def env(sim, monkeypatch, request):
         original(run_id, report)
 
     monkeypatch.setattr(events, "publish_complete", counting)
-    request.getfixturevalue("evaljobs_database")
-    stub = request.getfixturevalue("evaljobs_worker").broker
-    declared = actors.bound()
-    return SimpleNamespace(broker=stub, actors=declared, queue=declared.queue), completes
+    return plugin_broker(request), completes
 
 
 def make_run(models=MODELS, strategy="fanout", options=None):

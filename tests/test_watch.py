@@ -11,7 +11,6 @@ import re
 import threading
 from collections import Counter
 
-import dramatiq
 import pytest
 from click.testing import CliRunner
 
@@ -22,7 +21,7 @@ from evaljobs.cli import Group
 from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.evaluation.result import Result
-from helpers import ManualClock, WorkerProcess
+from helpers import ManualClock, WorkerProcess, plugin_broker
 
 MODELS = ["sim/a", "sim/b"]
 
@@ -42,16 +41,10 @@ def sim(module_simulated_provider):
 
 
 @pytest.fixture
-def memory(tmp_path, sim, monkeypatch):
-    """SQLite + the in-process broker with real worker threads."""
+def memory(sim, monkeypatch, request):
+    """SQLite + the in-process broker with real worker threads (the evaljobs.testing plugin's)."""
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    store.connect(f"sqlite:///{tmp_path}/watch.db")
-    binding = broker.configure("memory")
-    worker = dramatiq.Worker(binding.broker, worker_threads=4, worker_timeout=20)
-    worker.start()
-    yield binding
-    worker.stop()
-    binding.broker.close()
+    return plugin_broker(request)
 
 
 class Recorder:

@@ -13,6 +13,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.database` — a big populated database and its query plans (the "no full scan" tests).
 * :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
+* :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 * :mod:`helpers.clock` — a clock the test moves by hand (ETA, idle timeouts, windows) instead of sleeping.
 """
 from helpers.catalogs import numbered_catalog
@@ -20,11 +21,12 @@ from helpers.clock import ManualClock
 from helpers.database import full_scans, populate, sql_log, utc_now
 from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
                            expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
+from helpers.stub import StubBinding, plugin_broker
 from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
 from helpers.viewer import Viewer
 from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
 
-__all__ = ["numbered_catalog", "ManualClock", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+__all__ = ["numbered_catalog", "ManualClock", "StubBinding", "plugin_broker", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
            "WorkerProcess", "evaljobs_cli", "wait_until"]
