@@ -26,7 +26,7 @@ from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli import main
 from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
-from helpers import ROOT, ManualClock, wait_until
+from helpers import ROOT, ManualClock, plugin_broker, wait_until
 
 NAP = 0.05
 
@@ -58,11 +58,9 @@ class Load:
 
 
 @pytest.fixture
-def memory(tmp_path):
-    store.connect(f"sqlite:///{tmp_path}/pool.db")
-    binding = evaljobs_broker.configure("memory")
-    yield binding
-    binding.broker.close()
+def memory(request):
+    """The evaljobs.testing plugin's StubBroker and database, with no worker: the pool brings its own."""
+    return plugin_broker(request, worker=False)
 
 
 def join(binding, timeout: float = 10.0) -> None:
