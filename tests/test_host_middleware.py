@@ -9,10 +9,8 @@ import json
 import subprocess
 import sys
 
-import dramatiq
 import pytest
 from acme_host import publishing_domain
-from dramatiq.brokers.stub import StubBroker
 
 from evaljobs import config
 from evaljobs.api import Session
@@ -39,18 +37,12 @@ def host_settings(monkeypatch):
     config.configure(previous)
 
 
-def test_host_middleware_sees_the_restored_context_in_every_actor(host_settings, evaljobs_database, evaljobs_simulated):
+def test_host_middleware_sees_the_restored_context_in_every_actor(host_settings, request):
     stack = middleware_stack()
     assert isinstance(stack[0], ContextMiddleware) and isinstance(stack[-1], Recorder)  # first … last
-    broker = StubBroker(middleware=stack)
-    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=50)
-    with Session(db=evaljobs_database, broker=broker) as session:
-        session.binding()
-        worker.start()
-        try:
-            finished = run_catalog(session, CATALOG, ["sim/fast"], adapter="acme", context=publishing_domain("acme"))
-        finally:
-            worker.stop()
+    # The plugin's broker, worker and session, built now that EVALJOBS_MIDDLEWARE names the recorder.
+    run = request.getfixturevalue("evaljobs_run")
+    finished = run(CATALOG, ["sim/fast"], adapter="acme", context=publishing_domain("acme"))
     assert finished.status == "complete"
     assert {actor for _, actor, _ in Recorder.seen} == ACTORS
     assert {(hook, domain) for hook, _, domain in Recorder.seen} == {("before", "acme"), ("after", "acme")}
