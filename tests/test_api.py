@@ -17,20 +17,9 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import runtime
+from helpers import abc_catalog_yaml
 
-CATALOG = """
-name: api
-scenarios:
-  - key: a
-    prompt: "[sim: say alpha]"
-    expect: {contains: [alpha]}
-  - key: b
-    prompt: "[sim: say beta]"
-    expect: {contains: [gamma]}
-  - key: c
-    prompt: "[sim: say gamma]"
-    expect: {contains: [gamma]}
-"""
+CATALOG = abc_catalog_yaml("api", failing="b")
 
 
 @pytest.fixture(scope="module")

@@ -27,20 +27,9 @@ from evaljobs.bench import (BenchError,
                             summarize,
                             write_outputs)
 from evaljobs.cli import main
+from helpers import abc_catalog_yaml
 
-TINY = """
-name: tiny
-scenarios:
-  - key: a
-    prompt: "[sim: say alpha]"
-    expect: {contains: [alpha]}
-  - key: b
-    prompt: "[sim: say beta]"
-    expect: {contains: [beta]}
-  - key: c
-    prompt: "[sim: say gamma]"
-    expect: {contains: [nothing-like-this]}
-"""
+TINY = abc_catalog_yaml("tiny", failing="c")
 
 
 def cell(strategy: str, width: int, wall: float, *, error_rate: float = 0.0, cpu: float | None = None,
