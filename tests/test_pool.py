@@ -25,7 +25,7 @@ from evaljobs.pipeline import broker as evaljobs_broker
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli import main
-from evaljobs.workers.pool import STATE_KEY, Pool, read_pools, validate
+from evaljobs.workers.pool import PUBLISH_EVERY, STATE_KEY, Pool, read_pools, validate
 from helpers import ROOT, ManualClock, plugin_broker, wait_until
 
 NAP = 0.05
@@ -312,8 +312,9 @@ def test_pool_state_in_redis_is_refreshed_and_stale_records_are_dropped(redis_ur
     seconds, _ = client.time()
     client.hset(STATE_KEY, "dead:1", json.dumps({"id": "dead:1", "members": 4, "updated_at": seconds - 120}))
     client.hset(STATE_KEY, "garbage:2", "not json")
+    clock = ManualClock()
     pool = Pool(min=2, max=3, idle_seconds=5, lane="interactive", broker=binding.broker,
-                pool_id="host:42").start()
+                pool_id="host:42", clock=clock).start()
     try:
         pools = read_pools(client)
         assert [p["id"] for p in pools] == ["host:42"]
@@ -322,7 +323,8 @@ def test_pool_state_in_redis_is_refreshed_and_stale_records_are_dropped(redis_ur
                 record["started"], record["queues"]) == (2, 0, 2, 3, "interactive", 0, ["agents"])
         assert client.hkeys(STATE_KEY) == [b"host:42"]  # the stale and unreadable records are gone
         first = record["updated_at"]
-        assert wait_until(lambda: read_pools(client)[0]["updated_at"] > first, 3, 0.1)
+        clock.advance(PUBLISH_EVERY)  # the record is rewritten every PUBLISH_EVERY s of the pool's clock
+        assert wait_until(lambda: read_pools(client)[0]["updated_at"] > first, 3, 0.01)
         assert 0 < client.ttl(STATE_KEY) <= 60
     finally:
         pool.stop()

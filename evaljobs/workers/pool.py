@@ -169,7 +169,8 @@ class Pool:
       broker: the broker (default: Dramatiq's global one, e.g. from ``evaljobs.pipeline.broker.configure``).
       queues: the queues whose backlog the pool serves.
       poll: seconds between controller checks of the backlog.
-      clock: the monotonic clock idle time is measured on (a test passes one it moves by hand).
+      clock: the monotonic clock idle time and the state record's rhythm are measured on (a test
+        passes one it moves by hand).
     """
 
     def __init__(self, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk", *,
@@ -452,7 +453,7 @@ class Pool:
         client = self._client()
         if client is None:
             return
-        now = time.monotonic()
+        now = self.clock()
         if not force and now - self._last_publish < PUBLISH_EVERY:
             return
         self._last_publish = now
