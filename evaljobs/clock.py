@@ -32,6 +32,7 @@ frozen date never sorts a run among older ones.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 #: Module prefixes whose time calls see real time under freezegun (see :func:`shield_from_frozen_time`).
@@ -70,4 +71,30 @@ def shield_from_frozen_time() -> bool:
     return True
 
 
-__all__ = ["SHIELDED", "monotonic", "shield_from_frozen_time", "wall"]
+class ManualClock:
+    """Monotonic seconds that move only when :meth:`advance` is called: the ``clock=`` a test passes.
+
+    ``Pool``, ``SimulatedProvider`` and ``Progress`` take their clock as an argument; a test that
+    moves this one past the instant that matters (an idle timeout, the end of an rpm window) checks
+    the behaviour at its boundary without sleeping through it. freezegun cannot do this for
+    evaljobs' own code, which it leaves on real time (see above). Thread-safe.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = float(start)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock ``seconds`` forward and return the new instant."""
+        if not seconds >= 0:
+            raise ValueError(f"a monotonic clock does not go back ({seconds!r} s)")
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+
+__all__ = ["SHIELDED", "ManualClock", "monotonic", "shield_from_frozen_time", "wall"]

@@ -58,6 +58,20 @@ def test_the_clock_is_real_while_time_is_frozen():
         assert abs(clock.wall() - calendar.timegm((2031, 6, 1, 0, 0, 0))) > 3600
 
 
+def test_a_manual_clock_moves_only_forward_and_only_when_told():
+    from evaljobs.testing import ManualClock
+
+    manual = ManualClock(start=5.0)
+    with freeze_time("2031-06-01", tick=True):
+        assert manual() == 5.0 and manual() == 5.0  # neither real nor frozen time moves it
+    assert manual.advance(2.5) == 7.5 and manual() == 7.5
+    with pytest.raises(ValueError, match="does not go back"):
+        manual.advance(-1)
+    with pytest.raises(ValueError, match="does not go back"):
+        manual.advance(float("nan"))
+    assert manual() == 7.5
+
+
 def test_a_session_outside_pytest_shields_itself(tmp_path):
     """No plugin: a host script that freezes time after creating its Session still completes its run."""
     script = textwrap.dedent(f"""

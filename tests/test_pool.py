@@ -26,7 +26,8 @@ from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli import main
 from evaljobs.workers.pool import PUBLISH_EVERY, STATE_KEY, Pool, read_pools, validate
-from helpers import ROOT, ManualClock, plugin_broker, wait_until
+from evaljobs.testing import ManualClock
+from helpers import ROOT, plugin_broker, wait_until
 
 NAP = 0.05
 

@@ -20,7 +20,8 @@ from evaljobs.providers import (ChatClient,
                                 TransientError,
                                 parse_simulate_options)
 from evaljobs.providers.simulated import server as simulated
-from helpers import ManualClock, wait_until
+from evaljobs.testing import ManualClock
+from helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},

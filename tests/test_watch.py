@@ -21,7 +21,8 @@ from evaljobs.cli import Group
 from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.evaluation.result import Result
-from helpers import ManualClock, WorkerProcess, plugin_broker
+from evaljobs.testing import ManualClock
+from helpers import WorkerProcess, plugin_broker
 
 MODELS = ["sim/a", "sim/b"]
 

@@ -14,6 +14,9 @@ Installing evaljobs registers the pytest plugin :mod:`evaljobs.testing.plugin` (
                         the whole pipeline (start_run → evaluate_scenario × N → finalize_run) on
                         the broker and returns a :class:`FinishedRun`.
 
+:class:`ManualClock` is the ``clock=`` to give ``Pool``, ``SimulatedProvider`` or ``Progress`` in a
+test of time-dependent behaviour: the test moves it instead of sleeping.
+
 The helpers below are what the fixtures use; a host that builds its own broker (say, with
 its middleware) can call :func:`run_catalog` with its own :class:`~evaljobs.Session`.
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Mapping, Sequence
 
 from evaljobs.api import Session
+from evaljobs.clock import ManualClock
 from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs import store
@@ -95,4 +99,4 @@ def run_catalog(session: Session, catalog: str | Path | Mapping[str, Any] | Cata
     return FinishedRun(run=run, results=store.list_results(run.id))
 
 
-__all__ = ["DEFAULT_TIMEOUT", "FinishedRun", "RunDidNotFinish", "as_catalog", "run_catalog"]
+__all__ = ["DEFAULT_TIMEOUT", "FinishedRun", "ManualClock", "RunDidNotFinish", "as_catalog", "run_catalog"]

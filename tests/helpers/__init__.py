@@ -14,10 +14,8 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
-* :mod:`helpers.clock` — a clock the test moves by hand (ETA, idle timeouts, windows) instead of sleeping.
 """
 from helpers.catalogs import abc_catalog_yaml, numbered_catalog
-from helpers.clock import ManualClock
 from helpers.database import full_scans, populate, sql_log, utc_now
 from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
                            expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
@@ -26,7 +24,7 @@ from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
 from helpers.viewer import Viewer
 from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
 
-__all__ = ["abc_catalog_yaml", "numbered_catalog", "ManualClock", "StubBinding", "plugin_broker", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+__all__ = ["abc_catalog_yaml", "numbered_catalog", "StubBinding", "plugin_broker", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
            "WorkerProcess", "evaljobs_cli", "wait_until"]
