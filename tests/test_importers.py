@@ -266,12 +266,19 @@ def test_promptfoo_prompt_sources_and_vars():
 
 def test_promptfoo_assertions_map_onto_native_expectations():
     _, catalog = _catalog(PROMPTFOO)
+    # A test with a threshold is graded as promptfoo grades it: one weighted-list entry per assertion.
     refund = catalog.scenario("prompt-1.refund-question").expect
-    assert refund.contains == ("refund",)                      # icontains
-    assert refund.not_contains == ("as an AI",)                # defaultTest not-icontains
-    assert refund.regex == ("(?:days|weeks)", "Refund")        # contains-any, case-sensitive contains
-    assert refund.judge == "Mentions the Acme refund window."  # llm-rubric, value rendered with vars
-    assert refund.max_latency_ms == 8000                       # defaultTest latency
+    assert refund.weighted and refund.threshold == 0.8
+    checks = [(a["kind"], a.get("expect") or a.get("rubric") or a.get("max_ms")) for a in refund.assertions]
+    assert checks == [
+        ("builtin", {"not_contains": ["as an AI"]}),             # defaultTest not-icontains
+        ("latency", 8000),                                      # defaultTest latency
+        ("builtin", {"contains": ["refund"]}),                   # icontains
+        ("builtin", {"regex": ["Refund"]}),                      # case-sensitive contains
+        ("builtin", {"regex": ["(?:days|weeks)"]}),              # contains-any
+        ("judge", "Mentions the Acme refund window.")]           # llm-rubric, value rendered with vars
+    greeting = catalog.scenario("prompt-1.greeting").expect     # no threshold, no weights: native checks
+    assert not greeting.weighted and greeting.not_contains == ("as an AI",) and greeting.max_latency_ms == 8000
     scenario = catalog.scenario("prompt-1.refund-question")
     assert scenario.pass_threshold == 0.8 and scenario.tags == ("area:billing", "prompt:prompt-1")
     assert catalog.scenario("prompt-1.greeting").pass_threshold == 1.0  # no threshold: every assertion

@@ -23,11 +23,13 @@ GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_t
             "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
 #: How ``expect.ideal`` answers are compared (OpenAI evals' Match / Includes / FuzzyMatch).
 IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
-#: ``expect.assertions`` kinds: ``builtin`` (native checks on the transformed output), ``javascript``
-#: (run in Node), ``python`` (run in a subprocess), ``json_schema`` (validated with jsonschema), and
-#: ``refused`` (skipped at import under --lenient, with its reason: a scenario left with nothing else
-#: to grade is reported as not gradable).
-ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused")
+#: ``expect.assertions`` kinds: ``builtin`` (native checks, on the transformed output if it has
+#: ``transforms``), ``javascript`` (run in Node), ``python`` (run in a subprocess), ``json_schema``
+#: (validated with jsonschema), ``refused`` (skipped at import under --lenient, with its reason: a
+#: scenario left with nothing else to grade is reported as not gradable), and, in a ``weighted`` list
+#: only, ``judge`` (one LLM-judge rubric), ``latency`` (``max_ms``) and ``set`` (a nested list with its
+#: own ``threshold``: promptfoo's assert-set).
+ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
 
 
 def present_criteria(expect: "Expect") -> tuple[str, ...]:
@@ -120,6 +122,12 @@ class Expect:
     reference: str | None = None
     #: Assertions run by an external runtime or a transform chain (promptfoo imports): plain JSON data.
     assertions: tuple[dict[str, Any], ...] = ()
+    #: The scenario is graded by its ``assertions`` alone, combined as promptfoo combines a test's
+    #: assertions: the score is their mean weighted by each one's ``weight`` (default 1); the scenario
+    #: passes when every assertion of non-zero weight passes or, if ``threshold`` is set, when the
+    #: score reaches it. See :mod:`evaljobs.evaluation.weighted`.
+    weighted: bool = False
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)

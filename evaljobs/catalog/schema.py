@@ -59,7 +59,9 @@ _DESCRIPTIONS = {
     "ideal": "Reference answers, compared with `ideal_grader`.",
     "ideal_grader": "How `ideal` answers are compared.",
     "reference": "The LLM judge's reference answer (needs `judge`).",
-    "assertions": "Imported assertions (builtin, javascript, python, json_schema).",
+    "assertions": "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted).",
+    "weighted": "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score).",
+    "threshold": "With `weighted`: the score that passes, whatever the single assertions say (promptfoo's test threshold).",
 }
 
 
@@ -164,7 +166,10 @@ def catalog_schema() -> dict[str, Any]:
         "ideal_grader": _with_null({"enum": list(IDEAL_GRADERS)}),
         "reference": _with_null(nonempty),
         "assertions": _with_null({"type": "array", "items": {
-            "type": "object", "required": ["kind"], "properties": {"kind": {"enum": list(ASSERTION_KINDS)}}}}),
+            "type": "object", "required": ["kind"], "properties": {"kind": {"enum": list(ASSERTION_KINDS)},
+                                                                 "weight": {"type": "number", "minimum": 0}}}}),
+        "weighted": _with_null({"type": "boolean"}),
+        "threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
     }, title="Expect")
     message = _object(_MESSAGE_KEYS, {"role": {"enum": list(ROLES)}, "content": string, "name": string},
                       required=("role", "content"), title="Message")

@@ -119,7 +119,7 @@ _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
 _EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget",
                 "patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader", "reference",
-                "assertions")
+                "assertions", "weighted", "threshold")
 _EXPECTED_TOOL_KEYS = ("name", "arguments")
 _MESSAGE_KEYS = ("role", "content", "name")
 
@@ -630,6 +630,17 @@ class _Context:
             self.add(path + ("reference",), where, "expect.reference is the LLM judge's reference answer; "
                                                    "add expect.judge (the rubric) or remove it")
         assertions = self.assertions(path + ("assertions",), where, raw.get("assertions"))
+        weighted, threshold = raw.get("weighted", False), raw.get("threshold")
+        if not isinstance(weighted, bool):
+            self.add(path + ("weighted",), where, f"expect.weighted must be true or false, not {show(weighted)}")
+            weighted = False
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 <= threshold <= 1):
+            self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
+            threshold = None
+        if threshold is not None and not weighted:
+            self.add(path + ("threshold",), where, "expect.threshold applies to a weighted assertion list; "
+                                                   "add 'weighted: true' or use pass_threshold")
         out = Expect(
             contains=tuple(sorted(contains)),
             not_contains=tuple(sorted(not_contains)),
@@ -645,6 +656,8 @@ class _Context:
             ideal_grader=grader,
             reference=reference,
             assertions=assertions,
+            weighted=weighted,
+            threshold=float(threshold) if threshold is not None else None,
         )
         return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
 
@@ -683,6 +696,13 @@ class _Context:
                 self.add(path + (i,), where, f"expect.assertions[{i}] must be a mapping with 'kind' "
                                              f"({', '.join(ASSERTION_KINDS)}), not {show(item)}")
                 continue
+            weight = item.get("weight", 1)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+                self.add(path + (i, "weight"), where, f"expect.assertions[{i}].weight must be a number >= 0, "
+                                                      f"not {show(weight)}")
+                continue
+            if item["kind"] == "set":  # a nested list: its entries follow the same rules
+                self.assertions(path + (i, "assertions"), where, item.get("assertions") or [])
             value = self.json_value(path + (i,), where, f"expect.assertions[{i}]", item)
             if isinstance(value, dict):
                 out.append(value)

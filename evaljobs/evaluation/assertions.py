@@ -206,7 +206,7 @@ class ProcessRunner:
             elif kind == "json_schema":
                 passed, score, reason = _json_schema(output, assertion.get("schema"))
             elif kind == "builtin":
-                passed, score, reason = _builtin(_as_text(output), assertion.get("expect") or {})
+                passed, score, reason = builtin_checks(_as_text(output), assertion.get("expect") or {})
             else:
                 raise AssertionRefused(f"assertion kind {kind!r} cannot run")
         except AssertionRefused as exc:
@@ -235,7 +235,7 @@ def _json_schema(output: Any, schema: Any) -> tuple[bool, float, str]:
     return True, 1.0, "JSON matches the schema"
 
 
-def _builtin(text: str, expect: dict[str, Any]) -> tuple[bool, float, str]:
+def builtin_checks(text: str, expect: dict[str, Any]) -> tuple[bool, float, str]:
     """A promptfoo built-in assertion (already mapped to native checks) on a transformed output."""
     lowered = text.lower()
     failures = [f"missing {c!r}" for c in expect.get("contains") or [] if c.lower() not in lowered]
@@ -257,9 +257,17 @@ def process_runner() -> ProcessRunner:
         return _RUNNER
 
 
+def _every(assertions):
+    """Every entry, the entries of nested ``set`` entries included (weighted lists)."""
+    for item in assertions:
+        yield item
+        if item.get("kind") == "set":
+            yield from _every(item.get("assertions") or [])
+
+
 def refusal(assertions) -> str | None:
     """Why this catalog's external assertions cannot run in this process (``None``: they can)."""
-    for item in assertions:
+    for item in _every(assertions):
         kind = item.get("kind")
         transforms = item.get("transforms") or ()
         if (kind == "javascript" or transforms) and shutil.which("node") is None:
@@ -272,5 +280,5 @@ def refusal(assertions) -> str | None:
     return None
 
 
-__all__ = ["AssertionRefused", "CALL_TIMEOUT", "NodeRunner", "ProcessRunner", "process_runner", "refusal",
-           "run_python"]
+__all__ = ["AssertionRefused", "CALL_TIMEOUT", "NodeRunner", "ProcessRunner", "builtin_checks", "process_runner",
+           "refusal", "run_python"]

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
+from evaljobs.evaluation.weighted import Outcome, check_outcome, combine
 
 CRITERIA = (
     "response_present",
@@ -168,6 +169,8 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     """
     if replay.error:
         return Grades(status=ERRORED, score=0.0, fault="run_error", details={"error": replay.error})
+    if scenario.expect.weighted:
+        return _grade_weighted(scenario, replay, judge, assertions)
 
     expect = scenario.expect
     gates = set(expect.gates)
@@ -315,3 +318,71 @@ def _fault(scores: dict[str, float], tool_errors: list) -> str:
         if scores.get(criterion, 1.0) < 1.0:
             return CRITERION_FAULT[criterion]
     return "low_quality"
+
+
+class _NoVerdict(Exception):
+    """The weighted list cannot be graded: ``fault`` says why (``not_gradable``, ``judge_unavailable``)."""
+
+    def __init__(self, fault: str, why: str):
+        super().__init__(why)
+        self.fault = fault
+
+
+def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
+                    runner: AssertionRunner | None) -> Grades:
+    """``expect.weighted``: the assertion list alone decides, combined as promptfoo combines a test's."""
+    expect = scenario.expect
+    answer = replay.answer or ""
+    details: dict[str, Any] = {}
+    refused = [a for a in expect.assertions if a.get("kind") == "refused"]
+    if refused:
+        details["not_graded"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
+    if refused and len(refused) == len(expect.assertions):
+        details["not_gradable"] = details.pop("not_graded")
+        return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
+
+    def evaluate(entry: dict) -> Outcome | None:
+        kind, label = entry.get("kind"), entry.get("label") or entry.get("kind")
+        if kind == "builtin" and not entry.get("transforms"):
+            return check_outcome(entry, answer)
+        if kind == "latency":
+            passed = replay.duration_ms <= entry["max_ms"]
+            return Outcome(label, passed, 1.0 if passed else 0.0, f"{replay.duration_ms} ms (max {entry['max_ms']})",
+                           None if passed else "too_slow")
+        if kind == "judge":
+            if judge is None:
+                raise _NoVerdict("not_gradable", f"{label}: no LLM judge in this process")
+            verdict = judge(replace(scenario, expect=replace(expect, judge=entry["rubric"])), replay)
+            if verdict is None:
+                details.setdefault("skipped", []).append(f"{label}: the run's judge-call cap is reached")
+                return None
+            info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
+                    "tokens": verdict.input_tokens + verdict.output_tokens}
+            details.setdefault("judge", info)  # the first judge call, shown by every report
+            if verdict.error:
+                info.update(score=None, reason=verdict.error)
+                details["judge"] = info
+                raise _NoVerdict("judge_unavailable", verdict.error)
+            score = max(0.0, min(1.0, float(verdict.score)))
+            info.update(score=score, reason=verdict.reason)
+            passed = score >= float(entry.get("threshold", 1.0))  # no threshold: full marks, as the judge criterion
+            return Outcome(label, passed, score, verdict.reason, None if passed else "low_quality")
+        if runner is None:
+            raise _NoVerdict("not_gradable", "no assertion runner in this process")
+        try:
+            passed, value, reason = runner(entry, answer, scenario)
+        except AssertionRefused as exc:
+            raise _NoVerdict("not_gradable", str(exc)) from None
+        return Outcome(label, bool(passed), float(value), reason, None if passed else "assertion_failed")
+
+    try:
+        verdict = combine(expect.assertions, expect.threshold, evaluate)
+    except _NoVerdict as exc:
+        details["not_gradable" if exc.fault == "not_gradable" else "error"] = [str(exc)]
+        return Grades(status=ERRORED, score=0.0, fault=exc.fault, details=details)
+    score = round(verdict.score, 6)
+    details["assertions"] = [o.as_detail() for o in verdict.children]
+    details["weighted"] = {"threshold": expect.threshold, "reason": verdict.reason}
+    if verdict.passed:
+        return Grades(status=PASSED, score=score, scores={"assertions": score}, details=details)
+    return Grades(status=FAILED, score=score, scores={"assertions": score}, fault=verdict.fault, details=details)

@@ -16,6 +16,7 @@ from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_s
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.grading import Judge, JudgeVerdict
 from evaljobs.evaluation.replay import Replay
+from evaljobs.evaluation.weighted import walk
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.errors import ProviderError, RateLimited
 from evaljobs.providers.governor import Busy
@@ -40,6 +41,8 @@ def judge_model_for(scenario: Scenario, run_judge_model: str | None, providers: 
 
 
 def _judged(scenario: Scenario) -> bool:
+    if scenario.expect.weighted:  # a weighted list calls the judge for each of its judge entries
+        return any(entry.get("kind") == "judge" for entry in walk(scenario.expect.assertions))
     criteria = scenario.criteria
     return bool(scenario.expect.judge) and (criteria is None or "llm_judge" in criteria
                                             or "llm_judge" in scenario.expect.gates)

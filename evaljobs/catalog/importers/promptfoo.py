@@ -70,7 +70,7 @@ import yaml
 
 from evaljobs.catalog import yaml12
 from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill, merge_expect,
-                                                             options_transform)
+                                                             needs_weights, options_transform)
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, render, slug
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
@@ -154,15 +154,21 @@ def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], 
         transform = options_transform(default, ("defaultTest",), "defaultTest", problems)
     ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs)
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
+    entries: list = []  # the same assertions, one weighted-list entry each (defaultTest's first, as promptfoo)
     expect = merge_expect(convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
-                            variables, fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx),
-                    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx))
+                            variables, fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx, entries=entries),
+                    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx,
+                                       entries=entries))
     threshold = test.get("threshold", default.get("threshold"))
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
         problems.error(path + ("threshold",), where,
                        f"threshold must be a number from 0 to 1, not {threshold!r}")
         threshold = None
+    if needs_weights(entries, threshold):  # promptfoo's weighted score decides: grade exactly that way
+        expect = {"weighted": True, "assertions": entries}
+        if threshold is not None:
+            expect["threshold"] = float(threshold)
     return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
                  variables=variables, expect=expect, threshold=threshold,
                  tags=_metadata_tags(test.get("metadata")))

@@ -37,11 +37,15 @@ def fill(text: str, variables: dict[str, Any], problems: Problems, missing_at: t
 
 
 def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, variables: dict[str, Any],
-            *, fill_at: tuple[tuple, str] | None = None, ctx: "AssertContext | None" = None) -> dict[str, Any]:
+            *, fill_at: tuple[tuple, str] | None = None, ctx: "AssertContext | None" = None,
+            entries: list | None = None) -> dict[str, Any]:
     """Native ``expect`` for a list of promptfoo assertions.
 
     ``fill_at`` names the (path, entry) to blame for a missing var, when that is
     not where the assertion is written (defaultTest asserts rendered per test).
+    ``entries``, when given, also receives one weighted-list entry per assertion
+    (``expect.assertions`` of a ``weighted`` scenario: each with its ``weight``,
+    an ``assert-set`` as a ``set``), for the tests promptfoo scores by weight.
     """
     if raw is None:
         return {}
@@ -60,12 +64,32 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
             continue
-        check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
         kind = item["type"]
-        for key, why in (("weight", "each assertion counts once here"),
-                         ("provider", "the judge model is the run's (judge_model / --judge-model)"),
+        label = f"{where}: assertion #{i + 1} ({kind})"
+        weight = item.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            problems.error(apath + ("weight",), where, f"assertion #{i + 1} ({kind}): weight must be a number "
+                                                       f">= 0, not {weight!r}")
+            continue
+        if kind == "assert-set":
+            check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _SET_KEYS)
+            children: list = []
+            out = _merge(out, convert_assertions(item.get("assert"), problems, apath + ("assert",), where, variables,
+                                                 fill_at=fill_at, ctx=ctx, entries=children))
+            threshold = item.get("threshold")
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+                problems.error(apath + ("threshold",), where, f"assert-set threshold must be a number, not "
+                                                              f"{threshold!r}")
+                continue
+            if entries is not None:
+                entries.append(_weighed({"kind": "set", "assertions": children, "label": label,
+                                         **({"threshold": float(threshold)} if threshold is not None else {})},
+                                        weight))
+            continue
+        check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
+        for key, why in (("provider", "the judge model is the run's (judge_model / --judge-model)"),
                          ("rubricPrompt", "evaljobs' judge prompt is used")):
-            if item.get(key) is not None and not (key == "weight" and item[key] == 1):
+            if item.get(key) is not None:
                 problems.warn(apath + (key,), where, f"assertion #{i + 1} ({kind}): {key} is not used by "
                                                      f"evaljobs ({why}); ignored")
         value = item.get("value")
@@ -76,23 +100,66 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
             elif isinstance(value, list):
                 value = [fill(v, variables, problems, missing_at, bad_at, f"assertion '{kind}'")
                          if isinstance(v, str) else v for v in value]
-        label = f"{where}: assertion #{i + 1} ({kind})"
+        single: dict[str, Any] = {}
         try:
-            if _external(kind, value, item, out, ctx, label) or _transformed(kind, value, item, out, ctx, label):
+            if _external(kind, value, item, single, ctx, label) or _transformed(kind, value, item, single, ctx, label):
                 problems.count("external")
             else:
-                _assertion(kind, value, item, out)
+                _assertion(kind, value, item, single)
                 problems.count("mapped")
         except _Unsupported as exc:
             problems.count("refused")
             problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
                                  "remove it")
             if problems.lenient:
-                out.setdefault("assertions", []).append({"kind": "refused", "label": label,
-                                                         "reason": f"{kind} {exc.reason}"})
+                single["assertions"] = [{"kind": "refused", "label": label, "reason": f"{kind} {exc.reason}"}]
         except _BadValue as exc:
             problems.error(apath, where, f"assertion {kind!r}: {exc.reason}")
+            continue
+        out = _merge(out, single)
+        if entries is not None:
+            entries.append(_weighed(_entry(single, item, label), weight))
     return out
+
+
+_SET_KEYS = ("type", "assert", "threshold", "weight", "metric")
+
+
+def _merge(out: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
+    """One assertion's native checks added to the test's (external assertions are all kept, in order)."""
+    merged = merge_expect(out, {k: v for k, v in single.items() if k != "assertions"})
+    if single.get("assertions"):
+        merged["assertions"] = list(out.get("assertions") or []) + list(single["assertions"])
+    return merged
+
+
+def _entry(single: dict[str, Any], item: dict, label: str) -> dict[str, Any]:
+    """One promptfoo assertion as one entry of a weighted list."""
+    if single.get("assertions"):
+        return dict(single["assertions"][0])
+    if "judge" in single:
+        entry: dict[str, Any] = {"kind": "judge", "rubric": single["judge"], "label": label}
+        threshold = item.get("threshold")
+        if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+            entry["threshold"] = float(threshold)
+        return entry
+    if "max_latency_ms" in single:
+        return {"kind": "latency", "max_ms": single["max_latency_ms"], "label": label}
+    return {"kind": "builtin", "expect": single, "label": label}
+
+
+def _weighed(entry: dict[str, Any], weight: float) -> dict[str, Any]:
+    if weight != 1:
+        entry["weight"] = weight
+    return entry
+
+
+def needs_weights(entries: list, threshold: float | None) -> bool:
+    """Whether promptfoo's weighted scoring can give another verdict than "every assertion passes"."""
+    def special(entry: dict) -> bool:
+        return ("weight" in entry or entry.get("kind") == "set"
+                or (entry.get("kind") == "judge" and "threshold" in entry))
+    return threshold is not None or any(special(e) for e in entries)
 
 
 _CODE_TYPES = ("javascript", "not-javascript", "python", "not-python")
@@ -345,4 +412,5 @@ def merge_expect(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any
     return out
 
 
-__all__ = ["AssertContext", "JSON_REGEX", "Refs", "convert_assertions", "fill", "merge_expect", "options_transform"]
+__all__ = ["AssertContext", "JSON_REGEX", "Refs", "convert_assertions", "fill", "merge_expect", "needs_weights",
+           "options_transform"]
