@@ -14,7 +14,7 @@ from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
-from evaljobs.evaluation.weighted import Outcome, check_outcome, combine
+from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of
 
 CRITERIA = (
     "response_present",
@@ -373,7 +373,7 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
             passed, value, reason = runner(entry, answer, scenario)
         except AssertionRefused as exc:
             raise _NoVerdict("not_gradable", str(exc)) from None
-        return Outcome(label, bool(passed), float(value), reason, None if passed else "assertion_failed")
+        return Outcome(label, bool(passed), float(value), reason, None if passed else fault_of(entry))
 
     try:
         verdict = combine(expect.assertions, expect.threshold, evaluate)

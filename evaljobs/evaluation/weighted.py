@@ -89,12 +89,17 @@ def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "
 
 def check_outcome(entry: dict, text: str) -> Outcome:
     """A ``builtin`` entry without transforms: the native checks, in this process."""
-    checks = entry.get("expect") or {}
-    passed, score, reason = builtin_checks(text, checks)
-    fault = None
-    if not passed:
-        fault = next((f for name, f in _CHECK_FAULTS if checks.get(name)), "assertion_failed")
-    return Outcome(label=entry.get("label") or "builtin", passed=passed, score=score, reason=reason, fault=fault)
+    passed, score, reason = builtin_checks(text, entry.get("expect") or {})
+    return Outcome(label=entry.get("label") or "builtin", passed=passed, score=score, reason=reason,
+                   fault=None if passed else fault_of(entry))
+
+
+def fault_of(entry: dict) -> str:
+    """The fault a failed entry stands for: a native check's own, else ``assertion_failed``."""
+    if entry.get("kind") == "builtin":
+        checks = entry.get("expect") or {}
+        return next((f for name, f in _CHECK_FAULTS if checks.get(name)), "assertion_failed")
+    return "assertion_failed"
 
 
 def walk(entries):
@@ -105,4 +110,4 @@ def walk(entries):
             yield from walk(entry.get("assertions") or [])
 
 
-__all__ = ["Outcome", "check_outcome", "combine", "walk"]
+__all__ = ["Outcome", "check_outcome", "combine", "fault_of", "walk"]

@@ -60,6 +60,7 @@ YAML is read as YAML 1.2, as promptfoo reads it: ``body: Yes`` is the text "Yes"
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import os
 import re
@@ -75,7 +76,7 @@ from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, re
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",
-                "writeLatestResults", "tags", "metadata", "$schema")
+                "writeLatestResults", "tags", "metadata", "$schema", "derivedMetrics")
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
 _DEFAULT_TEST_KEYS = ("vars", "assert", "threshold", "options", "metadata")
 _PROMPT_FILE_TEXT = (".txt", ".md", ".prompt", ".j2", ".njk")
@@ -87,7 +88,8 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     for key in data:
         if key in _IGNORED_TOP:
             problems.warn((key,), "", f"{key!r} is ignored by evaljobs"
-                          + ("; choose the models with -m" if key == "providers" else ""))
+                          + ("; choose the models with -m" if key == "providers" else "")
+                          + (" (named metrics do not change a verdict)" if key == "derivedMetrics" else ""))
         elif key not in _TOP_KEYS:
             problems.unsupported((key,), "", f"top-level key {key!r} is not supported by evaljobs",
                                  "remove it")
@@ -116,11 +118,15 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
         seen.add(test.key)
 
     groups = []
-    for pid, plabel, content in prompts:
-        scenarios = [_scenario(pid, content, test, problems) for test in converted]
+    for pid, plabel, content, parse_json in prompts:
+        scenarios = [_scenario(pid, content, test, problems, parse_json) for test in converted]
         if scenarios:
             groups.append({"name": plabel, "tags": [f"prompt:{pid}"], "scenarios": scenarios})
     out["groups"] = groups
+    if prompts and all(parse_json for *_, parse_json in prompts) and problems.counts.get("mapped"):
+        # Every prompt's answer is parsed as JSON first (in Node): no assertion runs as a native check.
+        problems.counts["external"] = problems.counts.get("external", 0) + problems.counts["mapped"]
+        problems.counts["mapped"] = 0
     if not problems.errors and not (prompts and converted):
         problems.error(("tests",) if prompts else ("prompts",), "",
                        f"no {'tests' if prompts else 'prompts'}; a promptfoo config needs prompts and tests")
@@ -138,6 +144,8 @@ class _Test:
     expect: dict[str, Any]
     threshold: float | None
     tags: list[str]
+    #: The same assertions as a weighted list (one entry each), whether or not ``expect`` is that list.
+    entries: list
 
 
 def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], problems: Problems,
@@ -171,11 +179,12 @@ def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], 
             expect["threshold"] = float(threshold)
     return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
                  variables=variables, expect=expect, threshold=threshold,
-                 tags=_metadata_tags(test.get("metadata")))
+                 tags=_metadata_tags(test.get("metadata")), entries=entries)
 
 
-def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[str, Any]:
-    """One prompt x one test."""
+def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_json: bool = False) -> dict[str, Any]:
+    """One prompt x one test (``parse_json``: the prompt asks for a JSON-schema answer, which promptfoo's
+    provider parses before the assertions see it: they get the parsed value here too)."""
     scenario: dict[str, Any] = {"key": f"{pid}.{test.key}"}
     blame, what = (test.path, test.where), f"prompt '{pid}'"
     if isinstance(content, str):
@@ -183,7 +192,11 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[s
     else:
         scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, None,
                                                       what)) for m in content]
-    if test.expect:
+    if parse_json and test.entries:
+        scenario["expect"] = {"weighted": True, "assertions": _parsed(test.entries)}
+        if test.threshold is not None:
+            scenario["expect"]["threshold"] = float(test.threshold)
+    elif test.expect:
         scenario["expect"] = copy.deepcopy(test.expect)  # each scenario owns its data
     # promptfoo passes a test only when every assertion passes, unless the test sets a threshold.
     scenario["pass_threshold"] = float(test.threshold) if test.threshold is not None else 1.0
@@ -194,28 +207,70 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems) -> dict[s
     return scenario
 
 
+#: promptfoo's OpenAI provider, for a ``response_format`` of type ``json_schema``: ``output = JSON.parse(output)``
+#: when it parses (the text is kept when it does not).
+PARSE_JSON = ("typeof output === 'string' ? (() => { try { return JSON.parse(output); } catch (e) { return output; } })()"
+              " : output")
+
+
+def _parsed(entries: list) -> list:
+    """Weighted entries that see the parsed answer: a JSON parse leads every transform chain (in Node)."""
+    out = copy.deepcopy(entries)
+    for entry in out:
+        kind = entry.get("kind")
+        if kind == "set":
+            entry["assertions"] = _parsed(entry.get("assertions") or [])
+        elif kind not in ("judge", "latency", "refused"):  # the judge and the latency see the answer as it came
+            entry["transforms"] = [PARSE_JSON] + list(entry.get("transforms") or [])
+    return out
+
+
+def _prompt_config(config: Any, problems: Problems, path: tuple, where: str) -> bool:
+    """A prompt's ``config`` (provider options): only a JSON-schema ``response_format`` changes a verdict."""
+    if config is None:
+        return False
+    if not isinstance(config, dict):
+        problems.error(path + ("config",), where, "config must be a mapping of provider options")
+        return False
+    for key in config:
+        if key != "response_format":
+            problems.warn(path + ("config", key), where, f"config.{key} is a provider option evaljobs does not "
+                                                         f"send; ignored")
+    fmt = config.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        problems.warn(path + ("config", "response_format"), where,
+                      "config.response_format is not sent to the model (ask for JSON in the prompt); the "
+                      "answer is parsed as JSON before the assertions, as promptfoo's provider does")
+        return True
+    if fmt is not None:
+        problems.warn(path + ("config", "response_format"), where, "config.response_format is not sent to the "
+                                                                   "model; ignored")
+    return False
+
+
 # --------------------------------------------------------------------------- prompts
 
 
-def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, Any]]:
-    """``(id, label, content)`` per prompt; content is a string or a list of chat messages."""
+def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, Any, bool]]:
+    """``(id, label, content, parse_json)`` per prompt; content is a string or a list of chat messages."""
     if raw is None:
         problems.error((), "", "missing 'prompts'")
         return []
-    entries: list[tuple[tuple, Any, str | None, str | None]] = []  # (path, text or file ref, id, label)
+    entries: list[tuple[tuple, Any, str | None, str | None, bool]] = []  # (path, text or ref, id, label, parse)
     if isinstance(raw, str):
-        entries.append((("prompts",), raw, None, None))
+        entries.append((("prompts",), raw, None, None, False))
     elif isinstance(raw, dict):  # {file://path or text: label}
         for ref, label in raw.items():
             label = label if isinstance(label, str) and label.strip() else None
-            entries.append((("prompts", ref), ref, label, label))
+            entries.append((("prompts", ref), ref, label, label, False))
     elif isinstance(raw, list):
         for i, item in enumerate(raw):
             path = ("prompts", i)
             if isinstance(item, str):
-                entries.append((path, item, None, None))
+                entries.append((path, item, None, None, False))
             elif isinstance(item, dict):
-                check_keys(problems, path, f"prompt #{i + 1}", item, ("id", "label", "raw"))
+                check_keys(problems, path, f"prompt #{i + 1}", item, ("id", "label", "raw", "config"))
+                parse_json = _prompt_config(item.get("config"), problems, path, f"prompt #{i + 1}")
                 ident, label, text = item.get("id"), item.get("label"), item.get("raw")
                 if text is None and isinstance(ident, str) and ident.startswith("file://"):
                     text, ident = ident, None
@@ -225,7 +280,7 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
                     continue
                 label = label if isinstance(label, str) and label.strip() else None
                 ident = ident if isinstance(ident, str) and ident.strip() else label
-                entries.append((path, text, ident, label))
+                entries.append((path, text, ident, label, parse_json))
             else:
                 problems.error(path, f"prompt #{i + 1}",
                                f"must be a string or {{id, label, raw}}, not {item!r}")
@@ -233,9 +288,9 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
         problems.error(("prompts",), "", "prompts must be a list of prompts")
         return []
 
-    out: list[tuple[str, str, Any]] = []
+    out: list[tuple[str, str, Any, bool]] = []
     seen: set[str] = set()
-    for n, (path, text, ident, label) in enumerate(entries, 1):
+    for n, (path, text, ident, label, parse_json) in enumerate(entries, 1):
         where = f"prompt #{n}"
         if text.startswith("file://"):
             loaded = _prompt_file(text[len("file://"):], problems, path, where, base)
@@ -245,13 +300,13 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
                 pid = stem if len(loaded) == 1 else f"{stem}-{j}"
                 shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
                 _check_expressions(content, problems, path, where)
-                out.append((pid, shown, content))
+                out.append((pid, shown, content, parse_json))
         else:
             content = _chat(text) or text
             pid = key_part(ident or "") or f"prompt-{n}"
             _check_expressions(content, problems, path, where)
-            out.append((pid, label or pid, content))
-    for pid, _, _ in out:
+            out.append((pid, label or pid, content, parse_json))
+    for pid, *_ in out:
         if pid in seen:
             problems.error(("prompts",), "",
                            f"two prompts have the id {pid!r}; give them distinct ids or labels")
@@ -323,17 +378,18 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
     if isinstance(raw, str) and raw.startswith("file://"):
         ref = raw[len("file://"):]
         file = ref if os.path.isabs(ref) else os.path.join(base, ref)
-        if not file.lower().endswith((".yaml", ".yml", ".json")):
-            problems.unsupported(path, "tests", f"tests file {ref!r} is not YAML or JSON (CSV and code are "
-                                                f"not read by evaljobs)", "convert it to YAML")
+        if not file.lower().endswith((".yaml", ".yml", ".json", ".csv")):
+            problems.unsupported(path, "tests", f"tests file {ref!r} is not YAML, JSON or CSV (code is "
+                                                f"not run by evaljobs)", "convert it to YAML")
             return []
         if not os.path.isfile(file):
             problems.error(path, "tests", f"tests file {ref!r} not found (looked for {file})")
             return []
         try:
-            raw = yaml12.load(read_text(file))
-        except yaml.YAMLError as exc:
-            problems.error(path, "tests", f"tests file {ref!r} is not valid YAML: {str(exc).splitlines()[0]}")
+            raw = _csv_tests(file, ref, problems) if file.lower().endswith(".csv") else yaml12.load(read_text(file))
+        except (yaml.YAMLError, csv.Error) as exc:
+            problems.error(path, "tests", f"tests file {ref!r} is not valid {'CSV' if file.lower().endswith('.csv') else 'YAML'}: "
+                                          f"{str(exc).splitlines()[0]}")
             return []
     if not isinstance(raw, list):
         problems.error(path, "tests", "tests must be a list of tests (or a file:// YAML file of them)")
@@ -346,6 +402,23 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
             continue
         out.append((path + (i,), test))
     return out
+
+
+def _csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
+    """promptfoo's CSV tests: a header row, one test per row; each column is a var, except ``__description``.
+
+    The other special columns (``__expected``, ``__threshold``, ``__metadata:*``...) are refused by name.
+    """
+    with open(file, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    columns = list(rows[0]) if rows else []
+    for column in columns:
+        if column.startswith("__") and column != "__description":
+            problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {column!r} is not read by "
+                                                      f"evaljobs (only vars and __description are)",
+                                 "write its assertions under defaultTest.assert")
+    return [{"vars": {k: v for k, v in row.items() if k and not k.startswith("__")},
+             **({"description": row["__description"]} if row.get("__description") else {})} for row in rows]
 
 
 def _vars(raw: Any, problems: Problems, path: tuple, where: str, base: str) -> dict[str, Any]:
