@@ -11,12 +11,20 @@ The rules, as ActiveAgent applies them (first that fires is the fault; none: pas
 
 1. run_error                — the replay errored (status ``errored``), or the answer is blank
 2. tool_error               — any tool call failed
-3. missing_capability       — (not modelled by evaljobs; the answers below never trip its phrase list)
+3. missing_capability       — the answer matches one of CAPABILITY_REFUSALS, unless a tool was called and
+                              the mean score (Scorer.mean, rounded to 3 places) reaches PASS_THRESHOLD
 4. expected_tool_not_called — expected tools given and none of them was called ("any of")
-5. ungrounded_answer        — (not modelled; the answers below state no ids, dates or counts)
+5. ungrounded_answer        — the agent had tools, called none, and the answer matches one of
+                              SPECIFIC_CLAIMS (an id, a date, a count)
 6. forbidden_content        — a not_contains pattern matches (case-insensitive substring, else regex)
 7. missing_content          — a contains pattern does not match (same matching rule)
 8. low_quality              — the mean score, or the mean judge grade, is below PASS_THRESHOLD (0.7)
+
+Scorer#score gives expected_tools (1 if any expected tool was called), expected_content (the fraction of
+contains patterns that match, rounded to 3 places), forbidden_content (0 on any hit) and tools_succeeded
+(when a tool was called). The agent's tools ("available_tools", the agent's roster in ActiveAgent) are
+the tools the imported scenario offers the model: the ones it declares and the expected tools the
+importer declares for it.
 """
 from __future__ import annotations
 
@@ -34,18 +42,27 @@ from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 DATA = Path(__file__).parent / "data" / "activeagent"
 PASS_THRESHOLD = 0.7
 
-# diagnosis.rb's phrase lists, to check that the chosen answers do not reach the two unmodelled rules.
+# diagnosis.rb's phrase lists (commit be5ec62), transcribed here on their own: the test does not use
+# evaljobs' copy, so a drift in either shows.
 REFUSED_VERBS = "have|access|retrieve|look up|query|check|view|search"
 CAPABILITY_REFUSALS = [
     re.compile(rf"\bI(?:'m| am)? (?:do not |don't |cannot |can't |unable to |not able to )(?:currently )?"
                rf"(?:{REFUSED_VERBS})\b", re.I),
     re.compile(r"\b(?:no|don't have (?:a|any)) tools? (?:is |are )?(?:available|that can|to)\b", re.I),
+    re.compile(r"\bnot (?:something|able|possible) (?:I|to) (?:can|am able to )?(?:do|access|retrieve|look up)\b",
+               re.I),
     re.compile(r"\bI (?:don't|do not) have (?:the ability|a way|access|visibility|the tools?)\b", re.I),
     re.compile(r"\boutside (?:of )?(?:my|the) (?:capabilities|available tools|scope)\b", re.I),
+    re.compile(r"\bcan(?:'|no)t (?:be )?(?:done|determined|answered) with (?:the|my) (?:current|available) tools\b",
+               re.I),
 ]
-SPECIFIC_CLAIMS = [re.compile(r"#\d+\b"), re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
-                   re.compile(r"\b(?:you have|there are|there is|we have|I found|found|showing|a total of)\s+"
-                              r"(?:\*\*)?\d+\b", re.I)]
+SPECIFIC_CLAIMS = [
+    re.compile(r"#\d+\b"), re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
+    re.compile(r"\b(?:you have|there are|there is|we have|I found|found|showing|a total of)\s+(?:\*\*)?\d+\b", re.I),
+    re.compile(r"\b\d+\s+(?:\*\*)?(?:open|overdue|pending|active|closed|resolved|completed|unpaid|outstanding|new|"
+               r"matching|records?|results?|rows?|entries|items?|tickets?|orders?|tasks?|issues?|invoices?|customers?|"
+               r"users?|milestones?)\b", re.I),
+]
 
 
 def matches_pattern(text: str, pattern: str) -> bool:
@@ -66,33 +83,37 @@ def activeagent_verdict(raw: dict, replay: Replay) -> tuple[str, str | None]:
     tools = list(expect.get("tools") or [])
     contains = [str(p) for p in expect.get("contains") or []]
     forbidden = [str(p) for p in expect.get("not_contains") or []]
+    available = {t["name"] for t in raw.get("tools") or [] if isinstance(t, dict)} | set(tools)
     answer = replay.answer or ""
     called = [c.name for c in replay.tool_calls]
+    scores = []  # Scorer#score
+    if tools:
+        scores.append(1.0 if set(tools) & set(called) else 0.0)
+    if contains:
+        scores.append(round(sum(matches_pattern(answer, p) for p in contains) / len(contains), 3))
+    if forbidden:
+        scores.append(0.0 if any(matches_pattern(answer, p) for p in forbidden) else 1.0)
+    if replay.tool_calls:
+        scores.append(0.0 if any(c.error for c in replay.tool_calls) else 1.0)
+    mean = round(sum(scores) / len(scores), 3) if scores else None  # Scorer.mean
     if replay.error:
-        return ERRORED, "run_error"
+        return ERRORED, "run_error"                                                     # rule 1
     if not answer.strip():
         return FAILED, "run_error"
-    assert not any(p.search(answer) for p in CAPABILITY_REFUSALS + SPECIFIC_CLAIMS), answer
     if any(c.error for c in replay.tool_calls):
-        return FAILED, "tool_error"
+        return FAILED, "tool_error"                                                     # rule 2
+    if any(p.search(answer) for p in CAPABILITY_REFUSALS) and not (called and (mean or 0.0) >= PASS_THRESHOLD):
+        return FAILED, "missing_capability"                                             # rule 3
     if tools and not set(tools) & set(called):
-        return FAILED, "expected_tool_not_called"
+        return FAILED, "expected_tool_not_called"                                       # rule 4
+    if available and not called and any(p.search(answer) for p in SPECIFIC_CLAIMS):
+        return FAILED, "ungrounded_answer"                                              # rule 5
     if any(matches_pattern(answer, p) for p in forbidden):
-        return FAILED, "forbidden_content"
+        return FAILED, "forbidden_content"                                              # rule 6
     if any(not matches_pattern(answer, p) for p in contains):
-        return FAILED, "missing_content"
-    scores = []  # Scorer#score: every score is 1.0 here once the rules above did not fire
-    if tools:
-        scores.append(1.0)
-    if contains:
-        scores.append(sum(matches_pattern(answer, p) for p in contains) / len(contains))
-    if forbidden:
-        scores.append(1.0)
-    if replay.tool_calls:
-        scores.append(1.0)
-    mean = sum(scores) / len(scores) if scores else None
+        return FAILED, "missing_content"                                                # rule 7
     if mean is not None and mean < PASS_THRESHOLD:
-        return FAILED, "low_quality"
+        return FAILED, "low_quality"                                                    # rule 8
     return PASSED, None
 
 
@@ -130,6 +151,11 @@ def _answers(raw: dict) -> list[Replay]:
         Replay(answer=f"Here you go: {wanted} {banned}".strip(), tool_calls=right),  # forbidden content
         Replay(answer="Here you go.", tool_calls=right),                             # missing content
         Replay(answer=f"HERE: {wanted.upper()}", tool_calls=right),                  # case does not matter
+        Replay(answer="I don't have access to your account.", tool_calls=right),     # refusal, low score
+        Replay(answer=f"I don't have access to that, but: {wanted}".strip(), tool_calls=right),  # refusal, passes
+        Replay(answer="Sorry, that is outside my capabilities."),                    # refusal, no tool
+        Replay(answer=f"Here you go: {wanted}. You have 3 open tickets, see #4411."),  # specifics, no tool
+        Replay(answer=f"Here you go: {wanted}. You have 3 open tickets.", tool_calls=right),  # grounded
     ]
 
 
@@ -150,9 +176,10 @@ def test_every_scenario_gets_activeagents_verdict_and_fault(fixture):
             assert (graded.status, graded.fault) == expected, (key, replay.answer, replay.tool_calls, graded)
             outcomes.add(expected)
             checked += 1
-    assert checked == 9 * len(raws)
+    assert checked == 14 * len(raws)
     assert {(PASSED, None), (FAILED, "run_error"), (ERRORED, "run_error"), (FAILED, "tool_error")} <= outcomes
     assert (FAILED, "expected_tool_not_called") in outcomes and (FAILED, "missing_content") in outcomes
+    assert (FAILED, "missing_capability") in outcomes
     if fixture == "support_suite.yml":
         assert (FAILED, "forbidden_content") in outcomes
 
@@ -213,3 +240,66 @@ def test_set_judge_as_llm_mapping_gives_rubric_and_judge_model():
     assert (x.expect.judge, x.judge_model) == ("Polite and exact.", "sim/judge")
     assert y.expect.judge == TASK_COMPLETION and y.judge_model is None
     assert z.expect.judge == "A rubric string." and "llm_judge" in z.expect.gates
+
+
+HEURISTICS_SUITE = """
+suite: heuristics
+groups:
+  - key: g
+    scenarios:
+      - key: tickets
+        prompt: How many tickets are open?
+        tools:
+          - {name: count_tickets, description: Counts tickets by status}
+      - key: no_tools
+        prompt: How many tickets are open?
+      - key: two_forbidden
+        prompt: Look up order 7.
+        expect:
+          tools: [lookup_order]
+          contains: [order, shipped]
+          not_contains: [password, secret]
+"""
+
+
+HEURISTIC_CASES = [
+    ("tickets", "There are 4 open tickets.", []),                        # ungrounded: a count, no tool called
+    ("tickets", "Ticket #1234 was opened on 2024-05-01.", []),           # an id and a date
+    ("tickets", "There are 4 open tickets.", ["count_tickets"]),         # grounded in a tool call
+    ("tickets", "Here are three options for you.", []),                 # prose numbers are not claims
+    ("tickets", "I cannot check the ticket system.", []),               # missing_capability first
+    ("no_tools", "There are 4 open tickets.", []),                      # no tools: the judge's call, not a rule
+    ("no_tools", "That is not something I can do.", []),
+    ("two_forbidden", "I can't look up orders; your order: password", ["lookup_order"]),  # mean below 0.7
+    ("two_forbidden", "I can't look up the order, but order 7 shipped.", ["lookup_order"]),  # mean 1.0: passes
+    ("two_forbidden", "I can't look up the order 7 shipped secret", ["lookup_order"]),  # refusal skipped, forbidden
+]
+
+
+@pytest.mark.parametrize("key, answer, called", HEURISTIC_CASES)
+def test_the_two_heuristics_give_activeagents_fault(key, answer, called):
+    import yaml
+
+    from evaljobs.catalog.importers import Problems
+    from evaljobs.catalog.importers.activeagent import convert_suite
+
+    raw_suite = yaml.safe_load(HEURISTICS_SUITE)
+    data, _ = convert_suite(raw_suite, Problems("heuristics.yml"))
+    scenario = parse_catalog(data).scenario(f"g.{key}")
+    raw = next(s for s in raw_suite["groups"][0]["scenarios"] if s["key"] == key)
+    replay = Replay(answer=answer, tool_calls=[ToolCall(name, {}) for name in called])
+    expected = activeagent_verdict(raw, replay)
+    graded = grade(scenario, replay)
+    assert (graded.status, graded.fault) == expected, (answer, graded.details)
+    if expected[1] in ("missing_capability", "ungrounded_answer"):
+        assert graded.details["diagnosis"][expected[1]]  # the quoted evidence
+
+
+def test_the_heuristic_cases_cover_every_outcome():
+    import yaml
+
+    raws = {s["key"]: s for s in yaml.safe_load(HEURISTICS_SUITE)["groups"][0]["scenarios"]}
+    expected = {activeagent_verdict(raws[key], Replay(answer=answer, tool_calls=[ToolCall(n, {}) for n in called]))
+                for key, answer, called in HEURISTIC_CASES}
+    assert {(FAILED, "ungrounded_answer"), (FAILED, "missing_capability"), (PASSED, None),
+            (FAILED, "forbidden_content")} <= expected

@@ -29,6 +29,9 @@ IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
 #: scenario left with nothing else to grade is reported as not gradable), and, in a ``weighted`` list
 #: only, ``judge`` (one LLM-judge rubric), ``latency`` (``max_ms``) and ``set`` (a nested list with its
 #: own ``threshold``: promptfoo's assert-set).
+#: ``expect.diagnose``: ActiveAgent's readings of the answer's text that fail it besides its expectations
+#: (:mod:`evaljobs.evaluation.diagnosis`).
+DIAGNOSES = ("missing_capability", "ungrounded_answer")
 ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
 
 
@@ -128,6 +131,8 @@ class Expect:
     #: score reaches it. See :mod:`evaljobs.evaluation.weighted`.
     weighted: bool = False
     threshold: float | None = None
+    #: ActiveAgent's diagnosis heuristics this scenario applies (``DIAGNOSES``), each a fault of its own.
+    diagnose: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,6 @@ class Catalog:
             return False
 
 
-__all__ = ["ASSERTION_KINDS", "CRITERIA", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD",
+__all__ = ["ASSERTION_KINDS", "CRITERIA", "DIAGNOSES", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD",
            "Expect", "ExpectedTool", "GATEABLE", "IDEAL_GRADERS", "ROLES", "Scenario", "Tool", "present_criteria",
            "scalar_key"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evaljobs.catalog.model import ASSERTION_KINDS, CRITERIA, GATEABLE, IDEAL_GRADERS, ROLES
+from evaljobs.catalog.model import ASSERTION_KINDS, CRITERIA, DIAGNOSES, GATEABLE, IDEAL_GRADERS, ROLES
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS
 from evaljobs.catalog.validate import (_CATALOG_KEYS, _EXPECT_KEYS, _EXPECTED_TOOL_KEYS, _GROUP_KEYS, _KEY_RE,
                                        _MAX_INT, _MESSAGE_KEYS, _SCENARIO_KEYS, _SETTING_KEYS, _TOOL_KEYS,
@@ -62,6 +62,7 @@ _DESCRIPTIONS = {
     "assertions": "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted).",
     "weighted": "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score).",
     "threshold": "With `weighted`: the score that passes, whatever the single assertions say (promptfoo's test threshold).",
+    "diagnose": "ActiveAgent's heuristics over the answer's text that fail it on their own (missing_capability, ungrounded_answer).",
 }
 
 
@@ -170,6 +171,7 @@ def catalog_schema() -> dict[str, Any]:
                                                                  "weight": {"type": "number", "minimum": 0}}}}),
         "weighted": _with_null({"type": "boolean"}),
         "threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
+        "diagnose": _with_null({"anyOf": [{"enum": list(DIAGNOSES)}, {"type": "array", "items": {"enum": list(DIAGNOSES)}}]}),
     }, title="Expect")
     message = _object(_MESSAGE_KEYS, {"role": {"enum": list(ROLES)}, "content": string, "name": string},
                       required=("role", "content"), title="Message")

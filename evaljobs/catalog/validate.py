@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from evaljobs.catalog.digest import build_catalog
-from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
+from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DIAGNOSES, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
                                     IDEAL_GRADERS, ROLES, Catalog, CatalogError, Expect, ExpectedTool, Scenario,
                                     Tool, present_criteria, scalar_key)
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
@@ -119,7 +119,7 @@ _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
 _EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget",
                 "patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader", "reference",
-                "assertions", "weighted", "threshold")
+                "assertions", "weighted", "threshold", "diagnose")
 _EXPECTED_TOOL_KEYS = ("name", "arguments")
 _MESSAGE_KEYS = ("role", "content", "name")
 
@@ -658,8 +658,16 @@ class _Context:
             assertions=assertions,
             weighted=weighted,
             threshold=float(threshold) if threshold is not None else None,
+            diagnose=self.diagnose(path + ("diagnose",), where, raw.get("diagnose")),
         )
         return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
+
+    def diagnose(self, path: tuple, where: str, raw: Any) -> tuple[str, ...]:
+        names = self.strings(path, where, "expect.diagnose", raw)
+        for name in names:
+            if name not in DIAGNOSES:
+                self.add(path, where, f"expect.diagnose: unknown heuristic {name!r}{did_you_mean(name, DIAGNOSES, 'known')}")
+        return tuple(d for d in DIAGNOSES if d in names)
 
     def gates(self, path: tuple, where: str, raw: Any, expect: Expect) -> tuple[str, ...]:
         """``gate: true`` (every expectation written in this block) or a list of criterion names."""

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.evaluation.diagnosis import missing_capability, ungrounded_answer
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of
@@ -37,7 +38,9 @@ FAULTS = (
     "judge_unavailable",
     "not_gradable",
     "tool_error",
+    "missing_capability",
     "expected_tool_not_called",
+    "ungrounded_answer",
     "forbidden_content",
     "missing_content",
     "regex_mismatch",
@@ -269,7 +272,9 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
             details["judge"] = info
 
     score = _weighted_mean(scores, dict(scenario.weights))
-    failed_gates = [c for c in GATE_ORDER if c in gates and c in scores and _gate_failed(c, scores[c], scenario)]
+    fired = _diagnose(scenario, replay, scores, details)
+    failed_gates = [c for c in GATE_ORDER if c in fired
+                    or (c in gates and c in scores and _gate_failed(c, scores[c], scenario))]
     if failed_gates:
         details["failed_gates"] = failed_gates
         return Grades(status=FAILED, score=score, scores=scores, fault=_gate_fault(failed_gates[0], answer),
@@ -293,9 +298,27 @@ def _has_expectations(expect) -> bool:
                 or expect.max_latency_ms is not None or expect.token_budget is not None)
 
 
-#: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first.
-GATE_ORDER = ("response_present", "tools_succeeded", "expected_tools", "not_contains", "contains", "regex",
-              "ideal", "assertions", "max_latency_ms", "token_budget", "llm_judge")
+#: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first (with its two
+#: heuristics, ``expect.diagnose``, where its Diagnosis#call tries them).
+GATE_ORDER = ("response_present", "tools_succeeded", "missing_capability", "expected_tools", "ungrounded_answer",
+              "not_contains", "contains", "regex", "ideal", "assertions", "max_latency_ms", "token_budget", "llm_judge")
+
+
+def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], details: dict[str, Any]) -> set[str]:
+    """The ActiveAgent heuristics the scenario asks for that fire on this answer (each quoted in ``details``)."""
+    answer = replay.answer or ""
+    if not scenario.expect.diagnose or not answer.strip():
+        return set()
+    called = [c.name for c in replay.tool_calls]
+    found = {}
+    if "missing_capability" in scenario.expect.diagnose:
+        found["missing_capability"] = missing_capability(answer, called, scores, scenario.pass_threshold)
+    if "ungrounded_answer" in scenario.expect.diagnose:
+        found["ungrounded_answer"] = ungrounded_answer(answer, [t.name for t in scenario.tools], called)
+    fired = {name: quote for name, quote in found.items() if quote is not None}
+    if fired:
+        details["diagnosis"] = fired
+    return set(fired)
 
 
 def _gate_failed(criterion: str, value: float, scenario: Scenario) -> bool:
@@ -307,7 +330,7 @@ def _gate_failed(criterion: str, value: float, scenario: Scenario) -> bool:
 def _gate_fault(criterion: str, answer: str) -> str:
     if criterion == "response_present":  # ActiveAgent: "the agent returned nothing" is a run_error
         return "run_error"
-    return CRITERION_FAULT[criterion]
+    return CRITERION_FAULT.get(criterion, criterion)  # a diagnosis heuristic is its own fault
 
 
 def _fault(scores: dict[str, float], tool_errors: list) -> str:

@@ -62,16 +62,18 @@ pass threshold (0.7, ActiveAgent's ``PASS_THRESHOLD``) on its own. ``contains`` 
 ``not_contains`` follow ``Scorer.matches_pattern?``: a case-insensitive substring,
 or else a case-insensitive regular expression — plain text stays ``contains``,
 anything with regex syntax becomes ``patterns`` / ``forbidden_patterns``.
-Not modelled: the ``missing_capability`` and ``ungrounded_answer`` heuristics
-(phrase lists over the answer): an answer they would flag is graded on its
-expectations alone.
+Its two readings of the answer's text apply too (``expect.diagnose``, see
+:mod:`evaljobs.evaluation.diagnosis`): ``missing_capability`` (the answer says no
+tool covers the task, unless a tool was called and the score still passes) and
+``ungrounded_answer`` (tools were declared, none was called, and the answer
+states an id, a date or a count), in Diagnosis's order.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from evaljobs.catalog.model import CRITERIA
+from evaljobs.catalog.model import CRITERIA, DIAGNOSES
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
 import re
 
@@ -482,6 +484,7 @@ def _activeagent_semantics(expect: dict[str, Any]) -> None:
         if any(expect.get(k) for k in keys):
             gates.append(criterion)
     expect["gate"] = gates
+    expect["diagnose"] = list(DIAGNOSES)  # ActiveAgent's missing_capability and ungrounded_answer readings
 
 
 def _text(value: Any) -> str:
