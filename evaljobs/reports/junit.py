@@ -66,6 +66,10 @@ def grade_lines(result: Result) -> list[str]:
     for outcome in details.get("assertions") or [] if isinstance(details.get("assertions"), list) else []:
         lines.append(f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
                      f"{outcome.get('reason') or ''}".rstrip())
+    if isinstance(details.get("weighted"), dict):  # a promptfoo test graded by weight
+        lines.append(f"weighted assertions: {details['weighted'].get('reason')}")
+    for name, quote in (details.get("diagnosis") or {}).items() if isinstance(details.get("diagnosis"), dict) else []:
+        lines.append(f"{name.replace('_', ' ')}: {quote}")
     for reason in details.get("not_gradable") or []:
         lines.append(f"not gradable: {reason}")
     for failed in details.get("tool_errors") or []:
