@@ -259,3 +259,78 @@ def test_the_f_score_example_gets_promptfoos_verdicts(runner):
                 (scenario.key, answer, graded.details)
             outcomes.add(passes)
     assert outcomes == {True, False}
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+E2E = """\
+description: Weighted refunds
+prompts:
+  - 'Answer the customer. {{question}} [sim: say {{reply}}]'
+tests:
+  - description: documented weights
+    vars: {question: Greet the world, reply: Goodbye world}
+    threshold: 0.2
+    assert:
+      - {type: equals, value: Hello world, weight: 2}
+      - {type: contains, value: world, weight: 1}
+  - description: documented weights strict
+    vars: {question: Greet the world, reply: Goodbye world}
+    threshold: 0.5
+    assert:
+      - {type: equals, value: Hello world, weight: 2}
+      - {type: contains, value: world, weight: 1}
+  - description: judged set
+    vars: {question: "How long do refunds take?", reply: Refunds take 30 days from delivery.}
+    assert:
+      - type: assert-set
+        threshold: 0.5
+        assert:
+          - {type: icontains, value: refund}
+          - {type: icontains, value: weeks}
+      - type: llm-rubric
+        value: Says how long refunds take
+        threshold: 0.3
+      - {type: icontains, value: never, weight: 0}
+  - description: judge gone
+    vars: {question: Hi, reply: Hello}
+    assert:
+      - type: llm-rubric
+        value: "Friendly. [sim@judge: status 400 judge model is gone]"
+        weight: 2
+"""
+
+
+def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tmp_path, monkeypatch,
+                                                                             module_simulated_provider):
+    from evaljobs import store
+    from evaljobs.api import Session, UsageError
+
+    sim = module_simulated_provider(latency=0.001)
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    path = tmp_path / "promptfooconfig.yaml"
+    path.write_text(E2E)
+    _, catalog = _load(path)
+    with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory", width=2) as session:
+        with pytest.raises(UsageError) as info:  # an llm-rubric entry needs a judge model, as any rubric
+            session.submit(catalog, ["sim/fast"], strategy="fanout")
+        assert "has an llm_judge rubric but no judge model" in str(info.value)
+        run = session.wait(session.submit(catalog, ["sim/fast"], strategy="fanout", judge_model="sim/judge").id,
+                           timeout=120)
+    results = {r.scenario_key.split(".", 1)[1]: r for r in store.list_results(run.id)}
+    loose, strict = results["documented-weights"], results["documented-weights-strict"]
+    assert (loose.status, round(loose.score, 2)) == ("passed", 0.33)       # 1/3 >= 0.2
+    assert (strict.status, strict.fault, round(strict.score, 2)) == ("failed", "regex_mismatch", 0.33)
+    judged = results["judged-set"]
+    judge = judged.details["judge"]
+    assert judge["model"] == "sim/judge" and "RUBRIC:\nSays how long refunds take" in judge["prompt"]
+    set_result, rubric, metric = judged.details["assertions"]
+    assert (set_result["pass"], set_result["score"]) == (True, 0.5)     # refund yes, weeks no: 0.5 >= 0.5
+    assert rubric["score"] == judge["score"] and (metric["weight"], metric["pass"]) == (0, True)
+    expected, score = promptfoo_result([(True, 0.5, 1, True), (judge["score"] >= 0.3, judge["score"], 1, False),
+                                        (False, 0.0, 0, False)], None)
+    assert (judged.status == "passed", judged.score) == (expected, pytest.approx(score, abs=1e-6))
+    gone = results["judge-gone"]  # the judge failed: the pair is errored, never held against the model
+    assert (gone.status, gone.fault) == ("errored", "judge_unavailable") and "judge model is gone" in gone.error
+    assert run.report["summary"]["results"] == 4
