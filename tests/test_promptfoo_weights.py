@@ -334,3 +334,17 @@ def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tm
     gone = results["judge-gone"]  # the judge failed: the pair is errored, never held against the model
     assert (gone.status, gone.fault) == ("errored", "judge_unavailable") and "judge model is gone" in gone.error
     assert run.report["summary"]["results"] == 4
+
+
+def test_a_converted_weighted_suite_is_the_same_catalog_with_the_same_counts(tmp_path):
+    from evaljobs.catalog.importers import dump_native
+
+    source = tmp_path / "promptfooconfig.yaml"
+    source.write_text(E2E)
+    imported, catalog = _load(source)
+    native = tmp_path / "native.yaml"
+    native.write_text(dump_native(imported.data))
+    again, converted = _load(native)
+    assert converted.digest == catalog.digest
+    # 2 + 2 built-in checks, a set of 2 beside a judge and a check, a judge: all graded by evaljobs itself
+    assert again.counts == imported.counts == {"assertions": 9, "mapped": 9, "external": 0, "refused": 0}

@@ -94,7 +94,21 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
 
 def _native_counts(data: dict[str, Any]) -> dict[str, int]:
     """A native catalog's expectations, counted like an import's assertions (all native)."""
-    total = external = 0
+    total = external = refused = 0
+
+    def entries(items: list) -> None:  # expect.assertions, a weighted list's sets included
+        nonlocal total, external, refused
+        for a in items:
+            kind = a.get("kind") if isinstance(a, dict) else None
+            if kind == "set":
+                entries(a.get("assertions") if isinstance(a.get("assertions"), list) else [])
+            elif kind == "refused":
+                refused += 1
+            elif kind in ("judge", "latency") or (kind == "builtin" and not a.get("transforms")):
+                total += 1  # graded in Python by evaljobs itself
+            elif kind is not None:
+                external += 1
+
     groups = data.get("groups") if isinstance(data.get("groups"), list) else []
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
     for scenarios in lists:
@@ -104,13 +118,13 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
                 continue
             for key, value in expect.items():
                 if key in ("assertions",) and isinstance(value, list):
-                    external += sum(1 for a in value if isinstance(a, dict) and a.get("kind") != "refused")
+                    entries(value)
                 elif key in ("contains", "not_contains", "regex", "tools", "patterns", "forbidden_patterns",
                              "ideal"):
                     total += len(value) if isinstance(value, list) else 1
                 elif key in ("judge", "max_latency_ms", "token_budget") and value is not None:
                     total += 1
-    return {"assertions": total + external, "mapped": total, "external": external, "refused": 0}
+    return {"assertions": total + external + refused, "mapped": total, "external": external, "refused": refused}
 
 
 def dump_native(data: dict[str, Any]) -> str:
