@@ -217,7 +217,7 @@ CORPUS = {
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: [contains]\n",
         ["bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, judge, "
          "max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, ideal_grader, "
-         "reference, assertions), not a list"]),
+         "reference, assertions, weighted, threshold, diagnose), not a list"]),
     "same-field-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    prompt: again\n",
         ["bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the last "

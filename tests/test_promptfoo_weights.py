@@ -348,3 +348,44 @@ def test_a_converted_weighted_suite_is_the_same_catalog_with_the_same_counts(tmp
     assert converted.digest == catalog.digest
     # 2 + 2 built-in checks, a set of 2 beside a judge and a check, a judge: all graded by evaljobs itself
     assert again.counts == imported.counts == {"assertions": 9, "mapped": 9, "external": 0, "refused": 0}
+
+
+def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
+    from evaljobs.catalog import CatalogError, loads_catalog
+
+    text = textwrap.dedent("""\
+        name: m
+        scenarios:
+          - key: a
+            prompt: hi
+            expect:
+              weighted: true
+              contains: [hello]
+              assertions: [{kind: builtin, expect: {contains: [hi]}, weight: 2}]
+          - key: b
+            prompt: hi
+            expect:
+              threshold: 0.5
+              assertions: [{kind: builtin, expect: {contains: [hi]}, weight: -1}]
+          - key: c
+            prompt: hi
+            expect:
+              weighted: true
+              threshold: 2
+              diagnose: [missing_capabilty]
+              assertions: [{kind: set, assertions: [{kind: nope}]}]
+    """)
+    with pytest.raises(CatalogError) as info:
+        loads_catalog(text, source="m.yaml")
+    assert info.value.problems == [
+        "m.yaml:6: scenario 'a': a weighted expect is graded by its assertions alone; write contains as "
+        "assertions entries or drop 'weighted'",
+        "m.yaml:13: scenario 'b': expect.assertions[0].weight must be a number >= 0, not -1",
+        "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
+        "or use pass_threshold",
+        "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, "
+        "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}",
+        "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",
+        "m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
+        "'missing_capability'?)",
+    ]

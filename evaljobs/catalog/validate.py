@@ -638,6 +638,11 @@ class _Context:
                                       or not 0 <= threshold <= 1):
             self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
             threshold = None
+        mixed = [k for k in ("contains", "not_contains", "regex", "tools", "judge", "patterns", "forbidden_patterns",
+                             "ideal", "max_latency_ms", "token_budget", "gate") if weighted and raw.get(k) is not None]
+        if mixed:
+            self.add(path + ("weighted",), where, f"a weighted expect is graded by its assertions alone; write "
+                                                  f"{', '.join(mixed)} as assertions entries or drop 'weighted'")
         if threshold is not None and not weighted:
             self.add(path + ("threshold",), where, "expect.threshold applies to a weighted assertion list; "
                                                    "add 'weighted: true' or use pass_threshold")
@@ -692,26 +697,27 @@ class _Context:
                 out.append(item)
         return tuple(c for c in GATEABLE if c in out)
 
-    def assertions(self, path: tuple, where: str, raw: Any) -> tuple[dict[str, Any], ...]:
+    def assertions(self, path: tuple, where: str, raw: Any, what: str = "expect.assertions") -> tuple[dict[str, Any], ...]:
         if raw is None:
             return ()
         if not isinstance(raw, list):
-            self.add(path, where, f"expect.assertions must be a list of assertions, not {kind_of(raw)}")
+            self.add(path, where, f"{what} must be a list of assertions, not {kind_of(raw)}")
             return ()
         out = []
         for i, item in enumerate(raw):
             if not isinstance(item, dict) or item.get("kind") not in ASSERTION_KINDS:
-                self.add(path + (i,), where, f"expect.assertions[{i}] must be a mapping with 'kind' "
+                self.add(path + (i,), where, f"{what}[{i}] must be a mapping with 'kind' "
                                              f"({', '.join(ASSERTION_KINDS)}), not {show(item)}")
                 continue
             weight = item.get("weight", 1)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-                self.add(path + (i, "weight"), where, f"expect.assertions[{i}].weight must be a number >= 0, "
+                self.add(path + (i, "weight"), where, f"{what}[{i}].weight must be a number >= 0, "
                                                       f"not {show(weight)}")
                 continue
             if item["kind"] == "set":  # a nested list: its entries follow the same rules
-                self.assertions(path + (i, "assertions"), where, item.get("assertions") or [])
-            value = self.json_value(path + (i,), where, f"expect.assertions[{i}]", item)
+                self.assertions(path + (i, "assertions"), where, item.get("assertions") or [],
+                                f"{what}[{i}].assertions")
+            value = self.json_value(path + (i,), where, f"{what}[{i}]", item)
             if isinstance(value, dict):
                 out.append(value)
         return tuple(out)
