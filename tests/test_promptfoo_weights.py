@@ -334,6 +334,10 @@ def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tm
     gone = results["judge-gone"]  # the judge failed: the pair is errored, never held against the model
     assert (gone.status, gone.fault) == ("errored", "judge_unavailable") and "judge model is gone" in gone.error
     assert run.report["summary"]["results"] == 4
+    from evaljobs.reports import junit
+
+    xml = junit.render_junit(run.report, store.list_results(run.id))  # the failure says why, in CI
+    assert "weighted assertions: aggregate score 0.33 &lt; 0.5 threshold" in xml
 
 
 def test_a_converted_weighted_suite_is_the_same_catalog_with_the_same_counts(tmp_path):
