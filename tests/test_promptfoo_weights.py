@@ -393,3 +393,20 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
         "m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
         "'missing_capability'?)",
     ]
+
+
+def test_csv_tests_read_vars_and_descriptions_and_refuse_assertion_columns_by_name(tmp_path):
+    from evaljobs.catalog import CatalogError
+
+    (tmp_path / "tests.csv").write_text('question,__description\n"Where, exactly?",where\nWhen?,\n')
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text("prompts: ['Q: {{question}}']\ntests: file://tests.csv\n")
+    _, catalog = _load(config)
+    assert catalog.keys == ("prompt-1.test-2", "prompt-1.where")
+    assert catalog.scenario("prompt-1.where").prompt == "Q: Where, exactly?"
+    (tmp_path / "tests.csv").write_text("question,__expected\nWhen?,contains:soon\n")
+    with pytest.raises(CatalogError) as info:
+        _load(config)
+    assert info.value.problems == [
+        f"{config}:2: tests: tests file 'tests.csv': column '__expected' is not read by evaljobs (only vars and "
+        "__description are); write its assertions under defaultTest.assert or pass --lenient to skip it"]
