@@ -74,7 +74,7 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
         if kind == "assert-set":
             check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _SET_KEYS)
             children: list = []
-            out = _merge(out, convert_assertions(item.get("assert"), problems, apath + ("assert",), where, variables,
+            out = _merge(out, convert_assertions(item.get("assert"), problems, apath + ("assert",), label, variables,
                                                  fill_at=fill_at, ctx=ctx, entries=children))
             threshold = item.get("threshold")
             if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
