@@ -175,10 +175,14 @@ class Session:
 
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
-               time_limit: float | None = None, cache: bool = False) -> store.RunInfo:
+               time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
+               cache_across_epochs: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
+        ``epochs``: evaluate each scenario × model pair that many times, each epoch a pair of its own
+        (default: the catalog's ``defaults: epochs:``, else 1). With ``cache``, each epoch has its
+        own cache entries unless ``cache_across_epochs``.
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -188,6 +192,8 @@ class Session:
             raise UsageError(f"unknown strategy '{strategy}': use one of {', '.join(strategies.STRATEGIES)}")
         if not models:
             raise UsageError("no model given: pass at least one -m provider/model")
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+            raise UsageError(f"--epochs must be a whole number of 1 or more, not {epochs!r}")
         specs = []
         for text in models:
             try:
@@ -221,12 +227,14 @@ class Session:
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
-                                       time_limit=time_limit, cache=cache or None)
+                                       time_limit=time_limit, cache=cache or None,
+                                       cache_across_epochs=cache_across_epochs or None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         if self.excluded:
             options["excluded"] = self.excluded
-        run = store.create_run(cat, specs, strategy=strategy, context=context, options=options)
+        run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
+                               epochs=epochs if epochs is not None else cat.epochs)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -259,7 +267,7 @@ class Session:
         """
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
-            chosen = {model for _, model in reruns.select_pairs(run_id, sorted(set(which)))}
+            chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
         return reruns.create_rerun(run_id, which)
 
@@ -319,8 +327,8 @@ class Session:
     def results(self, run_id: str) -> list:
         return store.list_results(run_id)
 
-    def missing(self, run_id: str) -> list[tuple[str, str]]:
-        """The (scenario, model) pairs of ``run_id`` with no persisted result yet."""
+    def missing(self, run_id: str) -> list[tuple[str, str, int]]:
+        """The (scenario, model, epoch) pairs of ``run_id`` with no persisted result yet."""
         return store.missing_pairs(run_id)
 
     def compare(self, baseline_id: str, run_id: str, *,

@@ -44,14 +44,14 @@ def test_a_run_over_chosen_pairs_expects_exactly_those(url):
     cat = make_catalog(["s1", "s2", "s3"])
     run = store.create_run(cat, ["m1", "m2"], strategy="fanout",
                            pairs=[("s3", "m2"), ("s1", "m1"), ("s2", "m2")])
-    chosen = [("s1", "m1"), ("s2", "m2"), ("s3", "m2")]  # stored in catalog order
+    chosen = [("s1", "m1", 0), ("s2", "m2", 0), ("s3", "m2", 0)]  # stored in catalog order, epoch 0
     assert run.expected == 3 and run.pairs == chosen and store.get_run(run.id).pairs == chosen
     assert store.missing_pairs(run.id) == chosen == store.expected_pairs(run.id)
     expected_error = (rf"^run {run.id} does not expect scenario 's1' × model 'm2': "
                       "the run covers only 3 chosen pairs$")
     with pytest.raises(store.UnexpectedPair, match=expected_error):
         store.record_result(run.id, Result("s1", "m2", "passed"))
-    outcomes = [store.record_result(run.id, Result(k, m, "passed", score=1.0)) for k, m in chosen]
+    outcomes = [store.record_result(run.id, Result(k, m, "passed", score=1.0)) for k, m, _ in chosen]
     assert [(o.inserted, o.completed, o.persisted) for o in outcomes] == [(True, False, 1), (True, False, 2),
                                                                         (True, True, 3)]
     assert store.record_result(run.id, Result("s1", "m1", "failed")).inserted is False
@@ -88,7 +88,7 @@ def test_a_schema_1_database_gets_the_pairs_column(url, tmp_path):
     store.connect(url)  # a newer evaljobs opens a schema 1 database
     assert store.upgrade() == ["added column run.pairs", f"recorded schema version {store.SCHEMA_VERSION}"]
     run = store.create_run(make_catalog(["s1"]), ["m1"], strategy="fanout", pairs=[("s1", "m1")])
-    assert store.get_run(run.id).pairs == [("s1", "m1")]
+    assert store.get_run(run.id).pairs == [("s1", "m1", 0)]
     assert store.upgrade() == []
 
 
@@ -110,9 +110,9 @@ def finished_mixed_run(context=None, options=None) -> store.RunInfo:
 def test_select_pairs_by_status_or_all(sqlite_url):
     store.connect(sqlite_url)
     run = finished_mixed_run()
-    assert select_pairs(run.id, ["errored"]) == [("s1", "m2"), ("s3", "m1")]
-    assert select_pairs(run.id, ["failed"]) == [("s2", "m1")]
-    assert select_pairs(run.id, ["errored", "failed"]) == [("s1", "m2"), ("s2", "m1"), ("s3", "m1")]
+    assert select_pairs(run.id, ["errored"]) == [("s1", "m2", 0), ("s3", "m1", 0)]
+    assert select_pairs(run.id, ["failed"]) == [("s2", "m1", 0)]
+    assert select_pairs(run.id, ["errored", "failed"]) == [("s1", "m2", 0), ("s2", "m1", 0), ("s3", "m1", 0)]
     every = select_pairs(run.id, ["all"])
     assert every == store.expected_pairs(run.id) and len(every) == 6
     with pytest.raises(RerunError, match="choose what to rerun"):
@@ -126,7 +126,7 @@ def test_create_rerun_keeps_snapshot_context_options_and_strategy(sqlite_url):
     assert new.id != run.id and new.status == "pending"
     assert (new.digest, new.strategy) == (run.digest, run.strategy)
     assert new.context == {"publishing_domain": "acme-eu"}
-    assert new.models == ["m1"] and new.pairs == [("s2", "m1")] and new.expected == 1
+    assert new.models == ["m1"] and new.pairs == [("s2", "m1", 0)] and new.expected == 1
     assert new.options == {"time_limit": 30, "rerun_of": run.id, "rerun": "failed"}
     assert store.get_run(run.id).persisted == 5  # the original is untouched
     clean = store.create_run(make_catalog(["s1"], "clean"), ["m1"], strategy="fanout")
@@ -182,7 +182,7 @@ def test_rerun_of_errored_pairs_calls_the_provider_for_those_only_with_the_origi
 
     assert sim.stats()["requests"] == len(errored)  # only the errored pairs were evaluated again
     results = store.list_results(new.id)
-    assert [r.pair for r in results] == errored and new.pairs == errored
+    assert [r.pair for r in results] == errored and new.pairs == [(k, m, 0) for k, m in errored]
     assert all(r.status == "passed" for r in results), [r.error for r in results]
     assert {r.details["meta"][NAME] for r in results} == {"acme-eu"}  # ran under the original domain
     assert new.report["summary"]["results"] == 4 and new.status == "complete"

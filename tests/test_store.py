@@ -257,7 +257,7 @@ def test_missing_pair_blocks_completion_and_finalize(run: store.RunInfo) -> None
     pairs = all_pairs(run)
     outcomes = [store.record_result(run.id, passed(k, m)) for k, m in pairs if (k, m) != ("s2", "m1")]
     assert not any(o.completed for o in outcomes)
-    assert store.missing_pairs(run.id) == [("s2", "m1")]
+    assert store.missing_pairs(run.id) == [("s2", "m1", 0)]
     with pytest.raises(store.Incomplete, match=rf"^run {run.id} has 5 of 6 pairs; missing: s2 × m1$"):
         store.finalize(run.id)
     assert store.get_run(run.id).report is None
@@ -266,7 +266,7 @@ def test_missing_pair_blocks_completion_and_finalize(run: store.RunInfo) -> None
 def test_missing_pairs_in_catalog_order(run: store.RunInfo) -> None:
     store.record_result(run.id, passed("s1", "m2"))
     store.record_result(run.id, passed("s3", "m1"))
-    assert store.missing_pairs(run.id) == [("s1", "m1"), ("s2", "m1"), ("s2", "m2"), ("s3", "m2")]
+    assert store.missing_pairs(run.id) == [("s1", "m1", 0), ("s2", "m1", 0), ("s2", "m2", 0), ("s3", "m2", 0)]
 
 
 def test_list_results_and_progress(url: str) -> None:
@@ -394,7 +394,7 @@ def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     hot = store._hot(db)
     queries = [query.sql() for query in (store._results_query("r_x"), store._progress_query("r_x"),
                                           store._pairs_query("r_x"))]
-    queries += [(hot.pair_state, ("r_x", "k", "m", "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
+    queries += [(hot.pair_state, ("r_x", "k", "m", 0, "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
     for sql, params in queries:
         with store._connection():
             plan = " | ".join(row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))
@@ -405,7 +405,7 @@ def test_result_table_has_the_unique_pair_index(db_url: str) -> None:
     db = store.connect(db_url)
     with store._connection():
         indexes = db.get_indexes("result")
-    assert any(ix.unique and ix.columns == ["run_id", "scenario_key", "model"] for ix in indexes), indexes
+    assert any(ix.unique and ix.columns == ["run_id", "scenario_key", "model", "epoch"] for ix in indexes), indexes
     run = store.create_run(make_catalog(["a"]), ["m"], strategy="fanout")
     with store._connection(), pytest.raises(peewee.IntegrityError):
         row = dict(run=run.id, scenario_key="a", model="m", status="passed", score=1.0, scores="{}",

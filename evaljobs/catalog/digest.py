@@ -14,12 +14,16 @@ from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
 from evaljobs.catalog.toolspec import LIVE_KINDS
 
 
-def build_catalog(name: str, description: str, scenarios: list[Scenario], source: str) -> Catalog:
+def build_catalog(name: str, description: str, scenarios: list[Scenario], source: str,
+                  epochs: int = 1) -> Catalog:
     """The catalog of these validated scenarios, sorted by key, with its canonical body and digest."""
     ordered = tuple(sorted(scenarios, key=lambda s: s.key))
-    body = {"name": name, "description": description, "scenarios": [_scenario_body(s) for s in ordered]}
+    body: dict[str, Any] = {"name": name, "description": description,
+                            "scenarios": [_scenario_body(s) for s in ordered]}
+    if epochs != 1:  # only when set: catalogs without epochs keep their digest
+        body["defaults"] = {"epochs": epochs}
     return Catalog(name=name, scenarios=ordered, digest=digest_of(body), body=body, source=source,
-                   description=description)
+                   description=description, epochs=epochs)
 
 
 def digest_of(body: dict[str, Any]) -> str:

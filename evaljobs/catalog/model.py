@@ -186,6 +186,8 @@ class Catalog:
     body: dict[str, Any]
     source: str = field(default="<catalog>", compare=False)
     description: str = ""
+    #: ``defaults: epochs:``: how many times a run evaluates each pair unless ``--epochs`` says otherwise.
+    epochs: int = 1
 
     def __post_init__(self) -> None:
         # Workers look up one scenario per message in catalogs of 10,000: index once.

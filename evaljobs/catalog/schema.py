@@ -20,7 +20,7 @@ from typing import Any
 from evaljobs.catalog.model import ASSERTION_KINDS, CRITERIA, DIAGNOSES, GATEABLE, IDEAL_GRADERS, ROLES
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS
 from evaljobs.catalog.validate import (_CATALOG_KEYS, _EXPECT_KEYS, _EXPECTED_TOOL_KEYS, _GROUP_KEYS, _KEY_RE,
-                                       _MAX_INT, _MESSAGE_KEYS, _SCENARIO_KEYS, _SETTING_KEYS, _TOOL_KEYS,
+                                       _MAX_INT, MAX_EPOCHS, _MESSAGE_KEYS, _SCENARIO_KEYS, _SETTING_KEYS, _TOOL_KEYS,
                                        _TOOL_NAME_RE)
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -39,6 +39,8 @@ _DESCRIPTIONS = {
     "judge_model": "The model that grades `expect.judge` rubrics, e.g. openai/gpt-4o-mini.",
     "max_latency_ms": "The answer must arrive within this many milliseconds.",
     "token_budget": "The conversation may use at most this many tokens.",
+    "epochs": "How many times each scenario × model pair is evaluated (`--epochs` overrides it); "
+              "catalog-wide only.",
     "key": "Unique, stable id: it identifies the scenario across runs.",
     "prompt": "The user's message (or give `messages`).",
     "messages": "A conversation to continue (or give `prompt`).",
@@ -122,6 +124,9 @@ def catalog_schema() -> dict[str, Any]:
                                "additionalProperties": {"type": "number", "minimum": 0}}),
     }
     settings = _object(_SETTING_KEYS, setting_types, title="Settings")
+    catalog_defaults = _object(_SETTING_KEYS + ("epochs",), {
+        **setting_types, "epochs": _with_null({"type": "integer", "minimum": 1, "maximum": MAX_EPOCHS})},
+        title="Catalog defaults")
 
     http = _object(HTTP_KEYS, {
         "url": url, "method": {"type": "string", "enum": [*HTTP_METHODS, *(m.lower() for m in HTTP_METHODS)]},
@@ -196,7 +201,7 @@ def catalog_schema() -> dict[str, Any]:
     }, required=("name", "scenarios"), title="Group")
     top = _object(_CATALOG_KEYS, {
         "name": nonempty, "description": _with_null(string),
-        "defaults": _with_null({"$ref": "#/$defs/settings"}),
+        "defaults": _with_null({"$ref": "#/$defs/catalog_defaults"}),
         "scenarios": _with_null({"type": "array", "items": {"$ref": "#/$defs/scenario"}}),
         "groups": _with_null({"type": "array", "items": {"$ref": "#/$defs/group"}}),
     }, required=("name",))
@@ -205,7 +210,7 @@ def catalog_schema() -> dict[str, Any]:
     return {"$schema": DRAFT, "title": "evaljobs catalog",
             "description": "Scenarios × models evaluated by evaljobs. Checked fully by `evaljobs catalog check`.",
             **top,
-            "$defs": {"settings": settings, "scenario": scenario, "group": group, "tool": tool,
+            "$defs": {"settings": settings, "catalog_defaults": catalog_defaults, "scenario": scenario, "group": group, "tool": tool,
                       "mcp_import": mcp_import, "http": http, "mcp": mcp, "expect": expect, "message": message}}
 
 

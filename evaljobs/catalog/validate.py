@@ -78,7 +78,18 @@ def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | Non
         description = None
 
     base = dict(_BASE_SETTINGS)
-    base.update(ctx.settings_block(("defaults",), "defaults", data.get("defaults")))
+    defaults = data.get("defaults")
+    epochs = 1
+    if isinstance(defaults, dict) and "epochs" in defaults:
+        defaults = dict(defaults)
+        raw_epochs = defaults.pop("epochs")
+        if raw_epochs is not None:
+            if not _is_int(raw_epochs) or not 1 <= raw_epochs <= MAX_EPOCHS:
+                ctx.add(("defaults", "epochs"), "defaults",
+                        f"epochs must be a whole number from 1 to {MAX_EPOCHS}, not {show(raw_epochs)}")
+            else:
+                epochs = raw_epochs
+    base.update(ctx.settings_block(("defaults",), "defaults", defaults))
 
     scenarios: list[Scenario] = []
     entries = 0
@@ -103,7 +114,7 @@ def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | Non
                 "no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')")
     if ctx.problems:
         raise CatalogError(ctx.problems)
-    return build_catalog(name.strip(), description or "", scenarios, source)
+    return build_catalog(name.strip(), description or "", scenarios, source, epochs=epochs)
 
 
 def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
@@ -133,6 +144,8 @@ _TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_DEPTH = 100
 #: Integers beyond 64 bits are not portable JSON (and Python refuses to print huge ones).
 _MAX_INT = 2**63 - 1
+#: The most epochs a catalog (or ``--epochs``) may ask for: each epoch is a full pass of provider calls.
+MAX_EPOCHS = 1000
 
 
 class _Bad(Exception):

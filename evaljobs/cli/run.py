@@ -37,12 +37,16 @@ DEFAULT_STRATEGY = "fanout"
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--cache", is_flag=True,
               help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).")
+@click.option("--epochs", type=click.IntRange(min=1, max=1000), default=None,
+              help="Evaluate each scenario × model pair N times (default: the catalog's defaults.epochs, else 1).")
+@click.option("--cache-across-epochs", is_flag=True,
+              help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).")
 @import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
-        as_json, cache, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
+        as_json, cache, epochs, cache_across_epochs, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline import events
@@ -58,18 +62,20 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         if session.excluded:
             click.echo(f"note: {session.excluded} production_only scenarios left out "
                        f"(--include-production-only keeps them)", err=True)
-        progress = Progress(len(catalog_obj.scenarios) * len(models))
+        n_epochs = epochs if epochs is not None else catalog_obj.epochs
+        progress = Progress(len(catalog_obj.scenarios) * len(models) * n_epochs)
         inline = strategy not in ("fanout", "per-model")
         if inline:  # in-process strategies finish inside submit: the bar listens to their events
             events.add_listener(progress)
         try:
             info = session.submit(catalog_obj, list(models), strategy=strategy, adapter=adapter,
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
-                                  cache=cache)
+                                  cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs)
         finally:
             if inline:
                 events.remove_listener(progress)
-        click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models "
+        times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
+        click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
                    f"= {info.expected} pairs ({strategy}, broker {redact(session.binding().url) if not inline else 'none'})",
                    err=True)
         follow = wait if wait is not None else (inline or session.binding().is_memory)

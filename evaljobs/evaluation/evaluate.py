@@ -1,4 +1,4 @@
-"""Evaluate one (scenario, model) pair: run the adapter, grade, build the Result.
+"""Evaluate one (scenario, model, epoch) pair: run the adapter, grade, build the Result.
 
 Every strategy shares this code. An exception anywhere becomes an ``errored``
 result with the reason — one bad pair never aborts a run — except retryable
@@ -17,6 +17,7 @@ from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
 from evaljobs.evaluation.retry import RetryPolicy
+from evaljobs.providers.cache import for_epoch
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
 # The governor's "no permit yet": the pair is handed back (or waits), it is not a fault.
 from evaljobs.providers.governor import Busy
@@ -39,12 +40,24 @@ def evaluate(
     attempts: int = 1,
     raise_retryable: bool = False,
     time_limit: float | None = None,
+    epoch: int = 0,
+    cache_across_epochs: bool = False,
 ) -> Result:
     """Run and grade one pair.
 
     With ``raise_retryable`` a rate limit or transient provider fault is raised
     to the caller (a queue retries it); otherwise it becomes ``errored``.
+    ``epoch`` is stamped on the result and keys the response cache, unless
+    ``cache_across_epochs`` (every epoch may then be answered by one cached call).
     """
+    with for_epoch(0 if cache_across_epochs else epoch):
+        result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit)
+    result.epoch = epoch
+    return result
+
+
+def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Judge | None, attempts: int,
+              raise_retryable: bool, time_limit: float | None) -> Result:
     started = time.perf_counter()
     deadline = time.monotonic() + time_limit if time_limit else None
     try:
@@ -138,15 +151,26 @@ def evaluate_with_retries(
     policy: RetryPolicy,
     judge: Judge | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    epoch: int = 0,
+    cache_across_epochs: bool = False,
 ) -> Result:
     """The in-process retry loop used by the ``sequential`` and ``threads`` strategies."""
+    result = _with_retries(scenario, model, adapter, policy, judge, sleep, epoch, cache_across_epochs)
+    result.epoch = epoch
+    return result
+
+
+def _with_retries(scenario: Scenario, model: ModelSpec, adapter: Adapter, policy: RetryPolicy,
+                  judge: Judge | None, sleep: Callable[[float], None], epoch: int,
+                  cache_across_epochs: bool) -> Result:
     retries = 0
     waits = 0
     while True:
         attempts = retries + 1  # a rate-limit wait or a busy governor is not an attempt
         try:
             return evaluate(scenario, model, adapter, judge=judge, attempts=attempts,
-                            raise_retryable=True, time_limit=policy.time_limit)
+                            raise_retryable=True, time_limit=policy.time_limit, epoch=epoch,
+                            cache_across_epochs=cache_across_epochs)
         except Busy as exc:
             # The shared budget is full: wait our turn in-process (this path has no queue to hand back to).
             sleep(max(0.05, exc.retry_in))

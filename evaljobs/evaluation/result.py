@@ -1,4 +1,4 @@
-"""The persisted verdict for one (run, scenario, model) pair."""
+"""The persisted verdict for one (run, scenario, model, epoch) pair."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -37,6 +37,8 @@ class Result:
     ttft_ms: float | None = None
     #: Sum of the provider call latencies, ms.
     latency_ms: float | None = None
+    #: Which repetition of the pair this is (``--epochs N``: 0 … N-1); part of the pair's identity.
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -46,14 +48,21 @@ class Result:
 
     @property
     def pair(self) -> tuple[str, str]:
+        """(scenario, model): what the epochs of one pair share (reports group by it)."""
         return (self.scenario_key, self.model)
+
+    @property
+    def ident(self) -> tuple[str, str, int]:
+        """(scenario, model, epoch): the identity of one row (the unique key within a run)."""
+        return (self.scenario_key, self.model, self.epoch)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def errored(cls, scenario_key: str, model: str, reason: str, *, attempts: int = 1,
-                duration_ms: int = 0) -> "Result":
+                duration_ms: int = 0, epoch: int = 0) -> "Result":
         """A pair that could not be evaluated still gets a row, so the barrier completes."""
         return cls(scenario_key=scenario_key, model=model, status=ERRORED, score=0.0,
-                   fault="run_error", error=reason[:2000], attempts=attempts, duration_ms=duration_ms)
+                   fault="run_error", error=reason[:2000], attempts=attempts, duration_ms=duration_ms,
+                   epoch=epoch)

@@ -1,4 +1,4 @@
-"""The Dramatiq actors: ``start_run`` → ``evaluate_scenario`` × N×M → ``finalize_run``.
+"""The Dramatiq actors: ``start_run`` → ``evaluate_scenario`` × N×M×epochs → ``finalize_run``.
 
 Messages carry ids only. The barrier is :func:`evaljobs.store.record_result`
 (distinct persisted pairs, counted by the database) — never Dramatiq's
@@ -87,6 +87,12 @@ def _check_pair(run: store.RunInfo, scenario_key: str | None, model: str | None)
     return catalog
 
 
+def pair_args(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple:
+    """The positional arguments of an ``evaluate_scenario`` message; the epoch only when it is not 0,
+    so a single-epoch run's messages are what they were before epochs existed (and still understood)."""
+    return (run_id, scenario_key, model, epoch) if epoch else (run_id, scenario_key, model)
+
+
 def persist(run_id: str, result: Result) -> store.Recorded:
     """Record one result (the barrier) and, if it completed the run, send finalize — after commit."""
     return barrier.record(run_id, result, on_complete=lambda rid: bound().finalize_run.send(rid))
@@ -105,24 +111,27 @@ def start_run(run_id: str) -> None:
         actors.finalize_run.send(run_id)
         return
     if run.strategy == "per-model":
-        for model in dict.fromkeys(model for _, model in missing):
+        for model in dict.fromkeys(model for _, model, _ in missing):
             actors.evaluate_model.send(run_id, model)
         return
-    messages = [actors.evaluate_scenario.message(run_id, key, model) for key, model in missing]
+    messages = [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
-def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, busy: int = 0) -> bool:
-    """Evaluate one pair and record it. A pair already recorded returns at once (redelivery).
+def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0, rl: int = 0,
+                      busy: int = 0) -> bool:
+    """Evaluate one (scenario, model, epoch) and record it. A pair already recorded returns at once.
 
     True when the pair is recorded (by this call or before it); False when it was handed back
     to the queue or the run is cancelled. The crash counter uses it (see :func:`_settling`).
     """
     try:
-        run, recorded = store.pair_state(run_id, scenario_key, model)  # one query, not get_run + is_recorded
+        run, recorded = store.pair_state(run_id, scenario_key, model, epoch)  # one query
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
     catalog = _check_pair(run, scenario_key, model)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < run.epochs:
+        raise InvalidMessage(f"epoch {epoch!r} is not one of run {run.id}'s {run.epochs} epochs")
     if run.status == "cancelled" or recorded:
         return recorded
     settings = runtime.RunSettings.from_options(run.options)
@@ -136,12 +145,13 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
         adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
         judge = _judge(run_id, settings, spec)
         result = evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
-                          time_limit=policy.time_limit)
+                          time_limit=policy.time_limit, epoch=epoch,
+                          cache_across_epochs=bool(settings.cache_across_epochs))
     except Busy as exc:
         # The governor has no permit for this deployment yet: hand the pair back to the queue with its
         # estimate instead of sleeping on this thread. Not a fault: no retry is used, no cap applies.
         delay_ms = int(max(exc.retry_in, 0.05) * 1000 * (1 + random.random() * policy.jitter))
-        bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
+        bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
                                                      kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms)
         return False
     except RateLimited as exc:
@@ -149,22 +159,24 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, rl: int = 0, b
             # A rate limit is not a fault: re-send with the provider's delay instead of sleeping on
             # this thread, and without touching the retry budget (``retries`` stays as it is).
             delay_ms = int(policy.rate_limit_delay(exc.retry_after) * 1000)
-            bound().evaluate_scenario.send_with_options(args=(run_id, scenario_key, model),
+            bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
                                                          kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms)
             return False
         result = Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
-                                attempts=attempts)
+                                attempts=attempts, epoch=epoch)
     except TransientError as exc:
         if retries < policy.max_retries:
             raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
         result = Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
-                                attempts=attempts)
+                                attempts=attempts, epoch=epoch)
     except TimeLimitExceeded:
-        result = Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts)
+        result = Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts,
+                                epoch=epoch)
     except Exception as exc:  # noqa: BLE001 - the last attempt must still leave a row for the barrier
         if retries < policy.max_retries:
             raise
-        result = Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts)
+        result = Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts,
+                                epoch=epoch)
     persist(run_id, result)
     return True
 
@@ -180,10 +192,11 @@ def evaluate_model(run_id: str, model: str) -> None:
     adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
     judge = _judge(run_id, settings, spec)
     runtime.set_permit_wait(60.0)  # one message runs the model's whole list: wait for permits in place
-    for key, pair_model in store.missing_pairs(run_id):
+    for key, pair_model, epoch in store.missing_pairs(run_id):
         if pair_model != model:
             continue
-        result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy, judge=judge)
+        result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy, judge=judge,
+                                       epoch=epoch, cache_across_epochs=bool(settings.cache_across_epochs))
         persist(run_id, result)
 
 
@@ -247,18 +260,26 @@ def crash_key(run_id: str) -> str:
 
 
 def crash_counted(message: dramatiq.Message) -> tuple[str, str] | None:
-    """What the crash counter counts: each ``evaluate_scenario`` pair, by run and [scenario, model]."""
+    """What the crash counter counts: each ``evaluate_scenario`` pair, by run and [scenario, model(, epoch)]."""
     if message.actor_name != "evaluate_scenario" or len(message.args) < 3:
         return None
     run_id, scenario_key, model = message.args[:3]
-    return crash_key(str(run_id)), json.dumps([scenario_key, model], separators=(",", ":"))
+    epoch = _message_epoch(message)
+    item = [scenario_key, model, epoch] if epoch else [scenario_key, model]
+    return crash_key(str(run_id)), json.dumps(item, separators=(",", ":"))
 
 
-def crashed_result(scenario_key: str, model: str, count: int) -> Result:
+def _message_epoch(message: dramatiq.Message) -> int:
+    if len(message.args) > 3:
+        return message.args[3]
+    return message.kwargs.get("epoch", 0) if isinstance(message.kwargs, dict) else 0
+
+
+def crashed_result(scenario_key: str, model: str, count: int, epoch: int = 0) -> Result:
     """The row a poison pair gets instead of one more crash."""
     return Result.errored(scenario_key, model,
                           f"crashed its worker {count} times (the process died while evaluating this pair); "
-                          f"not evaluated again", attempts=count)
+                          f"not evaluated again", attempts=count, epoch=epoch)
 
 
 def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> None:
@@ -268,10 +289,11 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
     a pair the run does not have raises, and the crash counter dead-letters it.
     """
     run_id, scenario_key, model = message.args[:3]
-    if store.is_recorded(run_id, scenario_key, model):
+    epoch = _message_epoch(message)
+    if store.is_recorded(run_id, scenario_key, model, epoch):
         return
     try:
-        persist(run_id, crashed_result(scenario_key, model, count))
+        persist(run_id, crashed_result(scenario_key, model, count, epoch))
     except (store.UnknownRun, store.UnexpectedPair) as exc:
         raise InvalidMessage(str(exc)) from None
 

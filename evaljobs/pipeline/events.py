@@ -87,7 +87,7 @@ def publish(run_id: str, event: dict[str, Any]) -> None:
 
 def publish_result(run_id: str, result, recorded) -> None:
     publish(run_id, {"type": "result", "scenario": result.scenario_key, "model": result.model,
-                     "status": result.status, "score": result.score, "fault": result.fault,
+                     "epoch": result.epoch, "status": result.status, "score": result.score, "fault": result.fault,
                      "persisted": recorded.persisted, "expected": recorded.expected})
 
 

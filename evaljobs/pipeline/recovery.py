@@ -15,12 +15,13 @@ import threading
 from typing import Iterable
 
 from evaljobs import store
+from evaljobs.pipeline.actors import pair_args
 
 logger = logging.getLogger("evaljobs.recovery")
 
 
-def pending_work(binding) -> tuple[set[tuple[str, str, str]], set[tuple[str, str]], set[str]]:
-    """(run, scenario, model) pairs, (run, model) per-model jobs and runs with a start message, still queued.
+def pending_work(binding) -> tuple[set[tuple[str, str, str, int]], set[tuple[str, str]], set[str]]:
+    """(run, scenario, model, epoch) pairs, (run, model) per-model jobs and runs with a start message, still queued.
 
     Reads the queue's own message hashes (ready, in flight and delayed) — the
     queue, not the keyspace.
@@ -32,10 +33,12 @@ def pending_work(binding) -> tuple[set[tuple[str, str, str]], set[tuple[str, str
         try:
             data = json.loads(body)
             actor, args = data.get("actor_name"), data.get("args") or []
+            kwargs = data.get("kwargs") or {}
         except (ValueError, AttributeError):
             continue
         if actor == "evaluate_scenario" and len(args) >= 3:
-            pairs.add((args[0], args[1], args[2]))
+            epoch = args[3] if len(args) > 3 else kwargs.get("epoch", 0) if isinstance(kwargs, dict) else 0
+            pairs.add((args[0], args[1], args[2], epoch))
         elif actor == "evaluate_model" and len(args) >= 2:
             models.add((args[0], args[1]))
         elif actor == "start_run" and args:
@@ -109,19 +112,19 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
         if run.id in starts:
             continue  # start_run will enqueue the missing pairs itself
         if run.strategy == "per-model":
-            lost_models = sorted({m for _, m in missing} - {m for r, m in models if r == run.id})
+            lost_models = sorted({m for _, m, _ in missing} - {m for r, m in models if r == run.id})
             for model in lost_models:
                 binding.broker.enqueue(_with_context(binding, actors.evaluate_model.message(run.id, model), run))
             if lost_models:
                 actions.append(f"{run.id}: re-enqueued {len(lost_models)} per-model jobs")
             continue
-        lost = [(k, m) for k, m in missing if (run.id, k, m) not in pairs]
+        lost = [pair for pair in missing if (run.id, *pair) not in pairs]
         if not lost:
             continue
         if run.status == "pending":
             store.mark_running(run.id)
-        for key, model in lost:
-            message = actors.evaluate_scenario.message(run.id, key, model)
+        for key, model, epoch in lost:
+            message = actors.evaluate_scenario.message(*pair_args(run.id, key, model, epoch))
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
     return list(actions)

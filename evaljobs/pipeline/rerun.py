@@ -26,8 +26,10 @@ class RerunError(UsageError):
     """A rerun that cannot be made (one line naming the run and the reason)."""
 
 
-def select_pairs(run_id: str, which: Iterable[str]) -> list[tuple[str, str]]:
-    """The pairs of ``run_id`` to run again, in catalog order.
+def select_pairs(run_id: str, which: Iterable[str]) -> list[tuple[str, str, int]]:
+    """The (scenario, model, epoch) pairs of ``run_id`` to run again, in catalog order.
+
+    Per epoch: a rerun of the errored pairs of an ``--epochs`` run reruns the errored epochs only.
 
     ``which`` holds ``"errored"`` and/or ``"failed"`` (pairs whose persisted result has
     that status), or ``"all"`` (every pair the run expected, persisted or not).
@@ -54,12 +56,12 @@ def create_rerun(run_id: str, which: Iterable[str]) -> store.RunInfo:
         raise RerunError(f"run {run_id} has no {what} pairs ({original.persisted}/{original.expected} "
                          f"persisted, status {original.status}): nothing to rerun")
     catalog = store.load_snapshot(original.digest)
-    models = [m for m in original.models if any(model == m for _, model in pairs)]
+    models = [m for m in original.models if any(model == m for _, model, _ in pairs)]
     options = dict(original.options)
     options["rerun_of"] = original.id
     options["rerun"] = "+".join(which)
     return store.create_run(catalog, models, strategy=original.strategy, context=original.context,
-                            options=options, pairs=pairs)
+                            options=options, pairs=pairs, epochs=original.epochs)
 
 
 def start(run: store.RunInfo, *, binding=None, width: int = 8,

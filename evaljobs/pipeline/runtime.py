@@ -67,13 +67,16 @@ class RunSettings:
     judge_cap: int | None = None
     time_limit: float | None = None
     cache: bool | None = None
+    #: ``--cache-across-epochs``: the response cache key leaves the epoch out (epochs share answers).
+    cache_across_epochs: bool | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
         options = options or {}
         return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
                    judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
-                   cache=options.get("cache") or None)
+                   cache=options.get("cache") or None,
+                   cache_across_epochs=options.get("cache_across_epochs") or None)
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -2,7 +2,7 @@
 
 - ``sequential``: an in-process loop, no queue (tests, hosts that want it).
 - ``threads``: a bounded in-process thread pool of ``width`` (the comparison shape).
-- ``fanout`` (default): one Dramatiq message per (scenario × model).
+- ``fanout`` (default): one Dramatiq message per (scenario × model × epoch).
 - ``per-model``: one Dramatiq message per model, scenarios in order within it.
 
 The in-process strategies run here; the queued ones are driven by actors
@@ -37,19 +37,20 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
         allow = lambda: store.take_judge_call(run_id, cap)  # noqa: E731
     judge = runtime.judge_for(settings, allow)
 
-    def one(pair: tuple[str, str]) -> None:
+    def one(pair: tuple[str, str, int]) -> None:
         runtime.set_permit_wait(60.0)  # no queue to hand a pair back to: wait in-process for a permit
-        key, model = pair
+        key, model, epoch = pair
         spec = runtime.model_spec(model)
         result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy,
-                                       judge=bind_judge(judge, spec))
+                                       judge=bind_judge(judge, spec), epoch=epoch,
+                                       cache_across_epochs=bool(settings.cache_across_epochs))
         barrier.record(run_id, result, on_complete=barrier.finalize)
 
     pairs = store.missing_pairs(run_id)
     if run.strategy == "threads" and width > 1:
         context = run.context or {}
 
-        def in_context(pair: tuple[str, str]) -> None:
+        def in_context(pair: tuple[str, str, int]) -> None:
             # Pool threads do not inherit the caller's thread-locals: restore the run's context.
             tokens = [(p, p.restore(context[p.name])) for p in context_providers if p.name in context]
             try:

@@ -6,7 +6,11 @@ client's ``complete(model, messages, …)`` and answers a call from the
 database when the same request was answered successfully before:
 
 * **Key**: sha256 of (provider, model, the canonical JSON request body exactly
-  as the client sends it, the adapter version). The per-call ``timeout`` and
+  as the client sends it, the adapter version, and the epoch for epochs after
+  the first). The epoch is in the key so that ``--epochs N --cache`` still makes
+  N independent samples instead of one sample read back N times; a run made with
+  ``--cache-across-epochs`` leaves it out (every epoch reuses one answer), and
+  epoch 0 keys are the keys of a run without epochs. The per-call ``timeout`` and
   the governor's ``first`` hint are not part of the request, so not of the key.
   Bump the adapter's ``version`` when what it sends or how it reads answers
   changes, and every old entry stops matching.
@@ -34,8 +38,10 @@ import hashlib
 import json
 import re
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from evaljobs.config import Settings, settings as current_settings
 from evaljobs.errors import ConfigurationError
@@ -109,10 +115,34 @@ class Completer(Protocol):
     def complete(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Completion: ...
 
 
-def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: str = "") -> str:
-    """sha256 of (provider, model, canonical request body JSON, adapter version), as hex."""
-    canonical = json.dumps({"format": FORMAT, "provider": provider, "model": model, "body": body,
-                            "adapter": adapter_version},
+#: The epoch of the pair being evaluated in this thread/task (see :func:`for_epoch`).
+_epoch: ContextVar[int] = ContextVar("evaljobs_cache_epoch", default=0)
+
+
+@contextmanager
+def for_epoch(epoch: int) -> Iterator[None]:
+    """Key the cache lookups made inside this block by ``epoch`` (0: the key of a run without epochs).
+
+    A context variable rather than an argument: the cache sits under the adapter, which
+    knows nothing of epochs, and a host adapter must not have to pass one through.
+    """
+    token = _epoch.set(int(epoch))
+    try:
+        yield
+    finally:
+        _epoch.reset(token)
+
+
+def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: str = "",
+              epoch: int = 0) -> str:
+    """sha256 of (provider, model, canonical request body JSON, adapter version[, epoch]), as hex.
+
+    The epoch is in the key only when it is not 0, so single-epoch runs keep their keys.
+    """
+    fields = {"format": FORMAT, "provider": provider, "model": model, "body": body, "adapter": adapter_version}
+    if epoch:
+        fields["epoch"] = int(epoch)
+    canonical = json.dumps(fields,
                            sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -170,7 +200,7 @@ class CachingClient:
                  **kwargs: Any) -> Completion:
         body = request_body(model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                             extra=extra)
-        key = cache_key(self.provider_name, model, body, self.adapter_version)
+        key = cache_key(self.provider_name, model, body, self.adapter_version, _epoch.get())
         started = time.perf_counter()
         found = self.backend.get(key, self.ttl) if self.ttl > 0 else None
         if found is not None:
@@ -189,5 +219,5 @@ def is_cached(completion: Completion) -> bool:
 
 
 __all__ = ["CacheBackend", "CachingClient", "CachedCompletion", "Completer", "ResponseCache", "cache_key",
-           "request_body", "default_ttl", "parse_duration", "is_cached", "CacheConfigError", "DEFAULT_TTL",
+           "request_body", "default_ttl", "for_epoch", "parse_duration", "is_cached", "CacheConfigError", "DEFAULT_TTL",
            "ENV_TTL"]

@@ -1,4 +1,4 @@
-"""Results and the barrier: one row per (run, scenario, model), counted by the database.
+"""Results and the barrier: one row per (run, scenario, model, epoch), counted by the database.
 
 :func:`record_result` is the barrier (invariants 1, 2, 4); :func:`finalize`
 writes the run's one report (invariant 3). The per-pair calls are fixed SQL
@@ -49,10 +49,10 @@ class Finalized:
 # They touch the same columns and take the same locks as the builder's queries did.
 
 _RUN_COLUMNS = ("id", "digest", "catalog_name", "models", "strategy", "status", "expected", "persisted",
-                "context", "options", "created_at", "started_at", "finished_at", "note", "pairs")
+                "context", "options", "created_at", "started_at", "finished_at", "note", "pairs", "epochs")
 _RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores", "fault", "output",
                    "tool_calls", "duration_ms", "input_tokens", "output_tokens", "cost", "attempts", "error",
-                   "details", "cached", "created_at", "ttft_ms", "latency_ms")
+                   "details", "cached", "created_at", "ttft_ms", "latency_ms", "epoch")
 
 
 @dataclass(frozen=True)
@@ -70,15 +70,15 @@ def _hot_sql(param: str) -> _HotSQL:
     p = param
     return _HotSQL(
         pair_state=(f"SELECT {', '.join(_RUN_COLUMNS)}, EXISTS (SELECT 1 FROM result WHERE run_id = {p} "
-                    f"AND scenario_key = {p} AND model = {p}) FROM run WHERE id = {p}"),
-        run_facts=f"SELECT digest, catalog_name, models, pairs, expected FROM run WHERE id = {p}",
+                    f"AND scenario_key = {p} AND model = {p} AND epoch = {p}) FROM run WHERE id = {p}"),
+        run_facts=f"SELECT digest, catalog_name, models, pairs, expected, epochs FROM run WHERE id = {p}",
         insert_result=(f"INSERT INTO result ({', '.join(_RESULT_COLUMNS)}) VALUES "
                        f"({', '.join([p] * len(_RESULT_COLUMNS))}) "
-                       f"ON CONFLICT (run_id, scenario_key, model) DO NOTHING"),
+                       f"ON CONFLICT (run_id, scenario_key, model, epoch) DO NOTHING"),
         bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
         persisted=f"SELECT persisted FROM run WHERE id = {p}",
         report_results=(f"SELECT scenario_key, model, status, score, scores, fault, error, duration_ms, cost, "
-                        f"cached, input_tokens, output_tokens, ttft_ms, latency_ms FROM result "
+                        f"cached, input_tokens, output_tokens, ttft_ms, latency_ms, epoch FROM result "
                         f"WHERE run_id = {p}"),
     )
 
@@ -96,6 +96,7 @@ class _RunFacts:
     models: tuple[str, ...]
     pairs: str | None
     expected: int
+    epochs: int
 
 
 _facts: dict[str, _RunFacts] = {}
@@ -107,8 +108,8 @@ def _run_facts(db: peewee.Database, run_id: str) -> _RunFacts:
         row = db.execute_sql(_hot(db).run_facts, (run_id,)).fetchone()
         if row is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
-        digest, catalog_name, models, pairs, expected = row
-        facts = _RunFacts(digest, catalog_name, tuple(_json_once(models)), pairs, expected)
+        digest, catalog_name, models, pairs, expected, epochs = row
+        facts = _RunFacts(digest, catalog_name, tuple(_json_once(models)), pairs, expected, epochs or 1)
         if len(_facts) >= 1024:
             _facts.clear()
         _facts[run_id] = facts
@@ -116,7 +117,7 @@ def _run_facts(db: peewee.Database, run_id: str) -> _RunFacts:
 
 
 @_reconnecting
-def pair_state(run_id: str, scenario_key: str, model: str) -> tuple[RunInfo, bool]:
+def pair_state(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple[RunInfo, bool]:
     """The run (without its report) and whether this pair is already recorded: one query.
 
     What a worker needs before evaluating a pair; ``get_run`` + ``is_recorded`` in one round trip.
@@ -124,18 +125,24 @@ def pair_state(run_id: str, scenario_key: str, model: str) -> tuple[RunInfo, boo
     if not isinstance(run_id, str):  # a malformed message; the builder's queries coerced, fixed SQL does not
         raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
     with _connection() as db:
-        row = db.execute_sql(_hot(db).pair_state, (run_id, str(scenario_key), str(model), run_id)).fetchone()
+        row = db.execute_sql(_hot(db).pair_state,
+                             (run_id, str(scenario_key), str(model), _epoch(epoch), run_id)).fetchone()
     if row is None:
         raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
     (id_, digest, catalog_name, models, strategy, status, expected, persisted, context, options, created_at,
-     started_at, finished_at, note, pairs, recorded) = row
+     started_at, finished_at, note, pairs, epochs, recorded) = row
     info = RunInfo(id=id_, digest=digest, catalog_name=catalog_name, models=list(_json_once(models)),
                    strategy=strategy, status=status, expected=expected, persisted=persisted,
                    context=_json_once(context), options=_json_once(options) or {},
                    created_at=_datetime(created_at), started_at=_datetime(started_at),
                    finished_at=_datetime(finished_at), report=None, note=note,
-                   pairs=list(_pair_list(pairs)) if pairs is not None else None)
+                   pairs=list(_pair_list(pairs)) if pairs is not None else None, epochs=epochs or 1)
     return info, bool(recorded)
+
+
+def _epoch(value: object) -> int:
+    """An epoch from a message: a whole number (a malformed one never matches a row)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 @_reconnecting
@@ -143,7 +150,7 @@ def record_result(run_id: str, result: Result) -> Recorded:
     """Persist one pair's result and count the run's persisted pairs, in one short transaction.
 
     This is the barrier (invariants 1, 2, 4). The database decides everything:
-    the unique (run, scenario, model) constraint makes a redelivered result a no-op,
+    the unique (run, scenario, model, epoch) constraint makes a redelivered result a no-op,
     and the count is of distinct persisted rows, never of messages handled.
 
     The count is ``UPDATE run SET persisted = persisted + 1 … RETURNING persisted`` in the
@@ -165,9 +172,15 @@ def record_result(run_id: str, result: Result) -> Recorded:
                 f"model {result.model!r} is not one of the run's models ({', '.join(facts.models)})")
         raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
                              f"{result.model!r}: {what}")
-    if facts.pairs is not None and result.pair not in _pair_set(facts.pairs):
+    epoch = result.epoch
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < facts.epochs:
         raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
-                             f"{result.model!r}: the run covers only {facts.expected} chosen pairs")
+                             f"{result.model!r} epoch {epoch!r}: the run has {facts.epochs} epoch(s), "
+                             f"0-{facts.epochs - 1}")
+    if facts.pairs is not None and result.ident not in _pair_set(facts.pairs):
+        raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
+                             f"{result.model!r}" + (f" epoch {epoch}" if facts.epochs > 1 else "") +
+                             f": the run covers only {facts.expected} chosen pairs")
     with _transaction() as db:
         sql = _hot(db)
         if not _insert_result(db, sql, run_id, result):
@@ -201,7 +214,7 @@ def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Resul
               int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
               None if result.cost is None else float(result.cost), int(result.attempts), result.error,
               _dumps(_capped(result.details)), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
-              _float_or_none(result.latency_ms))
+              _float_or_none(result.latency_ms), int(result.epoch))
     return db.execute_sql(sql.insert_result, params).rowcount == 1
 
 
@@ -219,7 +232,8 @@ def _progress_query(run_id: str) -> peewee.Select:
 
 
 def _pairs_query(run_id: str) -> peewee.Select:
-    return ResultRow.select(ResultRow.scenario_key, ResultRow.model).where(ResultRow.run == run_id)
+    return (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch)
+            .where(ResultRow.run == run_id))
 
 
 def _to_result(row: ResultRow) -> Result:
@@ -228,61 +242,64 @@ def _to_result(row: ResultRow) -> Result:
                   tool_calls=_loads(row.tool_calls), duration_ms=row.duration_ms,
                   input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
                   attempts=row.attempts, error=row.error, details=_loads(row.details),
-                  cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms)
+                  cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms, epoch=row.epoch)
 
 
 @_reconnecting
-def is_recorded(run_id: str, scenario_key: str, model: str) -> bool:
+def is_recorded(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> bool:
     query = ResultRow.select(ResultRow.id).where(
-        (ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key) & (ResultRow.model == model))
+        (ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key) & (ResultRow.model == model)
+        & (ResultRow.epoch == _epoch(epoch)))
     with _connection():
         return query.exists()
 
 
 @_reconnecting
 def list_results(run_id: str) -> list[Result]:
-    """The run's results ordered by (scenario key, model).
+    """The run's results ordered by (scenario key, model, epoch).
 
     Sorted in Python, so the order is the same on every backend and collation.
     """
     with _connection():
         _get_row(run_id)
         rows = list(_results_query(run_id))
-    return [_to_result(row) for row in sorted(rows, key=lambda r: (r.scenario_key, r.model))]
+    return [_to_result(row) for row in sorted(rows, key=lambda r: (r.scenario_key, r.model, r.epoch))]
 
 
 @_reconnecting
-def missing_pairs(run_id: str) -> list[tuple[str, str]]:
-    """Expected pairs with no persisted row, in catalog order (scenario-major, run model order)."""
+def missing_pairs(run_id: str) -> list[tuple[str, str, int]]:
+    """Expected (scenario, model, epoch) with no persisted row, in catalog order (epoch-major, then
+    scenario, then the run's model order: a run's first epoch goes out before its second)."""
     with _connection():
         return _missing(_get_row(run_id))
 
 
-def _missing(run: Run) -> list[tuple[str, str]]:
+def _missing(run: Run) -> list[tuple[str, str, int]]:
     done = set(_pairs_query(run.id).tuples())
     return [pair for pair in _expected(run) if pair not in done]
 
 
-def _expected(run: Run) -> list[tuple[str, str]]:
+def _expected(run: Run) -> list[tuple[str, str, int]]:
     if run.pairs is not None:
         return list(_pair_list(run.pairs))
     models = _loads(run.models)
-    return [(key, model) for key in load_snapshot(run.digest).keys for model in models]
+    keys = load_snapshot(run.digest).keys
+    return [(key, model, epoch) for epoch in range(run.epochs or 1) for key in keys for model in models]
 
 
-def expected_pairs(run_id: str) -> list[tuple[str, str]]:
+def expected_pairs(run_id: str) -> list[tuple[str, str, int]]:
     """Every pair the run expects, in catalog order (its chosen pairs for a rerun)."""
     with _connection():
         return _expected(_get_row(run_id))
 
 
-def pair_statuses(run_id: str) -> dict[tuple[str, str], str]:
-    """(scenario key, model) → status of each persisted result: one indexed query, no result bodies."""
-    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.status)
+def pair_statuses(run_id: str) -> dict[tuple[str, str, int], str]:
+    """(scenario key, model, epoch) → status of each persisted result: one indexed query, no bodies."""
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.status)
              .where(ResultRow.run == run_id))
     with _connection():
         _get_row(run_id)
-        return {(key, model): status for key, model, status in query.tuples()}
+        return {(key, model, epoch): status for key, model, epoch, status in query.tuples()}
 
 
 @_reconnecting
@@ -314,7 +331,7 @@ def finalize(run_id: str) -> Finalized:
         if len(results) != run.expected:
             missing = _missing(run)
             raise Incomplete(f"run {run_id} has {len(results)} of {run.expected} pairs; "
-                             f"missing: {_pair_text(missing)}")
+                             f"missing: {_pair_text(missing, epochs=run.epochs or 1)}")
         finished = _now()
         report = build_report(_report_run(run, finished), results)
         errored = sum(1 for r in results if r.status == ERRORED)
@@ -349,9 +366,9 @@ def _report_results(run_id: str) -> list[Result]:
     results = [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
                       fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
                       input_tokens=input_tokens, output_tokens=output_tokens, ttft_ms=ttft_ms,
-                      latency_ms=latency_ms)
+                      latency_ms=latency_ms, epoch=epoch)
                for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
-               output_tokens, ttft_ms, latency_ms in rows]
+               output_tokens, ttft_ms, latency_ms, epoch in rows]
     _add_judge_details(run_id, results)
     return results
 
@@ -359,14 +376,13 @@ def _report_results(run_id: str) -> list[Result]:
 def _add_judge_details(run_id: str, results: list[Result]) -> None:
     """The judge's prompt, raw answer, score and reason go into the report: read ``details`` only for
     the pairs a judge was asked about (runs without a judge read nothing more)."""
-    judged = {(r.scenario_key, r.model): r for r in results
-              if "llm_judge" in r.scores or r.fault == "judge_unavailable"}
+    judged = {r.ident: r for r in results if "llm_judge" in r.scores or r.fault == "judge_unavailable"}
     if not judged:
         return
-    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.details)
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.details)
              .where(ResultRow.run == run_id).tuples())
-    for key, model, details in query:
-        result = judged.get((key, model))
+    for key, model, epoch, details in query:
+        result = judged.get((key, model, epoch))
         if result is not None:
             judge = (_loads(details) or {}).get("judge")
             if isinstance(judge, dict):
@@ -377,4 +393,5 @@ def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
     return {"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
-            "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options)}
+            "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options),
+            "epochs": run.epochs or 1}

@@ -40,8 +40,11 @@ class RunInfo:
     finished_at: datetime | None
     report: dict[str, Any] | None
     note: str | None
-    #: The explicit pairs of a run over a subset (a rerun), in order; None: every scenario × model.
-    pairs: list[tuple[str, str]] | None = None
+    #: The explicit pairs of a run over a subset (a rerun), in order, as (scenario, model, epoch);
+    #: None: every scenario × model × epoch.
+    pairs: list[tuple[str, str, int]] | None = None
+    #: How many times each scenario × model pair is evaluated (``--epochs``).
+    epochs: int = 1
 
     @property
     def finished(self) -> bool:
@@ -54,17 +57,21 @@ def _info(row: Run) -> RunInfo:
                    context=_loads(row.context), options=_loads(row.options) or {},
                    created_at=_aware(row.created_at), started_at=_aware(row.started_at),
                    finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note,
-                   pairs=list(_pair_list(row.pairs)) if row.pairs is not None else None)
+                   pairs=list(_pair_list(row.pairs)) if row.pairs is not None else None,
+                   epochs=row.epochs or 1)
 
 
 @lru_cache(maxsize=256)
-def _pair_list(text: str) -> tuple[tuple[str, str], ...]:
-    """A run's explicit pairs, parsed once per process (they never change once the run exists)."""
-    return tuple((key, model) for key, model in json.loads(text))
+def _pair_list(text: str) -> tuple[tuple[str, str, int], ...]:
+    """A run's explicit pairs, parsed once per process (they never change once the run exists).
+
+    Entries are [scenario, model, epoch]; a two-item entry (written before epochs existed) is epoch 0.
+    """
+    return tuple((entry[0], entry[1], int(entry[2]) if len(entry) > 2 else 0) for entry in json.loads(text))
 
 
 @lru_cache(maxsize=256)
-def _pair_set(text: str) -> frozenset[tuple[str, str]]:
+def _pair_set(text: str) -> frozenset[tuple[str, str, int]]:
     return frozenset(_pair_list(text))
 
 
@@ -83,8 +90,13 @@ def _check_status(status: str) -> None:
         raise ValueError(f"unknown run status {status!r}: use one of {', '.join(RUN_STATUSES)}")
 
 
-def _pair_text(pairs: list[tuple[str, str]], limit: int = 5) -> str:
-    shown = ", ".join(f"{key} × {model}" for key, model in pairs[:limit])
+def pair_label(key: str, model: str, epoch: int = 0, epochs: int = 1) -> str:
+    """``key × model``, with ``#epoch`` when the run has several epochs (or the epoch is not 0)."""
+    return f"{key} × {model}" + (f" #{epoch}" if epochs > 1 or epoch else "")
+
+
+def _pair_text(pairs: list[tuple[str, str, int]], limit: int = 5, epochs: int = 1) -> str:
+    shown = ", ".join(pair_label(*pair, epochs=epochs) for pair in pairs[:limit])
     return shown + (f" (+{len(pairs) - limit} more)" if len(pairs) > limit else "")
 
 
@@ -92,14 +104,20 @@ def _pair_text(pairs: list[tuple[str, str]], limit: int = 5) -> str:
 
 
 def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: dict | None = None,
-               options: dict | None = None, pairs: list[tuple[str, str]] | None = None) -> RunInfo:
-    """Snapshot the catalog and create a pending run expecting every scenario × model pair.
+               options: dict | None = None, pairs: list[tuple] | None = None, epochs: int = 1) -> RunInfo:
+    """Snapshot the catalog and create a pending run expecting every scenario × model × epoch.
 
-    With ``pairs`` (a rerun) the run expects exactly those pairs instead: each must name a
-    catalog scenario and one of ``models``, and every model must have at least one pair.
-    They are stored in catalog order and the barrier, ``missing_pairs`` and ``finalize``
-    honour them, so the completion contract is the same as for a whole run.
+    ``epochs`` (``--epochs``): each scenario × model pair is evaluated that many times, each
+    epoch a pair of its own (its own message, row, retries).
+
+    With ``pairs`` (a rerun) the run expects exactly those pairs instead — (scenario, model) for
+    epoch 0 or (scenario, model, epoch): each must name a catalog scenario, one of ``models`` and
+    an epoch under ``epochs``, and every model must have at least one pair. They are stored in
+    catalog order and the barrier, ``missing_pairs`` and ``finalize`` honour them, so the
+    completion contract is the same as for a whole run.
     """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a whole number of 1 or more, not {epochs!r}")
     models = list(models)
     if not models:
         raise ValueError("a run needs at least one model: pass -m MODEL")
@@ -108,37 +126,41 @@ def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: d
         raise ValueError(f"model {repeated[0]!r} is given more than once: pass each model once")
     if not catalog.scenarios:
         raise ValueError(f"catalog {catalog.source} has no scenarios: add at least one")
-    chosen = _check_pairs(catalog, models, pairs) if pairs is not None else None
+    chosen = _check_pairs(catalog, models, pairs, epochs) if pairs is not None else None
     save_snapshot(catalog)
     row = dict(id="r_" + secrets.token_hex(6), digest=catalog.digest, catalog_name=catalog.name,
                models=_dumps(models), strategy=strategy, status=PENDING,
-               expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models),
+               expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models) * epochs,
                persisted=0, context=_dumps(context) if context is not None else None,
                options=_dumps(options or {}), created_at=_now(),
-               pairs=_dumps(chosen) if chosen is not None else None)
+               pairs=_dumps(chosen) if chosen is not None else None, epochs=epochs)
     with _connection():
         Run.insert(**row).as_rowcount().execute()
     return get_run(row["id"])
 
 
-def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple[str, str]]) -> list[list[str]]:
-    wanted = [(str(key), str(model)) for key, model in pairs]
+def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple], epochs: int) -> list[list]:
+    wanted = [(str(p[0]), str(p[1]), int(p[2]) if len(p) > 2 else 0) for p in pairs]
     if not wanted:
         raise ValueError("a run over chosen pairs needs at least one pair")
-    seen: set[tuple[str, str]] = set()
-    for key, model in wanted:
-        if (key, model) in seen:
-            raise ValueError(f"pair {key} × {model} is given more than once: pass each pair once")
-        seen.add((key, model))
+    seen: set[tuple[str, str, int]] = set()
+    for key, model, epoch in wanted:
+        label = pair_label(key, model, epoch, epochs)
+        if (key, model, epoch) in seen:
+            raise ValueError(f"pair {label} is given more than once: pass each pair once")
+        seen.add((key, model, epoch))
         if key not in catalog:
-            raise ValueError(f"pair {key} × {model}: scenario {key!r} is not in catalog {catalog.name!r}")
+            raise ValueError(f"pair {label}: scenario {key!r} is not in catalog {catalog.name!r}")
         if model not in models:
-            raise ValueError(f"pair {key} × {model}: model {model!r} is not one of the run's models "
+            raise ValueError(f"pair {label}: model {model!r} is not one of the run's models "
                              f"({', '.join(models)})")
-    unused = [m for m in models if m not in {model for _, model in wanted}]
+        if not 0 <= epoch < epochs:
+            raise ValueError(f"pair {label}: epoch {epoch} is not one of the run's {epochs} epochs (0-{epochs - 1})")
+    unused = [m for m in models if m not in {model for _, model, _ in wanted}]
     if unused:
         raise ValueError(f"model {unused[0]!r} has no pair in this run: leave it out of the models")
-    return [[key, model] for key in catalog.keys for model in models if (key, model) in seen]
+    return [[key, model, epoch] for epoch in range(epochs) for key in catalog.keys for model in models
+            if (key, model, epoch) in seen]
 
 
 @_reconnecting

@@ -13,15 +13,18 @@ from typing import Any, Callable, ContextManager
 
 import peewee
 from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
-from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
+from peewee import (SQL, BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
                     IntegerField, Model, TextField, fn)
 
 from evaljobs.store.errors import StoreError, redact
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: What each schema version added (recorded in ``schema_version.description``).
 _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
-                   3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms"}
+                   3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms",
+                   4: "epochs: run.epochs, result.epoch; one row per (run, scenario, model, epoch)"}
+#: The unique index of schema versions 1-3 (one row per (run, scenario, model)); version 4 replaces it.
+_V3_UNIQUE_INDEX = "resultrow_run_id_scenario_key_model"
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
 
 PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
@@ -80,7 +83,11 @@ class Run(_Table):
     judge_calls = IntegerField(default=0)
     #: JSON list of [scenario_key, model] when the run covers a subset of scenario × model (a rerun);
     #: NULL for the whole product. Read with the run row (by primary key), so honouring it scans nothing.
+    #: Since schema 4 an entry may be [scenario_key, model, epoch] (a two-item entry is epoch 0).
     pairs = TextField(null=True)
+    #: How many times each scenario × model pair is evaluated (``--epochs``); the whole product
+    #: expects scenarios × models × epochs rows.
+    epochs = IntegerField(default=1, constraints=[SQL("DEFAULT 1")])
 
     class Meta:
         table_name = "run"
@@ -111,12 +118,14 @@ class ResultRow(_Table):
     ttft_ms = DoubleField(null=True)
     #: Sum of the pair's provider call latencies (the pair's duration also counts tools and grading).
     latency_ms = DoubleField(null=True)
+    #: Which repetition of the pair (0 … run.epochs-1); rows from before schema 4 are epoch 0.
+    epoch = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
 
     class Meta:
         table_name = "result"
         # The one index a run's results need: it enforces invariant 1 and serves every
         # per-run query (WHERE run_id = ?), so nothing here scans the table.
-        indexes = ((("run", "scenario_key", "model"), True),)
+        indexes = ((("run", "scenario_key", "model", "epoch"), True),)
 
 
 _TABLES = (SchemaVersion, Snapshot, Run, ResultRow)
@@ -185,16 +194,34 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
             raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
                              f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
         if Run._meta.table_name in existing:
-            done += _add_missing_columns(db, Run, {"pairs": "TEXT"})
+            done += _add_missing_columns(db, Run, {"pairs": "TEXT", "epochs": "INTEGER NOT NULL DEFAULT 1"})
         if ResultRow._meta.table_name in existing:
             real = "DOUBLE PRECISION" if isinstance(db, peewee.PostgresqlDatabase) else "REAL"
-            done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real})
+            done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real,
+                                                         "epoch": "INTEGER NOT NULL DEFAULT 0"})
             done += _drop_not_null(db, ResultRow, "cost")
+            done += _epoch_in_unique_index(db)
         if current < SCHEMA_VERSION:
             SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(),
                                  description=_SCHEMA_CHANGES[SCHEMA_VERSION] if current else "initial schema")
             done.append(f"recorded schema version {SCHEMA_VERSION}")
     return done
+
+
+def _epoch_in_unique_index(db: peewee.Database) -> list[str]:
+    """Schema 4: the unique key of a result gains ``epoch`` (existing rows are epoch 0, so no clash).
+
+    The new index is built before the old one goes, so the (run, scenario, model) rows stay unique
+    throughout; both statements run in the upgrade's one transaction.
+    """
+    names = {index.name for index in db.get_indexes(ResultRow._meta.table_name)}
+    if _V3_UNIQUE_INDEX not in names:
+        return []
+    new = "resultrow_run_id_scenario_key_model_epoch"  # what a fresh database gets from the model
+    if new not in names:
+        db.execute_sql(f'CREATE UNIQUE INDEX "{new}" ON "result" ("run_id", "scenario_key", "model", "epoch")')
+    db.execute_sql(f'DROP INDEX "{_V3_UNIQUE_INDEX}"')
+    return ["unique index of result is (run_id, scenario_key, model, epoch)"]
 
 
 def _drop_not_null(db: peewee.Database, table: type[Model], column: str) -> list[str]:
