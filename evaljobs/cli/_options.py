@@ -205,14 +205,48 @@ def rate(text: str | None) -> float | None:
     return value
 
 
-fail_under_option = click.option("--fail-under", "gate", default=None, metavar="RATE",
-                                 callback=lambda ctx, param, text: rate(text),
-                                 help="Exit 1 when the pass rate is under RATE (0.9 or 90%).")
+#: ``--gate``: what ``--fail-under`` judges. ``point``: the pass rate itself; ``ci``: the lower bound of
+#: its 95 % Wilson interval (per model over every scenario and epoch; the worst model decides).
+GATES = ("point", "ci")
+_GATE_KEY = "evaljobs.gate"
 
 
-def gate(info: Any, threshold: float | None) -> None:
-    """Exit 1 when the run's pass rate is under ``threshold`` (say so on stderr either way)."""
+def _remember_gate(ctx: click.Context, param: Any, value: str | None) -> str | None:
+    ctx.meta[_GATE_KEY] = value or "point"
+    return value
+
+
+def fail_under_option(fn):
+    """``--fail-under RATE`` (the command's ``gate`` parameter) and ``--gate point|ci`` (how it is judged)."""
+    fn = click.option("--gate", "gate_mode", type=click.Choice(GATES), default="point", show_default=True,
+                      expose_value=False, callback=_remember_gate,
+                      help="What --fail-under judges: the pass rate (point) or the lower bound of its "
+                           "95% Wilson interval (ci).")(fn)
+    return click.option("--fail-under", "gate", default=None, metavar="RATE",
+                        callback=lambda ctx, param, text: rate(text),
+                        help="Exit 1 when the pass rate is under RATE (0.9 or 90%).")(fn)
+
+
+def gate(info: Any, threshold: float | None, mode: str | None = None) -> None:
+    """Exit 1 when the run's pass rate is under ``threshold`` (say so on stderr either way).
+
+    With ``--gate ci`` (``mode``) the lower bound of each model's 95 % Wilson interval is held
+    to it instead, and the worst model decides: "pass rate 92 %, but it may be 84 %" fails a 90 % gate.
+    """
     if threshold is None or info.report is None:
+        return
+    context = click.get_current_context(silent=True)
+    mode = mode or (context.meta.get(_GATE_KEY) if context is not None else None) or "point"
+    if mode == "ci":
+        from evaljobs.reports.variance import model_interval  # start-up time: only once a run exists
+
+        bounds = [(model_interval(info.report, m["model"]), m["model"]) for m in info.report["models"]]
+        (rate_, low, high), model = min(((b, m) for b, m in bounds if b is not None), key=lambda bm: bm[0][1])
+        what = f"{model}: 95% CI lower bound {low:.1%} (pass rate {rate_:.1%}, CI {low:.1%}–{high:.1%})"
+        if low < threshold:
+            click.echo(f"FAIL: {what} is under --fail-under {threshold:.1%} (--gate ci)", err=True)
+            sys.exit(EXIT_GATE)
+        click.echo(f"OK: {what} meets --fail-under {threshold:.1%} (--gate ci)", err=True)
         return
     rate_ = info.report["summary"]["pass_rate"]
     if rate_ < threshold:

@@ -44,9 +44,10 @@ def _note(text: str) -> None:
 @click.option("--baseline", metavar="RUN", default=None,
               help="Compare with an earlier run: flipped pairs in md, html, table and json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE.")
+@click.option("--flaky", is_flag=True, help="List the flaky scenarios (epochs that disagree), per model.")
 @fail_under_option
 @db_option
-def report(run_id: str, fmt: str, baseline: str | None, output: str | None, gate: float | None,
+def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flaky: bool, gate: float | None,
            db: str | None) -> None:
     """Render a run's report (also a CI gate with --fail-under)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
@@ -56,8 +57,15 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, gate
     with Session(db=db) as session:
         run_id = session.resolve(run_id)
         baseline = session.resolve(baseline) if baseline else None
-        text = session.report(run_id, fmt, baseline=baseline, on_note=_note)
         info = session.get(run_id)
+        if flaky:
+            from evaljobs.reports.variance import flaky_text
+
+            if info.report is None:
+                raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
+            text = flaky_text(info.report)
+        else:
+            text = session.report(run_id, fmt, baseline=baseline, on_note=_note)
     _write(text, output)
     hold_to(info, gate)
 

@@ -15,6 +15,7 @@ from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct 
                                       unknown_note as _unknown_note)
 from evaljobs.reports.compare import Comparison, compare
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
+from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
 #: A criterion score at or above this counts as passed (scores are floats in [0, 1]).
@@ -41,20 +42,25 @@ def build_report(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
     Only plain JSON types (dict, list, str, int, float, bool, None) are used, so the
     stored report loads back equal to the one built.
     """
-    ordered = sorted(results, key=lambda r: (r.scenario_key, r.model))
+    ordered = sorted(results, key=lambda r: (r.scenario_key, r.model, r.epoch))
     models = _model_order(run.get("models") or [], ordered)
     by_model: dict[str, list[Result]] = {model: [] for model in models}
     for r in ordered:
         by_model[r.model].append(r)
     per_model = [_model_block(model, by_model[model]) for model in models]
-    return {
+    epochs = int(run.get("epochs") or 1)
+    report = {
         "run": _run_block(run),
         "summary": _summary(run, ordered),
         "models": per_model,
         "criteria": _criteria(models, by_model),
         "verdict": _verdict(per_model),
-        "results": [_compact(r) for r in ordered],
+        "results": [_compact(r, epochs > 1) for r in ordered],
     }
+    if epochs > 1:  # only then: a single-epoch report is what it was before epochs existed
+        report["run"]["epochs"] = epochs
+        report["epochs"] = epochs_block(ordered, models, epochs, run.get("thresholds"))
+    return report
 
 
 def percentile(values: Iterable[float], pct: float) -> float | None:
@@ -178,10 +184,11 @@ def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "cost": m["cost"], "cost_unknown": m["cost_unknown"]} for i, m in enumerate(ranked, start=1)]
 
 
-def _compact(result: Result) -> dict[str, Any]:
+def _compact(result: Result, with_epoch: bool = False) -> dict[str, Any]:
     return {
         "scenario_key": result.scenario_key,
         "model": result.model,
+        **({"epoch": result.epoch} if with_epoch else {}),
         "status": result.status,
         "score": round(float(result.score), 4),
         "fault": result.fault,
@@ -255,7 +262,7 @@ def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Compa
     lists the pairs that flipped. Every list is capped ("…and N more") and the text is kept
     under :data:`MARKDOWN_LIMIT` characters, because GitHub rejects longer comments.
     """
-    sections = [_markdown_head(report)]
+    sections = [_markdown_head(report), _epoch_markdown(report, _code)]
     if baseline is not None:
         comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
         sections.append(_markdown_baseline(comparison))
@@ -422,7 +429,7 @@ def render_table(report: dict[str, Any]) -> str:
            f"{summary['results']}/{summary['expected']} pairs  "
            f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'], summary.get('cost_unknown', 0))}"
            f"{_unknown_note(summary)}{_excluded_note(run)}",
-           line(header), *(line(row) for row in rows)]
+           line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:
         out.append("")
@@ -430,7 +437,8 @@ def render_table(report: dict[str, Any]) -> str:
         for row in failures:
             fault = f" [{row['fault']}]" if row["fault"] else ""
             error = f": {_short(row['error'], 80)}" if row["error"] else ""
-            out.append(f"  {row['scenario_key']} × {row['model']}  {row['status']}{fault}{error}")
+            epoch = f" #{row['epoch']}" if "epoch" in row else ""
+            out.append(f"  {row['scenario_key']} × {row['model']}{epoch}  {row['status']}{fault}{error}")
     judged = [r for r in report["results"] if r.get("judge")]
     if judged:
         out.append("")

@@ -4,6 +4,13 @@ Domain code: no Dramatiq, peewee or httpx. Either side may be a stored report
 (its compact ``results`` rows), a list of :class:`Result`, or a list of result
 dicts, so a baseline can be compared from its report alone and an unfinished
 run from its rows. Side A is the baseline (before), side B the candidate (after).
+
+With epochs a pair's outcome is over its epochs: passed when every epoch passed,
+errored when every epoch errored, failed otherwise; its score is the mean and its
+cost the sum. A flip of a *flaky* pair (one side's epochs disagree) is a regression
+or a fix only when the change in its pass rate is significant — two-sided Fisher's
+exact test, p < :data:`~evaljobs.reports.variance.SIGNIFICANCE` (0.05); otherwise
+its kind is ``flaky`` and it is not counted as a regression.
 """
 from __future__ import annotations
 
@@ -11,12 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
+from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact
 
 #: Kinds of change for a pair present in both runs.
 REGRESSED = "regressed"  # passed → failed or errored
 FIXED = "fixed"          # failed or errored → passed
 CHANGED = "changed"      # failed ↔ errored: still not passing, but for another kind of reason
 SAME = "same"
+#: A flaky pair whose status changed but whose pass rate did not change significantly (Fisher, p >= 0.05).
+FLAKY = "flaky"
 #: Kinds for a pair present in one run only.
 ONLY_A = "only_a"
 ONLY_B = "only_b"
@@ -34,6 +44,15 @@ class Outcome:
     #: None when the price of the model was unknown.
     cost: float | None
     fault: str | None = None
+    #: Over epochs: how many epochs passed, failed and were run (1/0/1 or 0/1/1 without epochs).
+    passes: int = 0
+    trials: int = 1
+    failures: int = 0
+
+    @property
+    def flaky(self) -> bool:
+        """Its epochs disagree: at least one passed and at least one failed."""
+        return self.passes > 0 and self.failures > 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,8 @@ class PairChange:
         was, now = self.before.status, self.after.status
         if was == now:
             return SAME
+        if PASSED in (was, now) and (self.before.flaky or self.after.flaky) and not self.significant:
+            return FLAKY
         if was == PASSED:
             return REGRESSED
         if now == PASSED:
@@ -65,6 +86,19 @@ class PairChange:
     @property
     def flipped(self) -> bool:
         return self.kind in FLIPS
+
+    @property
+    def p_value(self) -> float | None:
+        """Two-sided Fisher's exact test of passes vs. the rest, before against after (None: one side only)."""
+        if self.before is None or self.after is None:
+            return None
+        a, b = self.before, self.after
+        return fisher_exact(a.passes, a.trials - a.passes, b.passes, b.trials - b.passes)
+
+    @property
+    def significant(self) -> bool:
+        p = self.p_value
+        return p is not None and p < SIGNIFICANCE
 
     @property
     def score_delta(self) -> float | None:
@@ -87,11 +121,17 @@ class PairChange:
         def side(o: Outcome | None) -> dict[str, Any] | None:
             if o is None:
                 return None
-            return {"status": o.status, "score": o.score, "cost": o.cost, "fault": o.fault}
+            found = {"status": o.status, "score": o.score, "cost": o.cost, "fault": o.fault}
+            if o.trials > 1:
+                found.update(passed=o.passes, epochs=o.trials, flaky=o.flaky)
+            return found
 
-        return {"scenario_key": self.scenario_key, "model": self.model, "kind": self.kind,
-                "before": side(self.before), "after": side(self.after),
-                "score_delta": self.score_delta, "cost_delta": self.cost_delta}
+        out = {"scenario_key": self.scenario_key, "model": self.model, "kind": self.kind,
+               "before": side(self.before), "after": side(self.after),
+               "score_delta": self.score_delta, "cost_delta": self.cost_delta}
+        if (self.before and self.before.trials > 1) or (self.after and self.after.trials > 1):
+            out["p_value"] = None if self.p_value is None else round(self.p_value, 6)
+        return out
 
 
 @dataclass(frozen=True)
@@ -159,6 +199,11 @@ class Comparison:
         return sorted((c for c in self.changes if c.flipped), key=lambda c: (order[c.kind], c.pair))
 
     @property
+    def flaky(self) -> list[PairChange]:
+        """Flaky pairs whose status changed without a significant change in pass rate (not regressions)."""
+        return self.of_kind(FLAKY)
+
+    @property
     def only_a(self) -> list[PairChange]:
         return self.of_kind(ONLY_A)
 
@@ -185,11 +230,12 @@ class Comparison:
         if self.only_a or self.only_b:
             only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
                     f"{len(self.only_b)} only in {self.run_b or 'B'}")
+        flaky = f", {len(self.flaky)} flaky (not significant)" if self.flaky else ""
         return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
-                f"{len(self.changed)} failed↔errored{only}")
+                f"{len(self.changed)} failed↔errored{flaky}{only}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "summary": {"common": len(self.common), "regressed": len(self.regressed),
@@ -201,6 +247,10 @@ class Comparison:
             "only_a": [list(c.pair) for c in self.only_a],
             "only_b": [list(c.pair) for c in self.only_b],
         }
+        if self.flaky:  # only then: comparisons without epochs keep their shape
+            data["summary"]["flaky"] = len(self.flaky)
+            data["flaky"] = [c.to_dict() for c in self.flaky]
+        return data
 
 
 def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = None) -> Comparison:
@@ -236,19 +286,38 @@ def _cost(value: float | None) -> float | None:
 
 
 def _outcomes(side: Side) -> dict[tuple[str, str], Outcome]:
-    out: dict[tuple[str, str], Outcome] = {}
+    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module docstring)."""
+    epochs: dict[tuple[str, str], list[Outcome]] = {}
+    for pair, outcome in _epoch_outcomes(side):
+        epochs.setdefault(pair, []).append(outcome)
+    return {pair: found[0] if len(found) == 1 else _over_epochs(found) for pair, found in epochs.items()}
+
+
+def _over_epochs(found: list[Outcome]) -> Outcome:
+    passes = sum(1 for o in found if o.status == PASSED)
+    failures = sum(1 for o in found if o.status == FAILED)
+    status = PASSED if passes == len(found) else ERRORED if passes + failures == 0 else FAILED
+    costs = [o.cost for o in found]
+    faults = [o.fault for o in found if o.fault]
+    return Outcome(status, round(sum(o.score for o in found) / len(found), 4),
+                   None if None in costs else round(sum(costs), 6), faults[0] if faults else None,  # type: ignore[arg-type]
+                   passes=passes, trials=len(found), failures=failures)
+
+
+def _epoch_outcomes(side: Side) -> Iterable[tuple[tuple[str, str], Outcome]]:
     for row in _rows(side):
         if isinstance(row, Result):
             key, model = row.scenario_key, row.model
-            outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault)
+            outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault,
+                              passes=int(row.status == PASSED), failures=int(row.status == FAILED))
         else:
             key, model = row["scenario_key"], row["model"]
             outcome = Outcome(row["status"], round(float(row.get("score") or 0.0), 4),
-                              _cost(row.get("cost", 0.0)), row.get("fault"))
+                              _cost(row.get("cost", 0.0)), row.get("fault"), passes=int(row["status"] == PASSED),
+                              failures=int(row["status"] == FAILED))
         if outcome.status not in (PASSED, FAILED, ERRORED):
             raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
-        out[(key, model)] = outcome
-    return out
+        yield (key, model), outcome
 
 
 def _model_order(changes: list[PairChange], a: Side, b: Side) -> list[str]:
@@ -329,6 +398,11 @@ def render_comparison(comparison: Comparison) -> str:
             left=4)]
     else:
         out += ["", "no pair flipped"]
+    if c.flaky:
+        out += ["", f"flaky, not counted as regressions ({len(c.flaky)}; two-sided Fisher's exact test, "
+                    f"p >= {SIGNIFICANCE:g}):"]
+        out += [f"  {f.scenario_key} × {f.model}  {f.before.passes}/{f.before.trials} → "
+                f"{f.after.passes}/{f.after.trials} passed  p={f.p_value:.3f}" for f in c.flaky]
     for label, pairs, run in (("only in", c.only_a, c.run_a or "A"), ("only in", c.only_b, c.run_b or "B")):
         if pairs:
             out += ["", f"{label} {run} ({len(pairs)}):"]

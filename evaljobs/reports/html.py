@@ -70,7 +70,7 @@ def render_html(report: dict[str, Any], results: Iterable[Result] = (), *,
     ``baseline`` (the baseline run's report, or a Comparison) marks flipped pairs.
     """
     run = report["run"]
-    by_pair = {r.pair: r for r in results}
+    by_ident = {r.ident: r for r in results}
     comparison = None
     if baseline is not None:
         comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
@@ -78,7 +78,7 @@ def render_html(report: dict[str, Any], results: Iterable[Result] = (), *,
     rows = report["results"]
     index = {(r["scenario_key"], r["model"]): i for i, r in enumerate(rows)}
     texts = _Texts()
-    pairs = [_pair_data(r, by_pair.get((r["scenario_key"], r["model"])),
+    pairs = [_pair_data(r, by_ident.get((r["scenario_key"], r["model"], r.get("epoch", 0))),
                         changes.get((r["scenario_key"], r["model"])), texts) for r in rows]
     page_title = title or f"evaljobs · {run.get('catalog_name') or '?'} · {run.get('id') or ''}"
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode("ascii")
@@ -98,6 +98,7 @@ def render_html(report: dict[str, Any], results: Iterable[Result] = (), *,
         *_header(report),
         *_verdict(report),
         *_models_table(report),
+        *_epochs_tables(report),
         *(_baseline(comparison, index) if comparison else []),
         *_grid(report, index, changes),
         *_criteria_table(report),
@@ -261,6 +262,24 @@ def _models_table(report: dict[str, Any]) -> list[str]:
               "TTFT p50/p95 ms", "Latency p50/p95 ms", "Tokens in", "Tokens out", "Cost", "Faults"]
     return _table("models", "Models", header, rows, numeric=range(1, 14))
 
+
+
+def _epochs_tables(report: dict[str, Any]) -> list[str]:
+    """With ``--epochs``: each model's pass rate with its 95 % Wilson interval, and every scenario's statistics."""
+    block = report.get("epochs")
+    if not block:
+        return []
+    k = str(block["epochs"])
+    models = [[_e(m["model"]), f"{m['passed']}/{m['trials']}", _pct(m["pass_rate"]),
+               f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])}", str(len(m["flaky"]))] for m in block["models"]]
+    pairs = [[_e(p["scenario_key"]), _e(p["model"]), f"{p['passed']}/{p['epochs']}", _pct(p["pass_rate"]),
+              f"{p['mean_score']:.3f} ± {p['stderr']:.3f}", _pct(p["pass_at_k"][k]), _pct(p["pass_hat_k"][k]),
+              '<span class="flaky">flaky</span>' if p["flaky"] else ""] for p in block["pairs"]]
+    return [*_table("epochs", f"Epochs: {k} per pair (95 % Wilson interval)",
+                    ["Model", "Passed", "Pass rate", "95 % CI", "Flaky"], models, numeric=range(1, 5)),
+            *_table("epoch-pairs", "Scenarios over epochs",
+                    ["Scenario", "Model", "Passed", "Pass rate", "Mean ± SE", f"pass@{k}", f"pass^{k}", "Flaky"],
+                    pairs, numeric=range(2, 7))]
 
 
 def _criteria_table(report: dict[str, Any]) -> list[str]:

@@ -8,6 +8,10 @@ tools not called, the judge's reason, the answer); an errored pair carries
 replaced by ``_``, because Jenkins reads the last dot as the package/class
 split; the exact model spec is the suite's name and a property.
 
+With epochs (``--epochs N``) there is still one ``<testcase>`` per scenario: it fails
+when the scenario's epoch pass rate is under its pass threshold, and the failure body
+(or ``<system-out>`` when it passed) lists every epoch's result and the statistics.
+
 Domain code: no Dramatiq, peewee or httpx. ElementTree does the XML escaping;
 characters XML 1.0 cannot carry at all (most C0 controls, lone surrogates) are
 dropped first.
@@ -21,6 +25,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.evaluation.result import ERRORED, FAILED, Result
+from evaljobs.reports.variance import pair_line
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 #: Longest answer, argument or result text copied into a failure body.
@@ -126,6 +131,8 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
     them failures carry only what the report keeps (fault, score, error)."""
     run = report["run"]
     catalog = clean(run.get("catalog_name") or "catalog")
+    if report.get("epochs"):
+        return _render_epochs(report, results)
     by_pair = {r.pair: r for r in results or []}
     rows = report["results"]
     root = ET.Element("testsuites", name=f"evaljobs {catalog}", tests=str(len(rows)),
@@ -168,3 +175,54 @@ def _testcase(suite: ET.Element, classname: str, row: dict[str, Any], result: Re
         node = ET.SubElement(case, "error", message=clean(_clip(first, _MESSAGE_CAP)),
                              type=clean(row.get("fault") or "run_error"))
         node.text = clean("\n".join(grade_lines(result)) if result else error)
+
+
+def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> str:
+    """One test case per scenario × model over its epochs (see the module docstring)."""
+    run = report["run"]
+    catalog = clean(run.get("catalog_name") or "catalog")
+    by_ident = {r.ident: r for r in results or []}
+    pairs = report["epochs"]["pairs"]
+    rows = {(r["scenario_key"], r["model"], r.get("epoch", 0)): r for r in report["results"]}
+    failed = [p for p in pairs if not p.get("ok", p["passed"] == p["epochs"])]
+    root = ET.Element("testsuites", name=f"evaljobs {catalog}", tests=str(len(pairs)), failures=str(len(failed)),
+                      errors="0", time=_seconds(sum(r["duration_ms"] for r in report["results"])))
+    stamp = _timestamp(run)
+    for index, model in enumerate(m["model"] for m in report["models"]):
+        mine = [p for p in pairs if p["model"] == model]
+        suite = ET.SubElement(root, "testsuite", name=clean(model), id=str(index), tests=str(len(mine)),
+                              failures=str(sum(1 for p in mine if p in failed)), errors="0", skipped="0",
+                              time=_seconds(sum(r["duration_ms"] for k, r in rows.items() if k[1] == model)))
+        if stamp:
+            suite.set("timestamp", stamp)
+        _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
+                       ("model", model), ("strategy", run.get("strategy")), ("epochs", report["epochs"]["epochs"])])
+        for pair in mine:
+            key = pair["scenario_key"]
+            epochs = [rows.get((key, model, e)) for e in range(pair["epochs"])]
+            case = ET.SubElement(suite, "testcase", classname=_classname(catalog, clean(model)), name=clean(key),
+                                 time=_seconds(sum(r["duration_ms"] for r in epochs if r)))
+            threshold = pair.get("threshold")
+            summary = pair_line(pair) + ("" if threshold is None else f" · threshold {threshold:g}")
+            body = [summary, ""]
+            for epoch, row in enumerate(epochs):
+                if row is None:
+                    continue
+                detail = f" [{row['fault']}]" if row.get("fault") else ""
+                error = f": {row['error']}" if row.get("error") else ""
+                body.append(f"epoch {epoch}: {row['status']} (score {row['score']:.3f}){detail}{error}")
+                result = by_ident.get((key, model, epoch))
+                if result is not None and row["status"] != "passed":
+                    body += ["  " + line for line in grade_lines(result)]
+            if pair in failed:
+                node = ET.SubElement(case, "failure", type="epoch_pass_rate",
+                                     message=clean(f"{pair['passed']}/{pair['epochs']} epochs passed, "
+                                                   f"under the threshold {threshold:g}" if threshold is not None
+                                                   else f"{pair['passed']}/{pair['epochs']} epochs passed"))
+                node.text = clean(_clip("\n".join(body), TEXT_CAP * 4))
+            else:
+                ET.SubElement(case, "system-out").text = clean(_clip("\n".join(body), TEXT_CAP * 4))
+            if pair["flaky"]:
+                _props(case, [("flaky", "true")])
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

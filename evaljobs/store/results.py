@@ -390,7 +390,10 @@ def _add_judge_details(run_id: str, results: list[Result]) -> None:
 
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
-    return {"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
+    epochs = run.epochs or 1
+    # With epochs, a scenario's epoch pass rate is judged against its own pass threshold (JUnit, --fail-under).
+    thresholds = ({s.key: s.pass_threshold for s in load_snapshot(run.digest).scenarios} if epochs > 1 else None)
+    return {"thresholds": thresholds,"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
             "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options),

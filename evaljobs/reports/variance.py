@@ -1,0 +1,258 @@
+"""Statistics over epochs: how sure a pass rate is, and which scenarios are flaky.
+
+LLM answers vary from call to call, so with ``--epochs N`` each scenario × model
+is sampled N times. This module turns those samples into numbers (pure functions,
+exact arithmetic with :func:`math.comb`; no SciPy):
+
+* per scenario × model: the pass rate over epochs, the mean score and its standard
+  error (sample standard deviation / √n), ``pass@k`` (the chance that at least one
+  of k epochs drawn from the n passes, the unbiased estimator of Chen et al. 2021,
+  ``1 - C(n-c, k) / C(n, k)``) and ``pass^k`` (the chance that all k pass,
+  ``C(c, k) / C(n, k)``, as in τ-bench);
+* per model: the pass rate over every (scenario, epoch) with a 95 % Wilson score
+  interval (it stays inside [0, 1] and behaves at 0 % and 100 %, unlike the normal
+  approximation). The epochs of one scenario are not independent draws of the
+  catalog, so the interval is about "this catalog, sampled again", not the model at large;
+* flaky: a scenario × model whose graded epochs disagree (at least one passed and at
+  least one failed; an errored epoch is an infrastructure fault, not a verdict);
+* Fisher's exact test, **two-sided**, on a 2×2 table (passes/fails before and after):
+  the p-value is the sum of the probabilities of every table with the same margins that
+  is no more likely than the observed one. ``compare`` calls a flaky scenario's flip a
+  regression only when this p-value is under :data:`SIGNIFICANCE`.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable
+
+#: The z of a two-sided 95 % interval.
+Z95 = 1.959963984540054
+#: The p-value under which a change in pass rate between two runs counts as real.
+SIGNIFICANCE = 0.05
+PASSED, FAILED, ERRORED = "passed", "failed", "errored"
+
+
+def wilson(passes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of ``passes`` out of ``n`` (``(0, 1)`` when n is 0)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = passes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that at least one of ``k`` of the ``n`` epochs (``c`` passed) passes."""
+    if not 0 < k <= n:
+        raise ValueError(f"k must be 1..{n}, not {k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """``pass^k``: the chance that all ``k`` of ``k`` epochs drawn from the ``n`` (``c`` passed) pass."""
+    if not 0 < k <= n:
+        raise ValueError(f"k must be 1..{n}, not {k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """The mean and its standard error (sample standard deviation / √n; 0 for one value)."""
+    n = len(values)
+    if n == 0:
+        return (0.0, 0.0)
+    mean = sum(values) / n
+    if n == 1:
+        return (mean, 0.0)
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return (mean, math.sqrt(variance / n))
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided Fisher's exact test p-value of the table [[a, b], [c, d]].
+
+    Rows are the two runs, columns pass/fail. Every table with the same margins has the
+    hypergeometric probability C(a+b, x) C(c+d, a+c-x) / C(n, a+c); the p-value sums those
+    no more probable than the observed table (with a relative tolerance, as R and SciPy do).
+    """
+    if min(a, b, c, d) < 0:
+        raise ValueError("a 2x2 table holds counts of 0 or more")
+    row1, row2, col1 = a + b, c + d, a + c
+    n = row1 + row2
+    total = math.comb(n, col1)
+
+    def weight(x: int) -> int:
+        return math.comb(row1, x) * math.comb(row2, col1 - x)
+
+    observed = weight(a)
+    low, high = max(0, col1 - row2), min(row1, col1)
+    # Exact integers: a table counts when its weight is at most the observed one (1e-7 relative slack).
+    tail = sum(w for w in (weight(x) for x in range(low, high + 1)) if w <= observed * (1 + 1e-7))
+    return min(1.0, tail / total)
+
+
+def _r(value: float) -> float:
+    return round(value, 4)
+
+
+def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One entry per scenario × model over its epochs (``results`` are ``Result`` rows).
+
+    ``thresholds`` (scenario key → pass threshold) decides ``passed``: the epoch pass rate
+    must reach the scenario's threshold (what JUnit and ``--fail-under`` per scenario use).
+    """
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for r in results:
+        groups[(r.scenario_key, r.model)].append(r)
+    out = []
+    for (key, model), rows in sorted(groups.items()):
+        rows = sorted(rows, key=lambda r: r.epoch)
+        n = len(rows)
+        c = sum(1 for r in rows if r.status == PASSED)
+        failed = sum(1 for r in rows if r.status == FAILED)
+        mean, stderr = mean_and_stderr([float(r.score) for r in rows])
+        threshold = (thresholds or {}).get(key)
+        entry = {
+            "scenario_key": key, "model": model, "epochs": n, "passed": c, "failed": failed,
+            "errored": n - c - failed, "pass_rate": _r(c / n), "mean_score": _r(mean), "stderr": _r(stderr),
+            "pass_at_k": {str(k): _r(pass_at_k(n, c, k)) for k in range(1, n + 1)},
+            "pass_hat_k": {str(k): _r(pass_hat_k(n, c, k)) for k in range(1, n + 1)},
+            "flaky": c > 0 and failed > 0,
+            "statuses": [r.status for r in rows],
+        }
+        if threshold is not None:
+            entry["threshold"] = threshold
+            entry["ok"] = c / n >= threshold - 1e-9
+        out.append(entry)
+    return out
+
+
+def model_stats(pairs: list[dict[str, Any]], models: list[str]) -> list[dict[str, Any]]:
+    """Per model: the pass rate over every (scenario, epoch) with its 95 % Wilson interval, and flaky count."""
+    out = []
+    for model in models:
+        mine = [p for p in pairs if p["model"] == model]
+        n = sum(p["epochs"] for p in mine)
+        c = sum(p["passed"] for p in mine)
+        low, high = wilson(c, n)
+        out.append({"model": model, "trials": n, "passed": c, "pass_rate": _r(c / n) if n else 0.0,
+                    "ci_low": _r(low), "ci_high": _r(high),
+                    "flaky": [p["scenario_key"] for p in mine if p["flaky"]]})
+    return out
+
+
+def epochs_block(results: list[Any], models: list[str], epochs: int,
+                 thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+    """The report's ``epochs`` section: the statistics above for a run of ``epochs`` epochs."""
+    pairs = pair_stats(results, thresholds)
+    return {"epochs": epochs, "confidence": 0.95, "interval": "wilson", "pairs": pairs,
+            "models": model_stats(pairs, models)}
+
+
+def flaky_pairs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The flaky scenario × model entries of a report (none for a single-epoch report)."""
+    block = report.get("epochs") or {}
+    return [p for p in block.get("pairs", []) if p.get("flaky")]
+
+
+def model_interval(report: dict[str, Any], model: str) -> tuple[float, float, float] | None:
+    """(pass rate, Wilson low, Wilson high) of ``model`` in ``report``, for a report of any epochs."""
+    block = report.get("epochs") or {}
+    for m in block.get("models", []):
+        if m["model"] == model:
+            return (m["pass_rate"], m["ci_low"], m["ci_high"])
+    for m in report.get("models", []):
+        if m["model"] == model:
+            low, high = wilson(int(m["passed"]), int(m["scenarios"]))
+            return (m["pass_rate"], _r(low), _r(high))
+    return None
+
+
+__all__ = ["wilson", "pass_at_k", "pass_hat_k", "mean_and_stderr", "fisher_exact", "pair_stats", "model_stats",
+           "epochs_block", "flaky_pairs", "model_interval", "SIGNIFICANCE", "Z95"]
+
+
+# -- renderings (plain text and Markdown; the HTML and JUnit renderers read the same block) -----------
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def _k_of(pair: dict[str, Any]) -> str:
+    return str(pair["epochs"])
+
+
+def pair_line(pair: dict[str, Any]) -> str:
+    """``3/5 passed (60.0%) · mean 0.720 ± 0.110 · pass@5 100.0% · pass^5 0.0%``."""
+    k = _k_of(pair)
+    return (f"{pair['passed']}/{pair['epochs']} passed ({_pct(pair['pass_rate'])}) · mean {pair['mean_score']:.3f}"
+            f" ± {pair['stderr']:.3f} · pass@{k} {_pct(pair['pass_at_k'][k])} · pass^{k} {_pct(pair['pass_hat_k'][k])}")
+
+
+def model_line(m: dict[str, Any]) -> str:
+    return (f"{m['passed']}/{m['trials']} passed {_pct(m['pass_rate'])} "
+            f"(95% CI {_pct(m['ci_low'])}–{_pct(m['ci_high'])}) · {len(m['flaky'])} flaky")
+
+
+def table_lines(report: dict[str, Any]) -> list[str]:
+    """The terminal table's epochs section (nothing for a single-epoch report)."""
+    block = report.get("epochs")
+    if not block:
+        return []
+    out = ["", f"epochs: {block['epochs']} per pair · pass rate with 95% Wilson interval:"]
+    width = max(len(m["model"]) for m in block["models"]) if block["models"] else 0
+    out += [f"  {m['model'].ljust(width)}  {model_line(m)}" for m in block["models"]]
+    flaky = [p for p in block["pairs"] if p["flaky"]]
+    out += ["", f"flaky ({len(flaky)}):" if flaky else "flaky: none (every scenario's epochs agree)"]
+    out += [f"  {p['scenario_key']} × {p['model']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
+            for p in flaky]
+    return out
+
+
+def markdown_lines(report: dict[str, Any], code, limit: int = 25) -> list[str]:
+    """The Markdown epochs section; ``code`` formats a name as a code span."""
+    block = report.get("epochs")
+    if not block:
+        return []
+    k = str(block["epochs"])
+    lines = ["", f"**Epochs: {k} per pair** — pass rate with a 95 % Wilson interval", "",
+             "| Model | Passed | Pass rate | 95 % CI | Flaky |", "|---|---:|---:|---|---:|"]
+    for m in block["models"]:
+        lines.append(f"| {code(m['model'])} | {m['passed']}/{m['trials']} | {_pct(m['pass_rate'])} | "
+                     f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])} | {len(m['flaky'])} |")
+    flaky = [p for p in block["pairs"] if p["flaky"]]
+    if flaky:
+        lines += ["", f"**Flaky scenarios ({len(flaky)})** — epochs disagree", "",
+                  f"| Scenario | Model | Passed | Mean ± SE | pass@{k} | pass^{k} |", "|---|---|---:|---:|---:|---:|"]
+        for p in flaky[:limit]:
+            lines.append(f"| {code(p['scenario_key'])} | {code(p['model'])} | {p['passed']}/{p['epochs']} | "
+                         f"{p['mean_score']:.3f} ± {p['stderr']:.3f} | {_pct(p['pass_at_k'][k])} | "
+                         f"{_pct(p['pass_hat_k'][k])} |")
+        if len(flaky) > limit:
+            lines.append(f"\n…and {len(flaky) - limit} more (see `evaljobs report --flaky`).")
+    else:
+        lines += ["", "No flaky scenario: every scenario's epochs agree."]
+    return lines
+
+
+def flaky_text(report: dict[str, Any]) -> str:
+    """What ``evaljobs report RUN --flaky`` prints: the flaky scenarios, per model."""
+    run = report.get("run") or {}
+    block = report.get("epochs")
+    if not block:
+        return (f"run {run.get('id')}: 1 epoch per pair, so no scenario can be flaky "
+                f"(run with --epochs N to find out)\n")
+    flaky = flaky_pairs(report)
+    out = [f"run {run.get('id')}: {len(flaky)} flaky of {len(block['pairs'])} scenario × model pairs "
+           f"({block['epochs']} epochs each)"]
+    for m in block["models"]:
+        mine = [p for p in flaky if p["model"] == m["model"]]
+        out += ["", f"{m['model']}: {len(mine)} flaky · {model_line(m)}"]
+        out += [f"  {p['scenario_key']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
+                for p in mine]
+    return "\n".join(out) + "\n"
