@@ -28,6 +28,7 @@ from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
@@ -176,13 +177,15 @@ class Session:
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
-               cache_across_epochs: bool = False) -> store.RunInfo:
+               cache_across_epochs: bool = False, selection: Selection | None = None) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
         ``epochs``: evaluate each scenario × model pair that many times, each epoch a pair of its own
         (default: the catalog's ``defaults: epochs:``, else 1). With ``cache``, each epoch has its
         own cache entries unless ``cache_across_epochs``.
+        ``selection``: run only some scenarios (:mod:`evaljobs.catalog.subset`); the run records it and an
+        empty selection is a one-line error before anything is created.
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -211,7 +214,7 @@ class Session:
             check_providers(specs + ([judge_model] if judge_model else []), self.providers)
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
-        cat = self.load(catalog)
+        cat, chosen = select(self.load(catalog), selection or Selection())
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -233,6 +236,8 @@ class Session:
         options = settings.to_options()
         if self.excluded:
             options["excluded"] = self.excluded
+        if chosen:
+            options["selection"] = chosen
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         if strategy in strategies.QUEUED:

@@ -39,6 +39,13 @@ DEFAULT_STRATEGY = "fanout"
               help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).")
 @click.option("--epochs", type=click.IntRange(min=1, max=1000), default=None,
               help="Evaluate each scenario × model pair N times (default: the catalog's defaults.epochs, else 1).")
+@click.option("--filter", "filters", multiple=True, metavar="GLOB",
+              help="Only scenarios whose key matches GLOB (repeatable: any matches).")
+@click.option("--tag", "tags", multiple=True, help="Only scenarios with TAG (repeatable: any of them).")
+@click.option("--exclude-tag", "exclude_tags", multiple=True, help="Leave out scenarios with TAG (repeatable).")
+@click.option("--limit", type=int, default=None, help="At most N scenarios (the first by key, after the rest).")
+@click.option("--sample", type=int, default=None, help="N scenarios drawn at random (with --seed).")
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of --sample.")
 @click.option("--cache-across-epochs", is_flag=True,
               help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).")
 @import_options
@@ -46,9 +53,11 @@ DEFAULT_STRATEGY = "fanout"
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
-        as_json, cache, epochs, cache_across_epochs, catalog_format, include_production_only, lenient, db, broker, providers) -> None:
+        as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, cache_across_epochs,
+        catalog_format, include_production_only, lenient, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.catalog.subset import Selection, select, selection_note
     from evaljobs.pipeline import events
     from evaljobs.pipeline.progress import Progress
 
@@ -62,15 +71,21 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         if session.excluded:
             click.echo(f"note: {session.excluded} production_only scenarios left out "
                        f"(--include-production-only keeps them)", err=True)
+        whole = catalog_obj
+        selection = Selection(tuple(filters), tuple(tags), tuple(exclude_tags), limit, sample, seed)
+        catalog_obj, chosen = select(whole, selection)  # an empty selection stops here: no run is created
+        if chosen:
+            click.echo(f"selected {selection_note(chosen)}", err=True)
         n_epochs = epochs if epochs is not None else catalog_obj.epochs
         progress = Progress(len(catalog_obj.scenarios) * len(models) * n_epochs)
         inline = strategy not in ("fanout", "per-model")
         if inline:  # in-process strategies finish inside submit: the bar listens to their events
             events.add_listener(progress)
         try:
-            info = session.submit(catalog_obj, list(models), strategy=strategy, adapter=adapter,
+            info = session.submit(whole, list(models), strategy=strategy, adapter=adapter,
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
-                                  cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs)
+                                  cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
+                                  selection=selection)
         finally:
             if inline:
                 events.remove_listener(progress)

@@ -15,6 +15,7 @@ from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct 
                                       unknown_note as _unknown_note)
 from evaljobs.reports.compare import Comparison, compare
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
+from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
@@ -82,12 +83,16 @@ def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     block["models"] = list(run.get("models") or [])
     # Scenarios an import left out (ActiveAgent production_only): the report must say so.
     block["excluded"] = int((run.get("options") or {}).get("excluded") or 0)
+    selection = (run.get("options") or {}).get("selection")
+    if selection:  # --filter/--tag/--sample/--limit: the report says what was left out
+        block["selection"] = selection
     return block
 
 
 def _excluded_note(run: dict[str, Any]) -> str:
     n = run.get("excluded") or 0
-    return f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else ""
+    selected = f" · {selection_note(run.get('selection'))}" if run.get("selection") else ""
+    return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected
 
 
 def _rate(part: int, whole: int) -> float:
