@@ -37,6 +37,7 @@ from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as
                                       start_memory_worker)
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.pipeline.recovery import recover as recover_runs
+from evaljobs.pipeline.reuse import reuse_into
 from evaljobs.providers.livetools import expand_source
 from evaljobs.reports.compare import Comparison, compare as compare_sides
 from evaljobs.reports.render import FORMATS, render
@@ -177,7 +178,8 @@ class Session:
     def submit(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
-               cache_across_epochs: bool = False, selection: Selection | None = None) -> store.RunInfo:
+               cache_across_epochs: bool = False, selection: Selection | None = None,
+               reuse: str | None = None) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -186,6 +188,8 @@ class Session:
         own cache entries unless ``cache_across_epochs``.
         ``selection``: run only some scenarios (:mod:`evaljobs.catalog.subset`); the run records it and an
         empty selection is a one-line error before anything is created.
+        ``reuse``: a run id, a prefix or ``latest``: its unchanged pairs are copied instead of evaluated
+        (:mod:`evaljobs.pipeline.reuse`).
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -214,6 +218,7 @@ class Session:
             check_providers(specs + ([judge_model] if judge_model else []), self.providers)
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
+        source = self.resolve(reuse) if reuse else None  # before the new run exists: 'latest' is an earlier one
         cat, chosen = select(self.load(catalog), selection or Selection())
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
@@ -234,12 +239,16 @@ class Session:
                                        cache_across_epochs=cache_across_epochs or None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
+        # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
+        options["adapter_version"] = str(getattr(runtime.adapter(adapter, cache=cache), "version", "") or "")
         if self.excluded:
             options["excluded"] = self.excluded
         if chosen:
             options["selection"] = chosen
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
+        if source is not None:
+            reuse_into(run.id, source)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -264,17 +273,22 @@ class Session:
         return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
 
     # -- reruns and recovery -----------------------------------------------------------------------
-    def create_rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
+    def create_rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None) -> store.RunInfo:
         """Create (do not start) a new run over ``run_id``'s ``errored``/``failed`` pairs, or ``all``.
 
         The original run is never touched; the new one has its catalog snapshot,
-        host context, options and strategy (:mod:`evaljobs.pipeline.rerun`).
+        host context, options and strategy (:mod:`evaljobs.pipeline.rerun`). With ``reuse`` the
+        selected pairs that are unchanged in that run are copied from it (``--reuse`` composes with rerun).
         """
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        return reruns.create_rerun(run_id, which)
+        source = self.resolve(reuse) if reuse else None
+        new = reruns.create_rerun(run_id, which)
+        if source is not None:
+            reuse_into(new.id, source)
+        return new
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
         """Start a created run (a rerun) with its stored context, as :meth:`submit` starts a new one.

@@ -103,6 +103,7 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
     with db.connection_context():
         db.execute_sql('DROP INDEX "resultrow_run_id_scenario_key_model_epoch"')
         db.execute_sql('ALTER TABLE "result" DROP COLUMN "epoch"')
+        db.execute_sql('ALTER TABLE "result" DROP COLUMN "reused_from"')
         db.execute_sql('ALTER TABLE "run" DROP COLUMN "epochs"')
         db.execute_sql('CREATE UNIQUE INDEX "resultrow_run_id_scenario_key_model" '
                        'ON "result" ("run_id", "scenario_key", "model")')
@@ -110,7 +111,7 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
         store.SchemaVersion.create(version=3, applied_at=utc_now(), description="schema 3")
     store.connect(f"sqlite:///{tmp_path}/other.db")  # forget the open database, as a new process would
     store.connect(url)
-    assert store.upgrade() == ["added column run.epochs", "added column result.epoch",
+    assert store.upgrade() == ["added column run.epochs", "added column result.epoch", "added column result.reused_from",
                                "unique index of result is (run_id, scenario_key, model, epoch)",
                                f"recorded schema version {store.SCHEMA_VERSION}"]
     assert store.SCHEMA_VERSION == 4

@@ -26,6 +26,11 @@ def build_catalog(name: str, description: str, scenarios: list[Scenario], source
                    description=description, epochs=epochs)
 
 
+def scenario_digest(scenario: Scenario) -> str:
+    """The digest of one scenario's canonical form: equal digests mean the scenario is unchanged (``--reuse``)."""
+    return digest_of(_scenario_body(scenario))
+
+
 def digest_of(body: dict[str, Any]) -> str:
     """``sha256:`` of the canonical JSON of a catalog body."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -77,4 +82,4 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
     }
 
 
-__all__ = ["build_catalog", "digest_of"]
+__all__ = ["build_catalog", "digest_of", "scenario_digest"]

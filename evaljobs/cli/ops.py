@@ -91,6 +91,8 @@ def status(as_json, queues, window, db, broker) -> None:
 @click.option("--errored", is_flag=True, help="Rerun the pairs whose result is errored.")
 @click.option("--failed", is_flag=True, help="Rerun the pairs whose result is failed.")
 @click.option("--all", "every", is_flag=True, help="Rerun every pair of the run.")
+@click.option("--reuse", metavar="RUN", default=None,
+              help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.")
 @width_option
 @click.option("--wait/--no-wait", default=None,
               help="Follow the new run to its report (default: yes, except queued strategies on Redis).")
@@ -99,7 +101,7 @@ def status(as_json, queues, window, db, broker) -> None:
 @db_option
 @broker_option
 @providers_option
-def rerun(run_id, errored, failed, every, width, wait, gate, as_json, db, broker, providers) -> None:
+def rerun(run_id, errored, failed, every, reuse, width, wait, gate, as_json, db, broker, providers) -> None:
     """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
 
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
@@ -116,7 +118,7 @@ def rerun(run_id, errored, failed, every, width, wait, gate, as_json, db, broker
         raise UsageError("--all already includes every pair: give it alone")
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         run_id = session.resolve(run_id)
-        new = session.create_rerun(run_id, select)
+        new = session.create_rerun(run_id, select, reuse=reuse)
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
                    f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)

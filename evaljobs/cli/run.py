@@ -46,6 +46,8 @@ DEFAULT_STRATEGY = "fanout"
 @click.option("--limit", type=int, default=None, help="At most N scenarios (the first by key, after the rest).")
 @click.option("--sample", type=int, default=None, help="N scenarios drawn at random (with --seed).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --sample.")
+@click.option("--reuse", metavar="RUN", default=None,
+              help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.")
 @click.option("--cache-across-epochs", is_flag=True,
               help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).")
 @import_options
@@ -53,7 +55,7 @@ DEFAULT_STRATEGY = "fanout"
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
-        as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, cache_across_epochs,
+        as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
         catalog_format, include_production_only, lenient, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
@@ -85,7 +87,7 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             info = session.submit(whole, list(models), strategy=strategy, adapter=adapter,
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
                                   cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
-                                  selection=selection)
+                                  selection=selection, reuse=reuse)
         finally:
             if inline:
                 events.remove_listener(progress)

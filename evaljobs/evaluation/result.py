@@ -39,6 +39,8 @@ class Result:
     latency_ms: float | None = None
     #: Which repetition of the pair this is (``--epochs N``: 0 … N-1); part of the pair's identity.
     epoch: int = 0
+    #: ``--reuse``: the run whose evaluation this row is a copy of (None: evaluated in this run).
+    reused_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

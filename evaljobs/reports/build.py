@@ -89,6 +89,13 @@ def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+def _reused_note(summary: dict[str, Any]) -> str:
+    if not summary.get("reused"):
+        return ""
+    return (f" · {summary['reused']} reused from {', '.join(summary['reused_from'])} "
+            f"({summary['calls_saved']} provider calls saved)")
+
+
 def _excluded_note(run: dict[str, Any]) -> str:
     n = run.get("excluded") or 0
     selected = f" · {selection_note(run.get('selection'))}" if run.get("selection") else ""
@@ -107,7 +114,14 @@ def _tally(results: list[Result]) -> tuple[int, int, int]:
 def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
     passed, failed, errored = _tally(results)
     expected = run.get("expected")
-    return {
+    reused = [r for r in results if r.reused_from]
+    if reused:  # --reuse: only then, so other reports keep their shape
+        saved = sum(int(((r.details or {}).get("reused") or {}).get("calls") or 0) for r in reused)
+        extra = {"reused": len(reused), "calls_saved": saved,
+                 "reused_from": sorted({r.reused_from for r in reused if r.reused_from})}
+    else:
+        extra = {}
+    return {**extra,
         "expected": int(expected) if expected is not None else len(results),
         "results": len(results),
         "passed": passed,
@@ -201,6 +215,7 @@ def _compact(result: Result, with_epoch: bool = False) -> dict[str, Any]:
         "duration_ms": int(result.duration_ms),
         "cost": None if result.cost is None else round(float(result.cost), 6),
         "cached": bool(result.cached),
+        **({"reused_from": result.reused_from} if result.reused_from else {}),
         **_judge_entry(result),
     }
 
@@ -296,7 +311,8 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
-        f"{_money(summary['cost'], summary.get('cost_unknown', 0))}{_unknown_note(summary)}{_excluded_note(run)}",
+        f"{_money(summary['cost'], summary.get('cost_unknown', 0))}{_unknown_note(summary)}{_excluded_note(run)}"
+        f"{_reused_note(summary)}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
         "| TTFT p50/p95 ms | Latency p50/p95 ms | Cost |",
@@ -433,7 +449,7 @@ def render_table(report: dict[str, Any]) -> str:
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
            f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'], summary.get('cost_unknown', 0))}"
-           f"{_unknown_note(summary)}{_excluded_note(run)}",
+           f"{_unknown_note(summary)}{_excluded_note(run)}{_reused_note(summary)}",
            line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:

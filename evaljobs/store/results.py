@@ -52,7 +52,7 @@ _RUN_COLUMNS = ("id", "digest", "catalog_name", "models", "strategy", "status", 
                 "context", "options", "created_at", "started_at", "finished_at", "note", "pairs", "epochs")
 _RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores", "fault", "output",
                    "tool_calls", "duration_ms", "input_tokens", "output_tokens", "cost", "attempts", "error",
-                   "details", "cached", "created_at", "ttft_ms", "latency_ms", "epoch")
+                   "details", "cached", "created_at", "ttft_ms", "latency_ms", "epoch", "reused_from")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _hot_sql(param: str) -> _HotSQL:
         bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
         persisted=f"SELECT persisted FROM run WHERE id = {p}",
         report_results=(f"SELECT scenario_key, model, status, score, scores, fault, error, duration_ms, cost, "
-                        f"cached, input_tokens, output_tokens, ttft_ms, latency_ms, epoch FROM result "
+                        f"cached, input_tokens, output_tokens, ttft_ms, latency_ms, epoch, reused_from FROM result "
                         f"WHERE run_id = {p}"),
     )
 
@@ -214,7 +214,7 @@ def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Resul
               int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
               None if result.cost is None else float(result.cost), int(result.attempts), result.error,
               _dumps(_capped(result.details)), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
-              _float_or_none(result.latency_ms), int(result.epoch))
+              _float_or_none(result.latency_ms), int(result.epoch), result.reused_from)
     return db.execute_sql(sql.insert_result, params).rowcount == 1
 
 
@@ -242,7 +242,8 @@ def _to_result(row: ResultRow) -> Result:
                   tool_calls=_loads(row.tool_calls), duration_ms=row.duration_ms,
                   input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
                   attempts=row.attempts, error=row.error, details=_loads(row.details),
-                  cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms, epoch=row.epoch)
+                  cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms, epoch=row.epoch,
+                  reused_from=row.reused_from)
 
 
 @_reconnecting
@@ -366,11 +367,27 @@ def _report_results(run_id: str) -> list[Result]:
     results = [Result(scenario_key=key, model=model, status=status, score=score, scores=scores_of(scores),
                       fault=fault, error=error, duration_ms=duration_ms, cost=cost, cached=bool(cached),
                       input_tokens=input_tokens, output_tokens=output_tokens, ttft_ms=ttft_ms,
-                      latency_ms=latency_ms, epoch=epoch)
+                      latency_ms=latency_ms, epoch=epoch, reused_from=reused_from)
                for key, model, status, score, scores, fault, error, duration_ms, cost, cached, input_tokens,
-               output_tokens, ttft_ms, latency_ms, epoch in rows]
+               output_tokens, ttft_ms, latency_ms, epoch, reused_from in rows]
+    _add_reuse_details(run_id, results)
     _add_judge_details(run_id, results)
     return results
+
+
+def _add_reuse_details(run_id: str, results: list[Result]) -> None:
+    """The provider calls a reused pair saved are in its ``details``: read them only for reused pairs."""
+    reused = {r.ident: r for r in results if r.reused_from}
+    if not reused:
+        return
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.details)
+             .where((ResultRow.run == run_id) & ResultRow.reused_from.is_null(False)).tuples())
+    for key, model, epoch, details in query:
+        result = reused.get((key, model, epoch))
+        if result is not None:
+            found = (_loads(details) or {}).get("reused")
+            if isinstance(found, dict):
+                result.details = {**(result.details or {}), "reused": found}
 
 
 def _add_judge_details(run_id: str, results: list[Result]) -> None:
@@ -386,7 +403,7 @@ def _add_judge_details(run_id: str, results: list[Result]) -> None:
         if result is not None:
             judge = (_loads(details) or {}).get("judge")
             if isinstance(judge, dict):
-                result.details = {"judge": judge}
+                result.details = {**(result.details or {}), "judge": judge}
 
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:

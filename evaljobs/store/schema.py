@@ -22,7 +22,8 @@ SCHEMA_VERSION = 4
 #: What each schema version added (recorded in ``schema_version.description``).
 _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
                    3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms",
-                   4: "epochs: run.epochs, result.epoch; one row per (run, scenario, model, epoch)"}
+                   4: "epochs: run.epochs, result.epoch; one row per (run, scenario, model, epoch); "
+                      "result.reused_from (--reuse)"}
 #: The unique index of schema versions 1-3 (one row per (run, scenario, model)); version 4 replaces it.
 _V3_UNIQUE_INDEX = "resultrow_run_id_scenario_key_model"
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
@@ -120,6 +121,8 @@ class ResultRow(_Table):
     latency_ms = DoubleField(null=True)
     #: Which repetition of the pair (0 … run.epochs-1); rows from before schema 4 are epoch 0.
     epoch = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    #: ``--reuse``: the run that evaluated this row (it was copied, not evaluated, in this run).
+    reused_from = CharField(max_length=32, null=True)
 
     class Meta:
         table_name = "result"
@@ -198,7 +201,8 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
         if ResultRow._meta.table_name in existing:
             real = "DOUBLE PRECISION" if isinstance(db, peewee.PostgresqlDatabase) else "REAL"
             done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real,
-                                                         "epoch": "INTEGER NOT NULL DEFAULT 0"})
+                                                         "epoch": "INTEGER NOT NULL DEFAULT 0",
+                                                         "reused_from": "VARCHAR(32)"})
             done += _drop_not_null(db, ResultRow, "cost")
             done += _epoch_in_unique_index(db)
         if current < SCHEMA_VERSION:
