@@ -213,3 +213,58 @@ def test_epochs_end_to_end_on_the_in_process_broker(memory, sim):
     # --cache: every epoch made its own provider call (the epoch is in the cache key)
     assert sim.stats()["requests"] == 30 and not any(r.cached for r in rows)
     assert {r.status for r in rows if r.scenario_key == "c"} == {"failed"}
+
+
+# -- on Redis with real worker processes ----------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_epochs_end_to_end_on_redis_with_worker_processes(redis_url, sqlite_url, simulated_provider, tmp_path):
+    from helpers import Fleet, fleet_run
+
+    simulated_provider(latency=0.01)
+    catalog = loads_catalog(CATALOG, source="epochs.yaml")
+    fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=4)
+    with fleet_run(fleet, catalog, MODELS, db=sqlite_url, broker=redis_url, epochs=5) as run:
+        info = run.session.wait(run.id, timeout=120, poll=0.5)
+    # fleet_run checked: 30 distinct (scenario, model, epoch) rows, one report, one `complete` event
+    assert info.expected == 30 and run.observed["persisted"] == 30 and run.observed["complete_events"] == 1
+    block = info.report["epochs"]
+    models = {m["model"]: m for m in block["models"]}
+    # a and b pass every epoch, c fails every one: 10 of 15 per model. Wilson, by hand: p = 2/3,
+    # z²/n = .25610, centre = (.66667 + .12805)/1.25610 = .63269, half = 1.95996·√(.014815 + .004268)/1.25610
+    # = .21555 → [.4171, .8482]
+    for model in MODELS:
+        assert (models[model]["passed"], models[model]["trials"]) == (10, 15)
+        assert (models[model]["ci_low"], models[model]["ci_high"]) == (0.4171, 0.8482)
+        assert models[model]["flaky"] == []
+    pairs = {(p["scenario_key"], p["model"]): p for p in block["pairs"]}
+    assert pairs[("a", "sim/one")]["pass_hat_k"]["5"] == 1.0 and pairs[("c", "sim/two")]["pass_at_k"]["5"] == 0.0
+    assert pairs[("c", "sim/one")]["ok"] is False and pairs[("b", "sim/two")]["stderr"] == 0.0
+
+
+@pytest.mark.redis
+def test_a_worker_killed_mid_run_with_epochs_loses_and_doubles_no_epoch(redis_url, sqlite_url, simulated_provider,
+                                                                          tmp_path, monkeypatch):
+    """kill -9 of a worker in the middle of its work: every (scenario, model, epoch) still exactly once."""
+    import time
+
+    from helpers import Fleet, fleet_run, numbered_catalog
+
+    providers = tmp_path / "providers.yaml"  # a SIGKILLed worker's governor permits come back in 5 s
+    providers.write_text("providers:\n  sim:\n    governor: {lease_seconds: 5}\n")
+    monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))
+    simulated_provider(latency=0.2, jitter=0.05)
+    catalog, models = numbered_catalog(15, "killed-epochs"), ["sim/a", "sim/b"]
+    fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=2, threads=4,
+                  env={"EVALJOBS_MAX_CRASHES": "25"}, verbose=True)
+    with fleet_run(fleet, catalog, models, db=sqlite_url, broker=redis_url, epochs=3) as run:
+        started = time.monotonic()
+        while store.get_run(run.id).report is None and time.monotonic() - started < 180:
+            if fleet.kills < 2 and fleet.kill_one_that_worked(calls=8 + 10 * fleet.kills):
+                continue
+            time.sleep(0.2)
+    assert fleet.kills >= 1, "the run finished before a worker was killed: nothing was tested"
+    assert run.observed["persisted"] == 15 * 2 * 3 and run.observed["duplicated"] == 0
+    results = store.list_results(run.id)
+    assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]

@@ -181,19 +181,19 @@ def graceful_stop(worker: WorkerProcess, timeout: float, *, group: bool = False)
 
 
 
-def expected_pairs(catalog: Catalog, models: list[str]) -> set[tuple[str, str]]:
-    return {(key, model) for key in catalog.keys for model in models}
+def expected_pairs(catalog: Catalog, models: list[str], epochs: int = 1) -> set[tuple[str, str, int]]:
+    return {(key, model, epoch) for key in catalog.keys for model in models for epoch in range(epochs)}
 
 
 def assert_every_pair_once(run_id: str, catalog: Catalog, models: list[str], seen: Events, *,
                            log: str = "") -> dict:
-    """The end of every fault test: each expected pair exactly once, one report, one `complete`."""
+    """The end of every fault test: each expected pair (each epoch of it) exactly once, one report, one `complete`."""
     info = store.get_run(run_id)
     assert info.report is not None, (f"run {run_id} is {info.status} with {info.persisted}/{info.expected}\n"
                                      f"{log[-3000:]}")
     results = store.list_results(run_id)
-    pairs = [(r.scenario_key, r.model) for r in results]
-    expected = expected_pairs(catalog, models)
+    pairs = [r.ident for r in results]
+    expected = expected_pairs(catalog, models, info.epochs)
     duplicated = len(pairs) - len(set(pairs))
     assert duplicated == 0
     assert set(pairs) == expected, (f"missing {sorted(expected - set(pairs))[:5]}, "
@@ -221,7 +221,7 @@ class FleetRun:
 
 @contextmanager
 def fleet_run(fleet: Fleet, catalog: Catalog, models: list[str], *, db: str, broker: str,
-              options: dict | None = None) -> Iterator[FleetRun]:
+              options: dict | None = None, epochs: int = 1) -> Iterator[FleetRun]:
     """A fanout run evaluated by ``fleet``; the ``with`` body injects the fault and waits.
 
     Before the body: the run is created, its events subscribed to, the fleet and the run started.
@@ -230,7 +230,7 @@ def fleet_run(fleet: Fleet, catalog: Catalog, models: list[str], *, db: str, bro
     """
     with Session(db=db, broker=broker) as session:
         session.binding()  # binds events to Redis before we subscribe
-        run = store.create_run(catalog, models, strategy="fanout", options=options)
+        run = store.create_run(catalog, models, strategy="fanout", options=options, epochs=epochs)
         handle = FleetRun(run.id, session, Events(broker, run.id))
         try:
             fleet.start()
