@@ -268,3 +268,21 @@ def test_a_worker_killed_mid_run_with_epochs_loses_and_doubles_no_epoch(redis_ur
     assert run.observed["persisted"] == 15 * 2 * 3 and run.observed["duplicated"] == 0
     results = store.list_results(run.id)
     assert all(r.status == "passed" for r in results), [r.error for r in results if r.status != "passed"][:3]
+
+
+def test_the_readme_example_finds_the_flaky_scenario(tmp_path, sim, monkeypatch):
+    """examples/catalogs/variance.yaml against the simulated provider: `[sim@fast: flaky 0.5]` makes
+    refund-damaged disagree with itself across epochs, and the report flags it (README numbers)."""
+    from evaljobs.api import Session
+    from helpers import ROOT
+
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+    with Session(db=f"sqlite:///{tmp_path}/readme.db") as session:
+        info = session.submit(str(ROOT / "examples/catalogs/variance.yaml"), ["sim/fast", "sim/smart"],
+                              strategy="sequential")
+    assert info.epochs == 5 and info.expected == 40
+    block = info.report["epochs"]
+    flaky = [(p["scenario_key"], p["model"], p["passed"]) for p in block["pairs"] if p["flaky"]]
+    assert flaky == [("refund-damaged", "sim/fast", 2), ("refund-damaged", "sim/smart", 4)]
+    assert [(m["passed"], m["ci_low"], m["ci_high"]) for m in block["models"]] == [(17, 0.6396, 0.9476),
+                                                                                   (19, 0.7639, 0.9911)]

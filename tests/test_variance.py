@@ -148,7 +148,7 @@ def test_every_format_shows_the_statistics_and_flags_flaky_scenarios(db):
     assert ("flaky", "true") in flaky
     listed = flaky_text(report)
     assert listed.startswith(f"run {info.id}: 2 flaky of 6 scenario × model pairs (5 epochs each)")
-    assert "m1: 1 flaky" in listed and "  s2  3/5 passed" in listed and "[P F P F P]" in listed
+    assert "m1: 8/15 passed 53.3% (95% CI 30.1%–75.2%) · 1 flaky" in listed and "  s2  3/5 passed" in listed and "[P F P F P]" in listed
 
 
 def test_compare_does_not_call_a_flaky_flip_a_regression_unless_significant(db):

@@ -37,6 +37,7 @@ _EXPORTS = {
     **dict.fromkeys(("ProcessMeter", "host_cpu", "group_pids"), "meter"),
     **dict.fromkeys(("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment"),
                     "engine"),
+    "measure_epochs": "epochs",
 }
 
 
@@ -50,6 +51,6 @@ def __getattr__(name: str) -> Any:
 __all__ = ["BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
            "parse_strategies", "parse_widths", "strategy_widths", "effective_width", "ideal_wall", "summarize",
            "find_knee", "recommend", "render_table", "render_csv", "render_markdown", "plot", "write_outputs",
-           "load_result", "run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter",
+           "load_result", "run_bench", "measure_enqueue", "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter",
            "host_cpu", "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT",
            "DEFAULT_CELL_TIMEOUT"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 from typing import Any, Iterable
 
 #: The z of a two-sided 95 % interval.
@@ -99,6 +100,14 @@ def _r(value: float) -> float:
     return round(value, 4)
 
 
+@lru_cache(maxsize=4096)
+def _curves(n: int, c: int) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """pass@k and pass^k for k = 1..n, once per (n, c): a run has few distinct pairs of them, and
+    computing them for each of thousands of scenario × model pairs was most of the finalize time."""
+    return (tuple((str(k), _r(pass_at_k(n, c, k))) for k in range(1, n + 1)),
+            tuple((str(k), _r(pass_hat_k(n, c, k))) for k in range(1, n + 1)))
+
+
 def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One entry per scenario × model over its epochs (``results`` are ``Result`` rows).
 
@@ -116,11 +125,11 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
         failed = sum(1 for r in rows if r.status == FAILED)
         mean, stderr = mean_and_stderr([float(r.score) for r in rows])
         threshold = (thresholds or {}).get(key)
+        at_k, hat_k = _curves(n, c)
         entry = {
             "scenario_key": key, "model": model, "epochs": n, "passed": c, "failed": failed,
             "errored": n - c - failed, "pass_rate": _r(c / n), "mean_score": _r(mean), "stderr": _r(stderr),
-            "pass_at_k": {str(k): _r(pass_at_k(n, c, k)) for k in range(1, n + 1)},
-            "pass_hat_k": {str(k): _r(pass_hat_k(n, c, k)) for k in range(1, n + 1)},
+            "pass_at_k": dict(at_k), "pass_hat_k": dict(hat_k),
             "flaky": c > 0 and failed > 0,
             "statuses": [r.status for r in rows],
         }
@@ -252,7 +261,7 @@ def flaky_text(report: dict[str, Any]) -> str:
            f"({block['epochs']} epochs each)"]
     for m in block["models"]:
         mine = [p for p in flaky if p["model"] == m["model"]]
-        out += ["", f"{m['model']}: {len(mine)} flaky · {model_line(m)}"]
+        out += ["", f"{m['model']}: {model_line(m)}"]
         out += [f"  {p['scenario_key']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
                 for p in mine]
     return "\n".join(out) + "\n"

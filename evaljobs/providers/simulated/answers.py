@@ -90,6 +90,14 @@ def _fault(directive: Directive, messages: list[dict[str, Any]], attempt: int,
         return Answer(fault="huge", huge_bytes=_size(directive))
     if action == "echo":
         return Answer(content=_last_text(messages, "user"))
+    if action == "flaky":
+        # [sim: flaky P]: the same conversation asked again (an epoch, a rerun) goes astray with chance P,
+        # drawn from (conversation, how many times it was asked): varied, yet the same on every run.
+        chance = _number(directive, args, minimum=0.0)
+        conversation = json.dumps(messages, sort_keys=True, default=str).encode()
+        if draw(0, hashlib.sha256(conversation).digest()[:16], attempt) < chance:
+            return Answer(content="Sorry, I lost track of the question.")
+        return None
     return None  # sleep
 
 

@@ -13,7 +13,7 @@ from evaljobs.errors import UsageError
 
 #: Actions that apply on every turn, before the step logic.
 FAULT_ACTIONS = ("status", "ratelimit", "fail-first", "sleep", "malformed", "truncate", "reset", "huge",
-                 "echo")
+                 "echo", "flaky")
 STEP_ACTIONS = ("say", "call")
 ACTIONS = STEP_ACTIONS + FAULT_ACTIONS
 

@@ -1,0 +1,75 @@
+"""The epochs figure: enqueue and finalize time for a run of scenarios × models × epochs (4,000 pairs).
+
+``--epochs N`` multiplies the pairs of a run; this measures what that costs the
+pipeline itself, with no provider in the way: how long ``start_run`` takes to
+enqueue every (scenario, model, epoch) message on the real broker, and how long
+after the last result the report (with its statistics over epochs) is committed.
+
+The results are recorded in this process through the real barrier
+(:func:`evaljobs.store.record_result`), with statuses drawn from a seeded RNG so
+that some scenarios are flaky and the statistics have work to do. The finalize
+figure is the last ``record_result`` (the one that completes the run) plus
+:func:`evaljobs.store.finalize` (read 4,000 rows, build the report, commit it);
+it leaves out the ``finalize_run`` message hop, measured end to end in the
+throughput section of BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+import statistics
+import time
+from typing import Any
+
+from evaljobs import store
+from evaljobs.api import Session
+from evaljobs.bench.engine import synthetic_catalog_text
+from evaljobs.bench.model import broker_label
+from evaljobs.catalog import loads_catalog
+from evaljobs.evaluation.result import Result
+
+
+def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models: int = 4, epochs: int = 10,
+                   repeat: int = 3, seed: int = 0) -> dict[str, Any]:
+    """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs."""
+    queue = f"bench-epochs-{secrets.token_hex(4)}"
+    catalog = loads_catalog(synthetic_catalog_text(scenarios, f"epochs{scenarios}"), source=f"epochs{scenarios}.yaml")
+    names = [f"sim/m{i}" for i in range(models)]
+    rng = random.Random(seed)
+    enqueue, finalize, sizes = [], [], []
+    session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
+    try:
+        binding = session.binding()
+        for _ in range(repeat):
+            run = store.create_run(catalog, names, strategy="fanout", epochs=epochs)
+            started = time.perf_counter()
+            binding.actors.start_run.fn(run.id)
+            enqueue.append(time.perf_counter() - started)
+            binding.broker.flush(queue)
+            pairs = store.missing_pairs(run.id)
+            # a scenario's chance to pass is fixed per (scenario, model): most always pass, some are flaky
+            chance = {(k, m): rng.choice((1.0, 1.0, 1.0, 0.0, 0.5, 0.8)) for k, m, _ in pairs}
+            passes = [rng.random() < chance[(k, m)] for k, m, _ in pairs]
+            results = [Result(k, m, "passed" if ok else "failed", score=1.0 if ok else 0.0, epoch=e, duration_ms=5)
+                       for (k, m, e), ok in zip(pairs, passes)]
+            with store.holding():
+                for result in results[:-1]:
+                    store.record_result(run.id, result)
+                started = time.perf_counter()
+                last = store.record_result(run.id, results[-1])
+                outcome = store.finalize(run.id)
+                finalize.append(time.perf_counter() - started)
+            assert last.completed and outcome.created and outcome.report["summary"]["results"] == len(pairs)
+            sizes.append(len(pairs))
+    finally:
+        session.close()
+    return {"scenarios": scenarios, "models": models, "epochs": epochs, "pairs": sizes[0],
+            "enqueue_seconds": round(statistics.median(enqueue), 4), "enqueue_all": [round(t, 4) for t in enqueue],
+            "enqueue_per_second": round(sizes[0] / statistics.median(enqueue), 1),
+            "finalize_ms": round(statistics.median(finalize) * 1000, 1),
+            "finalize_all_ms": [round(t * 1000, 1) for t in finalize],
+            "flaky_pairs": len([p for p in outcome.report["epochs"]["pairs"] if p["flaky"]]),
+            "broker": broker_label(broker_url)}
+
+
+__all__ = ["measure_epochs"]
