@@ -31,45 +31,68 @@ from evaljobs.evaluation.result import Result
 
 def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models: int = 4, epochs: int = 10,
                    repeat: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs."""
+    """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs.
+
+    The same figures for the same number of pairs without epochs (``scenarios × epochs`` scenarios,
+    one epoch) are measured alternately with them, so the load of the machine hits both alike.
+    """
     queue = f"bench-epochs-{secrets.token_hex(4)}"
-    catalog = loads_catalog(synthetic_catalog_text(scenarios, f"epochs{scenarios}"), source=f"epochs{scenarios}.yaml")
+    with_epochs = loads_catalog(synthetic_catalog_text(scenarios, f"epochs{scenarios}"),
+                                source=f"epochs{scenarios}.yaml")
+    flat = loads_catalog(synthetic_catalog_text(scenarios * epochs, f"flat{scenarios * epochs}"),
+                         source=f"flat{scenarios * epochs}.yaml")
     names = [f"sim/m{i}" for i in range(models)]
     rng = random.Random(seed)
-    enqueue, finalize, sizes = [], [], []
+    figures: dict[str, dict[str, list[float]]] = {"epochs": {"enqueue": [], "finalize": []},
+                                                  "flat": {"enqueue": [], "finalize": []}}
+    flaky = 0
     session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
     try:
         binding = session.binding()
         for _ in range(repeat):
-            run = store.create_run(catalog, names, strategy="fanout", epochs=epochs)
-            started = time.perf_counter()
-            binding.actors.start_run.fn(run.id)
-            enqueue.append(time.perf_counter() - started)
-            binding.broker.flush(queue)
-            pairs = store.missing_pairs(run.id)
-            # a scenario's chance to pass is fixed per (scenario, model): most always pass, some are flaky
-            chance = {(k, m): rng.choice((1.0, 1.0, 1.0, 0.0, 0.5, 0.8)) for k, m, _ in pairs}
-            passes = [rng.random() < chance[(k, m)] for k, m, _ in pairs]
-            results = [Result(k, m, "passed" if ok else "failed", score=1.0 if ok else 0.0, epoch=e, duration_ms=5)
-                       for (k, m, e), ok in zip(pairs, passes)]
-            with store.holding():
-                for result in results[:-1]:
-                    store.record_result(run.id, result)
-                started = time.perf_counter()
-                last = store.record_result(run.id, results[-1])
-                outcome = store.finalize(run.id)
-                finalize.append(time.perf_counter() - started)
-            assert last.completed and outcome.created and outcome.report["summary"]["results"] == len(pairs)
-            sizes.append(len(pairs))
+            for label, catalog, n in (("epochs", with_epochs, epochs), ("flat", flat, 1)):
+                enqueue, finalize, report = _one(binding, queue, catalog, names, n, rng)
+                figures[label]["enqueue"].append(enqueue)
+                figures[label]["finalize"].append(finalize)
+                if label == "epochs":
+                    flaky = len([p for p in report["epochs"]["pairs"] if p["flaky"]])
     finally:
         session.close()
-    return {"scenarios": scenarios, "models": models, "epochs": epochs, "pairs": sizes[0],
-            "enqueue_seconds": round(statistics.median(enqueue), 4), "enqueue_all": [round(t, 4) for t in enqueue],
-            "enqueue_per_second": round(sizes[0] / statistics.median(enqueue), 1),
-            "finalize_ms": round(statistics.median(finalize) * 1000, 1),
-            "finalize_all_ms": [round(t * 1000, 1) for t in finalize],
-            "flaky_pairs": len([p for p in outcome.report["epochs"]["pairs"] if p["flaky"]]),
-            "broker": broker_label(broker_url)}
+    pairs = scenarios * models * epochs
+
+    def summary(label: str) -> dict[str, Any]:
+        enqueue, finalize = figures[label]["enqueue"], figures[label]["finalize"]
+        return {"enqueue_seconds": round(statistics.median(enqueue), 4), "enqueue_all": [round(t, 4) for t in enqueue],
+                "enqueue_per_second": round(pairs / statistics.median(enqueue), 1),
+                "finalize_ms": round(statistics.median(finalize) * 1000, 1),
+                "finalize_all_ms": [round(t * 1000, 1) for t in finalize]}
+
+    return {"scenarios": scenarios, "models": models, "epochs": epochs, "pairs": pairs, **summary("epochs"),
+            "flaky_pairs": flaky, "without_epochs": summary("flat"), "broker": broker_label(broker_url)}
+
+
+def _one(binding, queue: str, catalog, names: list[str], epochs: int, rng: random.Random):
+    """One run: (enqueue seconds, last result + finalize seconds, report)."""
+    run = store.create_run(catalog, names, strategy="fanout", epochs=epochs)
+    started = time.perf_counter()
+    binding.actors.start_run.fn(run.id)
+    enqueue = time.perf_counter() - started
+    binding.broker.flush(queue)
+    pairs = store.missing_pairs(run.id)
+    # a scenario's chance to pass is fixed per (scenario, model): most always pass, some are flaky
+    chance = {(k, m): rng.choice((1.0, 1.0, 1.0, 0.0, 0.5, 0.8)) for k, m, _ in pairs}
+    passes = [rng.random() < chance[(k, m)] for k, m, _ in pairs]
+    results = [Result(k, m, "passed" if ok else "failed", score=1.0 if ok else 0.0, epoch=e, duration_ms=5)
+               for (k, m, e), ok in zip(pairs, passes)]
+    with store.holding():
+        for result in results[:-1]:
+            store.record_result(run.id, result)
+        started = time.perf_counter()
+        last = store.record_result(run.id, results[-1])
+        outcome = store.finalize(run.id)
+        finalize = time.perf_counter() - started
+    assert last.completed and outcome.created and outcome.report["summary"]["results"] == len(pairs)
+    return enqueue, finalize, outcome.report
 
 
 __all__ = ["measure_epochs"]

@@ -69,9 +69,11 @@ def show(run_id, as_json, db) -> None:
     for r in results:
         extra = f"  [{r.fault}]" if r.fault else ""
         error = f"  {r.error[:100]}" if r.error else ""
-        click.echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{extra}{error}")
+        epoch = f" #{r.epoch}" if info.epochs > 1 else ""
+        click.echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{epoch}{extra}{error}")
     if missing:
-        click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]})")
+        epoch = f" #{missing[0][2]}" if info.epochs > 1 else ""
+        click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]}{epoch})")
 
 
 __all__ = ["runs", "show", "run_summary"]
