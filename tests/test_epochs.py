@@ -286,3 +286,34 @@ def test_the_readme_example_finds_the_flaky_scenario(tmp_path, sim, monkeypatch)
     assert flaky == [("refund-damaged", "sim/fast", 2), ("refund-damaged", "sim/smart", 4)]
     assert [(m["passed"], m["ci_low"], m["ci_high"]) for m in block["models"]] == [(17, 0.6396, 0.9476),
                                                                                    (19, 0.7639, 0.9911)]
+
+
+def test_cache_across_epochs_is_the_named_opt_out(memory, sim):
+    binding, _ = memory
+    sim.reset_stats()
+    run = store.create_run(loads_catalog(CATALOG, source="epochs.yaml"), MODELS, strategy="fanout",
+                           options={"cache": True, "cache_across_epochs": True}, epochs=5)
+    binding.actors.start_run.send(run.id)
+    binding.broker.join(binding.queue, fail_fast=False)
+    binding.broker.join(binding.queue, fail_fast=False)
+    rows = store.list_results(run.id)
+    assert len(rows) == 30 and store.get_run(run.id).status == "complete"
+    # one call per scenario × model; every other epoch was answered from the cache (which epochs came
+    # first depends on the workers' order, so count, do not name them)
+    assert sim.stats()["requests"] == 6 and sum(r.cached for r in rows) == 24
+
+
+def test_recover_re_enqueues_the_missing_epochs(memory, sim):
+    from evaljobs.pipeline.recovery import recover
+
+    binding, completes = memory
+    run = store.create_run(loads_catalog(CATALOG, source="epochs.yaml"), MODELS, strategy="fanout", epochs=3)
+    store.record_result(run.id, Result("a", "sim/one", "passed", score=1.0, epoch=1))  # one epoch already done
+    actions = recover(binding, run.id)  # its messages were never sent: as if they were lost
+    assert actions == [f"{run.id}: re-enqueued 17 of 17 missing pairs"]
+    binding.broker.join(binding.queue, fail_fast=False)
+    binding.broker.join(binding.queue, fail_fast=False)
+    done = store.get_run(run.id)
+    assert done.status == "complete" and done.persisted == 18 and completes == [run.id]
+    assert len({r.ident for r in store.list_results(run.id)}) == 18
+    assert recover(binding, run.id) == []
