@@ -317,3 +317,21 @@ def test_recover_re_enqueues_the_missing_epochs(memory, sim):
     assert done.status == "complete" and done.persisted == 18 and completes == [run.id]
     assert len({r.ident for r in store.list_results(run.id)}) == 18
     assert recover(binding, run.id) == []
+
+
+@pytest.mark.parametrize("strategy", ["per-model", "threads"])
+def test_epochs_on_the_other_strategies(memory, sim, strategy):
+    from evaljobs.pipeline.strategies import run_inline
+
+    binding, completes = memory
+    run = store.create_run(loads_catalog(CATALOG, source="epochs.yaml"), MODELS, strategy=strategy, epochs=3)
+    if strategy == "per-model":
+        binding.actors.start_run.send(run.id)
+        binding.broker.join(binding.queue, fail_fast=False)
+        binding.broker.join(binding.queue, fail_fast=False)
+    else:
+        run_inline(run.id, width=4)
+    done = store.get_run(run.id)
+    assert done.status == "complete" and done.persisted == 18 and done.report["epochs"]["epochs"] == 3
+    assert sorted(r.ident for r in store.list_results(run.id)) == sorted(
+        (k, m, e) for k in "abc" for m in MODELS for e in range(3))
