@@ -4,20 +4,137 @@ Every error a user can cause is one line on stderr and a non-zero exit (2 for
 bad input, 1 for a failed gate) — never a traceback; the mapping is
 :func:`evaljobs.cli._options.exit_for`, applied by :class:`Group`. The command
 modules import only :mod:`evaljobs.cli._options` from here, never this package.
+
+A command's module is imported only when that command runs (or its own
+``--help`` is asked for): ``evaljobs --help`` lists the commands from
+:data:`COMMANDS`, so it loads click and ``_options`` and nothing else
+(start-up time; ``tests/test_cli.py`` checks the table against the commands).
 """
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from evaljobs.cli._options import EXIT_GATE, EXIT_USAGE, Group
-# Modules, not their commands: `evaljobs.cli.run` stays the module (a command named like its module
-# would hide it).
-from evaljobs.cli import (bench as _bench, catalog as _catalog, db as _db, governor as _governor,
-                          init as _init, mock_provider as _mock_provider, ops as _ops, pool as _pool, providers as _providers,
-                          reports as _reports, run as _run, runs as _runs, view as _view, workers as _workers)
+
+#: Command name -> (module under evaljobs.cli, attribute, the first paragraph of its help): the
+#: help is written out so that listing the commands imports none of them.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("run", "run", "Evaluate CATALOG against each -m MODEL."),
+    "runs": ("runs", "runs", "List recent runs."),
+    "show": ("runs", "show", "Show one run: status, progress and each result."),
+    "db": ("db", "db", "Database maintenance."),
+    "catalog": ("catalog", "catalog", "Catalog tools."),
+    "mock-provider": ("mock_provider", "mock_provider",
+                      "Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."),
+    "demo": ("run", "demo", "Run the bundled support catalog against two simulated models and print the report."),
+    "worker": ("workers", "worker",
+               "Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully)."),
+    "governor": ("governor", "governor", "Show the provider governor: per deployment budget, limit, in flight, "
+                 "waiting, admitted, 429s, waits."),
+    "recover": ("ops", "recover", "Re-enqueue lost pairs of running runs and finalize complete-but-unreported ones."),
+    "report": ("reports", "report", "Render a run's report (also a CI gate with --fail-under)."),
+    "compare": ("reports", "compare",
+                "Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas."),
+    "pool": ("pool", "pool_worker",
+             "Run an elastic worker pool: between --min and --max members, following the queue's backlog."),
+    "watch": ("ops", "watch", "Follow RUN_ID to its report: a live bar on a terminal, a line per result otherwise, "
+              "then the table."),
+    "status": ("ops", "status", "Active runs with progress, queue depths, workers seen recently, governor budgets "
+               "and pools."),
+    "rerun": ("ops", "rerun", "Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, "
+              "context and options."),
+    "cache": ("ops", "cache", "The response cache shared by all workers (runs started with --cache)."),
+    "bench": ("bench", "bench", "Benchmark CATALOG per (strategy, width): wall clock, throughput, errors, cost, "
+              "CPU, memory."),
+    "view": ("view", "view",
+             "Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."),
+    "providers": ("providers", "providers_group",
+                  "Providers: presets and configured entries (list), and one real call per model (check)."),
+    "init": ("init", "init", "Start a project in DIRECTORY (default: here): a starter catalog, providers.yaml, "
+             "a CI workflow."),
+}
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+def load_command(name: str) -> click.Command | None:
+    """The command ``name``, its module imported now (None for an unknown name)."""
+    entry = COMMANDS.get(name)
+    if entry is None:
+        return None
+    module, attribute, _ = entry
+    return getattr(importlib.import_module(f"evaljobs.cli.{module}"), attribute)
+
+
+class _Commands(dict):
+    """``main.commands``: a command is loaded on first lookup, so ``main.commands["run"]`` still works."""
+
+    def __missing__(self, name: str) -> click.Command:
+        command = load_command(name)
+        if command is None:
+            raise KeyError(name)
+        self[name] = command
+        return command
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    # A caller walking every command (a test, a docs generator) sees them all, loaded.
+    def keys(self):  # type: ignore[override]
+        return sorted(set(COMMANDS) | set(dict.keys(self)))
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or dict.__contains__(self, name)
+
+    def items(self):  # type: ignore[override]
+        return [(name, self[name]) for name in self.keys()]
+
+    def values(self):  # type: ignore[override]
+        return [self[name] for name in self.keys()]
+
+
+class LazyGroup(Group):
+    """The ``evaljobs`` group: commands from :data:`COMMANDS`, each module imported when it is used."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self.commands.keys()
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's own listing, with each short help from the table instead of the imported command."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in COMMANDS:
+                rows.append((name, click.utils.make_default_short_help(COMMANDS[name][2], limit)))
+            else:  # added by a host with main.add_command: already loaded
+                command = dict.get(self.commands, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="evaljobs")
 # Shown in --help; Group.main moves them onto the subcommand before click parses (see forward_global_options).
 @click.option("--db", "global_db", metavar="URL", expose_value=False,
@@ -28,14 +145,7 @@ def main() -> None:
     """Run LLM-agent evaluation catalogs (scenarios × models) as a fan-out, with one trustworthy report."""
 
 
-for _command in (_run.run, _runs.runs, _runs.show, _db.db, _catalog.catalog, _mock_provider.mock_provider, _run.demo,
-                 _workers.worker, _governor.governor, _ops.recover, _reports.report, _reports.compare,
-                 _pool.pool_worker, _ops.watch, _ops.status, _ops.rerun, _ops.cache, _bench.bench, _view.view,
-                 _providers.providers_group, _init.init):
-    main.add_command(_command)
-
-
-__all__ = ["main", "Group", "EXIT_GATE", "EXIT_USAGE"]
+__all__ = ["main", "Group", "LazyGroup", "COMMANDS", "load_command", "EXIT_GATE", "EXIT_USAGE"]
 
 if __name__ == "__main__":  # pragma: no cover
     main()
