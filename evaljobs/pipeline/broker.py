@@ -49,11 +49,6 @@ from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
-# Dramatiq's private parts (a consumer subclass, the pipelined enqueue) live in one module, pinned by
-# tests/test_dramatiq_internals.py; the old names stay importable here.
-from evaljobs.pipeline.dramatiq_internals import CONSUMER_POLL_MS  # noqa: F401 - re-exported
-from evaljobs.pipeline.dramatiq_internals import WakeableConsumer as _WakeableConsumer  # noqa: F401
-from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker as _RedisBroker
 from evaljobs.pipeline.host_middleware import host_middleware, references
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
@@ -133,8 +128,13 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
     if url.startswith(REDIS_SCHEMES):
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
-        return _RedisBroker(url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
-                            maintenance_chance=settings.maintenance_chance)
+        # Dramatiq's private parts (a consumer subclass, the pipelined enqueue) live in one module, pinned
+        # by tests/test_dramatiq_internals.py; imported here, so the memory broker never loads the Redis
+        # client (start-up time).
+        from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker
+
+        return WakingRedisBroker(url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
+                                 maintenance_chance=settings.maintenance_chance)
     raise BrokerError(f"unsupported broker URL '{url}': use 'memory' or 'redis://host:port/db'")
 
 
@@ -180,3 +180,17 @@ def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
     worker = dramatiq.Worker(binding.broker, worker_threads=max(1, width), worker_timeout=50)
     worker.start()
     return worker
+
+
+#: Names this module re-exported from :mod:`evaljobs.pipeline.dramatiq_internals` (still importable
+#: from here; loaded on first use, as they load the Redis client).
+_INTERNALS = {"CONSUMER_POLL_MS": "CONSUMER_POLL_MS", "_WakeableConsumer": "WakeableConsumer",
+              "_RedisBroker": "WakingRedisBroker"}
+
+
+def __getattr__(name: str):
+    if name in _INTERNALS:
+        from evaljobs.pipeline import dramatiq_internals
+
+        return getattr(dramatiq_internals, _INTERNALS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,11 +18,10 @@ Dramatiq), rather than guessing. The Dramatiq internals this relies on are in
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Sequence
 
 import dramatiq
-
-from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
 
 logger = logging.getLogger("evaljobs.enqueue")
 
@@ -33,9 +32,13 @@ CHUNK = 500
 
 def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) -> None:
     """Enqueue ``messages`` (none delayed) on ``broker``, pipelined on Redis."""
-    if not pipelinable(broker):
-        for message in messages:
-            broker.enqueue(message)
-        return
-    for start in range(0, len(messages), CHUNK):
-        enqueue_pipelined(broker, messages[start:start + CHUNK])
+    redis_brokers = sys.modules.get("dramatiq.brokers.redis")  # not loaded: not a Redis broker (start-up time)
+    if redis_brokers is not None and isinstance(broker, redis_brokers.RedisBroker):
+        from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
+
+        if pipelinable(broker):
+            for start in range(0, len(messages), CHUNK):
+                enqueue_pipelined(broker, messages[start:start + CHUNK])
+            return
+    for message in messages:
+        broker.enqueue(message)

@@ -15,8 +15,6 @@ import queue
 import threading
 from typing import Any, Iterator
 
-import redis
-
 logger = logging.getLogger("evaljobs.events")
 
 _lock = threading.Lock()
@@ -61,6 +59,8 @@ def _client():
         return None
     with _lock:
         if _redis_client is None:
+            import redis  # start-up time: the memory broker's in-process events never load the client
+
             _redis_client = redis.Redis.from_url(_redis_url, socket_timeout=5, socket_connect_timeout=5)
         return _redis_client
 

@@ -22,7 +22,13 @@ The package, from the bottom up:
 """
 from __future__ import annotations
 
-from evaljobs.store import cache
+# First, before any module of the package imports peewee: peewee without psycopg2 until a
+# PostgreSQL URL is opened (start-up time of every SQLite command; see evaljobs.store.drivers).
+from evaljobs.store.drivers import import_peewee as _import_peewee
+
+_import_peewee()
+
+from evaljobs.store import cache  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, hold_connection, holding,

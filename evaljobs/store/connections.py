@@ -24,6 +24,7 @@ from playhouse.pool import PooledPostgresqlDatabase
 
 from evaljobs import config
 from evaljobs.config import Settings
+from evaljobs.store.drivers import attach_psycopg2
 from evaljobs.store.errors import DatabaseUnavailable, StorageFailed, StoreError, redact
 from evaljobs.store.schema import database, upgrade_tables
 
@@ -172,8 +173,8 @@ def _open_sqlite(url: str) -> peewee.SqliteDatabase:
 
 
 def _open_postgres(url: str) -> peewee.PostgresqlDatabase:
-    try:
-        import psycopg2  # noqa: F401 - an optional extra (evaljobs[postgres]): imported only for its URL
+    try:  # an optional extra (evaljobs[postgres]), imported only for its URL (evaljobs.store.drivers)
+        attach_psycopg2()
     except ImportError:
         raise StoreError(f"{redact(url)} needs the PostgreSQL driver: "
                          "pip install 'evaljobs[postgres]'") from None

@@ -12,7 +12,6 @@ from functools import lru_cache
 from typing import Any, Callable, ContextManager
 
 import peewee
-from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
 from peewee import (SQL, BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
                     IntegerField, Model, TextField, fn)
 
@@ -233,6 +232,9 @@ def _drop_not_null(db: peewee.Database, table: type[Model], column: str) -> list
     found = [c for c in db.get_columns(table._meta.table_name) if c.name == column]
     if not found or found[0].null:
         return []
+    # Only when an old table is upgraded: playhouse.migrate imports psycopg2 (start-up time of SQLite).
+    from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
+
     migrator = PostgresqlMigrator(db) if isinstance(db, peewee.PostgresqlDatabase) else SqliteMigrator(db)
     migrate(migrator.drop_not_null(table._meta.table_name, column))
     return [f"{table._meta.table_name}.{column} may be NULL"]

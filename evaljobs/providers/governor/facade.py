@@ -8,20 +8,23 @@ import random
 import threading
 import time
 import uuid
-from typing import Any, Callable
-
-import redis.exceptions
+from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy,
                                                  _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome, budget_key)
 from evaljobs.providers.governor.local_store import _LocalStore
 from evaljobs.providers.governor.permits import Permit, _Renewer
-from evaljobs.providers.governor.redis_store import _RedisStore
+
+if TYPE_CHECKING:
+    from evaljobs.providers.governor.redis_store import _RedisStore
 
 log = logging.getLogger("evaljobs.providers.governor")
 
-_STORE_ERRORS: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+#: What a store may raise that means "unreachable, use the local fallback": OSError, and Redis's own
+#: errors once a governor with Redis exists (:func:`_redis_store`; the in-process default never
+#: imports the Redis client: start-up time).
+_STORE_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
 
 class Governor:
@@ -36,7 +39,7 @@ class Governor:
     def __init__(self, redis_url: str | None, *, namespace: str = "evaljobs:gov",
                  clock: Callable[[], float] | None = None, reconnect_after: float = 30.0):
         self._local = _LocalStore(clock or time.monotonic)
-        self._redis = _RedisStore(redis_url, namespace, clock) if redis_url else None
+        self._redis = _redis_store(redis_url, namespace, clock) if redis_url else None
         self._configs: dict[str, BudgetConfig] = {}
         #: Deployment budgets configured by :meth:`budget_for`, by budget key.
         self._deployments: dict[str, BudgetConfig] = {}
@@ -260,3 +263,14 @@ class Governor:
         if was_down:
             log.info("governor: Redis at %s is back; budgets are shared again",
                      self._redis.location if self._redis else "?")
+
+
+def _redis_store(url: str, namespace: str, clock: Callable[[], float] | None) -> "_RedisStore":
+    """The Redis store, its client imported now, and Redis's errors added to :data:`_STORE_ERRORS`."""
+    global _STORE_ERRORS
+    import redis.exceptions
+
+    from evaljobs.providers.governor.redis_store import _RedisStore
+
+    _STORE_ERRORS = (redis.exceptions.RedisError, OSError)
+    return _RedisStore(url, namespace, clock)
