@@ -67,6 +67,11 @@ def load_command(name: str) -> click.Command | None:
     return getattr(importlib.import_module(f"evaljobs.cli.{module}"), attribute)
 
 
+def _short_help(name: str, limit: int) -> str:
+    """The command's short help as click shortens it, from the table (nothing imported)."""
+    return click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)
+
+
 class _Commands(dict):
     """``main.commands``: a command is loaded on first lookup, so ``main.commands["run"]`` still works."""
 
@@ -125,7 +130,7 @@ class LazyGroup(Group):
         rows = []
         for name in names:
             if name in COMMANDS:
-                rows.append((name, click.utils.make_default_short_help(COMMANDS[name][2], limit)))
+                rows.append((name, _short_help(name, limit)))
             else:  # added by a host with main.add_command: already loaded
                 command = dict.get(self.commands, name)
                 if command is not None and not command.hidden:

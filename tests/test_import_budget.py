@@ -1,0 +1,160 @@
+"""What a command imports (issue 20, start-up): nothing it does not use.
+
+``evaljobs --help`` loads click and the option lists — no Redis client, no peewee or its
+PostgreSQL driver, no httpx, no Dramatiq (so not its Redis broker), no command module; a run
+on the embedded default (memory broker, SQLite) loads neither the Redis client nor psycopg2.
+Ordinary tests, not timed: each runs the real command in a fresh interpreter under
+``python -X importtime`` and reads which modules it ended with (a failure names the import
+chain that brought the module in). The wall-clock figures are in BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import click.testing
+
+from evaljobs.cli import COMMANDS, load_command, main
+
+#: Runs the evaljobs console entry point with ARGS, then writes the imported modules to $MODULES_OUT.
+_RUNNER = """
+import json, os, sys
+sys.argv = ['evaljobs'] + sys.argv[1:]
+try:
+    from evaljobs.cli import main
+    main(prog_name='evaljobs')
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(os.environ['MODULES_OUT'], 'w') as out:
+    json.dump({'code': code, 'modules': sorted(name for name, m in sys.modules.items() if m is not None)}, out)
+"""
+
+#: Never loaded by `evaljobs --help`.
+HELP_FORBIDDEN = ("redis", "psycopg2", "peewee", "httpx", "dramatiq", "dramatiq.brokers.redis", "yaml",
+                  "evaljobs.store", "evaljobs.api", "evaljobs.pipeline", "evaljobs.providers")
+#: Never loaded by a run on the memory broker with SQLite (nor the viewer, plots or MCP).
+EMBEDDED_RUN_FORBIDDEN = ("redis", "redis.asyncio", "psycopg2", "dramatiq.brokers.redis", "playhouse.postgres_ext",
+                          "matplotlib", "mcp", "starlette", "uvicorn", "jinja2")
+
+
+def _chain(importtime: str, module: str) -> str:
+    """The import chain that loaded ``module``, from ``-X importtime``'s indented listing."""
+    rows = []
+    for line in importtime.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        name = line.split("|")[2]
+        rows.append(((len(name) - len(name.lstrip(" "))) // 2, name.strip()))
+    for index, (depth, name) in enumerate(rows):
+        if name == module:
+            chain, want = [name], depth - 1
+            for depth2, name2 in rows[index + 1:]:  # parents are listed after their children
+                if depth2 == want:
+                    chain.append(name2)
+                    want -= 1
+            return " <- ".join(chain)
+    return module
+
+
+def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, set[str], str]:
+    out = tmp_path / "modules.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
+    environment.update(env or {}, MODULES_OUT=str(out))
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _RUNNER, *args], capture_output=True,
+                          text=True, env=environment, cwd=tmp_path, timeout=300)
+    assert out.exists(), done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    return found["code"], set(found["modules"]), done.stderr
+
+
+def _offenders(modules: set[str], forbidden: tuple[str, ...], importtime: str) -> list[str]:
+    return [_chain(importtime, name) for name in forbidden if name in modules]
+
+
+def test_help_imports_no_client_driver_or_command(tmp_path):
+    code, modules, importtime = _run(tmp_path, "--help")
+    assert code == 0
+    assert _offenders(modules, HELP_FORBIDDEN, importtime) == []
+    commands = sorted(m for m in modules if m.startswith("evaljobs.cli.") and m != "evaljobs.cli._options")
+    assert commands == [], commands
+
+
+def test_a_run_on_the_embedded_default_loads_neither_redis_nor_psycopg2(tmp_path):
+    (tmp_path / "one.yaml").write_text(
+        "name: one\nscenarios:\n  - key: hello\n    prompt: \"Say hi [sim: say hi there]\"\n"
+        "    expect: {contains: [\"hi\"]}\n", encoding="utf-8")
+    code, modules, importtime = _run(tmp_path, "run", "one.yaml", "-m", "sim/fast",
+                                     env={"EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/run.db",
+                                          "EVALJOBS_SIM_LATENCY": "0", "EVALJOBS_SIM_JITTER": "0"})
+    assert code == 0, importtime[-3000:]
+    # The run really ran: the pipeline, the store on SQLite and the provider client were loaded.
+    assert {"evaljobs.pipeline.actors", "evaljobs.store", "sqlite3", "peewee", "httpx"} <= modules
+    assert _offenders(modules, EMBEDDED_RUN_FORBIDDEN, importtime) == []
+
+
+def test_the_command_table_matches_the_commands():
+    """`evaljobs --help` lists the commands from evaljobs.cli.COMMANDS without importing them: the
+    names and short help written there are those of the commands themselves."""
+    for name, (_module, _attribute, text) in COMMANDS.items():
+        command = load_command(name)
+        assert isinstance(command, click.Command) and command.name == name
+        for limit in (45, 80, 200):
+            assert click.Command(name, help=text).get_short_help_str(limit) == command.get_short_help_str(limit), name
+    assert load_command("no-such-command") is None
+    assert main.get_command(click.Context(main), "no-such-command") is None
+
+
+def test_help_lists_what_an_eagerly_built_group_lists():
+    eager = click.Group("main", help=main.help, params=main.params,
+                        context_settings={"help_option_names": ["-h", "--help"]})
+    for name in COMMANDS:
+        eager.add_command(load_command(name), name)
+    runner = click.testing.CliRunner()
+    lazy_help = runner.invoke(main, ["--help"], prog_name="evaljobs").output
+    eager_help = runner.invoke(eager, ["--help"], prog_name="evaljobs").output
+    assert lazy_help == eager_help
+    assert all(name in lazy_help for name in COMMANDS)
+
+
+# -- psycopg2, attached to peewee late (evaljobs.store.drivers) -----------------------------------------
+
+_DRIVER_STATE = """
+import json, sys, uuid
+{setup}
+import peewee, psycopg2, psycopg2.extensions as ext
+adapter = peewee.Psycopg2Adapter
+db = peewee.PostgresqlDatabase('nowhere')
+print(json.dumps({{
+    'psycopg2': peewee.psycopg2 is psycopg2,
+    'pg_extensions': peewee.pg_extensions is ext,
+    'json': getattr(peewee.Json_pg2, '__module__', None) + '.' + peewee.Json_pg2.__name__,
+    'statuses': [adapter.txn_idle, adapter.txn_inerror, adapter.txn_unknown],
+    'adapter': type(db._adapter).__name__,
+    'db_json': db._adapter.json_type is peewee.Json_pg2,
+    'uuid_adapted': any(key[0] is uuid.UUID for key in ext.adapters),
+    'typecasters': sorted(ext.string_types),
+}}))
+"""
+
+
+def _driver_state(setup: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _DRIVER_STATE.format(setup=setup)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_psycopg2_attached_late_leaves_peewee_as_its_own_import_would():
+    """Pins peewee's import-time driver set-up that drivers.attach_psycopg2 repeats: a peewee imported
+    by evaljobs.store (psycopg2 hidden), then a PostgreSQL database created, has the same driver state
+    as a peewee that imported psycopg2 itself. If this fails after a peewee upgrade, fix drivers.py."""
+    own = _driver_state("")
+    late = _driver_state("import evaljobs.store\nassert 'psycopg2' not in sys.modules")
+    assert own["psycopg2"] and own["pg_extensions"] and own["adapter"] == "Psycopg2Adapter"
+    assert late == own
