@@ -131,7 +131,9 @@ def builtin_providers() -> dict[str, ProviderConfig]:
 def _presets() -> tuple[tuple[str, ProviderConfig], ...]:
     source = f"evaljobs/{PRESETS_FILE}"
     text = importlib.resources.files("evaljobs").joinpath(PRESETS_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
+    # Our own bundled file, read by every command that resolves a model: libyaml's parser when
+    # PyYAML has it (10x faster than the pure-Python one, the same values; start-up time).
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     return tuple((str(name), _provider_entry(source, name, entry, None, origin="preset"))
                  for name, entry in data.items())
 

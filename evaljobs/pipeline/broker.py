@@ -1,7 +1,8 @@
 """The one place the broker and its middleware stack are set up.
 
 ``memory`` (the embedded default) is Dramatiq's in-process ``StubBroker``
-driven by a real :class:`dramatiq.Worker` with ``width`` threads; ``redis://``
+driven by a real :class:`dramatiq.Worker` with ``width`` threads (both as subclasses from
+:mod:`~evaljobs.pipeline.memory_worker`, whose worker stops at once); ``redis://``
 is Dramatiq's Redis broker shared by any number of worker machines. Both get
 the same actors and the same middleware, in this order:
 
@@ -50,6 +51,7 @@ from evaljobs.errors import UsageError
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
 from evaljobs.pipeline.host_middleware import host_middleware, references
+from evaljobs.pipeline.memory_worker import MemoryBroker, MemoryWorker
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
 
@@ -124,7 +126,7 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
     settings = settings or config.settings()
     stack = middleware_stack(context_providers, settings=settings)
     if url == "memory":
-        return StubBroker(middleware=stack)
+        return MemoryBroker(middleware=stack)
     if url.startswith(REDIS_SCHEMES):
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
@@ -176,8 +178,9 @@ def bind(broker: dramatiq.Broker, *, queue: str | None = None,
 
 
 def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
-    """Real Dramatiq worker threads on the in-process broker."""
-    worker = dramatiq.Worker(binding.broker, worker_threads=max(1, width), worker_timeout=50)
+    """Real Dramatiq worker threads on the in-process broker (one that stops at once on ours)."""
+    worker_class = MemoryWorker if isinstance(binding.broker, MemoryBroker) else dramatiq.Worker
+    worker = worker_class(binding.broker, worker_threads=max(1, width), worker_timeout=50)
     worker.start()
     return worker
 
