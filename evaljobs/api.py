@@ -234,9 +234,11 @@ class Session:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
+        batch = config.settings().pairs_per_message if strategy == "fanout" else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
-                                       cache_across_epochs=cache_across_epochs or None)
+                                       cache_across_epochs=cache_across_epochs or None,
+                                       pairs_per_message=batch if batch > 1 else None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).

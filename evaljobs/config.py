@@ -92,6 +92,9 @@ class Settings:
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY
     sim_jitter: float = 0.02                 # EVALJOBS_SIM_JITTER
     middleware: str | None = None            # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
+    # Fan-out pairs per message for a fast provider (1: one message per pair); each pair is still
+    # its own row and count. BENCHMARKS.md (raw stack) says what it trades.
+    pairs_per_message: int = 1               # EVALJOBS_PAIRS_PER_MESSAGE
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +108,9 @@ class Settings:
                 f"EVALJOBS_CONTEXT_KEY is {what}; a context signing key needs at least "
                 f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
                 "or unset the variable to run unsigned")
+        if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
+            raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
+                                     "(pairs a fan-out message carries; 1: one message per pair)")
 
     @property
     def signing(self) -> str:
@@ -142,6 +148,7 @@ class Settings:
             sim_latency=_float(env, "EVALJOBS_SIM_LATENCY", d.sim_latency),
             sim_jitter=_float(env, "EVALJOBS_SIM_JITTER", d.sim_jitter),
             middleware=_text(env, "EVALJOBS_MIDDLEWARE"),
+            pairs_per_message=_int(env, "EVALJOBS_PAIRS_PER_MESSAGE", d.pairs_per_message),
         )
 
     def replace(self, **changes: Any) -> "Settings":

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import dramatiq
+from dramatiq.common import compute_backoff
 from dramatiq.middleware import CurrentMessage, TimeLimitExceeded
 
 from evaljobs_middleware import crashes
@@ -37,6 +38,8 @@ from evaljobs.evaluation.result import Result
 logger = logging.getLogger("evaljobs.actors")
 
 TERMINAL = ("complete", "partial", "failed", "cancelled")
+#: The most pairs one ``evaluate_pairs`` message may carry (``EVALJOBS_PAIRS_PER_MESSAGE`` is capped here).
+MAX_PAIRS_PER_MESSAGE = 64
 
 
 class InvalidMessage(Exception):
@@ -47,6 +50,7 @@ class InvalidMessage(Exception):
 class Actors:
     start_run: dramatiq.Actor
     evaluate_scenario: dramatiq.Actor
+    evaluate_pairs: dramatiq.Actor
     evaluate_model: dramatiq.Actor
     finalize_run: dramatiq.Actor
     queue: str
@@ -114,7 +118,12 @@ def start_run(run_id: str) -> None:
         for model in dict.fromkeys(model for _, model, _ in missing):
             actors.evaluate_model.send(run_id, model)
         return
-    messages = [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in missing]
+    batch = min(int(runtime.RunSettings.from_options(run.options).pairs_per_message or 1), MAX_PAIRS_PER_MESSAGE)
+    if batch > 1:  # a fast provider: several pairs a message (see evaluate_pairs)
+        messages = [actors.evaluate_pairs.message(run_id, [list(pair) for pair in missing[i:i + batch]])
+                    for i in range(0, len(missing), batch)]
+    else:
+        messages = [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
@@ -135,50 +144,140 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
     if run.status == "cancelled" or recorded:
         return recorded
     settings = runtime.RunSettings.from_options(run.options)
-    policy = runtime.policy(settings)
     runtime.set_permit_wait(None)  # short: a pair without a permit goes back to the queue
-    retries = _retries()
+    result = _evaluate_pair(run_id, catalog, scenario_key, model, epoch, settings, retries=_retries(), rl=rl,
+                            busy=busy)
+    if result is None:
+        return False
+    persist(run_id, result)
+    return True
+
+
+def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: int, settings: runtime.RunSettings,
+                   *, retries: int, rl: int = 0, busy: int = 0, alone: bool = True) -> Result | None:
+    """One pair's result, or None when it was handed back to the queue (no permit yet, rate limited).
+
+    ``alone``: the pair has a message of its own, whose retries are its retries (a transient failure
+    with retries left raises, and Dramatiq retries the message). In a batch (``alone=False``) such a
+    pair leaves the batch instead: it is sent on as a message of its own, its retry count carried, so
+    one pair's failure neither retries nor holds up the others.
+    """
+    policy = runtime.policy(settings)
     attempts = retries + 1
     scenario = catalog.scenario(scenario_key)
+    carried = {} if alone else {"retries": retries}
     try:
         spec = runtime.model_spec(model)
         adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
         judge = _judge(run_id, settings, spec)
-        result = evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
-                          time_limit=policy.time_limit, epoch=epoch,
-                          cache_across_epochs=bool(settings.cache_across_epochs))
+        return evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
+                        time_limit=policy.time_limit, epoch=epoch,
+                        cache_across_epochs=bool(settings.cache_across_epochs))
     except Busy as exc:
         # The governor has no permit for this deployment yet: hand the pair back to the queue with its
         # estimate instead of sleeping on this thread. Not a fault: no retry is used, no cap applies.
         delay_ms = int(max(exc.retry_in, 0.05) * 1000 * (1 + random.random() * policy.jitter))
         bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
-                                                     kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms)
-        return False
+                                                     kwargs={"rl": rl, "busy": busy + 1}, delay=delay_ms,
+                                                     **carried)
+        return None
     except RateLimited as exc:
         if rl < policy.max_rate_limit_waits:
             # A rate limit is not a fault: re-send with the provider's delay instead of sleeping on
             # this thread, and without touching the retry budget (``retries`` stays as it is).
             delay_ms = int(policy.rate_limit_delay(exc.retry_after) * 1000)
             bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
-                                                         kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms)
-            return False
-        result = Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
-                                attempts=attempts, epoch=epoch)
+                                                         kwargs={"rl": rl + 1, "busy": busy}, delay=delay_ms,
+                                                         **carried)
+            return None
+        return Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
+                              attempts=attempts, epoch=epoch)
     except TransientError as exc:
         if retries < policy.max_retries:
+            if not alone:
+                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy)
             raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
-        result = Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
-                                attempts=attempts, epoch=epoch)
+        return Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
+                              attempts=attempts, epoch=epoch)
     except TimeLimitExceeded:
-        result = Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts,
-                                epoch=epoch)
+        return Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts,
+                              epoch=epoch)
     except Exception as exc:  # noqa: BLE001 - the last attempt must still leave a row for the barrier
         if retries < policy.max_retries:
+            if not alone:
+                logger.warning("pair %s x %s (epoch %s) of run %s failed in a batch (%s: %s); retried on its own",
+                               scenario_key, model, epoch, run_id, type(exc).__name__, exc)
+                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy)
             raise
-        result = Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts,
-                                epoch=epoch)
-    persist(run_id, result)
-    return True
+        return Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts,
+                              epoch=epoch)
+
+
+def _on_its_own(run_id: str, scenario_key: str, model: str, epoch: int, retries: int, policy: Any) -> None:
+    """Send a batch's failed pair as its own message, one retry used, after Dramatiq's backoff."""
+    delay_ms = int(compute_backoff(retries, factor=int(policy.min_backoff * 1000),
+                                   max_backoff=int(policy.max_backoff * 1000))[1])
+    bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
+                                                 delay=delay_ms, retries=retries + 1)
+    return None
+
+
+def evaluate_pairs(run_id: str, pairs: list) -> bool:
+    """Several pairs of one run in one message, for a fast provider (``pairs_per_message`` > 1).
+
+    At zero latency a Dramatiq message costs a worker more CPU than the provider call it carries,
+    and each pair's transaction more than its insert. So a batch of [scenario, model, epoch]: the
+    pairs already recorded are skipped (a redelivered batch evaluates only its missing pairs), the
+    others are evaluated one after another and go to the store in one group commit
+    (:func:`evaljobs.store.record_results`) — each still its own row, uniqueness check and barrier
+    count. A pair turned away (no permit, rate limited, a transient failure with retries left)
+    leaves the batch as a message of its own. What it trades: a worker that dies mid-batch loses
+    the evaluations it had not committed (they are done again on redelivery), and results arrive
+    in groups (BENCHMARKS.md, the raw-stack section).
+    """
+    wanted = _batch_pairs(run_id, pairs)
+    try:
+        run, _ = store.pair_state(run_id, *wanted[0])
+    except store.UnknownRun as exc:
+        raise InvalidMessage(str(exc)) from None
+    catalog = _check_pair(run, None, None)
+    for key, model, epoch in wanted:
+        _check_pair_in(run, catalog, key, model, epoch)
+    if run.status == "cancelled":
+        return False
+    done = store.recorded_among(run_id, wanted)
+    settings = runtime.RunSettings.from_options(run.options)
+    runtime.set_permit_wait(None)
+    retries = _retries()
+    results: list[Result] = []
+    try:
+        for key, model, epoch in wanted:
+            if (key, model, epoch) not in done:
+                result = _evaluate_pair(run_id, catalog, key, model, epoch, settings, retries=retries, alone=False)
+                if result is not None:
+                    results.append(result)
+    finally:  # what was evaluated is kept, also when the batch is cut short (a time limit, a crash of code)
+        if results:
+            barrier.record_many(run_id, results, on_complete=lambda rid: bound().finalize_run.send(rid))
+    return len(done) + len(results) == len(wanted)
+
+
+def _batch_pairs(run_id: str, pairs: Any) -> list[tuple[str, str, int]]:
+    if (not isinstance(pairs, list) or not pairs
+            or not all(isinstance(p, (list, tuple)) and len(p) in (2, 3) for p in pairs)):
+        raise InvalidMessage(f"run {run_id}: a batch must be a list of [scenario, model, epoch], not {pairs!r:.200}")
+    return [(str(p[0]), str(p[1]), p[2] if len(p) == 3 else 0) for p in pairs]
+
+
+def _check_pair_in(run: store.RunInfo, catalog, scenario_key: str, model: str, epoch: Any) -> None:
+    if model not in run.models:
+        raise InvalidMessage(f"model '{model}' is not part of run {run.id} (models: {', '.join(run.models)})")
+    try:
+        catalog.scenario(scenario_key)
+    except KeyError:
+        raise InvalidMessage(f"scenario '{scenario_key}' is not in run {run.id}'s catalog") from None
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < run.epochs:
+        raise InvalidMessage(f"epoch {epoch!r} is not one of run {run.id}'s {run.epochs} epochs")
 
 
 def evaluate_model(run_id: str, model: str) -> None:
@@ -242,6 +341,8 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     _bound = Actors(
         start_run=make(start_run),
         evaluate_scenario=make(_settling(evaluate_scenario), time_limit=time_limit),
+        # A batch's pairs each have their own deadline; this one backs them all (runs cap a batch).
+        evaluate_pairs=make(_settling(evaluate_pairs), time_limit=time_limit * MAX_PAIRS_PER_MESSAGE),
         evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
         finalize_run=make(finalize_run),
         queue=queue,
@@ -260,7 +361,11 @@ def crash_key(run_id: str) -> str:
 
 
 def crash_counted(message: dramatiq.Message) -> tuple[str, str] | None:
-    """What the crash counter counts: each ``evaluate_scenario`` pair, by run and [scenario, model(, epoch)]."""
+    """What the crash counter counts: each ``evaluate_scenario`` pair, by run and [scenario, model(, epoch)];
+    each ``evaluate_pairs`` batch, by run and ["batch", its pairs]."""
+    if message.actor_name == "evaluate_pairs" and len(message.args) >= 2:
+        run_id, pairs = message.args[:2]
+        return crash_key(str(run_id)), json.dumps(["batch", pairs], separators=(",", ":"))
     if message.actor_name != "evaluate_scenario" or len(message.args) < 3:
         return None
     run_id, scenario_key, model = message.args[:3]
@@ -288,6 +393,16 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
     So the barrier still completes and the report names the pair (invariant 5). A message for
     a pair the run does not have raises, and the crash counter dead-letters it.
     """
+    if message.actor_name == "evaluate_pairs":
+        # Not every pair of a batch that crashed its workers is the poison one: each missing pair goes
+        # on as a message of its own, with a crash count of its own.
+        run_id, pairs = message.args[:2]
+        wanted = _batch_pairs(run_id, pairs)
+        done = store.recorded_among(run_id, wanted)
+        for key, model, epoch in wanted:
+            if (key, model, epoch) not in done:
+                bound().evaluate_scenario.send(*pair_args(run_id, key, model, epoch))
+        return
     run_id, scenario_key, model = message.args[:3]
     epoch = _message_epoch(message)
     if store.is_recorded(run_id, scenario_key, model, epoch):

@@ -8,7 +8,7 @@ after the commit they describe.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from evaljobs.pipeline import events
 from evaljobs import store
@@ -20,6 +20,19 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -
     if recorded.inserted:
         events.publish_result(run_id, result, recorded)
     if recorded.completed:
+        on_complete(run_id)
+    return recorded
+
+
+def record_many(run_id: str, results: Sequence[Result], *,
+                on_complete: Callable[[str], None]) -> list[store.Recorded]:
+    """:func:`record` for several results of one run in one transaction (a group commit): each is
+    still its own row, uniqueness check and count; events go out after the commit, one per row."""
+    recorded = store.record_results(run_id, results)
+    for result, outcome in zip(results, recorded):
+        if outcome.inserted:
+            events.publish_result(run_id, result, outcome)
+    if any(outcome.completed for outcome in recorded):
         on_complete(run_id)
     return recorded
 

@@ -69,6 +69,8 @@ class RunSettings:
     cache: bool | None = None
     #: ``--cache-across-epochs``: the response cache key leaves the epoch out (epochs share answers).
     cache_across_epochs: bool | None = None
+    #: Fan-out pairs per message (None: one); set at submit from ``Settings.pairs_per_message``.
+    pairs_per_message: int | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
@@ -76,7 +78,8 @@ class RunSettings:
         return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
                    judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
                    cache=options.get("cache") or None,
-                   cache_across_epochs=options.get("cache_across_epochs") or None)
+                   cache_across_epochs=options.get("cache_across_epochs") or None,
+                   pairs_per_message=options.get("pairs_per_message"))
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -36,7 +36,8 @@ from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNE
 from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplete, StoreError, UnexpectedPair, UnknownRun,
                                    UnknownSnapshot, redact)
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
-                                    missing_pairs, pair_state, pair_statuses, progress, record_result)
+                                    missing_pairs, pair_state, pair_statuses, progress, record_result,
+                                    record_results, recorded_among)
 from evaljobs.store.runs import (RunInfo, cancel, create_run, get_run, list_runs, mark_running, set_status,
                                  take_judge_call)
 from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, PARTIAL, PENDING,
@@ -64,7 +65,7 @@ __all__ = [
     "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact",
     "save_snapshot", "load_snapshot",
     "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
-    "pair_state", "record_result", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
+    "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
     "cache", "cache_get", "cache_put", "cache_clear",
 ]

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 import peewee
 from peewee import fn
@@ -165,6 +165,33 @@ def record_result(run_id: str, result: Result) -> Recorded:
     """
     with _connection() as db:
         facts = _run_facts(db, run_id)
+    _check_expected(run_id, facts, result)
+    with _transaction() as db:
+        sql = _hot(db)
+        if not _insert_result(db, sql, run_id, result):
+            persisted = db.execute_sql(sql.persisted, (run_id,)).fetchone()[0]
+            return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
+        persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
+    return Recorded(inserted=True, completed=persisted == facts.expected, persisted=persisted,
+                    expected=facts.expected)
+
+
+@_reconnecting
+def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tuple[str, str, int]]:
+    """Which of ``pairs`` (scenario, model, epoch) of ``run_id`` are recorded: one indexed query for a batch."""
+    if not pairs:
+        return set()
+    keys = sorted({str(key) for key, _, _ in pairs})
+    wanted = {(str(key), str(model), int(epoch)) for key, model, epoch in pairs}
+    with _connection() as db:
+        p = db.param
+        rows = db.execute_sql(f"SELECT scenario_key, model, epoch FROM result WHERE run_id = {p} AND scenario_key IN "
+                              f"({', '.join([p] * len(keys))})", (run_id, *keys)).fetchall()
+    return {(key, model, int(epoch)) for key, model, epoch in rows if (key, model, int(epoch)) in wanted}
+
+
+def _check_expected(run_id: str, facts: _RunFacts, result: Result) -> None:
+    """UnexpectedPair unless the run was created with this pair (its catalog, models, epochs, chosen pairs)."""
     unknown_scenario = result.scenario_key not in load_snapshot(facts.digest)
     if unknown_scenario or result.model not in facts.models:
         what = (f"scenario {result.scenario_key!r} is not in catalog {facts.catalog_name!r}"
@@ -181,14 +208,39 @@ def record_result(run_id: str, result: Result) -> Recorded:
         raise UnexpectedPair(f"run {run_id} does not expect scenario {result.scenario_key!r} × model "
                              f"{result.model!r}" + (f" epoch {epoch}" if facts.epochs > 1 else "") +
                              f": the run covers only {facts.expected} chosen pairs")
+
+
+@_reconnecting
+def record_results(run_id: str, results: Sequence[Result]) -> list[Recorded]:
+    """Persist several results of one run in one transaction: a group commit of the barrier.
+
+    Each result is still its own row with its own uniqueness check (a pair stored before, or twice
+    in ``results``, is not inserted again) and its own count: the run's persisted count goes up by
+    one per inserted row, inside the transaction, so the row that reaches ``expected`` is the one
+    whose :class:`Recorded` says ``completed`` — exactly one per run, as with :func:`record_result`.
+    Every pair is checked against the run before anything is written: one unexpected pair rejects
+    the group. What it saves is a transaction (a write lock, a commit) per pair.
+    """
+    if not results:
+        return []
+    with _connection() as db:
+        facts = _run_facts(db, run_id)
+    for result in results:
+        _check_expected(run_id, facts, result)
+    recorded: list[Recorded | None] = []
     with _transaction() as db:
         sql = _hot(db)
-        if not _insert_result(db, sql, run_id, result):
+        for result in results:
+            if _insert_result(db, sql, run_id, result):
+                persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
+                recorded.append(Recorded(inserted=True, completed=persisted == facts.expected,
+                                         persisted=persisted, expected=facts.expected))
+            else:
+                recorded.append(None)
+        if None in recorded:
             persisted = db.execute_sql(sql.persisted, (run_id,)).fetchone()[0]
-            return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
-        persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
-    return Recorded(inserted=True, completed=persisted == facts.expected, persisted=persisted,
-                    expected=facts.expected)
+    return [r if r is not None else Recorded(inserted=False, completed=False, persisted=persisted,
+                                             expected=facts.expected) for r in recorded]
 
 
 def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
