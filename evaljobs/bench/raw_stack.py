@@ -195,9 +195,12 @@ def measure_raw_stack(broker_url: str, sim_url: str, *, pairs: int = 1000, proce
 
 
 def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), processes: int = 2,
-            repeat: int = 3, out: str | Path = ".", governor: bool = False) -> list[dict[str, Any]]:
-    """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``), same Redis and provider
-    settings (zero latency), back to back, so the ratio is of one moment of the machine."""
+            repeat: int = 3, out: str | Path = ".", governor: bool = False,
+            pairs_per_message: tuple[int, ...] = (1,)) -> list[dict[str, Any]]:
+    """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``) once per
+    ``pairs_per_message``, same Redis and provider settings (zero latency), back to back, so the
+    ratio is of one moment of the machine."""
+    from evaljobs import config
     from evaljobs.bench.engine import run_bench
     from evaljobs.bench.model import BenchSpec
     from evaljobs.catalog import load_catalog
@@ -213,18 +216,25 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
                                     repeat=repeat, out=out / f"raw-w{width}")
         finally:
             sim.stop()
-        spec = BenchSpec(catalog=catalog, models=["sim/fast"], strategies=("fanout",), widths=(width,),
-                         repeat=repeat, broker=broker_url, simulate={"latency": 0.0}, processes=processes,
-                         out=str(out / f"evaljobs-w{width}"), governor=governor)
-        result = run_bench(spec)
-        cell = result.cells[0]
-        rows.append({"width": width, "processes": processes, "pairs": pairs, "raw_stack_wall_s": raw["wall_s"],
-                     "raw_stack_pairs_per_s": raw["pairs_per_s"], "raw_stack_cpu_s": raw["cpu_s"],
-                     "evaljobs_wall_s": cell.wall_s, "evaljobs_pairs_per_s": round(pairs / cell.wall_s, 1),
-                     "evaljobs_cpu_s": cell.cpu_s, "ratio": round(raw["wall_s"] / cell.wall_s, 3),
-                     "raw_stack_walls": raw["walls"],
-                     "load_average": [result.environment.get("load_average_at_start"),
-                                      result.environment.get("load_average_at_end")]})
+        for batch in pairs_per_message:
+            spec = BenchSpec(catalog=catalog, models=["sim/fast"], strategies=("fanout",), widths=(width,),
+                             repeat=repeat, broker=broker_url, simulate={"latency": 0.0}, processes=processes,
+                             out=str(out / f"evaljobs-w{width}-b{batch}"), governor=governor)
+            previous = config.configured()
+            # The submitting process's setting: the run carries it to the workers (its options).
+            config.configure((previous or config.Settings.from_env()).replace(pairs_per_message=batch))
+            try:
+                result = run_bench(spec)
+            finally:
+                config.restore(previous)
+            cell = result.cells[0]
+            rows.append({"width": width, "processes": processes, "pairs": pairs, "pairs_per_message": batch,
+                         "raw_stack_wall_s": raw["wall_s"], "raw_stack_pairs_per_s": raw["pairs_per_s"],
+                         "raw_stack_cpu_s": raw["cpu_s"], "evaljobs_wall_s": cell.wall_s,
+                         "evaljobs_pairs_per_s": round(pairs / cell.wall_s, 1), "evaljobs_cpu_s": cell.cpu_s,
+                         "ratio": round(raw["wall_s"] / cell.wall_s, 3), "raw_stack_walls": raw["walls"],
+                         "load_average": [result.environment.get("load_average_at_start"),
+                                          result.environment.get("load_average_at_end")]})
     return rows
 
 
@@ -243,21 +253,24 @@ def _main(argv: list[str]) -> int:
         parser.add_argument("--repeat", type=int, default=3)
         parser.add_argument("--out", default=".")
         parser.add_argument("--governor", action="store_true", help="evaljobs' cells with the governor on")
+        parser.add_argument("--pairs-per-message", default="1",
+                            help="evaljobs' cells once per value (EVALJOBS_PAIRS_PER_MESSAGE), e.g. 1,8")
         ns = parser.parse_args(argv[1:])
         rows = compare(ns.catalog, ns.broker, widths=tuple(int(w) for w in ns.widths.split(",")),
-                       processes=ns.processes, repeat=ns.repeat, out=ns.out, governor=ns.governor)
+                       processes=ns.processes, repeat=ns.repeat, out=ns.out, governor=ns.governor,
+                       pairs_per_message=tuple(int(b) for b in ns.pairs_per_message.split(",")))
         Path(ns.out, "raw-stack.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        print("| processes × width | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw stack | "
+        print("| processes × width | pairs/message | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw stack | "
               "raw CPU s | evaljobs CPU s |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for row in rows:
-            print(f"| {row['processes']} × {row['width']} | {row['raw_stack_pairs_per_s']} | "
-                  f"{row['evaljobs_pairs_per_s']} | {row['ratio']:.2f} | {row['raw_stack_cpu_s']} | "
-                  f"{row['evaljobs_cpu_s']} |")
+            print(f"| {row['processes']} × {row['width']} | {row['pairs_per_message']} | "
+                  f"{row['raw_stack_pairs_per_s']} | {row['evaljobs_pairs_per_s']} | {row['ratio']:.2f} | "
+                  f"{row['raw_stack_cpu_s']} | {row['evaljobs_cpu_s']} |")
         return 0
     print("usage: python -m evaljobs.bench.raw_stack serve BROKER DB SIM_URL QUEUE THREADS\n"
           "       python -m evaljobs.bench.raw_stack compare CATALOG --broker URL [--widths 2,8] "
-          "[--processes 2] [--repeat 3] [--out DIR]", file=sys.stderr)
+          "[--processes 2] [--repeat 3] [--out DIR] [--pairs-per-message 1,8]", file=sys.stderr)
     return 2
 
 
