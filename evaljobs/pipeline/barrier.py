@@ -29,9 +29,8 @@ def record_many(run_id: str, results: Sequence[Result], *,
     """:func:`record` for several results of one run in one transaction (a group commit): each is
     still its own row, uniqueness check and count; events go out after the commit, one per row."""
     recorded = store.record_results(run_id, results)
-    for result, outcome in zip(results, recorded):
-        if outcome.inserted:
-            events.publish_result(run_id, result, outcome)
+    events.publish_results(run_id, [(result, outcome) for result, outcome in zip(results, recorded)
+                                    if outcome.inserted])
     if any(outcome.completed for outcome in recorded):
         on_complete(run_id)
     return recorded

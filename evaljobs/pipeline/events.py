@@ -66,29 +66,47 @@ def _client():
 
 
 def publish(run_id: str, event: dict[str, Any]) -> None:
-    event = {"run": run_id, **event}
+    publish_many(run_id, [event])
+
+
+def publish_many(run_id: str, batch: list[dict[str, Any]]) -> None:
+    """Publish ``batch`` in order: in-process at once, on Redis in one round trip (a pipeline)."""
+    batch = [{"run": run_id, **event} for event in batch]
     with _lock:
         targets = list(_local.get(run_id, ())) + list(_local.get("*", ()))
         listeners = list(_listeners)
-    for target in targets:
-        target.put(event)
-    for listener in listeners:
-        try:
-            listener(event)
-        except Exception:  # noqa: BLE001 - a display bug must not fail the evaluation
-            logger.exception("event listener failed")
+    for event in batch:
+        for target in targets:
+            target.put(event)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a display bug must not fail the evaluation
+                logger.exception("event listener failed")
     client = _client()
-    if client is not None:
+    if client is not None and batch:
         try:
-            client.publish(channel(run_id), json.dumps(event, separators=(",", ":")))
+            if len(batch) == 1:
+                client.publish(channel(run_id), json.dumps(batch[0], separators=(",", ":")))
+            else:
+                with client.pipeline(transaction=False) as pipe:
+                    for event in batch:
+                        pipe.publish(channel(run_id), json.dumps(event, separators=(",", ":")))
+                    pipe.execute()
         except Exception as exc:  # noqa: BLE001 - events are hints; never fail the evaluation for them
             logger.warning("could not publish event for run %s: %s", run_id, exc)
 
 
 def publish_result(run_id: str, result, recorded) -> None:
-    publish(run_id, {"type": "result", "scenario": result.scenario_key, "model": result.model,
-                     "epoch": result.epoch, "status": result.status, "score": result.score, "fault": result.fault,
-                     "persisted": recorded.persisted, "expected": recorded.expected})
+    publish_results(run_id, [(result, recorded)])
+
+
+def publish_results(run_id: str, recorded_results) -> None:
+    """One ``result`` event per (result, recorded) pair, in one Redis round trip (a group commit's rows)."""
+    publish_many(run_id, [{"type": "result", "scenario": result.scenario_key, "model": result.model,
+                           "epoch": result.epoch, "status": result.status, "score": result.score,
+                           "fault": result.fault, "persisted": recorded.persisted, "expected": recorded.expected}
+                          for result, recorded in recorded_results])
 
 
 def publish_complete(run_id: str, report: dict[str, Any]) -> None:
