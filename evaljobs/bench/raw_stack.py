@@ -170,7 +170,9 @@ def measure_raw_stack(broker_url: str, sim_url: str, *, pairs: int = 1000, proce
             started = time.perf_counter()
             for i in range(pairs):
                 actor.send(run_id, i, pairs)
-            done = client.blpop([_done_key(run_id)], timeout=int(timeout))
+            done, deadline = None, started + timeout
+            while done is None and time.perf_counter() < deadline:  # short waits: under the socket timeout
+                done = client.blpop([_done_key(run_id)], timeout=1)
             wall = time.perf_counter() - started
             cpu, peak = meter.stop()
             if done is None:
