@@ -3,7 +3,7 @@
 The comparison point of the zero-latency throughput figure (issue 20): plain Dramatiq (its
 ``RedisBroker`` and default middleware) + Redis + ``sqlite3`` + ``httpx``. Per pair, one message
 ``raw_pair(run, i, expected)`` whose worker thread makes one chat-completions call to the
-simulated provider (a shared ``httpx.Client``), then in one SQLite transaction inserts the answer
+simulated provider (an ``httpx.Client`` per thread), then in one SQLite transaction inserts the answer
 (``INSERT OR IGNORE`` on ``UNIQUE(run, i)``) and counts the run's rows — the least a barrier can
 do — and the thread that stores the last row pushes to a Redis list the driver waits on. No
 catalog, grading, governor, context, crash counting, events, report.
@@ -53,14 +53,22 @@ def open_db(path: str) -> sqlite3.Connection:
 class _Pair:
     """What one worker process holds: the provider client, a connection per thread, Redis."""
 
-    def __init__(self, db: str, sim_url: str, redis_client: Any, threads: int):
-        import httpx
-
+    def __init__(self, db: str, sim_url: str, redis_client: Any):
         self.db = db
-        self.http = httpx.Client(base_url=sim_url, timeout=30,
-                                 limits=httpx.Limits(max_connections=threads, max_keepalive_connections=threads))
+        self.sim_url = sim_url
         self.redis = redis_client
         self.local = threading.local()
+
+    def http(self) -> Any:
+        """This thread's ``httpx.Client``: one shared by the worker threads failed now and then with
+        ``EBADF`` (a connection closed by one thread while another used it; see providers/client.py),
+        and Dramatiq's retry backoff (15 s and up) then made a round take 30 s."""
+        client = getattr(self.local, "http", None)
+        if client is None:
+            import httpx
+
+            client = self.local.http = httpx.Client(base_url=self.sim_url, timeout=30)
+        return client
 
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self.local, "conn", None)
@@ -69,7 +77,7 @@ class _Pair:
         return conn
 
     def __call__(self, run_id: str, i: int, expected: int) -> None:
-        response = self.http.post("/chat/completions", json={
+        response = self.http().post("/chat/completions", json={
             "model": "fast", "messages": [{"role": "user", "content": f"[sim: say answer {i}]"}]})
         response.raise_for_status()
         answer = response.json()["choices"][0]["message"]["content"]
@@ -102,7 +110,7 @@ def serve(broker_url: str, db: str, sim_url: str, queue: str, threads: int) -> N
 
     broker = RedisBroker(url=broker_url)
     dramatiq.set_broker(broker)
-    pair = _Pair(db, sim_url, broker.client, threads)
+    pair = _Pair(db, sim_url, broker.client)
     declare(broker, queue, pair)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
