@@ -140,3 +140,14 @@ def test_a_batch_that_crashed_its_workers_goes_on_pair_by_pair(tmp_path, simulat
     assert [(m.actor_name, m.args[1]) for m in sent] == [("evaluate_scenario", "s0001"),
                                                         ("evaluate_scenario", "s0002")]
     assert store.get_run(run.id).persisted == 1  # nothing recorded errored
+
+
+def test_batches_carry_epochs_each_its_own_row(tmp_path, simulated_provider, monkeypatch):
+    monkeypatch.setenv("EVALJOBS_PAIRS_PER_MESSAGE", "4")
+    simulated_provider(latency=0)
+    with Session(db=f"sqlite:///{tmp_path}/e.db", broker="memory", width=2) as session:
+        info = session.submit(numbered_catalog(5, "epochs"), ["sim/fast"], strategy="fanout", epochs=3)
+        info = session.wait(info.id, timeout=120)
+        results = session.results(info.id)
+    assert info.status == "complete" and info.persisted == info.expected == 15
+    assert sorted((r.scenario_key, r.epoch) for r in results) == [(f"s{i:04d}", e) for i in range(5) for e in range(3)]
