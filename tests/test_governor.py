@@ -114,11 +114,11 @@ def test_concurrent_calls_never_exceed_the_limit_and_the_limit_grows(make):
 
 def test_a_burst_of_429s_halves_the_limit_once_then_grows_additively(make):
     governor = make(BudgetConfig(initial=8, ceiling=8, bulk_reserve=0))
-    burst = [governor.acquire(BUDGET) for _ in range(3)]
-    for permit in burst:
+    burst = [governor.acquire(BUDGET) for _ in range(8)]
+    for permit in burst:  # every call refused: no capacity shown, one plain halving
         permit.release(rate_limited=True)
     row = stat(governor)
-    assert row["limit"] == 4 and row["rate_limited"] == 3
+    assert row["limit"] == 4 and row["rate_limited"] == 8
 
     # After the decrease the budget grows by one slot per `limit` successes (additive increase).
     held = [governor.acquire(BUDGET) for _ in range(4)]
@@ -134,7 +134,10 @@ def test_a_burst_of_429s_halves_the_limit_once_then_grows_additively(make):
 
     # A 429 on a permit granted after the decrease is a new burst: it halves again, down to the floor of 1.
     for expected in (2, 1, 1):
-        governor.acquire(BUDGET).release(rate_limited=True)
+        width = [governor.acquire(BUDGET) for _ in range(stat(governor)["limit"])]
+        width[0].release(rate_limited=True)  # the width in use (the whole limit) halves
+        for permit in width[1:]:
+            permit.release(failed=True)
         assert stat(governor)["limit"] == expected
 
 
@@ -152,9 +155,11 @@ def test_a_lone_sequential_caller_does_not_inflate_the_limit_and_the_ceiling_hol
 
 def test_spent_quota_headers_halve_the_limit_and_pause_until_the_reset(make):
     governor = make(BudgetConfig(initial=4, ceiling=8))
-    governor.acquire(BUDGET).release(headers={"x-ratelimit-remaining-requests": "0",
-                                              "x-ratelimit-reset-requests": "20s",
-                                              "x-ratelimit-remaining-tokens": "1234"})
+    width = [governor.acquire(BUDGET, "interactive") for _ in range(4)]  # the width in use: 4
+    width[0].release(headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20s",
+                              "x-ratelimit-remaining-tokens": "1234"})
+    for permit in width[1:]:
+        permit.release(failed=True)
     row = stat(governor)
     assert row["limit"] == 2 and row["rate_limited"] == 0
     assert 19 < row["paused_for"] <= 20
@@ -178,6 +183,7 @@ def test_littles_law_jumps_slow_start_to_the_quota_estimate(make):
 
 def test_a_full_bulk_lane_leaves_the_reserve_to_interactive_calls(make):
     governor = make(BudgetConfig(initial=10, ceiling=10, bulk_reserve=0.15))
+    governor.acquire(BUDGET, "interactive").release(failed=True)  # the interactive lane is in use
     bulk = [governor.acquire(BUDGET, "bulk") for _ in range(8)]  # floor(0.85 * 10)
     with pytest.raises(Busy) as busy:
         governor.acquire(BUDGET, "bulk", max_wait=0.1)
@@ -219,8 +225,8 @@ def test_a_rate_limited_exception_in_the_with_block_pauses_the_budget(make):
     with pytest.raises(RateLimited):
         with governor.acquire(BUDGET):
             raise RateLimited("429 from provider", retry_after=30.0)
-    row = stat(governor)
-    assert row["rate_limited"] == 1 and row["limit"] == 2 and row["in_flight"] == 0
+    row = stat(governor)  # the width in use was one call: halved to the floor
+    assert row["rate_limited"] == 1 and row["limit"] == 1 and row["in_flight"] == 0
     assert 29 < row["paused_for"] <= 30
 
 
@@ -492,7 +498,7 @@ def test_budget_config_from_dict_validates_with_one_line_errors():
     assert BudgetConfig.from_dict(None) == BudgetConfig()
     where = "providers.yaml: provider 'openai' governor"
     cases = [({"initail": 2}, r"unknown key 'initail' \(valid keys: initial, ceiling"),
-             ({"initial": 0}, r"initial must be an integer >= 1, not 0"),
+             ({"initial": 0}, r"initial must be an integer >= 1 \(or absent: start at the ceiling\), not 0"),
              ({"ceiling": "64"}, r"ceiling must be an integer >= 1, not '64'"),
              ({"initial": 8, "ceiling": 4}, r"initial \(8\) must not exceed ceiling \(4\)"),
              ({"rpm": -1}, r"rpm must be an integer >= 1"),
@@ -530,7 +536,8 @@ def test_stats_list_every_known_budget_without_scanning(redis_url):
         a, b = rows
         assert (a["limit"], a["in_flight"], a["in_flight_interactive"], a["waiting"]) == (3, 1, 1, 0)
         assert a["admitted"] == 1
-        assert (b["limit"], b["in_flight"], b["rate_limited"], b["admitted"]) == (2, 0, 1, 1)
+        # one call in flight when refused: the width in use (1) halves to the floor
+        assert (b["limit"], b["in_flight"], b["rate_limited"], b["admitted"]) == (1, 0, 1, 1)
         assert {"mean_wait_ms", "max_wait_ms", "paused_for", "backend"} <= set(a)
         held.release()
         commands = client.info("commandstats")

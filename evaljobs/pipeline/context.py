@@ -22,7 +22,8 @@ from evaljobs import config
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.config import REDIS_SCHEMES, Settings
 from evaljobs.pipeline import events
-from evaljobs.providers.governor import LANES, Governor, budget_key
+from evaljobs import store
+from evaljobs.providers.governor import LANES, Governor, Learned, budget_key
 
 DEFAULT_LANE = "bulk"
 
@@ -54,7 +55,7 @@ class WorkerContext:
             if self._governor is None or self._governor_url != url:
                 if self._governor is not None:
                     self._governor.close()
-                self._governor = Governor(url)
+                self._governor = Governor(url, learned=DatabaseLearned())
                 self._governor_url = url
             return self._governor
 
@@ -96,6 +97,21 @@ class WorkerContext:
             governor.close()
 
 
+class DatabaseLearned:
+    """The governor's ``LearnedStore`` on the run's database (:mod:`evaljobs.store.governor_limits`).
+
+    So what a budget learned outlives the process even without Redis: the next run starts there.
+    """
+
+    def load(self, budget: str) -> Learned | None:
+        values = store.governor_limits.load(budget)
+        return None if values is None else Learned(**values)
+
+    def save(self, budget: str, learned: Learned) -> None:
+        store.governor_limits.save(budget, limit=learned.limit, ssthresh=learned.ssthresh, hold=learned.hold,
+                                   plateau=learned.plateau)
+
+
 def _check_lane(lane: str) -> str:
     if lane not in LANES:
         raise ValueError(f"lane must be 'interactive' or 'bulk', not {lane!r}")
@@ -130,4 +146,4 @@ def current() -> WorkerContext:
         return _current
 
 
-__all__ = ["WorkerContext", "current", "DEFAULT_LANE"]
+__all__ = ["WorkerContext", "DatabaseLearned", "current", "DEFAULT_LANE"]

@@ -17,6 +17,7 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.runs` — creating, reading and changing the status of runs.
 - :mod:`~evaljobs.store.results` — result rows, the barrier (``record_result``) and ``finalize``.
 - :mod:`~evaljobs.store.cache` — the response-cache table, the backend of ``providers.cache``.
+- :mod:`~evaljobs.store.governor_limits` — what the provider governor learned, kept across runs.
 
 ``from evaljobs import store; store.X`` works for every public name below.
 """
@@ -28,7 +29,7 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import cache  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import cache, governor_limits  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, hold_connection, holding,
@@ -67,5 +68,5 @@ __all__ = [
     "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
-    "cache", "cache_get", "cache_put", "cache_clear",
+    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits",
 ]

@@ -16,26 +16,36 @@ Choices, and why:
   Held permits are renewed every ``lease_seconds / 2`` by one background thread
   per ``Governor`` (``keep_alive=True``, the default; ``Permit.renew()`` by
   hand otherwise), so only a dead process loses its lease, never a slow call.
-* **Adaptive concurrency (AIMD with slow start, as TCP).** A budget starts at
-  ``initial`` (4) slots. Each success adds one slot (slow start: the limit
-  doubles per round of calls) until the first rate limit; after it, one slot per
-  ``limit`` successes (additive increase, about +1 per round). A success only
-  counts when the budget is in use (at least half its slots in flight), so a
-  lone sequential caller does not inflate a limit it never tested. A 429, or a
-  response saying the quota is spent (``x-ratelimit-remaining-requests: 0`` or
-  ``...-tokens: 0``), halves the limit **once per burst**: every permit carries
-  the budget's *epoch*, a decrease bumps the epoch, and a 429 from a permit
-  granted before the last decrease is counted but does not halve again (those
-  calls were already in the air when we backed off). Floor 1, ceiling
-  ``ceiling`` (64). When ``rpm``/``tpm`` are configured, slow start may jump
-  straight to Little's law, ``0.85 x min(rpm/60 x latency, tpm/60/tokens x
-  latency)``, from moving averages of reported latency and tokens per call.
+* **Start at the width asked for; halve once per burst.** A budget nothing was
+  learned for starts at ``initial`` if set, else at ``ceiling`` (64): the run goes
+  as wide as its workers from the first call (the width the user asked for is the
+  real bound; ``ceiling`` caps it). A 429, or a response saying the quota is spent
+  (``x-ratelimit-remaining-requests: 0`` or ``...-tokens: 0``), halves the width
+  *in use* (the limit, or the calls in flight when the 429 came back if fewer:
+  halving an untested 64 would change nothing) **once per burst**: every
+  permit carries the budget's *epoch*, a decrease bumps the epoch, and a 429 from
+  a permit granted before the last decrease does not halve again (those calls
+  were already in the air when we backed off). Below ``ssthresh`` each success
+  adds one slot (slow start); above it, one slot per ``limit`` successes (additive
+  increase). A success only counts when the budget is in use (at least half its
+  slots in flight), so a lone sequential caller does not inflate a limit it never
+  tested. Floor 1, ceiling ``ceiling``. When ``rpm``/``tpm`` are configured, slow
+  start may jump straight to Little's law, ``0.85 x min(rpm/60 x latency, tpm/60/
+  tokens x latency)``, from moving averages of reported latency and tokens per call.
+* **What was learned is kept.** The state lives in Redis with no expiry, and a
+  governor given a ``learned`` store (the pipeline binds the run's database, so
+  the embedded SQLite default too) also keeps each budget's limit, ``ssthresh``
+  and hold there: a decrease at once, growth at most once a second, the rest at
+  ``close()``. A budget with no Redis state starts at what was learned (bounded
+  by ``ceiling``), so the next run on the machine starts at the provider's limit.
 * **Hold at the capacity a 429 showed.** Halving and then crawling back up one
   slot per round only to hit the same wall again (plain AIMD) wastes a third of
   a hard concurrency limit and trips a 429 every few rounds. So the burst's
   first 429 also records how many other calls of the budget were in flight when
-  the provider refused (what it was serving; a later 429 of the same burst may
-  lower it): slow start climbs back to that level (``ssthresh``) at once, and
+  the provider refused (what it was serving; a later 429 of the same burst that
+  saw fewer lowers it, and the limit with it: a provider refusing a 5th call
+  sends back its twelve refusals of a width-16 start one by one, the last seeing
+  only the 4 it serves): slow start climbs back to that level (``ssthresh``) at once, and
   there the increase waits ``HOLD_ROUNDS`` (16) times longer before probing one
   slot above it; a probe that finds the same capacity again doubles that wait
   (up to ``HOLD_ROUNDS_MAX``, 256 rounds), so a steady limit costs a probe
@@ -46,10 +56,14 @@ Choices, and why:
   admitted until the oldest buckets leave the window. ``acquire(tokens=N)``
   reserves N tokens (else the moving average) and ``release(tokens=...)``
   corrects the count with what was really used.
-* **Lanes.** ``bulk`` (evaluation runs, the default) may hold at most
-  ``max(1, floor((1 - bulk_reserve) x limit))`` slots; ``interactive`` may use
-  the whole limit and is served before queued bulk callers. So a full bulk lane
-  never blocks an interactive call (with ``limit`` 1 the single slot is shared).
+* **Lanes.** ``interactive`` may use the whole limit and is served before queued
+  bulk callers. ``bulk`` (evaluation runs, the default) may hold at most
+  ``max(1, floor((1 - bulk_reserve) x limit))`` slots *while the interactive lane
+  is in use*: an interactive call in flight or waiting, or one asked for within
+  ``INTERACTIVE_RECENT`` (30 s). Otherwise bulk may use the whole limit: a reserve
+  kept for a lane nobody uses only slows the run down (one of 4 slots idle). So a
+  full bulk lane leaves an interactive caller its reserve from its second call on
+  (its first is served as soon as a bulk slot frees, ahead of queued bulk callers).
 * **Retry-After.** A 429 with a ``retry_after`` (``Retry-After`` and
   ``retry-after-ms`` arrive parsed as seconds), or a spent quota with a reset
   header, pauses the whole budget until then: no permit is granted before it.
@@ -88,11 +102,13 @@ The package, along those lines: :mod:`~.budgets` (settings, constants, budget na
 from __future__ import annotations
 
 from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX, LANES,
+                                                 INTERACTIVE_RECENT, Learned, LearnedStore, start_of,
                                                  LITTLE_FACTOR, MAX_PAUSE, POLL_MAX, POLL_MIN, SLEEP_CAP,
                                                  WAITER_TTL, WINDOW_SECONDS, BudgetConfig, Busy, budget_key)
 from evaljobs.providers.governor.facade import Governor
 from evaljobs.providers.governor.permits import Permit
 
-__all__ = ["Governor", "Permit", "BudgetConfig", "Busy", "budget_key", "LANES", "WINDOW_SECONDS", "POLL_MIN",
+__all__ = ["Governor", "Permit", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of", "budget_key",
+           "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN",
            "POLL_MAX", "SLEEP_CAP", "WAITER_TTL", "MAX_PAUSE", "EWMA_ALPHA", "HOLD_ROUNDS", "HOLD_ROUNDS_MAX",
            "LITTLE_FACTOR", "DEFAULT_LATENCY"]

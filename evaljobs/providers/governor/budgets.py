@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 LANES = ("interactive", "bulk")
 #: Seconds of requests/tokens the rpm/tpm windows count (one bucket per second).
@@ -25,6 +25,9 @@ EWMA_ALPHA = 0.2
 #: before it probes one slot above; each probe that finds the same capacity doubles it, up to the max.
 HOLD_ROUNDS = 16
 HOLD_ROUNDS_MAX = 256
+#: Seconds an interactive call keeps its lane "in use": ``bulk_reserve`` holds slots back from the bulk
+#: lane only while an interactive call is in flight or one was asked for within this window.
+INTERACTIVE_RECENT = 30.0
 #: Safety factor applied to the Little's-law estimate.
 LITTLE_FACTOR = 0.85
 DEFAULT_LATENCY = 1.0
@@ -33,9 +36,14 @@ _EPSILON = 1e-9
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """How one budget behaves; ``ProviderConfig.governor`` holds the same keys (plus ``budget_key``)."""
+    """How one budget behaves; ``ProviderConfig.governor`` holds the same keys (plus ``budget_key``).
 
-    initial: int = 4
+    ``initial`` None (the default): a budget nothing was learned for starts at ``ceiling``, so a
+    run goes as wide as its workers from the first call (the width the user asked for is the
+    real bound); a number starts there instead (a slow start for a provider known to be tight).
+    """
+
+    initial: int | None = None
     ceiling: int = 64
     rpm: int | None = None
     tpm: int | None = None
@@ -83,11 +91,12 @@ def _check_config(config: BudgetConfig, source: str) -> None:
     def is_number(value: Any) -> bool:
         return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
 
-    if not is_int(config.initial) or config.initial < 1:
-        raise ValueError(f"{source}: initial must be an integer >= 1, not {config.initial!r}")
+    if config.initial is not None and (not is_int(config.initial) or config.initial < 1):
+        raise ValueError(f"{source}: initial must be an integer >= 1 (or absent: start at the ceiling), "
+                         f"not {config.initial!r}")
     if not is_int(config.ceiling) or config.ceiling < 1:
         raise ValueError(f"{source}: ceiling must be an integer >= 1, not {config.ceiling!r}")
-    if config.initial > config.ceiling:
+    if config.initial is not None and config.initial > config.ceiling:
         raise ValueError(f"{source}: initial ({config.initial}) must not exceed ceiling ({config.ceiling})")
     for name in ("rpm", "tpm"):
         value = getattr(config, name)
@@ -116,6 +125,46 @@ def budget_key(provider_name: str, model: str, governor_config: Mapping[str, Any
         raise ValueError(f"provider {provider_name!r} governor: budget_key must be 'model', 'account' or a "
                          f"budget name, not {mode!r}")
     return mode
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What a budget learned from the provider's 429s, kept across runs (Redis, and the database).
+
+    ``limit``: the concurrency to start at; ``hold``: the capacity a 429 showed (0: none seen);
+    ``ssthresh``: where slow start stops; ``plateau``: rounds the limit holds at ``hold``.
+    """
+
+    limit: int
+    ssthresh: int
+    hold: int = 0
+    plateau: int = HOLD_ROUNDS
+
+    def bounded(self, ceiling: int) -> "Learned":
+        """The same, no wider than ``ceiling`` (the configuration may have changed since)."""
+        return Learned(max(1, min(self.limit, ceiling)), max(1, min(self.ssthresh, ceiling)),
+                       min(self.hold, ceiling), self.plateau)
+
+
+class LearnedStore(Protocol):
+    """Where a governor keeps what it learned beyond Redis (the embedded database): two calls.
+
+    Both are best effort: an error is logged by the governor and never fails a provider call.
+    """
+
+    def load(self, budget: str) -> Learned | None:
+        """What ``budget`` learned in an earlier run, or None."""
+
+    def save(self, budget: str, learned: Learned) -> None:
+        """Keep ``learned`` for ``budget`` (replacing what was there)."""
+
+
+def start_of(config: BudgetConfig, learned: Learned | None) -> Learned:
+    """Where a budget with no state yet starts: what it learned, else ``initial``, else the ceiling."""
+    if learned is not None:
+        return learned.bounded(config.ceiling)
+    limit = config.initial if config.initial is not None else config.ceiling
+    return Learned(min(limit, config.ceiling), config.ceiling)
 
 
 class Busy(Exception):

@@ -11,8 +11,9 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
-from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy,
-                                                 _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome, budget_key)
+from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
+                                                 LearnedStore, _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome,
+                                                 budget_key, start_of)
 from evaljobs.providers.governor.local_store import _LocalStore
 from evaljobs.providers.governor.permits import Permit, _Renewer
 
@@ -26,6 +27,9 @@ log = logging.getLogger("evaljobs.providers.governor")
 #: imports the Redis client: start-up time).
 _STORE_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
+#: Seconds between two saves of a growing limit to the learned store (a decrease is saved at once).
+SAVE_EVERY = 1.0
+
 
 class Governor:
     """Shared provider budgets. Thread-safe; create one per process and share it.
@@ -34,11 +38,20 @@ class Governor:
     seconds as a float; it replaces the Redis server clock in the scripts (so all
     governors sharing a budget must share it) and times the local store.
     ``reconnect_after``: seconds on the local fallback before Redis is tried again.
+    ``learned``: where what a budget learned (its limit after 429s) is also kept, so the next
+    run starts there even without Redis (the pipeline binds the run's database).
     """
 
     def __init__(self, redis_url: str | None, *, namespace: str = "evaljobs:gov",
-                 clock: Callable[[], float] | None = None, reconnect_after: float = 30.0):
+                 clock: Callable[[], float] | None = None, reconnect_after: float = 30.0,
+                 learned: LearnedStore | None = None):
         self._local = _LocalStore(clock or time.monotonic)
+        #: Where what a budget learned is kept beyond this process besides Redis (the database).
+        self._learned_store = learned
+        self._starts: dict[str, Learned | None] = {}
+        self._saved: dict[str, Learned] = {}
+        self._unsaved: dict[str, Learned] = {}
+        self._last_save: dict[str, float] = {}
         self._redis = _redis_store(redis_url, namespace, clock) if redis_url else None
         self._configs: dict[str, BudgetConfig] = {}
         #: Deployment budgets configured by :meth:`budget_for`, by budget key.
@@ -107,6 +120,7 @@ class Governor:
         if not isinstance(max_wait, (int, float)) or not max_wait >= 0:
             raise ValueError(f"governor max_wait must be a number of seconds >= 0, not {max_wait!r}")
         config = self.config(budget)
+        start = start_of(config, self._learned(budget))
         lease_id = uuid.uuid4().hex
         started = time.monotonic()
         deadline = started + max_wait
@@ -118,13 +132,13 @@ class Governor:
                 waited_ms = (time.monotonic() - started) * 1000.0
                 with self._wakeup:
                     seen = self._freed.get(budget, 0)
-                store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms)
+                store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms, start)
                 if queued_in is not None and queued_in is not store:
                     self._cancel(queued_in, budget, lane, lease_id)
                     queued_in = None
                 if answer.granted:
                     permit = Permit(self, store.name, budget, lane, lease_id, answer.now, answer.epoch,
-                                    answer.tokens, config, waited_ms / 1000.0)
+                                    answer.tokens, config, waited_ms / 1000.0, start)
                     if keep_alive:
                         self._renewer.add(permit)
                     return permit
@@ -169,7 +183,9 @@ class Governor:
         return self._local.stats()
 
     def close(self) -> None:
-        """Stop the lease renewer and close the Redis connections (held permits then expire)."""
+        """Keep what was learned, stop the lease renewer and close Redis (held permits then expire)."""
+        for budget in list(self._unsaved):
+            self._save(budget, force=True)
         self._renewer.stop()
         if self._redis is not None:
             self._redis.close()
@@ -184,18 +200,63 @@ class Governor:
                 return self._local
         return self._redis
 
+    def _learned(self, budget: str) -> Learned | None:
+        """What ``budget`` learned in an earlier run (read once per process from the learned store)."""
+        if budget in self._starts:
+            return self._starts[budget]
+        learned = None
+        if self._learned_store is not None:
+            try:
+                learned = self._learned_store.load(budget)
+            except Exception as exc:  # noqa: BLE001 - best effort: start as if nothing was learned
+                log.warning("governor: could not read what budget %r learned (%s: %s); starting afresh",
+                            budget, type(exc).__name__, exc)
+        with self._lock:
+            self._starts.setdefault(budget, learned)
+            if learned is not None:
+                self._saved.setdefault(budget, learned)
+            return self._starts[budget]
+
+    def _learn(self, budget: str, state: Learned) -> None:
+        """Note the state after a release; a decrease is kept at once, growth at most once a second."""
+        if self._learned_store is None:
+            return
+        with self._lock:
+            saved = self._saved.get(budget)
+            if saved == state:
+                self._unsaved.pop(budget, None)
+                return
+            self._unsaved[budget] = state
+            urgent = saved is None or state.limit < saved.limit or state.hold != saved.hold
+            due = time.monotonic() - self._last_save.get(budget, -SAVE_EVERY) >= SAVE_EVERY
+        if urgent or due:
+            self._save(budget)
+
+    def _save(self, budget: str, *, force: bool = False) -> None:
+        with self._lock:
+            state = self._unsaved.pop(budget, None)
+            if state is None:
+                return
+            self._saved[budget] = state
+            self._last_save[budget] = time.monotonic()
+        try:
+            self._learned_store.save(budget, state)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - best effort: Redis (if any) still has it
+            log.warning("governor: could not keep what budget %r learned (%s: %s)", budget,
+                        type(exc).__name__, exc)
+
     def _attempt(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
-                 waited_ms: float) -> tuple[_RedisStore | _LocalStore, _Answer]:
+                 waited_ms: float, start: Learned) -> tuple[_RedisStore | _LocalStore, _Answer]:
         store = self._current()
         if store is self._redis:
             try:
-                answer = store.try_acquire(budget, lane, lease_id, config, tokens, waited_ms)
+                answer = store.try_acquire(budget, lane, lease_id, config, tokens, waited_ms, start)
             except _STORE_ERRORS as exc:
                 self._redis_failed(exc)
             else:
                 self._redis_ok()
                 return store, answer
-        return self._local, self._local.try_acquire(budget, lane, lease_id, config, tokens, waited_ms)
+        return self._local, self._local.try_acquire(budget, lane, lease_id, config, tokens, waited_ms, start)
 
     def _cancel(self, store: _RedisStore | _LocalStore, budget: str, lane: str, lease_id: str) -> None:
         try:
@@ -217,8 +278,11 @@ class Governor:
 
     def _release(self, permit: Permit, outcome: _Outcome) -> None:
         self._renewer.discard(permit)
-        freed = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
-        self._wake(permit.budget, max(1, freed or 0))  # unknown (store down): wake the next waiter anyway
+        answer = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
+        freed = answer[0] if answer else 0
+        self._wake(permit.budget, max(1, freed))  # unknown (store down): wake the next waiter anyway
+        if answer:
+            self._learn(permit.budget, answer[1])
 
     def _wake(self, budget: str, slots: int = 1) -> None:
         """``slots`` of ``budget`` were freed in this process: wake the waiters whose turn that is."""

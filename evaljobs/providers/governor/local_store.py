@@ -9,8 +9,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX, LANES,
-                                                 WAITER_TTL, BudgetConfig, _Answer, _Outcome, _stats_row)
+from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX,
+                                                 INTERACTIVE_RECENT, LANES, WAITER_TTL, BudgetConfig, Learned,
+                                                 _Answer, _Outcome, _stats_row)
 from evaljobs.providers.governor.control import _bulk_cap, _grow, _little, _wait_for, _window
 from evaljobs.providers.governor.permits import Permit
 
@@ -24,6 +25,10 @@ class _LocalBudget:
     paused_until: float = 0.0
     hold: int = 0
     plateau: int = HOLD_ROUNDS
+    #: The limit the last decrease halved to (restored when its whole burst was refused).
+    halved: int = 1
+    #: When an interactive call last asked for a permit (the lane is "in use" for INTERACTIVE_RECENT s).
+    interactive_at: float = -math.inf
     lat: float | None = None
     tok: float | None = None
     admitted: int = 0
@@ -48,19 +53,19 @@ class _LocalStore:
         self._lock = threading.Lock()
         self._budgets: dict[str, _LocalBudget] = {}
 
-    def _budget(self, budget: str, config: BudgetConfig) -> _LocalBudget:
+    def _budget(self, budget: str, config: BudgetConfig, start: Learned) -> _LocalBudget:
         state = self._budgets.get(budget)
         if state is None:
-            state = self._budgets[budget] = _LocalBudget(limit=min(config.initial, config.ceiling),
-                                                         ssthresh=config.ceiling)
+            state = self._budgets[budget] = _LocalBudget(limit=start.limit, ssthresh=start.ssthresh,
+                                                         hold=start.hold, plateau=start.plateau)
         state.limit = min(state.limit, config.ceiling)
         return state
 
     def try_acquire(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
-                    waited_ms: float) -> _Answer:
+                    waited_ms: float, start: Learned) -> _Answer:
         with self._lock:
             now = self.clock()
-            s = self._budget(budget, config)
+            s = self._budget(budget, config, start)
             for held in s.leases.values():
                 for lid in [lid for lid, expiry in held.items() if expiry <= now]:
                     del held[lid]
@@ -76,12 +81,16 @@ class _LocalStore:
                 s.waiter_exp[lease_id] = now + WAITER_TTL
                 return _Answer(False, reason, retry_in, now, s.limit, s.epoch, ahead=ahead)
 
+            if lane == "interactive":
+                s.interactive_at = now
             if s.paused_until > now:
                 return deny("paused", s.paused_until - now)
             rank = list(queue).index(lease_id) if lease_id in queue else len(queue)
             free = s.limit - n_i - n_b
             if lane == "bulk":
-                free = min(_bulk_cap(s.limit, config.bulk_reserve) - n_b, free - len(s.queues["interactive"]))
+                in_use = n_i > 0 or now - s.interactive_at < INTERACTIVE_RECENT
+                reserve = config.bulk_reserve if in_use else 0.0
+                free = min(_bulk_cap(s.limit, reserve) - n_b, free - len(s.queues["interactive"]))
             if rank >= free:
                 ahead = rank - max(free, 0) + 1
                 lat = s.lat if s.lat is not None else DEFAULT_LATENCY
@@ -115,11 +124,12 @@ class _LocalStore:
                 state.queues[lane].pop(lease_id, None)
                 state.waiter_exp.pop(lease_id, None)
 
-    def release(self, permit: Permit, outcome: _Outcome) -> int:
+    def release(self, permit: Permit, outcome: _Outcome) -> tuple[int, Learned]:
+        """Give the slot back: (slots that freed, the budget's learned state afterwards)."""
         config = permit._config
         with self._lock:
             now = self.clock()
-            s = self._budget(permit.budget, config)
+            s = self._budget(permit.budget, config, permit._start)
             in_flight = sum(1 for held in s.leases.values() for expiry in held.values() if expiry > now)
             expiry = s.leases[permit.lane].pop(permit.lease_id, None)
             held = int(expiry is not None and expiry > now)
@@ -129,15 +139,24 @@ class _LocalStore:
                 if outcome.rate_limited:
                     s.rate_limited += 1
                 if permit._epoch == s.epoch:
-                    s.limit = max(1, s.limit // 2)
+                    # Halve the width in use (a limit above it was never tested), once per burst.
+                    s.limit = s.halved = max(1, min(s.limit, in_flight) // 2)
                     held_at = s.hold
                     s.ssthresh, s.acc, s.epoch, s.hold = s.limit, 0, s.epoch + 1, 0
                     if outcome.rate_limited and others > s.limit:
                         s.ssthresh = s.hold = min(others, config.ceiling)
                     same = s.hold > 0 and s.hold == held_at  # a probe found the same capacity again
                     s.plateau = min(s.plateau * 2, HOLD_ROUNDS_MAX) if same else HOLD_ROUNDS
-                elif outcome.rate_limited and permit._epoch == s.epoch - 1 and s.limit < others < s.ssthresh:
-                    s.ssthresh = s.hold = others
+                elif outcome.rate_limited and permit._epoch == s.epoch - 1 and s.hold > 0:
+                    if others == 0:
+                        # Every call of the burst was refused: no capacity shown (a quota, not a
+                        # concurrency cap): back to the plain halving.
+                        s.hold, s.ssthresh, s.limit = 0, s.halved, max(s.limit, s.halved)
+                    elif others < s.hold:
+                        # A later 429 of the burst: the provider refused while serving fewer of ours;
+                        # never stay above what it serves.
+                        s.ssthresh = s.hold = others
+                        s.limit = min(s.limit, others)
                 if outcome.pause > 0:
                     s.paused_until = max(s.paused_until, now + outcome.pause)
             elif not outcome.failed:
@@ -154,11 +173,11 @@ class _LocalStore:
             if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and correction:
                 sec = int(math.floor(now))
                 s.tok_window[sec] = s.tok_window.get(sec, 0) + correction
-            return held + max(0, s.limit - old_limit)
+            return held + max(0, s.limit - old_limit), Learned(s.limit, s.ssthresh, s.hold, s.plateau)
 
     def renew(self, permit: Permit) -> None:
         with self._lock:
-            state = self._budget(permit.budget, permit._config)
+            state = self._budget(permit.budget, permit._config, permit._start)
             state.leases[permit.lane][permit.lease_id] = self.clock() + permit._config.lease_seconds
 
     def stats(self) -> list[dict[str, Any]]:

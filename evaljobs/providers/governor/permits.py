@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Mapping, Protocol
 
 from evaljobs.providers.errors import RateLimited, parse_retry_after
-from evaljobs.providers.governor.budgets import MAX_PAUSE, BudgetConfig, _Outcome
+from evaljobs.providers.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, start_of
 
 log = logging.getLogger("evaljobs.providers.governor")
 
@@ -33,7 +33,8 @@ class Permit:
     """
 
     def __init__(self, governor: _Owner, backend: str, budget: str, lane: str, lease_id: str,
-                 granted_at: float, epoch: int, tokens: int, config: BudgetConfig, waited: float):
+                 granted_at: float, epoch: int, tokens: int, config: BudgetConfig, waited: float,
+                 start: Learned | None = None):
         self.budget = budget
         self.lane = lane
         self.lease_id = lease_id
@@ -48,6 +49,8 @@ class Permit:
         self._epoch = epoch
         self._tokens = tokens
         self._config = config
+        #: Where the budget starts if its state is gone by the time this permit is released.
+        self._start = start or start_of(config, None)
         self._started = time.monotonic()
         self._renew_at = self._started + config.lease_seconds / 2
 

@@ -7,8 +7,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from evaljobs.providers.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, WAITER_TTL, BudgetConfig, _Answer,
-                                                 _Outcome, _stats_row)
+from evaljobs.providers.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, INTERACTIVE_RECENT, WAITER_TTL,
+                                                 BudgetConfig, Learned, _Answer, _Outcome, _stats_row)
 from evaljobs.providers.governor.permits import Permit
 from evaljobs.redact import redact
 
@@ -20,8 +20,8 @@ if ARGV[{i}] ~= '' then now = tonumber(ARGV[{i}]) else
 """
 
 # KEYS: state, lease:interactive, lease:bulk, wait:interactive, wait:bulk, waitexp, req, tok, budgets
-# ARGV: budget, lane, lease_id, waiter_id, now|'', initial, ceiling, rpm|0, tpm|0, reserve, lease_s,
-#       tokens, waited_ms, waiter_ttl
+# ARGV: budget, lane, lease_id, waiter_id, now|'', start limit, ceiling, rpm|0, tpm|0, reserve, lease_s,
+#       tokens, waited_ms, waiter_ttl, start ssthresh, start hold, start plateau, interactive_recent
 _ACQUIRE = _TIME.format(i=5) + """
 local st = KEYS[1]
 local lane = ARGV[2]
@@ -34,7 +34,8 @@ redis.call('SADD', KEYS[9], ARGV[1])
 local limit = tonumber(redis.call('HGET', st, 'limit'))
 if not limit then
   limit = math.min(initial, ceiling)
-  redis.call('HSET', st, 'limit', limit, 'ssthresh', ceiling, 'epoch', 0, 'acc', 0)
+  redis.call('HSET', st, 'limit', limit, 'ssthresh', ARGV[15], 'hold', ARGV[16], 'plateau', ARGV[17],
+             'epoch', 0, 'acc', 0)
 elseif limit > ceiling then
   limit = ceiling
   redis.call('HSET', st, 'limit', limit)
@@ -53,12 +54,16 @@ local function deny(reason, retry_in, ahead)
   redis.call('ZADD', KEYS[6], now + ttl, waiter)
   return {0, reason, string.format('%.6f', retry_in), string.format('%.6f', now), limit, epoch, 0, ahead or 0}
 end
+if lane == 'interactive' then redis.call('HSET', st, 'interactive_at', string.format('%.6f', now)) end
 local paused = tonumber(redis.call('HGET', st, 'paused_until')) or 0
 if paused > now then return deny('paused', paused - now) end
 local rank = redis.call('ZRANK', queue, waiter)
 if not rank then rank = redis.call('ZCARD', queue) end
 local free = limit - n_i - n_b
 if lane == 'bulk' then
+  -- the reserve is held back only while the interactive lane is in use (a call in flight or recent)
+  local seen = tonumber(redis.call('HGET', st, 'interactive_at'))
+  if n_i == 0 and not (seen and now - seen < tonumber(ARGV[18])) then reserve = 0 end
   local cap = math.max(1, math.floor((1 - reserve) * limit + 1e-9))
   free = math.min(cap - n_b, free - redis.call('ZCARD', KEYS[4]))
 end
@@ -111,7 +116,7 @@ return {1, 'ok', '0', string.format('%.6f', now), limit, epoch, est, 0}
 """
 
 # KEYS: state, lease:interactive, lease:bulk, tok
-# ARGV: lane, lease_id, now|'', initial, ceiling, epoch, rate_limited, spent, pause, failed, tokens,
+# ARGV: lane, lease_id, now|'', start limit, ceiling, epoch, rate_limited, spent, pause, failed, tokens,
 #       reserved, latency, rpm|0, tpm|0, hold_rounds, hold_rounds_max
 _RELEASE = _TIME.format(i=3) + """
 local st = KEYS[1]
@@ -141,15 +146,25 @@ if rate_limited or spent then
   local granted_in = tonumber(ARGV[6])
   if granted_in == epoch then
     local held_at = hold
-    limit = math.max(1, math.floor(limit / 2)); ssthresh = limit; acc = 0; epoch = epoch + 1; hold = 0
+    -- halve the width in use (a limit above it was never tested), once per burst
+    limit = math.max(1, math.floor(math.min(limit, in_flight) / 2)); ssthresh = limit; acc = 0
+    epoch = epoch + 1; hold = 0
+    redis.call('HSET', st, 'halved', limit)
     if rate_limited and others > limit then
       ssthresh = math.min(others, ceiling); hold = ssthresh
     end
     -- a probe above the held level that finds the same capacity: hold twice as long next time
     if hold > 0 and hold == held_at then plateau = math.min(plateau * 2, hold_max)
     else plateau = hold_rounds end
-  elseif rate_limited and granted_in == epoch - 1 and others > limit and others < ssthresh then
-    ssthresh = others; hold = others
+  elseif rate_limited and granted_in == epoch - 1 and hold > 0 then
+    if others == 0 then
+      -- every call of the burst was refused: no capacity shown (a quota, not a concurrency cap)
+      local halved = tonumber(redis.call('HGET', st, 'halved')) or limit
+      hold = 0; ssthresh = halved; limit = math.max(limit, halved)
+    elseif others < hold then
+      -- a later 429 of the burst: the provider refused while serving fewer of ours; never stay above it
+      ssthresh = others; hold = others; limit = math.min(limit, others)
+    end
   end
   if pause > 0 and now + pause > (tonumber(redis.call('HGET', st, 'paused_until')) or 0) then
     redis.call('HSET', st, 'paused_until', string.format('%.6f', now + pause))
@@ -190,7 +205,7 @@ if tpm > 0 and not rate_limited and tokens > 0 and tokens ~= reserved then
 end
 redis.call('HSET', st, 'limit', limit, 'ssthresh', ssthresh, 'epoch', epoch, 'acc', acc, 'hold', hold,
            'plateau', plateau)
-return {held, limit, epoch, held + math.max(0, limit - old_limit)}
+return {held, limit, epoch, held + math.max(0, limit - old_limit), ssthresh, hold, plateau}
 """
 
 # KEYS: lease key;  ARGV: lease_id, now|'', lease_s
@@ -237,14 +252,15 @@ class _RedisStore:
         return f"{self.namespace}:{{{budget}}}:{part}"
 
     def try_acquire(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
-                    waited_ms: float) -> _Answer:
+                    waited_ms: float, start: Learned) -> _Answer:
         k = self._key
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"),
                 k(budget, "wait:interactive"), k(budget, "wait:bulk"), k(budget, "waitexp"),
                 k(budget, "req"), k(budget, "tok"), f"{self.namespace}:budgets"]
-        args = [budget, lane, lease_id, lease_id, self._now(), config.initial, config.ceiling,
+        args = [budget, lane, lease_id, lease_id, self._now(), start.limit, config.ceiling,
                 config.rpm or 0, config.tpm or 0, repr(float(config.bulk_reserve)),
-                repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL)]
+                repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL),
+                start.ssthresh, start.hold, start.plateau, repr(INTERACTIVE_RECENT)]
         granted, reason, retry_in, now, limit, epoch, est, ahead = self._acquire(keys=keys, args=args)
         return _Answer(granted=bool(int(granted)), reason=reason, retry_in=float(retry_in), now=float(now),
                        limit=int(limit), epoch=int(epoch), tokens=int(est), ahead=int(ahead))
@@ -255,15 +271,16 @@ class _RedisStore:
         pipe.zrem(self._key(budget, "waitexp"), lease_id)
         pipe.execute()
 
-    def release(self, permit: Permit, outcome: _Outcome) -> int:
-        """Give the slot back; returns how many slots that freed (a grown limit frees more than one)."""
+    def release(self, permit: Permit, outcome: _Outcome) -> tuple[int, Learned]:
+        """Give the slot back: (slots that freed — a grown limit frees more than one, the learned state)."""
         k, budget, config = self._key, permit.budget, permit._config
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"), k(budget, "tok")]
-        args = [permit.lane, permit.lease_id, self._now(), config.initial, config.ceiling, permit._epoch,
+        args = [permit.lane, permit.lease_id, self._now(), permit._start.limit, config.ceiling, permit._epoch,
                 int(outcome.rate_limited), int(outcome.spent), repr(outcome.pause), int(outcome.failed),
                 outcome.tokens, permit._tokens, repr(outcome.latency), config.rpm or 0, config.tpm or 0,
                 HOLD_ROUNDS, HOLD_ROUNDS_MAX]
-        return int(self._release(keys=keys, args=args)[3])
+        _, limit, _, freed, ssthresh, hold, plateau = self._release(keys=keys, args=args)
+        return int(freed), Learned(int(limit), int(ssthresh), int(hold), int(plateau))
 
     def renew(self, permit: Permit) -> None:
         self._renew(keys=[self._key(permit.budget, f"lease:{permit.lane}")],
