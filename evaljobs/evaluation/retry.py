@@ -20,8 +20,9 @@ class RetryPolicy:
     max_backoff: float = 10.0
     #: How many rate-limit waits a pair may take before it is recorded as errored.
     max_rate_limit_waits: int = 50
-    #: Fraction of the Retry-After delay added as random jitter, so waiters do not return in a herd.
-    jitter: float = 0.25
+    #: Fraction of the Retry-After delay added as random jitter, so waiters do not return in a herd;
+    #: kept under 10 %: a pair is due at Retry-After, not a quarter later (it became a run's tail).
+    jitter: float = 0.05
     #: Per-pair time limit (seconds): a stuck evaluation ends as errored instead of holding a worker.
     time_limit: float = 180.0
 

@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -170,9 +171,15 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
         spec = runtime.model_spec(model)
         adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
         judge = _judge(run_id, settings, spec)
-        return evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
-                        time_limit=policy.time_limit, epoch=epoch,
-                        cache_across_epochs=bool(settings.cache_across_epochs))
+        while True:
+            try:
+                return evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
+                                time_limit=policy.time_limit, epoch=epoch,
+                                cache_across_epochs=bool(settings.cache_across_epochs))
+            except RateLimited as exc:
+                if rl >= policy.max_rate_limit_waits or not _wait_in_place(exc, policy):
+                    raise
+                rl += 1  # waited out a short Retry-After on this thread: evaluate again at once
     except Busy as exc:
         # The governor has no permit for this deployment yet: hand the pair back to the queue with its
         # estimate instead of sleeping on this thread. Not a fault: no retry is used, no cap applies.
@@ -278,6 +285,25 @@ def _check_pair_in(run: store.RunInfo, catalog, scenario_key: str, model: str, e
         raise InvalidMessage(f"scenario '{scenario_key}' is not in run {run.id}'s catalog") from None
     if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < run.epochs:
         raise InvalidMessage(f"epoch {epoch!r} is not one of run {run.id}'s {run.epochs} epochs")
+
+
+def _wait_in_place(exc: RateLimited, policy) -> bool:
+    """Whether a pair answered 429 waits out its ``Retry-After`` on this thread (then True) or goes back.
+
+    A short wait (within the permit wait, 2 s by default, the same a pair may wait for a permit)
+    is spent here: a re-sent message would be due on time but then queue behind the pairs the
+    workers already fetched (up to two per thread), so it came back 2.5-3.5 s after a
+    ``Retry-After: 1`` and became the run's tail. With the governor on, nothing is slept here:
+    the 429 paused the budget until ``Retry-After`` and the next permit request waits for
+    exactly that, first in line (it queued before the calls that arrived during the pause).
+    Without it, the wait is ``Retry-After`` plus at most ``policy.jitter`` (5 %).
+    """
+    wait = exc.retry_after
+    if wait is None or wait < 0 or wait > runtime.permit_wait():
+        return False
+    if runtime.governor() is None:
+        time.sleep(policy.rate_limit_delay(wait))
+    return True
 
 
 def evaluate_model(run_id: str, model: str) -> None:

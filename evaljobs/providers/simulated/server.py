@@ -24,7 +24,7 @@ Actions: ``say TEXT``, ``call TOOL {json}``, ``status CODE [message]``,
 form *steps* (a run of consecutive ``call``\\ s is one step); step *i* answers the
 conversation's assistant turn *i*. Directives never appear in answers.
 
-This module stays whole (about 570 lines): :class:`SimulatedProvider` owns one event
+This module stays whole (about 600 lines): :class:`SimulatedProvider` owns one event
 loop, the admission state (concurrency cap, RPM window) and the counters that every
 route reads and updates together; what could leave has left (directives, answers,
 wire formats, HTTP plumbing, option parsing are modules of their own).
@@ -83,6 +83,8 @@ DEFAULT_MODELS = ("sim", "fast", "smart", "tool")
 RPM_WINDOW_S = 60.0
 #: Per-conversation attempt counts (fail-first, error_rate) kept; memory stays bounded in long benchmarks.
 MAX_TRACKED_CONVERSATIONS = 200_000
+#: Chat requests kept in the call log (``calls()``).
+CALL_LOG_SIZE = 10_000
 _HUGE_CHUNK = b"x" * 65536
 
 
@@ -119,6 +121,7 @@ class SimulatedProvider:
         self._lock = threading.Lock()
         self._stats = _empty_stats()
         self._window: collections.deque[float] = collections.deque()
+        self._calls: collections.deque[tuple[float, float, str, str, int]] = collections.deque(maxlen=CALL_LOG_SIZE)
         self._attempts: dict[bytes, int] = {}
         self._sequence = 0
         self._models: dict[str, None] = dict.fromkeys(DEFAULT_MODELS)
@@ -231,6 +234,19 @@ class SimulatedProvider:
                               "retry_after": self.retry_after, "stream_interval": self.stream_interval}
         return snapshot
 
+    def calls(self) -> list[dict[str, Any]]:
+        """The last ``CALL_LOG_SIZE`` chat requests, oldest first: when each arrived and was answered
+        (monotonic seconds, this process's clock), its model, conversation (a digest of the messages:
+        a retry of a request has the same one) and status. How a client's retries are timed is
+        measured here, at the provider, not by the client's own account."""
+        with self._lock:
+            return [dict(zip(("arrived", "answered", "model", "conversation", "status"), row))
+                    for row in self._calls]
+
+    def _log_call(self, call: "_Call", model: str, status: int) -> None:
+        with self._lock:
+            self._calls.append((call.arrived, time.monotonic(), model, call.conversation.hex(), status))
+
     def reset_stats(self) -> None:
         with self._lock:
             in_flight = self._stats["in_flight"]
@@ -333,13 +349,15 @@ class SimulatedProvider:
             await send_json(writer, 400, body, keep_alive=keep_alive)
             return keep_alive
         call = _Call(wire, payload.get("stream") is True, keep_alive, tools,
-                     bool((payload.get("stream_options") or {}).get("include_usage")))
+                     bool((payload.get("stream_options") or {}).get("include_usage")), time.monotonic(),
+                     _conversation(model, messages))
         self._models.setdefault(model, None)
         self._count(model, "requests")
         refusal = self._admit()
         if refusal is not None:
             message, retry_after = refusal
             self._count(model, "rate_limited")
+            self._log_call(call, model, 429)
             await send_json(writer, 429, self._error(call, 429, message),
                             headers=_retry_headers(retry_after), keep_alive=keep_alive)
             return keep_alive
@@ -383,8 +401,7 @@ class SimulatedProvider:
 
     async def _answer(self, payload: dict[str, Any], model: str, messages: list[dict[str, Any]],
                       writer: asyncio.StreamWriter, call: "_Call", release=lambda: None) -> bool:
-        conversation = json.dumps([model, messages], sort_keys=True, default=str).encode()
-        key = hashlib.sha256(conversation).digest()[:16]
+        key = call.conversation  # a digest of (model, messages): a retry continues the same count
         attempt = self._attempts.pop(key, 0) + 1
         if len(self._attempts) >= MAX_TRACKED_CONVERSATIONS:  # forget the least recently seen half
             for stale in list(itertools.islice(self._attempts, MAX_TRACKED_CONVERSATIONS // 2)):
@@ -418,6 +435,7 @@ class SimulatedProvider:
     async def _respond(self, answer: Answer, model: str, messages: list[dict[str, Any]],
                        payload: dict[str, Any], writer: asyncio.StreamWriter, call: "_Call") -> bool:
         keep_alive = call.keep_alive
+        self._log_call(call, model, answer.status)
         if answer.status != 200:
             headers = {}
             if answer.status == 429:
@@ -559,6 +577,14 @@ class _Call:
     keep_alive: bool
     tools: Any
     include_usage: bool
+    #: When the request arrived (monotonic seconds) and whose conversation it continues, for the call log.
+    arrived: float = 0.0
+    conversation: bytes = b""
+
+
+def _conversation(model: str, messages: list[dict[str, Any]]) -> bytes:
+    """The conversation's key: the same for a retry of a request (attempt counts, draws, the call log)."""
+    return hashlib.sha256(json.dumps([model, messages], sort_keys=True, default=str).encode()).digest()[:16]
 
 
 def _retry_headers(seconds: float) -> dict[str, str]:
