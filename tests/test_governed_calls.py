@@ -154,3 +154,22 @@ def test_load_adapter_hands_the_calls_to_conversation_adapters_and_subclasses():
     host = load_adapter("acme_host.adapter:DomainAdapter", providers, calls=calls)
     assert isinstance(host, DomainAdapter) and default.calls is calls and host.calls is calls
     assert load_adapter(None, providers).calls == ProviderCalls()  # nothing bound: direct calls
+
+
+@pytest.mark.redis
+def test_an_unbounded_provider_takes_no_permit_and_no_redis_round_trip(tmp_path, simulated_provider, redis_url,
+                                                                       sqlite_url, monkeypatch):
+    import redis
+
+    providers = tmp_path / "providers.yaml"
+    providers.write_text("providers:\n  sim:\n    governor: {unbounded: true}\n")
+    simulated_provider(latency=0.01)
+    monkeypatch.setenv("EVALJOBS_GOVERNOR_URL", redis_url)
+    client = redis.Redis.from_url(redis_url)
+    before = client.info("stats")["total_commands_processed"]
+    with Session(db=sqlite_url, broker="memory", width=8, providers=str(providers)) as session:
+        run = session.submit(catalog(20), ["sim/a"], strategy="fanout")
+        info = session.wait(run.id, timeout=60, poll=0.5)
+    assert info.status == "complete" and info.persisted == 20
+    assert client.info("stats")["total_commands_processed"] - before == 1  # this INFO: no governor traffic
+    assert runtime.governor().stats() == []

@@ -242,3 +242,32 @@ def test_the_learned_limit_outlives_the_process_in_sqlite(sqlite_url):
     assert store.governor_limits.load(BUDGET) == {"limit": 4, "ssthresh": 4, "hold": 4, "plateau": 16}
     assert store.governor_limits.clear() == 1
     assert run("use")["width"] == 64, "cleared: back to the ceiling"
+
+
+# ----------------------------------------------------------------------------- unbounded budgets
+
+def test_an_unbounded_budget_costs_no_redis_round_trip(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    governor = Governor(redis_url)
+    try:
+        governor.configure(BUDGET, BudgetConfig.from_dict({"unbounded": True}))
+        before = client.info("stats")["total_commands_processed"]
+        held = [governor.acquire(BUDGET, max_wait=0) for _ in range(200)]  # no ceiling applies either
+        for permit in held[:100]:
+            permit.release()
+        for permit in held[100:]:
+            permit.release(rate_limited=True, retry_after=30)  # nothing to learn, nothing paused
+        governor.acquire(BUDGET, max_wait=0).release()
+        after = client.info("stats")["total_commands_processed"]
+        assert after - before == 1, "only this test's own INFO reached Redis"
+        assert governor.stats() == []
+    finally:
+        governor.close()
+        client.close()
+
+
+def test_unbounded_is_refused_with_a_quota_in_one_line():
+    with pytest.raises(ValueError, match=r"^p: unbounded means no limit to respect; remove it, or rpm/tpm$"):
+        BudgetConfig.from_dict({"unbounded": True, "rpm": 500}, source="p")
+    with pytest.raises(ValueError, match=r"^p: unbounded must be true or false, not 'yes'$"):
+        BudgetConfig.from_dict({"unbounded": "yes"}, source="p")

@@ -52,6 +52,8 @@ def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[st
     if governor is None:
         return client.complete(spec.model, messages, **kwargs)
     budget = governance.budget_for(providers, spec)
+    if governor.config(budget).unbounded:  # nothing to enforce: no permit, no Redis round trip
+        return client.complete(spec.model, messages, **kwargs)
     max_wait = governance.permit_wait() if first else LATER_CALL_WAIT
     with governor.acquire(budget, governance.lane(), max_wait=max_wait) as permit:
         completion = client.complete(spec.model, messages, **kwargs)

@@ -83,6 +83,9 @@ Choices, and why:
   exception, an interrupt) removes its queue entry in ``finally``, and queue
   entries of a killed waiter expire within seconds: a cancelled wait holds no
   slot and no place.
+* **Unbounded budgets.** ``unbounded: true`` (a provider with no limit to respect)
+  makes ``acquire`` hand out permits that touch no store: no Redis round trip per
+  call, nothing learned, nothing paused (the provider-call path skips it entirely).
 * **Redis down.** On a connection error or timeout the governor logs ONE warning
   and carries on with a local, in-process, thread-safe governor with the same
   semantics (a per-process budget: the fleet may then exceed the shared limit

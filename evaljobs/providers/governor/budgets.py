@@ -49,6 +49,9 @@ class BudgetConfig:
     tpm: int | None = None
     bulk_reserve: float = 0.15
     lease_seconds: float = 60.0
+    #: The provider sets no limit to respect (a local model server, the simulated provider without
+    #: limits): calls take no permit, so the governor costs no Redis round trip and learns nothing.
+    unbounded: bool = False
 
     def __post_init__(self) -> None:
         _check_config(self, "governor")
@@ -63,7 +66,7 @@ class BudgetConfig:
             return cls()
         if not isinstance(d, Mapping):
             raise ValueError(f"{source}: expected a mapping (initial, ceiling, rpm, tpm, bulk_reserve, "
-                             f"lease_seconds, budget_key), got {type(d).__name__}")
+                             f"lease_seconds, unbounded, budget_key), got {type(d).__name__}")
         names = [f.name for f in fields(cls)]
         values: dict[str, Any] = {}
         for key, value in d.items():
@@ -107,6 +110,10 @@ def _check_config(config: BudgetConfig, source: str) -> None:
         raise ValueError(f"{source}: bulk_reserve must be a fraction in [0, 1), not {config.bulk_reserve!r}")
     if not is_number(config.lease_seconds) or config.lease_seconds <= 0:
         raise ValueError(f"{source}: lease_seconds must be a number > 0, not {config.lease_seconds!r}")
+    if not isinstance(config.unbounded, bool):
+        raise ValueError(f"{source}: unbounded must be true or false, not {config.unbounded!r}")
+    if config.unbounded and (config.rpm or config.tpm):
+        raise ValueError(f"{source}: unbounded means no limit to respect; remove it, or rpm/tpm")
 
 
 def budget_key(provider_name: str, model: str, governor_config: Mapping[str, Any] | None = None) -> str:

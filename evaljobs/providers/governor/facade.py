@@ -27,6 +27,9 @@ log = logging.getLogger("evaljobs.providers.governor")
 #: imports the Redis client: start-up time).
 _STORE_ERRORS: tuple[type[BaseException], ...] = (OSError,)
 
+#: The backend of a permit for an ``unbounded`` budget: no store holds it.
+UNBOUNDED = "unbounded"
+
 #: Seconds between two saves of a growing limit to the learned store (a decrease is saved at once).
 SAVE_EVERY = 1.0
 
@@ -120,6 +123,8 @@ class Governor:
         if not isinstance(max_wait, (int, float)) or not max_wait >= 0:
             raise ValueError(f"governor max_wait must be a number of seconds >= 0, not {max_wait!r}")
         config = self.config(budget)
+        if config.unbounded:  # nothing to enforce: a permit that touches no store
+            return Permit(self, UNBOUNDED, budget, lane, uuid.uuid4().hex, time.time(), 0, int(tokens), config, 0.0)
         start = start_of(config, self._learned(budget))
         lease_id = uuid.uuid4().hex
         started = time.monotonic()
@@ -266,6 +271,8 @@ class Governor:
 
     def _on_permit_store(self, permit: Permit, operation: Callable[[Any], Any]) -> Any:
         """``operation(store)`` on the store holding ``permit``'s lease; None when that store is down."""
+        if permit.backend == UNBOUNDED:
+            return None
         if permit.backend == "local":
             return operation(self._local)
         if self._current() is not self._redis:
@@ -277,6 +284,8 @@ class Governor:
             return None
 
     def _release(self, permit: Permit, outcome: _Outcome) -> None:
+        if permit.backend == UNBOUNDED:
+            return
         self._renewer.discard(permit)
         answer = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
         freed = answer[0] if answer else 0
