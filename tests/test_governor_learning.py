@@ -271,3 +271,12 @@ def test_unbounded_is_refused_with_a_quota_in_one_line():
         BudgetConfig.from_dict({"unbounded": True, "rpm": 500}, source="p")
     with pytest.raises(ValueError, match=r"^p: unbounded must be true or false, not 'yes'$"):
         BudgetConfig.from_dict({"unbounded": "yes"}, source="p")
+
+
+def test_a_budget_that_learned_nothing_writes_nothing(make):
+    learned = MemoryLearned()
+    governor = make(BudgetConfig(ceiling=8), learned=learned)
+    for _ in range(3):
+        release_all(fill(governor))
+    governor.close()
+    assert learned.rows == {}, "at its ceiling with no 429 seen: nothing to keep"

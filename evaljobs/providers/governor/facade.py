@@ -222,12 +222,18 @@ class Governor:
                 self._saved.setdefault(budget, learned)
             return self._starts[budget]
 
-    def _learn(self, budget: str, state: Learned) -> None:
-        """Note the state after a release; a decrease is kept at once, growth at most once a second."""
+    def _learn(self, budget: str, state: Learned, config: BudgetConfig) -> None:
+        """Note the state after a release; a decrease is kept at once, growth at most once a second.
+
+        A budget that learned nothing (at its ceiling, no capacity seen) writes nothing: no database
+        write on a provider call's path, and a later, higher ceiling is not capped by a stale row.
+        """
         if self._learned_store is None:
             return
         with self._lock:
             saved = self._saved.get(budget)
+            if saved is None and state.hold == 0 and state.limit >= config.ceiling:
+                return
             if saved == state:
                 self._unsaved.pop(budget, None)
                 return
@@ -291,7 +297,7 @@ class Governor:
         freed = answer[0] if answer else 0
         self._wake(permit.budget, max(1, freed))  # unknown (store down): wake the next waiter anyway
         if answer:
-            self._learn(permit.budget, answer[1])
+            self._learn(permit.budget, answer[1], permit._config)
 
     def _wake(self, budget: str, slots: int = 1) -> None:
         """``slots`` of ``budget`` were freed in this process: wake the waiters whose turn that is."""
