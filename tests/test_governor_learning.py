@@ -280,3 +280,13 @@ def test_a_budget_that_learned_nothing_writes_nothing(make):
         release_all(fill(governor))
     governor.close()
     assert learned.rows == {}, "at its ceiling with no 429 seen: nothing to keep"
+
+
+def test_the_learned_store_round_trips_on_sqlite_and_postgresql(db_url):
+    store.connect(db_url)
+    learned = DatabaseLearned()
+    assert learned.load(BUDGET) is None
+    learned.save(BUDGET, Learned(limit=4, ssthresh=4, hold=4, plateau=32))
+    learned.save(BUDGET, Learned(limit=3, ssthresh=3, hold=3, plateau=64))  # replaced, not added
+    assert learned.load(BUDGET) == Learned(limit=3, ssthresh=3, hold=3, plateau=64)
+    assert store.governor_limits.clear() == 1
