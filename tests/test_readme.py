@@ -80,7 +80,19 @@ def sim_providers(tmp_path):
     provider.stop()
 
 
+def _venv_is_current() -> bool:
+    """What scripts/_setup.sh checks: an install stamp in this virtualenv newer than the metadata."""
+    metadata = [(ROOT / name).stat().st_mtime for name in ("setup.cfg", "pyproject.toml")]
+    return any(stamp.stat().st_mtime > max(metadata) for stamp in Path(sys.prefix).glob(".evaljobs-installed*"))
+
+
 def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
+    # The copy shares this virtualenv (a symlink): with a stale install its scripts/_setup.sh would
+    # reinstall the project from the temporary copy into it, and every later test would import a
+    # folder that is gone. Refuse before anything runs.
+    if not _venv_is_current():
+        pytest.fail(f"{sys.prefix} is older than setup.cfg/pyproject.toml: run scripts/test, which reinstalls "
+                    "the project, not pytest directly")
     repo = tmp_path / "repo"
     _fresh_copy(repo)
     assert not (repo / ".evaljobs").exists()
