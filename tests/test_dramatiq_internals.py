@@ -123,3 +123,37 @@ def test_the_wakeable_consumer_on_real_redis_fetches_acks_and_is_woken(redis_url
         consumer.close()
     finally:
         broker.close()
+
+
+@pytest.mark.redis
+def test_closing_the_consumer_hands_its_fetched_but_unhandled_messages_back(redis_url):
+    """A graceful stop must leave nothing unacked: Dramatiq's worker requeues its work queue and delay
+    queue, but not what the consumer fetched and has not yet handed to it (its ``message_cache``).
+
+    The consumer thread leaves its loop after handing over one message once it is told to stop, so a
+    fetch of several messages just before the stop left the rest in Redis's ack set until the
+    heartbeat timed out (``tests/test_faults.py``'s SIGTERM test saw ``unacked == 4`` now and then).
+    """
+    import redis as redis_lib
+
+    broker = make_broker(redis_url)
+    client = redis_lib.Redis.from_url(redis_url)
+    queue = "cache-on-close"
+    try:
+        for number in range(5):
+            broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={},
+                                            options={}))
+        consumer = broker.consume(queue, prefetch=5, timeout=1000)
+        first = None
+        while first is None:
+            first = next(consumer)
+        assert len(consumer.message_cache) == 4  # one fetch brought all five; one handed over
+        assert client.scard(f"dramatiq:__acks__.{broker.broker_id}.{queue}") == 5
+        consumer.ack(first)
+        consumer.close()
+        assert client.scard(f"dramatiq:__acks__.{broker.broker_id}.{queue}") == 0
+        assert client.llen(f"dramatiq:{queue}") == 4  # back in the queue, for any worker to fetch now
+        assert consumer.message_cache == []
+    finally:
+        client.close()
+        broker.close()
