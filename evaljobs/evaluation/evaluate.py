@@ -17,6 +17,7 @@ from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
 from evaljobs.evaluation.retry import RetryPolicy
+from evaljobs.providers import deadline as walls
 from evaljobs.providers.cache import for_epoch
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
 # The governor's "no permit yet": the pair is handed back (or waits), it is not a fault.
@@ -42,6 +43,8 @@ def evaluate(
     time_limit: float | None = None,
     epoch: int = 0,
     cache_across_epochs: bool = False,
+    deadline: float | None = None,
+    pair_started: float | None = None,
 ) -> Result:
     """Run and grade one pair.
 
@@ -49,28 +52,41 @@ def evaluate(
     to the caller (a queue retries it); otherwise it becomes ``errored``.
     ``epoch`` is stamped on the result and keys the response cache, unless
     ``cache_across_epochs`` (every epoch may then be answered by one cached call).
+
+    ``time_limit`` is a hard wall for the whole pair: every provider call, tool call and judge
+    call of this thread ends by ``deadline`` (a ``time.monotonic()`` instant; default: now +
+    ``time_limit``) through :mod:`evaljobs.providers.deadline`, and whatever fails once it has
+    passed is recorded as ``timed out after LIMIT s (ELAPSED s elapsed; …)``, never retried.
+    ``pair_started`` (``time.monotonic()``) is when the pair's first attempt began, for that
+    elapsed time when retries share one deadline.
     """
-    with for_epoch(0 if cache_across_epochs else epoch):
-        result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit)
+    if deadline is None and time_limit:
+        deadline = time.monotonic() + time_limit
+    began = pair_started if pair_started is not None else time.monotonic()
+    with for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline):
+        result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit, deadline, began)
     result.epoch = epoch
     return result
 
 
 def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Judge | None, attempts: int,
-              raise_retryable: bool, time_limit: float | None) -> Result:
+              raise_retryable: bool, time_limit: float | None, deadline: float | None, began: float) -> Result:
     started = time.perf_counter()
-    deadline = time.monotonic() + time_limit if time_limit else None
     try:
         replay = call_adapter(adapter, scenario, model, deadline)
         if not isinstance(replay, Replay):
             raise TypeError(f"adapter returned {type(replay).__name__}, expected a Replay")
-    except RETRYABLE:
+    except DeadlineExceeded as exc:
+        return _errored(scenario, model, timed_out(time_limit, began, str(exc)), attempts, started)
+    except RETRYABLE as exc:
+        if _past(deadline):
+            return _errored(scenario, model, timed_out(time_limit, began, _describe(exc)), attempts, started)
         if raise_retryable:
             raise
         return _errored(scenario, model, _last_reason(), attempts, started)
-    except DeadlineExceeded as exc:
-        return _errored(scenario, model, f"timed out after {time_limit:g} s ({exc})", attempts, started)
     except Exception as exc:  # noqa: BLE001 - any adapter failure is this pair's error, not the run's
+        if _past(deadline):
+            return _errored(scenario, model, timed_out(time_limit, began, _describe(exc)), attempts, started)
         return _errored(scenario, model, _describe(exc), attempts, started)
 
     try:
@@ -80,7 +96,10 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
 
             runner = process_runner()
         grades = grade(scenario, replay, judge, runner)
-    except RETRYABLE:
+    except RETRYABLE as exc:
+        if _past(deadline):
+            return _errored(scenario, model, timed_out(time_limit, began, f"grading: {_describe(exc)}"),
+                            attempts, started)
         if raise_retryable:
             raise
         return _errored(scenario, model, _last_reason(), attempts, started)
@@ -114,6 +133,17 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
         details=details,
         cached=replay.cached,
     )
+
+
+def _past(deadline: float | None) -> bool:
+    # 10 ms of slack: a socket timeout cut to the deadline returns a hair before it.
+    return deadline is not None and time.monotonic() >= deadline - 0.01
+
+
+def timed_out(time_limit: float | None, began: float, detail: str) -> str:
+    """The reason of a pair stopped by its time limit: the limit, the real elapsed time, what was running."""
+    limit = f"{time_limit:g} s" if time_limit else "its deadline"
+    return f"timed out after {limit} ({time.monotonic() - began:.2f} s elapsed; {detail})"[:2000]
 
 
 def _grading_error(grades) -> str | None:
@@ -154,7 +184,11 @@ def evaluate_with_retries(
     epoch: int = 0,
     cache_across_epochs: bool = False,
 ) -> Result:
-    """The in-process retry loop used by the ``sequential`` and ``threads`` strategies."""
+    """The in-process retry loop used by the ``sequential``, ``threads`` and ``per-model`` strategies.
+
+    The time limit covers the whole pair, retries and waits included: one deadline for every
+    attempt, and no wait goes past it.
+    """
     result = _with_retries(scenario, model, adapter, policy, judge, sleep, epoch, cache_across_epochs)
     result.epoch = epoch
     return result
@@ -165,28 +199,42 @@ def _with_retries(scenario: Scenario, model: ModelSpec, adapter: Adapter, policy
                   cache_across_epochs: bool) -> Result:
     retries = 0
     waits = 0
+    last = ""  # why the previous attempt did not finish
+    began = time.monotonic()
+    deadline = began + policy.time_limit if policy.time_limit else None
+
+    def wait(seconds: float) -> None:
+        sleep(seconds if deadline is None else max(0.0, min(seconds, deadline - time.monotonic())))
+
     while True:
         attempts = retries + 1  # a rate-limit wait or a busy governor is not an attempt
         try:
+            if deadline is not None and time.monotonic() >= deadline:
+                return Result.errored(scenario.key, model.spec,
+                                      timed_out(policy.time_limit, began, f"waiting to retry: {last}"),
+                                      attempts=attempts, duration_ms=int((time.monotonic() - began) * 1000))
             return evaluate(scenario, model, adapter, judge=judge, attempts=attempts,
                             raise_retryable=True, time_limit=policy.time_limit, epoch=epoch,
-                            cache_across_epochs=cache_across_epochs)
+                            cache_across_epochs=cache_across_epochs, deadline=deadline, pair_started=began)
         except Busy as exc:
             # The shared budget is full: wait our turn in-process (this path has no queue to hand back to).
-            sleep(max(0.05, exc.retry_in))
+            last = _describe(exc)
+            wait(max(0.05, exc.retry_in))
         except RateLimited as exc:
+            last = exc.reason
             waits += 1
             if waits > policy.max_rate_limit_waits:
                 return Result.errored(scenario.key, model.spec,
                                       f"still rate limited after {waits - 1} waits: {exc.reason}",
                                       attempts=attempts)
-            sleep(policy.rate_limit_delay(exc.retry_after))
+            wait(policy.rate_limit_delay(exc.retry_after))
         except TransientError as exc:
+            last = exc.reason
             if retries >= policy.max_retries:
                 return Result.errored(scenario.key, model.spec,
                                       f"{exc.reason} (gave up after {attempts} attempts)", attempts=attempts)
-            sleep(policy.backoff(retries))
+            wait(policy.backoff(retries))
             retries += 1
 
 
-__all__ = ["evaluate", "evaluate_with_retries", "RETRYABLE", "PermanentError", "ERRORED"]
+__all__ = ["evaluate", "evaluate_with_retries", "timed_out", "RETRYABLE", "PermanentError", "ERRORED"]

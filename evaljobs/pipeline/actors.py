@@ -30,7 +30,7 @@ from evaljobs.errors import ConfigurationError
 from evaljobs.pipeline import barrier, runtime
 from evaljobs import store
 from evaljobs.pipeline.enqueue import enqueue_many
-from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries
+from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries, timed_out
 from evaljobs.evaluation.judge import bind_judge
 from evaljobs.providers.governor import Busy
 from evaljobs.providers.errors import RateLimited, TransientError
@@ -69,6 +69,22 @@ def bound() -> Actors:
 def _retries() -> int:
     message = CurrentMessage.get_current_message()
     return int(message.options.get("retries", 0)) if message is not None else 0
+
+
+#: Message option: seconds this pair has spent in earlier attempts (its time limit spans retries).
+SPENT = "pair_spent"
+
+
+def _spent() -> float:
+    message = CurrentMessage.get_current_message()
+    return float(message.options.get(SPENT, 0.0)) if message is not None else 0.0
+
+
+def _remember_spent(seconds: float) -> None:
+    """Carry the time spent so far to the retry: Dramatiq's Retries re-enqueues this message, options and all."""
+    message = CurrentMessage.get_current_message()
+    if message is not None:
+        message.options[SPENT] = round(seconds, 3)
 
 
 def _load(run_id: str, scenario_key: str | None = None, model: str | None = None):
@@ -167,6 +183,10 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
     attempts = retries + 1
     scenario = catalog.scenario(scenario_key)
     carried = {} if alone else {"retries": retries}
+    # The time limit spans the pair's attempts (not the time a retry waits in the queue behind
+    # other work): ``began`` is when the pair would have started had its attempts run back to back.
+    began = time.monotonic() - (_spent() if alone else 0.0)
+    deadline = began + policy.time_limit if policy.time_limit else None
     try:
         spec = runtime.model_spec(model)
         adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
@@ -175,7 +195,8 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
             try:
                 return evaluate(scenario, spec, adapter, judge=judge, attempts=attempts, raise_retryable=True,
                                 time_limit=policy.time_limit, epoch=epoch,
-                                cache_across_epochs=bool(settings.cache_across_epochs))
+                                cache_across_epochs=bool(settings.cache_across_epochs), deadline=deadline,
+                                pair_started=began)
             except RateLimited as exc:
                 if rl >= policy.max_rate_limit_waits or not _wait_in_place(exc, policy):
                     raise
@@ -200,32 +221,40 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
         return Result.errored(scenario_key, model, f"still rate limited after {rl} waits: {exc.reason}",
                               attempts=attempts, epoch=epoch)
     except TransientError as exc:
+        if deadline is not None and time.monotonic() >= deadline - 0.01:
+            return Result.errored(scenario_key, model, timed_out(policy.time_limit, began, exc.reason),
+                                  attempts=attempts, epoch=epoch)
         if retries < policy.max_retries:
             if not alone:
-                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy)
+                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy, time.monotonic() - began)
+            _remember_spent(time.monotonic() - began)
             raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
         return Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
                               attempts=attempts, epoch=epoch)
     except TimeLimitExceeded:
-        return Result.errored(scenario_key, model, f"timed out after {policy.time_limit:g} s", attempts=attempts,
-                              epoch=epoch)
+        # Dramatiq's own limit (time limit + 30 s) is only a backstop now: the wall in
+        # evaljobs.providers.deadline ends every network wait by the pair's deadline.
+        return Result.errored(scenario_key, model, timed_out(policy.time_limit, began, "Dramatiq's time limit"),
+                              attempts=attempts, epoch=epoch)
     except Exception as exc:  # noqa: BLE001 - the last attempt must still leave a row for the barrier
         if retries < policy.max_retries:
             if not alone:
                 logger.warning("pair %s x %s (epoch %s) of run %s failed in a batch (%s: %s); retried on its own",
                                scenario_key, model, epoch, run_id, type(exc).__name__, exc)
-                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy)
+                return _on_its_own(run_id, scenario_key, model, epoch, retries, policy, time.monotonic() - began)
+            _remember_spent(time.monotonic() - began)
             raise
         return Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts,
                               epoch=epoch)
 
 
-def _on_its_own(run_id: str, scenario_key: str, model: str, epoch: int, retries: int, policy: Any) -> None:
+def _on_its_own(run_id: str, scenario_key: str, model: str, epoch: int, retries: int, policy: Any,
+                spent: float = 0.0) -> None:
     """Send a batch's failed pair as its own message, one retry used, after Dramatiq's backoff."""
     delay_ms = int(compute_backoff(retries, factor=int(policy.min_backoff * 1000),
                                    max_backoff=int(policy.max_backoff * 1000))[1])
     bound().evaluate_scenario.send_with_options(args=pair_args(run_id, scenario_key, model, epoch),
-                                                 delay=delay_ms, retries=retries + 1)
+                                                 delay=delay_ms, retries=retries + 1, **{SPENT: round(spent, 3)})
     return None
 
 

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 import httpx
 
 from evaljobs.config import secret
+from evaljobs.providers import deadline
 from evaljobs.providers.completion import Completion, RequestedToolCall
 from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.wire import WireFormat, wire_format
@@ -176,7 +177,7 @@ class ChatClient:
                 self._waiters.append(waiter)
                 grant = None
         if grant is None:
-            waiter.event.wait(self.timeout)
+            waiter.event.wait(deadline.remaining(self.timeout))
             with self._pool:
                 grant = waiter.grant
                 if grant is None and waiter in self._waiters:
@@ -213,10 +214,11 @@ class ChatClient:
         if self._transport is not None:
             return self._transport
         proxy = _environment_proxy(self._url)
-        return httpx.HTTPTransport(
+        # Bounded: every connect, read and write ends by the call's wall (see evaljobs.providers.deadline).
+        return deadline.bounded(httpx.HTTPTransport(
             verify=_ssl_for(self._url, proxy), proxy=proxy,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=30.0),
-        )
+        ))
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None, temperature: float | None = None,
@@ -241,10 +243,14 @@ class ChatClient:
         error: ProviderError | None = None
         phase = "send"
         request_headers = self._headers
+        call_timeout = min(self.timeout, timeout) if timeout else self.timeout
+        # A hard wall for the whole exchange (pool wait, connect, headers, body), not per read:
+        # a server trickling a byte every 0.3 s never trips a 1 s read timeout.
+        wall = deadline.scope(time.monotonic() + call_timeout)
+        wall.__enter__()
         try:
             http = self._lease()
             try:
-                call_timeout = min(self.timeout, timeout) if timeout else self.timeout
                 timeouts = self._timeouts if call_timeout == self.timeout else httpx.Timeout(call_timeout).as_dict()
                 request = httpx.Request("POST", url, json=body, headers=request_headers,
                                         extensions={"timeout": timeouts})
@@ -266,7 +272,7 @@ class ChatClient:
         except ProviderError as exc:
             error = exc
         except httpx.TimeoutException as exc:
-            error = TransientError(self._timeout_reason(exc))
+            error = TransientError(self._timeout_reason(exc, call_timeout))
         except httpx.RemoteProtocolError as exc:
             if phase == "body":
                 error = TransientError(f"response body truncated ({exc})")
@@ -286,6 +292,8 @@ class ChatClient:
             error = PermanentError(f"invalid provider URL {url!r}: {exc}")
         except httpx.TransportError as exc:
             error = TransientError(f"{type(exc).__name__} talking to {self.base_url}: {exc or 'no detail'}")
+        finally:
+            wall.__exit__(None, None, None)
         latency_ms = (time.perf_counter() - started) * 1000.0
         if error is None:
             try:
@@ -364,14 +372,15 @@ class ChatClient:
         if pending:
             yield pending
 
-    def _timeout_reason(self, exc: httpx.TimeoutException) -> str:
+    def _timeout_reason(self, exc: httpx.TimeoutException, limit: float) -> str:
+        """The limit of this call (a per-pair deadline may have cut the client's own timeout short)."""
         what = {
             httpx.ConnectTimeout: "connecting",
             httpx.ReadTimeout: "waiting for the response",
             httpx.WriteTimeout: "sending the request",
             httpx.PoolTimeout: "waiting for a free pooled connection",
         }.get(type(exc), "")
-        return f"timed out after {self.timeout:g} s {what}".strip()
+        return f"timed out after {limit:g} s {what}".strip()
 
     def _scrubbed(self, error: ProviderError) -> ProviderError:
         """Remove the API key and any bearer token from the reason (providers echo bad keys)."""

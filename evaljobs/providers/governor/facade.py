@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
+from evaljobs.providers import deadline as walls
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
                                                  LearnedStore, _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome,
@@ -128,7 +129,8 @@ class Governor:
         start = start_of(config, self._learned(budget))
         lease_id = uuid.uuid4().hex
         started = time.monotonic()
-        deadline = started + max_wait
+        # Never past the pair's deadline (the caller's thread), whatever max_wait says.
+        deadline = started + walls.remaining(float(max_wait))
         backoff = POLL_MIN
         queued_in: _RedisStore | _LocalStore | None = None
         permit: Permit | None = None

@@ -9,6 +9,7 @@ URL query strings.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from evaljobs.catalog.model import Tool
 from evaljobs.catalog.text import text_of
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.errors import one_line
+from evaljobs.providers import deadline
 from evaljobs.providers.livetools._common import LiveToolError, ToolFailed, body_of, public_url, resolve_env
 
 
@@ -35,9 +37,17 @@ def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], defau
         request: dict[str, Any] = {"params": {k: text_of(v) for k, v in arguments.items()}}
     else:
         request = {"json": arguments}
+    started = time.monotonic()
+    # The tool's timeout is a wall for the whole exchange (a server trickling bytes never trips a
+    # per-read timeout), and the pair's deadline cuts it shorter (see evaljobs.providers.deadline).
+    cut = deadline.remaining(timeout)
     try:
-        response = client.request(method, url, headers=headers, timeout=timeout, **request)
+        with deadline.scope(started + timeout):
+            response = client.request(method, url, headers=headers, timeout=timeout, **request)
     except httpx.TimeoutException:
+        if cut is not None and cut < timeout:
+            raise ToolFailed(f"{where} stopped by the pair's time limit after "
+                             f"{time.monotonic() - started:.2f}s") from None
         raise ToolFailed(f"{where} timed out after {timeout:g}s") from None
     except httpx.HTTPError as exc:
         raise ToolFailed(f"{where} failed: {type(exc).__name__}: {one_line(exc, 200)}") from None

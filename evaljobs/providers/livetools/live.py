@@ -9,6 +9,7 @@ not abort the conversation.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ import httpx
 
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
+from evaljobs.providers import deadline
 from evaljobs.providers.livetools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
                                                   describe, exception_text)
 from evaljobs.providers.livetools.http import call_http
@@ -112,7 +114,8 @@ class LiveTools:
             if self._closed:
                 raise LiveToolError("live tools are closed")
             if self._http is None:
-                self._http = httpx.Client(follow_redirects=True)
+                # Bounded: a tool server that trickles or hangs ends by the pair's deadline.
+                self._http = deadline.bounded_client(follow_redirects=True)
             return self._http
 
     def _call_http(self, tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -121,10 +124,8 @@ class LiveTools:
     # -- mcp
 
     def _session(self, spec: dict[str, Any]) -> McpSession:
-        try:  # the mcp SDK is an optional extra: imported on the first MCP call only
-            from evaljobs.providers.livetools.mcp import LoopThread, McpSession, server_key
-        except ImportError:
-            raise LiveToolError(str(MissingExtra("mcp"))) from None
+        mcp = _mcp_module()
+        LoopThread, McpSession, server_key = mcp.LoopThread, mcp.McpSession, mcp.server_key
         key = server_key(spec)
         with self._lock:
             if self._closed:
@@ -146,10 +147,48 @@ class LiveTools:
         problems = validate_live_spec("mcp", spec)
         if problems:
             raise LiveToolError(f"tool '{tool.name}': " + "; ".join(problems))
-        timeout = float(spec.get("timeout") or self.timeout)
+        # The tool's own timeout, cut to what is left of the pair's deadline (the session runs
+        # on its own event loop thread, out of reach of this thread's network wall).
+        timeout = deadline.remaining(float(spec.get("timeout") or self.timeout))
         remote = spec.get("tool") or tool.name
         session = self._session(spec)
         return session.run(session.call_tool(remote, arguments, timeout), timeout)
+
+
+_mcp_import: concurrent.futures.Future | None = None
+_mcp_import_lock = threading.Lock()
+
+
+def _import_mcp(done: concurrent.futures.Future) -> None:
+    try:
+        import evaljobs.providers.livetools.mcp as module
+    except ImportError:
+        done.set_exception(LiveToolError(str(MissingExtra("mcp"))))
+    except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+        done.set_exception(exc)
+    else:
+        done.set_result(module)
+
+
+def _mcp_module() -> Any:
+    """``evaljobs.providers.livetools.mcp``, imported on the first MCP call, never past the pair's deadline.
+
+    The SDK (pydantic models, anyio) took 3-4 s to import on a busy 2-core machine: on the calling
+    thread that overran a 3 s time limit by as much, and an import cannot be interrupted. So it is
+    imported on its own thread; a pair whose deadline comes first gives up waiting (a tool error)
+    and the import finishes for the next call.
+    """
+    global _mcp_import
+    with _mcp_import_lock:
+        if _mcp_import is None:
+            _mcp_import = concurrent.futures.Future()
+            threading.Thread(target=_import_mcp, args=(_mcp_import,), name="evaljobs-mcp-import",
+                             daemon=True).start()
+        pending = _mcp_import
+    try:
+        return pending.result(timeout=deadline.remaining())
+    except concurrent.futures.TimeoutError:
+        raise LiveToolError("the MCP client library was still loading when the pair's time limit ran out") from None
 
 
 _shared: LiveTools | None = None

@@ -15,6 +15,7 @@ import contextlib
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -25,6 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from evaljobs.errors import one_line
+from evaljobs.providers import deadline
 from evaljobs.providers.livetools._common import (ToolFailed, decoded, describe, exception_text,
                                                   resolve_env)
 
@@ -75,6 +77,8 @@ class McpSession:
         self._connect_lock = threading.Lock()
         self._stop: asyncio.Event | None = None
         self._holder: concurrent.futures.Future | None = None
+        self._ready: concurrent.futures.Future | None = None
+        self._connect_by = 0.0
 
     def run(self, coro: Any, timeout: float) -> Any:
         """Run a coroutine on the session (connecting first if needed); failures as ``ToolFailed``."""
@@ -84,10 +88,16 @@ class McpSession:
             coro.close()
             raise
         future = self.loop.submit(coro)
+        # The SDK's own read timeout should fire first; this thread never waits past the pair's deadline.
+        limit = timeout + 5.0
+        wait = deadline.remaining(limit)
         try:
-            return future.result(timeout=timeout + 5.0)  # the SDK's own read timeout fires first
+            return future.result(timeout=wait)
         except concurrent.futures.TimeoutError:
             future.cancel()
+            if wait < limit:
+                raise ToolFailed(f"MCP server {describe(self.spec)} was still answering when the pair's "
+                                  f"time limit ran out") from None
             raise ToolFailed(f"MCP server {describe(self.spec)} did not answer within "
                               f"{timeout:g}s") from None
         except ToolFailed:
@@ -98,24 +108,42 @@ class McpSession:
             raise ToolFailed(f"MCP server {describe(self.spec)} failed: {exception_text(exc)}") from None
 
     def _connect(self) -> None:
+        """Open the session, waiting at most ``connect_timeout`` — and never past the pair's deadline.
+
+        A wait cut short by the pair's deadline leaves the server starting (a stdio server can take
+        seconds to boot on a busy machine) for the next call, instead of killing it and booting
+        another; only ``connect_timeout`` itself gives up on it. The wait holds no lock, so one
+        pair's wait never adds to another's.
+        """
         with self._connect_lock:
             if self.dead:
                 raise ToolFailed(f"MCP server {describe(self.spec)} connection was closed")
             if self.client is not None:
                 return
-            ready: concurrent.futures.Future = concurrent.futures.Future()
-            self._holder = self.loop.submit(self._hold(ready))
-            try:
-                ready.result(timeout=self.connect_timeout)
-            except concurrent.futures.TimeoutError:
-                self.dead = True
-                self._holder.cancel()
-                raise ToolFailed(f"could not connect to MCP server {describe(self.spec)} within "
-                                  f"{self.connect_timeout:g}s") from None
-            except Exception as exc:  # noqa: BLE001
-                self.dead = True
-                raise ToolFailed(f"could not connect to MCP server {describe(self.spec)}: "
-                                  f"{exception_text(exc)}") from None
+            if self._ready is None:
+                self._ready = concurrent.futures.Future()
+                self._connect_by = time.monotonic() + self.connect_timeout
+                self._holder = self.loop.submit(self._hold(self._ready))
+            ready, holder = self._ready, self._holder
+        full = max(0.0, self._connect_by - time.monotonic())
+        wait = deadline.remaining(full)
+        try:
+            ready.result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            if wait < full:
+                raise ToolFailed(f"MCP server {describe(self.spec)} was still starting when the pair's time "
+                                  f"limit ran out") from None
+            self.dead = True
+            holder.cancel()
+            raise ToolFailed(f"could not connect to MCP server {describe(self.spec)} within "
+                              f"{self.connect_timeout:g}s") from None
+        except Exception as exc:  # noqa: BLE001
+            self.dead = True
+            raise ToolFailed(f"could not connect to MCP server {describe(self.spec)}: "
+                              f"{exception_text(exc)}") from None
+        with self._connect_lock:
+            opened, self._ready = self._ready is ready, None
+        if opened:
             self.on_open()
 
     async def _hold(self, ready: concurrent.futures.Future) -> None:
