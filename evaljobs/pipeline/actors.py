@@ -382,7 +382,10 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         "max_retries": policy.max_retries,
         "min_backoff": int(policy.min_backoff * 1000),
         "max_backoff": int(policy.max_backoff * 1000),
-        "throws": (InvalidMessage,),
+        # A database that refuses writes (a full disk) fails the message once, logged in one line:
+        # retrying would only repeat the provider call and the failure (a retry storm); the pair
+        # stays missing and `evaljobs recover` re-sends it once space is freed.
+        "throws": (InvalidMessage, store.StorageFailed),
     }
     time_limit = int((policy.time_limit + 30) * 1000)
 

@@ -16,7 +16,13 @@ from evaljobs.evaluation.result import Result
 
 
 def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -> store.Recorded:
-    recorded = store.record_result(run_id, result)
+    try:
+        recorded = store.record_result(run_id, result)
+    except store.StorageFailed as exc:
+        # Not worth a retry (the disk stays full) and not silent: whoever waits on the run stops
+        # with this one line; the pair stays missing, for `evaljobs recover` once space is freed.
+        events.publish_storage_failed(run_id, str(exc))
+        raise
     if recorded.inserted:
         events.publish_result(run_id, result, recorded)
     if recorded.completed:
@@ -45,6 +51,9 @@ def finalize(run_id: str) -> store.Finalized | None:
         outcome = store.finalize(run_id)
     except store.Incomplete:
         return None
+    except store.StorageFailed as exc:
+        events.publish_storage_failed(run_id, str(exc))
+        raise
     if outcome.created:
         events.publish_complete(run_id, outcome.report)
     return outcome

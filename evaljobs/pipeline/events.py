@@ -115,6 +115,11 @@ def publish_complete(run_id: str, report: dict[str, Any]) -> None:
                      "errored": summary.get("errored"), "pass_rate": summary.get("pass_rate")})
 
 
+def publish_storage_failed(run_id: str, reason: str) -> None:
+    """The database refused a write of this run (a full disk): waiters stop with ``reason`` (one redacted line)."""
+    publish(run_id, {"type": "storage_failed", "reason": reason})
+
+
 class Subscription:
     """Events of one run (``"*"``: every run). Iterate with :meth:`get` and a timeout.
 

@@ -214,3 +214,6 @@ def follow(run_id: str, *, progress: Progress | None = None,
                     on_event(event)
                 if event.get("type") == "complete":
                     break
+                if event.get("type") == "storage_failed":
+                    # The run cannot move until space is freed: stop here, one line, the run left recoverable.
+                    raise store.StorageFailed(str(event.get("reason") or "the database refused a write"))

@@ -62,8 +62,12 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
         # SQLite: each thread keeps one connection, as a worker thread does (closed as the thread ends).
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evaljobs",
                                 initializer=store.hold_connection) as pool:
-            for _ in pool.map(in_context, pairs):
-                pass
+            try:
+                for _ in pool.map(in_context, pairs):
+                    pass
+            except store.StorageFailed:
+                pool.shutdown(wait=True, cancel_futures=True)  # the rest would fail the same way
+                raise
     else:
         with store.holding():
             for pair in pairs:
