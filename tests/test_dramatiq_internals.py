@@ -157,3 +157,57 @@ def test_closing_the_consumer_hands_its_fetched_but_unhandled_messages_back(redi
     finally:
         client.close()
         broker.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("delayed", [False, True], ids=["prefetched", "delayed"])
+def test_what_a_consumer_held_when_redis_went_away_is_requeued_once_it_is_back(delayed):
+    """Redis restarts under a live worker: Dramatiq restarts the consumer, dropping its in-memory
+    delay queue and the old consumer's ``message_cache``. Their ids stayed in this live worker's ack
+    set, where neither maintenance (fresh heartbeat) nor ``evaljobs recover`` (they look queued)
+    would ever touch them; the next consumer of the queue must put them back."""
+    import redis as redis_lib
+    from dramatiq.common import dq_name
+    from dramatiq.errors import ConnectionClosed
+
+    from helpers import RedisServer
+
+    queue = "restarted"
+    with RedisServer(appendonly=True) as server:
+        broker = make_broker(server.url)
+        client = redis_lib.Redis.from_url(server.url)
+        try:
+            for number in range(5):
+                message = dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={})
+                broker.enqueue(message, delay=60_000 if delayed else None)
+            name = dq_name(queue) if delayed else queue
+            consumer = broker.consume(name, prefetch=5, timeout=1000)
+            handed = []
+            while len(handed) < (5 if delayed else 1):  # delayed: all five sit in the (dropped) delay queue
+                proxy = next(consumer)
+                if proxy is not None:
+                    handed.append(proxy)
+            acks = f"dramatiq:__acks__.{broker.broker_id}.{name}"
+            assert client.scard(acks) == 5
+            server.stop()
+            with pytest.raises(ConnectionClosed):
+                consumer.close()  # what Dramatiq's ConsumerThread does after a connection error
+            server.start()
+            client = redis_lib.Redis.from_url(server.url)
+            assert client.scard(acks) == 5  # the append-only file kept them: still "held" by a live worker
+            again = broker.consume(name, prefetch=5, timeout=1000)
+            got = []
+            for _ in range(500):
+                proxy = next(again)
+                if proxy is not None:
+                    got.append(proxy.args[0])
+                    again.ack(proxy)
+                if len(got) == (5 if delayed else 4):
+                    break
+            expected = [0, 1, 2, 3, 4] if delayed else [h for h in range(5) if h != handed[0].args[0]]
+            assert sorted(got) == expected
+            # Not delayed: the one message handed to a worker thread is still its to run and ack.
+            assert client.scard(acks) == (0 if delayed else 1)
+        finally:
+            client.close()
+            broker.close()

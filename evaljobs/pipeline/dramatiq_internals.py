@@ -5,8 +5,8 @@ Two speed-ups lean on Dramatiq's Redis broker internals:
 * :class:`WakeableConsumer` subclasses the private ``dramatiq.brokers.redis._RedisConsumer``
   (its constructor ``(broker, queue_name, prefetch, timeout)``, its ``prefetch``,
   ``message_cache``, ``outstanding_message_count``, ``ack``/``nack`` and a ``__next__`` that
-  returns ``None`` when nothing was fetched; its ``requeue`` takes messages with a
-  ``redis_message_id`` option), and :class:`WakingRedisBroker` swaps it in
+  returns ``None`` when nothing was fetched) and the broker's ``do_requeue(queue, *redis_ids)``
+  (what ``_RedisConsumer.requeue`` calls), and :class:`WakingRedisBroker` swaps it in
   through ``RedisBroker.consumer_class``.
 * :func:`enqueue_pipelined` repeats ``RedisBroker.enqueue`` for many messages in one pipeline:
   it copies the private ``_should_do_maintenance``, ``_max_unpack_size`` and the argument list
@@ -65,17 +65,21 @@ class WakeableConsumer(_RedisConsumer):
         self.poll_ms = max(1, min(timeout, CONSUMER_POLL_MS))
         self.wake = threading.Event()
         self._idle = 0
+        #: message_id -> redis_message_id of what this consumer handed out and nobody acked yet.
+        self._held: dict[str, str] = {}
 
     def ack(self, message) -> None:
         try:
             super().ack(message)
         finally:
+            self._held.pop(message.message_id, None)
             self._freed()
 
     def nack(self, message) -> None:
         try:
             super().nack(message)
         finally:
+            self._held.pop(message.message_id, None)
             self._freed()
 
     def _freed(self) -> None:
@@ -85,6 +89,7 @@ class WakeableConsumer(_RedisConsumer):
             self.wake.set()
 
     def __next__(self):
+        self._requeue_orphans()
         if not self.message_cache and self.outstanding_message_count >= self.prefetch:
             # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
             # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
@@ -95,30 +100,70 @@ class WakeableConsumer(_RedisConsumer):
         message = super().__next__()
         if message is not None:
             self._idle = 0
+            self._held[message.message_id] = message.options["redis_message_id"]
             return message
         self._idle, pause_ms = compute_backoff(self._idle, factor=1, max_backoff=self.poll_ms)
         self.wake.wait(pause_ms / 1000)
         return None
 
     def close(self) -> None:
-        """Hand back what was fetched but never handed to the worker (the ``message_cache``).
+        """Hand back what this process fetched and will no longer run.
 
-        Dramatiq's ``Worker.stop`` requeues its work queue and delay queues, but its consumer
-        thread leaves the fetch loop after one message once told to stop: the rest of a fetch
-        made during the stop stayed in this worker's ack set until the heartbeat timed out, and
-        only then ran elsewhere (the graceful-stop fault test saw 4 unacked now and then).
+        * The ``message_cache`` (fetched, never handed to the worker): Dramatiq's ``Worker.stop``
+          requeues its work queue and delay queues, but its consumer thread leaves the fetch loop
+          after one message once told to stop, so the rest of a fetch made during the stop stayed
+          in this worker's ack set until the heartbeat timed out (the graceful-stop fault test
+          saw 4 unacked now and then).
+        * On a delay queue (``….DQ``), everything handed out and not acked: when a consumer loses
+          its Redis connection, Dramatiq's ``ConsumerThread`` replaces its in-memory delay queue
+          (``self.delay_queue = PriorityQueue()``) and those messages are gone from the process
+          while their ids stay in this *live* worker's ack set: maintenance never requeues them
+          (the heartbeat is fresh) and ``evaljobs recover`` counts them as queued, so a retry or a
+          rate-limit wait in flight when Redis restarted waited for the worker's restart. (On a
+          graceful stop Dramatiq requeued them already; requeueing twice is a no-op.)
+
+        With Redis gone, the ids are kept on the broker and the next consumer of the queue in this
+        process (Dramatiq restarts it once Redis answers) requeues them first.
         """
         cached, self.message_cache = self.message_cache, []
-        messages = [dramatiq.Message.decode(data) for data in cached if data is not None]
+        ids = [dramatiq.Message.decode(data).options["redis_message_id"] for data in cached if data is not None]
+        if self.queue_name.endswith(".DQ"):
+            ids += self._held.values()
+            self._held.clear()
         try:
-            if messages:
-                self.requeue(messages)
+            if ids:
+                self.broker.do_requeue(self.queue_name, *ids)
         except redis.ConnectionError as error:
-            # As Dramatiq's ack/nack do: the consumer thread's close() expects its own error type
-            # (Redis is gone: the messages come back when this worker's heartbeat times out).
+            _stash_orphans(self.broker, self.queue_name, ids)
+            # As Dramatiq's ack/nack do: the consumer thread's close() expects its own error type.
             raise ConnectionClosed(error) from None
         finally:
             super().close()
+
+    def _requeue_orphans(self) -> None:
+        ids = _take_orphans(self.broker, self.queue_name)
+        if not ids:
+            return
+        try:
+            self.broker.do_requeue(self.queue_name, *ids)
+        except redis.ConnectionError as error:
+            _stash_orphans(self.broker, self.queue_name, ids)
+            raise ConnectionClosed(error) from None
+
+
+def _stash_orphans(broker, queue_name: str, ids) -> None:
+    orphans = getattr(broker, "orphans", None)
+    if orphans is not None:
+        with broker._consumers_lock:
+            orphans.setdefault(queue_name, set()).update(ids)
+
+
+def _take_orphans(broker, queue_name: str) -> list[str]:
+    orphans = getattr(broker, "orphans", None)
+    if not orphans:
+        return []
+    with broker._consumers_lock:
+        return list(orphans.pop(queue_name, ()))
 
 
 class WakingRedisBroker(RedisBroker):
@@ -134,6 +179,8 @@ class WakingRedisBroker(RedisBroker):
         super().__init__(*args, **kwargs)
         self._consumers: dict[str, weakref.WeakSet] = {}
         self._consumers_lock = threading.Lock()
+        #: queue -> redis message ids a closed consumer could not requeue (Redis was down).
+        self.orphans: dict[str, set[str]] = {}
 
     @property
     def consumer_class(self):
