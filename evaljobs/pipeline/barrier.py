@@ -34,7 +34,11 @@ def record_many(run_id: str, results: Sequence[Result], *,
                 on_complete: Callable[[str], None]) -> list[store.Recorded]:
     """:func:`record` for several results of one run in one transaction (a group commit): each is
     still its own row, uniqueness check and count; events go out after the commit, one per row."""
-    recorded = store.record_results(run_id, results)
+    try:
+        recorded = store.record_results(run_id, results)
+    except store.StorageFailed as exc:
+        events.publish_storage_failed(run_id, str(exc))
+        raise
     events.publish_results(run_id, [(result, outcome) for result, outcome in zip(results, recorded)
                                     if outcome.inserted])
     if any(outcome.completed for outcome in recorded):
