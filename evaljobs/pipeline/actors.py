@@ -28,6 +28,7 @@ from evaljobs_middleware import crashes
 from evaljobs.config import Settings
 from evaljobs.errors import ConfigurationError
 from evaljobs.pipeline import barrier, runtime
+from evaljobs.pipeline.attempts import SPENT, remember_spent, spent
 from evaljobs import store
 from evaljobs.pipeline.enqueue import enqueue_many
 from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries, timed_out
@@ -69,22 +70,6 @@ def bound() -> Actors:
 def _retries() -> int:
     message = CurrentMessage.get_current_message()
     return int(message.options.get("retries", 0)) if message is not None else 0
-
-
-#: Message option: seconds this pair has spent in earlier attempts (its time limit spans retries).
-SPENT = "pair_spent"
-
-
-def _spent() -> float:
-    message = CurrentMessage.get_current_message()
-    return float(message.options.get(SPENT, 0.0)) if message is not None else 0.0
-
-
-def _remember_spent(seconds: float) -> None:
-    """Carry the time spent so far to the retry: Dramatiq's Retries re-enqueues this message, options and all."""
-    message = CurrentMessage.get_current_message()
-    if message is not None:
-        message.options[SPENT] = round(seconds, 3)
 
 
 def _load(run_id: str, scenario_key: str | None = None, model: str | None = None):
@@ -183,9 +168,8 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
     attempts = retries + 1
     scenario = catalog.scenario(scenario_key)
     carried = {} if alone else {"retries": retries}
-    # The time limit spans the pair's attempts (not the time a retry waits in the queue behind
-    # other work): ``began`` is when the pair would have started had its attempts run back to back.
-    began = time.monotonic() - (_spent() if alone else 0.0)
+    # When the pair would have started had its attempts run back to back (see pipeline.attempts).
+    began = time.monotonic() - (spent() if alone else 0.0)
     deadline = began + policy.time_limit if policy.time_limit else None
     try:
         spec = runtime.model_spec(model)
@@ -227,7 +211,7 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
         if retries < policy.max_retries:
             if not alone:
                 return _on_its_own(run_id, scenario_key, model, epoch, retries, policy, time.monotonic() - began)
-            _remember_spent(time.monotonic() - began)
+            remember_spent(time.monotonic() - began)
             raise dramatiq.Retry(exc.reason) from None  # retried with backoff, logged without a traceback
         return Result.errored(scenario_key, model, f"{exc.reason} (gave up after {attempts} attempts)",
                               attempts=attempts, epoch=epoch)
@@ -242,7 +226,7 @@ def _evaluate_pair(run_id: str, catalog, scenario_key: str, model: str, epoch: i
                 logger.warning("pair %s x %s (epoch %s) of run %s failed in a batch (%s: %s); retried on its own",
                                scenario_key, model, epoch, run_id, type(exc).__name__, exc)
                 return _on_its_own(run_id, scenario_key, model, epoch, retries, policy, time.monotonic() - began)
-            _remember_spent(time.monotonic() - began)
+            remember_spent(time.monotonic() - began)
             raise
         return Result.errored(scenario_key, model, f"{type(exc).__name__}: {exc}", attempts=attempts,
                               epoch=epoch)

@@ -1,15 +1,13 @@
 """Chat calls over httpx, one keep-alive connection pool per endpoint per process, any wire format.
 
-What is sent and how the answer is read belong to a wire format
-(``evaljobs.providers.wire``: OpenAI-compatible, Anthropic Messages, Azure
-OpenAI); this module owns the HTTP: the pooled connections, timeouts, size caps,
-SSE streaming with the time to first token, and turning transport failures into
-typed errors.
+What is sent and how the answer is read belong to a wire format (``evaljobs.providers.wire``:
+OpenAI-compatible, Anthropic Messages, Azure OpenAI); this module owns the HTTP: the pooled
+connections, timeouts (a wall per call: ``evaljobs.providers.deadline``), size caps, SSE streaming
+with the time to first token, and turning transport failures into typed errors.
 
-Every failure leaves ``ChatClient.complete`` as a typed ``ProviderError`` whose
-reason is one specific line (never the API key or the Authorization header), so
-callers decide retry vs. give-up by type. Bodies are read streamed and capped, so
-a runaway 50 MB answer costs at most ``max_response_bytes`` of memory.
+Every failure leaves ``ChatClient.complete`` as a typed ``ProviderError`` whose reason is one
+specific line (never the API key or the Authorization header), so callers decide retry vs. give-up
+by type. Bodies are read streamed and capped: a 50 MB answer costs at most ``max_response_bytes``.
 """
 from __future__ import annotations
 
@@ -214,7 +212,6 @@ class ChatClient:
         if self._transport is not None:
             return self._transport
         proxy = _environment_proxy(self._url)
-        # Bounded: every connect, read and write ends by the call's wall (see evaljobs.providers.deadline).
         return deadline.bounded(httpx.HTTPTransport(
             verify=_ssl_for(self._url, proxy), proxy=proxy,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=30.0),
@@ -244,8 +241,6 @@ class ChatClient:
         phase = "send"
         request_headers = self._headers
         call_timeout = min(self.timeout, timeout) if timeout else self.timeout
-        # A hard wall for the whole exchange (pool wait, connect, headers, body), not per read:
-        # a server trickling a byte every 0.3 s never trips a 1 s read timeout.
         wall = deadline.scope(time.monotonic() + call_timeout)
         wall.__enter__()
         try:
@@ -373,7 +368,6 @@ class ChatClient:
             yield pending
 
     def _timeout_reason(self, exc: httpx.TimeoutException, limit: float) -> str:
-        """The limit of this call (a per-pair deadline may have cut the client's own timeout short)."""
         what = {
             httpx.ConnectTimeout: "connecting",
             httpx.ReadTimeout: "waiting for the response",
