@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from operator import attrgetter
 from typing import Any, Iterable
 
 from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
@@ -16,6 +17,7 @@ from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct 
 from evaljobs.reports.compare import Comparison, compare
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
+from evaljobs.reports.rows import ReportRow
 from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
@@ -36,29 +38,42 @@ _RUN_FIELDS = ("id", "catalog_name", "digest", "models", "strategy", "created_at
                "finished_at", "context")
 
 
-def build_report(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
+_ORDER = attrgetter("scenario_key", "model", "epoch")
+
+
+def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]") -> dict[str, Any]:
     """Assemble the report for ``run`` (id, catalog_name, digest, models, strategy,
     created_at, finished_at as ISO strings or None, optionally expected, started_at, context).
 
     Only plain JSON types (dict, list, str, int, float, bool, None) are used, so the
-    stored report loads back equal to the one built.
+    stored report loads back equal to the one built. One pass over the ordered rows
+    collects what every section needs (the finalize of 4,000 rows is on the path from
+    the last result to the report); sums are still ``sum()`` over lists in row order, so
+    the numbers are the same on every Python (3.12's ``sum`` of floats is compensated).
     """
-    ordered = sorted(results, key=lambda r: (r.scenario_key, r.model, r.epoch))
+    ordered = sorted(results, key=_ORDER)
     models = _model_order(run.get("models") or [], ordered)
-    by_model: dict[str, list[Result]] = {model: [] for model in models}
+    epochs = int(run.get("epochs") or 1)
+    with_epoch = epochs > 1
+    by_model: dict[str, list[Any]] = {model: [] for model in models}
+    criteria: dict[str, dict[str, list[float]]] = {}
+    compact = []
+    add = compact.append
     for r in ordered:
         by_model[r.model].append(r)
+        for name, value in r.scores.items():
+            criteria.setdefault(name, {}).setdefault(r.model, []).append(float(value))
+        add(_compact(r, with_epoch))
     per_model = [_model_block(model, by_model[model]) for model in models]
-    epochs = int(run.get("epochs") or 1)
     report = {
         "run": _run_block(run),
-        "summary": _summary(run, ordered),
+        "summary": _summary(run, ordered, per_model),
         "models": per_model,
-        "criteria": _criteria(models, by_model),
+        "criteria": _criteria(models, criteria),
         "verdict": _verdict(per_model),
-        "results": [_compact(r, epochs > 1) for r in ordered],
+        "results": compact,
     }
-    if epochs > 1:  # only then: a single-epoch report is what it was before epochs existed
+    if with_epoch:  # only then: a single-epoch report is what it was before epochs existed
         report["run"]["epochs"] = epochs
         report["epochs"] = epochs_block(ordered, models, epochs, run.get("thresholds"))
     return report
@@ -73,7 +88,7 @@ def percentile(values: Iterable[float], pct: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def _model_order(models: list[str], results: list[Result]) -> list[str]:
+def _model_order(models: list[str], results: list[Any]) -> list[str]:
     extra = sorted({r.model for r in results} - set(models))
     return list(models) + extra
 
@@ -106,13 +121,10 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def _tally(results: list[Result]) -> tuple[int, int, int]:
-    statuses = Counter(r.status for r in results)
-    return statuses[PASSED], statuses[FAILED], statuses[ERRORED]
-
-
-def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
-    passed, failed, errored = _tally(results)
+def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, Any]]) -> dict[str, Any]:
+    passed = sum(m["passed"] for m in per_model)
+    failed = sum(m["failed"] for m in per_model)
+    errored = sum(m["errored"] for m in per_model)
     expected = run.get("expected")
     reused = [r for r in results if r.reused_from]
     if reused:  # --reuse: only then, so other reports keep their shape
@@ -121,6 +133,8 @@ def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
                  "reused_from": sorted({r.reused_from for r in reused if r.reused_from})}
     else:
         extra = {}
+    costs = [r.cost for r in results]
+    known = [c for c in costs if c is not None]
     return {**extra,
         "expected": int(expected) if expected is not None else len(results),
         "results": len(results),
@@ -128,20 +142,10 @@ def _summary(run: dict[str, Any], results: list[Result]) -> dict[str, Any]:
         "failed": failed,
         "errored": errored,
         "pass_rate": _rate(passed, len(results)),
-        "cost": _known_cost(results),
-        "cost_unknown": _unknown_cost(results),
-        "duration_ms": int(sum(r.duration_ms for r in results)),
+        "cost": round(sum(known), 6),  # known costs (a lower bound when cost_unknown is not 0)
+        "cost_unknown": len(costs) - len(known),
+        "duration_ms": int(sum([r.duration_ms for r in results])),
     }
-
-
-def _known_cost(results: list[Result]) -> float:
-    """The sum of the costs that are known (a lower bound when ``_unknown_cost`` is not 0)."""
-    return round(sum(r.cost for r in results if r.cost is not None), 6)
-
-
-def _unknown_cost(results: list[Result]) -> int:
-    """How many pairs have an unknown cost (a model missing from its provider's price table)."""
-    return sum(1 for r in results if r.cost is None)
 
 
 def _ms_percentile(values: list[float | None], pct: float) -> int | None:
@@ -149,11 +153,16 @@ def _ms_percentile(values: list[float | None], pct: float) -> int | None:
     return int(round(found)) if found is not None else None
 
 
-def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
-    passed, failed, errored = _tally(results)
-    durations = [r.duration_ms for r in results]
-    faults = Counter(r.fault for r in results if r.fault)
+def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
+    statuses = Counter([r.status for r in results])
+    passed, failed, errored = statuses[PASSED], statuses[FAILED], statuses[ERRORED]
+    durations = sorted([r.duration_ms for r in results])
+    faults = Counter([r.fault for r in results if r.fault])
     p50, p95 = percentile(durations, 50), percentile(durations, 95)
+    ttfts = sorted([r.ttft_ms for r in results if r.ttft_ms is not None])
+    latencies = sorted([r.latency_ms for r in results if r.latency_ms is not None])
+    costs = [r.cost for r in results]
+    known = [c for c in costs if c is not None]
     return {
         "model": model,
         "scenarios": len(results),
@@ -161,28 +170,29 @@ def _model_block(model: str, results: list[Result]) -> dict[str, Any]:
         "failed": failed,
         "errored": errored,
         "pass_rate": _rate(passed, len(results)),
-        "mean_score": round(sum(r.score for r in results) / len(results), 4) if results else 0.0,
+        "mean_score": round(sum([r.score for r in results]) / len(results), 4) if results else 0.0,
         "duration_p50_ms": int(p50) if p50 is not None else None,
         "duration_p95_ms": int(p95) if p95 is not None else None,
-        "ttft_p50_ms": _ms_percentile([r.ttft_ms for r in results], 50),
-        "ttft_p95_ms": _ms_percentile([r.ttft_ms for r in results], 95),
-        "latency_p50_ms": _ms_percentile([r.latency_ms for r in results], 50),
-        "latency_p95_ms": _ms_percentile([r.latency_ms for r in results], 95),
-        "input_tokens": sum(r.input_tokens for r in results),
-        "output_tokens": sum(r.output_tokens for r in results),
-        "cost": _known_cost(results),
-        "cost_unknown": _unknown_cost(results),
-        "cached": sum(1 for r in results if r.cached),
+        "ttft_p50_ms": _ms_percentile(ttfts, 50),
+        "ttft_p95_ms": _ms_percentile(ttfts, 95),
+        "latency_p50_ms": _ms_percentile(latencies, 50),
+        "latency_p95_ms": _ms_percentile(latencies, 95),
+        "input_tokens": sum([r.input_tokens for r in results]),
+        "output_tokens": sum([r.output_tokens for r in results]),
+        "cost": round(sum(known), 6),
+        "cost_unknown": len(costs) - len(known),
+        "cached": sum([1 for r in results if r.cached]),
         "faults": {fault: n for fault, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0]))},
     }
 
 
-def _criteria(models: list[str], by_model: dict[str, list[Result]]) -> list[dict[str, Any]]:
-    names = sorted({name for rows in by_model.values() for r in rows for name in r.scores})
+def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
+    """One row per criterion × model, from the scores collected per criterion and model in row order."""
     rows = []
-    for name in names:
+    for name in sorted(collected):
+        per_model = collected[name]
         for model in models:
-            scores = [float(r.scores[name]) for r in by_model[model] if name in r.scores]
+            scores = per_model.get(model)
             if not scores:
                 continue
             rows.append({
@@ -191,7 +201,7 @@ def _criteria(models: list[str], by_model: dict[str, list[Result]]) -> list[dict
                 "mean": round(sum(scores) / len(scores), 4),
                 "min": round(min(scores), 4),
                 "max": round(max(scores), 4),
-                "passed": sum(1 for s in scores if s >= CRITERION_PASS),
+                "passed": sum([1 for s in scores if s >= CRITERION_PASS]),
                 "total": len(scores),
             })
     return rows
@@ -203,21 +213,24 @@ def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "cost": m["cost"], "cost_unknown": m["cost_unknown"]} for i, m in enumerate(ranked, start=1)]
 
 
-def _compact(result: Result, with_epoch: bool = False) -> dict[str, Any]:
-    return {
-        "scenario_key": result.scenario_key,
-        "model": result.model,
-        **({"epoch": result.epoch} if with_epoch else {}),
-        "status": result.status,
-        "score": round(float(result.score), 4),
-        "fault": result.fault,
-        "error": result.error,
-        "duration_ms": int(result.duration_ms),
-        "cost": None if result.cost is None else round(float(result.cost), 6),
-        "cached": bool(result.cached),
-        **({"reused_from": result.reused_from} if result.reused_from else {}),
-        **_judge_entry(result),
-    }
+def _compact(result: Any, with_epoch: bool = False) -> dict[str, Any]:
+    r = result
+    cost = r.cost
+    if with_epoch:
+        entry = {"scenario_key": r.scenario_key, "model": r.model, "epoch": r.epoch, "status": r.status,
+                 "score": round(float(r.score), 4), "fault": r.fault, "error": r.error,
+                 "duration_ms": int(r.duration_ms), "cost": None if cost is None else round(float(cost), 6),
+                 "cached": bool(r.cached)}
+    else:
+        entry = {"scenario_key": r.scenario_key, "model": r.model, "status": r.status,
+                 "score": round(float(r.score), 4), "fault": r.fault, "error": r.error,
+                 "duration_ms": int(r.duration_ms), "cost": None if cost is None else round(float(cost), 6),
+                 "cached": bool(r.cached)}
+    if r.reused_from:
+        entry["reused_from"] = r.reused_from
+    if r.details:
+        entry.update(_judge_entry(r))
+    return entry
 
 
 def _judge_entry(result: Result) -> dict[str, Any]:

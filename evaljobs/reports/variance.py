@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any, Iterable
 
 #: The z of a two-sided 95 % interval.
@@ -32,6 +33,7 @@ Z95 = 1.959963984540054
 #: The p-value under which a change in pass rate between two runs counts as real.
 SIGNIFICANCE = 0.05
 PASSED, FAILED, ERRORED = "passed", "failed", "errored"
+_EPOCH = attrgetter("epoch")
 
 
 def wilson(passes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -119,10 +121,11 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
         groups[(r.scenario_key, r.model)].append(r)
     out = []
     for (key, model), rows in sorted(groups.items()):
-        rows = sorted(rows, key=lambda r: r.epoch)
+        rows.sort(key=_EPOCH)
+        statuses = [r.status for r in rows]
         n = len(rows)
-        c = sum(1 for r in rows if r.status == PASSED)
-        failed = sum(1 for r in rows if r.status == FAILED)
+        c = statuses.count(PASSED)
+        failed = statuses.count(FAILED)
         mean, stderr = mean_and_stderr([float(r.score) for r in rows])
         threshold = (thresholds or {}).get(key)
         at_k, hat_k = _curves(n, c)
@@ -131,7 +134,7 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
             "errored": n - c - failed, "pass_rate": _r(c / n), "mean_score": _r(mean), "stderr": _r(stderr),
             "pass_at_k": dict(at_k), "pass_hat_k": dict(hat_k),
             "flaky": c > 0 and failed > 0,
-            "statuses": [r.status for r in rows],
+            "statuses": statuses,
         }
         if threshold is not None:
             entry["threshold"] = threshold
