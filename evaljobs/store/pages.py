@@ -45,7 +45,8 @@ class RunRow:
     finished_at: datetime | None
     digest: str
     note: str | None = None
-    pairs: list[tuple[str, str]] | None = None
+    pairs: list[tuple[str, str, int]] | None = None  # (scenario, model, epoch): a rerun's chosen pairs
+    epochs: int = 1  # --epochs N: each (scenario, model) was evaluated N times
 
 
 class Cell(NamedTuple):
@@ -65,6 +66,7 @@ class Cell(NamedTuple):
     preview: str
     error: str | None
     ttft_ms: float | None = None  # time to first token of the pair's first call, where recorded
+    epoch: int = 0  # which of the run's epochs (--epochs N) this row is
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def _like(text: str) -> str:
 def run(run_id: str) -> RunRow:
     """One run by primary key, without its report."""
     db = _db()
-    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs FROM run WHERE id = {db.param}"
+    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs FROM run WHERE id = {db.param}"
     with _connection() as db:
         r = db.execute_sql(sql, (run_id,)).fetchone()
     if r is None:
@@ -183,7 +185,7 @@ def run(run_id: str) -> RunRow:
     return RunRow(id=r[0], catalog_name=r[1], models=list(_json_once(r[2]) or []), strategy=r[3],
                   status=r[4], expected=r[5], persisted=r[6], created_at=_datetime(r[7]),
                   started_at=_datetime(r[8]), finished_at=_datetime(r[9]), digest=r[10], note=r[11],
-                  pairs=list(_pair_list(r[12])) if r[12] is not None else None)
+                  pairs=list(_pair_list(r[12])) if r[12] is not None else None, epochs=r[13] or 1)
 
 
 @_reconnecting
@@ -236,7 +238,7 @@ def cells(run_id: str) -> list[Cell]:
     p = db.param
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
            f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-           f"ttft_ms "
+           f"ttft_ms, epoch "
            f"FROM result WHERE run_id = {p}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id,)).fetchall()))
@@ -249,7 +251,7 @@ def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     p = db.param
     sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
            f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-           f"ttft_ms "
+           f"ttft_ms, epoch "
            f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id, int(after))).fetchall()))
@@ -269,12 +271,12 @@ def search(run_id: str, text: str) -> set[tuple[str, str]]:
 
 @_reconnecting
 def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
-    """Every model's full result for one scenario of the run (prefix of the unique index)."""
+    """Every model's full result for one scenario of the run (prefix of the unique index), by model and epoch."""
     query = (ResultRow.select()
              .where((ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key)))
     with _connection():
         rows = list(query)
-    return [_to_result(row) for row in sorted(rows, key=lambda r: r.model)]
+    return [_to_result(row) for row in sorted(rows, key=lambda r: (r.model, r.epoch))]
 
 
 @_reconnecting

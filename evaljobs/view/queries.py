@@ -12,7 +12,6 @@ import threading
 from collections import Counter
 from functools import cached_property
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import peewee
@@ -22,9 +21,10 @@ from evaljobs.reports.build import percentile
 from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
 from evaljobs.store import pages as store_pages
 from evaljobs.store.pages import Cell, RunRow
+from evaljobs.view.epochs import EpochCell, epoch_cells
+from evaljobs.view.runlist import RUNS_LIMIT, RunListItem, run_list  # noqa: F401 - the runs page's query
 
 PAGE_SIZE = 50
-RUNS_LIMIT = 50
 #: Order of statuses when sorting by a model's column: the interesting ones first.
 _STATUS_RANK = {"errored": 0, "failed": 1, "pending": 2, "passed": 3}
 PAIR_STATUSES = ("passed", "failed", "errored", "pending")
@@ -32,52 +32,6 @@ PAIR_STATUSES = ("passed", "failed", "errored", "pending")
 
 class NotFound(LookupError):
     """A run or scenario the URL names does not exist (a 404, one line)."""
-
-
-# -- the runs list --------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunListItem:
-    run: RunRow
-    models: list[dict[str, Any]]  # {model, pass_rate, results}
-    cost: float
-    pass_rate: float | None
-
-    @property
-    def duration_s(self) -> float | None:
-        r = self.run
-        if r.started_at is None:
-            return None
-        end = r.finished_at or datetime.now(timezone.utc)
-        return max(0.0, (end - r.started_at).total_seconds())
-
-
-def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model: str | None = None,
-             since: datetime | None = None, until: datetime | None = None,
-             limit: int = RUNS_LIMIT) -> list[RunListItem]:
-    rows = store_pages.runs(limit=limit, statuses=tuple(statuses), catalog=catalog or None, model=model or None,
-                            since=since, until=until)
-    reported = store_pages.report_models([r.id for r in rows if r.status in store.FINISHED_STATUSES])
-    tallies = store_pages.model_tallies([r.id for r in rows if r.id not in reported])
-    items = []
-    for row in rows:
-        if row.id in reported:
-            blocks, summary = reported[row.id]
-            models = [{"model": b["model"], "pass_rate": b["pass_rate"], "results": b["scenarios"]} for b in blocks]
-            items.append(RunListItem(row, models, float(summary.get("cost") or 0.0), summary.get("pass_rate")))
-            continue
-        per = tallies.get(row.id, {})
-        models, cost, passed, total = [], 0.0, 0, 0
-        for model in row.models:
-            t = per.get(model, {})
-            n = int(t.get("passed", 0) + t.get("failed", 0) + t.get("errored", 0))
-            models.append({"model": model, "pass_rate": (t.get("passed", 0) / n) if n else None, "results": n})
-            cost += t.get("cost", 0.0)
-            passed += int(t.get("passed", 0))
-            total += n
-        items.append(RunListItem(row, models, round(cost, 6), (passed / total) if total else None))
-    return items
 
 
 # -- a run -----------------------------------------------------------------------------------------------
@@ -104,6 +58,8 @@ class ModelRow:
     #: Time to first token p50/p95 over the pairs that recorded one (streaming calls); None: none did.
     ttft_p50_ms: int | None = None
     ttft_p95_ms: int | None = None
+    #: With epochs: scenarios whose epochs disagree for this model (one passed, one failed).
+    flaky: int = 0
 
 
 @dataclass
@@ -138,6 +94,8 @@ class RunPage:
     tags: list[str]
     groups: list[str]
     total_cost: float
+    #: The run's epochs per pair: above 1, a cell is an :class:`~evaljobs.view.epochs.EpochCell`.
+    epochs: int = 1
 
 
 def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -213,7 +171,7 @@ class RunIndex:
     run: RunRow
     last_id: int
     cells: list[Cell]
-    by_pair: dict[tuple[str, str], Cell]
+    by_pair: "dict[tuple[str, str], Cell | EpochCell]"
     rows: list[_Row]
     models: list[ModelRow]
     faults: list[str]
@@ -240,7 +198,7 @@ _indexes_lock = threading.Lock()
 def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
     catalog = _catalog(run.digest)
     if run.pairs is not None:
-        keys = list(dict.fromkeys(k for k, _ in run.pairs))
+        keys = list(dict.fromkeys(pair[0] for pair in run.pairs))
     elif catalog is not None:
         keys = list(catalog.keys)
     else:
@@ -252,10 +210,17 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
         prompt = s.prompt if s else ""
         rows.append(_Row(key, s.group if s else None, tuple(s.tags) if s else (), prompt,
                          f"{key}\n{prompt}".lower()))
-    by_pair = {(c.scenario_key, c.model): c for c in cells}
+    models = model_rows(run.models, cells)
+    if run.epochs > 1:  # one cell per (scenario, model) over its epochs
+        by_pair = epoch_cells(cells, run.epochs)
+        flaky = Counter(cell.model for cell in by_pair.values() if cell.flaky)
+        for m in models:
+            m.flaky = flaky.get(m.model, 0)
+    else:
+        by_pair = {(c.scenario_key, c.model): c for c in cells}
     grid = [[(m, by_pair.get((row.key, m))) for m in run.models] for row in rows]
     return RunIndex(run=run, last_id=last_id, cells=cells, by_pair=by_pair, grid=grid,
-                    rows=rows, models=model_rows(run.models, cells),
+                    rows=rows, models=models,
                     faults=sorted({c.fault for c in cells if c.fault}),
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
                     groups=sorted({s.group for s in scenarios.values() if s.group}),
@@ -337,7 +302,7 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
             cells = [(m, by_pair.get((key, m))) for m in columns]
         if wanted and not any((c.status if c else "pending") in wanted for _, c in cells):
             continue
-        if fault and not any(c is not None and c.fault == fault for _, c in cells):
+        if fault and not any(c is not None and _has_fault(c, fault) for _, c in cells):
             continue
         if text and text not in row.text and not any((key, m) in found for m in columns):
             continue
@@ -351,7 +316,11 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     verdict = sorted((m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
     return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
                    matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
-                   groups=index.groups, total_cost=index.total_cost)
+                   groups=index.groups, total_cost=index.total_cost, epochs=run.epochs)
+
+
+def _has_fault(cell: "Cell | EpochCell", fault: str) -> bool:
+    return cell.has_fault(fault) if isinstance(cell, EpochCell) else cell.fault == fault
 
 
 def _sorted(rows: list, sort: str, descending: bool) -> list:
@@ -386,6 +355,16 @@ class ScenarioColumn:
     result: Any  # Result | None
     baseline: Any  # Result | None
     flip: str | None
+    #: With epochs: every recorded epoch of this model, by epoch (``result`` is the first).
+    epochs: list[Any] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for r in self.epochs if r.status == "passed")
+
+    @property
+    def flaky(self) -> bool:
+        return self.passed > 0 and any(r.status == "failed" for r in self.epochs)
 
 
 @dataclass
@@ -405,7 +384,9 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
         raise NotFound(str(exc)) from None
     catalog = _catalog(run.digest)
     scenario = catalog.scenario(key) if catalog is not None and key in catalog else None
-    results = {r.model: r for r in store_pages.scenario_results(run_id, key)}
+    results: dict[str, list[Any]] = {}
+    for r in store_pages.scenario_results(run_id, key):  # by model, then epoch
+        results.setdefault(r.model, []).append(r)
     if scenario is None and not results:
         raise NotFound(f"run {run_id} has no scenario {key!r}")
     base_run, base = None, {}
@@ -414,14 +395,16 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
             base_run = store_pages.run(baseline)
         except store.UnknownRun as exc:
             raise NotFound(str(exc)) from None
-        base = {r.model: r for r in store_pages.scenario_results(baseline, key)}
+        for r in store_pages.scenario_results(baseline, key):
+            base.setdefault(r.model, []).append(r)
     columns = []
     for model in list(run.models) + sorted(set(results) - set(run.models)):
-        mine, theirs = results.get(model), base.get(model)
+        epochs, theirs = results.get(model, []), base.get(model, [])
+        mine = epochs[0] if epochs else None
         flip = None
-        if mine is not None and theirs is not None:
-            flip = compare([theirs], [mine]).changes[0].kind
-        columns.append(ScenarioColumn(model, mine, theirs, flip))
+        if len(epochs) == 1 and len(theirs) == 1:  # a flip is one result against one (the report's
+            flip = compare(theirs, epochs).changes[0].kind  # compare judges epochs by significance)
+        columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs))
     others = [r for r in store_pages.runs(limit=30, catalog=run.catalog_name) if r.id != run.id]
     return ScenarioPage(run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others)
 

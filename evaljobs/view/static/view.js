@@ -9,8 +9,38 @@
     if (node) node.textContent = String(value);
   }
 
+  // With --epochs N a cell is a (scenario, model) over its N epochs: the new row sets its epoch's
+  // letter in data-epochs ("PF·E…") and the cell is redrawn from the letters, as the server draws it.
+  function epochCell(td, row) {
+    const marks = (td.dataset.epochs || "").split("");
+    marks[row.epoch] = row.status.charAt(0).toUpperCase();
+    td.dataset.epochs = marks.join("");
+    const count = (letter) => marks.filter((m) => m === letter).length;
+    const passed = count("P"), failed = count("F"), errored = count("E");
+    const status = failed ? "failed" : errored ? "errored" : passed === marks.length ? "passed" : "pending";
+    td.className = "cell fresh st-" + status;
+    const mark = document.createElement("span");
+    mark.className = "mark";
+    mark.textContent = passed + "/" + marks.length + " passed";
+    td.replaceChildren(mark);
+    if (passed && failed) {
+      const flaky = document.createElement("span");
+      flaky.className = "flaky";
+      flaky.textContent = " flaky";
+      td.append(flaky);
+    }
+    const letters = document.createElement("span");
+    letters.className = "epochs";
+    letters.textContent = " " + marks.join("");
+    const line = document.createElement("div");
+    line.className = "line";
+    line.textContent = row.line;
+    td.append(letters, line);
+  }
+
   function liveRun() {
     const body = document.body;
+    const epochs = Number(body.dataset.epochs || "1");
     if (body.dataset.live !== "yes") { body.dataset.ready = "1"; return; }
     const runId = body.dataset.run;
     const cells = new Map();
@@ -35,6 +65,7 @@
         applied += 1;
         const td = cells.get(row.key + "\u0000" + row.model);
         if (!td) continue;
+        if (epochs > 1) { epochCell(td, row); continue; }
         td.className = "cell fresh st-" + row.status;
         const mark = document.createElement("span");
         mark.className = "mark";
