@@ -102,3 +102,16 @@ def test_the_served_pages_show_epochs_passed_flaky_marks_and_every_epoch(tmp_pat
     for epoch in range(4):
         assert f"answer s1 m2 epoch {epoch}" in page
     assert "2/4 epochs passed" in page and "4/4 epochs passed" in page
+
+
+def test_a_rerun_of_chosen_epochs_has_a_run_page(tmp_path):
+    """A rerun stores its chosen pairs as [scenario, model, epoch]: the page lists their scenarios once."""
+    store.connect(f"sqlite:///{tmp_path}/v.db")
+    catalog = loads_catalog('name: ep\nscenarios:\n  - key: s1\n    prompt: "a"\n  - key: s2\n    prompt: "b"\n',
+                            source="ep.yaml")
+    run = store.create_run(catalog, ["m1"], strategy="fanout", epochs=3, pairs=[("s2", "m1", 0), ("s2", "m1", 2)])
+    store.record_result(run.id, Result("s2", "m1", "failed", epoch=2))
+    page = queries.run_page(run.id)
+    assert [r.key for r in page.rows] == ["s2"]
+    cell = page.rows[0].cells[0][1]
+    assert (cell.passed, cell.recorded, cell.marks) == (0, 1, "··F")
