@@ -295,3 +295,33 @@ def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(si
         worker.terminate(10)
         session.close()
         events.bind_redis(None)
+
+
+def test_a_live_run_with_epochs_redraws_a_cell_from_its_epochs(site) -> None:
+    """With --epochs a cell is the scenario × model over its epochs, on the server and in the live update."""
+    store.connect(site["db"])
+    catalog = loads_catalog('name: epochs\nscenarios:\n  - key: e1\n    prompt: "a"\n  - key: e2\n    prompt: "b"\n',
+                            source="epochs.yaml")
+    run = store.create_run(catalog, ["sim/a"], strategy="sequential", epochs=3)
+    store.mark_running(run.id)
+    store.record_result(run.id, Result("e1", "sim/a", "passed", 1.0, output="yes", epoch=0))
+    store.record_result(run.id, Result("e1", "sim/a", "failed", 0.0, output="no", fault="missing_content", epoch=1))
+    browser = _open(site, f"/runs/{run.id}")
+    assert browser.evaluate("document.body.dataset.live") == "yes"
+    assert _grid(browser) == {"e1": {"sim/a": "1/3 passed"}, "e2": {"sim/a": "0/3 passed"}}
+    cell = "document.querySelector('#grid td.cell[data-key=\"e1\"]')"
+    assert browser.evaluate(f"{cell}.dataset.epochs") == "PF·"
+    assert browser.evaluate(f"!!{cell}.querySelector('.flaky')")
+    browser.evaluate("window.sameDocument = true")
+    store.record_result(run.id, Result("e1", "sim/a", "passed", 1.0, output="yes again", epoch=2))
+    _until(browser, f"window.sameDocument && {cell}.dataset.epochs === 'PFP'", 30)
+    assert browser.evaluate(f"{cell}.querySelector('.mark').textContent") == "2/3 passed"
+    assert browser.evaluate(f"{cell}.className") == "cell fresh st-failed"  # an epoch failed
+    for epoch in range(3):
+        store.record_result(run.id, Result("e2", "sim/a", "passed", 1.0, output="fine", epoch=epoch))
+    _until(browser, "document.querySelector('#grid td.cell[data-key=\"e2\"]').dataset.epochs === 'PPP'", 30)
+    assert browser.evaluate("document.querySelector('#grid td.cell[data-key=\"e2\"]').className") == \
+        "cell fresh st-passed"
+    _shot(site, "run-epochs")
+    _clean(browser, site)
+    store.finalize(run.id)
