@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import itertools
-import secrets
+from types import SimpleNamespace
 
 import pytest
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.errors import UsageError
+from evaljobs.store import runs as store_runs
 from evaljobs.store.lookup import resolve_run_id
 
 CATALOG = "name: ids\nscenarios:\n  - {key: a, prompt: hi}\n"
@@ -19,7 +20,9 @@ def runs(db_url, monkeypatch):
     """Four runs with chosen ids (run ids are r_ + secrets.token_hex(6)), oldest first."""
     store.connect(db_url)
     chosen = iter(["abc111aaaaaa", "abc222bbbbbb", "def333cccccc", "0a0a0a0a0a0a"])
-    monkeypatch.setattr(secrets, "token_hex", lambda n=None: next(chosen))
+    # Only the store's `secrets` (a namespace of its own): a thread left by an earlier test that
+    # draws a token meanwhile must neither take a chosen id nor run the iterator dry.
+    monkeypatch.setattr(store_runs, "secrets", SimpleNamespace(token_hex=lambda n=None: next(chosen)))
     catalog = loads_catalog(CATALOG, source="ids.yaml")
     made = [store.create_run(catalog, ["sim/a"], strategy="sequential").id for _ in range(4)]
     monkeypatch.undo()
@@ -57,7 +60,7 @@ def test_ambiguous_and_unknown_are_one_line(runs, text, error, message) -> None:
 def test_many_matches_are_capped(db_url, monkeypatch) -> None:
     store.connect(db_url)
     counter = itertools.count()
-    monkeypatch.setattr(secrets, "token_hex", lambda n=None: f"fee{next(counter):09d}")
+    monkeypatch.setattr(store_runs, "secrets", SimpleNamespace(token_hex=lambda n=None: f"fee{next(counter):09d}"))
     catalog = loads_catalog(CATALOG, source="ids.yaml")
     for _ in range(7):
         store.create_run(catalog, ["sim/a"], strategy="sequential")
