@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import dramatiq
 from dramatiq.middleware import SkipMessage
@@ -78,6 +78,43 @@ def begin_attempt(client: Any, key: str, field: str, ttl: int = DEFAULT_TTL) -> 
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logger.warning("could not count the start of %s in %s: %s", field, key, exc)
         return 0
+
+
+class Companion(Protocol):
+    """Commands the application sends in the same round trip as a message's counted start.
+
+    Why: at zero latency every Redis round trip of a message is a measurable share of its cost, and
+    the application often has one to make right at the start (evaljobs: the pair's first governor
+    permit). ``queue`` adds commands to the pipeline that carries the start (it returns how many);
+    ``replies`` gets their replies (exceptions included, never raised), unless the round trip failed;
+    ``done`` is called on the processing thread once the message is over, skipped or set aside
+    (always after ``queue``, possibly more than once): undo what an unused reply holds.
+    """
+
+    def queue(self, message: dramatiq.Message, pipe: Any) -> int: ...
+
+    def replies(self, message: dramatiq.Message, replies: list[Any]) -> None: ...
+
+    def done(self, message: dramatiq.Message) -> None: ...
+
+
+def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: dramatiq.Message,
+                       companion: Companion) -> int:
+    """:func:`begin_attempt` with ``companion``'s commands in the same pipeline (one round trip)."""
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.eval(_BEGIN, 1, key, field, ttl)
+        queued = companion.queue(message, pipe)
+        replies = pipe.execute(raise_on_error=False)
+    except Exception as exc:  # noqa: BLE001 - see begin_attempt
+        logger.warning("could not count the start of %s in %s: %s", field, key, exc)
+        return 0
+    if queued:
+        companion.replies(message, replies[1:1 + queued])
+    if isinstance(replies[0], Exception):
+        logger.warning("could not count the start of %s in %s: %s", field, key, replies[0])
+        return 0
+    return int(replies[0])
 
 
 def end_attempt(client: Any, key: str, field: str) -> None:
@@ -185,21 +222,24 @@ class CrashCounter(dramatiq.Middleware):
         exception from a ``before_`` hook and would run the actor.
       max_crashes: crashed workers a message may cost (>= 1).
       ttl: seconds a group's counts live after their last change.
+      companion: commands to send in the same round trip as a counted start (:class:`Companion`).
     """
 
     def __init__(self, key: Key, give_up: GiveUp, *, max_crashes: int = DEFAULT_MAX_CRASHES,
-                 ttl: int = DEFAULT_TTL) -> None:
+                 ttl: int = DEFAULT_TTL, companion: Companion | None = None) -> None:
         if isinstance(max_crashes, bool) or not isinstance(max_crashes, int) or max_crashes < 1:
             raise ValueError(f"max_crashes must be a whole number >= 1, not {max_crashes!r}")
         self.key = key
         self.give_up = give_up
         self.max_crashes = max_crashes
         self.ttl = ttl
+        self.companion = companion
         self.solo = Solo()
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
         _current.held = None
         _current.settled = False
+        _current.companion = None
         client = getattr(broker, "client", None)
         named = self.key(message) if client is not None else None
         if named is None:
@@ -210,11 +250,16 @@ class CrashCounter(dramatiq.Middleware):
         # again alone. The start is counted only once the lock is held: a message waiting for a
         # suspect to finish is not in flight, and must not be charged if the suspect crashes.
         self.solo.acquire_shared()
-        count = begin_attempt(client, key, field, self.ttl)
+        if self.companion is None:
+            count = begin_attempt(client, key, field, self.ttl)
+        else:
+            _current.companion = (self.companion, message)
+            count = begin_attempt_with(client, key, field, self.ttl, message, self.companion)
         if count < max(1, self.max_crashes - 1):
             _current.held = ("shared", client, key, field)
             return
         end_attempt(client, key, field)
+        self._companion_done()  # nothing is held while this message waits to run alone
         self.solo.release_shared()
         logger.warning("message %s (%s in %s) has crashed workers before; processing it alone in this "
                        "process", message.message_id, field, key)
@@ -231,7 +276,19 @@ class CrashCounter(dramatiq.Middleware):
                 message.fail()  # dead-lettered, not processed: a raising hook alone would not stop it
             raise SkipMessage(f"crashed its worker {count} times")
 
+    def _companion_done(self) -> None:
+        pending = getattr(_current, "companion", None)
+        if pending is None:
+            return
+        _current.companion = None
+        companion, message = pending
+        try:
+            companion.done(message)
+        except Exception:  # noqa: BLE001 - the application's clean-up must not fail the message
+            logger.exception("the crash counter's companion failed to finish message %s", message.message_id)
+
     def _done(self) -> None:
+        self._companion_done()
         held = getattr(_current, "held", None)
         if held is None:
             return
@@ -253,5 +310,5 @@ class CrashCounter(dramatiq.Middleware):
         self._done()
 
 
-__all__ = ["CrashCounter", "Solo", "begin_attempt", "end_attempt", "crashes", "forget", "settled",
+__all__ = ["CrashCounter", "Companion", "Solo", "begin_attempt", "begin_attempt_with", "end_attempt", "crashes", "forget", "settled",
            "DEFAULT_MAX_CRASHES", "DEFAULT_TTL"]

@@ -31,6 +31,7 @@ from evaljobs.pipeline import barrier, runtime
 from evaljobs.pipeline.attempts import SPENT, remember_spent, spent
 from evaljobs import store
 from evaljobs.pipeline.enqueue import enqueue_many
+from evaljobs.pipeline.prefetch import PermitPrefetch
 from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries, timed_out
 from evaljobs.evaluation.judge import bind_judge
 from evaljobs.providers.governor import Busy
@@ -471,7 +472,8 @@ def max_crashes(settings: Settings) -> int:
 
 def crash_counter(settings: Settings) -> crashes.CrashCounter:
     """The crash-counting middleware for ``evaluate_scenario`` messages."""
-    return crashes.CrashCounter(crash_counted, give_up, max_crashes=max_crashes(settings))
+    return crashes.CrashCounter(crash_counted, give_up, max_crashes=max_crashes(settings),
+                                companion=PermitPrefetch())
 
 
 def _settling(evaluate: Callable[..., bool]) -> Callable[..., None]:

@@ -59,6 +59,11 @@ class WorkerContext:
                 self._governor_url = url
             return self._governor
 
+    def shares_broker_redis(self) -> bool:
+        """Whether the governor's Redis is the broker's (one round trip can then serve both)."""
+        url = self.settings.governor_url
+        return not url or url == _broker_redis_url(self.settings)
+
     def budget_for(self, providers: ProvidersConfig, spec: ModelSpec) -> str:
         """The governor budget of ``spec``'s deployment, configured from its provider entry on first use."""
         governor = self.governor()

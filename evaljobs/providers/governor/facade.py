@@ -8,6 +8,7 @@ import random
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs.providers import deadline as walls
@@ -33,6 +34,26 @@ UNBOUNDED = "unbounded"
 
 #: Seconds between two saves of a growing limit to the learned store (a decrease is saved at once).
 SAVE_EVERY = 1.0
+
+
+@dataclass
+class Prefetch:
+    """A permit asked for ahead of the call, in another client's round trip (:meth:`Governor.prefetch`).
+
+    ``command``: the raw Redis command to send; its reply goes to :meth:`Governor.prefetched`.
+    """
+
+    budget: str
+    lane: str
+    lease_id: str
+    config: BudgetConfig
+    start: Learned
+    started: float
+    seen: int
+    command: tuple[Any, ...]
+    store: Any = None
+    answer: _Answer | None = None
+    permit: Permit | None = None
 
 
 class Governor:
@@ -73,6 +94,8 @@ class Governor:
         self._freed: dict[str, int] = {}
         self._sleepers: dict[str, list[tuple[int, int, threading.Event]]] = {}
         self._sleeper_ids = itertools.count()
+        #: This thread's prefetched permit or place in line (:meth:`prefetch`), for its next acquire.
+        self._early = threading.local()
 
     def __repr__(self) -> str:
         where = self._redis.location if self._redis else "local"
@@ -126,9 +149,14 @@ class Governor:
         config = self.config(budget)
         if config.unbounded:  # nothing to enforce: a permit that touches no store
             return Permit(self, UNBOUNDED, budget, lane, uuid.uuid4().hex, time.time(), 0, int(tokens), config, 0.0)
-        start = start_of(config, self._learned(budget))
-        lease_id = uuid.uuid4().hex
-        started = time.monotonic()
+        early = self._take_early(budget, lane) if not tokens else None
+        if early is not None and early.permit is not None:  # granted in the message's first round trip
+            if not keep_alive:
+                self._renewer.discard(early.permit)
+            return early.permit
+        start = early.start if early else start_of(config, self._learned(budget))
+        lease_id = early.lease_id if early else uuid.uuid4().hex
+        started = early.started if early else time.monotonic()
         # Never past the pair's deadline (the caller's thread), whatever max_wait says.
         deadline = started + walls.remaining(float(max_wait))
         backoff = POLL_MIN
@@ -137,9 +165,12 @@ class Governor:
         try:
             while True:
                 waited_ms = (time.monotonic() - started) * 1000.0
-                with self._wakeup:
-                    seen = self._freed.get(budget, 0)
-                store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms, start)
+                if early is not None:  # a place in line taken in the message's first round trip
+                    store, answer, seen, early = early.store, early.answer, early.seen, None
+                else:
+                    with self._wakeup:
+                        seen = self._freed.get(budget, 0)
+                    store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms, start)
                 if queued_in is not None and queued_in is not store:
                     self._cancel(queued_in, budget, lane, lease_id)
                     queued_in = None
@@ -171,6 +202,68 @@ class Governor:
             if permit is None and queued_in is not None:
                 self._cancel(queued_in, budget, lane, lease_id)
                 self._wake(budget)
+
+    def prefetch(self, budget: str, lane: str = "bulk") -> Prefetch | None:
+        """Ask for this thread's next permit of ``budget`` in a round trip another client makes anyway.
+
+        Why: at zero latency a pair's Redis round trips are a large share of its cost; the worker's
+        first one (the crash counter's) can carry the permit's acquire. Returns None when there is
+        nothing to ask Redis (an unbounded budget, no Redis, Redis down). The caller sends
+        ``command`` on a client of the governor's Redis and hands the reply to :meth:`prefetched`;
+        the thread's next :meth:`acquire` of ``budget`` in ``lane`` (without ``tokens``) then starts
+        from it; :meth:`drop_prefetch` gives back one that was not used.
+        """
+        _check_budget(budget)
+        config = self.config(budget)
+        store = self._current()
+        if config.unbounded or lane not in LANES or store is not self._redis or self._redis is None:
+            return None
+        start = start_of(config, self._learned(budget))
+        lease_id = uuid.uuid4().hex
+        with self._wakeup:
+            seen = self._freed.get(budget, 0)
+        command = self._redis.acquire_command(budget, lane, lease_id, config, 0, start)
+        return Prefetch(budget, lane, lease_id, config, start, time.monotonic(), seen, command)
+
+    def prefetched(self, prefetch: Prefetch, reply: Any) -> None:
+        """The reply to ``prefetch.command``: keep the permit (or place in line) for this thread."""
+        self.drop_prefetch()
+        store = self._redis
+        if store is None:
+            return
+        try:
+            answer = store.acquire_reply(reply)
+        except _STORE_ERRORS as exc:
+            self._redis_failed(exc)
+            return
+        if answer is None:  # NOSCRIPT: the script is loaded now; the acquire asks again
+            return
+        self._redis_ok()
+        prefetch.store, prefetch.answer = store, answer
+        if answer.granted:
+            prefetch.permit = Permit(self, store.name, prefetch.budget, prefetch.lane, prefetch.lease_id,
+                                     answer.now, answer.epoch, answer.tokens, prefetch.config, 0.0, prefetch.start)
+            self._renewer.add(prefetch.permit)
+        self._early.value = prefetch
+
+    def drop_prefetch(self) -> None:
+        """Give back this thread's prefetched permit (or place in line) if no acquire used it."""
+        early = getattr(self._early, "value", None)
+        if early is None:
+            return
+        self._early.value = None
+        if early.permit is not None:
+            early.permit.release(failed=True)  # unused: neither grows nor shrinks the limit
+        elif early.store is not None:
+            self._cancel(early.store, early.budget, early.lane, early.lease_id)
+            self._wake(early.budget)
+
+    def _take_early(self, budget: str, lane: str) -> Prefetch | None:
+        early = getattr(self._early, "value", None)
+        if early is None or early.budget != budget or early.lane != lane:
+            return None
+        self._early.value = None
+        return early
 
     def stats(self) -> list[dict[str, Any]]:
         """One row per known budget (a set in Redis, never a key scan).

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import redis
+import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -227,6 +228,12 @@ return {num('limit'), redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf'),
 """
 
 
+def _answer(reply: list[Any]) -> _Answer:
+    granted, reason, retry_in, now, limit, epoch, est, ahead = reply
+    return _Answer(granted=bool(int(granted)), reason=reason, retry_in=float(retry_in), now=float(now),
+                   limit=int(limit), epoch=int(epoch), tokens=int(est), ahead=int(ahead))
+
+
 class _RedisStore:
     """The shared store: every operation is one Lua script (or one ZREM) against Redis."""
 
@@ -253,6 +260,33 @@ class _RedisStore:
 
     def try_acquire(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
                     waited_ms: float, start: Learned) -> _Answer:
+        keys, args = self._acquire_keys_args(budget, lane, lease_id, config, tokens, waited_ms, start)
+        return _answer(self._acquire(keys=keys, args=args))
+
+    def acquire_command(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
+                        start: Learned) -> tuple[Any, ...]:
+        """:meth:`try_acquire` as a raw ``EVALSHA`` for another client's pipeline (one round trip shared).
+
+        Raw, not a ``Script`` in a pipeline: redis-py checks ``SCRIPT EXISTS`` first, a round trip of
+        its own. A ``NOSCRIPT`` reply (a restarted or flushed Redis) goes to :meth:`acquire_reply`.
+        """
+        keys, args = self._acquire_keys_args(budget, lane, lease_id, config, tokens, 0.0, start)
+        return ("EVALSHA", self._acquire.sha, len(keys), *keys, *args)
+
+    def acquire_reply(self, reply: Any) -> _Answer | None:
+        """The answer in a reply to :meth:`acquire_command`; None (script loaded for next time) on NOSCRIPT.
+
+        Raises the reply when it is another error (the caller treats it like a failed ``try_acquire``).
+        """
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            self.client.script_load(_ACQUIRE)
+            return None
+        if isinstance(reply, Exception):
+            raise reply
+        return _answer([item.decode() if isinstance(item, bytes) else item for item in reply])
+
+    def _acquire_keys_args(self, budget: str, lane: str, lease_id: str, config: BudgetConfig, tokens: int,
+                           waited_ms: float, start: Learned) -> tuple[list[str], list[Any]]:
         k = self._key
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"),
                 k(budget, "wait:interactive"), k(budget, "wait:bulk"), k(budget, "waitexp"),
@@ -261,9 +295,7 @@ class _RedisStore:
                 config.rpm or 0, config.tpm or 0, repr(float(config.bulk_reserve)),
                 repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL),
                 start.ssthresh, start.hold, start.plateau, repr(INTERACTIVE_RECENT)]
-        granted, reason, retry_in, now, limit, epoch, est, ahead = self._acquire(keys=keys, args=args)
-        return _Answer(granted=bool(int(granted)), reason=reason, retry_in=float(retry_in), now=float(now),
-                       limit=int(limit), epoch=int(epoch), tokens=int(est), ahead=int(ahead))
+        return keys, args
 
     def cancel_wait(self, budget: str, lane: str, lease_id: str) -> None:
         pipe = self.client.pipeline(transaction=True)
