@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from evaljobs.pipeline import events
+from evaljobs.pipeline import events, prefetch
 from evaljobs import store
 from evaljobs.evaluation.result import Result
 
@@ -24,7 +24,7 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -
         events.publish_storage_failed(run_id, str(exc))
         raise
     if recorded.inserted:
-        events.publish_result(run_id, result, recorded)
+        events.publish_result(run_id, result, recorded, prefetch.carried_releases())
     if recorded.completed:
         on_complete(run_id)
     return recorded
@@ -40,7 +40,7 @@ def record_many(run_id: str, results: Sequence[Result], *,
         events.publish_storage_failed(run_id, str(exc))
         raise
     events.publish_results(run_id, [(result, outcome) for result, outcome in zip(results, recorded)
-                                    if outcome.inserted])
+                                    if outcome.inserted], prefetch.carried_releases())
     if any(outcome.completed for outcome in recorded):
         on_complete(run_id)
     return recorded

@@ -59,6 +59,10 @@ class WorkerContext:
                 self._governor_url = url
             return self._governor
 
+    def existing_governor(self) -> Governor | None:
+        """The governor if one was made (never makes one: for callers on every result's path)."""
+        return self._governor
+
     def shares_broker_redis(self) -> bool:
         """Whether the governor's Redis is the broker's (one round trip can then serve both)."""
         url = self.settings.governor_url

@@ -13,7 +13,7 @@ import json
 import logging
 import queue
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 logger = logging.getLogger("evaljobs.events")
 
@@ -65,12 +65,24 @@ def _client():
         return _redis_client
 
 
+class Carry(Protocol):
+    """Other commands for the publish's round trip (the governor's deferred releases)."""
+
+    def queue(self, pipe: Any) -> int: ...
+
+    def replies(self, replies: list[Any]) -> None: ...
+
+
 def publish(run_id: str, event: dict[str, Any]) -> None:
     publish_many(run_id, [event])
 
 
-def publish_many(run_id: str, batch: list[dict[str, Any]]) -> None:
-    """Publish ``batch`` in order: in-process at once, on Redis in one round trip (a pipeline)."""
+def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None = None) -> None:
+    """Publish ``batch`` in order: in-process at once, on Redis in one round trip (a pipeline).
+
+    ``carry``: commands sent in the same round trip, after the events (their replies go back to it,
+    errors included: a failed publish hands it the error, once per command).
+    """
     batch = [{"run": run_id, **event} for event in batch]
     with _lock:
         targets = list(_local.get(run_id, ())) + list(_local.get("*", ()))
@@ -85,28 +97,38 @@ def publish_many(run_id: str, batch: list[dict[str, Any]]) -> None:
                 logger.exception("event listener failed")
     client = _client()
     if client is not None and batch:
+        carried, delivered = 0, False
         try:
-            if len(batch) == 1:
+            if len(batch) == 1 and carry is None:
                 client.publish(channel(run_id), json.dumps(batch[0], separators=(",", ":")))
             else:
                 with client.pipeline(transaction=False) as pipe:
                     for event in batch:
                         pipe.publish(channel(run_id), json.dumps(event, separators=(",", ":")))
-                    pipe.execute()
+                    carried = carry.queue(pipe) if carry is not None else 0
+                    replies = pipe.execute(raise_on_error=False)
+                if carried:
+                    delivered = True
+                    carry.replies(replies[len(batch):])  # type: ignore[union-attr]
+                errors = [reply for reply in replies[:len(batch)] if isinstance(reply, Exception)]
+                if errors:
+                    raise errors[0]
         except Exception as exc:  # noqa: BLE001 - events are hints; never fail the evaluation for them
             logger.warning("could not publish event for run %s: %s", run_id, exc)
+            if carried and not delivered:
+                carry.replies([exc] * carried)  # type: ignore[union-attr]
 
 
-def publish_result(run_id: str, result, recorded) -> None:
-    publish_results(run_id, [(result, recorded)])
+def publish_result(run_id: str, result, recorded, carry: Carry | None = None) -> None:
+    publish_results(run_id, [(result, recorded)], carry)
 
 
-def publish_results(run_id: str, recorded_results) -> None:
+def publish_results(run_id: str, recorded_results, carry: Carry | None = None) -> None:
     """One ``result`` event per (result, recorded) pair, in one Redis round trip (a group commit's rows)."""
     publish_many(run_id, [{"type": "result", "scenario": result.scenario_key, "model": result.model,
                            "epoch": result.epoch, "status": result.status, "score": result.score,
                            "fault": result.fault, "persisted": recorded.persisted, "expected": recorded.expected}
-                          for result, recorded in recorded_results])
+                          for result, recorded in recorded_results], carry)
 
 
 def publish_complete(run_id: str, report: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
                                                  LearnedStore, _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome,
                                                  budget_key, start_of)
+from evaljobs.providers.governor.deferred import Deferred
 from evaljobs.providers.governor.local_store import _LocalStore
 from evaljobs.providers.governor.permits import Permit, _Renewer
 
@@ -96,6 +97,8 @@ class Governor:
         self._sleeper_ids = itertools.count()
         #: This thread's prefetched permit or place in line (:meth:`prefetch`), for its next acquire.
         self._early = threading.local()
+        #: Releases this thread keeps for a round trip the worker makes anyway (:mod:`~.deferred`).
+        self.deferred = Deferred(self)
 
     def __repr__(self) -> str:
         where = self._redis.location if self._redis else "local"
@@ -149,6 +152,7 @@ class Governor:
         config = self.config(budget)
         if config.unbounded:  # nothing to enforce: a permit that touches no store
             return Permit(self, UNBOUNDED, budget, lane, uuid.uuid4().hex, time.time(), 0, int(tokens), config, 0.0)
+        self.deferred.flush()  # this thread's earlier calls free their slots before it takes another
         early = self._take_early(budget, lane) if not tokens else None
         if early is not None and early.permit is not None:  # granted in the message's first round trip
             if not keep_alive:
@@ -387,12 +391,37 @@ class Governor:
     def _release(self, permit: Permit, outcome: _Outcome) -> None:
         if permit.backend == UNBOUNDED:
             return
+        if not self.deferred.defer(permit, outcome):
+            self._release_now(permit, outcome)
+
+    def _release_now(self, permit: Permit, outcome: _Outcome) -> None:
         self._renewer.discard(permit)
-        answer = self._on_permit_store(permit, lambda store: store.release(permit, outcome))
+        self._released(permit, self._on_permit_store(permit, lambda store: store.release(permit, outcome)))
+
+    def _released(self, permit: Permit, answer: tuple[int, Learned] | None) -> None:
+        """After a release (``answer``: what the store said; None when it could not be told)."""
         freed = answer[0] if answer else 0
         self._wake(permit.budget, max(1, freed))  # unknown (store down): wake the next waiter anyway
         if answer:
             self._learn(permit.budget, answer[1], permit._config)
+
+    def _due(self, permit: Permit) -> None:
+        self.deferred.due(permit)
+
+    def _renewer_add(self, permit: Permit) -> None:
+        self._renewer.add(permit)
+
+    def _renewer_discard(self, permit: Permit) -> None:
+        self._renewer.discard(permit)
+
+    def _redis_store(self) -> "_RedisStore | None":
+        return self._redis if self._redis is not None and self._current() is self._redis else None
+
+    def _store_failed(self, exc: BaseException) -> bool:
+        if not isinstance(exc, _STORE_ERRORS):
+            return False
+        self._redis_failed(exc)
+        return True
 
     def _wake(self, budget: str, slots: int = 1) -> None:
         """``slots`` of ``budget`` were freed in this process: wake the waiters whose turn that is."""

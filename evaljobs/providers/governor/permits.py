@@ -22,6 +22,8 @@ class _Owner(Protocol):
 
     def _renew(self, permit: "Permit") -> None: ...
 
+    def _due(self, permit: "Permit") -> None: ...
+
 
 class Permit:
     """One admitted provider call. Release it exactly once (extra releases are no-ops).
@@ -53,6 +55,8 @@ class Permit:
         self._start = start or start_of(config, None)
         self._started = time.monotonic()
         self._renew_at = self._started + config.lease_seconds / 2
+        #: A release the governor deferred (:mod:`~.deferred`), until a round trip carries it.
+        self._pending: _Outcome | None = None
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
@@ -62,8 +66,11 @@ class Permit:
         """Extend the lease to ``lease_seconds`` from now (a long call keeps its slot).
 
         A lease that already expired is put back: the call is really in flight, so it is counted.
+        (The renewer's call on a permit whose release was deferred sends that release instead.)
         """
-        if not self.released:
+        if self._pending is not None:
+            self._governor._due(self)
+        elif not self.released:
             self._governor._renew(self)
 
     def release(self, *, rate_limited: bool = False, retry_after: float | None = None, failed: bool = False,

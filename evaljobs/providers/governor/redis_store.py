@@ -234,6 +234,11 @@ def _answer(reply: list[Any]) -> _Answer:
                    limit=int(limit), epoch=int(epoch), tokens=int(est), ahead=int(ahead))
 
 
+def _released(reply: list[Any]) -> tuple[int, Learned]:
+    _, limit, _, freed, ssthresh, hold, plateau = reply
+    return int(freed), Learned(int(limit), int(ssthresh), int(hold), int(plateau))
+
+
 class _RedisStore:
     """The shared store: every operation is one Lua script (or one ZREM) against Redis."""
 
@@ -305,14 +310,31 @@ class _RedisStore:
 
     def release(self, permit: Permit, outcome: _Outcome) -> tuple[int, Learned]:
         """Give the slot back: (slots that freed — a grown limit frees more than one, the learned state)."""
+        keys, args = self._release_keys_args(permit, outcome)
+        return _released(self._release(keys=keys, args=args))
+
+    def release_command(self, permit: Permit, outcome: _Outcome) -> tuple[Any, ...]:
+        """:meth:`release` as a raw ``EVALSHA`` for another client's pipeline (see :meth:`acquire_command`)."""
+        keys, args = self._release_keys_args(permit, outcome)
+        return ("EVALSHA", self._release.sha, len(keys), *keys, *args)
+
+    def release_reply(self, reply: Any) -> tuple[int, Learned] | None:
+        """What :meth:`release` returns, from a reply to :meth:`release_command`; None on NOSCRIPT (loaded now)."""
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            self.client.script_load(_RELEASE)
+            return None
+        if isinstance(reply, Exception):
+            raise reply
+        return _released(reply)
+
+    def _release_keys_args(self, permit: Permit, outcome: _Outcome) -> tuple[list[str], list[Any]]:
         k, budget, config = self._key, permit.budget, permit._config
         keys = [k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"), k(budget, "tok")]
         args = [permit.lane, permit.lease_id, self._now(), permit._start.limit, config.ceiling, permit._epoch,
                 int(outcome.rate_limited), int(outcome.spent), repr(outcome.pause), int(outcome.failed),
                 outcome.tokens, permit._tokens, repr(outcome.latency), config.rpm or 0, config.tpm or 0,
                 HOLD_ROUNDS, HOLD_ROUNDS_MAX]
-        _, limit, _, freed, ssthresh, hold, plateau = self._release(keys=keys, args=args)
-        return int(freed), Learned(int(limit), int(ssthresh), int(hold), int(plateau))
+        return keys, args
 
     def renew(self, permit: Permit) -> None:
         self._renew(keys=[self._key(permit.budget, f"lease:{permit.lane}")],
