@@ -22,7 +22,7 @@ from evaljobs.evaluation.retry import RetryPolicy
 
 _lock = threading.Lock()
 _providers: dict[str | None, ProvidersConfig] = {}
-_adapters: dict[tuple[str | None, str | None, bool], Adapter] = {}
+_adapters: dict[tuple[str | None, str | None, bool, Any], Adapter] = {}
 _specs: dict[tuple, ModelSpec] = {}
 
 
@@ -37,9 +37,10 @@ def providers(path: str | None = None) -> ProvidersConfig:
 def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False) -> Adapter:
     """The run's adapter; ``cache`` puts the response cache in front of its provider calls."""
     # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
-    # adapter built from another config.
+    # adapter built from another config; and by the worker context, so replaced settings never leave
+    # calls on a closed governor (nor on another than the one the crash counter prefetches from).
     providers_path = providers_path or config.settings().providers_path
-    key = (reference, providers_path, bool(cache))
+    key = (reference, providers_path, bool(cache), context.current())
     with _lock:
         found = _adapters.get(key)
     if found is None:
