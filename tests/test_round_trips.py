@@ -79,7 +79,10 @@ class TurnCounter:
                 await client_w.drain()
             client_w.close()
 
-        await asyncio.gather(up(), down(), return_exceptions=True)
+        try:
+            await asyncio.gather(up(), down(), return_exceptions=True)
+        except asyncio.CancelledError:  # the proxy stops with connections open (the pool's idle ones)
+            pass
 
 
 def _commands(data: bytes) -> list[list[bytes]]:
