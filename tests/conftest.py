@@ -6,7 +6,7 @@ classes) is in ``tests/helpers/``.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -159,3 +159,28 @@ def module_simulated_provider() -> Iterator[Callable[..., SimulatedProvider]]:
     providers = _SimulatedProviders(None)
     yield providers
     providers.stop_all()
+
+
+@pytest.fixture(params=["redis", "local"])
+def governors(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Build provider governors on the Redis store and on the in-process one (the parameter).
+
+    ``governors(budget, config=None, **options)`` configures ``budget`` when a config is given; at
+    teardown each governor is closed, and a Redis one must never have fallen back to its local store.
+    """
+    from evaljobs.providers.governor import Governor
+
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    made: list[Governor] = []
+
+    def factory(budget: str, config: Any = None, **options: Any) -> Governor:
+        governor = Governor(url, **options)
+        if config is not None:
+            governor.configure(budget, config)
+        made.append(governor)
+        return governor
+
+    yield factory
+    for governor in made:
+        assert governor.backend == request.param, "the Redis governor fell back to its local store"
+        governor.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from evaljobs.clock import ManualClock
 from evaljobs.providers.governor import BudgetConfig, Busy, Governor, budget_key
 from evaljobs.providers.errors import RateLimited
 
@@ -26,39 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:model-a"
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0):
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture(params=["redis", "local"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 @pytest.fixture
-def make(backend: str, request: pytest.FixtureRequest):
-    """Build governors on the parametrized backend; a Redis one must never have fallen back to local."""
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
-    made: list[Governor] = []
-
+def make(governors):
+    """A governor on the parametrized backend (see conftest's ``governors``), ``BUDGET`` unless told."""
     def factory(config: BudgetConfig | None = None, *, clock=None, budget: str = BUDGET) -> Governor:
-        governor = Governor(url, clock=clock)
-        if config is not None:
-            governor.configure(budget, config)
-        made.append(governor)
-        return governor
-
-    yield factory
-    for governor in made:
-        assert governor.backend == backend, "the Redis governor fell back to its local store"
-        governor.close()
+        return governors(budget, config, clock=clock)
+    return factory
 
 
 def stat(governor: Governor, budget: str = BUDGET) -> dict:
@@ -231,7 +205,7 @@ def test_a_rate_limited_exception_in_the_with_block_pauses_the_budget(make):
 
 
 def test_requests_and_tokens_per_minute_windows(make):
-    clock = FakeClock()
+    clock = ManualClock(1_700_000_000.0)
     governor = make(BudgetConfig(initial=8, ceiling=8, rpm=3, tpm=1000, bulk_reserve=0), clock=clock)
     first = governor.acquire(BUDGET, tokens=600)
     with pytest.raises(Busy) as busy:
@@ -317,7 +291,7 @@ def _queue_a_waiter(governor: Governor, lane: str) -> tuple[threading.Thread, li
 # newcomer race fairly: only the queue gives the slot to the waiter.
 
 def test_waiters_are_served_first_come_first_served(make):
-    clock = FakeClock()
+    clock = ManualClock(1_700_000_000.0)
     governor = make(BudgetConfig(initial=1, ceiling=1, lease_seconds=1), clock=clock)
     governor.acquire(BUDGET, keep_alive=False)
     waiter, got = _queue_a_waiter(governor, "bulk")
@@ -330,7 +304,7 @@ def test_waiters_are_served_first_come_first_served(make):
 
 
 def test_queued_interactive_calls_go_before_bulk(make):
-    clock = FakeClock()
+    clock = ManualClock(1_700_000_000.0)
     governor = make(BudgetConfig(initial=2, ceiling=2, bulk_reserve=0, lease_seconds=1), clock=clock)
     held = [governor.acquire(BUDGET, "bulk", keep_alive=False) for _ in range(2)]
     waiter, got = _queue_a_waiter(governor, "interactive")
@@ -348,7 +322,7 @@ def test_queued_interactive_calls_go_before_bulk(make):
 # ----------------------------------------------------------------------------- leases
 
 def test_an_unrenewed_lease_expires_and_a_renewed_one_does_not(make):
-    clock = FakeClock()
+    clock = ManualClock(1_700_000_000.0)
     governor = make(BudgetConfig(initial=1, ceiling=1, lease_seconds=10), clock=clock)
     permit = governor.acquire(BUDGET, keep_alive=False)
     clock.advance(8)

@@ -33,21 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:bench"
 
 
-@pytest.fixture(params=["redis", "local"])
-def make(request: pytest.FixtureRequest):
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    made: list[Governor] = []
-
-    def factory(config: BudgetConfig) -> Governor:
-        governor = Governor(url)
-        governor.configure(BUDGET, config)
-        made.append(governor)
-        return governor
-
-    yield factory
-    for governor in made:
-        assert governor.backend == request.param, "the Redis governor fell back to its local store"
-        governor.close()
+@pytest.fixture
+def make(governors):
+    """A governor on the parametrized backend (see conftest's ``governors``) with ``BUDGET`` configured."""
+    return lambda config: governors(BUDGET, config)
 
 
 def limit(governor: Governor) -> int:

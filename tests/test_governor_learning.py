@@ -17,35 +17,17 @@ import redis
 
 from evaljobs import store
 from evaljobs.pipeline.context import DatabaseLearned
+from evaljobs.clock import ManualClock
 from evaljobs.providers.governor import INTERACTIVE_RECENT, BudgetConfig, Busy, Governor, Learned
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:model-a"
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0):
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["redis", "local"])
-def make(request: pytest.FixtureRequest):
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    made: list[Governor] = []
-
-    def factory(config: BudgetConfig, *, clock=None, learned=None) -> Governor:
-        governor = Governor(url, clock=clock, learned=learned)
-        governor.configure(BUDGET, config)
-        made.append(governor)
-        return governor
-
-    yield factory
-    for governor in made:
-        assert governor.backend == request.param, "the Redis governor fell back to its local store"
-        governor.close()
+@pytest.fixture
+def make(governors):
+    """A governor on the parametrized backend (see conftest's ``governors``) with ``BUDGET`` configured."""
+    return lambda config, *, clock=None, learned=None: governors(BUDGET, config, clock=clock, learned=learned)
 
 
 def stat(governor: Governor) -> dict:
@@ -123,7 +105,7 @@ def test_a_burst_where_every_call_was_refused_shows_no_capacity(make):
 # ----------------------------------------------------------------------------- lanes
 
 def test_bulk_reserve_holds_slots_back_only_while_the_interactive_lane_is_in_use(make):
-    clock = FakeClock()
+    clock = ManualClock(1_700_000_000.0)
     governor = make(BudgetConfig(initial=10, ceiling=10, bulk_reserve=0.15), clock=clock)
     held = fill(governor)
     assert len(held) == 10, "nobody uses the interactive lane: bulk may use every slot"
@@ -135,12 +117,12 @@ def test_bulk_reserve_holds_slots_back_only_while_the_interactive_lane_is_in_use
     release_all(held)
     interactive.release()
 
-    clock.now += INTERACTIVE_RECENT - 1  # used recently: still reserved
+    clock.advance(INTERACTIVE_RECENT - 1)  # used recently: still reserved
     held = fill(governor)
     assert len(held) == 8
     release_all(held)
 
-    clock.now += 2  # no interactive call for longer than INTERACTIVE_RECENT: the reserve is lifted
+    clock.advance(2)  # no interactive call for longer than INTERACTIVE_RECENT: the reserve is lifted
     held = fill(governor)
     assert len(held) == 10
     release_all(held)
