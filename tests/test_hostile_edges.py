@@ -13,7 +13,7 @@ import pytest
 
 from evaljobs import config
 from evaljobs.errors import ConfigurationError
-from helpers import ROOT, RedisServer, WorkerProcess, wait_until
+from helpers import ROOT, RedisServer, WorkerProcess, postgres_rows, wait_until
 
 GOOD_KEY = "k" * 32
 CATALOG = """
@@ -136,19 +136,9 @@ def _start_redis_with_password(password: str):
 
 def _everything_stored(db_url: str, redis_url: str) -> dict[str, str]:
     """Every row of every table (PostgreSQL) and every Redis key and value, as text."""
-    import psycopg2
     import redis
 
-    places: dict[str, str] = {}
-    connection = psycopg2.connect(db_url)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-            for (table,) in cursor.fetchall():
-                cursor.execute(f'SELECT t::text FROM "{table}" t')
-                places[f"table {table}"] = "\n".join(row[0] for row in cursor.fetchall())
-    finally:
-        connection.close()
+    places = postgres_rows(db_url)
     client = redis.Redis.from_url(redis_url)
     try:
         for key in client.scan_iter(count=1000):

@@ -26,7 +26,7 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.reports.build import render_json, render_markdown, render_table
-from helpers import Events, Fleet, assert_every_pair_once, observe
+from helpers import Events, Fleet, assert_every_pair_once, observe, postgres_rows
 
 pytestmark = [pytest.mark.redis]
 
@@ -129,17 +129,7 @@ def database_dump(db_url: str) -> dict[str, bytes | str]:
         for file in path.parent.glob(path.name + "*"):
             places[f"file {file.name}"] = file.read_bytes()
         return places
-    import psycopg2
-
-    connection = psycopg2.connect(db_url)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-            for (table,) in cursor.fetchall():
-                cursor.execute(f'SELECT t::text FROM "{table}" t')
-                places[f"table {table}"] = "\n".join(row[0] for row in cursor.fetchall())
-    finally:
-        connection.close()
+    places.update(postgres_rows(db_url))
     return places
 
 

@@ -16,7 +16,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
 from helpers.catalogs import abc_catalog_yaml, numbered_catalog
-from helpers.database import full_scans, populate, sql_log, utc_now
+from helpers.database import full_scans, populate, postgres_rows, sql_log, utc_now
 from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
                            expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
 from helpers.stub import StubBinding, plugin_broker
@@ -24,7 +24,7 @@ from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
 from helpers.viewer import Viewer
 from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
 
-__all__ = ["abc_catalog_yaml", "numbered_catalog", "StubBinding", "plugin_broker", "full_scans", "populate", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
+__all__ = ["abc_catalog_yaml", "numbered_catalog", "StubBinding", "plugin_broker", "full_scans", "populate", "postgres_rows", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
            "WorkerProcess", "evaljobs_cli", "wait_until"]
