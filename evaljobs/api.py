@@ -32,20 +32,20 @@ from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
-from evaljobs.pipeline import rerun as reruns, runtime, strategies
+from evaljobs.pipeline import runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker,
                                       start_memory_worker)
 from evaljobs.pipeline.progress import Progress, follow
-from evaljobs.pipeline.recovery import recover as recover_runs
-from evaljobs.pipeline.reuse import reuse_into
 from evaljobs.providers.livetools import expand_source
-from evaljobs.reports.compare import Comparison, compare as compare_sides
 from evaljobs.reports.render import FORMATS, render
-from evaljobs.workers.serve import run_pool
 from evaljobs.providers.preflight import ProviderProblems, problems
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
+
+    from evaljobs.reports.compare import Comparison
+# Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
+# `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
 from evaljobs.extras import require_for_catalog
 
 
@@ -250,6 +250,7 @@ class Session:
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         if source is not None:
+            from evaljobs.pipeline.reuse import reuse_into
             reuse_into(run.id, source)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
@@ -282,6 +283,8 @@ class Session:
         host context, options and strategy (:mod:`evaljobs.pipeline.rerun`). With ``reuse`` the
         selected pairs that are unchanged in that run are copied from it (``--reuse`` composes with rerun).
         """
+        from evaljobs.pipeline import rerun as reruns
+
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
@@ -289,6 +292,7 @@ class Session:
         source = self.resolve(reuse) if reuse else None
         new = reruns.create_rerun(run_id, which)
         if source is not None:
+            from evaljobs.pipeline.reuse import reuse_into
             reuse_into(new.id, source)
         return new
 
@@ -299,6 +303,8 @@ class Session:
         return once ``start_run`` is sent (on the in-process broker, this
         session's workers evaluate it: :meth:`wait` for it).
         """
+        from evaljobs.pipeline import rerun as reruns
+
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
@@ -325,6 +331,8 @@ class Session:
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
+        from evaljobs.pipeline.recovery import recover as recover_runs
+
         actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
@@ -394,6 +402,8 @@ class Session:
         if base.digest != info.digest and on_note is not None:
             on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
                     "pairs are matched by scenario key and model")
+        from evaljobs.reports.compare import compare as compare_sides
+
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id)
 
     # -- pools --------------------------------------------------------------------------------------
@@ -401,6 +411,8 @@ class Session:
              queues: Sequence[str] = (), recover_every: float = 0.0,
              stop: threading.Event | None = None) -> dict:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
+        from evaljobs.workers.serve import run_pool
+
         return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=self.broker_url or "",
                         db=self.db_url, queues=queues, providers=self.providers_path, recover_every=recover_every,
                         stop=stop)
@@ -434,5 +446,14 @@ class Recovery:
 
 #: The formats :meth:`Session.report` renders.
 REPORT_FORMATS = FORMATS
+
+def __getattr__(name: str) -> Any:
+    """``run_pool``, exported here and imported on first use (start-up time)."""
+    if name == "run_pool":
+        from evaljobs.workers.serve import run_pool
+
+        return run_pool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Session", "Recovery", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]

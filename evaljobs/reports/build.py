@@ -10,16 +10,18 @@ import json
 import math
 from collections import Counter
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
                                       unknown_note as _unknown_note)
-from evaljobs.reports.compare import Comparison, compare
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
 from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
+
+if TYPE_CHECKING:  # the comparison is imported by the one renderer that shows it (start-up time)
+    from evaljobs.reports.compare import Comparison
 
 #: A criterion score at or above this counts as passed (scores are floats in [0, 1]).
 CRITERION_PASS = 0.999
@@ -297,6 +299,7 @@ def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Compa
     """
     sections = [_markdown_head(report), _epoch_markdown(report, _code)]
     if baseline is not None:
+        from evaljobs.reports.compare import Comparison, compare
         comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
         sections.append(_markdown_baseline(comparison))
     sections.append(_markdown_failures(report))

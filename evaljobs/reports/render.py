@@ -7,14 +7,14 @@ but JUnit shows the flipped pairs.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.errors import UsageError
-from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import render_json, render_markdown, render_table
-from evaljobs.reports.compare import Comparison, render_comparison
-from evaljobs.reports.html import render_html
-from evaljobs.reports.junit import render_junit
+
+if TYPE_CHECKING:
+    from evaljobs.evaluation.result import Result
+    from evaljobs.reports.compare import Comparison
 
 FORMATS = ("json", "md", "junit", "html", "table")
 
@@ -30,10 +30,17 @@ def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Resu
         return render_json({**report, "comparison": comparison.to_dict()} if comparison else report)
     if format == "md":
         return render_markdown(report, baseline=comparison)
+    # The comparison, JUnit (xml.etree) and HTML renderers are imported by the formats that use them:
+    # `evaljobs run` prints a table and pays for none of them (start-up time).
     if format == "table":
-        return render_table(report) + ("\n" + render_comparison(comparison) if comparison else "")
+        if comparison is None:
+            return render_table(report)
+        from evaljobs.reports.compare import render_comparison
+        return render_table(report) + "\n" + render_comparison(comparison)
     if format == "junit":
+        from evaljobs.reports.junit import render_junit
         return render_junit(report, list(results))
+    from evaljobs.reports.html import render_html
     return render_html(report, list(results), baseline=comparison)
 
 

@@ -19,9 +19,6 @@ from typing import Any
 
 import yaml
 
-from evaljobs.catalog.importers.activeagent import convert_catalog, convert_suite
-from evaljobs.catalog.importers.jsonl import convert_jsonl
-from evaljobs.catalog.importers.promptfoo import convert_promptfoo
 from evaljobs.catalog.importers.shared import (ImportResult, Problems, kind, load_structured, read_text,
                                                suggest_key, text_of)
 from evaljobs.catalog.model import CatalogError
@@ -69,7 +66,10 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     is_jsonl = format == "jsonl" or (format is None and source.lower().endswith(".jsonl"))
     if grader is not None and not is_jsonl:
         raise CatalogError([f"{source}: --grader applies to JSONL samples (OpenAI evals, Inspect) only"])
+    # Each converter is imported when its format is read: a native catalog (every `evaljobs run`
+    # of one) loads none of them (start-up time, tests/test_import_budget.py).
     if is_jsonl:
+        from evaljobs.catalog.importers.jsonl import convert_jsonl
         return convert_jsonl(text, source, lenient=lenient, grader=grader)
     data, lines = load_structured(text, source)
     fmt = format or detect_format(data, source)
@@ -80,12 +80,16 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
                                 f"not {kind(data)}"])
         return ImportResult(data=data, format=fmt, counts=_native_counts(data))
     if fmt == "activeagent-suite":
+        from evaljobs.catalog.importers.activeagent import convert_suite
         out, excluded = convert_suite(data, problems, include_production_only=include_production_only)
     elif fmt == "activeagent-catalog":
+        from evaljobs.catalog.importers.activeagent import convert_catalog
         out, excluded = convert_catalog(data, problems, include_production_only=include_production_only)
     elif fmt == "promptfoo":
+        from evaljobs.catalog.importers.promptfoo import convert_promptfoo
         out, excluded = convert_promptfoo(data, problems), 0
     else:  # an explicit --format jsonl on a file without the extension
+        from evaljobs.catalog.importers.jsonl import convert_jsonl
         return convert_jsonl(text, source, lenient=lenient)
     problems.raise_if_any()
     return ImportResult(data=out, format=fmt, excluded=excluded, warnings=problems.warnings,
