@@ -35,6 +35,7 @@ from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_j
 from evaljobs.pipeline import runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker,
                                       start_memory_worker)
+from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.providers.livetools import expand_source
 from evaljobs.reports.render import FORMATS, render
@@ -131,7 +132,7 @@ class Session:
     @property
     def context_providers(self) -> list:
         if self._context_providers is None:
-            self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP)
+            self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
         return list(self._context_providers)
 
     # -- broker ---------------------------------------------------------------------------------

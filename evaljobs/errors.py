@@ -7,7 +7,6 @@ so a command never prints a traceback for a mistake a user can fix.
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 #: Exit codes shared by every command.
@@ -44,6 +43,8 @@ def one_line(text: object, limit: int = 300) -> str:
 
 def suggest(value: object, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    import difflib  # only a mistake pays for it (start-up time: `evaljobs --help` imports this module)
+
     close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

@@ -174,16 +174,18 @@ def _var_default(var: contextvars.ContextVar) -> Any:
         return _ABSENT
 
 
-def discover_providers(group: str) -> list[Provider]:
+def discover_providers(group: str, entry_points: Iterable[Any] | None = None) -> list[Provider]:
     """Load the providers registered under the entry-point ``group``.
 
     Each entry point resolves to a provider instance, or to a zero-argument
     factory (a class or function) returning one. Installing a package is
     enough to plug its state in; a broken registration fails loudly here,
     at start-up, rather than leaving actors to run without their state.
+    ``entry_points``: the group's entry points when the caller has them already
+    (an application that scans installed distributions once for several groups).
     """
     providers: list[Provider] = []
-    for entry_point in metadata.entry_points(group=group):
+    for entry_point in metadata.entry_points(group=group) if entry_points is None else entry_points:
         where = f"context provider entry point {entry_point.name!r} ({entry_point.value}) in group {group!r}"
         try:
             obj = entry_point.load()

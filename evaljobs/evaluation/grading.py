@@ -12,7 +12,6 @@ from typing import Any, Callable
 
 from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
-from evaljobs.evaluation.diagnosis import missing_capability, ungrounded_answer
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of
@@ -309,6 +308,9 @@ def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], deta
     answer = replay.answer or ""
     if not scenario.expect.diagnose or not answer.strip():
         return set()
+    # Imported by the scenarios that ask for a heuristic (its regexes compile at import: start-up time).
+    from evaljobs.evaluation.diagnosis import missing_capability, ungrounded_answer
+
     called = [c.name for c in replay.tool_calls]
     found = {}
     if "missing_capability" in scenario.expect.diagnose:

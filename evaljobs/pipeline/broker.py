@@ -50,7 +50,7 @@ from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
-from evaljobs.pipeline.host_middleware import host_middleware, references
+from evaljobs.pipeline.host_middleware import host_middleware, installed, references
 from evaljobs.pipeline.memory_worker import MemoryBroker, MemoryWorker
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
@@ -70,7 +70,7 @@ def broker_url(url: str | None = None, settings: Settings | None = None) -> str:
 def context_middleware(providers: Sequence | None = None, *, settings: Settings | None = None) -> ContextMiddleware:
     """The host-context middleware with the providers registered by entry point (or given)."""
     if providers is None:
-        providers = discover_providers(CONTEXT_PROVIDER_GROUP)
+        providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
     key = (settings or config.settings()).context_key
     return ContextMiddleware(providers, signing_key=key, bind=_bind_run)
 

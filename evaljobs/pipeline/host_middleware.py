@@ -16,6 +16,7 @@ or an instance.
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib.metadata import entry_points
 from typing import Any, Iterable
 
@@ -65,10 +66,29 @@ def load(reference: str) -> dramatiq.Middleware:
     return _instance(target, f"'{reference}'")
 
 
+#: (sys.path when scanned, every installed entry point): see :func:`installed`.
+_scanned: tuple[tuple[str, ...], Any] | None = None
+
+
+def installed(group: str) -> Any:
+    """The entry points installed distributions register under ``group`` (importlib.metadata's ``EntryPoints``).
+
+    One scan of every distribution's metadata serves every group: a run looks up host
+    middleware and context providers, and each ``entry_points(group=...)`` call reads every
+    installed package's metadata again (about 10 ms each with 85 packages, start-up time). The
+    scan is redone when ``sys.path`` changes, so a package made importable later is still found.
+    """
+    global _scanned
+    scanned = _scanned
+    if scanned is None or scanned[0] != tuple(sys.path):
+        scanned = _scanned = (tuple(sys.path), entry_points())
+    return scanned[1].select(group=group)
+
+
 def discover(group: str = MIDDLEWARE_GROUP) -> list[dramatiq.Middleware]:
     """The middleware registered under ``group``, sorted by entry-point name."""
     found = []
-    for ep in sorted(entry_points(group=group), key=lambda ep: ep.name):
+    for ep in sorted(installed(group), key=lambda ep: ep.name):
         try:
             target = ep.load()
         except Exception as exc:  # noqa: BLE001 - any import failure of a host package, in one line
