@@ -35,12 +35,22 @@ with open(os.environ['MODULES_OUT'], 'w') as out:
     json.dump({'code': code, 'modules': sorted(name for name, m in sys.modules.items() if m is not None)}, out)
 """
 
-#: Never loaded by `evaljobs --help`.
+#: Never loaded by `evaljobs --help` (difflib: only a mistake needs a "did you mean").
 HELP_FORBIDDEN = ("redis", "psycopg2", "peewee", "httpx", "dramatiq", "dramatiq.brokers.redis", "yaml",
-                  "evaljobs.store", "evaljobs.api", "evaljobs.pipeline", "evaljobs.providers")
+                  "evaljobs.store", "evaljobs.api", "evaljobs.pipeline", "evaljobs.providers", "difflib")
 #: Never loaded by a run on the memory broker with SQLite (nor the viewer, plots or MCP).
 EMBEDDED_RUN_FORBIDDEN = ("redis", "redis.asyncio", "psycopg2", "dramatiq.brokers.redis", "playhouse.postgres_ext",
                           "matplotlib", "mcp", "starlette", "uvicorn", "jinja2")
+#: Nor what only other commands, other catalog formats or other report formats use: the converters of
+#: foreign catalogs, reruns, recovery, reuse, comparisons, the JUnit (xml.etree) and HTML renderers, the
+#: worker pool, and ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
+#: `expect.diagnose`.
+EMBEDDED_RUN_UNUSED = ("evaljobs.catalog.importers.activeagent", "evaljobs.catalog.importers.promptfoo",
+                       "evaljobs.catalog.importers.promptfoo_assertions", "evaljobs.catalog.importers.jsonl",
+                       "evaljobs.pipeline.rerun", "evaljobs.pipeline.recovery", "evaljobs.pipeline.reuse",
+                       "evaljobs.reports.compare", "evaljobs.reports.junit", "evaljobs.reports.html",
+                       "xml.etree.ElementTree", "evaljobs.workers.serve", "evaljobs.workers.pool",
+                       "evaljobs.evaluation.diagnosis")
 
 
 def _chain(importtime: str, module: str) -> str:
@@ -96,6 +106,7 @@ def test_a_run_on_the_embedded_default_loads_neither_redis_nor_psycopg2(tmp_path
     # The run really ran: the pipeline, the store on SQLite and the provider client were loaded.
     assert {"evaljobs.pipeline.actors", "evaljobs.store", "sqlite3", "peewee", "httpx"} <= modules
     assert _offenders(modules, EMBEDDED_RUN_FORBIDDEN, importtime) == []
+    assert _offenders(modules, EMBEDDED_RUN_UNUSED, importtime) == []
 
 
 def test_the_command_table_matches_the_commands():
@@ -158,3 +169,36 @@ def test_psycopg2_attached_late_leaves_peewee_as_its_own_import_would():
     late = _driver_state("import evaljobs.store\nassert 'psycopg2' not in sys.modules")
     assert own["psycopg2"] and own["pg_extensions"] and own["adapter"] == "Psycopg2Adapter"
     assert late == own
+
+
+# -- one entry-point scan for every group (evaljobs.pipeline.host_middleware.installed) -----------------
+
+def test_one_scan_of_installed_packages_serves_every_group_until_sys_path_changes(tmp_path, monkeypatch):
+    """A run looks up host middleware and context providers: one scan of the installed packages'
+    metadata serves both; a package made importable later (sys.path changed) is still found."""
+    from importlib import metadata
+
+    from evaljobs.pipeline import host_middleware
+
+    scans = []
+
+    def counting_entry_points(**selection):
+        assert selection == {}  # the whole set, selected per group afterwards
+        scans.append(1)
+        return metadata.entry_points()
+
+    monkeypatch.setattr(host_middleware, "entry_points", counting_entry_points)
+    monkeypatch.setattr(host_middleware, "_scanned", None)
+    first = host_middleware.installed("evaljobs.middleware")
+    host_middleware.installed("evaljobs.context_providers")
+    assert len(scans) == 1
+    assert list(first) == list(metadata.entry_points(group="evaljobs.middleware"))
+
+    dist = tmp_path / "acme_startup-1.0.dist-info"
+    dist.mkdir()
+    dist.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: acme-startup\nVersion: 1.0\n")
+    dist.joinpath("entry_points.txt").write_text("[evaljobs.startup_test]\nprobe = json:dumps\n")
+    assert [ep.name for ep in host_middleware.installed("evaljobs.startup_test")] == []
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [ep.value for ep in host_middleware.installed("evaljobs.startup_test")] == ["json:dumps"]
+    assert len(scans) == 2
