@@ -17,14 +17,15 @@ from urllib.parse import urlsplit
 
 MASK = "***"
 
+# The patterns are compiled on first use (re's own cache), not at import: `evaljobs --help` imports
+# this module and redacts nothing (start-up time).
 # scheme://[user][:password]@  — the password part only (up to the authority's last @, so an
 # unencoded @ in a password is covered); the user name stays (it says who, not how).
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*):(?P<secret>[^\s/]*)@")
+_USERINFO = r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*):(?P<secret>[^\s/]*)@"
 # scheme://secret@ with no colon: Redis reads a lone user-info as the password (``redis://pw@host``).
-_LONE = re.compile(r"(?P<head>\b(?:redis|rediss|unix)://)(?P<secret>[^\s/@:]+)@")
+_LONE = r"(?P<head>\b(?:redis|rediss|unix)://)(?P<secret>[^\s/@:]+)@"
 # password=… / passwd=… in a query string or a libpq key=value string.
-_PARAM = re.compile(r"(?P<head>(?:[?&;\s]|^)(?:password|passwd|pass|pwd)=)(?P<secret>[^&\s;'\"]+)",
-                    re.IGNORECASE)
+_PARAM = r"(?i)(?P<head>(?:[?&;\s]|^)(?:password|passwd|pass|pwd)=)(?P<secret>[^&\s;'\"]+)"
 
 
 def redact(url: str) -> str:
@@ -36,9 +37,9 @@ def redact_text(text: str) -> str:
     """``text`` with the password of every URL in it (and every ``password=`` value) replaced."""
     if not text:
         return text
-    text = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@" if m["secret"] else m[0], text)
-    text = _LONE.sub(lambda m: f"{m['head']}{MASK}@", text)
-    return _PARAM.sub(lambda m: f"{m['head']}{MASK}", text)
+    text = re.sub(_USERINFO, lambda m: f"{m['head']}:{MASK}@" if m["secret"] else m[0], text)
+    text = re.sub(_LONE, lambda m: f"{m['head']}{MASK}@", text)
+    return re.sub(_PARAM, lambda m: f"{m['head']}{MASK}", text)
 
 
 def password_of(url: str) -> str | None:
