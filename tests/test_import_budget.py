@@ -50,7 +50,9 @@ EMBEDDED_RUN_UNUSED = ("evaljobs.catalog.importers.activeagent", "evaljobs.catal
                        "evaljobs.pipeline.rerun", "evaljobs.pipeline.recovery", "evaljobs.pipeline.reuse",
                        "evaljobs.reports.compare", "evaljobs.reports.junit", "evaljobs.reports.html",
                        "xml.etree.ElementTree", "evaljobs.workers.serve", "evaljobs.workers.pool",
-                       "evaljobs.evaluation.diagnosis")
+                       "evaljobs.evaluation.diagnosis",
+                       # httpx's command-line client, and pygments it imports when installed (pytest brings it)
+                       "pygments", "rich")
 
 
 def _chain(importtime: str, module: str) -> str:
@@ -202,3 +204,46 @@ def test_one_scan_of_installed_packages_serves_every_group_until_sys_path_change
     monkeypatch.syspath_prepend(str(tmp_path))
     assert [ep.value for ep in host_middleware.installed("evaljobs.startup_test")] == ["json:dumps"]
     assert len(scans) == 2
+
+
+# -- httpx without its command-line client (evaljobs.providers.http_client) -----------------------------
+
+_HTTPX_MAIN = """
+import json, sys
+
+class Watch:  # records every attempt to import httpx's CLI module, found or not
+    attempts = 0
+    def find_spec(self, name, path=None, target=None):
+        if name == 'httpx._main':
+            Watch.attempts += 1
+        return None
+
+sys.meta_path.insert(0, Watch())
+{setup}
+import httpx
+attempted = Watch.attempts
+pygments = 'pygments' in sys.modules
+try:
+    import httpx._main
+    later = 'imported'
+except ImportError as exc:
+    later = type(exc).__name__ + ': ' + str(exc)
+print(json.dumps({{'attempted_with_httpx': attempted, 'pygments': pygments, 'later': later}}))
+"""
+
+
+def _httpx_main(setup: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _HTTPX_MAIN.format(setup=setup)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_httpx_is_imported_without_its_cli_and_the_cli_still_imports_later():
+    """evaljobs imports httpx without trying ``httpx._main`` (pygments, rich); asking for it afterwards
+    behaves exactly as in a process without evaljobs (imported, or the same ImportError)."""
+    plain = _httpx_main("")
+    ours = _httpx_main("import evaljobs.providers.client")
+    assert plain["attempted_with_httpx"] == 1  # what httpx does on its own: `from ._main import main`
+    assert ours["attempted_with_httpx"] == 0 and ours["pygments"] is False
+    assert ours["later"] == plain["later"]

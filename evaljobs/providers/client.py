@@ -21,7 +21,7 @@ import time
 import urllib.request
 from typing import Any, Iterator, Mapping
 
-import httpx
+from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 
 from evaljobs.config import secret
 from evaljobs.providers import deadline

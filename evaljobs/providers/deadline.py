@@ -22,7 +22,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 import httpcore
-import httpx
+from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 
 _local = threading.local()
 

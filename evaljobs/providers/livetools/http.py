@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-import httpx
+from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 
 from evaljobs.catalog.model import Tool
 from evaljobs.catalog.text import text_of

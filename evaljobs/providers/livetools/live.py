@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
+from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
