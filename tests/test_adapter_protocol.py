@@ -94,3 +94,23 @@ def test_deadline_is_passed_to_adapters_that_take_it_and_a_typeerror_inside_is_n
         call_adapter(broken, None, spec, 1.0)
     assert seen == [12.5, {"deadline": 7.0}, "broken"]  # called once: not retried without deadline
     assert accepts_deadline(ConversationAdapter.__call__) and not accepts_deadline(len)
+
+
+def test_the_signature_answer_is_kept_per_adapter_class_and_never_mixed_up():
+    """accepts_deadline is cached per class (a pair's ~0.1 ms of inspect.signature); instances of two
+    classes, one taking ``deadline`` and one not, are each called their own way, every time."""
+    seen = []
+
+    class WithDeadline:
+        def __call__(self, scenario, model, *, deadline=None):
+            seen.append(("with", deadline))
+
+    class Without:
+        def __call__(self, scenario, model):
+            seen.append(("without",))
+
+    for _ in range(2):
+        call_adapter(WithDeadline(), None, None, 3.0)
+        call_adapter(Without(), None, None, 3.0)
+    assert seen == [("with", 3.0), ("without",)] * 2
+    assert accepts_deadline(WithDeadline()) and not accepts_deadline(Without())
