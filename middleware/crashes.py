@@ -85,7 +85,8 @@ class Companion(Protocol):
 
     Why: at zero latency every Redis round trip of a message is a measurable share of its cost, and
     the application often has one to make right at the start (evaljobs: the pair's first governor
-    permit). ``queue`` adds commands to the pipeline that carries the start (it returns how many);
+    permit). ``queue`` adds commands (``pipe.execute_command(*args)``) to the pipeline that carries
+    the start and returns how many (none: the start goes out alone, as one plain command);
     ``replies`` gets their replies (exceptions included, never raised), unless the round trip failed;
     ``done`` is called on the processing thread once the message is over, skipped or set aside
     (always after ``queue``, possibly more than once): undo what an unused reply holds.
@@ -98,13 +99,31 @@ class Companion(Protocol):
     def done(self, message: dramatiq.Message) -> None: ...
 
 
+class _Commands:
+    """What a companion queues, collected first: with nothing queued (the usual case when the
+    application has nothing to add, e.g. evaljobs with its governor off) the start goes out as one
+    plain command, which costs the worker less CPU than a pipeline of one."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[tuple, dict]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> "_Commands":
+        self.commands.append((args, options))
+        return self
+
+
 def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: dramatiq.Message,
                        companion: Companion) -> int:
     """:func:`begin_attempt` with ``companion``'s commands in the same pipeline (one round trip)."""
     try:
+        commands = _Commands()
+        queued = companion.queue(message, commands)
+        if not queued:
+            return begin_attempt(client, key, field, ttl)
         pipe = client.pipeline(transaction=False)
         pipe.eval(_BEGIN, 1, key, field, ttl)
-        queued = companion.queue(message, pipe)
+        for args, options in commands.commands:
+            pipe.execute_command(*args, **options)
         replies = pipe.execute(raise_on_error=False)
     except Exception as exc:  # noqa: BLE001 - see begin_attempt
         logger.warning("could not count the start of %s in %s: %s", field, key, exc)

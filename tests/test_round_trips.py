@@ -260,3 +260,42 @@ def test_a_prefetch_after_a_script_flush_loads_the_script_and_the_acquire_asks_a
     assert permit.lease_id == again.lease_id
     permit.release()
     assert _in_flight(governor) == 0
+
+
+def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(counted_redis, simulated_provider, sqlite_url,
+                                                                   monkeypatch):
+    """Governor off, one pair a message: the result event goes in the ack's round trip (Dramatiq's ack script +
+    PUBLISH), so a pair costs the crash counter's begin and its ack, no round trip of its own for the event.
+    The run's last result goes out on its own before its finalize is sent, and every event reaches a
+    subscriber on Redis."""
+    proxy, url = counted_redis
+    monkeypatch.setenv("EVALJOBS_GOVERNOR", "off")
+    simulated_provider(latency=0)
+    store.connect(sqlite_url)
+    binding = broker.configure(url)
+    n = 24
+    run = store.create_run(numbered_catalog(n, "acks"), ["sim/fast"], strategy="fanout")
+    listener = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(f"evaljobs:run:{run.id}")
+    worker = dramatiq.Worker(binding.broker, worker_threads=2, worker_timeout=50)
+    worker.start()
+    try:
+        binding.actors.start_run.send(run.id)
+        assert wait_until(lambda: store.get_run(run.id).status == "complete", 120), store.get_run(run.id)
+    finally:
+        worker.stop()
+        binding.broker.close()
+    seen: list[bytes] = []
+
+    def complete_seen() -> bool:
+        message = listener.get_message(timeout=0.1)  # None also for the subscription's confirmation
+        if message is not None:
+            seen.append(message["data"])
+        return bool(seen) and b'"type":"complete"' in seen[-1]
+
+    assert wait_until(complete_seen, 30), seen
+    listener.close()
+    assert sum(b'"type":"result"' in data for data in seen) == n and b'"type":"complete"' in seen[-1]
+    carrying = {name: count for name, count in proxy.turns.items() if "publish" in name or "crash" in name}
+    # n - 1 acks carry their pair's event; the last result and ``complete`` are published on their own.
+    assert carrying == {"crash-begin": n, "dramatiq+publish": n - 1, "publish": 2}, (carrying, dict(proxy.turns))

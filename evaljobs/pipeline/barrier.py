@@ -26,6 +26,7 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -
     if recorded.inserted:
         events.publish_result(run_id, result, recorded, prefetch.carried_releases())
     if recorded.completed:
+        events.flush_held()  # the run's last result is announced before its finalize is sent
         on_complete(run_id)
     return recorded
 
@@ -42,6 +43,7 @@ def record_many(run_id: str, results: Sequence[Result], *,
     events.publish_results(run_id, [(result, outcome) for result, outcome in zip(results, recorded)
                                     if outcome.inserted], prefetch.carried_releases())
     if any(outcome.completed for outcome in recorded):
+        events.flush_held()
         on_complete(run_id)
     return recorded
 

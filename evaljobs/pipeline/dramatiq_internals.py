@@ -19,6 +19,7 @@ an upgrade that changes them fails in CI, not silently in production.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import Iterable
@@ -30,6 +31,10 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ConnectionClosed
+
+from evaljobs.pipeline import events
+
+logger = logging.getLogger(__name__)
 
 #: The private attributes of RedisBroker that :func:`enqueue_pipelined` uses.
 PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace", "broker_id",
@@ -69,11 +74,44 @@ class WakeableConsumer(_RedisConsumer):
         self._held: dict[str, str] = {}
 
     def ack(self, message) -> None:
+        held = events.take_held()
         try:
-            super().ack(message)
+            if held:
+                self._ack_carrying(message, held)
+            else:
+                super().ack(message)
         finally:
             self._held.pop(message.message_id, None)
             self._freed()
+
+    def _ack_carrying(self, message, held: list[tuple[str, str]]) -> None:
+        """``ack`` with the message's held result events in the same pipeline: one round trip, not two
+        (see :func:`evaljobs.pipeline.events.hold_results`). The ack is Dramatiq's own ``dispatch``
+        script call with its arguments (as :func:`enqueue_pipelined`), sent as a raw ``EVALSHA``: a
+        redis-py ``Script`` in a pipeline would cost a ``SCRIPT EXISTS`` round trip first."""
+        broker = self.broker
+        args = ["ack", current_millis(), self.queue_name, broker.broker_id, broker.heartbeat_timeout,
+                broker.dead_message_ttl, broker._should_do_maintenance("ack"), broker._max_unpack_size(),
+                message.options["redis_message_id"]]
+        try:
+            with broker.client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", broker.scripts["dispatch"].sha, 1, broker.namespace, *args)
+                for name, payload in held:
+                    pipe.publish(name, payload)
+                replies = pipe.execute(raise_on_error=False)
+        except redis.ConnectionError as error:
+            events.restore_held(held)  # Dramatiq retries the ack once Redis answers: they go with it
+            raise ConnectionClosed(error) from None
+        if isinstance(replies[0], redis.exceptions.NoScriptError):  # a restarted Redis: Dramatiq reloads it
+            super().ack(message)
+        else:
+            self.queued_message_ids.discard(message.message_id)
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+        failed = [reply for reply in replies[1:] if isinstance(reply, Exception)]
+        if failed:
+            logger.warning("could not publish %d event(s) with the ack of %s: %s", len(failed),
+                           message.message_id, failed[0])
 
     def nack(self, message) -> None:
         try:
@@ -81,11 +119,13 @@ class WakeableConsumer(_RedisConsumer):
         finally:
             self._held.pop(message.message_id, None)
             self._freed()
+            events.flush_held()
 
     def _freed(self) -> None:
         # Refill in batches: waking on every ack would turn one fetch of many messages into a
         # fetch (a Lua call) per message. Half the prefetch still queued keeps the threads busy.
-        if self.outstanding_message_count <= self.prefetch // 2:
+        # (Setting an Event takes its lock and notifies: skipped when it is set already.)
+        if self.outstanding_message_count <= self.prefetch // 2 and not self.wake.is_set():
             self.wake.set()
 
     def __next__(self):
@@ -177,6 +217,7 @@ class WakingRedisBroker(RedisBroker):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._url = kwargs.get("url")
         self._consumers: dict[str, weakref.WeakSet] = {}
         self._consumers_lock = threading.Lock()
         #: queue -> redis message ids a closed consumer could not requeue (Redis was down).
@@ -185,6 +226,10 @@ class WakingRedisBroker(RedisBroker):
     @property
     def consumer_class(self):
         return WakeableConsumer
+
+    def acks_carry_events(self) -> bool:
+        """Whether a message's result events may ride on its ack (the events' Redis is this broker's)."""
+        return self._url is not None and events.redis_url() == self._url
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
         consumer = super().consume(queue_name, prefetch, timeout)

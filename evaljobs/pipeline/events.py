@@ -73,15 +73,63 @@ class Carry(Protocol):
     def replies(self, replies: list[Any]) -> None: ...
 
 
+# -- result events sent with the message's ack ------------------------------------------------------
+#
+# Why: at zero provider latency a pair's result publish is a Redis round trip of its own, right
+# before the ack of its message, another one to the same Redis. While a worker thread processes a
+# message whose ack can carry commands (:class:`evaljobs.pipeline.dramatiq_internals.WakeableConsumer`,
+# when the events' Redis is the broker's), its result events are held here and the ack sends them in
+# its pipeline: one round trip instead of two. Still after the commit they describe (invariant 6), a
+# few hundred microseconds later. In-process listeners and subscriptions get them at once, as before.
+
+_held = threading.local()
+
+
+def hold_results() -> None:
+    """Hold this thread's ``result`` events for the ack of the message it processes (see above)."""
+    flush_held()  # left over from a message that was never acked here (defensive: never lose them)
+    _held.events = []
+
+
+def take_held() -> list[tuple[str, str]]:
+    """The held events as (channel, payload), and stop holding: the ack's pipeline sends them."""
+    events = getattr(_held, "events", None)
+    _held.events = None
+    return events or []
+
+
+def restore_held(held: list[tuple[str, str]]) -> None:
+    """Hold ``held`` again (an ack that could not reach Redis is retried, and they go with it)."""
+    _held.events = list(held) + (getattr(_held, "events", None) or [])
+
+
+def flush_held() -> None:
+    """Send the held events now (a run's last result goes out before its ``finalize_run`` is sent)."""
+    held = take_held()
+    client = _client() if held else None
+    if client is None:
+        return
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for name, payload in held:
+                pipe.publish(name, payload)
+            pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - events are hints; never fail the evaluation for them
+        logger.warning("could not publish %d held event(s): %s", len(held), exc)
+
+
 def publish(run_id: str, event: dict[str, Any]) -> None:
     publish_many(run_id, [event])
 
 
-def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None = None) -> None:
+def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None = None, *,
+                 holdable: bool = False) -> None:
     """Publish ``batch`` in order: in-process at once, on Redis in one round trip (a pipeline).
 
     ``carry``: commands sent in the same round trip, after the events (their replies go back to it,
-    errors included: a failed publish hands it the error, once per command).
+    errors included: a failed publish hands it the error, once per command). ``holdable``: the Redis
+    side may wait for the message's ack when this thread holds events (:func:`hold_results`; never
+    with a ``carry``, whose releases must not wait).
     """
     batch = [{"run": run_id, **event} for event in batch]
     with _lock:
@@ -97,6 +145,10 @@ def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None =
                 logger.exception("event listener failed")
     client = _client()
     if client is not None and batch:
+        held = getattr(_held, "events", None) if holdable and carry is None else None
+        if held is not None:
+            held.extend((channel(run_id), json.dumps(event, separators=(",", ":"))) for event in batch)
+            return
         carried, delivered = 0, False
         try:
             if len(batch) == 1 and carry is None:
@@ -128,7 +180,7 @@ def publish_results(run_id: str, recorded_results, carry: Carry | None = None) -
     publish_many(run_id, [{"type": "result", "scenario": result.scenario_key, "model": result.model,
                            "epoch": result.epoch, "status": result.status, "score": result.score,
                            "fault": result.fault, "persisted": recorded.persisted, "expected": recorded.expected}
-                          for result, recorded in recorded_results], carry)
+                          for result, recorded in recorded_results], carry, holdable=True)
 
 
 def publish_complete(run_id: str, report: dict[str, Any]) -> None:
