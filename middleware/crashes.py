@@ -36,6 +36,7 @@ Generic: imports nothing from the application; the application supplies
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from contextlib import contextmanager
@@ -43,6 +44,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 import dramatiq
 from dramatiq.middleware import SkipMessage
+
+from evaljobs_middleware.commands import is_noscript, thread_commands
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +71,24 @@ Key = Callable[[dramatiq.Message], "tuple[str, str] | None"]
 GiveUp = Callable[[dramatiq.Broker, dramatiq.Message, int], None]
 
 
+_BEGIN_SHA = hashlib.sha1(_BEGIN.encode()).hexdigest()
+
+
 def begin_attempt(client: Any, key: str, field: str, ttl: int = DEFAULT_TTL) -> int:
     """Count one start; returns how many earlier starts never ended (crashed workers).
 
     Returns 0 when Redis does not answer: the count is a safety net, never a reason to fail.
+    Sent on the thread's own connection (:mod:`evaljobs_middleware.commands`), as ``EVALSHA``
+    (``EVAL`` once, when Redis does not know the script yet).
     """
     try:
-        return int(client.eval(_BEGIN, 1, key, field, ttl))
+        commands = thread_commands(client)
+        reply = commands.execute(("EVALSHA", _BEGIN_SHA, 1, key, field, ttl))[0]
+        if is_noscript(reply):
+            reply = commands.execute(("EVAL", _BEGIN, 1, key, field, ttl))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return int(reply)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logger.warning("could not count the start of %s in %s: %s", field, key, exc)
         return 0
@@ -100,15 +114,16 @@ class Companion(Protocol):
 
 
 class _Commands:
-    """What a companion queues, collected first: with nothing queued (the usual case when the
-    application has nothing to add, e.g. evaljobs with its governor off) the start goes out as one
-    plain command, which costs the worker less CPU than a pipeline of one."""
+    """What a companion queues (``execute_command(*args)``; redis-py's parse options are not
+    supported), collected and then sent after the start in its round trip, on the thread's own
+    connection (:mod:`evaljobs_middleware.commands`): replies are Redis's, without redis-py's
+    response callbacks."""
 
     def __init__(self) -> None:
-        self.commands: list[tuple[tuple, dict]] = []
+        self.commands: list[tuple] = []
 
-    def execute_command(self, *args: Any, **options: Any) -> "_Commands":
-        self.commands.append((args, options))
+    def execute_command(self, *args: Any) -> "_Commands":
+        self.commands.append(args)
         return self
 
 
@@ -120,14 +135,16 @@ def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: dra
         queued = companion.queue(message, commands)
         if not queued:
             return begin_attempt(client, key, field, ttl)
-        pipe = client.pipeline(transaction=False)
-        pipe.eval(_BEGIN, 1, key, field, ttl)
-        for args, options in commands.commands:
-            pipe.execute_command(*args, **options)
-        replies = pipe.execute(raise_on_error=False)
+        replies = thread_commands(client).execute(("EVALSHA", _BEGIN_SHA, 1, key, field, ttl),
+                                                  *commands.commands)
     except Exception as exc:  # noqa: BLE001 - see begin_attempt
         logger.warning("could not count the start of %s in %s: %s", field, key, exc)
         return 0
+    if is_noscript(replies[0]):
+        try:  # Redis does not hold the script yet (once per server): EVAL loads it; the companion's went through
+            replies[0] = thread_commands(client).execute(("EVAL", _BEGIN, 1, key, field, ttl))[0]
+        except Exception as exc:  # noqa: BLE001 - see begin_attempt
+            replies[0] = exc
     if queued:
         companion.replies(message, replies[1:1 + queued])
     if isinstance(replies[0], Exception):

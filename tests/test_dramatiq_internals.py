@@ -126,6 +126,47 @@ def test_the_wakeable_consumer_on_real_redis_fetches_acks_and_is_woken(redis_url
 
 
 @pytest.mark.redis
+def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_script(redis_url):
+    """The fetch and the ack go as raw EVALSHAs on the thread's own connection (their pooled redis-py path
+    cost as much CPU as the round trip): the same dispatch script and arguments as Dramatiq's own calls, so
+    messages move from the queue to the ack set and out of it exactly as with Dramatiq's; on a Redis that
+    lost its scripts (a restart) each falls back to Dramatiq's own call, which loads them again."""
+    import redis as redis_lib
+
+    broker = make_broker(redis_url)
+    client = redis_lib.Redis.from_url(redis_url)
+    queue = "raw-dispatch"
+    acks = f"dramatiq:__acks__.{broker.broker_id}.{queue}"
+    try:
+        for number in range(4):
+            broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={}))
+        consumer = broker.consume(queue, prefetch=4, timeout=1000)
+        got = []
+        for _ in range(200):
+            proxy = next(consumer)
+            if proxy is not None:
+                got.append(proxy)
+            if len(got) == 2:
+                break
+        assert client.scard(acks) == 4 and client.llen(f"dramatiq:{queue}") == 0  # one fetch took all four
+        consumer.ack(got[0])
+        assert client.scard(acks) == 3 and got[0].message_id not in consumer.queued_message_ids
+        client.script_flush()
+        consumer.ack(got[1])  # NOSCRIPT: Dramatiq's own ack loads the script
+        assert client.scard(acks) == 2
+        client.script_flush()
+        for _ in range(2):
+            broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(9,), kwargs={}, options={}))
+        client.script_flush()
+        assert len(broker.do_fetch(queue, 5)) == 2  # NOSCRIPT: Dramatiq's own fetch loads the script
+        assert client.scard(acks) == 4
+        consumer.close()
+    finally:
+        client.close()
+        broker.close()
+
+
+@pytest.mark.redis
 def test_closing_the_consumer_hands_its_fetched_but_unhandled_messages_back(redis_url):
     """A graceful stop must leave nothing unacked: Dramatiq's worker requeues its work queue and delay
     queue, but not what the consumer fetched and has not yet handed to it (its ``message_cache``).

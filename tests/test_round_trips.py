@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from evaljobs import store
+from evaljobs_middleware import crashes
 from evaljobs.pipeline import broker
 from evaljobs.providers.governor import BudgetConfig, Governor, deferred
 from helpers import numbered_catalog, wait_until
@@ -107,8 +108,9 @@ def _name_turn(data: bytes) -> str:
         if verb in ("EVAL", "EVALSHA") and b"evaljobs:gov" in rest:
             names.append("acquire" if b"wait:bulk" in rest else "release" if b":tok" in rest
                          else "governor")
-        elif verb == "EVAL" and b"evaljobs:crashes:" in rest:
-            names.append("crash-begin" if b"return n - 1" in rest else "crash-end")
+        elif verb in ("EVAL", "EVALSHA") and b"evaljobs:crashes:" in rest:
+            names.append("crash-begin" if b"return n - 1" in rest or crashes._BEGIN_SHA.encode() in rest
+                         else "crash-end")
         elif verb in ("EVAL", "EVALSHA"):
             names.append("dramatiq")
         else:
@@ -139,6 +141,7 @@ def test_a_pair_costs_two_governor_crash_and_event_round_trips_not_four(counted_
     warm = Governor(redis_url)
     warm.acquire("sim:warm-up").release()
     warm.close()
+    redis.Redis.from_url(redis_url).script_load(crashes._BEGIN)  # and the crash counter's
     store.connect(sqlite_url)
     binding = broker.configure(url)
     n = 24
@@ -270,6 +273,7 @@ def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(counted_redi
     subscriber on Redis."""
     proxy, url = counted_redis
     monkeypatch.setenv("EVALJOBS_GOVERNOR", "off")
+    redis.Redis.from_url(url).script_load(crashes._BEGIN)  # as after a worker's first message
     simulated_provider(latency=0)
     store.connect(sqlite_url)
     binding = broker.configure(url)

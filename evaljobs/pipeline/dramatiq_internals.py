@@ -32,6 +32,8 @@ from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ConnectionClosed
 
+from evaljobs_middleware.commands import is_noscript, thread_commands
+
 from evaljobs.pipeline import events
 
 logger = logging.getLogger(__name__)
@@ -76,33 +78,34 @@ class WakeableConsumer(_RedisConsumer):
     def ack(self, message) -> None:
         held = events.take_held()
         try:
-            if held:
-                self._ack_carrying(message, held)
-            else:
-                super().ack(message)
+            self._ack(message, held)
         finally:
             self._held.pop(message.message_id, None)
             self._freed()
 
-    def _ack_carrying(self, message, held: list[tuple[str, str]]) -> None:
-        """``ack`` with the message's held result events in the same pipeline: one round trip, not two
-        (see :func:`evaljobs.pipeline.events.hold_results`). The ack is Dramatiq's own ``dispatch``
-        script call with its arguments (as :func:`enqueue_pipelined`), sent as a raw ``EVALSHA``: a
-        redis-py ``Script`` in a pipeline would cost a ``SCRIPT EXISTS`` round trip first."""
+    def _ack(self, message, held: list[tuple[str, str]]) -> None:
+        """Dramatiq's ack (its ``dispatch`` script with its arguments, as :func:`enqueue_pipelined`)
+        sent as a raw ``EVALSHA`` on this thread's own connection, with the message's held result
+        events (:func:`evaljobs.pipeline.events.hold_results`) in the same round trip.
+
+        Why: redis-py's pooled command path costs a worker ~130 µs of CPU a command, the socket and
+        the parser ~40 µs (:mod:`evaljobs_middleware.commands`); and the events' own round trip
+        cost as much again. An unknown script (a restarted Redis) falls back to Dramatiq's own ack,
+        which loads it.
+        """
         broker = self.broker
-        args = ["ack", current_millis(), self.queue_name, broker.broker_id, broker.heartbeat_timeout,
-                broker.dead_message_ttl, broker._should_do_maintenance("ack"), broker._max_unpack_size(),
-                message.options["redis_message_id"]]
+        commands = [("EVALSHA", broker.scripts["dispatch"].sha, 1, broker.namespace, "ack", current_millis(),
+                     self.queue_name, broker.broker_id, broker.heartbeat_timeout, broker.dead_message_ttl,
+                     broker._should_do_maintenance("ack"), broker._max_unpack_size(),
+                     message.options["redis_message_id"])]
+        commands += [("PUBLISH", name, payload) for name, payload in held]
         try:
-            with broker.client.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", broker.scripts["dispatch"].sha, 1, broker.namespace, *args)
-                for name, payload in held:
-                    pipe.publish(name, payload)
-                replies = pipe.execute(raise_on_error=False)
+            replies = thread_commands(broker.client).execute(*commands)
         except redis.ConnectionError as error:
-            events.restore_held(held)  # Dramatiq retries the ack once Redis answers: they go with it
+            if held:
+                events.restore_held(held)  # Dramatiq retries the ack once Redis answers: they go with it
             raise ConnectionClosed(error) from None
-        if isinstance(replies[0], redis.exceptions.NoScriptError):  # a restarted Redis: Dramatiq reloads it
+        if is_noscript(replies[0]):
             super().ack(message)
         else:
             self.queued_message_ids.discard(message.message_id)
@@ -226,6 +229,21 @@ class WakingRedisBroker(RedisBroker):
     @property
     def consumer_class(self):
         return WakeableConsumer
+
+    def do_fetch(self, queue_name: str, prefetch: int):
+        """Dramatiq's fetch (its ``dispatch`` script, ``"fetch"``), sent as a raw ``EVALSHA`` on the
+        consumer thread's own connection: the pooled redis-py path cost as much client CPU as the
+        round trip itself (see :meth:`WakeableConsumer._ack`). An unknown script (a restarted Redis)
+        falls back to Dramatiq's own call, which loads it."""
+        reply = thread_commands(self.client).execute(
+            ("EVALSHA", self.scripts["dispatch"].sha, 1, self.namespace, "fetch", current_millis(), queue_name,
+             self.broker_id, self.heartbeat_timeout, self.dead_message_ttl, self._should_do_maintenance("fetch"),
+             self._max_unpack_size(), prefetch))[0]
+        if is_noscript(reply):
+            return self._dispatch("fetch")(queue_name, prefetch)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def acks_carry_events(self) -> bool:
         """Whether a message's result events may ride on its ack (the events' Redis is this broker's)."""
