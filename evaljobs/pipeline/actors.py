@@ -393,8 +393,6 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     return _bound
 
 
-
-
 # -- pairs that crash their worker (see evaljobs_middleware.crashes) ----------------------------------
 
 
