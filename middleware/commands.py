@@ -45,7 +45,7 @@ class ThreadCommands:
         connection = held[1]
         try:
             _ready(connection)
-            connection.send_packed_command(connection.pack_commands(commands))
+            connection.send_packed_command([b"".join(pack(command) for command in commands)], check_health=False)
             replies: list[Any] = []
             for _ in commands:
                 try:
@@ -58,6 +58,23 @@ class ThreadCommands:
             connection.disconnect()
             self._pool.release(connection)
             raise
+
+
+def pack(command: tuple) -> bytes:
+    """One command in RESP, as redis-py packs it for the argument types sent here (bytes, str, int,
+    float), at a fraction of its CPU (its packer handles every type, memoryviews and large values)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            data = repr(arg).encode()
+        else:
+            raise redis.DataError(f"invalid argument of type {type(arg).__name__}: bytes, str, int or float")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 def _ready(connection: Any) -> None:
@@ -94,4 +111,4 @@ def thread_commands(client: Any) -> ThreadCommands:
     return commands
 
 
-__all__ = ["ThreadCommands", "thread_commands", "is_noscript"]
+__all__ = ["ThreadCommands", "thread_commands", "is_noscript", "pack"]
