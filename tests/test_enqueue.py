@@ -37,13 +37,16 @@ def test_redis_enqueue_is_pipelined_in_chunks_and_keeps_order_hooks_and_unique_i
     broker = RedisBroker(url=redis_url, middleware=[recorder])
     monkeypatch.setattr(enqueue, "CHUNK", 100)
     sent = _messages(broker, 1234, "pipelined")
+    from evaljobs_middleware.commands import ThreadCommands
+
     calls = []
-    real = broker.client.pipeline
-    monkeypatch.setattr(broker.client, "pipeline", lambda **kw: calls.append(kw) or real(**kw))
+    real = ThreadCommands.execute
+    monkeypatch.setattr(ThreadCommands, "execute", lambda self, *commands: calls.append(len(commands))
+                        or real(self, *commands))
 
     enqueue.enqueue_many(broker, sent)
 
-    assert len(calls) == 13  # 12 full chunks of 100 and one of 34: 13 round trips, not 1,234
+    assert calls == [100] * 12 + [34]  # 12 full chunks of 100 and one of 34: 13 round trips, not 1,234
     ids = [m.message_id for m in sent]
     assert recorder.before == ids and recorder.after == ids
     assert broker.client.llen("dramatiq:pipelined") == 1234
