@@ -22,7 +22,8 @@ import threading
 import weakref
 from typing import Any
 
-import redis
+# redis is imported where it is used: the crash counter imports this module, and a process on the
+# in-process broker never loads the Redis client (start-up time; tests/test_import_budget.py).
 
 
 class ThreadCommands:
@@ -43,6 +44,8 @@ class ThreadCommands:
             held = (os.getpid(), self._pool.get_connection())
             self._local.held = held
         connection = held[1]
+        import redis
+
         try:
             _ready(connection)
             connection.send_packed_command([b"".join(pack(command) for command in commands)], check_health=False)
@@ -63,6 +66,8 @@ class ThreadCommands:
 def pack(command: tuple) -> bytes:
     """One command in RESP, as redis-py packs it for the argument types sent here (bytes, str, int,
     float), at a fraction of its CPU (its packer handles every type, memoryviews and large values)."""
+    import redis
+
     parts = [b"*%d\r\n" % len(command)]
     for arg in command:
         if isinstance(arg, bytes):
@@ -81,6 +86,8 @@ def _ready(connection: Any) -> None:
     """What the pool checks when it hands a connection out, done before each use of a kept one: a
     socket with data to read before a command was sent was closed by the server (a restart, an idle
     timeout) or left a reply unread; connect it again. Never a command sent twice."""
+    import redis
+
     try:
         connection.connect()  # a no-op when connected; after a drop, connects again
         stale = connection.can_read()
@@ -93,6 +100,8 @@ def _ready(connection: Any) -> None:
 
 def is_noscript(reply: Any) -> bool:
     """Whether ``reply`` is Redis's NOSCRIPT error (an ``EVALSHA`` of a script it does not hold)."""
+    import redis
+
     return isinstance(reply, redis.exceptions.NoScriptError)
 
 
