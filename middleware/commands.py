@@ -40,10 +40,9 @@ class ThreadCommands:
         connection is dropped).
         """
         held = getattr(self._local, "held", None)
-        if held is None or held[0] != os.getpid():  # a fork copies this thread's locals, not its socket's owner
-            held = (os.getpid(), self._pool.get_connection())
-            self._local.held = held
-        connection = held[1]
+        if held is None or held.pid != os.getpid():  # a fork copies this thread's locals, not its socket's owner
+            held = self._local.held = _Held(self._pool)
+        connection = held.connection
         import redis
 
         try:
@@ -58,9 +57,40 @@ class ThreadCommands:
             return replies
         except BaseException:
             self._local.held = None
-            connection.disconnect()
-            self._pool.release(connection)
+            held.drop()
             raise
+
+
+class _Held:
+    """A connection a thread keeps, handed back to its pool when the thread ends.
+
+    Why: worker threads come and go (an elastic pool grows and shrinks its members); a thread's
+    locals are dropped when it ends, and with them this object, whose finalizer gives the connection
+    back — otherwise every ended thread would leave an open socket checked out of the pool for the
+    life of the process. A fork's copy (another pid) is never handed back: the parent owns it.
+    """
+
+    __slots__ = ("pool", "connection", "pid")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.pid = os.getpid()
+        self.connection = pool.get_connection()
+
+    def drop(self) -> None:
+        """Disconnect and hand back now (after an error); the finalizer then does nothing."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.disconnect()
+            self.pool.release(connection)
+
+    def __del__(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None and self.pid == os.getpid():
+            try:
+                self.pool.release(connection)
+            except Exception:  # interpreter shutdown, a pool already closed: nothing to give back to
+                pass
 
 
 def pack(command: tuple) -> bytes:

@@ -6,6 +6,7 @@ no longer matches Dramatiq: fix dramatiq_internals.py (or drop the speed-up), do
 from __future__ import annotations
 
 import inspect
+import threading
 
 import dramatiq
 import pytest
@@ -181,6 +182,35 @@ def test_the_thread_commands_packer_writes_what_redis_py_writes():
         assert pack(command) == b"".join(reference.pack(*command))
     with pytest.raises(redis_lib.DataError):
         pack(("SET", "k", True))  # as redis-py: a bool is refused, never sent as 1/0
+
+
+@pytest.mark.redis
+def test_a_thread_that_ends_hands_its_kept_connection_back_to_the_pool(redis_url):
+    """Worker threads come and go (an elastic pool grows and shrinks): each keeps one connection for
+    its per-message commands, and must give it back when it ends, or every ended thread leaves an
+    open socket checked out of the pool for the life of the process."""
+    import redis as redis_lib
+
+    from evaljobs_middleware.commands import ThreadCommands
+    from helpers import wait_until
+
+    client = redis_lib.Redis.from_url(redis_url)
+    commands = ThreadCommands(client)
+    pool = client.connection_pool
+    try:
+        replies = []
+        threads = [threading.Thread(target=lambda: replies.append(commands.execute(("PING",), ("ECHO", "x"))))
+                   for _ in range(5)]
+        for thread in threads:
+            thread.start()
+            thread.join()
+        assert replies == [[True, b"x"]] * 5 or replies == [[b"PONG", b"x"]] * 5
+        # every ended thread gave its connection back (when its locals are dropped, as it ends)
+        assert wait_until(lambda: len(pool._in_use_connections) == 0, timeout=10, interval=0.01)
+        assert len(pool._available_connections) <= 2  # and later threads reused it, not one socket each
+        assert commands.execute(("PING",)) and len(pool._in_use_connections) == 1  # this thread keeps its own
+    finally:
+        client.close()
 
 
 @pytest.mark.redis
