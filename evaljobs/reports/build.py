@@ -61,11 +61,45 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     criteria: dict[str, dict[str, list[float]]] = {}
     compact = []
     add = compact.append
+    # Each pair's entry of ``results``, with round(float(score), 4) and round(float(cost), 6)
+    # computed once per distinct value (the loop runs once per pair between the last result and
+    # the report; a run has a handful of distinct scores and costs, and round() with digits goes
+    # through a decimal string). Values that compare equal round to the same float, with one
+    # exception a memo must not cross: 0.0 and -0.0 (equal, but each rounds to itself, sign
+    # kept), so a zero is not looked up: float(zero) is its rounding.
+    score4, cost6 = {}, {}
     for r in ordered:
-        by_model[r.model].append(r)
+        model = r.model
+        by_model[model].append(r)
         for name, value in r.scores.items():
-            criteria.setdefault(name, {}).setdefault(r.model, []).append(float(value))
-        add(_compact(r, with_epoch))
+            criteria.setdefault(name, {}).setdefault(model, []).append(float(value))
+        score = r.score
+        if score:
+            rounded = score4.get(score)
+            if rounded is None:
+                rounded = score4[score] = round(float(score), 4)
+        else:
+            rounded = float(score)
+        cost = r.cost
+        if cost:
+            cost_rounded = cost6.get(cost)
+            if cost_rounded is None:
+                cost_rounded = cost6[cost] = round(float(cost), 6)
+        else:
+            cost_rounded = None if cost is None else float(cost)
+        if with_epoch:
+            entry = {"scenario_key": r.scenario_key, "model": model, "epoch": r.epoch, "status": r.status,
+                     "score": rounded, "fault": r.fault, "error": r.error, "duration_ms": int(r.duration_ms),
+                     "cost": cost_rounded, "cached": bool(r.cached)}
+        else:
+            entry = {"scenario_key": r.scenario_key, "model": model, "status": r.status,
+                     "score": rounded, "fault": r.fault, "error": r.error, "duration_ms": int(r.duration_ms),
+                     "cost": cost_rounded, "cached": bool(r.cached)}
+        if r.reused_from:
+            entry["reused_from"] = r.reused_from
+        if r.details:
+            entry.update(_judge_entry(r))
+        add(entry)
     per_model = [_model_block(model, by_model[model]) for model in models]
     report = {
         "run": _run_block(run),
@@ -213,26 +247,6 @@ def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ranked = sorted(per_model, key=lambda m: (-m["pass_rate"], -m["mean_score"], m["cost"], m["model"]))
     return [{"rank": i, "model": m["model"], "pass_rate": m["pass_rate"], "mean_score": m["mean_score"],
              "cost": m["cost"], "cost_unknown": m["cost_unknown"]} for i, m in enumerate(ranked, start=1)]
-
-
-def _compact(result: Any, with_epoch: bool = False) -> dict[str, Any]:
-    r = result
-    cost = r.cost
-    if with_epoch:
-        entry = {"scenario_key": r.scenario_key, "model": r.model, "epoch": r.epoch, "status": r.status,
-                 "score": round(float(r.score), 4), "fault": r.fault, "error": r.error,
-                 "duration_ms": int(r.duration_ms), "cost": None if cost is None else round(float(cost), 6),
-                 "cached": bool(r.cached)}
-    else:
-        entry = {"scenario_key": r.scenario_key, "model": r.model, "status": r.status,
-                 "score": round(float(r.score), 4), "fault": r.fault, "error": r.error,
-                 "duration_ms": int(r.duration_ms), "cost": None if cost is None else round(float(cost), 6),
-                 "cached": bool(r.cached)}
-    if r.reused_from:
-        entry["reused_from"] = r.reused_from
-    if r.details:
-        entry.update(_judge_entry(r))
-    return entry
 
 
 def _judge_entry(result: Result) -> dict[str, Any]:

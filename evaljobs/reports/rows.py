@@ -9,6 +9,8 @@ class ReportRow(NamedTuple):
 
     A tuple, not a :class:`Result`: 4,000 rows are built between the last result and the
     report. ``build_report`` reads any object with these attributes (a ``Result`` too).
+    ``scores`` is the last column ``finalize`` fetches, so a fetched tuple becomes a row by
+    swapping its last item (the JSON text) for the parsed dict.
     """
 
     scenario_key: str
@@ -16,7 +18,6 @@ class ReportRow(NamedTuple):
     epoch: int
     status: str
     score: float
-    scores: dict[str, float]
     fault: str | None
     error: str | None
     duration_ms: int
@@ -27,6 +28,7 @@ class ReportRow(NamedTuple):
     ttft_ms: float | None
     latency_ms: float | None
     reused_from: str | None
+    scores: dict[str, float]
     details: dict[str, Any] | None = None
 
 

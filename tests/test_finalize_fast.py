@@ -1,0 +1,102 @@
+"""What makes the 4,000-pair finalize fast must not change what it does (issue 19).
+
+* ``store.finalize`` pauses the cyclic garbage collector while it builds the report. The pause is
+  process-wide, so what matters is that it ends: after a finalize that writes the report, returns
+  an existing one, or raises (an incomplete run), the collector is as the caller left it.
+* ``build_report`` rounds each distinct score and cost once: every entry must still hold exactly
+  ``round(float(x), 4)`` / ``round(float(x), 6)``, sign of zero included.
+
+(``tests/test_finalize_report.py`` checks the whole stored report, byte for byte.)
+"""
+from __future__ import annotations
+
+import gc
+import math
+
+import pytest
+
+from evaljobs import store
+from evaljobs.catalog import parse_catalog
+from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
+from evaljobs.reports.rows import ReportRow
+from evaljobs.store import results as store_results
+
+
+def _catalog(keys):
+    return parse_catalog({"name": "gc", "scenarios": [
+        {"key": k, "messages": [{"role": "user", "content": f"ask {k}"}]} for k in keys]}, source="gc.yaml")
+
+
+@pytest.fixture
+def url(sqlite_url):
+    store.connect(sqlite_url)
+    return sqlite_url
+
+
+@pytest.fixture
+def collector_enabled():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def test_the_collector_is_paused_while_the_report_is_built_and_enabled_after(url, collector_enabled, monkeypatch):
+    seen = []
+    build = store_results.build_report
+
+    def watched(run, results):
+        seen.append(gc.isenabled())
+        return build(run, results)
+
+    monkeypatch.setattr(store_results, "build_report", watched)
+    run = store.create_run(_catalog(["s1", "s2"]), ["m1"], strategy="fanout", epochs=2)
+    for key, model, epoch in store.missing_pairs(run.id):
+        store.record_result(run.id, Result(key, model, "passed", score=1.0, epoch=epoch))
+    assert store.finalize(run.id).created
+    assert seen == [False] and gc.isenabled()
+    assert not store.finalize(run.id).created  # the stored report, returned as is
+    assert seen == [False] and gc.isenabled()
+
+
+def test_the_collector_is_enabled_again_after_a_finalize_that_raises(url, collector_enabled):
+    run = store.create_run(_catalog(["s1", "s2"]), ["m1"], strategy="fanout")
+    store.record_result(run.id, Result("s1", "m1", "passed", score=1.0))
+    with pytest.raises(store.Incomplete, match=rf"^run {run.id} has 1 of 2 pairs; missing: s2 × m1$"):
+        store.finalize(run.id)
+    assert gc.isenabled()
+    with pytest.raises(store.UnknownRun):
+        store.finalize("r_no_such_run")
+    assert gc.isenabled()
+
+
+def test_a_collector_the_caller_disabled_stays_disabled(url, collector_enabled):
+    run = store.create_run(_catalog(["s1"]), ["m1"], strategy="fanout")
+    store.record_result(run.id, Result("s1", "m1", "passed", score=1.0))
+    gc.disable()
+    assert store.finalize(run.id).created
+    assert not gc.isenabled()
+
+
+#: scores and costs the memo must not confuse: zeros of both signs, ints equal to floats, values
+#: one rounding apart, repeated values, a NaN, costs small enough to print with an exponent
+SCORES = [1.0, 1, 0.0, -0.0, 0, 0.12345, 0.12345, 0.123449999, 0.99995, 1e-05, -0.0, 0.0, True, float("nan"), 0.5]
+COSTS = [None, 0.0, -0.0, 1.2e-05, 1.2e-05, 0.0000125, 0.0000124999, 3, 3.0, None, 2.5e-07, 0.0, 1e-09, 0.1, 7]
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_every_entry_holds_exactly_what_round_gives(epochs):
+    rows = [ReportRow(f"s{i:02d}", "m1", i % epochs, "passed" if score else "failed", score, None, None, 5, cost,
+                      False, 0, 0, None, None, None, {}) for i, (score, cost) in enumerate(zip(SCORES, COSTS))]
+    run = {"id": "r1", "models": ["m1"], "epochs": epochs, "expected": len(rows)}
+    entries = build_report(run, list(reversed(rows)))["results"]
+    assert [e["scenario_key"] for e in entries] == [r.scenario_key for r in rows]
+    for row, entry in zip(rows, entries):
+        expected_score = round(float(row.score), 4)
+        expected_cost = None if row.cost is None else round(float(row.cost), 6)
+        # repr tells 0.0 from -0.0 and compares NaN
+        assert (repr(entry["score"]), repr(entry["cost"])) == (repr(expected_score), repr(expected_cost)), row
+        assert type(entry["score"]) is float and (entry["cost"] is None or type(entry["cost"]) is float)
+        assert ("epoch" in entry) == (epochs > 1)
+    assert math.copysign(1.0, entries[3]["score"]) == -1.0 and math.copysign(1.0, entries[2]["cost"]) == -1.0
