@@ -20,7 +20,8 @@ from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
-from evaljobs.store import results as store_results
+from evaljobs.store import connections as store_connections, results as store_results
+from evaljobs.store.schema import Run, _dumps
 
 
 def _catalog(keys):
@@ -54,8 +55,12 @@ def test_the_collector_is_paused_while_the_report_is_built_and_enabled_after(url
     run = store.create_run(_catalog(["s1", "s2"]), ["m1"], strategy="fanout", epochs=2)
     for key, model, epoch in store.missing_pairs(run.id):
         store.record_result(run.id, Result(key, model, "passed", score=1.0, epoch=epoch))
-    assert store.finalize(run.id).created
-    assert seen == [False] and gc.isenabled()
+    finalized = store.finalize(run.id)
+    assert finalized.created and seen == [False] and gc.isenabled()
+    # stored with the report's own encoder: the same text as the store's JSON of what finalize returned
+    with store_connections._connection():
+        stored = Run.get_by_id(run.id).report
+    assert stored == _dumps(finalized.report) and '"pass_at_k":{"1":1.0,"2":1.0}' in stored
     assert not store.finalize(run.id).created  # the stored report, returned as is
     assert seen == [False] and gc.isenabled()
 

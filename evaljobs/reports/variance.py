@@ -23,8 +23,8 @@ exact arithmetic with :func:`math.comb`; no SciPy):
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from functools import lru_cache
+from itertools import groupby
 from operator import attrgetter
 from typing import Any, Iterable
 
@@ -33,7 +33,8 @@ Z95 = 1.959963984540054
 #: The p-value under which a change in pass rate between two runs counts as real.
 SIGNIFICANCE = 0.05
 PASSED, FAILED, ERRORED = "passed", "failed", "errored"
-_EPOCH = attrgetter("epoch")
+_PAIR = attrgetter("scenario_key", "model")
+_PAIR_EPOCH = attrgetter("scenario_key", "model", "epoch")
 
 
 def wilson(passes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -116,12 +117,12 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
     ``thresholds`` (scenario key → pass threshold) decides ``passed``: the epoch pass rate
     must reach the scenario's threshold (what JUnit and ``--fail-under`` per scenario use).
     """
-    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for r in results:
-        groups[(r.scenario_key, r.model)].append(r)
+    # one sort by (scenario, model, epoch), stable, then each scenario × model's epochs are adjacent:
+    # the same groups, in the same order, as grouping first and sorting each group by epoch
+    # (the report passes its rows already in that order, so the sort only checks it)
     out = []
-    for (key, model), rows in sorted(groups.items()):
-        rows.sort(key=_EPOCH)
+    for (key, model), group in groupby(sorted(results, key=_PAIR_EPOCH), key=_PAIR):
+        rows = list(group)
         statuses = [r.status for r in rows]
         n = len(rows)
         c = statuses.count(PASSED)
