@@ -3,8 +3,8 @@
 * ``store.finalize`` pauses the cyclic garbage collector while it builds the report. The pause is
   process-wide, so what matters is that it ends: after a finalize that writes the report, returns
   an existing one, or raises (an incomplete run), the collector is as the caller left it.
-* ``build_report`` rounds each distinct score and cost once: every entry must still hold exactly
-  ``round(float(x), 4)`` / ``round(float(x), 6)``, sign of zero included.
+* ``build_report`` rounds each distinct score and cost once, ``pair_stats`` each distinct rate, mean
+  and error: every entry must still hold exactly what ``round`` gives, sign of zero included.
 
 (``tests/test_finalize_report.py`` checks the whole stored report, byte for byte.)
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import math
+import random
 
 import pytest
 
@@ -20,6 +21,7 @@ from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
+from evaljobs.reports.variance import mean_and_stderr, pair_stats
 from evaljobs.store import connections as store_connections, results as store_results
 from evaljobs.store.schema import Run, _dumps
 
@@ -105,3 +107,24 @@ def test_every_entry_holds_exactly_what_round_gives(epochs):
         assert type(entry["score"]) is float and (entry["cost"] is None or type(entry["cost"]) is float)
         assert ("epoch" in entry) == (epochs > 1)
     assert math.copysign(1.0, entries[3]["score"]) == -1.0 and math.copysign(1.0, entries[2]["cost"]) == -1.0
+
+
+def test_epoch_statistics_hold_exactly_what_round_gives():
+    rng = random.Random(7)
+    patterns = [[1.0] * 5, [0.0] * 5, [-0.0] * 5, [0.33333, 0.66667, 1.0, 0.0, 0.5], [0.1] * 5]
+    rows = []
+    for i in range(60):  # several pairs share each rate, mean and error: the memo is hit
+        scores = patterns[i % len(patterns)] if i < 30 else [rng.choice((0.0, 0.25, 1 / 3, 1.0)) for _ in range(5)]
+        for epoch, score in enumerate(scores):
+            rows.append(ReportRow(f"s{i:02d}", "m1", epoch, "passed" if score >= 0.5 else "failed", score, None,
+                                  None, 5, None, False, 0, 0, None, None, None, {}))
+    rng.shuffle(rows)
+    stats = pair_stats(rows)
+    assert [p["scenario_key"] for p in stats] == [f"s{i:02d}" for i in range(60)]
+    for pair in stats:
+        mine = sorted((r for r in rows if r.scenario_key == pair["scenario_key"]), key=lambda r: r.epoch)
+        c = sum(1 for r in mine if r.status == "passed")
+        mean, stderr = mean_and_stderr([float(r.score) for r in mine])
+        assert [repr(pair[k]) for k in ("pass_rate", "mean_score", "stderr")] == \
+            [repr(round(c / len(mine), 4)), repr(round(mean, 4)), repr(round(stderr, 4))]
+        assert pair["statuses"] == [r.status for r in mine]

@@ -26,7 +26,7 @@ import math
 from functools import lru_cache
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 #: The z of a two-sided 95 % interval.
 Z95 = 1.959963984540054
@@ -103,6 +103,24 @@ def _r(value: float) -> float:
     return round(value, 4)
 
 
+def _float_rounding() -> Callable[[float], float]:
+    """``_r`` for floats, each distinct value rounded once (``round`` with digits goes through a
+    decimal string; a run's thousands of scenario × model pairs share a few dozen rates, means and
+    errors). Only for floats: an int equal to a cached float would get the float back. Zeros are not
+    looked up (0.0 and -0.0 are equal but each rounds to itself, sign kept)."""
+    memo: dict[float, float] = {}
+
+    def rounded(value: float) -> float:
+        if not value:
+            return value
+        found = memo.get(value)
+        if found is None:
+            found = memo[value] = round(value, 4)
+        return found
+
+    return rounded
+
+
 @lru_cache(maxsize=4096)
 def _curves(n: int, c: int) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
     """pass@k and pass^k for k = 1..n, once per (n, c): a run has few distinct pairs of them, and
@@ -121,6 +139,8 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
     # the same groups, in the same order, as grouping first and sorting each group by epoch
     # (the report passes its rows already in that order, so the sort only checks it)
     out = []
+    thresholds = thresholds or {}
+    r4 = _float_rounding()
     for (key, model), group in groupby(sorted(results, key=_PAIR_EPOCH), key=_PAIR):
         rows = list(group)
         statuses = [r.status for r in rows]
@@ -128,11 +148,11 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
         c = statuses.count(PASSED)
         failed = statuses.count(FAILED)
         mean, stderr = mean_and_stderr([float(r.score) for r in rows])
-        threshold = (thresholds or {}).get(key)
+        threshold = thresholds.get(key)
         at_k, hat_k = _curves(n, c)
         entry = {
             "scenario_key": key, "model": model, "epochs": n, "passed": c, "failed": failed,
-            "errored": n - c - failed, "pass_rate": _r(c / n), "mean_score": _r(mean), "stderr": _r(stderr),
+            "errored": n - c - failed, "pass_rate": r4(c / n), "mean_score": r4(mean), "stderr": r4(stderr),
             "pass_at_k": dict(at_k), "pass_hat_k": dict(hat_k),
             "flaky": c > 0 and failed > 0,
             "statuses": statuses,
