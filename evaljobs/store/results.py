@@ -402,7 +402,7 @@ def _finalize(run_id: str) -> Finalized:
                              f"missing: {_pair_text(missing, epochs=run.epochs or 1)}")
         finished = _now()
         report = build_report(_report_run(run, finished), results)
-        errored = sum(1 for r in results if r.status == ERRORED)
+        errored = report["summary"]["errored"]  # every row counted under its model (build_report)
         status = COMPLETE if not errored else FAILED_RUN if errored == len(results) else PARTIAL
         written = (Run.update(report=_REPORT_JSON(report), report_at=finished, finished_at=finished, status=status,
                               persisted=len(results))
