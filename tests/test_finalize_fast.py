@@ -17,6 +17,7 @@ import random
 import pytest
 
 from evaljobs import store
+from evaljobs.bench import measure_epochs
 from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
@@ -128,3 +129,12 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
         assert [repr(pair[k]) for k in ("pass_rate", "mean_score", "stderr")] == \
             [repr(round(c / len(mine), 4)), repr(round(mean, 4)), repr(round(stderr, 4))]
         assert pair["statuses"] == [r.status for r in mine]
+
+
+def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
+    figure = measure_epochs("memory", f"sqlite:///{tmp_path}/bench.db", scenarios=3, models=2, epochs=2, repeat=2)
+    assert figure["pairs"] == 12 and figure["broker"] == "memory"
+    for block in (figure, figure["without_epochs"]):
+        assert len(block["finalize_all_ms"]) == len(block["finalize_cpu_all_ms"]) == 2
+        assert block["finalize_ms"] > 0 and block["finalize_cpu_ms"] >= 0
+    assert gc.isenabled()

@@ -31,7 +31,8 @@ from evaljobs.evaluation.result import Result
 
 def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models: int = 4, epochs: int = 10,
                    repeat: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs.
+    """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs
+    (the finalize also in CPU milliseconds of the process).
 
     The same figures for the same number of pairs without epochs (``scenarios × epochs`` scenarios,
     one epoch) are measured alternately with them, so the load of the machine hits both alike.
@@ -43,17 +44,18 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
                          source=f"flat{scenarios * epochs}.yaml")
     names = [f"sim/m{i}" for i in range(models)]
     rng = random.Random(seed)
-    figures: dict[str, dict[str, list[float]]] = {"epochs": {"enqueue": [], "finalize": []},
-                                                  "flat": {"enqueue": [], "finalize": []}}
+    figures: dict[str, dict[str, list[float]]] = {"epochs": {"enqueue": [], "finalize": [], "finalize_cpu": []},
+                                                  "flat": {"enqueue": [], "finalize": [], "finalize_cpu": []}}
     flaky = 0
     session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
     try:
         binding = session.binding()
         for _ in range(repeat):
             for label, catalog, n in (("epochs", with_epochs, epochs), ("flat", flat, 1)):
-                enqueue, finalize, report = _one(binding, queue, catalog, names, n, rng)
+                enqueue, finalize, finalize_cpu, report = _one(binding, queue, catalog, names, n, rng)
                 figures[label]["enqueue"].append(enqueue)
                 figures[label]["finalize"].append(finalize)
+                figures[label]["finalize_cpu"].append(finalize_cpu)
                 if label == "epochs":
                     flaky = len([p for p in report["epochs"]["pairs"] if p["flaky"]])
     finally:
@@ -61,18 +63,22 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
     pairs = scenarios * models * epochs
 
     def summary(label: str) -> dict[str, Any]:
-        enqueue, finalize = figures[label]["enqueue"], figures[label]["finalize"]
+        enqueue, finalize, cpu = figures[label]["enqueue"], figures[label]["finalize"], figures[label]["finalize_cpu"]
         return {"enqueue_seconds": round(statistics.median(enqueue), 4), "enqueue_all": [round(t, 4) for t in enqueue],
                 "enqueue_per_second": round(pairs / statistics.median(enqueue), 1),
                 "finalize_ms": round(statistics.median(finalize) * 1000, 1),
-                "finalize_all_ms": [round(t * 1000, 1) for t in finalize]}
+                "finalize_all_ms": [round(t * 1000, 1) for t in finalize],
+                "finalize_cpu_ms": round(statistics.median(cpu) * 1000, 1),
+                "finalize_cpu_all_ms": [round(t * 1000, 1) for t in cpu]}
 
     return {"scenarios": scenarios, "models": models, "epochs": epochs, "pairs": pairs, **summary("epochs"),
             "flaky_pairs": flaky, "without_epochs": summary("flat"), "broker": broker_label(broker_url)}
 
 
 def _one(binding, queue: str, catalog, names: list[str], epochs: int, rng: random.Random):
-    """One run: (enqueue seconds, last result + finalize seconds, report)."""
+    """One run: (enqueue seconds, last result + finalize seconds, the same in CPU seconds of the
+    process, report). The CPU figure is what a loaded machine distorts least (a wall figure there
+    includes waiting for a core)."""
     run = store.create_run(catalog, names, strategy="fanout", epochs=epochs)
     started = time.perf_counter()
     binding.actors.start_run.fn(run.id)
@@ -87,12 +93,12 @@ def _one(binding, queue: str, catalog, names: list[str], epochs: int, rng: rando
     with store.holding():
         for result in results[:-1]:
             store.record_result(run.id, result)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         last = store.record_result(run.id, results[-1])
         outcome = store.finalize(run.id)
-        finalize = time.perf_counter() - started
+        finalize, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert last.completed and outcome.created and outcome.report["summary"]["results"] == len(pairs)
-    return enqueue, finalize, outcome.report
+    return enqueue, finalize, cpu, outcome.report
 
 
 __all__ = ["measure_epochs"]
