@@ -61,12 +61,9 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     criteria: dict[str, dict[str, list[float]]] = {}
     compact = []
     add = compact.append
-    # Each pair's entry of ``results``, with round(float(score), 4) and round(float(cost), 6)
-    # computed once per distinct value (the loop runs once per pair between the last result and
-    # the report; a run has a handful of distinct scores and costs, and round() with digits goes
-    # through a decimal string). Values that compare equal round to the same float, with one
-    # exception a memo must not cross: 0.0 and -0.0 (equal, but each rounds to itself, sign
-    # kept), so a zero is not looked up: float(zero) is its rounding.
+    # Each pair's entry of ``results``; round(float(x), 4 or 6) once per distinct score and cost (a
+    # run has a handful; round() with digits goes through a decimal string). Equal values round alike,
+    # but 0.0 and -0.0 each round to themselves, so a zero is not looked up: float(zero) is its rounding.
     score4, cost6 = {}, {}
     for r in ordered:
         model = r.model
