@@ -24,6 +24,7 @@ from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
 from evaljobs.reports.variance import mean_and_stderr, pair_stats
 from evaljobs.store import connections as store_connections, results as store_results
+from evaljobs.store.report_text import report_text
 from evaljobs.store.schema import Run, _dumps
 
 
@@ -138,3 +139,55 @@ def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
         assert len(block["finalize_all_ms"]) == len(block["finalize_cpu_all_ms"]) == 2
         assert block["finalize_ms"] > 0 and block["finalize_cpu_ms"] >= 0
     assert gc.isenabled()
+
+
+def _entry(key="s1", model="m1", epoch=0, status="passed", score=1.0, fault=None, error=None, duration=5, cost=0.0,
+           cached=False, **extra):
+    entry = {"scenario_key": key, "model": model, "epoch": epoch, "status": status, "score": score, "fault": fault,
+             "error": error, "duration_ms": duration, "cost": cost, "cached": cached, **extra}
+    if epoch is None:
+        del entry["epoch"]
+    return entry
+
+
+#: entries the fast path must write exactly as the standard encoder does, or leave to it
+ODD_ENTRIES = [
+    _entry(), _entry(), _entry(epoch=None), _entry(score=0.0), _entry(score=-0.0), _entry(score=0.0),
+    _entry(cost=-0.0), _entry(cost=0.0), _entry(cost=None), _entry(cost=1.2e-05), _entry(score=1), _entry(score=True),
+    _entry(duration=True), _entry(duration=5.0), _entry(cached=1), _entry(cached=True), _entry(epoch=True),
+    _entry(score=float("nan")), _entry(score=float("inf")), _entry(cost=float("-inf")),
+    _entry(key='quote " back \\ nl \n tab \t', model="ünï «code» 🎉 \u2028"), _entry(key=1), _entry(model=None),
+    _entry(status=None), _entry(fault="wrong_answer", error="HTTP 503 | «later»"), _entry(fault=["a"]),
+    _entry(error={"x": 1}), _entry(reused_from="r_1"), _entry(judge={"model": "j", "score": 0.5}),
+    {"model": "m1", "scenario_key": "s1"}, ["not", "a", "dict"], None, 7,
+    _entry(key="s2", model="m2", epoch=3, status="errored", score=0.0, fault="run_error", error="boom", duration=900,
+           cost=None, cached=True),
+]
+
+
+@pytest.mark.parametrize("report", [
+    {"run": {"id": "r1"}, "summary": {"pass_rate": 0.5}, "results": ODD_ENTRIES, "epochs": {"pairs": []}},
+    {"results": ODD_ENTRIES[:3], "another": [1.5, -0.0, None, "é"]},
+    {"results": "not a list"}, {"results": []}, {1: "a non-string key"}, [ODD_ENTRIES], "text", None,
+])
+def test_the_report_text_is_the_standard_encoders_text(report):
+    assert report_text(report) == _dumps(report)
+
+
+def test_the_report_text_of_fixed_runs_is_the_standard_encoders_text(url):
+    # the fixture of tests/test_finalize_report.py: judged and reused entries, unknown costs, errors
+    from test_finalize_report import fixed_runs
+    for report in fixed_runs().values():
+        assert report_text(report) == _dumps(report)
+
+
+def test_usual_entries_are_encoded_once_per_distinct_rest(monkeypatch):
+    from evaljobs.store import report_text as module
+
+    calls = []
+    encode = module._ENCODE
+    monkeypatch.setattr(module, "_ENCODE", lambda value: calls.append(value) or encode(value))
+    entries = [_entry(key=f"s{i}", model=f"m{i % 4}", epoch=i % 10, score=float(i % 2), status=("failed", "passed")[i % 2])
+               for i in range(1000)]
+    assert module.report_text({"results": entries}) == _dumps({"results": entries})
+    assert len(calls) == 2  # one per distinct (status, score, …): the 1,000 entries themselves never

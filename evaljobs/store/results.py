@@ -24,6 +24,7 @@ from evaljobs.store.errors import Incomplete, UnexpectedPair, UnknownRun
 from evaljobs.store.runs import RunInfo, _get_row, _pair_list, _pair_set, _pair_text
 from evaljobs.store.schema import (COMPLETE, FAILED_RUN, PARTIAL, ResultRow, Run, _datetime, _dumps, _iso,
                                    _json_once, _loads, _now)
+from evaljobs.store.report_text import report_text
 from evaljobs.store.snapshots import load_snapshot
 
 
@@ -404,18 +405,12 @@ def _finalize(run_id: str) -> Finalized:
         report = build_report(_report_run(run, finished), results)
         errored = report["summary"]["errored"]  # every row counted under its model (build_report)
         status = COMPLETE if not errored else FAILED_RUN if errored == len(results) else PARTIAL
-        written = (Run.update(report=_REPORT_JSON(report), report_at=finished, finished_at=finished, status=status,
+        written = (Run.update(report=report_text(report), report_at=finished, finished_at=finished, status=status,
                               persisted=len(results))
                    .where((Run.id == run_id) & Run.report.is_null()).execute())
         if not written:  # unreachable while the row lock holds; never write a second report
             return Finalized(report=_loads(_get_row(run_id).report), created=False)
     return Finalized(report=report, created=True)
-
-
-#: ``store.schema._dumps`` (compact, UTF-8) without the encoder's cycle check: the report is built
-#: here from plain values and cannot hold a cycle, and the check (an ``id()`` in a dict for every one
-#: of its ~5,000 dicts and lists) was a seventh of encoding a 4,000-pair report. Same bytes.
-_REPORT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 
 
 def _report_results(run_id: str) -> list[ReportRow]:
