@@ -174,11 +174,25 @@ def test_the_report_text_is_the_standard_encoders_text(report):
     assert report_text(report) == _dumps(report)
 
 
-def test_the_report_text_of_fixed_runs_is_the_standard_encoders_text(url):
-    # the fixture of tests/test_finalize_report.py: judged and reused entries, unknown costs, errors
-    from test_finalize_report import fixed_runs
-    for report in fixed_runs().values():
-        assert report_text(report) == _dumps(report)
+def test_a_finalized_report_with_every_kind_of_entry_is_stored_as_the_standard_encoders_text(url):
+    run = store.create_run(_catalog(["alpha", "beta-judged", "gamma"]), ["m1", "m2"], strategy="fanout", epochs=2)
+    judge = {"model": "sim/judge", "score": 0.5, "reason": "half «right»", "prompt": "RUBRIC", "raw": '{"score": 0.5}'}
+    for n, (key, model, epoch) in enumerate(store.missing_pairs(run.id)):
+        status = ("passed", "failed", "errored")[n % 3]
+        details = {"judge": judge} if key.endswith("judged") else {}
+        if n % 4 == 1:
+            details["reused"] = {"run": "r_before", "calls": 2}
+        store.record_result(run.id, Result(
+            key, model, status, score=1.0 if status == "passed" else 0.0,
+            scores={"contains": 1.0, **({"llm_judge": 0.5} if key.endswith("judged") else {})},
+            fault=None if status == "passed" else "wrong_answer", error="HTTP 503 | later" if n % 3 == 2 else None,
+            cost=(None, 0.0, 1.2e-05)[n % 3], cached=n % 2 == 0, epoch=epoch, duration_ms=n * 7,
+            reused_from="r_before" if n % 4 == 1 else None, details=details))
+    report = store.finalize(run.id).report
+    assert any("judge" in e for e in report["results"]) and any("reused_from" in e for e in report["results"])
+    with store_connections._connection():
+        stored = Run.get_by_id(run.id).report
+    assert stored == _dumps(report) == report_text(report)
 
 
 def test_usual_entries_are_encoded_once_per_distinct_rest(monkeypatch):
