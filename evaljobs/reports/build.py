@@ -61,23 +61,21 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     criteria: dict[str, dict[str, list[float]]] = {}
     compact = []
     add = compact.append
-    # Each pair's entry of ``results``; round(float(x), 4 or 6) once per distinct score and cost (a
-    # run has a handful; round() with digits goes through a decimal string). Equal values round alike,
-    # but 0.0 and -0.0 each round to themselves, so a zero is not looked up: float(zero) is its rounding.
+    # Each pair's entry; round(float(x), 4 or 6) once per distinct score and cost (round() with digits goes
+    # through a decimal string). 0.0 and -0.0 are equal but round to themselves: zeros are not looked up.
     score4, cost6 = {}, {}
     for r in ordered:
         model = r.model
         by_model[model].append(r)
         for name, value in r.scores.items():
             criteria.setdefault(name, {}).setdefault(model, []).append(float(value))
-        score = r.score
+        score, cost = r.score, r.cost
         if score:
             rounded = score4.get(score)
             if rounded is None:
                 rounded = score4[score] = round(float(score), 4)
         else:
             rounded = float(score)
-        cost = r.cost
         if cost:
             cost_rounded = cost6.get(cost)
             if cost_rounded is None:
