@@ -8,7 +8,7 @@ import pytest
 from evaljobs import config
 from evaljobs.catalog.modelspec import load_providers, parse_model_spec
 from evaljobs.config import Settings
-from evaljobs.pipeline import context
+from evaljobs.pipeline import context, events
 from evaljobs.pipeline.context import WorkerContext
 
 PROVIDERS = """
@@ -29,7 +29,17 @@ def providers(tmp_path):
     return load_providers(str(path))
 
 
-def test_the_governor_follows_the_settings(providers):
+@pytest.fixture
+def no_bound_redis():
+    """No broker's Redis known to this process, whatever ran before in it (under pytest-xdist each worker
+    runs its own sequence of modules, and a Redis broker bound by one of them binds events too)."""
+    previous = events.redis_url()
+    events.bind_redis(None)
+    yield
+    events.bind_redis(previous)
+
+
+def test_the_governor_follows_the_settings(providers, no_bound_redis):
     off = WorkerContext(Settings(governor=False))
     assert off.governor() is None
     spec = parse_model_spec("acme/m1", providers)
