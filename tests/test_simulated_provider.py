@@ -240,12 +240,11 @@ def test_token_usage_is_deterministic_and_grows_with_the_prompt(client):
 def test_latency_is_simulated_and_calls_overlap():
     with SimulatedProvider(latency=0.2, jitter=0.05) as sim, ChatClient(sim.url, timeout=5.0) as chat, \
             ThreadPoolExecutor(64) as pool:
-        started = time.perf_counter()
         latencies = list(pool.map(lambda i: chat.complete("m", user(f"q{i}")).latency_ms, range(64)))
-        elapsed = time.perf_counter() - started
         stats = sim.stats()
     assert min(latencies) >= 140
-    assert elapsed < 2.0  # 64 calls of ~0.2 s each run concurrently, not back to back
+    # The calls overlap (not back to back): the provider itself saw at least 16 in flight at once.
+    # No wall-clock bound: under `scripts/test --stress` 64 calls of 0.2 s took 2.04 s.
     assert stats["completed"] == 64 and stats["peak_in_flight"] >= 16
 
 
