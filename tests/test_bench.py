@@ -306,3 +306,18 @@ def test_bench_costs_measures_every_step_of_a_pair(tmp_path):
     assert all(value >= 0 for value in figures.values()), figures
     assert all(value > 0 for name, value in figures.items() if "server" not in name), figures
     assert "evaluate_scenario" in done.stdout
+
+
+def test_the_benchmark_scripts_helpers_import_without_pytest():
+    """scripts/bench runs in a virtualenv without the test extra: the servers and worker processes its
+    scripts borrow from tests/helpers must not pull pytest in (peers-shape failed on a fresh clone)."""
+    import subprocess
+
+    from helpers import ROOT
+
+    code = ("import sys; sys.modules['pytest'] = None; sys.path[:0] = [sys.argv[1]]\n"
+            "from helpers.servers import RedisServer, free_port\nfrom helpers.workers import WorkerProcess\n"
+            "from helpers.viewer import Viewer\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -15,14 +15,33 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
-from helpers.catalogs import abc_catalog_yaml, numbered_catalog
-from helpers.database import full_scans, populate, postgres_rows, sql_log, utc_now
-from helpers.fleet import (FAST, Events, Fleet, FleetRun, assert_all_passed, assert_every_pair_once,
-                           expected_pairs, fleet_run, graceful_stop, observe, redis_queue_state)
-from helpers.stub import StubBinding, plugin_broker
-from helpers.servers import PostgresServer, RedisServer, ServerError, free_port
-from helpers.viewer import Viewer
-from helpers.workers import ROOT, WorkerProcess, evaljobs_cli, wait_until
+import importlib
+from typing import Any
+
+# Where each name lives. Loaded on first use (PEP 562), so that the benchmark scripts, which run
+# in a virtualenv without the test extra, can use `helpers.servers` and `helpers.workers` without
+# importing pytest through `helpers.stub`.
+_HOMES = {
+    "catalogs": ["abc_catalog_yaml", "numbered_catalog"],
+    "database": ["full_scans", "populate", "postgres_rows", "sql_log", "utc_now"],
+    "fleet": ["FAST", "Events", "Fleet", "FleetRun", "assert_all_passed", "assert_every_pair_once", "expected_pairs",
+              "fleet_run", "graceful_stop", "observe", "redis_queue_state"],
+    "stub": ["StubBinding", "plugin_broker"],
+    "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port"],
+    "viewer": ["Viewer"],
+    "workers": ["ROOT", "WorkerProcess", "evaljobs_cli", "wait_until"],
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"helpers.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["abc_catalog_yaml", "numbered_catalog", "StubBinding", "plugin_broker", "full_scans", "populate", "postgres_rows", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
