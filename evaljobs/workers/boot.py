@@ -16,9 +16,15 @@ from evaljobs import config
 _settings = config.settings()
 if not _settings.redis_broker:
     # Exit code 2 is Dramatiq's "import failed": its main process stops the other workers and exits 2.
-    given = f" (EVALJOBS_BROKER_URL={_settings.broker_url!r})" if _settings.broker_url else ""
+    # Written to the process's own stderr (sys.__stderr__), not to sys.stderr: in a Dramatiq worker
+    # process that is the pipe to the main process's log watcher, which stops reading when the worker
+    # exits and, on a busy machine, stopped before reading this line (the command then exited 2 in
+    # silence; seen under scripts/test --stress).
+    from evaljobs.redact import redact
+
+    given = f" (EVALJOBS_BROKER_URL={redact(_settings.broker_url)!r})" if _settings.broker_url else ""
     print(f"error: evaljobs.workers.boot needs a Redis broker{given}: set EVALJOBS_BROKER_URL=redis://host:port/db "
-          "(or run `evaljobs worker --broker redis://...`)", file=sys.stderr, flush=True)
+          "(or run `evaljobs worker --broker redis://...`)", file=sys.__stderr__ or sys.stderr, flush=True)
     sys.exit(2)
 
 from evaljobs import store  # noqa: E402 - after the check: a worker without a broker connects to nothing
