@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator, Protocol
 import dramatiq
 from dramatiq.middleware import SkipMessage
 
-from evaljobs_middleware.commands import is_noscript, thread_commands
+from .commands import is_noscript, thread_commands
 
 logger = logging.getLogger(__name__)
 
