@@ -30,6 +30,21 @@ class _Seen(Middleware):
         self.after.append((message.options.get("redis_message_id"), delay))
 
 
+def _take(consumer, count: int, *, tries: int, ack: bool = True) -> list:
+    """Up to ``count`` messages from ``consumer`` within ``tries`` polls (each ended by the consumer's
+    own timeout), acked as they come unless ``ack`` is False."""
+    got = []
+    for _ in range(tries):
+        proxy = next(consumer)
+        if proxy is not None:
+            got.append(proxy)
+            if ack:
+                consumer.ack(proxy)
+        if len(got) == count:
+            break
+    return got
+
+
 def _recording_dispatch(broker, calls):
     original = broker.scripts["dispatch"]
 
@@ -76,14 +91,7 @@ def test_the_pipelined_enqueue_sends_what_dramatiqs_own_enqueue_sends(redis_url)
         assert len(seen_plain.before) == len(seen_ours.before) == 1
         # Both messages are in Redis, as Dramatiq's consumer reads them.
         consumer = plain.consume(QUEUE, prefetch=2, timeout=50)
-        got = []
-        for _ in range(200):
-            proxy = next(consumer)
-            if proxy is not None:
-                got.append(proxy)
-                consumer.ack(proxy)
-            if len(got) == 2:
-                break
+        got = _take(consumer, 2, tries=200)
         assert [m.args for m in got] == [("run-1", "s", "m")] * 2
         consumer.close()
     finally:
@@ -142,13 +150,7 @@ def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_scr
         for number in range(4):
             broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={}))
         consumer = broker.consume(queue, prefetch=4, timeout=1000)
-        got = []
-        for _ in range(200):
-            proxy = next(consumer)
-            if proxy is not None:
-                got.append(proxy)
-            if len(got) == 2:
-                break
+        got = _take(consumer, 2, tries=200, ack=False)
         assert client.scard(acks) == 4 and client.llen(f"dramatiq:{queue}") == 0  # one fetch took all four
         consumer.ack(got[0])
         assert client.scard(acks) == 3 and got[0].message_id not in consumer.queued_message_ids
@@ -231,14 +233,7 @@ def test_the_raw_enqueue_is_read_by_dramatiqs_own_consumer_and_reloads_a_flushed
         internals.enqueue_pipelined(ours, [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={},
                                                             options={}) for i in range(3, 5)])
         consumer = plain.consume(queue, prefetch=5, timeout=50)
-        got = []
-        for _ in range(200):
-            proxy = next(consumer)
-            if proxy is not None:
-                got.append(proxy.args[0])
-                consumer.ack(proxy)
-            if len(got) == 5:
-                break
+        got = [proxy.args[0] for proxy in _take(consumer, 5, tries=200)]
         assert got == [0, 1, 2, 3, 4] and client.llen(f"dramatiq:{queue}") == 0
         consumer.close()
     finally:
@@ -318,14 +313,7 @@ def test_what_a_consumer_held_when_redis_went_away_is_requeued_once_it_is_back(d
             client = redis_lib.Redis.from_url(server.url)
             assert client.scard(acks) == 5  # the append-only file kept them: still "held" by a live worker
             again = broker.consume(name, prefetch=5, timeout=1000)
-            got = []
-            for _ in range(500):
-                proxy = next(again)
-                if proxy is not None:
-                    got.append(proxy.args[0])
-                    again.ack(proxy)
-                if len(got) == (5 if delayed else 4):
-                    break
+            got = [proxy.args[0] for proxy in _take(again, 5 if delayed else 4, tries=500)]
             expected = [0, 1, 2, 3, 4] if delayed else [h for h in range(5) if h != handed[0].args[0]]
             assert sorted(got) == expected
             # Not delayed: the one message handed to a worker thread is still its to run and ack.

@@ -156,11 +156,16 @@ print(json.dumps({{
 """
 
 
-def _driver_state(setup: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", _DRIVER_STATE.format(setup=setup)], capture_output=True,
-                          text=True, timeout=120)
+def _json_of(script: str, setup: str) -> dict:
+    """What ``script`` (with ``setup`` filled in) prints as JSON, run in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", script.format(setup=setup)], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def _driver_state(setup: str) -> dict:
+    return _json_of(_DRIVER_STATE, setup)
 
 
 def test_psycopg2_attached_late_leaves_peewee_as_its_own_import_would():
@@ -233,10 +238,7 @@ print(json.dumps({{'attempted_with_httpx': attempted, 'pygments': pygments, 'lat
 
 
 def _httpx_main(setup: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", _HTTPX_MAIN.format(setup=setup)], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return _json_of(_HTTPX_MAIN, setup)
 
 
 def test_httpx_is_imported_without_its_cli_and_the_cli_still_imports_later():

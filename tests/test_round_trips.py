@@ -85,6 +85,18 @@ class TurnCounter:
         except asyncio.CancelledError:  # the proxy stops with connections open (the pool's idle ones)
             pass
 
+def _run_on_two_threads(binding, run_id: str) -> None:
+    """Start the run, let one two-thread worker finish it, then stop the worker and close the broker."""
+    worker = dramatiq.Worker(binding.broker, worker_threads=2, worker_timeout=50)
+    worker.start()
+    try:
+        binding.actors.start_run.send(run_id)
+        assert wait_until(lambda: store.get_run(run_id).status == "complete", 120), store.get_run(run_id)
+    finally:
+        worker.stop()
+        binding.broker.close()
+
+
 
 def _commands(data: bytes) -> list[list[bytes]]:
     """The RESP arrays a client sent."""
@@ -146,14 +158,7 @@ def test_a_pair_costs_two_governor_crash_and_event_round_trips_not_four(counted_
     binding = broker.configure(url)
     n = 24
     run = store.create_run(numbered_catalog(n, "trips"), ["sim/fast"], strategy="fanout")
-    worker = dramatiq.Worker(binding.broker, worker_threads=2, worker_timeout=50)
-    worker.start()
-    try:
-        binding.actors.start_run.send(run.id)
-        assert wait_until(lambda: store.get_run(run.id).status == "complete", 120), store.get_run(run.id)
-    finally:
-        worker.stop()
-        binding.broker.close()
+    _run_on_two_threads(binding, run.id)
     turns = proxy.turns
     carrying = {name: count for name, count in turns.items()
                 if any(part in name.split("+") for part in ("acquire", "release", "crash-begin", "publish"))}
@@ -281,14 +286,7 @@ def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(counted_redi
     run = store.create_run(numbered_catalog(n, "acks"), ["sim/fast"], strategy="fanout")
     listener = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
     listener.subscribe(f"evaljobs:run:{run.id}")
-    worker = dramatiq.Worker(binding.broker, worker_threads=2, worker_timeout=50)
-    worker.start()
-    try:
-        binding.actors.start_run.send(run.id)
-        assert wait_until(lambda: store.get_run(run.id).status == "complete", 120), store.get_run(run.id)
-    finally:
-        worker.stop()
-        binding.broker.close()
+    _run_on_two_threads(binding, run.id)
     seen: list[bytes] = []
 
     def complete_seen() -> bool:
