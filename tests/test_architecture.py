@@ -6,7 +6,7 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors, clock and redact · catalog and middleware · providers · evaluation · reports and store
+  errors, clock, redact and collector · catalog and middleware · providers · evaluation · reports and store
   · pipeline · api and workers · bench · cli and the viewer · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -54,7 +54,7 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
-     "evaljobs.redact"),
+     "evaljobs.redact", "evaljobs.collector"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers",),
     ("evaljobs.evaluation",),

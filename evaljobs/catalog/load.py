@@ -28,7 +28,8 @@ from evaljobs.catalog.model import Catalog, CatalogError
 from evaljobs.catalog.modelspec import ProvidersConfig
 from evaljobs.catalog.text import escape_breaks
 from evaljobs.catalog.toolspec import has_mcp_imports
-from evaljobs.catalog.validate import gc_paused, parse_catalog
+from evaljobs.catalog.validate import parse_catalog
+from evaljobs.collector import gc_paused
 
 
 @dataclass(frozen=True)

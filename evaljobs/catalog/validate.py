@@ -17,14 +17,12 @@ need all of that state and the walk would no longer read top to bottom.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
-import gc
 import json
 import math
 import re
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DIAGNOSES, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
@@ -33,19 +31,7 @@ from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DIAGNOSES, DEFAUL
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
 from evaljobs.catalog.text import did_you_mean, escape_breaks, kind_of, quote_hint, show
 from evaljobs.catalog.toolspec import LIVE_KINDS, MCP_IMPORT_NOT_EXPANDED, is_mcp_import, validate_live_spec
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Loading allocates hundreds of thousands of small objects that all survive:
-    the cyclic GC would rescan them over and over (about half the load time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+from evaljobs.collector import gc_paused
 
 
 def parse_catalog(data: Any, *, source: str = "<catalog>", lines: dict | None = None,
@@ -841,4 +827,4 @@ def _json(value: Any, what: str, subpath: tuple, depth: int) -> Any:
                f"null, lists and mappings", subpath)
 
 
-__all__ = ["catalog_from_body", "gc_paused", "parse_catalog"]
+__all__ = ["catalog_from_body", "parse_catalog"]

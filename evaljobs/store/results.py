@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import peewee
 from peewee import fn
 
-from evaljobs.catalog.validate import gc_paused
+from evaljobs.collector import gc_paused
 from evaljobs.evaluation.result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
 from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
