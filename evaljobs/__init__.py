@@ -29,7 +29,7 @@ _EXPORTS = {
     "Settings": "config",
     "ModelSpec": "catalog.modelspec",
     "parse_model_spec": "catalog.modelspec",
-    "SimulatedProvider": "providers.simulated",
+    "SimulatedProvider": "simulated",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -37,7 +37,7 @@ from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as
                                       start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
-from evaljobs.providers.livetools import expand_source
+from evaljobs.tools import expand_source
 from evaljobs.reports.render import FORMATS, render
 from evaljobs.providers.preflight import ProviderProblems, problems
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.simulated import SimulatedProvider
 from helpers.browser import find_chromium
 from helpers.servers import PostgresServer, RedisServer, ServerError
 
@@ -168,7 +168,7 @@ def governors(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
     ``governors(budget, config=None, **options)`` configures ``budget`` when a config is given; at
     teardown each governor is closed, and a Redis one must never have fallen back to its local store.
     """
-    from evaljobs.providers.governor import Governor
+    from evaljobs.governor import Governor
 
     url = request.getfixturevalue("redis_url") if request.param == "redis" else None
     made: list[Governor] = []

@@ -6,7 +6,8 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors, clock, redact and collector · catalog and middleware · providers · evaluation · reports and store
+  errors, clock, redact and collector · catalog and middleware · providers, the governor,
+  the simulated provider and live tools · evaluation · reports and store
   · pipeline · api and workers · bench · cli and the viewer · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -56,11 +57,11 @@ LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
      "evaljobs.redact", "evaljobs.collector"),
     ("evaljobs.catalog", "evaljobs_middleware"),
-    ("evaljobs.providers",),
+    ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
-    ("evaljobs.api", "evaljobs.workers", "evaljobs.starter"),
+    ("evaljobs.api", "evaljobs.workers"),
     ("evaljobs.bench",),
     ("evaljobs.cli", "evaljobs.view", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),

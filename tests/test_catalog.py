@@ -285,7 +285,7 @@ def test_mcp_import_entries_need_the_expansion_step():
     assert info.value.problems == [
         "<catalog>: scenario 'a': tool #1: an MCP tool import ({mcp, only}) must be expanded first: only the "
         "server can list its tools (Session.load and the evaljobs commands do it; in code call "
-        "evaljobs.providers.livetools.expand_source); or give each tool a 'name'"]
+        "evaljobs.tools.expand_source); or give each tool a 'name'"]
 
 
 EXAMPLE_MCP = Path(__file__).resolve().parents[1] / "examples" / "catalogs" / "tools_mcp.yaml"
@@ -304,7 +304,7 @@ def test_loading_a_catalog_with_mcp_imports_does_no_io_until_the_expansion_step(
 
 
 def test_example_catalog_imports_its_mcp_tools_in_the_expansion_step():
-    from evaljobs.providers.livetools import expand_source
+    from evaljobs.tools import expand_source
 
     source = read_catalog(EXAMPLE_MCP)
     expanded = expand_source(source)

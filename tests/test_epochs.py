@@ -14,6 +14,7 @@ import pytest
 from evaljobs import store
 from evaljobs.catalog import CatalogError, loads_catalog, parse_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 from evaljobs.pipeline import broker, events
 from evaljobs.pipeline.rerun import select_pairs
 from evaljobs.providers.cache import cache_key, for_epoch
@@ -54,9 +55,9 @@ def test_every_epoch_is_a_pair_of_its_own(url):
     rows = store.list_results(run.id)
     assert [r.ident for r in rows][:3] == [("s1", "m1", 0), ("s1", "m1", 1), ("s1", "m1", 2)]
     assert all(r.status == "passed" for r in rows)
-    report = store.finalize(run.id).report
+    report = store.finalize(run.id, build_report).report
     assert report["summary"]["expected"] == 12 and report["summary"]["results"] == 12
-    assert store.finalize(run.id).created is False
+    assert store.finalize(run.id, build_report).created is False
 
 
 def test_an_epoch_outside_the_run_is_rejected_in_one_line(url):
@@ -75,7 +76,7 @@ def test_missing_and_finalize_name_the_epoch(url):
     store.record_result(run.id, Result("s1", "m1", "passed", epoch=1))
     assert store.missing_pairs(run.id) == [("s1", "m1", 0)]
     with pytest.raises(store.Incomplete, match=rf"^run {run.id} has 1 of 2 pairs; missing: s1 × m1 #0$"):
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
 
 
 def test_a_rerun_selects_and_expects_epochs(url):
@@ -121,7 +122,7 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
     assert indexes["resultrow_run_id_scenario_key_model_epoch"] == (["run_id", "scenario_key", "model", "epoch"], True)
     before = store.get_run(old.id)
     assert before.epochs == 1 and [r.ident for r in store.list_results(old.id)] == [("s1", "m1", 0)]
-    assert store.finalize(old.id).report["summary"]["passed"] == 1
+    assert store.finalize(old.id, build_report).report["summary"]["passed"] == 1
     # the upgraded table takes a second epoch of the same pair, and still refuses a duplicate
     run = store.create_run(make_catalog(["s1"]), ["m1"], strategy="fanout", epochs=2)
     assert store.record_result(run.id, Result("s1", "m1", "passed", epoch=0)).inserted

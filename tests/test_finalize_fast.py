@@ -23,7 +23,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
 from evaljobs.reports.variance import mean_and_stderr, pair_stats
-from evaljobs.store import connections as store_connections, results as store_results
+from evaljobs.store import connections as store_connections
 from evaljobs.store.report_text import report_text
 from evaljobs.store.schema import Run, _dumps
 
@@ -47,25 +47,23 @@ def collector_enabled():
     (gc.enable if was else gc.disable)()
 
 
-def test_the_collector_is_paused_while_the_report_is_built_and_enabled_after(url, collector_enabled, monkeypatch):
+def test_the_collector_is_paused_while_the_report_is_built_and_enabled_after(url, collector_enabled):
     seen = []
-    build = store_results.build_report
 
     def watched(run, results):
         seen.append(gc.isenabled())
-        return build(run, results)
+        return build_report(run, results)
 
-    monkeypatch.setattr(store_results, "build_report", watched)
     run = store.create_run(_catalog(["s1", "s2"]), ["m1"], strategy="fanout", epochs=2)
     for key, model, epoch in store.missing_pairs(run.id):
         store.record_result(run.id, Result(key, model, "passed", score=1.0, epoch=epoch))
-    finalized = store.finalize(run.id)
+    finalized = store.finalize(run.id, watched)
     assert finalized.created and seen == [False] and gc.isenabled()
     # stored with the report's own encoder: the same text as the store's JSON of what finalize returned
     with store_connections._connection():
         stored = Run.get_by_id(run.id).report
     assert stored == _dumps(finalized.report) and '"pass_at_k":{"1":1.0,"2":1.0}' in stored
-    assert not store.finalize(run.id).created  # the stored report, returned as is
+    assert not store.finalize(run.id, watched).created  # the stored report, returned as is
     assert seen == [False] and gc.isenabled()
 
 
@@ -73,10 +71,10 @@ def test_the_collector_is_enabled_again_after_a_finalize_that_raises(url, collec
     run = store.create_run(_catalog(["s1", "s2"]), ["m1"], strategy="fanout")
     store.record_result(run.id, Result("s1", "m1", "passed", score=1.0))
     with pytest.raises(store.Incomplete, match=rf"^run {run.id} has 1 of 2 pairs; missing: s2 × m1$"):
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
     assert gc.isenabled()
     with pytest.raises(store.UnknownRun):
-        store.finalize("r_no_such_run")
+        store.finalize("r_no_such_run", build_report)
     assert gc.isenabled()
 
 
@@ -84,7 +82,7 @@ def test_a_collector_the_caller_disabled_stays_disabled(url, collector_enabled):
     run = store.create_run(_catalog(["s1"]), ["m1"], strategy="fanout")
     store.record_result(run.id, Result("s1", "m1", "passed", score=1.0))
     gc.disable()
-    assert store.finalize(run.id).created
+    assert store.finalize(run.id, build_report).created
     assert not gc.isenabled()
 
 
@@ -188,7 +186,7 @@ def test_a_finalized_report_with_every_kind_of_entry_is_stored_as_the_standard_e
             fault=None if status == "passed" else "wrong_answer", error="HTTP 503 | later" if n % 3 == 2 else None,
             cost=(None, 0.0, 1.2e-05)[n % 3], cached=n % 2 == 0, epoch=epoch, duration_ms=n * 7,
             reused_from="r_before" if n % 4 == 1 else None, details=details))
-    report = store.finalize(run.id).report
+    report = store.finalize(run.id, build_report).report
     assert any("judge" in e for e in report["results"]) and any("reused_from" in e for e in report["results"])
     with store_connections._connection():
         stored = Run.get_by_id(run.id).report

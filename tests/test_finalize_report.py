@@ -20,6 +20,7 @@ import pytest
 from evaljobs import store
 from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 
 GOLDEN = Path(__file__).parent / "data" / "finalize"
 MODELS = ["sim/a", "sim/b", "sim/c"]
@@ -68,7 +69,7 @@ def fixed_runs() -> dict[str, dict]:
                 result.reused_from = "r_earlier"
                 result.details = {**result.details, "reused": {"run": "r_earlier", "calls": 2}}
             store.record_result(run.id, result)
-        report = store.finalize(run.id).report
+        report = store.finalize(run.id, build_report).report
         report["run"].update(id="r_fixed", created_at="2026-01-01T00:00:00", started_at=None,
                              finished_at="2026-01-01T00:01:00")
         reports[name] = report

@@ -16,7 +16,7 @@ import pytest
 from freezegun import freeze_time
 
 from evaljobs import clock, config
-from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.simulated import SimulatedProvider
 
 PAIRS = 5
 CATALOG = {"name": "frozen", "scenarios": [
@@ -77,7 +77,7 @@ def test_a_session_outside_pytest_shields_itself(tmp_path):
     script = textwrap.dedent(f"""
         import freezegun
         from evaljobs import Session
-        from evaljobs.providers.simulated import SimulatedProvider
+        from evaljobs.simulated import SimulatedProvider
         from evaljobs.testing import run_catalog
         import os
         with SimulatedProvider(retry_after=0.1) as sim:

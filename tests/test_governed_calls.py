@@ -11,7 +11,7 @@ from evaljobs.catalog.modelspec import load_providers, parse_model_spec
 from evaljobs.evaluation.adapters import load_adapter
 from evaljobs.providers.cache import ResponseCache, is_cached
 from evaljobs.providers.calls import ProviderCalls
-from evaljobs.providers.governor import Governor, budget_key
+from evaljobs.governor import Governor, budget_key
 
 
 def catalog(n: int):

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from evaljobs.clock import ManualClock
-from evaljobs.providers.governor import BudgetConfig, Busy, Governor, budget_key
+from evaljobs.governor import BudgetConfig, Busy, Governor, budget_key
 from evaljobs.providers.errors import RateLimited
 
 REPO = Path(__file__).resolve().parent.parent
@@ -340,7 +340,7 @@ def test_an_unrenewed_lease_expires_and_a_renewed_one_does_not(make):
 
 _CHILD = """
 import sys, time
-from evaljobs.providers.governor import BudgetConfig, Governor
+from evaljobs.governor import BudgetConfig, Governor
 governor = Governor(sys.argv[1])
 governor.configure("sim:killed", BudgetConfig(initial=1, ceiling=1, lease_seconds=1.0))
 permit = governor.acquire("sim:killed", max_wait=5)
@@ -402,7 +402,7 @@ def test_two_governors_share_one_budget(redis_url):
 def test_redis_down_falls_back_to_local_with_one_warning_then_returns(redis_server, redis_url, caplog):
     governor = Governor(redis_url, reconnect_after=0.3)
     governor.configure(BUDGET, BudgetConfig(initial=2, ceiling=4, bulk_reserve=0))
-    caplog.set_level(logging.INFO, logger="evaljobs.providers.governor")
+    caplog.set_level(logging.INFO, logger="evaljobs.governor")
 
     def warnings() -> list[str]:  # this governor's (threads left by other tests may log too)
         return [r.getMessage() for r in caplog.records

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.providers.governor import facade, local_store, redis_store
-from evaljobs.providers.governor import HOLD_ROUNDS, BudgetConfig, Governor
+from evaljobs.governor import facade, local_store, redis_store
+from evaljobs.governor import HOLD_ROUNDS, BudgetConfig, Governor
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:bench"

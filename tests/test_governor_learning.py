@@ -18,7 +18,7 @@ import redis
 from evaljobs import store
 from evaljobs.pipeline.context import DatabaseLearned
 from evaljobs.clock import ManualClock
-from evaljobs.providers.governor import INTERACTIVE_RECENT, BudgetConfig, Busy, Governor, Learned
+from evaljobs.governor import INTERACTIVE_RECENT, BudgetConfig, Busy, Governor, Learned
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:model-a"
@@ -187,7 +187,7 @@ _LEARN = """
 import json, sys
 from evaljobs import store
 from evaljobs.pipeline.context import DatabaseLearned
-from evaljobs.providers.governor import BudgetConfig, Busy, Governor
+from evaljobs.governor import BudgetConfig, Busy, Governor
 store.connect(sys.argv[1])
 governor = Governor(None, learned=DatabaseLearned())
 governor.configure("sim:model-a", BudgetConfig())

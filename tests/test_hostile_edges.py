@@ -161,7 +161,7 @@ def test_no_command_prints_logs_or_stores_a_redis_or_postgres_password(postgres_
 
     import psycopg2
 
-    from evaljobs.providers.simulated import SimulatedProvider
+    from evaljobs.simulated import SimulatedProvider
 
     redis_password = "REDISPW" + secrets.token_hex(6)
     pg_password = "PGPW" + secrets.token_hex(6)
@@ -272,7 +272,7 @@ def test_a_live_worker_busy_with_a_long_call_keeps_its_pair(redis_url, tmp_path)
     on a worker whose only thread is busy; a second worker polls all along. The pair is called once."""
     import time
 
-    from evaljobs.providers.simulated import SimulatedProvider
+    from evaljobs.simulated import SimulatedProvider
 
     db = f"sqlite:///{tmp_path}/evaljobs.db"
     hostile = {"EVALJOBS_HEARTBEAT_TIMEOUT_MS": "2000", "EVALJOBS_MAINTENANCE_CHANCE": "1000000"}
@@ -300,7 +300,7 @@ def test_a_sigkilled_workers_pair_is_redelivered_with_the_default_heartbeat(redi
     is SIGKILLed; a live worker gets the pair once the heartbeat is stale, and it is recorded once."""
     import time
 
-    from evaljobs.providers.simulated import SimulatedProvider
+    from evaljobs.simulated import SimulatedProvider
 
     db = f"sqlite:///{tmp_path}/evaljobs.db"
     with SimulatedProvider() as sim:

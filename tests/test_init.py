@@ -16,7 +16,7 @@ from evaljobs.catalog import load_catalog
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.catalog.schema import catalog_schema
 from evaljobs.errors import UsageError
-from evaljobs.starter import CATALOG, PROVIDERS, SCHEMA, WORKFLOW, init_project, next_commands
+from evaljobs.cli.starter import CATALOG, PROVIDERS, SCHEMA, WORKFLOW, init_project, next_commands
 
 
 def test_starter_files_load_and_check(tmp_path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from evaljobs import store
 from evaljobs.api import Session, UsageError
 from evaljobs.catalog import loads_catalog
-from evaljobs.providers.simulated_judge import grade as sim_grade, judge_answer
+from evaljobs.simulated.judge import grade as sim_grade, judge_answer
 from evaljobs.evaluation.judge import JUDGE_SYSTEM, judge_prompt
 from evaljobs.catalog import Expect, Scenario
 

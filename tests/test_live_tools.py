@@ -23,7 +23,7 @@ from evaljobs.catalog import CatalogError, Scenario, Tool, parse_catalog
 from evaljobs.evaluation.grading import grade
 from evaljobs.catalog.modelspec import load_providers, parse_model_spec
 from evaljobs.evaluation.result import OUTPUT_CAP
-from evaljobs.providers.livetools import (LiveToolError,
+from evaljobs.tools import (LiveToolError,
                                           LiveTools,
                                           expand_catalog_tools,
                                           expand_mcp_tools,

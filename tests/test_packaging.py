@@ -154,7 +154,7 @@ def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> 
                             text=True, timeout=60)
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout + listed.stderr
     # A worker without the extra (the submitter had it): the tool call fails at once with the same hint.
-    call = ("from evaljobs.catalog import Tool; from evaljobs.providers.livetools import LiveTools; "
+    call = ("from evaljobs.catalog import Tool; from evaljobs.tools import LiveTools; "
             "tool = Tool(name='look', mcp={'command': ['python', 'server.py', '--stdio'], 'tool': 'look'}); "
             "print(LiveTools().call(tool, {'id': '1'}).error)")
     worker = subprocess.run([str(installed / "python"), "-c", call], cwd=work, env=env, capture_output=True,

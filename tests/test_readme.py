@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.simulated import SimulatedProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("Quick start", "Running a catalog", "CI", "Viewing runs")

@@ -390,7 +390,7 @@ def test_cli_report_baseline_flips(runs, tmp_path) -> None:
     earlier = store.create_run(catalog, ["sim/fast"], strategy="sequential")
     for key in catalog.keys:
         store.record_result(earlier.id, Result(key, "sim/fast", "passed", 1.0))
-    store.finalize(earlier.id)
+    store.finalize(earlier.id, build_report)
     md = _cli(db, "report", both, "--baseline", earlier.id)
     assert "3 regressed, 0 fixed" in md.stdout and "**Flipped pairs (3)**" in md.stdout
     for key in ("cancel-order", "double-charge", "internal-notes"):

@@ -22,6 +22,7 @@ from evaljobs.cli import Group
 from evaljobs.cli.ops import rerun as rerun_command
 from evaljobs.pipeline.rerun import RerunError, create_rerun, rerun, select_pairs
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 from helpers import utc_now
 
 
@@ -55,7 +56,7 @@ def test_a_run_over_chosen_pairs_expects_exactly_those(url):
     assert [(o.inserted, o.completed, o.persisted) for o in outcomes] == [(True, False, 1), (True, False, 2),
                                                                         (True, True, 3)]
     assert store.record_result(run.id, Result("s1", "m1", "failed")).inserted is False
-    report = store.finalize(run.id).report
+    report = store.finalize(run.id, build_report).report
     assert report["summary"]["expected"] == 3 and report["summary"]["results"] == 3
     assert store.get_run(run.id).status == "complete" and store.missing_pairs(run.id) == []
     whole = store.create_run(cat, ["m1"], strategy="fanout")

@@ -22,7 +22,7 @@ import redis
 from evaljobs import store
 from evaljobs_middleware import crashes
 from evaljobs.pipeline import broker
-from evaljobs.providers.governor import BudgetConfig, Governor, deferred
+from evaljobs.governor import BudgetConfig, Governor, deferred
 from helpers import numbered_catalog, wait_until
 
 pytestmark = [pytest.mark.redis]

@@ -12,14 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evaljobs.providers import (ChatClient,
-                                PermanentError,
-                                ProviderError,
-                                RateLimited,
-                                SimulatedProvider,
-                                TransientError,
-                                parse_simulate_options)
-from evaljobs.providers.simulated import server as simulated
+from evaljobs.providers import ChatClient, PermanentError, ProviderError, RateLimited, TransientError
+from evaljobs.simulated import SimulatedProvider, parse_simulate_options
+from evaljobs.simulated import server as simulated
 from evaljobs.testing import ManualClock
 from helpers import wait_until
 
@@ -276,7 +271,7 @@ def test_start_reports_a_busy_port():
 
 def test_serve_forever_prints_its_url_and_stops_on_sigterm():
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    code = "from evaljobs.providers import SimulatedProvider; SimulatedProvider().serve_forever()"
+    code = "from evaljobs.simulated import SimulatedProvider; SimulatedProvider().serve_forever()"
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stderr.readline()

@@ -12,9 +12,10 @@ from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import Group
 from evaljobs.cli.ops import status as status_command
-from evaljobs.providers.governor import Governor
+from evaljobs.governor import Governor
 from evaljobs.evaluation.result import Result
 from evaljobs.workers.status import collect, render
+from evaljobs.reports.build import build_report
 from helpers import free_port
 
 CATALOG = "name: st\nscenarios:\n" + "".join(
@@ -40,7 +41,7 @@ def runs_in_every_state() -> tuple[store.RunInfo, store.RunInfo, store.RunInfo]:
     done = store.create_run(cat, ["sim/a"], strategy="fanout")
     for key in cat.keys:
         store.record_result(done.id, Result(key, "sim/a", "passed"))
-    store.finalize(done.id)
+    store.finalize(done.id, build_report)
     return running, pending, done
 
 

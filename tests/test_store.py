@@ -14,6 +14,7 @@ from evaljobs import catalog as catalog_module
 from evaljobs import store
 from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 from helpers import free_port
 
 
@@ -145,7 +146,8 @@ def test_create_run_needs_distinct_models(url: str, models: list[str], match: st
 def test_unknown_run_is_a_one_line_error(url: str) -> None:
     with pytest.raises(store.UnknownRun, match=r"^unknown run 'r_nope'[^\n]*$"):
         store.get_run("r_nope")
-    for call in (store.mark_running, store.cancel, store.missing_pairs, store.progress, store.finalize):
+    for call in (store.mark_running, store.cancel, store.missing_pairs, store.progress,
+                 lambda run_id: store.finalize(run_id, build_report)):
         with pytest.raises(store.UnknownRun):
             call("r_nope")
     with pytest.raises(store.UnknownRun):
@@ -259,7 +261,7 @@ def test_missing_pair_blocks_completion_and_finalize(run: store.RunInfo) -> None
     assert not any(o.completed for o in outcomes)
     assert store.missing_pairs(run.id) == [("s2", "m1", 0)]
     with pytest.raises(store.Incomplete, match=rf"^run {run.id} has 5 of 6 pairs; missing: s2 × m1$"):
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
     assert store.get_run(run.id).report is None
 
 
@@ -283,8 +285,8 @@ def test_finalize_once_then_returns_the_same_report(run: store.RunInfo) -> None:
     for i, (k, m) in enumerate(all_pairs(run)):
         store.record_result(run.id, passed(k, m, duration_ms=100 * (i + 1)) if i else
                             Result.errored(k, m, "provider down"))
-    first = store.finalize(run.id)
-    second = store.finalize(run.id)
+    first = store.finalize(run.id, build_report)
+    second = store.finalize(run.id, build_report)
     assert (first.created, second.created) == (True, False)
     assert second.report == first.report
     info = store.get_run(run.id)
@@ -299,7 +301,7 @@ def test_finalize_status(url: str, statuses: list[str], final: str) -> None:
     run = store.create_run(make_catalog(["s1", "s2"]), ["m"], strategy="sequential")
     for key, status in zip(["s1", "s2"], statuses):
         store.record_result(run.id, Result(key, "m", status))
-    store.finalize(run.id)
+    store.finalize(run.id, build_report)
     assert store.get_run(run.id).status == final
 
 
@@ -377,7 +379,7 @@ def test_concurrent_finalize_creates_one_report(run: store.RunInfo) -> None:
 
     def finalize():
         start.wait()
-        return store.finalize(run.id)
+        return store.finalize(run.id, build_report)
 
     with ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(lambda _: finalize(), range(8)))

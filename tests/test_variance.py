@@ -22,6 +22,7 @@ from evaljobs.reports.html import render_html
 from evaljobs.reports.junit import render_junit
 from evaljobs.reports.variance import (fisher_exact, flaky_text, mean_and_stderr, pass_at_k, pass_hat_k,
                                        wilson)
+from evaljobs.reports.build import build_report
 
 
 def test_wilson_interval_against_published_and_hand_numbers():
@@ -89,7 +90,7 @@ def crafted_run(statuses=CRAFTED, epochs=5):
             score = 1.0 if status == P else 0.0
             store.record_result(run.id, Result(key, model, status, score=score, epoch=epoch,
                                                duration_ms=10, fault=None if status == P else "missing_content"))
-    store.finalize(run.id)
+    store.finalize(run.id, build_report)
     return store.get_run(run.id)
 
 

@@ -19,6 +19,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.view import queries
+from evaljobs.reports.build import build_report
 from helpers import ROOT, Viewer, full_scans, populate, sql_log, utc_now
 
 
@@ -203,7 +204,7 @@ def test_the_live_stream_follows_a_run_from_the_database_without_a_broker(viewed
                     for i in range(1, 6):
                         store.record_result(run.id, Result(f"p{i}", "m", "failed" if i == 3 else "passed",
                                                            output=f"line one {i}\nline two"))
-                    store.finalize(run.id)
+                    store.finalize(run.id, build_report)
 
                 writer = threading.Thread(target=write)
                 writer.start()
@@ -235,7 +236,7 @@ def test_the_runs_list_stream_moves_running_runs_and_ends_when_they_finish(viewe
                 assert first == ("runs", {run.id: {**first[1][run.id], "persisted": 0, "status": "running"}})
                 store.record_result(run.id, Result("a", "m", "passed"))
                 store.record_result(run.id, Result("b", "m", "failed"))
-                store.finalize(run.id)
+                store.finalize(run.id, build_report)
                 rest = list(stream)
     finally:
         viewer.close()

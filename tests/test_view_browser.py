@@ -19,6 +19,7 @@ import pytest
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 from helpers import Viewer, WorkerProcess
 from helpers.browser import Browser, BrowserError
 
@@ -83,7 +84,7 @@ def _crafted_run(catalog, side: int) -> str:
     for (key, model), statuses in PAIRS.items():
         answer = statuses[2] if side == 1 else f"baseline answer for {key}"
         store.record_result(run.id, _result(key, model, statuses[side], answer))
-    store.finalize(run.id)
+    store.finalize(run.id, build_report)
     return run.id
 
 
@@ -324,4 +325,4 @@ def test_a_live_run_with_epochs_redraws_a_cell_from_its_epochs(site) -> None:
         "cell fresh st-passed"
     _shot(site, "run-epochs")
     _clean(browser, site)
-    store.finalize(run.id)
+    store.finalize(run.id, build_report)

@@ -22,6 +22,7 @@ from evaljobs.cli.ops import watch
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.evaluation.result import Result
 from evaljobs.testing import ManualClock
+from evaljobs.reports.build import build_report
 from helpers import WorkerProcess, plugin_broker
 
 MODELS = ["sim/a", "sim/b"]
@@ -195,7 +196,7 @@ def test_follow_catches_up_by_polling_when_no_event_arrives(tmp_path):
     def behind_the_scenes():
         for i, key in enumerate(cat.keys):
             store.record_result(run.id, Result(key, "sim/a", "passed" if i else "errored", score=1.0))
-        store.finalize(run.id)  # no `complete` event either
+        store.finalize(run.id, build_report)  # no `complete` event either
 
     timer = threading.Timer(0.2, behind_the_scenes)
     timer.start()
@@ -233,7 +234,7 @@ def finished_run(pass_rate_of: int, total: int = 4) -> store.RunInfo:
     run = store.create_run(cat, ["sim/a"], strategy="fanout")
     for i, key in enumerate(cat.keys):
         store.record_result(run.id, Result(key, "sim/a", "passed" if i < pass_rate_of else "failed"))
-    store.finalize(run.id)
+    store.finalize(run.id, build_report)
     return run
 
 
@@ -368,7 +369,7 @@ def test_watch_without_redis_says_once_that_progress_moves_on_database_reads(cli
         assert first_read.wait(30)
         for key in cat.keys:
             store.record_result(run.id, Result(key, "sim/a", "passed"))
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
 
     thread = threading.Thread(target=worker_elsewhere)
     thread.start()

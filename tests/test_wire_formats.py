@@ -232,7 +232,7 @@ def test_anthropic_rate_limit_headers_reach_the_governor_names(capture):
     assert answer.headers["x-ratelimit-remaining-requests"] == "0"
     assert answer.headers["x-ratelimit-remaining-tokens"] == "1000"
     assert answer.headers["x-ratelimit-reset-requests"].endswith("s")
-    from evaljobs.providers.governor.permits import _quota_spent
+    from evaljobs.governor.permits import _quota_spent
 
     spent, reset = _quota_spent(answer.headers)
     assert spent and reset > 3600  # the governor sees the quota spent until the reset time

@@ -31,7 +31,7 @@ from evaljobs.bench.model import (QUEUED, WORKER_READY_TIMEOUT, BenchError, Benc
                                   broker_label, strategy_widths)
 from evaljobs.catalog import catalog_from_body, loads_catalog
 from evaljobs.pipeline import events
-from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.simulated import SimulatedProvider
 
 _READY_LINE = "is ready for action"
 

@@ -27,6 +27,7 @@ from evaljobs.bench.engine import synthetic_catalog_text
 from evaljobs.bench.model import broker_label
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 
 
 def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models: int = 4, epochs: int = 10,
@@ -95,7 +96,7 @@ def _one(binding, queue: str, catalog, names: list[str], epochs: int, rng: rando
             store.record_result(run.id, result)
         started, cpu = time.perf_counter(), time.process_time()
         last = store.record_result(run.id, results[-1])
-        outcome = store.finalize(run.id)
+        outcome = store.finalize(run.id, build_report)
         finalize, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert last.completed and outcome.created and outcome.report["summary"]["results"] == len(pairs)
     return enqueue, finalize, cpu, outcome.report

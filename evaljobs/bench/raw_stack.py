@@ -214,7 +214,7 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
     from evaljobs.bench.engine import run_bench
     from evaljobs.bench.model import BenchSpec
     from evaljobs.catalog import load_catalog
-    from evaljobs.providers.simulated import SimulatedProvider
+    from evaljobs.simulated import SimulatedProvider
 
     out = Path(out)
     pairs = len(load_catalog(catalog).scenarios)

@@ -12,7 +12,7 @@ The package is split by concern; this module re-exports the public API:
 * :mod:`~evaljobs.catalog.modelspec`, :mod:`~evaljobs.catalog.importers` — model specs, foreign formats.
 
 Catalog code never touches the network: MCP tool imports are expanded by an
-explicit step (:func:`evaljobs.providers.livetools.expand_source`) between
+explicit step (:func:`evaljobs.tools.expand_source`) between
 :func:`read_catalog` and :func:`parse_source`.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ before it can be validated, and that is network or subprocess I/O, which
 catalog code never does. So::
 
     source = read_catalog(path)                 # the file: YAML/JSON data, line numbers
-    source = expand_source(source)              # evaljobs.providers.livetools: only if it imports MCP tools
+    source = expand_source(source)              # evaljobs.tools: only if it imports MCP tools
     catalog = parse_source(source, providers=p)  # validation, digest: pure
 
 :func:`load_catalog` / :func:`loads_catalog` are the first and last step

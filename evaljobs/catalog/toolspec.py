@@ -1,10 +1,10 @@
 """Live tool specs (``http`` / ``mcp`` on a catalog tool): the pure checks, no network.
 
 The catalog validator checks a live tool's spec here; calling the endpoint
-and listing an MCP server's tools is :mod:`evaljobs.providers.livetools`,
+and listing an MCP server's tools is :mod:`evaljobs.tools`,
 a layer above. An MCP tool *import* (``{mcp: {...}, only: [...]}`` without a
 ``name``) stands for tools only the server can list: it is expanded in an
-explicit step before validation (:func:`evaljobs.providers.livetools.expand_source`).
+explicit step before validation (:func:`evaljobs.tools.expand_source`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ MCP_IMPORT_KEYS = ("mcp", "only")
 #: The problem reported for an MCP tool import that reached validation unexpanded.
 MCP_IMPORT_NOT_EXPANDED = ("an MCP tool import ({mcp, only}) must be expanded first: only the server can list "
                            "its tools (Session.load and the evaljobs commands do it; in code call "
-                           "evaljobs.providers.livetools.expand_source); or give each tool a 'name'")
+                           "evaljobs.tools.expand_source); or give each tool a 'name'")
 
 
 def validate_live_spec(kind: str, spec: Any) -> list[str]:

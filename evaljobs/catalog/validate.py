@@ -8,7 +8,7 @@ the resolved form is the canonical ``body`` that the digest covers.
 
 Pure: no I/O. Live tools (``http`` / ``mcp``) are checked with the pure spec
 checks of :mod:`evaljobs.catalog.toolspec`; an MCP tool *import* must have been
-expanded (:mod:`evaljobs.providers.livetools`) before its data gets here.
+expanded (:mod:`evaljobs.tools`) before its data gets here.
 
 Kept whole, though longer than most modules: it is one walk over the catalog
 (:class:`_Context`) that carries the problem list, the key and group registries

@@ -21,7 +21,7 @@ from evaljobs.errors import UsageError
 def _simulate(text: str | None) -> dict | None:
     if text is None:
         return None
-    from evaljobs.providers.simulated import parse_simulate_options  # start-up time (module docstring)
+    from evaljobs.simulated import parse_simulate_options  # start-up time (module docstring)
 
     try:
         options = parse_simulate_options(text)

@@ -60,7 +60,7 @@ def catalog_schema() -> None:
 def catalog_check(path, catalog_format, include_production_only, lenient, grader, as_json, providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
     from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
-    from evaljobs.providers.livetools import expand_source
+    from evaljobs.tools import expand_source
 
     from evaljobs.extras import require_for_catalog
 

@@ -20,7 +20,7 @@ from evaljobs.config import REDIS_SCHEMES, Settings
                    "another).")
 def governor(as_json, broker) -> None:
     """Show the provider governor: per deployment budget, limit, in flight, waiting, admitted, 429s, waits."""
-    from evaljobs.providers.governor import Governor  # start-up time (see the module docstring)
+    from evaljobs.governor import Governor  # start-up time (see the module docstring)
 
     url = Settings.from_env().governor_url or broker  # read now: a test or a shell may have changed it
     if not url or not url.startswith(REDIS_SCHEMES):

@@ -12,7 +12,7 @@ def init(directory: str, force: bool) -> None:
 
     Never overwrites a file unless --force; prints what it wrote and the next three commands.
     """
-    from evaljobs.starter import init_project, next_commands
+    from evaljobs.cli.starter import init_project, next_commands
 
     written = init_project(directory, force=force)
     for item in written:

@@ -19,7 +19,7 @@ import click
 @click.option("--error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
 def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) -> None:
     """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
-    from evaljobs.providers.simulated import SimulatedProvider  # start-up time (see the module docstring)
+    from evaljobs.simulated import SimulatedProvider  # start-up time (see the module docstring)
 
     provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
                                  max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)

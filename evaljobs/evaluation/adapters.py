@@ -22,7 +22,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.errors import TransientError
-from evaljobs.providers.livetools import live_tool_runner
+from evaljobs.tools import live_tool_runner
 
 ADAPTER_GROUP = "evaljobs.adapters"
 

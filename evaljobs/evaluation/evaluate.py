@@ -21,7 +21,7 @@ from evaljobs.providers import deadline as walls
 from evaljobs.providers.cache import for_epoch
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
 # The governor's "no permit yet": the pair is handed back (or waits), it is not a fault.
-from evaljobs.providers.governor import Busy
+from evaljobs.governor import Busy
 
 RETRYABLE = (RateLimited, TransientError, Busy)
 

@@ -19,7 +19,7 @@ from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.weighted import walk
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.errors import ProviderError, RateLimited
-from evaljobs.providers.governor import Busy
+from evaljobs.governor import Busy
 
 JUDGE_SYSTEM = (
     "You are an evaluation judge. Score the ANSWER against the RUBRIC, from 0 (fails the rubric) "

@@ -34,7 +34,7 @@ from evaljobs.pipeline.enqueue import enqueue_many
 from evaljobs.pipeline.prefetch import PermitPrefetch
 from evaljobs.evaluation.evaluate import evaluate, evaluate_with_retries, timed_out
 from evaljobs.evaluation.judge import bind_judge
-from evaljobs.providers.governor import Busy
+from evaljobs.governor import Busy
 from evaljobs.providers.errors import RateLimited, TransientError
 from evaljobs.evaluation.result import Result
 

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from evaljobs.pipeline import events, prefetch
 from evaljobs import store
+from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
 
 
@@ -54,7 +55,7 @@ def finalize(run_id: str) -> store.Finalized | None:
     Returns None when the run is not complete yet (recovery will finish it).
     """
     try:
-        outcome = store.finalize(run_id)
+        outcome = store.finalize(run_id, build_report)
     except store.Incomplete:
         return None
     except store.StorageFailed as exc:

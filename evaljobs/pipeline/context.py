@@ -23,7 +23,7 @@ from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.config import REDIS_SCHEMES, Settings
 from evaljobs.pipeline import events
 from evaljobs import store
-from evaljobs.providers.governor import LANES, Governor, Learned, budget_key
+from evaljobs.governor import LANES, Governor, Learned, budget_key
 
 DEFAULT_LANE = "bulk"
 

@@ -9,7 +9,7 @@ in line) already there. Only when the governor's Redis is the broker's (the same
 the governor is on and the deployment's budget is not ``unbounded``.
 
 The release: while a message is processed, the governor defers this thread's releases
-(:mod:`evaljobs.providers.governor.deferred`: sent before its next acquire, at the latest 50 ms
+(:mod:`evaljobs.governor.deferred`: sent before its next acquire, at the latest 50 ms
 after the call, or at the message's end) and :func:`carried_releases` hands them to the result
 event's publish (:mod:`evaljobs.pipeline.barrier`). Only when the events' Redis is the governor's.
 
@@ -27,7 +27,7 @@ from typing import Any
 import dramatiq
 
 from evaljobs.pipeline import context, events, runtime
-from evaljobs.providers.governor import Governor
+from evaljobs.governor import Governor
 
 logger = logging.getLogger(__name__)
 

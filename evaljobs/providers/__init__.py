@@ -1,4 +1,7 @@
-"""Talking to model providers: an OpenAI-compatible client and a simulated provider to test it against.
+"""Talking to model providers: one client on httpx over the native wire formats, a response cache, errors.
+
+The simulated provider to test it against is :mod:`evaljobs.simulated`; the governor that admits
+each call is :mod:`evaljobs.governor`; live tools are :mod:`evaljobs.tools`.
 
 Names are imported on first use: a command that makes no provider call (``evaljobs show``,
 ``report``, …) reaches this package through :mod:`evaljobs.providers.toolcall` and must not pay
@@ -21,8 +24,6 @@ _EXPORTS = {
     "TransientError": "errors",
     "is_retryable": "errors",
     "parse_retry_after": "errors",
-    "SimulatedProvider": "simulated",
-    "parse_simulate_options": "simulated",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,7 +19,7 @@ from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
 from evaljobs.providers.endpoints import client_for
-from evaljobs.providers.governor import Governor
+from evaljobs.governor import Governor
 
 #: How long the first call of a conversation may wait for a permit before the
 #: pair is handed back to the queue (nothing is lost yet). Later turns wait

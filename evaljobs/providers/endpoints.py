@@ -13,7 +13,7 @@ from evaljobs.catalog.modelspec import ProvidersConfig
 from evaljobs.config import Settings, settings as current_settings
 from evaljobs.errors import UsageError
 from evaljobs.providers.client import ChatClient, get_client
-from evaljobs.providers.simulated import SimulatedProvider
+from evaljobs.simulated import SimulatedProvider
 
 
 class EndpointError(UsageError):

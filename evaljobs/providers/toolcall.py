@@ -1,6 +1,6 @@
 """The record of one tool call: what the model asked for and what the tool answered.
 
-Defined here, below evaluation, because live tools (:mod:`evaljobs.providers.livetools`)
+Defined here, below evaluation, because live tools (:mod:`evaljobs.tools`)
 build these records and a :class:`~evaljobs.evaluation.replay.Replay` holds them
 (``evaljobs.evaluation.replay`` re-exports it). :data:`OUTPUT_CAP` is here for
 the same reason: a live tool's answer is cut to it before it is stored.

@@ -23,7 +23,7 @@ FIELDS = ("limit", "ssthresh", "hold", "plateau")
 
 
 class GovernorLimit(_Table):
-    """One budget's learned concurrency (see :mod:`evaljobs.providers.governor`)."""
+    """One budget's learned concurrency (see :mod:`evaljobs.governor`)."""
 
     budget = CharField(max_length=255, primary_key=True)
     limit = IntegerField()

@@ -10,14 +10,13 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import peewee
 from peewee import fn
 
 from evaljobs.collector import gc_paused
 from evaljobs.evaluation.result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
-from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
 from evaljobs.store.connections import _bound, _connection, _reconnecting, _transaction
 from evaljobs.store.errors import Incomplete, UnexpectedPair, UnknownRun
@@ -370,9 +369,15 @@ def progress(run_id: str) -> dict[str, int]:
 # -- finalize -------------------------------------------------------------------------------
 
 
+#: Builds a report from the run's facts and its rows (``evaljobs.reports.build_report``): the
+#: store reads and persists, the reports package decides what a report says, and the pipeline
+#: (``pipeline.barrier.finalize``) brings the two together.
+ReportBuilder = Callable[[dict[str, Any], list[ReportRow]], dict[str, Any]]
+
+
 @_reconnecting
-def finalize(run_id: str) -> Finalized:
-    """Build, store and return the run's one report (invariant 3); idempotent.
+def finalize(run_id: str, build: ReportBuilder) -> Finalized:
+    """Build (with ``build``), store and return the run's one report (invariant 3); idempotent.
 
     Finalize may be sent more than once. The run row is locked, an existing report
     is returned as is, and the report is written with ``WHERE report IS NULL``, so
@@ -388,10 +393,10 @@ def finalize(run_id: str) -> Finalized:
     after. The pause is process-wide, so other threads skip collections for those milliseconds.
     """
     with gc_paused():
-        return _finalize(run_id)
+        return _finalize(run_id, build)
 
 
-def _finalize(run_id: str) -> Finalized:
+def _finalize(run_id: str, build: ReportBuilder) -> Finalized:
     with _transaction():
         run = _get_row(run_id, lock=True)
         if run.report is not None:
@@ -402,8 +407,8 @@ def _finalize(run_id: str) -> Finalized:
             raise Incomplete(f"run {run_id} has {len(results)} of {run.expected} pairs; "
                              f"missing: {_pair_text(missing, epochs=run.epochs or 1)}")
         finished = _now()
-        report = build_report(_report_run(run, finished), results)
-        errored = report["summary"]["errored"]  # every row counted under its model (build_report)
+        report = build(_report_run(run, finished), results)
+        errored = report["summary"]["errored"]  # every row counted under its model (reports.build_report)
         status = COMPLETE if not errored else FAILED_RUN if errored == len(results) else PARTIAL
         written = (Run.update(report=report_text(report), report_at=finished, finished_at=finished, status=status,
                               persisted=len(results))

@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def evaljobs_simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """evaljobs' simulated provider (serves ``sim/...`` models), started for this test."""
     from evaljobs import config
-    from evaljobs.providers.simulated import SimulatedProvider
+    from evaljobs.simulated import SimulatedProvider
 
     with SimulatedProvider(latency=0.0, retry_after=0.05) as provider:
         monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)

@@ -15,7 +15,7 @@ Every number comes from a key or an index that is known in advance:
   their last command; the members seen within the window, each with the number
   of messages it holds (``SCARD`` of its ack sets for each queue). Any process
   that enqueued also appears there, holding nothing;
-* the governor's budgets (:meth:`evaljobs.providers.governor.Governor.stats`, a set of
+* the governor's budgets (:meth:`evaljobs.governor.Governor.stats`, a set of
   budget names) and the elastic pools' records (the ``evaljobs:pools`` hash).
 
 Never ``KEYS``/``SCAN``: which queues to read is known (the configured queue,
@@ -34,7 +34,7 @@ from evaljobs import config, store
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import one_line
 from evaljobs.pipeline.broker import queue_name
-from evaljobs.providers.governor import Governor
+from evaljobs.governor import Governor
 from evaljobs.workers.records import read_pools as pools_of
 
 DRAMATIQ_NAMESPACE = "dramatiq"

@@ -19,8 +19,8 @@ from evaljobs.catalog.load import CatalogSource
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.toolspec import MCP_IMPORT_KEYS, is_mcp_import, validate_live_spec
 from evaljobs.errors import suggest
-from evaljobs.providers.livetools._common import LiveToolError, describe
-from evaljobs.providers.livetools.live import LiveTools
+from evaljobs.tools._common import LiveToolError, describe
+from evaljobs.tools.live import LiveTools
 
 _TOOL_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 

@@ -42,9 +42,9 @@ catalog validation); the pure spec checks are :mod:`evaljobs.catalog.toolspec`.
 from __future__ import annotations
 
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS, validate_live_spec
-from evaljobs.providers.livetools._common import DEFAULT_TIMEOUT, LiveToolError, resolve_env
-from evaljobs.providers.livetools.expansion import expand_catalog_tools, expand_mcp_tools, expand_source
-from evaljobs.providers.livetools.live import LiveTools, get_live_tools, is_live, live_tool_runner
+from evaljobs.tools._common import DEFAULT_TIMEOUT, LiveToolError, resolve_env
+from evaljobs.tools.expansion import expand_catalog_tools, expand_mcp_tools, expand_source
+from evaljobs.tools.live import LiveTools, get_live_tools, is_live, live_tool_runner
 
 __all__ = [
     "DEFAULT_TIMEOUT", "HTTP_KEYS", "HTTP_METHODS", "LiveToolError", "LiveTools", "MCP_IMPORT_KEYS", "MCP_KEYS",

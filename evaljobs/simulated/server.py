@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from evaljobs import clock as clocks
-from evaljobs.providers.simulated.options import check_options
-from evaljobs.providers.simulated.answers import (
+from evaljobs.simulated.options import check_options
+from evaljobs.simulated.answers import (
     Answer,
     completion_body,
     draw,
@@ -58,8 +58,8 @@ from evaljobs.providers.simulated.answers import (
     prompt_tokens,
     tokens,
 )
-from evaljobs.providers.simulated.directives import DirectiveError, collect_directives
-from evaljobs.providers.simulated.wire import (
+from evaljobs.simulated.directives import DirectiveError, collect_directives
+from evaljobs.simulated.wire import (
     RequestError,
     anthropic_body,
     anthropic_error,
@@ -69,7 +69,7 @@ from evaljobs.providers.simulated.wire import (
     openai_chunks,
     openai_error,
 )
-from evaljobs.providers.simulated.http import (
+from evaljobs.simulated.http import (
     REASONS,
     Request,
     head,

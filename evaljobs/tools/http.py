@@ -19,7 +19,7 @@ from evaljobs.catalog.text import text_of
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.errors import one_line
 from evaljobs.providers import deadline
-from evaljobs.providers.livetools._common import LiveToolError, ToolFailed, body_of, public_url, resolve_env
+from evaljobs.tools._common import LiveToolError, ToolFailed, body_of, public_url, resolve_env
 
 
 def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], default_timeout: float) -> Any:

@@ -18,11 +18,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evaljobs.providers.governor.budgets import _Outcome
-from evaljobs.providers.governor.permits import Permit
+from evaljobs.governor.budgets import _Outcome
+from evaljobs.governor.permits import Permit
 
 if TYPE_CHECKING:
-    from evaljobs.providers.governor.redis_store import _RedisStore
+    from evaljobs.governor.redis_store import _RedisStore
 
 #: Seconds a deferred release may wait for a round trip to carry it before it is sent on its own.
 DEFER_MAX = 0.05

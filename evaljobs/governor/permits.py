@@ -10,9 +10,9 @@ import weakref
 from typing import Any, Mapping, Protocol
 
 from evaljobs.providers.errors import RateLimited, parse_retry_after
-from evaljobs.providers.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, start_of
+from evaljobs.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, start_of
 
-log = logging.getLogger("evaljobs.providers.governor")
+log = logging.getLogger("evaljobs.governor")
 
 
 class _Owner(Protocol):

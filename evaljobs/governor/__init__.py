@@ -104,12 +104,12 @@ The package, along those lines: :mod:`~.budgets` (settings, constants, budget na
 """
 from __future__ import annotations
 
-from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX, LANES,
+from evaljobs.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX, LANES,
                                                  INTERACTIVE_RECENT, Learned, LearnedStore, start_of,
                                                  LITTLE_FACTOR, MAX_PAUSE, POLL_MAX, POLL_MIN, SLEEP_CAP,
                                                  WAITER_TTL, WINDOW_SECONDS, BudgetConfig, Busy, budget_key)
-from evaljobs.providers.governor.facade import Governor
-from evaljobs.providers.governor.permits import Permit
+from evaljobs.governor.facade import Governor
+from evaljobs.governor.permits import Permit
 
 __all__ = ["Governor", "Permit", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of", "budget_key",
            "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN",

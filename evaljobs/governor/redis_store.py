@@ -8,9 +8,9 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from evaljobs.providers.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, INTERACTIVE_RECENT, WAITER_TTL,
+from evaljobs.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, INTERACTIVE_RECENT, WAITER_TTL,
                                                  BudgetConfig, Learned, _Answer, _Outcome, _stats_row)
-from evaljobs.providers.governor.permits import Permit
+from evaljobs.governor.permits import Permit
 from evaljobs.redact import redact
 
 

@@ -1,13 +1,13 @@
 """The adaptive control, as pure functions: AIMD growth, Little's law, the rpm/tpm windows.
 
 Both stores apply the same rules (the Redis store in Lua, the local store with these), so
-these are the reference for the Lua scripts in :mod:`~evaljobs.providers.governor.redis_store`.
+these are the reference for the Lua scripts in :mod:`~evaljobs.governor.redis_store`.
 """
 from __future__ import annotations
 
 import math
 
-from evaljobs.providers.governor.budgets import (_EPSILON, HOLD_ROUNDS, LITTLE_FACTOR, WINDOW_SECONDS,
+from evaljobs.governor.budgets import (_EPSILON, HOLD_ROUNDS, LITTLE_FACTOR, WINDOW_SECONDS,
                                                  BudgetConfig)
 
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaljobs.providers.simulated.directives import (
+from evaljobs.simulated.directives import (
     ACTIONS,
     STEP_ACTIONS,
     Directive,
@@ -126,7 +126,7 @@ def _step_answer(directives: list[Directive], model: str, messages: list[dict[st
         calls = [_tool_call(d, first_id + i) for i, d in enumerate(step)]
         return Answer(tool_calls=calls, finish_reason="tool_calls")
     if not steps:
-        from evaljobs.providers.simulated_judge import judge_answer  # a judge request gets a real, deterministic grade
+        from evaljobs.simulated.judge import judge_answer  # a judge request gets a real, deterministic grade
 
         verdict = judge_answer(messages)
         if verdict is not None:

@@ -9,11 +9,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from evaljobs.providers.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX,
+from evaljobs.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX,
                                                  INTERACTIVE_RECENT, LANES, WAITER_TTL, BudgetConfig, Learned,
                                                  _Answer, _Outcome, _stats_row)
-from evaljobs.providers.governor.control import _bulk_cap, _grow, _little, _wait_for, _window
-from evaljobs.providers.governor.permits import Permit
+from evaljobs.governor.control import _bulk_cap, _grow, _little, _wait_for, _window
+from evaljobs.governor.permits import Permit
 
 
 @dataclass

@@ -21,14 +21,14 @@ from evaljobs.providers.http_client import httpx  # without its CLI (start-up ti
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.providers import deadline
-from evaljobs.providers.livetools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
+from evaljobs.tools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
                                                   describe, exception_text)
-from evaljobs.providers.livetools.http import call_http
+from evaljobs.tools.http import call_http
 from evaljobs.providers.toolcall import ToolCall
 from evaljobs.extras import MissingExtra
 
 if TYPE_CHECKING:  # the mcp extra is optional: imported at run time only on the first MCP call
-    from evaljobs.providers.livetools.mcp import LoopThread, McpSession
+    from evaljobs.tools.mcp import LoopThread, McpSession
 
 
 class LiveTools:
@@ -161,7 +161,7 @@ _mcp_import_lock = threading.Lock()
 
 def _import_mcp(done: concurrent.futures.Future) -> None:
     try:
-        import evaljobs.providers.livetools.mcp as module
+        import evaljobs.tools.mcp as module
     except ImportError:
         done.set_exception(LiveToolError(str(MissingExtra("mcp"))))
     except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
@@ -171,7 +171,7 @@ def _import_mcp(done: concurrent.futures.Future) -> None:
 
 
 def _mcp_module() -> Any:
-    """``evaljobs.providers.livetools.mcp``, imported on the first MCP call, never past the pair's deadline.
+    """``evaljobs.tools.mcp``, imported on the first MCP call, never past the pair's deadline.
 
     The SDK (pydantic models, anyio) took 3-4 s to import on a busy 2-core machine: on the calling
     thread that overran a 3 s time limit by as much, and an import cannot be interrupted. So it is

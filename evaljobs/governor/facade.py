@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs.providers import deadline as walls
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
-from evaljobs.providers.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
+from evaljobs.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
                                                  LearnedStore, _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome,
                                                  budget_key, start_of)
-from evaljobs.providers.governor.deferred import Deferred
-from evaljobs.providers.governor.local_store import _LocalStore
-from evaljobs.providers.governor.permits import Permit, _Renewer
+from evaljobs.governor.deferred import Deferred
+from evaljobs.governor.local_store import _LocalStore
+from evaljobs.governor.permits import Permit, _Renewer
 
 if TYPE_CHECKING:
-    from evaljobs.providers.governor.redis_store import _RedisStore
+    from evaljobs.governor.redis_store import _RedisStore
 
-log = logging.getLogger("evaljobs.providers.governor")
+log = logging.getLogger("evaljobs.governor")
 
 #: What a store may raise that means "unreachable, use the local fallback": OSError, and Redis's own
 #: errors once a governor with Redis exists (:func:`_redis_store`; the in-process default never
@@ -473,7 +473,7 @@ def _redis_store(url: str, namespace: str, clock: Callable[[], float] | None) ->
     global _STORE_ERRORS
     import redis.exceptions
 
-    from evaljobs.providers.governor.redis_store import _RedisStore
+    from evaljobs.governor.redis_store import _RedisStore
 
     _STORE_ERRORS = (redis.exceptions.RedisError, OSError)
     return _RedisStore(url, namespace, clock)

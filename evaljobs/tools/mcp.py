@@ -27,7 +27,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from evaljobs.errors import one_line
 from evaljobs.providers import deadline
-from evaljobs.providers.livetools._common import (ToolFailed, decoded, describe, exception_text,
+from evaljobs.tools._common import (ToolFailed, decoded, describe, exception_text,
                                                   resolve_env)
 
 
