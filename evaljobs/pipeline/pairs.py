@@ -105,21 +105,25 @@ class RunPlan:
     def for_run(cls, run_id: str, run: store.RunInfo | None = None) -> RunPlan:
         """The plan of ``run_id`` (``run``: its row, when the caller just read it; else it is read).
 
+        A run's snapshot, models, epochs and options never change once it is created, so a cached
+        plan is trusted without a query; given the row, it is also checked against it (another
+        database may hold a run of the same id).
+
         Cached per process: a worker evaluates thousands of pairs of a few runs, and loading the
         snapshot, adapter and judge per pair was most of a fast pair's CPU.
         """
+        built_for = (config.settings(), context.current())
+        with _plans_lock:
+            plan = _plans.get(run_id)
+            if plan is not None and plan.built_for[0] is built_for[0] and plan.built_for[1] is built_for[1] \
+                    and (run is None or _same_run(plan.run, run)):
+                _plans.move_to_end(run_id)
+                return plan
         if run is None:
             try:
                 run = store.get_run(run_id)
             except store.UnknownRun as exc:
                 raise InvalidMessage(str(exc)) from None
-        built_for = (config.settings(), context.current())
-        with _plans_lock:
-            plan = _plans.get(run_id)
-            if plan is not None and plan.built_for[0] is built_for[0] and plan.built_for[1] is built_for[1] \
-                    and _same_run(plan.run, run):
-                _plans.move_to_end(run_id)
-                return plan
         plan = cls._build(run, built_for)
         with _plans_lock:
             _plans[run_id] = plan
