@@ -32,6 +32,8 @@ _FALSE = ("off", "0", "false", "no")
 #: Shortest context signing key accepted (bytes): an HMAC-SHA256 key shorter than its output
 #: is guessable sooner than the signature, and an empty one means "signing off" to no one.
 MIN_CONTEXT_KEY_BYTES = 32
+#: Crashed workers a pair may cost by default (evaljobs_middleware.crashes.DEFAULT_MAX_CRASHES).
+DEFAULT_MAX_CRASHES = 3
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -78,6 +80,8 @@ class Settings:
     max_backoff: float = 10.0                # EVALJOBS_MAX_BACKOFF
     max_rate_limit_waits: int = 50           # EVALJOBS_MAX_RATE_LIMIT_WAITS
     time_limit: float = 180.0                # EVALJOBS_TIME_LIMIT (seconds per pair)
+    # Crashed worker processes a pair may cost before it is recorded errored without running: the
+    # variable's text, read as a number by crash_limit() where the crash counter is built.
     max_crashes: str | None = None           # EVALJOBS_MAX_CRASHES
     # How long a worker process may be silent on Redis before its unacked pairs go to others, and
     # how many broker commands per million look for such dead workers. Dramatiq's defaults (60 s,
@@ -112,13 +116,27 @@ class Settings:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                                      "(pairs a fan-out message carries; 1: one message per pair)")
 
+    def crash_limit(self) -> int:
+        """Crashed workers a pair may cost before it is recorded errored (``EVALJOBS_MAX_CRASHES``, default 3,
+        the generic crash counter's own default)."""
+        text = self.max_crashes
+        if text is None or not str(text).strip():
+            return DEFAULT_MAX_CRASHES
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={text!r} is not a whole number: set it to 1 or more") from None
+        if value < 1:
+            raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={value} must be 1 or more")
+        return value
+
     @property
     def signing(self) -> str:
         """``"signed"`` or ``"unsigned"``: the mode a worker logs once at start."""
         return "unsigned" if self.context_key is None else "signed"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Settings from ``env`` (default: this process's environment); unset means default."""
         env = os.environ if env is None else env
         d = cls()
@@ -151,7 +169,7 @@ class Settings:
             pairs_per_message=_int(env, "EVALJOBS_PAIRS_PER_MESSAGE", d.pairs_per_message),
         )
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied; ``None`` values are ignored (an option not given)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -237,5 +255,15 @@ def child_environment(extra: Mapping[str, str] | None = None, base: Settings | N
     return env
 
 
-__all__ = ["Settings", "settings", "configure", "configured", "restore", "secret", "child_environment", "REDIS_SCHEMES",
-           "DEFAULT_QUEUE", "MIN_CONTEXT_KEY_BYTES"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "MIN_CONTEXT_KEY_BYTES",
+    "REDIS_SCHEMES",
+    "Settings",
+    "child_environment",
+    "configure",
+    "configured",
+    "restore",
+    "secret",
+    "settings",
+]

@@ -25,7 +25,11 @@ setting nobody can find:
 * no module is over ``MAX_LINES`` lines unless its docstring says why it must
   stay whole (the words "stays whole" or "kept whole" and a reason);
 * no test module imports another test module (or conftest): what tests share
-  lives in ``tests/helpers/`` and ``tests/conftest.py``.
+  lives in ``tests/helpers/`` and ``tests/conftest.py``;
+* one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
+  the pair runner (``evaljobs/pipeline/pairs.py``) and the in-process strategy's
+  outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider
+  error (``RETRY_DECIDERS``; a loop that only re-raises is not a retry).
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -72,6 +76,19 @@ KEPT_WHOLE = re.compile(r"\b(stays?|kept|keep) whole\b", re.IGNORECASE)
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 _ENV_WRITERS = {"putenv", "unsetenv"}
 _MAPPING_WRITERS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+#: Where a pair's retries are decided and waited: the one decision function and the in-process strategy's
+#: mapping of its outcomes to sleeps. A module name covers the whole module; "module:function" one function.
+RETRY_DECIDERS = ("evaljobs.pipeline.pairs", "evaljobs.pipeline.strategies:settle")
+#: Packages a pair's retry could be re-decided in (the layers that evaluate and schedule pairs).
+RETRY_SCOPE = ("evaljobs.pipeline", "evaljobs.evaluation")
+#: Loops that catch a provider error and go round again, each with why it is not a pair's retry.
+RETRY_LOOPS_ALLOWED = {
+    # Re-asks the judge model, at once, for a verdict it can parse (a garbled or failed answer is
+    # not the pair's fault); a rate limit or a busy governor is re-raised to the pair's decision.
+    "evaljobs.evaluation.judge:ProviderJudge.__call__",
+}
+#: What a provider error is called where it is caught.
+PROVIDER_ERRORS = {"ProviderError", "RateLimited", "TransientError", "PermanentError", "Busy", "RETRYABLE"}
 
 
 # -- reading the source ---------------------------------------------------------------------------
@@ -324,6 +341,75 @@ def environ_access(modules: dict[str, Module]) -> list[str]:
     return lines
 
 
+def retry_loops(modules: dict[str, Module]) -> list[str]:
+    """Sleeps and provider-error retry loops in ``RETRY_SCOPE`` outside ``RETRY_DECIDERS``.
+
+    A sleep is any use of ``time.sleep`` (called, or passed on as a default), or of a ``sleep``
+    imported from ``time``. A retry loop is a ``for``/``while`` whose body catches a provider
+    error (``PROVIDER_ERRORS``) with a handler that does not end by raising or returning.
+    """
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not name.startswith(RETRY_SCOPE) or name in RETRY_DECIDERS:
+            continue
+        time_names = {alias.asname or "time" for node in module.nodes if isinstance(node, ast.Import)
+                      for alias in node.names if alias.name == "time"}
+        sleep_names = {alias.asname or alias.name for node in module.nodes
+                       if isinstance(node, ast.ImportFrom) and node.module == "time"
+                       for alias in node.names if alias.name == "sleep"}
+        for where, node in _scoped_nodes(module.tree):
+            if f"{name}:{where}" in RETRY_DECIDERS:
+                continue
+            if (isinstance(node, ast.Attribute) and node.attr == "sleep" and isinstance(node.value, ast.Name)
+                    and node.value.id in time_names) or (isinstance(node, ast.Name) and node.id in sleep_names):
+                lines.append(f"{module.shown}:{node.lineno}: {name} sleeps in {where or 'the module'} "
+                             "(a wait for a pair is decided by evaljobs.pipeline.pairs.attempt: return its "
+                             "outcome and let the strategy map it)")
+            elif isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and f"{name}:{where}" not in RETRY_LOOPS_ALLOWED:
+                caught = _retried_provider_errors(node)
+                if caught:
+                    lines.append(f"{module.shown}:{node.lineno}: {name} loops retrying on {', '.join(caught)} in "
+                                 f"{where or 'the module'} (one place decides retries: "
+                                 "evaljobs.pipeline.pairs.attempt)")
+    return lines
+
+
+def _scoped_nodes(tree: ast.AST, where: str = ""):
+    """Every node with the dotted name of the function (or class) it is in ("" at module level)."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from _scoped_nodes(child, f"{where}.{child.name}" if where else child.name)
+        else:
+            yield where, child
+            yield from _scoped_nodes_inside(child, where)
+
+
+def _scoped_nodes_inside(node: ast.AST, where: str):
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from _scoped_nodes(child, f"{where}.{child.name}" if where else child.name)
+        else:
+            yield where, child
+            yield from _scoped_nodes_inside(child, where)
+
+
+def _retried_provider_errors(loop: ast.AST) -> list[str]:
+    """The provider errors a loop's body catches and goes round again on (not inside nested functions)."""
+    found: list[str] = []
+    stack = list(ast.iter_child_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            names = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.type)
+                     if isinstance(n, (ast.Name, ast.Attribute))} & PROVIDER_ERRORS
+            if names and not (node.body and isinstance(node.body[-1], (ast.Raise, ast.Return))):
+                found.extend(sorted(names - set(found)))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def oversized_modules(modules: dict[str, Module], limit: int = MAX_LINES) -> list[str]:
     lines = []
     for name, module in sorted(modules.items()):
@@ -418,6 +504,11 @@ def test_no_test_imports_another_test_module():
     assert not (found := imports_of_test_modules(ROOT / "tests")), "\n".join(found)
 
 
+def test_one_place_decides_retries(source):
+    assert {"evaljobs.pipeline.pairs", "evaljobs.pipeline.strategies"} <= set(source)
+    assert not (found := retry_loops(source)), "\n".join(found)
+
+
 # -- each rule fails on a planted violation -------------------------------------------------------
 
 def plant(root: Path, files: dict[str, str]) -> dict[str, Path]:
@@ -454,6 +545,7 @@ def test_the_planted_baseline_breaks_no_rule(tmp_path):
     assert io_imports_in_pure_code(modules) == []
     assert environ_access(modules) == []
     assert oversized_modules(modules) == []
+    assert retry_loops(modules) == []
 
 
 @pytest.mark.parametrize("path, text, expected", [
@@ -604,3 +696,59 @@ def test_a_test_importing_another_test_module_is_found(tmp_path):
         "tests/test_b.py:2: imports the test module test_a "
         "(move what it shares to tests/helpers/, or a fixture to tests/conftest.py)",
     ]
+
+
+# -- one place decides retries ---------------------------------------------------------------------
+
+RUNNER_FILES = ("evaljobs/pipeline/pairs.py", "evaljobs/pipeline/strategies.py", "evaljobs/pipeline/actors.py",
+                "evaljobs/evaluation/evaluate.py", "evaljobs/evaluation/judge.py")
+SECOND_LOOP = """
+
+def evaluate_again(pair, evaluate):
+    while True:
+        try:
+            return evaluate(pair)
+        except TransientError:
+            time.sleep(1.0)
+"""
+
+
+def copy_of_the_runner(tmp_path: Path, **changes: str) -> dict[str, Module]:
+    """The real pair runner's modules, copied into ``tmp_path`` with ``changes`` (path → appended source)."""
+    files = {relative: (ROOT / relative).read_text(encoding="utf-8") + changes.get(relative, "")
+             for relative in RUNNER_FILES}
+    return load_modules(plant(tmp_path, files))
+
+
+def test_a_second_sleeping_retry_loop_planted_in_a_strategy_is_found(tmp_path):
+    assert retry_loops(copy_of_the_runner(tmp_path)) == []  # the copy as it is passes
+    found = retry_loops(copy_of_the_runner(tmp_path, **{"evaljobs/pipeline/actors.py": "import time\n" + SECOND_LOOP}))
+    line = len((ROOT / "evaljobs/pipeline/actors.py").read_text(encoding="utf-8").splitlines())
+    assert found == [
+        (f"evaljobs/pipeline/actors.py:{line + 5}: evaljobs.pipeline.actors loops retrying on TransientError in "
+         "evaluate_again (one place decides retries: evaljobs.pipeline.pairs.attempt)"),
+        (f"evaljobs/pipeline/actors.py:{line + 9}: evaljobs.pipeline.actors sleeps in evaluate_again (a wait for a "
+         "pair is decided by evaljobs.pipeline.pairs.attempt: return its outcome and let the strategy map it)"),
+    ], found
+
+
+@pytest.mark.parametrize("path, text, expected", [
+    # a loop that retries without sleeping is still a second decision
+    ("evaljobs/evaluation/evaluate.py", ("\n\ndef again(f):\n    for _ in range(3):\n        try:\n"
+                                         "            return f()\n        except (RateLimited, Busy):\n            pass\n"),
+     "loops retrying on Busy, RateLimited in again"),
+    # a sleep passed on as a default, from `from time import sleep`
+    ("evaljobs/pipeline/strategies.py", "\nfrom time import sleep as nap\n\ndef later(wait=nap):\n    wait(1)\n",
+     "sleeps in later"),
+    # the in-process mapping may sleep; another function of its module may not
+    ("evaljobs/pipeline/strategies.py", "\n\ndef other():\n    time.sleep(0.1)\n", "sleeps in other"),
+])
+def test_other_retry_loops_and_sleeps_are_found(tmp_path, path, text, expected):
+    found = retry_loops(copy_of_the_runner(tmp_path, **{path: text}))
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_loop_that_only_reraises_a_provider_error_is_not_a_retry(tmp_path):
+    text = ("\n\ndef turns(calls):\n    for call in calls:\n        try:\n            call()\n"
+            "        except TransientError:\n            raise\n")
+    assert retry_loops(copy_of_the_runner(tmp_path, **{"evaljobs/pipeline/actors.py": text})) == []

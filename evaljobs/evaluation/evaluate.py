@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec
@@ -16,10 +16,10 @@ from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
 from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
-from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.providers import deadline as walls
 from evaljobs.providers.cache import for_epoch
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
+
 # The governor's "no permit yet": the pair is handed back (or waits), it is not a fault.
 from evaljobs.governor import Busy
 
@@ -92,7 +92,9 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
     try:
         runner = None
         if scenario.expect.assertions:
-            from evaljobs.evaluation.assertions import process_runner  # lazy: only imported suites carry external assertions
+            from evaljobs.evaluation.assertions import (
+                process_runner,  # lazy: only imported suites carry external assertions
+            )
 
             runner = process_runner()
         grades = grade(scenario, replay, judge, runner)
@@ -122,7 +124,7 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
         fault=grades.fault,
         output=replay.answer,
         tool_calls=[c.to_dict() for c in replay.tool_calls],
-        duration_ms=int(round(replay.duration_ms)),
+        duration_ms=round(replay.duration_ms),
         input_tokens=replay.input_tokens,
         output_tokens=replay.output_tokens,
         cost=_total_cost(replay.cost, extra_cost),
@@ -173,68 +175,4 @@ def _errored(scenario: Scenario, model: ModelSpec, reason: str, attempts: int, s
                           duration_ms=int((time.perf_counter() - started) * 1000))
 
 
-def evaluate_with_retries(
-    scenario: Scenario,
-    model: ModelSpec,
-    adapter: Adapter,
-    *,
-    policy: RetryPolicy,
-    judge: Judge | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    epoch: int = 0,
-    cache_across_epochs: bool = False,
-) -> Result:
-    """The in-process retry loop used by the ``sequential``, ``threads`` and ``per-model`` strategies.
-
-    The time limit covers the whole pair, retries and waits included: one deadline for every
-    attempt, and no wait goes past it.
-    """
-    result = _with_retries(scenario, model, adapter, policy, judge, sleep, epoch, cache_across_epochs)
-    result.epoch = epoch
-    return result
-
-
-def _with_retries(scenario: Scenario, model: ModelSpec, adapter: Adapter, policy: RetryPolicy,
-                  judge: Judge | None, sleep: Callable[[float], None], epoch: int,
-                  cache_across_epochs: bool) -> Result:
-    retries = 0
-    waits = 0
-    last = ""  # why the previous attempt did not finish
-    began = time.monotonic()
-    deadline = began + policy.time_limit if policy.time_limit else None
-
-    def wait(seconds: float) -> None:
-        sleep(seconds if deadline is None else max(0.0, min(seconds, deadline - time.monotonic())))
-
-    while True:
-        attempts = retries + 1  # a rate-limit wait or a busy governor is not an attempt
-        try:
-            if deadline is not None and time.monotonic() >= deadline:
-                return Result.errored(scenario.key, model.spec,
-                                      timed_out(policy.time_limit, began, f"waiting to retry: {last}"),
-                                      attempts=attempts, duration_ms=int((time.monotonic() - began) * 1000))
-            return evaluate(scenario, model, adapter, judge=judge, attempts=attempts,
-                            raise_retryable=True, time_limit=policy.time_limit, epoch=epoch,
-                            cache_across_epochs=cache_across_epochs, deadline=deadline, pair_started=began)
-        except Busy as exc:
-            # The shared budget is full: wait our turn in-process (this path has no queue to hand back to).
-            last = _describe(exc)
-            wait(max(0.05, exc.retry_in))
-        except RateLimited as exc:
-            last = exc.reason
-            waits += 1
-            if waits > policy.max_rate_limit_waits:
-                return Result.errored(scenario.key, model.spec,
-                                      f"still rate limited after {waits - 1} waits: {exc.reason}",
-                                      attempts=attempts)
-            wait(policy.rate_limit_delay(exc.retry_after))
-        except TransientError as exc:
-            last = exc.reason
-            if retries >= policy.max_retries:
-                return Result.errored(scenario.key, model.spec,
-                                      f"{exc.reason} (gave up after {attempts} attempts)", attempts=attempts)
-            wait(policy.backoff(retries))
-            retries += 1
-
-
-__all__ = ["evaluate", "evaluate_with_retries", "timed_out", "RETRYABLE", "PermanentError", "ERRORED"]
+__all__ = ["ERRORED", "RETRYABLE", "PermanentError", "evaluate", "timed_out"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_spec
@@ -169,11 +169,6 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
     if judge is None:
         return None
     return lambda scenario, replay: judge(scenario, replay, model)
-
-
-__all__ = ["evaluate", "evaluate_with_retries", "ProviderJudge", "parse_judge_answer", "parse_judge_json",
-           "bind_judge", "judge_model_for", "require_judge_models", "JudgeModelMissing", "judge_prompt",
-           "RETRYABLE", "PermanentError", "ERRORED"]
 
 
 __all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",

@@ -10,41 +10,45 @@ The in-process strategies run here; the queued ones are driven by actors
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
-from evaljobs.pipeline import barrier, runtime
 from evaljobs import store
-from evaljobs.evaluation.evaluate import evaluate_with_retries
-from evaljobs.evaluation.judge import bind_judge
+from evaljobs.evaluation.result import Result
+from evaljobs.pipeline import barrier
+from evaljobs.pipeline.pairs import GiveUp, Pair, PairState, Recorded, Retry, RunPlan, attempt
 
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
 QUEUED = ("fanout", "per-model")
 DEFAULT_STRATEGY = "fanout"
 
 
+def settle(pair: Pair) -> Result:
+    """Attempt ``pair`` until it ends, in place: the in-process mapping of the pair runner's outcomes.
+
+    There is no queue to hand the pair back to, so a hand-back or a retry is a sleep on this
+    thread, never past the pair's deadline (:func:`evaljobs.pipeline.pairs.attempt` decides which,
+    and for how long). The time limit covers the whole pair, retries and waits included.
+    """
+    state = PairState(in_place=True)
+    while True:
+        outcome = attempt(pair, state)
+        if isinstance(outcome, (Recorded, GiveUp)):
+            return outcome.result
+        wait = outcome.backoff if isinstance(outcome, Retry) else outcome.delay
+        left = state.left()
+        time.sleep(wait if left is None else min(wait, left))
+
+
 def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ()) -> store.RunInfo:
     """Drive a ``sequential`` or ``threads`` run to completion in this process."""
     run = store.get_run(run_id)
-    catalog = store.load_snapshot(run.digest)
+    RunPlan.for_run(run_id, run)  # the snapshot is known before the run is marked running
     store.mark_running(run_id)
-    settings = runtime.RunSettings.from_options(run.options)
-    policy = runtime.policy(settings)
-    adapter = runtime.adapter(settings.adapter, cache=bool(settings.cache))
-    allow = None
-    if settings.judge_cap is not None:
-        cap = settings.judge_cap
-        allow = lambda: store.take_judge_call(run_id, cap)  # noqa: E731
-    judge = runtime.judge_for(settings, allow)
 
     def one(pair: tuple[str, str, int]) -> None:
-        runtime.set_permit_wait(60.0)  # no queue to hand a pair back to: wait in-process for a permit
-        key, model, epoch = pair
-        spec = runtime.model_spec(model)
-        result = evaluate_with_retries(catalog.scenario(key), spec, adapter, policy=policy,
-                                       judge=bind_judge(judge, spec), epoch=epoch,
-                                       cache_across_epochs=bool(settings.cache_across_epochs))
-        barrier.record(run_id, result, on_complete=barrier.finalize)
+        barrier.record(run_id, settle(Pair(run_id, *pair)), on_complete=barrier.finalize)
 
     pairs = store.missing_pairs(run_id)
     if run.strategy == "threads" and width > 1:
