@@ -154,8 +154,12 @@ class Session:
 
     # -- runs -------------------------------------------------------------------------------------
     def load(self, catalog: str | Path | Catalog, *, format: str | None = None,
-             include_production_only: bool = False, lenient: bool = False) -> Catalog:
-        """Load a native catalog, or import a foreign one (ActiveAgent, promptfoo, JSONL samples).
+             include_production_only: bool = False, lenient: bool = False, grader: str | None = None,
+             fields: Sequence[str] | dict[str, str] | None = None) -> Catalog:
+        """Load a native catalog, or import a foreign one (ActiveAgent, promptfoo, OpenAI evals, JSONL samples).
+
+        ``grader`` and ``fields`` are for JSONL samples (``evaljobs run --grader/--field``): how replies
+        are compared with the reference answers, and which record fields hold input and target.
 
         What an import leaves out (``production_only`` scenarios) is remembered
         in :attr:`excluded` and stored with the run so the report can say so.
@@ -165,7 +169,7 @@ class Session:
         self.excluded = 0
         self.import_warnings = []
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
-                            lenient=lenient)
+                            lenient=lenient, grader=grader, fields=fields)
         # A catalog with MCP tools and no `mcp` extra: one line now, not a connect timeout per server later.
         require_for_catalog(imported.data, source=str(catalog))
         if imported.format == "native":

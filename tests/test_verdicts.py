@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from evaljobs.catalog import CatalogError, Expect, ExpectedTool, Scenario, loads_catalog
-from evaljobs.evaluation.grading import JudgeVerdict, grade, ideal_matches, normalize_answer, pattern_matches
+from evaljobs.evaluation.grading import JudgeVerdict, grade, pattern_matches
+from evaljobs.evaluation.reference import ideal_matches, normalize_answer
 from evaljobs.reports.headline import headline, ranking
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED

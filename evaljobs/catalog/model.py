@@ -7,6 +7,7 @@ and :mod:`evaljobs.catalog.validate`; the canonical digest is
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +22,35 @@ CRITERIA = ("response_present", "contains", "not_contains", "regex", "expected_t
 #: Criteria a scenario's ``expect.gate`` may name (the expectations that can fail a scenario on their own).
 GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_tools", "max_latency_ms",
             "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
-#: How ``expect.ideal`` answers are compared (OpenAI evals' Match / Includes / FuzzyMatch).
-IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match")
+#: How ``expect.ideal`` answers are compared: OpenAI evals' Match / Includes / FuzzyMatch, and Inspect's
+#: includes() / match() / exact() / pattern(REGEX) / answer(letter|word|line) (evaljobs.evaluation.reference).
+IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match", "inspect_includes", "inspect_match",
+                 "inspect_exact", "inspect_pattern", "inspect_answer")
+#: Graders written ``name:argument``: the regular expression of ``inspect_pattern``, the answer type of
+#: ``inspect_answer``.
+IDEAL_GRADER_ARGUMENTS = {"inspect_pattern": "a regular expression", "inspect_answer": "letter, word or line"}
+
+
+def ideal_grader_problem(grader: object) -> str | None:
+    """Why ``grader`` is not a usable ``ideal_grader`` (``None`` when it is): one line for an error message."""
+    if not isinstance(grader, str):
+        return f"must be one of {', '.join(IDEAL_GRADERS)}, not {grader!r}"
+    name, colon, argument = grader.partition(":")
+    if name not in IDEAL_GRADERS:
+        return f"must be one of {', '.join(IDEAL_GRADERS)}, not {grader!r}"
+    if name not in IDEAL_GRADER_ARGUMENTS:
+        return f"{name} takes no argument (write {name!r})" if colon else None
+    if not argument:
+        example = "inspect_answer:letter" if name == "inspect_answer" else "inspect_pattern:ANSWER: (\\w+)"
+        return f"{name} needs {IDEAL_GRADER_ARGUMENTS[name]} after a colon, e.g. {example!r}"
+    if name == "inspect_answer" and argument not in ("letter", "word", "line"):
+        return f"inspect_answer takes letter, word or line, not {argument!r}"
+    if name == "inspect_pattern":
+        try:
+            re.compile(argument)
+        except re.error as exc:
+            return f"inspect_pattern's regular expression {argument!r} does not compile: {exc}"
+    return None
 #: ``expect.assertions`` kinds: ``builtin`` (native checks, on the transformed output if it has
 #: ``transforms``), ``javascript`` (run in Node), ``python`` (run in a subprocess), ``json_schema``
 #: (validated with jsonschema), ``refused`` (skipped at import under --lenient, with its reason: a
@@ -35,7 +63,7 @@ DIAGNOSES = ("missing_capability", "ungrounded_answer")
 ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
 
 
-def present_criteria(expect: "Expect") -> tuple[str, ...]:
+def present_criteria(expect: Expect) -> tuple[str, ...]:
     """The criteria this block of expectations enables, in ``GATEABLE`` order."""
     present = {
         "contains": bool(expect.contains or expect.patterns),
@@ -208,6 +236,23 @@ class Catalog:
             return False
 
 
-__all__ = ["ASSERTION_KINDS", "CRITERIA", "DIAGNOSES", "Catalog", "CatalogError", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD",
-           "Expect", "ExpectedTool", "GATEABLE", "IDEAL_GRADERS", "ROLES", "Scenario", "Tool", "present_criteria",
-           "scalar_key"]
+__all__ = [
+    "ASSERTION_KINDS",
+    "CRITERIA",
+    "DEFAULT_MAX_TURNS",
+    "DEFAULT_PASS_THRESHOLD",
+    "DIAGNOSES",
+    "GATEABLE",
+    "IDEAL_GRADERS",
+    "IDEAL_GRADER_ARGUMENTS",
+    "ROLES",
+    "Catalog",
+    "CatalogError",
+    "Expect",
+    "ExpectedTool",
+    "Scenario",
+    "Tool",
+    "ideal_grader_problem",
+    "present_criteria",
+    "scalar_key",
+]

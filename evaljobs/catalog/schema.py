@@ -17,11 +17,30 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evaljobs.catalog.model import ASSERTION_KINDS, CRITERIA, DIAGNOSES, GATEABLE, IDEAL_GRADERS, ROLES
+from evaljobs.catalog.model import (
+    ASSERTION_KINDS,
+    CRITERIA,
+    DIAGNOSES,
+    GATEABLE,
+    IDEAL_GRADER_ARGUMENTS,
+    IDEAL_GRADERS,
+    ROLES,
+)
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS
-from evaljobs.catalog.validate import (_CATALOG_KEYS, _EXPECT_KEYS, _EXPECTED_TOOL_KEYS, _GROUP_KEYS, _KEY_RE,
-                                       _MAX_INT, MAX_EPOCHS, _MESSAGE_KEYS, _SCENARIO_KEYS, _SETTING_KEYS, _TOOL_KEYS,
-                                       _TOOL_NAME_RE)
+from evaljobs.catalog.validate import (
+    _CATALOG_KEYS,
+    _EXPECT_KEYS,
+    _EXPECTED_TOOL_KEYS,
+    _GROUP_KEYS,
+    _KEY_RE,
+    _MAX_INT,
+    _MESSAGE_KEYS,
+    _SCENARIO_KEYS,
+    _SETTING_KEYS,
+    _TOOL_KEYS,
+    _TOOL_NAME_RE,
+    MAX_EPOCHS,
+)
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -169,7 +188,9 @@ def catalog_schema() -> dict[str, Any]:
         "gate": _with_null({"anyOf": [{"type": "boolean"}, {"enum": list(GATEABLE)},
                                       {"type": "array", "items": {"enum": list(GATEABLE)}}]}),
         "ideal": strings,
-        "ideal_grader": _with_null({"enum": list(IDEAL_GRADERS)}),
+        "ideal_grader": _with_null({"anyOf": [
+            {"enum": [g for g in IDEAL_GRADERS if g not in IDEAL_GRADER_ARGUMENTS]},
+            {"type": "string", "pattern": f"^({'|'.join(IDEAL_GRADER_ARGUMENTS)}):."}]}),
         "reference": _with_null(nonempty),
         "assertions": _with_null({"type": "array", "items": {
             "type": "object", "required": ["kind"], "properties": {"kind": {"enum": list(ASSERTION_KINDS)},

@@ -21,13 +21,29 @@ import datetime
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from evaljobs.catalog.digest import build_catalog
-from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DIAGNOSES, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
-                                    IDEAL_GRADERS, ROLES, Catalog, CatalogError, Expect, ExpectedTool, Scenario,
-                                    Tool, present_criteria, scalar_key)
+from evaljobs.catalog.model import (
+    ASSERTION_KINDS,
+    CRITERIA,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_PASS_THRESHOLD,
+    DIAGNOSES,
+    GATEABLE,
+    ROLES,
+    Catalog,
+    CatalogError,
+    Expect,
+    ExpectedTool,
+    Scenario,
+    Tool,
+    ideal_grader_problem,
+    present_criteria,
+    scalar_key,
+)
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
 from evaljobs.catalog.text import did_you_mean, escape_breaks, kind_of, quote_hint, show
 from evaljobs.catalog.toolspec import LIVE_KINDS, MCP_IMPORT_NOT_EXPANDED, is_mcp_import, validate_live_spec
@@ -616,9 +632,9 @@ class _Context:
             tools_match = "all"
         ideal = self.strings(path + ("ideal",), where, "expect.ideal", raw.get("ideal"))
         grader = raw.get("ideal_grader", "includes")
-        if grader not in IDEAL_GRADERS:
-            self.add(path + ("ideal_grader",), where, f"expect.ideal_grader must be one of "
-                                                      f"{', '.join(IDEAL_GRADERS)}, not {show(grader)}")
+        problem = ideal_grader_problem(grader)
+        if problem:
+            self.add(path + ("ideal_grader",), where, f"expect.ideal_grader {problem}")
             grader = "includes"
         reference = raw.get("reference")
         if reference is not None and (not isinstance(reference, str) or not reference.strip()):

@@ -179,10 +179,18 @@ width_option = click.option("--width", type=click.IntRange(min=1), default=8, sh
 
 
 def import_options(fn: Callable) -> Callable:
-    """--format / --include-production-only / --lenient for commands that read catalogs."""
+    """--format / --include-production-only / --lenient / --grader / --field for commands that read catalogs."""
     # catalog.importers.FORMATS, sorted, written out: importing the importers costs `evaljobs --help` about
     # half a second (tests/test_cli.py checks that the two lists agree).
-    formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "promptfoo")
+    formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "openai-evals", "promptfoo")
+    fn = click.option("--field", "fields", multiple=True, metavar="NAME=FIELD",
+                      help="JSONL: take a sample's input/target/id/metadata from another field, as Inspect's "
+                           "FieldSpec does (--field input=question --field target=answer).")(fn)
+    fn = click.option("--grader", default=None, metavar="GRADER",
+                      help="JSONL: how replies are compared with ideal/target: match, includes, "
+                           "includes_ignore_case, fuzzy_match (OpenAI evals), inspect_includes, inspect_match, "
+                           "inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line (Inspect), "
+                           "model_graded_fact (the judge). Required unless an OpenAI evals registry names it.")(fn)
     fn = click.option("--lenient", is_flag=True,
                       help="Imports: skip assertions evaljobs cannot grade (with a warning) instead of failing.")(fn)
     fn = click.option("--include-production-only", is_flag=True,

@@ -25,22 +25,17 @@ def catalog() -> None:
     """Catalog tools."""
 
 
-def _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader=None):
+def _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader=None, fields=()):
     from evaljobs.catalog.importers import load_any  # start-up time (see the module docstring)
     from evaljobs.pipeline import runtime
 
     if not Path(path).exists():
         raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
     imported = load_any(path, format=catalog_format, include_production_only=include_production_only,
-                        lenient=lenient, grader=grader)
+                        lenient=lenient, grader=grader, fields=fields)
     for warning in imported.warnings:
         click.echo(f"warning: {warning}", err=True)
     return imported, runtime.providers(providers)
-
-
-_grader_option = click.option(
-    "--grader", type=click.Choice(["includes", "match", "fuzzy_match", "model_graded_fact"]), default=None,
-    help="JSONL only: how replies are compared with ideal/target (default: includes).")
 
 
 @catalog.command("schema")
@@ -54,17 +49,18 @@ def catalog_schema() -> None:
 @catalog.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 @import_options
-@_grader_option
 @json_option
 @providers_option
-def catalog_check(path, catalog_format, include_production_only, lenient, grader, as_json, providers) -> None:
+def catalog_check(path, catalog_format, include_production_only, lenient, grader, fields, as_json,
+                  providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
     from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
     from evaljobs.tools import expand_source
 
     from evaljobs.extras import require_for_catalog
 
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader,
+                                     fields)
     require_for_catalog(imported.data, source=path)  # before any MCP server is listed: one line, at once
     # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
     source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
@@ -89,14 +85,15 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the native YAML here (default: stdout).")
 @import_options
-@_grader_option
 @providers_option
-def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, providers) -> None:
+def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, fields,
+                    providers) -> None:
     """Convert an ActiveAgent, promptfoo or JSONL catalog to the native YAML format."""
     from evaljobs.catalog import parse_catalog  # start-up time
     from evaljobs.catalog.importers import dump_native
 
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader)
+    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader,
+                                     fields)
     count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
                                                             for g in imported.data.get("groups") or [])
     show = stage if count >= LARGE_CATALOG else quiet_stage  # on stderr: stdout may be the YAML itself

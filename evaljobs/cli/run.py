@@ -56,7 +56,7 @@ DEFAULT_STRATEGY = "fanout"
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
         as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
-        catalog_format, include_production_only, lenient, db, broker, providers) -> None:
+        catalog_format, include_production_only, lenient, grader, fields, db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.catalog.subset import Selection, select, selection_note
@@ -67,7 +67,7 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         catalog_obj = session.load(catalog, format=catalog_format, lenient=lenient,
-                                   include_production_only=include_production_only)
+                                   include_production_only=include_production_only, grader=grader, fields=fields)
         for warning in session.import_warnings:
             click.echo(f"warning: {warning}", err=True)
         if session.excluded:

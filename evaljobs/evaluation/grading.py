@@ -6,12 +6,13 @@ injected as a callable so this module never talks to a provider itself.
 from __future__ import annotations
 
 import re
-import string
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.evaluation.reference import reference_matches
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of
@@ -134,30 +135,6 @@ def pattern_matches(text: str, pattern: str) -> bool:
         return False
 
 
-_PUNCTUATION = set(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """OpenAI evals' ``normalize``: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def ideal_matches(answer: str, ideal: str, grader: str) -> bool:
-    """One reference answer, compared the way OpenAI evals' eval classes compare it."""
-    if grader == "match":  # evals.record_and_check_match: the sampled text starts with the ideal
-        return answer.startswith(ideal)
-    if grader == "includes":  # Includes (ignore_case=False): utils.get_answer finds it
-        return ideal in answer
-    if grader == "includes_ignore_case":  # Includes(ignore_case=True), Inspect's includes()
-        return ideal.lower() in answer.lower()
-    a, b = normalize_answer(answer), normalize_answer(ideal)  # fuzzy_match: either way round
-    if not a or not b:
-        return a == b
-    return a in b or b in a
-
-
 def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
           assertions: AssertionRunner | None = None) -> Grades:
     """Score a replay against the scenario's expectations.
@@ -223,7 +200,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if "tools_succeeded" in gates and replay.tool_calls:
         scores["tools_succeeded"] = 0.0 if tool_errors else 1.0
     if expect.ideal and applies("ideal"):
-        hit = any(ideal_matches(answer, ideal, expect.ideal_grader) for ideal in expect.ideal)
+        hit = reference_matches(answer, expect.ideal, expect.ideal_grader)
         scores["ideal"] = 1.0 if hit else 0.0
         if not hit:
             details["ideal"] = {"grader": expect.ideal_grader, "expected": list(expect.ideal)}

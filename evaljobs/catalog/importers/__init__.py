@@ -8,13 +8,15 @@ evaljobs cannot grade is an error naming the file and the entry, or — with
 ``lenient`` — a warning saying what was skipped.
 
 Formats: ``native``, ``activeagent-suite``, ``activeagent-catalog``,
-``promptfoo`` and ``jsonl`` (OpenAI Evals / Inspect samples); see each module.
+``promptfoo``, ``openai-evals`` (an OpenAI evals registry YAML) and ``jsonl``
+(OpenAI Evals / Inspect samples); see each module.
 
 Domain code: no Dramatiq, peewee or httpx here.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -24,7 +26,7 @@ from evaljobs.catalog.importers.shared import (ImportResult, Problems, kind, loa
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.yaml12 import SafeDumper
 
-FORMATS = ("native", "activeagent-suite", "activeagent-catalog", "promptfoo", "jsonl")
+FORMATS = ("native", "activeagent-suite", "activeagent-catalog", "promptfoo", "openai-evals", "jsonl")
 
 
 def detect_format(data: Any, path: str) -> str:
@@ -40,19 +42,28 @@ def detect_format(data: Any, path: str) -> str:
             return "promptfoo"
         if "name" in data and ("scenarios" in data or "groups" in data):
             return "native"
+        from evaljobs.catalog.importers.openai_evals import is_registry
+        if is_registry(data):
+            return "openai-evals"
         shown = ", ".join(repr(k) for k in list(data)[:6]) or "none"
     else:
         shown = f"the top level is {kind(data)}"
     raise CatalogError([
         f"{path}: cannot tell the catalog format (top-level keys: {shown}); expected a native catalog "
         f"('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog "
-        f"('catalog' + 'products'), a promptfoo config ('prompts' + 'tests') or a .jsonl file; "
+        f"('catalog' + 'products'), a promptfoo config ('prompts' + 'tests'), an OpenAI evals registry file "
+        f"(entries with 'class') or a .jsonl file; "
         f"pass --format {{{','.join(FORMATS)}}}"])
 
 
 def load_any(path: str | os.PathLike, *, format: str | None = None, include_production_only: bool = False,
-             lenient: bool = False, grader: str | None = None) -> ImportResult:
+             lenient: bool = False, grader: str | None = None,
+             fields: Sequence[str] | dict[str, str] | None = None) -> ImportResult:
     """Read a catalog file of any supported format as native catalog data.
+
+    ``grader`` (how JSONL samples are compared with their answers: required for JSONL unless an OpenAI evals
+    registry names it) and ``fields`` (``["input=question", "target=answer"]``: JSONL field mapping) apply to
+    JSONL samples; an OpenAI evals registry file takes ``grader`` only when it is its class's own.
 
     Raises :class:`CatalogError` listing every problem (one line each). The
     result is not yet validated as a catalog: pass ``result.data`` to
@@ -64,15 +75,23 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
                             f"use one of {', '.join(FORMATS)}"])
     text = read_text(source)
     is_jsonl = format == "jsonl" or (format is None and source.lower().endswith(".jsonl"))
-    if grader is not None and not is_jsonl:
-        raise CatalogError([f"{source}: --grader applies to JSONL samples (OpenAI evals, Inspect) only"])
+    if fields and not is_jsonl:
+        raise CatalogError([f"{source}: --field applies to JSONL samples (OpenAI evals, Inspect) only"])
     # Each converter is imported when its format is read: a native catalog (every `evaljobs run`
     # of one) loads none of them (start-up time, tests/test_import_budget.py).
     if is_jsonl:
         from evaljobs.catalog.importers.jsonl import convert_jsonl
-        return convert_jsonl(text, source, lenient=lenient, grader=grader)
+        chosen_by = None
+        if grader is None:  # the samples do not say; an OpenAI evals registry they sit in may
+            from evaljobs.catalog.importers.openai_evals import grader_from_registry
+            found = grader_from_registry(source)
+            if found is not None:
+                grader, chosen_by = found
+        return convert_jsonl(text, source, lenient=lenient, grader=grader, fields=fields, chosen_by=chosen_by)
     data, lines = load_structured(text, source)
     fmt = format or detect_format(data, source)
+    if grader is not None and fmt != "openai-evals":
+        raise CatalogError([f"{source}: --grader applies to JSONL samples and OpenAI evals registry files only"])
     problems = Problems(source, lines, lenient)
     if fmt == "native":
         if not isinstance(data, dict):
@@ -88,9 +107,14 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     elif fmt == "promptfoo":
         from evaljobs.catalog.importers.promptfoo import convert_promptfoo
         out, excluded = convert_promptfoo(data, problems), 0
-    else:  # an explicit --format jsonl on a file without the extension
-        from evaljobs.catalog.importers.jsonl import convert_jsonl
-        return convert_jsonl(text, source, lenient=lenient)
+    elif fmt == "openai-evals":
+        from evaljobs.catalog.importers.openai_evals import convert_registry
+        if not isinstance(data, dict):
+            raise CatalogError([f"{source}: an OpenAI evals registry file must be a mapping of eval names, "
+                                f"not {kind(data)}"])
+        out, excluded = convert_registry(data, source, problems, grader), 0
+    else:  # pragma: no cover - FORMATS is checked above
+        raise CatalogError([f"{source}: unknown format {fmt!r}"])
     problems.raise_if_any()
     return ImportResult(data=out, format=fmt, excluded=excluded, warnings=problems.warnings,
                         counts=dict(problems.counts))

@@ -9,21 +9,34 @@ One JSON object per line::
 ``input`` is a prompt string or a chat (a list of ``{role, content}``; several
 system messages are kept as written — OpenAI evals' few-shot samples use them).
 ``ideal`` (OpenAI Evals) or ``target`` (Inspect) is the reference answer, or a
-list of accepted answers (any of them). How the reply is compared is the
-*grader*, chosen to match the eval the samples were written for (the file does
-not say; ``evaljobs catalog convert --grader`` picks one, and the converted
-catalog's description states which):
+list of accepted answers (any of them). Other field names are mapped as
+Inspect's ``FieldSpec`` maps them: ``--field input=question --field
+target=answer`` (also ``id=`` and ``metadata=a,b``); fields a mapping does not
+name are ignored, as Inspect ignores them, and said so in one warning.
 
-==================  ===============================================================
-``includes``        the default: the reply contains the reference (OpenAI evals'
-                    ``Includes``: case-sensitive; Inspect's ``includes()`` ignores
-                    case: ``target`` samples use ``includes_ignore_case``)
-``match``           the reply starts with the reference (``Match``: ``startswith``)
-``fuzzy_match``     normalized (lower case, no punctuation or articles), either one
-                    contains the other (``FuzzyMatch``)
-``model_graded_fact`` the LLM judge compares the reply with the reference answer
-                    (Inspect's ``model_graded_fact``); needs a judge model
-==================  ===============================================================
+How the reply is compared is the *grader*. The file does not say which — the
+eval that uses it does (an OpenAI evals registry YAML names its class, an
+Inspect task its scorer) — so it is never guessed: ``--grader`` names it, or the
+samples sit in an OpenAI evals registry whose evals say it
+(:mod:`evaljobs.catalog.importers.openai_evals`), or the import stops with one
+line saying so. Grading ``Match`` samples as "includes" passed 42 of 168 wrong
+answers (``" 42"``, ``"The answer is 42"``). The graders
+(:mod:`evaljobs.evaluation.reference`):
+
+=============================  ==========================================================
+``match``                      OpenAI evals ``Match``: the reply starts with the ideal
+``includes``                   ``Includes``: contains it, case-sensitive
+``includes_ignore_case``       ``Includes`` with ``ignore_case: true``
+``fuzzy_match``                ``FuzzyMatch``: normalized, either one contains the other
+``inspect_includes``           Inspect ``includes()``: contains it, ignoring case
+``inspect_match``              Inspect ``match()``: ends with it, ignoring case, whitespace
+                               and punctuation at both ends
+``inspect_exact``              Inspect ``exact()``: equal after its normalization
+``inspect_pattern:REGEX``      Inspect ``pattern(REGEX)``: a captured group equals a target
+``inspect_answer:letter``      Inspect ``answer("letter")`` (also ``word``, ``line``)
+``model_graded_fact``          the LLM judge compares the reply with the reference answer
+                               (Inspect's ``model_graded_fact``); needs a judge model
+=============================  ==========================================================
 
 The reference-answer check is a gate. Keys are the sample's ``id`` when it has
 one, else ``sample-<line number>`` (so they are stable while lines are not
@@ -34,38 +47,119 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
-from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.importers.shared import ImportResult, Problems, key_part, strings
+from evaljobs.catalog.model import IDEAL_GRADERS, CatalogError, ideal_grader_problem
 
 _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
-GRADERS = ("includes", "match", "fuzzy_match", "model_graded_fact")
+#: What ``--field NAME=FIELD`` may map (Inspect's FieldSpec names).
+FIELDS = ("input", "target", "id", "metadata")
+GRADERS = (*IDEAL_GRADERS, "model_graded_fact")
 #: The rubric given to the judge for model_graded_fact (the reference answer goes with it).
 FACT_RUBRIC = ("The answer is factually consistent with the reference answer: it states the same facts, "
                "possibly in other words, and contradicts none of them. Ignore style and length.")
+#: What the one-line "which grader?" error lists.
+GRADER_CHOICES = ("OpenAI evals: match, includes, includes_ignore_case, fuzzy_match; Inspect: inspect_includes, "
+                  "inspect_match, inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line; "
+                  "or model_graded_fact (the LLM judge)")
+_INPUT_GUESSES = ("question", "prompt", "query", "instruction", "problem", "text", "context")
+_TARGET_GUESSES = ("answer", "ideal", "target", "label", "expected", "output", "solution", "response",
+                   "answer_matching_behavior")
 
 
-def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str | None = None) -> ImportResult:
-    """Every non-blank line of ``text`` as one scenario (errors name the line number)."""
+def grader_problem(grader: str) -> str | None:
+    """Why ``grader`` cannot grade JSONL samples, or ``None``."""
+    if grader == "model_graded_fact":
+        return None
+    problem = ideal_grader_problem(grader)
+    if problem and problem.startswith("must be one of"):
+        return f"unknown grader {grader!r}; use one of {', '.join(GRADERS)}"
+    return problem
+
+
+def parse_fields(pairs: Sequence[str] | dict[str, str] | None) -> dict[str, str]:
+    """``["input=question", "target=answer"]`` as ``{"input": "question", "target": "answer"}`` (one-line errors)."""
+    if not pairs:
+        return {}
+    if isinstance(pairs, dict):
+        pairs = [f"{k}={v}" for k, v in pairs.items()]
+    fields: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, field = str(pair).partition("=")
+        name, field = name.strip(), field.strip()
+        if not eq or not field or name not in FIELDS:
+            raise CatalogError([(f"--field {pair!r}: write NAME=FIELD with NAME one of {', '.join(FIELDS)}, "
+                                f"e.g. --field input=question --field target=answer")])
+        if name in fields:
+            raise CatalogError([f"--field {name} is given twice ({fields[name]!r} and {field!r}); keep one"])
+        fields[name] = field
+    return fields
+
+
+def no_grader_error(source: str) -> CatalogError:
+    return CatalogError([(f"{source}: the samples do not say how to grade them (the eval that uses them does); "
+                         f"pass --grader ({GRADER_CHOICES}), or run the eval's OpenAI evals registry YAML")])
+
+
+def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str | None = None,
+                  fields: Sequence[str] | dict[str, str] | None = None, chosen_by: str | None = None) -> ImportResult:
+    """Every non-blank line of ``text`` as one scenario (errors name the line number).
+
+    ``chosen_by`` says where the grader came from when it was not ``--grader`` (an OpenAI evals registry).
+    """
+    if grader is None:
+        raise no_grader_error(source)
+    problem = grader_problem(grader)
+    if problem:
+        raise CatalogError([f"{source}: --grader {problem}"])
+    mapping = parse_fields(fields)
     problems = Problems(source, lenient=lenient)
-    if grader is not None and grader not in GRADERS:
-        raise CatalogError([f"{source}: unknown grader {grader!r}; use one of {', '.join(GRADERS)}"])
-    chosen = grader or "includes"
+    scenarios = read_samples(text, source, problems, grader, mapping)
+    problems.raise_if_any()
+    name = os.path.splitext(os.path.basename(source))[0] or "samples"
+    how = chosen_by or "chosen with --grader"
+    mapped = f"; fields {', '.join(f'{k}={v}' for k, v in mapping.items())}" if mapping else ""
+    description = f"Imported from {os.path.basename(source)}; graded with {grader} ({how}){mapped}"
+    problems.counts.update(assertions=len(scenarios), mapped=len(scenarios))
+    return ImportResult(data={"name": name, "description": description, "scenarios": scenarios}, format="jsonl",
+                        warnings=problems.warnings, counts=dict(problems.counts))
+
+
+def read_samples(text: str, source: str, problems: Problems, grader: str, fields: dict[str, str] | None = None,
+                 *, ignore_unknown: bool = False) -> list[dict[str, Any]]:
+    """The samples of ``text`` as scenario dicts; problems (naming the line) go to ``problems``.
+
+    With ``fields`` (a FieldSpec mapping) or ``ignore_unknown`` (an OpenAI evals eval class reads only
+    ``input`` and ``ideal``), fields nobody reads are ignored as the source tool ignores them, and said so
+    in one warning; otherwise an unknown field is unsupported (an error, or skipped under lenient).
+    """
+    fields = fields or {}
     scenarios: list[dict[str, Any]] = []
     keys: dict[str, int] = {}
     unknown: dict[str, list[int]] = {}  # field -> line numbers: reported once per field, not per line
+    hinted = False
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        lines = {(): number}  # every problem on this sample points at its line
-        sample_problems = Problems(source, lines, lenient)
-        scenario = _sample(line, number, sample_problems, chosen)
+        sample_problems = Problems(source, {(): number}, problems.lenient)  # every problem points at its line
+        record = _record(line, sample_problems)
+        if record is not None and not hinted:
+            hinted = True
+            hint = _missing_fields_hint(record, fields)
+            if hint:  # the first sample lacks the fields: one line with the mapping to write, not one per line
+                problems.lines[("line", number)] = number
+                problems.error(("line", number), "", hint)
+                return []
+        scenario = None if record is None else _sample(_mapped(record, fields), number, sample_problems, grader)
         problems.errors.extend(sample_problems.errors)
         if scenario is None:
             continue
-        for name in scenario.pop("_unknown"):
-            unknown.setdefault(name, []).append(number)
+        used = {fields.get(k, k) for k in ("input", "target", "id", "metadata")} | {"ideal"}
+        for name in record:
+            if name not in used:
+                unknown.setdefault(name, []).append(number)
         key = scenario["key"]
         if key in keys:
             problems.lines[("line", number)] = number
@@ -74,34 +168,78 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
             continue
         keys[key] = number
         scenarios.append(scenario)
-    for name, numbers in unknown.items():
-        problems.lines[("line", name)] = numbers[0]
-        lines = (f"line {numbers[0]}" if len(numbers) == 1
-                 else f"{len(numbers)} samples, first on line {numbers[0]}")
-        problems.unsupported(("line", name), "", f"field {name!r} ({lines}) is not supported by evaljobs "
-                                                 f"(known: {', '.join(_SAMPLE_KEYS)})", "remove it")
+    if fields or ignore_unknown:
+        if unknown:
+            problems.warnings.append(f"{source}: fields {', '.join(repr(n) for n in unknown)} are not used "
+                                     f"({'as Inspect ignores fields its FieldSpec does not name' if fields else 'the eval class reads only input and ideal'})")
+    else:
+        for name, numbers in unknown.items():
+            problems.lines[("line", name)] = numbers[0]
+            lines = (f"line {numbers[0]}" if len(numbers) == 1
+                     else f"{len(numbers)} samples, first on line {numbers[0]}")
+            problems.unsupported(("line", name), "", f"field {name!r} ({lines}) is not supported by evaljobs "
+                                                     f"(known: {', '.join(_SAMPLE_KEYS)}; --field maps others)",
+                                 "remove it")
     if not problems.errors and not scenarios:
         problems.error((), "", "no samples; write one JSON object per line")
-    problems.raise_if_any()
-    name = os.path.splitext(os.path.basename(source))[0] or "samples"
-    how = "the default" if grader is None else "chosen with --grader"
-    description = (f"Imported from {os.path.basename(source)}; graded with {chosen} ({how}; "
-                   f"evaljobs catalog convert --grader picks one of {', '.join(GRADERS)})")
-    problems.counts.update(assertions=len(scenarios), mapped=len(scenarios))
-    return ImportResult(data={"name": name, "description": description, "scenarios": scenarios}, format="jsonl",
-                        warnings=problems.warnings, counts=dict(problems.counts))
+    return scenarios
 
 
-def _sample(line: str, number: int, problems: Problems, grader: str = "includes") -> dict[str, Any] | None:
+def _record(line: str, problems: Problems) -> dict[str, Any] | None:
     try:
-        sample = json.loads(line)
+        record = json.loads(line)
     except json.JSONDecodeError as exc:
         problems.error((), "sample", f"not valid JSON: {exc.msg} (column {exc.colno})")
         return None
-    if not isinstance(sample, dict):
+    if not isinstance(record, dict):
         problems.error((), "sample", f"must be a JSON object with 'input' and 'ideal' or 'target', "
-                                     f"not {type(sample).__name__}")
+                                     f"not {type(record).__name__}")
         return None
+    return record
+
+
+def _mapped(record: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
+    """The record under evaljobs' field names (Inspect's record_to_sample with a FieldSpec)."""
+    if not fields:
+        return record
+    sample = {k: v for k, v in record.items() if k in ("ideal",) and "target" not in fields}
+    for name in ("input", "target", "id"):
+        source = fields.get(name, name)
+        if source in record:
+            sample[name] = record[source]
+    if "metadata" in fields:
+        sample["metadata"] = {n: record.get(n) for n in fields["metadata"].split(",") if n.strip()}
+    elif isinstance(record.get("metadata"), dict):
+        sample["metadata"] = record["metadata"]
+    return sample
+
+
+def _missing_fields_hint(record: dict[str, Any], fields: dict[str, str]) -> str | None:
+    """One line naming the --field mapping to write when the first sample lacks input or the answer."""
+    input_field = fields.get("input", "input")
+    target_fields = [fields["target"]] if "target" in fields else ["ideal", "target"]
+    has_input = input_field in record
+    has_target = any(f in record for f in target_fields)
+    if has_input and has_target:
+        return None
+    names = list(record)
+    guess_input = input_field if has_input else next((n for n in _INPUT_GUESSES if n in record), None)
+    guess_target = (None if has_target else
+                    next((n for n in _TARGET_GUESSES if n in record and n != guess_input), None))
+    lacking = []
+    if not has_input:
+        lacking.append(f"{input_field!r}")
+    if not has_target:
+        lacking.append(" or ".join(repr(f) for f in target_fields))
+    suggestion = " ".join(f"--field {k}={v}" for k, v in (("input", None if has_input else guess_input),
+                                                            ("target", guess_target)) if v)
+    fix = (f"map them: {suggestion}" if suggestion
+           else "map them with --field input=FIELD --field target=FIELD")
+    shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
+    return f"the samples have no {' and no '.join(lacking)} field (fields: {shown}); {fix}"
+
+
+def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str) -> dict[str, Any] | None:
     ident = sample.get("id")
     if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))
                               or not key_part(ident)):
@@ -137,8 +275,6 @@ def _sample(line: str, number: int, problems: Problems, grader: str = "includes"
         reference = targets[0] if len(targets) == 1 else "\n".join(f"- {t}" for t in dict.fromkeys(targets))
         scenario["expect"] = {"judge": FACT_RUBRIC, "reference": reference, "gate": ["llm_judge"]}
     else:
-        if grader == "includes" and "target" in sample and "ideal" not in sample:
-            grader = "includes_ignore_case"  # Inspect's includes() ignores case by default
         scenario["expect"] = {"ideal": list(dict.fromkeys(targets)), "ideal_grader": grader, "gate": ["ideal"]}
     metadata = sample.get("metadata")
     if isinstance(metadata, dict):
@@ -146,5 +282,4 @@ def _sample(line: str, number: int, problems: Problems, grader: str = "includes"
                 if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v).strip()]
         if tags:
             scenario["tags"] = tags
-    scenario["_unknown"] = [name for name in sample if name not in _SAMPLE_KEYS]
     return scenario if len(problems.errors) == before else None
