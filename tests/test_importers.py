@@ -21,6 +21,11 @@ JSONL = IMPORTS / "samples.jsonl"
 SAMPLES = [SUITE, AA_CATALOG, PROMPTFOO, JSONL]
 
 
+def _opts(path) -> dict:
+    """JSONL samples do not say how to grade them: the tests name a grader."""
+    return {"grader": "includes"} if str(path).endswith(".jsonl") else {}
+
+
 def _catalog(path, **options):
     result = load_any(path, **options)
     return result, parse_catalog(result.data, source=str(path))
@@ -55,12 +60,13 @@ def test_detect_format_by_extension_and_shape():
     assert err.value.problems == [
         "odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native "
         "catalog ('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog "
-        "('catalog' + 'products'), a promptfoo config ('prompts' + 'tests') or a .jsonl file; pass --format "
-        "{native,activeagent-suite,activeagent-catalog,promptfoo,jsonl}"]
+        "('catalog' + 'products'), a promptfoo config ('prompts' + 'tests'), an OpenAI evals registry file "
+        "(entries with 'class') or a .jsonl file; pass --format "
+        "{native,activeagent-suite,activeagent-catalog,promptfoo,openai-evals,jsonl}"]
 
 
 def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
-    assert [load_any(p).format for p in SAMPLES] == ["activeagent-suite", "activeagent-catalog", "promptfoo",
+    assert [load_any(p, **_opts(p)).format for p in SAMPLES] == ["activeagent-suite", "activeagent-catalog", "promptfoo",
                                                       "jsonl"]
     assert load_any(SUITE, format="activeagent-suite").format == "activeagent-suite"
     with pytest.raises(CatalogError) as err:
@@ -403,24 +409,30 @@ tests: file://tests.yaml
 # --------------------------------------------------------------------------- JSONL
 
 
-def test_jsonl_samples_become_scenarios_graded_by_inclusion():
-    result, catalog = _catalog(JSONL)
+def test_jsonl_samples_become_scenarios_graded_by_the_named_grader():
+    assert _errors(JSONL) == [
+        f"{JSONL}: the samples do not say how to grade them (the eval that uses them does); pass --grader "
+        "(OpenAI evals: match, includes, includes_ignore_case, fuzzy_match; Inspect: inspect_includes, "
+        "inspect_match, inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line; or "
+        "model_graded_fact (the LLM judge)), or run the eval's OpenAI evals registry YAML"]
+    result, catalog = _catalog(JSONL, grader="includes")
     assert (result.format, result.excluded, result.warnings) == ("jsonl", 0, [])
     assert catalog.name == "samples"
     assert catalog.keys == ("17", "arith-1", "sample-1", "sample-5")  # line 3 is blank: ids count lines
     first = catalog.scenario("sample-1")
     assert first.prompt == "What is the capital of France? Answer in one word."
-    # Default grader: OpenAI evals' Includes (case-sensitive) for 'ideal', Inspect's includes() (ignores
-    # case) for 'target'; the reference answer is a gate.
+    # The grader is the one named, for 'ideal' and 'target' samples alike; the reference answer is a gate.
     assert (first.expect.ideal, first.expect.ideal_grader, first.expect.gates) == (("Paris",), "includes",
                                                                                   ("ideal",))
     arith = catalog.scenario("arith-1")
     assert arith.system == "Answer with a number only."
     assert arith.messages == ({"role": "user", "content": "What is 2 + 2?"},)
-    assert arith.expect.ideal == ("4", "four") and arith.expect.ideal_grader == "includes_ignore_case"
+    assert arith.expect.ideal == ("4", "four") and arith.expect.ideal_grader == "includes"
     colour = catalog.scenario("17")
     assert colour.tags == ("difficulty:easy", "source:inspect")
     assert catalog.scenario("sample-5").expect.ideal == ("tac",)
+    _, inspect = _catalog(JSONL, grader="inspect_match")
+    assert inspect.scenario("arith-1").expect.ideal_grader == "inspect_match"
 
 
 def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
@@ -436,7 +448,7 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
         '{"input": "q", "target": "a", "choices": ["a", "b"]}',
         '{"input": "q", "target": "b", "choices": ["a", "b"]}',
     ]) + "\n")
-    assert _errors(path) == [
+    assert _errors(path, grader="includes") == [
         f"{path}:2: sample: not valid JSON: Expecting property name enclosed in double quotes (column 21)",
         f"{path}:3: sample: must be a JSON object with 'input' and 'ideal' or 'target', not list",
         f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
@@ -446,18 +458,18 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
         f"{path}:9: field 'choices' (2 samples, first on line 9) is not supported by evaljobs (known: input, "
-        "ideal, target, id, metadata); remove it or pass --lenient to skip it",
+        "ideal, target, id, metadata; --field maps others); remove it or pass --lenient to skip it",
     ]
 
 
 def test_jsonl_lenient_skips_unknown_fields_and_empty_files_are_errors(tmp_path):
     path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
-    result = load_any(path, lenient=True)
+    result = load_any(path, lenient=True, grader="inspect_includes")
     assert result.warnings == [f"{path}:1: field 'choices' (line 1) is not supported by evaljobs (known: "
-                               "input, ideal, target, id, metadata); skipped (--lenient)"]
+                               "input, ideal, target, id, metadata; --field maps others); skipped (--lenient)"]
     assert [s["key"] for s in result.data["scenarios"]] == ["sample-1"]
     empty = _write(tmp_path, "empty.jsonl", "\n\n")
-    assert _errors(empty) == [f"{empty}: no samples; write one JSON object per line"]
+    assert _errors(empty, grader="includes") == [f"{empty}: no samples; write one JSON object per line"]
 
 
 # --------------------------------------------------------------------------- stability and round trips
@@ -465,14 +477,14 @@ def test_jsonl_lenient_skips_unknown_fields_and_empty_files_are_errors(tmp_path)
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_converting_twice_yields_identical_data(path):
-    first, second = load_any(path), load_any(path)
+    first, second = load_any(path, **_opts(path)), load_any(path, **_opts(path))
     assert first.data == second.data
     assert dump_native(first.data) == dump_native(second.data)
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_converted_yaml_is_a_native_catalog_with_the_same_digest(path, tmp_path):
-    result, catalog = _catalog(path)
+    result, catalog = _catalog(path, **_opts(path))
     text = dump_native(result.data)
     assert "&id" not in text and "*id" not in text  # no YAML aliases: every scenario reads on its own
     out = tmp_path / "converted.yaml"

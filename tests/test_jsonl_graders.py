@@ -58,9 +58,12 @@ def test_match_includes_fuzzy_match_follow_openai_evals(grader, answers):
     assert grade(scenario, Replay(answer="nope")).fault == "wrong_answer"
 
 
-def test_any_of_several_ideals_and_the_default_grader_is_stated():
-    imported, catalog = _catalog(FUZZY)
-    assert "graded with includes (the default;" in imported.data["description"]
+def test_any_of_several_ideals_and_no_default_grader():
+    with pytest.raises(CatalogError) as info:
+        load_any(FUZZY)  # Match samples graded as "includes" passed wrong answers: the grader is never guessed
+    assert len(info.value.problems) == 1 and "the samples do not say how to grade them" in info.value.problems[0]
+    imported, catalog = _catalog(FUZZY, "includes")
+    assert "graded with includes (chosen with --grader)" in imported.data["description"]
     derek = catalog.scenario("sample-2")  # ideal: ["Season 11", "11"]
     assert grade(derek, Replay(answer="He died in season 11.")).status == PASSED  # "11" is included
     _, fuzzy = _catalog(FUZZY, "fuzzy_match")
@@ -74,15 +77,18 @@ def test_model_graded_fact_sends_the_target_to_the_judge_as_reference():
     assert sqli.expect.judge == FACT_RUBRIC
     assert sqli.expect.reference == "use parameterized queries and prepared statements"
     assert sqli.expect.gates == ("llm_judge",)
-    # Inspect's includes() ignores case: a target sample's default grader does too.
-    _, plain = _catalog(SECURITY)
-    assert plain.scenario("sample-1").expect.ideal_grader == "includes_ignore_case"
+    _, plain = _catalog(SECURITY, "inspect_includes")
+    assert plain.scenario("sample-1").expect.ideal_grader == "inspect_includes"
 
 
-def test_grader_is_for_jsonl_only():
+def test_grader_is_for_jsonl_and_registry_files_only():
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "activeagent" / "support_suite.yml", grader="match")
     assert info.value.problems == [f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
+                                   "samples and OpenAI evals registry files only"]
+    with pytest.raises(CatalogError) as info:
+        load_any(DATA / "activeagent" / "support_suite.yml", fields=["input=question"])
+    assert info.value.problems == [f"{DATA / 'activeagent' / 'support_suite.yml'}: --field applies to JSONL "
                                    "samples (OpenAI evals, Inspect) only"]
 
 
@@ -101,7 +107,7 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
         assert result.exit_code == 0, result.output
         return result.stdout.splitlines()[-1]
 
-    assert check(str(FUZZY)) == ("assertions: 3 imported, 3 mapped to native checks, 0 executed externally "
+    assert check(str(FUZZY), "--grader", "includes") == ("assertions: 3 imported, 3 mapped to native checks, 0 executed externally "
                                  "(Node, Python, jsonschema), 0 refused")
     simple = DATA / "promptfoo" / "simple-test" / "promptfooconfig.yaml"
     # simple-test: equals, icontains, is-json, llm-rubric, $ref icontains -> mapped; javascript, python ->

@@ -52,15 +52,17 @@ def test_convert_of_a_large_file_reports_its_stages(tmp_path) -> None:
     samples = tmp_path / "big.jsonl"
     samples.write_text("".join(json.dumps({"input": f"question {i}", "ideal": f"answer {i}"}) + "\n"
                                for i in range(LARGE_CATALOG)), encoding="utf-8")
-    result = CliRunner().invoke(main, ["catalog", "convert", str(samples), "-o", str(tmp_path / "big.yaml")])
+    result = CliRunner().invoke(main, ["catalog", "convert", str(samples), "--grader", "includes",
+                                       "-o", str(tmp_path / "big.yaml")])
     assert result.exit_code == 0, result.output
     assert f"convert: checking {LARGE_CATALOG} scenarios from jsonl… done in" in result.stderr
     assert f"convert: writing {LARGE_CATALOG} scenarios as YAML… done in" in result.stderr
-    to_stdout = CliRunner().invoke(main, ["catalog", "convert", str(samples)])
+    to_stdout = CliRunner().invoke(main, ["catalog", "convert", str(samples), "--grader", "includes"])
     assert to_stdout.exit_code == 0 and "convert:" not in to_stdout.stdout  # stdout stays the YAML
     small = tmp_path / "small.jsonl"
     small.write_text(json.dumps({"input": "q", "ideal": "a"}) + "\n", encoding="utf-8")
-    quiet = CliRunner().invoke(main, ["catalog", "convert", str(small), "-o", str(tmp_path / "small.yaml")])
+    quiet = CliRunner().invoke(main, ["catalog", "convert", str(small), "--grader", "match",
+                                      "-o", str(tmp_path / "small.yaml")])
     assert quiet.exit_code == 0 and "convert:" not in quiet.output
 
 
