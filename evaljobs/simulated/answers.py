@@ -121,7 +121,7 @@ def _step_answer(directives: list[Directive], model: str, messages: list[dict[st
     if steps and turn < len(steps):
         step = steps[turn]
         if step[0].action == "say":
-            return Answer(content=step[0].args)
+            return Answer(content=say_text(step[0].args))
         first_id = 1 + sum(len(m.get("tool_calls") or []) for m in assistant_turns)
         calls = [_tool_call(d, first_id + i) for i, d in enumerate(step)]
         return Answer(tool_calls=calls, finish_reason="tool_calls")
@@ -141,6 +141,19 @@ def _step_answer(directives: list[Directive], model: str, messages: list[dict[st
             call = {"id": f"call_{1}", "type": "function", "function": {"name": name, "arguments": "{}"}}
             return Answer(tool_calls=[call], finish_reason="tool_calls")
     return Answer(content="Answer to: " + _last_text(messages, "user")[:_PROMPT_CAP])
+
+
+def say_text(args: str) -> str:
+    """What ``say`` answers: its text, or — written as a JSON string, ``say "  42\\n"`` — exactly that string
+    (leading spaces, line breaks and brackets kept: the parity tests serve answers byte for byte)."""
+    if args.startswith('"') and args.endswith('"') and len(args) >= 2:
+        try:
+            text = json.loads(args)
+        except ValueError:
+            return args
+        if isinstance(text, str):
+            return text
+    return args
 
 
 def _tool_call(directive: Directive, number: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.database` — a big populated database and its query plans (the "no full scan" tests).
 * :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
+* :mod:`helpers.parity` — fixed answers for the parity suites (source tool vs evaljobs, same answers).
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
 import importlib
@@ -27,6 +28,7 @@ _HOMES = {
     "fleet": ["FAST", "Events", "Fleet", "FleetRun", "assert_all_passed", "assert_every_pair_once", "expected_pairs",
               "fleet_run", "graceful_stop", "observe", "redis_queue_state"],
     "stub": ["StubBinding", "plugin_broker"],
+    "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port"],
     "viewer": ["Viewer"],
     "workers": ["ROOT", "WorkerProcess", "evaljobs_cli", "wait_until"],
@@ -46,4 +48,5 @@ def __getattr__(name: str) -> Any:
 __all__ = ["abc_catalog_yaml", "numbered_catalog", "StubBinding", "plugin_broker", "full_scans", "populate", "postgres_rows", "sql_log", "utc_now", "Viewer", "FAST", "Events", "Fleet", "FleetRun", "assert_all_passed",
            "assert_every_pair_once", "expected_pairs", "fleet_run", "graceful_stop", "observe",
            "redis_queue_state", "PostgresServer", "RedisServer", "ServerError", "free_port", "ROOT",
-           "WorkerProcess", "evaljobs_cli", "wait_until"]
+           "WorkerProcess", "evaljobs_cli", "wait_until", "disagreements", "expand", "run_evaljobs", "say",
+           "write_jsonl"]
