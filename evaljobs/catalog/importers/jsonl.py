@@ -122,7 +122,8 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
     how = chosen_by or "chosen with --grader"
     mapped = f"; fields {', '.join(f'{k}={v}' for k, v in mapping.items())}" if mapping else ""
     description = f"Imported from {os.path.basename(source)}; graded with {grader} ({how}){mapped}"
-    problems.counts.update(assertions=len(scenarios), mapped=len(scenarios))
+    problems.counts["assertions"] += len(scenarios)
+    problems.counts["mapped"] += len(scenarios)
     return ImportResult(data={"name": name, "description": description, "scenarios": scenarios}, format="jsonl",
                         warnings=problems.warnings, counts=dict(problems.counts))
 
@@ -139,6 +140,7 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
     scenarios: list[dict[str, Any]] = []
     keys: dict[str, int] = {}
     unknown: dict[str, list[int]] = {}  # field -> line numbers: reported once per field, not per line
+    system_only: list[int] = []  # chats of system messages alone: reported once, not per line
     hinted = False
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -152,9 +154,17 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
                 problems.lines[("line", number)] = number
                 problems.error(("line", number), "", hint)
                 return []
-        scenario = None if record is None else _sample(_mapped(record, fields), number, sample_problems, grader)
+        scenario = None if record is None else _sample(_mapped(record, fields), number, sample_problems, grader,
+                                                       allow_empty=ignore_unknown)
         problems.errors.extend(sample_problems.errors)
+        problems.warnings.extend(sample_problems.warnings)
         if scenario is None:
+            if sample_problems.warnings and not sample_problems.errors:  # skipped under --lenient: refused
+                problems.counts["assertions"] += 1
+                problems.counts["refused"] += 1
+            continue
+        if "messages" in scenario and not any(m["role"] == "user" for m in scenario["messages"]):
+            system_only.append(number)
             continue
         used = {fields.get(k, k) for k in ("input", "target", "id", "metadata")} | {"ideal"}
         for name in record:
@@ -180,7 +190,16 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
             problems.unsupported(("line", name), "", f"field {name!r} ({lines}) is not supported by evaljobs "
                                                      f"(known: {', '.join(_SAMPLE_KEYS)}; --field maps others)",
                                  "remove it")
-    if not problems.errors and not scenarios:
+    if system_only:
+        problems.lines[("line", "system-only")] = system_only[0]
+        shown = (f"line {system_only[0]}" if len(system_only) == 1
+                 else f"{len(system_only)} samples, first on line {system_only[0]}")
+        problems.unsupported(("line", "system-only"), "", f"input of system messages only ({shown}): evaljobs "
+                                                          f"sends a conversation with a user message",
+                             "give each sample a user message")
+        problems.counts["refused"] += len(system_only)
+        problems.counts["assertions"] += len(system_only)
+    if not problems.errors and not scenarios and not system_only:
         problems.error((), "", "no samples; write one JSON object per line")
     return scenarios
 
@@ -239,7 +258,10 @@ def _missing_fields_hint(record: dict[str, Any], fields: dict[str, str]) -> str 
     return f"the samples have no {' and no '.join(lacking)} field (fields: {shown}); {fix}"
 
 
-def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str) -> dict[str, Any] | None:
+def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str, *,
+            allow_empty: bool = False) -> dict[str, Any] | None:
+    """One sample as a scenario. ``allow_empty`` (an OpenAI evals registry eval): an empty ideal is refused as
+    unsupported (skipped under lenient) with the reason — evals passes every reply against it."""
     ident = sample.get("id")
     if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))
                               or not key_part(ident)):
@@ -268,6 +290,10 @@ def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str
         problems.error((), where, "has both 'ideal' and 'target'; keep one")
     target = sample.get("ideal", sample.get("target"))
     targets = strings(target) if target is not None else None
+    if allow_empty and targets and not all(targets):
+        problems.unsupported((), where, "an empty ideal passes every reply in OpenAI evals (every text starts "
+                                        "with and includes ''); evaljobs does not import it", "remove the sample")
+        return None
     if not targets or not all(t.strip() for t in targets):
         problems.error((), where, f"needs 'ideal' or 'target': the answer text (or a list of accepted "
                                   f"answers), not {target!r}")

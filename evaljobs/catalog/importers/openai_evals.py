@@ -131,6 +131,7 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
         return None
     file = resolve_data_path(samples, source, problems, path + ("args", "samples_jsonl"), where)
     if file is None:
+        problems.count("refused")
         return None
     text = _read_samples_file(file, problems, path, where)
     if text is None:
@@ -154,8 +155,12 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
         if prefix:
             scenario["key"] = f"{key_part(shown)}.{scenario['key']}"
         scenario["tags"] = [f"eval:{shown}", *scenario.get("tags", [])]
+    for what in ("assertions", "mapped", "refused"):
+        problems.counts[what] += sample_problems.counts[what]
     problems.counts["assertions"] += len(scenarios)
     problems.counts["mapped"] += len(scenarios)
+    if not scenarios:
+        return None
     group: dict[str, Any] = {"name": key_part(shown) or "eval", "scenarios": scenarios}
     if cls in (MATCH, FUZZY_MATCH):
         group["defaults"] = {"temperature": 0}  # both classes sample at temperature 0.0
@@ -210,8 +215,8 @@ def resolve_data_path(data_path: str, source: str, problems: Problems, path: tup
                                               f"one JSONL file per eval", "name one file")
             return None
     tried = ", ".join(str(c) for c in candidates)
-    problems.error(path, where, f"samples file {data_path!r} not found (looked at {tried}); evals resolves it "
-                                f"under the registry's data/ folder, beside evals/")
+    problems.unsupported(path, where, f"samples file {data_path!r} not found (looked at {tried}); evals resolves "
+                                      f"it under the registry's data/ folder, beside evals/", "fix the path")
     return None
 
 
