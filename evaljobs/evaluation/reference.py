@@ -10,7 +10,7 @@ code, named where it is implemented:
   (evals/api.py: ``sampled.startswith(option)``), ``includes`` / ``includes_ignore_case`` are
   ``Includes`` (evals/elsuite/basic/includes.py with ``utils.get_answer``: ``rfind``, lower-cased
   with ``ignore_case``), ``fuzzy_match`` is ``utils.fuzzy_match`` (evals/elsuite/utils.py).
-- Inspect (inspect-ai 0.3.285, src/inspect_ai/scorer/): ``inspect_includes`` is ``includes()``
+- Inspect (inspect-ai 0.3.280, src/inspect_ai/scorer/): ``inspect_includes`` is ``includes()``
   (_match.py: ``casefold``), ``inspect_match`` is ``match()`` with its defaults (``location="end"``,
   ``ignore_case=True``, ``numeric=False``: _common.py ``match_str``), ``inspect_exact`` is
   ``exact()`` (_classification.py ``max_exact_score``), ``inspect_pattern:REGEX`` is
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 _PUNCTUATION = set(string.punctuation)
 
-#: inspect_ai/_util/pattern.py (inspect-ai 0.3.285): what ``answer(pattern)`` extracts after "ANSWER:".
+#: inspect_ai/_util/pattern.py (inspect-ai 0.3.280): what ``answer(pattern)`` extracts after "ANSWER:".
 ANSWER_PATTERNS = {
     "letter": r"(?is)ANSWER\s*:\s*([A-Za-z])(?:[^\w]|\n|$)(?!.*ANSWER\s*:)",
     "word": r"(?is)ANSWER\s*:\s*(\S+?)(?=[.,;:!?]?\s*(?:\n|$))(?!.*ANSWER\s*:)",
