@@ -133,7 +133,7 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
     if file is None:
         problems.count("refused")
         return None
-    text = _read_samples_file(file, problems, path, where)
+    text = _read_samples_file(file, problems, path + ("args", "samples_jsonl"), where)
     if text is None:
         return None
     sample_problems = Problems(file, lenient=problems.lenient)
@@ -246,13 +246,15 @@ def _add_few_shot(scenarios: list[dict[str, Any]], args: dict[str, Any], source:
                                                 "samples file (Match asserts both)")
         return False
     file = resolve_data_path(few_path, source, problems, path + ("args", "few_shot_jsonl"), where)
-    text = _read_samples_file(file, problems, path, where) if file else None
+    text = _read_samples_file(file, problems, path + ("args", "few_shot_jsonl"), where) if file else None
     if text is None:
         return False
     shots: list[dict[str, Any]] = []
+    taken = 0
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or len(shots) >= count:
+        if not line.strip() or taken >= count:  # evals: self.few_shot[: self.num_few_shot] (blank lines fail there)
             continue
+        taken += 1
         try:
             sample = json.loads(line)
         except json.JSONDecodeError:
