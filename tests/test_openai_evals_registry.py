@@ -104,12 +104,12 @@ ok.v0:
   args: {samples_jsonl: test_fuzzy_match/samples.jsonl}
 """)
     assert _problems(path) == [
-        f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code in "
+        (f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code in "
         "openai/evals (its own eval_sample); evaljobs maps Match, Includes, FuzzyMatch, ModelBasedClassify only; "
-        "remove the eval or pass --lenient to skip it",
-        f"{path}:7: eval 'humor.v0': modelgraded_spec 'humor': its prompt and choice scores "
+        "remove the eval or pass --lenient to skip it"),
+        (f"{path}:7: eval 'humor.v0': modelgraded_spec 'humor': its prompt and choice scores "
         "(registry/modelgraded/humor.yaml) are not mapped to evaljobs' judge (mapped: fact, closedqa); remove the "
-        "eval or pass --lenient to skip it"]
+        "eval or pass --lenient to skip it")]
     lenient = load_any(path, lenient=True)
     assert [g["name"] for g in lenient.data["groups"]] == ["ok.v0"]
     assert len(lenient.warnings) == 2 and all("skipped (--lenient)" in w for w in lenient.warnings)
@@ -122,15 +122,15 @@ def test_a_git_lfs_pointer_a_missing_file_and_a_conflicting_grader_are_one_line_
     (tmp_path / "registry" / "data" / "lfs").mkdir()
     pointer = tmp_path / "registry" / "data" / "lfs" / "samples.jsonl"
     pointer.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 10\n")
-    assert _problems(path) == [f"{path}:3: eval 'lfs.v0': {pointer} is a Git LFS pointer, not the samples: run "
-                               "'git lfs pull' in the evals checkout first"]
+    assert _problems(path) == [(f"{path}:3: eval 'lfs.v0': {pointer} is a Git LFS pointer, not the samples: run "
+                               "'git lfs pull' in the evals checkout first")]
     missing = _registry(tmp_path / "2", "gone.v0:\n  class: evals.elsuite.basic.match:Match\n"
                                         "  args: {samples_jsonl: nowhere/samples.jsonl}\n")
     (problem,) = _problems(missing)
     assert problem.startswith(f"{missing}:3: eval 'gone.v0': samples file 'nowhere/samples.jsonl' not found")
     assert _problems(REGISTRY / "evals" / "born-first.yaml", grader="includes") == [
-        f"{REGISTRY / 'evals' / 'born-first.yaml'}:6: eval 'born-first': its class Match grades with match; "
-        "--grader includes would change its verdicts: drop --grader"]
+        (f"{REGISTRY / 'evals' / 'born-first.yaml'}:6: eval 'born-first': its class Match grades with match; "
+        "--grader includes would change its verdicts: drop --grader")]
     assert load_any(REGISTRY / "evals" / "born-first.yaml", grader="match").format == "openai-evals"
 
 
