@@ -10,7 +10,8 @@ prefix, a refusal, an ``ANSWER:`` line), the answer in a simulated-provider dire
 the simulated provider on loopback as an OpenAI-compatible model (``openai-api/sim/...``), evaljobs runs
 the same file through its real pipeline. Every scorer of the task — ``includes()``, ``match()``,
 ``exact()``, ``answer("word")``, ``pattern(...)`` — is compared with its evaljobs grader; a disagreement
-fails the suite unless docs/catalogs.md lists it as a known difference (none is listed today).
+fails the suite unless it is in KNOWN below and in docs/catalogs.md's known differences, with its reason
+(none is, today).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ DATA = Path(__file__).parent / "data" / "inspect"
 #: Samples of each dataset used (the first N): with ~12 answers each, a few hundred per dataset.
 SAMPLES_PER_DATASET = 25
 PATTERN = r"answer is ([^.\n]+)"
+#: Sample copies whose verdicts may differ, with the reason (listed in docs/catalogs.md too): none.
+KNOWN: dict[str, str] = {}
 #: Inspect scorer (its score name in the log) -> the evaljobs grader with its semantics.
 SCORERS = {
     "includes": ("includes()", "inspect_includes"),
@@ -112,7 +115,7 @@ def test_inspect_scorers_and_evaljobs_graders_agree_verdict_by_verdict(name, tmp
         for key, (_, stored) in results.items():  # both tools got the same reply
             assert stored == theirs["_completions"][key], (key, stored, theirs["_completions"][key])
         ours = {key: status for key, (status, _) in results.items()}
-        differ, compared = disagreements(ours, theirs[score_name])
+        differ, compared = disagreements(ours, theirs[score_name], KNOWN)
         assert differ == [], f"{grader}: {len(differ)} of {compared} verdicts differ from Inspect's " \
                              f"{score_name}(): {differ[:10]}"
         summary[score_name] = (compared, sorted(set(theirs[score_name].values())))
