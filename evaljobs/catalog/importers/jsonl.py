@@ -54,6 +54,14 @@ from evaljobs.catalog.importers.shared import ImportResult, Problems, key_part, 
 from evaljobs.catalog.model import IDEAL_GRADERS, CatalogError, ideal_grader_problem
 
 _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
+#: Sample fields Inspect acts on that evaljobs does not: refused by name (skipped under --lenient). Other
+#: fields are ignored, as OpenAI evals' classes and Inspect's FieldSpec ignore them, with one warning.
+REFUSED_FIELDS = {
+    "choices": "Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is",
+    "sandbox": "evaljobs runs no sandbox for a sample",
+    "files": "evaljobs copies no files into a sandbox",
+    "setup": "evaljobs runs no setup script",
+}
 #: What ``--field NAME=FIELD`` may map (Inspect's FieldSpec names).
 FIELDS = ("input", "target", "id", "metadata")
 GRADERS = (*IDEAL_GRADERS, "model_graded_fact")
@@ -178,18 +186,21 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
             continue
         keys[key] = number
         scenarios.append(scenario)
-    if fields or ignore_unknown:
-        if unknown:
-            problems.warnings.append(f"{source}: fields {', '.join(repr(n) for n in unknown)} are not used "
-                                     f"({'as Inspect ignores fields its FieldSpec does not name' if fields else 'the eval class reads only input and ideal'})")
-    else:
-        for name, numbers in unknown.items():
+    ignored = []
+    for name, numbers in unknown.items():
+        if name in REFUSED_FIELDS and not ignore_unknown:  # Inspect reads these whatever the FieldSpec says
             problems.lines[("line", name)] = numbers[0]
             lines = (f"line {numbers[0]}" if len(numbers) == 1
                      else f"{len(numbers)} samples, first on line {numbers[0]}")
-            problems.unsupported(("line", name), "", f"field {name!r} ({lines}) is not supported by evaljobs "
-                                                     f"(known: {', '.join(_SAMPLE_KEYS)}; --field maps others)",
+            problems.unsupported(("line", name), "", f"field {name!r} ({lines}): {REFUSED_FIELDS[name]}",
                                  "remove it")
+        else:
+            ignored.append(name)
+    if ignored:
+        why = ("the eval class reads only input and ideal" if ignore_unknown
+               else "as Inspect ignores fields its FieldSpec does not name" if fields
+               else f"evaljobs reads {', '.join(_SAMPLE_KEYS)}; --field maps others")
+        problems.warnings.append(f"{source}: fields {', '.join(repr(n) for n in ignored)} are not used ({why})")
     if system_only:
         problems.lines[("line", "system-only")] = system_only[0]
         shown = (f"line {system_only[0]}" if len(system_only) == 1
@@ -303,6 +314,11 @@ def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str
     else:
         scenario["expect"] = {"ideal": list(dict.fromkeys(targets)), "ideal_grader": grader, "gate": ["ideal"]}
     metadata = sample.get("metadata")
+    if isinstance(metadata, str):  # Inspect reads a JSON string as the metadata mapping
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            metadata = None
     if isinstance(metadata, dict):
         tags = [f"{k}:{v}" for k, v in metadata.items()
                 if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v).strip()]
