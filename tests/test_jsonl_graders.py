@@ -122,3 +122,39 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     assert check(str(DATA / "activeagent" / "support_catalog.yml")) == (
         "assertions: 4 imported, 4 mapped to native checks, 0 executed externally (Node, Python, jsonschema), "
         "0 refused")
+
+
+@pytest.mark.parametrize("grader, target, passes, fails", [
+    # includes(): case-folded containment
+    ("inspect_includes", "Paris", ["It is PARIS.", "paris"], ["Pari", "Lyon"]),
+    # match(): ends with, whitespace and punctuation stripped at both ends, case-folded
+    ("inspect_match", "42", ["The answer is 42.", " 42 ", "42!"], ["42 is it", "424", "4 2"]),
+    # exact(): Inspect's normalization (articles, punctuation, numbers as floats)
+    ("inspect_exact", "The Eiffel Tower", ["eiffel tower", "the Eiffel-Tower."], ["Eiffel Tower, Paris"]),
+    ("inspect_exact", "3", ["3.0", "(3)"], ["3 apples"]),
+    # answer("letter"): the letter after the last ANSWER:
+    ("inspect_answer:letter", "B", ["ANSWER: B", "I think A.\nANSWER: b"], ["ANSWER: BC", "B"]),
+    # pattern(): the first group equal to a target, ignoring case
+    ("inspect_pattern:Final: (\\w+)", "yes", ["Final: YES"], ["Final: no", "yes"]),
+])
+def test_inspect_graders_follow_inspects_scorers(grader, target, passes, fails):
+    """Each case gives the verdict inspect-ai 0.3.280's own scorer gives (checked with match_str, max_exact_score,
+    answer() and pattern() themselves); the parity suite compares them at scale."""
+    from evaljobs.evaluation.reference import reference_matches
+
+    assert [a for a in passes if not reference_matches(a, [target], grader)] == []
+    assert [a for a in fails if reference_matches(a, [target], grader)] == []
+
+
+def test_a_catalog_names_an_inspect_grader_and_a_bad_one_is_one_line():
+    from evaljobs.catalog import loads_catalog
+
+    text = ("name: n\nscenarios:\n  - key: a\n    prompt: q\n"
+            "    expect: {ideal: [B], ideal_grader: 'inspect_answer:letter', gate: [ideal]}\n")
+    scenario = loads_catalog(text).scenario("a")
+    assert grade(scenario, Replay(answer="ANSWER: B")).status == PASSED
+    assert grade(scenario, Replay(answer="B")).status == FAILED
+    with pytest.raises(CatalogError) as info:
+        loads_catalog(text.replace("inspect_answer:letter", "inspect_answer"), source="c.yaml")
+    assert info.value.problems == ["c.yaml:5: scenario 'a': expect.ideal_grader inspect_answer needs letter, word "
+                                   "or line after a colon, e.g. 'inspect_answer:letter'"]

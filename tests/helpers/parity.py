@@ -34,8 +34,9 @@ def with_answer(content: Any, answer: str) -> Any:
 
 
 def answer_variants(reference: str) -> list[str]:
-    """Answers written to pass and to fail the usual reference-answer checks: exact, surrounded by spaces or
-    punctuation, in a sentence, another case, a prefix of it, a refusal, an 'ANSWER:' line."""
+    """Answers written to pass and to fail the usual reference-answer checks: exact, surrounded by spaces,
+    punctuation, quotes or Markdown bold, in a sentence, another case, a prefix of it, a refusal, an 'ANSWER:'
+    line, a trailing line break."""
     ref = reference
     stripped = ref.strip()
     variants = [
@@ -51,6 +52,11 @@ def answer_variants(reference: str) -> list[str]:
         f"Let me think.\nANSWER: {stripped}",
         stripped[: max(1, len(stripped) // 2)],
         "I do not know.",
+        f"**{stripped}**",
+        f"'{stripped}'",
+        f"{stripped}\n",
+        f"I think it is {stripped}, but I am not sure.",
+        f"Answer: {stripped}",
     ]
     return list(dict.fromkeys(v for v in variants if v))
 
