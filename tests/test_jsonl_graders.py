@@ -13,10 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from evaljobs.catalog import CatalogError, parse_catalog
-from evaljobs.cli import main
-from evaljobs.evaluation.grading import grade
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.importers.jsonl import FACT_RUBRIC
+from evaljobs.cli import main
+from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import FAILED, PASSED
 
@@ -84,12 +84,12 @@ def test_model_graded_fact_sends_the_target_to_the_judge_as_reference():
 def test_grader_is_for_jsonl_and_registry_files_only():
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "activeagent" / "support_suite.yml", grader="match")
-    assert info.value.problems == [f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
-                                   "samples and OpenAI evals registry files only"]
+    assert info.value.problems == [(f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
+                                   "samples and OpenAI evals registry files only")]
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "activeagent" / "support_suite.yml", fields=["input=question"])
-    assert info.value.problems == [f"{DATA / 'activeagent' / 'support_suite.yml'}: --field applies to JSONL "
-                                   "samples (OpenAI evals, Inspect) only"]
+    assert info.value.problems == [(f"{DATA / 'activeagent' / 'support_suite.yml'}: --field applies to JSONL "
+                                   "samples (OpenAI evals, Inspect) only")]
 
 
 def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_path):
@@ -156,5 +156,5 @@ def test_a_catalog_names_an_inspect_grader_and_a_bad_one_is_one_line():
     assert grade(scenario, Replay(answer="B")).status == FAILED
     with pytest.raises(CatalogError) as info:
         loads_catalog(text.replace("inspect_answer:letter", "inspect_answer"), source="c.yaml")
-    assert info.value.problems == ["c.yaml:5: scenario 'a': expect.ideal_grader inspect_answer needs letter, word "
-                                   "or line after a colon, e.g. 'inspect_answer:letter'"]
+    assert info.value.problems == [("c.yaml:5: scenario 'a': expect.ideal_grader inspect_answer needs letter, word "
+                                   "or line after a colon, e.g. 'inspect_answer:letter'")]
