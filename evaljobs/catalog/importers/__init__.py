@@ -110,8 +110,8 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     elif fmt == "openai-evals":
         from evaljobs.catalog.importers.openai_evals import convert_registry
         if not isinstance(data, dict):
-            raise CatalogError([f"{source}: an OpenAI evals registry file must be a mapping of eval names, "
-                                f"not {kind(data)}"])
+            raise CatalogError([(f"{source}: an OpenAI evals registry file must be a mapping of eval names, "
+                                 f"not {kind(data)}")])
         out, excluded = convert_registry(data, source, problems, grader), 0
     else:  # pragma: no cover - FORMATS is checked above
         raise CatalogError([f"{source}: unknown format {fmt!r}"])
