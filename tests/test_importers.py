@@ -458,22 +458,28 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
         f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
-        "prompt from them; evaljobs sends the input as it is; remove it or pass --lenient to skip it",
+        "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it",
     ]
 
 
-def test_jsonl_lenient_skips_unknown_fields_and_empty_files_are_errors(tmp_path):
-    path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
+def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path):
+    path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n'
+                                        '{"input": "q2", "target": "b"}\n')
     result = load_any(path, lenient=True, grader="inspect_includes")
     assert result.warnings == [f"{path}:1: field 'choices' (line 1): Inspect's multiple_choice() solver writes "
                                "the prompt from them; evaljobs sends the input as it is; skipped (--lenient)"]
+    # The sample with choices is refused, never graded on an input Inspect would not send.
+    assert [s["key"] for s in result.data["scenarios"]] == ["sample-2"]
+    assert result.counts == {"assertions": 2, "mapped": 1, "external": 0, "refused": 1}
+    only = _write(tmp_path, "only.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
+    assert _errors(only, lenient=True, grader="inspect_includes") == [
+        f"{only}: no samples left: every sample was refused (see the warnings)"]
     # Fields nobody reads are ignored, as the source tools ignore them, and said so in one warning.
     extra = _write(tmp_path, "extra.jsonl", '{"input": "q", "target": "a", "label": "a", "extra": 1}\n'
                                             '{"input": "q2", "target": "b", "label": "b"}\n')
     assert load_any(extra, grader="inspect_includes").warnings == [
         f"{extra}: fields 'label', 'extra' are not used (evaljobs reads input, ideal, target, id, metadata; "
         "--field maps others)"]
-    assert [s["key"] for s in result.data["scenarios"]] == ["sample-1"]
     empty = _write(tmp_path, "empty.jsonl", "\n\n")
     assert _errors(empty, grader="includes") == [f"{empty}: no samples; write one JSON object per line"]
 

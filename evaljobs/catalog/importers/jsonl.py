@@ -54,8 +54,9 @@ from evaljobs.catalog.importers.shared import ImportResult, Problems, key_part, 
 from evaljobs.catalog.model import IDEAL_GRADERS, CatalogError, ideal_grader_problem
 
 _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
-#: Sample fields Inspect acts on that evaljobs does not: refused by name (skipped under --lenient). Other
-#: fields are ignored, as OpenAI evals' classes and Inspect's FieldSpec ignore them, with one warning.
+#: Sample fields Inspect acts on that evaljobs does not: their samples are refused by name (skipped under
+#: --lenient, never graded without the field). Other fields are ignored, as OpenAI evals' classes and
+#: Inspect's FieldSpec ignore them, with one warning.
 REFUSED_FIELDS = {
     "choices": "Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is",
     "sandbox": "evaljobs runs no sandbox for a sample",
@@ -125,6 +126,8 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
     mapping = parse_fields(fields)
     problems = Problems(source, lenient=lenient)
     scenarios = read_samples(text, source, problems, grader, mapping)
+    if not scenarios and not problems.errors:  # --lenient skipped every sample: nothing is left to run
+        problems.error((), "", "no samples left: every sample was refused (see the warnings)")
     problems.raise_if_any()
     name = os.path.splitext(os.path.basename(source))[0] or "samples"
     how = chosen_by or "chosen with --grader"
@@ -178,6 +181,8 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
         for name in record:
             if name not in used:
                 unknown.setdefault(name, []).append(number)
+        if not ignore_unknown and any(name in REFUSED_FIELDS for name in record if name not in used):
+            continue  # Inspect would not send this input as it is: the sample is refused, never graded without it
         key = scenario["key"]
         if key in keys:
             problems.lines[("line", number)] = number
@@ -187,13 +192,15 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
         keys[key] = number
         scenarios.append(scenario)
     ignored = []
+    refused: set[int] = set()  # samples with a field Inspect acts on: refused (skipped under --lenient)
     for name, numbers in unknown.items():
         if name in REFUSED_FIELDS and not ignore_unknown:  # Inspect reads these whatever the FieldSpec says
             problems.lines[("line", name)] = numbers[0]
             lines = (f"line {numbers[0]}" if len(numbers) == 1
                      else f"{len(numbers)} samples, first on line {numbers[0]}")
             problems.unsupported(("line", name), "", f"field {name!r} ({lines}): {REFUSED_FIELDS[name]}",
-                                 "remove it")
+                                 "remove the samples")
+            refused.update(numbers)
         else:
             ignored.append(name)
     if ignored:
@@ -201,6 +208,8 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
                else "as Inspect ignores fields its FieldSpec does not name" if fields
                else f"evaljobs reads {', '.join(_SAMPLE_KEYS)}; --field maps others")
         problems.warnings.append(f"{source}: fields {', '.join(repr(n) for n in ignored)} are not used ({why})")
+    problems.counts["refused"] += len(refused)
+    problems.counts["assertions"] += len(refused)
     if system_only:
         problems.lines[("line", "system-only")] = system_only[0]
         shown = (f"line {system_only[0]}" if len(system_only) == 1
@@ -210,7 +219,7 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
                              "give each sample a user message")
         problems.counts["refused"] += len(system_only)
         problems.counts["assertions"] += len(system_only)
-    if not problems.errors and not scenarios and not system_only:
+    if not problems.errors and not scenarios and not system_only and not refused:
         problems.error((), "", "no samples; write one JSON object per line")
     return scenarios
 
