@@ -65,6 +65,29 @@ def check_providers(models: Sequence[str], providers: str | ProvidersConfig | No
         raise ProviderProblems(found)
 
 
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
+    """Refuse a ``sim/`` model the catalog's ``[sim@NAME: …]`` directives would silently skip (a typo)."""
+    if not names:
+        return
+    from evaljobs.simulated.directives import unknown_model_problem
+
+    texts = _strings(cat.body)
+    for name in names:
+        problem = unknown_model_problem(name, texts, source=cat.source)
+        if problem:
+            raise UsageError(problem)
+
+
 def capture_context(providers: Sequence) -> dict[str, Any] | None:
     """The host context to store on the run, checked exactly as the middleware will carry it.
 
@@ -206,12 +229,13 @@ class Session:
             raise UsageError("no model given: pass at least one -m provider/model")
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
             raise UsageError(f"--epochs must be a whole number of 1 or more, not {epochs!r}")
-        specs = []
+        parsed = []
         for text in models:
             try:
-                specs.append(parse_model_spec(text, self.providers).spec)
+                parsed.append(parse_model_spec(text, self.providers))
             except ModelSpecError as exc:
                 raise UsageError(str(exc)) from None
+        specs = [spec.spec for spec in parsed]
         if len(set(specs)) != len(specs):
             raise UsageError(f"a model is given twice: {', '.join(specs)}")
         if judge_model:
@@ -225,6 +249,7 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         source = self.resolve(reuse) if reuse else None  # before the new run exists: 'latest' is an earlier one
         cat, chosen = select(self.load(catalog), selection or Selection())
+        _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:

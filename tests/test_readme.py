@@ -123,3 +123,19 @@ def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
         gated = "--fail-under" in command and ends[index] == 1 and "FAIL: pass rate" in output
         if ends[index] != 0 and not gated:
             pytest.fail(f"README command exited {ends[index]}: {command}\n{output[-2000:]}", pytrace=False)
+
+
+def test_the_catalog_snippet_runs_without_keys(tmp_path) -> None:
+    """The README's catalog example (## Catalogs) runs as printed on the simulated provider and passes:
+    its directives script the answer, sim/judge grades the rubric; no OpenAI key anywhere."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Catalogs\s*$(.*?)(?=^## )", text, re.M | re.S).group(1)
+    snippet = re.search(r"^```yaml\n(.*?)^```", section, re.M | re.S).group(1)
+    (tmp_path / "support.yaml").write_text(snippet, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALJOBS_", "OPENAI_", "ANTHROPIC_"))}
+    env.update(HOME=str(tmp_path / "home"), NO_COLOR="1")
+    exe = Path(sys.executable).with_name("evaljobs")
+    done = subprocess.run([str(exe), "run", "support.yaml", "-m", "sim/smart", "--fail-under", "100%"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1/1 pairs  100.0% passed" in done.stdout

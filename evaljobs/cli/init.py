@@ -7,17 +7,24 @@ import click
 @click.command("init")
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite files that already exist (default: keep them).")
-def init(directory: str, force: bool) -> None:
+@click.option("--repo-root", type=click.Path(file_okay=False, exists=True),
+              help="The repository's root, where .github/workflows/ goes (default: the git repository "
+                   "holding DIRECTORY).")
+def init(directory: str, force: bool, repo_root: str | None) -> None:
     """Start a project in DIRECTORY (default: here): a starter catalog, providers.yaml, a CI workflow.
 
-    Never overwrites a file unless --force; prints what it wrote and the next three commands.
+    The workflow goes to the repository's root (.github/workflows/evals.yml) and installs evaljobs the
+    way it is installed here. Never overwrites a file unless --force; prints what it wrote and the
+    next three commands.
     """
-    from evaljobs.cli.starter import init_project, next_commands
+    from evaljobs.cli.starter import init_project, next_commands, notes
 
-    written = init_project(directory, force=force)
+    written = init_project(directory, force=force, repo_root=repo_root)
     for item in written:
         note = "  (exists: kept; --force overwrites)" if item.action == "kept" else ""
         click.echo(f"{item.action:<9} {click.format_filename(str(item.path))}{note}")
+    for line in notes(directory, repo_root):
+        click.echo(f"note: {line}")
     click.echo("\nnext:")
     for command in next_commands(directory):
         click.echo(f"  {command}")

@@ -6,15 +6,20 @@ text without it, so directives never leak into an answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from evaljobs.errors import UsageError
+from evaljobs.errors import UsageError, suggest
 
 #: Actions that apply on every turn, before the step logic.
 FAULT_ACTIONS = ("status", "ratelimit", "fail-first", "sleep", "malformed", "truncate", "reset", "huge",
                  "echo", "flaky")
 STEP_ACTIONS = ("say", "call")
+#: The simulated models every catalog may name. ``tool`` calls the first tool when no directive says
+#: otherwise and ``judge`` is the usual judge; the others differ only by the ``[sim@NAME: …]`` directives
+#: that address them, so a misspelt name would silently get none of its directives.
+NAMED_MODELS = ("fast", "judge", "sim", "smart", "tool")
 ACTIONS = STEP_ACTIONS + FAULT_ACTIONS
 
 # Greedy name: it runs to the last ':' before whitespace, so "llama3:8b" is a valid model name.
@@ -117,4 +122,25 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return str(content)
+
+
+def addressed_models(texts: Iterable[str]) -> set[str]:
+    """The model names that ``[sim@NAME: …]`` directives in ``texts`` address."""
+    return {match.group(1) for text in texts for match in _DIRECTIVE_START.finditer(text) if match.group(1)}
+
+
+def unknown_model_problem(model: str, texts: Iterable[str], *, source: str = "the catalog") -> str | None:
+    """Why ``sim/model`` would silently miss its directives (None when the name is fine).
+
+    Only a catalog that addresses models by name makes a name matter: when it does, a name that is
+    neither built in nor addressed (``sim/fsat`` for ``sim/fast``) gets none of the model-specific
+    directives and would run as some other model; it is refused with the names that mean something.
+    """
+    addressed = addressed_models(texts)
+    if not addressed or model in addressed or model in NAMED_MODELS:
+        return None
+    known = ["sim/" + name for name in sorted(set(NAMED_MODELS) | addressed)]
+    return (f"unknown simulated model 'sim/{model}'{suggest('sim/' + model, known)}: {source} steers "
+            f"{', '.join('sim/' + name for name in sorted(addressed))} with [sim@NAME: …] directives, which "
+            f"'sim/{model}' would never see; known: {', '.join(known)}")
 
