@@ -410,7 +410,7 @@ def test_every_typed_option_refuses_a_bad_value_in_one_line(cli, path, option):
     (["run", "CATALOG", "-m", "sim/a", "--judge-cap", "-1"], "--judge-cap"),
     (["run", "CATALOG", "-m", "nope"], "nope"),
     (["run", "CATALOG", "-m", "sim/a", "-m", "sim/a"], "twice"),
-    (["run", "CATALOG", "-m", "sim/a", "--broker", "amqp://x"], "unsupported broker"),
+    (["run", "CATALOG", "-m", "sim/fast", "--broker", "amqp://x"], "unsupported broker"),
     (["run", "CATALOG", "-m", "sim/a", "--db", "mysql://x"], "unsupported database URL"),
     (["run", "CATALOG", "-m", "sim/a", "--adapter", "no.such.module:fn"], "no.such.module"),
     (["run", "missing.yaml", "-m", "sim/a"], "does not exist"),
@@ -446,10 +446,10 @@ UNREACHABLE = {
     "report-db": (["report", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "compare-db": (["compare", "r_a", "r_b", "--db", DEAD_PG], 2, "cannot reach database"),
     "db-upgrade-db": (["db", "upgrade", "--db", DEAD_PG], 2, "cannot reach database"),
-    "run-db": (["run", SUPPORT, "-m", "sim/a", "--db", DEAD_PG], 2, "cannot reach database"),
+    "run-db": (["run", SUPPORT, "-m", "sim/fast", "--db", DEAD_PG], 2, "cannot reach database"),
     "demo-db": (["demo", "--db", DEAD_PG], 2, "cannot reach database"),
     "recover-db": (["recover", "--db", DEAD_PG, "--broker", DEAD_REDIS], 2, "cannot reach database"),
-    "run-redis": (["run", SUPPORT, "-m", "sim/a", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
+    "run-redis": (["run", SUPPORT, "-m", "sim/fast", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "recover-redis": (["recover", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN"], 2, "127.0.0.1"),
     "governor-broker": (["governor", "--broker", DEAD_REDIS], 2, "127.0.0.1"),
     "worker-redis": (["worker", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
@@ -469,8 +469,8 @@ UNREACHABLE = {
                   "--simulate", "latency=0"], 2, "cannot reach database"),
     "status-redis": (["status", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "view-db": (["view", "--db", DEAD_PG, "--port", "BUSY_PORT"], 2, "cannot reach database"),
-    "view-redis": (["view", "--broker", DEAD_REDIS, "--db", "SQLITE", "--port", "BUSY_PORT"], 2, "127.0.0.1"),
-    "view-port-in-use": (["view", "--db", "SQLITE", "--port", "BUSY_PORT"], 2, "cannot listen on 127.0.0.1"),
+    "view-redis": (["view", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"], 2, "127.0.0.1"),
+    "view-port-in-use": (["view", "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"], 2, "cannot listen on 127.0.0.1"),
 }
 
 

@@ -48,7 +48,9 @@ def test_an_empty_selection_is_one_line():
     with pytest.raises(EmptySelection) as caught:
         select(catalog(), Selection(tags=("billing",)))
     assert str(caught.value) == ("shop.yaml: no scenario of catalog 'shop' (10 scenarios) matches tag: billing: "
-                                 "nothing to run (check the pattern or tag; `evaljobs catalog check` lists them)")
+                                 "nothing to run; its tags: orders (4), refunds (6), slow (3); its keys: "
+                                 "order-0, order-1, order-2, order-3, refund-0, refund-1, refund-2, refund-3, "
+                                 "refund-4, refund-5")
 
 
 @pytest.fixture(scope="module")

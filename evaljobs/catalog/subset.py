@@ -86,11 +86,25 @@ def select(catalog: Catalog, selection: Selection) -> tuple[Catalog, dict[str, A
     if not chosen:
         raise EmptySelection(f"{catalog.source}: no scenario of catalog {catalog.name!r} "
                              f"({len(catalog.scenarios)} scenarios) matches {selection.describe()}: "
-                             f"nothing to run (check the pattern or tag; `evaljobs catalog check` lists them)")
+                             f"nothing to run; {_what_there_is(catalog)}")
     subset = build_catalog(catalog.name, catalog.description, chosen, catalog.source, epochs=catalog.epochs)
     record = {**selection.to_dict(), "chosen": len(chosen), "of": len(catalog.scenarios),
               "text": selection.describe()}
     return subset, record
+
+
+def _what_there_is(catalog: Catalog, shown: int = 12) -> str:
+    """The catalog's tags (with counts) and its first keys: what a --tag or --filter could have named."""
+    counts: dict[str, int] = {}
+    for scenario in catalog.scenarios:
+        for tag in scenario.tags:
+            counts[tag] = counts.get(tag, 0) + 1
+
+    def listed(items: list[str]) -> str:
+        return ", ".join(items[:shown]) + (f" …and {len(items) - shown} more" if len(items) > shown else "")
+
+    tags = listed([f"{tag} ({n})" for tag, n in sorted(counts.items())]) if counts else "none"
+    return f"its tags: {tags}; its keys: {listed(list(catalog.keys))}"
 
 
 def selection_note(record: dict[str, Any] | None) -> str:
@@ -100,4 +114,4 @@ def selection_note(record: dict[str, Any] | None) -> str:
     return f"{record['chosen']} of {record['of']} scenarios ({record['text']})"
 
 
-__all__ = ["Selection", "EmptySelection", "select", "selection_note"]
+__all__ = ["EmptySelection", "Selection", "select", "selection_note"]

@@ -44,8 +44,12 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
     so its errors are not in the family) and a server that cannot be reached.
     """
     if isinstance(exc, click.UsageError):
+        names = []
         ctx = exc.ctx
-        command = f"evaljobs {ctx.info_name}" if ctx is not None and ctx.parent is not None else "evaljobs"
+        while ctx is not None and ctx.parent is not None:  # the root's name is the program's, whatever it was
+            names.insert(0, ctx.info_name)
+            ctx = ctx.parent
+        command = " ".join(["evaljobs", *names])  # `evaljobs providers check`, not `evaljobs check`
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
     if isinstance(exc, EvaljobsError):
         problems = getattr(exc, "problems", None)  # a CatalogError: every problem, one line each

@@ -5,6 +5,7 @@ the store (start-up time).
 """
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -33,7 +34,32 @@ def runs(limit, as_json, db) -> None:
     for r in items:
         rate = f"{r.report['summary']['pass_rate']:.0%}" if r.report else "-"
         click.echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
-                   f"{r.catalog_name[:20]:<20} {r.created_at}")
+                   f"{r.catalog_name[:20]:<20} {when(r.created_at)}")
+
+
+def when(moment: Any, now: datetime.datetime | None = None) -> str:
+    """A run's time as a person reads it: "just now", "12 min ago", "3 h ago", else the UTC minute.
+
+    The store keeps microseconds (the JSON keeps them too); a table of runs needs the minute.
+    """
+    if moment is None:
+        return "-"
+    if not isinstance(moment, datetime.datetime):
+        try:
+            moment = datetime.datetime.fromisoformat(str(moment))
+        except ValueError:
+            return str(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    seconds = (now - moment).total_seconds()
+    if 0 <= seconds < 60:
+        return "just now"
+    if 0 <= seconds < 3600:
+        return f"{seconds // 60:.0f} min ago"
+    if 0 <= seconds < 86400:
+        return f"{seconds // 3600:.0f} h ago"
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def run_summary(r: Any) -> dict:
@@ -76,4 +102,4 @@ def show(run_id, as_json, db) -> None:
         click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]}{epoch})")
 
 
-__all__ = ["runs", "show", "run_summary"]
+__all__ = ["run_summary", "runs", "show"]

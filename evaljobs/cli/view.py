@@ -8,6 +8,20 @@ from __future__ import annotations
 import click
 
 from evaljobs.cli._options import EXIT_USAGE, db_option, ping_redis
+from evaljobs.config import settings as config_settings
+from evaljobs.errors import UsageError
+
+
+def _refuse_a_missing_file(url: str) -> None:
+    """The viewer only reads: a SQLite URL naming no file is a typo, not a database to create."""
+    from pathlib import Path
+
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
+    if str(path) not in ("", ":memory:") and not path.is_file():
+        raise UsageError(f"{url}: no database at {path.resolve()} (the viewer creates none); "
+                         f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)")
 
 
 @click.command("view")
@@ -30,6 +44,7 @@ def view(db, broker, port, host, token, open_browser) -> None:
                         port=port)
     check_installed()  # a ViewError is a UsageError: one line and exit 2 (evaljobs.cli._options.exit_for)
     check_config(config)
+    _refuse_a_missing_file(db or config_settings().database_url or store.DEFAULT_URL)
     store.connect(db)  # an unreachable database stops here, in one line
     if config.redis_url:
         ping_redis(config.redis_url)  # and so does an unreachable broker: the fleet and live pages need it

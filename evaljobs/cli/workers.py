@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import db_option, ping_redis, providers_option
 from evaljobs import config
+from evaljobs.cli._options import db_option, ping_redis, providers_option
 from evaljobs.config import REDIS_SCHEMES, child_environment
 
 
@@ -26,7 +26,7 @@ from evaljobs.config import REDIS_SCHEMES, child_environment
 @click.option("--recover-every", type=click.FloatRange(min=0), default=0, show_default=True,
               help="Also check every N seconds for runs whose messages were lost (0: off).")
 @click.option("--min", "min_", type=int, default=None, help="Elastic pool: fewest members (with --max).")
-@click.option("--max", "max_", type=int, default=None, help="Elastic pool: most members.")
+@click.option("--max", "max_", type=int, default=None, help="Elastic pool: most members (default: 8, or --min).")
 @click.option("--idle-seconds", type=float, default=30.0, show_default=True,
               help="Elastic pool: retire members idle this long.")
 @click.option("--lane", envvar="EVALJOBS_LANE", default="bulk", show_default=True,
@@ -45,6 +45,13 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
 
     With --min/--max the worker is an elastic pool that follows the queue's backlog.
     """
+    if min_ is not None or max_ is not None:
+        ctx = click.get_current_context()
+        for name in ("threads", "processes"):  # an elastic pool sizes itself: never ignore what was asked
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+                raise click.UsageError(f"--{name} does not apply to an elastic pool (--min/--max): its members "
+                                       f"are its threads, from --min to --max; drop --{name}, or drop "
+                                       f"--min/--max for a fixed worker")
     if not broker.startswith(REDIS_SCHEMES):
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
     if lane not in ("interactive", "bulk"):
@@ -57,7 +64,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
 
         low = min_ if min_ is not None else 1
         configure_logging()
-        run_pool(min=low, max=max_ if max_ is not None else max(low, threads), idle_seconds=idle_seconds,
+        run_pool(min=low, max=max_ if max_ is not None else max(low, 8), idle_seconds=idle_seconds,
                  lane=lane, broker=broker, db=db, queues=queues, providers=providers,
                  recover_every=recover_every)
         return

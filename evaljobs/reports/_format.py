@@ -5,6 +5,8 @@ must say the same thing the same way.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 def pct(rate: float) -> str:
     """A pass rate as ``87.5%``."""
@@ -32,4 +34,27 @@ def ms_pair(low: int | None, high: int | None) -> str:
     return "-" if low is None else f"{low:,} / {high:,}"
 
 
-__all__ = ["pct", "money", "unknown_note", "ms_pair"]
+__all__ = ["cell", "code", "money", "ms_pair", "pct", "short", "text", "unknown_note"]
+
+
+def short(text: str | None, limit: int = 120) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def cell(text: Any) -> str:
+    """A Markdown table cell: a pipe would end it, a newline would end the table."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def text(value: Any) -> str:
+    """A plain-text table cell: also neutralizes HTML, which GitHub would otherwise interpret."""
+    return cell(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code(value: Any, limit: int = 80) -> str:
+    """A name in a code span: shortened, and without backticks that would end the span early."""
+    return f"`{cell(short(str(value), limit).replace('`', chr(39)))}`"

@@ -12,6 +12,8 @@ from collections import Counter
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
+from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
+from evaljobs.reports.judged import epochs_note, judged_groups, markdown_judge
 from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
                                       unknown_note as _unknown_note)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
@@ -33,7 +35,6 @@ MARKDOWN_FLIPS = 25
 MARKDOWN_CRITERIA = 80
 #: GitHub rejects comments over 65,536 characters; keep room for whatever wraps the report.
 MARKDOWN_LIMIT = 60_000
-_ERROR_CHARS = 120
 _NAME_CHARS = 80
 
 _RUN_FIELDS = ("id", "catalog_name", "digest", "models", "strategy", "created_at", "started_at",
@@ -263,27 +264,6 @@ def _ms(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def _short(text: str | None, limit: int = _ERROR_CHARS) -> str:
-    if not text:
-        return ""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _text(text: Any) -> str:
-    """A plain-text table cell: also neutralizes HTML, which GitHub would otherwise interpret."""
-    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _code(text: Any, limit: int = _NAME_CHARS) -> str:
-    """A name in a code span: shortened, and without backticks that would end the span early."""
-    return f"`{_cell(_short(str(text), limit).replace('`', chr(39)))}`"
-
-
 def _failures(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in report["results"] if r["status"] != PASSED]
 
@@ -415,25 +395,11 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _markdown_judge(report: dict[str, Any]) -> list[str]:
-    judged = [r for r in report["results"] if r.get("judge")]
-    if not judged:
-        return []
-    lines = ["", "**Judge**", "", "| Scenario | Model | Judge | Score | Reason | Raw answer |",
-             "|---|---|---|---|---|---|"]
-    for row in judged[:MARKDOWN_FAILURES]:
-        j = row["judge"]
-        score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
-        lines.append(f"| {_code(row['scenario_key'])} | {_code(row['model'])} | {_code(j.get('model') or '?')} | "
-                     f"{score} | {_text(_short(j.get('reason') or ''))} | {_text(_short(j.get('raw') or ''))} |")
-    if len(judged) > MARKDOWN_FAILURES:
-        lines.append(f"\n…and {len(judged) - MARKDOWN_FAILURES} more (the judge's prompts are in the JSON report).")
-    return lines
-
-
 def _markdown_details(report: dict[str, Any]) -> list[str]:
     lines = ["", "<details><summary>Details</summary>", ""]
-    lines += _markdown_judge(report)
+    lines += markdown_judge(report, MARKDOWN_FAILURES)
+    if lines[-1]:  # a table glued to the one before is parsed as its rows (CommonMark/GitHub)
+        lines.append("")
     if report["criteria"]:
         lines += ["| Criterion | Model | Mean | Min | Max | Passed |", "|---|---|---:|---:|---:|---:|"]
         for c in report["criteria"][:MARKDOWN_CRITERIA]:
@@ -485,15 +451,16 @@ def render_table(report: dict[str, Any]) -> str:
             error = f": {_short(row['error'], 80)}" if row["error"] else ""
             epoch = f" #{row['epoch']}" if "epoch" in row else ""
             out.append(f"  {row['scenario_key']} × {row['model']}{epoch}  {row['status']}{fault}{error}")
-    judged = [r for r in report["results"] if r.get("judge")]
+    judged = judged_groups(report)
     if judged:
         out.append("")
-        out.append(f"judge ({len(judged)}):")
-        for row in judged:
+        out.append(f"judge ({sum(len(epochs) for _, epochs in judged)}):")
+        for row, epochs in judged:
             j = row["judge"]
             score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
-            out.append(f"  {row['scenario_key']} × {row['model']}  {j.get('model') or '?'} score {score}: "
-                       f"{_short(j.get('reason') or '', 80)}  raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
+            out.append(f"  {row['scenario_key']} × {row['model']}{epochs_note(epochs)}  {j.get('model') or '?'} "
+                       f"score {score}: {_short(j.get('reason') or '', 80)}  "
+                       f"raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
     ranking = verdict_ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]
     return "\n".join(out) + "\n"

@@ -139,8 +139,10 @@ def unknown_model_problem(model: str, texts: Iterable[str], *, source: str = "th
     addressed = addressed_models(texts)
     if not addressed or model in addressed or model in NAMED_MODELS:
         return None
-    known = ["sim/" + name for name in sorted(set(NAMED_MODELS) | addressed)]
-    return (f"unknown simulated model 'sim/{model}'{suggest('sim/' + model, known)}: {source} steers "
+    names = sorted(set(NAMED_MODELS) | addressed)
+    known = ["sim/" + name for name in names]
+    hint = suggest(model, names).replace(" (did you mean '", " (did you mean 'sim/")
+    return (f"unknown simulated model 'sim/{model}'{hint}: {source} steers "
             f"{', '.join('sim/' + name for name in sorted(addressed))} with [sim@NAME: …] directives, which "
             f"'sim/{model}' would never see; known: {', '.join(known)}")
 

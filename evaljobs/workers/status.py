@@ -24,9 +24,10 @@ the pools' queues, ``-Q``), not discovered.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import redis
 
@@ -251,6 +252,9 @@ def render(status: Status) -> str:
         busy = sum(1 for w in status.workers if w.holding)
         lines.append(f"workers seen in the last {status.window:g} s: {len(status.workers)} "
                      f"({busy} holding messages)")
+        if status.workers:  # Dramatiq's heartbeats count senders too: say so, or a `run` looks like a worker
+            lines.append(f"  (every process that used the broker: each worker process, and for {status.window:g} s "
+                         f"a command that sent messages, e.g. evaljobs run, rerun or recover)")
         for w in status.workers[:20]:
             lines.append(f"  {w.id:<38} seen {w.seen_ago:5.1f}s ago  holding {w.holding}")
         if len(status.workers) > 20:
@@ -276,5 +280,16 @@ def render(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Status", "RunProgress", "QueueDepth", "WorkerSeen", "collect", "render", "active_runs",
-           "read_queues", "read_workers", "heartbeat_window", "DRAMATIQ_NAMESPACE"]
+__all__ = [
+    "DRAMATIQ_NAMESPACE",
+    "QueueDepth",
+    "RunProgress",
+    "Status",
+    "WorkerSeen",
+    "active_runs",
+    "collect",
+    "heartbeat_window",
+    "read_queues",
+    "read_workers",
+    "render",
+]
