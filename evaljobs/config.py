@@ -99,6 +99,9 @@ class Settings:
     # Fan-out pairs per message for a fast provider (1: one message per pair); each pair is still
     # its own row and count. BENCHMARKS.md (raw stack) says what it trades.
     pairs_per_message: int = 1               # EVALJOBS_PAIRS_PER_MESSAGE
+    # Keep each provider call's raw request and response with its result (redacted; the viewer's
+    # transcript shows them). Off by default: they repeat the conversation on every turn.
+    store_transcripts: bool = False          # EVALJOBS_STORE_TRANSCRIPTS (on/1/true/yes; run --trace-content)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -167,6 +170,7 @@ class Settings:
             sim_jitter=_float(env, "EVALJOBS_SIM_JITTER", d.sim_jitter),
             middleware=_text(env, "EVALJOBS_MIDDLEWARE"),
             pairs_per_message=_int(env, "EVALJOBS_PAIRS_PER_MESSAGE", d.pairs_per_message),
+            store_transcripts=(env.get("EVALJOBS_STORE_TRANSCRIPTS") or "off").strip().lower() not in _FALSE,
         )
 
     def replace(self, **changes: Any) -> Settings:
@@ -190,6 +194,8 @@ class Settings:
             if value is not None:
                 out[name] = str(value)
         out["EVALJOBS_GOVERNOR"] = "on" if self.governor else "off"
+        if self.store_transcripts:
+            out["EVALJOBS_STORE_TRANSCRIPTS"] = "on"
         return out
 
 

@@ -50,13 +50,17 @@ DEFAULT_STRATEGY = "fanout"
               help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.")
 @click.option("--cache-across-epochs", is_flag=True,
               help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).")
+@click.option("--trace-content", is_flag=True,
+              help="Keep each provider call's raw request and response (redacted) for the viewer's transcript "
+                   "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).")
 @import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
         as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
-        catalog_format, include_production_only, lenient, grader, fields, db, broker, providers) -> None:
+        trace_content, catalog_format, include_production_only, lenient, grader, fields, db, broker,
+        providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.catalog.subset import Selection, select, selection_note
@@ -65,6 +69,13 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
 
     if not Path(catalog).exists():
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
+    if trace_content:  # this process's workers keep the bodies; a Redis worker elsewhere reads its own setting
+        from evaljobs import config
+
+        config.configure(config.configured(), store_transcripts=True)
+        if broker and broker != "memory" and strategy in ("fanout", "per-model"):
+            click.echo("note: --trace-content applies to the workers of this process; workers started "
+                       "elsewhere keep bodies with EVALJOBS_STORE_TRANSCRIPTS=on", err=True)
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         catalog_obj = session.load(catalog, format=catalog_format, lenient=lenient,
                                    include_production_only=include_production_only, grader=grader, fields=fields)

@@ -35,8 +35,15 @@ def _refuse_a_missing_file(url: str) -> None:
 @click.option("--token", envvar="EVALJOBS_VIEW_TOKEN", default=None,
               help="Secret every request must carry (cookie, bearer header, or ?token= once).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
-def view(db, broker, port, host, token, open_browser) -> None:
-    """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."""
+@click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
+              help="Write one run as static pages into this folder (opens from disk, no server) and exit.")
+@click.option("--run", "run_id", default="latest", show_default=True, help="With --export: the run (id, prefix, latest).")
+def view(db, broker, port, host, token, open_browser, export_dir, run_id) -> None:
+    """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet.
+
+    With --export DIR, write one run (--run) as a static, self-contained folder instead: the run, each
+    scenario, each pair's transcript, the results as CSV and JSONL. Open DIR/index.html from disk.
+    """
     from evaljobs import store  # start-up time, like the viewer's own imports (see the module docstring)
     from evaljobs.view import ViewConfig, check_config, check_installed, serve, url_of
 
@@ -46,6 +53,15 @@ def view(db, broker, port, host, token, open_browser) -> None:
     check_config(config)
     _refuse_a_missing_file(db or config_settings().database_url or store.DEFAULT_URL)
     store.connect(db)  # an unreachable database stops here, in one line
+    if export_dir is not None:
+        from evaljobs.store.lookup import resolve_run_id
+        from evaljobs.view.bundle import export_run
+
+        resolved = resolve_run_id(run_id)
+        written = export_run(resolved, export_dir)
+        click.echo(f"wrote run {resolved} to {export_dir}/ ({len(written)} files): open "
+                   f"{click.format_filename(export_dir)}/index.html")
+        return
     if config.redis_url:
         ping_redis(config.redis_url)  # and so does an unreachable broker: the fleet and live pages need it
     url = url_of(config)

@@ -16,10 +16,12 @@ import types
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
+from evaljobs import config as settings_module
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
+from evaljobs.evaluation.transcript import turn_entry
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.providers.errors import TransientError
 from evaljobs.tools import live_tool_runner
@@ -135,7 +137,10 @@ class ConversationAdapter:
         replay = Replay(messages=messages)
         started = time.perf_counter()
         cached_turns = paid_input = paid_output = 0
+        keep_content = settings_module.settings().store_transcripts
+        secrets = [config.api_key, *config.headers.values()] if keep_content else []
         for turn in range(scenario.max_turns):
+            sent = time.perf_counter()
             remaining = None
             if deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -149,6 +154,9 @@ class ConversationAdapter:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
                 raise
             replay.turns += 1
+            entry = turn_entry(turn + 1, (sent - started) * 1000.0, completion, keep_content=keep_content,
+                               secrets=secrets)
+            replay.timeline.append(entry)
             replay.input_tokens += completion.input_tokens
             replay.output_tokens += completion.output_tokens
             if getattr(completion, "cached", False):
@@ -166,6 +174,8 @@ class ConversationAdapter:
             for requested in completion.tool_calls:
                 call = self.tool_runner(scenario, requested.name, requested.arguments)
                 replay.tool_calls.append(call)
+                entry["tools"].append({"name": call.name, "ms": round(float(call.duration_ms or 0.0), 1),
+                                       "error": bool(call.error)})
                 content = _tool_content({"error": call.error} if call.error else call.result)
                 messages.append({"role": "tool", "tool_call_id": requested.id, "content": content})
         else:

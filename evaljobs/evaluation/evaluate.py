@@ -111,6 +111,8 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
     details: dict[str, Any] = dict(grades.details)
     details["turns"] = replay.turns
     details["messages"] = replay.messages[-40:]
+    if replay.timeline:
+        details["timeline"] = replay.timeline[-40:]
     if replay.meta:
         details["meta"] = replay.meta
     judge_info = details.get("judge")

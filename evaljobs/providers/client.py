@@ -22,7 +22,6 @@ import urllib.request
 from typing import Any, Iterator, Mapping
 
 from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
-
 from evaljobs.config import secret
 from evaljobs.providers import deadline
 from evaljobs.providers.completion import Completion, RequestedToolCall
@@ -298,6 +297,7 @@ class ChatClient:
                     completion.ttft_ms = ttft_ms
                 else:
                     completion = self._completion(status, headers, payload, latency_ms)
+                completion.request_body, completion.response_body = body, payload if events is None else events
                 logger.debug("provider call: POST %s -> HTTP %s in %.0f ms", url, status, latency_ms)
                 return completion
             except ProviderError as exc:

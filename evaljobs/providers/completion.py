@@ -38,3 +38,8 @@ class Completion:
     model: str | None = None
     #: Milliseconds from sending the request to the first streamed token; None when not streamed.
     ttft_ms: float | None = None
+    #: What went over the wire, kept by reference (no copy, no encoding) for a transcript that asks
+    #: for it: the request body as sent, and the response body (bytes) or the streamed answer folded
+    #: into one body. None for an answer from the response cache.
+    request_body: Any = field(default=None, repr=False)
+    response_body: Any = field(default=None, repr=False)

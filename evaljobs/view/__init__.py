@@ -10,7 +10,7 @@ import socket
 from evaljobs.errors import UsageError
 from evaljobs.view.config import ViewConfig, is_loopback
 
-REQUIRES = ("starlette", "uvicorn", "jinja2")
+REQUIRES = ("starlette", "uvicorn", "jinja2", "markdown_it")
 
 
 class ViewError(UsageError):

@@ -140,6 +140,9 @@ def _catalog(digest: str):
         return None
 
 
+catalog_of = _catalog  # the run's catalog snapshot (None when it is gone), for the other page modules
+
+
 def first_line(text: str | None) -> str:
     for line in (text or "").splitlines():
         if line.strip():

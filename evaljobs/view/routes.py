@@ -12,10 +12,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from evaljobs import store
+from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE, ViewConfig
 
@@ -60,8 +61,10 @@ def environment() -> Environment:
     """The templates' Jinja environment: autoescaping on for every template, whatever its name."""
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
+    from evaljobs.view.markdown import render as markdown
+
     env.filters.update(pct=_pct, money=_money, ms=_ms, when=_when, seconds=_seconds, pretty=_pretty,
-                       first_line=queries.first_line)
+                       first_line=queries.first_line, markdown=markdown)
     return env
 
 
@@ -145,6 +148,52 @@ class Pages:
         except queries.NotFound as exc:
             raise HTTPException(404, str(exc)) from None
         return self._render(request, "scenario.html", p=page)
+
+    def transcript(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        from evaljobs.view.transcript import transcript_page
+
+        p = request.query_params
+        key, model = p.get("key") or "", p.get("model") or ""
+        if not key or not model:
+            raise HTTPException(400, "a transcript needs ?key=SCENARIO&model=MODEL (and &epoch=N with epochs)")
+        epoch = _int(request, "epoch", -1)
+        try:
+            page = transcript_page(request.path_params["run_id"], key, model, None if epoch < 0 else epoch)
+        except queries.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        return self._render(request, "transcript.html", p=page)
+
+    def diff(self, request: Request) -> HTMLResponse:
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        from evaljobs.view.transcript import diff_page
+
+        p = request.query_params
+        key, left, right = p.get("key") or "", p.get("a") or "", p.get("b") or ""
+        if not key or not left or not right:
+            raise HTTPException(400, "a diff needs ?key=SCENARIO&a=MODEL&b=MODEL")
+        try:
+            page = diff_page(request.path_params["run_id"], key, left, right, _int(request, "epoch", 0))
+        except queries.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        return self._render(request, "diff.html", p=page)
+
+    def export(self, request: Request) -> Response:
+        """``/runs/RUN/results.csv`` or ``.jsonl``: every result of the run, as a download."""
+        store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        from evaljobs.view.exports import csv_text, jsonl_text
+
+        run_id, fmt = request.path_params["run_id"], request.path_params["fmt"]
+        if fmt not in ("csv", "jsonl"):
+            raise HTTPException(404, f"no export as .{fmt}: results.csv or results.jsonl")
+        try:
+            store_pages.run(run_id)
+        except store.UnknownRun as exc:
+            raise HTTPException(404, str(exc)) from None
+        results = store.list_results(run_id)
+        text, media = (csv_text(results), "text/csv") if fmt == "csv" else (jsonl_text(results), "application/jsonl")
+        return Response(text, media_type=f"{media}; charset=utf-8", headers={
+            "content-disposition": f'attachment; filename="{run_id}-results.{fmt}"', "cache-control": "no-store"})
 
     def compare(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
