@@ -30,6 +30,7 @@ from helpers.layout import (
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 
 MODELS = ["sim/fast", "sim/smart", "openrouter/meta-llama/llama-3.3-70b-instruct",
           "anthropic/claude-3-5-haiku-latest"]
@@ -60,7 +61,7 @@ def _run(catalog, side: int, *, finish: bool = True) -> str:
     for index, (key, model) in enumerate(pairs if finish else pairs[:5]):
         store.record_result(run.id, _result(key, model, index, side))
     if finish:
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
     return run.id
 
 

@@ -28,7 +28,7 @@ from helpers.layout import WIDTHS, hidden, overflow, set_width
 from evaljobs import config, store
 from evaljobs.api import Session
 from evaljobs.cli import main
-from evaljobs.starter import init_project
+from evaljobs.cli.starter import init_project
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 MARKDOWN = ("# Refund steps\\n\\n**Bold** and a table:\\n\\n| step | what |\\n|---|---|\\n| 1 | apologise |\\n\\n"
