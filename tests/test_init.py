@@ -17,7 +17,6 @@ import yaml
 from evaljobs.catalog import load_catalog
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.catalog.schema import catalog_schema
-from evaljobs.errors import UsageError
 from evaljobs.cli.starter import (
     CATALOG,
     PROVIDERS,
@@ -28,6 +27,7 @@ from evaljobs.cli.starter import (
     next_commands,
     notes,
 )
+from evaljobs.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 
