@@ -12,8 +12,6 @@ to fit); the viewer is its own process over that file and the session's Redis.
 """
 from __future__ import annotations
 
-import base64
-
 import pytest
 from helpers import Viewer
 from helpers.browser import Browser
@@ -24,6 +22,7 @@ from helpers.layout import (
     contrast,
     hidden,
     overflow,
+    screenshot,
     set_width,
 )
 
@@ -101,13 +100,7 @@ def _open(site, page: str, width: int, *, dark: bool = False) -> Browser:
 
 
 def _shot(site, name: str, width: int) -> None:
-    browser = site["browser"]
-    height = int(browser.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
-    browser.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": min(height, 5000),
-                                                        "deviceScaleFactor": 1, "mobile": width < 700})
-    data = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"})["data"])
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    (site["shots"] / f"{name}-{width}.png").write_bytes(data)
+    screenshot(site["browser"], site["shots"] / f"{name}-{width}.png", width)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

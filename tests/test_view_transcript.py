@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import Viewer
 from helpers.browser import Browser, BrowserError
-from helpers.layout import WIDTHS, hidden, overflow, set_width
+from helpers.layout import WIDTHS, hidden, overflow, screenshot, set_width
 
 from evaljobs import config, store
 from evaljobs.api import Session
@@ -200,12 +200,17 @@ def test_results_export_as_csv_and_jsonl(site) -> None:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_transcript_and_diff_fit_every_screen(site, width) -> None:
-    for path, results in ((_transcript(site["kept"], "markdown", "keyed/smart"), "#timeline li.step"),
-                          (f"/runs/{site['kept']}/diff?key=order-status&a=keyed/smart&b=keyed/fast", "#diff td")):
+    shots = site["folder"] / "screenshots"
+    shots.mkdir(exist_ok=True)
+    for name, path, results in (
+            ("transcript", _transcript(site["kept"], "order-status", "keyed/smart"), "#timeline li.step"),
+            ("transcript-markdown", _transcript(site["kept"], "markdown", "keyed/smart"), "#timeline li.step"),
+            ("diff", f"/runs/{site['kept']}/diff?key=order-status&a=keyed/smart&b=keyed/fast", "#diff td")):
         browser = _open(site, path, width)
         browser.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")  # raw bodies too
         assert overflow(browser) == [], f"{path} at {width} px"
         assert hidden(browser, results, min_width=100) == []
+        screenshot(browser, shots / f"{name}-{width}.png", width)
 
 
 def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp_path) -> None:

@@ -104,3 +104,15 @@ def background_luminance(browser: Any) -> float:
         const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
         return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
     })()""")
+
+
+def screenshot(browser: Any, path: Any, width: int) -> None:
+    """A full-page PNG of what the browser shows at ``width`` px, written to ``path``."""
+    import base64
+
+    height = int(browser.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
+    browser.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": min(height, 5000),
+                                                        "deviceScaleFactor": 1, "mobile": width < 700})
+    data = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"})["data"])
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    path.write_bytes(data)
