@@ -29,7 +29,10 @@ SIM_URL_ENV = "EVALJOBS_SIM_URL"
 _PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _ENV_REF = re.compile(r"\$\{([^}]*)\}")
 _PROVIDER_KEYS = ("api", "base_url", "api_key_env", "api_version", "stream", "prices", "checked", "timeout",
-                  "max_retries", "headers", "governor")
+                  "max_retries", "max_retry_after", "headers", "governor")
+#: The longest ``Retry-After`` (seconds) a pair waits for unless its provider entry says otherwise
+#: (``max_retry_after``); a longer one ends the pair ``errored`` (rate limited) at once.
+DEFAULT_MAX_RETRY_AFTER = 300.0
 #: Wire formats a provider entry may name with ``api:`` (modules under ``evaljobs/providers/wire/``).
 WIRE_FORMATS = ("openai", "anthropic", "azure")
 #: The presets' data file (package data): base URL, key variable, wire format and prices per provider.
@@ -61,7 +64,10 @@ class ProviderConfig:
     #: Where the entry comes from: ``preset`` or the providers file that set or changed it.
     origin: str = "preset"
     timeout: float = 60.0
+    #: Retries after a transient fault for this provider's pairs (None: ``EVALJOBS_MAX_RETRIES``).
     max_retries: int | None = None
+    #: The longest ``Retry-After`` a pair waits for (seconds); beyond it the pair errors, rate limited.
+    max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
     #: Opaque to this module: read by the governor (initial, ceiling, rpm, tpm, bulk_reserve, budget_key).
     governor: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
@@ -270,6 +276,14 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
                                         or max_retries < 0):
             raise ModelSpecError(f"{where}: max_retries must be an integer >= 0, not {_show(max_retries)}")
 
+    max_retry_after = base.max_retry_after if base else DEFAULT_MAX_RETRY_AFTER
+    if "max_retry_after" in entry:
+        max_retry_after = entry["max_retry_after"]
+        if not _is_number(max_retry_after) or max_retry_after < 0:
+            raise ModelSpecError(f"{where}: max_retry_after must be a number of seconds >= 0, "
+                                 f"not {_show(max_retry_after)}")
+        max_retry_after = float(max_retry_after)
+
     headers = dict(base.headers) if base else {}
     if "headers" in entry and entry["headers"] is not None:
         raw = entry["headers"]
@@ -285,7 +299,8 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         governor.update(entry["governor"])
 
     return ProviderConfig(name=name, base_url=base_url, api_key_env=api_key_env, prices=prices,
-                          timeout=timeout, max_retries=max_retries, governor=governor, headers=headers,
+                          timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after,
+                          governor=governor, headers=headers,
                           api=api, api_version=api_version, stream=stream, checked=checked, origin=origin)
 
 

@@ -164,6 +164,10 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
     message = CurrentMessage.get_current_message()
     if message is not None:
         message.options[SPENT] = round(state.spent, 3)
+        # The pair's retry budget may be its provider's (max_retries in the providers file), above the
+        # actor's: Dramatiq's Retries must not drop a retry attempt() asked for.
+        limit = message.options.get("max_retries", bound().evaluate_scenario.options.get("max_retries", 0))
+        message.options["max_retries"] = max(int(limit), state.retries)
     # Dramatiq counts the retry (message option "retries"); logged without a traceback.
     raise dramatiq.Retry(outcome.reason, delay=int(outcome.backoff * 1000))
 

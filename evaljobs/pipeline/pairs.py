@@ -154,6 +154,16 @@ class RunPlan:
             found = self._specs[model] = runtime.model_spec(model)
         return found
 
+    def max_retries(self, model: str) -> int:
+        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries``,
+        else the policy's (``EVALJOBS_MAX_RETRIES``)."""
+        entry = runtime.providers().get(self.spec(model).provider)
+        return self.policy.max_retries if entry.max_retries is None else entry.max_retries
+
+    def max_retry_after(self, model: str) -> float:
+        """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's ``max_retry_after``)."""
+        return runtime.providers().get(self.spec(model).provider).max_retry_after
+
     def judge_for(self, spec: ModelSpec) -> Judge | None:
         """The run's judge for pairs of ``spec`` (the model under test is context, never the judge)."""
         found = self._judges.get(spec.spec, _MISSING)
@@ -307,7 +317,7 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
                                          deadline=state.deadline, pair_started=state.began))
             except RateLimited as exc:
                 if state.in_place or state.rate_limit_waits >= policy.max_rate_limit_waits \
-                        or not _wait_here(exc, policy):
+                        or not _wait_here(exc, policy, state):
                     raise
                 state.rate_limit_waits += 1  # waited out a short Retry-After on this thread: again at once
     except Busy as exc:
@@ -318,16 +328,24 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         return _hand_back(state, max(exc.retry_in, 0.05) * (1 + random.random() * policy.jitter))
     except RateLimited as exc:
         # A rate limit is not a fault either: it has its own, larger, cap and never touches the retries.
+        # Its wait is bounded like every other: by what is left of the pair's time and by the provider's
+        # max_retry_after; a Retry-After beyond either ends the pair now, with the provider's figure.
         state.last = exc.reason
+        beyond = _beyond(plan, pair, state, exc.retry_after)
+        if beyond:
+            return GiveUp(_errored(pair, state, f"rate_limited: the provider asked to wait "
+                                                f"{exc.retry_after:.0f} s (Retry-After), {beyond}: {exc.reason}"))
         if state.rate_limit_waits >= policy.max_rate_limit_waits:
             return GiveUp(_errored(pair, state, f"still rate limited after {state.rate_limit_waits} waits: "
                                                 f"{exc.reason}"))
         state.rate_limit_waits += 1
-        return _hand_back(state, policy.rate_limit_delay(exc.retry_after))
+        delay = policy.rate_limit_delay(exc.retry_after)
+        left = state.left()
+        return _hand_back(state, delay if left is None else min(delay, left), counted=True)
     except TransientError as exc:
         if state.deadline is not None and time.monotonic() >= state.deadline - 0.01:
             return GiveUp(_errored(pair, state, timed_out(policy.time_limit, state.began, exc.reason)))
-        if state.retries < policy.max_retries:
+        if state.retries < plan.max_retries(pair.model):
             return _retry(state, policy, exc.reason)
         return GiveUp(_errored(pair, state, f"{exc.reason} (gave up after {state.attempts} attempts)"))
     except TimeLimitExceeded:
@@ -343,9 +361,23 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         return GiveUp(_errored(pair, state, f"{type(exc).__name__}: {exc}"))
 
 
-def _hand_back(state: PairState, delay: float) -> HandBack:
-    state.spent = state.elapsed()
+def _hand_back(state: PairState, delay: float, *, counted: bool = False) -> HandBack:
+    """``counted``: the wait is part of the pair's time (a rate limit's), also when it is spent in a queue."""
+    state.spent = state.elapsed() + (delay if counted and not state.in_place else 0.0)
     return HandBack(delay)
+
+
+def _beyond(plan: RunPlan, pair: Pair, state: PairState, retry_after: float | None) -> str:
+    """Why a ``Retry-After`` is too long to wait for ("" when it is not)."""
+    if retry_after is None:
+        return ""
+    left = state.left()
+    if left is not None and retry_after > left:
+        return f"more than the {left:.1f} s left of the pair's {plan.policy.time_limit:g} s time limit"
+    cap = plan.max_retry_after(pair.model)
+    if retry_after > cap:
+        return f"more than max_retry_after ({cap:g} s) of provider '{plan.spec(pair.model).provider}'"
+    return ""
 
 
 def _retry(state: PairState, policy: RetryPolicy, reason: str) -> Retry:
@@ -360,14 +392,15 @@ def _errored(pair: Pair, state: PairState, reason: str) -> Result:
     return Result.errored(pair.scenario_key, pair.model, reason, attempts=state.attempts, epoch=pair.epoch)
 
 
-def _wait_here(exc: RateLimited, policy: RetryPolicy) -> bool:
+def _wait_here(exc: RateLimited, policy: RetryPolicy, state: PairState) -> bool:
     """Whether a queued pair answered 429 waits out its ``Retry-After`` on this thread (then True).
 
     A wait within the permit wait (2 s by default, the same a pair may wait for a permit) is
     spent here; without the governor, it is ``Retry-After`` plus at most ``policy.jitter`` (5 %).
     """
     wait = exc.retry_after
-    if wait is None or wait < 0 or wait > runtime.permit_wait():
+    left = state.left()
+    if wait is None or wait < 0 or wait > runtime.permit_wait() or (left is not None and wait > left):
         return False
     if runtime.governor() is None:
         time.sleep(policy.rate_limit_delay(wait))

@@ -38,6 +38,8 @@ class Answer:
     retry_after: float | None = None
     fault: str | None = None  # malformed | truncate | reset | huge
     huge_bytes: int = 0
+    #: ``Retry-After`` as an HTTP date (``[sim: ratelimit DATE]``), sent instead of seconds.
+    retry_after_date: str | None = None
 
 
 
@@ -72,6 +74,8 @@ def _fault(directive: Directive, messages: list[dict[str, Any]], attempt: int,
         return Answer(status=code, message=message.strip() or f"simulated HTTP {code}",
                        retry_after=retry_after)
     if action == "ratelimit":
+        if args.strip() and not args.strip()[0].isdigit():  # an HTTP date: [sim: ratelimit Fri, 01 Jan 2099 …]
+            return Answer(status=429, message="simulated rate limit", retry_after_date=args.strip())
         seconds = _number(directive, args, minimum=0.0)
         return Answer(status=429, message="simulated rate limit", retry_after=seconds)
     if action == "fail-first":

@@ -441,7 +441,7 @@ class SimulatedProvider:
             if answer.status == 429:
                 self._count(model, "rate_limited")
                 wait = answer.retry_after if answer.retry_after is not None else self.retry_after
-                headers = _retry_headers(wait)
+                headers = {"retry-after": answer.retry_after_date} if answer.retry_after_date else _retry_headers(wait)
             else:
                 self._count(model, "errors", bucket=answer.status)
             message = answer.message or REASONS.get(answer.status, "")

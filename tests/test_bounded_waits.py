@@ -1,0 +1,91 @@
+"""Every wait a provider asks for is bounded, and the providers file's retry settings are honoured (issue 29).
+
+* A ``Retry-After`` (seconds, or an HTTP date) longer than what is left of the pair's time limit,
+  or than its provider's ``max_retry_after``, ends the pair ``errored`` (``rate_limited``, with the
+  provider's figure) at once, on every strategy: before, the fan-out strategy re-queued the pair
+  for the whole day and the run sat at 0/1.
+* ``max_retries`` in the providers file is the pair's retry budget: ``max_retries: 0`` against a
+  provider that always answers 500 makes exactly one request (it made 4).
+
+The simulated provider counts the requests; nothing here measures time.
+"""
+from __future__ import annotations
+
+import pytest
+
+from evaljobs.api import Session
+from evaljobs.catalog import loads_catalog
+
+STRATEGIES = ("fanout", "threads", "sequential")
+HTTP_DATE = "Fri, 01 Jan 2099 00:00:00 GMT"
+
+
+def one_pair(prompt: str):
+    return loads_catalog(f"name: waits\nscenarios:\n  - key: only\n    prompt: {prompt!r}\n", source="waits.yaml")
+
+
+def run_one(db: str, catalog, model: str, strategy: str):
+    with Session(db=db, broker="memory", width=2) as session:
+        run = session.submit(catalog, [model], strategy=strategy)
+        info = session.wait(run.id, timeout=120, poll=0.2)  # a guard against a hang, not a measurement
+        return info, session.results(run.id)
+
+
+@pytest.fixture
+def provider(tmp_path, monkeypatch, simulated_provider):
+    """A providers-file entry 'gw' on the simulated provider (``extra``: more of its keys), and the sim."""
+    sim = simulated_provider(latency=0, export=False)
+
+    def entry(extra: str = "") -> None:
+        path = tmp_path / "providers.yaml"
+        path.write_text(f"providers:\n  gw:\n    base_url: {sim.url}\n{extra}")
+        monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))
+
+    entry()
+    return sim, entry
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("retry_after, figure", [("86400", "86400 s"), (HTTP_DATE, None)])
+def test_a_retry_after_past_the_time_limit_ends_the_pair_rate_limited(strategy, retry_after, figure, sqlite_url,
+                                                                       provider, monkeypatch):
+    sim, _ = provider
+    monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "10")
+    info, results = run_one(sqlite_url, one_pair(f"[sim: ratelimit {retry_after}]"), "gw/m", strategy)
+    assert info.status in ("partial", "failed") and info.persisted == 1, info
+    [result] = results
+    assert result.status == "errored"
+    assert result.error.startswith("rate_limited: the provider asked to wait "), result.error
+    assert "left of the pair's 10 s time limit" in result.error, result.error
+    if figure:
+        assert f"wait {figure} (Retry-After)" in result.error, result.error
+    else:  # the date, as the seconds until it (more than 70 years)
+        seconds = int(result.error.split("asked to wait ")[1].split(" s ")[0])
+        assert seconds > 70 * 365 * 86400, result.error
+    assert sim.stats()["requests"] == 1  # refused at once: never asked again
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_retry_after_past_the_providers_max_retry_after_ends_the_pair(strategy, sqlite_url, provider):
+    sim, entry = provider
+    entry("    max_retry_after: 5\n")
+    _, results = run_one(sqlite_url, one_pair("[sim: ratelimit 30]"), "gw/m", strategy)
+    [result] = results
+    assert result.status == "errored" and result.error.startswith(
+        "rate_limited: the provider asked to wait 30 s (Retry-After), more than max_retry_after (5 s) of "
+        "provider 'gw'"), result.error
+    assert sim.stats()["requests"] == 1
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("max_retries, requests", [(0, 1), (1, 2)])
+def test_max_retries_in_the_providers_file_is_the_pairs_retry_budget(strategy, max_retries, requests, sqlite_url,
+                                                                     provider, monkeypatch):
+    sim, entry = provider
+    entry(f"    max_retries: {max_retries}\n")
+    monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.05")
+    _, results = run_one(sqlite_url, one_pair("[sim: status 500]"), "gw/m", strategy)
+    [result] = results
+    assert result.status == "errored" and result.attempts == requests, result.error
+    assert result.error.endswith(f"(gave up after {requests} attempts)"), result.error
+    assert sim.stats()["requests"] == requests
