@@ -228,6 +228,39 @@ def evaluate_model(run_id: str, model: str) -> None:
             persist(run_id, settle(Pair(run_id, key, pair_model, epoch)))
 
 
+def pair_abandoned(message: dict, retries: dict) -> None:
+    """A pair message Dramatiq retried out ends as rows: each of its pairs not yet recorded, ``errored``.
+
+    Dramatiq's ``Retries`` sends this (the evaluation actors' ``on_retry_exhausted``) once a message
+    failed its last retry, for whatever reason it kept failing (a result the database refused to
+    insert, a bug): without it the pair had no row and the run stayed ``running`` for ever
+    (invariant 13). The reason is the last line of the last failure.
+    """
+    name, args = message.get("actor_name"), list(message.get("args") or [])
+    options = message.get("options") or {}
+    lines = [line for line in str(options.get("traceback") or "").splitlines() if line.strip()]
+    cause = lines[-1].strip()[:500] if lines else "it kept failing"
+    deliveries = int(retries.get("retries", 0)) + 1
+    reason = f"Dramatiq gave up on the pair's message after {deliveries} deliveries: {cause}"
+    if name == "evaluate_scenario" and len(args) >= 3:
+        kwargs = message.get("kwargs") or {}
+        epoch = args[3] if len(args) > 3 else kwargs.get("epoch", 0)
+        wanted = [(str(args[1]), str(args[2]), epoch)]
+    elif name == "evaluate_pairs" and len(args) >= 2:
+        wanted = batch_pairs(str(args[0]), args[1])
+    else:
+        logger.warning("Dramatiq gave up on a %s message; it carries no pair to record", name)
+        return
+    run_id = str(args[0])
+    done = store.recorded_among(run_id, wanted)
+    for key, model, epoch in wanted:
+        if (key, model, epoch) not in done:
+            try:
+                persist(run_id, Result.errored(key, model, reason, attempts=deliveries, epoch=epoch))
+            except (store.UnknownRun, store.UnexpectedPair) as exc:
+                raise InvalidMessage(str(exc)) from None
+
+
 def finalize_run(run_id: str) -> None:
     """Assemble the report exactly once; sending it twice is harmless."""
     try:
@@ -262,11 +295,14 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         return dramatiq.Actor(fn, broker=broker, actor_name=name, queue_name=queue, priority=0,
                               options={**retry_options, **options})
 
+    # Every pair ends (invariant 13): a pair message Dramatiq retries out is recorded errored.
+    abandoned = make(pair_abandoned)
+    ends = {"on_retry_exhausted": abandoned.actor_name}
     _bound = Actors(
         start_run=make(start_run),
-        evaluate_scenario=make(_settling(evaluate_scenario), time_limit=time_limit),
+        evaluate_scenario=make(_settling(evaluate_scenario), time_limit=time_limit, **ends),
         # A batch's pairs each have their own deadline; this one backs them all (runs cap a batch).
-        evaluate_pairs=make(_settling(evaluate_pairs), time_limit=time_limit * MAX_PAIRS_PER_MESSAGE),
+        evaluate_pairs=make(_settling(evaluate_pairs), time_limit=time_limit * MAX_PAIRS_PER_MESSAGE, **ends),
         evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
         finalize_run=make(finalize_run),
         queue=queue,

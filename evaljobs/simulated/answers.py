@@ -40,6 +40,8 @@ class Answer:
     huge_bytes: int = 0
     #: ``Retry-After`` as an HTTP date (``[sim: ratelimit DATE]``), sent instead of seconds.
     retry_after_date: str | None = None
+    #: The prompt tokens the answer reports (``[sim: usage N]``), whatever the prompt was.
+    prompt_tokens: int | None = None
 
 
 
@@ -48,6 +50,7 @@ def plan(directives: list[Directive], model: str, messages: list[dict[str, Any]]
     """(extra latency, answer) for one request: fault directives first, then the step for this turn."""
     extra_sleep = 0.0
     fault: Answer | None = None
+    reported: int | None = None
     for directive in directives:
         if directive.action not in ACTIONS:
             raise DirectiveError(f"unknown sim directive action {directive.action!r} in {directive.where}; "
@@ -57,11 +60,19 @@ def plan(directives: list[Directive], model: str, messages: list[dict[str, Any]]
         candidate = _fault(directive, messages, attempt, default_retry_after)
         if directive.action == "sleep":
             extra_sleep += _number(directive, directive.args, minimum=0.0)
+        elif directive.action == "usage":
+            usage = directive.args.strip()
+            if not usage.isdigit():
+                raise DirectiveError(f"sim directive 'usage {directive.args}' in {directive.where}: "
+                                     f"expected 'usage N' (the prompt tokens to report), e.g. 'usage 3000000000'")
+            reported = int(usage)
         elif fault is None and candidate is not None:
             fault = candidate
     if fault is not None:
         return extra_sleep, fault
-    return extra_sleep, _step_answer(directives, model, messages, payload)
+    answer = _step_answer(directives, model, messages, payload)
+    answer.prompt_tokens = reported
+    return extra_sleep, answer
 
 
 def _fault(directive: Directive, messages: list[dict[str, Any]], attempt: int,

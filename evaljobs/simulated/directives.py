@@ -14,7 +14,7 @@ from evaljobs.errors import UsageError, suggest
 
 #: Actions that apply on every turn, before the step logic.
 FAULT_ACTIONS = ("status", "ratelimit", "fail-first", "sleep", "malformed", "truncate", "reset", "huge",
-                 "echo", "flaky")
+                 "echo", "flaky", "usage")
 STEP_ACTIONS = ("say", "call")
 #: The simulated models every catalog may name. ``tool`` calls the first tool when no directive says
 #: otherwise and ``judge`` is the usual judge; the others differ only by the ``[sim@NAME: …]`` directives

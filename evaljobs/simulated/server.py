@@ -456,7 +456,7 @@ class SimulatedProvider:
             self._count(model, "faults", bucket="malformed")
             await send(writer, 200, b'{"choices": [{"message": this is not JSON', keep_alive=keep_alive)
             return keep_alive
-        input_tokens = prompt_tokens(messages, call.tools)
+        input_tokens = prompt_tokens(messages, call.tools) if answer.prompt_tokens is None else answer.prompt_tokens
         with self._lock:
             self._sequence += 1
             sequence = self._sequence

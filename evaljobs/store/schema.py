@@ -7,13 +7,26 @@ job, so this module imports nothing else from the store.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 import peewee
-from peewee import (SQL, BooleanField, CharField, DatabaseProxy, DateTimeField, DoubleField, ForeignKeyField,
-                    IntegerField, Model, TextField, fn)
+from peewee import (
+    SQL,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DatabaseProxy,
+    DateTimeField,
+    DoubleField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+    fn,
+)
 
 from evaljobs.store.errors import StoreError, redact
 
@@ -104,9 +117,11 @@ class ResultRow(_Table):
     fault = TextField(null=True)
     output = TextField()
     tool_calls = TextField()
-    duration_ms = IntegerField()
-    input_tokens = IntegerField()
-    output_tokens = IntegerField()
+    # 64-bit on both backends (SQLite's INTEGER always is; PostgreSQL's integer is 32-bit): a pair's
+    # token counts may pass 2^31 (a provider reporting 3e9 tokens failed the insert).
+    duration_ms = BigIntegerField()
+    input_tokens = BigIntegerField()
+    output_tokens = BigIntegerField()
     #: NULL when the model's price is unknown (never stored as $0).
     cost = DoubleField(null=True)
     attempts = IntegerField()
@@ -203,6 +218,7 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
                                                          "epoch": "INTEGER NOT NULL DEFAULT 0",
                                                          "reused_from": "VARCHAR(32)"})
             done += _drop_not_null(db, ResultRow, "cost")
+            done += _widen_to_bigint(db, ResultRow, ("duration_ms", "input_tokens", "output_tokens"))
             done += _epoch_in_unique_index(db)
         if current < SCHEMA_VERSION:
             SchemaVersion.create(version=SCHEMA_VERSION, applied_at=_now(),
@@ -238,6 +254,21 @@ def _drop_not_null(db: peewee.Database, table: type[Model], column: str) -> list
     migrator = PostgresqlMigrator(db) if isinstance(db, peewee.PostgresqlDatabase) else SqliteMigrator(db)
     migrate(migrator.drop_not_null(table._meta.table_name, column))
     return [f"{table._meta.table_name}.{column} may be NULL"]
+
+
+def _widen_to_bigint(db: peewee.Database, table: type[Model], columns: tuple[str, ...]) -> list[str]:
+    """PostgreSQL: ``integer`` columns of an older database become ``bigint`` (SQLite's are 64-bit already).
+
+    Not a schema version of its own: a ``bigint`` column reads and writes the same for an older
+    evaljobs, so the change needs no version gate and is done wherever it is still missing.
+    """
+    if not isinstance(db, peewee.PostgresqlDatabase):
+        return []
+    name = table._meta.table_name
+    narrow = [c.name for c in db.get_columns(name) if c.name in columns and c.data_type.lower() == "integer"]
+    for column in narrow:
+        db.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "{column}" TYPE BIGINT')
+    return [f"{name}.{column} is BIGINT" for column in narrow]
 
 
 def _add_missing_columns(db: peewee.Database, table: type[Model], columns: dict[str, str]) -> list[str]:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from evaljobs.providers.errors import (
@@ -94,11 +95,24 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
+#: The most tokens one answer may report: a trillion, a thousand times any context window. A larger
+#: figure (10^30 was seen) is not usage, and storing it failed the result's insert, so the pair's
+#: message was retried out and the run never completed: such an answer is refused as a provider error.
+MAX_TOKENS = 10**12
+
+
 def count(value: Any) -> int:
+    """A token count from a usage field: 0 when absent or not a number; out of range is a provider error."""
     try:
-        return max(0, int(value))
+        number = int(value)
+    except OverflowError:  # an infinite float
+        raise PermanentError(f"the provider reported a token count of {value!r}: not a usage figure") from None
     except (TypeError, ValueError):
         return 0
+    if number > MAX_TOKENS:
+        raise PermanentError(f"the provider reported {number:.3g} tokens for one answer (more than {MAX_TOKENS:.0e}): "
+                             "not a usage figure, the answer is refused")
+    return max(0, number)
 
 
 def sse_events(lines: Iterator[bytes]) -> Iterator[tuple[str | None, str]]:
@@ -119,8 +133,7 @@ def sse_events(lines: Iterator[bytes]) -> Iterator[tuple[str | None, str]]:
         if line.startswith(":"):
             continue
         name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        value = value.removeprefix(" ")
         if name == "data":
             data.append(value)
         elif name == "event":
