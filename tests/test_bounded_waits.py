@@ -89,3 +89,18 @@ def test_max_retries_in_the_providers_file_is_the_pairs_retry_budget(strategy, m
     assert result.status == "errored" and result.attempts == requests, result.error
     assert result.error.endswith(f"(gave up after {requests} attempts)"), result.error
     assert sim.stats()["requests"] == requests
+
+
+def test_a_day_long_retry_after_does_not_hold_the_deployments_other_pairs(sqlite_url, provider, monkeypatch):
+    """Fan-out, governor on: each pair asked to wait a day errors at once; the budget is not paused for
+    the day (the governor would have held every other pair of the deployment in hand-backs)."""
+    sim, _ = provider
+    monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "10")
+    monkeypatch.setenv("EVALJOBS_GOVERNOR", "on")
+    text = "name: day\nscenarios:\n" + "".join(f"  - {{key: s{i}, prompt: '[sim: ratelimit 86400] {i}'}}\n"
+                                                for i in range(4))
+    info, results = run_one(sqlite_url, loads_catalog(text, source="day.yaml"), "gw/m", "fanout")
+    assert info.persisted == 4 and info.report is not None, info
+    assert all(r.status == "errored" and r.error.startswith("rate_limited: the provider asked to wait 86400 s")
+               for r in results), [r.error for r in results]
+    assert sim.stats()["requests"] == 4

@@ -70,6 +70,26 @@ def test_usage_out_of_range_is_a_provider_error_and_3e9_tokens_are_stored(strate
     assert results["ordinary"].status == "passed"
 
 
+def test_usage_out_of_range_on_a_redis_worker_with_postgresql(redis_url, pg_url, simulated_provider, tmp_path):
+    simulated_provider(latency=0)  # exported to the worker's environment (EVALJOBS_SIM_URL)
+    session = Session(db=pg_url, broker=redis_url)
+    try:
+        session.binding()
+        run = store.create_run(loads_catalog(CATALOG, source="usage.yaml"), ["sim/a"], strategy="fanout")
+        worker = WorkerProcess(redis_url, pg_url, threads=2, log=tmp_path / "w.log").start()
+        try:
+            session.binding().actors.start_run.send(run.id)
+            info = session.wait(run.id, timeout=120, poll=0.5)
+        finally:
+            worker.terminate(15)
+        results = {r.scenario_key: r for r in store.list_results(run.id)}
+    finally:
+        session.close()
+    assert info.status == "partial" and info.persisted == 3, info
+    assert results["absurd"].status == "errored" and "1e+30 tokens" in results["absurd"].error
+    assert results["big"].status == "passed" and results["big"].input_tokens == 3_000_000_000
+
+
 def test_an_older_postgresql_database_gets_64_bit_token_columns(pg_url):
     db = store.connect(pg_url)
     store.upgrade()  # what connect did (created the tables), reported once

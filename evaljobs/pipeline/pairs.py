@@ -42,9 +42,9 @@ from evaljobs.evaluation.grading import Judge
 from evaljobs.evaluation.judge import ProviderJudge, bind_judge
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
+from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
 from evaljobs.providers.errors import RateLimited, TransientError
-from evaljobs.governor import Busy
 
 logger = logging.getLogger("evaljobs.pairs")
 

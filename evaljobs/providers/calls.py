@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
+from evaljobs.governor import Governor
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
 from evaljobs.providers.endpoints import client_for
-from evaljobs.governor import Governor
+from evaljobs.providers.errors import RateLimited
 
 #: How long the first call of a conversation may wait for a permit before the
 #: pair is handed back to the queue (nothing is lost yet). Later turns wait
@@ -56,7 +57,16 @@ def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[st
         return client.complete(spec.model, messages, **kwargs)
     max_wait = governance.permit_wait() if first else LATER_CALL_WAIT
     with governor.acquire(budget, governance.lane(), max_wait=max_wait) as permit:
-        completion = client.complete(spec.model, messages, **kwargs)
+        try:
+            completion = client.complete(spec.model, messages, **kwargs)
+        except RateLimited as exc:
+            # A Retry-After past the provider's max_retry_after is never waited for (the pair errors,
+            # rate limited), so it does not pause the budget either: the deployment's other pairs
+            # would sit out the provider's day in hand-backs. The 429 still narrows the width.
+            wait = exc.retry_after
+            honoured = wait is not None and wait <= providers.get(spec.provider).max_retry_after
+            permit.release(rate_limited=True, retry_after=wait if honoured else None)
+            raise
         permit.release(tokens=completion.input_tokens + completion.output_tokens,
                        latency=completion.latency_ms / 1000.0, headers=completion.headers)
     return completion
