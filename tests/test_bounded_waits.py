@@ -16,7 +16,7 @@ import pytest
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 
-STRATEGIES = ("fanout", "threads", "sequential")
+STRATEGIES = ("fanout", "per-model", "threads", "sequential")
 HTTP_DATE = "Fri, 01 Jan 2099 00:00:00 GMT"
 
 
