@@ -9,12 +9,16 @@ imported inside the command (start-up time of ``evaljobs --help``).
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import db_option, ping_redis, providers_option
+from evaljobs.cli._options import (db_option, health_port_option, log_format_option, metrics_host_option,
+                                   metrics_port_option, ping_redis, providers_option)
 from evaljobs import config
 from evaljobs.config import REDIS_SCHEMES, child_environment
 
@@ -39,8 +43,12 @@ from evaljobs.config import REDIS_SCHEMES, child_environment
               help="A host Dramatiq middleware to add after evaljobs' own (repeatable; entry-point group "
                    "evaljobs.middleware adds them too).")
 @providers_option
+@metrics_port_option
+@metrics_host_option
+@health_port_option
+@log_format_option
 def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
-           middleware, providers) -> None:
+           middleware, providers, metrics_port, metrics_host, health_port, log_format) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
 
     With --min/--max the worker is an elastic pool that follows the queue's backlog.
@@ -52,16 +60,18 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
     config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY) is one line here, not a traceback per process
     middleware_refs = _host_middleware(middleware)
+    ops = _ops_settings(metrics_port, metrics_host, health_port, log_format)
     if min_ is not None or max_ is not None:
         from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
 
         low = min_ if min_ is not None else 1
-        configure_logging()
+        configure_logging(log_format)
         run_pool(min=low, max=max_ if max_ is not None else max(low, threads), idle_seconds=idle_seconds,
                  lane=lane, broker=broker, db=db, queues=queues, providers=providers,
-                 recover_every=recover_every)
+                 recover_every=recover_every, metrics_port=metrics_port, metrics_host=metrics_host,
+                 health_port=health_port)
         return
-    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane}
+    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane, **ops}
     if recover_every:
         extra["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
@@ -78,9 +88,46 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
             "--threads", str(threads)]
     for queue in queues:
         args += ["--queues", queue]
+    if metrics_port:  # a Dramatiq fork process sums the worker processes' values and serves them
+        args += ["--fork-function", "evaljobs.workers.metrics:serve"]
+    if health_port:
+        args += ["--fork-function", "evaljobs.workers.health:serve"]
     if verbose:
         args.append("--verbose")
     os.execve(sys.executable, args, env)
+
+
+def _ops_settings(metrics_port: int | None, metrics_host: str, health_port: int | None,
+                  log_format: str) -> dict[str, str]:
+    """The worker processes' variables for metrics, probes and logs; checks the ports are free now."""
+    out = {"EVALJOBS_LOG_FORMAT": log_format, "EVALJOBS_METRICS_HOST": metrics_host}
+    if metrics_port:
+        from evaljobs import extras
+
+        extras.require("metrics")
+        _check_port(metrics_host, metrics_port, "--metrics-port")
+        # prometheus_client's multiprocess mode: every worker process writes its values here and
+        # the exposition process sums them. One folder per port, emptied at start (a restarted
+        # worker must not add the previous one's counts).
+        folder = Path(tempfile.gettempdir()) / f"evaljobs-metrics-{metrics_port}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        out.update({"EVALJOBS_METRICS_PORT": str(metrics_port), "PROMETHEUS_MULTIPROC_DIR": str(folder)})
+    if health_port:
+        _check_port(metrics_host, health_port, "--health-port")
+        out["EVALJOBS_HEALTH_PORT"] = str(health_port)
+    return out
+
+
+def _check_port(host: str, port: int, option: str) -> None:
+    """One line now if the port is taken, rather than a traceback in a fork process later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                                     param_hint=option) from None
 
 
 def _host_middleware(given: tuple[str, ...]) -> str | None:

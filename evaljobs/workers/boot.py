@@ -33,6 +33,15 @@ from evaljobs.pipeline.recovery import PeriodicRecovery  # noqa: E402
 
 store.connect(settings=_settings)
 binding = configure(settings=_settings)
+
+if _settings.metrics_port is not None:
+    if not _settings.metrics_dir:
+        print("error: EVALJOBS_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (an empty folder the worker processes "
+              "share; `evaljobs worker --metrics-port` makes one)", file=sys.__stderr__ or sys.stderr, flush=True)
+        sys.exit(2)
+    from evaljobs.workers.metrics import start_recording  # the metrics extra, only when asked for
+
+    start_recording()
 broker = binding.broker
 
 if _settings.recover_every > 0:
