@@ -112,6 +112,7 @@ class Settings:
     metrics_dir: str | None = None           # PROMETHEUS_MULTIPROC_DIR (prometheus_client's own variable)
     health_port: int | None = None           # EVALJOBS_HEALTH_PORT (None: no /livez, /readyz)
     log_format: str = "text"                 # EVALJOBS_LOG_FORMAT (text | json)
+    verbose: bool = False                    # EVALJOBS_VERBOSE (1: debug logs; evaljobs worker --verbose)
     trace_content: bool = False              # EVALJOBS_TRACE_CONTENT (1: prompts and answers on spans)
     # OpenTelemetry's own variables: an endpoint set turns tracing on (the SDK reads the rest).
     otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
@@ -195,7 +196,9 @@ class Settings:
             health_port=_port(env, "EVALJOBS_HEALTH_PORT"),
             log_format=(env.get("EVALJOBS_LOG_FORMAT") or d.log_format).strip().lower(),
             trace_content=(env.get("EVALJOBS_TRACE_CONTENT") or "").strip().lower() in _TRUE,
-            otlp_endpoint=_text(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _text(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            verbose=(env.get("EVALJOBS_VERBOSE") or "").strip().lower() in _TRUE,
+            otlp_endpoint=(_text(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                           or _text(env, "OTEL_EXPORTER_OTLP_ENDPOINT")),
         )
 
     def replace(self, **changes: Any) -> Settings:

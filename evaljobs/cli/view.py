@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from evaljobs.cli._options import EXIT_USAGE, db_option, ping_redis
+from evaljobs.cli._options import EXIT_USAGE, db_option, log_format_option, ping_redis
 
 
 @click.command("view")
@@ -21,7 +21,8 @@ from evaljobs.cli._options import EXIT_USAGE, db_option, ping_redis
 @click.option("--token", envvar="EVALJOBS_VIEW_TOKEN", default=None,
               help="Secret every request must carry (cookie, bearer header, or ?token= once).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
-def view(db, broker, port, host, token, open_browser) -> None:
+@log_format_option
+def view(db, broker, port, host, token, open_browser, log_format) -> None:
     """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."""
     from evaljobs import store  # start-up time, like the viewer's own imports (see the module docstring)
     from evaljobs.view import ViewConfig, check_config, check_installed, serve, url_of
@@ -38,14 +39,19 @@ def view(db, broker, port, host, token, open_browser) -> None:
     def ready() -> None:
         # The token is a secret: never printed (logs keep it); --open hands it to the browser only.
         hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
-        click.echo(f"evaljobs view: {url}{hint}", err=True)
+        if log_format == "json":
+            import logging
+
+            logging.getLogger("evaljobs.view").info("evaljobs view: %s%s", url, hint)
+        else:
+            click.echo(f"evaljobs view: {url}{hint}", err=True)
         if open_browser:
             import webbrowser  # only with --open
 
             webbrowser.open(url_of(config, with_token=True))
 
     try:
-        serve(config, on_ready=ready)
+        serve(config, on_ready=ready, log_format=log_format)
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None

@@ -60,18 +60,22 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
     config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY) is one line here, not a traceback per process
     middleware_refs = _host_middleware(middleware)
-    ops = _ops_settings(metrics_port, metrics_host, health_port, log_format)
     if min_ is not None or max_ is not None:
         from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
 
         low = min_ if min_ is not None else 1
+        if metrics_port:
+            from evaljobs import extras
+
+            extras.require("metrics")
         configure_logging(log_format)
         run_pool(min=low, max=max_ if max_ is not None else max(low, threads), idle_seconds=idle_seconds,
                  lane=lane, broker=broker, db=db, queues=queues, providers=providers,
                  recover_every=recover_every, metrics_port=metrics_port, metrics_host=metrics_host,
-                 health_port=health_port)
+                 health_port=health_port, log_format=log_format)
         return
-    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane, **ops}
+    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane,
+             **_ops_settings(metrics_port, metrics_host, health_port, log_format)}
     if recover_every:
         extra["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
@@ -80,11 +84,15 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         extra["EVALJOBS_PROVIDERS"] = str(Path(providers).resolve())
     if middleware_refs:
         extra["EVALJOBS_MIDDLEWARE"] = middleware_refs
+    if verbose:
+        extra["EVALJOBS_VERBOSE"] = "1"
     env = child_environment(extra)
     # Dramatiq's idle consumer polls up to worker_timeout apart (default 1 s): that delays start_run,
     # finalize_run and every delayed re-send (governor Busy, Retry-After) by up to a second.
     env.setdefault("dramatiq_worker_timeout", "100")
-    args = [sys.executable, "-m", "dramatiq", "evaljobs.workers.boot", "--processes", str(processes),
+    # JSON logs: Dramatiq's CLI behind a shim that formats its main process's lines as JSON too.
+    runner = ["evaljobs.workers.logs", "--skip-logging"] if log_format == "json" else ["dramatiq"]
+    args = [sys.executable, "-m", runner[0], "evaljobs.workers.boot", *runner[1:], "--processes", str(processes),
             "--threads", str(threads)]
     for queue in queues:
         args += ["--queues", queue]

@@ -31,8 +31,20 @@ from evaljobs import store  # noqa: E402 - after the check: a worker without a b
 from evaljobs.pipeline.broker import configure  # noqa: E402
 from evaljobs.pipeline.recovery import PeriodicRecovery  # noqa: E402
 
+if _settings.log_format == "json":
+    import logging
+
+    from evaljobs.workers.logs import use_json_logs
+
+    use_json_logs(logging.DEBUG if _settings.verbose else logging.INFO)
+
 store.connect(settings=_settings)
 binding = configure(settings=_settings)
+
+if _settings.log_format == "json":
+    from evaljobs.workers.logs import LogContext
+
+    binding.broker.add_middleware(LogContext())
 
 if _settings.metrics_port is not None:
     if not _settings.metrics_dir:

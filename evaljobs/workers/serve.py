@@ -41,7 +41,8 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
 def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str, db: str | None = None,
              queues: Sequence[str] = (), providers: str | None = None, recover_every: float = 0.0,
              poll: float = 0.05, stop: threading.Event | None = None, metrics_port: int | None = None,
-             metrics_host: str | None = None, health_port: int | None = None) -> dict:
+             metrics_host: str | None = None, health_port: int | None = None,
+             log_format: str | None = None) -> dict:
     """Bind the database and broker, run a :class:`~evaljobs.workers.pool.Pool` until ``stop`` (or SIGTERM/SIGINT).
 
     Returns the pool's final :meth:`~evaljobs.workers.pool.Pool.state`. Raises
@@ -51,7 +52,7 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
     check_pool_arguments(min, max, idle_seconds, lane, broker, recover_every)
     previous = config.configured()
     config.configure(previous, lane=lane, metrics_port=metrics_port, metrics_host=metrics_host,
-                     health_port=health_port,
+                     health_port=health_port, log_format=log_format,
                      providers_path=str(Path(providers).resolve()) if providers else None)
     try:
         store.connect(db)
@@ -69,6 +70,10 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
 
 def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
            recover_every: float, poll: float, stop: threading.Event) -> dict:
+    if config.settings().log_format == "json":
+        from evaljobs.workers.logs import LogContext
+
+        binding.broker.add_middleware(LogContext())  # each line names the run and pair of its member's message
     binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
     recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
     pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
