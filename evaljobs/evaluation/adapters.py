@@ -16,6 +16,7 @@ import types
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
+from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.errors import UsageError
@@ -164,7 +165,11 @@ class ConversationAdapter:
                 replay.answer = completion.content or ""
                 break
             for requested in completion.tool_calls:
-                call = self.tool_runner(scenario, requested.name, requested.arguments)
+                with telemetry.span(f"execute_tool {requested.name}", {"gen_ai.operation.name": "execute_tool",
+                                                                       "gen_ai.tool.name": requested.name}) as span:
+                    call = self.tool_runner(scenario, requested.name, requested.arguments)
+                    if call.error:
+                        span.set_attribute("error.type", "tool_error")
                 replay.tool_calls.append(call)
                 content = _tool_content({"error": call.error} if call.error else call.result)
                 messages.append({"role": "tool", "tool_call_id": requested.id, "content": content})

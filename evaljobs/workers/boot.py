@@ -41,6 +41,17 @@ if _settings.log_format == "json":
 store.connect(settings=_settings)
 binding = configure(settings=_settings)
 
+if _settings.otlp_endpoint:
+    from evaljobs import extras
+
+    if not extras.installed("otel"):
+        print("error: OTEL_EXPORTER_OTLP_ENDPOINT is set (tracing) but the 'otel' extra is not installed: "
+              "pip install 'evaljobs[otel]'", file=sys.__stderr__ or sys.stderr, flush=True)
+        sys.exit(2)
+    from evaljobs.workers import tracing
+
+    binding.broker.add_middleware(tracing.start(_settings))
+
 if _settings.log_format == "json":
     from evaljobs.workers.logs import LogContext
 

@@ -70,6 +70,13 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
 
 def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
            recover_every: float, poll: float, stop: threading.Event) -> dict:
+    if config.settings().otlp_endpoint:
+        from evaljobs import extras
+
+        extras.require("otel")
+        from evaljobs.workers import tracing
+
+        binding.broker.add_middleware(tracing.start(config.settings()))
     if config.settings().log_format == "json":
         from evaljobs.workers.logs import LogContext
 
