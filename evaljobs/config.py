@@ -111,6 +111,8 @@ class Settings:
     metrics_host: str = "127.0.0.1"          # EVALJOBS_METRICS_HOST (also the health probes' address)
     metrics_dir: str | None = None           # PROMETHEUS_MULTIPROC_DIR (prometheus_client's own variable)
     health_port: int | None = None           # EVALJOBS_HEALTH_PORT (None: no /livez, /readyz)
+    health_dir: str | None = None            # EVALJOBS_HEALTH_DIR (the worker processes' status files)
+    health_processes: int = 1                # EVALJOBS_HEALTH_PROCESSES (processes /readyz waits for)
     log_format: str = "text"                 # EVALJOBS_LOG_FORMAT (text | json)
     verbose: bool = False                    # EVALJOBS_VERBOSE (1: debug logs; evaljobs worker --verbose)
     trace_content: bool = False              # EVALJOBS_TRACE_CONTENT (1: prompts and answers on spans)
@@ -194,6 +196,8 @@ class Settings:
             metrics_host=env.get("EVALJOBS_METRICS_HOST") or d.metrics_host,
             metrics_dir=_text(env, "PROMETHEUS_MULTIPROC_DIR"),
             health_port=_port(env, "EVALJOBS_HEALTH_PORT"),
+            health_dir=_text(env, "EVALJOBS_HEALTH_DIR"),
+            health_processes=_int(env, "EVALJOBS_HEALTH_PROCESSES", d.health_processes),
             log_format=(env.get("EVALJOBS_LOG_FORMAT") or d.log_format).strip().lower(),
             trace_content=(env.get("EVALJOBS_TRACE_CONTENT") or "").strip().lower() in _TRUE,
             verbose=(env.get("EVALJOBS_VERBOSE") or "").strip().lower() in _TRUE,

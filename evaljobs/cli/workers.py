@@ -75,7 +75,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
                  health_port=health_port, log_format=log_format)
         return
     extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane,
-             **_ops_settings(metrics_port, metrics_host, health_port, log_format)}
+             **_ops_settings(metrics_port, metrics_host, health_port, log_format, processes)}
     if recover_every:
         extra["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
@@ -106,7 +106,7 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
 
 
 def _ops_settings(metrics_port: int | None, metrics_host: str, health_port: int | None,
-                  log_format: str) -> dict[str, str]:
+                  log_format: str, processes: int) -> dict[str, str]:
     """The worker processes' variables for metrics, probes and logs; checks the ports are free now."""
     out = {"EVALJOBS_LOG_FORMAT": log_format, "EVALJOBS_METRICS_HOST": metrics_host}
     if metrics_port:
@@ -115,16 +115,23 @@ def _ops_settings(metrics_port: int | None, metrics_host: str, health_port: int 
         extras.require("metrics")
         _check_port(metrics_host, metrics_port, "--metrics-port")
         # prometheus_client's multiprocess mode: every worker process writes its values here and
-        # the exposition process sums them. One folder per port, emptied at start (a restarted
-        # worker must not add the previous one's counts).
-        folder = Path(tempfile.gettempdir()) / f"evaljobs-metrics-{metrics_port}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        out.update({"EVALJOBS_METRICS_PORT": str(metrics_port), "PROMETHEUS_MULTIPROC_DIR": str(folder)})
+        # the exposition process sums them (a restarted worker must not add the previous one's counts).
+        out.update({"EVALJOBS_METRICS_PORT": str(metrics_port),
+                    "PROMETHEUS_MULTIPROC_DIR": _fresh_folder(f"evaljobs-metrics-{metrics_port}")})
     if health_port:
         _check_port(metrics_host, health_port, "--health-port")
-        out["EVALJOBS_HEALTH_PORT"] = str(health_port)
+        # Each worker process writes its consumers' status here; the probe server reads them.
+        out.update({"EVALJOBS_HEALTH_PORT": str(health_port), "EVALJOBS_HEALTH_PROCESSES": str(processes),
+                    "EVALJOBS_HEALTH_DIR": _fresh_folder(f"evaljobs-health-{health_port}")})
     return out
+
+
+def _fresh_folder(name: str) -> str:
+    """An empty folder under the temp directory, one per port (a restarted worker starts clean)."""
+    folder = Path(tempfile.gettempdir()) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return str(folder)
 
 
 def _check_port(host: str, port: int, option: str) -> None:

@@ -52,6 +52,11 @@ if _settings.otlp_endpoint:
 
     binding.broker.add_middleware(tracing.start(_settings))
 
+if _settings.health_dir:
+    from evaljobs.workers.health import ConsumerBeacon
+
+    binding.broker.add_middleware(ConsumerBeacon(_settings.health_dir))  # for /readyz (evaljobs.workers.health)
+
 if _settings.log_format == "json":
     from evaljobs.workers.logs import LogContext
 

@@ -87,6 +87,7 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
                 poll=poll)
     restore_signals = _on_signals(stop)
     exposition = _serve_metrics(tuple(queues), binding.url)
+    probes = _serve_health(pool, binding.url)
     try:
         pool.start()
         logger.info("pool %s: %d..%d members on %s, lane %s, idle %gs", pool.id, min, max,
@@ -95,6 +96,9 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
             pass
     finally:
         pool.stop()
+        if probes is not None:
+            probes.shutdown()
+            probes.server_close()
         if exposition is not None:
             exposition.shutdown()
             exposition.server_close()
@@ -119,6 +123,26 @@ def _serve_metrics(queues: tuple[str, ...], broker_url: str) -> Any:
     server = metrics.make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
     metrics.serve_in_thread(server)
     logger.info("metrics: serving http://%s:%d/metrics", settings.metrics_host, server.server_address[1])
+    return server
+
+
+def _serve_health(pool: Pool, broker_url: str) -> Any:
+    """The pool's ``/livez`` and ``/readyz`` (a thread of this process), when a health port is set."""
+    settings = config.settings()
+    if settings.health_port is None:
+        return None
+    from evaljobs.workers import health
+
+    def members() -> str | None:
+        state = pool.state()
+        return None if state["members"] >= state["min"] else \
+            f"consumers: {state['members']} of at least {state['min']} pool members running"
+
+    server = health.make_server(settings.metrics_host, settings.health_port,
+                                {"broker": health.broker_check(broker_url), "database": health.database_check,
+                                 "consumers": members})
+    threading.Thread(target=server.serve_forever, name="evaljobs-health", daemon=True).start()
+    logger.info("health: serving http://%s:%d/livez and /readyz", settings.metrics_host, server.server_address[1])
     return server
 
 
