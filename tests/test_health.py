@@ -35,12 +35,12 @@ def test_a_worker_is_ready_once_its_processes_consume_and_not_while_redis_is_dow
     try:
         fleet.start()
         assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 120), (probe(port, "/readyz"), fleet.log_text())
-        code, body = probe(port, "/readyz")
+        _, body = probe(port, "/readyz")
         assert body == {"ready": True, "checks": {"broker": "ok", "database": "ok", "consumers": "ok"}}
         assert probe(port, "/livez") == (200, "ok\n")
         redis_server.kill()
         assert wait_until(lambda: probe(port, "/readyz")[0] == 503, 60)
-        code, body = probe(port, "/readyz")
+        _, body = probe(port, "/readyz")
         assert body["ready"] is False and body["checks"]["broker"].startswith("broker redis://127.0.0.1:")
         assert probe(port, "/livez")[0] == 200  # up, not ready: a supervisor must not restart it for this
     finally:
