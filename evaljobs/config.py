@@ -117,7 +117,7 @@ class Settings:
     verbose: bool = False                    # EVALJOBS_VERBOSE (1: debug logs; evaljobs worker --verbose)
     trace_content: bool = False              # EVALJOBS_TRACE_CONTENT (1: prompts and answers on spans)
     # OpenTelemetry's own variables: an endpoint set turns tracing on (the SDK reads the rest).
-    otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
+    otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else ..._ENDPOINT
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,7 +134,8 @@ class Settings:
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(f"EVALJOBS_LOG_FORMAT={self.log_format!r} is not a log format: use "
                                      + " or ".join(LOG_FORMATS))
-        for name, port in (("EVALJOBS_METRICS_PORT", self.metrics_port), ("EVALJOBS_HEALTH_PORT", self.health_port)):
+        ports = (("EVALJOBS_METRICS_PORT", self.metrics_port), ("EVALJOBS_HEALTH_PORT", self.health_port))
+        for name, port in ports:
             if port is not None and not 0 < port < 65536:
                 raise ConfigurationError(f"{name}={port!r} is not a TCP port (1-65535)")
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:

@@ -42,7 +42,8 @@ class TraceContextProvider:
         from opentelemetry import context
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        carried = {k: v for k, v in value.items() if k in ("traceparent", "tracestate") and isinstance(v, str)}
+        carried = {k: v for k, v in value.items()
+                   if k in ("traceparent", "tracestate") and isinstance(v, str)}
         return context.attach(TraceContextTextMapPropagator().extract(carried))
 
     def clear(self, token: Any) -> None:

@@ -1,4 +1,4 @@
-"""Health probes: ``evaljobs worker --health-port`` and pools answer /livez and /readyz for process managers."""
+"""Health probes: ``evaljobs worker --health-port`` and pools answer /livez and /readyz."""
 from __future__ import annotations
 
 import json
@@ -34,7 +34,8 @@ def test_a_worker_is_ready_once_its_processes_consume_and_not_while_redis_is_dow
     fleet.workers[0].args[fleet.workers[0].args.index("--processes") + 1] = "2"
     try:
         fleet.start()
-        assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 120), (probe(port, "/readyz"), fleet.log_text())
+        assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 120), \
+            (probe(port, "/readyz"), fleet.log_text())
         _, body = probe(port, "/readyz")
         assert body == {"ready": True, "checks": {"broker": "ok", "database": "ok", "consumers": "ok"}}
         assert probe(port, "/livez") == (200, "ok\n")

@@ -1,4 +1,4 @@
-"""``--log-format json``: one JSON object a line from worker, pool and view, with the run and pair, redacted."""
+"""``--log-format json``: one JSON object a line from worker, pool and view, naming run and pair, redacted."""
 from __future__ import annotations
 
 import json
@@ -37,8 +37,8 @@ def test_a_line_is_one_redacted_json_object_with_the_pair_it_was_logged_for():
     finally:
         _work.reset(token)
     assert entry["message"] == "cannot reach redis://:***@cache.internal:6379/0"
-    assert (entry["level"], entry["logger"], entry["run"], entry["pair"]) == ("WARNING", "evaljobs.test", "run-1",
-                                                                             "s1/sim/a")
+    assert (entry["level"], entry["logger"]) == ("WARNING", "evaljobs.test")
+    assert (entry["run"], entry["pair"]) == ("run-1", "s1/sim/a")
     said = "login with password=" + "hunter2" + " rejected"  # the traceback's source line shows no secret
     try:
         raise RuntimeError(said)
@@ -62,7 +62,8 @@ def test_a_worker_logs_json_lines_naming_run_and_pair(redis_url, sqlite_url, tmp
     simulated_provider(latency=0.01)
     fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=1, threads=2,
                   env={"EVALJOBS_LOG_FORMAT": "json"}, verbose=True)
-    with fleet_run(fleet, numbered_catalog(3, "json-logs"), ["sim/a"], db=sqlite_url, broker=redis_url) as run:
+    catalog = numbered_catalog(3, "json-logs")
+    with fleet_run(fleet, catalog, ["sim/a"], db=sqlite_url, broker=redis_url) as run:
         assert run.session.wait(run.id, timeout=120, poll=0.5).status == "complete"
     entries = _lines("".join(path.read_text() for path in sorted(fleet.logs.glob("*.log"))))
     assert any("ready for action" in e["message"] for e in entries)
@@ -91,9 +92,9 @@ def test_a_pool_logs_json(redis_url, sqlite_url, tmp_path):
     log = tmp_path / "pool.log"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     with log.open("wb") as out:
-        pool = subprocess.Popen([sys.executable, "-m", "evaljobs", "pool", "--broker", redis_url, "--db", sqlite_url,
-                                 "--min", "1", "--max", "2", "--log-format", "json"], env=env, cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
+        argv = [sys.executable, "-m", "evaljobs", "pool", "--broker", redis_url, "--db", sqlite_url,
+                "--min", "1", "--max", "2", "--log-format", "json"]
+        pool = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         try:
             assert wait_until(lambda: "members on" in log.read_text(), 60), log.read_text()
         finally:

@@ -29,7 +29,7 @@ def test_prometheus_scrapes_two_workers_during_a_run_with_429s(redis_url, sqlite
     providers = tmp_path / "providers.yaml"
     providers.write_text(f"providers:\n  stormy:\n    base_url: {stormy.url}\n")
     monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))
-    catalog = numbered_catalog(100, "metrics", prompt="[sim: fail-first 1 429] [sim: say answer {i}]")  # x 2 models
+    catalog = numbered_catalog(100, "metrics", prompt="[sim: fail-first 1 429] [sim: say answer {i}]")
     ports = [free_port(), free_port()]
     # No governor: a 429 does not pause a budget; the pair waits out its Retry-After and asks again.
     fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=0, threads=4,
@@ -87,7 +87,7 @@ def test_outcome_labels_are_bounded():
     assert outcome_of(PermanentError("undecodable response body")) == "error"
 
 
-def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, tmp_path, monkeypatch, simulated_provider):
+def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, simulated_provider):
     """An elastic pool is one process: its members' counts are served from memory, with the fleet gauges."""
     import threading
 
@@ -113,8 +113,8 @@ def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, tmp_path, m
             except OSError:
                 return ""
 
-        assert wait_until(lambda: 'evaljobs_pairs_total{model="sim/a",status="passed"} 3.0' in scrape(), 30), \
-            scrape()
+        counted = 'evaljobs_pairs_total{model="sim/a",status="passed"} 3.0'
+        assert wait_until(lambda: counted in scrape(), 30), scrape()
         text = scrape()
         assert 'evaljobs_runs{status="running"}' in text and "evaljobs_governor_limit" in text
     finally:
@@ -134,7 +134,7 @@ def test_nothing_is_imported_or_observed_without_metrics():
 
 @pytest.mark.redis
 def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_url, tmp_path):
-    """``evaljobs view --token`` answers /metrics only with the token; Prometheus scrapes it as a bearer token."""
+    """``evaljobs view --token`` answers /metrics only with the token; Prometheus sends it as a bearer."""
     from helpers import Viewer
 
     token = "metrics-token-0123456789abcdef"
@@ -145,9 +145,27 @@ def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_u
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 401
         with PrometheusServer([f"127.0.0.1:{viewer.port}"], interval=0.5, authorization=token) as prometheus:
-            ready = prometheus.wait_for('evaljobs_queue_messages{queue="agents",state="ready"}', lambda r: len(r) == 1)
+            ready = prometheus.wait_for('evaljobs_queue_messages{queue="agents",state="ready"}',
+                                        lambda r: len(r) == 1)
             assert len(ready) == 1, prometheus.query("up")
             runs = prometheus.query("evaljobs_runs")
             assert {s["metric"]["status"] for s in runs} == {"pending", "running"}
     finally:
         viewer.close()
+
+
+@pytest.mark.redis
+def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
+    import socket
+
+    from helpers import evaljobs_cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for option in ("--metrics-port", "--health-port"):
+            done = evaljobs_cli("worker", "--broker", redis_url, option, str(port))
+            assert done.returncode == 2, done.stderr
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and option in lines[0]

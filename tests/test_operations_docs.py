@@ -102,14 +102,15 @@ def test_the_shell_commands_are_real_commands(monkeypatch):
 
 def test_the_log_line_example_has_every_field():
     example = next(b for b in blocks("json"))
-    assert set(json.loads(example)) == {"time", "level", "logger", "message", "run", "pair", "worker", "thread"}
+    fields = {"time", "level", "logger", "message", "run", "pair", "worker", "thread"}
+    assert set(json.loads(example)) == fields
 
 
 def test_promtool_accepts_the_scrape_configuration(tmp_path):
-    assert shutil.which("promtool"), "promtool comes with Debian's prometheus package (scripts/test installs it)"
+    assert shutil.which("promtool"), "promtool comes with Debian's prometheus package (scripts/test has it)"
     config = next(b for b in blocks("yaml") if "scrape_configs" in b)
     path = tmp_path / "prometheus.yml"
     path.write_text(config)
-    done = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

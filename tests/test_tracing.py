@@ -113,7 +113,8 @@ def test_prompts_and_answers_go_on_spans_only_when_asked(tmp_path, simulated_pro
     tracing.start(Settings(trace_content=content), exporter=exporter)
     try:
         with Session(db=f"sqlite:///{tmp_path}/runs.db") as session:
-            info = session.submit(loads_catalog(CATALOG, source="traced.yaml"), ["sim/a"], strategy="sequential")
+            catalog = loads_catalog(CATALOG, source="traced.yaml")
+            info = session.submit(catalog, ["sim/a"], strategy="sequential")
         assert info.status == "complete"
     finally:
         tracing.stop()
@@ -126,3 +127,28 @@ def test_prompts_and_answers_go_on_spans_only_when_asked(tmp_path, simulated_pro
         assert "SECRET-PROMPT-1" in prompts and "alpha SECRET-PROMPT-1" in answers
     else:
         assert prompts.strip() == "" and answers.strip() == ""
+
+
+def test_the_trace_context_provider_carries_only_traceparent_and_puts_it_back():
+    from evaljobs_middleware.tracecontext import TraceContextProvider
+    from opentelemetry import baggage, context, trace
+
+    provider = TraceContextProvider()
+    assert provider.capture() is None  # no span: nothing to carry
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("submit") as span:
+        token = context.attach(baggage.set_baggage("tenant", "acme"))
+        try:
+            carried = provider.capture()
+        finally:
+            context.detach(token)
+    ids = span.get_span_context()
+    expected = f"00-{ids.trace_id:032x}-{ids.span_id:016x}-{int(ids.trace_flags):02x}"
+    assert carried == {"traceparent": expected}  # never the baggage
+    restored = provider.restore(carried)
+    try:
+        current = trace.get_current_span().get_span_context()
+        assert (current.trace_id, current.span_id, current.is_remote) == (ids.trace_id, ids.span_id, True)
+    finally:
+        provider.clear(restored)
+    assert not trace.get_current_span().get_span_context().is_valid

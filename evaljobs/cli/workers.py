@@ -92,8 +92,8 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     env.setdefault("dramatiq_worker_timeout", "100")
     # JSON logs: Dramatiq's CLI behind a shim that formats its main process's lines as JSON too.
     runner = ["evaljobs.workers.logs", "--skip-logging"] if log_format == "json" else ["dramatiq"]
-    args = [sys.executable, "-m", runner[0], "evaljobs.workers.boot", *runner[1:], "--processes", str(processes),
-            "--threads", str(threads)]
+    args = [sys.executable, "-m", runner[0], "evaljobs.workers.boot", *runner[1:],
+            "--processes", str(processes), "--threads", str(threads)]
     for queue in queues:
         args += ["--queues", queue]
     if metrics_port:  # a Dramatiq fork process sums the worker processes' values and serves them

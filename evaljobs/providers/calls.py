@@ -73,7 +73,8 @@ def _call(client: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: 
     # OpenTelemetry's GenAI semantic conventions (span name "{operation} {model}").
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": spec.provider,
                                   "gen_ai.request.model": spec.model}
-    for option, key in (("temperature", "gen_ai.request.temperature"), ("max_tokens", "gen_ai.request.max_tokens")):
+    for option, key in (("temperature", "gen_ai.request.temperature"),
+                        ("max_tokens", "gen_ai.request.max_tokens")):
         if kwargs.get(option) is not None:
             attributes[key] = kwargs[option]
     with telemetry.span(f"chat {spec.model}", attributes) as span:
@@ -156,4 +157,5 @@ class ProviderCalls:
                              adapter_version=version)
 
 
-__all__ = ["FIRST_CALL_WAIT", "LATER_CALL_WAIT", "Governance", "GovernedCalls", "ProviderCalls", "complete", "outcome_of"]
+__all__ = ["FIRST_CALL_WAIT", "LATER_CALL_WAIT", "Governance", "GovernedCalls", "ProviderCalls", "complete",
+           "outcome_of"]

@@ -55,7 +55,7 @@ if _settings.otlp_endpoint:
 if _settings.health_dir:
     from evaljobs.workers.health import ConsumerBeacon
 
-    binding.broker.add_middleware(ConsumerBeacon(_settings.health_dir))  # for /readyz (evaljobs.workers.health)
+    binding.broker.add_middleware(ConsumerBeacon(_settings.health_dir))  # for /readyz (workers.health)
 
 if _settings.log_format == "json":
     from evaljobs.workers.logs import LogContext
@@ -64,8 +64,9 @@ if _settings.log_format == "json":
 
 if _settings.metrics_port is not None:
     if not _settings.metrics_dir:
-        print("error: EVALJOBS_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (an empty folder the worker processes "
-              "share; `evaljobs worker --metrics-port` makes one)", file=sys.__stderr__ or sys.stderr, flush=True)
+        print("error: EVALJOBS_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (an empty folder the worker "
+              "processes share; `evaljobs worker --metrics-port` makes one)",
+              file=sys.__stderr__ or sys.stderr, flush=True)
         sys.exit(2)
     from evaljobs.workers.metrics import start_recording  # the metrics extra, only when asked for
 

@@ -92,7 +92,7 @@ def make_server(host: str, port: int, checks: dict[str, Check]) -> ThreadingHTTP
     """``/livez`` and ``/readyz`` on ``host:port``."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/livez":
                 code, body, kind = 200, b"ok\n", "text/plain; charset=utf-8"
@@ -106,7 +106,7 @@ def make_server(host: str, port: int, checks: dict[str, Check]) -> ThreadingHTTP
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        def log_message(self, format: str, *args: Any) -> None:
             logger.debug("health: " + format, *args)
 
     server = ThreadingHTTPServer((host, port), Handler)

@@ -55,7 +55,8 @@ class PrometheusObserver:
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> prom.Counter:
             return prom.Counter(name, doc, labels, registry=registry)
 
-        def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> prom.Histogram:
+        def histogram(name: str, doc: str, labels: tuple[str, ...],
+                      buckets: tuple[float, ...]) -> prom.Histogram:
             return prom.Histogram(name, doc, labels, buckets=buckets, registry=registry)
 
         self.pairs = counter("evaljobs_pairs_total", "Pairs recorded, by result status and model.",
@@ -69,7 +70,7 @@ class PrometheusObserver:
                                  ("provider", "model"), CALL_BUCKETS)
         self.ttft = histogram("evaljobs_provider_ttft_seconds", "Time to the first streamed token.",
                               ("provider", "model"), CALL_BUCKETS)
-        self.tokens = counter("evaljobs_tokens_total", "Tokens sent and received, by direction (input, output).",
+        self.tokens = counter("evaljobs_tokens_total", "Tokens sent (input) and received (output).",
                               ("provider", "model", "direction"))
         self.cost = counter("evaljobs_cost_dollars_total", "Known cost of recorded pairs, USD.",
                             ("provider", "model"))
@@ -100,9 +101,10 @@ class PrometheusObserver:
 
 
 class FleetCollector(Collector):
-    """Queue depth, active runs and governor budgets, read at each scrape (no scan: see ``evaljobs status``)."""
+    """Queue depth, active runs and governor budgets, read at each scrape (no scan: as `evaljobs status`)."""
 
-    def __init__(self, settings: Settings, *, queues: tuple[str, ...] = (), broker_url: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, queues: tuple[str, ...] = (),
+                 broker_url: str | None = None) -> None:
         self.settings = settings
         self.queues = queues
         self.broker_url = broker_url or settings.broker_url or ""
@@ -279,5 +281,5 @@ def serve() -> int:
     return 0
 
 
-__all__ = ["FleetCollector", "PrometheusObserver", "exposition", "fleet_registry", "in_process_registry", "make_server",
-           "registry_for", "serve", "serve_in_thread", "start_recording", "stop_recording"]
+__all__ = ["FleetCollector", "PrometheusObserver", "exposition", "fleet_registry", "in_process_registry",
+           "make_server", "registry_for", "serve", "serve_in_thread", "start_recording", "stop_recording"]

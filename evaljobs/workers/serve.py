@@ -80,7 +80,7 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
     if config.settings().log_format == "json":
         from evaljobs.workers.logs import LogContext
 
-        binding.broker.add_middleware(LogContext())  # each line names the run and pair of its member's message
+        binding.broker.add_middleware(LogContext())  # each line names the run and pair of its message
     binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
     recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
     pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
@@ -142,12 +142,13 @@ def _serve_health(pool: Pool, broker_url: str) -> Any:
                                 {"broker": health.broker_check(broker_url), "database": health.database_check,
                                  "consumers": members})
     threading.Thread(target=server.serve_forever, name="evaljobs-health", daemon=True).start()
-    logger.info("health: serving http://%s:%d/livez and /readyz", settings.metrics_host, server.server_address[1])
+    logger.info("health: serving http://%s:%d/livez and /readyz", settings.metrics_host,
+                server.server_address[1])
     return server
 
 
 def configure_logging(log_format: str = "text") -> None:
-    """Dramatiq-style log lines on stderr (or JSON lines), without one per member start/stop or provider call."""
+    """Dramatiq-style log lines on stderr (or JSON), without one per member start/stop or provider call."""
     if log_format == "json":
         from evaljobs.workers.logs import use_json_logs
 

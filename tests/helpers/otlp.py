@@ -8,9 +8,10 @@ from __future__ import annotations
 import gzip
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -44,7 +45,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
@@ -71,7 +72,8 @@ class OtlpReceiver:
     def _receive(self, request: ExportTraceServiceRequest) -> None:
         got = []
         for resource_spans in request.resource_spans:
-            service = next((_value(a.value) for a in resource_spans.resource.attributes if a.key == "service.name"), "")
+            attributes = resource_spans.resource.attributes
+            service = next((_value(a.value) for a in attributes if a.key == "service.name"), "")
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     got.append(ReceivedSpan(service, span.name, span.trace_id.hex(), span.span_id.hex(),
@@ -85,7 +87,8 @@ class OtlpReceiver:
         with self._lock:
             return list(self.spans)
 
-    def wait_for(self, condition: Callable[[list[ReceivedSpan]], bool], timeout: float = 120.0) -> list[ReceivedSpan]:
+    def wait_for(self, condition: Callable[[list[ReceivedSpan]], bool],
+                 timeout: float = 120.0) -> list[ReceivedSpan]:
         deadline = time.monotonic() + timeout
         while not condition(self.snapshot()) and time.monotonic() < deadline:
             time.sleep(0.1)

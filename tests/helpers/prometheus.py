@@ -32,14 +32,15 @@ class PrometheusServer:
         self.dir = Path(tempfile.mkdtemp(prefix="evaljobs-prometheus-"))
         self.port = free_port()
         auth = f"    authorization: {{credentials: {json.dumps(authorization)}}}\n" if authorization else ""
-        config = (f"global:\n  scrape_interval: {int(interval * 1000)}ms\n  scrape_timeout: {int(interval * 1000)}ms\n"
+        every = f"{int(interval * 1000)}ms"
+        config = (f"global:\n  scrape_interval: {every}\n  scrape_timeout: {every}\n"
                   f"scrape_configs:\n  - job_name: evaljobs\n    metrics_path: {metrics_path}\n{auth}"
                   f"    static_configs:\n      - targets: {json.dumps(targets)}\n")
         (self.dir / "prometheus.yml").write_text(config)
         self.log = self.dir / "prometheus.log"
         self.process = subprocess.Popen(
-            [binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
+            [binary, f"--config.file={self.dir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
             stdin=subprocess.DEVNULL, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
