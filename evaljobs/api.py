@@ -33,7 +33,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
 from evaljobs.pipeline import runtime, strategies
-from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker,
+from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
                                       start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
@@ -156,7 +156,7 @@ class Session:
     def context_providers(self) -> list:
         if self._context_providers is None:
             self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
-        return list(self._context_providers)
+        return context_providers(self._context_providers)  # and the built-in trace context
 
     # -- broker ---------------------------------------------------------------------------------
     def binding(self):

@@ -29,6 +29,8 @@ from evaljobs.errors import ConfigurationError
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DEFAULT_QUEUE = "agents"
 _FALSE = ("off", "0", "false", "no")
+_TRUE = ("on", "1", "true", "yes")
+LOG_FORMATS = ("text", "json")
 #: Shortest context signing key accepted (bytes): an HMAC-SHA256 key shorter than its output
 #: is guessable sooner than the signature, and an empty one means "signing off" to no one.
 MIN_CONTEXT_KEY_BYTES = 32
@@ -54,6 +56,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise ConfigurationError(f"{name}={text!r} is not a whole number") from None
+
+
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    text = env.get(name, "")
+    return None if text.strip() == "" else _int(env, name, 0)
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -102,6 +109,18 @@ class Settings:
     # Keep each provider call's raw request and response with its result (redacted; the viewer's
     # transcript shows them). Off by default: they repeat the conversation on every turn.
     store_transcripts: bool = False          # EVALJOBS_STORE_TRANSCRIPTS (on/1/true/yes; run --trace-content)
+    # Operating the fleet (docs/operations.md): Prometheus metrics, health probes, traces, logs.
+    metrics_port: int | None = None          # EVALJOBS_METRICS_PORT (None: no metrics)
+    metrics_host: str = "127.0.0.1"          # EVALJOBS_METRICS_HOST (also the health probes' address)
+    metrics_dir: str | None = None           # PROMETHEUS_MULTIPROC_DIR (prometheus_client's own variable)
+    health_port: int | None = None           # EVALJOBS_HEALTH_PORT (None: no /livez, /readyz)
+    health_dir: str | None = None            # EVALJOBS_HEALTH_DIR (the worker processes' status files)
+    health_processes: int = 1                # EVALJOBS_HEALTH_PROCESSES (processes /readyz waits for)
+    log_format: str = "text"                 # EVALJOBS_LOG_FORMAT (text | json)
+    verbose: bool = False                    # EVALJOBS_VERBOSE (1: debug logs; evaljobs worker --verbose)
+    trace_content: bool = False              # EVALJOBS_TRACE_CONTENT (1: prompts and answers on spans)
+    # OpenTelemetry's own variables: an endpoint set turns tracing on (the SDK reads the rest).
+    otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else ..._ENDPOINT
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,6 +134,13 @@ class Settings:
                 f"EVALJOBS_CONTEXT_KEY is {what}; a context signing key needs at least "
                 f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
                 "or unset the variable to run unsigned")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigurationError(f"EVALJOBS_LOG_FORMAT={self.log_format!r} is not a log format: use "
+                                     + " or ".join(LOG_FORMATS))
+        ports = (("EVALJOBS_METRICS_PORT", self.metrics_port), ("EVALJOBS_HEALTH_PORT", self.health_port))
+        for name, port in ports:
+            if port is not None and not 0 < port < 65536:
+                raise ConfigurationError(f"{name}={port!r} is not a TCP port (1-65535)")
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                                      "(pairs a fan-out message carries; 1: one message per pair)")
@@ -171,6 +197,17 @@ class Settings:
             middleware=_text(env, "EVALJOBS_MIDDLEWARE"),
             pairs_per_message=_int(env, "EVALJOBS_PAIRS_PER_MESSAGE", d.pairs_per_message),
             store_transcripts=(env.get("EVALJOBS_STORE_TRANSCRIPTS") or "off").strip().lower() not in _FALSE,
+            metrics_port=_port(env, "EVALJOBS_METRICS_PORT"),
+            metrics_host=env.get("EVALJOBS_METRICS_HOST") or d.metrics_host,
+            metrics_dir=_text(env, "PROMETHEUS_MULTIPROC_DIR"),
+            health_port=_port(env, "EVALJOBS_HEALTH_PORT"),
+            health_dir=_text(env, "EVALJOBS_HEALTH_DIR"),
+            health_processes=_int(env, "EVALJOBS_HEALTH_PROCESSES", d.health_processes),
+            log_format=(env.get("EVALJOBS_LOG_FORMAT") or d.log_format).strip().lower(),
+            trace_content=(env.get("EVALJOBS_TRACE_CONTENT") or "").strip().lower() in _TRUE,
+            verbose=(env.get("EVALJOBS_VERBOSE") or "").strip().lower() in _TRUE,
+            otlp_endpoint=(_text(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                           or _text(env, "OTEL_EXPORTER_OTLP_ENDPOINT")),
         )
 
     def replace(self, **changes: Any) -> Settings:

@@ -6,8 +6,8 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors, clock, redact and collector · catalog and middleware · providers, the governor,
-  the simulated provider and live tools · evaluation · reports and store
+  errors, clock, redact, collector and telemetry · catalog and middleware · providers, the
+  governor, the simulated provider and live tools · evaluation · reports and store
   · pipeline · api and workers · bench · cli and the viewer · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -59,7 +59,7 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
-     "evaljobs.redact", "evaljobs.collector"),
+     "evaljobs.redact", "evaljobs.collector", "evaljobs.telemetry"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),
     ("evaljobs.evaluation",),

@@ -276,6 +276,20 @@ def test_a_waiter_is_admitted_when_a_slot_frees(make):
     assert row["mean_wait_ms"] == pytest.approx(row["max_wait_ms"] / 2, rel=0.01)
 
 
+def test_waiters_are_counted_by_lane(make):
+    """The per-lane wait counts (``evaljobs_governor_waiting{budget,lane}``) follow who queues where."""
+    governor = make(BudgetConfig(initial=1, ceiling=1))
+    holder = governor.acquire(BUDGET, "interactive")
+    waiter, got = _queue_a_waiter(governor, "bulk")
+    row = stat(governor)
+    assert (row["waiting_interactive"], row["waiting_bulk"]) == (0, 1)
+    holder.release()
+    waiter.join(timeout=5)
+    got[0].release()
+    row = stat(governor)
+    assert (row["waiting"], row["waiting_interactive"], row["waiting_bulk"]) == (0, 0, 0)
+
+
 def _queue_a_waiter(governor: Governor, lane: str) -> tuple[threading.Thread, list]:
     got: list = []
     waiter = threading.Thread(target=lambda: got.append(governor.acquire(BUDGET, lane, max_wait=3)))

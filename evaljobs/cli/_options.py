@@ -177,6 +177,18 @@ broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="
 providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
                                 type=click.Path(dir_okay=False),
                                 help="Providers config (YAML): base URLs, API-key env vars, prices.")
+metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(1, 65535), envvar="EVALJOBS_METRICS_PORT", default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs evaljobs[metrics]).")
+metrics_host_option = click.option(
+    "--metrics-host", envvar="EVALJOBS_METRICS_HOST", default="127.0.0.1", show_default=True,
+    help="Address of the metrics and health servers (0.0.0.0: every interface, e.g. in a container).")
+health_port_option = click.option(
+    "--health-port", type=click.IntRange(1, 65535), envvar="EVALJOBS_HEALTH_PORT", default=None,
+    help="Answer /livez and /readyz on this port (for supervisord, systemd or Kubernetes probes).")
+log_format_option = click.option(
+    "--log-format", type=click.Choice(["text", "json"]), envvar="EVALJOBS_LOG_FORMAT", default="text",
+    show_default=True, help="json: one JSON object a line (time, level, logger, message, run, pair, worker).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
 width_option = click.option("--width", type=click.IntRange(min=1), default=8, show_default=True,
                             help="Worker threads for --broker memory and the threads strategy.")

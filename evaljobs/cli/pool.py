@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import click
 
+from evaljobs.cli._options import (
+    health_port_option,
+    log_format_option,
+    metrics_host_option,
+    metrics_port_option,
+)
 
 
 @click.command("pool", context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,12 +32,22 @@ import click
 @click.option("--broker", envvar="EVALJOBS_BROKER_URL", default=None, help="redis://host:port/db")
 @click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None, type=click.Path(dir_okay=False),
               help="Providers config (YAML).")
-def pool_worker(min_, max_, idle_seconds, lane, queues, recover_every, db, broker, providers) -> None:
+@metrics_port_option
+@metrics_host_option
+@health_port_option
+@log_format_option
+def pool_worker(min_, max_, idle_seconds, lane, queues, recover_every, db, broker, providers, metrics_port,
+                metrics_host, health_port, log_format) -> None:
     """Run an elastic worker pool: between --min and --max members, following the queue's backlog."""
     from evaljobs.workers.serve import check_pool_arguments, configure_logging, run_pool  # start-up time
 
     check_pool_arguments(min_, max_, idle_seconds, lane, broker, recover_every)
-    configure_logging()
+    if metrics_port:
+        from evaljobs import extras
+
+        extras.require("metrics")
+    configure_logging(log_format)
     run_pool(min=min_, max=max_, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
-             queues=queues, providers=providers, recover_every=recover_every)
+             queues=queues, providers=providers, recover_every=recover_every, metrics_port=metrics_port,
+             metrics_host=metrics_host, health_port=health_port, log_format=log_format)
 

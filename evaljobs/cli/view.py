@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from evaljobs.cli._options import EXIT_USAGE, db_option, ping_redis
+from evaljobs.cli._options import EXIT_USAGE, db_option, log_format_option, ping_redis
 from evaljobs.config import settings as config_settings
 from evaljobs.errors import UsageError
 
@@ -38,7 +38,8 @@ def _refuse_a_missing_file(url: str) -> None:
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write one run as static pages into this folder (opens from disk, no server) and exit.")
 @click.option("--run", "run_id", default="latest", show_default=True, help="With --export: the run (id, prefix, latest).")
-def view(db, broker, port, host, token, open_browser, export_dir, run_id) -> None:
+@log_format_option
+def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_format) -> None:
     """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet.
 
     With --export DIR, write one run (--run) as a static, self-contained folder instead: the run, each
@@ -69,14 +70,19 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id) -> Non
     def ready() -> None:
         # The token is a secret: never printed (logs keep it); --open hands it to the browser only.
         hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
-        click.echo(f"evaljobs view: {url}{hint}", err=True)
+        if log_format == "json":
+            import logging
+
+            logging.getLogger("evaljobs.view").info("evaljobs view: %s%s", url, hint)
+        else:
+            click.echo(f"evaljobs view: {url}{hint}", err=True)
         if open_browser:
             import webbrowser  # only with --open
 
             webbrowser.open(url_of(config, with_token=True))
 
     try:
-        serve(config, on_ready=ready)
+        serve(config, on_ready=ready, log_format=log_format)
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None

@@ -9,13 +9,17 @@ imported inside the command (start-up time of ``evaljobs --help``).
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
+from evaljobs.cli._options import (db_option, health_port_option, log_format_option, metrics_host_option,
+                                   metrics_port_option, ping_redis, providers_option)
 from evaljobs import config
-from evaljobs.cli._options import db_option, ping_redis, providers_option
 from evaljobs.config import REDIS_SCHEMES, child_environment
 
 
@@ -39,8 +43,12 @@ from evaljobs.config import REDIS_SCHEMES, child_environment
               help="A host Dramatiq middleware to add after evaljobs' own (repeatable; entry-point group "
                    "evaljobs.middleware adds them too).")
 @providers_option
+@metrics_port_option
+@metrics_host_option
+@health_port_option
+@log_format_option
 def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
-           middleware, providers) -> None:
+           middleware, providers, metrics_port, metrics_host, health_port, log_format) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).
 
     With --min/--max the worker is an elastic pool that follows the queue's backlog.
@@ -63,12 +71,18 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         from evaljobs.workers.serve import configure_logging, run_pool  # start-up time (module docstring)
 
         low = min_ if min_ is not None else 1
-        configure_logging()
+        if metrics_port:
+            from evaljobs import extras
+
+            extras.require("metrics")
+        configure_logging(log_format)
         run_pool(min=low, max=max_ if max_ is not None else max(low, 8), idle_seconds=idle_seconds,
                  lane=lane, broker=broker, db=db, queues=queues, providers=providers,
-                 recover_every=recover_every)
+                 recover_every=recover_every, metrics_port=metrics_port, metrics_host=metrics_host,
+                 health_port=health_port, log_format=log_format)
         return
-    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane}
+    extra = {"EVALJOBS_BROKER_URL": broker, "EVALJOBS_LANE": lane,
+             **_ops_settings(metrics_port, metrics_host, health_port, log_format, processes)}
     if recover_every:
         extra["EVALJOBS_RECOVER_EVERY"] = str(recover_every)
     if db:
@@ -77,17 +91,65 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         extra["EVALJOBS_PROVIDERS"] = str(Path(providers).resolve())
     if middleware_refs:
         extra["EVALJOBS_MIDDLEWARE"] = middleware_refs
+    if verbose:
+        extra["EVALJOBS_VERBOSE"] = "1"
     env = child_environment(extra)
     # Dramatiq's idle consumer polls up to worker_timeout apart (default 1 s): that delays start_run,
     # finalize_run and every delayed re-send (governor Busy, Retry-After) by up to a second.
     env.setdefault("dramatiq_worker_timeout", "100")
-    args = [sys.executable, "-m", "dramatiq", "evaljobs.workers.boot", "--processes", str(processes),
-            "--threads", str(threads)]
+    # JSON logs: Dramatiq's CLI behind a shim that formats its main process's lines as JSON too.
+    runner = ["evaljobs.workers.logs", "--skip-logging"] if log_format == "json" else ["dramatiq"]
+    args = [sys.executable, "-m", runner[0], "evaljobs.workers.boot", *runner[1:],
+            "--processes", str(processes), "--threads", str(threads)]
     for queue in queues:
         args += ["--queues", queue]
+    if metrics_port:  # a Dramatiq fork process sums the worker processes' values and serves them
+        args += ["--fork-function", "evaljobs.workers.metrics:serve"]
+    if health_port:
+        args += ["--fork-function", "evaljobs.workers.health:serve"]
     if verbose:
         args.append("--verbose")
     os.execve(sys.executable, args, env)
+
+
+def _ops_settings(metrics_port: int | None, metrics_host: str, health_port: int | None,
+                  log_format: str, processes: int) -> dict[str, str]:
+    """The worker processes' variables for metrics, probes and logs; checks the ports are free now."""
+    out = {"EVALJOBS_LOG_FORMAT": log_format, "EVALJOBS_METRICS_HOST": metrics_host}
+    if metrics_port:
+        from evaljobs import extras
+
+        extras.require("metrics")
+        _check_port(metrics_host, metrics_port, "--metrics-port")
+        # prometheus_client's multiprocess mode: every worker process writes its values here and
+        # the exposition process sums them (a restarted worker must not add the previous one's counts).
+        out.update({"EVALJOBS_METRICS_PORT": str(metrics_port),
+                    "PROMETHEUS_MULTIPROC_DIR": _fresh_folder(f"evaljobs-metrics-{metrics_port}")})
+    if health_port:
+        _check_port(metrics_host, health_port, "--health-port")
+        # Each worker process writes its consumers' status here; the probe server reads them.
+        out.update({"EVALJOBS_HEALTH_PORT": str(health_port), "EVALJOBS_HEALTH_PROCESSES": str(processes),
+                    "EVALJOBS_HEALTH_DIR": _fresh_folder(f"evaljobs-health-{health_port}")})
+    return out
+
+
+def _fresh_folder(name: str) -> str:
+    """An empty folder under the temp directory, one per port (a restarted worker starts clean)."""
+    folder = Path(tempfile.gettempdir()) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return str(folder)
+
+
+def _check_port(host: str, port: int, option: str) -> None:
+    """One line now if the port is taken, rather than a traceback in a fork process later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                                     param_hint=option) from None
 
 
 def _host_middleware(given: tuple[str, ...]) -> str | None:

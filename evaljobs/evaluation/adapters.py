@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
 from evaljobs import config as settings_module
+from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.errors import UsageError
@@ -172,7 +173,11 @@ class ConversationAdapter:
                 replay.answer = completion.content or ""
                 break
             for requested in completion.tool_calls:
-                call = self.tool_runner(scenario, requested.name, requested.arguments)
+                with telemetry.span(f"execute_tool {requested.name}", {"gen_ai.operation.name": "execute_tool",
+                                                                       "gen_ai.tool.name": requested.name}) as span:
+                    call = self.tool_runner(scenario, requested.name, requested.arguments)
+                    if call.error:
+                        span.set_attribute("error.type", "tool_error")
                 replay.tool_calls.append(call)
                 entry["tools"].append({"name": call.name, "ms": round(float(call.duration_ms or 0.0), 1),
                                        "error": bool(call.error)})

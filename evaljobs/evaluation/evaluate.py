@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec
 from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
@@ -63,8 +64,11 @@ def evaluate(
     if deadline is None and time_limit:
         deadline = time.monotonic() + time_limit
     began = pair_started if pair_started is not None else time.monotonic()
-    with for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline):
+    with telemetry.span("evaluate_pair", {"evaljobs.scenario.key": scenario.key, "evaljobs.model": model.spec,
+                                          "evaljobs.epoch": epoch, "evaljobs.attempt": attempts}) as span, \
+            for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline):
         result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit, deadline, began)
+        span.set_attribute("evaljobs.status", result.status)
     result.epoch = epoch
     return result
 

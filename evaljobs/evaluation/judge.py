@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Callable
 
+from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_spec
 from evaljobs.errors import UsageError
@@ -168,7 +169,12 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
     """The judge for one pair (the model under test is passed for context, never used as the judge)."""
     if judge is None:
         return None
-    return lambda scenario, replay: judge(scenario, replay, model)
+
+    def judged(scenario: Scenario, replay: Replay) -> JudgeVerdict | None:
+        with telemetry.span("judge", {"evaljobs.scenario.key": scenario.key, "evaljobs.model": model.spec}):
+            return judge(scenario, replay, model)
+
+    return judged
 
 
 __all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",

@@ -215,16 +215,24 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 return 1
 """
 
-# KEYS: state, lease:interactive, lease:bulk, waitexp;  ARGV: now|''
+# KEYS: state, lease:interactive, lease:bulk, waitexp, wait:interactive, wait:bulk;  ARGV: now|''
 _STATS = _TIME.format(i=1) + """
 local st = KEYS[1]
 local function num(field) return redis.call('HGET', st, field) or '0' end
 local paused = tonumber(num('paused_until')) - now
 if paused < 0 then paused = 0 end
+local function live_waiters(queue)
+  local n = 0
+  for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+    local expiry = redis.call('ZSCORE', KEYS[4], waiter)
+    if expiry and tonumber(expiry) > now then n = n + 1 end
+  end
+  return n
+end
 return {num('limit'), redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf'),
         redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf'), redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf'),
         num('admitted'), num('rate_limited'), num('wait_sum_ms'), num('wait_max_ms'),
-        string.format('%.6f', paused)}
+        string.format('%.6f', paused), live_waiters(KEYS[5]), live_waiters(KEYS[6])}
 """
 
 
@@ -346,14 +354,15 @@ class _RedisStore:
         for budget in budgets:
             k = self._key
             self._stats(keys=[k(budget, "state"), k(budget, "lease:interactive"), k(budget, "lease:bulk"),
-                              k(budget, "waitexp")], args=[self._now()], client=pipe)
+                              k(budget, "waitexp"), k(budget, "wait:interactive"), k(budget, "wait:bulk")],
+                        args=[self._now()], client=pipe)
         rows = pipe.execute() if budgets else []
         out = []
         for budget, row in zip(budgets, rows):
-            limit, n_i, n_b, waiting, admitted, rate_limited, wait_sum, wait_max, paused = row
+            limit, n_i, n_b, waiting, admitted, rate_limited, wait_sum, wait_max, paused, w_i, w_b = row
             out.append(_stats_row(budget, self.name, int(float(limit)), int(n_i), int(n_b), int(waiting),
                                   int(float(admitted)), int(float(rate_limited)), float(wait_sum),
-                                  float(wait_max), float(paused)))
+                                  float(wait_max), float(paused), waiting_by_lane=(int(w_i), int(w_b))))
         return out
 
     def close(self) -> None:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from evaljobs.pipeline import events, prefetch
-from evaljobs import store
+from evaljobs import store, telemetry
 from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
 
 
 def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -> store.Recorded:
     try:
-        recorded = store.record_result(run_id, result)
+        with telemetry.span("record_result", {"db.operation.name": "record_result"}):
+            recorded = store.record_result(run_id, result)
     except store.StorageFailed as exc:
         # Not worth a retry (the disk stays full) and not silent: whoever waits on the run stops
         # with this one line; the pair stays missing, for `evaljobs recover` once space is freed.
@@ -26,6 +27,7 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -
         raise
     if recorded.inserted:
         events.publish_result(run_id, result, recorded, prefetch.carried_releases())
+        _observed(result)
     if recorded.completed:
         events.flush_held()  # the run's last result is announced before its finalize is sent
         on_complete(run_id)
@@ -37,16 +39,28 @@ def record_many(run_id: str, results: Sequence[Result], *,
     """:func:`record` for several results of one run in one transaction (a group commit): each is
     still its own row, uniqueness check and count; events go out after the commit, one per row."""
     try:
-        recorded = store.record_results(run_id, results)
+        with telemetry.span("record_results", {"db.operation.name": "record_results",
+                                               "db.operation.batch.size": len(results)}):
+            recorded = store.record_results(run_id, results)
     except store.StorageFailed as exc:
         events.publish_storage_failed(run_id, str(exc))
         raise
     events.publish_results(run_id, [(result, outcome) for result, outcome in zip(results, recorded)
                                     if outcome.inserted], prefetch.carried_releases())
+    for result, outcome in zip(results, recorded):
+        if outcome.inserted:
+            _observed(result)
     if any(outcome.completed for outcome in recorded):
         events.flush_held()
         on_complete(run_id)
     return recorded
+
+
+def _observed(result: Result) -> None:
+    """Report a newly recorded pair to the process's observers (metrics), after its commit."""
+    if telemetry.watched():
+        telemetry.pair_recorded(telemetry.PairRecorded(result.model, result.status, result.duration_ms / 1000.0,
+                                                       result.cost))
 
 
 def finalize(run_id: str) -> store.Finalized | None:

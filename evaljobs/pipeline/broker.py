@@ -44,6 +44,7 @@ from dramatiq.middleware import (
 from evaljobs_middleware.context import ContextMiddleware, discover_providers
 from evaljobs_middleware.db import DatabaseConnections
 from evaljobs_middleware.refusals import Refusals
+from evaljobs_middleware.tracecontext import TraceContextProvider
 
 from evaljobs import config, store
 from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401 - DEFAULT_QUEUE: re-exported
@@ -67,10 +68,19 @@ def broker_url(url: str | None = None, settings: Settings | None = None) -> str:
     return url or (settings or config.settings()).broker_url or "memory"
 
 
+def context_providers(given: Sequence | None = None) -> list:
+    """The host's context providers (``given``, else those registered by entry point) and the built-in one
+    that carries the W3C trace context (``traceparent``), unless the host brings its own of that name."""
+    providers = list(given) if given is not None else discover_providers(CONTEXT_PROVIDER_GROUP,
+                                                                          installed(CONTEXT_PROVIDER_GROUP))
+    if not any(getattr(p, "name", None) == TraceContextProvider.name for p in providers):
+        providers.append(TraceContextProvider())
+    return providers
+
+
 def context_middleware(providers: Sequence | None = None, *, settings: Settings | None = None) -> ContextMiddleware:
-    """The host-context middleware with the providers registered by entry point (or given)."""
-    if providers is None:
-        providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
+    """The host-context middleware with the providers registered by entry point (or given), and the trace context."""
+    providers = context_providers(providers)
     key = (settings or config.settings()).context_key
     return ContextMiddleware(providers, signing_key=key, bind=_bind_run)
 

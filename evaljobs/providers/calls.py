@@ -12,15 +12,18 @@ So this layer imports nothing from the pipeline or the store.
 """
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from evaljobs import telemetry
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.governor import Governor
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
 from evaljobs.providers.endpoints import client_for
-from evaljobs.providers.errors import RateLimited
+from evaljobs.providers.errors import ProviderError, RateLimited
 
 #: How long the first call of a conversation may wait for a permit before the
 #: pair is handed back to the queue (nothing is lost yet). Later turns wait
@@ -51,14 +54,14 @@ def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[st
     client = client_for(providers, spec.provider)
     governor = governance.governor() if governance is not None else None
     if governor is None:
-        return client.complete(spec.model, messages, **kwargs)
+        return _call(client, spec, messages, kwargs)
     budget = governance.budget_for(providers, spec)
     if governor.config(budget).unbounded:  # nothing to enforce: no permit, no Redis round trip
-        return client.complete(spec.model, messages, **kwargs)
+        return _call(client, spec, messages, kwargs)
     max_wait = governance.permit_wait() if first else LATER_CALL_WAIT
     with governor.acquire(budget, governance.lane(), max_wait=max_wait) as permit:
         try:
-            completion = client.complete(spec.model, messages, **kwargs)
+            completion = _call(client, spec, messages, kwargs)
         except RateLimited as exc:
             # A Retry-After past the provider's max_retry_after is never waited for (the pair errors,
             # rate limited), so it does not pause the budget either: the deployment's other pairs
@@ -70,6 +73,57 @@ def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[st
         permit.release(tokens=completion.input_tokens + completion.output_tokens,
                        latency=completion.latency_ms / 1000.0, headers=completion.headers)
     return completion
+
+
+def _call(client: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Completion:
+    """One provider request, reported to the process's observers and traced (when anything watches)."""
+    if not telemetry.watched():
+        return client.complete(spec.model, messages, **kwargs)
+    # OpenTelemetry's GenAI semantic conventions (span name "{operation} {model}").
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": spec.provider,
+                                  "gen_ai.request.model": spec.model}
+    for option, key in (("temperature", "gen_ai.request.temperature"),
+                        ("max_tokens", "gen_ai.request.max_tokens")):
+        if kwargs.get(option) is not None:
+            attributes[key] = kwargs[option]
+    with telemetry.span(f"chat {spec.model}", attributes) as span:
+        if telemetry.trace_content():
+            span.set_attribute("gen_ai.input.messages", json.dumps(messages, ensure_ascii=False, default=str))
+        started = time.perf_counter()
+        try:
+            completion = client.complete(spec.model, messages, **kwargs)
+        except ProviderError as exc:
+            outcome = outcome_of(exc)
+            telemetry.provider_call(telemetry.ProviderCall(spec.provider, spec.model, outcome,
+                                                           time.perf_counter() - started))
+            span.set_attribute("error.type", outcome)
+            span.record_error(exc)
+            raise
+        telemetry.provider_call(telemetry.ProviderCall(
+            spec.provider, spec.model, "ok", completion.latency_ms / 1000.0,
+            None if completion.ttft_ms is None else completion.ttft_ms / 1000.0,
+            completion.input_tokens, completion.output_tokens))
+        span.set_attribute("gen_ai.usage.input_tokens", completion.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", completion.output_tokens)
+        if completion.model:
+            span.set_attribute("gen_ai.response.model", completion.model)
+        if completion.finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [completion.finish_reason])
+        if telemetry.trace_content():
+            span.set_attribute("gen_ai.output.messages",
+                               json.dumps([completion.raw_message], ensure_ascii=False, default=str))
+    return completion
+
+
+def outcome_of(error: ProviderError) -> str:
+    """The bounded outcome label of a failed request: 429, 5xx, 4xx, timeout, network or error."""
+    if isinstance(error, RateLimited) or error.status == 429:
+        return "429"
+    if error.status is not None:
+        return "5xx" if error.status >= 500 else "4xx" if error.status >= 400 else "error"
+    if error.reason.startswith("timed out"):
+        return "timeout"
+    return "network" if error.retryable else "error"
 
 
 class GovernedCalls:
@@ -112,4 +166,5 @@ class ProviderCalls:
                              adapter_version=version)
 
 
-__all__ = ["FIRST_CALL_WAIT", "LATER_CALL_WAIT", "Governance", "GovernedCalls", "ProviderCalls", "complete"]
+__all__ = ["FIRST_CALL_WAIT", "LATER_CALL_WAIT", "Governance", "GovernedCalls", "ProviderCalls", "complete",
+           "outcome_of"]

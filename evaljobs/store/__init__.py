@@ -39,8 +39,8 @@ from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplet
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
                                     missing_pairs, pair_state, pair_statuses, progress, record_result,
                                     record_results, recorded_among)
-from evaljobs.store.runs import (RunInfo, cancel, create_run, get_run, list_runs, mark_running, set_status,
-                                 take_judge_call)
+from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, list_runs, mark_running,
+                                 set_status, take_judge_call)
 from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, PARTIAL, PENDING,
                                    RUN_STATUSES, RUNNING, SCHEMA_VERSION, ResultRow, Run, SchemaVersion, Snapshot,
                                    database)
@@ -65,7 +65,7 @@ __all__ = [
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
     "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact",
     "save_snapshot", "load_snapshot",
-    "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
+    "count_runs", "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
     "cache", "cache_get", "cache_put", "cache_clear", "governor_limits",

@@ -182,6 +182,17 @@ def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = No
 
 
 @_reconnecting
+def count_runs(statuses: list[str] | tuple[str, ...]) -> dict[str, int]:
+    """How many runs are in each of ``statuses`` (one indexed count per status: the run(status, ...) index)."""
+    out = {}
+    with _connection():
+        for status in statuses:
+            _check_status(status)
+            out[status] = Run.select().where(Run.status == status).count()
+    return out
+
+
+@_reconnecting
 def mark_running(run_id: str) -> bool:
     """pending → running; False if the run had already left pending (e.g. a redelivered start)."""
     with _transaction():

@@ -43,8 +43,11 @@ def url_of(config: ViewConfig, *, with_token: bool = False) -> str:
     return base + (f"?token={config.token}" if config.token and with_token else "")
 
 
-def serve(config: ViewConfig, *, on_ready=None) -> None:
-    """Run the viewer until interrupted (the store must already be connected)."""
+def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> None:
+    """Run the viewer until interrupted (the store must already be connected).
+
+    ``log_format="json"``: uvicorn's and evaljobs' log lines as JSON objects (evaljobs.workers.logs).
+    """
     check_installed()
     check_config(config)
     import uvicorn  # the optional 'view' extra (checked just above)
@@ -64,9 +67,17 @@ def serve(config: ViewConfig, *, on_ready=None) -> None:
     except OSError:
         sock.close()
         raise
+    json_logs = {}
+    if log_format == "json":
+        import logging
+
+        from evaljobs.workers.logs import use_json_logs
+
+        use_json_logs(logging.INFO)
+        json_logs = {"log_config": None}  # uvicorn's own loggers then go to the JSON root handler
     server = uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=config.port,
                                            log_level="warning", access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=2))
+                                           timeout_graceful_shutdown=2, **json_logs))
     if on_ready is not None:
         original = server.startup
 

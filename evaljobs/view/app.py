@@ -110,6 +110,7 @@ def create_app(config: ViewConfig):
     from starlette.staticfiles import StaticFiles
 
     from evaljobs.view import live, routes
+    from evaljobs.view.metrics import MetricsPage
 
     pages = routes.Pages(config)
     streams = live.Streams(config, pages.templates)
@@ -126,6 +127,7 @@ def create_app(config: ViewConfig):
             Route("/live/runs/{run_id}", streams.run, name="live_run"),
             Route("/live/runs", streams.runs, name="live_runs"),
             Route("/live/fleet", streams.fleet, name="live_fleet"),
+            Route("/metrics", MetricsPage(config).serve, name="metrics"),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ],
         middleware=[Middleware(Guard, config=config)],

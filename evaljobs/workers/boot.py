@@ -31,8 +31,46 @@ from evaljobs import store  # noqa: E402 - after the check: a worker without a b
 from evaljobs.pipeline.broker import configure  # noqa: E402
 from evaljobs.pipeline.recovery import PeriodicRecovery  # noqa: E402
 
+if _settings.log_format == "json":
+    import logging
+
+    from evaljobs.workers.logs import use_json_logs
+
+    use_json_logs(logging.DEBUG if _settings.verbose else logging.INFO)
+
 store.connect(settings=_settings)
 binding = configure(settings=_settings)
+
+if _settings.otlp_endpoint:
+    from evaljobs import extras
+
+    if not extras.installed("otel"):
+        print("error: OTEL_EXPORTER_OTLP_ENDPOINT is set (tracing) but the 'otel' extra is not installed: "
+              "pip install 'evaljobs[otel]'", file=sys.__stderr__ or sys.stderr, flush=True)
+        sys.exit(2)
+    from evaljobs.workers import tracing
+
+    binding.broker.add_middleware(tracing.start(_settings))
+
+if _settings.health_dir:
+    from evaljobs.workers.health import ConsumerBeacon
+
+    binding.broker.add_middleware(ConsumerBeacon(_settings.health_dir))  # for /readyz (workers.health)
+
+if _settings.log_format == "json":
+    from evaljobs.workers.logs import LogContext
+
+    binding.broker.add_middleware(LogContext())
+
+if _settings.metrics_port is not None:
+    if not _settings.metrics_dir:
+        print("error: EVALJOBS_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (an empty folder the worker "
+              "processes share; `evaljobs worker --metrics-port` makes one)",
+              file=sys.__stderr__ or sys.stderr, flush=True)
+        sys.exit(2)
+    from evaljobs.workers.metrics import start_recording  # the metrics extra, only when asked for
+
+    start_recording()
 broker = binding.broker
 
 if _settings.recover_every > 0:

@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from evaljobs import config, store
 from evaljobs.config import REDIS_SCHEMES
@@ -40,7 +40,9 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
 
 def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str, db: str | None = None,
              queues: Sequence[str] = (), providers: str | None = None, recover_every: float = 0.0,
-             poll: float = 0.05, stop: threading.Event | None = None) -> dict:
+             poll: float = 0.05, stop: threading.Event | None = None, metrics_port: int | None = None,
+             metrics_host: str | None = None, health_port: int | None = None,
+             log_format: str | None = None) -> dict:
     """Bind the database and broker, run a :class:`~evaljobs.workers.pool.Pool` until ``stop`` (or SIGTERM/SIGINT).
 
     Returns the pool's final :meth:`~evaljobs.workers.pool.Pool.state`. Raises
@@ -49,7 +51,8 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
     """
     check_pool_arguments(min, max, idle_seconds, lane, broker, recover_every)
     previous = config.configured()
-    config.configure(previous, lane=lane,
+    config.configure(previous, lane=lane, metrics_port=metrics_port, metrics_host=metrics_host,
+                     health_port=health_port, log_format=log_format,
                      providers_path=str(Path(providers).resolve()) if providers else None)
     try:
         store.connect(db)
@@ -67,11 +70,24 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
 
 def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
            recover_every: float, poll: float, stop: threading.Event) -> dict:
+    if config.settings().otlp_endpoint:
+        from evaljobs import extras
+
+        extras.require("otel")
+        from evaljobs.workers import tracing
+
+        binding.broker.add_middleware(tracing.start(config.settings()))
+    if config.settings().log_format == "json":
+        from evaljobs.workers.logs import LogContext
+
+        binding.broker.add_middleware(LogContext())  # each line names the run and pair of its message
     binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
     recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
     pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
                 poll=poll)
     restore_signals = _on_signals(stop)
+    exposition = _serve_metrics(tuple(queues), binding.url)
+    probes = _serve_health(pool, binding.url)
     try:
         pool.start()
         logger.info("pool %s: %d..%d members on %s, lane %s, idle %gs", pool.id, min, max,
@@ -80,6 +96,15 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
             pass
     finally:
         pool.stop()
+        if probes is not None:
+            probes.shutdown()
+            probes.server_close()
+        if exposition is not None:
+            exposition.shutdown()
+            exposition.server_close()
+            from evaljobs.workers import metrics
+
+            metrics.stop_recording()
         if recovery is not None:
             recovery.stop()
         restore_signals()
@@ -87,11 +112,51 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
     return pool.state()
 
 
-def configure_logging() -> None:
-    """Dramatiq-style log lines on stderr, without one line per member start/stop or per provider call."""
-    logging.basicConfig(level=logging.INFO,
-                        format="[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] "
-                               "%(message)s")
+def _serve_metrics(queues: tuple[str, ...], broker_url: str) -> Any:
+    """The pool's ``/metrics`` server (a thread of this process), when a metrics port is set."""
+    settings = config.settings()
+    if settings.metrics_port is None:
+        return None
+    from evaljobs.workers import metrics  # the metrics extra, only when asked for
+
+    registry = metrics.in_process_registry(settings, queues=queues, broker_url=broker_url)
+    server = metrics.make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
+    metrics.serve_in_thread(server)
+    logger.info("metrics: serving http://%s:%d/metrics", settings.metrics_host, server.server_address[1])
+    return server
+
+
+def _serve_health(pool: Pool, broker_url: str) -> Any:
+    """The pool's ``/livez`` and ``/readyz`` (a thread of this process), when a health port is set."""
+    settings = config.settings()
+    if settings.health_port is None:
+        return None
+    from evaljobs.workers import health
+
+    def members() -> str | None:
+        state = pool.state()
+        return None if state["members"] >= state["min"] else \
+            f"consumers: {state['members']} of at least {state['min']} pool members running"
+
+    server = health.make_server(settings.metrics_host, settings.health_port,
+                                {"broker": health.broker_check(broker_url), "database": health.database_check,
+                                 "consumers": members})
+    threading.Thread(target=server.serve_forever, name="evaljobs-health", daemon=True).start()
+    logger.info("health: serving http://%s:%d/livez and /readyz", settings.metrics_host,
+                server.server_address[1])
+    return server
+
+
+def configure_logging(log_format: str = "text") -> None:
+    """Dramatiq-style log lines on stderr (or JSON), without one per member start/stop or provider call."""
+    if log_format == "json":
+        from evaljobs.workers.logs import use_json_logs
+
+        use_json_logs(level=logging.INFO)
+    else:
+        logging.basicConfig(level=logging.INFO,
+                            format="[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] "
+                                   "%(message)s")
     logging.getLogger("dramatiq.worker.Worker").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -14,6 +14,8 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 * :mod:`helpers.parity` — fixed answers for the parity suites (source tool vs evaljobs, same answers).
+* :mod:`helpers.otlp` — an OTLP/HTTP trace receiver (what a collector would be sent, decoded).
+* :mod:`helpers.prometheus` — a real Prometheus server scraping loopback targets, and PromQL.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
 import importlib
@@ -27,6 +29,8 @@ _HOMES = {
     "database": ["full_scans", "populate", "postgres_rows", "sql_log", "utc_now"],
     "fleet": ["FAST", "Events", "Fleet", "FleetRun", "assert_all_passed", "assert_every_pair_once", "expected_pairs",
               "fleet_run", "graceful_stop", "observe", "redis_queue_state"],
+    "otlp": ["OtlpReceiver", "ReceivedSpan"],
+    "prometheus": ["PrometheusServer"],
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port"],

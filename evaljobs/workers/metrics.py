@@ -1,0 +1,285 @@
+"""Prometheus metrics: what the workers did (pairs, provider calls, tokens, cost) and what the fleet holds.
+
+Two kinds, served together on ``--metrics-port`` (and by ``evaljobs view`` at ``/metrics``):
+
+* **counted where it happens** — :class:`PrometheusObserver` is a :mod:`evaljobs.telemetry`
+  observer: each recorded pair and each provider request adds to counters and histograms. A fixed
+  worker runs several Dramatiq processes, so these use ``prometheus_client``'s multiprocess mode,
+  as Dramatiq's own Prometheus middleware does: each process writes its values to memory-mapped
+  files in ``PROMETHEUS_MULTIPROC_DIR`` (``evaljobs worker`` makes one per metrics port and hands
+  it to the processes), and the exposition process — a Dramatiq fork process, :func:`serve` — sums
+  them at every scrape. An elastic pool is one process and keeps them in memory.
+* **read at scrape time** — :class:`FleetCollector` reads the queues' depth, the active runs and
+  the governor's budgets from Redis and the database (known keys and indexed counts, never a scan:
+  the same reads as ``evaljobs status``). Every exposition reports them; aggregate with ``max``.
+
+Labels are bounded: model specs, provider names, governor budgets, queues, statuses and outcomes —
+never a run id or a scenario key. ``prometheus_client`` is imported only here, and this module only
+when metrics are asked for (the ``metrics`` extra).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import prometheus_client as prom
+from prometheus_client import multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from evaljobs import config, store, telemetry
+from evaljobs.config import REDIS_SCHEMES, Settings
+from evaljobs.pipeline.broker import queue_name
+
+logger = logging.getLogger("evaljobs.workers.metrics")
+
+#: Seconds; a pair is one conversation (several provider calls, tools, graders).
+PAIR_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Seconds; one provider request (or the time to its first streamed token).
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+QUEUE_STATES = ("ready", "in_flight", "delayed", "dead_lettered")
+ACTIVE_RUN_STATUSES = ("pending", "running")
+
+
+def _provider_of(model: str) -> str:
+    return model.split("/", 1)[0] if "/" in model else "unknown"
+
+
+class PrometheusObserver:
+    """Counts recorded pairs and provider requests (a :class:`evaljobs.telemetry.Observer`)."""
+
+    def __init__(self, registry: prom.CollectorRegistry | None = None) -> None:
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> prom.Counter:
+            return prom.Counter(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str, labels: tuple[str, ...],
+                      buckets: tuple[float, ...]) -> prom.Histogram:
+            return prom.Histogram(name, doc, labels, buckets=buckets, registry=registry)
+
+        self.pairs = counter("evaljobs_pairs_total", "Pairs recorded, by result status and model.",
+                             ("status", "model"))
+        self.pair_duration = histogram("evaljobs_pair_duration_seconds", "Time one pair's evaluation took.",
+                                       ("model",), PAIR_BUCKETS)
+        self.requests = counter("evaljobs_provider_requests_total",
+                                "Provider requests, by outcome (ok, 429, 5xx, 4xx, timeout, network, error).",
+                                ("provider", "model", "outcome"))
+        self.latency = histogram("evaljobs_provider_latency_seconds", "Provider request latency (answered).",
+                                 ("provider", "model"), CALL_BUCKETS)
+        self.ttft = histogram("evaljobs_provider_ttft_seconds", "Time to the first streamed token.",
+                              ("provider", "model"), CALL_BUCKETS)
+        self.tokens = counter("evaljobs_tokens_total", "Tokens sent (input) and received (output).",
+                              ("provider", "model", "direction"))
+        self.cost = counter("evaljobs_cost_dollars_total", "Known cost of recorded pairs, USD.",
+                            ("provider", "model"))
+        self.cost_unknown = counter("evaljobs_pairs_cost_unknown_total",
+                                    "Recorded pairs whose cost is unknown (no price for the model): not in "
+                                    "evaljobs_cost_dollars_total.", ("provider", "model"))
+
+    def provider_call(self, call: telemetry.ProviderCall) -> None:
+        self.requests.labels(call.provider, call.model, call.outcome).inc()
+        if call.outcome != "ok":
+            return
+        self.latency.labels(call.provider, call.model).observe(call.latency)
+        if call.ttft is not None:
+            self.ttft.labels(call.provider, call.model).observe(call.ttft)
+        if call.input_tokens:
+            self.tokens.labels(call.provider, call.model, "input").inc(call.input_tokens)
+        if call.output_tokens:
+            self.tokens.labels(call.provider, call.model, "output").inc(call.output_tokens)
+
+    def pair_recorded(self, pair: telemetry.PairRecorded) -> None:
+        self.pairs.labels(pair.status, pair.model).inc()
+        self.pair_duration.labels(pair.model).observe(pair.duration)
+        provider = _provider_of(pair.model)
+        if pair.cost is None:
+            self.cost_unknown.labels(provider, pair.model).inc()
+        else:
+            self.cost.labels(provider, pair.model).inc(pair.cost)
+
+
+class FleetCollector(Collector):
+    """Queue depth, active runs and governor budgets, read at each scrape (no scan: as `evaljobs status`)."""
+
+    def __init__(self, settings: Settings, *, queues: tuple[str, ...] = (),
+                 broker_url: str | None = None) -> None:
+        self.settings = settings
+        self.queues = queues
+        self.broker_url = broker_url or settings.broker_url or ""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from evaljobs.workers import status  # the status readers (redis) only when scraped
+
+        runs = GaugeMetricFamily("evaljobs_runs", "Runs pending or running (from the database).",
+                                 labels=["status"])
+        try:
+            for name, count in store.count_runs(ACTIVE_RUN_STATUSES).items():
+                runs.add_metric([name], count)
+        except store.StoreError as exc:
+            logger.warning("metrics: cannot count runs: %s", exc)
+        yield runs
+        url = self.broker_url
+        if not url.startswith(REDIS_SCHEMES):
+            return
+        queue_gauge = GaugeMetricFamily("evaljobs_queue_messages", "Messages on each queue, by state.",
+                                        labels=["queue", "state"])
+        import redis
+
+        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            names = list(dict.fromkeys([queue_name(), *self.queues]))
+            for depth in status.read_queues(client, names):
+                for state in QUEUE_STATES:
+                    queue_gauge.add_metric([depth.name, state], getattr(depth, state))
+        except redis.RedisError as exc:
+            logger.warning("metrics: cannot read the queues: %s", store.redact(str(exc)))
+        finally:
+            client.close()
+        yield queue_gauge
+        yield from self._governor(status, self.settings.governor_url or url)
+
+    def _governor(self, status: Any, url: str) -> Iterator[GaugeMetricFamily]:
+        limit = GaugeMetricFamily("evaljobs_governor_limit", "Concurrent provider calls a budget allows now.",
+                                  labels=["budget"])
+        in_flight = GaugeMetricFamily("evaljobs_governor_in_flight", "Provider calls holding a permit.",
+                                      labels=["budget", "lane"])
+        waiting = GaugeMetricFamily("evaljobs_governor_waiting", "Calls waiting for a permit.",
+                                    labels=["budget", "lane"])
+        try:
+            rows = status.read_governor(url) or []
+        except Exception as exc:  # noqa: BLE001 - one bad section must not fail the scrape
+            logger.warning("metrics: cannot read the governor: %s", store.redact(str(exc)))
+            rows = []
+        for row in rows:
+            budget = row["budget"]
+            limit.add_metric([budget], row["limit"])
+            for lane in ("interactive", "bulk"):
+                in_flight.add_metric([budget, lane], row.get(f"in_flight_{lane}", 0))
+                waiting.add_metric([budget, lane], row.get(f"waiting_{lane}", 0))
+        yield limit
+        yield in_flight
+        yield waiting
+
+
+# -- recording --------------------------------------------------------------------------------------
+
+_observer: PrometheusObserver | None = None
+_lock = threading.Lock()
+
+
+def start_recording(registry: prom.CollectorRegistry | None = None) -> PrometheusObserver:
+    """Count this process's pairs and provider requests (once per process).
+
+    ``registry`` None: multiprocess mode (the values go to ``PROMETHEUS_MULTIPROC_DIR``, which must
+    be in the environment before this module is imported).
+    """
+    global _observer
+    with _lock:
+        if _observer is None:
+            _observer = PrometheusObserver(registry)
+            telemetry.observe(_observer)
+        return _observer
+
+
+def stop_recording() -> None:
+    global _observer
+    with _lock:
+        if _observer is not None:
+            telemetry.unobserve(_observer)
+            _observer = None
+
+
+def registry_for(settings: Settings, *, queues: tuple[str, ...] = ()) -> prom.CollectorRegistry:
+    """What one scrape of a fixed worker reports: its processes' summed values and the fleet."""
+    registry = prom.CollectorRegistry()
+    if settings.metrics_dir:
+        multiprocess.MultiProcessCollector(registry, path=settings.metrics_dir)
+    registry.register(FleetCollector(settings, queues=queues))
+    return registry
+
+
+def fleet_registry(settings: Settings, *, broker_url: str | None = None) -> prom.CollectorRegistry:
+    """The fleet's gauges only (``evaljobs view``'s ``/metrics``: it evaluates no pairs)."""
+    registry = prom.CollectorRegistry()
+    registry.register(FleetCollector(settings, broker_url=broker_url))
+    return registry
+
+
+def in_process_registry(settings: Settings, *, queues: tuple[str, ...] = (),
+                        broker_url: str | None = None) -> prom.CollectorRegistry:
+    """One process's own values (an elastic pool: its members are threads) and the fleet."""
+    registry = prom.CollectorRegistry()
+    stop_recording()  # a pool served before in this process (tests) counted into its own registry
+    start_recording(registry)
+    registry.register(FleetCollector(settings, queues=queues, broker_url=broker_url))
+    return registry
+
+
+def exposition(registry: prom.CollectorRegistry) -> tuple[bytes, str]:
+    """(body, content type) of one scrape."""
+    return prom.generate_latest(registry), prom.CONTENT_TYPE_LATEST
+
+
+# -- serving ----------------------------------------------------------------------------------------
+
+def make_server(host: str, port: int, registry_factory: Callable[[], prom.CollectorRegistry],
+                routes: dict[str, Callable[[], tuple[int, bytes, str]]] | None = None) -> ThreadingHTTPServer:
+    """An HTTP server answering ``/metrics`` (and ``routes``: path -> (status, body, type))."""
+    extra = dict(routes or {})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, kind = exposition(registry_factory())
+                code = 200
+            elif path in extra:
+                code, body, kind = extra[path]()
+            else:
+                code, body, kind = 404, b"not found\n", "text/plain; charset=utf-8"
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("metrics: " + format, *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="evaljobs-metrics", daemon=True)
+    thread.start()
+    return thread
+
+
+def serve() -> int:
+    """Dramatiq fork process of ``evaljobs worker --metrics-port``: serve the workers' summed metrics.
+
+    Runs until Dramatiq's main process stops it (SIGTERM). Everything comes from the settings
+    (``EVALJOBS_METRICS_PORT``, ``EVALJOBS_METRICS_HOST``, ``PROMETHEUS_MULTIPROC_DIR``, the broker and
+    database URLs).
+    """
+    settings = config.settings()
+    if settings.metrics_port is None or not settings.metrics_dir:
+        logger.error("metrics: EVALJOBS_METRICS_PORT and PROMETHEUS_MULTIPROC_DIR must both be set")
+        return 2
+    store.connect(settings=settings)
+    registry = registry_for(settings)
+    server = make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
+    logger.info("metrics: serving http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+__all__ = ["FleetCollector", "PrometheusObserver", "exposition", "fleet_registry", "in_process_registry",
+           "make_server", "registry_for", "serve", "serve_in_thread", "start_recording", "stop_recording"]

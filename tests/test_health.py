@@ -1,0 +1,80 @@
+"""Health probes: ``evaljobs worker --health-port`` and pools answer /livez and /readyz."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from helpers import Fleet, RedisServer, free_port, wait_until
+
+from evaljobs.workers.health import consumers_check, readiness
+
+
+def probe(port: int, path: str) -> tuple[int, dict | str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            code, body = response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        code, body = exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+    return code, (json.loads(body) if body.startswith("{") else body)
+
+
+@pytest.mark.redis
+def test_a_worker_is_ready_once_its_processes_consume_and_not_while_redis_is_down(sqlite_url, tmp_path):
+    redis_server = RedisServer()
+    port = free_port()
+    fleet = Fleet(redis_server.url, sqlite_url, tmp_path / "logs", count=1, threads=2,
+                  env={"EVALJOBS_HEALTH_PORT": str(port)})
+    fleet.workers[0].args[fleet.workers[0].args.index("--processes") + 1] = "2"
+    try:
+        fleet.start()
+        assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 120), \
+            (probe(port, "/readyz"), fleet.log_text())
+        _, body = probe(port, "/readyz")
+        assert body == {"ready": True, "checks": {"broker": "ok", "database": "ok", "consumers": "ok"}}
+        assert probe(port, "/livez") == (200, "ok\n")
+        redis_server.kill()
+        assert wait_until(lambda: probe(port, "/readyz")[0] == 503, 60)
+        _, body = probe(port, "/readyz")
+        assert body["ready"] is False and body["checks"]["broker"].startswith("broker redis://127.0.0.1:")
+        assert probe(port, "/livez")[0] == 200  # up, not ready: a supervisor must not restart it for this
+    finally:
+        fleet.stop()
+        redis_server.close()
+
+
+@pytest.mark.redis
+def test_a_pool_answers_the_probes(redis_url, sqlite_url):
+    from evaljobs.workers.serve import run_pool
+
+    port = free_port()
+    stop = threading.Event()
+    arguments = {"min": 1, "max": 2, "idle_seconds": 5, "lane": "bulk", "broker": redis_url, "db": sqlite_url,
+                 "stop": stop, "health_port": port}
+    pool = threading.Thread(target=run_pool, kwargs=arguments, daemon=True)
+    pool.start()
+    try:
+        assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 60), probe(port, "/readyz")
+        assert probe(port, "/livez") == (200, "ok\n")
+    finally:
+        stop.set()
+        pool.join(30)
+
+
+def test_a_stale_or_missing_process_is_not_ready(tmp_path):
+    now = time.time()
+    (tmp_path / "1.json").write_text(json.dumps({"time": now, "consumers": 2, "consumers_alive": 2}))
+    (tmp_path / "2.json").write_text(json.dumps({"time": now - 60, "consumers": 2, "consumers_alive": 2}))
+    (tmp_path / "3.json").write_text(json.dumps({"time": now, "consumers": 2, "consumers_alive": 1}))
+    assert consumers_check(str(tmp_path), 1)() is None
+    assert consumers_check(str(tmp_path), 2)() == "consumers: 1 of 2 worker processes consuming"
+    code, body, _ = readiness({"consumers": consumers_check(str(tmp_path), 3), "database": lambda: None})
+    assert code == 503 and json.loads(body) == {"ready": False, "checks": {
+        "consumers": "consumers: 1 of 3 worker processes consuming", "database": "ok"}}
+    assert os.path.exists(tmp_path / "1.json")

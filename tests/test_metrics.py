@@ -1,0 +1,171 @@
+"""Prometheus metrics: a real Prometheus scrapes real worker processes during a run with 429s.
+
+``evaljobs worker --metrics-port`` serves the sum of its Dramatiq processes' values (prometheus_client's
+multiprocess mode) and the fleet's gauges; the test asks Prometheus itself, over its HTTP API, for the
+run's pair count, the 429s the simulated provider served and the latency histogram.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from helpers import ROOT, Fleet, PrometheusServer, fleet_run, free_port, numbered_catalog, wait_until
+
+from evaljobs import store, telemetry
+from evaljobs.providers.calls import outcome_of
+from evaljobs.providers.errors import PermanentError, RateLimited, TransientError
+
+PAIRS_MODELS = ["stormy/a", "stormy/b"]
+
+
+@pytest.mark.redis
+def test_prometheus_scrapes_two_workers_during_a_run_with_429s(redis_url, sqlite_url, tmp_path, monkeypatch,
+                                                               simulated_provider):
+    # Every pair's first call is a 429 with Retry-After (the simulated provider's fail-first): 200 of them.
+    stormy = simulated_provider(latency=0.01, jitter=0.0, retry_after=0.05, export=False)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(f"providers:\n  stormy:\n    base_url: {stormy.url}\n")
+    monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))
+    catalog = numbered_catalog(100, "metrics", prompt="[sim: fail-first 1 429] [sim: say answer {i}]")
+    ports = [free_port(), free_port()]
+    # No governor: a 429 does not pause a budget; the pair waits out its Retry-After and asks again.
+    fleet = Fleet(redis_url, sqlite_url, tmp_path / "logs", count=0, threads=4,
+                  env={"EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RATE_LIMIT_WAITS": "1000"})
+    for index, port in enumerate(ports):
+        worker = fleet.make()
+        worker.env["EVALJOBS_METRICS_PORT"] = str(port)
+        if index == 0:  # two Dramatiq processes behind one exposition: their values are summed
+            worker.args[worker.args.index("--processes") + 1] = "2"
+        fleet.workers.append(worker)
+    targets = [f"127.0.0.1:{port}" for port in ports]
+    with PrometheusServer(targets, interval=0.5) as prometheus, \
+            fleet_run(fleet, catalog, PAIRS_MODELS, db=sqlite_url, broker=redis_url) as run:
+        info = run.session.wait(run.id, timeout=240, poll=0.5)
+        assert info.status == "complete", info.status
+        served_429 = stormy.stats()["rate_limited"]
+        assert served_429 == 200  # one per pair
+
+        up = prometheus.wait_for("up", lambda r: len(r) == 2 and all(s["value"][1] == "1" for s in r))
+        assert sorted(s["metric"]["instance"] for s in up) == sorted(targets), prometheus.log_tail()
+        pairs = prometheus.wait_for("sum(evaljobs_pairs_total)", lambda r: r and r[0]["value"][1] == "200")
+        assert pairs and float(pairs[0]["value"][1]) == 200, (pairs, fleet.log_text())
+        by_model = prometheus.query("sum by (model, status) (evaljobs_pairs_total)")
+        assert {(s["metric"]["model"], s["metric"]["status"], s["value"][1]) for s in by_model} == \
+            {("stormy/a", "passed", "100"), ("stormy/b", "passed", "100")}
+        limited = prometheus.wait_for('sum(evaljobs_provider_requests_total{outcome="429"})',
+                                      lambda r: r and float(r[0]["value"][1]) == served_429)
+        assert limited and float(limited[0]["value"][1]) == served_429, (limited, served_429)
+        # The latency histogram: one observation per answered request, in buckets.
+        answered = prometheus.value('sum(evaljobs_provider_requests_total{outcome="ok"})')
+        assert answered == 200
+        count = prometheus.value("sum(evaljobs_provider_latency_seconds_count)")
+        assert count == answered
+        buckets = prometheus.query("sum by (le) (evaljobs_provider_latency_seconds_bucket)")
+        assert len(buckets) > 1
+        assert max(float(s["value"][1]) for s in buckets) == answered  # the +Inf bucket holds them all
+        tokens = prometheus.query("sum by (direction) (evaljobs_tokens_total)")
+        assert {s["metric"]["direction"] for s in tokens} == {"input", "output"}
+        # Read at scrape time from Redis: the run's queue is known to every exposition.
+        queues = prometheus.query('evaljobs_queue_messages{queue="agents"}')
+        assert {s["metric"]["state"] for s in queues} == {"ready", "in_flight", "delayed", "dead_lettered"}
+        # No run id or scenario key is ever a label value.
+        labels = prometheus.query('{__name__=~"evaljobs_.*"}')
+        values = {v for s in labels for v in s["metric"].values()}
+        assert run.id not in values and not any(v.startswith("s00") for v in values)
+    assert len(store.list_results(run.id)) == 200
+
+
+def test_outcome_labels_are_bounded():
+    assert outcome_of(RateLimited("slow down")) == "429"
+    assert outcome_of(TransientError("HTTP 503 from provider: busy", status=503)) == "5xx"
+    assert outcome_of(PermanentError("HTTP 400 from provider: bad", status=400)) == "4xx"
+    assert outcome_of(TransientError("timed out after 5 s waiting for the response")) == "timeout"
+    assert outcome_of(TransientError("connection reset before a response")) == "network"
+    assert outcome_of(PermanentError("undecodable response body")) == "error"
+
+
+def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, simulated_provider):
+    """An elastic pool is one process: its members' counts are served from memory, with the fleet gauges."""
+    import threading
+
+    from evaljobs.api import Session
+    from evaljobs.workers.serve import run_pool
+
+    simulated_provider(latency=0.01)
+    port = free_port()
+    stop = threading.Event()
+    arguments = {"min": 1, "max": 2, "idle_seconds": 5, "lane": "bulk", "broker": redis_url, "db": sqlite_url,
+                 "stop": stop, "metrics_port": port}
+    pool = threading.Thread(target=run_pool, kwargs=arguments, daemon=True)
+    pool.start()
+    try:
+        with Session(db=sqlite_url, broker=redis_url) as session:
+            info = session.submit(numbered_catalog(3, "pool-metrics"), ["sim/a"])
+            assert session.wait(info.id, timeout=120, poll=0.2).status == "complete"
+
+        def scrape() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    return response.read().decode()
+            except OSError:
+                return ""
+
+        counted = 'evaljobs_pairs_total{model="sim/a",status="passed"} 3.0'
+        assert wait_until(lambda: counted in scrape(), 30), scrape()
+        text = scrape()
+        assert 'evaljobs_runs{status="running"}' in text and "evaljobs_governor_limit" in text
+    finally:
+        stop.set()
+        pool.join(30)
+    assert not telemetry.watched()  # the pool stopped counting when it stopped
+
+
+def test_nothing_is_imported_or_observed_without_metrics():
+    """A worker without --metrics-port imports no prometheus_client and reports to no one."""
+    code = ("import sys, evaljobs.pipeline.actors, evaljobs.providers.calls, evaljobs.pipeline.barrier\n"
+            "from evaljobs import telemetry\n"
+            "assert 'prometheus_client' not in sys.modules and 'opentelemetry' not in sys.modules\n"
+            "assert not telemetry.watched() and telemetry.span('x') is telemetry.NO_SPAN\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.redis
+def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_url, tmp_path):
+    """``evaljobs view --token`` answers /metrics only with the token; Prometheus sends it as a bearer."""
+    from helpers import Viewer
+
+    token = "metrics-token-0123456789abcdef"
+    viewer = Viewer(sqlite_url, redis_url, tmp_path / "view.log", extra=["--token", token])
+    try:
+        request = urllib.request.Request(f"{viewer.url}/metrics")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+        with PrometheusServer([f"127.0.0.1:{viewer.port}"], interval=0.5, authorization=token) as prometheus:
+            ready = prometheus.wait_for('evaljobs_queue_messages{queue="agents",state="ready"}',
+                                        lambda r: len(r) == 1)
+            assert len(ready) == 1, prometheus.query("up")
+            runs = prometheus.query("evaljobs_runs")
+            assert {s["metric"]["status"] for s in runs} == {"pending", "running"}
+    finally:
+        viewer.close()
+
+
+@pytest.mark.redis
+def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
+    import socket
+
+    from helpers import evaljobs_cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for option in ("--metrics-port", "--health-port"):
+            done = evaljobs_cli("worker", "--broker", redis_url, option, str(port))
+            assert done.returncode == 2, done.stderr
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and option in lines[0]
