@@ -75,6 +75,7 @@ def test_a_worker_logs_json_lines_naming_run_and_pair(redis_url, sqlite_url, tmp
 
 @pytest.mark.redis
 def test_the_viewer_logs_json(redis_url, sqlite_url, tmp_path):
+    store.connect(sqlite_url)  # the viewer reads an existing database; it creates none
     viewer = Viewer(sqlite_url, redis_url, tmp_path / "view.log", extra=["--log-format", "json"])
     viewer.close()
     entries = _lines((tmp_path / "view.log").read_text())

@@ -138,6 +138,7 @@ def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_u
     from helpers import Viewer
 
     token = "metrics-token-0123456789abcdef"
+    store.connect(sqlite_url)  # the viewer reads an existing database; it creates none
     viewer = Viewer(sqlite_url, redis_url, tmp_path / "view.log", extra=["--token", token])
     try:
         request = urllib.request.Request(f"{viewer.url}/metrics")

@@ -42,7 +42,7 @@ scenarios:
     expect:
       judge: "Apologises and offers help. [sim@judge: say {\\"score\\": 0.9, \\"reason\\": \\"kind\\"}]"
 """
-MODELS = ["sim/a", "sim/b"]
+MODELS = ["sim/fast", "sim/smart"]
 
 
 def _ancestors(span, by_id) -> list[str]:
@@ -91,7 +91,7 @@ def test_one_trace_for_a_fanout_run_across_two_worker_processes(redis_url, sqlit
         assert root_id in _ancestors(span, by_id), span
     chats = [s for s in spans if s.name.startswith("chat ")]
     models = {s.attributes["gen_ai.request.model"] for s in chats}
-    assert {"a", "b", "judge"} <= models
+    assert {"fast", "smart", "judge"} <= models
     for chat in chats:
         assert chat.attributes["gen_ai.operation.name"] == "chat"
         assert isinstance(chat.attributes["gen_ai.usage.input_tokens"], int)
@@ -114,12 +114,12 @@ def test_prompts_and_answers_go_on_spans_only_when_asked(tmp_path, simulated_pro
     try:
         with Session(db=f"sqlite:///{tmp_path}/runs.db") as session:
             catalog = loads_catalog(CATALOG, source="traced.yaml")
-            info = session.submit(catalog, ["sim/a"], strategy="sequential")
+            info = session.submit(catalog, ["sim/fast"], strategy="sequential")
         assert info.status == "complete"
     finally:
         tracing.stop()
     assert not telemetry.watched()
-    chats = [s for s in exporter.get_finished_spans() if s.name == "chat a"]
+    chats = [s for s in exporter.get_finished_spans() if s.name == "chat fast"]
     assert len(chats) == 5  # the tool scenario takes two turns
     prompts = " ".join(str(s.attributes.get("gen_ai.input.messages", "")) for s in chats)
     answers = " ".join(str(s.attributes.get("gen_ai.output.messages", "")) for s in chats)
