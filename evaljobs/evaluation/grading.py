@@ -37,6 +37,7 @@ FAULTS = (
     "run_error",
     "judge_unavailable",
     "not_gradable",
+    "empty_answer",
     "tool_error",
     "missing_capability",
     "expected_tool_not_called",
@@ -53,7 +54,7 @@ FAULTS = (
 
 #: The fault a failing criterion stands for.
 CRITERION_FAULT = {
-    "response_present": "missing_content",
+    "response_present": "empty_answer",
     "contains": "missing_content",
     "not_contains": "forbidden_content",
     "regex": "regex_mismatch",
@@ -141,7 +142,12 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
 
     Score is the mean of the applicable criteria. The result passes when the
     score reaches the scenario's pass threshold and no gate failed; a failed gate
-    fails the scenario whatever the score, with that gate's fault. A replay with
+    fails the scenario whatever the score, with that gate's fault. "The answer is
+    not empty" is a check, not a criterion: it never adds to the score (an
+    always-1 entry in the mean would lift every failing criterion towards the
+    threshold); an empty answer fails the scenario with its own fault,
+    ``empty_answer`` (``run_error`` when ``response_present`` is a gate, as
+    ActiveAgent reads "the agent returned nothing"). A replay with
     an error is ``errored`` with fault ``run_error``; a judge that gave no usable
     verdict makes the pair ``errored`` with ``judge_unavailable`` (it says nothing
     about the model under test).
@@ -161,8 +167,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     def applies(name: str) -> bool:
         return _applies(scenario, name) or name in gates
 
-    if applies("response_present"):
-        scores["response_present"] = 1.0 if answer.strip() else 0.0
+    empty = applies("response_present") and not answer.strip()
     if (expect.contains or expect.patterns) and applies("contains"):
         missing = [s for s in expect.contains if s.lower() not in lowered]
         missing += [p for p in expect.patterns if not pattern_matches(answer, p)]
@@ -247,15 +252,21 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
             info.update(score=scores["llm_judge"], reason=verdict.reason)
             details["judge"] = info
 
-    score = _weighted_mean(scores, dict(scenario.weights))
+    # Nothing to score but a present answer: the answer is all the scenario asks for.
+    score = _weighted_mean(scores, dict(scenario.weights)) if scores else (0.0 if empty else 1.0)
     fired = _diagnose(scenario, replay, scores, details)
+    if empty:
+        fired.add("response_present")
     failed_gates = [c for c in GATE_ORDER if c in fired
                     or (c in gates and c in scores and _gate_failed(c, scores[c], scenario))]
+    if empty and "response_present" not in gates:  # its own fault, ahead of what the empty text fails
+        details["empty_answer"] = True
+        return Grades(status=FAILED, score=score, scores=scores, fault="empty_answer", details=details)
     if failed_gates:
         details["failed_gates"] = failed_gates
         return Grades(status=FAILED, score=score, scores=scores, fault=_gate_fault(failed_gates[0], answer),
                       details=details)
-    if score >= scenario.pass_threshold and scores:
+    if score >= scenario.pass_threshold:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
     return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
 
@@ -315,8 +326,7 @@ def _gate_fault(criterion: str, answer: str) -> str:
 def _fault(scores: dict[str, float], tool_errors: list) -> str:
     if tool_errors:
         return "tool_error"
-    for criterion in ("expected_tools", "not_contains", "contains", "response_present", "regex", "ideal",
-                      "assertions"):
+    for criterion in ("expected_tools", "not_contains", "contains", "regex", "ideal", "assertions"):
         if scores.get(criterion, 1.0) < 1.0:
             return CRITERION_FAULT[criterion]
     return "low_quality"
