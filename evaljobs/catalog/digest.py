@@ -46,11 +46,24 @@ def _tool_body(t: Tool) -> dict[str, Any]:
     return body
 
 
+def _judge_body(e: Expect) -> Any:
+    """The rubric as written when the judge keeps its defaults (catalogs keep their digest), else the
+    ``{rubric, threshold, gate}`` form."""
+    if e.judge is None or (e.judge_threshold is None and e.judge_gate):
+        return e.judge
+    out: dict[str, Any] = {"rubric": e.judge}
+    if e.judge_threshold is not None:
+        out["threshold"] = e.judge_threshold
+    if not e.judge_gate:
+        out["gate"] = False
+    return out
+
+
 def _expect_body(e: Expect) -> dict[str, Any]:
     body: dict[str, Any] = {
         "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
         "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
-        "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
+        "judge": _judge_body(e), "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
     # Later fields only when set: catalogs that do not use them keep their digest.
     optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
                 "tools_match": e.tools_match if e.tools_match != "all" else None,

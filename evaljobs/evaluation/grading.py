@@ -79,6 +79,9 @@ class JudgeVerdict:
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = 0.0
+    #: The judge's own ``pass`` when its answer carried one (promptfoo's llm-rubric asks for it): a judgement
+    #: passes when this is not False and the score reaches the criterion's threshold.
+    passed: bool | None = None
     #: Set when the judge gave no usable verdict (unreachable, refused, not the expected JSON after its
     #: retries): the pair is ``errored`` with fault ``judge_unavailable``, never held against the model.
     error: str | None = None
@@ -167,6 +170,9 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     def applies(name: str) -> bool:
         return _applies(scenario, name) or name in gates
 
+    if expect.judge and expect.judge_gate and applies("llm_judge"):
+        gates.add("llm_judge")  # the judge decides its criterion unless the catalog says gate: false
+
     empty = applies("response_present") and not answer.strip()
     if (expect.contains or expect.patterns) and applies("contains"):
         missing = [s for s in expect.contains if s.lower() not in lowered]
@@ -249,7 +255,12 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
                 return Grades(status=ERRORED, score=0.0, scores=scores, fault="judge_unavailable",
                               details=details)
             scores["llm_judge"] = max(0.0, min(1.0, float(verdict.score)))
-            info.update(score=scores["llm_judge"], reason=verdict.reason)
+            threshold = judge_threshold(scenario)
+            info.update(score=scores["llm_judge"], reason=verdict.reason, threshold=threshold,
+                        passed=judgement_passes(verdict, scores["llm_judge"], threshold),
+                        gate="llm_judge" in gates)
+            if verdict.passed is not None:
+                info["judge_pass"] = verdict.passed
             details["judge"] = info
 
     # Nothing to score but a present answer: the answer is all the scenario asks for.
@@ -258,7 +269,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if empty:
         fired.add("response_present")
     failed_gates = [c for c in GATE_ORDER if c in fired
-                    or (c in gates and c in scores and _gate_failed(c, scores[c], scenario))]
+                    or (c in gates and c in scores and _gate_failed(c, scores[c], details))]
     if empty and "response_present" not in gates:  # its own fault, ahead of what the empty text fails
         details["empty_answer"] = True
         return Grades(status=FAILED, score=score, scores=scores, fault="empty_answer", details=details)
@@ -311,9 +322,22 @@ def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], deta
     return set(fired)
 
 
-def _gate_failed(criterion: str, value: float, scenario: Scenario) -> bool:
-    if criterion == "llm_judge":  # a judge grade must reach the threshold on its own (ActiveAgent)
-        return value < scenario.pass_threshold
+def judge_threshold(scenario: Scenario) -> float:
+    """The score the ``llm_judge`` criterion needs: its own ``threshold``, else the scenario's ``pass_threshold``."""
+    threshold = scenario.expect.judge_threshold
+    return scenario.pass_threshold if threshold is None else threshold
+
+
+def judgement_passes(verdict: JudgeVerdict, score: float, threshold: float | None) -> bool:
+    """promptfoo's llm-rubric rule: the judge's ``pass`` (true when it gave none), and, with a threshold,
+    the score reaching it."""
+    passed = verdict.passed is not False
+    return passed and (threshold is None or score >= threshold)
+
+
+def _gate_failed(criterion: str, value: float, details: dict[str, Any]) -> bool:
+    if criterion == "llm_judge":  # the judgement passes or fails on its own (its threshold, its pass)
+        return not details["judge"]["passed"]
     return value < 1.0
 
 
@@ -376,8 +400,12 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
                 details["judge"] = info
                 raise _NoVerdict("judge_unavailable", verdict.error)
             score = max(0.0, min(1.0, float(verdict.score)))
-            info.update(score=score, reason=verdict.reason)
-            passed = score >= float(entry.get("threshold", 1.0))  # no threshold: full marks, as the judge criterion
+            if verdict.passed is None:  # a judge that gives no pass: full marks unless the entry sets a threshold
+                passed = score >= float(entry.get("threshold", 1.0))
+            else:  # promptfoo's llm-rubric: its pass, and the score reaching the entry's threshold if any
+                passed = judgement_passes(verdict, score, entry.get("threshold"))
+                info["judge_pass"] = verdict.passed
+            info.update(score=score, reason=verdict.reason, passed=passed)
             return Outcome(label, passed, score, verdict.reason, None if passed else "low_quality")
         if runner is None:
             raise _NoVerdict("not_gradable", "no assertion runner in this process")

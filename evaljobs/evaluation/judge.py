@@ -131,10 +131,10 @@ class ProviderJudge:
                 cost += self.providers.get(judge_model.provider).cost(
                     judge_model.model, completion.input_tokens, completion.output_tokens)
             raw = completion.content or ""
-            parsed = parse_judge_json(raw)
+            parsed = parse_judge_verdict(raw)
             if isinstance(parsed, tuple):
-                return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, prompt=prompt, raw=raw,
-                                    model=judge_model.spec)
+                return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, passed=parsed[2],
+                                    prompt=prompt, raw=raw, model=judge_model.spec)
             problem = f"judge {judge_model.spec}: {parsed}"
         return JudgeVerdict(0.0, "", tokens_in, tokens_out, cost, error=problem, prompt=prompt, raw=raw[:4000],
                             model=judge_model.spec)
@@ -142,6 +142,18 @@ class ProviderJudge:
 
 def parse_judge_json(text: str) -> tuple[float, str] | str:
     """Strict: a JSON object with a numeric ``score`` in [0, 1] -> (score, reason); else what is wrong."""
+    parsed = parse_judge_verdict(text)
+    return parsed[:2] if isinstance(parsed, tuple) else parsed
+
+
+_PASS_WORDS = re.compile(r"(true|yes|pass|y)", re.IGNORECASE)
+
+
+def parse_judge_verdict(text: str) -> tuple[float, str, bool | None] | str:
+    """Strict: a JSON object with a numeric ``score`` in [0, 1] and optionally ``pass`` -> (score, reason,
+    pass or None); else what is wrong. As promptfoo's llm-rubric reads its judge: a non-boolean ``pass``
+    is true when it reads "true", "yes", "pass" or "y"; an answer with ``pass`` and no ``score`` scores 1
+    or 0."""
     body = (text or "").strip()
     if body.startswith("```"):
         body = body.strip("`")
@@ -150,13 +162,20 @@ def parse_judge_json(text: str) -> tuple[float, str] | str:
         data = json.loads(body)
     except ValueError:
         return f"answer is not JSON: {(text or '')[:120]!r}"
-    if not isinstance(data, dict) or not isinstance(data.get("score"), (int, float)) \
-            or isinstance(data.get("score"), bool):
+    if not isinstance(data, dict):
         return f"answer has no numeric 'score': {(text or '')[:120]!r}"
-    score = float(data["score"])
+    passed = data.get("pass")
+    if passed is not None and not isinstance(passed, bool):
+        passed = _PASS_WORDS.fullmatch(str(passed).strip()) is not None
+    score = data.get("score")
+    if score is None and passed is not None:
+        score = 1.0 if passed else 0.0
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        return f"answer has no numeric 'score': {(text or '')[:120]!r}"
+    score = float(score)
     if not 0.0 <= score <= 1.0:
         return f"score {score} is outside 0..1"
-    return score, str(data.get("reason", ""))[:500]
+    return score, str(data.get("reason", ""))[:500], passed
 
 
 def parse_judge_answer(text: str) -> tuple[float, str]:
@@ -178,4 +197,4 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
 
 
 __all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",
-           "parse_judge_answer", "parse_judge_json", "require_judge_models"]
+           "parse_judge_answer", "parse_judge_json", "parse_judge_verdict", "require_judge_models"]
