@@ -356,6 +356,11 @@ def _fault(scores: dict[str, float], tool_errors: list) -> str:
     return "low_quality"
 
 
+def _cost_sum(costs: list[float | None]) -> float | None:
+    """The sum of some calls' costs; None when one is unknown (an unknown cost is never counted as 0)."""
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
 class _NoVerdict(Exception):
     """The weighted list cannot be graded: ``fault`` says why (``not_gradable``, ``judge_unavailable``)."""
 
@@ -370,6 +375,7 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
     expect = scenario.expect
     answer = replay.answer or ""
     details: dict[str, Any] = {}
+    judge_costs: list[float | None] = []  # every judge call of the list (the first one's block is shown)
     refused = [a for a in expect.assertions if a.get("kind") == "refused"]
     if refused:
         details["not_graded"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
@@ -394,6 +400,7 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
                 return None
             info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
                     "tokens": verdict.input_tokens + verdict.output_tokens}
+            judge_costs.append(verdict.cost)
             details.setdefault("judge", info)  # the first judge call, shown by every report
             if verdict.error:
                 info.update(score=None, reason=verdict.error)
@@ -416,7 +423,11 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
         return Outcome(label, bool(passed), float(value), reason, None if passed else fault_of(entry))
 
     try:
-        verdict = combine(expect.assertions, expect.threshold, evaluate)
+        try:
+            verdict = combine(expect.assertions, expect.threshold, evaluate)
+        finally:  # the pair pays for every judge call, whatever the verdict
+            if isinstance(details.get("judge"), dict):
+                details["judge"]["cost"] = _cost_sum(judge_costs)
     except _NoVerdict as exc:
         details["not_gradable" if exc.fault == "not_gradable" else "error"] = [str(exc)]
         return Grades(status=ERRORED, score=0.0, fault=exc.fault, details=details)

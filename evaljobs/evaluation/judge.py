@@ -114,7 +114,7 @@ class ProviderJudge:
         # The judge's calls count against the judge model's budget like any other call.
         client = self.calls.client(self.providers, judge_model, self.version)
         tokens_in = tokens_out = 0
-        cost = 0.0
+        cost: float | None = 0.0  # None once a paid call's price is unknown: unknown is not zero
         raw = ""
         problem = ""
         for _ in range(self.attempts):
@@ -128,8 +128,9 @@ class ProviderJudge:
             tokens_in += completion.input_tokens
             tokens_out += completion.output_tokens
             if not getattr(completion, "cached", False):  # an answer from the cache costs nothing
-                cost += self.providers.get(judge_model.provider).cost(
+                call = self.providers.get(judge_model.provider).cost(
                     judge_model.model, completion.input_tokens, completion.output_tokens)
+                cost = None if cost is None or call is None else cost + call
             raw = completion.content or ""
             parsed = parse_judge_verdict(raw)
             if isinstance(parsed, tuple):

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import epochs_note, judged_groups, markdown_judge
-from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      unknown_note as _unknown_note)
+from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
+                                      signed_money as _signed_money)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
@@ -316,7 +316,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
-        f"{_money(summary['cost'], summary.get('cost_unknown', 0))}{_unknown_note(summary)}{_excluded_note(run)}"
+        f"{_cost_line(summary, summary['results'])}{_excluded_note(run)}"
         f"{_reused_note(summary)}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
@@ -331,7 +331,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
                      f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | "
                      f"{_ms_pair(m.get('ttft_p50_ms'), m.get('ttft_p95_ms'))} | "
                      f"{_ms_pair(m.get('latency_p50_ms'), m.get('latency_p95_ms'))} | "
-                     f"{_money(m['cost'], m.get('cost_unknown', 0))} |")
+                     f"{_money(m['cost'], m.get('cost_unknown', 0), m['scenarios'])} |")
     if len(report["verdict"]) > MARKDOWN_MODELS:
         lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
     return lines
@@ -362,10 +362,9 @@ def _signed_pp(value: float) -> str:
 
 def _markdown_baseline(comparison: Comparison) -> list[str]:
     c = comparison
-    cost = c.cost_delta
     lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
                  f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
-                 f"mean score {c.mean_score_delta:+.3f} · cost {'+' if cost >= 0 else '-'}${abs(cost):.4f}"]
+                 f"mean score {c.mean_score_delta:+.3f} · cost {_signed_money(c.cost_delta, c.cost_unknown)}"]
     if c.models:
         lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |",
                   "|---|---:|---:|---:|---:|"]
@@ -429,7 +428,7 @@ def render_table(report: dict[str, Any]) -> str:
              _pct(m["pass_rate"]), f"{m['mean_score']:.3f}", _ms(m["duration_p50_ms"]),
              _ms(m["duration_p95_ms"]), _ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms")),
              _ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms")),
-             _money(m["cost"], m.get("cost_unknown", 0))) for m in report["models"]]
+             _money(m["cost"], m.get("cost_unknown", 0), m["scenarios"])) for m in report["models"]]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -439,8 +438,8 @@ def render_table(report: dict[str, Any]) -> str:
 
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
-           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'], summary.get('cost_unknown', 0))}"
-           f"{_unknown_note(summary)}{_excluded_note(run)}{_reused_note(summary)}",
+           f"{_pct(summary['pass_rate'])} passed  {_cost_line(summary, summary['results'])}"
+           f"{_excluded_note(run)}{_reused_note(summary)}",
            line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:

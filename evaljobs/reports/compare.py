@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
+from evaljobs.reports._format import known_sum
+from evaljobs.reports._format import signed_money as _signed_money
 from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact
 
 #: Kinds of change for a pair present in both runs.
@@ -144,11 +146,21 @@ class ModelDelta:
     passed_b: int
     mean_score_a: float
     mean_score_b: float
-    cost_a: float
-    cost_b: float
+    #: The known costs of the common pairs (None: none known) and how many were unknown on each side.
+    cost_a: float | None
+    cost_b: float | None
     regressed: int
     fixed: int
     changed: int
+    cost_unknown_a: int = 0
+    cost_unknown_b: int = 0
+
+    @property
+    def cost_delta(self) -> float | None:
+        """B minus A, when both sides' costs are fully known; unknown is never counted as 0."""
+        if self.cost_a is None or self.cost_b is None or self.cost_unknown_a or self.cost_unknown_b:
+            return None
+        return round(self.cost_b - self.cost_a, 6)
 
     @property
     def pass_rate_a(self) -> float:
@@ -165,8 +177,8 @@ class ModelDelta:
                 "pass_rate_delta": round(self.pass_rate_b - self.pass_rate_a, 4),
                 "mean_score_a": self.mean_score_a, "mean_score_b": self.mean_score_b,
                 "mean_score_delta": round(self.mean_score_b - self.mean_score_a, 4),
-                "cost_a": self.cost_a, "cost_b": self.cost_b,
-                "cost_delta": round(self.cost_b - self.cost_a, 6),
+                "cost_a": self.cost_a, "cost_b": self.cost_b, "cost_delta": self.cost_delta,
+                "cost_unknown_a": self.cost_unknown_a, "cost_unknown_b": self.cost_unknown_b,
                 "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed}
 
 
@@ -216,9 +228,16 @@ class Comparison:
         return [c for c in self.changes if c.before is not None and c.after is not None]
 
     @property
-    def cost_delta(self) -> float:
-        """Cost of B minus cost of A over the common pairs."""
-        return round(sum(c.cost_delta or 0.0 for c in self.common), 6)
+    def cost_delta(self) -> float | None:
+        """Cost of B minus cost of A over the common pairs whose costs are known on both sides (None:
+        none is); :attr:`cost_unknown` says how many were left out."""
+        deltas = [c.cost_delta for c in self.common]
+        return known_sum(deltas)[0] if deltas else 0.0
+
+    @property
+    def cost_unknown(self) -> int:
+        """Common pairs whose cost difference is unknown (a price unknown on either side)."""
+        return sum(1 for c in self.common if c.cost_delta is None)
 
     @property
     def mean_score_delta(self) -> float:
@@ -241,7 +260,8 @@ class Comparison:
             "summary": {"common": len(self.common), "regressed": len(self.regressed),
                         "fixed": len(self.fixed),
                         "changed": len(self.changed), "only_a": len(self.only_a), "only_b": len(self.only_b),
-                        "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta},
+                        "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta,
+                        "cost_unknown": self.cost_unknown},
             "models": [m.to_dict() for m in self.models],
             "flipped": [c.to_dict() for c in self.flipped],
             "only_a": [list(c.pair) for c in self.only_a],
@@ -342,8 +362,10 @@ def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelt
             passed_b=sum(1 for c in common if c.after.status == PASSED),
             mean_score_a=round(sum(c.before.score for c in common) / n, 4),
             mean_score_b=round(sum(c.after.score for c in common) / n, 4),
-            cost_a=round(sum(c.before.cost or 0.0 for c in common), 6),
-            cost_b=round(sum(c.after.cost or 0.0 for c in common), 6),
+            cost_a=known_sum([c.before.cost for c in common])[0],
+            cost_b=known_sum([c.after.cost for c in common])[0],
+            cost_unknown_a=known_sum([c.before.cost for c in common])[1],
+            cost_unknown_b=known_sum([c.after.cost for c in common])[1],
             regressed=sum(1 for c in common if c.kind == REGRESSED),
             fixed=sum(1 for c in common if c.kind == FIXED),
             changed=sum(1 for c in common if c.kind == CHANGED)))
@@ -357,8 +379,6 @@ def _signed(value: float, digits: int = 3) -> str:
     return f"{value:+.{digits}f}"
 
 
-def _signed_money(value: float) -> str:
-    return f"{'+' if value >= 0 else '-'}${abs(value):.4f}"
 
 
 def _pp(value: float) -> str:
@@ -380,12 +400,13 @@ def render_comparison(comparison: Comparison) -> str:
     """The ``evaljobs compare`` table: per-model deltas, then every flipped pair, then one-sided pairs."""
     c = comparison
     out = [f"compare {c.run_a or 'A'} → {c.run_b or 'B'}: {c.headline()}",
-           f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta)} (common pairs)", ""]
+           (f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta, c.cost_unknown)} "
+            f"(common pairs)"), ""]
     if c.models:
         out += _table(("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED"),
                       [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
                         _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
-                        _signed_money(m.cost_b - m.cost_a), str(m.regressed), str(m.fixed))
+                        _signed_money(m.cost_delta), str(m.regressed), str(m.fixed))
                        for m in c.models])
     flipped = c.flipped
     if flipped:
@@ -393,7 +414,7 @@ def render_comparison(comparison: Comparison) -> str:
         out += ["  " + line for line in _table(
             ("KIND", "SCENARIO", "MODEL", "STATUS", "Δ SCORE", "Δ COST", "FAULT NOW"),
             [(f.kind, f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0),
-              _signed_money(f.cost_delta or 0.0), (f.after.fault if f.after else None) or "")
+              _signed_money(f.cost_delta), (f.after.fault if f.after else None) or "")
              for f in flipped],
             left=4)]
     else:

@@ -71,8 +71,10 @@ class GridRow:
     cells: list[tuple[str, Cell | None]]  # (model, cell) in column order
 
     @property
-    def cost(self) -> float:
-        return sum(c.cost or 0.0 for _, c in self.cells if c)
+    def cost(self) -> float | None:
+        """The known costs of the row's cells; None when none is known (an unknown price is not $0)."""
+        known = [c.cost for _, c in self.cells if c and c.cost is not None]
+        return round(sum(known), 6) if known or not any(c for _, c in self.cells) else None
 
     @property
     def slowest_ms(self) -> int | None:
@@ -96,6 +98,13 @@ class RunPage:
     total_cost: float
     #: The run's epochs per pair: above 1, a cell is an :class:`~evaljobs.view.epochs.EpochCell`.
     epochs: int = 1
+    #: Rows (pair × epoch) whose cost is unknown, and every row: ``total_cost`` is a lower bound then.
+    cost_unknown: int = 0
+    results: int = 0
+
+    @property
+    def cost(self) -> float:
+        return self.total_cost
 
 
 def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -182,6 +191,7 @@ class RunIndex:
     groups: list[str]
     total_cost: float
     counts: dict[str, int] = field(default_factory=dict)
+    cost_unknown: int = 0
     #: For each row, its (model, cell) pairs in the run's model order, built once.
     grid: list[list[tuple[str, Cell | None]]] = field(default_factory=list)
 
@@ -228,6 +238,7 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
                     groups=sorted({s.group for s in scenarios.values() if s.group}),
                     total_cost=round(sum(c.cost for c in cells if c.cost is not None), 6),
+                    cost_unknown=sum(1 for c in cells if c.cost is None),
                     counts=dict(Counter(c.status for c in cells)))
 
 
@@ -319,7 +330,8 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     verdict = sorted((m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
     return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
                    matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
-                   groups=index.groups, total_cost=index.total_cost, epochs=run.epochs)
+                   groups=index.groups, total_cost=index.total_cost, epochs=run.epochs,
+                   cost_unknown=index.cost_unknown, results=len(index.cells))
 
 
 def _has_fault(cell: "Cell | EpochCell", fault: str) -> bool:
@@ -431,6 +443,7 @@ class ComparePage:
         """The comparison's headline numbers, computed once (each is a pass over every pair)."""
         c = self.comparison
         return {"headline": c.headline(), "mean_score_delta": c.mean_score_delta, "cost_delta": c.cost_delta,
+                "cost_unknown": c.cost_unknown,
                 "only_a": len(c.only_a), "only_b": len(c.only_b)}
 
 
