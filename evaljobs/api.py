@@ -207,7 +207,7 @@ class Session:
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
                cache_across_epochs: bool = False, selection: Selection | None = None,
-               reuse: str | None = None) -> store.RunInfo:
+               reuse: str | None = None, allow_self_judge: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -218,6 +218,8 @@ class Session:
         empty selection is a one-line error before anything is created.
         ``reuse``: a run id, a prefix or ``latest``: its unchanged pairs are copied instead of evaluated
         (:mod:`evaljobs.pipeline.reuse`).
+        ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
+        grading its own answers is not a verdict); the run and its report record it.
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -259,6 +261,11 @@ class Session:
         judges = judge_models(cat.scenarios, judge_model, self.providers)
         if judges:
             check_providers(judges, self.providers)
+        self_judged = sorted({parse_model_spec(j, self.providers).spec for j in judges} & set(specs))
+        if self_judged and not allow_self_judge:
+            raise UsageError(f"{self_judged[0]} would judge its own answers (it is both a model under test and "
+                             f"the judge model); name another judge with --judge-model, or pass "
+                             f"--allow-self-judge to insist")
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
@@ -277,6 +284,8 @@ class Session:
             options["excluded"] = self.excluded
         if chosen:
             options["selection"] = chosen
+        if self_judged:  # --allow-self-judge: every report says so
+            options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         if source is not None:

@@ -133,6 +133,9 @@ def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     selection = (run.get("options") or {}).get("selection")
     if selection:  # --filter/--tag/--sample/--limit: the report says what was left out
         block["selection"] = selection
+    self_judge = (run.get("options") or {}).get("self_judge")
+    if self_judge:  # --allow-self-judge: a model graded its own answers, and every report says so
+        block["self_judge"] = list(self_judge)
     return block
 
 
@@ -146,7 +149,14 @@ def _reused_note(summary: dict[str, Any]) -> str:
 def _excluded_note(run: dict[str, Any]) -> str:
     n = run.get("excluded") or 0
     selected = f" · {selection_note(run.get('selection'))}" if run.get("selection") else ""
-    return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected
+    return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected \
+        + self_judge_note(run)
+
+
+def self_judge_note(run: dict[str, Any]) -> str:
+    """`` · self-judged: M (--allow-self-judge)`` for a run whose judge was also a model under test."""
+    models = run.get("self_judge")
+    return f" · self-judged: {', '.join(models)} (--allow-self-judge)" if models else ""
 
 
 def _rate(part: int, whole: int) -> float:

@@ -210,6 +210,8 @@ def _header(report: dict[str, Any]) -> list[str]:
                   f"{s['errored']} errored ({_pct(s['pass_rate'])})" + _cached_note(report)),
         ("Cost", _cost_line(s, s["results"])),
     ]
+    if run.get("self_judge"):
+        facts.append(("Self-judged", ", ".join(run["self_judge"]) + " judged its own answers (--allow-self-judge)"))
     if run.get("context"):
         facts.append(("Context", json.dumps(run["context"], ensure_ascii=False, sort_keys=True, default=str)))
     out = [f"<header><h1>evaljobs · {_e(run.get('catalog_name') or '?')} — {_e(_headline(report))}</h1>",

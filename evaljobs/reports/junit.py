@@ -126,6 +126,11 @@ def _cost(report: dict[str, Any], model: str) -> str | None:
     return cost_line(block, block["scenarios"]) if block else None
 
 
+def _self_judge(run: dict[str, Any]) -> str | None:
+    """``--allow-self-judge``: the models that judged their own answers."""
+    return ", ".join(run["self_judge"]) if run.get("self_judge") else None
+
+
 def _props(parent: ET.Element, values: Iterable[tuple[str, Any]]) -> None:
     props = ET.SubElement(parent, "properties")
     for name, value in values:
@@ -159,7 +164,7 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
         context = run.get("context")
         _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
                        ("model", model), ("strategy", run.get("strategy")), ("cost", _cost(report, model)),
-                       ("context", _json(context) if context else None)])
+                       ("self_judge", _self_judge(run)), ("context", _json(context) if context else None)])
         for row in mine:
             result = by_pair.get((row["scenario_key"], model))
             _testcase(suite, _classname(catalog, clean(model)), row, result)
@@ -204,7 +209,7 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
             suite.set("timestamp", stamp)
         _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
                        ("model", model), ("strategy", run.get("strategy")), ("cost", _cost(report, model)),
-                       ("epochs", report["epochs"]["epochs"])])
+                       ("self_judge", _self_judge(run)), ("epochs", report["epochs"]["epochs"])])
         for pair in mine:
             key = pair["scenario_key"]
             epochs = [rows.get((key, model, e)) for e in range(pair["epochs"])]
