@@ -150,6 +150,8 @@ class Session:
         self._lock = threading.RLock()  # host threads may submit concurrently: bind and start once
         self.excluded = 0
         self.import_warnings: list[str] = []
+        #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
+        self.reuse_note: str | None = None
 
     # -- context -------------------------------------------------------------------------------
     @property
@@ -249,9 +251,9 @@ class Session:
             check_providers(specs + ([judge_model] if judge_model else []), self.providers)
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
-        source = self.resolve(reuse) if reuse else None  # before the new run exists: 'latest' is an earlier one
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
+        source = self._reuse_source(reuse, cat.name)  # before the new run exists: 'latest' is an earlier one
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -288,9 +290,7 @@ class Session:
             options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
-        if source is not None:
-            from evaljobs.pipeline.reuse import reuse_into
-            reuse_into(run.id, source)
+        self._reuse(run.id, reuse, source, cat.name)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -328,12 +328,33 @@ class Session:
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        source = self.resolve(reuse) if reuse else None
+        source = self._reuse_source(reuse, original.catalog_name)
         new = reruns.create_rerun(run_id, which)
-        if source is not None:
-            from evaljobs.pipeline.reuse import reuse_into
-            reuse_into(new.id, source)
+        self._reuse(new.id, reuse, source, original.catalog_name)
         return new
+
+    def _reuse_source(self, reuse: str | None, catalog_name: str) -> str | None:
+        """The run ``--reuse`` names: ``latest`` is the newest run of the same catalog name (a run of
+        another catalog has nothing to reuse), else an id or a unique prefix."""
+        if not reuse:
+            return None
+        if reuse == "latest":
+            from evaljobs.pipeline.reuse import latest_of
+
+            return latest_of(catalog_name)
+        return self.resolve(reuse)
+
+    def _reuse(self, run_id: str, reuse: str | None, source: str | None, catalog_name: str) -> None:
+        """Copy the unchanged pairs of ``source`` into the new run and keep the line that says what
+        happened in :attr:`reuse_note` (``--reuse`` is never silent, even when nothing was reused)."""
+        self.reuse_note = None
+        if not reuse:
+            return
+        from evaljobs.pipeline.reuse import nothing_to_reuse, reuse_into
+
+        done = (reuse_into(run_id, source) if source is not None
+                else nothing_to_reuse(run_id, f"no earlier run of catalog {catalog_name!r}"))
+        self.reuse_note = done.line()
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
         """Start a created run (a rerun) with its stored context, as :meth:`submit` starts a new one.

@@ -104,6 +104,8 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         finally:
             if inline:
                 events.remove_listener(progress)
+        if session.reuse_note:
+            click.echo(session.reuse_note, err=True)
         times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
         click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
                    f"= {info.expected} pairs ({strategy}, broker {redact(session.binding().url) if not inline else 'none'})",
