@@ -19,6 +19,7 @@ from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pa
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
+from evaljobs.reports.variance import pass_rate
 from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
@@ -160,7 +161,7 @@ def self_judge_note(run: dict[str, Any]) -> str:
 
 
 def _rate(part: int, whole: int) -> float:
-    return round(part / whole, 4) if whole else 0.0
+    return pass_rate(part, whole)  # the one definition (evaljobs.reports.variance.pass_rate)
 
 
 def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import peewee
 from evaljobs import store
 from evaljobs.reports.build import percentile
 from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
+from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.view.epochs import EpochCell, epoch_cells
@@ -132,7 +133,7 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
         ttfts = sorted(int(c.ttft_ms) for c in rows if c.ttft_ms is not None)
         out.append(ModelRow(
             model=model, results=n, passed=passed, failed=failed, errored=n - passed - failed,
-            pass_rate=(passed / n) if n else 0.0, interval=wilson(passed, n),
+            pass_rate=pass_rate(passed, n), interval=wilson(passed, n),
             mean_score=(sum(c.score for c in rows) / n) if n else 0.0,
             cost=round(sum(c.cost for c in rows if c.cost is not None), 6),
             cost_unknown=sum(1 for c in rows if c.cost is None),
@@ -372,6 +373,12 @@ class ScenarioColumn:
     flip: str | None
     #: With epochs: every recorded epoch of this model, by epoch (``result`` is the first).
     epochs: list[Any] = field(default_factory=list)
+    #: The baseline's epochs of this model (a flip over epochs compares the two lists).
+    baseline_epochs: list[Any] = field(default_factory=list)
+
+    @property
+    def baseline_passed(self) -> int:
+        return sum(1 for r in self.baseline_epochs if r.status == "passed")
 
     @property
     def passed(self) -> int:
@@ -417,9 +424,10 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
         epochs, theirs = results.get(model, []), base.get(model, [])
         mine = epochs[0] if epochs else None
         flip = None
-        if len(epochs) == 1 and len(theirs) == 1:  # a flip is one result against one (the report's
-            flip = compare(theirs, epochs).changes[0].kind  # compare judges epochs by significance)
-        columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs))
+        if epochs and theirs:  # over epochs, as `compare` judges them: the epoch pass rate against the threshold
+            limit = {key: scenario.pass_threshold} if scenario is not None else None
+            flip = compare(theirs, epochs, thresholds=limit).changes[0].kind
+        columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs, theirs))
     others = [r for r in store_pages.runs(limit=30, catalog=run.catalog_name) if r.id != run.id]
     return ScenarioPage(run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others)
 
@@ -454,6 +462,12 @@ def _side(run_id: str) -> RunIndex:
     return run_index(run_id)
 
 
+def _thresholds(digest: str) -> dict[str, float] | None:
+    """Scenario key → pass threshold of a run's catalog: what an epoch pass rate is judged against."""
+    catalog = _catalog(digest)
+    return {s.key: s.pass_threshold for s in catalog.scenarios} if catalog is not None else None
+
+
 def compare_page(a: str, b: str) -> ComparePage:
     side_a, side_b = _side(a), _side(b)
     run_a, cells_a, run_b, cells_b = side_a.run, side_a.cells, side_b.run, side_b.cells
@@ -468,7 +482,8 @@ def compare_page(a: str, b: str) -> ComparePage:
                  "cost": c.cost, "fault": c.fault} for c in cells]
 
     comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
-                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)})
+                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)},
+                         thresholds=_thresholds(run_b.digest))
     lat_a = {m.model: m.p50_ms for m in side_a.models}
     lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from evaljobs import store
 from evaljobs.store import pages as store_pages
+from evaljobs.reports.variance import pass_rate
 from evaljobs.store.pages import RunRow
 
 RUNS_LIMIT = 50
@@ -56,10 +57,12 @@ def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model:
         for model in row.models:
             t = per.get(model, {})
             n = int(t.get("passed", 0) + t.get("failed", 0) + t.get("errored", 0))
-            models.append({"model": model, "pass_rate": (t.get("passed", 0) / n) if n else None, "results": n})
+            models.append({"model": model, "pass_rate": pass_rate(int(t.get("passed", 0)), n) if n else None,
+                           "results": n})
             cost += t.get("cost", 0.0)
             unknown += int(t.get("cost_unknown", 0))
             passed += int(t.get("passed", 0))
             total += n
-        items.append(RunListItem(row, models, round(cost, 6), (passed / total) if total else None, unknown, total))
+        items.append(RunListItem(row, models, round(cost, 6), pass_rate(passed, total) if total else None, unknown,
+                                 total))
     return items
