@@ -69,17 +69,34 @@ def _expect_body(e: Expect) -> dict[str, Any]:
                 "tools_match": e.tools_match if e.tools_match != "all" else None,
                 "gate": list(e.gates), "ideal": list(e.ideal),
                 "ideal_grader": e.ideal_grader if e.ideal else None, "reference": e.reference,
-                "assertions": [dict(a) for a in e.assertions]}
+                "assertions": [dict(a) for a in e.assertions],
+                # Grading rules: without them a snapshot read back (a worker process, a rerun, show)
+                # graded the scenario another way than the run that stored it.
+                "weighted": e.weighted or None, "diagnose": list(e.diagnose)}
     body.update({k: v for k, v in optional.items() if v})
+    if e.threshold is not None:  # 0 is a threshold (it never fails), not "no threshold"
+        body["threshold"] = e.threshold
     return body
+
+
+def _conversation(s: Scenario) -> tuple[str | None, list[dict[str, Any]]]:
+    """(system, messages) as a catalog writes them. The validator lifts a leading system message into
+    ``system``; when the conversation still starts with one (OpenAI evals samples with several), the body
+    keeps the lifted one as the first message instead, so reading the body lifts the same one again
+    (``system`` plus a leading system message is refused in a catalog, as ambiguous)."""
+    messages = [dict(m) for m in s.messages]
+    if s.system is not None and messages and messages[0].get("role") == "system":
+        return None, [{"role": "system", "content": s.system}, *messages]
+    return s.system, messages
 
 
 def _scenario_body(s: Scenario) -> dict[str, Any]:
     e = s.expect
+    system, messages = _conversation(s)
     return {
         "key": s.key,
-        "messages": [dict(m) for m in s.messages],
-        "system": s.system,
+        "messages": messages,
+        "system": system,
         "tools": [_tool_body(t) for t in s.tools],
         "expect": _expect_body(e),
         "tags": list(s.tags),

@@ -652,7 +652,8 @@ class _Context:
             self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
             threshold = None
         mixed = [k for k in ("contains", "not_contains", "regex", "tools", "judge", "patterns", "forbidden_patterns",
-                             "ideal", "max_latency_ms", "token_budget", "gate") if weighted and raw.get(k) is not None]
+                             "ideal", "max_latency_ms", "token_budget", "gate")
+                 if weighted and raw.get(k) not in (None, [])]  # empty lists: a snapshot's body writes them
         if mixed:
             self.add(path + ("weighted",), where, f"a weighted expect is graded by its assertions alone; write "
                                                   f"{', '.join(mixed)} as assertions entries or drop 'weighted'")
