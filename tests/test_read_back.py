@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
+from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import catalog_from_body
 from evaljobs.cli import main
 from evaljobs.store.snapshots import _forget_snapshots
-from helpers import Viewer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every real file an import reads, in tests/data and examples/imports, and the options it needs.
