@@ -16,7 +16,7 @@ from evaljobs.evaluation.grading import JudgeVerdict, grade
 from evaljobs.evaluation.judge import parse_judge_verdict
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import FAILED, PASSED
-from evaljobs.starter import CATALOG, init_project
+from evaljobs.cli.starter import CATALOG, init_project
 
 
 def _judge(score: float, passed: bool | None = None):

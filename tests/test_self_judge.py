@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.cli import main
-from evaljobs.starter import next_commands
+from evaljobs.cli.starter import next_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = """

@@ -54,13 +54,19 @@ def unknown_note(block: dict) -> str:
     return f" (cost unknown for {n} pair{'s' if n != 1 else ''})" if n else ""
 
 
+def self_judge_note(run: dict) -> str:
+    """`` · self-judged: M (--allow-self-judge)`` for a run whose judge was also a model under test."""
+    models = run.get("self_judge")
+    return f" · self-judged: {', '.join(models)} (--allow-self-judge)" if models else ""
+
+
 def ms_pair(low: int | None, high: int | None) -> str:
     """``p50 / p95`` milliseconds, or ``-`` when none was measured."""
     return "-" if low is None else f"{low:,} / {high:,}"
 
 
-__all__ = ["cell", "code", "cost_line", "known_sum", "money", "ms_pair", "pct", "short", "signed_money", "text",
-           "unknown_note"]
+__all__ = ["cell", "code", "cost_line", "known_sum", "money", "ms_pair", "pct", "self_judge_note", "short",
+           "signed_money", "text", "unknown_note"]
 
 
 def short(text: str | None, limit: int = 120) -> str:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import epochs_note, judged_groups, markdown_judge
 from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      signed_money as _signed_money)
+                                      self_judge_note as _self_judge_note, signed_money as _signed_money)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
-from evaljobs.reports.variance import pass_rate
-from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
+from evaljobs.reports.variance import (epochs_block, markdown_lines as _epoch_markdown, pass_rate,
+                                       table_lines as _epoch_table)
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
 if TYPE_CHECKING:  # the comparison is imported by the one renderer that shows it (start-up time)
@@ -151,17 +151,7 @@ def _excluded_note(run: dict[str, Any]) -> str:
     n = run.get("excluded") or 0
     selected = f" · {selection_note(run.get('selection'))}" if run.get("selection") else ""
     return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected \
-        + self_judge_note(run)
-
-
-def self_judge_note(run: dict[str, Any]) -> str:
-    """`` · self-judged: M (--allow-self-judge)`` for a run whose judge was also a model under test."""
-    models = run.get("self_judge")
-    return f" · self-judged: {', '.join(models)} (--allow-self-judge)" if models else ""
-
-
-def _rate(part: int, whole: int) -> float:
-    return pass_rate(part, whole)  # the one definition (evaljobs.reports.variance.pass_rate)
+        + _self_judge_note(run)
 
 
 def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, Any]]) -> dict[str, Any]:
@@ -184,7 +174,7 @@ def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, 
         "passed": passed,
         "failed": failed,
         "errored": errored,
-        "pass_rate": _rate(passed, len(results)),
+        "pass_rate": pass_rate(passed, len(results)),  # the one definition
         "cost": round(sum(known), 6),  # known costs (a lower bound when cost_unknown is not 0)
         "cost_unknown": len(costs) - len(known),
         "duration_ms": int(sum([r.duration_ms for r in results])),
@@ -212,7 +202,7 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
         "passed": passed,
         "failed": failed,
         "errored": errored,
-        "pass_rate": _rate(passed, len(results)),
+        "pass_rate": pass_rate(passed, len(results)),  # the one definition
         "mean_score": round(sum([r.score for r in results]) / len(results), 4) if results else 0.0,
         "duration_p50_ms": int(p50) if p50 is not None else None,
         "duration_p95_ms": int(p95) if p95 is not None else None,
