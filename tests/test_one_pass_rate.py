@@ -58,9 +58,19 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
         assert rates[run] == {m["model"]: m["pass_rate"] for m in rep["epochs"]["models"]}
         table = cli("report", run, "--format", "table")
         md = cli("report", run, "--format", "md")
+        html = cli("report", run, "--format", "html")
+        junit = cli("report", run, "--format", "junit")
+        scenarios = {m["model"]: m for m in rep["epochs"]["models"]}
         for model, rate in rates[run].items():
             assert re.search(rf"^{re.escape(model)}\s.*\s{re.escape(_pct(rate))}\s", table, re.MULTILINE), table
             assert f"`{model}` | {_pct(rate)} |" in md
+            assert re.search(rf"<td>{re.escape(model)}</td><td class=n>\d</td><td class=n>{re.escape(_pct(rate))}<", html)
+            # the second number, under its own name everywhere it is shown
+            m = scenarios[model]
+            assert f"scenarios passed {m['scenarios_passed']}/{m['scenarios']}" in table
+            assert f"| {m['scenarios_passed']}/{m['scenarios']} |" in md and "Scenarios passed" in html
+            suite = junit.split(f'<testsuite name="{model}"', 1)[1].split(">", 1)[0]
+            assert f'failures="{m["scenarios"] - m["scenarios_passed"]}"' in suite
 
     # compare: PASS A / PASS B are those very numbers; "scenarios passed" is its own column
     compared = json.loads(cli("compare", a, b, "--json"))

@@ -274,12 +274,15 @@ def _epochs_tables(report: dict[str, Any]) -> list[str]:
         return []
     k = str(block["epochs"])
     models = [[_e(m["model"]), f"{m['passed']}/{m['trials']}", _pct(m["pass_rate"]),
-               f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])}", str(len(m["flaky"]))] for m in block["models"]]
+               f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])}",
+               f"{m['scenarios_passed']}/{m['scenarios']}" if "scenarios" in m else "-", str(len(m["flaky"]))]
+              for m in block["models"]]
     pairs = [[_e(p["scenario_key"]), _e(p["model"]), f"{p['passed']}/{p['epochs']}", _pct(p["pass_rate"]),
               f"{p['mean_score']:.3f} ± {p['stderr']:.3f}", _pct(p["pass_at_k"][k]), _pct(p["pass_hat_k"][k]),
               '<span class="flaky">flaky</span>' if p["flaky"] else ""] for p in block["pairs"]]
     return [*_table("epochs", f"Epochs: {k} per pair (95 % Wilson interval)",
-                    ["Model", "Passed", "Pass rate", "95 % CI", "Flaky"], models, numeric=range(1, 5)),
+                    ["Model", "Passed", "Pass rate", "95 % CI", "Scenarios passed", "Flaky"], models,
+                    numeric=range(1, 6)),
             *_table("epoch-pairs", "Scenarios over epochs",
                     ["Scenario", "Model", "Passed", "Pass rate", "Mean ± SE", f"pass@{k}", f"pass^{k}", "Flaky"],
                     pairs, numeric=range(2, 7))]
