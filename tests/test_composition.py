@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from helpers import WorkerProcess
+
+pytestmark = [pytest.mark.redis]
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
