@@ -12,11 +12,11 @@ import pytest
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import CatalogError, catalog_from_body, load_catalog, loads_catalog
+from evaljobs.cli.starter import CATALOG, init_project
 from evaljobs.evaluation.grading import JudgeVerdict, grade
 from evaljobs.evaluation.judge import parse_judge_verdict
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import FAILED, PASSED
-from evaljobs.cli.starter import CATALOG, init_project
 
 
 def _judge(score: float, passed: bool | None = None):

@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from evaljobs import store
-from evaljobs.store import pages as store_pages
 from evaljobs.reports.variance import pass_rate
+from evaljobs.store import pages as store_pages
 from evaljobs.store.pages import RunRow
 
 RUNS_LIMIT = 50
