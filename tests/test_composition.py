@@ -8,7 +8,8 @@ in-process broker) and checks the invariants that every combination must keep:
 * the same inputs give the same verdicts on every strategy (each draw is compared with a plain
   sequential run of the same catalog, models and epochs);
 * every run reads back: its snapshot, read from the database as another process reads it, is the
-  catalog it ran, and its report renders in every format.
+  catalog it ran, its report renders in every format, and a rerun of every pair graded from that
+  snapshot gives the same verdicts.
 
 Bounded (``max_examples``, ``derandomize``, no deadline) so it runs in about a minute in CI. On the code
 before issue 31 it fails at once: the unpriced judge (``cost += None``) turns judged pairs into
@@ -140,8 +141,13 @@ def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, 
         info = session.wait(info.id, timeout=90)
         if reuse is not None:
             assert session.reuse_note and session.reuse_note.startswith("reused "), session.reuse_note
-    _check(info, _selected(catalog, info))
-    assert _verdicts(info.id) == _verdicts(reference.id), f"{strategy}/{broker} differs from sequential ({tag})"
+        _check(info, _selected(catalog, info))
+        assert _verdicts(info.id) == _verdicts(reference.id), f"{strategy}/{broker} differs from sequential ({tag})"
+        # and a rerun of every pair, graded from the stored snapshot alone, gives the same verdicts
+        _forget_snapshots()
+        again = session.start(session.create_rerun(info.id, ["all"]))
+        again = session.wait(again.id, timeout=90)
+        assert _verdicts(again.id) == _verdicts(reference.id), f"the rerun of {strategy}/{broker} differs"
 
 
 def _selected(catalog, info: store.RunInfo):
