@@ -464,7 +464,9 @@ class Session:
                     "pairs are matched by scenario key and model")
         from evaljobs.reports.compare import compare as compare_sides
 
-        return compare_sides(base_side, side, run_a=base.id, run_b=info.id)
+        # an unfinished side (rows, no report) judges its epochs against the catalog's thresholds too
+        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
+        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
