@@ -36,11 +36,13 @@ from evaljobs.store.snapshots import _forget_snapshots
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["sim/fast", "sim/smart"]
 JUDGES = {"priced": "sim/judge", "unpriced": "lab/judge", "failing": "sim/judge"}
+#: Import format → (a real file of tests/data, what its load needs).
 IMPORTS = {
-    "promptfoo": ROOT / "tests/data/promptfoo/simple-test/promptfooconfig.yaml",
-    "openai-evals": ROOT / "tests/data/openai_evals/test_fuzzy_match_samples.jsonl",
-    "inspect": ROOT / "tests/data/inspect/security_guide.jsonl",
-    "activeagent": ROOT / "tests/data/activeagent/support_suite.yml",
+    "promptfoo": (ROOT / "tests/data/promptfoo/simple-test/promptfooconfig.yaml", {}),
+    "openai-evals": (ROOT / "tests/data/openai_evals/test_fuzzy_match_samples.jsonl", {"grader": "fuzzy_match"}),
+    "openai-evals-registry": (ROOT / "tests/data/openai_evals/registry/evals/test-basic.yaml", {}),
+    "inspect": (ROOT / "tests/data/inspect/security_guide.jsonl", {"grader": "inspect_includes"}),
+    "activeagent": (ROOT / "tests/data/activeagent/support_suite.yml", {}),
 }
 
 
@@ -122,14 +124,14 @@ def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, 
                         ("cache", cache), ("reuse", reuse), ("source", source)):
         event(f"{axis}={value}")  # --hypothesis-show-statistics lists what the draws covered
     if source == "native":
-        path = world["dir"] / f"native-{judge}.yaml"
+        path, load = world["dir"] / f"native-{judge}.yaml", {}
         path.write_text(native(judge))
     else:
-        path = IMPORTS[source]
+        path, load = IMPORTS[source]
     selection = Selection(limit=3)  # at most three scenarios of a file: the draws stay quick
     tag = uuid.uuid4().hex[:8]
     with Session(db=world["db"], broker="memory", width=4, providers=world["providers"]) as session:
-        catalog = session.load(str(path), lenient=True)
+        catalog = session.load(str(path), lenient=True, **load)
         reference = session.submit(catalog, MODELS, strategy="sequential", epochs=epochs, selection=selection,
                                    judge_model=JUDGES[judge] if source != "native" else None)
     _check(reference, _selected(catalog, reference))

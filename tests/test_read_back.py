@@ -23,22 +23,43 @@ from evaljobs.cli import main
 from evaljobs.store.snapshots import _forget_snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Every real file an import reads, in tests/data and examples/imports, and the options it needs.
-FILES = {
-    "tests/data/activeagent/support_catalog.yml": (),
-    "tests/data/activeagent/support_suite.yml": (),
-    "tests/data/inspect/security_guide.jsonl": (),
-    "tests/data/openai_evals/test_fuzzy_match_samples.jsonl": (),
-    "tests/data/openai_evals/test_match_samples.jsonl": (),
-    "tests/data/promptfoo/f-score/promptfooconfig.yaml": (),
-    "tests/data/promptfoo/json-output/promptfooconfig.yaml": (),
-    "tests/data/promptfoo/python-assert/promptfooconfig-inline.yaml": (),
-    "tests/data/promptfoo/simple-test/promptfooconfig.yaml": (),
-    "examples/imports/activeagent_catalog.yaml": (),
-    "examples/imports/activeagent_suite.yaml": (),
-    "examples/imports/samples.jsonl": (),
-    "examples/imports/promptfoo/promptfooconfig.yaml": (),
+#: Every real file an import reads, in tests/data and examples/imports, and what its load needs (JSONL samples
+#: name their grader; Inspect datasets with other field names map them).
+FILES: dict[str, dict] = {
+    "tests/data/activeagent/support_catalog.yml": {},
+    "tests/data/activeagent/support_suite.yml": {},
+    "tests/data/inspect/security_guide.jsonl": {"grader": "inspect_includes"},
+    "tests/data/inspect/theory_of_mind.jsonl": {"grader": "inspect_includes"},
+    "tests/data/inspect/popularity.jsonl": {"grader": "inspect_match",
+                                            "fields": ["input=question", "target=answer_matching_behavior"]},
+    "tests/data/inspect/biology_qa.jsonl": {"grader": "inspect_includes",
+                                            "fields": ["input=question", "target=answer"]},
+    "tests/data/openai_evals/test_fuzzy_match_samples.jsonl": {"grader": "fuzzy_match"},
+    "tests/data/openai_evals/test_match_samples.jsonl": {"grader": "match"},
+    "tests/data/openai_evals/registry/evals/born-first.yaml": {},
+    "tests/data/openai_evals/registry/evals/hebrew-rhyme.yaml": {},
+    "tests/data/openai_evals/registry/evals/test-basic.yaml": {},
+    "tests/data/openai_evals/registry/data/born_first/born_first.jsonl": {"grader": "includes"},
+    "tests/data/openai_evals/registry/data/hebrew_rhyme/samples.jsonl": {"grader": "includes"},
+    "tests/data/openai_evals/registry/data/test_fuzzy_match/samples.jsonl": {"grader": "fuzzy_match"},
+    "tests/data/openai_evals/registry/data/test_match/samples.jsonl": {"grader": "match"},
+    "tests/data/promptfoo/f-score/promptfooconfig.yaml": {},
+    "tests/data/promptfoo/json-output/promptfooconfig.yaml": {},
+    "tests/data/promptfoo/python-assert/promptfooconfig-inline.yaml": {},
+    "tests/data/promptfoo/simple-test/promptfooconfig.yaml": {},
+    "examples/imports/activeagent_catalog.yaml": {},
+    "examples/imports/activeagent_suite.yaml": {},
+    "examples/imports/samples.jsonl": {"grader": "includes"},
+    "examples/imports/promptfoo/promptfooconfig.yaml": {},
 }
+
+
+def _options(load: dict) -> list[str]:
+    """The same load options as ``run`` flags."""
+    out = ["--grader", load["grader"]] if load.get("grader") else []
+    for field in load.get("fields", ()):
+        out += ["--field", field]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +86,7 @@ def cli(*args: str, ok=(0,)):
 def test_every_import_reads_back_from_its_snapshot(name, tmp_path):
     """The stored body is itself a catalog that parses to the same scenarios and digest."""
     with Session(db=f"sqlite:///{tmp_path}/load.db", broker="memory") as session:
-        catalog = session.load(str(ROOT / name), lenient=True)
+        catalog = session.load(str(ROOT / name), lenient=True, **FILES[name])
     again = catalog_from_body(catalog.body, source="<snapshot>")
     assert again.digest == catalog.digest
     assert list(again.scenarios) == list(catalog.scenarios)
@@ -73,9 +94,9 @@ def test_every_import_reads_back_from_its_snapshot(name, tmp_path):
 
 def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
     runs = {}
-    for name, extra in FILES.items():
+    for name, load in FILES.items():
         cli("run", str(ROOT / name), "-m", "sim/fast", "--judge-model", "sim/judge", "--strategy", "sequential",
-            "--lenient", *extra, ok=(0, 1))  # 1: every pair errored (nothing of the source can run here)
+            "--lenient", "--limit", "6", *_options(load), ok=(0, 1))  # 1: every pair errored
         runs[name] = store.list_runs()[0].id
     for name, run_id in runs.items():
         _forget_snapshots()  # read back from the database, as another process does
