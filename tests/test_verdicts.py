@@ -6,9 +6,9 @@ import pytest
 from evaljobs.catalog import CatalogError, Expect, ExpectedTool, Scenario, loads_catalog
 from evaljobs.evaluation.grading import JudgeVerdict, grade, pattern_matches
 from evaljobs.evaluation.reference import ideal_matches, normalize_answer
-from evaljobs.reports.headline import headline, ranking
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
+from evaljobs.reports.headline import headline, ranking
 
 USER = ({"role": "user", "content": "hi"},)
 
