@@ -31,7 +31,7 @@ from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_mo
 from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
-from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
+from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
                                       start_memory_worker)
@@ -253,7 +253,9 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
-        source = self._reuse_source(reuse, cat.name)  # before the new run exists: 'latest' is an earlier one
+        if reuse:  # imported only by a run that reuses (start-up time)
+            from evaljobs.pipeline import reuse as reusing
+        source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -263,11 +265,7 @@ class Session:
         judges = judge_models(cat.scenarios, judge_model, self.providers)
         if judges:
             check_providers(judges, self.providers)
-        self_judged = sorted({parse_model_spec(j, self.providers).spec for j in judges} & set(specs))
-        if self_judged and not allow_self_judge:
-            raise UsageError(f"{self_judged[0]} would judge its own answers (it is both a model under test and "
-                             f"the judge model); name another judge with --judge-model, or pass "
-                             f"--allow-self-judge to insist")
+        self_judged = self_judging(judges, specs, self.providers, allow=allow_self_judge)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
@@ -290,7 +288,7 @@ class Session:
             options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
-        self._reuse(run.id, reuse, source, cat.name)
+        self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -328,33 +326,12 @@ class Session:
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        source = self._reuse_source(reuse, original.catalog_name)
+        if reuse:
+            from evaljobs.pipeline import reuse as reusing
+        source = reusing.source_of(reuse, original.catalog_name) if reuse else None
         new = reruns.create_rerun(run_id, which)
-        self._reuse(new.id, reuse, source, original.catalog_name)
+        self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
-
-    def _reuse_source(self, reuse: str | None, catalog_name: str) -> str | None:
-        """The run ``--reuse`` names: ``latest`` is the newest run of the same catalog name (a run of
-        another catalog has nothing to reuse), else an id or a unique prefix."""
-        if not reuse:
-            return None
-        if reuse == "latest":
-            from evaljobs.pipeline.reuse import latest_of
-
-            return latest_of(catalog_name)
-        return self.resolve(reuse)
-
-    def _reuse(self, run_id: str, reuse: str | None, source: str | None, catalog_name: str) -> None:
-        """Copy the unchanged pairs of ``source`` into the new run and keep the line that says what
-        happened in :attr:`reuse_note` (``--reuse`` is never silent, even when nothing was reused)."""
-        self.reuse_note = None
-        if not reuse:
-            return
-        from evaljobs.pipeline.reuse import nothing_to_reuse, reuse_into
-
-        done = (reuse_into(run_id, source) if source is not None
-                else nothing_to_reuse(run_id, f"no earlier run of catalog {catalog_name!r}"))
-        self.reuse_note = done.line()
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
         """Start a created run (a rerun) with its stored context, as :meth:`submit` starts a new one.
@@ -464,8 +441,7 @@ class Session:
                     "pairs are matched by scenario key and model")
         from evaljobs.reports.compare import compare as compare_sides
 
-        # an unfinished side (rows, no report) judges its epochs against the catalog's thresholds too
-        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
+        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
     # -- pools --------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ of 0.10 passed the starter's ``refund-policy`` at threshold 0.7 (mean (1 + 0.1 +
 """
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
@@ -112,15 +111,15 @@ def sim(module_simulated_provider):
 
 
 def test_the_starters_judged_scenario_run_with_a_low_judge_score_fails(tmp_path, sim, monkeypatch):
-    """The starter as ``evaljobs init`` writes it, run on the simulated provider: the simulated model's
-    answer misses the rubric, the simulated judge says so with a low score, and the scenario fails."""
+    """The starter as ``evaljobs init`` writes it, run on the simulated provider: sim/fast's answer misses
+    the rubric, the simulated judge says so with a low score, and the scenario fails."""
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     init_project(tmp_path / "evals")
     catalog = load_catalog(tmp_path / "evals" / CATALOG)
     judged = {s.key for s in catalog.scenarios if s.expect.judge}
     with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory", width=2) as session:
-        run = session.wait(session.submit(catalog, [f"sim/plain-{uuid.uuid4().hex[:6]}"],
-                                          strategy="sequential").id, timeout=120)
+        # sim/fast: the starter's directives make it answer "Please contact your bank."
+        run = session.wait(session.submit(catalog, ["sim/fast"], strategy="sequential").id, timeout=120)
         rows = [r for r in store.list_results(run.id) if r.scenario_key in judged]
         assert rows
         for row in rows:

@@ -80,7 +80,8 @@ def test_allow_self_judge_runs_and_every_report_says_so(env):
 def test_the_readme_the_starter_and_its_workflow_never_self_judge():
     texts = [(ROOT / "README.md").read_text(), (ROOT / "evaljobs/data/init/github-workflow.yml").read_text(),
              "\n".join(next_commands("my-evals"))]
-    commands = [line for text in texts for line in re.sub(r"\\\n\s*", " ", text).splitlines() if "--judge-model" in line]
+    lines = [line for text in texts for line in re.sub(r"\\\n\s*", " ", text).splitlines()]
+    commands = [line for line in lines if re.search(r"-m \S+.*--judge-model \S+", line)]
     assert commands
     for line in commands:
         judge = re.search(r"--judge-model (\S+)", line).group(1)

@@ -66,6 +66,16 @@ def require_judge_models(scenarios, run_judge_model: str | None, providers: Prov
             f"providers file (a model does not judge its own answers)")
 
 
+def self_judging(judges, models, providers: ProvidersConfig, *, allow: bool = False) -> list[str]:
+    """The models under test that are also a judge model (sorted); refused in one line unless ``allow``
+    (``--allow-self-judge``): a model grading its own answers is not a verdict."""
+    found = sorted({parse_model_spec(j, providers).spec for j in judges} & set(models))
+    if found and not allow:
+        raise UsageError(f"{found[0]} would judge its own answers (it is both a model under test and the judge "
+                         f"model); name another judge with --judge-model, or pass --allow-self-judge to insist")
+    return found
+
+
 def judge_prompt(scenario: Scenario, answer: str) -> list[dict[str, str]]:
     """The judge's messages: the rubric, the request, the reference answer (if any) and the answer."""
     request = _DIRECTIVE.sub("", scenario.prompt).strip()
@@ -198,4 +208,4 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
 
 
 __all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",
-           "parse_judge_answer", "parse_judge_json", "parse_judge_verdict", "require_judge_models"]
+           "parse_judge_answer", "parse_judge_json", "parse_judge_verdict", "require_judge_models", "self_judging"]

@@ -66,6 +66,24 @@ def latest_of(catalog_name: str) -> str | None:
     return found[0].id if found else None
 
 
+def source_of(reuse: str, catalog_name: str) -> str | None:
+    """The run ``--reuse`` names: ``latest`` is the newest run of the same catalog name (a run of another
+    catalog has nothing to reuse; None when there is none), else an id or a unique prefix."""
+    if reuse == "latest":
+        return latest_of(catalog_name)
+    from evaljobs.store.lookup import resolve_run_id
+
+    return resolve_run_id(reuse)
+
+
+def reuse_line(run_id: str, source: str | None, catalog_name: str) -> str:
+    """Copy the unchanged pairs of ``source`` into the new run; the one line that says what happened
+    (``--reuse`` is never silent, even when there was nothing to reuse)."""
+    done = (reuse_into(run_id, source) if source is not None
+            else nothing_to_reuse(run_id, f"no earlier run of catalog {catalog_name!r}"))
+    return done.line()
+
+
 def nothing_to_reuse(run_id: str, why: str) -> Reused:
     """No compatible run: every pair is evaluated, and the line says why."""
     return Reused(None, 0, 0, expected=len(store.expected_pairs(run_id)), why_none=why)
@@ -114,4 +132,5 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
                   errored=n_errored)
 
 
-__all__ = ["IDENTITY_OPTIONS", "Reused", "latest_of", "nothing_to_reuse", "provider_calls", "reuse_into"]
+__all__ = ["IDENTITY_OPTIONS", "Reused", "latest_of", "nothing_to_reuse", "provider_calls", "reuse_into",
+           "reuse_line", "source_of"]
