@@ -5,7 +5,6 @@ of 0.10 passed the starter's ``refund-policy`` at threshold 0.7 (mean (1 + 0.1 +
 """
 from __future__ import annotations
 
-
 import pytest
 
 from evaljobs import store
