@@ -31,7 +31,7 @@ from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_mo
 from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
-from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models
+from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
                                       start_memory_worker)
@@ -150,6 +150,8 @@ class Session:
         self._lock = threading.RLock()  # host threads may submit concurrently: bind and start once
         self.excluded = 0
         self.import_warnings: list[str] = []
+        #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
+        self.reuse_note: str | None = None
 
     # -- context -------------------------------------------------------------------------------
     @property
@@ -207,7 +209,7 @@ class Session:
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
                cache_across_epochs: bool = False, selection: Selection | None = None,
-               reuse: str | None = None) -> store.RunInfo:
+               reuse: str | None = None, allow_self_judge: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -218,6 +220,8 @@ class Session:
         empty selection is a one-line error before anything is created.
         ``reuse``: a run id, a prefix or ``latest``: its unchanged pairs are copied instead of evaluated
         (:mod:`evaljobs.pipeline.reuse`).
+        ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
+        grading its own answers is not a verdict); the run and its report record it.
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -247,9 +251,11 @@ class Session:
             check_providers(specs + ([judge_model] if judge_model else []), self.providers)
         if adapter or cache:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
-        source = self.resolve(reuse) if reuse else None  # before the new run exists: 'latest' is an earlier one
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
+        if reuse:  # imported only by a run that reuses (start-up time)
+            from evaljobs.pipeline import reuse as reusing
+        source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -259,6 +265,7 @@ class Session:
         judges = judge_models(cat.scenarios, judge_model, self.providers)
         if judges:
             check_providers(judges, self.providers)
+        self_judged = self_judging(judges, specs, self.providers, allow=allow_self_judge)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
@@ -277,11 +284,11 @@ class Session:
             options["excluded"] = self.excluded
         if chosen:
             options["selection"] = chosen
+        if self_judged:  # --allow-self-judge: every report says so
+            options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
-        if source is not None:
-            from evaljobs.pipeline.reuse import reuse_into
-            reuse_into(run.id, source)
+        self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -319,11 +326,11 @@ class Session:
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        source = self.resolve(reuse) if reuse else None
+        if reuse:
+            from evaljobs.pipeline import reuse as reusing
+        source = reusing.source_of(reuse, original.catalog_name) if reuse else None
         new = reruns.create_rerun(run_id, which)
-        if source is not None:
-            from evaljobs.pipeline.reuse import reuse_into
-            reuse_into(new.id, source)
+        self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
@@ -434,7 +441,8 @@ class Session:
                     "pairs are matched by scenario key and model")
         from evaljobs.reports.compare import compare as compare_sides
 
-        return compare_sides(base_side, side, run_a=base.id, run_b=info.id)
+        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
+        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",

@@ -1,3 +1,5 @@
+import pytest
+
 from evaljobs.catalog import Expect, ExpectedTool, Scenario
 from evaljobs.evaluation.grading import FAULTS, JudgeVerdict, grade
 from evaljobs.evaluation.replay import Replay, ToolCall
@@ -7,18 +9,38 @@ def scenario(**expect) -> Scenario:
     return Scenario(key="s", messages=({"role": "user", "content": "hi"},), expect=Expect(**expect))
 
 
-def test_response_present_only():
+def test_a_present_answer_is_a_check_not_a_criterion():
     g = grade(scenario(), Replay(answer="hello"))
-    assert g.status == "passed" and g.scores == {"response_present": 1.0} and g.fault is None
+    assert g.status == "passed" and g.scores == {} and g.score == 1.0 and g.fault is None
     g = grade(scenario(), Replay(answer="   "))
-    assert g.status == "failed" and g.fault == "missing_content"
+    assert (g.status, g.fault, g.score) == ("failed", "empty_answer", 0.0)
+
+
+def test_an_empty_answer_is_its_own_fault_whatever_the_other_criteria_score():
+    # Only forbidden text expected: an empty answer scores 1.0 on it, and still fails, as empty.
+    g = grade(scenario(not_contains=("bank",)), Replay(answer=""))
+    assert (g.status, g.fault) == ("failed", "empty_answer") and "response_present" not in g.scores
+    # Gated (ActiveAgent's reading: the agent returned nothing): a run_error, as before.
+    g = grade(scenario(not_contains=("bank",), gates=("response_present",)), Replay(answer=""))
+    assert (g.status, g.fault) == ("failed", "run_error")
+    # Not among the scenario's criteria: not checked.
+    s = Scenario(key="s", messages=({"role": "user", "content": "hi"},), expect=Expect(not_contains=("bank",)),
+                 criteria=("not_contains",))
+    assert grade(s, Replay(answer="")).status == "passed"
+
+
+def test_the_score_is_the_mean_of_the_real_criteria_only():
+    # Before: an always-1 "response present" entry in the mean lifted 4 of 5 (0.8) to 0.833 and
+    # a failing judge at 0.4 with one passing check to 0.8.
+    g = grade(scenario(contains=("a", "b", "c", "d", "e")), Replay(answer="a b c d"))
+    assert g.score == pytest.approx(0.8) and g.scores == {"contains": 0.8}
 
 
 def test_contains_is_case_insensitive_fraction():
     g = grade(scenario(contains=("Shipped", "tuesday")), Replay(answer="It has shipped."))
     assert g.scores["contains"] == 0.5
     assert g.details["missing"] == ["tuesday"]
-    assert g.score == 0.75 and g.status == "passed"  # mean(1.0, 0.5) ≥ 0.7
+    assert g.score == 0.5 and g.status == "failed"  # the one criterion: 0.5 < 0.7
 
 
 def test_not_contains_faults_forbidden_content():

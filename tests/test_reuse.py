@@ -123,3 +123,43 @@ def test_cli_run_and_rerun_take_reuse(env, sim):
     out = cli("run", write("v2.yaml", changed=True), "-m", "sim/a", "--strategy", "sequential", "--reuse", "latest")
     assert out.exit_code == 0, out.output
     assert requests(sim) == 1 and "4 reused from r_" in out.output and "(5 provider calls saved)" in out.output
+
+
+def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what_it_did(env, sim):
+    """Before: 'latest' was the newest run of any catalog, so a run of another catalog in between made
+    --reuse reuse nothing, and nothing was said."""
+    _, write = env
+    runner = CliRunner()
+
+    def cli(*args):
+        done = runner.invoke(main, [*args, "--strategy", "sequential"], catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        return done
+
+    def lines(done):
+        return [line for line in done.stderr.splitlines() if "reuse" in line]
+
+    other = write("other.json")
+    body = catalog_body()
+    body["name"] = "other"
+    with open(other, "w") as handle:
+        json.dump(body, handle)
+    never = lines(cli("run", write("v1.yaml"), "-m", "sim/a", "--reuse", "latest"))
+    assert never == ["--reuse: no earlier run of catalog 'reuse'; evaluating all 5 pairs"]
+    first = store.list_runs()[0].id
+    cli("run", other, "-m", "sim/a")  # the newest run is now of another catalog
+    sim.reset_stats()
+    again = cli("run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "-m", "sim/b", "--reuse", "latest")
+    assert lines(again) == [f"reused 4 of 12 pairs from {first} (1 changed, 7 new)"]
+    assert requests(sim) == 2 + 7  # s2 (changed) and s9 (new) for sim/a; every sim/b pair (7 calls: a tool)
+    # A run whose judge (an identity option) differs is not comparable: one line, everything evaluated.
+    judged = cli("run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "--judge-model", "sim/judge",
+                 "--reuse", "latest")
+    latest, judged_id = store.list_runs()[1].id, store.list_runs()[0].id
+    assert lines(judged) == [f"--reuse: {latest} is not comparable (its judge_model differs); evaluating all 6 pairs"]
+    # rerun --reuse latest: the latest run of the rerun's catalog (the judged one: not comparable), said the
+    # same way.
+    rerun = runner.invoke(main, ["rerun", first, "--all", "--reuse", "latest"], catch_exceptions=False)
+    assert rerun.exit_code == 0, rerun.output
+    assert [line for line in rerun.stderr.splitlines() if "reuse" in line] == [
+        f"--reuse: {judged_id} is not comparable (its judge_model differs); evaluating all 5 pairs"]

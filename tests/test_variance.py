@@ -17,7 +17,7 @@ from evaljobs.catalog import parse_catalog
 from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import render_markdown, render_table
-from evaljobs.reports.compare import FLAKY, REGRESSED, compare, render_comparison
+from evaljobs.reports.compare import FLAKY, REGRESSED, SAME, compare, render_comparison
 from evaljobs.reports.html import render_html
 from evaljobs.reports.junit import render_junit
 from evaljobs.reports.variance import (fisher_exact, flaky_text, mean_and_stderr, pass_at_k, pass_hat_k,
@@ -129,10 +129,11 @@ def test_every_format_shows_the_statistics_and_flags_flaky_scenarios(db):
     info = crafted_run()
     report, results = info.report, store.list_results(info.id)
     table = render_table(report)
-    assert "m1  8/15 passed 53.3% (95% CI 30.1%–75.2%) · 1 flaky" in table
+    # pass rate over every epoch (8/15), and, under its own name, scenarios whose epoch pass rate reaches 0.7
+    assert "m1  8/15 passed 53.3% (95% CI 30.1%–75.2%) · scenarios passed 1/3 · 1 flaky" in table
     assert "flaky (2):" in table and "s2 × m1  3/5 passed (60.0%) · mean 0.600 ± 0.245 · pass@5 100.0% · pass^5 0.0%" in table
     md = render_markdown(report)
-    assert "| `m2` | 13/15 | 86.7% | 62.1%–96.3% | 1 |" in md
+    assert "| `m2` | 13/15 | 86.7% | 62.1%–96.3% | 3/3 | 1 |" in md
     assert "**Flaky scenarios (2)**" in md and "| `s1` | `m2` | 4/5 | 0.800 ± 0.200 | 100.0% | 0.0% |" in md
     html = render_html(report, results)
     assert 'id="epochs"' in html and "30.1%–75.2%" in html and '<span class="flaky">flaky</span>' in html
@@ -149,29 +150,29 @@ def test_every_format_shows_the_statistics_and_flags_flaky_scenarios(db):
     assert ("flaky", "true") in flaky
     listed = flaky_text(report)
     assert listed.startswith(f"run {info.id}: 2 flaky of 6 scenario × model pairs (5 epochs each)")
-    assert "m1: 8/15 passed 53.3% (95% CI 30.1%–75.2%) · 1 flaky" in listed and "  s2  3/5 passed" in listed and "[P F P F P]" in listed
+    assert "m1: 8/15 passed 53.3% (95% CI 30.1%–75.2%) · scenarios passed 1/3 · 1 flaky" in listed and "  s2  3/5 passed" in listed and "[P F P F P]" in listed
 
 
 def test_compare_does_not_call_a_flaky_flip_a_regression_unless_significant(db):
     before = crafted_run()
     after = dict(CRAFTED)
     after[("s2", "m1")] = [P] * 5           # flaky 3/5 → 5/5: Fisher p = .4444, not a fix
-    after[("s1", "m2")] = [P] * 5           # flaky 4/5 → 5/5: p = 1, not a fix
+    after[("s1", "m2")] = [P] * 5           # 4/5 → 5/5: both reach the threshold 0.7, no flip at all
     after[("s1", "m1")] = [P, F, F, F, F]   # 5/5 → 1/5, flaky now: p = 10/210 = .0476 < .05: a regression
     after[("s2", "m2")] = [F] * 5           # 5/5 → 0/5, not flaky: a regression (p = .0079)
     now = crafted_run(after)
     c = compare(before.report, now.report)
     kinds = {c_.pair: c_.kind for c_ in c.changes}
-    assert kinds[("s2", "m1")] == FLAKY and kinds[("s1", "m2")] == FLAKY
+    assert kinds[("s2", "m1")] == FLAKY and kinds[("s1", "m2")] == SAME
     assert kinds[("s1", "m1")] == REGRESSED and kinds[("s2", "m2")] == REGRESSED
     assert sorted(x.pair for x in c.regressed) == [("s1", "m1"), ("s2", "m2")]
     by_pair = {x.pair: x for x in c.changes}
     assert by_pair[("s1", "m1")].p_value == pytest.approx(10 / 210)
     assert by_pair[("s2", "m1")].p_value == pytest.approx(0.444444, rel=1e-5)
     text = render_comparison(c)
-    assert "2 regressed, 0 fixed, 0 failed↔errored, 2 flaky (not significant)" in text
+    assert "2 regressed, 0 fixed, 0 failed↔errored, 1 flaky (not significant)" in text
     assert "s2 × m1  3/5 → 5/5 passed  p=0.444" in text
-    assert c.to_dict()["summary"]["flaky"] == 2
+    assert c.to_dict()["summary"]["flaky"] == 1
 
 
 def test_gate_ci_judges_the_wilson_lower_bound(db, monkeypatch):

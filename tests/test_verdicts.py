@@ -6,9 +6,9 @@ import pytest
 from evaljobs.catalog import CatalogError, Expect, ExpectedTool, Scenario, loads_catalog
 from evaljobs.evaluation.grading import JudgeVerdict, grade, pattern_matches
 from evaljobs.evaluation.reference import ideal_matches, normalize_answer
-from evaljobs.reports.headline import headline, ranking
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
+from evaljobs.reports.headline import headline, ranking
 
 USER = ({"role": "user", "content": "hi"},)
 
@@ -22,11 +22,11 @@ def _scenario(**expect) -> Scenario:
 
 
 def test_a_failed_gate_fails_the_scenario_whatever_the_score():
-    # Four criteria (response_present, contains, not_contains, regex), one failing: 0.75 clears 0.5...
-    expect = dict(contains=("refund", "order", "days"), not_contains=("password",), regex=(r"\d+",))
+    # Three criteria (contains, not_contains, regex), one failing: 0.667 clears 0.5...
+    expect = {"contains": ("refund", "order", "days"), "not_contains": ("password",), "regex": (r"\d+",)}
     answer = Replay(answer="Your refund for the order arrives in 5 days. Your password is hunter2.")
     loose = grade(_scenario(**expect), answer)
-    assert loose.status == PASSED and loose.score == pytest.approx(0.75)
+    assert loose.status == PASSED and loose.score == pytest.approx(2 / 3, abs=1e-6)
     # ...but as a gate, forbidden content fails it, with that gate's fault, and the score is unchanged.
     gated = grade(_scenario(**expect, gates=("not_contains",)), answer)
     assert gated.status == FAILED and gated.fault == "forbidden_content"
@@ -58,8 +58,8 @@ def test_a_judge_gate_must_reach_the_threshold_on_its_own():
     scenario = _scenario(contains=("a",), not_contains=("z",), judge="be kind", gates=("llm_judge",),
                          pass_threshold=0.7)
     low = grade(scenario, Replay(answer="a"), judge=lambda s, r: JudgeVerdict(0.4, "curt"))
-    # Mean (1 + 1 + 1 + 0.4) / 4 = 0.85 clears 0.7, but the judge's grade alone does not.
-    assert low.score == pytest.approx(0.85) and (low.status, low.fault) == (FAILED, "low_quality")
+    # Mean (1 + 1 + 0.4) / 3 = 0.8 clears 0.7, but the judge's grade alone does not.
+    assert low.score == pytest.approx(0.8) and (low.status, low.fault) == (FAILED, "low_quality")
 
 
 def test_catalog_gate_true_makes_every_expectation_a_gate_and_lists_are_checked():
@@ -80,11 +80,11 @@ scenarios:
         loads_catalog("name: x\nscenarios:\n  - key: a\n    prompt: hi\n"
                       "    expect: {contains: [x], gate: [regex, vibes]}\n", source="g.yaml")
     assert info.value.problems == [
-        "g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; add the "
-        "expectation or remove it from gate",
-        "g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, contains, "
-        "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
-        "assertions"]
+        ("g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; add the "
+         "expectation or remove it from gate"),
+        ("g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, contains, "
+         "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
+         "assertions")]
 
 
 def test_catalogs_without_new_fields_keep_their_digest():
@@ -165,11 +165,11 @@ scenarios:
 """)
     scenario = catalog.scenario("a")
     assert scenario.weights == (("llm_judge", 3.0),) and catalog.body["scenarios"][0]["weights"] == {"llm_judge": 3.0}
-    judge = lambda s, r: JudgeVerdict(0.2, "curt")  # noqa: E731
-    # (1 response_present + 1 contains + 1 not_contains + 3 x 0.2) / 6 = 0.6: under 0.7 although every
-    # mechanical check passed, because the judge counts three times.
+    judge = lambda s, r: JudgeVerdict(0.2, "curt")
+    # (1 contains + 1 not_contains + 3 x 0.2) / 5 = 0.52: under 0.7 although every mechanical check
+    # passed, because the judge counts three times.
     low = grade(scenario, Replay(answer="Your refund is on its way."), judge=judge)
-    assert low.score == pytest.approx(0.6) and (low.status, low.fault) == (FAILED, "low_quality")
+    assert low.score == pytest.approx(0.52) and (low.status, low.fault) == (FAILED, "low_quality")
     good = grade(scenario, Replay(answer="Your refund is on its way."), judge=lambda s, r: JudgeVerdict(1.0))
     assert good.status == PASSED
     # The forbidden-content gate fails it whatever the weighted score.

@@ -327,7 +327,8 @@ def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width:
             strategy=strategy, width=width, repeat=repeat, run_id=info.id, status=status,
             pairs=info.expected, wall_s=round(wall, 4), requests=requests, rate_limited=rate_limited,
             errors=errors, retries=retries, errored_pairs=sum(1 for r in results if r.status == "errored"),
-            passed=int(summary.get("passed", 0)), cost=float(summary.get("cost", 0.0)), cpu_s=cpu,
+            passed=int(summary.get("passed", 0)),
+            cost=None if summary.get("cost_unknown") else float(summary.get("cost", 0.0)), cpu_s=cpu,
             peak_rss_mb=peak, report_lag_ms=clock.lag_ms,
             first_result_s=(round(clock.first_result - started, 4) if clock.first_result is not None else None),
             host_busy=host_busy)

@@ -76,7 +76,8 @@ class Measurement:
     retries: int
     errored_pairs: int
     passed: int
-    cost: float
+    #: USD; None when a price was unknown (never counted as 0).
+    cost: float | None
     #: CPU seconds and peak resident memory of what did the work (see the module docstring).
     cpu_s: float | None
     peak_rss_mb: float | None
@@ -114,7 +115,7 @@ class Cell:
     errors: float | None
     retries: float
     errored_pairs: float
-    cost: float
+    cost: float | None
     cpu_s: float | None
     peak_rss_mb: float | None
     report_lag_ms: float | None

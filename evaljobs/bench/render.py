@@ -27,7 +27,7 @@ def render_table(result: BenchResult) -> str:
                   c.host_busy * 100 if c.host_busy is not None else None, c.peak_rss_mb, c.report_lag_ms)
         row = []
         for i, ((_, width, fmt), value) in enumerate(zip(_TABLE, values)):
-            text = "-" if value is None else fmt.format(value)
+            text = ("unknown" if _TABLE[i][0] == "cost $" else "-") if value is None else fmt.format(value)
             row.append(f"{text:<{width}}" if i == 0 else f"{text:>{width}}")
         lines.append("  ".join(row) + ("" if c.complete else "  (incomplete)"))
     rec = result.recommendation

@@ -46,27 +46,57 @@ def _tool_body(t: Tool) -> dict[str, Any]:
     return body
 
 
+def _judge_body(e: Expect) -> Any:
+    """The rubric as written when the judge keeps its defaults (catalogs keep their digest), else the
+    ``{rubric, threshold, gate}`` form."""
+    if e.judge is None or (e.judge_threshold is None and e.judge_gate):
+        return e.judge
+    out: dict[str, Any] = {"rubric": e.judge}
+    if e.judge_threshold is not None:
+        out["threshold"] = e.judge_threshold
+    if not e.judge_gate:
+        out["gate"] = False
+    return out
+
+
 def _expect_body(e: Expect) -> dict[str, Any]:
     body: dict[str, Any] = {
         "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
         "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
-        "judge": e.judge, "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
+        "judge": _judge_body(e), "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
     # Later fields only when set: catalogs that do not use them keep their digest.
     optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
                 "tools_match": e.tools_match if e.tools_match != "all" else None,
                 "gate": list(e.gates), "ideal": list(e.ideal),
                 "ideal_grader": e.ideal_grader if e.ideal else None, "reference": e.reference,
-                "assertions": [dict(a) for a in e.assertions]}
+                "assertions": [dict(a) for a in e.assertions],
+                # Grading rules: without them a snapshot read back (a worker process, a rerun, show)
+                # graded the scenario another way than the run that stored it.
+                "weighted": e.weighted or None, "diagnose": list(e.diagnose)}
     body.update({k: v for k, v in optional.items() if v})
+    if e.threshold is not None:  # 0 is a threshold (it never fails), not "no threshold"
+        body["threshold"] = e.threshold
     return body
+
+
+def _conversation(s: Scenario) -> tuple[str | None, list[dict[str, Any]]]:
+    """(system, messages) as a catalog writes them. The validator lifts a leading system message into
+    ``system``; when the conversation still starts with one (OpenAI evals samples with several), the body
+    keeps the lifted one as the first message instead, so reading the body lifts the same one again
+    (``system`` plus a leading system message is refused in a catalog, as ambiguous)."""
+    messages = [dict(m) for m in s.messages]
+    if s.system is not None and messages and messages[0].get("role") == "system":
+        return None, [{"role": "system", "content": s.system}, *messages]
+    return s.system, messages
 
 
 def _scenario_body(s: Scenario) -> dict[str, Any]:
     e = s.expect
+    system, messages = _conversation(s)
     return {
         "key": s.key,
-        "messages": [dict(m) for m in s.messages],
-        "system": s.system,
+        "messages": messages,
+        "system": system,
         "tools": [_tool_body(t) for t in s.tools],
         "expect": _expect_body(e),
         "tags": list(s.tags),

@@ -135,7 +135,13 @@ class Expect:
     not_contains: tuple[str, ...] = ()
     regex: tuple[str, ...] = ()
     tools: tuple[ExpectedTool, ...] = ()
+    #: The LLM judge's rubric. Its criterion (``llm_judge``) passes when the judge's score reaches
+    #: ``judge_threshold`` (None: the scenario's ``pass_threshold``) and the judge did not answer
+    #: ``pass: false``; it is a gate (a failed judgement fails the scenario whatever the mean) unless
+    #: ``judge_gate`` is False (``judge: {gate: false}`` or ``expect.gate: false``).
     judge: str | None = None
+    judge_threshold: float | None = None
+    judge_gate: bool = True
     max_latency_ms: int | None = None
     token_budget: int | None = None
     #: ActiveAgent-style patterns: a case-insensitive substring, or else a case-insensitive regex.

@@ -71,7 +71,8 @@ _DESCRIPTIONS = {
     "contains": "Strings the answer must contain (case-insensitive).",
     "not_contains": "Strings the answer must not contain.",
     "regex": "Patterns the answer must match.",
-    "judge": "A rubric an LLM judge scores the answer against.",
+    "judge": "A rubric an LLM judge scores the answer against, or {rubric, threshold (default: pass_threshold), "
+             "gate (default true)}.",
     "weights": "How much each criterion counts in the score, e.g. {contains: 2, llm_judge: 1} (default 1 each).",
     "patterns": "Regular expressions the answer must match (each counts like a `contains` string).",
     "forbidden_patterns": "Regular expressions the answer must not match.",
@@ -181,7 +182,12 @@ def catalog_schema() -> dict[str, Any]:
     expect = _object(_EXPECT_KEYS, {
         "contains": strings, "not_contains": strings, "regex": strings,
         "tools": _with_null({"anyOf": [expected_tool, {"type": "array", "items": expected_tool}]}),
-        "judge": _with_null(nonempty),
+        "judge": _with_null({"anyOf": [nonempty, _object(("rubric", "threshold", "gate"), {
+            "rubric": {**nonempty, "description": "What the judge scores the answer against."},
+            "threshold": {"type": "number", "minimum": 0, "maximum": 1,
+                          "description": "The judge score this criterion needs (default: pass_threshold)."},
+            "gate": {"type": "boolean", "description": "false: a failed judgement only lowers the score."}},
+            required=("rubric",), title="Judge")]}),
         "max_latency_ms": _with_null(positive_int), "token_budget": _with_null(positive_int),
         "patterns": strings, "forbidden_patterns": strings,
         "tools_match": _with_null({"enum": ["all", "any"]}),

@@ -613,11 +613,9 @@ class _Context:
             except (re.error, RecursionError, OverflowError, ValueError) as exc:
                 self.add(path + ("regex",), where, f"expect.regex {pattern!r} does not compile: {exc}; "
                                                    f"fix the pattern (escape special characters with \\)")
-        judge = raw.get("judge")
-        if judge is not None and (not isinstance(judge, str) or not judge.strip()):
-            self.add(path + ("judge",), where,
-                     f"expect.judge must be a non-empty rubric string, not {show(judge)}")
-            judge = None
+        judge, judge_threshold, judge_gate = self.judge(path + ("judge",), where, raw.get("judge"))
+        if raw.get("gate") is False:  # "gate: false": nothing is a gate, the judge neither
+            judge_gate = False
         contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
         not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
                                     raw.get("not_contains"))
@@ -654,7 +652,8 @@ class _Context:
             self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
             threshold = None
         mixed = [k for k in ("contains", "not_contains", "regex", "tools", "judge", "patterns", "forbidden_patterns",
-                             "ideal", "max_latency_ms", "token_budget", "gate") if weighted and raw.get(k) is not None]
+                             "ideal", "max_latency_ms", "token_budget", "gate")
+                 if weighted and raw.get(k) not in (None, [])]  # empty lists: a snapshot's body writes them
         if mixed:
             self.add(path + ("weighted",), where, f"a weighted expect is graded by its assertions alone; write "
                                                   f"{', '.join(mixed)} as assertions entries or drop 'weighted'")
@@ -667,6 +666,8 @@ class _Context:
             regex=tuple(sorted(regexes)),
             tools=self.expected_tools(path + ("tools",), where, raw.get("tools"), declared),
             judge=judge,
+            judge_threshold=judge_threshold,
+            judge_gate=judge_gate,
             max_latency_ms=own.get("max_latency_ms", effective["max_latency_ms"]),
             token_budget=own.get("token_budget", effective["token_budget"]),
             patterns=tuple(sorted(patterns)),
@@ -681,6 +682,32 @@ class _Context:
             diagnose=self.diagnose(path + ("diagnose",), where, raw.get("diagnose")),
         )
         return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
+
+    def judge(self, path: tuple, where: str, raw: Any) -> tuple[str | None, float | None, bool]:
+        """``judge: RUBRIC`` or ``judge: {rubric: RUBRIC, threshold: 0..1, gate: false}`` -> (rubric,
+        threshold, gate). The judged criterion passes on its own threshold (default: the scenario's
+        ``pass_threshold``) and is a gate unless ``gate: false``."""
+        if raw is None:
+            return None, None, True
+        if isinstance(raw, dict):
+            self.unknown_keys(path, f"{where}: expect.judge", raw, ("rubric", "threshold", "gate"))
+            rubric, threshold, gate = raw.get("rubric"), raw.get("threshold"), raw.get("gate", True)
+            if threshold is not None:
+                try:
+                    threshold = _check_threshold("expect.judge.threshold", threshold)
+                except _Bad as exc:
+                    self.add(path + ("threshold",), where, exc.message)
+                    threshold = None
+            if not isinstance(gate, bool):
+                self.add(path + ("gate",), where, f"expect.judge.gate must be true or false, not {show(gate)}")
+                gate = True
+        else:
+            rubric, threshold, gate = raw, None, True
+        if not isinstance(rubric, str) or not rubric.strip():
+            name = "expect.judge.rubric" if isinstance(raw, dict) else "expect.judge"
+            self.add(path, where, f"{name} must be a non-empty rubric string, not {show(rubric)}")
+            return None, None, True
+        return rubric, threshold, gate
 
     def diagnose(self, path: tuple, where: str, raw: Any) -> tuple[str, ...]:
         names = self.strings(path, where, "expect.diagnose", raw)

@@ -119,6 +119,8 @@ def rerun(run_id, errored, failed, every, reuse, width, wait, gate, as_json, db,
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         run_id = session.resolve(run_id)
         new = session.create_rerun(run_id, select, reuse=reuse)
+        if session.reuse_note:
+            click.echo(session.reuse_note, err=True)
         queued = new.strategy in QUEUED
         click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
                    f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)

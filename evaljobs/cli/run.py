@@ -33,6 +33,8 @@ DEFAULT_STRATEGY = "fanout"
 @click.option("--adapter", default=None, help="Host adapter module:callable or entry-point name.")
 @click.option("--judge-model", default=None, help="Model for llm_judge criteria (default: the catalog's).")
 @click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
+@click.option("--allow-self-judge", is_flag=True,
+              help="Let a model under test judge answers (its own included); refused otherwise. Reports say so.")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--cache", is_flag=True,
@@ -57,7 +59,7 @@ DEFAULT_STRATEGY = "fanout"
 @db_option
 @broker_option
 @providers_option
-def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, time_limit,
+def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, allow_self_judge, time_limit,
         as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
         trace_content, catalog_format, include_production_only, lenient, grader, fields, db, broker,
         providers) -> None:
@@ -98,10 +100,12 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             info = session.submit(whole, list(models), strategy=strategy, adapter=adapter,
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
                                   cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
-                                  selection=selection, reuse=reuse)
+                                  selection=selection, reuse=reuse, allow_self_judge=allow_self_judge)
         finally:
             if inline:
                 events.remove_listener(progress)
+        if session.reuse_note:
+            click.echo(session.reuse_note, err=True)
         times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
         click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
                    f"= {info.expected} pairs ({strategy}, broker {redact(session.binding().url) if not inline else 'none'})",

@@ -199,7 +199,7 @@ def next_commands(directory: str | os.PathLike = ".") -> list[str]:
     prefix = "" if Path(directory) == Path(".") else f"{Path(directory).as_posix().rstrip('/')}/"
     return [f"evaljobs catalog check {prefix}{CATALOG}",
             f"evaljobs run {prefix}{CATALOG} -m sim/fast -m sim/smart",
-            (f"evaljobs run {prefix}{CATALOG} -m openai/gpt-4o-mini --judge-model openai/gpt-4o-mini "
+            (f"evaljobs run {prefix}{CATALOG} -m openai/gpt-4o-mini --judge-model openai/gpt-4.1 "
             f"--providers {prefix}{PROVIDERS} --fail-under 90%")]
 
 

@@ -37,6 +37,7 @@ FAULTS = (
     "run_error",
     "judge_unavailable",
     "not_gradable",
+    "empty_answer",
     "tool_error",
     "missing_capability",
     "expected_tool_not_called",
@@ -53,7 +54,7 @@ FAULTS = (
 
 #: The fault a failing criterion stands for.
 CRITERION_FAULT = {
-    "response_present": "missing_content",
+    "response_present": "empty_answer",
     "contains": "missing_content",
     "not_contains": "forbidden_content",
     "regex": "regex_mismatch",
@@ -78,6 +79,9 @@ class JudgeVerdict:
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = 0.0
+    #: The judge's own ``pass`` when its answer carried one (promptfoo's llm-rubric asks for it): a judgement
+    #: passes when this is not False and the score reaches the criterion's threshold.
+    passed: bool | None = None
     #: Set when the judge gave no usable verdict (unreachable, refused, not the expected JSON after its
     #: retries): the pair is ``errored`` with fault ``judge_unavailable``, never held against the model.
     error: str | None = None
@@ -141,7 +145,12 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
 
     Score is the mean of the applicable criteria. The result passes when the
     score reaches the scenario's pass threshold and no gate failed; a failed gate
-    fails the scenario whatever the score, with that gate's fault. A replay with
+    fails the scenario whatever the score, with that gate's fault. "The answer is
+    not empty" is a check, not a criterion: it never adds to the score (an
+    always-1 entry in the mean would lift every failing criterion towards the
+    threshold); an empty answer fails the scenario with its own fault,
+    ``empty_answer`` (``run_error`` when ``response_present`` is a gate, as
+    ActiveAgent reads "the agent returned nothing"). A replay with
     an error is ``errored`` with fault ``run_error``; a judge that gave no usable
     verdict makes the pair ``errored`` with ``judge_unavailable`` (it says nothing
     about the model under test).
@@ -161,8 +170,10 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     def applies(name: str) -> bool:
         return _applies(scenario, name) or name in gates
 
-    if applies("response_present"):
-        scores["response_present"] = 1.0 if answer.strip() else 0.0
+    if expect.judge and expect.judge_gate and applies("llm_judge"):
+        gates.add("llm_judge")  # the judge decides its criterion unless the catalog says gate: false
+
+    empty = applies("response_present") and not answer.strip()
     if (expect.contains or expect.patterns) and applies("contains"):
         missing = [s for s in expect.contains if s.lower() not in lowered]
         missing += [p for p in expect.patterns if not pattern_matches(answer, p)]
@@ -244,18 +255,29 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
                 return Grades(status=ERRORED, score=0.0, scores=scores, fault="judge_unavailable",
                               details=details)
             scores["llm_judge"] = max(0.0, min(1.0, float(verdict.score)))
-            info.update(score=scores["llm_judge"], reason=verdict.reason)
+            threshold = judge_threshold(scenario)
+            info.update(score=scores["llm_judge"], reason=verdict.reason, threshold=threshold,
+                        passed=judgement_passes(verdict, scores["llm_judge"], threshold),
+                        gate="llm_judge" in gates)
+            if verdict.passed is not None:
+                info["judge_pass"] = verdict.passed
             details["judge"] = info
 
-    score = _weighted_mean(scores, dict(scenario.weights))
+    # Nothing to score but a present answer: the answer is all the scenario asks for.
+    score = _weighted_mean(scores, dict(scenario.weights)) if scores else (0.0 if empty else 1.0)
     fired = _diagnose(scenario, replay, scores, details)
+    if empty:
+        fired.add("response_present")
     failed_gates = [c for c in GATE_ORDER if c in fired
-                    or (c in gates and c in scores and _gate_failed(c, scores[c], scenario))]
+                    or (c in gates and c in scores and _gate_failed(c, scores[c], details))]
+    if empty and "response_present" not in gates:  # its own fault, ahead of what the empty text fails
+        details["empty_answer"] = True
+        return Grades(status=FAILED, score=score, scores=scores, fault="empty_answer", details=details)
     if failed_gates:
         details["failed_gates"] = failed_gates
         return Grades(status=FAILED, score=score, scores=scores, fault=_gate_fault(failed_gates[0], answer),
                       details=details)
-    if score >= scenario.pass_threshold and scores:
+    if score >= scenario.pass_threshold:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
     return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
 
@@ -300,9 +322,22 @@ def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], deta
     return set(fired)
 
 
-def _gate_failed(criterion: str, value: float, scenario: Scenario) -> bool:
-    if criterion == "llm_judge":  # a judge grade must reach the threshold on its own (ActiveAgent)
-        return value < scenario.pass_threshold
+def judge_threshold(scenario: Scenario) -> float:
+    """The score the ``llm_judge`` criterion needs: its own ``threshold``, else the scenario's ``pass_threshold``."""
+    threshold = scenario.expect.judge_threshold
+    return scenario.pass_threshold if threshold is None else threshold
+
+
+def judgement_passes(verdict: JudgeVerdict, score: float, threshold: float | None) -> bool:
+    """promptfoo's llm-rubric rule: the judge's ``pass`` (true when it gave none), and, with a threshold,
+    the score reaching it."""
+    passed = verdict.passed is not False
+    return passed and (threshold is None or score >= threshold)
+
+
+def _gate_failed(criterion: str, value: float, details: dict[str, Any]) -> bool:
+    if criterion == "llm_judge":  # the judgement passes or fails on its own (its threshold, its pass)
+        return not details["judge"]["passed"]
     return value < 1.0
 
 
@@ -315,11 +350,15 @@ def _gate_fault(criterion: str, answer: str) -> str:
 def _fault(scores: dict[str, float], tool_errors: list) -> str:
     if tool_errors:
         return "tool_error"
-    for criterion in ("expected_tools", "not_contains", "contains", "response_present", "regex", "ideal",
-                      "assertions"):
+    for criterion in ("expected_tools", "not_contains", "contains", "regex", "ideal", "assertions"):
         if scores.get(criterion, 1.0) < 1.0:
             return CRITERION_FAULT[criterion]
     return "low_quality"
+
+
+def _cost_sum(costs: list[float | None]) -> float | None:
+    """The sum of some calls' costs; None when one is unknown (an unknown cost is never counted as 0)."""
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
 
 class _NoVerdict(Exception):
@@ -336,6 +375,7 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
     expect = scenario.expect
     answer = replay.answer or ""
     details: dict[str, Any] = {}
+    judge_costs: list[float | None] = []  # every judge call of the list (the first one's block is shown)
     refused = [a for a in expect.assertions if a.get("kind") == "refused"]
     if refused:
         details["not_graded"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
@@ -360,14 +400,19 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
                 return None
             info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
                     "tokens": verdict.input_tokens + verdict.output_tokens}
+            judge_costs.append(verdict.cost)
             details.setdefault("judge", info)  # the first judge call, shown by every report
             if verdict.error:
                 info.update(score=None, reason=verdict.error)
                 details["judge"] = info
                 raise _NoVerdict("judge_unavailable", verdict.error)
             score = max(0.0, min(1.0, float(verdict.score)))
-            info.update(score=score, reason=verdict.reason)
-            passed = score >= float(entry.get("threshold", 1.0))  # no threshold: full marks, as the judge criterion
+            if verdict.passed is None:  # a judge that gives no pass: full marks unless the entry sets a threshold
+                passed = score >= float(entry.get("threshold", 1.0))
+            else:  # promptfoo's llm-rubric: its pass, and the score reaching the entry's threshold if any
+                passed = judgement_passes(verdict, score, entry.get("threshold"))
+                info["judge_pass"] = verdict.passed
+            info.update(score=score, reason=verdict.reason, passed=passed)
             return Outcome(label, passed, score, verdict.reason, None if passed else "low_quality")
         if runner is None:
             raise _NoVerdict("not_gradable", "no assertion runner in this process")
@@ -378,7 +423,11 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
         return Outcome(label, bool(passed), float(value), reason, None if passed else fault_of(entry))
 
     try:
-        verdict = combine(expect.assertions, expect.threshold, evaluate)
+        try:
+            verdict = combine(expect.assertions, expect.threshold, evaluate)
+        finally:  # the pair pays for every judge call, whatever the verdict
+            if isinstance(details.get("judge"), dict):
+                details["judge"]["cost"] = _cost_sum(judge_costs)
     except _NoVerdict as exc:
         details["not_gradable" if exc.fault == "not_gradable" else "error"] = [str(exc)]
         return Grades(status=ERRORED, score=0.0, fault=exc.fault, details=details)

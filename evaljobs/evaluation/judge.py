@@ -66,6 +66,16 @@ def require_judge_models(scenarios, run_judge_model: str | None, providers: Prov
             f"providers file (a model does not judge its own answers)")
 
 
+def self_judging(judges, models, providers: ProvidersConfig, *, allow: bool = False) -> list[str]:
+    """The models under test that are also a judge model (sorted); refused in one line unless ``allow``
+    (``--allow-self-judge``): a model grading its own answers is not a verdict."""
+    found = sorted({parse_model_spec(j, providers).spec for j in judges} & set(models))
+    if found and not allow:
+        raise UsageError(f"{found[0]} would judge its own answers (it is both a model under test and the judge "
+                         f"model); name another judge with --judge-model, or pass --allow-self-judge to insist")
+    return found
+
+
 def judge_prompt(scenario: Scenario, answer: str) -> list[dict[str, str]]:
     """The judge's messages: the rubric, the request, the reference answer (if any) and the answer."""
     request = _DIRECTIVE.sub("", scenario.prompt).strip()
@@ -114,7 +124,7 @@ class ProviderJudge:
         # The judge's calls count against the judge model's budget like any other call.
         client = self.calls.client(self.providers, judge_model, self.version)
         tokens_in = tokens_out = 0
-        cost = 0.0
+        cost: float | None = 0.0  # None once a paid call's price is unknown: unknown is not zero
         raw = ""
         problem = ""
         for _ in range(self.attempts):
@@ -128,13 +138,14 @@ class ProviderJudge:
             tokens_in += completion.input_tokens
             tokens_out += completion.output_tokens
             if not getattr(completion, "cached", False):  # an answer from the cache costs nothing
-                cost += self.providers.get(judge_model.provider).cost(
+                call = self.providers.get(judge_model.provider).cost(
                     judge_model.model, completion.input_tokens, completion.output_tokens)
+                cost = None if cost is None or call is None else cost + call
             raw = completion.content or ""
-            parsed = parse_judge_json(raw)
+            parsed = parse_judge_verdict(raw)
             if isinstance(parsed, tuple):
-                return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, prompt=prompt, raw=raw,
-                                    model=judge_model.spec)
+                return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, passed=parsed[2],
+                                    prompt=prompt, raw=raw, model=judge_model.spec)
             problem = f"judge {judge_model.spec}: {parsed}"
         return JudgeVerdict(0.0, "", tokens_in, tokens_out, cost, error=problem, prompt=prompt, raw=raw[:4000],
                             model=judge_model.spec)
@@ -142,6 +153,18 @@ class ProviderJudge:
 
 def parse_judge_json(text: str) -> tuple[float, str] | str:
     """Strict: a JSON object with a numeric ``score`` in [0, 1] -> (score, reason); else what is wrong."""
+    parsed = parse_judge_verdict(text)
+    return parsed[:2] if isinstance(parsed, tuple) else parsed
+
+
+_PASS_WORDS = re.compile(r"(true|yes|pass|y)", re.IGNORECASE)
+
+
+def parse_judge_verdict(text: str) -> tuple[float, str, bool | None] | str:
+    """Strict: a JSON object with a numeric ``score`` in [0, 1] and optionally ``pass`` -> (score, reason,
+    pass or None); else what is wrong. As promptfoo's llm-rubric reads its judge: a non-boolean ``pass``
+    is true when it reads "true", "yes", "pass" or "y"; an answer with ``pass`` and no ``score`` scores 1
+    or 0."""
     body = (text or "").strip()
     if body.startswith("```"):
         body = body.strip("`")
@@ -150,13 +173,20 @@ def parse_judge_json(text: str) -> tuple[float, str] | str:
         data = json.loads(body)
     except ValueError:
         return f"answer is not JSON: {(text or '')[:120]!r}"
-    if not isinstance(data, dict) or not isinstance(data.get("score"), (int, float)) \
-            or isinstance(data.get("score"), bool):
+    if not isinstance(data, dict):
         return f"answer has no numeric 'score': {(text or '')[:120]!r}"
-    score = float(data["score"])
+    passed = data.get("pass")
+    if passed is not None and not isinstance(passed, bool):
+        passed = _PASS_WORDS.fullmatch(str(passed).strip()) is not None
+    score = data.get("score")
+    if score is None and passed is not None:
+        score = 1.0 if passed else 0.0
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        return f"answer has no numeric 'score': {(text or '')[:120]!r}"
+    score = float(score)
     if not 0.0 <= score <= 1.0:
         return f"score {score} is outside 0..1"
-    return score, str(data.get("reason", ""))[:500]
+    return score, str(data.get("reason", ""))[:500], passed
 
 
 def parse_judge_answer(text: str) -> tuple[float, str]:
@@ -178,4 +208,4 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
 
 
 __all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",
-           "parse_judge_answer", "parse_judge_json", "require_judge_models"]
+           "parse_judge_answer", "parse_judge_json", "parse_judge_verdict", "require_judge_models", "self_judging"]

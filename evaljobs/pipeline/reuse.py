@@ -36,9 +36,57 @@ IDENTITY_OPTIONS = ("adapter", "adapter_version", "judge_model")
 
 @dataclass(frozen=True)
 class Reused:
-    source: str
+    """What ``--reuse`` did: ``pairs`` of the run's ``expected`` copied from ``source``; of the rest,
+    ``changed`` (the scenario differs), ``new`` (no such scenario, model or epoch there), ``errored``
+    (no verdict there to copy); ``why_none`` when nothing was comparable."""
+
+    source: str | None
     pairs: int
     calls_saved: int
+    expected: int = 0
+    changed: int = 0
+    new: int = 0
+    errored: int = 0
+    why_none: str | None = None
+
+    def line(self) -> str:
+        """The one line ``run``/``rerun`` print, whatever happened (``--reuse`` is never silent)."""
+        if self.source is None or self.why_none:
+            return f"--reuse: {self.why_none}; evaluating all {self.expected} pairs"
+        errored = f", {self.errored} errored there" if self.errored else ""
+        return (f"reused {self.pairs} of {self.expected} pairs from {self.source} "
+                f"({self.changed} changed, {self.new} new{errored})")
+
+
+def latest_of(catalog_name: str) -> str | None:
+    """The newest run of the catalog named ``catalog_name`` (what ``--reuse latest`` means), if any."""
+    from evaljobs.store.pages import runs
+
+    found = runs(limit=1, catalog=catalog_name)
+    return found[0].id if found else None
+
+
+def source_of(reuse: str, catalog_name: str) -> str | None:
+    """The run ``--reuse`` names: ``latest`` is the newest run of the same catalog name (a run of another
+    catalog has nothing to reuse; None when there is none), else an id or a unique prefix."""
+    if reuse == "latest":
+        return latest_of(catalog_name)
+    from evaljobs.store.lookup import resolve_run_id
+
+    return resolve_run_id(reuse)
+
+
+def reuse_line(run_id: str, source: str | None, catalog_name: str) -> str:
+    """Copy the unchanged pairs of ``source`` into the new run; the one line that says what happened
+    (``--reuse`` is never silent, even when there was nothing to reuse)."""
+    done = (reuse_into(run_id, source) if source is not None
+            else nothing_to_reuse(run_id, f"no earlier run of catalog {catalog_name!r}"))
+    return done.line()
+
+
+def nothing_to_reuse(run_id: str, why: str) -> Reused:
+    """No compatible run: every pair is evaluated, and the line says why."""
+    return Reused(None, 0, 0, expected=len(store.expected_pairs(run_id)), why_none=why)
 
 
 def provider_calls(result: Result) -> int:
@@ -54,13 +102,19 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
     run, source = store.get_run(run_id), store.get_run(source_id)
     if run_id == source_id:
         raise UsageError(f"--reuse {source_id}: a run cannot reuse itself")
+    expected = store.expected_pairs(run_id)
     changed = [name for name in IDENTITY_OPTIONS if run.options.get(name) != source.options.get(name)]
-    if changed:  # nothing is comparable: every pair is evaluated (say why, in the record)
-        return Reused(source_id, 0, 0)
+    if changed:  # nothing is comparable: every pair is evaluated (the line says why)
+        return Reused(source_id, 0, 0, expected=len(expected),
+                      why_none=f"{source_id} is not comparable (its {', '.join(changed)} differs)")
     new_catalog, old_catalog = store.load_snapshot(run.digest), store.load_snapshot(source.digest)
     same = {s.key for s in new_catalog.scenarios
             if s.key in old_catalog and scenario_digest(s) == scenario_digest(old_catalog.scenario(s.key))}
-    wanted = {pair for pair in store.expected_pairs(run_id) if pair[0] in same and pair[1] in source.models}
+    there = store.pair_statuses(source_id)
+    wanted = {pair for pair in expected if pair[0] in same and pair in there}
+    n_changed = sum(1 for pair in expected if pair[0] in old_catalog and pair[0] not in same and pair in there)
+    n_new = sum(1 for pair in expected if pair not in there)
+    n_errored = sum(1 for pair in wanted if there[pair] == ERRORED)
     copied = calls = 0
     for result in store.list_results(source_id):
         if result.ident not in wanted or result.status == ERRORED:
@@ -74,7 +128,9 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
         if store.record_result(run_id, copy).inserted:
             copied += 1
             calls += saved
-    return Reused(source_id, copied, calls)
+    return Reused(source_id, copied, calls, expected=len(expected), changed=n_changed, new=n_new,
+                  errored=n_errored)
 
 
-__all__ = ["reuse_into", "Reused", "provider_calls", "IDENTITY_OPTIONS"]
+__all__ = ["IDENTITY_OPTIONS", "Reused", "latest_of", "nothing_to_reuse", "provider_calls", "reuse_into",
+           "reuse_line", "source_of"]

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import epochs_note, judged_groups, markdown_judge
-from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      unknown_note as _unknown_note)
+from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
+                                      self_judge_note as _self_judge_note, signed_money as _signed_money)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
-from evaljobs.reports.variance import epochs_block, markdown_lines as _epoch_markdown, table_lines as _epoch_table
+from evaljobs.reports.variance import (epochs_block, markdown_lines as _epoch_markdown, pass_rate,
+                                       table_lines as _epoch_table)
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 
 if TYPE_CHECKING:  # the comparison is imported by the one renderer that shows it (start-up time)
@@ -133,6 +134,9 @@ def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     selection = (run.get("options") or {}).get("selection")
     if selection:  # --filter/--tag/--sample/--limit: the report says what was left out
         block["selection"] = selection
+    self_judge = (run.get("options") or {}).get("self_judge")
+    if self_judge:  # --allow-self-judge: a model graded its own answers, and every report says so
+        block["self_judge"] = list(self_judge)
     return block
 
 
@@ -146,11 +150,8 @@ def _reused_note(summary: dict[str, Any]) -> str:
 def _excluded_note(run: dict[str, Any]) -> str:
     n = run.get("excluded") or 0
     selected = f" · {selection_note(run.get('selection'))}" if run.get("selection") else ""
-    return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected
-
-
-def _rate(part: int, whole: int) -> float:
-    return round(part / whole, 4) if whole else 0.0
+    return (f" · {n} production_only scenario{'s' if n != 1 else ''} left out" if n else "") + selected \
+        + _self_judge_note(run)
 
 
 def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, Any]]) -> dict[str, Any]:
@@ -173,7 +174,7 @@ def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, 
         "passed": passed,
         "failed": failed,
         "errored": errored,
-        "pass_rate": _rate(passed, len(results)),
+        "pass_rate": pass_rate(passed, len(results)),  # the one definition
         "cost": round(sum(known), 6),  # known costs (a lower bound when cost_unknown is not 0)
         "cost_unknown": len(costs) - len(known),
         "duration_ms": int(sum([r.duration_ms for r in results])),
@@ -201,7 +202,7 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
         "passed": passed,
         "failed": failed,
         "errored": errored,
-        "pass_rate": _rate(passed, len(results)),
+        "pass_rate": pass_rate(passed, len(results)),  # the one definition
         "mean_score": round(sum([r.score for r in results]) / len(results), 4) if results else 0.0,
         "duration_p50_ms": int(p50) if p50 is not None else None,
         "duration_p95_ms": int(p95) if p95 is not None else None,
@@ -316,7 +317,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"Run `{_cell(run.get('id'))}` · catalog digest `{(run.get('digest') or '').split(':')[-1][:12]}` · "
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
-        f"{_money(summary['cost'], summary.get('cost_unknown', 0))}{_unknown_note(summary)}{_excluded_note(run)}"
+        f"{_cost_line(summary, summary['results'])}{_excluded_note(run)}"
         f"{_reused_note(summary)}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
@@ -331,7 +332,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
                      f"{_ms(m['duration_p50_ms'])} | {_ms(m['duration_p95_ms'])} | "
                      f"{_ms_pair(m.get('ttft_p50_ms'), m.get('ttft_p95_ms'))} | "
                      f"{_ms_pair(m.get('latency_p50_ms'), m.get('latency_p95_ms'))} | "
-                     f"{_money(m['cost'], m.get('cost_unknown', 0))} |")
+                     f"{_money(m['cost'], m.get('cost_unknown', 0), m['scenarios'])} |")
     if len(report["verdict"]) > MARKDOWN_MODELS:
         lines.append(f"\n…and {len(report['verdict']) - MARKDOWN_MODELS} more models (see the JSON report).")
     return lines
@@ -362,10 +363,9 @@ def _signed_pp(value: float) -> str:
 
 def _markdown_baseline(comparison: Comparison) -> list[str]:
     c = comparison
-    cost = c.cost_delta
     lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
                  f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
-                 f"mean score {c.mean_score_delta:+.3f} · cost {'+' if cost >= 0 else '-'}${abs(cost):.4f}"]
+                 f"mean score {c.mean_score_delta:+.3f} · cost {_signed_money(c.cost_delta, c.cost_unknown)}"]
     if c.models:
         lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |",
                   "|---|---:|---:|---:|---:|"]
@@ -429,7 +429,7 @@ def render_table(report: dict[str, Any]) -> str:
              _pct(m["pass_rate"]), f"{m['mean_score']:.3f}", _ms(m["duration_p50_ms"]),
              _ms(m["duration_p95_ms"]), _ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms")),
              _ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms")),
-             _money(m["cost"], m.get("cost_unknown", 0))) for m in report["models"]]
+             _money(m["cost"], m.get("cost_unknown", 0), m["scenarios"])) for m in report["models"]]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -439,8 +439,8 @@ def render_table(report: dict[str, Any]) -> str:
 
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
-           f"{_pct(summary['pass_rate'])} passed  {_money(summary['cost'], summary.get('cost_unknown', 0))}"
-           f"{_unknown_note(summary)}{_excluded_note(run)}{_reused_note(summary)}",
+           f"{_pct(summary['pass_rate'])} passed  {_cost_line(summary, summary['results'])}"
+           f"{_excluded_note(run)}{_reused_note(summary)}",
            line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
-from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact
+from evaljobs.reports._format import known_sum
+from evaljobs.reports._format import signed_money as _signed_money
+from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact, pass_rate, scenario_passes
 
 #: Kinds of change for a pair present in both runs.
 REGRESSED = "regressed"  # passed → failed or errored
@@ -139,24 +141,41 @@ class ModelDelta:
     """One model over the pairs both runs have (so the rates compare like with like)."""
 
     model: str
+    #: Common scenario × model pairs; ``passed_*`` / ``trials_*`` count their rows (each epoch one row), so
+    #: ``pass_rate_*`` is the pass rate every other view shows (:func:`~evaljobs.reports.variance.pass_rate`).
     pairs: int
     passed_a: int
     passed_b: int
     mean_score_a: float
     mean_score_b: float
-    cost_a: float
-    cost_b: float
+    #: The known costs of the common pairs (None: none known) and how many were unknown on each side.
+    cost_a: float | None
+    cost_b: float | None
     regressed: int
     fixed: int
     changed: int
+    cost_unknown_a: int = 0
+    cost_unknown_b: int = 0
+    trials_a: int = 0
+    trials_b: int = 0
+    #: Over epochs: the common pairs whose epoch pass rate reaches the scenario's threshold ("scenarios passed").
+    scenarios_passed_a: int = 0
+    scenarios_passed_b: int = 0
+
+    @property
+    def cost_delta(self) -> float | None:
+        """B minus A, when both sides' costs are fully known; unknown is never counted as 0."""
+        if self.cost_a is None or self.cost_b is None or self.cost_unknown_a or self.cost_unknown_b:
+            return None
+        return round(self.cost_b - self.cost_a, 6)
 
     @property
     def pass_rate_a(self) -> float:
-        return round(self.passed_a / self.pairs, 4) if self.pairs else 0.0
+        return pass_rate(self.passed_a, self.trials_a or self.pairs)
 
     @property
     def pass_rate_b(self) -> float:
-        return round(self.passed_b / self.pairs, 4) if self.pairs else 0.0
+        return pass_rate(self.passed_b, self.trials_b or self.pairs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "pairs": self.pairs,
@@ -165,9 +184,11 @@ class ModelDelta:
                 "pass_rate_delta": round(self.pass_rate_b - self.pass_rate_a, 4),
                 "mean_score_a": self.mean_score_a, "mean_score_b": self.mean_score_b,
                 "mean_score_delta": round(self.mean_score_b - self.mean_score_a, 4),
-                "cost_a": self.cost_a, "cost_b": self.cost_b,
-                "cost_delta": round(self.cost_b - self.cost_a, 6),
-                "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed}
+                "cost_a": self.cost_a, "cost_b": self.cost_b, "cost_delta": self.cost_delta,
+                "cost_unknown_a": self.cost_unknown_a, "cost_unknown_b": self.cost_unknown_b,
+                "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed,
+                "trials_a": self.trials_a or self.pairs, "trials_b": self.trials_b or self.pairs,
+                "scenarios_passed_a": self.scenarios_passed_a, "scenarios_passed_b": self.scenarios_passed_b}
 
 
 @dataclass
@@ -216,9 +237,16 @@ class Comparison:
         return [c for c in self.changes if c.before is not None and c.after is not None]
 
     @property
-    def cost_delta(self) -> float:
-        """Cost of B minus cost of A over the common pairs."""
-        return round(sum(c.cost_delta or 0.0 for c in self.common), 6)
+    def cost_delta(self) -> float | None:
+        """Cost of B minus cost of A over the common pairs whose costs are known on both sides (None:
+        none is); :attr:`cost_unknown` says how many were left out."""
+        deltas = [c.cost_delta for c in self.common]
+        return known_sum(deltas)[0] if deltas else 0.0
+
+    @property
+    def cost_unknown(self) -> int:
+        """Common pairs whose cost difference is unknown (a price unknown on either side)."""
+        return sum(1 for c in self.common if c.cost_delta is None)
 
     @property
     def mean_score_delta(self) -> float:
@@ -241,7 +269,8 @@ class Comparison:
             "summary": {"common": len(self.common), "regressed": len(self.regressed),
                         "fixed": len(self.fixed),
                         "changed": len(self.changed), "only_a": len(self.only_a), "only_b": len(self.only_b),
-                        "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta},
+                        "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta,
+                        "cost_unknown": self.cost_unknown},
             "models": [m.to_dict() for m in self.models],
             "flipped": [c.to_dict() for c in self.flipped],
             "only_a": [list(c.pair) for c in self.only_a],
@@ -253,12 +282,16 @@ class Comparison:
         return data
 
 
-def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = None) -> Comparison:
+def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = None,
+            thresholds: Mapping[str, float] | None = None) -> Comparison:
     """Compare baseline ``a`` with candidate ``b`` pair by pair.
 
-    Run ids default to the reports' ``run.id`` when a side is a report.
+    Run ids default to the reports' ``run.id`` when a side is a report. Over epochs a pair passes when
+    its epoch pass rate reaches its scenario's threshold: a report side carries its own (its ``epochs``
+    block); ``thresholds`` (scenario key → threshold) serves a side of bare rows; without either, every
+    epoch must pass.
     """
-    rows_a, rows_b = _outcomes(a), _outcomes(b)
+    rows_a, rows_b = _outcomes(a, thresholds), _outcomes(b, thresholds)
     run_a = run_a or _run_id(a)
     run_b = run_b or _run_id(b)
     changes = [PairChange(key, model, rows_a.get((key, model)), rows_b.get((key, model)))
@@ -285,18 +318,30 @@ def _cost(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def _outcomes(side: Side) -> dict[tuple[str, str], Outcome]:
+def _outcomes(side: Side, thresholds: Mapping[str, float] | None = None) -> dict[tuple[str, str], Outcome]:
     """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module docstring)."""
     epochs: dict[tuple[str, str], list[Outcome]] = {}
     for pair, outcome in _epoch_outcomes(side):
         epochs.setdefault(pair, []).append(outcome)
-    return {pair: found[0] if len(found) == 1 else _over_epochs(found) for pair, found in epochs.items()}
+    own = _side_thresholds(side)
+    limits = {**(thresholds or {}), **own}
+    return {pair: found[0] if len(found) == 1 else _over_epochs(found, limits.get(pair[0]))
+            for pair, found in epochs.items()}
 
 
-def _over_epochs(found: list[Outcome]) -> Outcome:
+def _side_thresholds(side: Side) -> dict[str, float]:
+    """The scenario thresholds a report keeps in its epochs block (nothing for bare rows)."""
+    if not isinstance(side, Mapping):
+        return {}
+    pairs = (side.get("epochs") or {}).get("pairs") or []
+    return {p["scenario_key"]: p["threshold"] for p in pairs if p.get("threshold") is not None}
+
+
+def _over_epochs(found: list[Outcome], threshold: float | None = None) -> Outcome:
     passes = sum(1 for o in found if o.status == PASSED)
     failures = sum(1 for o in found if o.status == FAILED)
-    status = PASSED if passes == len(found) else ERRORED if passes + failures == 0 else FAILED
+    status = (ERRORED if passes + failures == 0
+              else PASSED if scenario_passes(passes, len(found), threshold) else FAILED)
     costs = [o.cost for o in found]
     faults = [o.fault for o in found if o.fault]
     return Outcome(status, round(sum(o.score for o in found) / len(found), 4),
@@ -338,12 +383,16 @@ def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelt
         n = len(common)
         deltas.append(ModelDelta(
             model=model, pairs=n,
-            passed_a=sum(1 for c in common if c.before.status == PASSED),
-            passed_b=sum(1 for c in common if c.after.status == PASSED),
+            passed_a=sum(c.before.passes for c in common), passed_b=sum(c.after.passes for c in common),
+            trials_a=sum(c.before.trials for c in common), trials_b=sum(c.after.trials for c in common),
+            scenarios_passed_a=sum(1 for c in common if c.before.status == PASSED),
+            scenarios_passed_b=sum(1 for c in common if c.after.status == PASSED),
             mean_score_a=round(sum(c.before.score for c in common) / n, 4),
             mean_score_b=round(sum(c.after.score for c in common) / n, 4),
-            cost_a=round(sum(c.before.cost or 0.0 for c in common), 6),
-            cost_b=round(sum(c.after.cost or 0.0 for c in common), 6),
+            cost_a=known_sum([c.before.cost for c in common])[0],
+            cost_b=known_sum([c.after.cost for c in common])[0],
+            cost_unknown_a=known_sum([c.before.cost for c in common])[1],
+            cost_unknown_b=known_sum([c.after.cost for c in common])[1],
             regressed=sum(1 for c in common if c.kind == REGRESSED),
             fixed=sum(1 for c in common if c.kind == FIXED),
             changed=sum(1 for c in common if c.kind == CHANGED)))
@@ -357,8 +406,6 @@ def _signed(value: float, digits: int = 3) -> str:
     return f"{value:+.{digits}f}"
 
 
-def _signed_money(value: float) -> str:
-    return f"{'+' if value >= 0 else '-'}${abs(value):.4f}"
 
 
 def _pp(value: float) -> str:
@@ -380,20 +427,28 @@ def render_comparison(comparison: Comparison) -> str:
     """The ``evaljobs compare`` table: per-model deltas, then every flipped pair, then one-sided pairs."""
     c = comparison
     out = [f"compare {c.run_a or 'A'} → {c.run_b or 'B'}: {c.headline()}",
-           f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta)} (common pairs)", ""]
+           (f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta, c.cost_unknown)} "
+            f"(common pairs)"), ""]
     if c.models:
-        out += _table(("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED"),
-                      [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
-                        _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
-                        _signed_money(m.cost_b - m.cost_a), str(m.regressed), str(m.fixed))
-                       for m in c.models])
+        # PASS is the pass rate of every other view (rows, each epoch one); over epochs SCEN says how many
+        # scenarios reached their threshold, the second number, under its own name.
+        epochs = any((m.trials_a or m.pairs) > m.pairs or (m.trials_b or m.pairs) > m.pairs for m in c.models)
+        head = ("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED")
+        rows = [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
+                 _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
+                 _signed_money(m.cost_delta), str(m.regressed), str(m.fixed)) for m in c.models]
+        if epochs:
+            head += ("SCEN A", "SCEN B")
+            rows = [(*row, f"{m.scenarios_passed_a}/{m.pairs}", f"{m.scenarios_passed_b}/{m.pairs}")
+                    for row, m in zip(rows, c.models)]
+        out += _table(head, rows)
     flipped = c.flipped
     if flipped:
         out += ["", f"flipped ({len(flipped)}):"]
         out += ["  " + line for line in _table(
             ("KIND", "SCENARIO", "MODEL", "STATUS", "Δ SCORE", "Δ COST", "FAULT NOW"),
             [(f.kind, f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0),
-              _signed_money(f.cost_delta or 0.0), (f.after.fault if f.after else None) or "")
+              _signed_money(f.cost_delta), (f.after.fault if f.after else None) or "")
              for f in flipped],
             left=4)]
     else:

@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.reports._html_assets import SCRIPT as _SCRIPT, STYLE as _STYLE
-from evaljobs.reports._format import (ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      unknown_note as _unknown_note)
+from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
+                                      signed_money as _signed_money)
 from evaljobs.reports.compare import Comparison, PairChange, compare
 from evaljobs.reports.headline import headline
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
@@ -208,8 +208,10 @@ def _header(report: dict[str, Any]) -> list[str]:
         ("Finished", run.get("finished_at")), ("Wall time", wall),
         ("Pairs", f"{s['results']}/{s['expected']}: {s['passed']} passed, {s['failed']} failed, "
                   f"{s['errored']} errored ({_pct(s['pass_rate'])})" + _cached_note(report)),
-        ("Cost", _money(s["cost"], s.get("cost_unknown", 0)) + _unknown_note(s)),
+        ("Cost", _cost_line(s, s["results"])),
     ]
+    if run.get("self_judge"):
+        facts.append(("Self-judged", ", ".join(run["self_judge"]) + " judged its own answers (--allow-self-judge)"))
     if run.get("context"):
         facts.append(("Context", json.dumps(run["context"], ensure_ascii=False, sort_keys=True, default=str)))
     out = [f"<header><h1>evaljobs · {_e(run.get('catalog_name') or '?')} — {_e(_headline(report))}</h1>",
@@ -225,8 +227,9 @@ def _cached_note(report: dict[str, Any]) -> str:
 
 
 def _verdict(report: dict[str, Any]) -> list[str]:
-    items = [f"<li><b>{_e(v['model'])}</b> {_pct(v['pass_rate'])} passed · "
-             f"mean score {v['mean_score']:.3f} · {_e(_money(v['cost'], v.get('cost_unknown', 0)))}</li>"
+    pairs = {m["model"]: m["scenarios"] for m in report["models"]}
+    items = [f"<li><b>{_e(v['model'])}</b> {_pct(v['pass_rate'])} passed · mean score {v['mean_score']:.3f} · "
+             f"{_e(_money(v['cost'], v.get('cost_unknown', 0), pairs.get(v['model'])))}</li>"
              for v in report["verdict"]]
     return ['<section id="verdict"><h2>Verdict</h2><ol>', *items, "</ol></section>"]
 
@@ -257,7 +260,7 @@ def _models_table(report: dict[str, Any]) -> list[str]:
                      _e(m["duration_p95_ms"] or "-"), _e(_ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms"))),
                      _e(_ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms"))),
                      f"{m['input_tokens']:,}", f"{m['output_tokens']:,}",
-                     _e(_money(m["cost"], m.get("cost_unknown", 0))), f'<span class="t">{_e(faults)}</span>'])
+                     _e(_money(m["cost"], m.get("cost_unknown", 0), m["scenarios"])), f'<span class="t">{_e(faults)}</span>'])
     header = ["Model", "Rank", "Pass rate", "Passed", "Failed", "Errored", "Mean score", "p50 ms", "p95 ms",
               "TTFT p50/p95 ms", "Latency p50/p95 ms", "Tokens in", "Tokens out", "Cost", "Faults"]
     return _table("models", "Models", header, rows, numeric=range(1, 14))
@@ -271,12 +274,15 @@ def _epochs_tables(report: dict[str, Any]) -> list[str]:
         return []
     k = str(block["epochs"])
     models = [[_e(m["model"]), f"{m['passed']}/{m['trials']}", _pct(m["pass_rate"]),
-               f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])}", str(len(m["flaky"]))] for m in block["models"]]
+               f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])}",
+               f"{m['scenarios_passed']}/{m['scenarios']}" if "scenarios" in m else "-", str(len(m["flaky"]))]
+              for m in block["models"]]
     pairs = [[_e(p["scenario_key"]), _e(p["model"]), f"{p['passed']}/{p['epochs']}", _pct(p["pass_rate"]),
               f"{p['mean_score']:.3f} ± {p['stderr']:.3f}", _pct(p["pass_at_k"][k]), _pct(p["pass_hat_k"][k]),
               '<span class="flaky">flaky</span>' if p["flaky"] else ""] for p in block["pairs"]]
     return [*_table("epochs", f"Epochs: {k} per pair (95 % Wilson interval)",
-                    ["Model", "Passed", "Pass rate", "95 % CI", "Flaky"], models, numeric=range(1, 5)),
+                    ["Model", "Passed", "Pass rate", "95 % CI", "Scenarios passed", "Flaky"], models,
+                    numeric=range(1, 6)),
             *_table("epoch-pairs", "Scenarios over epochs",
                     ["Scenario", "Model", "Passed", "Pass rate", "Mean ± SE", f"pass@{k}", f"pass^{k}", "Flaky"],
                     pairs, numeric=range(2, 7))]
@@ -294,7 +300,7 @@ def _criteria_table(report: dict[str, Any]) -> list[str]:
 def _baseline(c: Comparison, index: dict[tuple[str, str], int]) -> list[str]:
     out = [f'<section id="baseline"><h2>Compared with baseline {_e(c.run_a or "?")}</h2>',
            f"<p>{_e(c.headline())} · mean score {c.mean_score_delta:+.3f} · cost "
-           f"{'+' if c.cost_delta >= 0 else '-'}${abs(c.cost_delta):.4f}</p>"]
+           f"{_e(_signed_money(c.cost_delta, c.cost_unknown))}</p>"]
     if c.models:
         rows = [[_e(m.model), f"{_pct(m.pass_rate_a)} → {_pct(m.pass_rate_b)}",
                  f"{(m.pass_rate_b - m.pass_rate_a) * 100:+.1f}pp", f"{m.mean_score_b - m.mean_score_a:+.3f}",

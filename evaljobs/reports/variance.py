@@ -103,6 +103,22 @@ def _r(value: float) -> float:
     return round(value, 4)
 
 
+def pass_rate(passed: int, trials: int) -> float:
+    """THE pass rate, for every view (table, Markdown, HTML, JUnit, JSON, ``compare``, the viewer): the
+    share of passed rows among the rows, each (scenario, model, epoch) one row, errored rows included;
+    0.0 with no row. Over epochs a scenario is judged separately ("scenarios passed": its epoch pass rate
+    reaches its threshold, :func:`scenario_passes`); the two are never shown under one name."""
+    return round(passed / trials, 4) if trials else 0.0
+
+
+def scenario_passes(passed: int, trials: int, threshold: float | None) -> bool:
+    """A scenario × model over its epochs passes when its epoch pass rate reaches the scenario's
+    threshold (its ``pass_threshold``); with no threshold known, when every epoch passed."""
+    if trials <= 0:
+        return False
+    return passed / trials >= (1.0 if threshold is None else threshold) - 1e-9
+
+
 def _float_rounding() -> Callable[[float], float]:
     """``_r`` for floats, each distinct value rounded once (``round`` with digits goes through a
     decimal string; a run's thousands of scenario × model pairs share a few dozen rates, means and
@@ -159,7 +175,7 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
         }
         if threshold is not None:
             entry["threshold"] = threshold
-            entry["ok"] = c / n >= threshold - 1e-9
+            entry["ok"] = scenario_passes(c, n, threshold)
         out.append(entry)
     return out
 
@@ -172,9 +188,13 @@ def model_stats(pairs: list[dict[str, Any]], models: list[str]) -> list[dict[str
         n = sum(p["epochs"] for p in mine)
         c = sum(p["passed"] for p in mine)
         low, high = wilson(c, n)
-        out.append({"model": model, "trials": n, "passed": c, "pass_rate": _r(c / n) if n else 0.0,
+        out.append({"model": model, "trials": n, "passed": c, "pass_rate": pass_rate(c, n),
                     "ci_low": _r(low), "ci_high": _r(high),
-                    "flaky": [p["scenario_key"] for p in mine if p["flaky"]]})
+                    "flaky": [p["scenario_key"] for p in mine if p["flaky"]],
+                    # per scenario over epochs (its epoch pass rate reaches its threshold): a second number,
+                    # under its own name, never "pass rate"
+                    "scenarios": len(mine),
+                    "scenarios_passed": sum(1 for p in mine if p.get("ok", p["passed"] == p["epochs"]))})
     return out
 
 
@@ -206,7 +226,7 @@ def model_interval(report: dict[str, Any], model: str) -> tuple[float, float, fl
 
 
 __all__ = ["wilson", "pass_at_k", "pass_hat_k", "mean_and_stderr", "fisher_exact", "pair_stats", "model_stats",
-           "epochs_block", "flaky_pairs", "model_interval", "SIGNIFICANCE", "Z95"]
+           "epochs_block", "flaky_pairs", "model_interval", "pass_rate", "scenario_passes", "SIGNIFICANCE", "Z95"]
 
 
 # -- renderings (plain text and Markdown; the HTML and JUnit renderers read the same block) -----------
@@ -228,8 +248,9 @@ def pair_line(pair: dict[str, Any]) -> str:
 
 
 def model_line(m: dict[str, Any]) -> str:
+    scenarios = (f" · scenarios passed {m['scenarios_passed']}/{m['scenarios']}" if "scenarios" in m else "")
     return (f"{m['passed']}/{m['trials']} passed {_pct(m['pass_rate'])} "
-            f"(95% CI {_pct(m['ci_low'])}–{_pct(m['ci_high'])}) · {len(m['flaky'])} flaky")
+            f"(95% CI {_pct(m['ci_low'])}–{_pct(m['ci_high'])}){scenarios} · {len(m['flaky'])} flaky")
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:
@@ -254,10 +275,11 @@ def markdown_lines(report: dict[str, Any], code, limit: int = 25) -> list[str]:
         return []
     k = str(block["epochs"])
     lines = ["", f"**Epochs: {k} per pair** — pass rate with a 95 % Wilson interval", "",
-             "| Model | Passed | Pass rate | 95 % CI | Flaky |", "|---|---:|---:|---|---:|"]
+             "| Model | Passed | Pass rate | 95 % CI | Scenarios passed | Flaky |", "|---|---:|---:|---|---:|---:|"]
     for m in block["models"]:
+        scenarios = f"{m['scenarios_passed']}/{m['scenarios']}" if "scenarios" in m else "-"
         lines.append(f"| {code(m['model'])} | {m['passed']}/{m['trials']} | {_pct(m['pass_rate'])} | "
-                     f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])} | {len(m['flaky'])} |")
+                     f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])} | {scenarios} | {len(m['flaky'])} |")
     flaky = [p for p in block["pairs"] if p["flaky"]]
     if flaky:
         lines += ["", f"**Flaky scenarios ({len(flaky)})** — epochs disagree", "",

@@ -190,21 +190,23 @@ def run(run_id: str) -> RunRow:
 
 @_reconnecting
 def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
-    """run id → model → {passed, failed, errored, cost}: a GROUP BY on the per-run index for each run.
+    """run id → model → {passed, failed, errored, cost, cost_unknown}: a GROUP BY on the per-run index for each run.
 
     For the runs list's pass rate per model of runs without a report (pending, running). One query
     per run, not ``run_id IN (…)``: given a long list, PostgreSQL's planner scans the whole table.
     """
     db = _db()
-    sql = f"SELECT model, status, COUNT(*), SUM(cost) FROM result WHERE run_id = {db.param} GROUP BY model, status"
+    sql = (f"SELECT model, status, COUNT(*), SUM(cost), COUNT(*) - COUNT(cost) FROM result "
+           f"WHERE run_id = {db.param} GROUP BY model, status")
     out: dict[str, dict[str, dict[str, float]]] = {}
     with _connection() as db:
         for run_id in run_ids:
-            for model, status, n, cost in db.execute_sql(sql, (run_id,)).fetchall():
+            for model, status, n, cost, unknown in db.execute_sql(sql, (run_id,)).fetchall():
                 tally = out.setdefault(run_id, {}).setdefault(model, {"passed": 0, "failed": 0, "errored": 0,
-                                                                       "cost": 0.0})
+                                                                       "cost": 0.0, "cost_unknown": 0})
                 tally[status] = tally.get(status, 0) + n
-                tally["cost"] += float(cost or 0.0)
+                tally["cost"] += float(cost or 0.0)  # SUM skips NULL: the known costs
+                tally["cost_unknown"] += int(unknown or 0)
     return out
 
 

@@ -89,6 +89,13 @@ def pass_rates(models: Sequence[ModelRow]) -> Chart:
     return Chart(height=8 + ROW * max(1, len(models)), bars=tuple(bars))
 
 
+def _cost_label(m: ModelRow) -> str:
+    """Unknown prices are not $0: ``cost unknown``, or the known part as a lower bound."""
+    if m.cost_unknown and m.cost_unknown >= m.results:
+        return "cost unknown"
+    return f"{'≥ ' if m.cost_unknown else ''}${m.cost:.4f}"
+
+
 def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
     """Pass rate (up) against cost (right); the best models sit top-left. Dots are numbered as the legend."""
     top = max((m.cost for m in models), default=0.0) or 1.0
@@ -111,7 +118,7 @@ def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
                 spot = (tx, ty, anchor)
                 taken.append(box)
                 break
-        value = f"${m.cost:.4f} · {m.pass_rate * 100:.1f}%"
+        value = f"{_cost_label(m)} · {m.pass_rate * 100:.1f}%"
         points.append(Point(number, m.model, x, y, value, *(spot or (None, None, "start"))))
     return Chart(height=PLOT_TOP + PLOT_H + 24, points=tuple(points), axis=f"${top:.4f}")
 

@@ -19,6 +19,7 @@ import peewee
 from evaljobs import store
 from evaljobs.reports.build import percentile
 from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
+from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.view.epochs import EpochCell, epoch_cells
@@ -71,8 +72,10 @@ class GridRow:
     cells: list[tuple[str, Cell | None]]  # (model, cell) in column order
 
     @property
-    def cost(self) -> float:
-        return sum(c.cost or 0.0 for _, c in self.cells if c)
+    def cost(self) -> float | None:
+        """The known costs of the row's cells; None when none is known (an unknown price is not $0)."""
+        known = [c.cost for _, c in self.cells if c and c.cost is not None]
+        return round(sum(known), 6) if known or not any(c for _, c in self.cells) else None
 
     @property
     def slowest_ms(self) -> int | None:
@@ -96,6 +99,13 @@ class RunPage:
     total_cost: float
     #: The run's epochs per pair: above 1, a cell is an :class:`~evaljobs.view.epochs.EpochCell`.
     epochs: int = 1
+    #: Rows (pair × epoch) whose cost is unknown, and every row: ``total_cost`` is a lower bound then.
+    cost_unknown: int = 0
+    results: int = 0
+
+    @property
+    def cost(self) -> float:
+        return self.total_cost
 
 
 def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -123,7 +133,7 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
         ttfts = sorted(int(c.ttft_ms) for c in rows if c.ttft_ms is not None)
         out.append(ModelRow(
             model=model, results=n, passed=passed, failed=failed, errored=n - passed - failed,
-            pass_rate=(passed / n) if n else 0.0, interval=wilson(passed, n),
+            pass_rate=pass_rate(passed, n), interval=wilson(passed, n),
             mean_score=(sum(c.score for c in rows) / n) if n else 0.0,
             cost=round(sum(c.cost for c in rows if c.cost is not None), 6),
             cost_unknown=sum(1 for c in rows if c.cost is None),
@@ -182,6 +192,7 @@ class RunIndex:
     groups: list[str]
     total_cost: float
     counts: dict[str, int] = field(default_factory=dict)
+    cost_unknown: int = 0
     #: For each row, its (model, cell) pairs in the run's model order, built once.
     grid: list[list[tuple[str, Cell | None]]] = field(default_factory=list)
 
@@ -228,6 +239,7 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
                     tags=sorted({t for s in scenarios.values() for t in s.tags}),
                     groups=sorted({s.group for s in scenarios.values() if s.group}),
                     total_cost=round(sum(c.cost for c in cells if c.cost is not None), 6),
+                    cost_unknown=sum(1 for c in cells if c.cost is None),
                     counts=dict(Counter(c.status for c in cells)))
 
 
@@ -319,7 +331,8 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     verdict = sorted((m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
     return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
                    matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
-                   groups=index.groups, total_cost=index.total_cost, epochs=run.epochs)
+                   groups=index.groups, total_cost=index.total_cost, epochs=run.epochs,
+                   cost_unknown=index.cost_unknown, results=len(index.cells))
 
 
 def _has_fault(cell: "Cell | EpochCell", fault: str) -> bool:
@@ -360,6 +373,12 @@ class ScenarioColumn:
     flip: str | None
     #: With epochs: every recorded epoch of this model, by epoch (``result`` is the first).
     epochs: list[Any] = field(default_factory=list)
+    #: The baseline's epochs of this model (a flip over epochs compares the two lists).
+    baseline_epochs: list[Any] = field(default_factory=list)
+
+    @property
+    def baseline_passed(self) -> int:
+        return sum(1 for r in self.baseline_epochs if r.status == "passed")
 
     @property
     def passed(self) -> int:
@@ -405,9 +424,10 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
         epochs, theirs = results.get(model, []), base.get(model, [])
         mine = epochs[0] if epochs else None
         flip = None
-        if len(epochs) == 1 and len(theirs) == 1:  # a flip is one result against one (the report's
-            flip = compare(theirs, epochs).changes[0].kind  # compare judges epochs by significance)
-        columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs))
+        if epochs and theirs:  # over epochs, as `compare` judges them: the epoch pass rate against the threshold
+            limit = {key: scenario.pass_threshold} if scenario is not None else None
+            flip = compare(theirs, epochs, thresholds=limit).changes[0].kind
+        columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs, theirs))
     others = [r for r in store_pages.runs(limit=30, catalog=run.catalog_name) if r.id != run.id]
     return ScenarioPage(run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others)
 
@@ -431,6 +451,7 @@ class ComparePage:
         """The comparison's headline numbers, computed once (each is a pass over every pair)."""
         c = self.comparison
         return {"headline": c.headline(), "mean_score_delta": c.mean_score_delta, "cost_delta": c.cost_delta,
+                "cost_unknown": c.cost_unknown,
                 "only_a": len(c.only_a), "only_b": len(c.only_b)}
 
 
@@ -439,6 +460,12 @@ _comparisons: dict[tuple, "ComparePage"] = {}
 
 def _side(run_id: str) -> RunIndex:
     return run_index(run_id)
+
+
+def _thresholds(digest: str) -> dict[str, float] | None:
+    """Scenario key → pass threshold of a run's catalog: what an epoch pass rate is judged against."""
+    catalog = _catalog(digest)
+    return {s.key: s.pass_threshold for s in catalog.scenarios} if catalog is not None else None
 
 
 def compare_page(a: str, b: str) -> ComparePage:
@@ -455,7 +482,8 @@ def compare_page(a: str, b: str) -> ComparePage:
                  "cost": c.cost, "fault": c.fault} for c in cells]
 
     comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
-                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)})
+                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)},
+                         thresholds=_thresholds(run_b.digest))
     lat_a = {m.model: m.p50_ms for m in side_a.models}
     lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}

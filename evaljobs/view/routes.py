@@ -16,6 +16,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from evaljobs import store
+from evaljobs.reports._format import signed_money
 from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE, ViewConfig
@@ -27,8 +28,17 @@ def _pct(value: float | None) -> str:
 
 def _money(value: float | None) -> str:
     if value is None:
-        return "–"
+        return "unknown"  # an unknown price is never shown as $0 or as a blank
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _cost_of(block: Any) -> str:
+    """A model row's, run's or run list item's cost as the reports say it: ``$X``, ``≥ $X (N unknown)``,
+    ``unknown``."""
+    cost, unknown, total = block.cost, getattr(block, "cost_unknown", 0), getattr(block, "results", None)
+    if cost is None or (unknown and total is not None and unknown >= total):
+        return "unknown"
+    return f"≥ {_money(cost)} ({unknown} unknown)" if unknown else _money(cost)
 
 
 def _ms(value: int | float | None) -> str:
@@ -63,8 +73,8 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     from evaljobs.view.markdown import render as markdown
 
-    env.filters.update(pct=_pct, money=_money, ms=_ms, when=_when, seconds=_seconds, pretty=_pretty,
-                       first_line=queries.first_line, markdown=markdown)
+    env.filters.update(pct=_pct, money=_money, cost_of=_cost_of, signed_money=signed_money, ms=_ms, when=_when,
+                       seconds=_seconds, pretty=_pretty, first_line=queries.first_line, markdown=markdown)
     return env
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from evaljobs import store
+from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
 from evaljobs.store.pages import RunRow
 
@@ -21,8 +22,11 @@ RUNS_LIMIT = 50
 class RunListItem:
     run: RunRow
     models: list[dict[str, Any]]  # {model, pass_rate, results}
+    #: The known costs (``cost_unknown`` of ``results`` rows had none): shown as the reports show it.
     cost: float
     pass_rate: float | None
+    cost_unknown: int = 0
+    results: int = 0
 
     @property
     def duration_s(self) -> float | None:
@@ -45,16 +49,20 @@ def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model:
         if row.id in reported:
             blocks, summary = reported[row.id]
             models = [{"model": b["model"], "pass_rate": b["pass_rate"], "results": b["scenarios"]} for b in blocks]
-            items.append(RunListItem(row, models, float(summary.get("cost") or 0.0), summary.get("pass_rate")))
+            items.append(RunListItem(row, models, float(summary.get("cost") or 0.0), summary.get("pass_rate"),
+                                     int(summary.get("cost_unknown") or 0), int(summary.get("results") or 0)))
             continue
         per = tallies.get(row.id, {})
-        models, cost, passed, total = [], 0.0, 0, 0
+        models, cost, passed, total, unknown = [], 0.0, 0, 0, 0
         for model in row.models:
             t = per.get(model, {})
             n = int(t.get("passed", 0) + t.get("failed", 0) + t.get("errored", 0))
-            models.append({"model": model, "pass_rate": (t.get("passed", 0) / n) if n else None, "results": n})
+            models.append({"model": model, "pass_rate": pass_rate(int(t.get("passed", 0)), n) if n else None,
+                           "results": n})
             cost += t.get("cost", 0.0)
+            unknown += int(t.get("cost_unknown", 0))
             passed += int(t.get("passed", 0))
             total += n
-        items.append(RunListItem(row, models, round(cost, 6), (passed / total) if total else None))
+        items.append(RunListItem(row, models, round(cost, 6), pass_rate(passed, total) if total else None, unknown,
+                                 total))
     return items
