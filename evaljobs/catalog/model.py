@@ -60,7 +60,7 @@ def ideal_grader_problem(grader: object) -> str | None:
 #: ``expect.diagnose``: ActiveAgent's readings of the answer's text that fail it besides its expectations
 #: (:mod:`evaljobs.evaluation.diagnosis`).
 DIAGNOSES = ("missing_capability", "ungrounded_answer")
-ASSERTION_KINDS = ("builtin", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
+ASSERTION_KINDS = ("builtin", "promptfoo", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
 
 
 def present_criteria(expect: Expect) -> tuple[str, ...]:

@@ -22,10 +22,12 @@ score that passes above 0 (or at ``threshold`` when one is set); an object gives
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -129,51 +131,104 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str | None:
     return result[0]
 
 
+# promptfoo's Python wrapper (src/python/wrapper.ts + wrapper.py) runs the assertion in its own process and
+# writes the return value to a result file: the assertion's stdout is its own business (print() is fine),
+# and the verdict never has to be picked out of it. The same here: argv[1] is the result file.
 _PYTHON_WRAPPER = r"""
 import json, sys
 request = json.load(sys.stdin)
-scope = {}
+scope = {"__name__": "__promptfoo_assertion__"}
 if request.get("function"):
     exec(compile(request["code"], request.get("filename") or "<assertion>", "exec"), scope)
     fn = scope[request["function"]]
-else:
+else:  # src/assertions/python.ts buildPythonScript: a one-liner is returned, a block is the body
     code = request["code"]
-    body = code if "\n" in code.strip() else "return " + code.strip()
-    source = "def __assertion(output, context):\n" + "\n".join("    " + l for l in body.splitlines())
-    exec(compile(source, "<assertion>", "exec"), scope)
-    fn = scope["__assertion"]
+    if "\n" in code:
+        lines = code.split("\n")
+        indent = next((l[:len(l) - len(l.lstrip())] for l in lines if l.strip() and l[:1].isspace()), "    ")
+        body = "\n".join(indent + l for l in lines)
+    else:
+        body = "    return " + code
+    exec(compile("import json\n\ndef main(output, context):\n" + body + "\n", "<assertion>", "exec"), scope)
+    fn = scope["main"]
 value = fn(request["output"], request["context"])
-json.dump({"value": value}, sys.stdout, default=str)
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    json.dump({"value": value}, out, default=str)
 """
 
 
 def run_python(code: str, output: Any, context: dict[str, Any], *, function: str | None = None,
                filename: str | None = None, timeout: float = CALL_TIMEOUT) -> Any:
-    """Run a promptfoo ``python`` assertion in a subprocess; its value, or ``RuntimeError``."""
+    """Run a promptfoo ``python`` assertion in a subprocess; its return value, or ``RuntimeError``."""
     request = {"code": code, "output": output, "context": context, "function": function, "filename": filename}
-    try:
-        done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER], input=json.dumps(request), text=True,
-                              capture_output=True, timeout=timeout, env=child_environment({"PYTHONIOENCODING": "utf-8"}))
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"Python timed out after {timeout:g} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
-        raise RuntimeError(f"Python error: {last}")
-    return json.loads(done.stdout)["value"]
+    with tempfile.TemporaryDirectory(prefix="evaljobs-py-") as folder:
+        result = os.path.join(folder, "result.json")
+        try:
+            done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER, result], input=json.dumps(request),
+                                  text=True, capture_output=True, timeout=timeout,
+                                  env=child_environment({"PYTHONIOENCODING": "utf-8"}))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"Python timed out after {timeout:g} s") from None
+        if done.returncode != 0 or not os.path.exists(result):
+            last = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+            raise RuntimeError(f"Python error: {last}")
+        with open(result, encoding="utf-8") as handle:
+            return json.load(handle)["value"]
 
 
-def _verdict(value: Any, threshold: float | None) -> tuple[bool, float, str]:
-    """promptfoo's reading of a custom assertion's result."""
+def _snake_to_camel(value: Any) -> Any:
+    """src/util/caseMapping.ts ``mapSnakeCaseToCamelCase`` (a Python dataclass's ``named_scores``...)."""
+    if isinstance(value, dict):
+        return {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): _snake_to_camel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_snake_to_camel(v) for v in value]
+    return value
+
+
+def _verdict(value: Any, threshold: float | None, negate: bool = False,
+             python: bool = False) -> tuple[bool, float, str]:
+    """promptfoo's reading of a custom assertion's result, ``not-`` included: src/assertions/javascript.ts
+    ``normalizeJavascriptAssertionResult`` and src/assertions/python.ts ``normalizePythonScriptResult``.
+    A boolean is pass/fail (score 1/0 after the negation); a number is a score that passes above 0, or at
+    ``threshold`` (the score stays the number, negated or not); an object gives ``pass``, ``score`` and
+    ``reason`` (for Python, a score under the threshold fails)."""
+    if python and isinstance(value, str):
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            value = lowered == "true"
+        elif value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise RuntimeError(f"Invalid JSON: {exc} when parsing result: {value[:80]}") from None
+        else:
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise RuntimeError(f"returned {value[:80]!r}, not a boolean, a number or "
+                                   f"{{pass, score, reason}}") from None
     if isinstance(value, bool):
-        return value, 1.0 if value else 0.0, "returned " + str(value).lower()
+        passed = value != negate
+        return passed, 1.0 if passed else 0.0, "Assertion passed" if passed else f"returned {str(value).lower()}"
     if isinstance(value, (int, float)):
-        passed = value >= threshold if threshold is not None else value > 0
-        return passed, float(value), f"returned {value}"
+        raw = value > 0 if threshold is None else value >= threshold
+        passed = raw != negate
+        return passed, float(value), "Assertion passed" if passed else f"returned {value}"
+    if isinstance(value, dict) and python:
+        value = _snake_to_camel(value)
+        if not (isinstance(value.get("pass"), bool) and isinstance(value.get("score"), (int, float))
+                and not isinstance(value.get("score"), bool) and isinstance(value.get("reason"), str)):
+            raise RuntimeError(f"returned {json.dumps(value)[:80]}, not a boolean, a number or "
+                               f"{{pass, score, reason}}")
+        raw, score, reason = value["pass"], float(value["score"]), value["reason"]
+        if threshold is not None and score < threshold:
+            raw, reason = False, f"Python score {score:g} is less than threshold {threshold:g}: {reason}"
+        return raw != negate, score, reason
     if isinstance(value, dict) and "pass" in value:
-        passed = bool(value.get("pass"))
+        raw = bool(value.get("pass"))
         score = value.get("score")
-        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(passed)
-        return passed, score, str(value.get("reason") or "")
+        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(raw)
+        return raw != negate, score, str(value.get("reason") or "")
     raise RuntimeError(f"returned {json.dumps(value)[:80]}, not a boolean, a number or {{pass, score, reason}}")
 
 
@@ -189,21 +244,27 @@ class ProcessRunner:
 
     def __call__(self, assertion: dict[str, Any], answer: str, scenario: Any) -> tuple[bool, float, str]:
         label = assertion.get("label") or assertion.get("kind")
-        context = {"vars": assertion.get("vars") or {}, "prompt": getattr(scenario, "prompt", "")}
+        # promptfoo's assertion context (src/assertions/index.ts assertionValueContext): the prompt, the test's
+        # vars, and the assertion's own ``config``.
+        context = {"vars": assertion.get("vars") or {}, "prompt": getattr(scenario, "prompt", ""),
+                   "config": assertion.get("config") or {}}
+        negate = bool(assertion.get("negate"))
         try:
             output: Any = answer
             for transform in assertion.get("transforms") or ():
                 output = self.node.call(transform, output, context)
             kind = assertion["kind"]
             if kind == "javascript":
-                passed, score, reason = _verdict(self.node.call(assertion["code"], output, context),
-                                                 assertion.get("threshold"))
-            elif kind == "python":
-                passed, score, reason = _verdict(run_python(assertion["code"], output, context,
-                                                            function=assertion.get("function"),
-                                                            filename=assertion.get("filename")),
-                                                 assertion.get("threshold"))
-            elif kind == "json_schema":
+                return _verdict(self.node.call(assertion["code"], output, context), assertion.get("threshold"),
+                                negate)
+            if kind == "python":
+                return _verdict(run_python(assertion["code"], output, context, function=assertion.get("function"),
+                                           filename=assertion.get("filename")),
+                                assertion.get("threshold"), negate, python=True)
+            if kind == "promptfoo":  # its own not- handling (promptfoo's inverse) is in the check
+                from evaljobs.evaluation.promptfoo_checks import check
+                return check(assertion, _as_text(output))
+            if kind == "json_schema":
                 passed, score, reason = _json_schema(output, assertion.get("schema"))
             elif kind == "builtin":
                 passed, score, reason = builtin_checks(_as_text(output), assertion.get("expect") or {})
@@ -211,9 +272,9 @@ class ProcessRunner:
                 raise AssertionRefused(f"assertion kind {kind!r} cannot run")
         except AssertionRefused as exc:
             raise AssertionRefused(f"{label}: {exc}") from None
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # promptfoo: "Custom function threw error" / "Python code execution failed"
             return False, 0.0, f"{label}: {exc}"
-        if assertion.get("negate"):
+        if negate:
             passed, score = not passed, 1.0 - score
         return passed, score, reason
 

@@ -15,7 +15,7 @@ from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.reference import reference_matches
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
-from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of
+from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of, walk
 
 CRITERIA = (
     "response_present",
@@ -376,16 +376,14 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
     answer = replay.answer or ""
     details: dict[str, Any] = {}
     judge_costs: list[float | None] = []  # every judge call of the list (the first one's block is shown)
-    refused = [a for a in expect.assertions if a.get("kind") == "refused"]
-    if refused:
-        details["not_graded"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
-    if refused and len(refused) == len(expect.assertions):
-        details["not_gradable"] = details.pop("not_graded")
+    refused = [a for a in walk(expect.assertions) if a.get("kind") == "refused"]
+    if refused:  # --lenient dropped part of the test: grading what is left could change the verdict
+        details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
         return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
 
     def evaluate(entry: dict) -> Outcome | None:
         kind, label = entry.get("kind"), entry.get("label") or entry.get("kind")
-        if kind == "builtin" and not entry.get("transforms"):
+        if kind in ("builtin", "promptfoo") and not entry.get("transforms"):
             return check_outcome(entry, answer)
         if kind == "latency":
             passed = replay.duration_ms <= entry["max_ms"]

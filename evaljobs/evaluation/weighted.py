@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from evaljobs.evaluation import promptfoo_checks
 from evaljobs.evaluation.assertions import builtin_checks
 
 #: ``evaluate(entry) -> Outcome | None`` for one entry that is not a ``set`` (``None``: not graded, e.g.
@@ -58,6 +59,8 @@ class Outcome:
 
 def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "assertions") -> Outcome:
     """The verdict of one assertion list (a test, or an assert-set), as promptfoo's AssertionsResult gives it."""
+    if not entries:  # AssertionsResult.noAssertsResult (src/assertions/assertionsResult.ts): pass, score 1
+        return Outcome(label=label, passed=True, score=1.0, reason="No assertions")
     outcomes: list[Outcome] = []
     for entry in entries:
         if entry.get("kind") == "refused":
@@ -88,8 +91,11 @@ def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "
 
 
 def check_outcome(entry: dict, text: str) -> Outcome:
-    """A ``builtin`` entry without transforms: the native checks, in this process."""
-    passed, score, reason = builtin_checks(text, entry.get("expect") or {})
+    """A ``builtin`` or ``promptfoo`` entry without transforms: checked in this process."""
+    if entry.get("kind") == "promptfoo":
+        passed, score, reason = promptfoo_checks.check(entry, text)
+    else:
+        passed, score, reason = builtin_checks(text, entry.get("expect") or {})
     return Outcome(label=entry.get("label") or "builtin", passed=passed, score=score, reason=reason,
                    fault=None if passed else fault_of(entry))
 

@@ -101,7 +101,8 @@ class SimulatedProvider:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, jitter: float = 0.0,
                  max_concurrent: int | None = None, rpm: int | None = None, error_rate: float = 0.0,
                  seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0,
-                 clock: Callable[[], float] = clocks.monotonic):
+                 clock: Callable[[], float] = clocks.monotonic,
+                 answers: Callable[[str, list[dict[str, Any]]], str | None] | None = None):
         check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
                        error_rate=error_rate, retry_after=retry_after, port=port,
                        stream_interval=stream_interval)
@@ -115,6 +116,9 @@ class SimulatedProvider:
         self.seed = int(seed)
         self.retry_after = float(retry_after)
         self.clock = clock
+        #: Fixed answers (parity tests against another tool): ``answers(model, messages)`` gives the text
+        #: to answer, or ``None`` to answer by the directives as usual.
+        self.answers = answers
         #: Seconds between streamed events, so a streamed answer's first token comes before its end.
         self.stream_interval = float(stream_interval)
         self._rng = random.Random(self.seed)
@@ -411,8 +415,11 @@ class SimulatedProvider:
         if self.jitter:
             delay += self._rng.uniform(-self.jitter, self.jitter)
         try:
-            directives = collect_directives(messages, model)
-            if self.error_rate and draw(self.seed, key, attempt) < self.error_rate:
+            fixed = self.answers(model, messages) if self.answers is not None else None
+            directives = collect_directives(messages, model) if fixed is None else []
+            if fixed is not None:
+                answer = Answer(content=fixed)
+            elif self.error_rate and draw(self.seed, key, attempt) < self.error_rate:
                 answer = Answer(status=500, message="simulated server error (error_rate)")
             else:
                 extra_sleep, answer = plan(directives, model, messages, dict(payload, tools=call.tools),

@@ -132,7 +132,7 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
                 entries(a.get("assertions") if isinstance(a.get("assertions"), list) else [])
             elif kind == "refused":
                 refused += 1
-            elif kind in ("judge", "latency") or (kind == "builtin" and not a.get("transforms")):
+            elif kind in ("judge", "latency") or (kind in ("builtin", "promptfoo") and not a.get("transforms")):
                 total += 1  # graded in Python by evaljobs itself
             elif kind is not None:
                 external += 1

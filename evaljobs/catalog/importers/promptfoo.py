@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import glob
 import json
 import os
 import re
@@ -70,9 +71,9 @@ from typing import Any
 import yaml
 
 from evaljobs.catalog import yaml12
-from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill, merge_expect,
-                                                             needs_weights, options_transform)
-from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, render, slug
+from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill,
+                                                             options_transform)
+from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, slug
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",
@@ -108,9 +109,17 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     check_keys(problems, ("defaultTest",), "defaultTest", default, _DEFAULT_TEST_KEYS)
     tests = _tests(data.get("tests"), problems, base)
 
-    default_vars = _vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest", base)
+    default_vars = _vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest")
     refs = Refs(data, problems)
-    converted = [_test(path, test, default, default_vars, problems, base, refs) for path, test in tests]
+    converted = []
+    for path, test in tests:
+        raw = dict(default_vars)
+        raw.update(_vars(test.get("vars"), problems, path + ("vars",), _where(path, test)))
+        combinations = _combinations(raw, problems, path + ("vars",), _where(path, test), base)
+        for n, variables in enumerate(combinations, 1):
+            converted.append(_test(path, test, default, variables, problems, base, refs))
+            if len(combinations) > 1:  # promptfoo runs the test once per combination of list/glob values
+                converted[-1].key = f"{converted[-1].key}-{n}"
     seen: set[str] = set()
     for test in converted:  # two tests share a description: number the later ones
         if test.key in seen:
@@ -148,14 +157,18 @@ class _Test:
     entries: list
 
 
-def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], problems: Problems,
+def _where(path: tuple, test: dict) -> str:
+    i = path[-1] if isinstance(path[-1], int) else 0
+    label = test.get("description") if isinstance(test.get("description"), str) else None
+    return f"test #{i + 1}" + (f" ({label!r})" if label else "")
+
+
+def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], problems: Problems,
           base: str, refs: "Refs") -> _Test:
     i = path[-1] if isinstance(path[-1], int) else 0
     label = test.get("description") if isinstance(test.get("description"), str) else None
-    where = f"test #{i + 1}" + (f" ({label!r})" if label else "")
+    where = _where(path, test)
     check_keys(problems, path, where, test, _TEST_KEYS)
-    variables = dict(default_vars)
-    variables.update(_vars(test.get("vars"), problems, path + ("vars",), where, base))
     # promptfoo merges the test's options over defaultTest's: the test's transform wins.
     transform = options_transform(test, path, where, problems)
     if transform is None:
@@ -163,20 +176,26 @@ def _test(path: tuple, test: dict, default: dict, default_vars: dict[str, Any], 
     ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs)
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
     entries: list = []  # the same assertions, one weighted-list entry each (defaultTest's first, as promptfoo)
-    expect = merge_expect(convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest",
-                            variables, fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx, entries=entries),
-                    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx,
-                                       entries=entries))
+    convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest", variables,
+                       fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx, entries=entries)
+    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx, entries=entries)
     threshold = test.get("threshold", default.get("threshold"))
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
         problems.error(path + ("threshold",), where,
                        f"threshold must be a number from 0 to 1, not {threshold!r}")
         threshold = None
-    if needs_weights(entries, threshold):  # promptfoo's weighted score decides: grade exactly that way
-        expect = {"weighted": True, "assertions": entries}
-        if threshold is not None:
-            expect["threshold"] = float(threshold)
+    lost = [p for p in problems.dropped if p and (path[:len(p)] == p or p[:len(path)] == path
+                                                  or p[0] == "defaultTest")]
+    if lost and not any(e.get("kind") == "refused" for e in entries):
+        entries.append({"kind": "refused", "label": where,
+                        "reason": f"part of the test was dropped under --lenient ({_path_text(lost[0])})"})
+    # Every test is graded as promptfoo grades it (runAssertions / AssertionsResult, src/assertions/index.ts):
+    # its assertion list alone, each assertion's own score and weight, the test's threshold. No criterion of
+    # evaljobs' own (such as "an answer came back") counts, and a test with no assertions passes.
+    expect = {"weighted": True, "assertions": entries}
+    if threshold is not None:
+        expect["threshold"] = float(threshold)
     return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
                  variables=variables, expect=expect, threshold=threshold,
                  tags=_metadata_tags(test.get("metadata")), entries=entries)
@@ -187,19 +206,16 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_jso
     provider parses before the assertions see it: they get the parsed value here too)."""
     scenario: dict[str, Any] = {"key": f"{pid}.{test.key}"}
     blame, what = (test.path, test.where), f"prompt '{pid}'"
+    dropped = len(problems.dropped)
     if isinstance(content, str):
-        scenario["prompt"] = fill(content, test.variables, problems, blame, None, what)
+        scenario["prompt"] = fill(content, test.variables, problems, blame, blame, what)
     else:
-        scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, None,
+        scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, blame,
                                                       what)) for m in content]
-    if parse_json and test.entries:
-        scenario["expect"] = {"weighted": True, "assertions": _parsed(test.entries)}
-        if test.threshold is not None:
-            scenario["expect"]["threshold"] = float(test.threshold)
-    elif test.expect:
-        scenario["expect"] = copy.deepcopy(test.expect)  # each scenario owns its data
-    # promptfoo passes a test only when every assertion passes, unless the test sets a threshold.
-    scenario["pass_threshold"] = float(test.threshold) if test.threshold is not None else 1.0
+    entries = _parsed(test.entries) if parse_json else copy.deepcopy(test.entries)  # each scenario owns its data
+    if len(problems.dropped) > dropped:  # the prompt itself could not be rendered (--lenient)
+        entries.append({"kind": "refused", "label": test.where, "reason": f"{what} could not be rendered"})
+    scenario["expect"] = dict(test.expect, assertions=entries)
     if test.tags:
         scenario["tags"] = list(test.tags)
     if test.description:
@@ -299,12 +315,10 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
             for j, content in enumerate(loaded, 1):
                 pid = stem if len(loaded) == 1 else f"{stem}-{j}"
                 shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
-                _check_expressions(content, problems, path, where)
                 out.append((pid, shown, content, parse_json))
         else:
             content = _chat(text) or text
             pid = key_part(ident or "") or f"prompt-{n}"
-            _check_expressions(content, problems, path, where)
             out.append((pid, label or pid, content, parse_json))
     for pid, *_ in out:
         if pid in seen:
@@ -405,53 +419,159 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
 
 
 def _csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
-    """promptfoo's CSV tests: a header row, one test per row; each column is a var, except ``__description``.
-
-    The other special columns (``__expected``, ``__threshold``, ``__metadata:*``...) are refused by name.
-    """
-    with open(file, newline="", encoding="utf-8") as handle:
+    """promptfoo's CSV tests (src/csv.ts ``testCaseFromCsvRow``): a header row, one test per row; each column
+    is a var, except ``__expected*`` (one assertion each, :func:`assertion_from_string`), ``__description``,
+    ``__threshold`` and ``__metric`` (a named metric: no verdict changes). ``__prefix``, ``__suffix`` and
+    ``__providerOutput`` change what is asked or answered: refused by name."""
+    with open(file, newline="", encoding="utf-8-sig") as handle:
         rows = list(csv.DictReader(handle))
     columns = list(rows[0]) if rows else []
     for column in columns:
-        if column.startswith("__") and column != "__description":
+        if column in ("__prefix", "__suffix", "__providerOutput"):
             problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {column!r} is not read by "
-                                                      f"evaljobs (only vars and __description are)",
-                                 "write its assertions under defaultTest.assert")
-    return [{"vars": {k: v for k, v in row.items() if k and not k.startswith("__")},
-             **({"description": row["__description"]} if row.get("__description") else {})} for row in rows]
+                                                      f"evaljobs", "remove the column")
+    tests = []
+    for row in rows:
+        test: dict[str, Any] = {"vars": {}, "assert": []}
+        for key, value in row.items():
+            value = value or ""
+            if key is None:  # more cells than headers
+                continue
+            if key.startswith("__expected"):
+                if value.strip():
+                    test["assert"].append(assertion_from_string(value))
+            elif key == "__description":
+                if value:
+                    test["description"] = value
+            elif key == "__threshold":
+                try:
+                    threshold = float(value)
+                except ValueError:
+                    threshold = 0.0
+                if threshold:  # ...(threshold ? { threshold } : {})
+                    test["threshold"] = threshold
+            elif key in ("__metric", "__prefix", "__suffix", "__providerOutput"):
+                continue
+            else:
+                test["vars"][key] = value
+        tests.append(test)
+    return tests
 
 
-def _vars(raw: Any, problems: Problems, path: tuple, where: str, base: str) -> dict[str, Any]:
+#: promptfoo's assertion types (``BaseAssertionTypesSchema``), longest first so that a CSV cell's type
+#: is read whole (``contains-any`` before ``contains``).
+_ASSERTION_TYPES = sorted((
+    "agent-rubric", "answer-relevance", "bleu", "classifier", "contains", "contains-all", "contains-any",
+    "contains-html", "contains-json", "contains-sql", "contains-xml", "context-faithfulness", "context-recall",
+    "context-relevance", "conversation-relevance", "cost", "equals", "factuality", "finish-reason", "g-eval", "gleu",
+    "guardrails", "icontains", "icontains-all", "icontains-any", "is-html", "is-json", "is-refusal", "is-sql",
+    "is-valid-function-call", "is-valid-openai-function-call", "is-valid-openai-tools-call", "is-xml", "javascript",
+    "latency", "levenshtein", "llm-rubric", "pi", "meteor", "model-graded-closedqa", "model-graded-factuality",
+    "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "similar:cosine",
+    "similar:dot", "similar:euclidean", "starts-with", "tool-call-f1", "skill-used", "trajectory:goal-success",
+    "trajectory:tool-args-match", "trajectory:step-count", "trajectory:tool-sequence", "trajectory:tool-used",
+    "trace-error-spans", "trace-span-count", "trace-span-duration", "search-rubric", "webhook", "word-count"),
+    key=len, reverse=True)
+_ASSERTION_CELL = re.compile(r"^(not-)?(" + "|".join(re.escape(t) for t in _ASSERTION_TYPES)
+                             + r")(?:\((\d+(?:\.\d+)?)\))?(?::([\s\S]*))?$")
+_THRESHOLD_TYPES = ("answer-relevance", "classifier", "context-faithfulness", "context-recall", "context-relevance",
+                    "cost", "latency", "levenshtein", "perplexity-score", "perplexity", "rouge-n", "similar",
+                    "starts-with")
+
+
+def assertion_from_string(expected: str) -> dict[str, Any]:
+    """A CSV ``__expected`` cell as promptfoo reads it (src/csv.ts ``assertionFromString``)."""
+    for prefix in ("javascript:", "fn:", "eval:"):
+        if expected.startswith(prefix):
+            return {"type": "javascript", "value": expected[len(prefix):].strip()}
+    if expected.startswith(("grade:", "llm-rubric:")):
+        return {"type": "llm-rubric", "value": expected[6 if expected.startswith("grade:") else 11:]}
+    if expected.startswith("python:") or (expected.startswith("file://") and (expected.endswith(".py")
+                                                                              or ".py:" in expected)):
+        # As promptfoo: the file:// prefix is cut too (the path is then read as code, and fails).
+        cut = len("python:") if expected.startswith("python:") else len("file://")
+        return {"type": "python", "value": expected[cut:].strip()}
+    if expected.startswith("file://") and (expected.endswith((".js", ".ts")) or ".js:" in expected
+                                           or ".ts:" in expected):
+        return {"type": "javascript", "value": expected[len("file://"):].strip()}
+    match = _ASSERTION_CELL.match(expected)
+    if match:
+        negate, kind, threshold_text, value = match.groups()
+        full = f"not-{kind}" if negate else kind
+        if kind in ("contains-all", "contains-any", "icontains-all", "icontains-any"):
+            return {"type": full, "value": [v.strip() for v in (value or "").split(",")]}
+        if kind in _THRESHOLD_TYPES:
+            threshold = float(threshold_text) if threshold_text else 0.0
+            return {"type": full, "value": value,
+                    "threshold": threshold or (0.8 if kind == "similar" else 0.75)}
+        return {"type": full, "value": value}
+    return {"type": "equals", "value": expected}
+
+
+def _vars(raw: Any, problems: Problems, path: tuple, where: str) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         problems.error(path, where, "vars must be a mapping of names to values")
         return {}
-    out: dict[str, Any] = {}
-    for name, value in raw.items():
-        if isinstance(value, list):
-            problems.unsupported(path + (name,), where, f"var {name!r} is a list (promptfoo runs one test "
-                                                        f"per value; evaljobs does not)",
-                                 "write one test per value")
-            continue
+    return {str(name): value for name, value in raw.items()}
+
+
+#: Var files promptfoo runs or decodes rather than reads as text (src/evaluatorHelpers.ts renderPrompt).
+_CODE_VAR_FILES = (".js", ".cjs", ".mjs", ".ts", ".py", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp",
+                   ".tif", ".tiff", ".svg", ".ico", ".avif", ".heic", ".mp3", ".wav", ".ogg", ".mp4", ".webm", ".mov")
+
+
+def _combinations(variables: dict[str, Any], problems: Problems, path: tuple, where: str,
+                  base: str) -> list[dict[str, Any]]:
+    """The test's vars, one dict per run, as promptfoo's ``generateVarCombinations`` (src/evaluator.ts)
+    expands them: a ``file://`` var is a glob (one run per file, a plain path is a glob of one file), a
+    list of strings is one run per value, in the order of the vars; every other value is used as it is."""
+    runs: list[dict[str, Any]] = [{}]
+    for name, value in variables.items():
         if isinstance(value, str) and value.startswith("file://"):
             ref = value[len("file://"):]
-            file = ref if os.path.isabs(ref) else os.path.join(base, ref)
-            if not os.path.isfile(file):
-                problems.error(path + (name,), where,
-                               f"var {name!r}: file {ref!r} not found (looked for {file})")
-                continue
-            value = read_text(file).rstrip("\n")
-        out[str(name)] = value
-    return out
+            pattern = ref if os.path.isabs(ref) else os.path.join(base, ref)
+            files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+            if not files:
+                problems.error(path + (name,), where, f"var {name!r}: no file matches {ref!r} (looked in {base})")
+                return []
+            values = []
+            for file in files:
+                loaded = _var_file(file, name, problems, path, where)
+                if loaded is None:
+                    return []
+                values.append(loaded)
+        elif isinstance(value, list) and value and isinstance(value[0], str):
+            values = value
+        else:
+            values = [value]
+        runs = [dict(run, **{name: item}) for run in runs for item in values]
+    # renderPrompt: every string var loses one trailing newline (a YAML "|" block's).
+    return [{k: v[:-1] if isinstance(v, str) and v.endswith("\n") else v for k, v in run.items()} for run in runs]
 
 
-def _check_expressions(content: Any, problems: Problems, path: tuple, where: str) -> None:
-    """Report a prompt's template expressions once (not once per test)."""
-    texts = [content] if isinstance(content, str) else [m["content"] for m in content]
-    for expr in dict.fromkeys(e for text in texts for e in render(text, {})[2]):
-        problems.unsupported(path, where, f"uses the template expression {expr!r} (only plain {{{{var}}}} "
-                                          f"placeholders are supported)", "simplify it")
+def _var_file(file: str, name: str, problems: Problems, path: tuple, where: str) -> str | None:
+    """A ``file://`` var's value as promptfoo's renderPrompt reads it: YAML as compact JSON, text trimmed."""
+    ext = os.path.splitext(file)[1].lower()
+    if ext in _CODE_VAR_FILES:
+        problems.unsupported(path + (name,), where, f"var {name!r} comes from {os.path.basename(file)!r}, which "
+                                                    f"promptfoo runs or decodes ({ext}); evaljobs reads text only",
+                             "put the text in a .txt file")
+        return None
+    text = read_text(file)
+    if ext in (".yaml", ".yml"):
+        try:
+            return json.dumps(yaml12.load(text), separators=(",", ":"), ensure_ascii=False)
+        except yaml.YAMLError as exc:
+            problems.error(path + (name,), where, f"var {name!r}: {file} is not valid YAML: "
+                                                  f"{str(exc).splitlines()[0]}")
+            return None
+    return text.strip()
+
+
+def _path_text(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
 
 
 def _metadata_tags(raw: Any) -> list[str]:

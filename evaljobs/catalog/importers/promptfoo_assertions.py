@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from evaljobs.catalog.importers.shared import Problems, check_keys, read_text, render, strings
+from evaljobs.catalog.importers.promptfoo_templates import render_template
+from evaljobs.catalog.importers.shared import Problems, check_keys, read_text, strings
 
-_ASSERT_KEYS = ("type", "value", "threshold", "weight", "metric", "provider", "transform", "rubricPrompt")
+_ASSERT_KEYS = ("type", "value", "threshold", "weight", "metric", "provider", "transform", "rubricPrompt", "config")
 
 #: The answer is (roughly) a JSON object or array.
 JSON_REGEX = r"\A\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z"
@@ -24,15 +25,15 @@ JSON_REGEX = r"\A\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z"
 
 def fill(text: str, variables: dict[str, Any], problems: Problems, missing_at: tuple[tuple, str],
           bad_at: tuple[tuple, str] | None, what: str) -> str:
-    """Render ``{{var}}``s; a missing var is blamed on ``missing_at`` (the test), a template
-    expression evaljobs cannot render on ``bad_at`` (where it is written; ``None``: checked elsewhere)."""
-    rendered, missing, bad = render(text, variables)
+    """Render a Nunjucks template as promptfoo does (:mod:`.promptfoo_templates`); a missing var is blamed on
+    ``missing_at`` (the test), a template evaljobs will not render on ``bad_at`` (where it is written;
+    ``None``: checked elsewhere, once)."""
+    rendered, missing, refusal = render_template(text, variables)
     for name in dict.fromkeys(missing):
         problems.error(*missing_at, f"{what} uses {{{{{name}}}}} but the test has no var {name!r}; add it "
                                     f"under vars (or defaultTest.vars)")
-    for expr in dict.fromkeys(bad) if bad_at else ():
-        problems.unsupported(*bad_at, f"{what} uses the template expression {expr!r} (only plain "
-                                      f"{{{{var}}}} placeholders are supported)", "simplify it")
+    if refusal and bad_at:
+        problems.unsupported(*bad_at, f"{what} {refusal}", "simplify it")
     return rendered
 
 
@@ -59,7 +60,7 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
         if isinstance(item, dict) and "$ref" in item and ctx.refs is not None:
             item = ctx.refs.resolve(item, apath, where)
             if item is None:
-                problems.count("refused")
+                problems.counts["assertions"] += 1  # refused (and counted so) by Refs.resolve
                 continue
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             problems.error(apath, where, f"assertion #{i + 1} must be a mapping with a 'type', not {item!r}")
@@ -108,7 +109,7 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
                 _assertion(kind, value, item, single)
                 problems.count("mapped")
         except _Unsupported as exc:
-            problems.count("refused")
+            problems.counts["assertions"] += 1  # unsupported() counts it as refused
             problems.unsupported(apath, where, f"assertion type {kind!r} {exc.reason}",
                                  "remove it")
             if problems.lenient:
@@ -136,7 +137,9 @@ def _merge(out: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
 def _entry(single: dict[str, Any], item: dict, label: str) -> dict[str, Any]:
     """One promptfoo assertion as one entry of a weighted list."""
     if single.get("assertions"):
-        return dict(single["assertions"][0])
+        entry = dict(single["assertions"][0])
+        entry.setdefault("label", label)
+        return entry
     if "judge" in single:
         entry: dict[str, Any] = {"kind": "judge", "rubric": single["judge"], "label": label}
         threshold = item.get("threshold")
@@ -278,6 +281,11 @@ def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: Asser
         entry["threshold"] = threshold
     if base_kind in ("javascript", "python") and ctx.variables:
         entry["vars"] = copy.deepcopy(ctx.variables)
+    config = item.get("config")
+    if base_kind in ("javascript", "python") and config is not None:
+        if not isinstance(config, dict):
+            raise _BadValue(f"config must be a mapping (given to the code as context.config), not {config!r}")
+        entry["config"] = copy.deepcopy(config)  # context.config, as promptfoo passes it
     out.setdefault("assertions", []).append(entry)
     return True
 
@@ -292,9 +300,23 @@ def _transformed(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: As
                            "the answer as it came)")
     checks: dict[str, Any] = {}
     _assertion(kind, value, item, checks)
-    out.setdefault("assertions", []).append({"kind": "builtin", "expect": checks, "transforms": transforms,
-                                             "label": label})
+    if checks.get("assertions"):  # a promptfoo check of its own (levenshtein, contains-json...)
+        entry = dict(checks["assertions"][0], transforms=transforms, label=label)
+    else:
+        entry = {"kind": "builtin", "expect": checks, "transforms": transforms, "label": label}
+    out.setdefault("assertions", []).append(entry)
     return True
+
+
+#: promptfoo assertions graded by :mod:`evaljobs.evaluation.promptfoo_checks` (as promptfoo computes them).
+_CHECKS = ("is-json", "contains-json", "levenshtein", "rouge-n", "bleu")
+
+
+def _js_string(value: Any) -> str:
+    """JavaScript's ``String(value)`` for a YAML scalar (``1.0`` is ``"1"``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 class _Unsupported(Exception):
@@ -326,12 +348,14 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
         bucket.extend(i for i in items if i not in bucket)
 
     esc = re.escape
+    # Exact where promptfoo is exact (src/assertions/equals.ts: ``String(value) === output``;
+    # startsWith.ts: ``output.startsWith(value)``): no whitespace is tolerated that promptfoo does not.
     if kind == "equals":
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise _Unsupported("with a non-text value (deep JSON equality) cannot be graded by evaljobs")
-        add("regex", rf"\A\s*{esc(str(value))}\s*\Z")
+        add("regex", rf"\A{esc(_js_string(value))}\Z")
     elif kind == "not-equals":
-        add("regex", rf"\A(?!\s*{esc(one())}\s*\Z)")
+        add("regex", rf"\A(?!{esc(one())}\Z)")
     elif kind == "contains":
         add("regex", esc(one()))
     elif kind == "icontains":
@@ -359,13 +383,28 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
             raise _BadValue(f"regex {pattern!r} does not compile in Python: {exc}") from None
         add("regex", pattern if kind == "regex" else _nowhere(pattern))
     elif kind == "starts-with":
-        add("regex", rf"\A\s*{esc(one())}")
+        add("regex", rf"\A{esc(one())}")
     elif kind == "not-starts-with":
-        add("regex", rf"\A(?!\s*{esc(one())})")
-    elif kind in ("is-json", "not-is-json"):
-        if value is not None:
-            raise _Unsupported("with a JSON schema cannot be graded by evaljobs")
-        add("regex", JSON_REGEX if kind == "is-json" else r"\A(?!\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z)")
+        add("regex", rf"\A(?!{esc(one())})")
+    elif kind in _CHECKS or (kind.startswith("not-") and kind[4:] in _CHECKS):
+        base = kind.removeprefix("not-")
+        check: dict[str, Any] = {"kind": "promptfoo", "type": base}
+        if base == "contains-json" and value is not None:
+            raise _Unsupported("with a JSON schema cannot be graded by evaljobs (write is-json with the schema, "
+                               "or contains-json without one)")
+        if base in ("levenshtein", "rouge-n"):
+            check["value"] = one()
+        elif base == "bleu":
+            got = values()
+            check["value"] = got if isinstance(value, list) else got[0]
+        threshold = item.get("threshold")
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+                raise _BadValue(f"threshold must be a number, not {threshold!r}")
+            check["threshold"] = threshold
+        if kind != base:
+            check["negate"] = True
+        out.setdefault("assertions", []).append(check)
     elif kind == "llm-rubric":
         rubric = one()
         out["judge"] = f"{out['judge']}\n{rubric}" if out.get("judge") else rubric

@@ -47,6 +47,9 @@ class Problems:
         self._seen: set[str] = set()
         #: Source assertions (expectations): imported, mapped to native checks, run externally, refused.
         self.counts: dict[str, int] = {"assertions": 0, "mapped": 0, "external": 0, "refused": 0}
+        #: Where something was dropped under ``lenient`` (each also counted as refused): an importer marks
+        #: the tests that lost a part as not gradable, never grades them on what is left.
+        self.dropped: list[tuple] = []
 
     def count(self, what: str) -> None:
         self.counts["assertions"] += 1
@@ -78,6 +81,9 @@ class Problems:
     def unsupported(self, path: tuple, where: str, what: str, fix: str) -> None:
         """Something evaljobs cannot grade: an error, or with ``lenient`` a skip warning."""
         if self.lenient:
+            self.dropped.append(tuple(path))
+            if self._format(path, where, f"{what}; skipped (--lenient)") not in self._seen:
+                self.counts["refused"] += 1  # once per dropped part, however many tests share it
             self.warn(path, where, f"{what}; skipped (--lenient)")
         else:
             self.error(path, where, f"{what}; {fix} or pass --lenient to skip it")

@@ -1,0 +1,115 @@
+"""promptfoo's Nunjucks templates (prompts, assertion values), rendered as promptfoo renders them.
+
+promptfoo renders every prompt and assertion value with Nunjucks, autoescape
+off, plus its own filters ``load`` (``JSON.parse``) and ``dump``
+(``JSON.stringify``) (``src/util/templates.ts`` ``getNunjucksEngine``).
+A plain ``{{ name }}`` is substituted directly; anything else (filters,
+attribute access, ``{% if %}``/``{% for %}``) is rendered by a *sandboxed*
+Jinja2 environment, whose syntax and semantics are Nunjucks' for the filters
+listed in :data:`FILTERS`. A filter outside that list is refused by name
+rather than rendered with Jinja2's possibly different meaning.
+
+Jinja2 comes with the ``imports`` extra (``pip install 'evaljobs[imports]'``);
+it is imported only when a template needs it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from evaljobs.catalog.importers.shared import render
+
+#: Nunjucks filters whose Jinja2 namesake gives the same text for the values a promptfoo var holds
+#: (strings, numbers, lists, mappings), plus promptfoo's own ``load``/``dump``.
+FILTERS = ("abs", "default", "d", "dump", "first", "float", "int", "join", "last", "length", "list", "load",
+           "lower", "replace", "reverse", "safe", "string", "trim", "upper")
+
+_FILTER_USE = re.compile(r"\|\s*([A-Za-z_][A-Za-z0-9_]*)")
+_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+
+
+class TemplateRefused(Exception):
+    """A template evaljobs will not render (an unknown filter, a syntax error, no Jinja2): one line why."""
+
+
+def _dump(value: Any, indent: Any = None) -> str:
+    """Nunjucks' ``dump``: ``JSON.stringify(value, null, indent)`` (no spaces after separators)."""
+    if isinstance(indent, int) and indent > 0:
+        return json.dumps(value, indent=indent, ensure_ascii=False)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _js_text(value: Any) -> str:
+    """A value as Nunjucks prints it: JavaScript's ``String(value)`` for the scalars, JSON otherwise."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (dict, list)):
+        return "[object Object]" if isinstance(value, dict) else ",".join(_js_text(v) for v in value)
+    return str(value)
+
+
+_ENV = None
+
+
+def _environment():
+    global _ENV
+    if _ENV is None:
+        try:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:  # the optional 'imports' extra
+            raise TemplateRefused("needs Jinja2 to render its Nunjucks template: pip install 'evaljobs[imports]'") \
+                from None
+        env = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True,
+                                            finalize=_js_text)
+        env.filters = {name: env.filters[name] for name in FILTERS if name in env.filters}
+        env.filters.update(load=json.loads, dump=_dump)
+        _ENV = env
+    return _ENV
+
+
+def needs_engine(text: str) -> bool:
+    """Whether the template holds more than plain ``{{ name }}`` placeholders."""
+    return bool(render(text, {})[2]) or "{%" in text
+
+
+def check_template(text: str) -> str | None:
+    """Why this template cannot be rendered here (``None``: it can): an unknown filter, a syntax error."""
+    for block in _BLOCK.findall(text):
+        for name in _FILTER_USE.findall(re.sub(r"\|\|", " ", block)):
+            if name not in FILTERS:
+                return (f"uses the Nunjucks filter {name!r}, which evaljobs does not render (known: "
+                        f"{', '.join(FILTERS)})")
+    try:
+        _environment().parse(text)
+    except TemplateRefused as exc:
+        return str(exc)
+    except Exception as exc:  # jinja2.TemplateSyntaxError: a construct Jinja2 reads otherwise
+        return f"has a template construct evaljobs cannot read ({str(exc).splitlines()[0]})"
+    return None
+
+
+def render_template(text: str, variables: dict[str, Any]) -> tuple[str, list[str], str | None]:
+    """``(text, missing var names, refusal)``: the rendered template, as promptfoo renders it."""
+    if not needs_engine(text):
+        rendered, missing, _ = render(text, variables)
+        return rendered, missing, None
+    problem = check_template(text)
+    if problem:
+        return text, [], problem
+    env = _environment()
+    from jinja2 import meta
+
+    names = meta.find_undeclared_variables(env.parse(text))
+    missing = sorted(n for n in names if n not in variables)
+    try:
+        return env.from_string(text).render(**variables), missing, None
+    except Exception as exc:  # a filter on a value it cannot take (load of a non-JSON text)
+        return text, missing, f"cannot be rendered with its vars ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+
+
+__all__ = ["FILTERS", "TemplateRefused", "check_template", "needs_engine", "render_template"]
