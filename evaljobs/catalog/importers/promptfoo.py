@@ -63,6 +63,7 @@ import copy
 import csv
 import glob
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -420,42 +421,73 @@ def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
 
 def _csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
     """promptfoo's CSV tests (src/csv.ts ``testCaseFromCsvRow``): a header row, one test per row; each column
-    is a var, except ``__expected*`` (one assertion each, :func:`assertion_from_string`), ``__description``,
-    ``__threshold`` and ``__metric`` (a named metric: no verdict changes). ``__prefix``, ``__suffix`` and
-    ``__providerOutput`` change what is asked or answered: refused by name."""
+    is a var, except ``__expected*`` (one assertion each, :func:`assertion_from_string`),
+    ``__config:__expectedN:threshold``, ``__description``, ``__threshold``, ``__metadata:*`` and ``__metric``
+    (a named metric: no verdict changes). ``__prefix``, ``__suffix`` and ``__providerOutput`` change what is
+    asked or answered: refused by name."""
     with open(file, newline="", encoding="utf-8-sig") as handle:
         rows = list(csv.DictReader(handle))
-    columns = list(rows[0]) if rows else []
-    for column in columns:
-        if column in ("__prefix", "__suffix", "__providerOutput"):
-            problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {column!r} is not read by "
-                                                      f"evaljobs", "remove the column")
     tests = []
     for row in rows:
         test: dict[str, Any] = {"vars": {}, "assert": []}
+        configs: dict[int, float] = {}
+        metadata: dict[str, Any] = {}
         for key, value in row.items():
-            value = value or ""
             if key is None:  # more cells than headers
                 continue
+            key, value = key.strip(), value or ""
             if key.startswith("__expected"):
                 if value.strip():
-                    test["assert"].append(assertion_from_string(value))
+                    test["assert"].append(assertion_from_string(value.strip()))
             elif key == "__description":
                 if value:
                     test["description"] = value
             elif key == "__threshold":
-                try:
-                    threshold = float(value)
-                except ValueError:
-                    threshold = 0.0
-                if threshold:  # ...(threshold ? { threshold } : {})
+                threshold = _finite_number(value)
+                if threshold is not None:
                     test["threshold"] = threshold
-            elif key in ("__metric", "__prefix", "__suffix", "__providerOutput"):
+            elif key.startswith("__metadata:"):
+                if value.strip():
+                    metadata[key[len("__metadata:"):].removesuffix("[]")] = value
+            elif key.startswith("__config:"):
+                parts = key[len("__config:"):].split(":")
+                index = re.fullmatch(r"__expected(\d*)", parts[0]) if len(parts) == 2 else None
+                number = _finite_number(value)
+                if index is None or parts[1] != "threshold" or number is None:
+                    problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {key!r} is not a "
+                                                              f"__config:__expectedN:threshold column with a "
+                                                              f"number", "fix the column")
+                    continue
+                configs[int(index.group(1) or 1) - 1] = number
+            elif key in ("__prefix", "__suffix", "__providerOutput"):
+                if value:
+                    problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {key!r} is not read "
+                                                              f"by evaljobs", "remove the column")
+            elif key in ("__metric", "__metadata"):
                 continue
             else:
                 test["vars"][key] = value
+        for index, threshold in configs.items():
+            if index < len(test["assert"]):
+                test["assert"][index]["threshold"] = threshold
+        if metadata:
+            test["metadata"] = metadata
         tests.append(test)
     return tests
+
+
+def _finite_number(text: str) -> float | None:
+    """src/csv.ts ``parseFiniteNumber``."""
+    text = (text or "").strip()
+    if not re.fullmatch(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", text):
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _comma_values(value: str) -> list[str]:
+    """src/csv.ts ``parseCommaSeparatedAssertionValues``: comma-separated, a field may be double-quoted."""
+    return [v.strip() for v in next(csv.reader([value], skipinitialspace=True))] if value else []
 
 
 #: promptfoo's assertion types (``BaseAssertionTypesSchema``), longest first so that a CSV cell's type
@@ -484,26 +516,27 @@ def assertion_from_string(expected: str) -> dict[str, Any]:
     for prefix in ("javascript:", "fn:", "eval:"):
         if expected.startswith(prefix):
             return {"type": "javascript", "value": expected[len(prefix):].strip()}
+    if expected.startswith("file://") and expected.endswith((".js", ".cjs", ".mjs", ".ts")):
+        return {"type": "javascript", "value": expected}
     if expected.startswith(("grade:", "llm-rubric:")):
         return {"type": "llm-rubric", "value": expected[6 if expected.startswith("grade:") else 11:]}
     if expected.startswith("python:") or (expected.startswith("file://") and (expected.endswith(".py")
                                                                               or ".py:" in expected)):
-        # As promptfoo: the file:// prefix is cut too (the path is then read as code, and fails).
-        cut = len("python:") if expected.startswith("python:") else len("file://")
-        return {"type": "python", "value": expected[cut:].strip()}
-    if expected.startswith("file://") and (expected.endswith((".js", ".ts")) or ".js:" in expected
-                                           or ".ts:" in expected):
-        return {"type": "javascript", "value": expected[len("file://"):].strip()}
+        # As promptfoo: seven characters are cut from "file://" too (the path is then read as code, and fails).
+        return {"type": "python", "value": expected[7:].strip()}
     match = _ASSERTION_CELL.match(expected)
     if match:
         negate, kind, threshold_text, value = match.groups()
         full = f"not-{kind}" if negate else kind
         if kind in ("contains-all", "contains-any", "icontains-all", "icontains-any"):
-            return {"type": full, "value": [v.strip() for v in (value or "").split(",")]}
+            return {"type": full, "value": _comma_values(value) if value else value}
+        if kind in ("contains-json", "is-json"):
+            return {"type": full, "value": value}
+        value = value.strip() if value is not None else None
         if kind in _THRESHOLD_TYPES:
-            threshold = float(threshold_text) if threshold_text else 0.0
+            threshold = _finite_number(threshold_text) if threshold_text else None
             return {"type": full, "value": value,
-                    "threshold": threshold or (0.8 if kind == "similar" else 0.75)}
+                    "threshold": threshold if threshold is not None else (0.8 if kind == "similar" else 0.75)}
         return {"type": full, "value": value}
     return {"type": "equals", "value": expected}
 
