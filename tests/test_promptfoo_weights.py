@@ -387,7 +387,7 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
         "m.yaml:13: scenario 'b': expect.assertions[0].weight must be a number >= 0, not -1",
         "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
         "or use pass_threshold",
-        "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, "
+        "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
         "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}",
         "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",
         "m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
@@ -395,7 +395,7 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
     ]
 
 
-def test_csv_tests_read_vars_and_descriptions_and_refuse_assertion_columns_by_name(tmp_path):
+def test_csv_tests_read_vars_descriptions_and_expected_columns_as_promptfoo(tmp_path):
     from evaljobs.catalog import CatalogError
 
     (tmp_path / "tests.csv").write_text('question,__description\n"Where, exactly?",where\nWhen?,\n')
@@ -404,9 +404,15 @@ def test_csv_tests_read_vars_and_descriptions_and_refuse_assertion_columns_by_na
     _, catalog = _load(config)
     assert catalog.keys == ("prompt-1.test-2", "prompt-1.where")
     assert catalog.scenario("prompt-1.where").prompt == "Q: Where, exactly?"
-    (tmp_path / "tests.csv").write_text("question,__expected\nWhen?,contains:soon\n")
+    # src/csv.ts assertionFromString: "type:value" is that assertion, anything else is equals; a __prefix
+    # column (it changes what is asked) is refused by name.
+    (tmp_path / "tests.csv").write_text("question,__expected1,__expected2\nWhen?,contains: soon,Soon.\n")
+    _, catalog = _load(config)
+    contains, equals = catalog.scenarios[0].expect.assertions
+    assert contains["expect"] == {"regex": ["soon"]} and equals["expect"] == {"regex": [r"\ASoon\.\Z"]}
+    (tmp_path / "tests.csv").write_text("question,__prefix\nWhen?,Answer briefly: \n")
     with pytest.raises(CatalogError) as info:
         _load(config)
     assert info.value.problems == [
-        f"{config}:2: tests: tests file 'tests.csv': column '__expected' is not read by evaljobs (only vars and "
-        "__description are); write its assertions under defaultTest.assert or pass --lenient to skip it"]
+        f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
+        "or pass --lenient to skip it"]
