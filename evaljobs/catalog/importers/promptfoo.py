@@ -72,6 +72,7 @@ import yaml
 from evaljobs.catalog import yaml12
 from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill,
                                                              options_transform)
+from evaljobs.catalog.importers.promptfoo_templates import check_template, needs_engine
 from evaljobs.catalog.importers.promptfoo_tests import combinations, csv_tests, raw_vars
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, slug
 
@@ -127,12 +128,12 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
         seen.add(test.key)
 
     groups = []
-    for pid, plabel, content, parse_json in prompts:
-        scenarios = [_scenario(pid, content, test, problems, parse_json) for test in converted]
+    for pid, plabel, content, parse_json, at in prompts:
+        scenarios = [_scenario(pid, content, test, problems, parse_json, at) for test in converted]
         if scenarios:
             groups.append({"name": plabel, "tags": [f"prompt:{pid}"], "scenarios": scenarios})
     out["groups"] = groups
-    if prompts and all(parse_json for *_, parse_json in prompts) and problems.counts.get("mapped"):
+    if prompts and all(parse_json for *_, parse_json, _at in prompts) and problems.counts.get("mapped"):
         # Every prompt's answer is parsed as JSON first (in Node): no assertion runs as a native check.
         problems.counts["external"] = problems.counts.get("external", 0) + problems.counts["mapped"]
         problems.counts["mapped"] = 0
@@ -201,16 +202,22 @@ def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], pro
                  tags=_metadata_tags(test.get("metadata")), entries=entries)
 
 
-def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_json: bool = False) -> dict[str, Any]:
+def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_json: bool = False,
+              at: tuple[tuple, str] | None = None) -> dict[str, Any]:
     """One prompt x one test (``parse_json``: the prompt asks for a JSON-schema answer, which promptfoo's
-    provider parses before the assertions see it: they get the parsed value here too)."""
+    provider parses before the assertions see it: they get the parsed value here too; ``at``: where the prompt
+    is written, blamed once for a template evaljobs cannot render whatever the vars)."""
     scenario: dict[str, Any] = {"key": f"{pid}.{test.key}"}
     blame, what = (test.path, test.where), f"prompt '{pid}'"
+    texts = [content] if isinstance(content, str) else [m["content"] for m in content]
+    # A refusal that does not depend on the vars (an unknown filter, a syntax error) is reported once, at the
+    # prompt; one that does (``load`` of a var that is not JSON) at the test whose vars it is.
+    bad_at = at if at and any(needs_engine(t) and check_template(t) for t in texts) else blame
     dropped = len(problems.dropped)
     if isinstance(content, str):
-        scenario["prompt"] = fill(content, test.variables, problems, blame, blame, what)
+        scenario["prompt"] = fill(content, test.variables, problems, blame, bad_at, what)
     else:
-        scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, blame,
+        scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, bad_at,
                                                       what)) for m in content]
     entries = _parsed(test.entries) if parse_json else copy.deepcopy(test.entries)  # each scenario owns its data
     if len(problems.dropped) > dropped:  # the prompt itself could not be rendered (--lenient)
@@ -267,8 +274,9 @@ def _prompt_config(config: Any, problems: Problems, path: tuple, where: str) -> 
 # --------------------------------------------------------------------------- prompts
 
 
-def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, Any, bool]]:
-    """``(id, label, content, parse_json)`` per prompt; content is a string or a list of chat messages."""
+def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, Any, bool, tuple[tuple, str]]]:
+    """``(id, label, content, parse_json, (path, where))`` per prompt; content is a string or a list of chat
+    messages."""
     if raw is None:
         problems.error((), "", "missing 'prompts'")
         return []
@@ -304,7 +312,7 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
         problems.error(("prompts",), "", "prompts must be a list of prompts")
         return []
 
-    out: list[tuple[str, str, Any, bool]] = []
+    out: list[tuple[str, str, Any, bool, tuple[tuple, str]]] = []
     seen: set[str] = set()
     for n, (path, text, ident, label, parse_json) in enumerate(entries, 1):
         where = f"prompt #{n}"
@@ -315,11 +323,11 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
             for j, content in enumerate(loaded, 1):
                 pid = stem if len(loaded) == 1 else f"{stem}-{j}"
                 shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
-                out.append((pid, shown, content, parse_json))
+                out.append((pid, shown, content, parse_json, (path, where)))
         else:
             content = _chat(text) or text
             pid = key_part(ident or "") or f"prompt-{n}"
-            out.append((pid, label or pid, content, parse_json))
+            out.append((pid, label or pid, content, parse_json, (path, where)))
     for pid, *_ in out:
         if pid in seen:
             problems.error(("prompts",), "",
