@@ -96,39 +96,65 @@ def run_evaljobs(config: Path, models: list[str], tmp: Path) -> tuple[list, list
         results = session.results(run.id)
     # One group per prompt, its scenarios in the order of the tests: promptfoo's promptIdx and testIdx.
     groups = load_any(config, lenient=True).data["groups"]
-    return results, [[s["key"] for s in group["scenarios"]] for group in groups]
+    return results, [[(s["key"], s.get("prompt")) for s in group["scenarios"]] for group in groups]
 
 
 @pytest.mark.parametrize("answers", ANSWER_FILES, ids=[p.stem for p in ANSWER_FILES])
 def test_every_verdict_agrees_with_promptfoo(answers, tmp_path, monkeypatch):
     spec = yaml.safe_load(answers.read_text(encoding="utf-8"))
     config = DATA / spec["config"]
+    compared, documented, disagreements, verdicts = run_both(config, spec, tmp_path, monkeypatch)
+    assert verdicts == {True, False}, f"{spec['config']}: the answers must pass some tests and fail others"
+    print(f"{spec['config']}: {compared} verdicts compared, {documented} documented differences")
+    assert not disagreements, "\n".join(disagreements)
+
+
+def run_both(config: Path, spec: dict, tmp: Path, monkeypatch) -> tuple[int, int, list[str], set[bool]]:
+    """Both tools on ``config`` with the fixed answers of ``spec``: (verdicts compared, documented
+    differences, disagreements, promptfoo's verdicts seen)."""
     script = Script(spec)
     provider = SimulatedProvider(answers=script).start()
     try:
         monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        theirs = run_promptfoo(config, script.models, provider.url, tmp_path)
-        ours, groups = run_evaljobs(config, script.models, tmp_path)
+        theirs = run_promptfoo(config, script.models, provider.url, tmp)
+        ours, groups = run_evaljobs(config, script.models, tmp)
     finally:
         provider.stop()
+    return (*compare(theirs, ours, groups, str(spec["config"])), {bool(row["success"]) for row in theirs})
+
+
+def compare(theirs: list[dict], ours: list, groups: list[list[tuple[str, str | None]]],
+            name: str) -> tuple[int, int, list[str]]:
+    """Every evaljobs result against promptfoo's row for the same (model, prompt, test): pass/fail and score.
+    A row whose test uses a type listed in docs/catalogs.md's known differences may differ (or be refused
+    by evaljobs as not gradable); any other difference is a disagreement. Both tools must have every row,
+    and neither may error."""
     labels: list[str] = []
     for row in sorted(theirs, key=lambda r: r["promptIdx"]):
         label = row["prompt"].get("label") or row["prompt"]["raw"]
         if label not in labels:
             labels.append(label)
-    by_key = {}
-    for row in theirs:
+    by_key, by_text = {}, {}
+    for row in sorted(theirs, key=lambda r: r["testIdx"]):
         model = row["provider"]["id"].rsplit(":", 1)[-1]
         prompt = labels.index(row["prompt"].get("label") or row["prompt"]["raw"])
         by_key[(model, prompt, row["testIdx"])] = row
+        by_text.setdefault((model, prompt, row["prompt"]["raw"]), []).append(row)
     known = known_differences()
     disagreements, compared, documented = [], 0, 0
-    assert len(ours) == len(theirs), f"{len(ours)} evaljobs results, {len(theirs)} promptfoo rows"
+    assert len(ours) == len(theirs), f"{name}: {len(ours)} evaljobs results, {len(theirs)} promptfoo rows"
     for result in ours:
         model = result.model.split("/", 1)[1]
-        prompt = next(i for i, keys in enumerate(groups) if result.scenario_key in keys)
-        row = by_key.get((model, prompt, groups[prompt].index(result.scenario_key)))
-        where = f"{spec['config']} {result.scenario_key} {model}"
+        prompt = next(i for i, group in enumerate(groups) if result.scenario_key in dict(group))
+        keys = [key for key, _ in groups[prompt]]
+        text = dict(groups[prompt])[result.scenario_key]
+        if text is None:  # a chat: promptfoo's testIdx is the scenario's place among the prompt's tests
+            row = by_key.get((model, prompt, keys.index(result.scenario_key)))
+        else:  # the row that asked the same text (a glob var's files come in the file system's order there)
+            same = [key for key, other in groups[prompt] if other == text]
+            rows = by_text.get((model, prompt, text), [])
+            row = rows[same.index(result.scenario_key)] if len(rows) == len(same) else None
+        where = f"{name} {result.scenario_key} {model}"
         assert row is not None, f"{where}: no promptfoo row"
         listed = [t for t in _types(row) if t in known]
         if listed and result.status == "errored" and result.fault == "not_gradable":
@@ -144,16 +170,15 @@ def test_every_verdict_agrees_with_promptfoo(answers, tmp_path, monkeypatch):
         same = (result.status == "passed") == bool(row["success"]) and abs(result.score - row["score"]) < 1e-6
         if same:
             continue
-        types = _types(row)
         if listed:
             documented += 1
         else:
             disagreements.append(f"{where}: promptfoo {'pass' if row['success'] else 'fail'} {row['score']:.4f}, "
                                  f"evaljobs {result.status} {result.score:.4f} ({result.fault}; "
-                                 f"{json.dumps(result.details.get('not_gradable') or '')[:200]}); types {types}")
+                                 f"{json.dumps(result.details.get('not_gradable') or '')[:200]}); "
+                                 f"types {_types(row)}")
     assert compared + documented == len(theirs)
-    print(f"{spec['config']}: {compared} verdicts compared, {documented} documented differences")
-    assert not disagreements, "\n".join(disagreements)
+    return compared, documented, disagreements
 
 
 def _types(row: dict) -> list[str]:
