@@ -45,10 +45,7 @@ class Script:
     def __call__(self, model: str, messages: list[dict]) -> str | None:
         text = _text(messages)
         if model == "judge":  # promptfoo's llm-rubric and evaljobs' judge both read this JSON
-            good = any(e["say"][0] in text for e in self.entries)
-            bad = max((len(s) for e in self.entries for s in e["say"][1:] if s in text), default=-1)
-            best = max((len(e["say"][0]) for e in self.entries if e["say"][0] in text), default=-1)
-            verdict = good and best >= bad
+            verdict = _judged(text).strip() in {e["say"][0].strip() for e in self.entries}
             return json.dumps({"reason": "fixed verdict", "pass": verdict, "score": 1.0 if verdict else 0.0})
         number = int(model.rsplit("a", 1)[-1]) - 1
         for entry in self.entries:
@@ -59,6 +56,14 @@ class Script:
     @property
     def models(self) -> list[str]:
         return [f"a{n}" for n in range(1, max(len(e["say"]) for e in self.entries) + 1)]
+
+
+def _judged(text: str) -> str:
+    """The answer a judge prompt asks about: promptfoo's ``<Output>`` (its last: the system prompt has examples),
+    evaljobs' ``ANSWER:`` part."""
+    if "\n</Output>" in text:
+        return text.rsplit("<Output>\n", 1)[1].rsplit("\n</Output>", 1)[0]
+    return text.rsplit("ANSWER:\n", 1)[-1]
 
 
 def known_differences() -> dict[str, str]:
