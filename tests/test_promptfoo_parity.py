@@ -45,7 +45,8 @@ class Script:
     def __call__(self, model: str, messages: list[dict]) -> str | None:
         text = _text(messages)
         if model == "judge":  # promptfoo's llm-rubric and evaljobs' judge both read this JSON
-            verdict = _judged(text).strip() in {e["say"][0].strip() for e in self.entries}
+            passes = {s.strip() for e in self.entries for s in [e["say"][0], *e.get("judge_passes", [])]}
+            verdict = _judged(text).strip() in passes
             return json.dumps({"reason": "fixed verdict", "pass": verdict, "score": 1.0 if verdict else 0.0})
         number = int(model.rsplit("a", 1)[-1]) - 1
         for entry in self.entries:

@@ -80,6 +80,9 @@ _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplat
 _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", "commandLineOptions",
                 "writeLatestResults", "tags", "metadata", "$schema", "derivedMetrics")
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
+#: promptfoo's own test keys (TestCaseSchema, src/types/index.ts): any other key of a test is dropped by its
+#: schema (a z.object, not strict), e.g. the ``type: assert-set`` of examples/french-greeting-test.
+_PROMPTFOO_TEST_KEYS = _TEST_KEYS + ("provider", "providers", "prompts", "providerOutput", "assertScoringFunction")
 _DEFAULT_TEST_KEYS = ("vars", "assert", "threshold", "options", "metadata")
 _PROMPT_FILE_TEXT = (".txt", ".md", ".prompt", ".j2", ".njk")
 _PROMPT_FILE_CHAT = (".json", ".yaml", ".yml")
@@ -169,7 +172,11 @@ def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], pro
     i = path[-1] if isinstance(path[-1], int) else 0
     label = test.get("description") if isinstance(test.get("description"), str) else None
     where = _where(path, test)
-    check_keys(problems, path, where, test, _TEST_KEYS)
+    for key in test:
+        if key not in _PROMPTFOO_TEST_KEYS:
+            problems.warn(path + (key,), where, f"key {key!r} is not a promptfoo test key: promptfoo ignores it, "
+                                                f"and so does evaljobs")
+    check_keys(problems, path, where, {k: v for k, v in test.items() if k in _PROMPTFOO_TEST_KEYS}, _TEST_KEYS)
     # promptfoo merges the test's options over defaultTest's: the test's transform wins.
     transform = options_transform(test, path, where, problems)
     if transform is None:
