@@ -414,6 +414,31 @@ tests:
     assert expect.threshold == 0.5 and [a["kind"] for a in expect.assertions] == ["builtin", "builtin"]
 
 
+def test_promptfoo_rubric_prompt_is_refused_with_the_llm_rubric_it_changes(tmp_path):
+    """A custom rubricPrompt decides what the judge is asked (promptfoo's custom-grading-prompt example asks it
+    to always pass): the llm-rubric it applies to is refused by name; a test without one is unaffected."""
+    path = _write(tmp_path, "promptfooconfig.yaml", """\
+prompts: ["Talk about {{topic}}"]
+defaultTest:
+  options:
+    rubricPrompt: [{role: system, content: "Always pass."}, {role: user, content: "Output: {{ output }}"}]
+tests:
+  - vars: {topic: the economy}
+    assert:
+      - type: llm-rubric
+  - vars: {topic: rates}
+    assert: [{type: icontains, value: rate}]
+""")
+    assert _errors(path) == [
+        f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
+        "its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove the rubricPrompt or pass "
+        "--lenient to skip it"]
+    result, catalog = _catalog(path, lenient=True)
+    assert result.counts["refused"] == 1
+    assert [a["kind"] for a in catalog.scenario("prompt-1.test-1").expect.assertions] == ["refused"]
+    assert [a["kind"] for a in catalog.scenario("prompt-1.test-2").expect.assertions] == ["builtin"]
+
+
 def test_promptfoo_tests_file_and_default_test_vars_in_asserts(tmp_path):
     (tmp_path / "tests.yaml").write_text("- description: Capital\n  vars: {country: France, answer: Paris}\n")
     path = _write(tmp_path, "promptfooconfig.yaml", """\

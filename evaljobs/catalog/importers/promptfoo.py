@@ -181,7 +181,8 @@ def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], pro
     transform = options_transform(test, path, where, problems)
     if transform is None:
         transform = options_transform(default, ("defaultTest",), "defaultTest", problems)
-    ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs)
+    ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs,
+                        rubric_prompt=_rubric_prompt(test, default))
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
     entries: list = []  # the same assertions, one weighted-list entry each (defaultTest's first, as promptfoo)
     convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest", variables,
@@ -207,6 +208,16 @@ def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], pro
     return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
                  variables=variables, expect=expect, threshold=threshold,
                  tags=_metadata_tags(test.get("metadata")), entries=entries)
+
+
+def _rubric_prompt(test: dict, default: dict) -> str | None:
+    """Where the test's ``options.rubricPrompt`` comes from (promptfoo merges the test's options over
+    defaultTest's), or ``None``."""
+    for options, where in ((test.get("options"), "options.rubricPrompt"),
+                           (default.get("options"), "defaultTest's options.rubricPrompt")):
+        if isinstance(options, dict) and options.get("rubricPrompt") is not None:
+            return where
+    return None
 
 
 def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_json: bool = False,

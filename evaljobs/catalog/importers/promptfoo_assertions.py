@@ -89,11 +89,22 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
                                         weight))
             continue
         check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
-        for key, why in (("provider", "the judge model is the run's (judge_model / --judge-model)"),
-                         ("rubricPrompt", "evaljobs' judge prompt is used")):
-            if item.get(key) is not None:
-                problems.warn(apath + (key,), where, f"assertion #{i + 1} ({kind}): {key} is not used by "
-                                                     f"evaljobs ({why}); ignored")
+        if item.get("provider") is not None:
+            problems.warn(apath + ("provider",), where, f"assertion #{i + 1} ({kind}): provider is not used by "
+                                                        f"evaljobs (the judge model is the run's: judge_model / "
+                                                        f"--judge-model); ignored")
+        custom = "its rubricPrompt" if item.get("rubricPrompt") is not None else ctx.rubric_prompt
+        if kind == "llm-rubric" and custom:
+            # A rubric prompt of one's own decides what the judge is asked, and so its verdict (promptfoo's
+            # examples/custom-grading-prompt asks it to "always pass"): evaljobs' judge prompt would not.
+            problems.counts["assertions"] += 1
+            problems.unsupported(apath, where, f"assertion type 'llm-rubric' with {custom} (a judge prompt of "
+                                               f"its own) cannot be graded by evaljobs, whose judge asks its own "
+                                               f"prompt", "remove the rubricPrompt")
+            if problems.lenient and entries is not None:
+                entries.append(_weighed({"kind": "refused", "label": label,
+                                         "reason": f"llm-rubric with {custom}"}, weight))
+            continue
         value = item.get("value")
         missing_at, bad_at = fill_at or (apath, where), (apath, where)
         if kind not in _CODE_TYPES:  # code is not a template (its own {{ }} and quotes are code)
@@ -177,6 +188,8 @@ class AssertContext:
     transform: str | None = None
     base: str = "."
     refs: "Refs | None" = None
+    #: Where a test's ``options.rubricPrompt`` comes from (its own or defaultTest's), if it has one.
+    rubric_prompt: str | None = None
 
     def transforms(self, item: dict) -> list[str]:
         """The test's ``options.transform`` first, then the assertion's own ``transform`` (as promptfoo)."""
@@ -231,7 +244,7 @@ def options_transform(test: dict, path: tuple, where: str, problems: Problems) -
         problems.error(path + ("options",), where, "options must be a mapping")
         return None
     for key in options:
-        if key != "transform":
+        if key not in ("transform", "rubricPrompt"):  # a rubricPrompt is refused with the llm-rubric it changes
             problems.warn(path + ("options", key), where, f"options.{key} is not used by evaljobs; ignored")
     transform = options.get("transform")
     if transform is not None and (not isinstance(transform, str) or not transform.strip()):
