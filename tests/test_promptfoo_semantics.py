@@ -120,6 +120,46 @@ def test_python_file_assertion_source_is_stored_and_run(tmp_path, runner):
 
 
 @needs_node
+def test_javascript_file_modules_run_like_promptfoo(tmp_path, runner):
+    """file://x.js[:function] (promptfoo's loadFromJavaScriptFile): a CommonJS module.exports, an ES module's
+    default export (promptfoo's examples/eval-custom-grader-csv names a .ts file of plain JavaScript from a CSV
+    cell), or a named function; the source is stored in the catalog, so any worker runs the same code."""
+    (tmp_path / "cjs.js").write_text("module.exports = (output, context) => output.includes(context.vars.x);\n")
+    (tmp_path / "esm.ts").write_text("export default function (output, context) {\n"
+                                     "  return output.toLowerCase().includes('ahoy');\n}\n")
+    (tmp_path / "named.mjs").write_text("export function score(output) { return output.length / 10; }\n")
+    (tmp_path / "tests.csv").write_text("x,__expected\nhi,javascript:file://esm.ts\n")
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text("prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
+                      "      - {type: javascript, value: 'file://cjs.js'}\n"
+                      "      - {type: javascript, value: 'file://named.mjs:score', threshold: 0.5}\n")
+    _, catalog = _catalog(config)
+    scenario = catalog.scenarios[0]
+    assert scenario.expect.assertions[0]["module"].startswith("module.exports")
+    assert grade(scenario, Replay(answer="hi there"), assertions=runner).status == PASSED
+    assert grade(scenario, Replay(answer="hi"), assertions=runner).status == FAILED      # score 0.2 < 0.5
+    assert grade(scenario, Replay(answer="hello world"), assertions=runner).status == FAILED  # no 'hi'
+    config.write_text("prompts: ['Say {{x}}']\ntests: file://tests.csv\n")
+    _, catalog = _catalog(config)
+    assert grade(catalog.scenarios[0], Replay(answer="Ahoy!"), assertions=runner).status == PASSED
+    assert grade(catalog.scenarios[0], Replay(answer="Hello"), assertions=runner).status == FAILED
+
+
+@needs_node
+@pytest.mark.parametrize("code, answer, passes", [
+    ("output.length > 3\n", "hello", True),                       # a YAML block's trailing newline: one line
+    ("const n = output.length; n > 3", "hello", True),             # the last expression is returned
+    ("const n = output.length; n > 3;", "hi", False),
+    ("output === 'a;b'", "a;b", True),
+])
+def test_javascript_assertion_body_is_built_as_promptfoo_builds_it(runner, code, answer, passes):
+    from evaljobs.catalog import Expect, Scenario
+    scenario = Scenario(key="s", messages=({"role": "user", "content": "x"},), expect=Expect(
+        weighted=True, assertions=({"kind": "javascript", "code": code, "label": "js"},)))
+    assert (grade(scenario, Replay(answer=answer), assertions=runner).status == PASSED) is passes
+
+
+@needs_node
 def test_javascript_has_a_timeout_and_the_node_process_survives(runner):
     from evaljobs.catalog import Expect, Scenario
 

@@ -44,22 +44,78 @@ class AssertionRefused(Exception):
     """An assertion that cannot run here (no Node, no jsonschema): one line, naming it and the fix."""
 
 
-# The Node side: one request per line, one answer per line. Each call's code is the body of
-# `function (output, context)` (a one-line expression gets a `return`, as promptfoo does).
+# The Node side: one request per line, one answer per line. A transform's code is the body of
+# `function (output, context)` (a one-line expression gets a `return`, as promptfoo's transforms do); a
+# `javascript` assertion's body is built as promptfoo builds it (src/assertions/javascript.ts
+# buildFunctionBody: trailing space and semicolons dropped, `const x = ...; x > 1` returns its last
+# expression); a `module` (a file:// assertion's source, stored in the catalog) is imported from a file of
+# argv[1] (the runner's own folder) and its function called, as promptfoo's loadFromJavaScriptFile does.
 _NODE_SCRIPT = r"""
 const vm = require('vm');
+const fs = require('fs');
+const path = require('path');
+const crypto = require('crypto');
+const {pathToFileURL} = require('url');
 const readline = require('readline');
+const folder = process.argv[1];
 const rl = readline.createInterface({input: process.stdin});
 function reply(obj) { process.stdout.write(JSON.stringify(obj) + '\n'); }
+function escaped(code, i) { let n = 0; while (i - 1 - n >= 0 && code[i - 1 - n] === '\\') n++; return n % 2 === 1; }
+function lastSemicolon(code) {
+  let single = false, double = false, template = false, last = -1;
+  for (let i = 0; i < code.length; i++) {
+    const c = code[i];
+    if (!escaped(code, i)) {
+      if (c === "'" && !double && !template) single = !single;
+      else if (c === '"' && !single && !template) double = !double;
+      else if (c === '`' && !single && !double) template = !template;
+    }
+    if (c === ';' && !single && !double && !template) last = i;
+  }
+  return last;
+}
+function assertionBody(code) {
+  code = code.replace(/\s+$/, '');
+  if (code.includes('\n')) return code;
+  const trimmed = code.trim().replace(/;+\s*$/, '');
+  if (/^(const|let|var)\s/.test(trimmed)) {
+    const last = lastSemicolon(trimmed);
+    if (last !== -1) {
+      const expression = trimmed.slice(last + 1).trim();
+      if (expression) return trimmed.slice(0, last + 1) + ' return ' + expression;
+    }
+    return trimmed;
+  }
+  return 'return ' + trimmed;
+}
+async function moduleFunction(req) {
+  const esm = /^\s*(export|import)\s/m.test(req.module);
+  const name = crypto.createHash('sha256').update(req.module).digest('hex').slice(0, 16) + (esm ? '.mjs' : '.cjs');
+  const file = path.join(folder, name);
+  if (!fs.existsSync(file)) fs.writeFileSync(file, req.module);
+  const mod = await import(pathToFileURL(file).href);
+  const exported = mod.default;
+  const fn = req.function
+    ? (typeof mod[req.function] === 'function' ? mod[req.function] : exported && exported[req.function])
+    : (typeof exported === 'function' ? exported : exported && exported.default);
+  if (typeof fn !== 'function') throw new Error((req.filename || 'the module') + ' must export a function' +
+                                                (req.function ? ' named ' + req.function : ' (default export)'));
+  return fn;
+}
 rl.on('line', async (line) => {
   let req;
   try { req = JSON.parse(line); } catch (e) { reply({ok: false, error: 'bad request'}); return; }
-  const body = req.code.includes('\n') ? req.code : 'return ' + req.code;
-  const sandbox = {output: req.output, context: req.context, JSON, Math, Date, RegExp, Number, String,
-                   Array, Object, Boolean, parseInt, parseFloat, isNaN, isFinite};
   try {
-    let value = vm.runInNewContext('(function (output, context) {\n' + body + '\n})(output, context)',
-                                   sandbox, {timeout: req.timeout_ms});
+    let value;
+    if (req.module !== undefined) {
+      value = (await moduleFunction(req))(req.output, req.context);
+    } else {
+      const body = req.assertion ? assertionBody(req.code) : (req.code.includes('\n') ? req.code : 'return ' + req.code);
+      const sandbox = {output: req.output, context: req.context, JSON, Math, Date, RegExp, Number, String,
+                       Array, Object, Boolean, parseInt, parseFloat, isNaN, isFinite};
+      value = vm.runInNewContext('(function (output, context) {\n' + body + '\n})(output, context)',
+                                 sandbox, {timeout: req.timeout_ms});
+    }
     if (value && typeof value.then === 'function') {
       value = await Promise.race([value, new Promise((_, no) =>
         setTimeout(() => no(new Error('timed out after ' + req.timeout_ms + ' ms')), req.timeout_ms))]);
@@ -79,6 +135,7 @@ class NodeRunner:
         self.node = node or shutil.which("node")
         self.timeout = timeout
         self._proc: subprocess.Popen | None = None
+        self._folder: str | None = None  # where file:// modules are written for Node to import
         self._lock = threading.Lock()
         self._next = 0
 
@@ -87,20 +144,26 @@ class NodeRunner:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([self.node, "-e", _NODE_SCRIPT], stdin=subprocess.PIPE,
+            self._folder = self._folder or tempfile.mkdtemp(prefix="evaljobs-js-")
+            self._proc = subprocess.Popen([self.node, "-e", _NODE_SCRIPT, self._folder], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                           bufsize=1)
         return self._proc
 
-    def call(self, code: str, output: Any, context: dict[str, Any]) -> Any:
-        """Run ``code`` as promptfoo would (``output``, ``context`` in scope); its JSON value, or ``RuntimeError``."""
+    def call(self, code: str, output: Any, context: dict[str, Any], *, assertion: bool = False,
+             module: str | None = None, function: str | None = None, filename: str | None = None) -> Any:
+        """Run ``code`` as promptfoo would (``output``, ``context`` in scope): a transform, or with ``assertion``
+        a ``javascript`` assertion's body; or ``module``'s function (a file:// assertion). Its JSON value, or
+        ``RuntimeError``."""
         if self.node is None:
             raise AssertionRefused(f"needs Node.js: {NODE_HINT}")
         with self._lock:
             proc = self._start()
             self._next += 1
             request = {"id": self._next, "code": code, "output": output, "context": context,
-                       "timeout_ms": int(self.timeout * 1000)}
+                       "timeout_ms": int(self.timeout * 1000), "assertion": assertion}
+            if module is not None:
+                request.update(module=module, function=function, filename=filename)
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
@@ -118,6 +181,9 @@ class NodeRunner:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=5)
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str | None:
@@ -255,8 +321,10 @@ class ProcessRunner:
                 output = self.node.call(transform, output, context)
             kind = assertion["kind"]
             if kind == "javascript":
-                return _verdict(self.node.call(assertion["code"], output, context), assertion.get("threshold"),
-                                negate)
+                value = self.node.call(assertion.get("code") or "", output, context, assertion=True,
+                                       module=assertion.get("module"), function=assertion.get("function"),
+                                       filename=assertion.get("filename"))
+                return _verdict(value, assertion.get("threshold"), negate)
             if kind == "python":
                 return _verdict(run_python(assertion["code"], output, context, function=assertion.get("function"),
                                            filename=assertion.get("filename")),

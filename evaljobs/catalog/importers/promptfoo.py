@@ -38,7 +38,7 @@ Note that evaljobs' judge scores from 0 to 1: with no threshold, an
 ``llm-rubric`` must get full marks.
 
 Run outside Python's graders (``evaljobs.evaluation.assertions``): ``javascript`` (inline,
-in Node), ``python`` (inline or ``file://x.py[:function]``, whose source is
+or a ``file://x.js[:function]`` module whose source is stored in the catalog; in Node), ``python`` (inline or ``file://x.py[:function]``, whose source is
 stored in the catalog; in a subprocess), ``is-json`` with a schema
 (``jsonschema``), and any built-in assertion on a transformed output: the test's
 ``options.transform`` (or ``defaultTest``'s) then the assertion's own
@@ -48,7 +48,7 @@ stored in the catalog; in a subprocess), ``is-json`` with a schema
 is replaced by what it points to; siblings of ``$ref`` refine it.
 
 Refused, with the reason: ``similar`` (needs an embedding model), ``cost``
-(not graded per pair), file:// JavaScript modules and transforms, an
+(not graded per pair), file:// transforms, an
 ``llm-rubric`` or ``latency`` with a transform, and unknown types: an error
 naming the test and the type, or under ``--lenient`` skipped with a warning
 — a test whose every assertion was skipped is then reported as not gradable,

@@ -178,6 +178,9 @@ def needs_weights(entries: list, threshold: float | None) -> bool:
 
 
 _CODE_TYPES = ("javascript", "not-javascript", "python", "not-python")
+#: JavaScript modules a file:// javascript assertion may name (TypeScript only when it is plain JavaScript:
+#: evaljobs does not compile it).
+_JS_FILES = (".js", ".cjs", ".mjs", ".ts", ".cts", ".mts")
 
 
 @dataclass
@@ -263,8 +266,20 @@ def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: Asser
         if not isinstance(value, str) or not value.strip():
             raise _BadValue(f"value must be JavaScript code (a string), not {value!r}")
         if value.startswith("file://"):
-            raise _Unsupported("from a file:// module cannot be run by evaljobs (inline JavaScript is)")
-        entry = {"kind": "javascript", "code": value}
+            # promptfoo's loadFromJavaScriptFile: the module's named function, else its default export. The
+            # source is stored in the catalog (a worker elsewhere runs the same code) and imported in Node.
+            ref, _, function = value[len("file://"):].partition(":")
+            if not ref.lower().endswith(_JS_FILES):
+                raise _Unsupported(f"from {ref!r} cannot be run by evaljobs (a JavaScript file: "
+                                   f"{', '.join(_JS_FILES)})")
+            file = ref if os.path.isabs(ref) else os.path.join(ctx.base, ref)
+            if not os.path.isfile(file):
+                raise _BadValue(f"JavaScript file {ref!r} not found (looked for {file})")
+            entry = {"kind": "javascript", "module": read_text(file), "filename": os.path.basename(file)}
+            if function:
+                entry["function"] = function
+        else:
+            entry = {"kind": "javascript", "code": value}
     elif base_kind == "python":
         if not isinstance(value, str) or not value.strip():
             raise _BadValue(f"value must be Python code or file://path.py[:function], not {value!r}")
