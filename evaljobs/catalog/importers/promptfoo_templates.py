@@ -27,6 +27,7 @@ FILTERS = ("abs", "default", "d", "dump", "first", "float", "int", "join", "last
 
 _FILTER_USE = re.compile(r"\|\s*([A-Za-z_][A-Za-z0-9_]*)")
 _BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_PLAIN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 class TemplateRefused(Exception):
@@ -53,6 +54,34 @@ def _js_text(value: Any) -> str:
     return str(value)
 
 
+_JS_INT = re.compile(r"\s*([+-]?\d+)")
+_JS_FLOAT = re.compile(r"\s*([+-]?(?:Infinity|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?))")
+
+
+def _int(value: Any, default: Any = None) -> Any:
+    """Nunjucks' ``int``: ``parseInt(String(value), 10)``, else the default (``"3.7a"`` is 3)."""
+    match = _JS_INT.match(_js_text(value))
+    return int(match.group(1)) if match else default
+
+
+def _float(value: Any, default: Any = None) -> Any:
+    """Nunjucks' ``float``: ``parseFloat(String(value))``, else the default."""
+    match = _JS_FLOAT.match(_js_text(value))
+    return float(match.group(1).replace("Infinity", "inf")) if match else default
+
+
+def _reverse(value: Any) -> Any:
+    """Nunjucks' ``reverse``: a string reversed, a list copied reversed."""
+    return value[::-1] if isinstance(value, (str, list)) else list(reversed(list(value)))
+
+
+def _list(value: Any) -> list:
+    """Nunjucks' ``list``: a string's characters, a mapping's ``{key, value}`` pairs, a list as it is."""
+    if isinstance(value, dict):
+        return [{"key": k, "value": v} for k, v in value.items()]
+    return list(value)
+
+
 _ENV = None
 
 
@@ -67,7 +96,9 @@ def _environment():
         env = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True,
                                             finalize=_js_text)
         env.filters = {name: env.filters[name] for name in FILTERS if name in env.filters}
-        env.filters.update(load=json.loads, dump=_dump)
+        # promptfoo's load (JSON.parse), and Nunjucks' own where Jinja2's namesake reads a value otherwise.
+        env.filters.update(load=json.loads, dump=_dump, int=_int, float=_float, reverse=_reverse, list=_list,
+                           string=_js_text)
         _ENV = env
     return _ENV
 
@@ -95,8 +126,10 @@ def check_template(text: str) -> str | None:
 
 def render_template(text: str, variables: dict[str, Any]) -> tuple[str, list[str], str | None]:
     """``(text, missing var names, refusal)``: the rendered template, as promptfoo renders it."""
-    if not needs_engine(text):
-        rendered, missing, _ = render(text, variables)
+    if not needs_engine(text):  # plain {{ name }}s, printed as Nunjucks prints a value (3.0 is "3")
+        _, missing, _ = render(text, variables)
+        rendered = _PLAIN.sub(lambda m: _js_text(variables[m.group(1)]) if m.group(1) in variables else m.group(0),
+                              text)
         return rendered, missing, None
     problem = check_template(text)
     if problem:
