@@ -22,7 +22,6 @@ import yaml
 
 from evaljobs.api import Session
 from evaljobs.catalog.importers import load_any
-from evaljobs.providers.simulated.server import SimulatedProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "promptfoo"
@@ -106,27 +105,25 @@ def run_evaljobs(config: Path, models: list[str], tmp: Path) -> tuple[list, list
 
 
 @pytest.mark.parametrize("answers", ANSWER_FILES, ids=[p.stem for p in ANSWER_FILES])
-def test_every_verdict_agrees_with_promptfoo(answers, tmp_path, monkeypatch):
+def test_every_verdict_agrees_with_promptfoo(answers, tmp_path, simulated_provider):
     spec = yaml.safe_load(answers.read_text(encoding="utf-8"))
     config = DATA / spec["config"]
-    compared, documented, disagreements, verdicts = run_both(config, spec, tmp_path, monkeypatch)
+    script = Script(spec)
+    provider = simulated_provider(answers=script)  # EVALJOBS_SIM_URL points at it for evaljobs' run
+    compared, documented, disagreements, verdicts = run_both(config, script, provider.url, tmp_path)
     assert verdicts == {True, False}, f"{spec['config']}: the answers must pass some tests and fail others"
     print(f"{spec['config']}: {compared} verdicts compared, {documented} documented differences")
     assert not disagreements, "\n".join(disagreements)
 
 
-def run_both(config: Path, spec: dict, tmp: Path, monkeypatch) -> tuple[int, int, list[str], set[bool]]:
-    """Both tools on ``config`` with the fixed answers of ``spec``: (verdicts compared, documented
-    differences, disagreements, promptfoo's verdicts seen)."""
-    script = Script(spec)
-    provider = SimulatedProvider(answers=script).start()
-    try:
-        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
-        theirs = run_promptfoo(config, script.models, provider.url, tmp)
-        ours, groups = run_evaljobs(config, script.models, tmp)
-    finally:
-        provider.stop()
-    return (*compare(theirs, ours, groups, str(spec["config"])), {bool(row["success"]) for row in theirs})
+def run_both(config: Path, script: Script, url: str, tmp: Path) -> tuple[int, int, list[str], set[bool]]:
+    """Both tools on ``config`` against the simulated provider at ``url`` serving ``script``'s answers
+    (``EVALJOBS_SIM_URL`` set to it): (verdicts compared, documented differences, disagreements,
+    promptfoo's verdicts seen)."""
+    theirs = run_promptfoo(config, script.models, url, tmp)
+    ours, groups = run_evaljobs(config, script.models, tmp)
+    return (*compare(theirs, ours, groups, str(config.relative_to(DATA)) if config.is_relative_to(DATA) else
+                     str(config)), {bool(row["success"]) for row in theirs})
 
 
 def compare(theirs: list[dict], ours: list, groups: list[list[tuple[str, str | None]]],
