@@ -59,7 +59,7 @@ class Script:
 
 
 def _judged(text: str) -> str:
-    """The answer a judge prompt asks about: promptfoo's ``<Output>`` (its last: the system prompt has examples),
+    """The answer a judge prompt asks about: promptfoo's ``<Output>`` (the last: its system prompt has some),
     evaljobs' ``ANSWER:`` part."""
     if "\n</Output>" in text:
         return text.rsplit("<Output>\n", 1)[1].rsplit("\n</Output>", 1)[0]
@@ -80,16 +80,17 @@ def known_differences() -> dict[str, str]:
 
 def run_promptfoo(config: Path, models: list[str], url: str, tmp: Path) -> list[dict]:
     if not PROMPTFOO.exists():
-        pytest.fail(f"promptfoo {PROMPTFOO_VERSION} is not installed under .cache/promptfoo: run scripts/test, "
-                    f"which installs it (npm install --prefix .cache/promptfoo promptfoo@{PROMPTFOO_VERSION})")
+        pytest.fail(f"promptfoo {PROMPTFOO_VERSION} is not installed under .cache/promptfoo: run "
+                    f"scripts/test, which installs it (it needs Node.js 20+ and npm)")
     out = tmp / f"{config.parent.name}.json"
     env = dict(os.environ, PROMPTFOO_DISABLE_TELEMETRY="1", PROMPTFOO_DISABLE_UPDATE="1", NO_COLOR="1",
                PROMPTFOO_CONFIG_DIR=str(tmp / "promptfoo-home"), PROMPTFOO_DISABLE_SHARING="1",
                OPENAI_API_KEY="sim", OPENAI_BASE_URL=url, PROMPTFOO_CACHE_ENABLED="false")
-    done = subprocess.run([str(PROMPTFOO), "eval", "-c", str(config), "--no-cache", "--no-write", "--no-table",
-                           "-o", str(out), "--providers", *[f"openai:chat:{m}" for m in models],
-                           "--grader", "openai:chat:judge", "-j", "4"],
-                          cwd=config.parent, env=env, capture_output=True, text=True, timeout=300)
+    command = [str(PROMPTFOO), "eval", "-c", str(config), "--no-cache", "--no-write", "--no-table",
+               "-o", str(out), "--providers", *[f"openai:chat:{m}" for m in models],
+               "--grader", "openai:chat:judge", "-j", "4"]
+    done = subprocess.run(command, cwd=config.parent, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert out.exists(), f"promptfoo wrote no results ({done.returncode}): {done.stderr[-2000:]}"
     return json.loads(out.read_text())["results"]["results"]
 
@@ -97,7 +98,8 @@ def run_promptfoo(config: Path, models: list[str], url: str, tmp: Path) -> list[
 def run_evaljobs(config: Path, models: list[str], tmp: Path) -> tuple[list, list[list[str]]]:
     with Session(db=f"sqlite:///{tmp / 'evaljobs.db'}") as session:
         catalog = session.load(config, lenient=True)
-        run = session.submit(catalog, [f"sim/{m}" for m in models], strategy="sequential", judge_model="sim/judge")
+        run = session.submit(catalog, [f"sim/{m}" for m in models], strategy="sequential",
+                             judge_model="sim/judge")
         results = session.results(run.id)
     # One group per prompt, its scenarios in the order of the tests: promptfoo's promptIdx and testIdx.
     groups = load_any(config, lenient=True).data["groups"]
@@ -168,7 +170,8 @@ def compare(theirs: list[dict], ours: list, groups: list[list[tuple[str, str | N
         answer = (row.get("response") or {}).get("output")
         if not isinstance(answer, str):  # promptfoo's provider parsed it (a json_schema response_format)
             answer = json.dumps(answer) if json.loads(result.output) != answer else result.output
-        assert result.output == answer, f"{where}: the two tools got different answers: {result.output!r} vs {answer!r}"
+        assert result.output == answer, \
+            f"{where}: the two tools got different answers: {result.output!r} vs {answer!r}"
         compared += 1
         same = (result.status == "passed") == bool(row["success"]) and abs(result.score - row["score"]) < 1e-6
         if same:
@@ -176,7 +179,8 @@ def compare(theirs: list[dict], ours: list, groups: list[list[tuple[str, str | N
         if listed:
             documented += 1
         else:
-            disagreements.append(f"{where}: promptfoo {'pass' if row['success'] else 'fail'} {row['score']:.4f}, "
+            verdict = "pass" if row["success"] else "fail"
+            disagreements.append(f"{where}: promptfoo {verdict} {row['score']:.4f}, "
                                  f"evaljobs {result.status} {result.score:.4f} ({result.fault}; "
                                  f"{json.dumps(result.details.get('not_gradable') or '')[:200]}); "
                                  f"types {_types(row)}")

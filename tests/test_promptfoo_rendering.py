@@ -22,7 +22,8 @@ NUNJUCKS = ROOT / ".cache" / "promptfoo" / "node_modules" / "nunjucks"
 
 STYLE = '{"tone":"formal","length":"brief","formatting":{"bullets":true}}'
 CASES = [
-    ("- Tone: {{ (style_config | load).tone }}\n- Length: {{ (style_config | load).length }}", {"style_config": STYLE}),
+    ("- Tone: {{ (style_config | load).tone }}\n- Length: {{ (style_config | load).length }}",
+     {"style_config": STYLE}),
     ("{{ (style_config | load).formatting.bullets }}", {"style_config": STYLE}),
     ("{{ data | dump }}", {"data": {"a": 1, "b": [1, "x", None], "c": "é"}}),
     ("{{ data | dump(2) }}", {"data": {"a": 1, "b": [True]}}),
@@ -33,7 +34,8 @@ CASES = [
     ("{{ items }} / {{ d }}", {"items": ["a", "b"], "d": {"k": "v"}}),
     ("{{ items | join(', ') }} {{ items | length }} {{ items | first }} {{ items | last }}",
      {"items": ["x", "y", "z"]}),
-    ("{{ items | reverse | join('-') }} {{ text | trim | lower }}|", {"items": ["x", "y"], "text": "  Hello  "}),
+    ("{{ items | reverse | join('-') }} {{ text | trim | lower }}|",
+     {"items": ["x", "y"], "text": "  Hello  "}),
     ("{{ s | replace('a', 'o') }} {{ s | int }} {{ s2 | float }} {{ neg | abs }}",
      {"s": "3.7a", "s2": "2", "neg": -3}),
     ("{{ d.k }} {{ d['k'] }} {{ missing | default('anon') }} {{ word | string }}",
@@ -49,8 +51,8 @@ CASES = [
 def _nunjucks(cases: list) -> list[str]:
     """Each template rendered by the real Nunjucks, as promptfoo's getNunjucksEngine sets it up."""
     if not NUNJUCKS.exists():
-        pytest.fail("Nunjucks (shipped with promptfoo) is not installed under .cache/promptfoo: run scripts/test, "
-                    "which installs the pinned promptfoo there")
+        pytest.fail("Nunjucks (shipped with promptfoo) is not installed under .cache/promptfoo: run "
+                    "scripts/test, which installs the pinned promptfoo there")
     script = """
 const nunjucks = require(process.argv[1]);
 const env = nunjucks.configure({autoescape: false, throwOnUndefined: false});
@@ -61,8 +63,8 @@ process.stdin.on('end', () => {
   process.stdout.write(JSON.stringify(JSON.parse(data).map(([t, v]) => env.renderString(t, v))));
 });
 """
-    done = subprocess.run([shutil.which("node") or "node", "-e", script, str(NUNJUCKS)], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([shutil.which("node") or "node", "-e", script, str(NUNJUCKS)],
+                          input=json.dumps(cases), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -127,17 +129,18 @@ tests:
 """)
     strict = cli("catalog", "check", str(config))
     assert strict.exit_code == 2
-    assert (f"{config}:10: test #2 ('lost one'): assertion type 'perplexity' cannot be graded by evaljobs; remove "
-            f"it or pass --lenient to skip it") in strict.output
+    assert (f"{config}:10: test #2 ('lost one'): assertion type 'perplexity' cannot be graded by evaljobs; "
+            f"remove it or pass --lenient to skip it") in strict.output
     lenient = cli("catalog", "check", "--lenient", str(config))
     assert lenient.exit_code == 0, lenient.output
-    assert "assertions: 3 imported, 2 mapped to native checks, 0 executed externally (Node, Python, jsonschema), " \
-           "1 refused" in lenient.output
+    assert ("assertions: 3 imported, 2 mapped to native checks, 0 executed externally (Node, Python, "
+            "jsonschema), 1 refused") in lenient.output
     run = cli("run", "--lenient", str(config), "-m", "sim/a")
     assert run.exit_code == 0, run.output
     lines = run.output.splitlines()
     assert any("passed  prompt-1.kept × sim/a" in line for line in lines), run.output
     row = next(line for line in lines if line.startswith("sim/a "))
     assert row.split()[1:5] == ["2", "1", "0", "1"]  # scenarios, passed, failed, errored
-    assert any(line.strip().startswith("prompt-1.lost-one × sim/a  errored [not_gradable]: not gradable: test #2 "
-                                       "('lost one'): assertion #2 (perplexity)") for line in lines), run.output
+    listed = ("prompt-1.lost-one × sim/a  errored [not_gradable]: not gradable: test #2 ('lost one'): "
+              "assertion #2")
+    assert any(line.strip().startswith(listed) for line in lines), run.output

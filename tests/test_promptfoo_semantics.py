@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.evaluation.assertions import NodeRunner, ProcessRunner
 from evaljobs.catalog import CatalogError, parse_catalog
-from evaljobs.evaluation.grading import grade
 from evaljobs.catalog.importers import load_any
+from evaljobs.evaluation.assertions import NodeRunner, ProcessRunner
+from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
@@ -42,10 +42,10 @@ def test_simple_test_imports_with_yaml_12_refs_and_one_refusal():
     with pytest.raises(CatalogError) as info:
         load_any(SIMPLE)
     assert info.value.problems == [
-        f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an embedding "
+        (f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an embedding "
         "model to compare meanings, which evaljobs does not have (write the expected phrases as icontains, or a "
-        "rubric as llm-rubric); remove it or pass --lenient to skip it"]
-    imported, catalog = _catalog(SIMPLE, lenient=True)
+        "rubric as llm-rubric); remove it or pass --lenient to skip it")]
+    _, catalog = _catalog(SIMPLE, lenient=True)
     assert len(catalog.scenarios) == 10  # 2 prompts x 5 tests
     exact = catalog.scenario("prompts-1.check-for-exact-match")
     assert exact.prompt == "Rephrase this from English to Pirate: Yes"  # YAML 1.2: 'Yes' is text, not true
@@ -63,8 +63,8 @@ def test_a_missing_ref_is_one_line_or_skipped_under_lenient(tmp_path):
     with pytest.raises(CatalogError) as info:
         load_any(config)
     assert info.value.problems == [
-        f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define it under "
-        "assertionTemplates or fix the name or pass --lenient to skip it"]
+        (f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define it under "
+        "assertionTemplates or fix the name or pass --lenient to skip it")]
     imported, catalog = _catalog(config, lenient=True)
     # The test lost an assertion: it is not gradable (never graded on what is left).
     assert [a["kind"] for a in catalog.scenarios[0].expect.assertions] == ["builtin", "refused"]
@@ -194,15 +194,15 @@ def test_a_test_whose_every_assertion_was_refused_is_not_gradable(tmp_path):
 
 
 def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path, monkeypatch):
-    import evaljobs.evaluation.assertions as assertions
     from evaljobs.api import Session, UsageError
-    from evaljobs.reports import junit
+    from evaljobs.evaluation import assertions
     from evaljobs.evaluation.result import Result
+    from evaljobs.reports import junit
 
     monkeypatch.setattr(assertions.shutil, "which", lambda name: None)
-    with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory") as session:
-        with pytest.raises(UsageError) as info:
-            session.submit(str(JSON_OUTPUT), ["sim/fast"], strategy="sequential")
+    with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory") as session, \
+            pytest.raises(UsageError) as info:
+        session.submit(str(JSON_OUTPUT), ["sim/fast"], strategy="sequential")
     assert str(info.value).startswith(f"{JSON_OUTPUT}: test #1: assertion #2 (javascript): needs Node.js: install")
     # JUnit carries the grader's account of external assertions and gates.
     result = Result("k", "m", "failed", details={"failed_gates": ["assertions"], "assertions": [

@@ -382,16 +382,16 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
     with pytest.raises(CatalogError) as info:
         loads_catalog(text, source="m.yaml")
     assert info.value.problems == [
-        "m.yaml:6: scenario 'a': a weighted expect is graded by its assertions alone; write contains as "
-        "assertions entries or drop 'weighted'",
+        ("m.yaml:6: scenario 'a': a weighted expect is graded by its assertions alone; write contains as "
+        "assertions entries or drop 'weighted'"),
         "m.yaml:13: scenario 'b': expect.assertions[0].weight must be a number >= 0, not -1",
-        "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
-        "or use pass_threshold",
-        "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
-        "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}",
+        ("m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
+        "or use pass_threshold"),
+        ("m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
+        "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}"),
         "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",
-        "m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
-        "'missing_capability'?)",
+        ("m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
+        "'missing_capability'?)"),
     ]
 
 
@@ -414,5 +414,5 @@ def test_csv_tests_read_vars_descriptions_and_expected_columns_as_promptfoo(tmp_
     with pytest.raises(CatalogError) as info:
         _load(config)
     assert info.value.problems == [
-        f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
-        "or pass --lenient to skip it"]
+        (f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
+        "or pass --lenient to skip it")]

@@ -231,7 +231,7 @@ def run_python(code: str, output: Any, context: dict[str, Any], *, function: str
         result = os.path.join(folder, "result.json")
         try:
             done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER, result], input=json.dumps(request),
-                                  text=True, capture_output=True, timeout=timeout,
+                                  text=True, capture_output=True, timeout=timeout, check=False,
                                   env=child_environment({"PYTHONIOENCODING": "utf-8"}))
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"Python timed out after {timeout:g} s") from None
@@ -409,5 +409,13 @@ def refusal(assertions) -> str | None:
     return None
 
 
-__all__ = ["AssertionRefused", "CALL_TIMEOUT", "NodeRunner", "ProcessRunner", "builtin_checks", "process_runner",
-           "refusal", "run_python"]
+__all__ = [
+    "CALL_TIMEOUT",
+    "AssertionRefused",
+    "NodeRunner",
+    "ProcessRunner",
+    "builtin_checks",
+    "process_runner",
+    "refusal",
+    "run_python",
+]

@@ -132,7 +132,7 @@ def levenshtein(text: str, value: str, threshold: float | None, negate: bool) ->
                                            f"Levenshtein distance {distance} vs threshold {limit:g}")
 
 
-_CONTRACTIONS = [re.compile(rf"(?<!\w){p}(?!\w)", re.I | re.U) for p in (
+_CONTRACTIONS = [re.compile(rf"(?<!\w){p}(?!\w)", re.IGNORECASE | re.UNICODE) for p in (
     r"(can)(not)", r"(d)('ye)", r"(gim)(me)", r"(gon)(na)", r"(got)(ta)", r"(lem)(me)", r"(more)('n)",
     r"(wan)(na)(?= )", r"('t)(is)", r"('t)(was)")]
 

@@ -1,4 +1,4 @@
-"""A JavaScript regular expression (``new RegExp(value)``, no flags) as a Python one that matches the same texts.
+"""A JavaScript regular expression (``new RegExp(value)``, no flags) as a Python one matching the same texts.
 
 promptfoo's ``regex`` assertion is ``new RegExp(value).test(output)``. Python's ``re``
 reads most such patterns alike, with three differences that change verdicts on

@@ -70,8 +70,13 @@ from typing import Any
 import yaml
 
 from evaljobs.catalog import yaml12
-from evaljobs.catalog.importers.promptfoo_assertions import (AssertContext, Refs, convert_assertions, fill,
-                                                             options_transform)
+from evaljobs.catalog.importers.promptfoo_assertions import (
+    AssertContext,
+    Refs,
+    convert_assertions,
+    fill,
+    options_transform,
+)
 from evaljobs.catalog.importers.promptfoo_templates import check_template, needs_engine
 from evaljobs.catalog.importers.promptfoo_tests import combinations, csv_tests, raw_vars
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, slug
@@ -168,7 +173,7 @@ def _where(path: tuple, test: dict) -> str:
 
 
 def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], problems: Problems,
-          base: str, refs: "Refs") -> _Test:
+          base: str, refs: Refs) -> _Test:
     i = path[-1] if isinstance(path[-1], int) else 0
     label = test.get("description") if isinstance(test.get("description"), str) else None
     where = _where(path, test)
@@ -368,7 +373,7 @@ def _prompt_file(ref: str, problems: Problems, path: tuple, where: str, base: st
         return []
     text = read_text(file)
     if ext in _PROMPT_FILE_TEXT:
-        parts = [p.strip() for p in re.split(r"^---\s*$", text, flags=re.M)]
+        parts = [p.strip() for p in re.split(r"^---\s*$", text, flags=re.MULTILINE)]
         return [p for p in parts if p]
     try:
         data = json.loads(text) if ext == ".json" else yaml12.load(text)

@@ -39,7 +39,7 @@ def fill(text: str, variables: dict[str, Any], problems: Problems, missing_at: t
 
 
 def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, variables: dict[str, Any],
-            *, fill_at: tuple[tuple, str] | None = None, ctx: "AssertContext | None" = None,
+            *, fill_at: tuple[tuple, str] | None = None, ctx: AssertContext | None = None,
             entries: list | None = None) -> dict[str, Any]:
     """Native ``expect`` for a list of promptfoo assertions.
 
@@ -190,7 +190,7 @@ class AssertContext:
     variables: dict[str, Any]
     transform: str | None = None
     base: str = "."
-    refs: "Refs | None" = None
+    refs: Refs | None = None
     #: Where a test's ``options.rubricPrompt`` comes from (its own or defaultTest's), if it has one.
     rubric_prompt: str | None = None
 
@@ -484,5 +484,13 @@ def merge_expect(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any
     return out
 
 
-__all__ = ["AssertContext", "JSON_REGEX", "Refs", "convert_assertions", "fill", "merge_expect", "needs_weights",
-           "options_transform"]
+__all__ = [
+    "JSON_REGEX",
+    "AssertContext",
+    "Refs",
+    "convert_assertions",
+    "fill",
+    "merge_expect",
+    "needs_weights",
+    "options_transform",
+]

@@ -26,7 +26,7 @@ FILTERS = ("abs", "default", "d", "dump", "first", "float", "int", "join", "last
            "lower", "replace", "reverse", "safe", "string", "trim", "upper")
 
 _FILTER_USE = re.compile(r"\|\s*([A-Za-z_][A-Za-z0-9_]*)")
-_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 _PLAIN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
@@ -119,7 +119,7 @@ def check_template(text: str) -> str | None:
         _environment().parse(text)
     except TemplateRefused as exc:
         return str(exc)
-    except Exception as exc:  # jinja2.TemplateSyntaxError: a construct Jinja2 reads otherwise
+    except Exception as exc:  # noqa: BLE001 -- jinja2.TemplateSyntaxError, imported only when needed
         return f"has a template construct evaljobs cannot read ({str(exc).splitlines()[0]})"
     return None
 
@@ -141,8 +141,10 @@ def render_template(text: str, variables: dict[str, Any]) -> tuple[str, list[str
     missing = sorted(n for n in names if n not in variables)
     try:
         return env.from_string(text).render(**variables), missing, None
-    except Exception as exc:  # a filter on a value it cannot take (load of a non-JSON text)
-        return text, missing, f"cannot be rendered with its vars ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    except Exception as exc:  # noqa: BLE001 -- whatever a filter raises on a value it cannot take (load of a
+        # text that is not JSON): one line naming it, never a traceback
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        return text, missing, f"cannot be rendered with its vars ({reason})"
 
 
 __all__ = ["FILTERS", "TemplateRefused", "check_template", "needs_engine", "render_template"]
