@@ -4,10 +4,12 @@ For each example config of promptfoo's public repository under ``tests/data/prom
 answers file (``tests/data/promptfoo/answers``), one simulated provider on loopback serves the same fixed
 answers to the real promptfoo CLI (pinned; ``scripts/test`` installs it under ``.cache/promptfoo``) and to
 evaljobs (the promptfoo importer, a real run through ``Session``). Models ``a1``, ``a2``... get an answer
-written to pass, then answers written to fail; llm-rubric's judge passes exactly the first answers. The two
-verdicts of every (test, prompt, model) must agree — pass/fail and score — unless the disagreement is
-listed, with its reason, in docs/catalogs.md's table of known promptfoo differences; no row may be missing
-or errored on either side.
+written to pass, then answers written to fail; the judge (model ``judge``, for both tools' llm-rubric) passes
+the first answer and those an entry lists under ``judge_passes``. The two verdicts of every (test, prompt,
+model) must agree — pass/fail and score — unless the disagreement is listed, with its reason, in
+docs/catalogs.md's table of known promptfoo differences; no row may be missing or errored on either side,
+and each config's answers must pass some tests and fail others. Rows are matched by the prompt text both
+tools rendered (promptfoo expands a glob var in the file system's order).
 """
 from __future__ import annotations
 

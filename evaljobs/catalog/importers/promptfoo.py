@@ -4,55 +4,42 @@ Every prompt × every test becomes one scenario, keyed
 ``<prompt id>.<test>`` where the prompt id is its ``id``/``label`` (or
 ``prompt-<n>``) and the test part is its ``description`` slugged (or
 ``test-<n>``); both are stable as long as the config's ids and descriptions
-are. Each prompt is a native group. ``vars`` fill ``{{var}}`` placeholders
-(plain names only), ``defaultTest`` vars and asserts are merged into every
-test, and the test's description is kept as the scenario's notes.
+are. Each prompt is a native group. ``vars`` fill the prompt's Nunjucks template
+(:mod:`.promptfoo_templates`), list and ``file://`` glob vars run the test once
+per value (:mod:`.promptfoo_tests`), ``defaultTest`` vars and asserts are merged
+into every test, and the test's description is kept as the scenario's notes.
 
 Prompts may be strings, ``{id|label, raw}`` objects, a ``{file://path: label}``
 mapping or ``file://`` references relative to the config: ``.txt``/``.md``
 (several prompts separated by a line ``---``), ``.json``/``.yaml`` (a chat:
 a list of ``{role, content}``). A prompt string holding a JSON chat is a chat.
 
-Assertions map onto native expectations. Native ``contains``/``not_contains``
-are case-insensitive, so case-sensitive assertions become regexes:
-
-==================  ====================================================
-equals              regex ``\\A\\s*<value>\\s*\\Z`` (surrounding whitespace allowed); ``not-equals``: negative
-contains            regex ``<value>`` (escaped; case-sensitive)
-icontains           ``contains``
-contains-any        regex ``(?:a|b)``; ``icontains-any`` adds ``(?i)``
-contains-all        one regex per value; ``icontains-all``: ``contains``
-not-contains        regex ``\\A(?![\\s\\S]*<value>)`` (nowhere in the answer)
-not-contains-any    one negative regex per value
-not-icontains       ``not_contains`` (``not-icontains-any``: one entry per value)
-regex               ``regex`` (``not-regex``: the negative form above)
-starts-with         regex ``\\A\\s*<value>`` (``not-starts-with``: negative)
-is-json             regex for a JSON object or array (``not-is-json``: negative)
-llm-rubric          ``judge`` (several rubrics are joined, one per line)
-latency             ``max_latency_ms`` from its ``threshold``
-==================  ====================================================
-
-A test passes only when every assertion does (``pass_threshold: 1.0``, as in
-promptfoo), unless it sets ``threshold`` (then the native ``pass_threshold``).
-Note that evaljobs' judge scores from 0 to 1: with no threshold, an
-``llm-rubric`` must get full marks.
+Every test is graded as promptfoo grades it (``runAssertions``/``AssertionsResult``):
+its assertions alone, as a weighted list (``expect.weighted``: each entry's score
+and weight, an ``assert-set`` a nested list, the test's ``threshold``); a test
+with no assertions passes. Each assertion is one entry
+(:mod:`.promptfoo_assertions`): exact ``equals``/``starts-with``, case-sensitive
+``contains`` as escaped regexes, ``regex`` with JavaScript's semantics
+(:mod:`.js_regex`), ``is-json``/``contains-json``/``levenshtein``/``rouge-n``/``bleu``
+computed as promptfoo computes them (``evaljobs.evaluation.promptfoo_checks``),
+``llm-rubric`` for the judge, ``latency``.
 
 Run outside Python's graders (``evaljobs.evaluation.assertions``): ``javascript`` (inline,
-or a ``file://x.js[:function]`` module whose source is stored in the catalog; in Node), ``python`` (inline or ``file://x.py[:function]``, whose source is
-stored in the catalog; in a subprocess), ``is-json`` with a schema
-(``jsonschema``), and any built-in assertion on a transformed output: the test's
-``options.transform`` (or ``defaultTest``'s) then the assertion's own
-``transform`` run in Node first, as promptfoo applies them.
+or a ``file://x.js[:function]`` module whose source is stored in the catalog; in Node),
+``python`` (inline or ``file://x.py[:function]``, whose source is stored in the catalog;
+in a subprocess), ``is-json`` with a schema (``jsonschema``), and any built-in assertion
+on a transformed output: the test's ``options.transform`` (or ``defaultTest``'s) then
+the assertion's own ``transform`` run in Node first, as promptfoo applies them.
 
 ``$ref: '#/assertionTemplates/<name>'`` (any JSON pointer into the same file)
 is replaced by what it points to; siblings of ``$ref`` refine it.
 
-Refused, with the reason: ``similar`` (needs an embedding model), ``cost``
-(not graded per pair), file:// transforms, an
-``llm-rubric`` or ``latency`` with a transform, and unknown types: an error
-naming the test and the type, or under ``--lenient`` skipped with a warning
-— a test whose every assertion was skipped is then reported as not gradable,
-never graded on "an answer came back". ``providers`` are ignored (choose
+Refused, with the reason (docs/catalogs.md has the table): ``similar`` (needs an
+embedding model), ``cost`` (not graded per pair), ``file://`` transforms, an
+``llm-rubric`` with a ``rubricPrompt`` or a transform, unknown types, template
+filters evaljobs does not render: an error naming the file, line, test and what,
+or under ``--lenient`` skipped with a warning — the test that lost it is then
+not gradable, never graded on what is left. ``providers`` are ignored (choose
 models with ``-m``), with a warning.
 
 YAML is read as YAML 1.2, as promptfoo reads it: ``body: Yes`` is the text "Yes".
