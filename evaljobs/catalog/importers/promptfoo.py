@@ -82,6 +82,7 @@ _PROMPT_FILE_CHAT = (".json", ".yaml", ".yml")
 def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
     """A promptfoo config as native catalog data (problems collected in ``problems``)."""
     base = os.path.dirname(os.path.abspath(problems.source))
+    problems.count_refusals = True  # every part dropped under --lenient is counted as refused
     for key in data:
         if key in _IGNORED_TOP:
             problems.warn((key,), "", f"{key!r} is ignored by evaljobs"

@@ -50,6 +50,9 @@ class Problems:
         #: Where something was dropped under ``lenient`` (each also counted as refused): an importer marks
         #: the tests that lost a part as not gradable, never grades them on what is left.
         self.dropped: list[tuple] = []
+        #: Count each dropped part as refused in :meth:`unsupported` (the promptfoo importer, where any key,
+        #: column or template can be dropped); the other importers count what they refuse themselves.
+        self.count_refusals = False
 
     def count(self, what: str) -> None:
         self.counts["assertions"] += 1
@@ -82,7 +85,8 @@ class Problems:
         """Something evaljobs cannot grade: an error, or with ``lenient`` a skip warning."""
         if self.lenient:
             self.dropped.append(tuple(path))
-            if self._format(path, where, f"{what}; skipped (--lenient)") not in self._seen:
+            line = self._format(path, where, f"{what}; skipped (--lenient)")
+            if self.count_refusals and line not in self._seen:
                 self.counts["refused"] += 1  # once per dropped part, however many tests share it
             self.warn(path, where, f"{what}; skipped (--lenient)")
         else:
