@@ -1,7 +1,6 @@
 """Importers: ActiveAgent suites and catalogs, promptfoo configs, JSONL samples -> native catalogs."""
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
