@@ -45,6 +45,7 @@ CASES = [
      {"items": [1, 2], "t": True, "word": "abc", "d": {"a": 1, "b": 2}}),
     ("{{ f | int }} {{ word | float(1.5) }} {{ word | int(7) }} {{ big | float }}",
      {"f": 3.9, "word": "x", "big": "1e3"}),
+    ("Hello {{ who | default('you') }}, {{ how | d('fine') }}", {}),  # a var used only through default
 ]
 
 
@@ -85,6 +86,12 @@ def test_a_filter_evaljobs_does_not_render_is_refused_by_name(name):
     assert text == f"Hi {{{{ who | {name} }}}}" and missing == []
     assert refusal == (f"uses the Nunjucks filter {name!r}, which evaljobs does not render (known: "
                        f"{', '.join(FILTERS)})")
+
+
+def test_a_missing_var_is_reported_unless_it_has_a_default():
+    assert render_template("{{ who | default('you') }} {{ who }}", {})[1] == ["who"]
+    assert render_template("{% if who %}hi {{ who | upper }}{% endif %}", {})[1] == ["who"]
+    assert render_template("{{ who | default(other) }}", {"other": "x"})[1] == []
 
 
 def test_load_of_a_var_that_is_not_json_cannot_be_rendered():

@@ -135,10 +135,16 @@ def render_template(text: str, variables: dict[str, Any]) -> tuple[str, list[str
     if problem:
         return text, [], problem
     env = _environment()
-    from jinja2 import meta
+    from jinja2 import meta, nodes
 
-    names = meta.find_undeclared_variables(env.parse(text))
-    missing = sorted(n for n in names if n not in variables)
+    tree = env.parse(text)
+    # A var used only through `default` may be missing (Nunjucks then prints the default); any other use of a
+    # missing var is reported (Nunjucks would print nothing, which is rarely what the config means).
+    uses = [n.name for n in tree.find_all(nodes.Name) if n.ctx == "load"]
+    defaulted = [f.node.name for f in tree.find_all(nodes.Filter)
+                 if f.name in ("default", "d") and isinstance(f.node, nodes.Name)]
+    missing = sorted(n for n in meta.find_undeclared_variables(tree)
+                     if n not in variables and uses.count(n) > defaulted.count(n))
     try:
         return env.from_string(text).render(**variables), missing, None
     except Exception as exc:  # noqa: BLE001 -- whatever a filter raises on a value it cannot take (load of a
