@@ -91,8 +91,8 @@ def _environment():
         try:
             from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError:  # the optional 'imports' extra
-            raise TemplateRefused("needs Jinja2 to render its Nunjucks template: pip install 'evaljobs[imports]'") \
-                from None
+            raise TemplateRefused("needs Jinja2 to render its Nunjucks template: "
+                                  "pip install 'evaljobs[imports]'") from None
         env = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True,
                                             finalize=_js_text)
         env.filters = {name: env.filters[name] for name in FILTERS if name in env.filters}
@@ -128,8 +128,11 @@ def render_template(text: str, variables: dict[str, Any]) -> tuple[str, list[str
     """``(text, missing var names, refusal)``: the rendered template, as promptfoo renders it."""
     if not needs_engine(text):  # plain {{ name }}s, printed as Nunjucks prints a value (3.0 is "3")
         _, missing, _ = render(text, variables)
-        rendered = _PLAIN.sub(lambda m: _js_text(variables[m.group(1)]) if m.group(1) in variables else m.group(0),
-                              text)
+        def value(match: re.Match) -> str:
+            name = match.group(1)
+            return _js_text(variables[name]) if name in variables else match.group(0)
+
+        rendered = _PLAIN.sub(value, text)
         return rendered, missing, None
     problem = check_template(text)
     if problem:
