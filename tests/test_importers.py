@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from evaljobs.catalog import CatalogError, ExpectedTool, loads_catalog, parse_catalog
-from evaljobs.evaluation.grading import grade
 from evaljobs.catalog.importers import FORMATS, detect_format, dump_native, load_any
+from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 
 IMPORTS = Path(__file__).resolve().parents[1] / "examples" / "imports"
@@ -57,11 +57,11 @@ def test_detect_format_by_extension_and_shape():
     with pytest.raises(CatalogError) as err:
         detect_format({"title": "x", "cases": []}, "odd.yaml")
     assert err.value.problems == [
-        "odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native "
+        ("odd.yaml: cannot tell the catalog format (top-level keys: 'title', 'cases'); expected a native "
         "catalog ('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog "
         "('catalog' + 'products'), a promptfoo config ('prompts' + 'tests'), an OpenAI evals registry file "
         "(entries with 'class') or a .jsonl file; pass --format "
-        "{native,activeagent-suite,activeagent-catalog,promptfoo,openai-evals,jsonl}"]
+        "{native,activeagent-suite,activeagent-catalog,promptfoo,openai-evals,jsonl}")]
 
 
 def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
@@ -70,8 +70,8 @@ def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
     assert load_any(SUITE, format="activeagent-suite").format == "activeagent-suite"
     with pytest.raises(CatalogError) as err:
         load_any(SUITE, format="promptfu")
-    assert err.value.problems == [f"{SUITE}: unknown format 'promptfu' (did you mean 'promptfoo'?); use one "
-                                  f"of {', '.join(FORMATS)}"]
+    assert err.value.problems == [(f"{SUITE}: unknown format 'promptfu' (did you mean 'promptfoo'?); use one "
+                                  f"of {', '.join(FORMATS)}")]
 
 
 def test_native_files_pass_through(tmp_path):
@@ -87,8 +87,8 @@ def test_native_files_pass_through(tmp_path):
 def test_activeagent_suite_maps_groups_keys_params_and_expectations():
     result, catalog = _catalog(SUITE)
     assert result.excluded == 1  # billing.chargeback-live is production_only
-    assert result.warnings == [f"{SUITE}: 2 expected tool(s) are not declared in the file; declared them "
-                               "without canned results (the agent under test provides them)"]
+    assert result.warnings == [(f"{SUITE}: 2 expected tool(s) are not declared in the file; declared them "
+                               "without canned results (the agent under test provides them)")]
     assert catalog.name == "support-agent"
     assert catalog.description == "Support agent regression suite (ActiveAgent format)."
     assert catalog.keys == ("billing.invoice-copy", "billing.refund", "orders.status")
@@ -127,8 +127,8 @@ groups:
       - {key: a, prompt: hi, production_only: true}
       - {key: b, prompt: ho, production_only: true}
 """)
-    assert _errors(path) == [f"{path}: all 2 scenarios are production_only and were left out; pass "
-                             "--include-production-only to evaluate them"]
+    assert _errors(path) == [(f"{path}: all 2 scenarios are production_only and were left out; pass "
+                             "--include-production-only to evaluate them")]
 
 
 # --------------------------------------------------------------------------- ActiveAgent catalog
@@ -173,15 +173,15 @@ products:
           - {key: a, prompt: hi, expect: {contains: hello}}
 """)
     assert _errors(path) == [
-        f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, "
+        (f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: response_present, "
         "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, "
         "tools_succeeded, ideal, assertions); use a "
-        "known criterion (write rubric points into 'judge') or pass --lenient to skip it"]
+        "known criterion (write rubric points into 'judge') or pass --lenient to skip it")]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
+    assert result.warnings == [(f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
                                "response_present, contains, not_contains, regex, expected_tools, "
                                "max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, assertions); "
-                               "skipped (--lenient)"]
+                               "skipped (--lenient)")]
     assert catalog.scenario("p.s.a").criteria == ("contains",)
 
 
@@ -215,22 +215,22 @@ groups:
 """)
     assert _errors(path) == [
         f"{path}:4: group #1: missing 'key'",
-        f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
-        "only plain {{name}} placeholders are supported",
-        f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
-        "keys must be unique within their group or set",
+        (f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
+        "only plain {{name}} placeholders are supported"),
+        (f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
+        "keys must be unique within their group or set"),
         f"{path}:13: group 'billing': scenario #3: missing 'key'",
-        f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
-        "it or pass --lenient to skip it",
+        (f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
+        "it or pass --lenient to skip it"),
         f"{path}:19: scenario 'billing.both': give either 'prompt' or 'messages', not both",
-        f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill "
-        "{{name}} placeholders in the prompt)",
+        (f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill "
+        "{{name}} placeholders in the prompt)"),
         f"{path}:25: scenario 'billing.flag': production_only must be true or false, not 'yes'",
     ]
     missing = _write(tmp_path, "missing_param.yaml", "suite: s\ngroups:\n  - key: g\n    scenarios:\n"
                                                      "      - {key: a, prompt: 'Order {{order_id}}'}\n")
-    assert _errors(missing) == [f"{missing}:5: scenario 'g.a': prompt uses {{{{order_id}}}} but params has "
-                                "no 'order_id'; add it under params"]
+    assert _errors(missing) == [(f"{missing}:5: scenario 'g.a': prompt uses {{{{order_id}}}} but params has "
+                                "no 'order_id'; add it under params")]
 
 
 def test_activeagent_unknown_top_level_keys_are_warnings(tmp_path):
@@ -327,11 +327,11 @@ tests:
         value: refund
 """)
     assert _errors(path) == [
-        f"{path}:9: test #3 ('refund question'): assertion type 'perplexity' cannot be graded by evaljobs; "
-        "remove it or pass --lenient to skip it"]
+        (f"{path}:9: test #3 ('refund question'): assertion type 'perplexity' cannot be graded by evaljobs; "
+        "remove it or pass --lenient to skip it")]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [f"{path}:9: test #3 ('refund question'): assertion type 'perplexity' cannot "
-                               "be graded by evaljobs; skipped (--lenient)"]
+    assert result.warnings == [(f"{path}:9: test #3 ('refund question'): assertion type 'perplexity' cannot "
+                               "be graded by evaljobs; skipped (--lenient)")]
     # The test lost an assertion: it is not gradable, never graded on what is left.
     assert [a["kind"] for a in catalog.scenario("prompt-1.refund-question").expect.assertions] == [
         "refused", "builtin"]
@@ -366,27 +366,27 @@ tests:
   - "just a string"
 """)
     assert _errors(path) == [
-        f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
-        "skip it",
+        (f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
+        "skip it"),
         f"{path}:3: prompt #2: prompt file 'missing.txt' not found (looked for {tmp_path}/missing.txt)",
-        f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
+        (f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
         "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
-        "it",
+        "it"),
         f"{path}:23: test #4: must be a mapping with vars and assert, not 'just a string'",
-        f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
-        "missing ), unterminated subpattern",
+        (f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
+        "missing ), unterminated subpattern"),
         f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
-        f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
-        "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it",
+        (f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
+        "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it"),
         # (is-json with a schema, line 18, is graded now: jsonschema validates it)
         f"{path}:21: test #3 ('no var'): threshold must be a number from 0 to 1, not 2",
-        f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
-        "'question'; add it under vars (or defaultTest.vars)",
+        (f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
+        "'question'; add it under vars (or defaultTest.vars)"),
         # A Nunjucks filter evaljobs does not render is refused by name, once, at the prompt that uses it
         # (a list var such as 'many' is not a problem: promptfoo runs the test once per value, as evaljobs).
-        f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does not "
+        (f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does not "
         "render (known: abs, default, d, dump, first, float, int, join, last, length, list, load, lower, replace, "
-        "reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it",
+        "reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it"),
     ]
 
 
@@ -403,8 +403,8 @@ tests:
     assert: [{type: icontains, value: bonjour}, {type: icontains, value: salut}]
   - providerOutput: Bonjour
 """)
-    assert _errors(path) == [f"{path}:7: test #2: unknown key 'providerOutput' (known: description, vars, assert, "
-                             "threshold, metadata, options); remove or rename it or pass --lenient to skip it"]
+    assert _errors(path) == [(f"{path}:7: test #2: unknown key 'providerOutput' (known: description, vars, assert, "
+                             "threshold, metadata, options); remove or rename it or pass --lenient to skip it")]
     result, catalog = _catalog(path, lenient=True)
     assert result.warnings[:2] == [
         f"{path}:3: test #1: key 'type' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
@@ -429,9 +429,9 @@ tests:
     assert: [{type: icontains, value: rate}]
 """)
     assert _errors(path) == [
-        f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
+        (f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
         "its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove the rubricPrompt or pass "
-        "--lenient to skip it"]
+        "--lenient to skip it")]
     result, catalog = _catalog(path, lenient=True)
     assert result.counts["refused"] == 1
     assert [a["kind"] for a in catalog.scenario("prompt-1.test-1").expect.assertions] == ["refused"]
@@ -459,10 +459,10 @@ tests: file://tests.yaml
 
 def test_jsonl_samples_become_scenarios_graded_by_the_named_grader():
     assert _errors(JSONL) == [
-        f"{JSONL}: the samples do not say how to grade them (the eval that uses them does); pass --grader "
+        (f"{JSONL}: the samples do not say how to grade them (the eval that uses them does); pass --grader "
         "(OpenAI evals: match, includes, includes_ignore_case, fuzzy_match; Inspect: inspect_includes, "
         "inspect_match, inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line; or "
-        "model_graded_fact (the LLM judge)), or run the eval's OpenAI evals registry YAML"]
+        "model_graded_fact (the LLM judge)), or run the eval's OpenAI evals registry YAML")]
     result, catalog = _catalog(JSONL, grader="includes")
     assert (result.format, result.excluded, result.warnings) == ("jsonl", 0, [])
     assert catalog.name == "samples"
@@ -484,7 +484,7 @@ def test_jsonl_samples_become_scenarios_graded_by_the_named_grader():
 
 
 def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
-    path = _write(tmp_path, "evals.jsonl", "\n".join([
+    path = _write(tmp_path, "evals.jsonl", "\n".join([  # noqa: FLY002 -- one sample a line reads better
         '{"input": "ok", "ideal": "x"}',
         '{"input": "broken", ',
         '[1, 2]',
@@ -499,14 +499,14 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
     assert _errors(path, grader="includes") == [
         f"{path}:2: sample: not valid JSON: Expecting property name enclosed in double quotes (column 21)",
         f"{path}:3: sample: must be a JSON object with 'input' and 'ideal' or 'target', not list",
-        f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
-        "answers), not None",
-        f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
-        "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}",
+        (f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
+        "answers), not None"),
+        (f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
+        "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}"),
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
-        f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
-        "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it",
+        (f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
+        "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it"),
     ]
 
 
@@ -514,8 +514,8 @@ def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path
     path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n'
                                         '{"input": "q2", "target": "b"}\n')
     result = load_any(path, lenient=True, grader="inspect_includes")
-    assert result.warnings == [f"{path}:1: field 'choices' (line 1): Inspect's multiple_choice() solver writes "
-                               "the prompt from them; evaljobs sends the input as it is; skipped (--lenient)"]
+    assert result.warnings == [(f"{path}:1: field 'choices' (line 1): Inspect's multiple_choice() solver writes "
+                               "the prompt from them; evaljobs sends the input as it is; skipped (--lenient)")]
     # The sample with choices is refused, never graded on an input Inspect would not send.
     assert [s["key"] for s in result.data["scenarios"]] == ["sample-2"]
     assert result.counts == {"assertions": 2, "mapped": 1, "external": 0, "refused": 1}
@@ -526,8 +526,8 @@ def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path
     extra = _write(tmp_path, "extra.jsonl", '{"input": "q", "target": "a", "label": "a", "extra": 1}\n'
                                             '{"input": "q2", "target": "b", "label": "b"}\n')
     assert load_any(extra, grader="inspect_includes").warnings == [
-        f"{extra}: fields 'label', 'extra' are not used (evaljobs reads input, ideal, target, id, metadata; "
-        "--field maps others)"]
+        (f"{extra}: fields 'label', 'extra' are not used (evaljobs reads input, ideal, target, id, metadata; "
+        "--field maps others)")]
     empty = _write(tmp_path, "empty.jsonl", "\n\n")
     assert _errors(empty, grader="includes") == [f"{empty}: no samples; write one JSON object per line"]
 
@@ -575,8 +575,8 @@ def test_promptfoo_file_references_resolve_relative_to_the_config(tmp_path, monk
 
 
 def test_unreadable_and_empty_files_are_one_line_errors(tmp_path):
-    assert _errors(tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: cannot read: No such file or "
-                                               "directory"]
+    assert _errors(tmp_path / "nope.yaml") == [(f"{tmp_path / 'nope.yaml'}: cannot read: No such file or "
+                                               "directory")]
     empty = _write(tmp_path, "empty.yaml", "  \n")
     assert _errors(empty) == [f"{empty}: the file is empty"]
     broken = _write(tmp_path, "broken.yaml", "suite: s\ngroups: [\n")

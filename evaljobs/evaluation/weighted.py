@@ -23,8 +23,9 @@ Pure code: the judge and the external-assertion runner are passed in, as in
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from evaljobs.evaluation import promptfoo_checks
 from evaljobs.evaluation.assertions import builtin_checks
@@ -47,7 +48,7 @@ class Outcome:
     reason: str = ""
     fault: str | None = None
     weight: float = 1.0
-    children: list["Outcome"] = field(default_factory=list)
+    children: list[Outcome] = field(default_factory=list)
 
     def as_detail(self) -> dict[str, Any]:
         out: dict[str, Any] = {"assertion": self.label, "pass": self.passed, "score": round(self.score, 6),

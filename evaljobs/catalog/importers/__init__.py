@@ -21,8 +21,15 @@ from typing import Any
 
 import yaml
 
-from evaljobs.catalog.importers.shared import (ImportResult, Problems, kind, load_structured, read_text,
-                                               suggest_key, text_of)
+from evaljobs.catalog.importers.shared import (
+    ImportResult,
+    Problems,
+    kind,
+    load_structured,
+    read_text,
+    suggest_key,
+    text_of,
+)
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.yaml12 import SafeDumper
 
@@ -49,11 +56,11 @@ def detect_format(data: Any, path: str) -> str:
     else:
         shown = f"the top level is {kind(data)}"
     raise CatalogError([
-        f"{path}: cannot tell the catalog format (top-level keys: {shown}); expected a native catalog "
+        (f"{path}: cannot tell the catalog format (top-level keys: {shown}); expected a native catalog "
         f"('name' + 'scenarios'/'groups'), an ActiveAgent suite ('suite' + 'groups') or catalog "
         f"('catalog' + 'products'), a promptfoo config ('prompts' + 'tests'), an OpenAI evals registry file "
         f"(entries with 'class') or a .jsonl file; "
-        f"pass --format {{{','.join(FORMATS)}}}"])
+        f"pass --format {{{','.join(FORMATS)}}}")])
 
 
 def load_any(path: str | os.PathLike, *, format: str | None = None, include_production_only: bool = False,
@@ -71,8 +78,8 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     """
     source = os.fspath(path)
     if format is not None and format not in FORMATS:
-        raise CatalogError([f"{source}: unknown format {format!r}{suggest_key(format, FORMATS)}; "
-                            f"use one of {', '.join(FORMATS)}"])
+        raise CatalogError([(f"{source}: unknown format {format!r}{suggest_key(format, FORMATS)}; "
+                            f"use one of {', '.join(FORMATS)}")])
     text = read_text(source)
     is_jsonl = format == "jsonl" or (format is None and source.lower().endswith(".jsonl"))
     if fields and not is_jsonl:
@@ -95,8 +102,8 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     problems = Problems(source, lines, lenient)
     if fmt == "native":
         if not isinstance(data, dict):
-            raise CatalogError([f"{source}: a native catalog must be a mapping with 'name' and 'scenarios', "
-                                f"not {kind(data)}"])
+            raise CatalogError([(f"{source}: a native catalog must be a mapping with 'name' and 'scenarios', "
+                                f"not {kind(data)}")])
         return ImportResult(data=data, format=fmt, counts=_native_counts(data))
     if fmt == "activeagent-suite":
         from evaljobs.catalog.importers.activeagent import convert_suite

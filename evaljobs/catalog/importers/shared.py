@@ -102,8 +102,8 @@ def read_text(source: str) -> str:
         with open(source, encoding="utf-8-sig") as handle:
             return handle.read()
     except UnicodeDecodeError as exc:
-        raise CatalogError([f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                            f"save it as UTF-8"]) from None
+        raise CatalogError([(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            f"save it as UTF-8")]) from None
     except OSError as exc:
         raise CatalogError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
 
@@ -116,8 +116,8 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
         try:
             return json.loads(text), {}
         except json.JSONDecodeError as exc:
-            raise CatalogError([f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
-                                f"(column {exc.colno})"]) from None
+            raise CatalogError([(f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
+                                f"(column {exc.colno})")]) from None
     loader = SafeLoader(text)  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
     try:
         check_expansion(text, source, FastLoader)  # an alias bomb is refused before anything expands
