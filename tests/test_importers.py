@@ -372,7 +372,9 @@ tests:
         (f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
         "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
         "it"),
-        f"{path}:23: test #4: must be a mapping with vars and assert, not 'just a string'",
+        # promptfoo reads a string in the list as a glob of tests files (none matches here)
+        (f"{path}:23: test #4: no tests file matches 'just a string' (looked in {tmp_path}); a test is a mapping "
+         "with vars and assert, or a file:// path to a YAML, JSON or CSV file of tests"),
         (f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
         "missing ), unterminated subpattern"),
         f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
@@ -436,6 +438,31 @@ tests:
     assert result.counts["refused"] == 1
     assert [a["kind"] for a in catalog.scenario("prompt-1.test-1").expect.assertions] == ["refused"]
     assert [a["kind"] for a in catalog.scenario("prompt-1.test-2").expect.assertions] == ["builtin"]
+
+
+def test_promptfoo_tests_list_mixes_tests_and_globs_of_tests_files(tmp_path):
+    """promptfoo's readTests: a string in the tests list is a glob of tests files (examples/
+    config-separate-test-configs: `- file://tests/*` among inline tests); each file's tests take its place."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "b.yaml").write_text("- vars: {topic: b1}\n- description: Named\n  vars: {topic: b2}\n")
+    (tmp_path / "tests" / "a.yaml").write_text("vars: {topic: a1}\nassert: [{type: icontains, value: a1}]\n")
+    (tmp_path / "more.csv").write_text("topic,__expected\nc1,icontains:c1\n")
+    path = _write(tmp_path, "promptfooconfig.yaml", """\
+prompts: ["Tell me about {{topic}}"]
+tests:
+  - vars: {topic: inline}
+  - file://tests/*
+  - file://more.csv
+""")
+    result, catalog = _catalog(path)
+    assert [(s["key"], s["prompt"]) for s in result.data["groups"][0]["scenarios"]] == [
+        ("prompt-1.test-1", "Tell me about inline"), ("prompt-1.a-1", "Tell me about a1"),
+        ("prompt-1.b-1", "Tell me about b1"), ("prompt-1.named", "Tell me about b2"),
+        ("prompt-1.more-1", "Tell me about c1")]
+    assert catalog.scenario("prompt-1.more-1").expect.assertions[0]["expect"] == {"contains": ["c1"]}
+    (tmp_path / "tests" / "c.txt").write_text("not tests")
+    assert _errors(path) == [(f"{path}:4: tests: tests file 'tests/c.txt' is not YAML, JSON or CSV (code is not "
+                             "run by evaljobs); convert it to YAML or pass --lenient to skip it")]
 
 
 def test_promptfoo_tests_file_and_default_test_vars_in_asserts(tmp_path):

@@ -47,7 +47,6 @@ YAML is read as YAML 1.2, as promptfoo reads it: ``body: Yes`` is the text "Yes"
 from __future__ import annotations
 
 import copy
-import csv
 import json
 import os
 import re
@@ -65,7 +64,7 @@ from evaljobs.catalog.importers.promptfoo_assertions import (
     options_transform,
 )
 from evaljobs.catalog.importers.promptfoo_templates import check_template, needs_engine
-from evaljobs.catalog.importers.promptfoo_tests import combinations, csv_tests, raw_vars
+from evaljobs.catalog.importers.promptfoo_tests import Source, combinations, raw_vars, read_tests
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, read_text, slug
 
 _TOP_KEYS = ("description", "prompts", "tests", "defaultTest", "assertionTemplates")
@@ -74,7 +73,8 @@ _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", 
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
 #: promptfoo's own test keys (TestCaseSchema, src/types/index.ts): any other key of a test is dropped by its
 #: schema (a z.object, not strict), e.g. the ``type: assert-set`` of examples/french-greeting-test.
-_PROMPTFOO_TEST_KEYS = _TEST_KEYS + ("provider", "providers", "prompts", "providerOutput", "assertScoringFunction")
+_PROMPTFOO_TEST_KEYS = _TEST_KEYS + ("provider", "providers", "prompts", "providerOutput",
+                                     "assertScoringFunction")
 _DEFAULT_TEST_KEYS = ("vars", "assert", "threshold", "options", "metadata")
 _PROMPT_FILE_TEXT = (".txt", ".md", ".prompt", ".j2", ".njk")
 _PROMPT_FILE_CHAT = (".json", ".yaml", ".yml")
@@ -104,17 +104,18 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
         problems.error(("defaultTest",), "defaultTest", "must be a mapping with vars and assert")
         default = {}
     check_keys(problems, ("defaultTest",), "defaultTest", default, _DEFAULT_TEST_KEYS)
-    tests = _tests(data.get("tests"), problems, base)
+    tests = read_tests(data.get("tests"), problems, base)
 
     default_vars = raw_vars(default.get("vars"), problems, ("defaultTest", "vars"), "defaultTest")
     refs = Refs(data, problems)
     converted = []
-    for path, test in tests:
+    for source in tests:
+        path, test = source.path, source.test
         raw = dict(default_vars)
-        raw.update(raw_vars(test.get("vars"), problems, path + ("vars",), _where(path, test)))
-        runs = combinations(raw, problems, path + ("vars",), _where(path, test), base)
+        raw.update(raw_vars(test.get("vars"), problems, path + ("vars",), source.where))
+        runs = combinations(raw, problems, path + ("vars",), source.where, base)
         for n, variables in enumerate(runs, 1):
-            converted.append(_test(path, test, default, variables, problems, base, refs))
+            converted.append(_test(source, default, variables, problems, base, refs))
             if len(runs) > 1:  # promptfoo runs the test once per combination of list/glob values
                 converted[-1].key = f"{converted[-1].key}-{n}"
     seen: set[str] = set()
@@ -154,17 +155,10 @@ class _Test:
     entries: list
 
 
-def _where(path: tuple, test: dict) -> str:
-    i = path[-1] if isinstance(path[-1], int) else 0
-    label = test.get("description") if isinstance(test.get("description"), str) else None
-    return f"test #{i + 1}" + (f" ({label!r})" if label else "")
-
-
-def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], problems: Problems,
+def _test(source: Source, default: dict, variables: dict[str, Any], problems: Problems,
           base: str, refs: Refs) -> _Test:
-    i = path[-1] if isinstance(path[-1], int) else 0
+    path, test, where = source.path, source.test, source.where
     label = test.get("description") if isinstance(test.get("description"), str) else None
-    where = _where(path, test)
     for key in test:
         if key not in _PROMPTFOO_TEST_KEYS:
             problems.warn(path + (key,), where, f"key {key!r} is not a promptfoo test key: promptfoo ignores it, "
@@ -198,7 +192,7 @@ def _test(path: tuple, test: dict, default: dict, variables: dict[str, Any], pro
     expect = {"weighted": True, "assertions": entries}
     if threshold is not None:
         expect["threshold"] = float(threshold)
-    return _Test(index=i, key=slug(label or "") or f"test-{i + 1}", path=path, where=where, description=label,
+    return _Test(index=source.index, key=slug(label or "") or source.name, path=path, where=where, description=label,
                  variables=variables, expect=expect, threshold=threshold,
                  tags=_metadata_tags(test.get("metadata")), entries=entries)
 
@@ -401,40 +395,6 @@ def _chat_messages(data: Any) -> list[dict[str, Any]] | None:
 
 
 # --------------------------------------------------------------------------- tests and vars
-
-
-def _tests(raw: Any, problems: Problems, base: str) -> list[tuple[tuple, dict]]:
-    if raw is None:
-        problems.error((), "", "missing 'tests'")
-        return []
-    path: tuple = ("tests",)
-    if isinstance(raw, str) and raw.startswith("file://"):
-        ref = raw[len("file://"):]
-        file = ref if os.path.isabs(ref) else os.path.join(base, ref)
-        if not file.lower().endswith((".yaml", ".yml", ".json", ".csv")):
-            problems.unsupported(path, "tests", f"tests file {ref!r} is not YAML, JSON or CSV (code is "
-                                                f"not run by evaljobs)", "convert it to YAML")
-            return []
-        if not os.path.isfile(file):
-            problems.error(path, "tests", f"tests file {ref!r} not found (looked for {file})")
-            return []
-        try:
-            raw = csv_tests(file, ref, problems) if file.lower().endswith(".csv") else yaml12.load(read_text(file))
-        except (yaml.YAMLError, csv.Error) as exc:
-            problems.error(path, "tests", f"tests file {ref!r} is not valid {'CSV' if file.lower().endswith('.csv') else 'YAML'}: "
-                                          f"{str(exc).splitlines()[0]}")
-            return []
-    if not isinstance(raw, list):
-        problems.error(path, "tests", "tests must be a list of tests (or a file:// YAML file of them)")
-        return []
-    out = []
-    for i, test in enumerate(raw):
-        if not isinstance(test, dict):
-            problems.error(path + (i,), f"test #{i + 1}",
-                           f"must be a mapping with vars and assert, not {test!r}")
-            continue
-        out.append((path + (i,), test))
-    return out
 
 
 def _path_text(path: tuple) -> str:

@@ -1,7 +1,8 @@
-"""promptfoo tests' data: CSV test files, and vars expanded and loaded as promptfoo does.
+"""promptfoo tests and their data: the tests list, CSV test files, vars expanded and loaded as promptfoo does.
 
-The part of the promptfoo importer (:mod:`.promptfoo`) that reads what a test
-asks with: ``tests: file://x.csv`` rows (src/csv.ts), ``file://`` and list vars
+The part of the promptfoo importer (:mod:`.promptfoo`) that reads the tests and
+what they ask with: the ``tests`` list with its ``file://`` globs of tests files
+(src/util/testCaseReader.ts), CSV rows (src/csv.ts), ``file://`` and list vars
 (src/evaluator.ts ``generateVarCombinations``, src/evaluatorHelpers.ts
 ``renderPrompt``). Split from the importer, which calls these per test.
 """
@@ -13,12 +14,13 @@ import json
 import math
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from evaljobs.catalog import yaml12
-from evaljobs.catalog.importers.shared import Problems, read_text
+from evaljobs.catalog.importers.shared import Problems, key_part, read_text
 
 
 def csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
@@ -143,6 +145,98 @@ def assertion_from_string(expected: str) -> dict[str, Any]:
     return {"type": "equals", "value": expected}
 
 
+def where_of(path: tuple, test: dict) -> str:
+    i = path[-1] if isinstance(path[-1], int) else 0
+    label = test.get("description") if isinstance(test.get("description"), str) else None
+    return f"test #{i + 1}" + (f" ({label!r})" if label else "")
+
+
+@dataclass
+class Source:
+    """One test as the config lists it, or one test of a tests file a list entry names."""
+
+    path: tuple
+    test: dict
+    where: str
+    #: The key part when the test has no description (``test-<n>``, or ``<file>-<n>`` for a file's tests).
+    name: str
+    #: Its place among all the tests (promptfoo's testIdx).
+    index: int
+
+
+def read_tests(raw: Any, problems: Problems, base: str) -> list[Source]:
+    """The config's tests, in promptfoo's order (src/util/testCaseReader.ts ``readTests``): ``tests`` is a
+    list of tests, a ``file://`` tests file, or a list mixing tests and ``file://`` globs of tests files (each
+    file's tests in its place, the files of a glob in name order)."""
+    if raw is None:
+        problems.error((), "", "missing 'tests'")
+        return []
+    path: tuple = ("tests",)
+    if isinstance(raw, str):
+        raw = [raw]
+        single = True
+    else:
+        single = False
+    if not isinstance(raw, list):
+        problems.error(path, "tests", "tests must be a list of tests (or a file:// YAML file of them)")
+        return []
+    out: list[Source] = []
+    for i, item in enumerate(raw):
+        at = path if single else path + (i,)
+        if isinstance(item, dict):
+            out.append(Source(at, item, where_of(at, item), f"test-{i + 1}", len(out)))
+            continue
+        if not isinstance(item, str) or not item.strip():
+            problems.error(at, f"test #{i + 1}",
+                           f"must be a mapping with vars and assert, or a file:// tests file, not {item!r}")
+            continue
+        ref = item.removeprefix("file://")
+        pattern = ref if os.path.isabs(ref) else os.path.join(base, ref)
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+        if not files:
+            problems.error(at, "tests" if single else f"test #{i + 1}",
+                           f"no tests file matches {ref!r} (looked in {base}); a test is a mapping with vars "
+                           f"and assert, or a file:// path to a YAML, JSON or CSV file of tests")
+            continue
+        for file in files:
+            name = os.path.relpath(file, base)
+            loaded = _tests_file(file, name, problems, at)
+            stem = key_part(os.path.splitext(os.path.basename(file))[0]) or "tests"
+            for j, test in enumerate(loaded):
+                test_at = at + (name, j) if not single or len(files) > 1 else at + (j,)
+                if not isinstance(test, dict):
+                    problems.error(test_at, f"{name} test #{j + 1}",
+                                   f"must be a mapping with vars and assert, not {test!r}")
+                    continue
+                label = test.get("description") if isinstance(test.get("description"), str) else None
+                where = (f"test #{j + 1}" if single and len(files) == 1 else f"{name} test #{j + 1}") + (
+                    f" ({label!r})" if label else "")
+                key = f"test-{j + 1}" if single and len(files) == 1 else f"{stem}-{j + 1}"
+                out.append(Source(test_at, test, where, key, len(out)))
+    return out
+
+
+def _tests_file(file: str, name: str, problems: Problems, at: tuple) -> list:
+    """The tests of one tests file (YAML or JSON: a list of tests or one; CSV: promptfoo's columns)."""
+    lowered = file.lower()
+    if not lowered.endswith((".yaml", ".yml", ".json", ".csv")):
+        problems.unsupported(at, "tests", f"tests file {name!r} is not YAML, JSON or CSV (code is not run by "
+                                          f"evaljobs)", "convert it to YAML")
+        return []
+    try:
+        loaded = csv_tests(file, name, problems) if lowered.endswith(".csv") else yaml12.load(read_text(file))
+    except (yaml.YAMLError, csv.Error) as exc:
+        kind = "CSV" if lowered.endswith(".csv") else "YAML"
+        problems.error(at, "tests", f"tests file {name!r} is not valid {kind}: {str(exc).splitlines()[0]}")
+        return []
+    if isinstance(loaded, dict):
+        return [loaded]
+    if not isinstance(loaded, list):
+        problems.error(at, "tests", f"tests file {name!r} must hold a list of tests")
+        return []
+    return loaded
+
+
 def raw_vars(raw: Any, problems: Problems, path: tuple, where: str) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -205,4 +299,4 @@ def _var_file(file: str, name: str, problems: Problems, path: tuple, where: str)
     return text.strip()
 
 
-__all__ = ["assertion_from_string", "combinations", "csv_tests", "raw_vars"]
+__all__ = ["Source", "assertion_from_string", "combinations", "csv_tests", "raw_vars", "read_tests", "where_of"]
