@@ -465,6 +465,19 @@ tests:
                              "run by evaljobs); convert it to YAML or pass --lenient to skip it")]
 
 
+def test_promptfoo_prompt_path_is_a_glob(tmp_path):
+    """promptfoo reads `file://prompt*.txt` as a glob: every matching file's prompts, in name order."""
+    (tmp_path / "prompt2.txt").write_text("Second {{x}}\n---\nThird {{x}}\n")
+    (tmp_path / "prompt1.txt").write_text("First {{x}}\n")
+    path = _write(tmp_path, "promptfooconfig.yaml", "prompts: [file://prompt*.txt]\ntests: [{vars: {x: a}}]\n")
+    result, _ = _catalog(path)
+    assert [(g["name"], [s["prompt"] for s in g["scenarios"]]) for g in result.data["groups"]] == [
+        ("prompt1", ["First a"]), ("prompt2-1", ["Second a"]), ("prompt2-2", ["Third a"])]
+    missing = _write(tmp_path, "missing.yaml", "prompts: [file://none*.txt]\ntests: [{vars: {x: a}}]\n")
+    assert _errors(missing) == [(f"{missing}:1: prompt #1: prompt file 'none*.txt' not found (looked for "
+                                f"{tmp_path}/none*.txt)")]
+
+
 def test_promptfoo_tests_file_and_default_test_vars_in_asserts(tmp_path):
     (tmp_path / "tests.yaml").write_text("- description: Capital\n  vars: {country: France, answer: Paris}\n")
     path = _write(tmp_path, "promptfooconfig.yaml", """\

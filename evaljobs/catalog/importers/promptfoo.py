@@ -47,6 +47,7 @@ YAML is read as YAML 1.2, as promptfoo reads it: ``body: Yes`` is the text "Yes"
 from __future__ import annotations
 
 import copy
+import glob
 import json
 import os
 import re
@@ -322,13 +323,18 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
     for n, (path, text, ident, label, parse_json) in enumerate(entries, 1):
         where = f"prompt #{n}"
         if text.startswith("file://"):
-            loaded = _prompt_file(text[len("file://"):], problems, path, where, base)
-            stem = (key_part(ident or "") or key_part(os.path.splitext(os.path.basename(text))[0])
-                    or f"prompt-{n}")
-            for j, content in enumerate(loaded, 1):
-                pid = stem if len(loaded) == 1 else f"{stem}-{j}"
-                shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
-                out.append((pid, shown, content, parse_json, (path, where)))
+            ref = text[len("file://"):]
+            # promptfoo reads a prompt path as a glob (examples/config-separate-test-configs: prompt*.txt)
+            matched = sorted(glob.glob(ref if os.path.isabs(ref) else os.path.join(base, ref)))
+            refs = [os.path.relpath(m, base) for m in matched] if glob.has_magic(ref) and matched else [ref]
+            for file_ref in refs:
+                loaded = _prompt_file(file_ref, problems, path, where, base)
+                stem = (key_part(ident or "") if len(refs) == 1 else "") or key_part(
+                    os.path.splitext(os.path.basename(file_ref))[0]) or f"prompt-{n}"
+                for j, content in enumerate(loaded, 1):
+                    pid = stem if len(loaded) == 1 else f"{stem}-{j}"
+                    shown = label if label and len(loaded) == 1 else f"{label} #{j}" if label else pid
+                    out.append((pid, shown, content, parse_json, (path, where)))
         else:
             content = _chat(text) or text
             pid = key_part(ident or "") or f"prompt-{n}"
@@ -356,7 +362,7 @@ def _prompt_file(ref: str, problems: Problems, path: tuple, where: str, base: st
     text = read_text(file)
     if ext in _PROMPT_FILE_TEXT:
         parts = [p.strip() for p in re.split(r"^---\s*$", text, flags=re.MULTILINE)]
-        return [p for p in parts if p]
+        return [_chat(p) or p for p in parts if p]  # a part that is a JSON chat is a chat, as in promptfoo
     try:
         data = json.loads(text) if ext == ".json" else yaml12.load(text)
     except (ValueError, yaml.YAMLError) as exc:
