@@ -465,6 +465,19 @@ tests:
                              "run by evaljobs); convert it to YAML or pass --lenient to skip it")]
 
 
+def test_promptfoo_prompt_that_renders_to_a_json_chat_is_a_chat(tmp_path):
+    """promptfoo's OpenAI provider sends a rendered prompt that parses as JSON as its messages."""
+    path = _write(tmp_path, "promptfooconfig.yaml", """\
+prompts: ["{{conversation}}", "Say {{conversation}}"]
+tests:
+  - vars: {conversation: '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]'}
+""")
+    _, catalog = _catalog(path)
+    chat = catalog.scenario("prompt-1.test-1")
+    assert chat.system == "Be brief." and chat.messages == ({"role": "user", "content": "Hi"},)
+    assert catalog.scenario("prompt-2.test-1").prompt.startswith('Say [{"role": "system"')
+
+
 def test_promptfoo_prompt_path_is_a_glob(tmp_path):
     """promptfoo reads `file://prompt*.txt` as a glob: every matching file's prompts, in name order."""
     (tmp_path / "prompt2.txt").write_text("Second {{x}}\n---\nThird {{x}}\n")

@@ -221,7 +221,11 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_jso
     bad_at = at if at and any(needs_engine(t) and check_template(t) for t in texts) else blame
     dropped = len(problems.dropped)
     if isinstance(content, str):
-        scenario["prompt"] = fill(content, test.variables, problems, blame, bad_at, what)
+        rendered = fill(content, test.variables, problems, blame, bad_at, what)
+        # promptfoo's OpenAI provider sends a prompt that parses as JSON as the messages (parseChatPrompt): a
+        # prompt that becomes a JSON chat once its vars are in is a chat.
+        chat = _chat(rendered)
+        scenario["messages" if chat else "prompt"] = chat or rendered
     else:
         scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, bad_at,
                                                       what)) for m in content]
