@@ -201,7 +201,9 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
     for c in data["cells"]:
         assert c["pairs"] == 3 and c["wall_s"] > 0 and c["complete"]
         assert c["error_rate"] == 0.0 and c["cpu_s"] is not None and c["peak_rss_mb"] > 10
-        assert 0.0 < c["host_busy"] <= 1.0 and c["cores"] == 1
+        # host_busy is CPU time over wall time: a short cell may measure 0.0 (coarse CPU clocks), so
+        # only its range is the contract (its figures: scripts/bench + BENCHMARKS.md)
+        assert 0.0 <= c["host_busy"] <= 1.0 and c["cores"] == 1
         assert c["ideal_s"] == pytest.approx(-(-3 // c["width"]) * 0.01)  # one call per pair, measured
     for m in data["measurements"]:
         assert m["status"] == "complete" and m["requests"] == 3 and m["passed"] == 2
@@ -264,7 +266,7 @@ def test_fanout_cells_on_redis_measure_the_worker_processes(tiny_catalog, tmp_pa
     data = json.loads((out / "bench.json").read_text())
     (c,) = data["cells"]
     # CPU and memory of the worker process group, not of this test process
-    assert c["cpu_s"] > 0 and c["peak_rss_mb"] > 20 and c["cores"] == 1
+    assert c["cpu_s"] >= 0 and c["peak_rss_mb"] > 20 and c["cores"] == 1  # the figure is measured: no floor
     assert data["measurements"][0]["requests"] == 3
     assert "Worker process is ready for action" in (out / "workers.log").read_text()
 

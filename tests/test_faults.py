@@ -362,15 +362,17 @@ def test_store_calls_retry_through_a_lost_connection_but_not_other_errors(sqlite
 
     assert flaky() == "done" and not failures
 
+    calls = []
+
     @store._reconnecting
     def broken() -> None:
+        calls.append(1)
         with store._connection():
             raise peewee.OperationalError("no such table: nowhere")
 
-    started = time.monotonic()
     with pytest.raises(peewee.OperationalError, match="no such table"):
         broken()  # not an outage: at once, as it was
-    assert time.monotonic() - started < 1.0
+    assert len(calls) == 1  # not retried (counted, not timed)
 
     @store._reconnecting
     def locked_forever() -> None:

@@ -33,10 +33,17 @@ NAP = 0.05
 
 
 class Load:
-    """A sleeping actor that records how many copies of it run at once, and which payloads ran."""
+    """A sleeping actor that records how many copies of it run at once, and which payloads ran.
+
+    ``gate``: when the test closes it (``hold()``), every copy waits at its start until the test
+    opens it again (``release()``), so "N copies run at once" is a condition the test brings about,
+    not a race between sleeping jobs that a busy machine may never let overlap.
+    """
 
     def __init__(self, broker: dramatiq.Broker, nap: float = NAP):
         self.nap = nap
+        self.gate = threading.Event()
+        self.gate.set()
         self.lock = threading.Lock()
         self.running = 0
         self.peak = 0
@@ -48,6 +55,7 @@ class Load:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
+        assert self.gate.wait(60), "the test never released the gate"
         time.sleep(self.nap)  # the work itself (a provider call's worth): a real thread really busy
         with self.lock:
             self.running -= 1
@@ -56,6 +64,16 @@ class Load:
     def send(self, count: int) -> None:
         for n in range(count):
             self.actor.send(n)
+
+    def hold(self) -> None:
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def wait_running(self, count: int) -> None:
+        """Wait until ``count`` copies are held at the gate together (the pool must bring them about)."""
+        assert wait_until(lambda: self.running == count, 30, 0.005), f"{self.running} running, not {count}"
 
 
 @pytest.fixture
@@ -110,20 +128,22 @@ def test_cli_gives_one_line_error_and_exit_2(argv, fault):
 
 # -- synthetic load on the in-process broker --------------------------------------------------------
 
-def test_eighteen_messages_reach_six_members_in_under_half_the_sequential_time(memory):
+def test_eighteen_messages_reach_six_members_running_at_once(memory):
+    """Six held messages run at once on six members (how much faster that is: scripts/bench_pool)."""
     load = Load(memory.broker)
     pool = Pool(min=1, max=6, idle_seconds=30, broker=memory.broker).start()
     try:
         assert pool.size == 1
-        started = time.monotonic()
+        load.hold()
         load.send(18)
+        load.wait_running(6)
+        load.release()
         join(memory)
-        elapsed = time.monotonic() - started
         state = pool.state()
     finally:
+        load.release()
         pool.stop()
     assert load.peak == 6 and state["peak_members"] == 6 and state["peak_running"] == 6
-    assert elapsed < 18 * NAP / 2, f"{elapsed:.3f}s"
     assert sum(load.done.values()) == 18 and state["started"] == 18
     assert worker_middleware_count(memory.broker) == 0  # every member's hooks left the broker
 
@@ -151,8 +171,10 @@ def test_pool_grows_to_max_under_load_and_shrinks_back_to_exactly_min(memory):
     pool = TickingPool(min=2, max=5, idle_seconds=30, broker=memory.broker, poll=0.01, clock=clock).start()
     try:
         assert pool.size == 2
+        load.hold()
         load.send(20)
-        assert wait_until(lambda: pool.size == 5, 2, 0.005)
+        load.wait_running(5)
+        load.release()
         join(memory)
         assert wait_until(lambda: pool.state()["running"] == 0, 2, 0.005)
         clock.advance(29.9)  # the last message ended at the clock's start: idle 29.9 s of 30
@@ -175,7 +197,10 @@ def test_pool_grows_again_when_a_second_burst_lands(memory):
     pool = Pool(min=1, max=4, idle_seconds=0, broker=memory.broker, poll=0.01).start()
     try:
         for _ in range(3):
+            load.hold()
             load.send(12)
+            load.wait_running(4)  # the pool has grown to max for this burst
+            load.release()
             join(memory)
             assert wait_until(lambda: pool.size == 1, 2, 0.01)
         state = pool.state()
@@ -190,51 +215,53 @@ def test_an_unpooled_worker_never_runs_more_than_its_fixed_width(memory):
     worker = dramatiq.Worker(memory.broker, worker_threads=3, worker_timeout=20)
     worker.start()
     try:
+        load.hold()
         load.send(30)
+        load.wait_running(3)
+        load.release()
         join(memory)
     finally:
+        load.release()
         worker.stop()
     assert load.peak == 3  # saturated, and never wider however long the queue
     assert sum(load.done.values()) == 30
 
 
 def test_retiring_busy_members_mid_load_loses_and_repeats_nothing(memory):
+    """Five members are retired while each holds a message (held at the gate), then the load runs out."""
     load = Load(memory.broker, nap=0.01)
     pool = Pool(min=1, max=6, idle_seconds=30, broker=memory.broker, poll=0.01).start()
-    stop = threading.Event()
     retired = []
-
-    def retire_busy_members():
-        while not stop.is_set():
-            busy = [m for m in list(pool._members) if m.busy]
-            if busy:
-                pool._retire(busy[0])
-                retired.append(busy[0])
-            time.sleep(0.01)  # the rhythm of the chaos, not a wait for a result
-
-    chaos = threading.Thread(target=retire_busy_members, daemon=True)
     try:
-        chaos.start()
+        load.hold()
         load.send(120)
+        for _ in range(5):
+            assert wait_until(lambda: any(m.in_message for m in list(pool._members)), 30, 0.005), \
+                "no member ever took a message"
+            member = next(m for m in list(pool._members) if m.in_message)
+            pool._retire(member)  # busy: it is running a message held at the gate
+            retired.append(member)
+        load.release()
         join(memory)
-        stop.set()
-        chaos.join(2)
     finally:
-        stop.set()
+        load.release()
         pool.stop()
-    assert len(retired) >= 5
+    assert len(retired) == 5 and len(set(map(id, retired))) == 5
     assert set(load.done) == set(range(120)) and set(load.done.values()) == {1}
 
 
 def test_state_counts_members_busy_and_started(memory):
-    load = Load(memory.broker, nap=0.2)
+    load = Load(memory.broker)
     pool = Pool(min=1, max=3, idle_seconds=30, lane="interactive", broker=memory.broker).start()
     try:
+        load.hold()  # three messages held together: "running 3" is brought about, not raced for
         load.send(3)
-        assert wait_until(lambda: pool.state()["running"] == 3, 2, 0.005)
+        load.wait_running(3)
         busy = pool.state()
+        load.release()
         join(memory)
     finally:
+        load.release()
         pool.stop()
     assert busy["members"] == 3 and busy["lane"] == "interactive" and busy["min"] == 1 and busy["max"] == 3
     assert busy["queues"] == ["agents"] and busy["started"] == 3 and busy["running"] == 3
@@ -252,6 +279,24 @@ def wide_catalog(n: int):
     return loads_catalog("\n".join(lines) + "\n", source="pooled.yaml")
 
 
+class RetiringPool(Pool):
+    """Retires each of the first twelve members that start a message, while it runs it (busy by
+    construction): the chaos comes from the messages themselves, however fast or slow the machine is."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.forced: list = []
+
+    def _message_started(self) -> None:
+        super()._message_started()
+        with self._lock:
+            member = self._member_for_thread() if len(self.forced) < 12 else None
+            if member is None or member not in self._members:
+                return
+            self.forced.append(member)
+        self._retire(member)
+
+
 @pytest.mark.redis
 def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, monkeypatch, simulated_provider):
     from evaljobs.api import Session
@@ -264,28 +309,14 @@ def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, 
     simulated_provider(latency=0.03)
     session = Session(db=sqlite_url, broker=redis_url)
     binding = session.binding()
-    pool = Pool(min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool")
-    stop = threading.Event()
-    forced = []
-
-    def retire_busy_members():
-        while not stop.is_set():
-            busy = [m for m in list(pool._members) if m.busy]
-            if busy and len(forced) < 12:
-                pool._retire(busy[-1])
-                forced.append(busy[-1])
-            time.sleep(0.05)  # the rhythm of the chaos, not a wait for a result
-
-    chaos = threading.Thread(target=retire_busy_members, daemon=True)
+    pool = RetiringPool(min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool")
+    forced = pool.forced
     try:
         pool.start()
         run = store.create_run(wide_catalog(20), ["sim/a", "sim/b"], strategy="fanout")
         binding.actors.start_run.send(run.id)
-        chaos.start()
         published = read_pools(client)
         info = session.wait(run.id, timeout=60, poll=0.5)
-        stop.set()
-        chaos.join(2)
         # every message acked: nothing ready, held, delayed or dead-lettered in Redis
         assert wait_until(lambda: client.hlen("dramatiq:agents.msgs") == 0, 5)
         # Each forced retirement stops its member on a thread of its own and is counted when that
@@ -293,7 +324,6 @@ def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, 
         wait_until(lambda: pool.state()["retired"] >= len(forced), 30)
         state = pool.state()
     finally:
-        stop.set()
         pool.stop()
         session.close()
     assert info.status == "complete" and info.persisted == 40 == info.expected
@@ -301,7 +331,7 @@ def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, 
     assert len(results) == 40 and len({(r.scenario_key, r.model) for r in results}) == 40
     assert info.report["summary"]["results"] == 40
     assert completes == [info.id]
-    assert len(forced) >= 3 and state["retired"] >= len(forced) and state["grown"] > len(forced)
+    assert len(forced) == 12 and state["retired"] >= len(forced) and state["grown"] > len(forced)
     assert client.llen("dramatiq:agents") == 0 and client.zcard("dramatiq:agents.XQ") == 0
     assert client.hlen("dramatiq:agents.DQ.msgs") == 0
     assert [p["id"] for p in published] == ["test:pool"] and published[0]["lane"] == "bulk"

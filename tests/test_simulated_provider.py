@@ -132,7 +132,7 @@ def test_fail_first_fails_each_conversation_n_times(client):
 
 
 def test_max_concurrent_answers_429_immediately():
-    with SimulatedProvider(latency=0.2, max_concurrent=2, retry_after=0.5) as sim, \
+    with SimulatedProvider(latency=1.0, max_concurrent=2, retry_after=0.5) as sim, \
             ChatClient(sim.url, timeout=5.0) as chat, ThreadPoolExecutor(8) as pool:
         def call(i: int):
             started = time.perf_counter()
@@ -146,7 +146,8 @@ def test_max_concurrent_answers_429_immediately():
         stats = sim.stats()
     limited = [r for r in results if r[0] == "429"]
     assert len(limited) >= 1 and len(results) - len(limited) >= 2
-    assert all(elapsed < 0.15 and retry == 0.5 for _, elapsed, retry in limited)  # refused without waiting
+    # refused without waiting the latency an admitted call waits (1 s: wide of a loaded machine's stalls)
+    assert all(elapsed < 1.0 and retry == 0.5 for _, elapsed, retry in limited)
     assert stats["peak_in_flight"] == 2
     assert stats["rate_limited"] == len(limited) and stats["completed"] == 8 - len(limited)
 
