@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from evaljobs_middleware.context import ContextError, discover_providers
 
 from evaljobs import config, store
+from evaljobs.capacity import check_width
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
@@ -121,8 +122,7 @@ class Session:
     def __init__(self, *, db: str | None = None, broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
                  context_providers: Sequence | None = None):
-        if width < 1:
-            raise UsageError(f"--width must be at least 1, not {width}")
+        check_width(width)  # bounded by what the machine can start: one line, not an abort mid-run
         shield_from_frozen_time()  # a host's freezegun must not freeze our delays and deadlines
         # The providers file becomes this process's setting (as EVALJOBS_PROVIDERS would be), so the
         # in-process workers read the same one; never written to os.environ. Set only when it changes:

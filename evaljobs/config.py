@@ -17,6 +17,7 @@ boot, a test). Code that takes a ``Settings`` argument should prefer it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -61,6 +62,44 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 def _port(env: Mapping[str, str], name: str) -> int | None:
     text = env.get(name, "")
     return None if text.strip() == "" else _int(env, name, 0)
+
+
+#: Seconds no pair, wait or backoff may reach: a week (``inf`` and 1e300 are refused, not run for ever).
+MAX_SECONDS = 7 * 86400.0
+
+
+def check_number(label: str, value: Any, low: float, high: float, *, low_open: bool = False,
+                 integer: bool = False) -> None:
+    """Raise :class:`ConfigurationError` (one line, naming ``label`` and the value) unless ``value`` is a
+    finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), and whole if ``integer``.
+
+    The one range check for numbers from the environment, a flag or a run's options: ``nan`` passes
+    every ``<`` comparison and ``inf`` every ``>=``, so a bare ``if value < 0`` lets both through.
+    """
+    kind = "a whole number" if integer else "a finite number"
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (not integer or float(value).is_integer())
+          and (value > low if low_open else value >= low) and value <= high)
+    if not ok:
+        bounds = f"{'above' if low_open else 'at least'} {low:g} and at most {high:g}"
+        raise ConfigurationError(f"{label}={value!r} must be {kind} {bounds}")
+
+
+#: Settings fields that are numbers: (label, lowest, highest, lowest excluded, whole number).
+_NUMBERS: dict[str, tuple[str, float, float, bool, bool]] = {
+    "db_reconnect_seconds": ("EVALJOBS_DB_RECONNECT_SECONDS", 0, MAX_SECONDS, False, False),
+    "permit_wait": ("EVALJOBS_PERMIT_WAIT", 0, MAX_SECONDS, False, False),
+    "max_retries": ("EVALJOBS_MAX_RETRIES", 0, 1000, False, True),
+    "min_backoff": ("EVALJOBS_MIN_BACKOFF", 0, MAX_SECONDS, False, False),
+    "max_backoff": ("EVALJOBS_MAX_BACKOFF", 0, MAX_SECONDS, False, False),
+    "max_rate_limit_waits": ("EVALJOBS_MAX_RATE_LIMIT_WAITS", 0, 1_000_000, False, True),
+    "time_limit": ("EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, True, False),
+    "heartbeat_timeout_ms": ("EVALJOBS_HEARTBEAT_TIMEOUT_MS", 1, MAX_SECONDS * 1000, False, True),
+    "maintenance_chance": ("EVALJOBS_MAINTENANCE_CHANCE", 0, 1_000_000, False, True),
+    "recover_every": ("EVALJOBS_RECOVER_EVERY", 0, MAX_SECONDS, False, False),
+    "sim_latency": ("EVALJOBS_SIM_LATENCY", 0, 3600, False, False),
+    "sim_jitter": ("EVALJOBS_SIM_JITTER", 0, 3600, False, False),
+}
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -141,6 +180,8 @@ class Settings:
         for name, port in ports:
             if port is not None and not 0 < port < 65536:
                 raise ConfigurationError(f"{name}={port!r} is not a TCP port (1-65535)")
+        for name, (label, low, high, low_open, integer) in _NUMBERS.items():
+            check_number(label, getattr(self, name), low, high, low_open=low_open, integer=integer)
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                                      "(pairs a fan-out message carries; 1: one message per pair)")

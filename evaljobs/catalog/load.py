@@ -127,6 +127,8 @@ def _load_json(text: str, source: str) -> Any:
                                           f"(column {exc.colno})")]) from None
     except RecursionError:
         raise CatalogError([f"{source}: JSON is nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise CatalogError([f"{source}: invalid JSON: {str(exc).split(';')[0]}"]) from None
 
 
 __all__ = ["CatalogSource", "load_catalog", "loads_catalog", "parse_source", "read_catalog", "reads_catalog"]

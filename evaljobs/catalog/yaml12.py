@@ -47,8 +47,18 @@ _CORE = _resolvers()
 _BOOL = {"true": True, "false": False}
 
 
+#: Most digits of a YAML integer: far past any count, timeout or price, and below the point where
+#: Python refuses to convert (4,300 digits) or a conversion costs quadratic time.
+MAX_INT_DIGITS = 100
+
+
 def _construct_int(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> int:
     value = loader.construct_scalar(node)
+    digits = value.lstrip("+-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS}); write a smaller number",
+            node.start_mark)
     if value.startswith("0o"):
         return int(value[2:], 8)
     if value.startswith("0x"):

@@ -172,8 +172,7 @@ def init_project(directory: str | os.PathLike = ".", *, force: bool = False,
             continue
         action = "overwrote" if path.exists() else "wrote"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            _write_regular(target, path, text)
         except OSError as exc:
             raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
         out.append(Written(path, action))
@@ -192,6 +191,27 @@ def notes(directory: str | os.PathLike = ".", repo_root: str | os.PathLike | Non
     if warning:
         out.append(warning)
     return out
+
+
+def _write_regular(target: Path, path: Path, text: str) -> None:
+    """Write ``path`` as a regular file inside ``target``: never through a symbolic link.
+
+    Why: ``init`` runs in folders it did not make; a ``catalog.yaml`` (or ``.github``) that is a
+    link — dangling or not — would carry the write outside the folder. ``O_NOFOLLOW`` refuses a
+    link at the last step even if one appears after the check.
+    """
+    folder = target
+    linked = path.is_symlink()
+    for part in path.relative_to(target).parts[:-1]:  # each folder on the way, before any is made
+        folder = folder / part
+        linked = linked or folder.is_symlink()
+    if linked:
+        raise UsageError(f"{path}: is a symbolic link, or in a folder that links out of {target}; init writes "
+                         f"only regular files inside its folder: remove the link or choose another folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def next_commands(directory: str | os.PathLike = ".") -> list[str]:

@@ -49,6 +49,7 @@ from evaljobs_middleware.tracecontext import TraceContextProvider
 from evaljobs import config, store
 from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401 - DEFAULT_QUEUE: re-exported
 from evaljobs.errors import UsageError
+from evaljobs.capacity import thread_start_failed
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
 from evaljobs.pipeline.host_middleware import host_middleware, installed, references
@@ -191,7 +192,11 @@ def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
     """Real Dramatiq worker threads on the in-process broker (one that stops at once on ours)."""
     worker_class = MemoryWorker if isinstance(binding.broker, MemoryBroker) else dramatiq.Worker
     worker = worker_class(binding.broker, worker_threads=max(1, width), worker_timeout=50)
-    worker.start()
+    try:
+        worker.start()
+    except RuntimeError as exc:  # "can't start new thread": what was started stops, one line says why
+        worker.stop(timeout=1000)
+        raise thread_start_failed(width, exc) from None
     return worker
 
 

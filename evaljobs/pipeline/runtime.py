@@ -73,6 +73,10 @@ class RunSettings:
     #: Fan-out pairs per message (None: one); set at submit from ``Settings.pairs_per_message``.
     pairs_per_message: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
+            config.check_number("--time-limit", self.time_limit, 0, config.MAX_SECONDS, low_open=True)
+
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
         options = options or {}

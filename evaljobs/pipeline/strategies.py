@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from evaljobs.capacity import thread_start_failed
 from evaljobs import store
 from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import barrier
@@ -72,6 +73,11 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
             except store.StorageFailed:
                 pool.shutdown(wait=True, cancel_futures=True)  # the rest would fail the same way
                 raise
+            except RuntimeError as exc:
+                if "can't start new thread" not in str(exc):
+                    raise
+                pool.shutdown(wait=True, cancel_futures=True)  # what started finishes; one line says why
+                raise thread_start_failed(width, exc) from None
     else:
         with store.holding():
             for pair in pairs:

@@ -230,6 +230,10 @@ def _record(line: str, problems: Problems) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         problems.error((), "sample", f"not valid JSON: {exc.msg} (column {exc.colno})")
         return None
+    except (RecursionError, ValueError) as exc:  # nested too deeply, an integer of too many digits
+        problems.error((), "sample", "not valid JSON: " + ("nested too deeply" if isinstance(exc, RecursionError)
+                                                           else str(exc).split(";")[0]))
+        return None
     if not isinstance(record, dict):
         problems.error((), "sample", f"must be a JSON object with 'input' and 'ideal' or 'target', "
                                      f"not {type(record).__name__}")

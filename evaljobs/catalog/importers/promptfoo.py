@@ -369,9 +369,9 @@ def _prompt_file(ref: str, problems: Problems, path: tuple, where: str, base: st
         return [_chat(p) or p for p in parts if p]  # a part that is a JSON chat is a chat, as in promptfoo
     try:
         data = json.loads(text) if ext == ".json" else yaml12.load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:
         problems.error(path, where, f"prompt file {ref!r} is not valid {ext[1:].upper()}: "
-                                    f"{str(exc).splitlines()[0]}")
+                                    f"{(str(exc).splitlines() or ['nested too deeply'])[0]}")
         return []
     chat = _chat_messages(data)
     if chat is None:
@@ -388,7 +388,7 @@ def _chat(text: str) -> list[dict[str, Any]] | None:
         return None
     try:
         return _chat_messages(json.loads(stripped))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

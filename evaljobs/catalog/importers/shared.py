@@ -118,6 +118,11 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
         except json.JSONDecodeError as exc:
             raise CatalogError([(f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
                                 f"(column {exc.colno})")]) from None
+        except RecursionError:
+            raise CatalogError([f"{source}: JSON is nested too deeply (more levels than Python can read); flatten it"]) \
+                from None
+        except ValueError as exc:  # e.g. an integer of more digits than Python converts
+            raise CatalogError([f"{source}: invalid JSON: {str(exc).split(';')[0]}"]) from None
     loader = SafeLoader(text)  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
     try:
         check_expansion(text, source, FastLoader)  # an alias bomb is refused before anything expands
