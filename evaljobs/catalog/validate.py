@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (
     ASSERTION_KINDS,
@@ -608,10 +609,9 @@ class _Context:
                                                 f"in expect ({own[name]}); keep one")
         regexes = self.strings(path + ("regex",), where, "expect.regex", raw.get("regex"))
         for pattern in regexes:
-            try:
-                re.compile(pattern)
-            except (re.error, RecursionError, OverflowError, ValueError) as exc:
-                self.add(path + ("regex",), where, f"expect.regex {pattern!r} does not compile: {exc}; "
+            trouble = pattern_problem(pattern)
+            if trouble:
+                self.add(path + ("regex",), where, f"expect.regex {pattern!r} {trouble}; "
                                                    f"fix the pattern (escape special characters with \\)")
         judge, judge_threshold, judge_gate = self.judge(path + ("judge",), where, raw.get("judge"))
         if raw.get("gate") is False:  # "gate: false": nothing is a gate, the judge neither

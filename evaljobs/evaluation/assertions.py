@@ -31,6 +31,7 @@ import tempfile
 import threading
 from typing import Any
 
+from evaljobs.catalog import patterns
 from evaljobs.config import child_environment
 
 #: Seconds one JavaScript or Python call may take.
@@ -369,7 +370,7 @@ def builtin_checks(text: str, expect: dict[str, Any]) -> tuple[bool, float, str]
     lowered = text.lower()
     failures = [f"missing {c!r}" for c in expect.get("contains") or [] if c.lower() not in lowered]
     failures += [f"forbidden {c!r}" for c in expect.get("not_contains") or [] if c.lower() in lowered]
-    failures += [f"no match for /{r}/" for r in expect.get("regex") or [] if not re.search(r, text)]
+    failures += [f"no match for /{r}/" for r in expect.get("regex") or [] if not patterns.search(r, text)]
     return (not failures, 0.0 if failures else 1.0, "; ".join(failures) or "ok")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from evaljobs import telemetry
 from evaljobs.catalog import Scenario
+from evaljobs.catalog import patterns
 from evaljobs.catalog.modelspec import ModelSpec
 from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
 from evaljobs.evaluation.grading import Judge, grade
@@ -66,7 +67,8 @@ def evaluate(
     began = pair_started if pair_started is not None else time.monotonic()
     with telemetry.span("evaluate_pair", {"evaljobs.scenario.key": scenario.key, "evaljobs.model": model.spec,
                                           "evaljobs.epoch": epoch, "evaljobs.attempt": attempts}) as span, \
-            for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline):
+            for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline), \
+            patterns.deadline_scope(deadline):
         result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit, deadline, began)
         span.set_attribute("evaljobs.status", result.status)
     result.epoch = epoch
@@ -110,6 +112,9 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
             raise
         return _errored(scenario, model, _last_reason(), attempts, started)
     except Exception as exc:  # noqa: BLE001
+        if _past(deadline):  # e.g. a catalog regex cut at the deadline (evaljobs.catalog.patterns)
+            return _errored(scenario, model, timed_out(time_limit, began, f"grading: {_describe(exc)}"),
+                            attempts, started)
         return _errored(scenario, model, f"grading failed: {_describe(exc)}", attempts, started)
 
     details: dict[str, Any] = dict(grades.details)

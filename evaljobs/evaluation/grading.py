@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from evaljobs.catalog import Scenario
+from evaljobs.catalog import Scenario, patterns
 from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.reference import reference_matches
 from evaljobs.evaluation.replay import Replay
@@ -134,8 +134,10 @@ def pattern_matches(text: str, pattern: str) -> bool:
     if pattern.lower() in text.lower():
         return True
     try:
-        return re.search(pattern, text, re.IGNORECASE) is not None
-    except (re.error, RecursionError, OverflowError):
+        return patterns.search(pattern, text, patterns.IGNORECASE)
+    except patterns.PatternTimeout:
+        raise
+    except (re.error, patterns.error, RecursionError, OverflowError, ValueError):
         return False
 
 
@@ -189,7 +191,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         if found:
             details["forbidden"] = found
     if expect.regex and applies("regex"):
-        unmatched = [r for r in expect.regex if not re.search(r, answer)]
+        unmatched = [r for r in expect.regex if not patterns.search(r, answer)]
         scores["regex"] = _fraction(len(expect.regex) - len(unmatched), len(expect.regex))
         if unmatched:
             details["unmatched_regex"] = unmatched

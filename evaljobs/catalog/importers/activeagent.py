@@ -73,9 +73,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from evaljobs.catalog import patterns
 from evaljobs.catalog.model import CRITERIA, DIAGNOSES
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
-import re
 
 _SUITE_KEYS = ("suite", "description", "groups", "version")
 _CATALOG_KEYS = ("catalog", "name", "description", "products", "version")
@@ -463,9 +463,7 @@ def _activeagent_semantics(expect: dict[str, Any]) -> None:
         regexes = []
         for item in items:
             if _looks_like_regex(item):
-                try:
-                    re.compile(item)
-                except (re.error, RecursionError, OverflowError):
+                if patterns.problem(item):
                     continue  # not a valid regex: ActiveAgent matches it as a substring only
                 regexes.append(item)
         if regexes:

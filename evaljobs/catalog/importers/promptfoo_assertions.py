@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from evaljobs.catalog import patterns
 from evaljobs.catalog.importers.js_regex import python_pattern
 from evaljobs.catalog.importers.promptfoo_templates import render_template
 from evaljobs.catalog.importers.shared import Problems, check_keys, read_text, strings
@@ -410,10 +411,9 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
             raise _BadValue(f"regex {source!r} starts with an inline flag group, which JavaScript's RegExp "
                             f"(promptfoo) refuses (Invalid group); write the letters' cases, e.g. [Ee]rror")
         pattern = python_pattern(source)  # promptfoo: new RegExp(value), JavaScript's semantics
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise _BadValue(f"regex {source!r} does not compile: {exc.msg}") from None
+        trouble = patterns.problem(pattern)  # what the bounded engine runs (evaljobs.catalog.patterns)
+        if trouble:
+            raise _BadValue(f"regex {source!r} {trouble}")
         add("regex", pattern if kind == "regex" else _nowhere(pattern))
     elif kind == "starts-with":
         add("regex", rf"\A{esc(one())}")

@@ -1,0 +1,110 @@
+"""Catalog regular expressions, matched so that none can hang a worker.
+
+Why: ``expect.regex``, ``patterns``/``forbidden_patterns`` and imported assertions are
+written by users (or by promptfoo / ActiveAgent suites), and Python's ``re`` backtracks
+without bound: ``^(a+)+$`` against a 33-character answer runs for minutes, holding the
+interpreter lock, under any time limit (issue 29). Every catalog pattern is therefore
+matched here, with the ``regex`` library:
+
+* **one engine, ``re``'s semantics**: ``regex`` in its default ``VERSION0`` mode is
+  ``re``-compatible (lookarounds, backreferences, inline flags, simple case folding), which
+  the importers need — promptfoo's ``not-contains`` becomes a lookahead — and which keeps
+  every verdict ``re`` gave for the patterns both accept (the parity suites hold). A
+  linear-time engine (RE2) refuses lookarounds and backreferences, so it would need
+  ``regex`` as a fallback anyway: two engines, two sets of semantics.
+* **a timeout on every match**: the least of :data:`MAX_MATCH_SECONDS` and what is left of
+  the pair's deadline (:func:`deadline_scope`); past it :class:`PatternTimeout` is raised and
+  the pair ends ``errored`` with the pattern named, within its deadline.
+* **the interpreter lock released while matching** (``concurrent=True``): a slow pattern no
+  longer stalls the worker's other threads (heartbeats, other pairs).
+* **one check at load time**: :func:`problem` says why a pattern cannot be used (``re``
+  refuses it — the semantics catalogs are written for — or the engine does), so
+  ``catalog check`` refuses it in one line naming the file, line and value.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+
+import regex
+
+from evaljobs.errors import EvaljobsError
+
+#: The longest one pattern may run on one answer when the pair has no deadline (or more left).
+MAX_MATCH_SECONDS = 5.0
+IGNORECASE = regex.IGNORECASE
+#: What the engine raises for a pattern it cannot compile (not a subclass of ``re.error``).
+error = regex.error
+
+_local = threading.local()
+
+
+class PatternTimeout(EvaljobsError):
+    """A catalog pattern ran past its bound on one answer (catastrophic backtracking)."""
+
+
+@contextlib.contextmanager
+def deadline_scope(deadline: float | None) -> Iterator[None]:
+    """Bound every match of this thread inside the block by ``deadline`` (a ``time.monotonic()`` instant)."""
+    outer = getattr(_local, "deadline", None)
+    _local.deadline = deadline if outer is None else (outer if deadline is None else min(outer, deadline))
+    try:
+        yield
+    finally:
+        _local.deadline = outer
+
+
+def _timeout() -> float:
+    deadline = getattr(_local, "deadline", None)
+    if deadline is None:
+        return MAX_MATCH_SECONDS
+    return max(0.001, min(MAX_MATCH_SECONDS, deadline - time.monotonic()))
+
+
+@functools.lru_cache(maxsize=2048)
+def _compiled(pattern: str, flags: int) -> regex.Pattern[str]:
+    return regex.compile(pattern, flags)
+
+
+def problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be used (one phrase), or None when it compiles in ``re`` and the engine."""
+    try:
+        with warnings.catch_warnings():
+            # re warns (FutureWarning) where other engines read a set differently — "[[:alpha:]]",
+            # "[a&&b]", "[a--b]": ``regex`` does, so the verdict would change; refused by name.
+            warnings.simplefilter("error", FutureWarning)
+            re.purge()  # a cached pattern would not warn again
+            re.compile(pattern)
+    except FutureWarning as exc:
+        return (f"is ambiguous ({exc}): regex engines read that set differently; "
+                f"escape the '[' or the doubled operator with \\")
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        return f"does not compile: {exc}"
+    try:
+        _compiled(pattern, 0)
+    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
+        return f"is refused by the regex engine: {exc}"
+    return None
+
+
+def search(pattern: str, text: str, flags: int = 0) -> bool:
+    """Whether ``pattern`` occurs in ``text`` (``re.search`` semantics), within the time bound.
+
+    Raises :class:`PatternTimeout` past the bound, and ``regex.error`` for a pattern that does not
+    compile (the catalog check refuses those first).
+    """
+    seconds = _timeout()
+    try:
+        return _compiled(pattern, flags).search(text, timeout=seconds, concurrent=True) is not None
+    except TimeoutError:
+        shown = pattern if len(pattern) <= 80 else pattern[:77] + "..."
+        raise PatternTimeout(f"regex /{shown}/ ran past {seconds:.3g} s on a {len(text)}-character answer "
+                             f"(catastrophic backtracking); rewrite it without nested repeats") from None
+
+
+__all__ = ["IGNORECASE", "error", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "problem", "search"]
