@@ -143,6 +143,22 @@ _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turn
                                   "weights": None}
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+
+def path_safe_key(key: str) -> bool:
+    """Whether ``key`` is its own page's address: no part between slashes that is empty, '.' or '..'.
+
+    Browsers (and the URL standard) resolve ``z/../victim`` to ``victim`` and ``..`` to the run's
+    page before asking, and no percent-encoding escapes that (``%2E`` is a dot to them too).
+    """
+    return all(part not in ("", ".", "..") for part in key.split("/"))
+
+
+def safe_key(key: str) -> str:
+    """``key`` with its empty, '.' and '..' parts dropped (a suggestion; the importers use it)."""
+    return "/".join(part for part in key.split("/") if part not in ("", ".", "..")) or "scenario"
+
+
 _TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_DEPTH = 100
 #: Integers beyond 64 bits are not portable JSON (and Python refuses to print huge ones).
@@ -360,6 +376,10 @@ class _Context:
         elif not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             self.add(path + ("key",), where, f"key {show(key)} must be a string of letters, digits and "
                                              f"_ . : / - (quote it if YAML reads it as a number)")
+        elif not path_safe_key(key):
+            self.add(path + ("key",), where, f"key {show(key)} has an empty, '.' or '..' part between slashes; "
+                                             f"a key is also the viewer's address of its page (a browser "
+                                             f"would open another page): rename it, e.g. {show(safe_key(key))}")
         else:
             where = f"scenario '{key}'"
             line = self.line(path)

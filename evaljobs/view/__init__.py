@@ -6,6 +6,7 @@ Importing this package imports no web stack; :func:`serve` and
 from __future__ import annotations
 
 import socket
+from urllib.parse import quote
 
 from evaljobs.errors import UsageError
 from evaljobs.view.config import ViewConfig, is_loopback
@@ -40,7 +41,7 @@ def url_of(config: ViewConfig, *, with_token: bool = False) -> str:
     """The viewer's address; the token only when asked (for ``--open``), never for printing."""
     host = f"[{config.host}]" if ":" in config.host else config.host
     base = f"http://{host}:{config.port}/"
-    return base + (f"?token={config.token}" if config.token and with_token else "")
+    return base + (f"?token={quote(config.token, safe='')}" if config.token and with_token else "")
 
 
 def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> None:

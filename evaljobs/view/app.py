@@ -13,6 +13,7 @@ The guard makes the app safe by construction rather than by each route's care:
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
@@ -60,8 +61,8 @@ class Guard:
             if given is not None and _same(given, self.token):
                 rest = urlencode([(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
                                   if k != "token"])
-                location = scope["path"] + (f"?{rest}" if rest else "")
-                cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                location = local_path(scope) + (f"?{rest}" if rest else "")
+                cookie = f"{COOKIE}={cookie_value_for(self.token)}; Path=/; HttpOnly; SameSite=Strict"
                 await _plain(send, 303, "", [(b"location", location.encode("latin-1")),
                                              (b"set-cookie", cookie.encode("latin-1"))])
                 return
@@ -75,7 +76,7 @@ class Guard:
                 except Exception:  # noqa: BLE001 - a malformed cookie is no token
                     cookie_value = None
             ok = (bearer.startswith("Bearer ") and _same(bearer[7:], self.token)) or \
-                 (cookie_value is not None and _same(cookie_value, self.token))
+                 (cookie_value is not None and _same(cookie_value, cookie_value_for(self.token)))
             if not ok:
                 await _plain(send, 401, "evaljobs view: open this address once with ?token=YOUR_TOKEN, or send Authorization: Bearer")
                 return
@@ -87,6 +88,28 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def cookie_value_for(token: str) -> str:
+    """What the login cookie carries: a SHA-256 digest of the token, in hex.
+
+    Why not the token: a token may hold any character (a space, ``;``, ``é``), and a cookie
+    value may not — written raw, ``a b;c`` came back as ``a`` and the ``?token=`` login
+    always failed. Hex needs no quoting, and the cookie no longer carries the secret itself.
+    """
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def local_path(scope) -> str:
+    """The request's path as a redirect target that stays on this site.
+
+    ``//evil.example/`` (or ``/\\evil.example``) is, to a browser, another host: leading slashes and
+    backslashes collapse into one. The raw (still percent-encoded) path is used, so the header
+    is always ASCII.
+    """
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+    path = raw.decode("latin-1").split("?", 1)[0]
+    return "/" + path.lstrip("/\\")
 
 
 def _same(a: str, b: str) -> bool:

@@ -166,6 +166,8 @@ _SLUG_BAD = re.compile(r"[^a-z0-9]+")
 def key_part(value: Any) -> str:
     """A foreign identifier as part of a native scenario key (invalid characters become '-')."""
     text = _KEY_BAD.sub("-", str(value).strip()).strip("-")
+    if "/" in text or text in (".", ".."):  # never a part a browser resolves (see catalog.validate)
+        text = "/".join(part for part in text.split("/") if part not in ("", ".", "..")) or "-"
     return text
 
 
