@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaljobs.errors import ConfigurationError
+from evaljobs.redact import password_of, register_secret
 
 #: URL schemes that name a Redis server (broker, governor, events).
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -182,6 +183,9 @@ class Settings:
                 raise ConfigurationError(f"{name}={port!r} is not a TCP port (1-65535)")
         for name, (label, low, high, low_open, integer) in _NUMBERS.items():
             check_number(label, getattr(self, name), low, high, low_open=low_open, integer=integer)
+        register_secret(key)
+        for url in (self.database_url, self.broker_url, self.governor_url):
+            register_secret(password_of(url) if url else None)
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                                      "(pairs a fan-out message carries; 1: one message per pair)")
@@ -327,7 +331,9 @@ def secret(name: str) -> str | None:
     variable, and the value is read here on every use, so a rotated key is
     picked up and nothing that stores or prints settings can leak it.
     """
-    return os.environ.get(name)
+    value = os.environ.get(name)
+    register_secret(value)  # scrubbed from every error, result, report and log line from now on
+    return value
 
 
 def child_environment(extra: Mapping[str, str] | None = None, base: Settings | None = None) -> dict[str, str]:

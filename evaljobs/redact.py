@@ -8,14 +8,36 @@ place redacting in its own way is how one of them forgot (issue 16: ``run``
 printed the Redis password). :func:`redact` takes a URL; :func:`redact_text`
 takes any text (an exception message) and redacts every URL in it.
 
+Configured secrets too (issue 29): every value read through ``config.secret`` — API keys,
+``headers:`` values that came from ``${VAR}`` — the context signing key and the passwords of the
+configured URLs are registered here (:func:`register_secret`), and :func:`redact_text` replaces
+each of them in every form it travels in: raw, URL-encoded (``%20``/``+``), JSON-escaped, and
+base64 (standard and URL-safe, at each of the three byte alignments, so the key inside
+``Basic base64(user:key)`` is found too). A provider that echoes a header back in its error
+body therefore stores and prints ``***``. :func:`redact_value` applies it to a whole stored
+value (a result's details, its tool calls).
+
 This module imports nothing from evaljobs, so every layer may use it.
 """
 from __future__ import annotations
 
+import base64
+import json
 import re
-from urllib.parse import urlsplit
+import threading
+from typing import Any
+from urllib.parse import quote, quote_plus, urlsplit
 
 MASK = "***"
+#: Shorter values are not registered: replacing a 3-letter "secret" everywhere would mangle text
+#: and protect nothing (a key that short is guessed sooner than leaked).
+MIN_SECRET_CHARS = 6
+#: Shortest base64 run looked for (a shorter one matches ordinary text by chance).
+_MIN_BASE64_CHARS = 8
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_forms: tuple[str, ...] = ()
 
 # The patterns are compiled on first use (re's own cache), not at import: `evaljobs --help` imports
 # this module and redacts nothing (start-up time).
@@ -34,12 +56,59 @@ def redact(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the password of every URL in it (and every ``password=`` value) replaced."""
+    """``text`` with every registered secret (in each of its forms), the password of every URL in
+    it and every ``password=`` value replaced."""
     if not text:
         return text
+    text = scrub_secrets(text)
     text = re.sub(_USERINFO, lambda m: f"{m['head']}:{MASK}@" if m["secret"] else m[0], text)
     text = re.sub(_LONE, lambda m: f"{m['head']}{MASK}@", text)
     return re.sub(_PARAM, lambda m: f"{m['head']}{MASK}", text)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember ``value`` as a secret of this process: from now on it is scrubbed everywhere."""
+    global _forms
+    if not value or len(value.strip()) < MIN_SECRET_CHARS or value in _secrets:
+        return
+    with _lock:
+        _secrets.add(value)
+        forms = {form for secret in _secrets for form in _forms_of(secret)}
+        _forms = tuple(sorted(forms, key=len, reverse=True))  # longest first: a form inside another
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` with every form of every registered secret replaced by ``***`` (fast when none occurs)."""
+    for form in _forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
+
+
+def redact_value(value: Any) -> Any:
+    """``value`` (str, or dicts and lists of them) with every registered secret scrubbed from its strings."""
+    if not _forms:
+        return value
+    if isinstance(value, str):
+        return scrub_secrets(value)
+    if isinstance(value, dict):
+        return {key: redact_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(item) for item in value]
+    return value
+
+
+def _forms_of(secret: str) -> set[str]:
+    raw = secret.encode("utf-8")
+    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), json.dumps(secret)[1:-1]}
+    for offset in range(3):  # the secret inside a longer base64 text starts at any byte alignment
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            text = encode(b"\0" * offset + raw).decode("ascii")
+            start = -(-offset * 8 // 6)  # the first character made only of the secret's bits
+            end = (offset + len(raw)) * 8 // 6  # past the last such character
+            if end - start >= _MIN_BASE64_CHARS:
+                forms.add(text[start:end])
+    return {form for form in forms if len(form) >= MIN_SECRET_CHARS}
 
 
 def password_of(url: str) -> str | None:
@@ -50,4 +119,4 @@ def password_of(url: str) -> str | None:
         return None
 
 
-__all__ = ["redact", "redact_text", "password_of", "MASK"]
+__all__ = ["redact", "redact_text", "redact_value", "register_secret", "scrub_secrets", "password_of", "MASK"]

@@ -14,13 +14,13 @@ from urllib.parse import quote
 import httpx
 import pytest
 from click.testing import CliRunner
+from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.catalog import CatalogError, loads_catalog
 from evaljobs.cli import main
 from evaljobs.view import url_of
 from evaljobs.view.config import ViewConfig
-from helpers import Viewer
 
 
 @pytest.mark.parametrize("key", ["..", "../etc", "z/../victim", "./a", "a//b", "/a", "a/"])

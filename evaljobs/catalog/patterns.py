@@ -107,4 +107,4 @@ def search(pattern: str, text: str, flags: int = 0) -> bool:
                              f"(catastrophic backtracking); rewrite it without nested repeats") from None
 
 
-__all__ = ["IGNORECASE", "error", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "problem", "search"]
+__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "error", "problem", "search"]

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 
 from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 from evaljobs.config import secret
+from evaljobs.redact import redact_text, register_secret
 from evaljobs.providers import deadline
 from evaljobs.providers.completion import Completion, RequestedToolCall
 from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
@@ -377,10 +378,9 @@ class ChatClient:
         return f"timed out after {limit:g} s {what}".strip()
 
     def _scrubbed(self, error: ProviderError) -> ProviderError:
-        """Remove the API key and any bearer token from the reason (providers echo bad keys)."""
-        reason = _BEARER.sub("Bearer ***", error.reason)
-        if self._api_key:
-            reason = reason.replace(self._api_key, "***")
+        """The reason without the key, any bearer token or configured secret (``evaljobs.redact``)."""
+        register_secret(self._api_key)
+        reason = redact_text(_BEARER.sub("Bearer ***", error.reason))
         if reason != error.reason:
             error.reason = reason
             error.args = (reason,)

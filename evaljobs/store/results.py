@@ -16,6 +16,7 @@ import peewee
 from peewee import fn
 
 from evaljobs.collector import gc_paused
+from evaljobs.redact import redact_text, redact_value
 from evaljobs.evaluation.result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
 from evaljobs.reports.rows import ReportRow
 from evaljobs.store.connections import _bound, _connection, _reconnecting, _transaction
@@ -261,12 +262,19 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
 
 
 def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Result) -> bool:
-    """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted."""
+    """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted.
+
+    Every text is scrubbed of the configured secrets first (``evaljobs.redact``): a provider that
+    echoes a header or a key back in its error or its answer is stored as ``***``, so no report,
+    command or viewer page built from the row can show it.
+    """
     params = (run_id, result.scenario_key, result.model, result.status, float(result.score),
-              _dumps(result.scores), result.fault, result.output or "", _dumps(_capped(result.tool_calls)),
+              _dumps(result.scores), result.fault, redact_value(result.output or ""),
+              _dumps(redact_value(_capped(result.tool_calls))),
               int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
-              None if result.cost is None else float(result.cost), int(result.attempts), result.error,
-              _dumps(_capped(result.details)), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
+              None if result.cost is None else float(result.cost), int(result.attempts),
+              redact_text(result.error) if result.error else result.error,
+              _dumps(redact_value(_capped(result.details))), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
               _float_or_none(result.latency_ms), int(result.epoch), result.reused_from)
     return db.execute_sql(sql.insert_result, params).rowcount == 1
 

@@ -13,6 +13,7 @@ from evaljobs.providers.errors import (
     TransientError,
     parse_retry_after,
 )
+from evaljobs.redact import redact_text
 
 #: How much of a provider's own error message is kept in a reason.
 PROVIDER_MESSAGE_CAP = 200
@@ -61,7 +62,9 @@ def provider_message(payload: bytes) -> str:
 
 
 def cap(text: str) -> str:
-    text = " ".join(text.split()) or "no error message"
+    """One line, cut short — scrubbed of every configured secret first, so a cut never leaves a
+    secret's first half behind where the whole would have been recognised."""
+    text = " ".join(redact_text(text).split()) or "no error message"
     if len(text) > PROVIDER_MESSAGE_CAP:
         text = text[: PROVIDER_MESSAGE_CAP - 1] + "…"
     return text
