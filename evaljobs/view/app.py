@@ -151,6 +151,7 @@ def create_app(config: ViewConfig):
             Route("/live/runs", streams.runs, name="live_runs"),
             Route("/live/fleet", streams.fleet, name="live_fleet"),
             Route("/metrics", MetricsPage(config).serve, name="metrics"),
+            Route("/live/stats", streams.stats, name="live_stats"),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ],
         middleware=[Middleware(Guard, config=config)],

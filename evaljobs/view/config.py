@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaljobs.config import REDIS_SCHEMES
+from evaljobs.view.streams import StreamLimits
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -25,6 +26,8 @@ class ViewConfig:
     port: int = 8700
     #: Seconds between database reads of a live page when no Redis events wake it.
     poll_seconds: float = 1.0
+    #: Bounds on live streams (how many, bytes queued per client, when a slow one is dropped).
+    stream_limits: StreamLimits = StreamLimits()
 
     @property
     def redis_url(self) -> str | None:

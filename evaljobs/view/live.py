@@ -21,13 +21,14 @@ from typing import Any, AsyncIterator
 import peewee
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse
 
 from evaljobs import store
 from evaljobs.pipeline import events
 from evaljobs.store import pages as store_pages
 from evaljobs.view.config import ViewConfig
 from evaljobs.view.queries import first_line
+from evaljobs.view.streams import StreamRegistry
 
 logger = logging.getLogger("evaljobs.view")
 #: Coalesce wake-ups for this long before reading, so a burst of events costs one read.
@@ -39,6 +40,11 @@ KEEPALIVE_SECONDS = 15.0
 #: PostgreSQL assigns row ids at insert and commits in any order: look back this many ids each read.
 PG_LOOKBACK = 256
 FLEET_SECONDS = 1.0
+#: Most rows one update carries: a backlog goes out in pieces, each taken before the next is read.
+ROWS_PER_EVENT = 500
+#: The last event a client too slow to follow gets (evaljobs.view.streams drops it).
+FAREWELL = ("event: dropped\ndata: {\"reason\":\"this page took too long to read its updates; "
+            "reload it to follow the run again\"}\n\n")
 
 
 def sse(event: str, data: Any, ident: int | None = None) -> str:
@@ -116,6 +122,10 @@ def held(fn, *args):
     return fn(*args)
 
 
+def _piece(run_id: str, after: int) -> list[store_pages.Cell]:
+    return store_pages.cells_after(run_id, after, limit=ROWS_PER_EVENT)
+
+
 def fleet_status(config: ViewConfig):
     from evaljobs.workers.status import collect  # the fleet page only: it imports the Redis client
 
@@ -126,12 +136,16 @@ class Streams:
     def __init__(self, config: ViewConfig, templates):
         self.config = config
         self.templates = templates
+        self.registry = StreamRegistry(config.stream_limits)
 
-    def _response(self, body: AsyncIterator[str]) -> StreamingResponse:
-        return StreamingResponse(body, media_type="text/event-stream",
-                                 headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+    def _response(self, body: AsyncIterator[str]):
+        return self.registry.response(body, FAREWELL)
 
-    async def run(self, request: Request) -> StreamingResponse:
+    async def stats(self, request: Request) -> JSONResponse:
+        """Live streams open, opened, dropped (too slow), refused (too many) and bytes queued now."""
+        return JSONResponse(self.registry.stats.to_dict())
+
+    async def run(self, request: Request):
         run_id = request.path_params["run_id"]
         start = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         try:
@@ -148,10 +162,11 @@ class Streams:
             while True:
                 try:
                     state = await run_in_threadpool(held, store_pages.state, run_id)
-                    rows = await run_in_threadpool(held, store_pages.cells_after, run_id, max(0, after - lookback))
+                    rows = await run_in_threadpool(held, _piece, run_id, max(0, after - lookback))
                 except store.UnknownRun as exc:
                     yield sse("gone", {"error": str(exc)})
                     return
+                more = len(rows) == ROWS_PER_EVENT  # a backlog: the next piece at once, not after a wait
                 rows = [r for r in rows if r.id not in seen and (lookback or r.id > after)]
                 if rows:
                     after = max(after, max(r.id for r in rows))
@@ -162,6 +177,8 @@ class Streams:
                     payload["cursor"] = after
                     yield sse("update", {"state": payload, "rows": [cell_json(r) for r in rows]}, ident=after)
                     last_sent, quiet = state.to_dict(), 0.0
+                if more and rows:
+                    continue
                 if state.finished:
                     yield sse("done", {"status": state.status})
                     return
@@ -175,7 +192,7 @@ class Streams:
         finally:
             await hints.close()
 
-    async def runs(self, request: Request) -> StreamingResponse:
+    async def runs(self, request: Request):
         ids = [i for i in request.query_params.getlist("id") if i][:50]
         return self._response(self._runs_events(ids))
 
@@ -196,7 +213,7 @@ class Streams:
             await asyncio.sleep(self.config.poll_seconds)
         yield sse("done", {})
 
-    async def fleet(self, request: Request) -> StreamingResponse:
+    async def fleet(self, request: Request):
         return self._response(self._fleet_events())
 
     async def _fleet_events(self) -> AsyncIterator[str]:
