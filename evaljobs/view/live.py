@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import peewee
 from starlette.concurrency import run_in_threadpool
@@ -66,7 +67,7 @@ class Hints:
         self._url, self._channel = redis_url, channel
         self._client = self._pubsub = None
 
-    async def open(self) -> "Hints":
+    async def open(self) -> Hints:
         if self._url and self._channel:
             try:
                 import redis.asyncio as aioredis  # only with a Redis broker (start-up of a broker-less viewer)

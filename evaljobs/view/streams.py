@@ -27,8 +27,9 @@ import collections
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 logger = logging.getLogger("evaljobs.view")
 
@@ -111,7 +112,9 @@ class _BoundedStream:
         self.streams, self.events, self.farewell = streams, events, farewell
         self.queue: collections.deque[bytes] = collections.deque()
         self.queued = 0
-        self.changed = asyncio.Event()  # the queue changed (an event added or taken), or the producer ended
+        # Each side clears only its own event, then checks the queue again before waiting: no wake-up is lost.
+        self.room = asyncio.Event()  # the sender took an event (set by the sender, cleared by the producer)
+        self.ready = asyncio.Event()  # an event was queued or the producer ended (the other way round)
         self.produced = False
         self.dropped = False
 
@@ -147,9 +150,11 @@ class _BoundedStream:
             async for text in self.events:
                 data = text.encode("utf-8")
                 while self.queue and self.queued + len(data) > limits.client_bytes:
-                    self.changed.clear()
+                    self.room.clear()
+                    if not (self.queue and self.queued + len(data) > limits.client_bytes):
+                        break
                     try:
-                        await asyncio.wait_for(self.changed.wait(), limits.slow_seconds)
+                        await asyncio.wait_for(self.room.wait(), limits.slow_seconds)
                     except asyncio.TimeoutError:
                         self._drop()
                         break
@@ -157,12 +162,12 @@ class _BoundedStream:
                     break
                 self.queue.append(data)
                 self._account(len(data))
-                self.changed.set()
+                self.ready.set()
         except Exception:  # a failed read ends this stream (the page still renders from the database)
             logger.exception("live stream failed")
         finally:
             self.produced = True
-            self.changed.set()
+            self.ready.set()
             await self.events.aclose()  # type: ignore[attr-defined]  # closes its Redis subscription now
         if self.dropped:  # the farewell's time: then the stream ends whether or not it was taken
             await asyncio.sleep(limits.farewell_seconds)
@@ -182,7 +187,7 @@ class _BoundedStream:
         while True:
             while self.queue:
                 data = self._take()
-                self.changed.set()
+                self.room.set()
                 if self.dropped:  # the farewell: its client gets a while to take it, then the line closes
                     try:
                         await asyncio.wait_for(send({"type": "http.response.body", "body": data,
@@ -195,9 +200,9 @@ class _BoundedStream:
             if self.produced and not self.queue:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
-            self.changed.clear()
+            self.ready.clear()
             if not self.queue and not self.produced:
-                await self.changed.wait()
+                await self.ready.wait()
 
 
 async def _disconnected(receive) -> None:
