@@ -6,7 +6,7 @@ other.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaljobs.config import REDIS_SCHEMES
@@ -27,7 +27,7 @@ class ViewConfig:
     #: Seconds between database reads of a live page when no Redis events wake it.
     poll_seconds: float = 1.0
     #: Bounds on live streams (how many, bytes queued per client, when a slow one is dropped).
-    stream_limits: StreamLimits = StreamLimits()
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)
 
     @property
     def redis_url(self) -> str | None:

@@ -41,8 +41,12 @@ KEEPALIVE_SECONDS = 15.0
 #: PostgreSQL assigns row ids at insert and commits in any order: look back this many ids each read.
 PG_LOOKBACK = 256
 FLEET_SECONDS = 1.0
+#: Most database reads the live streams make at once. Each read runs on a pool thread that keeps its
+#: own SQLite connection and page cache for the server's life (see ``held``): a hundred streams
+#: reading at once grew the pool, and the viewer kept a page cache per thread after they left.
+READS_AT_ONCE = 4
 #: Most rows one update carries: a backlog goes out in pieces, each taken before the next is read.
-ROWS_PER_EVENT = 500
+ROWS_PER_EVENT = 200
 #: The last event a client too slow to follow gets (evaljobs.view.streams drops it).
 FAREWELL = ("event: dropped\ndata: {\"reason\":\"this page took too long to read its updates; "
             "reload it to follow the run again\"}\n\n")
@@ -138,6 +142,14 @@ class Streams:
         self.config = config
         self.templates = templates
         self.registry = StreamRegistry(config.stream_limits)
+        self._reads: asyncio.Semaphore | None = None
+
+    async def _read(self, fn, *args):
+        """``fn(*args)`` on a pool thread, at most ``READS_AT_ONCE`` at a time."""
+        if self._reads is None:  # made on the server's event loop, at the first read
+            self._reads = asyncio.Semaphore(READS_AT_ONCE)
+        async with self._reads:
+            return await run_in_threadpool(held, fn, *args)
 
     def _response(self, body: AsyncIterator[str]):
         return self.registry.response(body, FAREWELL)
@@ -162,8 +174,8 @@ class Streams:
             last_sent, quiet, seen = None, 0.0, set()
             while True:
                 try:
-                    state = await run_in_threadpool(held, store_pages.state, run_id)
-                    rows = await run_in_threadpool(held, _piece, run_id, max(0, after - lookback))
+                    state = await self._read(store_pages.state, run_id)
+                    rows = await self._read(_piece, run_id, max(0, after - lookback))
                 except store.UnknownRun as exc:
                     yield sse("gone", {"error": str(exc)})
                     return
@@ -203,7 +215,7 @@ class Streams:
             states = {}
             for run_id in ids:
                 try:
-                    states[run_id] = (await run_in_threadpool(held, store_pages.state, run_id)).to_dict()
+                    states[run_id] = (await self._read(store_pages.state, run_id)).to_dict()
                 except store.UnknownRun:
                     continue
             changed = {k: v for k, v in states.items() if last.get(k) != v}

@@ -15,8 +15,9 @@ viewer from 61 MB to about 1 GB, and the memory stayed after they left. So each 
   the database, the stream only tells what is new).
 * **counted**: at most :attr:`StreamLimits.max_streams` at once; one more is ``503`` with
   ``Retry-After`` (one line), never queued.
-* **released**: when the last stream ends, memory the allocator kept is handed back to the
-  system (glibc's ``malloc_trim``), so the viewer's size returns to what it was.
+* **released**: when the last stream ends (and again once the connections given up on are
+  closed), memory the allocator kept is handed back to the system (glibc's ``malloc_trim``),
+  so the viewer's size returns to about what it was.
 
 :class:`StreamStats` is what ``/live/stats`` shows (streams open, dropped, bytes queued).
 """
@@ -39,7 +40,7 @@ class StreamLimits:
     #: Most live streams open at once (each is a browser tab on a live page).
     max_streams: int = 64
     #: Most bytes of events queued for one client that has not taken them yet.
-    client_bytes: int = 1_000_000
+    client_bytes: int = 256_000
     #: How long a full queue may stay full before its client is dropped.
     slow_seconds: float = 10.0
     #: How long a dropped client has to take its final event before its connection is closed.
@@ -89,6 +90,11 @@ class StreamRegistry:
         self.stats.open -= 1
         if self.stats.open == 0:
             _trim()
+            # Again once the connections given up on are gone: uvicorn closes a dropped client's
+            # socket (and frees what it still held for it) only after its farewell time.
+            loop = asyncio.get_running_loop()
+            loop.call_later(1.0, _trim)
+            loop.call_later(self.limits.farewell_seconds + 1.0, _trim)
 
 
 class _Refused:
