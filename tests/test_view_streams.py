@@ -19,6 +19,7 @@ from helpers import wait_until
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
+from evaljobs.reports.build import build_report
 from evaljobs.view.config import ViewConfig
 from evaljobs.view.live import ROWS_PER_EVENT
 from evaljobs.view.streams import StreamLimits
@@ -83,7 +84,7 @@ def big_run(results: int, *, finished: bool = False) -> str:
     for start in range(0, results, 1000):
         store.record_results(run.id, rows[start:start + 1000])
     if finished:
-        store.finalize(run.id)
+        store.finalize(run.id, build_report)
     return run.id
 
 
