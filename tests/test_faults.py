@@ -316,10 +316,10 @@ def test_a_last_chance_evaluation_runs_alone_in_its_process():
     assert shared_running.wait(5)
     lone = threading.Thread(target=suspect)
     lone.start()
-    time.sleep(0.1)
+    assert wait_until(lambda: solo._waiting == 1, 30, 0.001)  # the suspect waits (not: 0.1 s have passed)
     late = threading.Thread(target=ordinary)  # arrives while the suspect waits: held back
     late.start()
-    time.sleep(0.1)
+    time.sleep(0.1)  # the late thread's chance to jump the queue (a wrong lock would take it)
     assert events_seen == ["shared start"]
     release_shared.set()
     for thread in (first, lone, late):

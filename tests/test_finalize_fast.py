@@ -135,7 +135,7 @@ def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
     assert figure["pairs"] == 12 and figure["broker"] == "memory"
     for block in (figure, figure["without_epochs"]):
         assert len(block["finalize_all_ms"]) == len(block["finalize_cpu_all_ms"]) == 2
-        assert block["finalize_ms"] > 0 and block["finalize_cpu_ms"] >= 0
+        assert block["finalize_ms"] >= 0 and block["finalize_cpu_ms"] >= 0  # measured: rounded to 0.1 ms
     assert gc.isenabled()
 
 
