@@ -135,8 +135,16 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(params=["inline", "helper thread"])
+def path(request, monkeypatch):
+    """Both ways a match runs: inline, and (no inline budget at all) on a helper thread."""
+    if request.param == "helper thread":
+        monkeypatch.setattr(patterns, "INLINE_SECONDS", 1e-9)
+    return request.param
+
+
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_the_engine_gives_re_s_verdict_on_every_pattern_both_accept(pattern):
+def test_the_engine_gives_re_s_verdict_on_every_pattern_both_accept(pattern, path):
     assert patterns.problem(pattern) is None
     for text in TEXTS:
         for flags in (0, re.IGNORECASE):
