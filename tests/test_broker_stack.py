@@ -54,17 +54,16 @@ def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, mon
     once instead of at its next idle poll (half a poll, on average, between last result and report)."""
     from evaljobs.pipeline import broker as broker_module
 
-    # an unwoken consumer would sleep ~2 s
-    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 2000)
+    # An unwoken consumer would sleep 30-60 s: a fetch within 20 s can only be the wake-up (no
+    # latency is measured, so a loaded machine's stalls cannot fail it).
+    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 60_000)
     broker = broker_module.make_broker(redis_url)
     try:
-        consumer = broker.consume("wake-local", prefetch=4, timeout=5000)
-        consumer._idle = 30  # long idle: its next pause is the whole poll (1-2 s with jitter)
+        consumer = broker.consume("wake-local", prefetch=4, timeout=60_000)
+        consumer._idle = 30  # long idle: its next pause is the whole poll (30-60 s with jitter)
         got = _next_in_thread(consumer, idle_first=0.3)
-        sent = time.perf_counter()
         broker.enqueue(_message("wake-local"))
-        latency = got.result(timeout=5) - sent
-        assert latency < 0.2, f"picked up {latency * 1000:.0f} ms after it was sent"
+        got.result(timeout=20)
         consumer.close()
     finally:
         broker.close()
@@ -76,18 +75,16 @@ def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half
     provider that answers at once the worker threads drained the queue and sat idle meanwhile."""
     from evaljobs.pipeline import broker as broker_module
 
-    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 2000)
+    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 60_000)
     broker = broker_module.make_broker(redis_url)
     try:
-        consumer, held = _full_consumer(broker, "wake-ack", prefetch=4, more=2)
-        consumer._idle = 30  # its next pause is the whole poll (1-2 s with jitter) unless an ack wakes it
+        consumer, held = _full_consumer(broker, "wake-ack", prefetch=4, more=2, timeout_ms=60_000)
+        consumer._idle = 30  # its next pause is the whole poll (30-60 s) unless an ack wakes it
         got = _next_in_thread(consumer, idle_first=0.3)
         consumer.ack(held[0])
         assert not got.done(), "one ack of four must not trigger a fetch (refills come in batches)"
-        acked = time.perf_counter()
         consumer.ack(held[1])  # half of the prefetch free
-        latency = got.result(timeout=5) - acked
-        assert latency < 0.2, f"fetched {latency * 1000:.0f} ms after the ack"
+        got.result(timeout=20)  # within 20 s: only the ack's wake-up, never the 30-60 s poll
         consumer.close()
     finally:
         broker.flush_all()
@@ -119,11 +116,11 @@ def _message(queue: str) -> dramatiq.Message:
     return dramatiq.Message(queue_name=queue, actor_name="noop", args=(), kwargs={}, options={})
 
 
-def _full_consumer(broker, queue: str, *, prefetch: int, more: int):
+def _full_consumer(broker, queue: str, *, prefetch: int, more: int, timeout_ms: int = 5000):
     """A consumer holding its whole prefetch (unacked), with ``more`` messages still in Redis."""
     for _ in range(prefetch + more):
         broker.enqueue(_message(queue))
-    consumer = broker.consume(queue, prefetch=prefetch, timeout=5000)
+    consumer = broker.consume(queue, prefetch=prefetch, timeout=timeout_ms)
     held = [_next_message(consumer) for _ in range(prefetch)]
     assert consumer.outstanding_message_count == prefetch  # full: the next fetch waits for acks
     return consumer, held
