@@ -170,10 +170,8 @@ def test_provider_message_is_cut_to_200_chars():
 
 
 def test_timeout_is_transient_and_names_the_timeout(sim):
-    with ChatClient(sim.url, timeout=0.2) as chat:
-        started = time.perf_counter()
-        error = fail(chat, "[sim: sleep 2]")
-    assert time.perf_counter() - started < 1.5
+    with ChatClient(sim.url, timeout=0.2) as chat:  # the answer would take 30 s: only the timeout ends it
+        error = fail(chat, "[sim: sleep 30]")
     assert type(error) is TransientError
     assert "timed out after 0.2 s" in error.reason
 
@@ -373,7 +371,7 @@ def test_a_call_times_out_waiting_for_a_pooled_connection():
         assert entered.wait(5)  # the first call holds the only connection
         started = time.perf_counter()
         error = fail(chat, "second")
-        assert 0.15 < time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started > 0.15  # it waited its 0.2 s (the connection is held 5 s)
         gate.set()
         with pytest.raises(TransientError, match="timed out after 0.2 s reading the response body"):
             holder.result(timeout=5)  # the whole call is bounded too, not only each read

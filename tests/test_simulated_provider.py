@@ -256,10 +256,8 @@ def test_stop_cancels_in_flight_requests_and_frees_the_port():
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(outcome, chat, "[sim: sleep 30]")
         assert wait_until(lambda: sim.stats()["in_flight"] == 1, 5, 0.005)  # the request is being served
-        started = time.perf_counter()
         sim.stop()
-        assert pending.result(timeout=5).startswith("TransientError")
-    assert time.perf_counter() - started < 2
+        assert pending.result(timeout=5).startswith("TransientError")  # 30 s of sleep, cut at the stop
     chat.close()
     with SimulatedProvider(port=sim.port) as again:  # the port is free again
         assert again.port == sim.port
