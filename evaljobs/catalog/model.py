@@ -7,10 +7,10 @@ and :mod:`evaljobs.catalog.validate`; the canonical digest is
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.errors import UsageError
 
 DEFAULT_MAX_TURNS = 6
@@ -46,10 +46,9 @@ def ideal_grader_problem(grader: object) -> str | None:
     if name == "inspect_answer" and argument not in ("letter", "word", "line"):
         return f"inspect_answer takes letter, word or line, not {argument!r}"
     if name == "inspect_pattern":
-        try:
-            re.compile(argument)
-        except re.error as exc:
-            return f"inspect_pattern's regular expression {argument!r} does not compile: {exc}"
+        trouble = pattern_problem(argument)
+        if trouble:
+            return f"inspect_pattern's regular expression {argument!r} {trouble}"
     return None
 #: ``expect.assertions`` kinds: ``builtin`` (native checks, on the transformed output if it has
 #: ``transforms``), ``javascript`` (run in Node), ``python`` (run in a subprocess), ``json_schema``

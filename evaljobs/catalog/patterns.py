@@ -99,7 +99,13 @@ def problem(pattern: str) -> str | None:
 
 
 def search(pattern: str, text: str, flags: int = 0) -> bool:
-    """Whether ``pattern`` occurs in ``text`` (``re.search`` semantics), within the time bound.
+    """Whether ``pattern`` occurs in ``text`` (``re.search`` semantics), within the time bound."""
+    return find(pattern, text, flags) is not None
+
+
+def find(pattern: str, text: str, flags: int = 0) -> regex.Match[str] | None:
+    """The first match of ``pattern`` in ``text`` (``re.search``: ``group``, ``groups`` as ``re``'s), within
+    the time bound.
 
     Raises :class:`PatternTimeout` past the bound, and ``regex.error`` for a pattern that does not
     compile (the catalog check refuses those first).
@@ -115,13 +121,13 @@ def search(pattern: str, text: str, flags: int = 0) -> bool:
     compiled = _compiled(pattern, flags)
     started = time.monotonic()
     try:
-        return compiled.search(text, timeout=min(seconds, INLINE_SECONDS), concurrent=True) is not None
+        return compiled.search(text, timeout=min(seconds, INLINE_SECONDS), concurrent=True)
     except TimeoutError:
         if seconds <= INLINE_SECONDS:
             raise _timed_out(pattern, text, seconds) from None
     future = _helpers().submit(compiled.search, text, timeout=seconds, concurrent=True)
     try:
-        return future.result(timeout=max(0.0, seconds - (time.monotonic() - started))) is not None
+        return future.result(timeout=max(0.0, seconds - (time.monotonic() - started)))
     except (TimeoutError, concurrent.futures.TimeoutError):
         raise _timed_out(pattern, text, seconds) from None
 
@@ -144,4 +150,5 @@ def _helpers() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
-__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "error", "problem", "search"]
+__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "error", "find", "problem",
+           "search"]

@@ -27,6 +27,8 @@ import re
 import string
 from collections.abc import Sequence
 
+from evaljobs.catalog import patterns
+
 _PUNCTUATION = set(string.punctuation)
 
 #: inspect_ai/_util/pattern.py (inspect-ai 0.3.280): what ``answer(pattern)`` extracts after "ANSWER:".
@@ -101,7 +103,7 @@ _CHECKS = {"match": _match, "includes": _includes, "includes_ignore_case": _incl
 def _pattern_matches(answer: str, targets: Sequence[str], pattern: str) -> bool:
     """pattern(pattern, ignore_case=True, match_all=False): the first capture group (or the whole match when
     the pattern has none) equal to one of the targets, both lower-cased; no match is INCORRECT."""
-    found = re.search(pattern, answer, re.IGNORECASE)
+    found = patterns.find(pattern, answer, patterns.IGNORECASE)  # re's semantics, bounded in time
     if found is None:
         return False
     lowered = [t.lower() for t in targets]
