@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (
     ASSERTION_KINDS,
@@ -46,6 +45,7 @@ from evaljobs.catalog.model import (
     scalar_key,
 )
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.catalog.text import did_you_mean, escape_breaks, kind_of, quote_hint, show
 from evaljobs.catalog.toolspec import LIVE_KINDS, MCP_IMPORT_NOT_EXPANDED, is_mcp_import, validate_live_spec
 from evaljobs.collector import gc_paused

@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from evaljobs.capacity import thread_start_failed
 from evaljobs import store
+from evaljobs.capacity import thread_start_failed
 from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import barrier
 from evaljobs.pipeline.pairs import GiveUp, Pair, PairState, Recorded, Retry, RunPlan, attempt
