@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from evaljobs.redact import redact_text
+from evaljobs.redact import redact_text, register_secret
 
 #: Characters kept of one request or response body (a note says how much was cut).
 BODY_CAP = 65536
@@ -21,13 +21,11 @@ _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
 
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` without the given secrets (as they are, and JSON-escaped), bearer tokens and URL passwords."""
+    """``text`` without the given secrets, bearer tokens and URL passwords: the one redaction
+    (``evaljobs.redact``), which scrubs every registered secret in each of its forms (raw, URL-encoded,
+    JSON-escaped, base64)."""
     for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-            escaped = json.dumps(secret)[1:-1]
-            if escaped != secret:
-                text = text.replace(escaped, "***")
+        register_secret(secret)
     return redact_text(_BEARER.sub("Bearer ***", text))
 
 
