@@ -172,7 +172,7 @@ def init_project(directory: str | os.PathLike = ".", *, force: bool = False,
             continue
         action = "overwrote" if path.exists() else "wrote"
         try:
-            _write_regular(target, path, text)
+            _write_regular(target if path.is_relative_to(target) else root, path, text)
         except OSError as exc:
             raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
         out.append(Written(path, action))
@@ -194,7 +194,8 @@ def notes(directory: str | os.PathLike = ".", repo_root: str | os.PathLike | Non
 
 
 def _write_regular(target: Path, path: Path, text: str) -> None:
-    """Write ``path`` as a regular file inside ``target``: never through a symbolic link.
+    """Write ``path`` as a regular file inside ``target`` (the folder, or the repository root the workflow
+    goes to): never through a symbolic link.
 
     Why: ``init`` runs in folders it did not make; a ``catalog.yaml`` (or ``.github``) that is a
     link — dangling or not — would carry the write outside the folder. ``O_NOFOLLOW`` refuses a
