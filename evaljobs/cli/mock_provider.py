@@ -17,12 +17,17 @@ import click
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=None, help="429 beyond this many in flight.")
 @click.option("--rpm", type=click.IntRange(min=1), default=None, help="429 beyond this many requests a minute.")
 @click.option("--error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
-def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate) -> None:
+@click.option("--batch-delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds from a batch's creation to its end (OpenAI Batch, Anthropic Message Batches).")
+@click.option("--batch-window", type=click.FloatRange(min=0), default=None,
+              help="A batch not ended this many seconds after creation expires (default: never).")
+def mock_provider(host, port, latency, jitter, max_concurrent, rpm, error_rate, batch_delay, batch_window) -> None:
     """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
     from evaljobs.simulated import SimulatedProvider  # start-up time (see the module docstring)
 
     provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
-                                 max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate)
+                                 max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate,
+                                 batch_delay=batch_delay, batch_window=batch_window)
     try:
         provider.serve_forever(on_ready=lambda p: click.echo(
             f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))

@@ -11,7 +11,8 @@ from typing import Any
 
 _OPTION_TYPES: dict[str, type] = {"host": str, "port": int, "latency": float, "jitter": float,
                                   "max_concurrent": int, "rpm": int, "error_rate": float, "seed": int,
-                                  "retry_after": float, "stream_interval": float}
+                                  "retry_after": float, "stream_interval": float, "batch_delay": float,
+                                  "batch_window": float}
 
 
 def parse_simulate_options(text: str) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def parse_simulate_options(text: str) -> dict[str, Any]:
         if key not in _OPTION_TYPES:
             raise ValueError(f"unknown simulate option {key!r}; known: {', '.join(_OPTION_TYPES)}")
         kind = _OPTION_TYPES[key]
-        if key in ("max_concurrent", "rpm") and value.lower() in ("", "none"):
+        if key in ("max_concurrent", "rpm", "batch_window") and value.lower() in ("", "none"):
             options[key] = None
             continue
         if not value:
@@ -46,7 +47,7 @@ def parse_simulate_options(text: str) -> dict[str, Any]:
 
 
 def check_options(**options: Any) -> None:
-    for key in ("latency", "jitter", "retry_after", "stream_interval"):
+    for key in ("latency", "jitter", "retry_after", "stream_interval", "batch_delay", "batch_window"):
         value = options.get(key)
         if value is not None and (not value >= 0 or math.isinf(value)):
             raise ValueError(f"simulate option {key}={value!r} must be a number of seconds >= 0")

@@ -44,6 +44,7 @@ import sys
 import threading
 import re
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,6 +59,7 @@ from evaljobs.simulated.answers import (
     prompt_tokens,
     tokens,
 )
+from evaljobs.simulated.batches import BatchDesk, BatchRequestError
 from evaljobs.simulated.directives import DirectiveError, collect_directives
 from evaljobs.simulated.wire import (
     RequestError,
@@ -101,11 +103,12 @@ class SimulatedProvider:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, jitter: float = 0.0,
                  max_concurrent: int | None = None, rpm: int | None = None, error_rate: float = 0.0,
                  seed: int = 0, retry_after: float = 1.0, stream_interval: float = 0.0,
+                 batch_delay: float = 0.0, batch_window: float | None = None,
                  clock: Callable[[], float] = clocks.monotonic,
                  answers: Callable[[str, list[dict[str, Any]]], str | None] | None = None):
         check_options(latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
                        error_rate=error_rate, retry_after=retry_after, port=port,
-                       stream_interval=stream_interval)
+                       stream_interval=stream_interval, batch_delay=batch_delay, batch_window=batch_window)
         self.host = host
         self.port = int(port)
         self.latency = float(latency)
@@ -134,6 +137,8 @@ class SimulatedProvider:
         self._stop_event: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._startup_error: BaseException | None = None
+        #: The batch APIs (OpenAI Batch, Anthropic Message Batches); each request answered like a chat call.
+        self.batches = BatchDesk(self._batch_answer, delay=batch_delay, window=batch_window)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -235,7 +240,9 @@ class SimulatedProvider:
         snapshot["config"] = {"latency": self.latency, "jitter": self.jitter,
                               "max_concurrent": self.max_concurrent, "rpm": self.rpm,
                               "error_rate": self.error_rate, "seed": self.seed,
-                              "retry_after": self.retry_after, "stream_interval": self.stream_interval}
+                              "retry_after": self.retry_after, "stream_interval": self.stream_interval,
+                              "batch_delay": self.batches.delay, "batch_window": self.batches.window}
+        snapshot["batches"] = self.batches.stats()
         return snapshot
 
     def calls(self) -> list[dict[str, Any]]:
@@ -304,6 +311,9 @@ class SimulatedProvider:
         path = request.path.split("?", 1)[0].rstrip("/") or "/"
         if request.method == "POST" and _AZURE_PATH.fullmatch(path):
             return await self._chat(request, writer, "openai")
+        batch_path = _AZURE_BATCH_PATH.sub("/v1/", path)
+        if _BATCH_PATH.match(batch_path):
+            return await self._batch_route(request, batch_path, writer)
         routes = {
             ("POST", "/v1/chat/completions"): None, ("POST", "/chat/completions"): None,
             ("POST", "/v1/messages"): "anthropic", ("POST", "/messages"): "anthropic",
@@ -323,6 +333,119 @@ class SimulatedProvider:
         else:
             await send_json(writer, 404, error_body(f"no route {path}"), keep_alive=request.keep_alive)
         return request.keep_alive
+
+    async def _batch_route(self, request: Request, path: str, writer: asyncio.StreamWriter) -> bool:
+        """The batch APIs: OpenAI's files and batches (Azure's paths too), Anthropic's message batches."""
+        desk, method, keep_alive = self.batches, request.method, request.keep_alive
+        query = urllib.parse.parse_qs(request.path.partition("?")[2])
+        after = (query.get("after") or query.get("after_id") or [None])[0]
+        limit = int((query.get("limit") or ["20"])[0]) if (query.get("limit") or ["20"])[0].isdigit() else 20
+        base = f"http://{request.headers.get('host') or f'{self.host}:{self.port}'}"
+        parts = path.strip("/").split("/")[1:]  # without "v1"
+        anthropic = parts[:2] == ["messages", "batches"]
+        try:
+            body: Any = None
+            if anthropic and not request.headers.get("anthropic-version"):
+                raise BatchRequestError("anthropic-version: header is required")
+            if parts == ["files"] and method == "POST":
+                body = desk.upload(request.headers.get("content-type", ""), request.body)
+            elif parts == ["files"] and method == "GET":
+                body = desk.list_files((query.get("purpose") or [None])[0])
+            elif len(parts) == 2 and parts[0] == "files" and method == "GET":
+                body = desk.file(parts[1])
+            elif len(parts) == 3 and parts[0] == "files" and parts[2] == "content" and method == "GET":
+                await send(writer, 200, desk.file_content(parts[1]),
+                           headers={"content-type": "application/octet-stream"}, keep_alive=keep_alive)
+                return keep_alive
+            elif parts == ["batches"] and method == "POST":
+                body = desk.create_openai(_json(request.body))
+            elif parts == ["batches"] and method == "GET":
+                body = desk.list_openai(after, limit)
+            elif len(parts) == 2 and parts[0] == "batches" and method == "GET":
+                body = desk.openai(parts[1])
+            elif len(parts) == 3 and parts[0] == "batches" and parts[2] == "cancel" and method == "POST":
+                body = desk.cancel_openai(parts[1])
+            elif parts == ["messages", "batches"] and method == "POST":
+                body = desk.create_anthropic(_json(request.body))
+            elif parts == ["messages", "batches"] and method == "GET":
+                body = desk.list_anthropic(base, after, limit)
+            elif len(parts) == 3 and anthropic and method == "GET":
+                body = desk.anthropic(parts[2], base)
+            elif len(parts) == 4 and anthropic and parts[3] == "results" and method == "GET":
+                await send(writer, 200, desk.anthropic_results(parts[2]),
+                           headers={"content-type": "application/binary"}, keep_alive=keep_alive)
+                return keep_alive
+            elif len(parts) == 4 and anthropic and parts[3] == "cancel" and method == "POST":
+                body = desk.cancel_anthropic(parts[2], base)
+            else:
+                raise BatchRequestError(f"no route {method} {path}", 404)
+        except BatchRequestError as exc:
+            error = anthropic_error(exc.status, str(exc)) if anthropic else error_body(str(exc))
+            await send_json(writer, exc.status, error, keep_alive=keep_alive)
+            return keep_alive
+        await send_json(writer, 200, body, keep_alive=keep_alive)
+        return keep_alive
+
+    def _batch_answer(self, wire: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(status, body) for one request of a batch: the chat answer logic, without latency or streaming.
+
+        A fault that would break a connection (reset, malformed, truncated, huge) is a 500 here: a
+        batch has no connection per request to break.
+        """
+        call = _Call(wire, False, True, None, False, time.monotonic())
+        try:
+            model, messages, tools = from_anthropic(payload) if wire == "anthropic" else from_openai(payload)
+        except RequestError as exc:
+            self._count(None, "requests")
+            self._count(None, "errors", bucket=400)
+            return 400, self._error(call, 400, str(exc))
+        call = _Call(wire, False, True, tools, False, call.arrived, _conversation(model, messages))
+        self._models.setdefault(model, None)
+        self._count(model, "requests")
+        self._count(model, "batched")
+        with self._lock:
+            attempt = self._attempts.pop(call.conversation, 0) + 1
+            self._attempts[call.conversation] = attempt
+        try:
+            fixed = self.answers(model, messages) if self.answers is not None else None
+            directives = collect_directives(messages, model) if fixed is None else []
+            if fixed is not None:
+                answer = Answer(content=fixed)
+            elif self.error_rate and draw(self.seed, call.conversation, attempt) < self.error_rate:
+                answer = Answer(status=500, message="simulated server error (error_rate)")
+            else:
+                _, answer = plan(directives, model, messages, dict(payload, tools=tools), attempt,
+                                 self.retry_after)
+        except DirectiveError as exc:
+            answer = Answer(status=400, message=str(exc))
+        self._log_call(call, model, answer.status)
+        if answer.status == 200 and answer.fault is not None:
+            answer = Answer(status=500, message=f"simulated fault ({answer.fault})")
+        if answer.status != 200:
+            self._count(model, "errors", bucket=answer.status)
+            return answer.status, self._error(call, answer.status, answer.message or REASONS.get(answer.status, ""))
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+        input_tokens = prompt_tokens(messages, tools)
+        body, output_tokens = self._body(answer, model, sequence, payload, wire, input_tokens)
+        self._count_completion(model, input_tokens, output_tokens, tool_turn=bool(answer.tool_calls))
+        return 200, body
+
+    def _body(self, answer: Answer, model: str, sequence: int, payload: dict[str, Any], wire: str,
+              input_tokens: int) -> tuple[dict[str, Any], int]:
+        """The JSON body of a plain (not streamed) answer in ``wire``'s format, and its output tokens."""
+        content, finish = answer.content, answer.finish_reason
+        max_tokens = payload.get("max_tokens")
+        if content is not None and isinstance(max_tokens, int) and max_tokens > 0 and len(content) > 4 * max_tokens:
+            content, finish = content[: 4 * max_tokens], "length"
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if answer.tool_calls:
+            message["tool_calls"] = answer.tool_calls
+        output_tokens = tokens((content or "") + (json.dumps(answer.tool_calls) if answer.tool_calls else ""))
+        if wire == "anthropic":
+            return anthropic_body(model, sequence, message, finish, input_tokens, output_tokens), output_tokens
+        return completion_body(model, sequence, message, finish, input_tokens, output_tokens), output_tokens
 
     def _models_body(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "evaljobs-sim"}
@@ -573,6 +696,16 @@ class SimulatedProvider:
 
 #: Azure OpenAI's classic deployment path and its v1 path, served like /v1/chat/completions.
 _AZURE_PATH = re.compile(r"/openai/(deployments/[^/]+|v1)/chat/completions")
+#: The batch APIs' paths (after Azure's ``/openai/`` or ``/openai/v1/`` prefix is read as ``/v1/``).
+_BATCH_PATH = re.compile(r"/v1/(files|batches|messages/batches)(/|$)")
+_AZURE_BATCH_PATH = re.compile(r"^/openai/(v1/)?(?=files|batches)")
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise BatchRequestError("request body must be JSON") from None
 
 
 @dataclass(frozen=True)
@@ -601,7 +734,7 @@ def _retry_headers(seconds: float) -> dict[str, str]:
 
 def _empty_model_stats() -> dict[str, Any]:
     return {"requests": 0, "completed": 0, "rate_limited": 0, "errors": {}, "faults": {},
-            "tool_call_turns": 0, "input_tokens": 0, "output_tokens": 0}
+            "tool_call_turns": 0, "input_tokens": 0, "output_tokens": 0, "batched": 0}
 
 
 def _empty_stats() -> dict[str, Any]:
