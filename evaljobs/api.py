@@ -209,7 +209,8 @@ class Session:
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
                cache_across_epochs: bool = False, selection: Selection | None = None,
-               reuse: str | None = None, allow_self_judge: bool = False) -> store.RunInfo:
+               reuse: str | None = None, allow_self_judge: bool = False,
+               batch: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -222,6 +223,9 @@ class Session:
         (:mod:`evaljobs.pipeline.reuse`).
         ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
         grading its own answers is not a verdict); the run and its report record it.
+        ``batch``: send the models' calls through their providers' batch APIs (half price, answered within
+        the completion window; :mod:`evaljobs.pipeline.batching`); providers whose entry says
+        ``batch: true`` (or ``auto``, on the bulk lane) are batched without it.
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -271,11 +275,24 @@ class Session:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
-        batch = config.settings().pairs_per_message if strategy == "fanout" else 1
+        batched: tuple[str, ...] = ()
+        if batch or any(self.providers.get(parse_model_spec(m, self.providers).provider).batch != "off"
+                        for m in specs):
+            from evaljobs.pipeline.batching import batch_providers  # only batch runs pay for it
+
+            batched = batch_providers(self.providers, specs, requested=batch, lane=config.settings().lane)
+            if batch and not batched:
+                raise UsageError("--batch: none of the models' providers has a batch API (openai, azure and "
+                                 "anthropic wire formats do)")
+            if batched and (strategy != "fanout" or adapter or cache):
+                raise UsageError("--batch (or a provider with batch: true) needs --strategy fanout, the built-in "
+                                 "adapter and no --cache: its pairs wait for batches on the queue")
+        batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
-                                       pairs_per_message=batch if batch > 1 else None)
+                                       pairs_per_message=batch if batch > 1 else None,
+                                       batch=batched or None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
@@ -346,6 +363,20 @@ class Session:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
         return reruns.start(run, width=self.width, context_providers=self.context_providers)
+
+    def cancel(self, run_id: str) -> tuple[store.RunInfo, int]:
+        """Cancel a pending or running run and ask its providers to cancel its open batches.
+
+        The run's pending pairs are not evaluated any more (workers skip a cancelled run's
+        messages); answers a batch already has are kept by the provider and not used. Returns the
+        run and how many batches were asked to cancel.
+        """
+        from evaljobs.pipeline import batching
+
+        info = store.get_run(self.resolve(run_id))
+        store.cancel(info.id)
+        asked = batching.cancel_run(info.id) if (info.options or {}).get("batch") else 0
+        return store.get_run(info.id), asked
 
     def rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
         """:meth:`create_rerun` then :meth:`start`: the new run (finished for in-process strategies)."""

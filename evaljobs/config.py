@@ -161,6 +161,13 @@ class Settings:
     trace_content: bool = False              # EVALJOBS_TRACE_CONTENT (1: prompts and answers on spans)
     # OpenTelemetry's own variables: an endpoint set turns tracing on (the SDK reads the rest).
     otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else ..._ENDPOINT
+    # Batch runs (--batch): requests a provider batch holds at most, how long the first request
+    # waits for more before a smaller batch goes, how often an open batch is looked at, and how
+    # long a run's batch may stay open before it is cancelled and its requests errored batch_expired.
+    batch_size: int = 1000                   # EVALJOBS_BATCH_SIZE
+    batch_wait: float = 5.0                  # EVALJOBS_BATCH_WAIT (seconds)
+    batch_poll: float = 30.0                 # EVALJOBS_BATCH_POLL (seconds)
+    batch_deadline: float = 24 * 3600.0      # EVALJOBS_BATCH_DEADLINE (seconds; the completion window)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -191,6 +198,13 @@ class Settings:
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                                      "(pairs a fan-out message carries; 1: one message per pair)")
+        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 50_000:
+            raise ConfigurationError(f"EVALJOBS_BATCH_SIZE={self.batch_size!r} must be 1 to 50000 "
+                                     "(requests in one provider batch)")
+        for name in ("batch_wait", "batch_poll", "batch_deadline"):
+            value = getattr(self, name)
+            if not value >= (0 if name == "batch_wait" else 0.01):
+                raise ConfigurationError(f"EVALJOBS_{name.upper()}={value!r} must be a positive number of seconds")
 
     def crash_limit(self) -> int:
         """Crashed workers a pair may cost before it is recorded errored (``EVALJOBS_MAX_CRASHES``, default 3,
@@ -255,6 +269,10 @@ class Settings:
             verbose=(env.get("EVALJOBS_VERBOSE") or "").strip().lower() in _TRUE,
             otlp_endpoint=(_text(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                            or _text(env, "OTEL_EXPORTER_OTLP_ENDPOINT")),
+            batch_size=_int(env, "EVALJOBS_BATCH_SIZE", d.batch_size),
+            batch_wait=_float(env, "EVALJOBS_BATCH_WAIT", d.batch_wait),
+            batch_poll=_float(env, "EVALJOBS_BATCH_POLL", d.batch_poll),
+            batch_deadline=_float(env, "EVALJOBS_BATCH_DEADLINE", d.batch_deadline),
         )
 
     def replace(self, **changes: Any) -> Settings:

@@ -29,7 +29,8 @@ SIM_URL_ENV = "EVALJOBS_SIM_URL"
 _PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _ENV_REF = re.compile(r"\$\{([^}]*)\}")
 _PROVIDER_KEYS = ("api", "base_url", "api_key_env", "api_version", "stream", "prices", "checked", "timeout",
-                  "max_retries", "max_retry_after", "headers", "governor")
+                  "max_retries", "max_retry_after", "headers", "governor",
+                  "batch", "batch_prices")
 #: The longest ``Retry-After`` (seconds) a pair waits for unless its provider entry says otherwise
 #: (``max_retry_after``); a longer one ends the pair ``errored`` (rate limited) at once.
 DEFAULT_MAX_RETRY_AFTER = 300.0
@@ -71,6 +72,19 @@ class ProviderConfig:
     #: Opaque to this module: read by the governor (initial, ceiling, rpm, tpm, bulk_reserve, budget_key).
     governor: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    #: ``batch:`` — ``on`` (every run of its models goes through its batch API), ``auto`` (runs on the
+    #: bulk lane, and ``--batch`` runs, do), ``off`` (only ``--batch`` runs do).
+    batch: str = "off"
+    #: Batch prices per model, like ``prices``; a model without one pays half its listed price.
+    batch_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def batch_cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """USD cost of one call through the batch API: its batch price, else half the listed price."""
+        own = ProviderConfig(self.name, None, prices=self.batch_prices).price(model) if self.batch_prices else None
+        if own is not None:
+            return (input_tokens * own[0] + output_tokens * own[1]) / 1_000_000
+        listed = self.cost(model, input_tokens, output_tokens)
+        return None if listed is None else listed / 2
 
     def price(self, model: str) -> tuple[float, float] | None:
         """Per-million-token prices: the exact model, else the longest matching pattern, else ``"*"``.
@@ -292,6 +306,20 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
             raise ModelSpecError(f"{where}: headers must map header name -> string value")
         headers.update({k: _expand(where, f"header {k!r}", v) for k, v in raw.items()})
 
+    batch = base.batch if base else "off"
+    if "batch" in entry:
+        raw_batch = entry["batch"]
+        if raw_batch not in (True, False, "auto"):
+            raise ModelSpecError(f"{where}: batch must be true, false or auto, not {_show(raw_batch)}")
+        batch = {True: "on", False: "off"}.get(raw_batch, "auto")  # type: ignore[call-overload]
+    batch_prices = dict(base.batch_prices) if base else {}
+    if "batch_prices" in entry and entry["batch_prices"] is not None:
+        raw = entry["batch_prices"]
+        if not isinstance(raw, dict):
+            raise ModelSpecError(f"{where}: batch_prices must map model -> [input, output] USD per million tokens")
+        for model, pair in raw.items():
+            batch_prices[str(model)] = _price_pair(where, model, pair)
+
     governor = dict(base.governor) if base else {}
     if "governor" in entry and entry["governor"] is not None:
         if not isinstance(entry["governor"], dict):
@@ -301,7 +329,8 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
     return ProviderConfig(name=name, base_url=base_url, api_key_env=api_key_env, prices=prices,
                           timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after,
                           governor=governor, headers=headers,
-                          api=api, api_version=api_version, stream=stream, checked=checked, origin=origin)
+                          api=api, api_version=api_version, stream=stream, checked=checked, origin=origin,
+                          batch=batch, batch_prices=batch_prices)
 
 
 def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:

@@ -55,13 +55,15 @@ DEFAULT_STRATEGY = "fanout"
 @click.option("--trace-content", is_flag=True,
               help="Keep each provider call's raw request and response (redacted) for the viewer's transcript "
                    "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).")
+@click.option("--batch", is_flag=True,
+              help="Send the calls through the providers' batch APIs (half price; answers within their window).")
 @import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, allow_self_judge, time_limit,
         as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
-        trace_content, catalog_format, include_production_only, lenient, grader, fields, db, broker,
+        trace_content, batch, catalog_format, include_production_only, lenient, grader, fields, db, broker,
         providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
@@ -100,7 +102,8 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             info = session.submit(whole, list(models), strategy=strategy, adapter=adapter,
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
                                   cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
-                                  selection=selection, reuse=reuse, allow_self_judge=allow_self_judge)
+                                  selection=selection, reuse=reuse, allow_self_judge=allow_self_judge,
+                                  batch=batch)
         finally:
             if inline:
                 events.remove_listener(progress)

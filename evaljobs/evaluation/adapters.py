@@ -13,8 +13,9 @@ import inspect
 import json
 import time
 import types
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from evaljobs import config as settings_module
 from evaljobs import telemetry
@@ -137,7 +138,7 @@ class ConversationAdapter:
         tools = [t.schema() for t in scenario.tools] or None
         replay = Replay(messages=messages)
         started = time.perf_counter()
-        cached_turns = paid_input = paid_output = 0
+        cached_turns = paid_input = paid_output = batch_input = batch_output = 0
         keep_content = settings_module.settings().store_transcripts
         secrets = [config.api_key, *config.headers.values()] if keep_content else []
         for turn in range(scenario.max_turns):
@@ -162,6 +163,9 @@ class ConversationAdapter:
             replay.output_tokens += completion.output_tokens
             if getattr(completion, "cached", False):
                 cached_turns += 1
+            elif getattr(completion, "batched", False):  # a provider batch answered it: the batch price
+                batch_input += completion.input_tokens
+                batch_output += completion.output_tokens
             else:
                 paid_input += completion.input_tokens
                 paid_output += completion.output_tokens
@@ -190,6 +194,12 @@ class ConversationAdapter:
         # Only the turns a provider answered cost money; answers from the cache are free.
         # None (unknown) when the provider's price table has no entry for the model.
         replay.cost = config.cost(model.model, paid_input, paid_output)
+        if batch_input or batch_output:
+            batch_cost = config.batch_cost(model.model, batch_input, batch_output)
+            replay.cost = None if replay.cost is None or batch_cost is None else replay.cost + batch_cost
+            # What the same turns cost one by one: reports show the saving against it.
+            replay.meta["batch"] = {"interactive_cost": config.cost(model.model, paid_input + batch_input,
+                                                                    paid_output + batch_output)}
         return replay
 
 

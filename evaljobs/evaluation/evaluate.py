@@ -19,6 +19,7 @@ from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
 from evaljobs.providers import deadline as walls
+from evaljobs.providers.batched import InBatch
 from evaljobs.providers.cache import for_epoch
 from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
 
@@ -84,6 +85,8 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
             raise TypeError(f"adapter returned {type(replay).__name__}, expected a Replay")
     except DeadlineExceeded as exc:
         return _errored(scenario, model, timed_out(time_limit, began, str(exc)), attempts, started)
+    except InBatch:
+        raise  # the pair waits for a provider batch: not a result, not a fault
     except RETRYABLE as exc:
         if _past(deadline):
             return _errored(scenario, model, timed_out(time_limit, began, _describe(exc)), attempts, started)

@@ -23,7 +23,7 @@ from evaljobs_middleware import crashes
 
 from evaljobs import store
 from evaljobs.evaluation.result import Result
-from evaljobs.pipeline import barrier, events, runtime
+from evaljobs.pipeline import barrier, batching, events, runtime
 from evaljobs.pipeline import pairs as runner
 from evaljobs.pipeline.crash_counting import (  # noqa: F401
     batch_pairs,
@@ -41,6 +41,7 @@ from evaljobs.pipeline.pairs import (
     InvalidMessage,
     Pair,
     PairState,
+    Parked,
     Recorded,
     pair_args,
 )
@@ -66,6 +67,8 @@ class Actors:
     evaluate_pairs: dramatiq.Actor
     evaluate_model: dramatiq.Actor
     finalize_run: dramatiq.Actor
+    collect_batch: dramatiq.Actor
+    poll_batch: dramatiq.Actor
     queue: str
 
 
@@ -161,6 +164,8 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
     if isinstance(outcome, HandBack):
         _send_back(pair, state, outcome.delay)
         return False
+    if isinstance(outcome, Parked):
+        return False  # its batch's poller sends it again once the batch has answered
     message = CurrentMessage.get_current_message()
     if message is not None:
         message.options[SPENT] = round(state.spent, 3)
@@ -208,6 +213,8 @@ def evaluate_pairs(run_id: str, pairs: list) -> bool:
             outcome = runner.attempt(pair, state)
             if isinstance(outcome, (Recorded, GiveUp)):
                 results.append(outcome.result)
+            elif isinstance(outcome, Parked):
+                continue  # its batch's poller sends it again
             else:
                 _send_back(pair, state, outcome.delay if isinstance(outcome, HandBack) else outcome.backoff)
     finally:  # what was evaluated is kept, also when the batch is cut short (a time limit, a crash of code)
@@ -259,6 +266,29 @@ def pair_abandoned(message: dict, retries: dict) -> None:
                 persist(run_id, Result.errored(key, model, reason, attempts=deliveries, epoch=epoch))
             except (store.UnknownRun, store.UnexpectedPair) as exc:
                 raise InvalidMessage(str(exc)) from None
+def collect_batch(run_id: str, provider: str, model: str) -> None:
+    """Submit a batch run's parked requests of one provider and model (:func:`evaljobs.pipeline.batching.collect`)."""
+    batching.collect(run_id, provider, model)
+
+
+def poll_batch(key: str) -> None:
+    """Look at one provider batch; sends itself again, delayed, until the batch ends (never sleeps)."""
+    batching.poll(key)
+
+
+class _BatchSender:
+    """The messages :mod:`evaljobs.pipeline.batching` continues with."""
+
+    def collect(self, run_id: str, provider: str, model: str, delay: float) -> None:
+        bound().collect_batch.send_with_options(args=(run_id, provider, model), delay=int(delay * 1000))
+
+    def poll(self, key: str, delay: float) -> None:
+        bound().poll_batch.send_with_options(args=(key,), delay=int(delay * 1000))
+
+    def evaluate(self, run_id: str, pairs: list[tuple[str, str, int]]) -> None:
+        actors = bound()
+        enqueue_many(actors.evaluate_scenario.broker,
+                     [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in pairs])
 
 
 def finalize_run(run_id: str) -> None:
@@ -305,8 +335,11 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         evaluate_pairs=make(_settling(evaluate_pairs), time_limit=time_limit * MAX_PAIRS_PER_MESSAGE, **ends),
         evaluate_model=make(evaluate_model, time_limit=24 * 3600 * 1000),
         finalize_run=make(finalize_run),
+        collect_batch=make(collect_batch),
+        poll_batch=make(poll_batch),
         queue=queue,
     )
+    batching.bind_sender(_BatchSender())
     return _bound
 
 

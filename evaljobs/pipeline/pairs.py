@@ -44,6 +44,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
+from evaljobs.providers.batched import InBatch, for_pair
 from evaljobs.providers.errors import RateLimited, TransientError
 
 logger = logging.getLogger("evaljobs.pairs")
@@ -142,9 +143,11 @@ class RunPlan:
     # the barrier fires) instead of failing the message that checks them.
 
     def adapter(self) -> Adapter:
-        """The run's adapter (with the response cache in front for a run with ``--cache``)."""
+        """The run's adapter (with the response cache in front for a run with ``--cache``; its calls
+        through provider batches for a batch run)."""
         if self._adapter is None:
-            self._adapter = runtime.adapter(self.settings.adapter, cache=bool(self.settings.cache))
+            self._adapter = runtime.adapter(self.settings.adapter, cache=bool(self.settings.cache),
+                                            batch=self.settings.batch or ())
         return self._adapter
 
     def spec(self, model: str) -> ModelSpec:
@@ -276,13 +279,21 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Parked:
+    """The pair's next request waits in a provider batch: nothing to do until the batch's poller
+    sends the pair again (no thread waits, no retry is used, no time limit runs meanwhile)."""
+
+    custom_id: str
+
+
+@dataclass(frozen=True)
 class GiveUp:
     """The pair ends ``errored`` (retries or waits exhausted, out of time): persist ``result``."""
 
     result: Result
 
 
-Outcome = Recorded | HandBack | Retry | GiveUp
+Outcome = Recorded | HandBack | Retry | GiveUp | Parked
 
 
 def attempt(pair: Pair, state: PairState) -> Outcome:
@@ -311,15 +322,19 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         judge = plan.judge_for(spec)
         while True:
             try:
-                return Recorded(evaluate(scenario, spec, adapter, judge=judge, attempts=state.attempts,
-                                         raise_retryable=True, time_limit=policy.time_limit, epoch=pair.epoch,
-                                         cache_across_epochs=bool(plan.settings.cache_across_epochs),
-                                         deadline=state.deadline, pair_started=state.began))
+                with for_pair(pair.run_id, pair.scenario_key, pair.model, pair.epoch):
+                    return Recorded(evaluate(scenario, spec, adapter, judge=judge, attempts=state.attempts,
+                                             raise_retryable=True, time_limit=policy.time_limit,
+                                             epoch=pair.epoch,
+                                             cache_across_epochs=bool(plan.settings.cache_across_epochs),
+                                             deadline=state.deadline, pair_started=state.began))
             except RateLimited as exc:
                 if state.in_place or state.rate_limit_waits >= policy.max_rate_limit_waits \
                         or not _wait_here(exc, policy, state):
                     raise
                 state.rate_limit_waits += 1  # waited out a short Retry-After on this thread: again at once
+    except InBatch as exc:
+        return Parked(exc.custom_id)
     except Busy as exc:
         # The governor has no permit for this deployment yet: come back after its estimate.
         # Not a fault: no retry is used, no cap applies.
@@ -415,6 +430,7 @@ __all__ = [
     "Outcome",
     "Pair",
     "PairState",
+    "Parked",
     "Recorded",
     "Retry",
     "RunPlan",

@@ -34,17 +34,19 @@ def providers(path: str | None = None) -> ProvidersConfig:
         return _providers[path]
 
 
-def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False) -> Adapter:
-    """The run's adapter; ``cache`` puts the response cache in front of its provider calls."""
+def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False,
+            batch: tuple[str, ...] = ()) -> Adapter:
+    """The run's adapter; ``cache`` puts the response cache in front of its provider calls; the
+    calls to the providers named in ``batch`` go through their batch APIs (a batch run)."""
     # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
     # adapter built from another config; and by the worker context, so replaced settings never leave
     # calls on a closed governor (nor on another than the one the crash counter prefetches from).
     providers_path = providers_path or config.settings().providers_path
-    key = (reference, providers_path, bool(cache), context.current())
+    key = (reference, providers_path, bool(cache), context.current(), tuple(batch))
     with _lock:
         found = _adapters.get(key)
     if found is None:
-        found = load_adapter(reference, providers(providers_path), calls=calls(bool(cache)))
+        found = load_adapter(reference, providers(providers_path), calls=calls(bool(cache), tuple(batch)))
         with _lock:
             _adapters.setdefault(key, found)
     return found
@@ -72,6 +74,8 @@ class RunSettings:
     cache_across_epochs: bool | None = None
     #: Fan-out pairs per message (None: one); set at submit from ``Settings.pairs_per_message``.
     pairs_per_message: int | None = None
+    #: A batch run: the providers whose calls go through their batch APIs (``--batch``, ``batch:``).
+    batch: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
@@ -84,7 +88,8 @@ class RunSettings:
                    judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
                    cache=options.get("cache") or None,
                    cache_across_epochs=options.get("cache_across_epochs") or None,
-                   pairs_per_message=options.get("pairs_per_message"))
+                   pairs_per_message=options.get("pairs_per_message"),
+                   batch=tuple(options["batch"]) if options.get("batch") else None)
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -95,11 +100,18 @@ def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
                          calls=calls(bool(settings.cache)))
 
 
-def calls(cache: bool = False) -> ProviderCalls:
+def calls(cache: bool = False, batch: tuple[str, ...] = ()) -> ProviderCalls:
     """How this process's provider calls are made: governed by the worker context, and answered
-    from the store's response cache for a run with ``--cache``."""
+    from the store's response cache for a run with ``--cache``; a batch run's calls to the
+    providers in ``batch`` through their batch APIs (:mod:`evaljobs.pipeline.batching`)."""
+    lane = None
+    if batch:
+        from evaljobs.pipeline.batching import StoreLane  # only batch runs pay for it
+
+        lane = StoreLane()
     return ProviderCalls(governance=context.current(),
-                         cache=ResponseCache(store_cache, default_ttl()) if cache else None)
+                         cache=ResponseCache(store_cache, default_ttl()) if cache else None,
+                         batch=lane, batch_providers=frozenset(batch))
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:

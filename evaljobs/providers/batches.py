@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from evaljobs.providers.batched import BatchRequest
 from evaljobs.providers.completion import Completion
 from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.http_client import httpx
@@ -49,19 +50,6 @@ _OPENAI_OPEN = ("validating", "in_progress", "finalizing", "cancelling")
 DEFAULT_TIMEOUT = 120.0
 #: Batches ``find`` pages through before it gives up (OpenAI lists 100 a page).
 FIND_PAGES = 20
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """One chat request of a batch: the same inputs as :meth:`ChatClient.complete`, and its custom id."""
-
-    custom_id: str
-    model: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    extra: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

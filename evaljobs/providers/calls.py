@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from evaljobs import telemetry
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.governor import Governor
+from evaljobs.providers.batched import BatchingClient, BatchLane
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
 from evaljobs.providers.endpoints import client_for
@@ -152,12 +153,18 @@ class ProviderCalls:
     governance: Governance | None = None
     #: The response cache of a run with ``--cache``; None: every call goes to the provider.
     cache: ResponseCache | None = None
+    #: A batch run's lane, and the providers whose calls go through their batch APIs (the others,
+    #: and every judge call, are made one by one).
+    batch: BatchLane | None = None
+    batch_providers: frozenset[str] = frozenset()
 
     def client(self, providers: ProvidersConfig, spec: ModelSpec, version: str = "") -> Completer:
         """A client for ``spec``'s calls: ``complete(model, messages, first=..., **kwargs)``.
 
         ``version`` (the adapter's or judge's) is part of the response-cache key.
         """
+        if self.batch is not None and spec.provider in self.batch_providers:
+            return BatchingClient(self.batch, spec.provider)
         governed = GovernedCalls(providers, spec, self.governance)
         if self.cache is None:
             return governed

@@ -166,6 +166,9 @@ def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, 
                  "reused_from": sorted({r.reused_from for r in reused if r.reused_from})}
     else:
         extra = {}
+    batched = _batch_summary(results)
+    if batched:  # a batch run: only then, so other reports keep their shape
+        extra["batch"] = batched
     costs = [r.cost for r in results]
     known = [c for c in costs if c is not None]
     return {**extra,
@@ -179,6 +182,34 @@ def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, 
         "cost_unknown": len(costs) - len(known),
         "duration_ms": int(sum([r.duration_ms for r in results])),
     }
+
+
+def _batch_summary(results: list[Any]) -> dict[str, Any] | None:
+    """What a batch run's batched pairs cost against the same calls one by one (``details.meta.batch``).
+
+    ``saved`` is None when a price is unknown on either side: unknown is not zero.
+    """
+    batched = [(r, ((r.details or {}).get("meta") or {}).get("batch")) for r in results]
+    batched = [(r, b) for r, b in batched if isinstance(b, dict)]
+    if not batched:
+        return None
+    interactive = [b.get("interactive_cost") for _, b in batched]
+    paid = [r.cost for r, _ in batched]
+    known = None not in interactive and None not in paid
+    return {"pairs": len(batched),
+            "interactive_cost": round(sum(interactive), 6) if known else None,
+            "cost": round(sum(paid), 6) if known else None,
+            "saved": round(sum(interactive) - sum(paid), 6) if known else None}
+
+
+def _batch_note(summary: dict[str, Any]) -> str:
+    batch = summary.get("batch")
+    if not batch:
+        return ""
+    if batch.get("saved") is None:
+        return f" · {batch['pairs']} pairs at batch prices (saving unknown: a price is unknown)"
+    return (f" · {batch['pairs']} pairs at batch prices: ${batch['cost']:.4f} instead of "
+            f"${batch['interactive_cost']:.4f} (saved ${batch['saved']:.4f})")
 
 
 def _ms_percentile(values: list[float | None], pct: float) -> int | None:
@@ -318,7 +349,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
         f"{_cost_line(summary, summary['results'])}{_excluded_note(run)}"
-        f"{_reused_note(summary)}",
+        f"{_reused_note(summary)}{_batch_note(summary)}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
         "| TTFT p50/p95 ms | Latency p50/p95 ms | Cost |",
@@ -440,7 +471,7 @@ def render_table(report: dict[str, Any]) -> str:
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
            f"{_pct(summary['pass_rate'])} passed  {_cost_line(summary, summary['results'])}"
-           f"{_excluded_note(run)}{_reused_note(summary)}",
+           f"{_excluded_note(run)}{_reused_note(summary)}{_batch_note(summary)}",
            line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:

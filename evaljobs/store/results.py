@@ -409,7 +409,7 @@ def _finalize(run_id: str, build: ReportBuilder) -> Finalized:
         run = _get_row(run_id, lock=True)
         if run.report is not None:
             return Finalized(report=_loads(run.report), created=False)
-        results = _report_results(run_id)
+        results = _report_results(run_id, batched=bool((_loads(run.options) or {}).get("batch")))
         if len(results) != run.expected:
             missing = _missing(run)
             raise Incomplete(f"run {run_id} has {len(results)} of {run.expected} pairs; "
@@ -426,7 +426,7 @@ def _finalize(run_id: str, build: ReportBuilder) -> Finalized:
     return Finalized(report=report, created=True)
 
 
-def _report_results(run_id: str) -> list[ReportRow]:
+def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
     """The run's results with what the report reads: no output, transcript or tool answers.
 
     Fixed SQL, rows fetched at once as plain tuples and kept as tuples (:class:`ReportRow`,
@@ -455,6 +455,8 @@ def _report_results(run_id: str) -> list[ReportRow]:
             judged.append(i)
     _add_details(run_id, results, "reused", reused, " AND reused_from IS NOT NULL")
     _add_details(run_id, results, "judge", judged)
+    if batched:  # a batch run's report says what its batch prices saved (details.meta.batch)
+        _add_details(run_id, results, "meta", list(range(len(results))))
     return results
 
 

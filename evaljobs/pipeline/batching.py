@@ -1,0 +1,270 @@
+"""Batch runs: pairs' provider calls collected into provider batches, submitted once, polled by delayed messages.
+
+How a batch run moves (``evaljobs run --batch``, or ``batch: true|auto`` in the providers file):
+
+1. A pair is evaluated as usual, but its provider calls go to a :class:`StoreLane`
+   (:class:`~evaljobs.providers.batched.BatchingClient`): a turn the store has no answer for is
+   *parked* — one ``batch_request`` row per pair-turn, keyed by a deterministic custom id — and the
+   pair stops (:class:`~evaljobs.pipeline.pairs.Parked`). No thread waits.
+2. :func:`collect` (the ``collect_batch`` actor, per run, provider and model) claims up to
+   ``Settings.batch_size`` parked requests once that many wait or the oldest has waited
+   ``Settings.batch_wait``: the ``provider_batch`` row and the claim are committed, *then* the batch
+   is submitted under the row's key, *then* the provider's batch id is committed. A crash between
+   the submit and that commit leaves a ``submitting`` row: :func:`resolve` asks the provider for the
+   batch under that key (:meth:`BatchClient.find`) and submits only when the provider has none.
+3. :func:`poll` (the ``poll_batch`` actor) looks at an open batch and sends itself again, delayed by
+   ``Settings.batch_poll``, until it ends; a batch open past ``Settings.batch_deadline`` is
+   cancelled. Then the answers (or errors: ``batch_expired``, the provider's own) are committed in
+   one transaction and the batch's pairs are sent again: each replays its conversation, its
+   answered turns now come from the store, and it is graded and recorded like any pair (the
+   barrier, the report) — or parks its next turn (a tool conversation goes in rounds).
+
+This module sends messages through the sender the actors bind (:func:`bind_sender`): it sits
+below them.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from evaljobs import config, store
+from evaljobs.catalog.modelspec import ProvidersConfig, load_providers, parse_model_spec
+from evaljobs.providers import batches as api
+from evaljobs.providers.batched import BatchRequest, current_pair, encode, request_from_json, request_json
+from evaljobs.providers.endpoints import base_url_for
+from evaljobs.store import batches as stored
+
+logger = logging.getLogger("evaljobs.batching")
+
+#: Providers' wire formats with a batch API.
+BATCH_WIRES = ("openai", "azure", "anthropic")
+
+
+class Sender(Protocol):
+    """How this module's work continues: the actors' messages (bound by :func:`bind_sender`)."""
+
+    def collect(self, run_id: str, provider: str, model: str, delay: float) -> None: ...
+
+    def poll(self, key: str, delay: float) -> None: ...
+
+    def evaluate(self, run_id: str, pairs: list[tuple[str, str, int]]) -> None: ...
+
+
+_sender: Sender | None = None
+
+
+def bind_sender(sender: Sender) -> None:
+    global _sender
+    _sender = sender
+
+
+def sender() -> Sender:
+    if _sender is None:
+        raise RuntimeError("batch runs need the evaljobs actors declared on a broker")
+    return _sender
+
+
+# -- the lane a batched pair's calls go to ------------------------------------------------------------
+
+
+class StoreLane:
+    """The store-backed :class:`~evaljobs.providers.batched.BatchLane` of a batch run."""
+
+    def answer(self, custom_id: str) -> tuple[str, str] | None:
+        return stored.answer(custom_id)
+
+    def park(self, custom_id: str, provider: str, request: BatchRequest) -> None:
+        pair = current_pair()
+        if pair is None:
+            raise RuntimeError("a batched call outside a pair")
+        run_id, scenario_key, spec, epoch = pair
+        turn = int(custom_id.rsplit("-t", 1)[1])
+        count = stored.park(custom_id, run_id=run_id, provider=provider, model=request.model,
+                            scenario_key=scenario_key, model_spec=spec, epoch=epoch, turn=turn,
+                            body=request_json(request))
+        if count is None:
+            return  # parked before (a redelivered pair): its collector is on its way
+        settings = config.settings()
+        if count == 1 or count >= settings.batch_size:
+            # The first of a group starts its wait; a full group goes now.
+            sender().collect(run_id, provider, request.model, 0.0 if count >= settings.batch_size
+                             else settings.batch_wait)
+
+
+# -- collecting and submitting -------------------------------------------------------------------------
+
+
+_providers_lock = threading.Lock()
+_providers: dict[str | None, ProvidersConfig] = {}
+
+
+def _providers_config() -> ProvidersConfig:
+    path = config.settings().providers_path
+    with _providers_lock:
+        if path not in _providers:
+            _providers[path] = load_providers(path)
+        return _providers[path]
+
+
+def client_for(provider: str) -> api.BatchClient:
+    """A batch client for the provider entry ``provider`` (a short-lived one: a few calls a batch)."""
+    providers = _providers_config()
+    entry = providers.get(provider)
+    return api.BatchClient(base_url_for(providers, provider), api_key=entry.api_key, wire=entry.api,
+                           api_version=entry.api_version, headers=entry.headers or None)
+
+
+def collect(run_id: str, provider: str, model: str) -> None:
+    """Submit the group's parked requests as batches: full ones now, the rest once the oldest has waited."""
+    settings = config.settings()
+    if store.get_run(run_id).status == "cancelled":
+        return
+    while True:
+        count, oldest = stored.unclaimed(run_id, provider, model)
+        if not count:
+            return
+        waited = _age(oldest)
+        if count < settings.batch_size and waited < settings.batch_wait:
+            sender().collect(run_id, provider, model, settings.batch_wait - waited)
+            return
+        claimed = stored.claim(run_id, provider, model, settings.batch_size)
+        if claimed is None:
+            return  # another collector took them
+        key, requests = claimed
+        submit(key, provider, requests)
+
+
+def submit(key: str, provider: str, requests: list[tuple[str, str]]) -> None:
+    """Send a claimed batch (its row is committed) and commit the provider's id; then start its poller."""
+    with client_for(provider) as client:
+        status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
+    stored.submitted(key, status.id, status.provider_status)
+    logger.info("batch %s: %d requests submitted to %s as %s", key, len(requests), provider, status.id)
+    sender().poll(key, config.settings().batch_poll)
+
+
+def resolve(key: str) -> None:
+    """A batch committed as ``submitting`` with no provider id: a crash between submit and commit, or
+    before the submit. Ask the provider which; submit only if it has no batch under ``key``."""
+    info = stored.get(key)
+    if info is None or info.state != stored.SUBMITTING:
+        return
+    requests = stored.requests_of(key)
+    since = (info.created_at or datetime.now(timezone.utc)).timestamp()
+    with client_for(info.provider) as client:
+        found = client.find(key, [cid for cid, _ in requests], since=since)
+    if found == api.UNDECIDED:
+        sender().poll(key, config.settings().batch_poll)  # a candidate still runs: look again later
+        return
+    if found is None:
+        submit(key, info.provider, requests)
+        return
+    stored.submitted(key, found, "found")
+    logger.info("batch %s: found at the provider as %s (not submitted again)", key, found)
+    sender().poll(key, 0.0)
+
+
+# -- polling ---------------------------------------------------------------------------------------------
+
+
+def poll(key: str) -> None:
+    """Look at a batch: again later while open (cancelled past the deadline), its answers once ended."""
+    info = stored.get(key)
+    if info is None or info.state == stored.ENDED:
+        return
+    if info.state == stored.SUBMITTING:
+        resolve(key)
+        return
+    settings = config.settings()
+    with client_for(info.provider) as client:
+        status = client.status(str(info.provider_batch_id))
+        if status.state == api.OPEN:
+            stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
+            if _age(info.submitted_at) > settings.batch_deadline and status.provider_status not in (
+                    "cancelling", "canceling"):
+                logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key,
+                               settings.batch_deadline)
+                client.cancel(str(info.provider_batch_id))
+            sender().poll(key, settings.batch_poll)
+            return
+        items = client.results(str(info.provider_batch_id))
+    deadline = _age(info.submitted_at) > settings.batch_deadline
+    expired = (f"batch_expired: not answered within the batch deadline ({settings.batch_deadline:g} s)"
+               if deadline else "batch_expired: the provider did not answer it within the completion window")
+    answers: dict[str, tuple[bool, str]] = {}
+    for item in items:
+        if item.outcome == api.SUCCEEDED and item.completion is not None:
+            answers[item.custom_id] = (True, encode(item.completion))
+        elif item.outcome == api.EXPIRED or (item.outcome == api.CANCELLED and deadline):
+            answers[item.custom_id] = (False, expired)
+        else:
+            answers[item.custom_id] = (False, item.reason or item.outcome)
+    pairs = stored.record_answers(key, answers, provider_status=status.provider_status,
+                                  missing_reason=f"batch_error: the batch ended ({status.provider_status}) "
+                                                 f"without a result for it")
+    logger.info("batch %s ended (%s): %d answers, %d pairs go on", key, status.provider_status, len(answers),
+                len(pairs))
+    sender().evaluate(info.run_id, pairs)
+
+
+def cancel_run(run_id: str) -> int:
+    """Cancel the run's open batches at their providers (requests already answered keep their answers);
+    their pollers record the rest as cancelled. Returns how many were asked."""
+    asked = 0
+    for info in stored.open_batches(run_id):
+        if info.state != stored.OPEN or not info.provider_batch_id:
+            continue
+        try:
+            with client_for(info.provider) as client:
+                client.cancel(info.provider_batch_id)
+            asked += 1
+        except Exception as exc:  # noqa: BLE001 - one batch's refusal does not stop the others
+            logger.warning("batch %s: cancel refused: %s", info.key, exc)
+    return asked
+
+
+def recover(run_id: str) -> dict[str, int]:
+    """Restart a batch run's batch work after a crash: resolve or poll its open batches, collect its
+    unclaimed requests. Idempotent; the pairs its batches carry are left to their pollers."""
+    done = {"batches": 0, "groups": 0}
+    for info in stored.open_batches(run_id):
+        sender().poll(info.key, 0.0)
+        done["batches"] += 1
+    for provider, model in stored.unclaimed_groups(run_id):
+        sender().collect(run_id, provider, model, 0.0)
+        done["groups"] += 1
+    return done
+
+
+def batch_providers(providers: ProvidersConfig, models: list[str], *, requested: bool, lane: str | None) -> tuple[str, ...]:
+    """The providers of ``models`` whose calls a run sends through batch APIs: with ``--batch`` every
+    one with a batch API; otherwise those whose entry says ``batch: true``, or ``auto`` on the bulk lane."""
+    chosen = []
+    for spec in models:
+        name = parse_model_spec(spec, providers).provider
+        entry = providers.get(name)
+        if entry.api not in BATCH_WIRES:
+            continue
+        if requested or entry.batch == "on" or (entry.batch == "auto" and lane == "bulk"):
+            chosen.append(name)
+    return tuple(dict.fromkeys(chosen))
+
+
+def _age(stamp: datetime | None) -> float:
+    if stamp is None:
+        return 0.0
+    return max(0.0, time.time() - stamp.timestamp())
+
+
+def describe(run_id: str) -> list[dict[str, Any]]:
+    """The run's open batches for ``status``/``watch``: provider, model, size, counts, age."""
+    return [{"key": b.key, "provider": b.provider, "model": b.model, "state": b.state, "size": b.size,
+             "done": b.done, "failed": b.failed, "provider_status": b.provider_status,
+             "age_s": round(_age(b.created_at), 1)} for b in stored.open_batches(run_id)]
+
+
+__all__ = ["BATCH_WIRES", "Sender", "StoreLane", "batch_providers", "bind_sender", "cancel_run", "client_for",
+           "collect", "describe", "poll", "recover", "resolve", "sender", "submit"]

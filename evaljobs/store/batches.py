@@ -1,0 +1,283 @@
+"""Provider batches of a batch run: the requests parked by pairs, the batches that carry them, their answers.
+
+Two tables, created the first time a process uses them (a database without batch runs has none):
+
+* ``batch_request``: one row per pair-turn (its deterministic custom id is the key, so parking the
+  same turn twice is one row); ``batch`` names the batch that carries it once one was claimed;
+  ``state`` goes ``pending`` → ``succeeded``/``failed`` with the answer or the reason.
+* ``provider_batch``: one row per batch we mean to submit. The row and the claim of its requests
+  are committed *before* the submit (``state`` ``submitting``, no provider id), the provider's
+  batch id *after* it (``open``). A crash between the two leaves a ``submitting`` row whose key the
+  provider knows (or not): recovery asks the provider (:meth:`BatchClient.find`) instead of
+  submitting again.
+
+Every function is one short transaction; nothing is held across a provider call.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import peewee
+from peewee import CharField, DateTimeField, IntegerField, TextField, fn
+
+from evaljobs.store.connections import _bound, _connection, _transaction
+from evaljobs.store.schema import PG_SCHEMA_LOCK, _datetime, _now, _Table
+
+PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
+SUBMITTING, OPEN, ENDED = "submitting", "open", "ended"
+
+
+class BatchRequestRow(_Table):
+    custom_id = CharField(max_length=64, primary_key=True)
+    run_id = CharField(max_length=32)
+    #: provider entry name and model name: one batch holds the requests of one deployment and model
+    provider = TextField()
+    model = TextField()
+    scenario_key = TextField()
+    model_spec = TextField()
+    epoch = IntegerField()
+    turn = IntegerField()
+    body = TextField()
+    batch = CharField(max_length=64, null=True)
+    state = CharField(max_length=16)
+    answer = TextField(null=True)
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "batch_request"
+        indexes = ((("run_id", "provider", "model", "batch"), False), (("batch",), False))
+
+
+class ProviderBatchRow(_Table):
+    #: Our key for the batch (also sent to the provider, e.g. in OpenAI's batch metadata).
+    key = CharField(max_length=64, primary_key=True)
+    run_id = CharField(max_length=32)
+    provider = TextField()
+    model = TextField()
+    state = CharField(max_length=16)
+    provider_batch_id = TextField(null=True)
+    size = IntegerField()
+    done = IntegerField(default=0)
+    failed = IntegerField(default=0)
+    provider_status = TextField(null=True)
+    created_at = DateTimeField()
+    submitted_at = DateTimeField(null=True)
+    ended_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "provider_batch"
+        indexes = ((("run_id", "state"), False), (("state",), False))
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """One provider batch of a run, as stored."""
+
+    key: str
+    run_id: str
+    provider: str
+    model: str
+    state: str
+    provider_batch_id: str | None
+    size: int
+    done: int
+    failed: int
+    provider_status: str | None
+    created_at: datetime | None
+    submitted_at: datetime | None
+
+
+def _ensure() -> None:
+    db = _bound()
+    if getattr(db, "evaljobs_batches_ready", False):
+        return
+    with _transaction():
+        if isinstance(db, peewee.PostgresqlDatabase):
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (PG_SCHEMA_LOCK,))
+        db.create_tables([BatchRequestRow, ProviderBatchRow], safe=True)
+    db.evaljobs_batches_ready = True
+
+
+def _info(row: ProviderBatchRow) -> BatchInfo:
+    return BatchInfo(row.key, row.run_id, row.provider, row.model, row.state, row.provider_batch_id, row.size,
+                     row.done, row.failed, row.provider_status, _datetime(row.created_at),
+                     _datetime(row.submitted_at))
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+def park(custom_id: str, *, run_id: str, provider: str, model: str, scenario_key: str, model_spec: str,
+         epoch: int, turn: int, body: str) -> int | None:
+    """Record a request to be batched, once (insert-if-absent by custom id).
+
+    Returns the number of its group's unclaimed requests when this call added it (the caller
+    decides whether a batch is due), None when it was already there.
+    """
+    _ensure()
+    row = {"custom_id": custom_id, "run_id": run_id, "provider": provider, "model": model,
+           "scenario_key": scenario_key, "model_spec": model_spec, "epoch": epoch, "turn": turn, "body": body,
+           "state": PENDING, "created_at": _now()}
+    with _transaction():
+        added = BatchRequestRow.insert(**row).on_conflict_ignore().as_rowcount().execute()
+        if not added:
+            return None
+        return _unclaimed(run_id, provider, model).count()
+
+
+def answer(custom_id: str) -> tuple[str, str] | None:
+    """``("ok", encoded completion)``, ``("error", reason)``, or None while it waits (primary key)."""
+    _ensure()
+    with _connection():
+        found = (BatchRequestRow.select(BatchRequestRow.state, BatchRequestRow.answer)
+                 .where(BatchRequestRow.custom_id == custom_id).tuples().first())
+    if found is None or found[0] == PENDING:
+        return None
+    return ("ok" if found[0] == SUCCEEDED else "error", found[1] or "")
+
+
+def _unclaimed(run_id: str, provider: str, model: str) -> peewee.ModelSelect:
+    return BatchRequestRow.select().where((BatchRequestRow.run_id == run_id) & (BatchRequestRow.provider == provider)
+                                          & (BatchRequestRow.model == model) & BatchRequestRow.batch.is_null())
+
+
+def unclaimed(run_id: str, provider: str, model: str) -> tuple[int, datetime | None]:
+    """How many of the group's requests wait for a batch, and when the oldest was parked."""
+    _ensure()
+    query = _unclaimed(run_id, provider, model).select(fn.COUNT(BatchRequestRow.custom_id),
+                                                        fn.MIN(BatchRequestRow.created_at))
+    with _connection():
+        count, oldest = query.tuples().first() or (0, None)
+    return int(count or 0), _datetime(oldest)
+
+
+def unclaimed_groups(run_id: str) -> list[tuple[str, str]]:
+    """The (provider, model) groups of ``run_id`` with requests that wait for a batch (recovery)."""
+    _ensure()
+    query = (BatchRequestRow.select(BatchRequestRow.provider, BatchRequestRow.model)
+             .where((BatchRequestRow.run_id == run_id) & BatchRequestRow.batch.is_null())
+             .distinct().tuples())
+    with _connection():
+        return [tuple(row) for row in query]  # type: ignore[misc]
+
+
+# -- batches -------------------------------------------------------------------------------------
+
+
+def claim(run_id: str, provider: str, model: str, limit: int) -> tuple[str, list[tuple[str, str]]] | None:
+    """Make a ``submitting`` batch of up to ``limit`` of the group's unclaimed requests, committed
+    before anything is sent; its key and [(custom id, body)], or None when none was unclaimed.
+
+    Two claimers of one group never share a request: the claim is an UPDATE of the rows still
+    unclaimed, and each keeps what its own key got.
+    """
+    _ensure()
+    key = f"ejb-{run_id}-{uuid.uuid4().hex[:16]}"
+    with _transaction():
+        ids = [row[0] for row in _unclaimed(run_id, provider, model).select(BatchRequestRow.custom_id)
+               .order_by(BatchRequestRow.created_at, BatchRequestRow.custom_id).limit(limit).tuples()]
+        if not ids:
+            return None
+        (BatchRequestRow.update(batch=key)
+         .where(BatchRequestRow.custom_id.in_(ids) & BatchRequestRow.batch.is_null()).execute())
+        claimed = list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
+                       .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples())
+        if not claimed:
+            return None
+        ProviderBatchRow.create(key=key, run_id=run_id, provider=provider, model=model, state=SUBMITTING,
+                                size=len(claimed), created_at=_now())
+    return key, [(cid, body) for cid, body in claimed]
+
+
+def requests_of(key: str) -> list[tuple[str, str]]:
+    """[(custom id, body)] of a batch (to submit it after a crash, or to match its results)."""
+    _ensure()
+    with _connection():
+        return list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
+                    .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples())
+
+
+def submitted(key: str, provider_batch_id: str, provider_status: str) -> None:
+    """Commit the provider's batch id (after the submit, or once recovery found it)."""
+    _ensure()
+    with _connection():
+        (ProviderBatchRow.update(state=OPEN, provider_batch_id=provider_batch_id, provider_status=provider_status,
+                                 submitted_at=_now())
+         .where((ProviderBatchRow.key == key) & (ProviderBatchRow.state == SUBMITTING)).execute())
+
+
+def progressed(key: str, *, done: int, failed: int, provider_status: str) -> None:
+    _ensure()
+    with _connection():
+        (ProviderBatchRow.update(done=done, failed=failed, provider_status=provider_status)
+         .where(ProviderBatchRow.key == key).execute())
+
+
+def get(key: str) -> BatchInfo | None:
+    _ensure()
+    with _connection():
+        row = ProviderBatchRow.get_or_none(ProviderBatchRow.key == key)
+    return _info(row) if row is not None else None
+
+
+def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_status: str,
+                   missing_reason: str) -> list[tuple[str, str, int]]:
+    """End a batch: each request's answer (``ok``, encoded completion or reason); a request the
+    results do not name fails with ``missing_reason``. One transaction; returns the batch's pairs
+    as (scenario key, model spec, epoch), to be evaluated again."""
+    _ensure()
+    with _transaction():
+        rows = list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.scenario_key,
+                                           BatchRequestRow.model_spec, BatchRequestRow.epoch)
+                    .where(BatchRequestRow.batch == key).tuples())
+        failed = 0
+        for custom_id, *_ in rows:
+            ok, value = answers.get(custom_id, (False, missing_reason))
+            failed += not ok
+            (BatchRequestRow.update(state=SUCCEEDED if ok else FAILED, answer=value)
+             .where((BatchRequestRow.custom_id == custom_id) & (BatchRequestRow.state == PENDING)).execute())
+        (ProviderBatchRow.update(state=ENDED, ended_at=_now(), done=len(rows), failed=failed,
+                                 provider_status=provider_status)
+         .where(ProviderBatchRow.key == key).execute())
+    return sorted({(scenario, spec, epoch) for _, scenario, spec, epoch in rows})
+
+
+def open_batches(run_id: str | None = None) -> list[BatchInfo]:
+    """Batches not ended (``submitting`` or ``open``), of one run or every run, oldest first (indexed)."""
+    _ensure()
+    where = ProviderBatchRow.state.in_([SUBMITTING, OPEN])
+    if run_id is not None:
+        where &= ProviderBatchRow.run_id == run_id
+    with _connection():
+        return [_info(row) for row in ProviderBatchRow.select().where(where).order_by(ProviderBatchRow.created_at)]
+
+
+def run_batches(run_id: str) -> list[BatchInfo]:
+    """Every batch of a run (status, cost lines), oldest first."""
+    _ensure()
+    with _connection():
+        rows = ProviderBatchRow.select().where(ProviderBatchRow.run_id == run_id).order_by(ProviderBatchRow.created_at)
+        return [_info(row) for row in rows]
+
+
+def parked_pairs(run_id: str) -> list[tuple[str, str, int]]:
+    """Pairs with a request still pending (submitted or not): recovery must not send them again,
+    their batch's poller will."""
+    _ensure()
+    with _connection():
+        query = (BatchRequestRow.select(BatchRequestRow.scenario_key, BatchRequestRow.model_spec,
+                                        BatchRequestRow.epoch)
+                 .where((BatchRequestRow.run_id == run_id) & (BatchRequestRow.state == PENDING)).distinct().tuples())
+        return [tuple(row) for row in query]  # type: ignore[misc]
+
+
+def encode_request(body: dict) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+__all__ = ["ENDED", "FAILED", "OPEN", "PENDING", "SUBMITTING", "SUCCEEDED", "BatchInfo", "BatchRequestRow",
+           "ProviderBatchRow", "answer", "claim", "get", "open_batches", "park", "parked_pairs", "progressed",
+           "record_answers", "requests_of", "run_batches", "submitted", "unclaimed", "unclaimed_groups"]

@@ -1,0 +1,159 @@
+"""Batch runs (``--batch``) end to end: real worker threads, a real SQLite file, the simulated provider's
+batch APIs over loopback HTTP.
+
+What is checked: every pair once and one report; the provider was sent each request exactly once;
+a pool of one worker thread finishes a batch run (nothing holds the thread while a batch is open);
+a tool conversation goes in rounds, one batch request per turn; the batch price is half the listed
+one and the report says what the run saved; expired and failed requests end their pairs errored
+with the reason, and ``rerun --errored`` takes them again; cancelling a run cancels its batches.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from evaljobs import store
+from evaljobs.api import Session
+from evaljobs.errors import UsageError
+from evaljobs.store import batches as stored
+
+CATALOG = """
+name: batched
+scenarios:
+  - key: a
+    prompt: "[sim: say alpha]"
+    expect: {contains: [alpha]}
+  - key: b
+    prompt: "[sim: call lookup {\\"id\\": \\"7\\"}] [sim: say found 7]"
+    tools:
+      - name: lookup
+        parameters: {type: object, properties: {id: {type: string}}}
+        returns: {ok: true}
+    expect: {contains: ["found"], tools: [lookup]}
+  - key: c
+    prompt: "[sim: say gamma]"
+    expect: {contains: [nothing-like-this]}
+  - key: d
+    prompt: "[sim: status 400 refused here]"
+    expect: {contains: [x]}
+"""
+
+
+@pytest.fixture()
+def catalog(tmp_path):
+    path = tmp_path / "batched.yaml"
+    path.write_text(CATALOG, encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def providers_file(tmp_path):
+    def make(sim):
+        path = tmp_path / "providers.yaml"
+        path.write_text(f"providers:\n  ant:\n    api: anthropic\n    base_url: {sim.url}\n"
+                        f"    prices: {{'*': [3.0, 15.0]}}\n", encoding="utf-8")
+        return str(path)
+    return make
+
+
+@pytest.fixture()
+def quick(monkeypatch):
+    """A batch goes after 0.05 s of waiting for more requests; open batches are looked at every 0.05 s."""
+    monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "0.05")
+    monkeypatch.setenv("EVALJOBS_BATCH_POLL", "0.05")
+
+
+def _submitted_once(sim) -> dict[str, int]:
+    submitted = sim.stats()["batches"]["submitted"]
+    assert submitted and set(submitted.values()) == {1}, submitted
+    return submitted
+
+
+def test_a_batch_run_on_one_worker_thread_records_every_pair_once_at_half_price(
+        simulated_provider, sqlite_url, catalog, quick):
+    sim = simulated_provider(batch_delay=0.2)
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        plain = session.wait(session.submit(catalog, ["sim/m1", "sim/m2"]).id, timeout=120).id
+        interactive_calls = sim.stats()["requests"]
+        info = session.submit(catalog, ["sim/m1", "sim/m2"], batch=True)
+        done = session.wait(info.id, timeout=120)
+        results = session.results(info.id)
+        report = json.loads(session.report(info.id, "json"))
+        interactive = {(r.scenario_key, r.model): r for r in session.results(plain)}
+    assert done.status == "partial" and done.persisted == done.expected == 8
+    assert sorted((r.scenario_key, r.model) for r in results) == sorted(interactive)
+    # The same verdicts as the interactive run, at half its cost.
+    assert {(r.scenario_key, r.model): r.status for r in results} == {k: r.status for k, r in interactive.items()}
+    for result in results:
+        twin = interactive[(result.scenario_key, result.model)]
+        if result.status != "errored":
+            assert result.cost == pytest.approx(twin.cost / 2)
+            assert result.details["meta"]["batch"]["interactive_cost"] == pytest.approx(twin.cost)
+    errored = {r.scenario_key: r.error for r in results if r.status == "errored"}
+    assert set(errored) == {"d"} and "refused here" in errored["d"]
+    # Each pair-turn went to the provider once: one request per single-turn pair, two for the tool pair.
+    submitted = _submitted_once(sim)
+    assert len(submitted) == 2 * (3 + 2)
+    assert sim.stats()["requests"] - interactive_calls == len(submitted)  # no interactive call was made
+    assert sim.stats()["batches"]["batches_created"] >= 2  # the tool pair's second turn is a later round
+    batch = report["summary"]["batch"]
+    assert batch["pairs"] == 6 and batch["cost"] == pytest.approx(report["summary"]["cost"])
+    assert batch["saved"] == pytest.approx(batch["interactive_cost"] / 2)
+
+
+def test_anthropic_batches_and_a_batch_size_cap(simulated_provider, sqlite_url, catalog, quick, providers_file,
+                                                monkeypatch):
+    sim = simulated_provider(batch_delay=0)
+    monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "2")
+    with Session(db=sqlite_url, broker="memory", width=2, providers=providers_file(sim)) as session:
+        info = session.submit(catalog, ["ant/claude"], batch=True)
+        done = session.wait(info.id, timeout=120)
+        batches = stored.run_batches(info.id)
+    assert done.persisted == 4
+    assert all(b.size <= 2 and b.state == stored.ENDED for b in batches) and len(batches) >= 3
+    assert len(_submitted_once(sim)) == 5
+
+
+def test_expired_requests_end_their_pairs_errored_and_rerun_takes_them_again(
+        simulated_provider, sqlite_url, catalog, quick):
+    sim = simulated_provider(batch_delay=3600, batch_window=0.1)  # every batch expires unanswered
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        info = session.submit(catalog, ["sim/m1"], batch=True)
+        done = session.wait(info.id, timeout=120)
+        results = session.results(info.id)
+        assert done.status == "failed"
+        assert {r.error.split(":")[0] for r in results} == {"batch_expired"}
+        sim.batches.window = None
+        sim.batches.delay = 0
+        again = session.rerun(info.id, ["errored"])
+        second = session.wait(again.id, timeout=120)
+    assert second.persisted == second.expected == 4
+    assert (second.options or {}).get("batch") == ["sim"]  # a rerun is a batch run too
+
+
+def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, sqlite_url, catalog, tmp_path):
+    simulated_provider()
+    other = tmp_path / "p.yaml"
+    other.write_text("providers:\n  gem:\n    api: gemini\n    base_url: http://127.0.0.1:9/v1\n", encoding="utf-8")
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        with pytest.raises(UsageError, match="needs --strategy fanout"):
+            session.submit(catalog, ["sim/m1"], batch=True, strategy="sequential")
+        assert store.list_runs() == []
+
+
+def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog, quick):
+    sim = simulated_provider(batch_delay=3600)
+    opened = threading.Event()
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        info = session.submit(catalog, ["sim/m1"], batch=True)
+        from helpers import wait_until
+
+        wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        opened.set()
+        cancelled, asked = session.cancel(info.id)
+        assert cancelled.status == "cancelled" and asked >= 1
+        wait_until(lambda: not stored.open_batches(info.id), timeout=60)
+    assert sim.stats()["batches"]["cancel_requests"] >= 1
+    assert sim.stats()["batches"]["open"] == 0
