@@ -33,7 +33,7 @@ from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
-from evaljobs.pipeline import runtime, strategies
+from evaljobs.pipeline import batching, runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
                                       start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
@@ -223,9 +223,7 @@ class Session:
         (:mod:`evaljobs.pipeline.reuse`).
         ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
         grading its own answers is not a verdict); the run and its report record it.
-        ``batch``: send the models' calls through their providers' batch APIs (half price, answered within
-        the completion window; :mod:`evaljobs.pipeline.batching`); providers whose entry says
-        ``batch: true`` (or ``auto``, on the bulk lane) are batched without it.
+        ``batch``: the calls go through the providers' batch APIs (:mod:`evaljobs.pipeline.batching`).
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -275,18 +273,8 @@ class Session:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
-        batched: tuple[str, ...] = ()
-        if batch or any(self.providers.get(parse_model_spec(m, self.providers).provider).batch != "off"
-                        for m in specs):
-            from evaljobs.pipeline.batching import batch_providers  # only batch runs pay for it
-
-            batched = batch_providers(self.providers, specs, requested=batch, lane=config.settings().lane)
-            if batch and not batched:
-                raise UsageError("--batch: none of the models' providers has a batch API (openai, azure and "
-                                 "anthropic wire formats do)")
-            if batched and (strategy != "fanout" or adapter or cache):
-                raise UsageError("--batch (or a provider with batch: true) needs --strategy fanout, the built-in "
-                                 "adapter and no --cache: its pairs wait for batches on the queue")
+        batched = batching.choose(self.providers, specs, requested=batch, strategy=strategy,
+                                  plain=not (adapter or cache))
         batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
@@ -365,18 +353,8 @@ class Session:
         return reruns.start(run, width=self.width, context_providers=self.context_providers)
 
     def cancel(self, run_id: str) -> tuple[store.RunInfo, int]:
-        """Cancel a pending or running run and ask its providers to cancel its open batches.
-
-        The run's pending pairs are not evaluated any more (workers skip a cancelled run's
-        messages); answers a batch already has are kept by the provider and not used. Returns the
-        run and how many batches were asked to cancel.
-        """
-        from evaljobs.pipeline import batching
-
-        info = store.get_run(self.resolve(run_id))
-        store.cancel(info.id)
-        asked = batching.cancel_run(info.id) if (info.options or {}).get("batch") else 0
-        return store.get_run(info.id), asked
+        """Cancel a run (workers skip its messages) and its open provider batches (how many: the second item)."""
+        return batching.cancel_run(self.resolve(run_id))
 
     def rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
         """:meth:`create_rerun` then :meth:`start`: the new run (finished for in-process strategies)."""

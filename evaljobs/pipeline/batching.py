@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from evaljobs import config, store
 from evaljobs.catalog.modelspec import ProvidersConfig, load_providers, parse_model_spec
+from evaljobs.errors import UsageError
 from evaljobs.providers import batches as api
 from evaljobs.providers.batched import BatchRequest, current_pair, encode, request_from_json, request_json
 from evaljobs.providers.endpoints import base_url_for
@@ -210,9 +211,13 @@ def poll(key: str) -> None:
     sender().evaluate(info.run_id, pairs)
 
 
-def cancel_run(run_id: str) -> int:
-    """Cancel the run's open batches at their providers (requests already answered keep their answers);
-    their pollers record the rest as cancelled. Returns how many were asked."""
+def cancel_run(run_id: str) -> tuple[store.RunInfo, int]:
+    """Cancel a pending or running run and its open batches at their providers (their pollers record
+    what the providers still answer; the cancelled run's pairs are not evaluated). Returns the run
+    and how many batches were asked to cancel."""
+    store.cancel(run_id)
+    if not (store.get_run(run_id).options or {}).get("batch"):
+        return store.get_run(run_id), 0
     asked = 0
     for info in stored.open_batches(run_id):
         if info.state != stored.OPEN or not info.provider_batch_id:
@@ -223,7 +228,7 @@ def cancel_run(run_id: str) -> int:
             asked += 1
         except Exception as exc:  # noqa: BLE001 - one batch's refusal does not stop the others
             logger.warning("batch %s: cancel refused: %s", info.key, exc)
-    return asked
+    return store.get_run(run_id), asked
 
 
 def recover(run_id: str) -> dict[str, int]:
@@ -239,7 +244,24 @@ def recover(run_id: str) -> dict[str, int]:
     return done
 
 
-def batch_providers(providers: ProvidersConfig, models: list[str], *, requested: bool, lane: str | None) -> tuple[str, ...]:
+def choose(providers: ProvidersConfig, models: list[str], *, requested: bool, strategy: str,
+           plain: bool) -> tuple[str, ...]:
+    """The providers a new run batches (:func:`batch_providers`), or a one-line :class:`UsageError` when
+    ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no cache)."""
+    if not requested and all(providers.get(parse_model_spec(m, providers).provider).batch == "off" for m in models):
+        return ()
+    chosen = batch_providers(providers, models, requested=requested, lane=config.settings().lane)
+    if requested and not chosen:
+        raise UsageError("--batch: none of the models' providers has a batch API (the openai, azure and "
+                         "anthropic wire formats do)")
+    if chosen and (strategy != "fanout" or not plain):
+        raise UsageError("--batch (or a provider with batch: true) needs --strategy fanout, the built-in adapter "
+                         "and no --cache: its pairs wait for their batches on the queue")
+    return chosen
+
+
+def batch_providers(providers: ProvidersConfig, models: list[str], *, requested: bool,
+                    lane: str | None) -> tuple[str, ...]:
     """The providers of ``models`` whose calls a run sends through batch APIs: with ``--batch`` every
     one with a batch API; otherwise those whose entry says ``batch: true``, or ``auto`` on the bulk lane."""
     chosen = []
@@ -266,5 +288,5 @@ def describe(run_id: str) -> list[dict[str, Any]]:
              "age_s": round(_age(b.created_at), 1)} for b in stored.open_batches(run_id)]
 
 
-__all__ = ["BATCH_WIRES", "Sender", "StoreLane", "batch_providers", "bind_sender", "cancel_run", "client_for",
-           "collect", "describe", "poll", "recover", "resolve", "sender", "submit"]
+__all__ = ["BATCH_WIRES", "Sender", "StoreLane", "batch_providers", "bind_sender", "cancel_run", "choose",
+           "client_for", "collect", "describe", "poll", "recover", "resolve", "sender", "submit"]
