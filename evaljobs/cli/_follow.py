@@ -28,6 +28,8 @@ def follow_progress(info: Any, broker: str | None, poll: float, *,
     progress = Progress(info.expected)
     if info.strategy not in QUEUED:
         return progress, None
+    if (info.options or {}).get("batch"):  # a batch run waits on its batches, not on workers
+        return progress, _batch_idle_check(info.id)
     if not (broker and broker.startswith(REDIS_SCHEMES)):
         if local_workers:
             return progress, None
@@ -36,6 +38,22 @@ def follow_progress(info: Any, broker: str | None, poll: float, *,
                                  f"redis://… for live events)")
         return progress, None
     return progress, _queue_idle_check(broker)
+
+
+def _batch_idle_check(run_id: str):
+    """At a read with no new result: the run's open provider batches (what the run waits for)."""
+    from evaljobs.store import batches
+
+    def check() -> str | None:
+        found = batches.open_batches(run_id)
+        if not found:
+            return None
+        requests = sum(b.size for b in found)
+        where = ", ".join(sorted({f"{b.provider}/{b.model} ({b.provider_status or b.state})" for b in found}))
+        return (f"waiting for {len(found)} provider batch{'es' if len(found) != 1 else ''} "
+                f"({requests} requests: {where}); `evaljobs status` shows their counts")
+
+    return check
 
 
 def _queue_idle_check(broker: str):

@@ -1,4 +1,4 @@
-"""Operating runs: ``evaljobs watch``, ``status``, ``rerun``, ``recover`` and ``cache clear``.
+"""Operating runs: ``evaljobs watch``, ``status``, ``cancel``, ``rerun``, ``recover`` and ``cache clear``.
 
 Thin shells over :class:`evaljobs.api.Session` (and the status collector);
 errors map to exit codes in :mod:`evaljobs.cli._options`: 2 for anything the
@@ -81,6 +81,23 @@ def status(as_json, queues, window, db, broker) -> None:
     if unreadable:  # what it could read is shown above; a monitoring script must still see the outage
         click.echo(f"error: {unreadable[0]}", err=True)
         sys.exit(EXIT_USAGE)
+
+
+# -- cancel -----------------------------------------------------------------------------------
+
+
+@click.command("cancel")
+@click.argument("run_id")
+@db_option
+@providers_option
+def cancel(run_id, db, providers) -> None:
+    """Cancel RUN_ID: its pending pairs are not evaluated, its open provider batches are cancelled."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    with Session(db=db, providers=providers) as session:
+        info, batches = session.cancel(run_id)
+    note = f"; {batches} provider batch{'es' if batches != 1 else ''} asked to cancel" if batches else ""
+    click.echo(f"run {info.id}: {info.status}{note}")
 
 
 # -- rerun ------------------------------------------------------------------------------------
@@ -223,4 +240,4 @@ def cache_clear(older_than, as_json, db) -> None:
     click.echo(f"removed {removed} cached answer{'s' if removed != 1 else ''}{scope}")
 
 
-__all__ = ["watch", "status", "rerun", "recover", "cache"]
+__all__ = ["cache", "cancel", "recover", "rerun", "status", "watch"]

@@ -16,6 +16,7 @@ from typing import Iterable
 
 from evaljobs import store
 from evaljobs.pipeline.actors import pair_args
+from evaljobs.store import batches as stored_batches
 
 logger = logging.getLogger("evaljobs.recovery")
 
@@ -44,6 +45,41 @@ def pending_work(binding) -> tuple[set[tuple[str, str, str, int]], set[tuple[str
         elif actor == "start_run" and args:
             starts.add(args[0])
     return pairs, models, starts
+
+
+def pending_batch_work(binding) -> tuple[set[str], set[tuple[str, str, str]]]:
+    """Provider batches with a poller queued, and (run, provider, model) groups with a collector queued."""
+    polls: set[str] = set()
+    collects: set[tuple[str, str, str]] = set()
+    for body in _queued_bodies(binding):
+        try:
+            data = json.loads(body)
+            actor, args = data.get("actor_name"), data.get("args") or []
+        except (ValueError, AttributeError):
+            continue
+        if actor == "poll_batch" and args:
+            polls.add(args[0])
+        elif actor == "collect_batch" and len(args) >= 3:
+            collects.add((args[0], args[1], args[2]))
+    return polls, collects
+
+
+def _recover_batches(binding, run: store.RunInfo, actions: list[str]) -> set[tuple[str, str, int]]:
+    """A batch run's batch work: a poller for each open batch that has none (it resolves a batch left
+    ``submitting`` by a crash: found at the provider, or submitted then), a collector for each group
+    with unclaimed requests — even one with a collector queued: that one may be delayed by a long
+    ``batch_wait``, and a collector that finds nothing unclaimed does nothing. Returns the pairs
+    parked on a request, which their pollers move on."""
+    polls, _ = pending_batch_work(binding)
+    actors = binding.actors
+    for info in stored_batches.open_batches(run.id):
+        if info.key not in polls:
+            binding.broker.enqueue(_with_context(binding, actors.poll_batch.message(info.key), run))
+            actions.append(f"{run.id}: batch {info.key} ({info.state}) polled again")
+    for provider, model in stored_batches.unclaimed_groups(run.id):
+        binding.broker.enqueue(_with_context(binding, actors.collect_batch.message(run.id, provider, model), run))
+        actions.append(f"{run.id}: parked requests of {provider}/{model} collected again")
+    return set(stored_batches.parked_pairs(run.id))
 
 
 def _queued_bodies(binding) -> Iterable[bytes | str]:
@@ -118,7 +154,8 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
             if lost_models:
                 actions.append(f"{run.id}: re-enqueued {len(lost_models)} per-model jobs")
             continue
-        lost = [pair for pair in missing if (run.id, *pair) not in pairs]
+        parked = _recover_batches(binding, run, actions) if (run.options or {}).get("batch") else set()
+        lost = [pair for pair in missing if (run.id, *pair) not in pairs and tuple(pair) not in parked]
         if not lost:
             continue
         if run.status == "pending":

@@ -100,6 +100,8 @@ class BatchDesk:
         self._submitted: collections.Counter[str] = collections.Counter()
         self._uploads = 0
         self._cancels = 0
+        #: Hold back the answer to a batch create (the batch is created): a crash test's moment.
+        self.hold_creates = False
 
     # -- statistics ------------------------------------------------------------------------------
 

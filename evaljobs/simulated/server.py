@@ -359,6 +359,7 @@ class SimulatedProvider:
                 return keep_alive
             elif parts == ["batches"] and method == "POST":
                 body = desk.create_openai(_json(request.body))
+                await self._hold_created()
             elif parts == ["batches"] and method == "GET":
                 body = desk.list_openai(after, limit)
             elif len(parts) == 2 and parts[0] == "batches" and method == "GET":
@@ -367,6 +368,7 @@ class SimulatedProvider:
                 body = desk.cancel_openai(parts[1])
             elif parts == ["messages", "batches"] and method == "POST":
                 body = desk.create_anthropic(_json(request.body))
+                await self._hold_created()
             elif parts == ["messages", "batches"] and method == "GET":
                 body = desk.list_anthropic(base, after, limit)
             elif len(parts) == 3 and anthropic and method == "GET":
@@ -385,6 +387,12 @@ class SimulatedProvider:
             return keep_alive
         await send_json(writer, 200, body, keep_alive=keep_alive)
         return keep_alive
+
+    async def _hold_created(self) -> None:
+        """While ``batches.hold_creates`` is set, a created batch's answer is held back: the batch exists
+        at the provider, its creator has not heard so (a test kills the creator there)."""
+        while self.batches.hold_creates:
+            await asyncio.sleep(0.01)
 
     def _batch_answer(self, wire: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(status, body) for one request of a batch: the chat answer logic, without latency or streaming.

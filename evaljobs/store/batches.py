@@ -245,9 +245,19 @@ def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_s
     return sorted({(scenario, spec, epoch) for _, scenario, spec, epoch in rows})
 
 
+def _exists() -> bool:
+    """Whether the batch tables exist (a reader such as ``status`` creates nothing)."""
+    db = _bound()
+    if getattr(db, "evaljobs_batches_ready", False):
+        return True
+    with _connection():
+        return db.table_exists(ProviderBatchRow._meta.table_name)
+
+
 def open_batches(run_id: str | None = None) -> list[BatchInfo]:
     """Batches not ended (``submitting`` or ``open``), of one run or every run, oldest first (indexed)."""
-    _ensure()
+    if not _exists():
+        return []
     where = ProviderBatchRow.state.in_([SUBMITTING, OPEN])
     if run_id is not None:
         where &= ProviderBatchRow.run_id == run_id
@@ -257,10 +267,19 @@ def open_batches(run_id: str | None = None) -> list[BatchInfo]:
 
 def run_batches(run_id: str) -> list[BatchInfo]:
     """Every batch of a run (status, cost lines), oldest first."""
-    _ensure()
+    if not _exists():
+        return []
     with _connection():
         rows = ProviderBatchRow.select().where(ProviderBatchRow.run_id == run_id).order_by(ProviderBatchRow.created_at)
         return [_info(row) for row in rows]
+
+
+def request_count(run_id: str) -> int:
+    """How many pair-turns of a run were parked for batches (answered or not)."""
+    if not _exists():
+        return 0
+    with _connection():
+        return BatchRequestRow.select().where(BatchRequestRow.run_id == run_id).count()
 
 
 def parked_pairs(run_id: str) -> list[tuple[str, str, int]]:
@@ -280,4 +299,4 @@ def encode_request(body: dict) -> str:
 
 __all__ = ["ENDED", "FAILED", "OPEN", "PENDING", "SUBMITTING", "SUCCEEDED", "BatchInfo", "BatchRequestRow",
            "ProviderBatchRow", "answer", "claim", "get", "open_batches", "park", "parked_pairs", "progressed",
-           "record_answers", "requests_of", "run_batches", "submitted", "unclaimed", "unclaimed_groups"]
+           "record_answers", "request_count", "requests_of", "run_batches", "submitted", "unclaimed", "unclaimed_groups"]

@@ -35,6 +35,7 @@ from evaljobs import config, store
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import one_line
 from evaljobs.pipeline.broker import queue_name
+from evaljobs.store import batches as stored_batches
 from evaljobs.governor import Governor
 from evaljobs.workers.records import read_pools as pools_of
 
@@ -85,6 +86,8 @@ class Status:
     window: float = 0.0
     governor: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None
+    #: Provider batches not ended yet (batch runs): run, provider, model, size, counts, age.
+    batches: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +166,16 @@ def read_governor(redis_url: str) -> list[dict[str, Any]] | None:
         governor.close()
 
 
+def open_batches() -> list[dict[str, Any]]:
+    """The provider batches not ended yet, oldest first (the ``provider_batch(state)`` index)."""
+    now = datetime.now(timezone.utc)
+    return [{"run": b.run_id, "provider": b.provider, "model": b.model, "state": b.state,
+             "provider_batch_id": b.provider_batch_id, "size": b.size, "done": b.done, "failed": b.failed,
+             "provider_status": b.provider_status,
+             "age_s": round((now - b.created_at).total_seconds(), 1) if b.created_at else None}
+            for b in stored_batches.open_batches()]
+
+
 def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float | None = None,
             runs_limit: int = RUNS_LIMIT, governor_url: str | None = None) -> Status:
     """Gather the status. ``broker_url``: ``memory``/None (in-process: nothing shared to read) or redis://…
@@ -174,6 +187,7 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
     status = Status(broker=store.redact(broker_url) if broker_url else "memory", runs=[], window=window)
     try:
         status.runs = active_runs(runs_limit)
+        status.batches = open_batches()
     except store.StoreError as exc:
         status.notes.append(f"runs: {exc}")
     if not broker_url or broker_url == "memory" or not broker_url.startswith(REDIS_SCHEMES):
@@ -241,6 +255,15 @@ def render(status: Status) -> str:
         lines.append(f"  {r.id:<16} {r.status:<8} {r.persisted:>5}/{r.expected:<5} "
                      f"✓{r.passed} ✗{r.failed} "
                      f"!{r.errored}  {r.strategy:<10} {r.catalog[:24]:<24} created {_ago(r.created_at)}")
+    lines += _section("batches", status.batches if status.batches else None, "", (
+        ("RUN", "<16", lambda b: str(b["run"])[:16]),
+        ("PROVIDER", "<10", lambda b: str(b["provider"])[:10]),
+        ("MODEL", "<20", lambda b: str(b["model"])[:20]),
+        ("STATE", "<12", lambda b: str(b.get("provider_status") or b["state"])[:12]),
+        ("SIZE", ">5", lambda b: b["size"]),
+        ("DONE", ">5", lambda b: b["done"]),
+        ("FAILED", ">6", lambda b: b["failed"]),
+        ("AGE", ">7", lambda b: "-" if b.get("age_s") is None else f"{b['age_s']:.0f}s")))
     lines.append("")
     lines.append(f"broker: {status.broker}")
     if status.queues is not None:
