@@ -15,11 +15,11 @@ never by a sleep.
 from __future__ import annotations
 
 import pytest
+from helpers import WorkerProcess, numbered_catalog, wait_until
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.store import batches as stored
-from helpers import WorkerProcess, numbered_catalog, wait_until
 
 pytestmark = [pytest.mark.redis]
 
