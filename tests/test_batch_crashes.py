@@ -71,6 +71,8 @@ def _assert_once(info, submitted, log):
     assert info.status == "complete", log.read_text()[-3000:]
     assert info.persisted == PAIRS and len({r.scenario_key for r in store.list_results(info.id)}) == PAIRS
     assert info.report["summary"]["results"] == PAIRS
+    batch = info.report["summary"]["batch"]  # every pair at the batch price: half the listed one
+    assert batch["pairs"] == PAIRS and batch["cost"] == pytest.approx(batch["interactive_cost"] / 2)
     assert len(submitted) == PAIRS and set(submitted.values()) == {1}, submitted
 
 
