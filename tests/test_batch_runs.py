@@ -10,7 +10,6 @@ with the reason, and ``rerun --errored`` takes them again; cancelling a run canc
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
@@ -145,15 +144,49 @@ def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, sql
 
 def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog, quick):
     sim = simulated_provider(batch_delay=3600)
-    opened = threading.Event()
     with Session(db=sqlite_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         from helpers import wait_until
 
         wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
-        opened.set()
         cancelled, asked = session.cancel(info.id)
         assert cancelled.status == "cancelled" and asked >= 1
         wait_until(lambda: not stored.open_batches(info.id), timeout=60)
     assert sim.stats()["batches"]["cancel_requests"] >= 1
     assert sim.stats()["batches"]["open"] == 0
+
+
+def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_does(
+        simulated_provider, sqlite_url, catalog, quick, monkeypatch):
+    sim = simulated_provider(batch_delay=0.5)
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        # Each pair waits in a batch longer than its own time limit: the limit counts evaluating, not waiting.
+        info = session.submit(catalog, ["sim/m1"], batch=True, time_limit=0.3)
+        done = session.wait(info.id, timeout=120)
+        assert done.persisted == 4 and not [r for r in session.results(info.id) if "timed out" in (r.error or "")]
+        sim.batches.delay = 3600
+        monkeypatch.setenv("EVALJOBS_BATCH_DEADLINE", "0.2")  # the run's batches may stay open 0.2 s
+        late = session.wait(session.submit(catalog, ["sim/m2"], batch=True).id, timeout=120)
+        reasons = {r.error for r in session.results(late.id)}
+    assert late.status == "failed"
+    assert reasons == {"batch_expired: not answered within the batch deadline (0.2 s)"}
+    assert sim.stats()["batches"]["cancel_requests"] >= 1 and sim.stats()["batches"]["open"] == 0
+
+
+def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, quick):
+    from helpers import wait_until
+
+    from evaljobs.workers.status import collect, render
+
+    sim = simulated_provider(batch_delay=3600)
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        info = session.submit(catalog, ["sim/m1"], batch=True)
+        wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        status = collect(None)
+        sim.batches.delay = 0  # the tool pair's second round ends at once
+        sim.batches.end_batches()
+        assert session.wait(info.id, timeout=120).persisted == 4
+    assert [(b["run"], b["provider"], b["model"], b["state"]) for b in status.batches] == [
+        (info.id, "sim", "m1", stored.OPEN)]
+    text = render(status)
+    assert "batches: RUN" in text and info.id[:16] in text
