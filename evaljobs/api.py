@@ -209,8 +209,7 @@ class Session:
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
                cache_across_epochs: bool = False, selection: Selection | None = None,
-               reuse: str | None = None, allow_self_judge: bool = False,
-               batch: bool = False) -> store.RunInfo:
+               reuse: str | None = None, allow_self_judge: bool = False, batch: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -273,8 +272,7 @@ class Session:
             problem = refusal(external)  # e.g. javascript without node: one line, before anything exists
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
-        batched = batching.choose(self.providers, specs, requested=batch, strategy=strategy,
-                                  plain=not (adapter or cache))
+        batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
         batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
@@ -351,10 +349,6 @@ class Session:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
         return reruns.start(run, width=self.width, context_providers=self.context_providers)
-
-    def cancel(self, run_id: str) -> tuple[store.RunInfo, int]:
-        """Cancel a run (workers skip its messages) and its open provider batches (how many: the second item)."""
-        return batching.cancel_run(self.resolve(run_id))
 
     def rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
         """:meth:`create_rerun` then :meth:`start`: the new run (finished for in-process strategies)."""

@@ -16,6 +16,7 @@ import pytest
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.errors import UsageError
+from evaljobs.pipeline.batching import cancel_run
 from evaljobs.store import batches as stored
 
 CATALOG = """
@@ -148,12 +149,21 @@ def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog
         info = session.submit(catalog, ["sim/m1"], batch=True)
         from helpers import wait_until
 
-        wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
-        cancelled, asked = session.cancel(info.id)
-        assert cancelled.status == "cancelled" and asked >= 1
-        wait_until(lambda: not stored.open_batches(info.id), timeout=60)
-    assert sim.stats()["batches"]["cancel_requests"] >= 1
+        assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        cancelled, asked = cancel_run(info.id)
+        assert cancelled.status == "cancelled" and asked == 1
+        assert wait_until(lambda: not stored.open_batches(info.id), timeout=60)
+    assert sim.stats()["batches"]["cancel_requests"] == 1
     assert sim.stats()["batches"]["open"] == 0
+    # The command: one line; a second cancel finds nothing left to cancel; an unknown run is one error line.
+    from click.testing import CliRunner
+
+    from evaljobs.cli import main
+
+    again = CliRunner().invoke(main, ["cancel", info.id, "--db", sqlite_url])
+    assert (again.exit_code, again.output.strip()) == (0, f"run {info.id}: cancelled")
+    unknown = CliRunner().invoke(main, ["cancel", "r_nope", "--db", sqlite_url])
+    assert unknown.exit_code == 2 and "r_nope" in unknown.output and "Traceback" not in unknown.output
 
 
 def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_does(
@@ -181,7 +191,7 @@ def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, 
     sim = simulated_provider(batch_delay=3600)
     with Session(db=sqlite_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
-        wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
         status = collect(None)
         sim.batches.delay = 0  # the tool pair's second round ends at once
         sim.batches.end_batches()

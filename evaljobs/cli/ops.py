@@ -93,9 +93,10 @@ def status(as_json, queues, window, db, broker) -> None:
 def cancel(run_id, db, providers) -> None:
     """Cancel RUN_ID: its pending pairs are not evaluated, its open provider batches are cancelled."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.pipeline.batching import cancel_run
 
     with Session(db=db, providers=providers) as session:
-        info, batches = session.cancel(run_id)
+        info, batches = cancel_run(session.resolve(run_id))
     note = f"; {batches} provider batch{'es' if batches != 1 else ''} asked to cancel" if batches else ""
     click.echo(f"run {info.id}: {info.status}{note}")
 

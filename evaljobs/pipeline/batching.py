@@ -244,7 +244,7 @@ def recover(run_id: str) -> dict[str, int]:
     return done
 
 
-def choose(providers: ProvidersConfig, models: list[str], *, requested: bool, strategy: str,
+def choose(providers: ProvidersConfig, models: list[str], requested: bool, strategy: str, *,
            plain: bool) -> tuple[str, ...]:
     """The providers a new run batches (:func:`batch_providers`), or a one-line :class:`UsageError` when
     ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no cache)."""
