@@ -460,6 +460,7 @@ UNREACHABLE = {
                             1, "cannot connect to"),
     "mock-provider-port-in-use": (["mock-provider", "--port", "BUSY_PORT"], 2, "Address already in use"),
     "rerun-db": (["rerun", "r_x", "--errored", "--db", DEAD_PG], 2, "cannot reach database"),
+    "cancel-db": (["cancel", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "cache-clear-db": (["cache", "clear", "--db", DEAD_PG], 2, "cannot reach database"),
     "watch-db": (["watch", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "status-db": (["status", "--db", DEAD_PG], 2, "cannot reach database"),
