@@ -200,3 +200,17 @@ def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, 
         (info.id, "sim", "m1", stored.OPEN)]
     text = render(status)
     assert "batches: RUN" in text and info.id[:16] in text
+
+
+def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provider, sqlite_url, catalog, quick,
+                                                               tmp_path):
+    """The batch endpoints answer 404: the run ends (every pair errored with the refusal), nothing waits."""
+    sim = simulated_provider()
+    providers = tmp_path / "nobatch.yaml"
+    providers.write_text(f"providers:\n  nobatch:\n    api: openai\n    base_url: {sim.url[:-3]}/nowhere/v1\n",
+                         encoding="utf-8")
+    with Session(db=sqlite_url, broker="memory", width=1, providers=str(providers)) as session:
+        done = session.wait(session.submit(catalog, ["nobatch/m"], batch=True).id, timeout=120)
+        reasons = {r.error for r in session.results(done.id)}
+    assert done.status == "failed" and done.persisted == 4
+    assert len(reasons) == 1 and reasons.pop().startswith("batch refused by provider nobatch: HTTP 404")

@@ -36,6 +36,7 @@ from evaljobs.errors import UsageError
 from evaljobs.providers import batches as api
 from evaljobs.providers.batched import BatchRequest, current_pair, encode, request_from_json, request_json
 from evaljobs.providers.endpoints import base_url_for
+from evaljobs.providers.errors import ProviderError, RateLimited, TransientError
 from evaljobs.store import batches as stored
 
 logger = logging.getLogger("evaljobs.batching")
@@ -139,9 +140,22 @@ def collect(run_id: str, provider: str, model: str) -> None:
 
 
 def submit(key: str, provider: str, requests: list[tuple[str, str]]) -> None:
-    """Send a claimed batch (its row is committed) and commit the provider's id; then start its poller."""
-    with client_for(provider) as client:
-        status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
+    """Send a claimed batch (its row is committed) and commit the provider's id; then start its poller.
+
+    A refusal (a provider with no batch API, a bad key) ends the batch's requests with the reason,
+    so their pairs end errored; a transient failure leaves the row ``submitting`` for the poller,
+    which asks the provider before submitting again (the failed call may have created the batch).
+    """
+    try:
+        with client_for(provider) as client:
+            status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a stuck batch
+        if _transient(exc):
+            logger.warning("batch %s: submit failed (%s); the poller asks the provider again", key, _reason(exc))
+            sender().poll(key, config.settings().batch_poll)
+        else:
+            fail(key, f"batch refused by provider {provider}: {_reason(exc)}")
+        return
     stored.submitted(key, status.id, status.provider_status)
     logger.info("batch %s: %d requests submitted to %s as %s", key, len(requests), provider, status.id)
     sender().poll(key, config.settings().batch_poll)
@@ -155,8 +169,15 @@ def resolve(key: str) -> None:
         return
     requests = stored.requests_of(key)
     since = (info.created_at or datetime.now(timezone.utc)).timestamp()
-    with client_for(info.provider) as client:
-        found = client.find(key, [cid for cid, _ in requests], since=since)
+    try:
+        with client_for(info.provider) as client:
+            found = client.find(key, [cid for cid, _ in requests], since=since)
+    except Exception as exc:  # noqa: BLE001 - a lookup that fails is asked again, or ends the batch
+        if _transient(exc):
+            sender().poll(key, config.settings().batch_poll)
+        else:
+            fail(key, f"batch lookup refused by provider {info.provider}: {_reason(exc)}")
+        return
     if found == api.UNDECIDED:
         sender().poll(key, config.settings().batch_poll)  # a candidate still runs: look again later
         return
@@ -180,18 +201,39 @@ def poll(key: str) -> None:
         resolve(key)
         return
     settings = config.settings()
-    with client_for(info.provider) as client:
-        status = client.status(str(info.provider_batch_id))
-        if status.state == api.OPEN:
-            stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
-            if _age(info.submitted_at) > settings.batch_deadline and status.provider_status not in (
-                    "cancelling", "canceling"):
-                logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key,
-                               settings.batch_deadline)
-                client.cancel(str(info.provider_batch_id))
+    try:
+        with client_for(info.provider) as client:
+            status = client.status(str(info.provider_batch_id))
+            items = _open_or_results(client, key, info, status, settings)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a lost poller
+        if _transient(exc):
+            logger.warning("batch %s: poll failed (%s); polled again", key, _reason(exc))
             sender().poll(key, settings.batch_poll)
-            return
-        items = client.results(str(info.provider_batch_id))
+        else:
+            fail(key, f"batch {info.provider_batch_id} unreadable at provider {info.provider}: {_reason(exc)}")
+        return
+    if items is None:
+        return
+    _ended(key, info, status, items, settings)
+
+
+def _open_or_results(client: api.BatchClient, key: str, info: stored.BatchInfo, status: api.BatchStatus,
+                     settings: config.Settings) -> list[api.BatchItem] | None:
+    """None while the batch is open (polled again later; cancelled past the deadline); else its results."""
+    if status.state == api.OPEN:
+        stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
+        if _age(info.submitted_at) > settings.batch_deadline and status.provider_status not in (
+                "cancelling", "canceling"):
+            logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key, settings.batch_deadline)
+            client.cancel(str(info.provider_batch_id))
+        sender().poll(key, settings.batch_poll)
+        return None
+    return client.results(str(info.provider_batch_id))
+
+
+def _ended(key: str, info: stored.BatchInfo, status: api.BatchStatus, items: list[api.BatchItem],
+           settings: config.Settings) -> None:
+    """Commit an ended batch's answers and send its pairs on."""
     deadline = _age(info.submitted_at) > settings.batch_deadline
     expired = (f"batch_expired: not answered within the batch deadline ({settings.batch_deadline:g} s)"
                if deadline else "batch_expired: the provider did not answer it within the completion window")
@@ -209,6 +251,25 @@ def poll(key: str) -> None:
     logger.info("batch %s ended (%s): %d answers, %d pairs go on", key, status.provider_status, len(answers),
                 len(pairs))
     sender().evaluate(info.run_id, pairs)
+
+
+def fail(key: str, reason: str) -> None:
+    """End a batch that cannot be submitted or read: its requests fail with ``reason``, its pairs go on
+    (and end errored with it), so no pair waits for ever on a batch that will never answer."""
+    info = stored.get(key)
+    if info is None or info.state == stored.ENDED:
+        return
+    logger.warning("batch %s: %s", key, reason)
+    pairs = stored.record_answers(key, {}, provider_status="failed", missing_reason=reason)
+    sender().evaluate(info.run_id, pairs)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, (TransientError, RateLimited))
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.reason if isinstance(exc, ProviderError) else f"{type(exc).__name__}: {exc}"
 
 
 def cancel_run(run_id: str) -> tuple[store.RunInfo, int]:
@@ -288,5 +349,21 @@ def describe(run_id: str) -> list[dict[str, Any]]:
              "age_s": round(_age(b.created_at), 1)} for b in stored.open_batches(run_id)]
 
 
-__all__ = ["BATCH_WIRES", "Sender", "StoreLane", "batch_providers", "bind_sender", "cancel_run", "choose",
-           "client_for", "collect", "describe", "poll", "recover", "resolve", "sender", "submit"]
+__all__ = [
+    "BATCH_WIRES",
+    "Sender",
+    "StoreLane",
+    "batch_providers",
+    "bind_sender",
+    "cancel_run",
+    "choose",
+    "client_for",
+    "collect",
+    "describe",
+    "fail",
+    "poll",
+    "recover",
+    "resolve",
+    "sender",
+    "submit",
+]
