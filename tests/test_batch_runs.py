@@ -183,8 +183,9 @@ def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_do
     assert sim.stats()["batches"]["cancel_requests"] >= 1 and sim.stats()["batches"]["open"] == 0
 
 
-def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, quick):
-    from helpers import wait_until
+def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sqlite_url, catalog, quick, tmp_path):
+    import httpx
+    from helpers import Viewer, wait_until
 
     from evaljobs.workers.status import collect, render
 
@@ -193,6 +194,11 @@ def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, 
         info = session.submit(catalog, ["sim/m1"], batch=True)
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
         status = collect(None)
+        viewer = Viewer(sqlite_url, "memory", tmp_path / "view.log")
+        try:
+            fleet = httpx.get(f"{viewer.url}/fleet", timeout=30).text
+        finally:
+            viewer.close()
         sim.batches.delay = 0  # the tool pair's second round ends at once
         sim.batches.end_batches()
         assert session.wait(info.id, timeout=120).persisted == 4
@@ -200,6 +206,8 @@ def test_status_lists_the_open_batches(simulated_provider, sqlite_url, catalog, 
         (info.id, "sim", "m1", stored.OPEN)]
     text = render(status)
     assert "batches: RUN" in text and info.id[:16] in text
+    table = fleet.split('id="batches"', 1)[1].split("</table>", 1)[0]
+    assert f'<a href="/runs/{info.id}">' in table and "<td>in_progress</td>" in table
 
 
 def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provider, sqlite_url, catalog, quick,
