@@ -24,6 +24,8 @@ from evaljobs.store import batches as stored
 pytestmark = [pytest.mark.redis]
 
 PAIRS = 6
+#: The run's requests go as one batch, the moment the last is parked (never a second, smaller one).
+ONE_BATCH = {"EVALJOBS_BATCH_SIZE": str(PAIRS), "EVALJOBS_BATCH_WAIT": "3600"}
 
 
 def _worker(redis_url, db_url, tmp_path, **env) -> WorkerProcess:
@@ -94,7 +96,7 @@ def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, 
     sim, session, info = started()
     sim.batches.hold_creates = True  # the batch is created; the worker never hears its id
     try:
-        worker = _worker(redis_url, sqlite_url, tmp_path).start()
+        worker = _worker(redis_url, sqlite_url, tmp_path, **ONE_BATCH).start()
         assert wait_until(lambda: sim.stats()["batches"]["batches_created"] == 1, 60), \
             (tmp_path / "worker.log").read_text()[-3000:]
         worker.kill()
@@ -112,7 +114,7 @@ def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, 
 def test_a_kill_while_the_batch_is_polled(started, redis_url, sqlite_url, tmp_path):
     sim, session, info = started(batch_delay=3600)  # open until the test ends it
     try:
-        worker = _worker(redis_url, sqlite_url, tmp_path).start()
+        worker = _worker(redis_url, sqlite_url, tmp_path, **ONE_BATCH).start()
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), 60), \
             (tmp_path / "worker.log").read_text()[-3000:]
         worker.kill()

@@ -143,8 +143,10 @@ def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, sql
         assert store.list_runs() == []
 
 
-def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog, quick):
+def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog, quick, monkeypatch):
     sim = simulated_provider(batch_delay=3600)
+    monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "4")  # the four first turns go as one batch, at once
+    monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
     with Session(db=sqlite_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         from helpers import wait_until
@@ -183,13 +185,16 @@ def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_do
     assert sim.stats()["batches"]["cancel_requests"] >= 1 and sim.stats()["batches"]["open"] == 0
 
 
-def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sqlite_url, catalog, quick, tmp_path):
+def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sqlite_url, catalog, quick, tmp_path,
+                                                         monkeypatch):
     import httpx
     from helpers import Viewer, wait_until
 
     from evaljobs.workers.status import collect, render
 
     sim = simulated_provider(batch_delay=3600)
+    monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "4")  # the four first turns go as one batch, at once
+    monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
     with Session(db=sqlite_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
@@ -199,7 +204,8 @@ def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sql
             fleet = httpx.get(f"{viewer.url}/fleet", timeout=30).text
         finally:
             viewer.close()
-        sim.batches.delay = 0  # the tool pair's second round ends at once
+        monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "0.05")  # the tool pair's second round goes at once
+        sim.batches.delay = 0  # and ends at once
         sim.batches.end_batches()
         assert session.wait(info.id, timeout=120).persisted == 4
     assert [(b["run"], b["provider"], b["model"], b["state"]) for b in status.batches] == [

@@ -222,10 +222,13 @@ def _open_or_results(client: api.BatchClient, key: str, info: stored.BatchInfo, 
     """None while the batch is open (polled again later; cancelled past the deadline); else its results."""
     if status.state == api.OPEN:
         stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
-        if _age(info.submitted_at) > settings.batch_deadline and status.provider_status not in (
-                "cancelling", "canceling"):
-            logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key, settings.batch_deadline)
-            client.cancel(str(info.provider_batch_id))
+        if status.provider_status not in ("cancelling", "canceling"):
+            if _age(info.submitted_at) > settings.batch_deadline:
+                logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key,
+                               settings.batch_deadline)
+                client.cancel(str(info.provider_batch_id))
+            elif store.get_run(info.run_id).status == "cancelled":  # submitted while its run was cancelled
+                client.cancel(str(info.provider_batch_id))
         sender().poll(key, settings.batch_poll)
         return None
     return client.results(str(info.provider_batch_id))
