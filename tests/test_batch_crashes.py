@@ -60,11 +60,18 @@ def _no_worker_left(monkeypatch):
 
 
 @pytest.fixture
-def started(simulated_provider, redis_url, sqlite_url):
-    def start(**sim_options):
+def started(simulated_provider, redis_url, sqlite_url, tmp_path, monkeypatch):
+    def start(wire="openai", **sim_options):
         sim = simulated_provider(**sim_options)
+        model = "sim/a"
+        if wire == "anthropic":  # the simulated provider's Message Batches, through a providers file
+            path = tmp_path / "providers.yaml"
+            path.write_text(f"providers:\n  ant:\n    api: anthropic\n    base_url: {sim.url}\n"
+                            f"    prices: {{'*': [3.0, 15.0]}}\n", encoding="utf-8")
+            monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))  # this process and the workers it starts
+            model = "ant/claude"
         session = Session(db=sqlite_url, broker=redis_url)
-        info = session.submit(numbered_catalog(PAIRS, "crashy"), ["sim/a"], batch=True)
+        info = session.submit(numbered_catalog(PAIRS, "crashy"), [model], batch=True)
         return sim, session, info
     return start
 
@@ -92,8 +99,10 @@ def test_a_kill_before_the_batch_is_created(started, redis_url, sqlite_url, tmp_
     _assert_once(info, submitted, tmp_path / "worker.log")
 
 
-def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, sqlite_url, tmp_path):
-    sim, session, info = started()
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, sqlite_url, tmp_path, wire):
+    """OpenAI's batch carries its key in its metadata; Anthropic's Message Batch is told by its results."""
+    sim, session, info = started(wire)
     sim.batches.hold_creates = True  # the batch is created; the worker never hears its id
     try:
         worker = _worker(redis_url, sqlite_url, tmp_path, **ONE_BATCH).start()
