@@ -44,8 +44,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "then the table."),
     "status": ("ops", "status", "Active runs with progress, queue depths, workers seen recently, governor budgets "
                "and pools."),
-    "cancel": ("ops", "cancel", "Cancel RUN_ID: its pending pairs are not evaluated, its open provider batches are "
-               "cancelled."),
+    "cancel": ("ops", "cancel", "Cancel RUN_ID (its pending pairs are not evaluated) and its open provider batches."),
     "rerun": ("ops", "rerun", "Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, "
               "context and options."),
     "cache": ("ops", "cache", "The response cache shared by all workers (runs started with --cache)."),

@@ -91,7 +91,7 @@ def status(as_json, queues, window, db, broker) -> None:
 @db_option
 @providers_option
 def cancel(run_id, db, providers) -> None:
-    """Cancel RUN_ID: its pending pairs are not evaluated, its open provider batches are cancelled."""
+    """Cancel RUN_ID (its pending pairs are not evaluated) and its open provider batches."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline.batching import cancel_run
 
