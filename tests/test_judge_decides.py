@@ -127,3 +127,23 @@ def test_the_starters_judged_scenario_run_with_a_low_judge_score_fails(tmp_path,
             assert (row.status, row.fault) == (FAILED, "low_quality"), (row.scenario_key, judge["score"])
             report_row = next(r for r in run.report["results"] if r["scenario_key"] == row.scenario_key)
             assert report_row["status"] == FAILED
+
+
+def test_the_criteria_table_counts_a_judgement_as_the_judge_decided_it():
+    """A judge score of 0.78 at threshold 0.7 passes its criterion: the report's criteria table (JSON,
+    Markdown, HTML) counts it passed, as the scenario's verdict does -- not 0/1 because 0.78 < 1."""
+    from evaljobs.evaluation.result import Result
+    from evaljobs.reports.build import build_report, render_markdown
+
+    scenario = _one("{contains: [sorry], judge: 'says sorry and offers help'}")
+    rows = []
+    for model, score in (("sim/smart", 0.78), ("sim/fast", 0.21)):
+        grades = grade(scenario, Replay(answer="sorry", duration_ms=10), judge=_judge(score))
+        rows.append(Result("a", model, grades.status, grades.score, output="sorry", scores=grades.scores,
+                           fault=grades.fault, details=grades.details))
+    assert [r.status for r in rows] == [PASSED, FAILED]
+    report = build_report({"id": "r_1", "catalog_name": "j", "digest": "d", "models": ["sim/smart", "sim/fast"],
+                           "strategy": "sequential", "created_at": None, "finished_at": None}, rows)
+    judged = {c["model"]: (c["passed"], c["total"]) for c in report["criteria"] if c["criterion"] == "llm_judge"}
+    assert judged == {"sim/smart": (1, 1), "sim/fast": (0, 1)}
+    assert "| llm_judge | `sim/smart` | 0.780 | 0.780 | 0.780 | 1/1 |" in render_markdown(report)

@@ -61,6 +61,7 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     with_epoch = epochs > 1
     by_model: dict[str, list[Any]] = {model: [] for model in models}
     criteria: dict[str, dict[str, list[float]]] = {}
+    judged: dict[str, list[bool]] = {}  # per model, each llm_judge criterion's own pass (its threshold, its pass)
     compact = []
     add = compact.append
     # Each pair's entry; round(float(x), 4 or 6) once per distinct score and cost (round() with digits goes
@@ -71,6 +72,8 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         by_model[model].append(r)
         for name, value in r.scores.items():
             criteria.setdefault(name, {}).setdefault(model, []).append(float(value))
+            if name == "llm_judge":
+                judged.setdefault(model, []).append(_judgement_passed(r.details, float(value)))
         score, cost = r.score, r.cost
         if score:
             rounded = score4.get(score)
@@ -102,7 +105,7 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         "run": _run_block(run),
         "summary": _summary(run, ordered, per_model),
         "models": per_model,
-        "criteria": _criteria(models, criteria),
+        "criteria": _criteria(models, criteria, judged),
         "verdict": _verdict(per_model),
         "results": compact,
     }
@@ -250,7 +253,17 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
     }
 
 
-def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
+def _judgement_passed(details: Any, score: float) -> bool:
+    """The llm_judge criterion passes as the grader decided it (its threshold, the judge's ``pass``), not on
+    a score of 1: a judge score of 0.78 at threshold 0.7 passed. Rows stored without that verdict: score >= 1."""
+    judge = details.get("judge") if isinstance(details, dict) else None
+    if isinstance(judge, dict) and isinstance(judge.get("passed"), bool):
+        return judge["passed"]
+    return score >= CRITERION_PASS
+
+
+def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]],
+              judged: dict[str, list[bool]]) -> list[dict[str, Any]]:
     """One row per criterion × model, from the scores collected per criterion and model in row order."""
     rows = []
     for name in sorted(collected):
@@ -265,7 +278,8 @@ def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]]) -
                 "mean": round(sum(scores) / len(scores), 4),
                 "min": round(min(scores), 4),
                 "max": round(max(scores), 4),
-                "passed": sum([1 for s in scores if s >= CRITERION_PASS]),
+                "passed": (sum(judged[model]) if name == "llm_judge" and model in judged
+                           else sum([1 for s in scores if s >= CRITERION_PASS])),
                 "total": len(scores),
             })
     return rows
