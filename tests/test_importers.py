@@ -574,7 +574,8 @@ def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path
     assert result.counts == {"assertions": 2, "mapped": 1, "external": 0, "refused": 1}
     only = _write(tmp_path, "only.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
     assert _errors(only, lenient=True, grader="inspect_includes") == [
-        f"{only}: no samples left: every sample was refused (see the warnings)"]
+        (f"{only}: no samples left to run: --lenient skipped every sample; the first: {only}:1: field 'choices' "
+         "(line 1): Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is")]
     # Fields nobody reads are ignored, as the source tools ignore them, and said so in one warning.
     extra = _write(tmp_path, "extra.jsonl", '{"input": "q", "target": "a", "label": "a", "extra": 1}\n'
                                             '{"input": "q2", "target": "b", "label": "b"}\n')

@@ -66,6 +66,8 @@ REFUSED_FIELDS = {
 #: What ``--field NAME=FIELD`` may map (Inspect's FieldSpec names).
 FIELDS = ("input", "target", "id", "metadata")
 GRADERS = (*IDEAL_GRADERS, "model_graded_fact")
+#: How a sample skipped under --lenient ends its warning (shared.Problems.unsupported).
+SKIPPED = "; skipped (--lenient)"
 #: The rubric given to the judge for model_graded_fact (the reference answer goes with it).
 FACT_RUBRIC = ("The answer is factually consistent with the reference answer: it states the same facts, "
                "possibly in other words, and contradicts none of them. Ignore style and length.")
@@ -127,7 +129,10 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
     problems = Problems(source, lenient=lenient)
     scenarios = read_samples(text, source, problems, grader, mapping)
     if not scenarios and not problems.errors:  # --lenient skipped every sample: nothing is left to run
-        problems.error((), "", "no samples left: every sample was refused (see the warnings)")
+        # The error is all the user sees (the warnings of a file that cannot run are not printed): say why.
+        skipped = [w.removesuffix(SKIPPED) for w in problems.warnings if w.endswith(SKIPPED)]
+        why = f"; the first: {skipped[0]}" if skipped else ""
+        problems.error((), "", f"no samples left to run: --lenient skipped every sample{why}")
     problems.raise_if_any()
     name = os.path.splitext(os.path.basename(source))[0] or "samples"
     how = chosen_by or "chosen with --grader"
