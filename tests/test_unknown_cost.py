@@ -107,6 +107,12 @@ def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_ev
             response = httpx.get(viewer.url + path, timeout=30)
             assert response.status_code == 200, (name, response.text[-2000:])
             assert "unknown" in response.text and "$0.0000" not in response.text, name
+        # The cost chart draws no dot at $0 for a model whose cost is unknown (nor a made-up $1 axis): the
+        # legend names it with "cost unknown".
+        chart = httpx.get(viewer.url + f"/runs/{run_id}", timeout=30).text.split('id="chart-cost"')[1]
+        drawing, legend = chart.split("</svg>")[0], chart.split("</ol>")[0]
+        assert "<circle" not in drawing and "$1.0000" not in drawing, drawing
+        assert "lab/fast" in legend and "cost unknown" in legend
     finally:
         viewer.close()
 

@@ -42,7 +42,8 @@ class Bar:
 class Point:
     number: int
     label: str
-    x: float
+    #: None when the model's cost is unknown: it has no place on a cost axis (the legend still names it).
+    x: float | None
     y: float
     value: str
     #: Where the dot's number goes, or None when every place would overlap something.
@@ -89,23 +90,34 @@ def pass_rates(models: Sequence[ModelRow]) -> Chart:
     return Chart(height=8 + ROW * max(1, len(models)), bars=tuple(bars))
 
 
+def _all_unknown(m: ModelRow) -> bool:
+    return bool(m.cost_unknown) and m.cost_unknown >= m.results
+
+
 def _cost_label(m: ModelRow) -> str:
     """Unknown prices are not $0: ``cost unknown``, or the known part as a lower bound."""
-    if m.cost_unknown and m.cost_unknown >= m.results:
+    if _all_unknown(m):
         return "cost unknown"
     return f"{'≥ ' if m.cost_unknown else ''}${m.cost:.4f}"
 
 
 def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
-    """Pass rate (up) against cost (right); the best models sit top-left. Dots are numbered as the legend."""
-    top = max((m.cost for m in models), default=0.0) or 1.0
+    """Pass rate (up) against cost (right); the best models sit top-left. Dots are numbered as the legend.
+
+    A model whose every cost is unknown gets no dot (at $0 it would claim to be free); a partly known cost
+    is drawn at its known part, the lower bound its legend shows with "≥"."""
+    known = [m.cost for m in models if not _all_unknown(m)]
+    top = max(known, default=0.0) or 1.0
     taken: list[tuple[float, float, float, float]] = [  # the axis labels' boxes
         (0, PLOT_TOP, PLOT_LEFT - 4, PLOT_TOP + FONT), (0, PLOT_TOP + PLOT_H - FONT, PLOT_LEFT - 4, PLOT_TOP + PLOT_H)]
-    dots = [(round(PLOT_LEFT + PLOT_W * (m.cost / top), 1), round(PLOT_TOP + PLOT_H * (1 - m.pass_rate), 1))
-            for m in models]
-    taken += [(x - 5, y - 5, x + 5, y + 5) for x, y in dots]
+    dots = [(None if _all_unknown(m) else round(PLOT_LEFT + PLOT_W * (m.cost / top), 1),
+             round(PLOT_TOP + PLOT_H * (1 - m.pass_rate), 1)) for m in models]
+    taken += [(x - 5, y - 5, x + 5, y + 5) for x, y in dots if x is not None]
     points = []
     for number, (m, (x, y)) in enumerate(zip(models, dots), start=1):
+        if x is None:
+            points.append(Point(number, m.model, None, y, f"{_cost_label(m)} · {m.pass_rate * 100:.1f}%"))
+            continue
         text = str(number)
         w = CHAR * len(text)
         spot = None
@@ -120,7 +132,8 @@ def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
                 break
         value = f"{_cost_label(m)} · {m.pass_rate * 100:.1f}%"
         points.append(Point(number, m.model, x, y, value, *(spot or (None, None, "start"))))
-    return Chart(height=PLOT_TOP + PLOT_H + 24, points=tuple(points), axis=f"${top:.4f}")
+    return Chart(height=PLOT_TOP + PLOT_H + 24, points=tuple(points),
+                 axis=f"${top:.4f}" if known else "cost unknown")
 
 
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
