@@ -11,8 +11,10 @@ import re
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
+from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.cli import main
@@ -75,6 +77,13 @@ def test_allow_self_judge_runs_and_every_report_says_so(env):
     assert "self-judged: sim/fast (--allow-self-judge)" in report["table"]
     assert "sim/fast judged its own answers (--allow-self-judge)" in report["html"]
     assert '<property name="self_judge" value="sim/fast" />' in report["junit"]
+    # The viewer's run page (and the bundle `view --export` writes from it) says so too.
+    viewer = Viewer(f"sqlite:///{env.parent}/self.db", "memory", env.parent / "view.log")
+    try:
+        page = httpx.get(f"{viewer.url}/runs/{run_id}", timeout=30)
+        assert page.status_code == 200 and "sim/fast judged its own answers (--allow-self-judge)" in page.text
+    finally:
+        viewer.close()
 
 
 def test_the_readme_the_starter_and_its_workflow_never_self_judge():

@@ -47,6 +47,7 @@ class RunRow:
     note: str | None = None
     pairs: list[tuple[str, str, int]] | None = None  # (scenario, model, epoch): a rerun's chosen pairs
     epochs: int = 1  # --epochs N: each (scenario, model) was evaluated N times
+    self_judge: list[str] | None = None  # --allow-self-judge: the models that judged their own answers
 
 
 class Cell(NamedTuple):
@@ -177,7 +178,7 @@ def _like(text: str) -> str:
 def run(run_id: str) -> RunRow:
     """One run by primary key, without its report."""
     db = _db()
-    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs FROM run WHERE id = {db.param}"
+    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs, options FROM run WHERE id = {db.param}"
     with _connection() as db:
         r = db.execute_sql(sql, (run_id,)).fetchone()
     if r is None:
@@ -185,7 +186,8 @@ def run(run_id: str) -> RunRow:
     return RunRow(id=r[0], catalog_name=r[1], models=list(_json_once(r[2]) or []), strategy=r[3],
                   status=r[4], expected=r[5], persisted=r[6], created_at=_datetime(r[7]),
                   started_at=_datetime(r[8]), finished_at=_datetime(r[9]), digest=r[10], note=r[11],
-                  pairs=list(_pair_list(r[12])) if r[12] is not None else None, epochs=r[13] or 1)
+                  pairs=list(_pair_list(r[12])) if r[12] is not None else None, epochs=r[13] or 1,
+                  self_judge=(_json_once(r[14]) or {}).get("self_judge"))
 
 
 @_reconnecting
