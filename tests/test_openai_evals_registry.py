@@ -91,6 +91,47 @@ closed.v0:
     assert (closed.expect.judge, closed.expect.reference) == ("conciseness: Is the answer concise?", None)
 
 
+def test_closedqa_takes_each_samples_criteria_when_the_eval_names_none(tmp_path):
+    """ModelBasedClassify formats its prompt with the sample's fields and then the spec args
+    ({**completions, **test_sample, **self.modelgraded_spec_args}), so a closedqa eval without
+    modelgraded_spec_args (the registry's Indian_Menstrual_Health_ChatBot-closedqa) judges each sample on
+    its own 'criteria'; one named by the eval wins over the sample's."""
+    path = _registry(tmp_path, """
+own.v0:
+  class: evals.elsuite.modelgraded.classify:ModelBasedClassify
+  args: {samples_jsonl: qa/samples.jsonl, eval_type: cot_classify, modelgraded_spec: closedqa}
+named.v0:
+  class: evals.elsuite.modelgraded.classify:ModelBasedClassify
+  args:
+    samples_jsonl: qa/samples.jsonl
+    modelgraded_spec: closedqa
+    modelgraded_spec_args: {criteria: "conciseness: Is the answer concise?"}
+""")
+    (tmp_path / "registry" / "data" / "qa").mkdir()
+    samples = [{"input": [{"role": "user", "content": "Is it normal to have cramps?"}], "ideal": "Yes.",
+                "criteria": "Does the answer say cramps are common?"},
+               {"input": [{"role": "user", "content": "Can I swim?"}], "ideal": "Yes.",
+                "criteria": "Does the answer say yes?"}]
+    (tmp_path / "registry" / "data" / "qa" / "samples.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    loaded = load_any(path)
+    catalog = parse_catalog(loaded.data, source=str(path))
+    assert [catalog.scenario(f"own.v0.sample-{n}").expect.judge for n in (1, 2)] == [
+        "Does the answer say cramps are common?", "Does the answer say yes?"]
+    assert catalog.scenario("own.v0.sample-1").expect.gates == ("llm_judge",)
+    assert {catalog.scenario(f"named.v0.sample-{n}").expect.judge for n in (1, 2)} == {
+        "conciseness: Is the answer concise?"}
+    assert not any("criteria" in w for w in loaded.warnings)  # the field is read, not "not used"
+    # A sample with no criterion, when the eval names none either: one line, naming the sample.
+    (tmp_path / "registry" / "data" / "qa" / "samples.jsonl").write_text(
+        json.dumps(samples[0]) + "\n" + json.dumps({"input": "Can I swim?", "ideal": "yes"}) + "\n",
+        encoding="utf-8")
+    problems = _problems(path)
+    assert problems == [
+        (f"{path}:4: eval 'own.v0': modelgraded_spec closedqa needs a criterion: sample 'sample-2' has no "
+         "'criteria' and the eval has no modelgraded_spec_args.criteria")], problems
+
+
 def test_what_cannot_be_mapped_is_refused_by_name_or_skipped_with_lenient(tmp_path):
     path = _registry(tmp_path, """
 translate.v0:

@@ -145,12 +145,14 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
 
 
 def read_samples(text: str, source: str, problems: Problems, grader: str, fields: dict[str, str] | None = None,
-                 *, ignore_unknown: bool = False) -> list[dict[str, Any]]:
+                 *, ignore_unknown: bool = False, keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The samples of ``text`` as scenario dicts; problems (naming the line) go to ``problems``.
 
     With ``fields`` (a FieldSpec mapping) or ``ignore_unknown`` (an OpenAI evals eval class reads only
     ``input`` and ``ideal``), fields nobody reads are ignored as the source tool ignores them, and said so
     in one warning; otherwise an unknown field is unsupported (an error, or skipped under lenient).
+    ``keep`` names fields the caller reads itself: a sample's values of them go in its scenario's ``kept``
+    (for the caller to take out before the scenario is validated).
     """
     fields = fields or {}
     scenarios: list[dict[str, Any]] = []
@@ -182,7 +184,9 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
         if "messages" in scenario and not any(m["role"] == "user" for m in scenario["messages"]):
             system_only.append(number)
             continue
-        used = {fields.get(k, k) for k in ("input", "target", "id", "metadata")} | {"ideal"}
+        used = {fields.get(k, k) for k in ("input", "target", "id", "metadata")} | {"ideal", *keep}
+        if any(name in record for name in keep):
+            scenario["kept"] = {name: record[name] for name in keep if name in record}
         for name in record:
             if name not in used:
                 unknown.setdefault(name, []).append(number)

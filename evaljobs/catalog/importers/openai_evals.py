@@ -23,7 +23,8 @@ openai/evals commit 4bfc1f58):
 - ``FuzzyMatch`` → ``fuzzy_match``, at temperature 0;
 - ``ModelBasedClassify`` with ``modelgraded_spec: fact`` → the LLM judge with the
   ideal as reference answer; ``closedqa`` → the judge with the spec's
-  ``criteria`` as rubric. Other specs, and every other class (custom Python code
+  ``criteria`` as rubric (else each sample's ``criteria``, which the class formats
+  into the same prompt). Other specs, and every other class (custom Python code
   in openai/evals' ``elsuite``), are refused by name.
 
 ``samples_jsonl`` is resolved as ``Eval._prefix_registry_path`` resolves it: a
@@ -139,15 +140,25 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
     sample_problems = Problems(file, lenient=problems.lenient)
     judged = own if own.startswith("judge:") else None
     scenarios = read_samples(text, file, sample_problems, "model_graded_fact" if judged else own,
-                             ignore_unknown=True)
+                             ignore_unknown=True, keep=("criteria",) if judged == "judge:closedqa" else ())
     problems.errors.extend(sample_problems.errors)
     problems.warnings.extend(sample_problems.warnings)
     if sample_problems.errors:
         return None
     if judged == "judge:closedqa":
-        rubric = args["modelgraded_spec_args"]["criteria"]
+        # ModelBasedClassify formats the prompt with {**completions, **test_sample, **modelgraded_spec_args}:
+        # the eval's criteria, else each sample's own.
+        named = (args.get("modelgraded_spec_args") or {}).get("criteria")
         for scenario in scenarios:
+            rubric = named or scenario.get("kept", {}).get("criteria")
+            if not isinstance(rubric, str) or not rubric.strip():
+                problems.error(path + ("args",), where, f"modelgraded_spec closedqa needs a criterion: sample "
+                                                        f"{scenario['key']!r} has no 'criteria' and the eval has no "
+                                                        f"modelgraded_spec_args.criteria")
+                return None
             scenario["expect"] = {"judge": rubric, "gate": ["llm_judge"]}
+    for scenario in scenarios:
+        scenario.pop("kept", None)
     if (cls == MATCH and args.get("num_few_shot") not in (None, 0)
             and not _add_few_shot(scenarios, args, source, problems, path, where)):
         return None
@@ -188,9 +199,9 @@ def _class_grader(cls: str, args: dict[str, Any], path: tuple, where: str, probl
     spec_args = args.get("modelgraded_spec_args") or {}
     if spec == "closedqa":
         criteria = spec_args.get("criteria") if isinstance(spec_args, dict) else None
-        if not isinstance(criteria, str) or not criteria.strip():
-            problems.error(path + ("args",), where, "modelgraded_spec closedqa needs modelgraded_spec_args.criteria "
-                                                    "(the judge's criterion)")
+        if criteria is not None and (not isinstance(criteria, str) or not criteria.strip()):
+            problems.error(path + ("args",), where, f"modelgraded_spec_args.criteria must be the judge's criterion "
+                                                    f"(text), not {criteria!r}")
             return None
     elif spec_args:
         problems.unsupported(path + ("args",), where, f"modelgraded_spec_args of {spec!r} are not mapped",
