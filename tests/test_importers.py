@@ -64,6 +64,21 @@ def test_detect_format_by_extension_and_shape():
         "{native,activeagent-suite,activeagent-catalog,promptfoo,openai-evals,jsonl}")]
 
 
+def test_a_csv_or_json_array_of_samples_says_to_write_jsonl(tmp_path):
+    """Inspect reads datasets from CSV and JSON arrays too (csv_dataset, json_dataset); given one, a new user
+    got "YAML syntax error: mapping values are not allowed" for the CSV, and "the top level is a list" for
+    the JSON array. Each is one line saying what to do."""
+    csv = _write(tmp_path, "samples.csv", 'input,target\n"Say hi",hi\n')
+    assert _errors(csv, grader="inspect_match") == [
+        (f"{csv}: a CSV dataset is not a catalog format evaljobs reads on its own; write its rows as JSONL (one "
+         '{"input": ..., "target": ...} per line, in a .jsonl file) and run that (a promptfoo config\'s '
+         "tests: file://….csv is read through the config)")]
+    array = _write(tmp_path, "samples.json", '[{"input": "Say hi", "target": "hi"}]')
+    assert _errors(array, grader="inspect_match") == [
+        (f"{array}: a JSON array of samples (Inspect's json_dataset): write one sample per line in a .jsonl "
+         "file and run that")]
+
+
 def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
     assert [load_any(p, **_opts(p)).format for p in SAMPLES] == ["activeagent-suite", "activeagent-catalog", "promptfoo",
                                                       "jsonl"]
