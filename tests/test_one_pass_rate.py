@@ -71,6 +71,9 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
             assert f"| {m['scenarios_passed']}/{m['scenarios']} |" in md and "Scenarios passed" in html
             suite = junit.split(f'<testsuite name="{model}"', 1)[1].split(">", 1)[0]
             assert f'failures="{m["scenarios"] - m["scenarios_passed"]}"' in suite
+            # its test cases count scenarios passed; the pass rate rides along as a suite property
+            properties = junit.split(f'<testsuite name="{model}"', 1)[1].split("</properties>", 1)[0]
+            assert f'<property name="pass_rate" value="{_pct(rate)}" />' in properties, properties
 
     # compare: PASS A / PASS B are those very numbers; "scenarios passed" is its own column
     compared = json.loads(cli("compare", a, b, "--json"))

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.evaluation.result import ERRORED, FAILED, Result
-from evaljobs.reports._format import cost_line
+from evaljobs.reports._format import cost_line, pct
 from evaljobs.reports.variance import pair_line
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -126,6 +126,13 @@ def _cost(report: dict[str, Any], model: str) -> str | None:
     return cost_line(block, block["scenarios"]) if block else None
 
 
+def _pass_rate(report: dict[str, Any], model: str) -> str | None:
+    """The model's pass rate, the one every view shows (the test cases count scenarios, and with epochs a
+    scenario passes on its epoch pass rate: tests - failures is "scenarios passed", another number)."""
+    block = next((m for m in report["models"] if m["model"] == model), None)
+    return pct(block["pass_rate"]) if block else None
+
+
 def _self_judge(run: dict[str, Any]) -> str | None:
     """``--allow-self-judge``: the models that judged their own answers."""
     return ", ".join(run["self_judge"]) if run.get("self_judge") else None
@@ -163,8 +170,8 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
             suite.set("timestamp", stamp)
         context = run.get("context")
         _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
-                       ("model", model), ("strategy", run.get("strategy")), ("cost", _cost(report, model)),
-                       ("self_judge", _self_judge(run)), ("context", _json(context) if context else None)])
+                       ("model", model), ("strategy", run.get("strategy")), ("pass_rate", _pass_rate(report, model)),
+                       ("cost", _cost(report, model)), ("self_judge", _self_judge(run)), ("context", _json(context) if context else None)])
         for row in mine:
             result = by_pair.get((row["scenario_key"], model))
             _testcase(suite, _classname(catalog, clean(model)), row, result)
@@ -208,8 +215,8 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
         if stamp:
             suite.set("timestamp", stamp)
         _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
-                       ("model", model), ("strategy", run.get("strategy")), ("cost", _cost(report, model)),
-                       ("self_judge", _self_judge(run)), ("epochs", report["epochs"]["epochs"])])
+                       ("model", model), ("strategy", run.get("strategy")), ("pass_rate", _pass_rate(report, model)),
+                       ("cost", _cost(report, model)), ("self_judge", _self_judge(run)), ("epochs", report["epochs"]["epochs"])])
         for pair in mine:
             key = pair["scenario_key"]
             epochs = [rows.get((key, model, e)) for e in range(pair["epochs"])]
