@@ -5,7 +5,9 @@ of 0.10 passed the starter's ``refund-policy`` at threshold 0.7 (mean (1 + 0.1 +
 """
 from __future__ import annotations
 
+import httpx
 import pytest
+from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.api import Session
@@ -127,6 +129,15 @@ def test_the_starters_judged_scenario_run_with_a_low_judge_score_fails(tmp_path,
             assert (row.status, row.fault) == (FAILED, "low_quality"), (row.scenario_key, judge["score"])
             report_row = next(r for r in run.report["results"] if r["scenario_key"] == row.scenario_key)
             assert report_row["status"] == FAILED
+    # The viewer's scenario and transcript pages say what the judge decided, against which threshold.
+    viewer = Viewer(f"sqlite:///{tmp_path}/runs.db", "memory", tmp_path / "view.log")
+    try:
+        for key in judged:
+            for path in (f"/runs/{run.id}/scenarios/{key}", f"/runs/{run.id}/transcript?key={key}&model=sim%2Ffast"):
+                page = httpx.get(viewer.url + path, timeout=30)
+                assert page.status_code == 200 and "(threshold 0.7: failed)" in page.text, path
+    finally:
+        viewer.close()
 
 
 def test_the_criteria_table_counts_a_judgement_as_the_judge_decided_it():
@@ -147,3 +158,27 @@ def test_the_criteria_table_counts_a_judgement_as_the_judge_decided_it():
     judged = {c["model"]: (c["passed"], c["total"]) for c in report["criteria"] if c["criterion"] == "llm_judge"}
     assert judged == {"sim/smart": (1, 1), "sim/fast": (0, 1)}
     assert "| llm_judge | `sim/smart` | 0.780 | 0.780 | 0.780 | 1/1 |" in render_markdown(report)
+
+
+def test_every_judge_line_states_the_threshold_and_what_the_judge_decided():
+    """A scenario that fails at score 0.89 on a judge score of 0.78 says why: the threshold it missed."""
+    from evaljobs.evaluation.result import Result
+    from evaljobs.reports.build import build_report, render_markdown, render_table
+
+    scenario = _one("{contains: [sorry], judge: {rubric: 'says sorry', threshold: 0.8}}")
+    rows = []
+    for model, score in (("sim/smart", 0.78), ("sim/fast", 0.9)):
+        grades = grade(scenario, Replay(answer="sorry", duration_ms=10), judge=_judge(score))
+        rows.append(Result("a", model, grades.status, grades.score, output="sorry", scores=grades.scores,
+                           fault=grades.fault, details=grades.details))
+    report = build_report({"id": "r_1", "catalog_name": "j", "digest": "d", "models": ["sim/smart", "sim/fast"],
+                           "strategy": "sequential", "created_at": None, "finished_at": None}, rows)
+    judges = {r["model"]: r["judge"] for r in report["results"]}
+    assert (judges["sim/smart"]["threshold"], judges["sim/smart"]["passed"]) == (0.8, False)
+    assert (judges["sim/fast"]["threshold"], judges["sim/fast"]["passed"]) == (0.8, True)
+    table, md = render_table(report), render_markdown(report)
+    assert " score 0.78 (threshold 0.80: failed): " in table
+    assert " score 0.90 (threshold 0.80: passed): " in table
+    assert " | 0.78 (threshold 0.80: failed) | " in md
+    from evaljobs.reports.junit import render_junit
+    assert "judge (?): 0.780 (threshold 0.80: failed) the judge's reason" in render_junit(report, rows)

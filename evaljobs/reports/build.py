@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
-from evaljobs.reports.judged import epochs_note, judged_groups, markdown_judge
+from evaljobs.reports.judged import decided, epochs_note, judged_groups, markdown_judge
 from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
                                       self_judge_note as _self_judge_note, signed_money as _signed_money)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
@@ -296,7 +296,10 @@ def _judge_entry(result: Result) -> dict[str, Any]:
     judge = (result.details or {}).get("judge") if isinstance(result.details, dict) else None
     if not isinstance(judge, dict):
         return {}
-    return {"judge": {k: judge.get(k) for k in ("model", "score", "reason", "prompt", "raw")}}
+    entry = {k: judge.get(k) for k in ("model", "score", "reason", "prompt", "raw")}
+    if isinstance(judge.get("passed"), bool):  # what the judge decided, against which threshold (if it had one)
+        entry.update(threshold=judge.get("threshold"), passed=judge["passed"])
+    return {"judge": entry}
 
 
 # -- renderings ---------------------------------------------------------------------------------
@@ -504,7 +507,7 @@ def render_table(report: dict[str, Any]) -> str:
             j = row["judge"]
             score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
             out.append(f"  {row['scenario_key']} × {row['model']}{epochs_note(epochs)}  {j.get('model') or '?'} "
-                       f"score {score}: {_short(j.get('reason') or '', 80)}  "
+                       f"score {score}{decided(j)}: {_short(j.get('reason') or '', 80)}  "
                        f"raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
     ranking = verdict_ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]

@@ -28,6 +28,16 @@ def epochs_note(epochs: list[int | None]) -> str:
     return f" #{epochs[0]}" if epochs and epochs[0] is not None else ""
 
 
+def decided(judge: dict[str, Any]) -> str:
+    """`` (threshold 0.80: failed)``: what the judgement decided and against what, so a scenario that fails at a
+    high score on its judge says why; nothing for a report stored before the judge decided its criterion."""
+    passed, threshold = judge.get("passed"), judge.get("threshold")
+    if not isinstance(passed, bool):
+        return ""
+    verdict = "passed" if passed else "failed"
+    return f" (threshold {float(threshold):.2f}: {verdict})" if threshold is not None else f" ({verdict})"
+
+
 def markdown_judge(report: dict[str, Any], limit: int) -> list[str]:
     """The Markdown judge table (at most ``limit`` rows), ending with its last row."""
     judged = judged_groups(report)
@@ -39,11 +49,11 @@ def markdown_judge(report: dict[str, Any], limit: int) -> list[str]:
         j = row["judge"]
         score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
         lines.append(f"| {code(row['scenario_key'])}{epochs_note(epochs)} | {code(row['model'])} | "
-                     f"{code(j.get('model') or '?')} | {score} | {text(short(j.get('reason') or ''))} | "
+                     f"{code(j.get('model') or '?')} | {score}{decided(j)} | {text(short(j.get('reason') or ''))} | "
                      f"{text(short(j.get('raw') or ''))} |")
     if len(judged) > limit:
         lines.append(f"\n…and {len(judged) - limit} more (the judge's prompts are in the JSON report).")
     return lines
 
 
-__all__ = ["epochs_note", "judged_groups", "markdown_judge"]
+__all__ = ["decided", "epochs_note", "judged_groups", "markdown_judge"]

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from evaljobs.evaluation.result import ERRORED, FAILED, Result
 from evaljobs.reports._format import cost_line, pct
+from evaljobs.reports.judged import decided
 from evaljobs.reports.variance import pair_line
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -83,7 +84,8 @@ def grade_lines(result: Result) -> list[str]:
     judge = details.get("judge")
     if isinstance(judge, dict):
         score = "-" if judge.get("score") is None else f"{float(judge['score']):.3f}"
-        lines.append(f"judge ({judge.get('model') or '?'}): {score} {judge.get('reason') or ''}".rstrip())
+        lines.append(f"judge ({judge.get('model') or '?'}): {score}{decided(judge)} {judge.get('reason') or ''}"
+                     .rstrip())
         if judge.get("raw"):
             lines.append(f"judge answer: {judge['raw']}")
         if judge.get("prompt"):
