@@ -200,3 +200,10 @@ def test_run_takes_the_registry_yaml_and_grader(tmp_path, simulated_provider):
     wrong = runner.invoke(main, ["run", str(samples), "-m", "sim/a", "--db", db, "--grader", "inspect_answer:x"])
     assert wrong.exit_code != 0
     assert "inspect_answer takes letter, word or line, not 'x'" in wrong.output
+
+
+def test_convert_names_every_format_it_converts():
+    """`catalog convert --help` said 'an ActiveAgent, promptfoo or JSONL catalog', leaving out the OpenAI
+    evals registry files it converts too."""
+    shown = CliRunner().invoke(main, ["catalog", "convert", "--help"]).output
+    assert "OpenAI evals registry file" in " ".join(shown.split())

@@ -88,7 +88,7 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
 @providers_option
 def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, fields,
                     providers) -> None:
-    """Convert an ActiveAgent, promptfoo or JSONL catalog to the native YAML format."""
+    """Convert an ActiveAgent, promptfoo, OpenAI evals registry file or JSONL samples to the native YAML format."""
     from evaljobs.catalog import parse_catalog  # start-up time
     from evaljobs.catalog.importers import dump_native
 
