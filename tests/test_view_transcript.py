@@ -250,3 +250,27 @@ def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp
     assert browser.console() == [], browser.console()
     assert Path(out / "static" / "view.css").read_text() == (Path(__file__).parents[1] / "evaljobs" / "view" / "static"
                                                               / "view.css").read_text()
+
+
+def test_an_export_replaces_an_earlier_bundle_and_never_mixes_into_another_folder(site, tmp_path) -> None:
+    """Exporting the one-model run where the two-model run was exported left the other run's five extra
+    transcripts in the folder: published, the bundle carried a run nobody chose to share. An earlier
+    bundle is replaced whole; a folder holding anything else is refused, and nothing in it is touched."""
+    out = tmp_path / "bundle"
+
+    def export(run: str, folder: Path):
+        return CliRunner().invoke(main, ["view", "--db", site["db"], "--export", str(folder), "--run", run])
+
+    assert export(site["kept"], out).exit_code == 0
+    assert len(list((out / "transcripts").glob("*.html"))) == 10
+    done = export(site["plain"], out)
+    assert done.exit_code == 0, done.output
+    assert len(list((out / "transcripts").glob("*.html"))) == 5
+    assert not [p for p in out.rglob("*") if p.is_file() and site["kept"] in p.read_text(encoding="utf-8")]
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("mine", encoding="utf-8")
+    refused = export(site["plain"], mine)
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+    assert "is not empty and holds no earlier export" in refused.output
+    assert sorted(p.name for p in mine.iterdir()) == ["todo.txt"]

@@ -97,6 +97,7 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
     target = Path(directory)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{directory}: exists and is not a folder; give a folder for the bundle")
+    _clear_earlier_bundle(target, directory)
     env = environment()
     links = _Links(run_id)
     written: list[Path] = []
@@ -131,6 +132,29 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
     write("results.csv", csv_text(results))
     write("results.jsonl", jsonl_text(results))
     return written
+
+
+#: What a bundle consists of: an earlier export is exactly these (and only these are removed to replace it).
+_BUNDLE = {"index.html", "scenarios", "transcripts", "static", "results.csv", "results.jsonl"}
+
+
+def _clear_earlier_bundle(target: Path, shown: str | Path) -> None:
+    """Empty or new: nothing to do. An earlier bundle: removed whole, or its pages of scenarios and pairs the
+    new run lacks would stay, unlinked but published with it. Anything else in the folder: refused, untouched."""
+    if not target.is_dir():
+        return
+    names = {p.name for p in target.iterdir()}
+    if not names:
+        return
+    if "index.html" not in names or not names <= _BUNDLE:
+        others = ", ".join(sorted(names - _BUNDLE)[:3]) or "no index.html"
+        raise UsageError(f"{shown}: is not empty and holds no earlier export ({others}); give a new or empty folder")
+    for name in names:
+        path = target / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 __all__ = ["export_run"]
