@@ -13,7 +13,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
-from evaljobs.reports.judged import decided, epochs_note, judged_groups, markdown_judge
+from evaljobs.reports.judged import (decided, epochs_note, judge_entry, judged_groups, judgement_passed,
+                                     markdown_judge)
 from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
                                       self_judge_note as _self_judge_note, signed_money as _signed_money)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
@@ -72,8 +73,9 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         by_model[model].append(r)
         for name, value in r.scores.items():
             criteria.setdefault(name, {}).setdefault(model, []).append(float(value))
-            if name == "llm_judge":
-                judged.setdefault(model, []).append(_judgement_passed(r.details, float(value)))
+            if name == "llm_judge":  # as the grader decided it; rows stored before it did: score >= 1
+                decision = judgement_passed(r.details)
+                judged.setdefault(model, []).append(value >= CRITERION_PASS if decision is None else decision)
         score, cost = r.score, r.cost
         if score:
             rounded = score4.get(score)
@@ -98,7 +100,7 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         if r.reused_from:
             entry["reused_from"] = r.reused_from
         if r.details:
-            entry.update(_judge_entry(r))
+            entry.update(judge_entry(r.details))
         add(entry)
     per_model = [_model_block(model, by_model[model]) for model in models]
     report = {
@@ -253,15 +255,6 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
     }
 
 
-def _judgement_passed(details: Any, score: float) -> bool:
-    """The llm_judge criterion passes as the grader decided it (its threshold, the judge's ``pass``), not on
-    a score of 1: a judge score of 0.78 at threshold 0.7 passed. Rows stored without that verdict: score >= 1."""
-    judge = details.get("judge") if isinstance(details, dict) else None
-    if isinstance(judge, dict) and isinstance(judge.get("passed"), bool):
-        return judge["passed"]
-    return score >= CRITERION_PASS
-
-
 def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]],
               judged: dict[str, list[bool]]) -> list[dict[str, Any]]:
     """One row per criterion × model, from the scores collected per criterion and model in row order."""
@@ -289,17 +282,6 @@ def _verdict(per_model: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ranked = sorted(per_model, key=lambda m: (-m["pass_rate"], -m["mean_score"], m["cost"], m["model"]))
     return [{"rank": i, "model": m["model"], "pass_rate": m["pass_rate"], "mean_score": m["mean_score"],
              "cost": m["cost"], "cost_unknown": m["cost_unknown"]} for i, m in enumerate(ranked, start=1)]
-
-
-def _judge_entry(result: Result) -> dict[str, Any]:
-    """The judge's model, prompt, raw answer, parsed score and reason, kept with the pair in the report."""
-    judge = (result.details or {}).get("judge") if isinstance(result.details, dict) else None
-    if not isinstance(judge, dict):
-        return {}
-    entry = {k: judge.get(k) for k in ("model", "score", "reason", "prompt", "raw")}
-    if isinstance(judge.get("passed"), bool):  # what the judge decided, against which threshold (if it had one)
-        entry.update(threshold=judge.get("threshold"), passed=judge["passed"])
-    return {"judge": entry}
 
 
 # -- renderings ---------------------------------------------------------------------------------

@@ -9,6 +9,27 @@ from typing import Any
 from evaljobs.reports._format import code, short, text
 
 
+def judge_entry(details: Any) -> dict[str, Any]:
+    """The judge's model, prompt, raw answer, parsed score and reason, kept with the pair in the report, and
+    what it decided against which threshold (when the grader decided it)."""
+    judge = details.get("judge") if isinstance(details, dict) else None
+    if not isinstance(judge, dict):
+        return {}
+    entry = {k: judge.get(k) for k in ("model", "score", "reason", "prompt", "raw")}
+    if isinstance(judge.get("passed"), bool):
+        entry.update(threshold=judge.get("threshold"), passed=judge["passed"])
+    return {"judge": entry}
+
+
+def judgement_passed(details: Any) -> bool | None:
+    """Whether the llm_judge criterion passed as the grader decided it (its threshold, the judge's ``pass``):
+    a judge score of 0.78 at threshold 0.7 passed. ``None`` for a row stored before the grader said."""
+    judge = details.get("judge") if isinstance(details, dict) else None
+    if isinstance(judge, dict) and isinstance(judge.get("passed"), bool):
+        return judge["passed"]
+    return None
+
+
 def judged_groups(report: dict[str, Any]) -> list[tuple[dict[str, Any], list[int | None]]]:
     """(first row, epochs) per distinct (scenario, model, judge, score, reason, raw answer), in report order."""
     groups: dict[tuple, tuple[dict[str, Any], list[int | None]]] = {}
@@ -56,4 +77,4 @@ def markdown_judge(report: dict[str, Any], limit: int) -> list[str]:
     return lines
 
 
-__all__ = ["decided", "epochs_note", "judged_groups", "markdown_judge"]
+__all__ = ["decided", "epochs_note", "judge_entry", "judged_groups", "judgement_passed", "markdown_judge"]
