@@ -29,13 +29,13 @@ COMMANDS = _commands()
 #: Commands that touch the database; the others (catalog tools, providers, the simulated provider, init,
 #: the governor, which lives in Redis) must not pretend to.
 DATABASE = {("run",), ("runs",), ("show",), ("report",), ("compare",), ("db", "upgrade"), ("demo",), ("worker",),
-            ("pool",), ("recover",), ("watch",), ("status",), ("rerun",), ("cache", "clear"), ("bench",), ("view",)}
+            ("cancel",), ("pool",), ("recover",), ("watch",), ("status",), ("rerun",), ("cache", "clear"), ("bench",), ("view",)}
 BROKER = {("run",), ("worker",), ("pool",), ("recover",), ("watch",), ("status",), ("rerun",), ("bench",), ("view",),
           ("governor",)}
 #: Commands that read provider settings (base URLs, keys, prices, the default judge) — recover evaluates
 #: the recovered pairs itself with --broker memory.
 PROVIDERS = {("run",), ("catalog", "check"), ("catalog", "convert"), ("worker",), ("pool",), ("bench",),
-             ("rerun",), ("recover",), ("providers", "list"), ("providers", "check")}
+             ("rerun",), ("recover",), ("providers", "list"), ("providers", "check"), ("cancel",)}
 #: Commands that print data: each has --json (report has --format json). Not here: servers and daemons
 #: (worker, pool, view, mock-provider), init (it writes files), catalog schema (JSON already), catalog
 #: convert (its output is the YAML), bench (it writes JSON files in --out).
