@@ -1,5 +1,5 @@
-"""Batch runs (``--batch``) end to end: real worker threads, a real SQLite file, the simulated provider's
-batch APIs over loopback HTTP.
+"""Batch runs (``--batch``) end to end: real worker threads, the simulated provider's
+batch APIs over loopback HTTP; each test on SQLite and on a real PostgreSQL (``db_url``).
 
 What is checked: every pair once and one report; the provider was sent each request exactly once;
 a pool of one worker thread finishes a batch run (nothing holds the thread while a batch is open);
@@ -72,9 +72,9 @@ def _submitted_once(sim) -> dict[str, int]:
 
 
 def test_a_batch_run_on_one_worker_thread_records_every_pair_once_at_half_price(
-        simulated_provider, sqlite_url, catalog, quick):
+        simulated_provider, db_url, catalog, quick):
     sim = simulated_provider(batch_delay=0.2)
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         plain = session.wait(session.submit(catalog, ["sim/m1", "sim/m2"]).id, timeout=120).id
         interactive_calls = sim.stats()["requests"]
         info = session.submit(catalog, ["sim/m1", "sim/m2"], batch=True)
@@ -103,11 +103,11 @@ def test_a_batch_run_on_one_worker_thread_records_every_pair_once_at_half_price(
     assert batch["saved"] == pytest.approx(batch["interactive_cost"] / 2)
 
 
-def test_anthropic_batches_and_a_batch_size_cap(simulated_provider, sqlite_url, catalog, quick, providers_file,
+def test_anthropic_batches_and_a_batch_size_cap(simulated_provider, db_url, catalog, quick, providers_file,
                                                 monkeypatch):
     sim = simulated_provider(batch_delay=0)
     monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "2")
-    with Session(db=sqlite_url, broker="memory", width=2, providers=providers_file(sim)) as session:
+    with Session(db=db_url, broker="memory", width=2, providers=providers_file(sim)) as session:
         info = session.submit(catalog, ["ant/claude"], batch=True)
         done = session.wait(info.id, timeout=120)
         batches = stored.run_batches(info.id)
@@ -117,9 +117,9 @@ def test_anthropic_batches_and_a_batch_size_cap(simulated_provider, sqlite_url, 
 
 
 def test_expired_requests_end_their_pairs_errored_and_rerun_takes_them_again(
-        simulated_provider, sqlite_url, catalog, quick):
+        simulated_provider, db_url, catalog, quick):
     sim = simulated_provider(batch_delay=3600, batch_window=0.1)  # every batch expires unanswered
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         done = session.wait(info.id, timeout=120)
         results = session.results(info.id)
@@ -133,21 +133,21 @@ def test_expired_requests_end_their_pairs_errored_and_rerun_takes_them_again(
     assert (second.options or {}).get("batch") == ["sim"]  # a rerun is a batch run too
 
 
-def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, sqlite_url, catalog, tmp_path):
+def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, db_url, catalog, tmp_path):
     simulated_provider()
     other = tmp_path / "p.yaml"
     other.write_text("providers:\n  gem:\n    api: gemini\n    base_url: http://127.0.0.1:9/v1\n", encoding="utf-8")
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         with pytest.raises(UsageError, match="needs --strategy fanout"):
             session.submit(catalog, ["sim/m1"], batch=True, strategy="sequential")
         assert store.list_runs() == []
 
 
-def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog, quick, monkeypatch):
+def test_cancel_cancels_the_open_batches(simulated_provider, db_url, catalog, quick, monkeypatch):
     sim = simulated_provider(batch_delay=3600)
     monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "4")  # the four first turns go as one batch, at once
     monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         from helpers import wait_until
 
@@ -163,16 +163,16 @@ def test_cancel_cancels_the_open_batches(simulated_provider, sqlite_url, catalog
 
     from evaljobs.cli import main
 
-    again = CliRunner().invoke(main, ["cancel", info.id, "--db", sqlite_url])
+    again = CliRunner().invoke(main, ["cancel", info.id, "--db", db_url])
     assert (again.exit_code, again.output.strip()) == (0, f"run {info.id}: cancelled")
-    unknown = CliRunner().invoke(main, ["cancel", "r_nope", "--db", sqlite_url])
+    unknown = CliRunner().invoke(main, ["cancel", "r_nope", "--db", db_url])
     assert unknown.exit_code == 2 and "r_nope" in unknown.output and "Traceback" not in unknown.output
 
 
 def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_does(
-        simulated_provider, sqlite_url, catalog, quick, monkeypatch):
+        simulated_provider, db_url, catalog, quick, monkeypatch):
     sim = simulated_provider(batch_delay=0.5)
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         # Each pair waits in a batch longer than its own time limit: the limit counts evaluating, not waiting.
         info = session.submit(catalog, ["sim/m1"], batch=True, time_limit=0.3)
         done = session.wait(info.id, timeout=120)
@@ -186,7 +186,7 @@ def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_do
     assert sim.stats()["batches"]["cancel_requests"] >= 1 and sim.stats()["batches"]["open"] == 0
 
 
-def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sqlite_url, catalog, quick, tmp_path,
+def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, db_url, catalog, quick, tmp_path,
                                                          monkeypatch):
     import httpx
     from helpers import Viewer, wait_until
@@ -196,11 +196,11 @@ def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sql
     sim = simulated_provider(batch_delay=3600)
     monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "4")  # the four first turns go as one batch, at once
     monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
-    with Session(db=sqlite_url, broker="memory", width=1) as session:
+    with Session(db=db_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
         status = collect(None)
-        viewer = Viewer(sqlite_url, "memory", tmp_path / "view.log")
+        viewer = Viewer(db_url, "memory", tmp_path / "view.log")
         try:
             fleet = httpx.get(f"{viewer.url}/fleet", timeout=30).text
         finally:
@@ -217,15 +217,125 @@ def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, sql
     assert f'<a href="/runs/{info.id}">' in table and "<td>in_progress</td>" in table
 
 
-def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provider, sqlite_url, catalog, quick,
+def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provider, db_url, catalog, quick,
                                                                tmp_path):
     """The batch endpoints answer 404: the run ends (every pair errored with the refusal), nothing waits."""
     sim = simulated_provider()
     providers = tmp_path / "nobatch.yaml"
     providers.write_text(f"providers:\n  nobatch:\n    api: openai\n    base_url: {sim.url[:-3]}/nowhere/v1\n",
                          encoding="utf-8")
-    with Session(db=sqlite_url, broker="memory", width=1, providers=str(providers)) as session:
+    with Session(db=db_url, broker="memory", width=1, providers=str(providers)) as session:
         done = session.wait(session.submit(catalog, ["nobatch/m"], batch=True).id, timeout=120)
         reasons = {r.error for r in session.results(done.id)}
     assert done.status == "failed" and done.persisted == 4
     assert len(reasons) == 1 and reasons.pop().startswith("batch refused by provider nobatch: HTTP 404")
+
+
+@pytest.mark.postgres
+def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(simulated_provider, pg_url, catalog,
+                                                                            monkeypatch):
+    """PostgreSQL, the interleaving that lost a request until ``recover``: a collector claims the group's
+    first request; a second is parked while that claim is not committed yet, and commits only after
+    the collector's last look. Driven step by step (events the test sets; the collector waits until
+    the parker has counted or waits on a lock). Then every collector the protocol sent runs: no
+    request of the group may be left unclaimed."""
+    import threading
+
+    from helpers import wait_until
+
+    from evaljobs import catalog as catalogs
+    from evaljobs.pipeline import batching
+    from evaljobs.providers.batched import BatchRequest, custom_id, for_pair
+
+    simulated_provider(batch_delay=3600)
+    monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "0")  # a collector claims what it finds at once
+    store.connect(pg_url)
+    run = store.create_run(catalogs.load_catalog(catalog), ["sim/m1"], strategy="fanout", options={"batch": ["sim"]})
+    stored._ensure()
+
+    class Recorder:
+        def __init__(self):
+            self.collects: list[tuple[str, str, str]] = []
+
+        def collect(self, run_id, provider, model, delay):
+            self.collects.append((run_id, provider, model))
+
+        def poll(self, key, delay):
+            pass
+
+        def evaluate(self, run_id, pairs):
+            pass
+
+    recorder = Recorder()
+    monkeypatch.setattr(batching, "_sender", recorder)
+    lane = batching.StoreLane()
+
+    def park(scenario):
+        with for_pair(run.id, scenario, "sim/m1", 0):
+            cid = custom_id(run.id, scenario, "sim/m1", 0, 0)
+            lane.park(cid, "sim", BatchRequest(cid, "m1", [{"role": "user", "content": "[sim: say hi]"}]))
+
+    park("a")
+    assert recorder.collects == [(run.id, "sim", "m1")]
+    recorder.collects.clear()
+
+    claiming, parker_counted, collector_done = threading.Event(), threading.Event(), threading.Event()
+    original = stored._transaction
+
+    import psycopg2
+
+    watcher = psycopg2.connect(pg_url)  # its own connection: pg_stat_activity is read once per transaction
+    watcher.autocommit = True
+
+    def parker_waits_on_a_lock():
+        with watcher.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] > 0
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def stepped():
+        with original() as db:
+            yield db
+            name = threading.current_thread().name
+            if name == "collector":  # the claim is made, not committed
+                claiming.set()
+                assert wait_until(lambda: parker_counted.is_set() or parker_waits_on_a_lock(), timeout=60)
+            elif name == "parker":  # the count is made, not committed
+                parker_counted.set()
+                assert collector_done.wait(60)
+
+    monkeypatch.setattr(stored, "_transaction", stepped)
+    failures: list[BaseException] = []
+
+    def collector():
+        try:
+            batching.collect(run.id, "sim", "m1")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+        finally:
+            collector_done.set()
+
+    def parker():
+        try:
+            park("c")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    threads = [threading.Thread(target=collector, name="collector")]
+    threads[0].start()
+    assert claiming.wait(60)
+    threads.append(threading.Thread(target=parker, name="parker"))
+    threads[1].start()
+    for thread in threads:
+        thread.join(120)
+    watcher.close()
+    assert not failures, failures
+    monkeypatch.setattr(stored, "_transaction", original)
+    # The messages the protocol sent run now (a queue delivers them): nothing may stay unclaimed.
+    while recorder.collects:
+        batching.collect(*recorder.collects.pop())
+    assert stored.unclaimed(run.id, "sim", "m1")[0] == 0
+    assert sorted(b.size for b in stored.run_batches(run.id)) == [1, 1]

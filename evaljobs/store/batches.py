@@ -15,6 +15,7 @@ Every function is one short transaction; nothing is held across a provider call.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -101,6 +102,28 @@ def _ensure() -> None:
     db.evaljobs_batches_ready = True
 
 
+#: Advisory-lock class of a (run, provider, model) group (the two-key form: the group's hash is the other key).
+PG_GROUP_LOCK = 0x656A6267  # "ejbg"
+
+
+def _lock_group(run_id: str, provider: str, model: str) -> None:
+    """Serialize, on PostgreSQL, the transactions that park into or claim from one group.
+
+    A parker counts its group's unclaimed requests to decide whether to send a collector (the first
+    one of a group starts its wait). Under READ COMMITTED that count could see requests a collector
+    was claiming but had not committed yet: the parker then counted 2, sent nothing, and committed
+    after the collector's last look, leaving its request unclaimed until ``recover``. With this
+    lock a park's count and a claim never overlap: either the claim takes the request, or the
+    parker counts after the claim committed (1: it sends the collector). SQLite's BEGIN IMMEDIATE
+    serializes them already.
+    """
+    db = _bound()
+    if isinstance(db, peewee.PostgresqlDatabase):
+        digest = hashlib.sha256(json.dumps([run_id, provider, model]).encode()).digest()
+        db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)",
+                       (PG_GROUP_LOCK, int.from_bytes(digest[:4], "big", signed=True)))
+
+
 def _info(row: ProviderBatchRow) -> BatchInfo:
     return BatchInfo(row.key, row.run_id, row.provider, row.model, row.state, row.provider_batch_id, row.size,
                      row.done, row.failed, row.provider_status, _datetime(row.created_at),
@@ -122,6 +145,7 @@ def park(custom_id: str, *, run_id: str, provider: str, model: str, scenario_key
            "scenario_key": scenario_key, "model_spec": model_spec, "epoch": epoch, "turn": turn, "body": body,
            "state": PENDING, "created_at": _now()}
     with _transaction():
+        _lock_group(run_id, provider, model)
         added = BatchRequestRow.insert(**row).on_conflict_ignore().as_rowcount().execute()
         if not added:
             return None
@@ -177,6 +201,7 @@ def claim(run_id: str, provider: str, model: str, limit: int) -> tuple[str, list
     _ensure()
     key = f"ejb-{run_id}-{uuid.uuid4().hex[:16]}"
     with _transaction():
+        _lock_group(run_id, provider, model)
         ids = [row[0] for row in _unclaimed(run_id, provider, model).select(BatchRequestRow.custom_id)
                .order_by(BatchRequestRow.created_at, BatchRequestRow.custom_id).limit(limit).tuples()]
         if not ids:
