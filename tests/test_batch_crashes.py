@@ -1,4 +1,5 @@
-"""Batch runs survive kill -9 without paying twice: real redis-server, `evaljobs worker` processes, SQLite.
+"""Batch runs survive kill -9 without paying twice: real redis-server, `evaljobs worker` processes,
+SQLite and PostgreSQL.
 
 Each test kills every worker process (SIGKILL to its process group) at one moment of a batch's
 life, starts a new worker, runs recovery, and checks at the simulated provider — not in our own
@@ -34,9 +35,9 @@ def _worker(redis_url, db_url, tmp_path, **env) -> WorkerProcess:
     return WorkerProcess(redis_url, db_url, threads=2, log=tmp_path / "worker.log", env=settings)
 
 
-def _finish(session, run_id, sim, redis_url, sqlite_url, tmp_path):
+def _finish(session, run_id, sim, redis_url, db_url, tmp_path):
     """A new worker and `recover`; then the run's report and the provider's counts."""
-    with _worker(redis_url, sqlite_url, tmp_path):
+    with _worker(redis_url, db_url, tmp_path):
         session.recover(run_id, wait=False)
         info = session.wait(run_id, timeout=120, poll=0.5)
     submitted = sim.stats()["batches"]["submitted"]
@@ -60,7 +61,7 @@ def _no_worker_left(monkeypatch):
 
 
 @pytest.fixture
-def started(simulated_provider, redis_url, sqlite_url, tmp_path, monkeypatch):
+def started(simulated_provider, redis_url, db_url, tmp_path, monkeypatch):
     def start(wire="openai", **sim_options):
         sim = simulated_provider(**sim_options)
         model = "sim/a"
@@ -70,7 +71,7 @@ def started(simulated_provider, redis_url, sqlite_url, tmp_path, monkeypatch):
                             f"    prices: {{'*': [3.0, 15.0]}}\n", encoding="utf-8")
             monkeypatch.setenv("EVALJOBS_PROVIDERS", str(path))  # this process and the workers it starts
             model = "ant/claude"
-        session = Session(db=sqlite_url, broker=redis_url)
+        session = Session(db=db_url, broker=redis_url)
         info = session.submit(numbered_catalog(PAIRS, "crashy"), [model], batch=True)
         return sim, session, info
     return start
@@ -85,34 +86,34 @@ def _assert_once(info, submitted, log):
     assert len(submitted) == PAIRS and set(submitted.values()) == {1}, submitted
 
 
-def test_a_kill_before_the_batch_is_created(started, redis_url, sqlite_url, tmp_path):
+def test_a_kill_before_the_batch_is_created(started, redis_url, db_url, tmp_path):
     sim, session, info = started()
     try:
         # The collector waits an hour for more requests: the batch is not created before the kill.
-        worker = _worker(redis_url, sqlite_url, tmp_path, EVALJOBS_BATCH_WAIT="3600").start()
+        worker = _worker(redis_url, db_url, tmp_path, EVALJOBS_BATCH_WAIT="3600").start()
         assert wait_until(lambda: stored.request_count(info.id) == PAIRS, 60), (tmp_path / "worker.log").read_text()[-3000:]
         worker.kill()
         assert sim.stats()["batches"]["batches_created"] == 0
-        info, submitted = _finish(session, info.id, sim, redis_url, sqlite_url, tmp_path)
+        info, submitted = _finish(session, info.id, sim, redis_url, db_url, tmp_path)
     finally:
         session.close()
     _assert_once(info, submitted, tmp_path / "worker.log")
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
-def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, sqlite_url, tmp_path, wire):
+def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, db_url, tmp_path, wire):
     """OpenAI's batch carries its key in its metadata; Anthropic's Message Batch is told by its results."""
     sim, session, info = started(wire)
     sim.batches.hold_creates = True  # the batch is created; the worker never hears its id
     try:
-        worker = _worker(redis_url, sqlite_url, tmp_path, **ONE_BATCH).start()
+        worker = _worker(redis_url, db_url, tmp_path, **ONE_BATCH).start()
         assert wait_until(lambda: sim.stats()["batches"]["batches_created"] == 1, 60), \
             (tmp_path / "worker.log").read_text()[-3000:]
         worker.kill()
         sim.batches.hold_creates = False
         rows = stored.run_batches(info.id)
         assert [(b.state, b.provider_batch_id) for b in rows] == [(stored.SUBMITTING, None)]
-        info, submitted = _finish(session, info.id, sim, redis_url, sqlite_url, tmp_path)
+        info, submitted = _finish(session, info.id, sim, redis_url, db_url, tmp_path)
     finally:
         sim.batches.hold_creates = False
         session.close()
@@ -120,15 +121,15 @@ def test_a_kill_between_the_create_and_the_commit_of_its_id(started, redis_url, 
     assert sim.stats()["batches"]["batches_created"] == 1  # found at the provider, not submitted again
 
 
-def test_a_kill_while_the_batch_is_polled(started, redis_url, sqlite_url, tmp_path):
+def test_a_kill_while_the_batch_is_polled(started, redis_url, db_url, tmp_path):
     sim, session, info = started(batch_delay=3600)  # open until the test ends it
     try:
-        worker = _worker(redis_url, sqlite_url, tmp_path, **ONE_BATCH).start()
+        worker = _worker(redis_url, db_url, tmp_path, **ONE_BATCH).start()
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), 60), \
             (tmp_path / "worker.log").read_text()[-3000:]
         worker.kill()
         sim.batches.end_batches()
-        info, submitted = _finish(session, info.id, sim, redis_url, sqlite_url, tmp_path)
+        info, submitted = _finish(session, info.id, sim, redis_url, db_url, tmp_path)
     finally:
         session.close()
     _assert_once(info, submitted, tmp_path / "worker.log")
