@@ -191,8 +191,7 @@ class Session:
         """
         if isinstance(catalog, Catalog):
             return catalog  # already loaded (and counted) by an earlier call
-        self.excluded = 0
-        self.import_warnings = []
+        self.excluded, self.import_warnings = 0, []
         imported = load_any(str(catalog), format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         # A catalog with MCP tools and no `mcp` extra: one line now, not a connect timeout per server later.
@@ -209,7 +208,8 @@ class Session:
                adapter: str | None = None, judge_model: str | None = None, judge_cap: int | None = None,
                time_limit: float | None = None, cache: bool = False, epochs: int | None = None,
                cache_across_epochs: bool = False, selection: Selection | None = None,
-               reuse: str | None = None, allow_self_judge: bool = False, batch: bool = False) -> store.RunInfo:
+               reuse: str | None = None, allow_self_judge: bool = False, batch: bool = False,
+               batch_judge: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
         ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
@@ -222,7 +222,7 @@ class Session:
         (:mod:`evaljobs.pipeline.reuse`).
         ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
         grading its own answers is not a verdict); the run and its report record it.
-        ``batch``: the calls go through the providers' batch APIs (:mod:`evaljobs.pipeline.batching`).
+        ``batch``, ``batch_judge``: the model's, the judge's calls via batch APIs (:mod:`.pipeline.batching`).
 
         In-process strategies (``sequential``, ``threads``) run to completion
         before this returns; queued ones return as soon as ``start_run`` is sent.
@@ -264,8 +264,7 @@ class Session:
         # The judge is called by evaljobs whatever the adapter: every judge model, whether named by
         # --judge-model, the catalog or the providers file, passes the same pre-flight checks.
         judges = judge_models(cat.scenarios, judge_model, self.providers)
-        if judges:
-            check_providers(judges, self.providers)
+        check_providers(judges, self.providers)
         self_judged = self_judging(judges, specs, self.providers, allow=allow_self_judge)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
@@ -273,12 +272,13 @@ class Session:
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
         batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
+        judged = batching.choose_judge(self.providers, judges, batch_judge, strategy, not (adapter or cache))
         batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
                                        pairs_per_message=batch if batch > 1 else None,
-                                       batch=batched or None)
+                                       batch=batched or None, batch_judge=judged or None)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).

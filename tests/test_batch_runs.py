@@ -339,3 +339,63 @@ def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(sim
         batching.collect(*recorder.collects.pop())
     assert stored.unclaimed(run.id, "sim", "m1")[0] == 0
     assert sorted(b.size for b in stored.run_batches(run.id)) == [1, 1]
+
+
+JUDGED = """
+name: judged-batch
+defaults:
+  judge_model: sim/judge
+scenarios:
+  - key: kind
+    prompt: "My parcel is late. [sim: say I'm sorry the parcel is late; I will help and track it now.]"
+    expect:
+      judge: "The answer says sorry, offers help and tracks the parcel."
+  - key: curt
+    prompt: "My parcel is late. [sim: say Wait.]"
+    expect:
+      judge: "The answer says sorry, offers help and tracks the parcel."
+  - key: refusing-judge
+    prompt: "Hello [sim: say Hello there]"
+    expect:
+      contains: [hello]
+      judge: "Friendly. [sim@judge: say I would rather not grade this.]"
+  - key: broken-judge
+    prompt: "Hello [sim: say Hello again]"
+    expect:
+      judge: "Friendly. [sim@judge: status 400 judge model is gone]"
+"""
+
+
+def test_batch_judge_parks_the_judge_calls_too_same_verdicts_at_the_batch_price(simulated_provider, db_url,
+                                                                                tmp_path, quick):
+    sim = simulated_provider(batch_delay=0.1)
+    path = tmp_path / "judged.yaml"
+    path.write_text(JUDGED, encoding="utf-8")
+    with Session(db=db_url, broker="memory", width=1) as session:
+        plain = session.wait(session.submit(path, ["sim/fast"]).id, timeout=120)
+        interactive = {r.scenario_key: r for r in session.results(plain.id)}
+        calls = sim.stats()["requests"]
+        with pytest.raises(UsageError, match="--batch-judge needs --strategy fanout"):
+            session.submit(path, ["sim/fast"], batch_judge=True, strategy="sequential")
+        info = session.submit(path, ["sim/fast"], batch=True, batch_judge=True)
+        assert (info.options or {}).get("batch_judge") == ["sim"]
+        done = session.wait(info.id, timeout=120)
+        batched = {r.scenario_key: r for r in session.results(info.id)}
+    assert done.persisted == done.expected == 4
+    # The judge's verdicts are the interactive run's, word for word.
+    for key, twin in interactive.items():
+        mine = batched[key]
+        assert (mine.status, mine.fault, mine.scores, mine.error) == (twin.status, twin.fault, twin.scores, twin.error)
+        assert {k: v for k, v in mine.details["judge"].items() if k != "cost"} == \
+            {k: v for k, v in twin.details["judge"].items() if k != "cost"}
+    # The judge's calls went through batches, each once: a turn per pair, one judge call per readable
+    # verdict, two (its retry) where the judge could not be read or reached — as the interactive run asked.
+    submitted = _submitted_once(sim)
+    assert len(submitted) == 4 + 1 + 1 + 2 + 2
+    assert sim.stats()["requests"] - calls == len(submitted)  # not one interactive call
+    # A judge call costs the batch price too: each pair (its turn and its judge) at half the interactive cost.
+    for key, twin in interactive.items():
+        model_only = batched[key].details["meta"]["batch"]["interactive_cost"]
+        if key != "broken-judge":  # (a judge that could not be reached costs nothing)
+            assert twin.cost > model_only  # the interactive judge was paid for
+        assert batched[key].cost == pytest.approx(twin.cost / 2)

@@ -57,14 +57,15 @@ DEFAULT_STRATEGY = "fanout"
                    "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).")
 @click.option("--batch", is_flag=True,
               help="Send the calls through the providers' batch APIs (half price; answers within their window).")
+@click.option("--batch-judge", is_flag=True, help="Send the LLM judge's calls through batch APIs too.")
 @import_options
 @db_option
 @broker_option
 @providers_option
 def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, allow_self_judge, time_limit,
         as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
-        trace_content, batch, catalog_format, include_production_only, lenient, grader, fields, db, broker,
-        providers) -> None:
+        trace_content, batch, batch_judge, catalog_format, include_production_only, lenient, grader, fields,
+        db, broker, providers) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.catalog.subset import Selection, select, selection_note
@@ -103,7 +104,7 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
                                   judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
                                   cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
                                   selection=selection, reuse=reuse, allow_self_judge=allow_self_judge,
-                                  batch=batch)
+                                  batch=batch, batch_judge=batch_judge)
         finally:
             if inline:
                 events.remove_listener(progress)

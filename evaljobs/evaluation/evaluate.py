@@ -107,6 +107,8 @@ def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Jud
 
             runner = process_runner()
         grades = grade(scenario, replay, judge, runner)
+    except InBatch:
+        raise  # the judge's call waits for a provider batch (--batch-judge)
     except RETRYABLE as exc:
         if _past(deadline):
             return _errored(scenario, model, timed_out(time_limit, began, f"grading: {_describe(exc)}"),

@@ -138,7 +138,8 @@ class ProviderJudge:
             tokens_in += completion.input_tokens
             tokens_out += completion.output_tokens
             if not getattr(completion, "cached", False):  # an answer from the cache costs nothing
-                call = self.providers.get(judge_model.provider).cost(
+                entry = self.providers.get(judge_model.provider)  # batched (--batch-judge): the batch price
+                call = (entry.batch_cost if getattr(completion, "batched", False) else entry.cost)(
                     judge_model.model, completion.input_tokens, completion.output_tokens)
                 cost = None if cost is None or call is None else cost + call
             raw = completion.content or ""

@@ -324,6 +324,23 @@ def choose(providers: ProvidersConfig, models: list[str], requested: bool, strat
     return chosen
 
 
+def choose_judge(providers: ProvidersConfig, judges: list[str], requested: bool, strategy: str,
+                 plain: bool) -> tuple[str, ...]:
+    """``--batch-judge``: the judge models' providers whose judge calls go through batch APIs (the
+    judge's call parks like a model turn; the pair is graded when its batch answered), or a one-line
+    :class:`UsageError` when no judge model has one or the run cannot wait on the queue."""
+    if not requested:
+        return ()
+    chosen = batch_providers(providers, judges, requested=True, lane=None)
+    if not chosen:
+        raise UsageError("--batch-judge: no judge model of this run has a provider with a batch API (the "
+                         "openai, azure and anthropic wire formats do)")
+    if strategy != "fanout" or not plain:
+        raise UsageError("--batch-judge needs --strategy fanout, the built-in adapter and no --cache: its "
+                         "pairs wait for their batches on the queue")
+    return chosen
+
+
 def batch_providers(providers: ProvidersConfig, models: list[str], *, requested: bool,
                     lane: str | None) -> tuple[str, ...]:
     """The providers of ``models`` whose calls a run sends through batch APIs: with ``--batch`` every
@@ -360,6 +377,7 @@ __all__ = [
     "bind_sender",
     "cancel_run",
     "choose",
+    "choose_judge",
     "client_for",
     "collect",
     "describe",

@@ -76,6 +76,8 @@ class RunSettings:
     pairs_per_message: int | None = None
     #: A batch run: the providers whose calls go through their batch APIs (``--batch``, ``batch:``).
     batch: tuple[str, ...] | None = None
+    #: ``--batch-judge``: the providers whose judge calls go through their batch APIs.
+    batch_judge: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
@@ -89,7 +91,8 @@ class RunSettings:
                    cache=options.get("cache") or None,
                    cache_across_epochs=options.get("cache_across_epochs") or None,
                    pairs_per_message=options.get("pairs_per_message"),
-                   batch=tuple(options["batch"]) if options.get("batch") else None)
+                   batch=tuple(options["batch"]) if options.get("batch") else None,
+                   batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None)
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -97,10 +100,10 @@ class RunSettings:
 
 def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
     return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow,
-                         calls=calls(bool(settings.cache)))
+                         calls=calls(bool(settings.cache), settings.batch_judge or (), kind="judge"))
 
 
-def calls(cache: bool = False, batch: tuple[str, ...] = ()) -> ProviderCalls:
+def calls(cache: bool = False, batch: tuple[str, ...] = (), kind: str = "") -> ProviderCalls:
     """How this process's provider calls are made: governed by the worker context, and answered
     from the store's response cache for a run with ``--cache``; a batch run's calls to the
     providers in ``batch`` through their batch APIs (:mod:`evaljobs.pipeline.batching`)."""
@@ -111,7 +114,7 @@ def calls(cache: bool = False, batch: tuple[str, ...] = ()) -> ProviderCalls:
         lane = StoreLane()
     return ProviderCalls(governance=context.current(),
                          cache=ResponseCache(store_cache, default_ttl()) if cache else None,
-                         batch=lane, batch_providers=frozenset(batch))
+                         batch=lane, batch_providers=frozenset(batch), batch_kind=kind)
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:

@@ -83,10 +83,12 @@ def current_pair() -> tuple[str, str, str, int] | None:
     return _pair.get()
 
 
-def custom_id(run_id: str, scenario_key: str, model: str, epoch: int, turn: int) -> str:
+def custom_id(run_id: str, scenario_key: str, model: str, epoch: int, turn: int, kind: str = "") -> str:
     """The custom id of one pair-turn: the same on every evaluation of the pair (deterministic), so a
-    request parked twice, or after a crash, is one request (``^[A-Za-z0-9_-]{1,64}$``)."""
-    digest = hashlib.sha256(json.dumps([run_id, scenario_key, model, epoch], ensure_ascii=False).encode())
+    request parked twice, or after a crash, is one request (``^[A-Za-z0-9_-]{1,64}$``). ``kind``
+    (``judge``) keeps the judge's calls of a pair apart from its model's turns."""
+    digest = hashlib.sha256(json.dumps([run_id, scenario_key, model, epoch, *([kind] if kind else [])],
+                                       ensure_ascii=False).encode())
     return f"ej-{digest.hexdigest()[:40]}-t{turn}"
 
 
@@ -99,9 +101,13 @@ class BatchingClient:
     turns already answered first.
     """
 
-    def __init__(self, lane: BatchLane, provider: str):
+    def __init__(self, lane: BatchLane, provider: str, kind: str = ""):
         self.lane = lane
         self.provider = provider
+        #: ``judge``: a judge's calls, numbered by the order this client makes them (a judge asks again
+        #: with the same messages when it cannot read an answer), apart from the model's turns.
+        self.kind = kind
+        self.calls = 0
 
     def complete(self, model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                  temperature: float | None = None, max_tokens: int | None = None,
@@ -109,8 +115,9 @@ class BatchingClient:
         pair = _pair.get()
         if pair is None:
             raise RuntimeError("a batched call outside evaljobs.providers.batches.for_pair")
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
-        request_id = custom_id(*pair, turn)
+        turn = self.calls if self.kind else sum(1 for m in messages if m.get("role") == "assistant")
+        self.calls += 1
+        request_id = custom_id(*pair, turn, self.kind)
         found = self.lane.answer(request_id)
         if found is None:
             self.lane.park(request_id, self.provider, BatchRequest(request_id, model, messages, tools, temperature,

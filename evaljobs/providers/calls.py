@@ -157,6 +157,8 @@ class ProviderCalls:
     #: and every judge call, are made one by one).
     batch: BatchLane | None = None
     batch_providers: frozenset[str] = frozenset()
+    #: ``judge`` for the judge's calls of a run with ``--batch-judge`` (their own custom ids).
+    batch_kind: str = ""
 
     def client(self, providers: ProvidersConfig, spec: ModelSpec, version: str = "") -> Completer:
         """A client for ``spec``'s calls: ``complete(model, messages, first=..., **kwargs)``.
@@ -164,7 +166,7 @@ class ProviderCalls:
         ``version`` (the adapter's or judge's) is part of the response-cache key.
         """
         if self.batch is not None and spec.provider in self.batch_providers:
-            return BatchingClient(self.batch, spec.provider)
+            return BatchingClient(self.batch, spec.provider, self.batch_kind)
         governed = GovernedCalls(providers, spec, self.governance)
         if self.cache is None:
             return governed
