@@ -142,8 +142,7 @@ class Session:
         # A host's own broker object: bound as it is, and its workers are the host's (none started here).
         self._host_broker = None if broker is None or isinstance(broker, str) else broker
         self.broker_url = None if self._host_broker is not None else broker
-        self.width = width
-        self.queue = queue
+        self.width, self.queue = width, queue
         self._context_providers = context_providers
         self._binding = None
         self._worker = None
@@ -316,12 +315,13 @@ class Session:
         return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
 
     # -- reruns and recovery -----------------------------------------------------------------------
-    def create_rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None) -> store.RunInfo:
+    def create_rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
+                     batch: bool | None = None) -> store.RunInfo:
         """Create (do not start) a new run over ``run_id``'s ``errored``/``failed`` pairs, or ``all``.
 
-        The original run is never touched; the new one has its catalog snapshot,
-        host context, options and strategy (:mod:`evaljobs.pipeline.rerun`). With ``reuse`` the
-        selected pairs that are unchanged in that run are copied from it (``--reuse`` composes with rerun).
+        The original run is never touched; the new one has its catalog snapshot, host context, options and
+        strategy (:mod:`evaljobs.pipeline.rerun`; ``batch`` True/False: a batch run or not, None: as the
+        original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
         from evaljobs.pipeline import rerun as reruns
 
@@ -332,7 +332,7 @@ class Session:
         if reuse:
             from evaljobs.pipeline import reuse as reusing
         source = reusing.source_of(reuse, original.catalog_name) if reuse else None
-        new = reruns.create_rerun(run_id, which)
+        new = reruns.create_rerun(run_id, which, batch=batch)
         self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 

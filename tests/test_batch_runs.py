@@ -399,3 +399,32 @@ def test_batch_judge_parks_the_judge_calls_too_same_verdicts_at_the_batch_price(
         if key != "broken-judge":  # (a judge that could not be reached costs nothing)
             assert twin.cost > model_only  # the interactive judge was paid for
         assert batched[key].cost == pytest.approx(twin.cost / 2)
+
+
+def test_a_rerun_chooses_its_mode_no_batch_and_batch(simulated_provider, db_url, catalog, quick):
+    """``rerun --errored --no-batch`` takes expired batch pairs again one call at a time; ``rerun --batch``
+    makes a rerun of an interactive run a batch run."""
+    from click.testing import CliRunner
+
+    from evaljobs.cli import main
+
+    sim = simulated_provider(batch_delay=3600, batch_window=0.1)  # every batch expires unanswered
+    with Session(db=db_url, broker="memory", width=1) as session:
+        expired = session.wait(session.submit(catalog, ["sim/m1"], batch=True).id, timeout=120)
+        assert {r.error.split(":")[0] for r in session.results(expired.id)} == {"batch_expired"}
+        submitted, calls = len(sim.stats()["batches"]["submitted"]), sim.stats()["requests"]
+        again = session.start(session.create_rerun(expired.id, ["errored"], batch=False))
+        assert again.options.get("rerun_of") == expired.id and "batch" not in again.options
+        again = session.wait(again.id, timeout=120)
+        assert again.persisted == 4
+        assert {r.scenario_key for r in session.results(again.id) if r.status == "errored"} == {"d"}
+    assert len(sim.stats()["batches"]["submitted"]) == submitted  # nothing went through a batch
+    assert sim.stats()["requests"] - calls == 5  # one call a turn: three pairs of one, the tool pair's two
+    sim.batches.window = None
+    sim.batches.delay = 0
+    out = CliRunner().invoke(main, ["rerun", again.id, "--errored", "--batch", "--db", db_url, "--json"])
+    assert out.exit_code == 1, out.output  # its one pair errored again (the provider refuses it), now in a batch
+    batched = store.list_runs()[0]
+    assert batched.options.get("rerun_of") == again.id and batched.options.get("batch") == ["sim"]
+    assert batched.persisted == batched.expected == 1
+    assert len(sim.stats()["batches"]["submitted"]) == submitted + 1  # d's one turn, through a batch

@@ -111,6 +111,8 @@ def cancel(run_id, db, providers) -> None:
 @click.option("--all", "every", is_flag=True, help="Rerun every pair of the run.")
 @click.option("--reuse", metavar="RUN", default=None,
               help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.")
+@click.option("--batch/--no-batch", default=None,
+              help="Through the providers' batch APIs, or one call at a time (default: as RUN_ID was run).")
 @width_option
 @click.option("--wait/--no-wait", default=None,
               help="Follow the new run to its report (default: yes, except queued strategies on Redis).")
@@ -119,7 +121,8 @@ def cancel(run_id, db, providers) -> None:
 @db_option
 @broker_option
 @providers_option
-def rerun(run_id, errored, failed, every, reuse, width, wait, gate, as_json, db, broker, providers) -> None:
+def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_json, db, broker,
+          providers) -> None:
     """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
 
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
@@ -136,7 +139,7 @@ def rerun(run_id, errored, failed, every, reuse, width, wait, gate, as_json, db,
         raise UsageError("--all already includes every pair: give it alone")
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         run_id = session.resolve(run_id)
-        new = session.create_rerun(run_id, select, reuse=reuse)
+        new = session.create_rerun(run_id, select, reuse=reuse, batch=batch)
         if session.reuse_note:
             click.echo(session.reuse_note, err=True)
         queued = new.strategy in QUEUED

@@ -46,8 +46,13 @@ def select_pairs(run_id: str, which: Iterable[str]) -> list[tuple[str, str, int]
     return [pair for pair in expected if statuses.get(pair) in which]
 
 
-def create_rerun(run_id: str, which: Iterable[str]) -> store.RunInfo:
-    """Create (do not start) the new run over the selected pairs of ``run_id``."""
+def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None) -> store.RunInfo:
+    """Create (do not start) the new run over the selected pairs of ``run_id``.
+
+    ``batch`` (``rerun --batch``/``--no-batch``): True makes it a batch run (its models' providers with
+    a batch API; the judge's calls too when the original batched them), False an interactive one;
+    None keeps the original's choice. Pairs that errored ``batch_expired`` can so be taken again either way.
+    """
     which = sorted(set(which))
     original = store.get_run(run_id)
     pairs = select_pairs(run_id, which)
@@ -60,6 +65,15 @@ def create_rerun(run_id: str, which: Iterable[str]) -> store.RunInfo:
     options = dict(original.options)
     options["rerun_of"] = original.id
     options["rerun"] = "+".join(which)
+    if batch is False:
+        options.pop("batch", None)
+        options.pop("batch_judge", None)
+    elif batch and not options.get("batch"):
+        from evaljobs.pipeline import batching, runtime  # only a rerun that asks pays for them
+
+        options["batch"] = list(batching.choose(runtime.providers(), models, True, original.strategy,
+                                                plain=not (options.get("adapter") or options.get("cache"))))
+        options.pop("pairs_per_message", None)  # a batch run's pairs go one a message
     return store.create_run(catalog, models, strategy=original.strategy, context=original.context,
                             options=options, pairs=pairs, epochs=original.epochs)
 
