@@ -214,7 +214,7 @@ def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, db_
     text = render(status)
     assert "batches: RUN" in text and info.id[:16] in text
     table = fleet.split('id="batches"', 1)[1].split("</table>", 1)[0]
-    assert f'<a href="/runs/{info.id}">' in table and "<td>in_progress</td>" in table
+    assert f'<a href="/runs/{info.id}">' in table and "<td data-label=\"Status\">in_progress</td>" in table
 
 
 def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provider, db_url, catalog, quick,
@@ -423,7 +423,7 @@ def test_a_rerun_chooses_its_mode_no_batch_and_batch(simulated_provider, db_url,
     sim.batches.window = None
     sim.batches.delay = 0
     out = CliRunner().invoke(main, ["rerun", again.id, "--errored", "--batch", "--db", db_url, "--json"])
-    assert out.exit_code == 1, out.output  # its one pair errored again (the provider refuses it), now in a batch
+    assert out.exit_code == 1, out.output  # its one pair errored again (refused by the provider), in a batch
     batched = store.list_runs()[0]
     assert batched.options.get("rerun_of") == again.id and batched.options.get("batch") == ["sim"]
     assert batched.persisted == batched.expected == 1
