@@ -271,7 +271,7 @@ class Session:
             if problem:
                 raise UsageError(f"{cat.source}: {problem}")
         batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
-        judged = batching.choose_judge(self.providers, judges, batch_judge, strategy, not (adapter or cache))
+        judged = batching.choose_judge(self.providers, judges, batch_judge, specs, batched)
         batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,

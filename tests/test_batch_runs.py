@@ -375,8 +375,8 @@ def test_batch_judge_parks_the_judge_calls_too_same_verdicts_at_the_batch_price(
         plain = session.wait(session.submit(path, ["sim/fast"]).id, timeout=120)
         interactive = {r.scenario_key: r for r in session.results(plain.id)}
         calls = sim.stats()["requests"]
-        with pytest.raises(UsageError, match="--batch-judge needs --strategy fanout"):
-            session.submit(path, ["sim/fast"], batch_judge=True, strategy="sequential")
+        with pytest.raises(UsageError, match="--batch-judge needs every model's calls batched too"):
+            session.submit(path, ["sim/fast"], batch_judge=True)  # the model's turns would be paid twice
         info = session.submit(path, ["sim/fast"], batch=True, batch_judge=True)
         assert (info.options or {}).get("batch_judge") == ["sim"]
         done = session.wait(info.id, timeout=120)

@@ -324,20 +324,23 @@ def choose(providers: ProvidersConfig, models: list[str], requested: bool, strat
     return chosen
 
 
-def choose_judge(providers: ProvidersConfig, judges: list[str], requested: bool, strategy: str,
-                 plain: bool) -> tuple[str, ...]:
+def choose_judge(providers: ProvidersConfig, judges: list[str], requested: bool, models: list[str],
+                 batched: tuple[str, ...]) -> tuple[str, ...]:
     """``--batch-judge``: the judge models' providers whose judge calls go through batch APIs (the
     judge's call parks like a model turn; the pair is graded when its batch answered), or a one-line
-    :class:`UsageError` when no judge model has one or the run cannot wait on the queue."""
+    :class:`UsageError`. Every model's calls must be batched too (``batched``, already checked by
+    :func:`choose`): a pair that waited for its judge is evaluated again, and its model's turns must
+    come from its batches, not be paid for a second time."""
     if not requested:
         return ()
+    if any(parse_model_spec(m, providers).provider not in batched for m in models):
+        raise UsageError("--batch-judge needs every model's calls batched too (--batch, providers with a "
+                         "batch API): a pair that waited for its judge is evaluated again, its model's "
+                         "turns from its batches")
     chosen = batch_providers(providers, judges, requested=True, lane=None)
     if not chosen:
         raise UsageError("--batch-judge: no judge model of this run has a provider with a batch API (the "
                          "openai, azure and anthropic wire formats do)")
-    if strategy != "fanout" or not plain:
-        raise UsageError("--batch-judge needs --strategy fanout, the built-in adapter and no --cache: its "
-                         "pairs wait for their batches on the queue")
     return chosen
 
 
