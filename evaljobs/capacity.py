@@ -53,6 +53,20 @@ def check_width(width: int, label: str = "--width") -> None:
                          f"(at most {limit}: half its thread, process and memory-map limits); use a smaller width")
 
 
+def check_workers(threads: int, processes: int) -> None:
+    """Raise :class:`UsageError` (one line) unless ``processes`` worker processes of ``threads`` threads each
+    can be started here: ``evaljobs worker --processes 100000`` forked hundreds of processes before
+    Dramatiq's own start-up failed with a traceback, each process counting against the same limits."""
+    check_width(threads, "--threads")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise UsageError(f"--processes must be a whole number of at least 1, not {processes!r}")
+    limit = thread_limit()
+    if processes * (threads + 1) > limit:  # each process: its consumer threads and its main thread
+        raise UsageError(f"--processes {processes} × --threads {threads} is more threads than this machine lets "
+                         f"start (at most {limit}: half its thread, process and memory-map limits); "
+                         f"use fewer processes or threads")
+
+
 def thread_start_failed(width: int, exc: BaseException, label: str = "--width") -> UsageError:
     """The one line for a thread the kernel refused anyway (other processes took what was left)."""
     return UsageError(f"{label} {width}: the machine refused to start another thread ({exc}); "

@@ -212,3 +212,27 @@ def test_init_with_force_replaces_a_link_to_a_file_by_refusing_it(tmp_path):
     forced = CliRunner().invoke(main, ["init", str(project), "--force"])
     assert forced.exit_code == 2 and "is a symbolic link" in forced.output
     assert target.read_text(encoding="utf-8") == "mine\n"
+
+
+# --------------------------------------------------------------------------- worker: --processes, --threads, --recover-every
+
+# Checked before the broker is asked: this port answers nothing, so a check that is missing shows as
+# "cannot reach the broker" instead of the line the test expects (and no process is ever forked).
+NO_BROKER = "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--processes", "100000"], ["--processes 100000 × --threads 8 is more threads", "use fewer"]),
+    (["--threads", "100000"], ["--threads 100000 is more threads"]),
+    (["--recover-every", "nan"], ["--recover-every=nan must be a finite number"]),
+    (["--recover-every", "inf"], ["--recover-every=inf must be a finite number"]),
+])
+def test_worker_refuses_what_it_cannot_start_in_one_line_before_forking(args, fragments, tmp_path):
+    result = evaljobs("worker", "--broker", NO_BROKER, *args, cwd=tmp_path)
+    one_error_line(result, *fragments)
+
+
+def test_pool_refuses_a_non_finite_recover_every_in_one_line(tmp_path):
+    result = evaljobs("worker", "--broker", NO_BROKER, "--min", "1", "--max", "2", "--recover-every", "nan",
+                      cwd=tmp_path)
+    one_error_line(result, "--recover-every=nan must be a finite number")

@@ -20,6 +20,7 @@ import click
 from evaljobs.cli._options import (db_option, health_port_option, log_format_option, metrics_host_option,
                                    metrics_port_option, ping_redis, providers_option)
 from evaljobs import config
+from evaljobs.capacity import check_workers
 from evaljobs.config import REDIS_SCHEMES, child_environment
 
 
@@ -64,6 +65,10 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
     if lane not in ("interactive", "bulk"):
         raise click.BadParameter(f"'{lane}' is not a lane: use interactive or bulk", param_hint="--lane")
+    # One line now, not a traceback from every worker process (nan passes click's FloatRange).
+    config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)
+    if min_ is None and max_ is None:
+        check_workers(threads, processes)
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
     config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY) is one line here, not a traceback per process
     middleware_refs = _host_middleware(middleware)

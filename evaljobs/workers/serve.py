@@ -30,8 +30,7 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
         validate(min, max, idle_seconds, lane)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if recover_every < 0:
-        raise UsageError(f"--recover-every must be at least 0, not {recover_every!r}")
+    config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)  # nan passes `< 0`
     if not broker:
         raise UsageError("a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)")
     if not broker.startswith(REDIS_SCHEMES):
