@@ -87,6 +87,23 @@ def test_outcome_labels_are_bounded():
     assert outcome_of(PermanentError("undecodable response body")) == "error"
 
 
+def test_cost_and_tokens_carry_the_same_provider_and_model_labels():
+    """A PromQL join of cost and tokens by (provider, model) matches: the cost's model is not the spec."""
+    import prometheus_client as prom
+
+    from evaljobs.workers.metrics import PrometheusObserver
+
+    registry = prom.CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    observer.provider_call(telemetry.ProviderCall("vllm", "meta-llama/Llama-3-8B", "ok", 0.1, input_tokens=7))
+    observer.pair_recorded(telemetry.PairRecorded("vllm/meta-llama/Llama-3-8B@base", "passed", 0.2, 0.5))
+    observer.pair_recorded(telemetry.PairRecorded("vllm/meta-llama/Llama-3-8B", "failed", 0.2, None))
+    labels = {"provider": "vllm", "model": "meta-llama/Llama-3-8B"}
+    assert registry.get_sample_value("evaljobs_tokens_total", {**labels, "direction": "input"}) == 7
+    assert registry.get_sample_value("evaljobs_cost_dollars_total", labels) == 0.5
+    assert registry.get_sample_value("evaljobs_pairs_cost_unknown_total", labels) == 1
+
+
 def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, simulated_provider):
     """An elastic pool is one process: its members' counts are served from memory, with the fleet gauges."""
     import threading

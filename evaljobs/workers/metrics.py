@@ -44,8 +44,16 @@ QUEUE_STATES = ("ready", "in_flight", "delayed", "dead_lettered")
 ACTIVE_RUN_STATUSES = ("pending", "running")
 
 
-def _provider_of(model: str) -> str:
-    return model.split("/", 1)[0] if "/" in model else "unknown"
+def _provider_and_model(spec: str) -> tuple[str, str]:
+    """``provider/model[@label]`` as the ``provider`` and ``model`` labels the provider-call metrics use.
+
+    Why: ``evaljobs_cost_dollars_total`` and ``evaljobs_tokens_total`` share the label names
+    ``provider, model``; with the spec's ``sim/fast`` in one and ``fast`` in the other, a PromQL
+    join (cost per token, by model) matched nothing.
+    """
+    base = spec.rsplit("@", 1)[0] if "@" in spec else spec
+    provider, _, model = base.partition("/")
+    return (provider, model) if model else ("unknown", base)
 
 
 class PrometheusObserver:
@@ -93,11 +101,11 @@ class PrometheusObserver:
     def pair_recorded(self, pair: telemetry.PairRecorded) -> None:
         self.pairs.labels(pair.status, pair.model).inc()
         self.pair_duration.labels(pair.model).observe(pair.duration)
-        provider = _provider_of(pair.model)
+        provider, model = _provider_and_model(pair.model)
         if pair.cost is None:
-            self.cost_unknown.labels(provider, pair.model).inc()
+            self.cost_unknown.labels(provider, model).inc()
         else:
-            self.cost.labels(provider, pair.model).inc(pair.cost)
+            self.cost.labels(provider, model).inc(pair.cost)
 
 
 class FleetCollector(Collector):
