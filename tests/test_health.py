@@ -78,3 +78,31 @@ def test_a_stale_or_missing_process_is_not_ready(tmp_path):
     assert code == 503 and json.loads(body) == {"ready": False, "checks": {
         "consumers": "consumers: 1 of 3 worker processes consuming", "database": "ok"}}
     assert os.path.exists(tmp_path / "1.json")
+
+
+class _Waited(BaseException):
+    """Raised by the reconnect loop's sleep: the check waited for the database instead of answering."""
+
+
+@pytest.mark.postgres
+def test_readyz_says_the_database_is_down_at_once_not_after_the_reconnect_window(pg_url, postgres_server,
+                                                                                  monkeypatch):
+    """Found by running the issue's check: with PostgreSQL stopped, /readyz answered after 60 s (the
+    reconnect window), so a probe timed out instead of reading why; a scrape lost every metric likewise."""
+    from evaljobs import config, store
+    from evaljobs.store import connections
+    from evaljobs.workers.health import database_check
+    from evaljobs.workers.metrics import FleetCollector
+
+    store.connect(pg_url, reconnect_seconds=3600)
+    assert database_check() is None  # reached once: an outage from now on is what the window is for
+    postgres_server.stop()
+
+    def waited(seconds: float) -> None:
+        raise _Waited(seconds)
+
+    monkeypatch.setattr(connections.time, "sleep", waited)
+    problem = database_check()
+    assert problem is not None and problem.startswith("database: ") and "cannot reach database" in problem
+    families = list(FleetCollector(config.settings(), broker_url="").collect())  # no broker: the runs gauge only
+    assert [family.name for family in families] == ["evaljobs_runs"] and families[0].samples == []

@@ -33,7 +33,7 @@ from evaljobs.store import cache, governor_limits  # noqa: E402 - after peewee i
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, hold_connection, holding,
-                                        release_connection, upgrade)
+                                        release_connection, upgrade, without_waiting)
 from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplete, StoreError, UnexpectedPair, UnknownRun,
                                    UnknownSnapshot, redact)
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
@@ -63,7 +63,7 @@ __all__ = [
     "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "RUN_STATUSES", "FINISHED_STATUSES",
     "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
-    "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact",
+    "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact", "without_waiting",
     "save_snapshot", "load_snapshot",
     "count_runs", "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",

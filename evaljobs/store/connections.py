@@ -255,6 +255,25 @@ def _transaction() -> Iterator[peewee.Database]:
 _logger = logging.getLogger("evaljobs.store")
 
 
+_impatient = threading.local()
+
+
+@contextmanager
+def without_waiting() -> Iterator[None]:
+    """Calls in this block fail at once on a lost database instead of retrying for ``reconnect_seconds``.
+
+    Why: a caller that must answer now — a ``/readyz`` probe, a Prometheus scrape — waited out the
+    whole reconnect window (60 s) while the database was down, so the probe timed out instead of
+    saying why, and the scrape lost every other metric with it.
+    """
+    previous = getattr(_impatient, "on", False)
+    _impatient.on = True
+    try:
+        yield
+    finally:
+        _impatient.on = previous
+
+
 def _reconnecting(fn):
     """Run ``fn`` again when the database connection is lost mid-call (a restart, a failover).
 
@@ -281,7 +300,8 @@ def _reconnecting(fn):
                 return fn(*args, **kwargs)
             except (DatabaseUnavailable, peewee.OperationalError, peewee.InterfaceError) as exc:
                 db = database.obj
-                if db is None or not getattr(db, "evaljobs_reached", False) or not _is_outage(db, exc):
+                if db is None or not getattr(db, "evaljobs_reached", False) or not _is_outage(db, exc) \
+                        or getattr(_impatient, "on", False):
                     raise
                 reason = " ".join(str(exc).split()) or type(exc).__name__
                 now = time.monotonic()

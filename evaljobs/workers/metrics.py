@@ -123,10 +123,12 @@ class FleetCollector(Collector):
         runs = GaugeMetricFamily("evaljobs_runs", "Runs pending or running (from the database).",
                                  labels=["status"])
         try:
-            for name, count in store.count_runs(ACTIVE_RUN_STATUSES).items():
+            with store.without_waiting():  # a scrape answers now, with the other metrics, while the database is down
+                counts = store.count_runs(ACTIVE_RUN_STATUSES)
+            for name, count in counts.items():
                 runs.add_metric([name], count)
-        except store.StoreError as exc:
-            logger.warning("metrics: cannot count runs: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a lost connection (any driver error) must not fail the scrape
+            logger.warning("metrics: cannot count runs: %s", store.redact(str(exc)))
         yield runs
         url = self.broker_url
         if not url.startswith(REDIS_SCHEMES):
