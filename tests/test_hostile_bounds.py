@@ -232,6 +232,13 @@ def test_worker_refuses_what_it_cannot_start_in_one_line_before_forking(args, fr
     one_error_line(result, *fragments)
 
 
+@pytest.mark.parametrize("command", [["worker"], ["pool"]])
+def test_a_pool_wider_than_the_machine_can_start_is_one_line(command, tmp_path):
+    """--min/--max 100000 on a real broker started about 2,000 member threads and hung there."""
+    result = evaljobs(*command, "--broker", NO_BROKER, "--min", "1", "--max", "100000", cwd=tmp_path)
+    one_error_line(result, "--max 100000 is more threads", f"at most {thread_limit()}")
+
+
 def test_pool_refuses_a_non_finite_recover_every_in_one_line(tmp_path):
     result = evaljobs("worker", "--broker", NO_BROKER, "--min", "1", "--max", "2", "--recover-every", "nan",
                       cwd=tmp_path)

@@ -69,6 +69,11 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
     config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)
     if min_ is None and max_ is None:
         check_workers(threads, processes)
+    else:
+        from evaljobs.workers.serve import check_pool_arguments  # start-up time (module docstring)
+
+        check_pool_arguments(min_ if min_ is not None else 1, max_ if max_ is not None else max(min_ or 1, 8),
+                             idle_seconds, lane, broker, recover_every)
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
     config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY) is one line here, not a traceback per process
     middleware_refs = _host_middleware(middleware)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evaljobs import config, store
+from evaljobs.capacity import check_width
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import UsageError, one_line
 from evaljobs.pipeline.broker import configure as bind_broker
@@ -31,6 +32,7 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)  # nan passes `< 0`
+    check_width(max, "--max")  # a member is a thread: --min/--max 100000 started ~2,000 and hung
     if not broker:
         raise UsageError("a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)")
     if not broker.startswith(REDIS_SCHEMES):
