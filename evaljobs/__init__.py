@@ -10,6 +10,18 @@ workers and command-line startup.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use (below)
+    from evaljobs.api import Session
+    from evaljobs.catalog import Catalog, CatalogError, Scenario, Tool, load_catalog
+    from evaljobs.catalog.modelspec import ModelSpec, parse_model_spec
+    from evaljobs.config import Settings
+    from evaljobs.errors import EvaljobsError, UsageError
+    from evaljobs.evaluation.adapters import Adapter
+    from evaljobs.evaluation.replay import Replay, ToolCall
+    from evaljobs.evaluation.result import Result
+    from evaljobs.simulated import SimulatedProvider
 
 __version__ = "0.1.0"
 
@@ -35,7 +47,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'evaljobs' has no attribute {name!r}")

@@ -12,6 +12,9 @@
 A session binds a database and (for queued strategies) a broker for this
 process; on the in-process broker it also runs the workers, so whatever it
 queues (a run, a rerun, a recovery) is evaluated here.
+
+The module stays whole: :class:`Session` is the one face the CLI and hosts call, each method a
+short delegation to the package that does the work, and docs/api.md is generated from it.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
 from evaljobs.reports.render import FORMATS, render
-from evaljobs.providers.preflight import ProviderProblems, problems
+from evaljobs.providers import ProviderProblems, problems
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
@@ -297,6 +300,47 @@ class Session:
             return store.get_run(run.id)
         return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
 
+    def follows(self, strategy: str, wait: bool | None = None) -> bool:
+        """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
+
+        In-process strategies always finish inside the call; queued ones are followed on the
+        in-process broker (this session's workers do the work) and, on Redis, only when asked.
+        """
+        if strategy not in strategies.QUEUED:
+            return True
+        return wait if wait is not None else self.binding().is_memory
+
+    def run(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
+            wait: bool | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
+            idle: Callable[[], str | None] | None = None,
+            on_submit: Callable[[store.RunInfo], None] | None = None,
+            timeout: float | None = None, poll: float = 5.0, **options: Any) -> store.RunInfo:
+        """:meth:`submit`, then follow the run to its report, inline and queued runs alike.
+
+        ``on_event`` hears every progress event of the run: an in-process run's events as
+        its pairs finish, a queued run's through :meth:`wait` (a ``Progress`` is also fed
+        the database's numbers). ``on_submit(info)`` is called once the run exists, before it
+        is followed. A queued run on Redis is followed only with ``wait=True``
+        (:meth:`follows`); otherwise the submitted run is returned at once. ``options`` are
+        :meth:`submit`'s. Hold the result to a threshold with :meth:`RunInfo.gate`.
+        """
+        inline = strategy not in strategies.QUEUED
+        if inline and on_event is not None:
+            # the in-process strategies finish inside submit: the listener hears their events
+            from evaljobs.pipeline import events  # start-up time: only a followed inline run
+
+            events.add_listener(on_event)
+        try:
+            info = self.submit(catalog, models, strategy=strategy, **options)
+        finally:
+            if inline and on_event is not None:
+                events.remove_listener(on_event)
+        if on_submit is not None:
+            on_submit(info)
+        if inline or not self.follows(strategy, wait):
+            return info
+        return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
+
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
              on_event: Callable[[dict[str, Any]], None] | None = None,
              idle: Callable[[], str | None] | None = None) -> store.RunInfo:
@@ -323,6 +367,7 @@ class Session:
         strategy (:mod:`evaljobs.pipeline.rerun`; ``batch`` True/False: a batch run or not, None: as the
         original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
@@ -330,7 +375,7 @@ class Session:
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
         if reuse:
-            from evaljobs.pipeline import reuse as reusing
+            from evaljobs.pipeline import reuse as reusing  # start-up time: only a rerun that reuses
         source = reusing.source_of(reuse, original.catalog_name) if reuse else None
         new = reruns.create_rerun(run_id, which, batch=batch)
         self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
@@ -343,6 +388,7 @@ class Session:
         return once ``start_run`` is sent (on the in-process broker, this
         session's workers evaluate it: :meth:`wait` for it).
         """
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
         if run.strategy in strategies.QUEUED:
@@ -371,6 +417,7 @@ class Session:
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline.recovery import recover as recover_runs
 
         actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
@@ -386,9 +433,7 @@ class Session:
 
     def resolve(self, run_id: str) -> str:
         """The run id ``run_id`` names: ``latest``, an id, or a unique prefix of one (see store.lookup)."""
-        from evaljobs.store.lookup import resolve_run_id
-
-        return resolve_run_id(run_id)
+        return store.resolve_run_id(run_id)
 
     def runs(self, limit: int = 20) -> list[store.RunInfo]:
         return store.list_runs(limit=limit)
@@ -442,6 +487,7 @@ class Session:
         if base.digest != info.digest and on_note is not None:
             on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
                     "pairs are matched by scenario key and model")
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.reports.compare import compare as compare_sides
 
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
@@ -452,6 +498,7 @@ class Session:
              queues: Sequence[str] = (), recover_every: float = 0.0,
              stop: threading.Event | None = None) -> dict:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
 
         return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=self.broker_url or "",
@@ -491,6 +538,7 @@ REPORT_FORMATS = FORMATS
 def __getattr__(name: str) -> Any:
     """``run_pool``, exported here and imported on first use (start-up time)."""
     if name == "run_pool":
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
 
         return run_pool

@@ -232,7 +232,7 @@ def cache() -> None:
 def cache_clear(older_than, as_json, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
     from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.providers.cache import parse_duration
+    from evaljobs.providers import parse_duration
 
     age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     store.connect(db)

@@ -28,7 +28,7 @@ def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
     from evaljobs.catalog.modelspec import load_providers  # start-up time of `evaljobs --help`
     from evaljobs.config import secret
-    from evaljobs.providers.preflight import provider_problems
+    from evaljobs.providers import provider_problems
 
     config = load_providers(providers)
     rows = []
@@ -71,8 +71,8 @@ def providers_check(models, providers, timeout, as_json) -> None:
     Exits 1 when any call failed, 2 when a model names no known provider.
     """
     from evaljobs.catalog.modelspec import load_providers, parse_model_spec  # start-up time of `--help`
-    from evaljobs.providers.client import close_clients
-    from evaljobs.providers.preflight import probe, probe_models
+    from evaljobs.providers import close_clients
+    from evaljobs.providers import probe, probe_models
 
     config = load_providers(providers)
     if models:

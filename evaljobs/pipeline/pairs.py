@@ -44,8 +44,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
-from evaljobs.providers.batched import InBatch, for_pair
-from evaljobs.providers.errors import RateLimited, TransientError
+from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
 
 logger = logging.getLogger("evaljobs.pairs")
 

@@ -14,8 +14,8 @@ from evaljobs import config
 from evaljobs.pipeline import context
 from evaljobs.evaluation.adapters import Adapter, load_adapter
 from evaljobs.evaluation.judge import ProviderJudge
-from evaljobs.providers.cache import ResponseCache, default_ttl
-from evaljobs.providers.calls import ProviderCalls
+from evaljobs.providers import ResponseCache, default_ttl
+from evaljobs.providers import ProviderCalls
 from evaljobs.store import cache as store_cache
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, load_providers, parse_model_spec
 from evaljobs.evaluation.retry import RetryPolicy

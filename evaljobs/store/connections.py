@@ -327,3 +327,20 @@ def _is_outage(db: peewee.Database, exc: Exception) -> bool:
         return True  # connection lost, admin shutdown, serialization failure, deadlock: all transient
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+def is_sqlite() -> bool:
+    """True when this process's database is SQLite.
+
+    Readers that page by row id ask this: on SQLite (one writer) ids become visible in
+    order, so "after id N" misses nothing; on PostgreSQL a lower id can commit after a
+    higher one, so they look back a little.
+    """
+    return isinstance(_bound(), peewee.SqliteDatabase)
+
+
+#: This thread's connection for one call, as every store function holds it (reused if already open,
+#: handed back after): for a host or a test that reads the tables directly.
+connection = _connection
+#: Retry a function of short, idempotent statements through a lost connection (see ``_reconnecting``).
+reconnecting = _reconnecting

@@ -161,6 +161,7 @@ _mcp_import_lock = threading.Lock()
 
 def _import_mcp(done: concurrent.futures.Future) -> None:
     try:
+        # the optional 'mcp' extra
         import evaljobs.tools.mcp as module
     except ImportError:
         done.set_exception(LiveToolError(str(MissingExtra("mcp"))))

@@ -219,6 +219,7 @@ class Pages:
 
     def fleet(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the fleet page only
         from evaljobs.view.live import fleet_status
 
         return self._render(request, "fleet.html", status=fleet_status(self.config),
