@@ -100,3 +100,38 @@ def test_a_providers_file_is_the_sessions_setting_and_never_written_to_the_envir
         Session(db=sqlite_url, providers=str(tmp_path / "missing.yaml"))
     assert config.settings() is configured  # a session that never opened changes nothing
     assert dict(os.environ) == environ
+
+
+def test_run_follows_inline_and_queued_runs_alike_and_tells_each_event(session):
+    catalog = loads_catalog(CATALOG, source="api.yaml")
+    for strategy in ("sequential", "fanout"):
+        heard, submitted = [], []
+        info = session.run(catalog, ["sim/a"], strategy=strategy, on_event=heard.append,
+                           on_submit=submitted.append, timeout=60)
+        assert [s.id for s in submitted] == [info.id] and submitted[0].report is None or strategy == "sequential"
+        assert info.report is not None and info.persisted == 3, strategy
+        done = [e for e in heard if e.get("type") == "result"]
+        assert len(done) == 3, (strategy, heard)
+
+
+def test_the_gate_decides_the_exit_a_cli_only_maps(session):
+    catalog = loads_catalog(CATALOG, source="api.yaml")
+    info = session.run(catalog, ["sim/a"], strategy="sequential")  # 2 of 3 pass
+    assert info.gate() == info.gate(None, "ci") and info.gate().passed and info.gate().exit_code == 0
+    ok = info.gate(0.6)
+    assert ok.passed and ok.lines == ("OK: pass rate 66.7% meets --fail-under 60.0%",)
+    low = info.gate(0.9)
+    assert (low.passed, low.exit_code, low.lines) == (False, 1, ("FAIL: pass rate 66.7% is under --fail-under 90.0%",))
+    ci = info.gate(0.5, "ci")  # 2/3 has a 95% Wilson lower bound near 21%
+    assert not ci.passed and ci.lines[0].startswith("FAIL: sim/a: 95% CI lower bound 20.8%")
+    broken = loads_catalog("name: api\nscenarios:\n  - key: a\n    prompt: \"[sim: status 400 no such thing]\"\n"
+                           "    expect: {contains: [x]}\n", source="broken.yaml")
+    failed = session.run(broken, ["sim/a"], strategy="sequential")
+    assert failed.status == "failed"
+    verdict = failed.gate()  # every pair errored: nothing was evaluated, whatever the threshold
+    assert verdict.exit_code == 1 and verdict.lines[0].startswith(
+        f"error: run {failed.id} failed: all 1 pairs errored (first: ") and "no such thing" in verdict.lines[0]
+    pending = store.create_run(catalog, ["sim/a"], strategy="fanout")
+    assert store.get_run(pending.id).gate().passed
+    assert store.get_run(pending.id).gate(0.5).lines == (
+        f"FAIL: run {pending.id} has no report to hold to --fail-under 50.0%",)

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
+from evaljobs.cli._options import (EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
                                    json_option, providers_option, width_option)
 from evaljobs.cli._follow import follow_progress
 from evaljobs.config import REDIS_SCHEMES
@@ -126,7 +126,7 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
     """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
 
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
-    pair of the new run errored, like ``run``.
+    pair of the new run errored, like ``run`` (``RunInfo.gate`` decides).
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline import events
@@ -153,7 +153,6 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
             finally:
                 events.remove_listener(progress)
             finish(info, gate, as_json=as_json)
-            _fail_if_all_errored(info)
             return
         session.start(new)
         if not (wait if wait is not None else session.binding().is_memory):
@@ -161,18 +160,6 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
             return
         info = session.wait(new.id, on_event=progress, idle=idle)
         finish(info, gate, as_json=as_json)
-        _fail_if_all_errored(info)
-
-
-def _fail_if_all_errored(info) -> None:
-    """Exit 1 when nothing was evaluated (every pair errored), as ``run`` does."""
-    from evaljobs import store  # start-up time (see the module docstring)
-
-    if info.status == "failed":
-        first = next((r.error for r in store.list_results(info.id) if r.error), "") or ""
-        click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
-                   err=True)
-        sys.exit(EXIT_GATE)
 
 
 # -- recover ----------------------------------------------------------------------------------
