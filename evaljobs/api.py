@@ -154,6 +154,10 @@ class Session:
         self.import_warnings: list[str] = []
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
+        if self._host_broker is not None:
+            # Declared now, not at the first submit: a host worker process that only builds the
+            # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
+            self.binding()
 
     # -- context -------------------------------------------------------------------------------
     @property
@@ -493,6 +497,45 @@ class Session:
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
+    # -- catalogs, the cache and the fleet ----------------------------------------------------------
+    @staticmethod
+    def check_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
+                      include_production_only: bool = False, lenient: bool = False,
+                      grader: str | None = None,
+                      fields: Sequence[str] | dict[str, str] | None = None) -> "CatalogCheck":
+        """Validate a catalog (native or imported) without running it: what ``evaljobs catalog check`` prints.
+
+        A static method: checking a catalog opens no database and binds no broker. Live MCP
+        tools are listed from their servers, as a run would (an explicit step: parsing does no
+        I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
+        """
+        if not Path(path).exists():
+            raise UsageError(f"catalog file '{path}' does not exist")
+        imported = load_any(str(path), format=format, include_production_only=include_production_only,
+                            lenient=lenient, grader=grader, fields=fields)
+        require_for_catalog(imported.data, source=str(path))
+        source = (read_catalog(path) if imported.format == "native"
+                  else CatalogSource(source=str(path), data=imported.data))
+        cat = parse_source(expand_source(source), providers=runtime.providers(providers))
+        return CatalogCheck(path=str(path), format=imported.format, name=cat.name, scenarios=len(cat.scenarios),
+                            excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
+                            warnings=list(imported.warnings))
+
+    def clear_cache(self, older_than: float | None = None) -> int:
+        """Delete cached provider answers (all, or those written more than ``older_than`` seconds ago)."""
+        return store.cache_clear(older_than)
+
+    def status(self, *, queues: Sequence[str] = (), window: float | None = None) -> Any:
+        """Active runs, queue depths, workers seen, governor budgets and pools (``evaljobs status``).
+
+        Returns a :class:`evaljobs.workers.status.Status`; its ``verdict()`` says whether the
+        broker could be read (a monitoring script must see an outage in the exit code).
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.workers.status import collect
+
+        return collect(self.broker_url if self._host_broker is None else None, queues=queues, window=window)
+
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
              queues: Sequence[str] = (), recover_every: float = 0.0,
@@ -525,6 +568,25 @@ class Session:
 
 
 @dataclass
+class CatalogCheck:
+    """What :meth:`Session.check_catalog` found: the catalog's name, size, digest and how it was imported."""
+
+    path: str
+    format: str
+    name: str
+    scenarios: int
+    excluded: int
+    digest: str
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``catalog check --json`` prints (warnings go to stderr, not here)."""
+        return {"path": self.path, "format": self.format, "name": self.name, "scenarios": self.scenarios,
+                "excluded": self.excluded, "digest": self.digest, "counts": self.counts}
+
+
+@dataclass
 class Recovery:
     """What :meth:`Session.recover` did: one line per action, and the runs it touched (as they are now)."""
 
@@ -545,4 +607,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Session", "Recovery", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]
+__all__ = ["Session", "Recovery", "CatalogCheck", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]

@@ -17,7 +17,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import runtime
-from helpers import abc_catalog_yaml
+from helpers import abc_catalog_yaml, free_port
 
 CATALOG = abc_catalog_yaml("api", failing="b")
 
@@ -135,3 +135,24 @@ def test_the_gate_decides_the_exit_a_cli_only_maps(session):
     assert store.get_run(pending.id).gate().passed
     assert store.get_run(pending.id).gate(0.5).lines == (
         f"FAIL: run {pending.id} has no report to hold to --fail-under 50.0%",)
+
+
+def test_check_catalog_clear_cache_and_status_are_library_calls(session, sqlite_url, tmp_path):
+    path = tmp_path / "api.yaml"
+    path.write_text(CATALOG)
+    checked = Session.check_catalog(path)  # no database, no broker
+    assert (checked.format, checked.name, checked.scenarios, checked.excluded) == ("native", "api", 3, 0)
+    assert checked.digest == loads_catalog(CATALOG, source=str(path)).digest
+    assert checked.to_dict()["digest"] == checked.digest
+    with pytest.raises(UsageError, match="does not exist"):
+        Session.check_catalog(tmp_path / "nowhere.yaml")
+    for key in ("k1", "k2"):
+        store.cache.put(key, "answer", provider="sim", model="a")
+    assert session.clear_cache(3600.0) == 0  # both were written just now
+    assert session.clear_cache() == 2 and session.clear_cache() == 0
+    status = session.status()
+    assert status.verdict() == status.verdict() and status.verdict().passed
+    assert any("in-process broker" in note for note in status.notes)
+    with Session(db=sqlite_url, broker=f"redis://127.0.0.1:{free_port()}/0") as unreachable:
+        verdict = unreachable.status().verdict()  # the database half is still read; the exit says Redis is out
+    assert verdict.exit_code == 2 and verdict.lines[0].startswith("error: cannot read redis://127.0.0.1:")

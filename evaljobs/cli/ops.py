@@ -8,11 +8,10 @@ API is imported inside the commands (start-up time of ``evaljobs --help``).
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-from evaljobs.cli._options import (EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
+from evaljobs.cli._options import (broker_option, conclude, db_option, fail_under_option, finish,
                                    json_option, providers_option, width_option)
 from evaljobs.cli._follow import follow_progress
 from evaljobs.config import REDIS_SCHEMES
@@ -68,19 +67,16 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
 @broker_option
 def status(as_json, queues, window, db, broker) -> None:
     """Active runs with progress, queue depths, workers seen recently, governor budgets and pools."""
-    from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.workers.status import collect, render
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.workers.status import render
 
-    store.connect(db)
-    info = collect(broker, queues=queues, window=window)
+    with Session(db=db, broker=broker) as session:
+        info = session.status(queues=queues, window=window)
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
         click.echo(render(info), nl=False)
-    unreadable = [note for note in info.notes if note.startswith("cannot read ")]
-    if unreadable:  # what it could read is shown above; a monitoring script must still see the outage
-        click.echo(f"error: {unreadable[0]}", err=True)
-        sys.exit(EXIT_USAGE)
+    conclude(info.verdict())  # what it could read is shown above; a monitoring script must still see an outage
 
 
 # -- cancel -----------------------------------------------------------------------------------
@@ -218,12 +214,12 @@ def cache() -> None:
 @db_option
 def cache_clear(older_than, as_json, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
-    from evaljobs import store  # start-up time (see the module docstring)
+    from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.providers import parse_duration
 
     age = parse_duration(older_than, what="--older-than") if older_than is not None else None
-    store.connect(db)
-    removed = store.cache_clear(age)
+    with Session(db=db) as session:
+        removed = session.clear_cache(age)
     if as_json:
         click.echo(json.dumps({"removed": removed, "older_than": older_than}))
         return

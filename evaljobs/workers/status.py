@@ -33,10 +33,11 @@ import redis
 
 from evaljobs import config, store
 from evaljobs.config import REDIS_SCHEMES
-from evaljobs.errors import one_line
+from evaljobs.errors import EXIT_USAGE, one_line
 from evaljobs.pipeline.broker import queue_name
 from evaljobs.store import batches as stored_batches
 from evaljobs.governor import Governor
+from evaljobs.reports.gate import Verdict
 from evaljobs.workers.records import read_pools as pools_of
 
 DRAMATIQ_NAMESPACE = "dramatiq"
@@ -92,6 +93,14 @@ class Status:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def verdict(self) -> Verdict:
+        """Exit 2 when the broker could not be read: what could be read is still shown, but a
+        monitoring script must see the outage."""
+        unreadable = [note for note in self.notes if note.startswith("cannot read ")]
+        if unreadable:
+            return Verdict(False, (f"error: {unreadable[0]}",), EXIT_USAGE)
+        return Verdict(True)
 
 
 def heartbeat_window() -> float:
