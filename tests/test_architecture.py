@@ -1,6 +1,6 @@
 """The architecture, checked from the source with ``ast`` (nothing is imported or run).
 
-DESIGN.md ("Packages and who may import whom") states the rules; this module
+docs/internals.md ("Packages and who may import whom") states the rules; this module
 enforces them, so a change that breaks one fails here with the file and line
 to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
@@ -67,7 +67,7 @@ CONFIG_MODULE = "evaljobs.config"
 IO_LIBRARIES = ("dramatiq", "redis", "peewee", "httpx", "mcp")
 #: The pure parts: a module is one of them if its name is, or starts with, one of these.
 PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.reports")
-#: The layers, bottom first (DESIGN.md: cli → bench → api / workers → pipeline → reports / store →
+#: The layers, bottom first (docs/internals.md: cli → bench → api / workers → pipeline → reports / store →
 #: evaluation → providers → catalog, middleware beside catalog). A module may import its own
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
@@ -86,7 +86,7 @@ LAYERS = (
 )
 _PLACES_ONLY_ITSELF = {"evaljobs", "evaljobs.__main__"}
 MAX_LINES = 500
-#: Packages whose ``__init__`` is their one public face (DESIGN.md: "Each subpackage shows one public face").
+#: Packages whose ``__init__`` is their one public face (docs/internals.md, "Packages and who may import whom").
 FACES = ("evaljobs.store", "evaljobs.governor", "evaljobs.providers")
 #: Where an in-function import of our own modules needs no comment: the commands load what they run.
 LATE_IMPORTS_FREE = ("evaljobs.cli",)
@@ -194,7 +194,7 @@ def upward_imports(modules: dict[str, Module], layers=LAYERS) -> list[str]:
         own = layer_of(name, layers)
         if own is None:
             lines.append(f"{module.shown}: {name} has no layer: add its package to LAYERS in "
-                         "tests/test_architecture.py (and to DESIGN.md's picture)")
+                         "tests/test_architecture.py (and to docs/internals.md's picture)")
             continue
         for imp in imports_of(module, modules):
             target = layer_of(imp.target, layers) if imp.target in modules else None

@@ -1,6 +1,6 @@
 """Fan-out on the in-process broker: Dramatiq's StubBroker driven by a real Worker.
 
-Each DESIGN.md invariant about the barrier is exercised here with real worker
+Each invariant about the barrier (docs/internals.md, "Invariants") is exercised here with real worker
 threads, a real SQLite file and real HTTP to the simulated provider; the same
 invariants are checked against Redis, PostgreSQL and worker processes in
 test_fanout_redis.py.
