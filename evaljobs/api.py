@@ -31,9 +31,9 @@ from evaljobs.capacity import check_width
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
-from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select
-from evaljobs.errors import UsageError
+from evaljobs.errors import Interrupted, UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, runtime, strategies
@@ -115,6 +115,11 @@ def capture_context(providers: Sequence) -> dict[str, Any] | None:
     return values or None
 
 
+#: How long (ms) a pair already in hand may take to land when a run is interrupted; past it the
+#: process exits without it (the pair is missing, and ``recover`` evaluates it again).
+STOP_GRACE_MS = 1000
+
+
 #: The ContextMiddleware's default cap, checked before a run exists so an oversized context leaves no run.
 CONTEXT_MAX_BYTES = 8192
 
@@ -122,19 +127,28 @@ CONTEXT_MAX_BYTES = 8192
 class Session:
     """Binds a database and (for queued strategies) a broker for one process."""
 
-    def __init__(self, *, db: str | None = None, broker: "str | dramatiq.Broker | None" = None, width: int = 8,
+    def __init__(self, *, settings: config.Settings | None = None, db: str | None = None,
+                 broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
                  context_providers: Sequence | None = None):
+        """``settings``: this process's settings from now on (every ``EVALJOBS_*`` value, explicitly);
+        without them, the environment as it is now: a variable changed since the settings were read
+        is honoured (:func:`evaljobs.config.honour_environment`), an unusable one refused in one line.
+        ``db``, ``broker`` and ``providers`` override the settings' database, broker and providers file.
+        """
         check_width(width)  # bounded by what the machine can start: one line, not an abort mid-run
         shield_from_frozen_time()  # a host's freezegun must not freeze our delays and deadlines
-        # The providers file becomes this process's setting (as EVALJOBS_PROVIDERS would be), so the
-        # in-process workers read the same one; never written to os.environ. Set only when it changes:
-        # new settings rebuild the worker context (its governor and what it learned).
+        # The settings (and the providers file) become this process's, so the in-process workers read
+        # the same ones; never written to os.environ. Replaced only when they change: new settings
+        # rebuild the worker context (its governor and what it learned).
         self._previous_settings = config.configured()
         self.providers_path = str(providers) if providers else None
-        self._configured = bool(providers) and config.settings().providers_path != self.providers_path
+        wanted = settings if settings is not None else config.honour_environment()
+        if self.providers_path and wanted.providers_path != self.providers_path:
+            wanted = wanted.replace(providers_path=self.providers_path)
+        self._configured = wanted is not config.configured()
         if self._configured:
-            config.configure(self._previous_settings, providers_path=self.providers_path)
+            config.configure(wanted)
         try:
             self.providers = runtime.providers(providers)
             store.connect(db)
@@ -154,6 +168,7 @@ class Session:
         self.import_warnings: list[str] = []
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
+        self._submitted: str | None = None
         if self._host_broker is not None:
             # Declared now, not at the first submit: a host worker process that only builds the
             # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
@@ -280,11 +295,16 @@ class Session:
         batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
         judged = batching.choose_judge(self.providers, judges, batch_judge, specs, batched)
         batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
+        try:  # the providers file travels with the run (variable names only): every worker uses it
+            stored_providers = storable_definition(self.providers)
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
                                        pairs_per_message=batch if batch > 1 else None,
-                                       batch=batched or None, batch_judge=judged or None)
+                                       batch=batched or None, batch_judge=judged or None,
+                                       providers=stored_providers)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
@@ -297,6 +317,7 @@ class Session:
             options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
+        self._submitted = run.id  # what an interrupt marks (see run)
         self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
@@ -334,16 +355,43 @@ class Session:
             from evaljobs.pipeline import events  # start-up time: only a followed inline run
 
             events.add_listener(on_event)
+        self._submitted = None
         try:
             info = self.submit(catalog, models, strategy=strategy, **options)
+            if on_submit is not None:
+                on_submit(info)
+            if inline or not self.follows(strategy, wait):
+                return info
+            return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
+        except KeyboardInterrupt:  # SIGINT (and SIGTERM, which the CLI turns into one)
+            raise self._interrupted() from None
         finally:
             if inline and on_event is not None:
                 events.remove_listener(on_event)
-        if on_submit is not None:
-            on_submit(info)
-        if inline or not self.follows(strategy, wait):
-            return info
-        return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
+
+    def _interrupted(self) -> Interrupted:
+        """Stop taking new pairs, keep what finished, and say how to go on (one line).
+
+        The run's pairs are done by this process when its strategy is in-process or its broker is
+        the in-process one: they stop (a pair in hand gets :data:`STOP_GRACE_MS` to land), and the
+        run is marked ``interrupted`` for ``recover`` to resume. On Redis the workers elsewhere go
+        on: only the following stops, and the line says how to follow again.
+        """
+        run_id = self._submitted
+        if run_id is None:
+            return Interrupted("interrupted before a run was created: nothing to resume")
+        binding, info = self._binding, store.get_run(run_id)
+        if binding is not None and not binding.is_memory and info.strategy in strategies.QUEUED:
+            return Interrupted(f"stopped following run {run_id} ({info.persisted}/{info.expected} pairs so far); "
+                               f"its workers go on: `evaljobs watch {run_id}`")
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.stop(timeout=STOP_GRACE_MS)
+        store.interrupt(run_id)
+        info = store.get_run(run_id)
+        if info.status != store.INTERRUPTED:  # its last pair landed while it stopped: it is finished
+            return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): `evaljobs show {run_id}`")
+        return Interrupted(store.resume_line(info))
 
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
              on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -381,7 +429,11 @@ class Session:
         if reuse:
             from evaljobs.pipeline import reuse as reusing  # start-up time: only a rerun that reuses
         source = reusing.source_of(reuse, original.catalog_name) if reuse else None
-        new = reruns.create_rerun(run_id, which, batch=batch)
+        try:  # a providers file given to this session replaces the one stored with the original run
+            given = storable_definition(self.providers) if self.providers_path else None
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
+        new = reruns.create_rerun(run_id, which, batch=batch, providers=given)
         self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 

@@ -12,7 +12,9 @@ commands that use them).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -249,6 +251,24 @@ def fail_under_option(fn):
     return click.option("--fail-under", "gate", default=None, metavar="RATE",
                         callback=lambda ctx, param, text: rate(text),
                         help="Exit 1 when the pass rate is under RATE (0.9 or 90%).")(fn)
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises ``KeyboardInterrupt`` inside the block, as SIGINT does, so ``Session.run`` stops
+    taking pairs, keeps what finished and says how to resume whichever signal stopped it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (a host calling main() from another one)
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def gate_mode() -> str:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import click
 
 from evaljobs.cli._options import (broker_option, db_option, fail_under_option, finish,
-                                   import_options, providers_option, width_option)
+                                   import_options, providers_option, sigterm_interrupts, width_option)
 from evaljobs.cli._follow import follow_progress
 from evaljobs.redact import redact
 
@@ -110,11 +110,12 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
                        f"= {info.expected} pairs ({strategy}, broker {broker_text})", err=True)
 
-        info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress, idle=idle,
-                           on_submit=submitted, adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
-                           time_limit=time_limit, cache=cache, epochs=epochs,
-                           cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
-                           allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)
+        with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
+            info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress, idle=idle,
+                               on_submit=submitted, adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
+                               time_limit=time_limit, cache=cache, epochs=epochs,
+                               cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
+                               allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)
         if not session.follows(strategy, wait):
             click.echo(info.id)
             return

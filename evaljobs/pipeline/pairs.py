@@ -146,14 +146,15 @@ class RunPlan:
         through provider batches for a batch run)."""
         if self._adapter is None:
             self._adapter = runtime.adapter(self.settings.adapter, cache=bool(self.settings.cache),
-                                            batch=self.settings.batch or ())
+                                            batch=self.settings.batch or (),
+                                            providers_config=runtime.run_providers(self.settings))
         return self._adapter
 
     def spec(self, model: str) -> ModelSpec:
         """The model spec of one of the run's models (parsed against the providers file once)."""
         found = self._specs.get(model)
         if found is None:
-            found = self._specs[model] = runtime.model_spec(model)
+            found = self._specs[model] = runtime.model_spec(model, runtime.run_providers(self.settings))
         return found
 
     def max_retries(self, model: str) -> int:

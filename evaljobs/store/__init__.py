@@ -41,9 +41,10 @@ from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplet
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
                                     missing_pairs, pair_state, pair_statuses, progress, record_result,
                                     record_results, recorded_among)
-from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, list_runs, mark_running,
-                                 set_status, take_judge_call)
-from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, PARTIAL, PENDING,
+from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, interrupt, list_runs,
+                                 mark_running, resume_line, set_status, take_judge_call)
+from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL, PENDING,
+                                   UNFINISHED_STATUSES,
                                    RUN_STATUSES, RUNNING, SCHEMA_VERSION, ResultRow, Run, SchemaVersion, Snapshot,
                                    database)
 from evaljobs.store.lookup import resolve_run_id
@@ -57,7 +58,8 @@ cache_clear = cache.clear
 
 __all__ = [
     "DEFAULT_URL", "PG_CONNECT_TIMEOUT", "RECONNECT_SECONDS", "SQLITE_BUSY_SECONDS", "SCHEMA_VERSION",
-    "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "RUN_STATUSES", "FINISHED_STATUSES",
+    "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "INTERRUPTED", "RUN_STATUSES",
+    "FINISHED_STATUSES", "UNFINISHED_STATUSES", "interrupt", "resume_line",
     "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
     "connect", "connection", "reconnecting", "is_sqlite", "upgrade", "hold_connection", "holding", "release_connection", "redact",
