@@ -42,6 +42,7 @@ from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
+from evaljobs.reports.gate import Verdict
 from evaljobs.reports.render import FORMATS, render
 from evaljobs.providers import ProviderProblems, problems
 
@@ -573,6 +574,38 @@ class Session:
                             excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
                             warnings=list(imported.warnings))
 
+    @staticmethod
+    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None, timeout: float = 30.0,
+                             on_probe: Callable[[Any], None] | None = None) -> "ProviderCheck":
+        """One minimal real call per model (``evaljobs providers check``): its latency, or the exact error.
+
+        Without ``models``, the first priced model of each provider that is ready (its key set).
+        ``on_probe(probe)`` is told each outcome as it comes (a slow provider shows the rest first).
+        An unknown provider in ``models`` is a ``UsageError``; the returned check's ``verdict()``
+        fails when a call failed or no provider was ready to call.
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.providers import close_clients, probe, probe_models
+
+        config_ = runtime.providers(providers)
+        notes: list[str] = []
+        if models:
+            try:
+                specs = [parse_model_spec(text, config_).spec for text in models]
+            except ModelSpecError as exc:
+                raise UsageError(str(exc)) from None
+        else:
+            specs, notes = probe_models(config_)
+        probes = []
+        try:
+            for spec in specs:
+                probes.append(probe(config_, spec, timeout=timeout))
+                if on_probe is not None:
+                    on_probe(probes[-1])
+        finally:
+            close_clients()
+        return ProviderCheck(probes=probes, notes=notes)
+
     def clear_cache(self, older_than: float | None = None) -> int:
         """Delete cached provider answers (all, or those written more than ``older_than`` seconds ago)."""
         return store.cache_clear(older_than)
@@ -639,6 +672,27 @@ class CatalogCheck:
 
 
 @dataclass
+class ProviderCheck:
+    """What :meth:`Session.check_providers_live` found: one probe per model, and notes on the choice."""
+
+    probes: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Any]:
+        return [p for p in self.probes if p.error is not None]
+
+    def verdict(self) -> Verdict:
+        if not self.probes:
+            return Verdict.failed("no provider is ready to call (see `evaljobs providers list`); "
+                                  "pass -m provider/model")
+        if self.failed:
+            n = len(self.probes)
+            return Verdict.failed(f"{len(self.failed)} of {n} model{'s' if n != 1 else ''} failed")
+        return Verdict(True)
+
+
+@dataclass
 class Recovery:
     """What :meth:`Session.recover` did: one line per action, and the runs it touched (as they are now)."""
 
@@ -659,4 +713,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Session", "Recovery", "CatalogCheck", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]
+__all__ = ["Session", "Recovery", "CatalogCheck", "ProviderCheck", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]

@@ -26,6 +26,8 @@ setting nobody can find:
   stay whole (the words "stays whole" or "kept whole" and a reason);
 * no test module imports another test module (or conftest): what tests share
   lives in ``tests/helpers/`` and ``tests/conftest.py``;
+* a CLI command decides no exit code (``sys.exit``, ``SystemExit``, ``ctx.exit``):
+  the library returns a verdict and ``cli/_options.py`` maps it;
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
   the pair runner (``evaljobs/pipeline/pairs.py``) and the in-process strategy's
   outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider
@@ -640,6 +642,27 @@ def lazy_names_hidden_from_type_checkers(modules: dict[str, Module]) -> list[str
     return lines
 
 
+#: The one place of the CLI that turns a result or an error into an exit code.
+EXIT_MAPPING = "evaljobs.cli._options"
+
+
+def exits_decided_by_commands(modules: dict[str, Module]) -> list[str]:
+    """``sys.exit``, ``raise SystemExit`` or ``ctx.exit`` in a command module: the library decides the
+    exit (``RunInfo.gate``, a ``verdict()``, an error's ``exit_code``), ``cli/_options.py`` maps it."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not name.startswith("evaljobs.cli") or name == EXIT_MAPPING:
+            continue
+        for node in module.nodes:
+            call = node.exc if isinstance(node, ast.Raise) else node
+            target = call.func if isinstance(call, ast.Call) else call
+            text = ast.unparse(target) if isinstance(target, (ast.Attribute, ast.Name)) else ""
+            if text in ("sys.exit", "SystemExit", "exit") or text.endswith("ctx.exit"):
+                lines.append(f"{module.shown}:{node.lineno}: {name} decides an exit code ({text}): return the "
+                             "library's verdict and let cli/_options.py conclude() map it")
+    return list(dict.fromkeys(lines))
+
+
 # -- the rules, on the real source ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -704,6 +727,10 @@ def test_late_imports_of_our_modules_say_why(source):
 
 def test_lazily_loaded_names_are_declared_for_type_checkers(source):
     assert not (found := lazy_names_hidden_from_type_checkers(source)), "\n".join(found)
+
+
+def test_commands_only_map_the_librarys_exit(source):
+    assert not (found := exits_decided_by_commands(source)), "\n".join(found)
 
 
 # -- each rule fails on a planted violation -------------------------------------------------------
@@ -1013,3 +1040,13 @@ def test_a_lazy_name_without_its_type_checking_import_is_found(tmp_path):
     assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
         "evaljobs/__init__.py: evaljobs loads 'load' lazily but does not import it under `if TYPE_CHECKING:` "
         "(editors and type checkers cannot see it)"]
+
+
+@pytest.mark.parametrize("text", ["import sys\ndef run():\n    sys.exit(1)\n",
+                                  "def run():\n    raise SystemExit(2)\n",
+                                  "def run(ctx):\n    ctx.exit(1)\n"])
+def test_a_command_deciding_its_exit_is_found(tmp_path, text):
+    found = exits_decided_by_commands(planted_tree(tmp_path, {"evaljobs/cli/run.py": text}))
+    assert len(found) == 1 and found[0].startswith("evaljobs/cli/run.py:"), found
+    mapping = planted_tree(tmp_path / "mapping", {"evaljobs/cli/_options.py": text})  # the one mapping may
+    assert exits_decided_by_commands(mapping) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from evaljobs.cli._options import EXIT_USAGE, db_option, log_format_option, ping_redis
+from evaljobs.cli._options import db_option, log_format_option, ping_redis
 from evaljobs.config import settings as config_settings
 from evaljobs.errors import UsageError
 
@@ -83,6 +83,5 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_fo
 
     try:
         serve(config, on_ready=ready, log_format=log_format)
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
+    except OSError as exc:  # a port in use: one line, exit 2 (the CLI's one mapping, cli/_options.py)
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
