@@ -49,6 +49,7 @@ def detect_format(data: Any, path: str) -> str:
             return "promptfoo"
         if "name" in data and ("scenarios" in data or "groups" in data):
             return "native"
+        # start-up time: only a file that is none of the formats above
         from evaljobs.catalog.importers.openai_evals import is_registry
         if is_registry(data):
             return "openai-evals"
