@@ -22,9 +22,8 @@ from helpers import abc_catalog_yaml, free_port
 CATALOG = abc_catalog_yaml("api", failing="b")
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.0)
 
 
 @pytest.fixture

@@ -37,9 +37,8 @@ scenarios:
 MODELS = ["sim/one", "sim/two"]
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.01)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.01)
 
 
 @pytest.fixture

@@ -318,9 +318,8 @@ def test_markdown_fits_a_pull_request_comment_whatever_the_run() -> None:
 # -- `evaljobs report` against a real store and runs through the simulated provider ------------------
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture(scope="module")
