@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.config import Settings
     from evaljobs.errors import EvaljobsError, UsageError
     from evaljobs.evaluation.adapters import Adapter
-    from evaljobs.evaluation.replay import Replay, ToolCall
+    from evaljobs.evaluation.replay import Replay
+    from evaljobs.providers import ToolCall
     from evaljobs.evaluation.result import Result
     from evaljobs.simulated import SimulatedProvider
 

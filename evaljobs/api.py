@@ -35,9 +35,10 @@ from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_mo
 from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import Interrupted, UsageError
 from evaljobs.evaluation.assertions import refusal
+from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, runtime, strategies
-from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
+from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker, context_providers,
                                       start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
@@ -93,7 +94,7 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
             raise UsageError(problem)
 
 
-def capture_context(providers: Sequence) -> dict[str, Any] | None:
+def capture_context(providers: Sequence[Any]) -> dict[str, Any] | None:
     """The host context to store on the run, checked exactly as the middleware will carry it.
 
     Runs before the run is created, so a value that cannot travel fails here,
@@ -131,7 +132,7 @@ class Session:
     def __init__(self, *, settings: config.Settings | None = None, db: str | None = None,
                  broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
-                 context_providers: Sequence | None = None):
+                 context_providers: Sequence[Any] | None = None) -> None:
         """``settings``: this process's settings from now on (every ``EVALJOBS_*`` value, explicitly);
         without them, the environment as it is now: a variable changed since the settings were read
         is honoured (:func:`evaljobs.config.honour_environment`), an unusable one refused in one line.
@@ -158,12 +159,13 @@ class Session:
             raise
         self.db_url = db
         # A host's own broker object: bound as it is, and its workers are the host's (none started here).
-        self._host_broker = None if broker is None or isinstance(broker, str) else broker
-        self.broker_url = None if self._host_broker is not None else broker
-        self.width, self.queue = width, queue
+        self._host_broker: dramatiq.Broker | None = None if broker is None or isinstance(broker, str) else broker
+        self.broker_url: str | None = broker if isinstance(broker, str) else None
+        self.width = width
+        self.queue = queue
         self._context_providers = context_providers
-        self._binding = None
-        self._worker = None
+        self._binding: Binding | None = None
+        self._worker: dramatiq.Worker | None = None
         self._lock = threading.RLock()  # host threads may submit concurrently: bind and start once
         self.excluded = 0
         self.import_warnings: list[str] = []
@@ -177,13 +179,13 @@ class Session:
 
     # -- context -------------------------------------------------------------------------------
     @property
-    def context_providers(self) -> list:
+    def context_providers(self) -> list[Any]:
         if self._context_providers is None:
             self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
         return context_providers(self._context_providers)  # and the built-in trace context
 
     # -- broker ---------------------------------------------------------------------------------
-    def binding(self):
+    def binding(self) -> Binding:
         with self._lock:
             if self._binding is None and self._host_broker is not None:
                 self._binding = bind(self._host_broker, queue=self.queue,
@@ -495,7 +497,7 @@ class Session:
     def runs(self, limit: int = 20) -> list[store.RunInfo]:
         return store.list_runs(limit=limit)
 
-    def results(self, run_id: str) -> list:
+    def results(self, run_id: str) -> list[Result]:
         return store.list_results(run_id)
 
     def missing(self, run_id: str) -> list[tuple[str, str, int]]:
@@ -624,7 +626,7 @@ class Session:
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
              queues: Sequence[str] = (), recover_every: float = 0.0,
-             stop: threading.Event | None = None) -> dict:
+             stop: threading.Event | None = None) -> dict[str, Any]:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
@@ -648,7 +650,7 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

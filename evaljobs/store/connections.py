@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import peewee
@@ -255,7 +255,11 @@ def _transaction() -> Iterator[peewee.Database]:
 _logger = logging.getLogger("evaljobs.store")
 
 
-def _reconnecting(fn):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reconnecting(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` again when the database connection is lost mid-call (a restart, a failover).
 
     Safe because every public call is one short statement or transaction that either
@@ -271,7 +275,7 @@ def _reconnecting(fn):
     """
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         db = database.obj
         if db is not None and not db.is_closed() and db.in_transaction():
             return fn(*args, **kwargs)
