@@ -50,6 +50,8 @@ from evaljobs.providers import ProviderProblems, problems
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
 
+    from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
+
     from evaljobs.reports.compare import Comparison
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
 # `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
