@@ -140,10 +140,12 @@ def demo(width, db, html_path, as_json) -> None:
     with Session(db=db, broker="memory", width=width) as session:
         cat = session.load(catalog_path)
         progress = Progress(len(cat.scenarios) * len(models))
-        info = session.submit(cat, models, strategy="fanout")
-        click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
-                   f"fan-out over {width} in-process workers", err=True)
-        info = session.wait(info.id, on_event=progress)
+        def submitted(info) -> None:
+            click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
+                       f"fan-out over {width} in-process workers", err=True)
+
+        with sigterm_interrupts():
+            info = session.run(cat, models, strategy="fanout", on_event=progress, on_submit=submitted)
         text = session.report(info.id, "json" if as_json else "table")
         click.echo(text, nl=not text.endswith("\n"))
         html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"
