@@ -10,9 +10,13 @@ workers and command-line startup.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not `from typing import TYPE_CHECKING`: importing typing is most of what `import evaljobs` would
+# cost (2-5 ms here, the rest is 0.3 ms; BENCHMARKS.md); type checkers treat any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use (below)
+    from typing import Any
+
     from evaljobs.api import Session
     from evaljobs.catalog import Catalog, CatalogError, Scenario, Tool, load_catalog
     from evaljobs.catalog.modelspec import ModelSpec, parse_model_spec

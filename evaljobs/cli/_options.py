@@ -12,7 +12,6 @@ commands that use them).
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from contextlib import contextmanager
@@ -260,6 +259,8 @@ def sigterm_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread (a host calling main() from another one)
         return
+    import signal  # start-up time: its enums cost `evaljobs --help` about a millisecond
+
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
