@@ -33,8 +33,8 @@ setting nobody can find:
   outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider
   error (``RETRY_DECIDERS``; a loop that only re-raises is not a retry);
 * a module that loads names lazily (an ``_EXPORTS`` table: ``import evaljobs``
-  stays cheap) imports each of them under ``if TYPE_CHECKING:`` too, so
-  editors and type checkers see them;
+  stays cheap) imports each of them under ``if TYPE_CHECKING:`` too and lists
+  them in a literal ``__all__``, so editors, type checkers and linters see them;
 * no module imports a ``_private`` name (or a ``_private`` module) of another
   package: what other packages use is public (``FACES``);
 * a package with a public face (``FACES``: the store, the governor, the provider
@@ -639,6 +639,10 @@ def lazy_names_hidden_from_type_checkers(modules: dict[str, Module]) -> list[str
         for missing in sorted(lazy - declared):
             lines.append(f"{module.shown}: {name} loads {missing!r} lazily but does not import it under "
                          "`if TYPE_CHECKING:` (editors and type checkers cannot see it)")
+        public = declared_all(module)
+        for missing in sorted(lazy - (public or set())):
+            lines.append(f"{module.shown}: {name} loads {missing!r} lazily but its literal __all__ does not "
+                         "list it (linters and `import *` cannot see it)")
     return lines
 
 
@@ -1036,7 +1040,7 @@ def test_a_late_import_without_a_reason_is_found(tmp_path):
 
 def test_a_lazy_name_without_its_type_checking_import_is_found(tmp_path):
     text = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evaljobs.catalog.model import Scenario\n"
-            "_EXPORTS = {'Scenario': 'catalog.model', 'load': 'catalog'}\n")
+            "_EXPORTS = {'Scenario': 'catalog.model', 'load': 'catalog'}\n__all__ = ['Scenario', 'load']\n")
     assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
         "evaljobs/__init__.py: evaljobs loads 'load' lazily but does not import it under `if TYPE_CHECKING:` "
         "(editors and type checkers cannot see it)"]
@@ -1050,3 +1054,11 @@ def test_a_command_deciding_its_exit_is_found(tmp_path, text):
     assert len(found) == 1 and found[0].startswith("evaljobs/cli/run.py:"), found
     mapping = planted_tree(tmp_path / "mapping", {"evaljobs/cli/_options.py": text})  # the one mapping may
     assert exits_decided_by_commands(mapping) == []
+
+
+def test_a_lazy_name_missing_from_a_literal_all_is_found(tmp_path):
+    text = ("TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from evaljobs.catalog.model import Scenario\n"
+            "_EXPORTS = {'Scenario': 'catalog.model'}\n__all__ = sorted(_EXPORTS)\n")
+    assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
+        "evaljobs/__init__.py: evaljobs loads 'Scenario' lazily but its literal __all__ does not list it "
+        "(linters and `import *` cannot see it)"]

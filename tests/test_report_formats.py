@@ -125,7 +125,7 @@ def test_junit_escapes_markup_and_drops_control_characters() -> None:
     root = ET.fromstring(text)  # well-formed despite ]]>, quotes, ampersands and markup in the output
     failure = root.find("testsuite[@name='openai/gpt-4.1']/testcase[@name='cancel-order']/failure")
     assert XSS in failure.text and ']]> & "quoted"' in failure.text
-    assert f"tool call: <b>tool</b>" in failure.text and f"error {XSS}" in failure.text
+    assert "tool call: <b>tool</b>" in failure.text and f"error {XSS}" in failure.text
 
 
 def test_junit_without_result_rows_still_fails_the_right_cases() -> None:

@@ -82,7 +82,7 @@ def test_unreachable_database_is_a_one_line_error_without_the_password() -> None
         store.connect(url)
     message = str(caught.value)
     assert "\n" not in message and "s3cret" not in message
-    assert f"postgresql://evaljobs:***@127.0.0.1:" in message
+    assert "postgresql://evaljobs:***@127.0.0.1:" in message
 
 
 def test_unsupported_url_is_a_one_line_error() -> None:

@@ -58,7 +58,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"evaljobs.bench.{module}"), name)
 
 
-__all__ = ["BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
+__all__ = ["environment", "BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
            "parse_strategies", "parse_widths", "strategy_widths", "effective_width", "ideal_wall", "summarize",
            "find_knee", "recommend", "render_table", "render_csv", "render_markdown", "plot", "write_outputs",
            "load_result", "run_bench", "measure_enqueue", "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter",

@@ -31,7 +31,7 @@ EXIT_BROKEN_PIPE = 141
 _LINE_LIMIT = 2000
 
 
-def message(exc: BaseException) -> str:
+def message(exc: BaseException | str) -> str:
     """``exc`` as one line (its class name when it has no text), URL passwords masked (a driver's text may quote one)."""
     return one_line(redact_text(str(exc).strip() or type(exc).__name__), _LINE_LIMIT)
 

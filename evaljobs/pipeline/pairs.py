@@ -29,6 +29,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dramatiq.middleware import TimeLimitExceeded
@@ -172,10 +173,14 @@ class RunPlan:
         found = self._judges.get(spec.spec, _MISSING)
         if found is _MISSING:
             if self._judge is None:
-                allow = None
+                allow: Callable[[], bool] | None = None
                 if self.settings.judge_cap is not None:
                     run_id, cap = self.run.id, self.settings.judge_cap
-                    allow = lambda: store.take_judge_call(run_id, cap)
+
+                    def take_judge_call() -> bool:
+                        return store.take_judge_call(run_id, cap)
+
+                    allow = take_judge_call
                 self._judge = runtime.judge_for(self.settings, allow)
             found = self._judges[spec.spec] = bind_judge(self._judge, spec)
         return found  # type: ignore[return-value]

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, ParamSpec, TypeVar
+from typing import Callable, Iterator, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import peewee

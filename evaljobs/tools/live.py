@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
-
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.providers import deadline

@@ -128,7 +128,7 @@ class Pages:
                             catalogs=queries.store_pages.catalogs(), catalog=catalog, model=model,
                             since=request.query_params.get("since") or "",
                             until=request.query_params.get("until") or "",
-                            running=[i.run.id for i in items if not i.run.status in store.FINISHED_STATUSES])
+                            running=[i.run.id for i in items if i.run.status not in store.FINISHED_STATUSES])
 
     def run(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
