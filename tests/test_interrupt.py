@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from evaljobs import store
+from evaljobs.api import Session
 from evaljobs.cli import main
 from helpers import wait_until
 
@@ -72,6 +73,9 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
     watched = CliRunner().invoke(main, ["watch", run.id, "--db", sqlite_url], catch_exceptions=False)
     assert watched.exit_code == 130  # watch stops at once on an interrupted run and says how to resume
     assert f"resume it with `evaljobs recover {run.id}`" in watched.output
+
+    with Session(db=sqlite_url) as session:  # `evaljobs status` lists it among the runs with work left
+        assert [(r.id, r.status) for r in session.status().runs] == [(run.id, "interrupted")]
 
     if signum == signal.SIGINT:  # resumed: what was kept stays, the rest is evaluated, one report
         kept = {(r.scenario_key, r.model, r.epoch): r.created_at for r in _rows(run.id)}

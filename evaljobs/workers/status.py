@@ -2,7 +2,7 @@
 
 Every number comes from a key or an index that is known in advance:
 
-* runs: the pending/running runs (the ``run(status, created_at)`` index) and
+* runs: the pending, running and interrupted runs (the ``run(status, created_at)`` index) and
   each one's progress (one GROUP BY on the per-run index);
 * queues, from Dramatiq's Redis layout (``brokers/redis/dispatch.lua``), per
   queue ``Q`` under the namespace ``dramatiq``: *ready* = ``LLEN dramatiq:Q``
@@ -110,7 +110,7 @@ def heartbeat_window() -> float:
 
 def active_runs(limit: int = RUNS_LIMIT) -> list[RunProgress]:
     out = []
-    for run in store.list_runs(limit=limit, statuses=[store.PENDING, store.RUNNING]):
+    for run in store.list_runs(limit=limit, statuses=list(store.UNFINISHED_STATUSES)):  # interrupted: to recover
         numbers = store.progress(run.id)
         out.append(RunProgress(id=run.id, catalog=run.catalog_name, status=run.status, strategy=run.strategy,
                                expected=numbers["expected"], persisted=numbers["persisted"],
