@@ -19,6 +19,8 @@ from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
+from evaljobs.catalog import loads_catalog
+from evaljobs.errors import Interrupted
 from evaljobs.cli import main
 from helpers import wait_until
 
@@ -99,3 +101,36 @@ def _safe(predicate) -> bool:
 def _rows(run_id: str) -> list:
     with store.connection():
         return list(store.ResultRow.select().where(store.ResultRow.run == run_id))
+
+
+def _interrupt(info) -> None:
+    raise KeyboardInterrupt  # what SIGINT raises in the main thread, right after the run exists
+
+
+def test_interrupting_a_run_followed_on_redis_leaves_it_to_the_workers(redis_url, sqlite_url):
+    catalog = _catalog_text()
+    with Session(db=sqlite_url, broker=redis_url) as session:
+        with pytest.raises(Interrupted) as caught:
+            session.run(catalog, ["sim/a"], strategy="fanout", wait=True, on_submit=_interrupt)
+        (run,) = session.runs()
+    assert str(caught.value) == (f"stopped following run {run.id} (0/6 pairs so far); its workers go on: "
+                                 f"`evaljobs watch {run.id}`")
+    assert caught.value.exit_code == 130 and run.status != store.INTERRUPTED  # nobody here was doing its pairs
+
+
+def test_interrupting_an_in_process_run_marks_it_interrupted(sqlite_url, simulated_provider):
+    simulated_provider(latency=0.0)
+    with Session(db=sqlite_url, broker="memory", width=2) as session:  # every pair sleeps past its 2 s limit
+        with pytest.raises(Interrupted, match=r"^interrupted: run r_\w+ kept 0/6 pairs; resume it with "):
+            session.run(_catalog_text(sleep=True), ["sim/a"], strategy="fanout", time_limit=2,
+                        on_submit=_interrupt)
+        (run,) = session.runs()
+    assert run.status == store.INTERRUPTED
+
+
+def _catalog_text(sleep: bool = False):
+    lines = ["name: interrupt", "scenarios:"]
+    for key in QUICK + SLOW:
+        wait = "[sim: sleep 5] " if sleep else ""
+        lines += [f"  - key: {key}", f'    prompt: "{wait}[sim: say {key}]"', f"    expect: {{contains: [{key}]}}"]
+    return loads_catalog("\n".join(lines) + "\n", source="interrupt.yaml")
