@@ -87,6 +87,7 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
     """Refuse a ``sim/`` model the catalog's ``[sim@NAME: …]`` directives would silently skip (a typo)."""
     if not names:
         return
+    # start-up time: only a run with sim/ models reads the directives
     from evaljobs.simulated.directives import unknown_model_problem
 
     texts = _strings(cat.body)

@@ -45,7 +45,7 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
     so its errors are not in the family) and a server that cannot be reached.
     """
     if isinstance(exc, click.UsageError):
-        names = []
+        names: list[str] = []
         ctx = exc.ctx
         while ctx is not None and ctx.parent is not None:  # the root's name is the program's, whatever it was
             names.insert(0, ctx.info_name)

@@ -55,10 +55,9 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_fo
     _refuse_a_missing_file(db or config_settings().database_url or store.DEFAULT_URL)
     store.connect(db)  # an unreachable database stops here, in one line
     if export_dir is not None:
-        from evaljobs.store.lookup import resolve_run_id
         from evaljobs.view.bundle import export_run
 
-        resolved = resolve_run_id(run_id)
+        resolved = store.resolve_run_id(run_id)
         written = export_run(resolved, export_dir)
         click.echo(f"wrote run {resolved} to {export_dir}/ ({len(written)} files): open "
                    f"{click.format_filename(export_dir)}/index.html")

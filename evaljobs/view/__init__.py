@@ -74,6 +74,7 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
     if log_format == "json":
         import logging
 
+        # only with --log-format json
         from evaljobs.workers.logs import use_json_logs
 
         use_json_logs(logging.INFO)

@@ -71,6 +71,7 @@ def environment() -> Environment:
     """The templates' Jinja environment: autoescaping on for every template, whatever its name."""
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
+    # start-up time: markdown-it-py only once the templates are built
     from evaljobs.view.markdown import render as markdown
 
     env.filters.update(pct=_pct, money=_money, cost_of=_cost_of, signed_money=signed_money, ms=_ms, when=_when,
@@ -161,6 +162,7 @@ class Pages:
 
     def transcript(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the transcript pages only
         from evaljobs.view.transcript import transcript_page
 
         p = request.query_params
@@ -176,6 +178,7 @@ class Pages:
 
     def diff(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the transcript pages only
         from evaljobs.view.transcript import diff_page
 
         p = request.query_params
@@ -191,6 +194,7 @@ class Pages:
     def export(self, request: Request) -> Response:
         """``/runs/RUN/results.csv`` or ``.jsonl``: every result of the run, as a download."""
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the downloads only
         from evaljobs.view.exports import csv_text, jsonl_text
 
         run_id, fmt = request.path_params["run_id"], request.path_params["fmt"]
