@@ -28,7 +28,7 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(tmp_pa
     sim = simulated_provider(latency=0.0, export=False)
     providers = tmp_path / "providers.yaml"
     providers.write_text(f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
-                         "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n")
+                         "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n")
     catalog = tmp_path / "travel.yaml"
     catalog.write_text(CATALOG)
     secret = "s3cret-team-token-value"
@@ -45,6 +45,7 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(tmp_pa
     stored = run.options["providers"]
     assert stored["source"] == str(providers)
     assert stored["definition"]["providers"]["acme"]["headers"] == {"X-Team-Token": "${ACME_TOKEN}"}
+    assert stored["definition"]["providers"]["acme"]["checked"] == "2026-11-30"  # YAML's date, stored as JSON
     with store.connection():
         row_text = json.dumps([list(r) for r in store.Run.select().tuples()], default=str)
     assert secret not in row_text  # the variable's name is stored, never its value

@@ -10,6 +10,7 @@ import datetime
 import fnmatch
 import functools
 import importlib.resources
+import json
 import math
 import os
 import re
@@ -232,7 +233,14 @@ def storable_definition(config: ProvidersConfig) -> dict[str, Any] | None:
             raise ModelSpecError(f"{config.source}: provider {name!r}: base_url has a password written in it; "
                                  "put it in a variable (base_url: https://user:${PROXY_PASSWORD}@host/v1): the "
                                  "providers definition is stored with each run, and secrets never are")
-    return {"source": config.source, "definition": config.definition}
+    # As JSON, the way the run's options are stored: YAML's dates (`checked: 2025-08-15`) as the ISO
+    # text the file reader accepts too.
+    plain = json.loads(json.dumps(config.definition, default=_iso_or_text))
+    return {"source": config.source, "definition": plain}
+
+
+def _iso_or_text(value: Any) -> str:
+    return value.isoformat() if isinstance(value, (datetime.date, datetime.datetime)) else str(value)
 
 
 def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None, *,
