@@ -49,9 +49,9 @@ _EXPORTS = {
     "SimulatedProvider": "simulated",
 }
 
-__all__ = ["Adapter", "Catalog", "CatalogError", "EvaljobsError", "ModelSpec", "Replay", "Result", "Scenario", "Session",
-           "Settings", "SimulatedProvider", "Tool", "ToolCall", "UsageError", "load_catalog", "parse_model_spec",
-           "__version__"]
+__all__ = ["Adapter", "Catalog", "CatalogError", "EvaljobsError", "ModelSpec", "Replay", "Result", "Scenario",
+           "Session", "Settings", "SimulatedProvider", "Tool", "ToolCall", "UsageError", "load_catalog",
+           "parse_model_spec", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -38,8 +38,8 @@ from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, runtime, strategies
-from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker, context_providers,
-                                      start_memory_worker)
+from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
+                                      context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
@@ -162,7 +162,8 @@ class Session:
             raise
         self.db_url = db
         # A host's own broker object: bound as it is, and its workers are the host's (none started here).
-        self._host_broker: dramatiq.Broker | None = None if broker is None or isinstance(broker, str) else broker
+        self._host_broker: dramatiq.Broker | None = (None if broker is None or isinstance(broker, str)
+                                                     else broker)
         self.broker_url: str | None = broker if isinstance(broker, str) else None
         self.width = width
         self.queue = queue
@@ -388,7 +389,8 @@ class Session:
             return Interrupted("interrupted before a run was created: nothing to resume")
         binding, info = self._binding, store.get_run(run_id)
         if binding is not None and not binding.is_memory and info.strategy in strategies.QUEUED:
-            return Interrupted(f"stopped following run {run_id} ({info.persisted}/{info.expected} pairs so far); "
+            return Interrupted(f"stopped following run {run_id} ({info.persisted}/{info.expected} "
+                               "pairs so far); "
                                f"its workers go on: `evaljobs watch {run_id}`")
         if self._worker is not None:
             worker, self._worker = self._worker, None
@@ -396,7 +398,8 @@ class Session:
         store.interrupt(run_id)
         info = store.get_run(run_id)
         if info.status != store.INTERRUPTED:  # its last pair landed while it stopped: it is finished
-            return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): `evaljobs show {run_id}`")
+            return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): "
+                               f"`evaljobs show {run_id}`")
         return Interrupted(store.resume_line(info))
 
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
@@ -575,12 +578,14 @@ class Session:
         source = (read_catalog(path) if imported.format == "native"
                   else CatalogSource(source=str(path), data=imported.data))
         cat = parse_source(expand_source(source), providers=runtime.providers(providers))
-        return CatalogCheck(path=str(path), format=imported.format, name=cat.name, scenarios=len(cat.scenarios),
+        return CatalogCheck(path=str(path), format=imported.format, name=cat.name,
+                            scenarios=len(cat.scenarios),
                             excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
                             warnings=list(imported.warnings))
 
     @staticmethod
-    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None, timeout: float = 30.0,
+    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None,
+                             timeout: float = 30.0,
                              on_probe: Callable[[Any], None] | None = None) -> "ProviderCheck":
         """One minimal real call per model (``evaljobs providers check``): its latency, or the exact error.
 
@@ -718,4 +723,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Session", "Recovery", "CatalogCheck", "ProviderCheck", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]
+__all__ = ["Session", "Recovery", "CatalogCheck", "ProviderCheck", "UsageError", "CatalogError",
+           "capture_context", "run_pool", "REPORT_FORMATS"]

@@ -162,7 +162,8 @@ def module_simulated_provider() -> Iterator[Callable[..., SimulatedProvider]]:
 
 
 @pytest.fixture(scope="module")
-def sim(module_simulated_provider: Callable[..., SimulatedProvider], request: pytest.FixtureRequest) -> SimulatedProvider:
+def sim(module_simulated_provider: Callable[..., SimulatedProvider],
+        request: pytest.FixtureRequest) -> SimulatedProvider:
     """The simulated provider a module's tests share, with the module's ``SIM_OPTIONS`` (default: no latency).
 
     One definition for every module that needs one provider for all its tests; a test that needs

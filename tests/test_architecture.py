@@ -88,7 +88,8 @@ LAYERS = (
 )
 _PLACES_ONLY_ITSELF = {"evaljobs", "evaljobs.__main__"}
 MAX_LINES = 500
-#: Packages whose ``__init__`` is their one public face (docs/internals.md, "Packages and who may import whom").
+#: Packages whose ``__init__`` is their one public face (docs/internals.md, "Packages and who may import
+#: whom").
 FACES = ("evaljobs.store", "evaljobs.governor", "evaljobs.providers")
 #: Where an in-function import of our own modules needs no comment: the commands load what they run.
 LATE_IMPORTS_FREE = ("evaljobs.cli",)
@@ -525,16 +526,19 @@ def private_imports(modules: dict[str, Module]) -> list[str]:
                                  f"{unit_of(full)} (make it public in its package's face, or move the code)")
         for node in module.nodes:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                    node.value.id in aliases and _is_private(node.attr) and unit_of(aliases[node.value.id]) != own:
-                lines.append(f"{module.shown}:{node.lineno}: {name} uses {aliases[node.value.id]}.{node.attr}, "
-                             f"private to {unit_of(aliases[node.value.id])} (make it public, or move the code)")
+                    node.value.id in aliases and _is_private(node.attr) and \
+                    unit_of(aliases[node.value.id]) != own:
+                owner = aliases[node.value.id]
+                lines.append(f"{module.shown}:{node.lineno}: {name} uses {owner}.{node.attr}, "
+                             f"private to {unit_of(owner)} (make it public, or move the code)")
     return lines
 
 
 def declared_all(module: Module) -> set[str] | None:
     """The names of a module's ``__all__`` when it is a literal list/tuple (or a sum of them), else None."""
     for node in module.tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             names: set[str] = set()
             parts = [node.value]
             while parts:
@@ -558,7 +562,8 @@ def imports_behind_faces(modules: dict[str, Module], faces=FACES, layers=LAYERS)
             continue
         public = declared_all(modules[face])
         if public is None:
-            lines.append(f"{modules[face].shown}: {face} has no literal __all__ (its public face): declare one")
+            lines.append(f"{modules[face].shown}: {face} has no literal __all__ (its public face): "
+                         "declare one")
             continue
         face_layer = layer_of(face, layers)
         for name, module in sorted(modules.items()):
@@ -581,13 +586,14 @@ def imports_behind_faces(modules: dict[str, Module], faces=FACES, layers=LAYERS)
                 else:
                     continue
                 for what in hidden:
-                    lines.append(f"{module.shown}:{node.lineno}: {name} reaches behind {face}'s face for {what} "
+                    lines.append(f"{module.shown}:{node.lineno}: {name} reaches behind {face}'s face "
+                                 f"for {what} "
                                  f"(import it from {face}; add it to its __all__ if other packages need it)")
     return lines
 
 
 def late_imports_without_reason(modules: dict[str, Module], free=LATE_IMPORTS_FREE) -> list[str]:
-    """In-function imports of our own modules, outside ``free``, with no comment on the line or the one above."""
+    """In-function imports of our own modules, outside ``free``, with no comment on them or above them."""
     lines = []
     for name, module in sorted(modules.items()):
         if any(name == prefix or name.startswith(prefix + ".") for prefix in free):
@@ -611,14 +617,15 @@ def late_imports_without_reason(modules: dict[str, Module], free=LATE_IMPORTS_FR
                     line -= 1  # one comment above a block of imports covers the block
                 above = text[line].strip() if line >= 0 else ""
                 if "#" not in here and not above.startswith("#"):
-                    lines.append(f"{module.shown}:{node.lineno}: {name} imports {ours[0]} inside a function with "
+                    lines.append(f"{module.shown}:{node.lineno}: {name} imports {ours[0]} inside a function "
+                                 "with "
                                  "no reason: import it at the top, or say why in a comment (start-up time, "
                                  "an optional extra, …)")
     return list(dict.fromkeys(lines))  # a nested function's import is walked once per enclosing function
 
 
 def lazy_names_hidden_from_type_checkers(modules: dict[str, Module]) -> list[str]:
-    """Modules that load names lazily (an ``_EXPORTS`` table) without an ``if TYPE_CHECKING:`` import of each."""
+    """Modules loading names lazily (an ``_EXPORTS`` table) without a ``TYPE_CHECKING`` import of each."""
     lines = []
     for name, module in sorted(modules.items()):
         table = next((node.value for node in module.tree.body if isinstance(node, ast.Assign) and
@@ -628,7 +635,8 @@ def lazy_names_hidden_from_type_checkers(modules: dict[str, Module]) -> list[str
             continue
         lazy = {key.value for key in table.keys if isinstance(key, ast.Constant)}
         for key, value in zip(table.keys, table.values):  # **dict.fromkeys(("a", "b"), "module")
-            if key is None and isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Tuple):
+            if key is None and isinstance(value, ast.Call) and value.args and \
+                    isinstance(value.args[0], ast.Tuple):
                 lazy.update(e.value for e in value.args[0].elts if isinstance(e, ast.Constant))
         declared: set[str] = set()
         for node in module.tree.body:
@@ -662,7 +670,8 @@ def exits_decided_by_commands(modules: dict[str, Module]) -> list[str]:
             target = call.func if isinstance(call, ast.Call) else call
             text = ast.unparse(target) if isinstance(target, (ast.Attribute, ast.Name)) else ""
             if text in ("sys.exit", "SystemExit", "exit") or text.endswith("ctx.exit"):
-                lines.append(f"{module.shown}:{node.lineno}: {name} decides an exit code ({text}): return the "
+                lines.append(f"{module.shown}:{node.lineno}: {name} decides an exit code ({text}): "
+                             "return the "
                              "library's verdict and let cli/_options.py conclude() map it")
     return list(dict.fromkeys(lines))
 
@@ -984,11 +993,14 @@ def test_a_loop_that_only_reraises_a_provider_error_is_not_a_retry(tmp_path):
 
 @pytest.mark.parametrize("path, text, expected", [
     ("evaljobs/reports/__init__.py", "from evaljobs.store.runs import _hidden\n",
-     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store.runs._hidden, private to evaljobs.store"),
+     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store.runs._hidden, "
+     "private to evaljobs.store"),
     ("evaljobs/reports/__init__.py", "from evaljobs.store import _runs\n",
-     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store._runs, private to evaljobs.store"),
+     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store._runs, "
+     "private to evaljobs.store"),
     ("evaljobs/reports/__init__.py", "def f():\n    from ..store import runs\n    return runs._hidden()\n",
-     "evaljobs/reports/__init__.py:3: evaljobs.reports uses evaljobs.store.runs._hidden, private to evaljobs.store"),
+     "evaljobs/reports/__init__.py:3: evaljobs.reports uses evaljobs.store.runs._hidden, "
+     "private to evaljobs.store"),
     ("evaljobs/config.py", "import evaljobs.store.runs as r\nX = r._cache\n",
      "evaljobs/config.py:2: evaljobs.config uses evaljobs.store.runs._cache, private to evaljobs.store"),
 ])
@@ -1002,7 +1014,8 @@ def test_a_package_may_use_its_own_private_names(tmp_path):
     assert private_imports(planted_tree(tmp_path, {"evaljobs/store/__init__.py": text})) == []
 
 
-FACED = {"evaljobs/store/__init__.py": "from evaljobs.store.runs import get_run\n__all__ = ['get_run', 'runs']\n"}
+FACED = {"evaljobs/store/__init__.py":
+         "from evaljobs.store.runs import get_run\n__all__ = ['get_run', 'runs']\n"}
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -1014,11 +1027,13 @@ def test_an_import_behind_a_face_is_found(tmp_path, text, expected):
     found = imports_behind_faces(planted_tree(tmp_path, {**FACED, "evaljobs/reports/x.py": "import os\n",
                                                          "evaljobs/cli/__init__.py": text}),
                                  faces=("evaljobs.store",))
-    assert len(found) == 1 and expected in found[0] and found[0].startswith("evaljobs/cli/__init__.py:1:"), found
+    assert len(found) == 1 and expected in found[0], found
+    assert found[0].startswith("evaljobs/cli/__init__.py:1:"), found
 
 
 def test_the_face_and_its_own_layer_may_be_used_freely(tmp_path):
-    tree = planted_tree(tmp_path, {**FACED, "evaljobs/cli/__init__.py": "from evaljobs.store import get_run, runs\n"})
+    cli = {"evaljobs/cli/__init__.py": "from evaljobs.store import get_run, runs\n"}
+    tree = planted_tree(tmp_path, {**FACED, **cli})
     # reports shares the store's layer (the baseline's evaljobs/reports/__init__.py imports store.runs)
     assert imports_behind_faces(tree, faces=("evaljobs.store",)) == []
     no_all = planted_tree(tmp_path, {"evaljobs/store/__init__.py": "__all__ = sorted(['a'])\n"})
@@ -1039,7 +1054,8 @@ def test_a_late_import_without_a_reason_is_found(tmp_path):
 
 
 def test_a_lazy_name_without_its_type_checking_import_is_found(tmp_path):
-    text = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evaljobs.catalog.model import Scenario\n"
+    text = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from evaljobs.catalog.model import Scenario\n"
             "_EXPORTS = {'Scenario': 'catalog.model', 'load': 'catalog'}\n__all__ = ['Scenario', 'load']\n")
     assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
         "evaljobs/__init__.py: evaljobs loads 'load' lazily but does not import it under `if TYPE_CHECKING:` "

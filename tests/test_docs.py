@@ -39,8 +39,10 @@ def test_the_api_page_names_every_public_name_and_session_method() -> None:
     page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     quoted = set(re.findall(r"`([\w.]+)`", page))
     missing = [name for name in evaljobs.__all__ if name not in quoted]
-    methods = [f"Session.{name}" for name in vars(Session) if not name.startswith("_") and callable(getattr(Session, name))]
+    methods = [f"Session.{name}" for name in vars(Session)
+               if not name.startswith("_") and callable(getattr(Session, name))]
     missing += [method for method in methods if method not in quoted]
     assert not missing, f"docs/api.md does not mention {missing}"
     api_page = ROOT / "docs" / "api.md"
-    assert "::: evaljobs.api.Session" in api_page.read_text(encoding="utf-8")  # the reference from the docstrings
+    # the reference, generated from the docstrings
+    assert "::: evaljobs.api.Session" in api_page.read_text(encoding="utf-8")

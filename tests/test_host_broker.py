@@ -5,6 +5,7 @@ its own Dramatiq worker; it never submits. Its worker must consume evaljobs' que
 real process, a real Redis, the simulated provider over loopback; the run submitted from this
 process is evaluated there and finishes with its report.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,12 +51,19 @@ def test_a_session_on_a_host_broker_declares_at_construction(redis_url, sqlite_u
         broker.close()
 
 
-def test_a_host_worker_process_that_only_builds_the_session_consumes_the_queue(redis_url, sqlite_url,
-                                                                               simulated_provider):
+def test_a_host_worker_process_that_only_builds_the_session_consumes_the_queue(
+    redis_url, sqlite_url, simulated_provider
+):
     sim = simulated_provider(latency=0.0)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
-    host = subprocess.Popen([sys.executable, "-c", HOST_WORKER, redis_url, sqlite_url], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_WORKER, redis_url, sqlite_url],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = host.stdout.readline()  # the host worker is up (waits on the process, not on a clock)
         assert line.startswith("consuming") and "agents" in line, line + host.stderr.read()

@@ -6,6 +6,7 @@ signals — the signal is sent once the quick ones are in the database (a condit
 reads, not a clock). The process exits 130 with one line saying how to resume; ``watch``
 understands the status (it stops and says the same); ``recover`` finishes the run.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,11 @@ def _catalog(tmp_path: Path) -> Path:
     for key in QUICK:
         lines += [f"  - key: {key}", f'    prompt: "[sim: say {key}]"', f"    expect: {{contains: [{key}]}}"]
     for key in SLOW:  # past the pair's time limit (--time-limit 5): errored when they end, never quick
-        lines += [f"  - key: {key}", f'    prompt: "[sim: sleep 60] [sim: say {key}]"',
-                  f"    expect: {{contains: [{key}]}}"]
+        lines += [
+            f"  - key: {key}",
+            f'    prompt: "[sim: sleep 60] [sim: say {key}]"',
+            f"    expect: {{contains: [{key}]}}",
+        ]
     path = tmp_path / "interrupt.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -43,11 +47,27 @@ def _catalog(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_resume(
-        tmp_path, sqlite_url, simulated_provider, signum):
+    tmp_path, sqlite_url, simulated_provider, signum
+):
     sim = simulated_provider(latency=0.0)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
-    command = [sys.executable, "-m", "evaljobs", "run", str(_catalog(tmp_path)), "-m", "sim/a", "--db", sqlite_url,
-               "--broker", "memory", "--width", "2", "--time-limit", "5"]
+    command = [
+        sys.executable,
+        "-m",
+        "evaljobs",
+        "run",
+        str(_catalog(tmp_path)),
+        "-m",
+        "sim/a",
+        "--db",
+        sqlite_url,
+        "--broker",
+        "memory",
+        "--width",
+        "2",
+        "--time-limit",
+        "5",
+    ]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         store.connect(sqlite_url)
@@ -66,8 +86,10 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
     (run,) = store.list_runs()
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert process.returncode == 130, stderr
-    assert lines[-1] == (f"error: interrupted: run {run.id} kept {run.persisted}/6 pairs; resume it with "
-                         f"`evaljobs recover {run.id}` (same --db and --broker)"), stderr
+    assert lines[-1] == (
+        f"error: interrupted: run {run.id} kept {run.persisted}/6 pairs; resume it with "
+        f"`evaljobs recover {run.id}` (same --db and --broker)"
+    ), stderr
     assert "Traceback" not in stderr and "Aborted!" not in stderr
     assert run.status == store.INTERRUPTED and len(QUICK) <= run.persisted < 6
     assert {r.scenario_key for r in store.list_results(run.id)} >= set(QUICK)
@@ -81,8 +103,9 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
 
     if signum == signal.SIGINT:  # resumed: what was kept stays, the rest is evaluated, one report
         kept = {(r.scenario_key, r.model, r.epoch): r.created_at for r in _rows(run.id)}
-        recovered = CliRunner().invoke(main, ["recover", run.id, "--db", sqlite_url, "--broker", "memory"],
-                                       catch_exceptions=False)
+        recovered = CliRunner().invoke(
+            main, ["recover", run.id, "--db", sqlite_url, "--broker", "memory"], catch_exceptions=False
+        )
         assert recovered.exit_code == 0, recovered.output
         assert f"{run.id}: resuming the interrupted run" in recovered.output
         done = store.get_run(run.id)
@@ -113,17 +136,21 @@ def test_interrupting_a_run_followed_on_redis_leaves_it_to_the_workers(redis_url
         with pytest.raises(Interrupted) as caught:
             session.run(catalog, ["sim/a"], strategy="fanout", wait=True, on_submit=_interrupt)
         (run,) = session.runs()
-    assert str(caught.value) == (f"stopped following run {run.id} (0/6 pairs so far); its workers go on: "
-                                 f"`evaljobs watch {run.id}`")
-    assert caught.value.exit_code == 130 and run.status != store.INTERRUPTED  # nobody here was doing its pairs
+    assert str(caught.value) == (
+        f"stopped following run {run.id} (0/6 pairs so far); its workers go on: `evaljobs watch {run.id}`"
+    )
+    assert (
+        caught.value.exit_code == 130 and run.status != store.INTERRUPTED
+    )  # nobody here was doing its pairs
 
 
 def test_interrupting_an_in_process_run_marks_it_interrupted(sqlite_url, simulated_provider):
     simulated_provider(latency=0.0)
     with Session(db=sqlite_url, broker="memory", width=2) as session:  # every pair sleeps past its 2 s limit
         with pytest.raises(Interrupted, match=r"^interrupted: run r_\w+ kept 0/6 pairs; resume it with "):
-            session.run(_catalog_text(sleep=True), ["sim/a"], strategy="fanout", time_limit=2,
-                        on_submit=_interrupt)
+            session.run(
+                _catalog_text(sleep=True), ["sim/a"], strategy="fanout", time_limit=2, on_submit=_interrupt
+            )
         (run,) = session.runs()
     assert run.status == store.INTERRUPTED
 
@@ -132,5 +159,9 @@ def _catalog_text(sleep: bool = False):
     lines = ["name: interrupt", "scenarios:"]
     for key in QUICK + SLOW:
         wait = "[sim: sleep 5] " if sleep else ""
-        lines += [f"  - key: {key}", f'    prompt: "{wait}[sim: say {key}]"', f"    expect: {{contains: [{key}]}}"]
+        lines += [
+            f"  - key: {key}",
+            f'    prompt: "{wait}[sim: say {key}]"',
+            f"    expect: {{contains: [{key}]}}",
+        ]
     return loads_catalog("\n".join(lines) + "\n", source="interrupt.yaml")

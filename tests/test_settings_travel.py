@@ -7,6 +7,7 @@
 * ``Session(settings=...)`` makes those settings the process's; without them, an ``EVALJOBS_*``
   variable changed since the settings were read is honoured, and an unusable one refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,24 +20,42 @@ from evaljobs.api import Session
 from evaljobs.errors import UsageError
 from helpers import WorkerProcess, evaljobs_cli
 
-CATALOG = ('name: travel\nscenarios:\n  - key: hello\n    prompt: "[sim: say hello there]"\n'
-           '    expect: {contains: [hello]}\n')
+CATALOG = (
+    'name: travel\nscenarios:\n  - key: hello\n    prompt: "[sim: say hello there]"\n'
+    "    expect: {contains: [hello]}\n"
+)
 
 
-def test_providers_given_to_run_reach_a_redis_worker_started_without_them(tmp_path, redis_url, sqlite_url,
-                                                                          simulated_provider):
+def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
+    tmp_path, redis_url, sqlite_url, simulated_provider
+):
     sim = simulated_provider(latency=0.0, export=False)
     providers = tmp_path / "providers.yaml"
-    providers.write_text(f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
-                         "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n")
+    providers.write_text(
+        f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
+        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n"
+    )
     catalog = tmp_path / "travel.yaml"
     catalog.write_text(CATALOG)
     secret = "s3cret-team-token-value"
     worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}  # the worker knows no providers file
     with WorkerProcess(redis_url, sqlite_url, threads=2, env=worker_env):
-        ran = evaljobs_cli("run", str(catalog), "-m", "acme/model-x", "--providers", str(providers),
-                           "--broker", redis_url, "--db", sqlite_url, "--wait", "--json",
-                           env={"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}, timeout=180)
+        ran = evaljobs_cli(
+            "run",
+            str(catalog),
+            "-m",
+            "acme/model-x",
+            "--providers",
+            str(providers),
+            "--broker",
+            redis_url,
+            "--db",
+            sqlite_url,
+            "--wait",
+            "--json",
+            env={"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""},
+            timeout=180,
+        )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     report = json.loads(ran.stdout)
     assert report["summary"]["passed"] == 1, ran.stdout
@@ -53,11 +72,15 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(tmp_pa
 
 def test_a_providers_file_with_a_password_in_a_url_is_refused_before_a_run_exists(tmp_path, sqlite_url):
     providers = tmp_path / "providers.yaml"
-    providers.write_text("providers:\n  acme:\n    api: openai\n    base_url: http://bob:hunter2@127.0.0.1:9/v1\n")
+    providers.write_text(
+        "providers:\n  acme:\n    api: openai\n    base_url: http://bob:hunter2@127.0.0.1:9/v1\n"
+    )
     catalog = tmp_path / "travel.yaml"
     catalog.write_text(CATALOG)
     with Session(db=sqlite_url, broker="memory", providers=str(providers)) as session:
-        with pytest.raises(UsageError, match=r"provider 'acme': base_url has a password written in it; ") as caught:
+        with pytest.raises(
+            UsageError, match=r"provider 'acme': base_url has a password written in it; "
+        ) as caught:
             session.submit(str(catalog), ["acme/model-x"])
         assert "hunter2" not in str(caught.value) and session.runs() == []
 
@@ -76,7 +99,9 @@ def test_a_changed_environment_is_honoured_or_refused_never_ignored(sqlite_url, 
     monkeypatch.setitem(os.environ, "EVALJOBS_QUEUE", "changed-queue")
     with Session(db=sqlite_url):
         assert config.settings().queue == "changed-queue"  # honoured
-        assert config.settings().sim_url == "http://127.0.0.1:9/v1"  # what the environment did not change stays
+        assert (
+            config.settings().sim_url == "http://127.0.0.1:9/v1"
+        )  # what the environment did not change stays
     monkeypatch.setitem(os.environ, "EVALJOBS_TIME_LIMIT", "soon")
     with pytest.raises(UsageError, match="EVALJOBS_TIME_LIMIT"):  # refused, in one line
         Session(db=sqlite_url)

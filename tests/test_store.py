@@ -395,7 +395,8 @@ def test_concurrent_finalize_creates_one_report(run: store.RunInfo) -> None:
 def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     db = store.connect(sqlite_url)
     hot = store_results._hot(db)
-    queries = [query.sql() for query in (store_results._results_query("r_x"), store_results._progress_query("r_x"),
+    queries = [query.sql() for query in (store_results._results_query("r_x"),
+                                          store_results._progress_query("r_x"),
                                           store_results._pairs_query("r_x"))]
     queries += [(hot.pair_state, ("r_x", "k", "m", 0, "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
     for sql, params in queries:
@@ -413,6 +414,7 @@ def test_result_table_has_the_unique_pair_index(db_url: str) -> None:
     with store.connection(), pytest.raises(peewee.IntegrityError):
         row = dict(run=run.id, scenario_key="a", model="m", status="passed", score=1.0, scores="{}",
                    output="", tool_calls="[]", duration_ms=0, input_tokens=0, output_tokens=0, cost=0.0,
-                   attempts=1, details="{}", cached=False, created_at=datetime.now(timezone.utc).replace(tzinfo=None))
+                   attempts=1, details="{}", cached=False,
+                   created_at=datetime.now(timezone.utc).replace(tzinfo=None))
         store.ResultRow.insert(**row).execute()
         store.ResultRow.insert(**row).execute()

@@ -190,7 +190,7 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
 
 
 def providers_from_definition(data: Any, source: str) -> ProvidersConfig:
-    """The built-in providers extended by ``data``, a providers file's mapping (``source`` names it in errors).
+    """The built-in providers extended by ``data``, a providers file's mapping (``source`` names it).
 
     What :func:`load_providers` does after reading the file; a worker calls it on the definition
     stored with a run (``Run.options["providers"]``), so it needs no copy of the file.
@@ -230,9 +230,10 @@ def storable_definition(config: ProvidersConfig) -> dict[str, Any] | None:
     for name, entry in (config.definition.get("providers") or {}).items():
         url = (entry or {}).get("base_url") if isinstance(entry, dict) else None
         if isinstance(url, str) and "${" not in url and urlsplit(url).password:
-            raise ModelSpecError(f"{config.source}: provider {name!r}: base_url has a password written in it; "
-                                 "put it in a variable (base_url: https://user:${PROXY_PASSWORD}@host/v1): the "
-                                 "providers definition is stored with each run, and secrets never are")
+            raise ModelSpecError(f"{config.source}: provider {name!r}: base_url has a password written in "
+                                 "it; put it in a variable "
+                                 "(base_url: https://user:${PROXY_PASSWORD}@host/v1): the providers "
+                                 "definition is stored with each run, and secrets never are")
     # As JSON, the way the run's options are stored: YAML's dates (`checked: 2025-08-15`) as the ISO
     # text the file reader accepts too.
     plain = json.loads(json.dumps(config.definition, default=_iso_or_text))

@@ -177,7 +177,8 @@ broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="
                              help="'memory' (in-process workers) or redis://host:port/db.")
 providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
                                 type=click.Path(dir_okay=False),
-                                help="Providers config (YAML): base URLs, API-key env vars, prices.")
+                                help="Providers config (YAML): base URLs, API-key env vars, prices. Stored "
+                                     "with each run (variable names only): every worker uses it.")
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(1, 65535), envvar="EVALJOBS_METRICS_PORT", default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs evaljobs[metrics]).")

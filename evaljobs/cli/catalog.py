@@ -59,14 +59,16 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
     if not Path(path).exists():
         raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
     checked = Session.check_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
-                                    include_production_only=include_production_only, grader=grader, fields=fields)
+                                    include_production_only=include_production_only, grader=grader,
+                                    fields=fields)
     for warning in checked.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(checked.to_dict()))
         return
     extra = f", {checked.excluded} production_only left out" if checked.excluded else ""
-    click.echo(f"{path}: ok — {checked.format} catalog '{checked.name}', {checked.scenarios} scenarios{extra}, "
+    click.echo(f"{path}: ok — {checked.format} catalog '{checked.name}', "
+               f"{checked.scenarios} scenarios{extra}, "
                f"{checked.digest}")
     counts = checked.counts
     if counts and checked.format != "native":  # a native catalog's checks are native: nothing was imported

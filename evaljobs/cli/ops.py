@@ -76,7 +76,8 @@ def status(as_json, queues, window, db, broker) -> None:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
         click.echo(render(info), nl=False)
-    conclude(info.verdict())  # what it could read is shown above; a monitoring script must still see an outage
+    # what it could read is shown above; a monitoring script must still see an outage
+    conclude(info.verdict())
 
 
 # -- cancel -----------------------------------------------------------------------------------

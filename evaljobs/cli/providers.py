@@ -73,7 +73,8 @@ def providers_check(models, providers, timeout, as_json) -> None:
 
     def show(outcome) -> None:
         if as_json:
-            click.echo(json.dumps({"model": outcome.model, "ok": outcome.error is None, "error": outcome.error,
+            click.echo(json.dumps({"model": outcome.model, "ok": outcome.error is None,
+                                   "error": outcome.error,
                                    "latency_ms": outcome.latency_ms, "ttft_ms": outcome.ttft_ms,
                                    "answer": outcome.answer}))
         elif outcome.error is not None:

@@ -100,7 +100,8 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         if not inline and session.follows(strategy, wait):
             # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
             progress, idle = follow_progress(SimpleNamespace(expected=expected, strategy=strategy),
-                                             session.binding().url, 5.0, local_workers=session.binding().is_memory)
+                                             session.binding().url, 5.0,
+                                             local_workers=session.binding().is_memory)
 
         def submitted(info) -> None:
             if session.reuse_note:
@@ -111,8 +112,9 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
                        f"= {info.expected} pairs ({strategy}, broker {broker_text})", err=True)
 
         with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
-            info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress, idle=idle,
-                               on_submit=submitted, adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
+            info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress,
+                               idle=idle, on_submit=submitted, adapter=adapter, judge_model=judge_model,
+                               judge_cap=judge_cap,
                                time_limit=time_limit, cache=cache, epochs=epochs,
                                cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
                                allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)

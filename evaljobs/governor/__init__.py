@@ -112,7 +112,7 @@ from evaljobs.governor import budgets
 from evaljobs.governor.facade import Governor
 from evaljobs.governor.permits import Permit
 
-__all__ = ["Governor", "Permit", "budgets", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of", "budget_key",
-           "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN",
-           "POLL_MAX", "SLEEP_CAP", "WAITER_TTL", "MAX_PAUSE", "EWMA_ALPHA", "HOLD_ROUNDS", "HOLD_ROUNDS_MAX",
-           "LITTLE_FACTOR", "DEFAULT_LATENCY"]
+__all__ = ["Governor", "Permit", "budgets", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of",
+           "budget_key", "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN", "POLL_MAX", "SLEEP_CAP",
+           "WAITER_TTL", "MAX_PAUSE", "EWMA_ALPHA", "HOLD_ROUNDS", "HOLD_ROUNDS_MAX", "LITTLE_FACTOR",
+           "DEFAULT_LATENCY"]

@@ -19,9 +19,10 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.providers.calls import ProviderCalls
     from evaljobs.providers.client import ChatClient, close_clients, get_client
     from evaljobs.providers.completion import Completion, RequestedToolCall
-    from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited, TransientError,
-                                           is_retryable, parse_retry_after)
-    from evaljobs.providers.preflight import ProviderProblems, probe, probe_models, problems, provider_problems
+    from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
+                                           TransientError, is_retryable, parse_retry_after)
+    from evaljobs.providers.preflight import (ProviderProblems, probe, probe_models, problems,
+                                              provider_problems)
     from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
 
 #: name → the module defining it (``""``: the name is a module of this package).
@@ -55,10 +56,11 @@ _EXPORTS = {
     "ToolCall": "toolcall",
 }
 
-__all__ = ["InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion", "PermanentError", "ProviderCalls", "ProviderError",
-           "ProviderProblems", "RateLimited", "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError",
-           "close_clients", "deadline", "default_ttl", "for_epoch", "get_client", "is_retryable", "parse_duration",
-           "parse_retry_after", "probe", "probe_models", "problems", "provider_problems"]
+__all__ = ["InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion", "PermanentError",
+           "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited", "RequestedToolCall",
+           "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline", "default_ttl",
+           "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after", "probe",
+           "probe_models", "problems", "provider_problems"]
 
 
 def __getattr__(name: str) -> Any:

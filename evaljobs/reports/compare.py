@@ -211,9 +211,10 @@ class Comparison:
         return self.of_kind(FIXED)
 
     def verdict(self, fail_on_regression: bool = False) -> Verdict:
-        """``compare --fail-on-regression``: fails when a pair that passed in ``run_a`` does not in ``run_b``."""
+        """``compare --fail-on-regression``: fails when a pair passed in ``run_a`` and not in ``run_b``."""
         if fail_on_regression and self.regressed:
-            return Verdict.failed(f"FAIL: {len(self.regressed)} pairs regressed from {self.run_a} to {self.run_b}")
+            return Verdict.failed(f"FAIL: {len(self.regressed)} pairs regressed from {self.run_a} "
+                                  f"to {self.run_b}")
         return Verdict(True)
 
     @property

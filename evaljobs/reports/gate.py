@@ -8,6 +8,7 @@ lines and exits with the code (``cli/_options.py`` ``conclude``).
 model's 95 % Wilson interval (per model over every scenario and epoch; the worst model
 decides): "pass rate 92 %, but it may be 84 %" fails a 90 % gate.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

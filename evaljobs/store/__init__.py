@@ -43,10 +43,9 @@ from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finaliz
                                     record_results, recorded_among)
 from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, interrupt, list_runs,
                                  mark_running, resume_line, set_status, take_judge_call)
-from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL, PENDING,
-                                   UNFINISHED_STATUSES,
-                                   RUN_STATUSES, RUNNING, SCHEMA_VERSION, ResultRow, Run, SchemaVersion, Snapshot,
-                                   database)
+from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL,
+                                   PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
+                                   ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot
@@ -62,10 +61,12 @@ __all__ = [
     "FINISHED_STATUSES", "UNFINISHED_STATUSES", "interrupt", "resume_line",
     "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
-    "connect", "connection", "reconnecting", "is_sqlite", "upgrade", "hold_connection", "holding", "release_connection", "redact",
+    "connect", "connection", "reconnecting", "is_sqlite", "upgrade", "hold_connection", "holding",
+    "release_connection", "redact",
     "save_snapshot", "load_snapshot", "forget_snapshots",
     "count_runs", "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
-    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits", "pages", "Cell", "RunRow", "resolve_run_id",
+    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits", "pages", "Cell", "RunRow",
+    "resolve_run_id",
 ]

@@ -20,9 +20,9 @@ from evaljobs.errors import EXIT_INTERRUPTED
 from evaljobs.reports.gate import Verdict, hold
 from evaljobs.store.connections import _connection, _reconnecting, _transaction
 from evaljobs.store.errors import UnknownRun
-from evaljobs.store.schema import (CANCELLED, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PENDING, RUN_STATUSES, RUNNING, ResultRow,
-                                   Run, _aware,
-                                   _dumps, _loads, _now, database)
+from evaljobs.store.schema import (CANCELLED, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PENDING,
+                                   RUN_STATUSES, RUNNING, ResultRow, Run, _aware, _dumps, _loads, _now,
+                                   database)
 from evaljobs.store.snapshots import save_snapshot
 
 
@@ -71,7 +71,8 @@ class RunInfo:
         if self.report is None:
             if threshold is None:
                 return Verdict(True)
-            return Verdict.failed(f"FAIL: run {self.id} has no report to hold to --fail-under {threshold:.1%}")
+            return Verdict.failed(f"FAIL: run {self.id} has no report to hold to "
+                                  f"--fail-under {threshold:.1%}")
         if threshold is None:
             return Verdict(True)
         return hold(self.report, threshold, mode)

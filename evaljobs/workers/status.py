@@ -110,7 +110,8 @@ def heartbeat_window() -> float:
 
 def active_runs(limit: int = RUNS_LIMIT) -> list[RunProgress]:
     out = []
-    for run in store.list_runs(limit=limit, statuses=list(store.UNFINISHED_STATUSES)):  # interrupted: to recover
+    # pending, running and interrupted (to recover)
+    for run in store.list_runs(limit=limit, statuses=list(store.UNFINISHED_STATUSES)):
         numbers = store.progress(run.id)
         out.append(RunProgress(id=run.id, catalog=run.catalog_name, status=run.status, strategy=run.strategy,
                                expected=numbers["expected"], persisted=numbers["persisted"],
