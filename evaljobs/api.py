@@ -282,8 +282,8 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
-        if reuse:  # imported only by a run that reuses (start-up time)
-            from evaljobs.pipeline import reuse as reusing
+        if reuse:
+            from evaljobs.pipeline import reuse as reusing  # start-up time: only a run that reuses
         source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)

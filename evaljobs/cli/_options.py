@@ -48,7 +48,7 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
         names: list[str] = []
         ctx = exc.ctx
         while ctx is not None and ctx.parent is not None:  # the root's name is the program's, whatever it was
-            names.insert(0, ctx.info_name)
+            names.insert(0, ctx.info_name or "")
             ctx = ctx.parent
         command = " ".join(["evaljobs", *names])  # `evaljobs providers check`, not `evaljobs check`
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE

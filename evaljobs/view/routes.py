@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from evaljobs import store
-from evaljobs.reports._format import signed_money
+from evaljobs.reports import signed_money
 from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE, ViewConfig
