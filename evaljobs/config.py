@@ -193,7 +193,7 @@ class Settings:
         register_secret(key)
         for url in (self.database_url, self.broker_url, self.governor_url):
             password = password_of(url) if url else None
-            if password and password not in url.replace(f":{password}@", "@", 1):
+            if url and password and password not in url.replace(f":{password}@", "@", 1):
                 register_secret(password)  # not one that is also the URL's user, host or database name
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
