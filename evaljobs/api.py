@@ -301,7 +301,7 @@ class Session:
                 raise UsageError(f"{cat.source}: {problem}")
         batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
         judged = batching.choose_judge(self.providers, judges, batch_judge, specs, batched)
-        batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
+        per_message = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
         try:  # the providers file travels with the run (variable names only): every worker uses it
             stored_providers = storable_definition(self.providers)
         except ModelSpecError as exc:
@@ -309,7 +309,7 @@ class Session:
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
-                                       pairs_per_message=batch if batch > 1 else None,
+                                       pairs_per_message=per_message if per_message > 1 else None,
                                        batch=batched or None, batch_judge=judged or None,
                                        providers=stored_providers)
         context = capture_context(self.context_providers)

@@ -26,7 +26,7 @@ _lock = threading.Lock()
 _providers: dict[str | None, ProvidersConfig] = {}
 #: Keyed by id() of the providers config: every config used here is kept for the process's life
 #: (``_providers``, ``_stored_providers``), so an id is never reused for another.
-_adapters: dict[tuple[str | None, int, bool, Any], Adapter] = {}
+_adapters: dict[tuple[str | None, int, bool, Any, tuple[str, ...]], Adapter] = {}
 _specs: dict[tuple, ModelSpec] = {}
 _stored_providers: dict[str, ProvidersConfig] = {}
 

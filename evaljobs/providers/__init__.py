@@ -13,8 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
-    from evaljobs.providers import deadline
-    from evaljobs.providers.batched import InBatch, for_pair
+    from evaljobs.providers import batches, deadline
+    from evaljobs.providers.batched import (BatchRequest, InBatch, current_pair, encode, for_pair, request_from_json,
+                                            request_json)
+    from evaljobs.providers.endpoints import base_url_for
     from evaljobs.providers.cache import ResponseCache, default_ttl, for_epoch, parse_duration
     from evaljobs.providers.calls import ProviderCalls
     from evaljobs.providers.client import ChatClient, close_clients, get_client
@@ -28,8 +30,15 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 #: name → the module defining it (``""``: the name is a module of this package).
 _EXPORTS = {
     "deadline": "",
+    "batches": "",
+    "BatchRequest": "batched",
     "InBatch": "batched",
+    "current_pair": "batched",
+    "encode": "batched",
     "for_pair": "batched",
+    "request_from_json": "batched",
+    "request_json": "batched",
+    "base_url_for": "endpoints",
     "ResponseCache": "cache",
     "default_ttl": "cache",
     "for_epoch": "cache",
@@ -56,11 +65,12 @@ _EXPORTS = {
     "ToolCall": "toolcall",
 }
 
-__all__ = ["InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion", "PermanentError",
-           "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited", "RequestedToolCall",
-           "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline", "default_ttl",
-           "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after", "probe",
-           "probe_models", "problems", "provider_problems"]
+__all__ = ["BatchRequest", "base_url_for", "batches", "current_pair", "encode", "request_from_json",
+           "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion",
+           "PermanentError", "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited",
+           "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline",
+           "default_ttl", "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after",
+           "probe", "probe_models", "problems", "provider_problems"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,7 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import cache, governor_limits, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import batches, cache, governor_limits, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, connection, hold_connection, holding,
@@ -67,6 +67,6 @@ __all__ = [
     "count_runs", "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
-    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits", "pages", "Cell", "RunRow",
+    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits", "pages", "batches", "Cell", "RunRow",
     "resolve_run_id",
 ]
