@@ -7,7 +7,6 @@ mistyped flag) must not pay for loading them (start-up time).
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import click
 
@@ -96,14 +95,19 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         n_epochs = epochs if epochs is not None else catalog_obj.epochs
         inline = strategy not in ("fanout", "per-model")
         expected = len(catalog_obj.scenarios) * len(models) * n_epochs
-        progress, idle = Progress(expected), None
-        if not inline and session.follows(strategy, wait):
-            # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
-            progress, idle = follow_progress(SimpleNamespace(expected=expected, strategy=strategy),
-                                             session.binding().url, 5.0,
-                                             local_workers=session.binding().is_memory)
+        progress = Progress(expected)
+        checks: list = []  # what to ask when nothing moves: known once the run exists (a batch run's batches)
+
+        def idle() -> str | None:
+            return checks[0]() if checks and checks[0] is not None else None
 
         def submitted(info) -> None:
+            if not inline and session.follows(strategy, wait):
+                # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
+                bar, check = follow_progress(info, session.binding().url, 5.0,
+                                             local_workers=session.binding().is_memory)
+                progress.catchup_note = bar.catchup_note
+                checks.append(check)
             if session.reuse_note:
                 click.echo(session.reuse_note, err=True)
             times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
@@ -113,7 +117,7 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
 
         with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
             info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress,
-                               idle=idle, on_submit=submitted, adapter=adapter, judge_model=judge_model,
+                               idle=idle if not inline else None, on_submit=submitted, adapter=adapter, judge_model=judge_model,
                                judge_cap=judge_cap,
                                time_limit=time_limit, cache=cache, epochs=epochs,
                                cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
