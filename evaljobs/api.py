@@ -12,6 +12,9 @@
 A session binds a database and (for queued strategies) a broker for this
 process; on the in-process broker it also runs the workers, so whatever it
 queues (a run, a rerun, a recovery) is evaluated here.
+
+The module stays whole: :class:`Session` is the one face the CLI and hosts call, each method a
+short delegation to the package that does the work, and docs/api.md is generated from it.
 """
 from __future__ import annotations
 
@@ -28,22 +31,26 @@ from evaljobs.capacity import check_width
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
-from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
+from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select
-from evaljobs.errors import UsageError
+from evaljobs.errors import Interrupted, UsageError
 from evaljobs.evaluation.assertions import refusal
+from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, runtime, strategies
-from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, bind, configure as bind_broker, context_providers,
-                                      start_memory_worker)
+from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
+                                      context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
+from evaljobs.reports.gate import Verdict
 from evaljobs.reports.render import FORMATS, render
-from evaljobs.providers.preflight import ProviderProblems, problems
+from evaljobs.providers import ProviderProblems, problems
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
+
+    from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
 
     from evaljobs.reports.compare import Comparison
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
@@ -80,6 +87,7 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
     """Refuse a ``sim/`` model the catalog's ``[sim@NAME: …]`` directives would silently skip (a typo)."""
     if not names:
         return
+    # start-up time: only a run with sim/ models reads the directives
     from evaljobs.simulated.directives import unknown_model_problem
 
     texts = _strings(cat.body)
@@ -89,7 +97,7 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
             raise UsageError(problem)
 
 
-def capture_context(providers: Sequence) -> dict[str, Any] | None:
+def capture_context(providers: Sequence[Any]) -> dict[str, Any] | None:
     """The host context to store on the run, checked exactly as the middleware will carry it.
 
     Runs before the run is created, so a value that cannot travel fails here,
@@ -112,6 +120,11 @@ def capture_context(providers: Sequence) -> dict[str, Any] | None:
     return values or None
 
 
+#: How long (ms) a pair already in hand may take to land when a run is interrupted; past it the
+#: process exits without it (the pair is missing, and ``recover`` evaluates it again).
+STOP_GRACE_MS = 1000
+
+
 #: The ContextMiddleware's default cap, checked before a run exists so an oversized context leaves no run.
 CONTEXT_MAX_BYTES = 8192
 
@@ -119,19 +132,28 @@ CONTEXT_MAX_BYTES = 8192
 class Session:
     """Binds a database and (for queued strategies) a broker for one process."""
 
-    def __init__(self, *, db: str | None = None, broker: "str | dramatiq.Broker | None" = None, width: int = 8,
+    def __init__(self, *, settings: config.Settings | None = None, db: str | None = None,
+                 broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
-                 context_providers: Sequence | None = None):
+                 context_providers: Sequence[Any] | None = None) -> None:
+        """``settings``: this process's settings from now on (every ``EVALJOBS_*`` value, explicitly);
+        without them, the environment as it is now: a variable changed since the settings were read
+        is honoured (:func:`evaljobs.config.honour_environment`), an unusable one refused in one line.
+        ``db``, ``broker`` and ``providers`` override the settings' database, broker and providers file.
+        """
         check_width(width)  # bounded by what the machine can start: one line, not an abort mid-run
         shield_from_frozen_time()  # a host's freezegun must not freeze our delays and deadlines
-        # The providers file becomes this process's setting (as EVALJOBS_PROVIDERS would be), so the
-        # in-process workers read the same one; never written to os.environ. Set only when it changes:
-        # new settings rebuild the worker context (its governor and what it learned).
+        # The settings (and the providers file) become this process's, so the in-process workers read
+        # the same ones; never written to os.environ. Replaced only when they change: new settings
+        # rebuild the worker context (its governor and what it learned).
         self._previous_settings = config.configured()
         self.providers_path = str(providers) if providers else None
-        self._configured = bool(providers) and config.settings().providers_path != self.providers_path
+        wanted = settings if settings is not None else config.honour_environment()
+        if self.providers_path and wanted.providers_path != self.providers_path:
+            wanted = wanted.replace(providers_path=self.providers_path)
+        self._configured = wanted is not config.configured()
         if self._configured:
-            config.configure(self._previous_settings, providers_path=self.providers_path)
+            config.configure(wanted)
         try:
             self.providers = runtime.providers(providers)
             store.connect(db)
@@ -140,27 +162,34 @@ class Session:
             raise
         self.db_url = db
         # A host's own broker object: bound as it is, and its workers are the host's (none started here).
-        self._host_broker = None if broker is None or isinstance(broker, str) else broker
-        self.broker_url = None if self._host_broker is not None else broker
-        self.width, self.queue = width, queue
+        self._host_broker: dramatiq.Broker | None = (None if broker is None or isinstance(broker, str)
+                                                     else broker)
+        self.broker_url: str | None = broker if isinstance(broker, str) else None
+        self.width = width
+        self.queue = queue
         self._context_providers = context_providers
-        self._binding = None
-        self._worker = None
+        self._binding: Binding | None = None
+        self._worker: dramatiq.Worker | None = None
         self._lock = threading.RLock()  # host threads may submit concurrently: bind and start once
         self.excluded = 0
         self.import_warnings: list[str] = []
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
+        self._submitted: str | None = None
+        if self._host_broker is not None:
+            # Declared now, not at the first submit: a host worker process that only builds the
+            # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
+            self.binding()
 
     # -- context -------------------------------------------------------------------------------
     @property
-    def context_providers(self) -> list:
+    def context_providers(self) -> list[Any]:
         if self._context_providers is None:
             self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
         return context_providers(self._context_providers)  # and the built-in trace context
 
     # -- broker ---------------------------------------------------------------------------------
-    def binding(self):
+    def binding(self) -> Binding:
         with self._lock:
             if self._binding is None and self._host_broker is not None:
                 self._binding = bind(self._host_broker, queue=self.queue,
@@ -253,8 +282,8 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
-        if reuse:  # imported only by a run that reuses (start-up time)
-            from evaljobs.pipeline import reuse as reusing
+        if reuse:
+            from evaljobs.pipeline import reuse as reusing  # start-up time: only a run that reuses
         source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
@@ -272,12 +301,17 @@ class Session:
                 raise UsageError(f"{cat.source}: {problem}")
         batched = batching.choose(self.providers, specs, batch, strategy, plain=not (adapter or cache))
         judged = batching.choose_judge(self.providers, judges, batch_judge, specs, batched)
-        batch = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
+        per_message = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
+        try:  # the providers file travels with the run (variable names only): every worker uses it
+            stored_providers = storable_definition(self.providers)
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
                                        time_limit=time_limit, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
-                                       pairs_per_message=batch if batch > 1 else None,
-                                       batch=batched or None, batch_judge=judged or None)
+                                       pairs_per_message=per_message if per_message > 1 else None,
+                                       batch=batched or None, batch_judge=judged or None,
+                                       providers=stored_providers)
         context = capture_context(self.context_providers)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
@@ -290,12 +324,83 @@ class Session:
             options["self_judge"] = self_judged
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
+        self._submitted = run.id  # what an interrupt marks (see run)
         self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
             return store.get_run(run.id)
         return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
+
+    def follows(self, strategy: str, wait: bool | None = None) -> bool:
+        """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
+
+        In-process strategies always finish inside the call; queued ones are followed on the
+        in-process broker (this session's workers do the work) and, on Redis, only when asked.
+        """
+        if strategy not in strategies.QUEUED:
+            return True
+        return wait if wait is not None else self.binding().is_memory
+
+    def run(self, catalog: str | Path | Catalog, models: Sequence[str], *, strategy: str = "fanout",
+            wait: bool | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
+            idle: Callable[[], str | None] | None = None,
+            on_submit: Callable[[store.RunInfo], None] | None = None,
+            timeout: float | None = None, poll: float = 5.0, **options: Any) -> store.RunInfo:
+        """:meth:`submit`, then follow the run to its report, inline and queued runs alike.
+
+        ``on_event`` hears every progress event of the run: an in-process run's events as
+        its pairs finish, a queued run's through :meth:`wait` (a ``Progress`` is also fed
+        the database's numbers). ``on_submit(info)`` is called once the run exists, before it
+        is followed. A queued run on Redis is followed only with ``wait=True``
+        (:meth:`follows`); otherwise the submitted run is returned at once. ``options`` are
+        :meth:`submit`'s. Hold the result to a threshold with :meth:`RunInfo.gate`.
+        """
+        inline = strategy not in strategies.QUEUED
+        if inline and on_event is not None:
+            # the in-process strategies finish inside submit: the listener hears their events
+            from evaljobs.pipeline import events  # start-up time: only a followed inline run
+
+            events.add_listener(on_event)
+        self._submitted = None
+        try:
+            info = self.submit(catalog, models, strategy=strategy, **options)
+            if on_submit is not None:
+                on_submit(info)
+            if inline or not self.follows(strategy, wait):
+                return info
+            return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
+        except KeyboardInterrupt:  # SIGINT (and SIGTERM, which the CLI turns into one)
+            raise self._interrupted() from None
+        finally:
+            if inline and on_event is not None:
+                events.remove_listener(on_event)
+
+    def _interrupted(self) -> Interrupted:
+        """Stop taking new pairs, keep what finished, and say how to go on (one line).
+
+        The run's pairs are done by this process when its strategy is in-process or its broker is
+        the in-process one: they stop (a pair in hand gets :data:`STOP_GRACE_MS` to land), and the
+        run is marked ``interrupted`` for ``recover`` to resume. On Redis the workers elsewhere go
+        on: only the following stops, and the line says how to follow again.
+        """
+        run_id = self._submitted
+        if run_id is None:
+            return Interrupted("interrupted before a run was created: nothing to resume")
+        binding, info = self._binding, store.get_run(run_id)
+        if binding is not None and not binding.is_memory and info.strategy in strategies.QUEUED:
+            return Interrupted(f"stopped following run {run_id} ({info.persisted}/{info.expected} "
+                               "pairs so far); "
+                               f"its workers go on: `evaljobs watch {run_id}`")
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.stop(timeout=STOP_GRACE_MS)
+        store.interrupt(run_id)
+        info = store.get_run(run_id)
+        if info.status != store.INTERRUPTED:  # its last pair landed while it stopped: it is finished
+            return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): "
+                               f"`evaljobs show {run_id}`")
+        return Interrupted(store.resume_line(info))
 
     def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
              on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -323,6 +428,7 @@ class Session:
         strategy (:mod:`evaljobs.pipeline.rerun`; ``batch`` True/False: a batch run or not, None: as the
         original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
@@ -330,9 +436,13 @@ class Session:
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
         if reuse:
-            from evaljobs.pipeline import reuse as reusing
+            from evaljobs.pipeline import reuse as reusing  # start-up time: only a rerun that reuses
         source = reusing.source_of(reuse, original.catalog_name) if reuse else None
-        new = reruns.create_rerun(run_id, which, batch=batch)
+        try:  # a providers file given to this session replaces the one stored with the original run
+            given = storable_definition(self.providers) if self.providers_path else None
+        except ModelSpecError as exc:
+            raise UsageError(str(exc)) from None
+        new = reruns.create_rerun(run_id, which, batch=batch, providers=given)
         self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 
@@ -343,6 +453,7 @@ class Session:
         return once ``start_run`` is sent (on the in-process broker, this
         session's workers evaluate it: :meth:`wait` for it).
         """
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
         if run.strategy in strategies.QUEUED:
@@ -371,6 +482,7 @@ class Session:
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline.recovery import recover as recover_runs
 
         actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
@@ -386,14 +498,12 @@ class Session:
 
     def resolve(self, run_id: str) -> str:
         """The run id ``run_id`` names: ``latest``, an id, or a unique prefix of one (see store.lookup)."""
-        from evaljobs.store.lookup import resolve_run_id
-
-        return resolve_run_id(run_id)
+        return store.resolve_run_id(run_id)
 
     def runs(self, limit: int = 20) -> list[store.RunInfo]:
         return store.list_runs(limit=limit)
 
-    def results(self, run_id: str) -> list:
+    def results(self, run_id: str) -> list[Result]:
         return store.list_results(run_id)
 
     def missing(self, run_id: str) -> list[tuple[str, str, int]]:
@@ -442,16 +552,91 @@ class Session:
         if base.digest != info.digest and on_note is not None:
             on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
                     "pairs are matched by scenario key and model")
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.reports.compare import compare as compare_sides
 
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
+    # -- catalogs, the cache and the fleet ----------------------------------------------------------
+    @staticmethod
+    def check_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
+                      include_production_only: bool = False, lenient: bool = False,
+                      grader: str | None = None,
+                      fields: Sequence[str] | dict[str, str] | None = None) -> "CatalogCheck":
+        """Validate a catalog (native or imported) without running it: what ``evaljobs catalog check`` prints.
+
+        A static method: checking a catalog opens no database and binds no broker. Live MCP
+        tools are listed from their servers, as a run would (an explicit step: parsing does no
+        I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
+        """
+        if not Path(path).exists():
+            raise UsageError(f"catalog file '{path}' does not exist")
+        imported = load_any(str(path), format=format, include_production_only=include_production_only,
+                            lenient=lenient, grader=grader, fields=fields)
+        require_for_catalog(imported.data, source=str(path))
+        source = (read_catalog(path) if imported.format == "native"
+                  else CatalogSource(source=str(path), data=imported.data))
+        cat = parse_source(expand_source(source), providers=runtime.providers(providers))
+        return CatalogCheck(path=str(path), format=imported.format, name=cat.name,
+                            scenarios=len(cat.scenarios),
+                            excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
+                            warnings=list(imported.warnings))
+
+    @staticmethod
+    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None,
+                             timeout: float = 30.0,
+                             on_probe: Callable[[Any], None] | None = None) -> "ProviderCheck":
+        """One minimal real call per model (``evaljobs providers check``): its latency, or the exact error.
+
+        Without ``models``, the first priced model of each provider that is ready (its key set).
+        ``on_probe(probe)`` is told each outcome as it comes (a slow provider shows the rest first).
+        An unknown provider in ``models`` is a ``UsageError``; the returned check's ``verdict()``
+        fails when a call failed or no provider was ready to call.
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.providers import close_clients, probe, probe_models
+
+        config_ = runtime.providers(providers)
+        notes: list[str] = []
+        if models:
+            try:
+                specs = [parse_model_spec(text, config_).spec for text in models]
+            except ModelSpecError as exc:
+                raise UsageError(str(exc)) from None
+        else:
+            specs, notes = probe_models(config_)
+        probes = []
+        try:
+            for spec in specs:
+                probes.append(probe(config_, spec, timeout=timeout))
+                if on_probe is not None:
+                    on_probe(probes[-1])
+        finally:
+            close_clients()
+        return ProviderCheck(probes=probes, notes=notes)
+
+    def clear_cache(self, older_than: float | None = None) -> int:
+        """Delete cached provider answers (all, or those written more than ``older_than`` seconds ago)."""
+        return store.cache_clear(older_than)
+
+    def status(self, *, queues: Sequence[str] = (), window: float | None = None) -> Any:
+        """Active runs, queue depths, workers seen, governor budgets and pools (``evaljobs status``).
+
+        Returns a :class:`evaljobs.workers.status.Status`; its ``verdict()`` says whether the
+        broker could be read (a monitoring script must see an outage in the exit code).
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.workers.status import collect
+
+        return collect(self.broker_url if self._host_broker is None else None, queues=queues, window=window)
+
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
              queues: Sequence[str] = (), recover_every: float = 0.0,
-             stop: threading.Event | None = None) -> dict:
+             stop: threading.Event | None = None) -> dict[str, Any]:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
 
         return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=self.broker_url or "",
@@ -473,8 +658,48 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class CatalogCheck:
+    """What :meth:`Session.check_catalog` found: the catalog's name, size, digest and how it was imported."""
+
+    path: str
+    format: str
+    name: str
+    scenarios: int
+    excluded: int
+    digest: str
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``catalog check --json`` prints (warnings go to stderr, not here)."""
+        return {"path": self.path, "format": self.format, "name": self.name, "scenarios": self.scenarios,
+                "excluded": self.excluded, "digest": self.digest, "counts": self.counts}
+
+
+@dataclass
+class ProviderCheck:
+    """What :meth:`Session.check_providers_live` found: one probe per model, and notes on the choice."""
+
+    probes: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Any]:
+        return [p for p in self.probes if p.error is not None]
+
+    def verdict(self) -> Verdict:
+        if not self.probes:
+            return Verdict.failed("no provider is ready to call (see `evaljobs providers list`); "
+                                  "pass -m provider/model")
+        if self.failed:
+            n = len(self.probes)
+            return Verdict.failed(f"{len(self.failed)} of {n} model{'s' if n != 1 else ''} failed")
+        return Verdict(True)
 
 
 @dataclass
@@ -491,10 +716,12 @@ REPORT_FORMATS = FORMATS
 def __getattr__(name: str) -> Any:
     """``run_pool``, exported here and imported on first use (start-up time)."""
     if name == "run_pool":
+        # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
 
         return run_pool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Session", "Recovery", "UsageError", "CatalogError", "capture_context", "run_pool", "REPORT_FORMATS"]
+__all__ = ["Session", "Recovery", "CatalogCheck", "ProviderCheck", "UsageError", "CatalogError",
+           "capture_context", "run_pool", "REPORT_FORMATS"]

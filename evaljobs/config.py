@@ -193,7 +193,7 @@ class Settings:
         register_secret(key)
         for url in (self.database_url, self.broker_url, self.governor_url):
             password = password_of(url) if url else None
-            if password and password not in url.replace(f":{password}@", "@", 1):
+            if url and password and password not in url.replace(f":{password}@", "@", 1):
                 register_secret(password)  # not one that is also the URL's user, host or database name
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
@@ -303,25 +303,53 @@ class Settings:
 
 _lock = threading.Lock()
 _current: Settings | None = None
+#: The environment's reading that ``_current`` was built from: what :func:`honour_environment` compares with.
+_basis: Settings | None = None
 
 
 def settings() -> Settings:
     """This process's settings (from the environment on first use, or what :func:`configure` set)."""
-    global _current
+    global _current, _basis
     current = _current
     if current is None:
         with _lock:
             if _current is None:
-                _current = Settings.from_env()
+                _current = _basis = Settings.from_env()
             current = _current
     return current
 
 
 def configure(new: Settings | None = None, **changes: Any) -> Settings:
     """Replace this process's settings: ``new`` (default: re-read the environment) with ``changes``."""
-    global _current
+    global _current, _basis
     with _lock:
-        _current = (new or Settings.from_env()).replace(**changes)
+        _basis = Settings.from_env()
+        _current = (new or _basis).replace(**changes)
+        return _current
+
+
+def honour_environment() -> Settings:
+    """This process's settings, with every ``EVALJOBS_*`` variable changed since they were read taken in.
+
+    Settings are read once, but a host may change its environment between two sessions: a value
+    the environment changed replaces the current one (a value set by :func:`configure` that the
+    environment did not change stays), so a changed environment is honoured, never silently
+    ignored; a changed value that is unusable is refused, in one line, as at start-up.
+    """
+    global _current, _basis
+    fresh = Settings.from_env()
+    with _lock:
+        if _current is None:  # nothing read yet: read it now
+            _current = _basis = fresh
+            return _current
+        if _basis is None:  # given settings outright (restore): the environment is compared from now on
+            _basis = fresh
+            return _current
+        changed = {f.name: getattr(fresh, f.name) for f in dataclasses.fields(Settings)
+                   if getattr(fresh, f.name) != getattr(_basis, f.name)}
+        _basis = fresh
+        if changed:
+            _current = dataclasses.replace(_current, **changed)
         return _current
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 EXIT_OK = 0
 EXIT_FAILED = 1  # the work ran and did not pass (a gate), or a server/storage failed
 EXIT_USAGE = 2   # the command, a file or a value given to it is wrong: nothing was done
+EXIT_INTERRUPTED = 130  # stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT): what finished is kept
 
 
 class EvaljobsError(Exception):
@@ -29,6 +30,12 @@ class UsageError(EvaljobsError, ValueError):
 
 class ConfigurationError(UsageError):
     """A setting (flag, environment variable, file) that is present but unusable."""
+
+
+class Interrupted(EvaljobsError):
+    """SIGINT or SIGTERM stopped a command; its message says what was kept and how to resume (exit 130)."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 class ServiceUnavailable(EvaljobsError):

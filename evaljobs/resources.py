@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from evaljobs.errors import ConfigurationError
+
 #: The catalog ``evaljobs demo`` runs (scenarios steered by ``[sim: …]`` directives).
 DEMO_CATALOG = "support.yaml"
 
@@ -22,8 +24,6 @@ def data_path(name: str) -> Path:
     """
     path = Path(str(resources.files("evaljobs").joinpath("data", *name.split("/"))))
     if not path.is_file():
-        from evaljobs.errors import ConfigurationError
-
         raise ConfigurationError(f"evaljobs is installed without its data file {name!r} ({path}); "
                                  f"reinstall it: pip install --force-reinstall evaljobs")
     return path

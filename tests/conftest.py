@@ -161,6 +161,17 @@ def module_simulated_provider() -> Iterator[Callable[..., SimulatedProvider]]:
     providers.stop_all()
 
 
+@pytest.fixture(scope="module")
+def sim(module_simulated_provider: Callable[..., SimulatedProvider],
+        request: pytest.FixtureRequest) -> SimulatedProvider:
+    """The simulated provider a module's tests share, with the module's ``SIM_OPTIONS`` (default: no latency).
+
+    One definition for every module that needs one provider for all its tests; a test that needs
+    ``EVALJOBS_SIM_URL`` sets it (``monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)``).
+    """
+    return module_simulated_provider(**getattr(request.module, "SIM_OPTIONS", {"latency": 0.0}))
+
+
 @pytest.fixture(params=["redis", "local"])
 def governors(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
     """Build provider governors on the Redis store and on the in-process one (the parameter).

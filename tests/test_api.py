@@ -17,14 +17,13 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import runtime
-from helpers import abc_catalog_yaml
+from helpers import abc_catalog_yaml, free_port
 
 CATALOG = abc_catalog_yaml("api", failing="b")
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.0)
 
 
 @pytest.fixture
@@ -100,3 +99,63 @@ def test_a_providers_file_is_the_sessions_setting_and_never_written_to_the_envir
         Session(db=sqlite_url, providers=str(tmp_path / "missing.yaml"))
     assert config.settings() is configured  # a session that never opened changes nothing
     assert dict(os.environ) == environ
+
+
+def test_run_follows_inline_and_queued_runs_alike_and_tells_each_event(session):
+    catalog = loads_catalog(CATALOG, source="api.yaml")
+    for strategy in ("sequential", "fanout"):
+        heard, submitted = [], []
+        info = session.run(catalog, ["sim/a"], strategy=strategy, on_event=heard.append,
+                           on_submit=submitted.append, timeout=60)
+        assert [s.id for s in submitted] == [info.id]  # told once, as soon as the run existed
+        assert info.report is not None and info.persisted == 3, strategy
+        done = [e for e in heard if e.get("type") == "result"]
+        assert len(done) == 3, (strategy, heard)
+
+
+def test_the_gate_decides_the_exit_a_cli_only_maps(session):
+    catalog = loads_catalog(CATALOG, source="api.yaml")
+    info = session.run(catalog, ["sim/a"], strategy="sequential")  # 2 of 3 pass
+    assert info.gate() == info.gate(None, "ci") and info.gate().passed and info.gate().exit_code == 0
+    ok = info.gate(0.6)
+    assert ok.passed and ok.lines == ("OK: pass rate 66.7% meets --fail-under 60.0%",)
+    low = info.gate(0.9)
+    assert (low.passed, low.exit_code) == (False, 1)
+    assert low.lines == ("FAIL: pass rate 66.7% is under --fail-under 90.0%",)
+    ci = info.gate(0.5, "ci")  # 2/3 has a 95% Wilson lower bound near 21%
+    assert not ci.passed and ci.lines[0].startswith("FAIL: sim/a: 95% CI lower bound 20.8%")
+    broken = loads_catalog("name: api\nscenarios:\n  - key: a\n"
+                           "    prompt: \"[sim: status 400 no such thing]\"\n"
+                           "    expect: {contains: [x]}\n", source="broken.yaml")
+    failed = session.run(broken, ["sim/a"], strategy="sequential")
+    assert failed.status == "failed"
+    verdict = failed.gate()  # every pair errored: nothing was evaluated, whatever the threshold
+    assert verdict.exit_code == 1 and verdict.lines[0].startswith(
+        f"error: run {failed.id} failed: all 1 pairs errored (first: ")
+    assert "no such thing" in verdict.lines[0]
+    pending = store.create_run(catalog, ["sim/a"], strategy="fanout")
+    assert store.get_run(pending.id).gate().passed
+    assert store.get_run(pending.id).gate(0.5).lines == (
+        f"FAIL: run {pending.id} has no report to hold to --fail-under 50.0%",)
+
+
+def test_check_catalog_clear_cache_and_status_are_library_calls(session, sqlite_url, tmp_path):
+    path = tmp_path / "api.yaml"
+    path.write_text(CATALOG)
+    checked = Session.check_catalog(path)  # no database, no broker
+    assert (checked.format, checked.name, checked.scenarios, checked.excluded) == ("native", "api", 3, 0)
+    assert checked.digest == loads_catalog(CATALOG, source=str(path)).digest
+    assert checked.to_dict()["digest"] == checked.digest
+    with pytest.raises(UsageError, match="does not exist"):
+        Session.check_catalog(tmp_path / "nowhere.yaml")
+    for key in ("k1", "k2"):
+        store.cache.put(key, "answer", provider="sim", model="a")
+    assert session.clear_cache(3600.0) == 0  # both were written just now
+    assert session.clear_cache() == 2 and session.clear_cache() == 0
+    status = session.status()
+    assert status.verdict() == status.verdict() and status.verdict().passed
+    assert any("in-process broker" in note for note in status.notes)
+    with Session(db=sqlite_url, broker=f"redis://127.0.0.1:{free_port()}/0") as unreachable:
+        # the database half is still read; the exit says Redis is out
+        verdict = unreachable.status().verdict()
+    assert verdict.exit_code == 2 and verdict.lines[0].startswith("error: cannot read redis://127.0.0.1:")

@@ -1,6 +1,6 @@
 """The architecture, checked from the source with ``ast`` (nothing is imported or run).
 
-DESIGN.md ("Packages and who may import whom") states the rules; this module
+docs/internals.md ("Packages and who may import whom") states the rules; this module
 enforces them, so a change that breaks one fails here with the file and line
 to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
@@ -26,10 +26,26 @@ setting nobody can find:
   stay whole (the words "stays whole" or "kept whole" and a reason);
 * no test module imports another test module (or conftest): what tests share
   lives in ``tests/helpers/`` and ``tests/conftest.py``;
+* a CLI command decides no exit code (``sys.exit``, ``SystemExit``, ``ctx.exit``):
+  the library returns a verdict and ``cli/_options.py`` maps it;
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
   the pair runner (``evaljobs/pipeline/pairs.py``) and the in-process strategy's
   outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider
-  error (``RETRY_DECIDERS``; a loop that only re-raises is not a retry).
+  error (``RETRY_DECIDERS``; a loop that only re-raises is not a retry);
+* a module that loads names lazily (an ``_EXPORTS`` table: ``import evaljobs``
+  stays cheap) imports each of them under ``if TYPE_CHECKING:`` too and lists
+  them in a literal ``__all__``, so editors, type checkers and linters see them;
+* no module imports a ``_private`` name (or a ``_private`` module) of another
+  package: what other packages use is public (``FACES``);
+* a package with a public face (``FACES``: the store, the governor, the provider
+  client) is imported by the other layers only through its ``__init__`` and the
+  names in its ``__all__``, never through its modules (its own layer's
+  packages, built with it, may reach in);
+* an import of our own modules inside a function is allowed in ``cli/`` (the
+  commands' start-up time) and elsewhere only with its reason in a comment on
+  that line or above its block of imports (start-up time, an optional extra, a plugin
+  loaded before the package): a late import that hides a design problem has
+  to say so.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -53,7 +69,7 @@ CONFIG_MODULE = "evaljobs.config"
 IO_LIBRARIES = ("dramatiq", "redis", "peewee", "httpx", "mcp")
 #: The pure parts: a module is one of them if its name is, or starts with, one of these.
 PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.reports")
-#: The layers, bottom first (DESIGN.md: cli → bench → api / workers → pipeline → reports / store →
+#: The layers, bottom first (docs/internals.md: cli → bench → api / workers → pipeline → reports / store →
 #: evaluation → providers → catalog, middleware beside catalog). A module may import its own
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
@@ -72,6 +88,11 @@ LAYERS = (
 )
 _PLACES_ONLY_ITSELF = {"evaljobs", "evaljobs.__main__"}
 MAX_LINES = 500
+#: Packages whose ``__init__`` is their one public face (docs/internals.md, "Packages and who may import
+#: whom").
+FACES = ("evaljobs.store", "evaljobs.governor", "evaljobs.providers")
+#: Where an in-function import of our own modules needs no comment: the commands load what they run.
+LATE_IMPORTS_FREE = ("evaljobs.cli",)
 KEPT_WHOLE = re.compile(r"\b(stays?|kept|keep) whole\b", re.IGNORECASE)
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 _ENV_WRITERS = {"putenv", "unsetenv"}
@@ -176,7 +197,7 @@ def upward_imports(modules: dict[str, Module], layers=LAYERS) -> list[str]:
         own = layer_of(name, layers)
         if own is None:
             lines.append(f"{module.shown}: {name} has no layer: add its package to LAYERS in "
-                         "tests/test_architecture.py (and to DESIGN.md's picture)")
+                         "tests/test_architecture.py (and to docs/internals.md's picture)")
             continue
         for imp in imports_of(module, modules):
             target = layer_of(imp.target, layers) if imp.target in modules else None
@@ -459,6 +480,202 @@ def imports_of_test_modules(tests: Path) -> list[str]:
     return lines
 
 
+def unit_of(name: str) -> str:
+    """The package a module belongs to for the privacy rule: ``evaljobs.<first part>`` (or the middleware)."""
+    return ".".join(name.split(".")[:2])
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _origin(module: Module, node: ast.ImportFrom) -> str:
+    if node.level:
+        base = module.package.split(".")
+        base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
+def private_imports(modules: dict[str, Module]) -> list[str]:
+    """Imports of another package's ``_private`` names or modules, and ``alias._name`` uses of its modules."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        own = unit_of(name)
+        aliases: dict[str, str] = {}  # local name → our module it is bound to
+        for node in module.nodes:
+            dotted: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                origin = _origin(module, node)
+                if origin.split(".")[0] not in SOURCES:
+                    continue
+                for alias in node.names:
+                    full = f"{origin}.{alias.name}"
+                    if full in modules:
+                        aliases[alias.asname or alias.name] = full
+                    dotted.append(full)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in SOURCES:
+                        aliases[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or \
+                            alias.name.split(".")[0]
+                        dotted.append(alias.name)
+            for full in dotted:
+                if unit_of(full) != own and any(_is_private(part) for part in full.split(".")):
+                    lines.append(f"{module.shown}:{node.lineno}: {name} imports {full}, private to "
+                                 f"{unit_of(full)} (make it public in its package's face, or move the code)")
+        for node in module.nodes:
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in aliases and _is_private(node.attr) and \
+                    unit_of(aliases[node.value.id]) != own:
+                owner = aliases[node.value.id]
+                lines.append(f"{module.shown}:{node.lineno}: {name} uses {owner}.{node.attr}, "
+                             f"private to {unit_of(owner)} (make it public, or move the code)")
+    return lines
+
+
+def declared_all(module: Module) -> set[str] | None:
+    """The names of a module's ``__all__`` when it is a literal list/tuple (or a sum of them), else None."""
+    for node in module.tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            names: set[str] = set()
+            parts = [node.value]
+            while parts:
+                part = parts.pop()
+                if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Add):
+                    parts += [part.left, part.right]
+                elif isinstance(part, (ast.List, ast.Tuple)) and \
+                        all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in part.elts):
+                    names.update(e.value for e in part.elts)
+                else:
+                    return None
+            return names
+    return None
+
+
+def imports_behind_faces(modules: dict[str, Module], faces=FACES, layers=LAYERS) -> list[str]:
+    """Imports of a faced package's modules (or of names not in its ``__all__``) from another layer."""
+    lines = []
+    for face in faces:
+        if face not in modules:
+            continue
+        public = declared_all(modules[face])
+        if public is None:
+            lines.append(f"{modules[face].shown}: {face} has no literal __all__ (its public face): "
+                         "declare one")
+            continue
+        face_layer = layer_of(face, layers)
+        for name, module in sorted(modules.items()):
+            if name == face or name.startswith(face + "."):
+                continue
+            own = layer_of(name, layers)
+            if own is not None and face_layer is not None and own[0] == face_layer[0]:
+                continue  # the face's own layer is built with it
+            for node in module.nodes:
+                if isinstance(node, ast.ImportFrom):
+                    origin = _origin(module, node)
+                    if origin == face:
+                        hidden = [a.name for a in node.names if a.name not in public]
+                    elif origin.startswith(face + "."):
+                        hidden = [f"{origin[len(face) + 1:]}.{a.name}" for a in node.names]
+                    else:
+                        continue
+                elif isinstance(node, ast.Import):
+                    hidden = [a.name[len(face) + 1:] for a in node.names if a.name.startswith(face + ".")]
+                else:
+                    continue
+                for what in hidden:
+                    lines.append(f"{module.shown}:{node.lineno}: {name} reaches behind {face}'s face "
+                                 f"for {what} "
+                                 f"(import it from {face}; add it to its __all__ if other packages need it)")
+    return lines
+
+
+def late_imports_without_reason(modules: dict[str, Module], free=LATE_IMPORTS_FREE) -> list[str]:
+    """In-function imports of our own modules, outside ``free``, with no comment on them or above them."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in free):
+            continue
+        text = module.source.splitlines()
+        for function in module.nodes:
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    ours = [a.name for a in node.names if a.name.split(".")[0] in SOURCES]
+                elif isinstance(node, ast.ImportFrom):
+                    origin = _origin(module, node)
+                    ours = [origin] if origin.split(".")[0] in SOURCES else []
+                else:
+                    continue
+                if not ours:
+                    continue
+                here, line = "\n".join(text[node.lineno - 1:node.end_lineno or node.lineno]), node.lineno - 2
+                while line >= 0 and text[line].strip().startswith(("from ", "import ")):
+                    line -= 1  # one comment above a block of imports covers the block
+                above = text[line].strip() if line >= 0 else ""
+                if "#" not in here and not above.startswith("#"):
+                    lines.append(f"{module.shown}:{node.lineno}: {name} imports {ours[0]} inside a function "
+                                 "with "
+                                 "no reason: import it at the top, or say why in a comment (start-up time, "
+                                 "an optional extra, …)")
+    return list(dict.fromkeys(lines))  # a nested function's import is walked once per enclosing function
+
+
+def lazy_names_hidden_from_type_checkers(modules: dict[str, Module]) -> list[str]:
+    """Modules loading names lazily (an ``_EXPORTS`` table) without a ``TYPE_CHECKING`` import of each."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        table = next((node.value for node in module.tree.body if isinstance(node, ast.Assign) and
+                      any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets) and
+                      isinstance(node.value, ast.Dict)), None)
+        if table is None:
+            continue
+        lazy = {key.value for key in table.keys if isinstance(key, ast.Constant)}
+        for key, value in zip(table.keys, table.values):  # **dict.fromkeys(("a", "b"), "module")
+            if key is None and isinstance(value, ast.Call) and value.args and \
+                    isinstance(value.args[0], ast.Tuple):
+                lazy.update(e.value for e in value.args[0].elts if isinstance(e, ast.Constant))
+        declared: set[str] = set()
+        for node in module.tree.body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        declared.update(alias.asname or alias.name.split(".")[-1] for alias in inner.names)
+        for missing in sorted(lazy - declared):
+            lines.append(f"{module.shown}: {name} loads {missing!r} lazily but does not import it under "
+                         "`if TYPE_CHECKING:` (editors and type checkers cannot see it)")
+        public = declared_all(module)
+        for missing in sorted(lazy - (public or set())):
+            lines.append(f"{module.shown}: {name} loads {missing!r} lazily but its literal __all__ does not "
+                         "list it (linters and `import *` cannot see it)")
+    return lines
+
+
+#: The one place of the CLI that turns a result or an error into an exit code.
+EXIT_MAPPING = "evaljobs.cli._options"
+
+
+def exits_decided_by_commands(modules: dict[str, Module]) -> list[str]:
+    """``sys.exit``, ``raise SystemExit`` or ``ctx.exit`` in a command module: the library decides the
+    exit (``RunInfo.gate``, a ``verdict()``, an error's ``exit_code``), ``cli/_options.py`` maps it."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not name.startswith("evaljobs.cli") or name == EXIT_MAPPING:
+            continue
+        for node in module.nodes:
+            call = node.exc if isinstance(node, ast.Raise) else node
+            target = call.func if isinstance(call, ast.Call) else call
+            text = ast.unparse(target) if isinstance(target, (ast.Attribute, ast.Name)) else ""
+            if text in ("sys.exit", "SystemExit", "exit") or text.endswith("ctx.exit"):
+                lines.append(f"{module.shown}:{node.lineno}: {name} decides an exit code ({text}): "
+                             "return the "
+                             "library's verdict and let cli/_options.py conclude() map it")
+    return list(dict.fromkeys(lines))
+
+
 # -- the rules, on the real source ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -507,6 +724,26 @@ def test_no_test_imports_another_test_module():
 def test_one_place_decides_retries(source):
     assert {"evaljobs.pipeline.pairs", "evaljobs.pipeline.strategies"} <= set(source)
     assert not (found := retry_loops(source)), "\n".join(found)
+
+
+def test_no_module_imports_another_packages_private_names(source):
+    assert not (found := private_imports(source)), "\n".join(found)
+
+
+def test_other_layers_use_the_store_governor_and_provider_client_through_their_faces(source):
+    assert not (found := imports_behind_faces(source)), "\n".join(found)
+
+
+def test_late_imports_of_our_modules_say_why(source):
+    assert not (found := late_imports_without_reason(source)), "\n".join(found)
+
+
+def test_lazily_loaded_names_are_declared_for_type_checkers(source):
+    assert not (found := lazy_names_hidden_from_type_checkers(source)), "\n".join(found)
+
+
+def test_commands_only_map_the_librarys_exit(source):
+    assert not (found := exits_decided_by_commands(source)), "\n".join(found)
 
 
 # -- each rule fails on a planted violation -------------------------------------------------------
@@ -752,3 +989,92 @@ def test_a_loop_that_only_reraises_a_provider_error_is_not_a_retry(tmp_path):
     text = ("\n\ndef turns(calls):\n    for call in calls:\n        try:\n            call()\n"
             "        except TransientError:\n            raise\n")
     assert retry_loops(copy_of_the_runner(tmp_path, **{"evaljobs/pipeline/actors.py": text})) == []
+
+
+@pytest.mark.parametrize("path, text, expected", [
+    ("evaljobs/reports/__init__.py", "from evaljobs.store.runs import _hidden\n",
+     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store.runs._hidden, "
+     "private to evaljobs.store"),
+    ("evaljobs/reports/__init__.py", "from evaljobs.store import _runs\n",
+     "evaljobs/reports/__init__.py:1: evaljobs.reports imports evaljobs.store._runs, "
+     "private to evaljobs.store"),
+    ("evaljobs/reports/__init__.py", "def f():\n    from ..store import runs\n    return runs._hidden()\n",
+     "evaljobs/reports/__init__.py:3: evaljobs.reports uses evaljobs.store.runs._hidden, "
+     "private to evaljobs.store"),
+    ("evaljobs/config.py", "import evaljobs.store.runs as r\nX = r._cache\n",
+     "evaljobs/config.py:2: evaljobs.config uses evaljobs.store.runs._cache, private to evaljobs.store"),
+])
+def test_a_private_import_across_packages_is_found(tmp_path, path, text, expected):
+    found = private_imports(planted_tree(tmp_path, {path: text}))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_a_package_may_use_its_own_private_names(tmp_path):
+    text = "from evaljobs.store.runs import _hidden\nfrom . import runs\nX = runs._cache\n"
+    assert private_imports(planted_tree(tmp_path, {"evaljobs/store/__init__.py": text})) == []
+
+
+FACED = {"evaljobs/store/__init__.py":
+         "from evaljobs.store.runs import get_run\n__all__ = ['get_run', 'runs']\n"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("from evaljobs.store.runs import get_run\n", "reaches behind evaljobs.store's face for runs.get_run"),
+    ("from evaljobs.store import hidden\n", "reaches behind evaljobs.store's face for hidden"),
+    ("import evaljobs.store.runs\n", "reaches behind evaljobs.store's face for runs"),
+])
+def test_an_import_behind_a_face_is_found(tmp_path, text, expected):
+    found = imports_behind_faces(planted_tree(tmp_path, {**FACED, "evaljobs/reports/x.py": "import os\n",
+                                                         "evaljobs/cli/__init__.py": text}),
+                                 faces=("evaljobs.store",))
+    assert len(found) == 1 and expected in found[0], found
+    assert found[0].startswith("evaljobs/cli/__init__.py:1:"), found
+
+
+def test_the_face_and_its_own_layer_may_be_used_freely(tmp_path):
+    cli = {"evaljobs/cli/__init__.py": "from evaljobs.store import get_run, runs\n"}
+    tree = planted_tree(tmp_path, {**FACED, **cli})
+    # reports shares the store's layer (the baseline's evaljobs/reports/__init__.py imports store.runs)
+    assert imports_behind_faces(tree, faces=("evaljobs.store",)) == []
+    no_all = planted_tree(tmp_path, {"evaljobs/store/__init__.py": "__all__ = sorted(['a'])\n"})
+    assert imports_behind_faces(no_all, faces=("evaljobs.store",)) == [
+        "evaljobs/store/__init__.py: evaljobs.store has no literal __all__ (its public face): declare one"]
+
+
+def test_a_late_import_without_a_reason_is_found(tmp_path):
+    text = ("def a():\n    from evaljobs.catalog import model  # start-up time\n"
+            "def b():\n    # the optional extra\n    import evaljobs.catalog\n"
+            "def c():\n    import json\n"
+            "def d():\n    from .catalog import model\n")
+    assert late_imports_without_reason(planted_tree(tmp_path, {"evaljobs/config.py": text})) == [
+        "evaljobs/config.py:9: evaljobs.config imports evaljobs.catalog inside a function with no reason: "
+        "import it at the top, or say why in a comment (start-up time, an optional extra, …)"]
+    cli = {"evaljobs/cli/__init__.py": "def main():\n    from evaljobs.store import runs\n"}
+    assert late_imports_without_reason(planted_tree(tmp_path, cli)) == []
+
+
+def test_a_lazy_name_without_its_type_checking_import_is_found(tmp_path):
+    text = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from evaljobs.catalog.model import Scenario\n"
+            "_EXPORTS = {'Scenario': 'catalog.model', 'load': 'catalog'}\n__all__ = ['Scenario', 'load']\n")
+    assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
+        "evaljobs/__init__.py: evaljobs loads 'load' lazily but does not import it under `if TYPE_CHECKING:` "
+        "(editors and type checkers cannot see it)"]
+
+
+@pytest.mark.parametrize("text", ["import sys\ndef run():\n    sys.exit(1)\n",
+                                  "def run():\n    raise SystemExit(2)\n",
+                                  "def run(ctx):\n    ctx.exit(1)\n"])
+def test_a_command_deciding_its_exit_is_found(tmp_path, text):
+    found = exits_decided_by_commands(planted_tree(tmp_path, {"evaljobs/cli/run.py": text}))
+    assert len(found) == 1 and found[0].startswith("evaljobs/cli/run.py:"), found
+    mapping = planted_tree(tmp_path / "mapping", {"evaljobs/cli/_options.py": text})  # the one mapping may
+    assert exits_decided_by_commands(mapping) == []
+
+
+def test_a_lazy_name_missing_from_a_literal_all_is_found(tmp_path):
+    text = ("TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from evaljobs.catalog.model import Scenario\n"
+            "_EXPORTS = {'Scenario': 'catalog.model'}\n__all__ = sorted(_EXPORTS)\n")
+    assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
+        "evaljobs/__init__.py: evaljobs loads 'Scenario' lazily but its literal __all__ does not list it "
+        "(linters and `import *` cannot see it)"]

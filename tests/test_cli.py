@@ -14,9 +14,8 @@ from helpers import ROOT
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.005)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.005)
 
 
 @pytest.fixture

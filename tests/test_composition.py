@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 from helpers import WorkerProcess
 
-pytestmark = [pytest.mark.redis]
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +30,8 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog.subset import Selection
 from evaljobs.reports.render import FORMATS, render
-from evaljobs.store.snapshots import _forget_snapshots
+
+pytestmark = [pytest.mark.redis]
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["sim/fast", "sim/smart"]
@@ -106,7 +106,7 @@ def _check(info: store.RunInfo, catalog) -> None:
         assert block["scenarios"] == len(mine) and block["passed"] == sum(1 for r in mine if r.status == "passed")
         assert block["cost_unknown"] == sum(1 for r in mine if r.cost is None)
     # it reads back: the snapshot (not this process's cache) is the catalog that ran; every format renders
-    _forget_snapshots()
+    store.forget_snapshots()
     assert list(store.load_snapshot(info.digest).scenarios) == list(catalog.scenarios)
     for fmt in FORMATS:
         assert render(report, fmt, results=rows)
@@ -146,7 +146,7 @@ def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, 
         _check(info, _selected(catalog, info))
         assert _verdicts(info.id) == _verdicts(reference.id), f"{strategy}/{broker} differs from sequential ({tag})"
         # and a rerun of every pair, graded from the stored snapshot alone, gives the same verdicts
-        _forget_snapshots()
+        store.forget_snapshots()
         again = session.start(session.create_rerun(info.id, ["all"]))
         again = session.wait(again.id, timeout=90)
         assert _verdicts(again.id) == _verdicts(reference.id), f"the rerun of {strategy}/{broker} differs"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 from contextlib import contextmanager
 from importlib import metadata

@@ -29,3 +29,20 @@ def test_every_page_is_in_the_nav() -> None:
     listed = set(re.findall(r":\s*([\w-]+\.md)\s*$", nav, re.M))
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages == listed, (pages - listed, listed - pages)
+
+
+def test_the_api_page_names_every_public_name_and_session_method() -> None:
+    """docs/api.md stays in step with ``evaljobs.__all__`` and :class:`Session`'s public methods."""
+    import evaljobs
+    from evaljobs.api import Session
+
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    quoted = set(re.findall(r"`([\w.]+)`", page))
+    missing = [name for name in evaljobs.__all__ if name not in quoted]
+    methods = [f"Session.{name}" for name in vars(Session)
+               if not name.startswith("_") and callable(getattr(Session, name))]
+    missing += [method for method in methods if method not in quoted]
+    assert not missing, f"docs/api.md does not mention {missing}"
+    api_page = ROOT / "docs" / "api.md"
+    # the reference, generated from the docstrings
+    assert "::: evaljobs.api.Session" in api_page.read_text(encoding="utf-8")

@@ -173,9 +173,8 @@ scenarios:
 MODELS = ["sim/one", "sim/two"]
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.0)
 
 
 @pytest.fixture

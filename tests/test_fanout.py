@@ -1,6 +1,6 @@
 """Fan-out on the in-process broker: Dramatiq's StubBroker driven by a real Worker.
 
-Each DESIGN.md invariant about the barrier is exercised here with real worker
+Each invariant about the barrier (docs/internals.md, "Invariants") is exercised here with real worker
 threads, a real SQLite file and real HTTP to the simulated provider; the same
 invariants are checked against Redis, PostgreSQL and worker processes in
 test_fanout_redis.py.
@@ -37,9 +37,8 @@ scenarios:
 MODELS = ["sim/one", "sim/two"]
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.01)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.01)
 
 
 @pytest.fixture

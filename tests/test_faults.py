@@ -353,9 +353,9 @@ def test_store_calls_retry_through_a_lost_connection_but_not_other_errors(sqlite
     store.connect(sqlite_url, reconnect_seconds=2.0)
     failures = [peewee.OperationalError("database is locked")] * 2
 
-    @store._reconnecting
+    @store.reconnecting
     def flaky() -> str:
-        with store._connection():
+        with store.connection():
             if failures:
                 raise failures.pop()
         return "done"
@@ -364,19 +364,19 @@ def test_store_calls_retry_through_a_lost_connection_but_not_other_errors(sqlite
 
     calls = []
 
-    @store._reconnecting
+    @store.reconnecting
     def broken() -> None:
         calls.append(1)
-        with store._connection():
+        with store.connection():
             raise peewee.OperationalError("no such table: nowhere")
 
     with pytest.raises(peewee.OperationalError, match="no such table"):
         broken()  # not an outage: at once, as it was
     assert len(calls) == 1  # not retried (counted, not timed)
 
-    @store._reconnecting
+    @store.reconnecting
     def locked_forever() -> None:
-        with store._connection():
+        with store.connection():
             raise peewee.OperationalError("database is locked")
 
     with pytest.raises(store.DatabaseUnavailable, match=r"lost database sqlite:.* for 2 s \(locked_forever\): "

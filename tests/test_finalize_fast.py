@@ -23,7 +23,6 @@ from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from evaljobs.reports.rows import ReportRow
 from evaljobs.reports.variance import mean_and_stderr, pair_stats
-from evaljobs.store import connections as store_connections
 from evaljobs.store.report_text import report_text
 from evaljobs.store.schema import Run, _dumps
 
@@ -60,7 +59,7 @@ def test_the_collector_is_paused_while_the_report_is_built_and_enabled_after(url
     finalized = store.finalize(run.id, watched)
     assert finalized.created and seen == [False] and gc.isenabled()
     # stored with the report's own encoder: the same text as the store's JSON of what finalize returned
-    with store_connections._connection():
+    with store.connection():
         stored = Run.get_by_id(run.id).report
     assert stored == _dumps(finalized.report) and '"pass_at_k":{"1":1.0,"2":1.0}' in stored
     assert not store.finalize(run.id, watched).created  # the stored report, returned as is
@@ -188,7 +187,7 @@ def test_a_finalized_report_with_every_kind_of_entry_is_stored_as_the_standard_e
             reused_from="r_before" if n % 4 == 1 else None, details=details))
     report = store.finalize(run.id, build_report).report
     assert any("judge" in e for e in report["results"]) and any("reused_from" in e for e in report["results"])
-    with store_connections._connection():
+    with store.connection():
         stored = Run.get_by_id(run.id).report
     assert stored == _dumps(report) == report_text(report)
 

@@ -1,54 +1,82 @@
-"""`Session(broker=<a host's broker>)`: evaljobs binds the host's broker and starts no worker on it."""
+"""``Session(broker=host_broker)`` declares evaljobs' actors and middleware when it is built.
+
+A host's worker process builds the Session on its own ``RedisBroker`` (docs/hosts.md) and starts
+its own Dramatiq worker; it never submits. Its worker must consume evaljobs' queue: a separate
+real process, a real Redis, the simulated provider over loopback; the run submitted from this
+process is evaluated there and finishes with its report.
+"""
+
 from __future__ import annotations
 
-import dramatiq
-from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import CurrentMessage, Retries
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from dramatiq.brokers.redis import RedisBroker
 
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.testing import run_catalog
-from evaljobs_middleware.context import ContextMiddleware
-from evaljobs_middleware.db import DatabaseConnections
+from evaljobs.catalog import loads_catalog
+from helpers import abc_catalog_yaml
 
-CATALOG = {"name": "host-broker", "scenarios": [{"key": "a", "prompt": "[sim: say done]", "expect": {"contains": ["done"]}},
-                                                {"key": "b", "prompt": "[sim: say done]", "expect": {"contains": ["done"]}}]}
+ROOT = Path(__file__).resolve().parent.parent
+
+HOST_WORKER = textwrap.dedent("""
+    import sys, threading
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+    from evaljobs import Session
+
+    broker = RedisBroker(url=sys.argv[1])
+    dramatiq.set_broker(broker)
+    session = Session(db=sys.argv[2], broker=broker)   # nothing else: no submit, no binding() call
+    worker = dramatiq.Worker(broker, worker_threads=2)
+    worker.start()
+    print("consuming", sorted(broker.get_declared_queues()), flush=True)
+    sys.stdin.read()   # until the test closes our stdin
+    worker.stop()
+""")
 
 
-def test_a_host_broker_with_dramatiq_defaults_gets_evaljobs_stack_and_no_worker_of_ours(
-        evaljobs_database, evaljobs_simulated):
-    broker = StubBroker()  # what a host's tests build: Dramatiq's default middleware only
-    with Session(db=evaljobs_database, broker=broker) as session:
-        binding = session.binding()
-        kinds = [type(m) for m in broker.middleware]
-        assert kinds[0] is ContextMiddleware  # first: every other middleware sees the restored context
-        assert {CurrentMessage, DatabaseConnections} <= set(kinds) and kinds.count(Retries) == 1
-        assert {"start_run", "evaluate_scenario", "finalize_run"} <= set(broker.actors)
-        assert binding.owned is False
+def test_a_session_on_a_host_broker_declares_at_construction(redis_url, sqlite_url):
+    broker = RedisBroker(url=redis_url)
+    try:
+        assert "evaluate_scenario" not in broker.actors
+        with Session(db=sqlite_url, broker=broker):
+            assert {"start_run", "evaluate_scenario", "finalize_run"} <= set(broker.actors)
+            assert any(type(m).__name__ == "ContextMiddleware" for m in broker.middleware)
+    finally:
+        broker.close()
 
-        run = session.submit(_catalog(session), ["sim/fast"])
-        assert session._worker is None  # nothing consumes until the host's worker does
-        assert broker.queues[binding.queue].qsize() == 1
-        assert store.get_run(run.id).status == "pending"
 
-        worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=50)
-        worker.start()
+def test_a_host_worker_process_that_only_builds_the_session_consumes_the_queue(
+    redis_url, sqlite_url, simulated_provider
+):
+    sim = simulated_provider(latency=0.0)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_WORKER, redis_url, sqlite_url],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = host.stdout.readline()  # the host worker is up (waits on the process, not on a clock)
+        assert line.startswith("consuming") and "agents" in line, line + host.stderr.read()
+        with Session(db=sqlite_url, broker=redis_url) as session:
+            catalog = loads_catalog(abc_catalog_yaml("host", failing="b"), source="host.yaml")
+            info = session.run(catalog, ["sim/a"], strategy="fanout", wait=True, timeout=120)
+        assert info.report is not None and info.persisted == 3, info
+        assert [r.status for r in store.list_results(info.id)] == ["passed", "failed", "passed"]
+    finally:
+        host.stdin.close()
         try:
-            finished = session.wait(run.id, timeout=60, poll=0.2)
+            host.wait(30)
         finally:
-            worker.stop()
-        assert finished.status == "complete"
-        assert [r.status for r in store.list_results(run.id)] == ["passed", "passed"]
-
-
-def test_run_catalog_on_the_plugin_fixtures_returns_the_results(evaljobs_session):
-    finished = run_catalog(evaljobs_session, CATALOG, ["sim/fast", "sim/smart"])
-    assert finished.status == "complete"
-    assert sorted((r.scenario_key, r.model) for r in finished.results) == [
-        ("a", "sim/fast"), ("a", "sim/smart"), ("b", "sim/fast"), ("b", "sim/smart")]
-
-
-def _catalog(session):
-    from evaljobs.testing import as_catalog
-
-    return as_catalog(CATALOG, session)
+            if host.poll() is None:
+                host.kill()
+                host.wait(10)

@@ -44,9 +44,8 @@ scenarios:
 """
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture

@@ -120,9 +120,8 @@ class Monitor:
         return any(c["command"].startswith(prefix) for c in self.commands)
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.05, jitter=0.02)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.05, jitter=0.02)
 
 
 @pytest.mark.redis

@@ -57,7 +57,7 @@ def test_a_worker_booting_while_a_result_is_recorded_deadlocks_neither(pg_url, m
 
     # Hold record_result between its INSERT into result and its UPDATE of run.
     inserted, carry_on = threading.Event(), threading.Event()
-    insert_result = store._insert_result
+    insert_result = store.results._insert_result  # white-box: pause inside record_result
 
     def paused(*args, **kwargs):
         done = insert_result(*args, **kwargs)

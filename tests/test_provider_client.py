@@ -28,9 +28,8 @@ from evaljobs.providers import (ChatClient,
 SECRET = "sk-test-SECRET123"
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(retry_after=1.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(retry_after=1.0)
 
 
 @pytest.fixture

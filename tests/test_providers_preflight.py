@@ -27,9 +27,8 @@ SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 SECRET = "sk-preflight-secret-123"
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(stream_interval=0.002)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(stream_interval=0.002)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import catalog_from_body
 from evaljobs.cli import main
-from evaljobs.store.snapshots import _forget_snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every real file an import reads, in tests/data and examples/imports, and what its load needs (JSONL samples
@@ -99,11 +98,11 @@ def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
             "--lenient", "--limit", "6", *_options(load), ok=(0, 1))  # 1: every pair errored
         runs[name] = store.list_runs()[0].id
     for name, run_id in runs.items():
-        _forget_snapshots()  # read back from the database, as another process does
+        store.forget_snapshots()  # read back from the database, as another process does
         assert run_id in cli("show", run_id).output
         for fmt in ("table", "md", "json", "junit", "html"):
             assert cli("report", run_id, "--format", fmt).output.strip(), (name, fmt)
-        _forget_snapshots()
+        store.forget_snapshots()
         cli("rerun", run_id, "--all", ok=(0, 1))
         rerun_id = store.list_runs()[0].id
         # graded the same way from the snapshot as by the run that stored it
@@ -113,7 +112,7 @@ def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
         compared = json.loads(cli("compare", run_id, rerun_id, "--json").output)
         assert compared["summary"]["common"] == len(before) and compared["summary"]["regressed"] == 0, name
         runs[name] = (run_id, rerun_id)
-    _forget_snapshots()
+    store.forget_snapshots()
     viewer = Viewer(f"sqlite:///{env}/back.db", "memory", env / "view.log")
     try:
         assert httpx.get(viewer.url + "/", timeout=30).status_code == 200

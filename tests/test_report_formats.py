@@ -125,7 +125,7 @@ def test_junit_escapes_markup_and_drops_control_characters() -> None:
     root = ET.fromstring(text)  # well-formed despite ]]>, quotes, ampersands and markup in the output
     failure = root.find("testsuite[@name='openai/gpt-4.1']/testcase[@name='cancel-order']/failure")
     assert XSS in failure.text and ']]> & "quoted"' in failure.text
-    assert f"tool call: <b>tool</b>" in failure.text and f"error {XSS}" in failure.text
+    assert "tool call: <b>tool</b>" in failure.text and f"error {XSS}" in failure.text
 
 
 def test_junit_without_result_rows_still_fails_the_right_cases() -> None:
@@ -318,9 +318,8 @@ def test_markdown_fits_a_pull_request_comment_whatever_the_run() -> None:
 # -- `evaljobs report` against a real store and runs through the simulated provider ------------------
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture(scope="module")

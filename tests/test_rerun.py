@@ -141,9 +141,8 @@ def test_create_rerun_keeps_snapshot_context_options_and_strategy(sqlite_url):
 # -- end to end ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.01)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.01)
 
 
 @pytest.fixture

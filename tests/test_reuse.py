@@ -23,9 +23,8 @@ def catalog_body(changed: bool = False, added: bool = False) -> dict:
     return {"name": "reuse", "scenarios": scenarios}
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.0)
 
 
 @pytest.fixture

@@ -23,9 +23,8 @@ TOOLS_ANTHROPIC = [{"name": "search", "description": "Search the docs",
 TWO_CALLS = 'find it [sim: call search {"q": "refunds"}] [sim: call search {"q": "returns"}] [sim: say Found both]'
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(stream_interval=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(stream_interval=0.001)
 
 
 @pytest.fixture()

@@ -23,9 +23,6 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"typ
          {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider()
 
 
 @pytest.fixture

@@ -5,13 +5,14 @@ import multiprocessing
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timezone
+from datetime import datetime, timezone
 
 import peewee
 import pytest
 
 from evaljobs import catalog as catalog_module
 from evaljobs import store
+from evaljobs.store import results as store_results  # white-box: the SQL plans of its hot queries
 from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
@@ -68,7 +69,7 @@ def test_connect_reads_the_environment_then_the_default(tmp_path, monkeypatch) -
 
 def test_sqlite_connections_are_wal_with_foreign_keys(sqlite_url: str) -> None:
     db = store.connect(sqlite_url)
-    with store._connection():
+    with store.connection():
         assert db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
         assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == store.SQLITE_BUSY_SECONDS * 1000
@@ -81,7 +82,7 @@ def test_unreachable_database_is_a_one_line_error_without_the_password() -> None
         store.connect(url)
     message = str(caught.value)
     assert "\n" not in message and "s3cret" not in message
-    assert f"postgresql://evaljobs:***@127.0.0.1:" in message
+    assert "postgresql://evaljobs:***@127.0.0.1:" in message
 
 
 def test_unsupported_url_is_a_one_line_error() -> None:
@@ -96,7 +97,7 @@ def test_upgrade_reports_the_schema_it_created_once(db_url: str, tmp_path) -> No
     assert store.upgrade() == []
     db = store.database.obj
     assert {"schema_version", "snapshot", "run", "result"} <= set(db.get_tables())
-    with store._connection():
+    with store.connection():
         assert store.SchemaVersion.select(store.SchemaVersion.version).scalar() == store.SCHEMA_VERSION
         db.drop_tables([store.ResultRow])
     assert store.upgrade() == ["created table result"]
@@ -156,11 +157,11 @@ def test_unknown_run_is_a_one_line_error(url: str) -> None:
 
 def test_snapshot_round_trip_is_parsed_once_per_process(url: str, monkeypatch) -> None:
     cat = make_catalog(["b", "a"], name="snap")
-    store._forget_snapshots()
+    store.forget_snapshots()
     store.save_snapshot(cat)
     store.save_snapshot(cat)  # insert if absent: no error
     assert store.load_snapshot(cat.digest) is cat, "the saving process reuses the catalog it has"
-    store._forget_snapshots()
+    store.forget_snapshots()
     parsed = []
     real = catalog_module.catalog_from_body
 
@@ -393,25 +394,27 @@ def test_concurrent_finalize_creates_one_report(run: store.RunInfo) -> None:
 
 def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     db = store.connect(sqlite_url)
-    hot = store._hot(db)
-    queries = [query.sql() for query in (store._results_query("r_x"), store._progress_query("r_x"),
-                                          store._pairs_query("r_x"))]
+    hot = store_results._hot(db)
+    queries = [query.sql() for query in (store_results._results_query("r_x"),
+                                          store_results._progress_query("r_x"),
+                                          store_results._pairs_query("r_x"))]
     queries += [(hot.pair_state, ("r_x", "k", "m", 0, "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
     for sql, params in queries:
-        with store._connection():
+        with store.connection():
             plan = " | ".join(row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))
         assert "SCAN" not in plan and "USING" in plan and "INDEX" in plan, plan
 
 
 def test_result_table_has_the_unique_pair_index(db_url: str) -> None:
     db = store.connect(db_url)
-    with store._connection():
+    with store.connection():
         indexes = db.get_indexes("result")
     assert any(ix.unique and ix.columns == ["run_id", "scenario_key", "model", "epoch"] for ix in indexes), indexes
     run = store.create_run(make_catalog(["a"]), ["m"], strategy="fanout")
-    with store._connection(), pytest.raises(peewee.IntegrityError):
+    with store.connection(), pytest.raises(peewee.IntegrityError):
         row = dict(run=run.id, scenario_key="a", model="m", status="passed", score=1.0, scores="{}",
                    output="", tool_calls="[]", duration_ms=0, input_tokens=0, output_tokens=0, cost=0.0,
-                   attempts=1, details="{}", cached=False, created_at=store._now())
+                   attempts=1, details="{}", cached=False,
+                   created_at=datetime.now(timezone.utc).replace(tzinfo=None))
         store.ResultRow.insert(**row).execute()
         store.ResultRow.insert(**row).execute()

@@ -53,9 +53,8 @@ def test_an_empty_selection_is_one_line():
                                  "refund-4, refund-5")
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.0)
 
 
 def test_run_records_the_selection_and_the_report_says_so(tmp_path, sim, monkeypatch):

@@ -165,7 +165,9 @@ scenarios:
 """)
     scenario = catalog.scenario("a")
     assert scenario.weights == (("llm_judge", 3.0),) and catalog.body["scenarios"][0]["weights"] == {"llm_judge": 3.0}
-    judge = lambda s, r: JudgeVerdict(0.2, "curt")
+    def judge(s, r):
+        return JudgeVerdict(0.2, "curt")
+
     # (1 contains + 1 not_contains + 3 x 0.2) / 5 = 0.52: under 0.7 although every mechanical check
     # passed, because the judge counts three times.
     low = grade(scenario, Replay(answer="Your refund is on its way."), judge=judge)

@@ -37,9 +37,8 @@ def catalog(n: int, name: str = "watched", fail_every: int = 0):
     return loads_catalog("\n".join(lines) + "\n", source=f"{name}.yaml")
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.02, jitter=0.02)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.02, jitter=0.02)
 
 
 @pytest.fixture

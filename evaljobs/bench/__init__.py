@@ -22,7 +22,20 @@ so it is loaded on first use of :func:`run_bench` or :func:`measure_enqueue`).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
+    from evaljobs.bench.analysis import find_knee, recommend, summarize
+    from evaljobs.bench.engine import (WorkerGroup, environment, measure_enqueue, run_bench,
+                                       synthetic_catalog_text)
+    from evaljobs.bench.epochs import measure_epochs
+    from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
+    from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, QUEUED,
+                                      STRATEGIES, BenchError, BenchResult, BenchSpec, Cell, Knee, Measurement,
+                                      Recommendation, effective_width, ideal_wall, parse_strategies,
+                                      parse_widths, strategy_widths)
+    from evaljobs.bench.render import (load_result, plot, render_csv, render_markdown, render_table,
+                                       write_outputs)
 
 #: Where each public name lives. Imported on first use: this package backs the options of
 #: `evaljobs bench`, and `evaljobs --help` must not pay for the engine (the whole pipeline) or the
@@ -48,9 +61,9 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"evaljobs.bench.{module}"), name)
 
 
-__all__ = ["BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
-           "parse_strategies", "parse_widths", "strategy_widths", "effective_width", "ideal_wall", "summarize",
-           "find_knee", "recommend", "render_table", "render_csv", "render_markdown", "plot", "write_outputs",
-           "load_result", "run_bench", "measure_enqueue", "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter",
-           "host_cpu", "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT",
-           "DEFAULT_CELL_TIMEOUT"]
+__all__ = ["environment", "BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult",
+           "BenchError", "parse_strategies", "parse_widths", "strategy_widths", "effective_width",
+           "ideal_wall", "summarize", "find_knee", "recommend", "render_table", "render_csv",
+           "render_markdown", "plot", "write_outputs", "load_result", "run_bench", "measure_enqueue",
+           "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter", "host_cpu",
+           "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT"]

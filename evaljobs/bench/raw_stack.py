@@ -157,6 +157,7 @@ def measure_raw_stack(broker_url: str, sim_url: str, *, pairs: int = 1000, proce
     import redis
     from dramatiq.brokers.redis import RedisBroker
 
+    # the raw-stack workers (`serve`) load none of evaljobs
     from evaljobs.bench.meter import ProcessMeter
 
     out = Path(out)
@@ -210,6 +211,7 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
     """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``) once per
     ``pairs_per_message``, same Redis and provider settings (zero latency), back to back, so the
     ratio is of one moment of the machine."""
+    # the raw-stack workers (`serve`) load none of evaljobs
     from evaljobs import config
     from evaljobs.bench.engine import run_bench
     from evaljobs.bench.model import BenchSpec

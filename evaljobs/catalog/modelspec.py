@@ -10,9 +10,11 @@ import datetime
 import fnmatch
 import functools
 import importlib.resources
+import json
 import math
 import os
 import re
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +123,9 @@ class ProvidersConfig:
     source: str = "<built-in>"
     #: The providers file's default judge model (``judge_model: provider/model``) for llm_judge criteria.
     judge_model: str | None = None
+    #: The file's mapping as written (``${VAR}`` and ``api_key_env`` names, never their values): what
+    #: a run stores so that every worker uses the definition it was submitted with. None: built-ins only.
+    definition: dict[str, Any] | None = None
 
     def get(self, name: str) -> ProviderConfig:
         try:
@@ -181,8 +186,18 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ModelSpecError(f"{where}: YAML syntax error: {problem}") from None
+    return providers_from_definition(data, source)
+
+
+def providers_from_definition(data: Any, source: str) -> ProvidersConfig:
+    """The built-in providers extended by ``data``, a providers file's mapping (``source`` names it).
+
+    What :func:`load_providers` does after reading the file; a worker calls it on the definition
+    stored with a run (``Run.options["providers"]``), so it needs no copy of the file.
+    """
+    providers = builtin_providers()
     if data is None:
-        return ProvidersConfig(providers=providers, source=source)
+        return ProvidersConfig(providers=providers, source=source, definition={})
     if not isinstance(data, dict):
         raise ModelSpecError(f"{source}: expected a mapping with a 'providers' key, got {_kind(data)}")
     unknown = [k for k in data if k not in ("providers", "judge_model")]
@@ -200,7 +215,33 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
                              f"got {_kind(entries)}")
     for name, entry in entries.items():
         providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)), origin=source)
-    return ProvidersConfig(providers=providers, source=source, judge_model=judge_model)
+    return ProvidersConfig(providers=providers, source=source, judge_model=judge_model, definition=data)
+
+
+def storable_definition(config: ProvidersConfig) -> dict[str, Any] | None:
+    """What a run stores of ``config``: its source and definition (None: built-ins, nothing to store).
+
+    A definition holds variable names, never their values (``api_key`` is refused when the file
+    is read; keys and headers come from ``${VAR}``); a password written into a ``base_url`` would
+    be the one secret in it, so such a file is refused here, in one line, before a run exists.
+    """
+    if config.definition is None:
+        return None
+    for name, entry in (config.definition.get("providers") or {}).items():
+        url = (entry or {}).get("base_url") if isinstance(entry, dict) else None
+        if isinstance(url, str) and "${" not in url and urlsplit(url).password:
+            raise ModelSpecError(f"{config.source}: provider {name!r}: base_url has a password written in "
+                                 "it; put it in a variable "
+                                 "(base_url: https://user:${PROXY_PASSWORD}@host/v1): the providers "
+                                 "definition is stored with each run, and secrets never are")
+    # As JSON, the way the run's options are stored: YAML's dates (`checked: 2025-08-15`) as the ISO
+    # text the file reader accepts too.
+    plain = json.loads(json.dumps(config.definition, default=_iso_or_text))
+    return {"source": config.source, "definition": plain}
+
+
+def _iso_or_text(value: Any) -> str:
+    return value.isoformat() if isinstance(value, (datetime.date, datetime.datetime)) else str(value)
 
 
 def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | None, *,

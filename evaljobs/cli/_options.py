@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -30,7 +31,7 @@ EXIT_BROKEN_PIPE = 141
 _LINE_LIMIT = 2000
 
 
-def message(exc: BaseException) -> str:
+def message(exc: BaseException | str) -> str:
     """``exc`` as one line (its class name when it has no text), URL passwords masked (a driver's text may quote one)."""
     return one_line(redact_text(str(exc).strip() or type(exc).__name__), _LINE_LIMIT)
 
@@ -44,10 +45,10 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
     so its errors are not in the family) and a server that cannot be reached.
     """
     if isinstance(exc, click.UsageError):
-        names = []
+        names: list[str] = []
         ctx = exc.ctx
         while ctx is not None and ctx.parent is not None:  # the root's name is the program's, whatever it was
-            names.insert(0, ctx.info_name)
+            names.insert(0, ctx.info_name or "")
             ctx = ctx.parent
         command = " ".join(["evaljobs", *names])  # `evaljobs providers check`, not `evaljobs check`
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
@@ -176,7 +177,8 @@ broker_option = click.option("--broker", envvar="EVALJOBS_BROKER_URL", default="
                              help="'memory' (in-process workers) or redis://host:port/db.")
 providers_option = click.option("--providers", envvar="EVALJOBS_PROVIDERS", default=None,
                                 type=click.Path(dir_okay=False),
-                                help="Providers config (YAML): base URLs, API-key env vars, prices.")
+                                help="Providers config (YAML): base URLs, API-key env vars, prices. Stored "
+                                     "with each run (variable names only): every worker uses it.")
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(1, 65535), envvar="EVALJOBS_METRICS_PORT", default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs evaljobs[metrics]).")
@@ -229,8 +231,8 @@ def rate(text: str | None) -> float | None:
     return value
 
 
-#: ``--gate``: what ``--fail-under`` judges. ``point``: the pass rate itself; ``ci``: the lower bound of
-#: its 95 % Wilson interval (per model over every scenario and epoch; the worst model decides).
+#: ``--gate``: what ``--fail-under`` judges (``evaljobs.reports.gate.GATES``, written out: start-up time).
+#: ``point``: the pass rate itself; ``ci``: the lower bound of its 95 % Wilson interval.
 GATES = ("point", "ci")
 _GATE_KEY = "evaljobs.gate"
 
@@ -251,51 +253,51 @@ def fail_under_option(fn):
                         help="Exit 1 when the pass rate is under RATE (0.9 or 90%).")(fn)
 
 
-def gate(info: Any, threshold: float | None, mode: str | None = None) -> None:
-    """Exit 1 when the run's pass rate is under ``threshold`` (say so on stderr either way).
-
-    With ``--gate ci`` (``mode``) the lower bound of each model's 95 % Wilson interval is held
-    to it instead, and the worst model decides: "pass rate 92 %, but it may be 84 %" fails a 90 % gate.
-    """
-    if threshold is None or info.report is None:
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises ``KeyboardInterrupt`` inside the block, as SIGINT does, so ``Session.run`` stops
+    taking pairs, keeps what finished and says how to resume whichever signal stopped it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (a host calling main() from another one)
         return
+    import signal  # start-up time: its enums cost `evaljobs --help` about a millisecond
+
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def gate_mode() -> str:
+    """The ``--gate`` of the command being run (``point`` unless given)."""
     context = click.get_current_context(silent=True)
-    mode = mode or (context.meta.get(_GATE_KEY) if context is not None else None) or "point"
-    if mode == "ci":
-        from evaljobs.reports.variance import model_interval  # start-up time: only once a run exists
+    return (context.meta.get(_GATE_KEY) if context is not None else None) or "point"
 
-        bounds = [(model_interval(info.report, m["model"]), m["model"]) for m in info.report["models"]]
-        (rate_, low, high), model = min(((b, m) for b, m in bounds if b is not None), key=lambda bm: bm[0][1])
-        what = f"{model}: 95% CI lower bound {low:.1%} (pass rate {rate_:.1%}, CI {low:.1%}–{high:.1%})"
-        if low < threshold:
-            click.echo(f"FAIL: {what} is under --fail-under {threshold:.1%} (--gate ci)", err=True)
-            sys.exit(EXIT_GATE)
-        click.echo(f"OK: {what} meets --fail-under {threshold:.1%} (--gate ci)", err=True)
-        return
-    rate_ = info.report["summary"]["pass_rate"]
-    if rate_ < threshold:
-        click.echo(f"FAIL: pass rate {rate_:.1%} is under --fail-under {threshold:.1%}", err=True)
-        sys.exit(EXIT_GATE)
-    click.echo(f"OK: pass rate {rate_:.1%} meets --fail-under {threshold:.1%}", err=True)
+
+def conclude(verdict: Any) -> None:
+    """Tell the user what the library decided (``RunInfo.gate``'s lines) and exit with its code."""
+    for line in verdict.lines:
+        click.echo(line, err=True)
+    if verdict.exit_code:
+        sys.exit(verdict.exit_code)
 
 
 def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None:
-    """Print the run's report (a table, or JSON) and hold it to the gate; say so when there is none.
-
-    A run with no report fails a gate: there is nothing to hold to it.
-    """
+    """Print the run's report (a table, or JSON), then conclude with :meth:`RunInfo.gate`'s verdict."""
     from evaljobs.reports.build import render_json, render_table  # start-up time: only once a run exists
 
     if info.report is None:
         click.echo(f"run {info.id} is {info.status} with {info.persisted}/{info.expected} pairs; no report yet",
                    err=True)
-        if threshold is not None:
-            click.echo(f"FAIL: run {info.id} has no report to hold to --fail-under {threshold:.1%}", err=True)
-            sys.exit(EXIT_GATE)
-        return
-    text = render_json(info.report) if as_json else render_table(info.report)
-    click.echo(text, nl=not text.endswith("\n"))
-    gate(info, threshold)
+    else:
+        text = render_json(info.report) if as_json else render_table(info.report)
+        click.echo(text, nl=not text.endswith("\n"))
+    conclude(info.gate(threshold, gate_mode()))
 
 
 def ping_redis(url: str) -> None:
@@ -312,4 +314,4 @@ def ping_redis(url: str) -> None:
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
            "db_option", "broker_option", "providers_option", "json_option", "width_option",
            "GLOBAL_OPTIONS", "forward_global_options", "import_options", "rate",
-           "fail_under_option", "gate", "finish", "ping_redis"]
+           "fail_under_option", "gate_mode", "conclude", "finish", "ping_redis"]

@@ -54,27 +54,24 @@ def catalog_schema() -> None:
 def catalog_check(path, catalog_format, include_production_only, lenient, grader, fields, as_json,
                   providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
-    from evaljobs.catalog import CatalogSource, parse_source, read_catalog  # start-up time
-    from evaljobs.tools import expand_source
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    from evaljobs.extras import require_for_catalog
-
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader,
-                                     fields)
-    require_for_catalog(imported.data, source=path)  # before any MCP server is listed: one line, at once
-    # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
-    source = read_catalog(path) if imported.format == "native" else CatalogSource(source=path, data=imported.data)
-    cat = parse_source(expand_source(source), providers=config)
+    if not Path(path).exists():
+        raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
+    checked = Session.check_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
+                                    include_production_only=include_production_only, grader=grader,
+                                    fields=fields)
+    for warning in checked.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps({"path": path, "format": imported.format, "name": cat.name,
-                               "scenarios": len(cat.scenarios), "excluded": imported.excluded,
-                               "digest": cat.digest, "counts": imported.counts or {}}))
+        click.echo(json.dumps(checked.to_dict()))
         return
-    extra = f", {imported.excluded} production_only left out" if imported.excluded else ""
-    click.echo(f"{path}: ok — {imported.format} catalog '{cat.name}', {len(cat.scenarios)} scenarios{extra}, "
-               f"{cat.digest}")
-    counts = imported.counts
-    if counts and imported.format != "native":  # a native catalog's checks are native: nothing was imported
+    extra = f", {checked.excluded} production_only left out" if checked.excluded else ""
+    click.echo(f"{path}: ok — {checked.format} catalog '{checked.name}', "
+               f"{checked.scenarios} scenarios{extra}, "
+               f"{checked.digest}")
+    counts = checked.counts
+    if counts and checked.format != "native":  # a native catalog's checks are native: nothing was imported
         click.echo(f"assertions: {counts.get('assertions', 0)} imported, {counts.get('mapped', 0)} mapped to "
                    f"native checks, {counts.get('external', 0)} executed externally (Node, Python, jsonschema), "
                    f"{counts.get('refused', 0)} refused")

@@ -8,11 +8,10 @@ API is imported inside the commands (start-up time of ``evaljobs --help``).
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-from evaljobs.cli._options import (EXIT_GATE, EXIT_USAGE, broker_option, db_option, fail_under_option, finish,
+from evaljobs.cli._options import (broker_option, conclude, db_option, fail_under_option, finish,
                                    json_option, providers_option, width_option)
 from evaljobs.cli._follow import follow_progress
 from evaljobs.config import REDIS_SCHEMES
@@ -68,19 +67,17 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
 @broker_option
 def status(as_json, queues, window, db, broker) -> None:
     """Active runs with progress, queue depths, workers seen recently, governor budgets and pools."""
-    from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.workers.status import collect, render
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.workers.status import render
 
-    store.connect(db)
-    info = collect(broker, queues=queues, window=window)
+    with Session(db=db, broker=broker) as session:
+        info = session.status(queues=queues, window=window)
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
         click.echo(render(info), nl=False)
-    unreadable = [note for note in info.notes if note.startswith("cannot read ")]
-    if unreadable:  # what it could read is shown above; a monitoring script must still see the outage
-        click.echo(f"error: {unreadable[0]}", err=True)
-        sys.exit(EXIT_USAGE)
+    # what it could read is shown above; a monitoring script must still see an outage
+    conclude(info.verdict())
 
 
 # -- cancel -----------------------------------------------------------------------------------
@@ -126,7 +123,7 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
     """Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.
 
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
-    pair of the new run errored, like ``run``.
+    pair of the new run errored, like ``run`` (``RunInfo.gate`` decides).
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.pipeline import events
@@ -153,7 +150,6 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
             finally:
                 events.remove_listener(progress)
             finish(info, gate, as_json=as_json)
-            _fail_if_all_errored(info)
             return
         session.start(new)
         if not (wait if wait is not None else session.binding().is_memory):
@@ -161,18 +157,6 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
             return
         info = session.wait(new.id, on_event=progress, idle=idle)
         finish(info, gate, as_json=as_json)
-        _fail_if_all_errored(info)
-
-
-def _fail_if_all_errored(info) -> None:
-    """Exit 1 when nothing was evaluated (every pair errored), as ``run`` does."""
-    from evaljobs import store  # start-up time (see the module docstring)
-
-    if info.status == "failed":
-        first = next((r.error for r in store.list_results(info.id) if r.error), "") or ""
-        click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
-                   err=True)
-        sys.exit(EXIT_GATE)
 
 
 # -- recover ----------------------------------------------------------------------------------
@@ -231,12 +215,12 @@ def cache() -> None:
 @db_option
 def cache_clear(older_than, as_json, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
-    from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.providers.cache import parse_duration
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.providers import parse_duration
 
     age = parse_duration(older_than, what="--older-than") if older_than is not None else None
-    store.connect(db)
-    removed = store.cache_clear(age)
+    with Session(db=db) as session:
+        removed = session.clear_cache(age)
     if as_json:
         click.echo(json.dumps({"removed": removed, "older_than": older_than}))
         return

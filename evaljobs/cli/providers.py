@@ -8,11 +8,10 @@ run is started.
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-EXIT_FAILED = 1
+from evaljobs.cli._options import conclude
 
 
 @click.group("providers")
@@ -28,7 +27,7 @@ def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
     from evaljobs.catalog.modelspec import load_providers  # start-up time of `evaljobs --help`
     from evaljobs.config import secret
-    from evaljobs.providers.preflight import provider_problems
+    from evaljobs.providers import provider_problems
 
     config = load_providers(providers)
     rows = []
@@ -70,39 +69,21 @@ def providers_check(models, providers, timeout, as_json) -> None:
 
     Exits 1 when any call failed, 2 when a model names no known provider.
     """
-    from evaljobs.catalog.modelspec import load_providers, parse_model_spec  # start-up time of `--help`
-    from evaljobs.providers.client import close_clients
-    from evaljobs.providers.preflight import probe, probe_models
+    from evaljobs.api import Session  # start-up time of `evaljobs --help`
 
-    config = load_providers(providers)
-    if models:
-        specs = [parse_model_spec(text, config).spec for text in models]  # unknown provider: exit 2
-    else:
-        specs, notes = probe_models(config)
-        for note in notes:
-            click.echo(f"note: {note}", err=True)
-        if not specs:
-            click.echo("no provider is ready to call (see `evaljobs providers list`); pass -m provider/model",
-                       err=True)
-            sys.exit(EXIT_FAILED)
-    failed = 0
-    try:
-        for spec in specs:
-            outcome = probe(config, spec, timeout=timeout)
-            if as_json:
-                failed += outcome.error is not None
-                click.echo(json.dumps({"model": str(spec), "ok": outcome.error is None, "error": outcome.error,
-                                       "latency_ms": outcome.latency_ms, "ttft_ms": outcome.ttft_ms,
-                                       "answer": outcome.answer}))
-                continue
-            if outcome.error is not None:
-                failed += 1
-                click.echo(f"{spec}  FAIL  {outcome.error}")
-                continue
+    def show(outcome) -> None:
+        if as_json:
+            click.echo(json.dumps({"model": outcome.model, "ok": outcome.error is None,
+                                   "error": outcome.error,
+                                   "latency_ms": outcome.latency_ms, "ttft_ms": outcome.ttft_ms,
+                                   "answer": outcome.answer}))
+        elif outcome.error is not None:
+            click.echo(f"{outcome.model}  FAIL  {outcome.error}")
+        else:
             ttft = f", first token {outcome.ttft_ms:.0f} ms" if outcome.ttft_ms is not None else ""
-            click.echo(f"{spec}  ok  {outcome.latency_ms:.0f} ms{ttft}  {outcome.answer!r}")
-    finally:
-        close_clients()
-    if failed:
-        click.echo(f"{failed} of {len(specs)} model{'s' if len(specs) != 1 else ''} failed", err=True)
-        sys.exit(EXIT_FAILED)
+            click.echo(f"{outcome.model}  ok  {outcome.latency_ms:.0f} ms{ttft}  {outcome.answer!r}")
+
+    checked = Session.check_providers_live(models, providers=providers, timeout=timeout, on_probe=show)
+    for note in checked.notes:
+        click.echo(f"note: {note}", err=True)
+    conclude(checked.verdict())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import EXIT_GATE, db_option, fail_under_option, gate as hold_to
+from evaljobs.cli._options import conclude, db_option, fail_under_option, gate_mode
 from evaljobs.errors import UsageError
 
 #: The formats of evaljobs.reports.render.FORMATS, written out (start-up time).
@@ -67,7 +67,8 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flak
         else:
             text = session.report(run_id, fmt, baseline=baseline, on_note=_note)
     _write(text, output)
-    hold_to(info, gate)
+    if gate is not None:  # `report` is a gate only when asked to be one
+        conclude(info.gate(gate, gate_mode()))
 
 
 @click.command("compare")
@@ -89,9 +90,7 @@ def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db:
         click.echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
     else:
         click.echo(render_comparison(comparison), nl=False)
-    if fail_on_regression and comparison.regressed:
-        click.echo(f"FAIL: {len(comparison.regressed)} pairs regressed from {run_a} to {run_b}", err=True)
-        raise SystemExit(EXIT_GATE)
+    conclude(comparison.verdict(fail_on_regression))
 
 
 __all__ = ["report", "compare", "FORMATS"]

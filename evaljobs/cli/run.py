@@ -6,13 +6,12 @@ mistyped flag) must not pay for loading them (start-up time).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import (EXIT_GATE, broker_option, db_option, fail_under_option, finish,
-                                   import_options, providers_option, width_option)
+from evaljobs.cli._options import (broker_option, db_option, fail_under_option, finish,
+                                   import_options, providers_option, sigterm_interrupts, width_option)
 from evaljobs.cli._follow import follow_progress
 from evaljobs.redact import redact
 
@@ -69,7 +68,6 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.catalog.subset import Selection, select, selection_note
-    from evaljobs.pipeline import events
     from evaljobs.pipeline.progress import Progress
 
     if not Path(catalog).exists():
@@ -95,44 +93,39 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
         if chosen:
             click.echo(f"selected {selection_note(chosen)}", err=True)
         n_epochs = epochs if epochs is not None else catalog_obj.epochs
-        progress = Progress(len(catalog_obj.scenarios) * len(models) * n_epochs)
         inline = strategy not in ("fanout", "per-model")
-        if inline:  # in-process strategies finish inside submit: the bar listens to their events
-            events.add_listener(progress)
-        try:
-            info = session.submit(whole, list(models), strategy=strategy, adapter=adapter,
-                                  judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit,
-                                  cache=cache, epochs=epochs, cache_across_epochs=cache_across_epochs,
-                                  selection=selection, reuse=reuse, allow_self_judge=allow_self_judge,
-                                  batch=batch, batch_judge=batch_judge)
-        finally:
-            if inline:
-                events.remove_listener(progress)
-        if session.reuse_note:
-            click.echo(session.reuse_note, err=True)
-        times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
-        click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
-                   f"= {info.expected} pairs ({strategy}, broker {redact(session.binding().url) if not inline else 'none'})",
-                   err=True)
-        follow = wait if wait is not None else (inline or session.binding().is_memory)
-        if not inline and not follow:
+        expected = len(catalog_obj.scenarios) * len(models) * n_epochs
+        progress = Progress(expected)
+        checks: list = []  # what to ask when nothing moves: known once the run exists (a batch run's batches)
+
+        def idle() -> str | None:
+            return checks[0]() if checks and checks[0] is not None else None
+
+        def submitted(info) -> None:
+            if not inline and session.follows(strategy, wait):
+                # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
+                bar, check = follow_progress(info, session.binding().url, 5.0,
+                                             local_workers=session.binding().is_memory)
+                progress.catchup_note = bar.catchup_note
+                checks.append(check)
+            if session.reuse_note:
+                click.echo(session.reuse_note, err=True)
+            times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
+            broker_text = redact(session.binding().url) if not inline else "none"
+            click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
+                       f"= {info.expected} pairs ({strategy}, broker {broker_text})", err=True)
+
+        with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
+            info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress,
+                               idle=idle if not inline else None, on_submit=submitted, adapter=adapter, judge_model=judge_model,
+                               judge_cap=judge_cap,
+                               time_limit=time_limit, cache=cache, epochs=epochs,
+                               cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
+                               allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)
+        if not session.follows(strategy, wait):
             click.echo(info.id)
             return
-        if not inline:  # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
-            progress, idle = follow_progress(info, session.binding().url, 5.0,
-                                             local_workers=session.binding().is_memory)
-            info = session.wait(info.id, on_event=progress, idle=idle)
-        if info.status == "failed":  # every pair errored: nothing was evaluated
-            _print(info, as_json)
-            first = next((r.error for r in session.results(info.id) if r.error), "")
-            click.echo(f"error: run {info.id} failed: all {info.expected} pairs errored (first: {first[:200]})",
-                       err=True)
-            sys.exit(EXIT_GATE)
         finish(info, gate, as_json=as_json)
-
-
-def _print(info, as_json: bool) -> None:
-    finish(info, None, as_json=as_json)
 
 
 @click.command()
@@ -153,10 +146,12 @@ def demo(width, db, html_path, as_json) -> None:
     with Session(db=db, broker="memory", width=width) as session:
         cat = session.load(catalog_path)
         progress = Progress(len(cat.scenarios) * len(models))
-        info = session.submit(cat, models, strategy="fanout")
-        click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
-                   f"fan-out over {width} in-process workers", err=True)
-        info = session.wait(info.id, on_event=progress)
+        def submitted(info) -> None:
+            click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
+                       f"fan-out over {width} in-process workers", err=True)
+
+        with sigterm_interrupts():
+            info = session.run(cat, models, strategy="fanout", on_event=progress, on_submit=submitted)
         text = session.report(info.id, "json" if as_json else "table")
         click.echo(text, nl=not text.endswith("\n"))
         html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"

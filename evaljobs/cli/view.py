@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from evaljobs.cli._options import EXIT_USAGE, db_option, log_format_option, ping_redis
+from evaljobs.cli._options import db_option, log_format_option, ping_redis
 from evaljobs.config import settings as config_settings
 from evaljobs.errors import UsageError
 
@@ -55,10 +55,9 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_fo
     _refuse_a_missing_file(db or config_settings().database_url or store.DEFAULT_URL)
     store.connect(db)  # an unreachable database stops here, in one line
     if export_dir is not None:
-        from evaljobs.store.lookup import resolve_run_id
         from evaljobs.view.bundle import export_run
 
-        resolved = resolve_run_id(run_id)
+        resolved = store.resolve_run_id(run_id)
         written = export_run(resolved, export_dir)
         click.echo(f"wrote run {resolved} to {export_dir}/ ({len(written)} files): open "
                    f"{click.format_filename(export_dir)}/index.html")
@@ -83,6 +82,5 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_fo
 
     try:
         serve(config, on_ready=ready, log_format=log_format)
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
+    except OSError as exc:  # a port in use: one line, exit 2 (the CLI's one mapping, cli/_options.py)
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

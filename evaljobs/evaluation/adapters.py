@@ -24,8 +24,7 @@ from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.transcript import turn_entry
-from evaljobs.providers.calls import ProviderCalls
-from evaljobs.providers.errors import TransientError
+from evaljobs.providers import ProviderCalls, TransientError
 from evaljobs.tools import live_tool_runner
 
 ADAPTER_GROUP = "evaljobs.adapters"

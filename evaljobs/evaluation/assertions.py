@@ -331,7 +331,7 @@ class ProcessRunner:
                                            filename=assertion.get("filename")),
                                 assertion.get("threshold"), negate, python=True)
             if kind == "promptfoo":  # its own not- handling (promptfoo's inverse) is in the check
-                from evaljobs.evaluation.promptfoo_checks import check
+                from evaljobs.evaluation.promptfoo_checks import check  # start-up time: promptfoo's only
                 return check(assertion, _as_text(output))
             if kind == "json_schema":
                 passed, score, reason = _json_schema(output, assertion.get("schema"))

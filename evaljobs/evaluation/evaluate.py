@@ -19,9 +19,8 @@ from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
 from evaljobs.providers import deadline as walls
-from evaljobs.providers.batched import InBatch
-from evaljobs.providers.cache import for_epoch
-from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError
+from evaljobs.providers import (InBatch, PermanentError, ProviderError, RateLimited, TransientError,
+                                for_epoch)
 
 # The governor's "no permit yet": the pair is handed back (or waits), it is not a fault.
 from evaljobs.governor import Busy

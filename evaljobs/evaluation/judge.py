@@ -18,8 +18,8 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.grading import Judge, JudgeVerdict
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.weighted import walk
-from evaljobs.providers.calls import ProviderCalls
-from evaljobs.providers.errors import ProviderError, RateLimited
+from evaljobs.providers import ProviderCalls
+from evaljobs.providers import ProviderError, RateLimited
 from evaljobs.governor import Busy
 
 JUDGE_SYSTEM = (

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Defined with live tools (a layer below), which build them; re-exported here, where replays hold them.
-from evaljobs.providers.toolcall import ToolCall
+from evaljobs.providers import ToolCall
 
 
 @dataclass

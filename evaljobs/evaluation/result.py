@@ -6,7 +6,7 @@ from typing import Any
 
 # Stored outputs are capped so that a runaway answer cannot bloat the database or a report; the cap is
 # defined with the tool-call record, a layer below, because live tools cut their answers to it too.
-from evaljobs.providers.toolcall import OUTPUT_CAP
+from evaljobs.providers import OUTPUT_CAP
 
 PASSED = "passed"
 FAILED = "failed"

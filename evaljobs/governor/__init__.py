@@ -108,10 +108,11 @@ from evaljobs.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS,
                                                  INTERACTIVE_RECENT, Learned, LearnedStore, start_of,
                                                  LITTLE_FACTOR, MAX_PAUSE, POLL_MAX, POLL_MIN, SLEEP_CAP,
                                                  WAITER_TTL, WINDOW_SECONDS, BudgetConfig, Busy, budget_key)
+from evaljobs.governor import budgets
 from evaljobs.governor.facade import Governor
 from evaljobs.governor.permits import Permit
 
-__all__ = ["Governor", "Permit", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of", "budget_key",
-           "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN",
-           "POLL_MAX", "SLEEP_CAP", "WAITER_TTL", "MAX_PAUSE", "EWMA_ALPHA", "HOLD_ROUNDS", "HOLD_ROUNDS_MAX",
-           "LITTLE_FACTOR", "DEFAULT_LATENCY"]
+__all__ = ["Governor", "Permit", "budgets", "BudgetConfig", "Busy", "Learned", "LearnedStore", "start_of",
+           "budget_key", "INTERACTIVE_RECENT", "LANES", "WINDOW_SECONDS", "POLL_MIN", "POLL_MAX", "SLEEP_CAP",
+           "WAITER_TTL", "MAX_PAUSE", "EWMA_ALPHA", "HOLD_ROUNDS", "HOLD_ROUNDS_MAX", "LITTLE_FACTOR",
+           "DEFAULT_LATENCY"]

@@ -473,6 +473,7 @@ def _redis_store(url: str, namespace: str, clock: Callable[[], float] | None) ->
     global _STORE_ERRORS
     import redis.exceptions
 
+    # start-up time: Redis only for a Redis-shared governor
     from evaljobs.governor.redis_store import _RedisStore
 
     _STORE_ERRORS = (redis.exceptions.RedisError, OSError)

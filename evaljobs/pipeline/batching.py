@@ -34,9 +34,8 @@ from evaljobs import config, store
 from evaljobs.catalog.modelspec import ProvidersConfig, load_providers, parse_model_spec
 from evaljobs.errors import UsageError
 from evaljobs.providers import batches as api
-from evaljobs.providers.batched import BatchRequest, current_pair, encode, request_from_json, request_json
-from evaljobs.providers.endpoints import base_url_for
-from evaljobs.providers.errors import ProviderError, RateLimited, TransientError
+from evaljobs.providers import (BatchRequest, ProviderError, RateLimited, TransientError, base_url_for,
+                                current_pair, encode, request_from_json, request_json)
 from evaljobs.store import batches as stored
 
 logger = logging.getLogger("evaljobs.batching")

@@ -208,6 +208,7 @@ _INTERNALS = {"CONSUMER_POLL_MS": "CONSUMER_POLL_MS", "_WakeableConsumer": "Wake
 
 def __getattr__(name: str):
     if name in _INTERNALS:
+        # start-up time: Dramatiq's internals only when asked for
         from evaljobs.pipeline import dramatiq_internals
 
         return getattr(dramatiq_internals, _INTERNALS[name])

@@ -34,6 +34,7 @@ def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) 
     """Enqueue ``messages`` (none delayed) on ``broker``, pipelined on Redis."""
     redis_brokers = sys.modules.get("dramatiq.brokers.redis")  # not loaded: not a Redis broker (start-up time)
     if redis_brokers is not None and isinstance(broker, redis_brokers.RedisBroker):
+        # start-up time: only on Redis
         from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
 
         if pipelinable(broker):

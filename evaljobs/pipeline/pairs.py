@@ -29,6 +29,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dramatiq.middleware import TimeLimitExceeded
@@ -44,8 +45,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
-from evaljobs.providers.batched import InBatch, for_pair
-from evaljobs.providers.errors import RateLimited, TransientError
+from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
 
 logger = logging.getLogger("evaljobs.pairs")
 
@@ -147,14 +147,15 @@ class RunPlan:
         through provider batches for a batch run)."""
         if self._adapter is None:
             self._adapter = runtime.adapter(self.settings.adapter, cache=bool(self.settings.cache),
-                                            batch=self.settings.batch or ())
+                                            batch=self.settings.batch or (),
+                                            providers_config=runtime.run_providers(self.settings))
         return self._adapter
 
     def spec(self, model: str) -> ModelSpec:
         """The model spec of one of the run's models (parsed against the providers file once)."""
         found = self._specs.get(model)
         if found is None:
-            found = self._specs[model] = runtime.model_spec(model)
+            found = self._specs[model] = runtime.model_spec(model, runtime.run_providers(self.settings))
         return found
 
     def max_retries(self, model: str) -> int:
@@ -172,10 +173,14 @@ class RunPlan:
         found = self._judges.get(spec.spec, _MISSING)
         if found is _MISSING:
             if self._judge is None:
-                allow = None
+                allow: Callable[[], bool] | None = None
                 if self.settings.judge_cap is not None:
                     run_id, cap = self.run.id, self.settings.judge_cap
-                    allow = lambda: store.take_judge_call(run_id, cap)
+
+                    def take_judge_call() -> bool:
+                        return store.take_judge_call(run_id, cap)
+
+                    allow = take_judge_call
                 self._judge = runtime.judge_for(self.settings, allow)
             found = self._judges[spec.spec] = bind_judge(self._judge, spec)
         return found  # type: ignore[return-value]

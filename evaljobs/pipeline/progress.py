@@ -194,7 +194,8 @@ def follow(run_id: str, *, progress: Progress | None = None,
                     if reason:
                         progress.note(reason)
                 last_done = progress.done
-            if run.report is not None or run.status == store.CANCELLED:
+            if run.report is not None or run.status in (store.CANCELLED, store.INTERRUPTED):
+                # an interrupted run waits for `recover`: say so (RunInfo.gate), do not wait for ever
                 return run
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:

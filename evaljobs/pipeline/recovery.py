@@ -127,7 +127,8 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
     check are known, so a command can show progress while it walks many runs.
     """
     actions: list[str] = _Actions(on_action)
-    runs = [store.get_run(run_id)] if run_id else store.list_runs(limit=1000, statuses=["pending", "running"])
+    runs = ([store.get_run(run_id)] if run_id
+            else store.list_runs(limit=1000, statuses=list(store.UNFINISHED_STATUSES)))
     if on_runs is not None:
         on_runs(len(runs))
     if not runs:
@@ -139,6 +140,10 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
             continue
         if run.status == "cancelled":
             continue
+        # stopped by SIGINT/SIGTERM: resumed like a run whose messages were lost
+        if run.status == store.INTERRUPTED:
+            store.set_status(run.id, store.RUNNING)
+            actions.append(f"{run.id}: resuming the interrupted run")
         missing = store.missing_pairs(run.id)
         if not missing:
             if run.report is None:

@@ -46,12 +46,14 @@ def select_pairs(run_id: str, which: Iterable[str]) -> list[tuple[str, str, int]
     return [pair for pair in expected if statuses.get(pair) in which]
 
 
-def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None) -> store.RunInfo:
+def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None,
+                 providers: dict | None = None) -> store.RunInfo:
     """Create (do not start) the new run over the selected pairs of ``run_id``.
 
     ``batch`` (``rerun --batch``/``--no-batch``): True makes it a batch run (its models' providers with
     a batch API; the judge's calls too when the original batched them), False an interactive one;
     None keeps the original's choice. Pairs that errored ``batch_expired`` can so be taken again either way.
+    ``providers`` (``rerun --providers FILE``): the new run travels with that definition, not the original's.
     """
     which = sorted(set(which))
     original = store.get_run(run_id)
@@ -74,6 +76,8 @@ def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None
         options["batch"] = list(batching.choose(runtime.providers(), models, True, original.strategy,
                                                 plain=not (options.get("adapter") or options.get("cache"))))
         options.pop("pairs_per_message", None)  # a batch run's pairs go one a message
+    if providers is not None:  # `rerun --providers FILE`: the new run travels with that file
+        options["providers"] = providers
     return store.create_run(catalog, models, strategy=original.strategy, context=original.context,
                             options=options, pairs=pairs, epochs=original.epochs)
 

@@ -60,9 +60,7 @@ class Reused:
 
 def latest_of(catalog_name: str) -> str | None:
     """The newest run of the catalog named ``catalog_name`` (what ``--reuse latest`` means), if any."""
-    from evaljobs.store.pages import runs
-
-    found = runs(limit=1, catalog=catalog_name)
+    found = store.pages.runs(limit=1, catalog=catalog_name)
     return found[0].id if found else None
 
 
@@ -71,9 +69,7 @@ def source_of(reuse: str, catalog_name: str) -> str | None:
     catalog has nothing to reuse; None when there is none), else an id or a unique prefix."""
     if reuse == "latest":
         return latest_of(catalog_name)
-    from evaljobs.store.lookup import resolve_run_id
-
-    return resolve_run_id(reuse)
+    return store.resolve_run_id(reuse)
 
 
 def reuse_line(run_id: str, source: str | None, catalog_name: str) -> str:

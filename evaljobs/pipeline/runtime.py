@@ -6,6 +6,7 @@ that identify them (the run's adapter reference, the providers file).
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,16 +15,20 @@ from evaljobs import config
 from evaljobs.pipeline import context
 from evaljobs.evaluation.adapters import Adapter, load_adapter
 from evaljobs.evaluation.judge import ProviderJudge
-from evaljobs.providers.cache import ResponseCache, default_ttl
-from evaljobs.providers.calls import ProviderCalls
+from evaljobs.providers import ResponseCache, default_ttl
+from evaljobs.providers import ProviderCalls
 from evaljobs.store import cache as store_cache
-from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, load_providers, parse_model_spec
+from evaljobs.catalog.modelspec import (ModelSpec, ProvidersConfig, load_providers, parse_model_spec,
+                                        providers_from_definition)
 from evaljobs.evaluation.retry import RetryPolicy
 
 _lock = threading.Lock()
 _providers: dict[str | None, ProvidersConfig] = {}
-_adapters: dict[tuple[str | None, str | None, bool, Any], Adapter] = {}
+#: Keyed by id() of the providers config: every config used here is kept for the process's life
+#: (``_providers``, ``_stored_providers``), so an id is never reused for another.
+_adapters: dict[tuple[str | None, int, bool, Any, tuple[str, ...]], Adapter] = {}
 _specs: dict[tuple, ModelSpec] = {}
+_stored_providers: dict[str, ProvidersConfig] = {}
 
 
 def providers(path: str | None = None) -> ProvidersConfig:
@@ -34,29 +39,52 @@ def providers(path: str | None = None) -> ProvidersConfig:
         return _providers[path]
 
 
+def run_providers(settings: "RunSettings") -> ProvidersConfig:
+    """The providers a run's pairs use: the definition stored with the run when it was submitted with a
+    providers file (so a worker started without ``EVALJOBS_PROVIDERS`` knows them), else this process's."""
+    stored = settings.providers
+    if not stored:
+        return providers()
+    key = json.dumps(stored, sort_keys=True, separators=(",", ":"))
+    with _lock:
+        found = _stored_providers.get(key)
+    if found is None:
+        found = providers_from_definition(stored.get("definition"),
+                                          f"{stored.get('source')} (as stored with the run)")
+        with _lock:
+            found = _stored_providers.setdefault(key, found)
+    return found
+
+
 def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False,
-            batch: tuple[str, ...] = ()) -> Adapter:
+            batch: tuple[str, ...] = (), providers_config: ProvidersConfig | None = None) -> Adapter:
     """The run's adapter; ``cache`` puts the response cache in front of its provider calls; the
-    calls to the providers named in ``batch`` go through their batch APIs (a batch run)."""
-    # Keyed by the providers file in force now, so a changed EVALJOBS_PROVIDERS never reuses an
-    # adapter built from another config; and by the worker context, so replaced settings never leave
-    # calls on a closed governor (nor on another than the one the crash counter prefetches from).
+    calls to the providers named in ``batch`` go through their batch APIs (a batch run).
+
+    ``providers_config``: the run's providers (:func:`run_providers`), else the file in force now.
+    """
+    # Keyed by the providers in use, so a changed EVALJOBS_PROVIDERS (or another run's stored
+    # definition) never reuses an adapter built from another config; and by the worker context, so
+    # replaced settings never leave calls on a closed governor (nor on another than the one the
+    # crash counter prefetches from).
     providers_path = providers_path or config.settings().providers_path
-    key = (reference, providers_path, bool(cache), context.current(), tuple(batch))
+    chosen = providers_config if providers_config is not None else providers(providers_path)
+    key = (reference, id(chosen), bool(cache), context.current(), tuple(batch))
     with _lock:
         found = _adapters.get(key)
     if found is None:
-        found = load_adapter(reference, providers(providers_path), calls=calls(bool(cache), tuple(batch)))
+        found = load_adapter(reference, chosen, calls=calls(bool(cache), tuple(batch)))
         with _lock:
             _adapters.setdefault(key, found)
     return found
 
 
-def model_spec(text: str) -> ModelSpec:
-    key = (text, config.settings().providers_path)
+def model_spec(text: str, providers_config: ProvidersConfig | None = None) -> ModelSpec:
+    chosen = providers_config if providers_config is not None else providers()
+    key = (text, id(chosen))
     spec = _specs.get(key)
     if spec is None:
-        spec = parse_model_spec(text, providers())
+        spec = parse_model_spec(text, chosen)
         _specs[key] = spec
     return spec
 
@@ -78,6 +106,9 @@ class RunSettings:
     batch: tuple[str, ...] | None = None
     #: ``--batch-judge``: the providers whose judge calls go through their batch APIs.
     batch_judge: tuple[str, ...] | None = None
+    #: The providers file the run was submitted with (``{"source", "definition"}``, variable names only;
+    #: :func:`evaljobs.catalog.modelspec.storable_definition`); None: the worker's own providers.
+    providers: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
@@ -92,7 +123,8 @@ class RunSettings:
                    cache_across_epochs=options.get("cache_across_epochs") or None,
                    pairs_per_message=options.get("pairs_per_message"),
                    batch=tuple(options["batch"]) if options.get("batch") else None,
-                   batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None)
+                   batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None,
+                   providers=options.get("providers"))
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

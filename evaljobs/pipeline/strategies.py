@@ -70,8 +70,9 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
             try:
                 for _ in pool.map(in_context, pairs):
                     pass
-            except store.StorageFailed:
-                pool.shutdown(wait=True, cancel_futures=True)  # the rest would fail the same way
+            except (store.StorageFailed, KeyboardInterrupt):
+                # a full disk: the rest would fail the same way; SIGINT/SIGTERM: take no new pair
+                pool.shutdown(wait=True, cancel_futures=True)
                 raise
             except RuntimeError as exc:
                 if "can't start new thread" not in str(exc):

@@ -10,13 +10,45 @@ for httpx and the wire formats (start-up time).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
+    from evaljobs.providers import batches, deadline
+    from evaljobs.providers.batched import (BatchRequest, InBatch, current_pair, encode, for_pair, request_from_json,
+                                            request_json)
+    from evaljobs.providers.endpoints import base_url_for
+    from evaljobs.providers.cache import ResponseCache, default_ttl, for_epoch, parse_duration
+    from evaljobs.providers.calls import ProviderCalls
+    from evaljobs.providers.client import ChatClient, close_clients, get_client
+    from evaljobs.providers.completion import Completion, RequestedToolCall
+    from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
+                                           TransientError, is_retryable, parse_retry_after)
+    from evaljobs.providers.preflight import (ProviderProblems, probe, probe_models, problems,
+                                              provider_problems)
+    from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
+
+#: name → the module defining it (``""``: the name is a module of this package).
 _EXPORTS = {
+    "deadline": "",
+    "batches": "",
+    "BatchRequest": "batched",
+    "InBatch": "batched",
+    "current_pair": "batched",
+    "encode": "batched",
+    "for_pair": "batched",
+    "request_from_json": "batched",
+    "request_json": "batched",
+    "base_url_for": "endpoints",
+    "ResponseCache": "cache",
+    "default_ttl": "cache",
+    "for_epoch": "cache",
+    "parse_duration": "cache",
+    "ProviderCalls": "calls",
     "ChatClient": "client",
-    "Completion": "client",
-    "RequestedToolCall": "client",
     "close_clients": "client",
     "get_client": "client",
+    "Completion": "completion",
+    "RequestedToolCall": "completion",
     "RETRYABLE": "errors",
     "PermanentError": "errors",
     "ProviderError": "errors",
@@ -24,13 +56,27 @@ _EXPORTS = {
     "TransientError": "errors",
     "is_retryable": "errors",
     "parse_retry_after": "errors",
+    "ProviderProblems": "preflight",
+    "probe": "preflight",
+    "probe_models": "preflight",
+    "problems": "preflight",
+    "provider_problems": "preflight",
+    "OUTPUT_CAP": "toolcall",
+    "ToolCall": "toolcall",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["BatchRequest", "base_url_for", "batches", "current_pair", "encode", "request_from_json",
+           "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion",
+           "PermanentError", "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited",
+           "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline",
+           "default_ttl", "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after",
+           "probe", "probe_models", "problems", "provider_problems"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not module:
+        return importlib.import_module(f"{__name__}.{name}")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)

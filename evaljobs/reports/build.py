@@ -319,6 +319,7 @@ def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Compa
     """
     sections = [_markdown_head(report), _epoch_markdown(report, _code)]
     if baseline is not None:
+        # start-up time: only with a baseline
         from evaljobs.reports.compare import Comparison, compare
         comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
         sections.append(_markdown_baseline(comparison))

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 from evaljobs.reports._format import known_sum
 from evaljobs.reports._format import signed_money as _signed_money
+from evaljobs.reports.gate import Verdict
 from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact, pass_rate, scenario_passes
 
 #: Kinds of change for a pair present in both runs.
@@ -208,6 +209,13 @@ class Comparison:
     @property
     def fixed(self) -> list[PairChange]:
         return self.of_kind(FIXED)
+
+    def verdict(self, fail_on_regression: bool = False) -> Verdict:
+        """``compare --fail-on-regression``: fails when a pair passed in ``run_a`` and not in ``run_b``."""
+        if fail_on_regression and self.regressed:
+            return Verdict.failed(f"FAIL: {len(self.regressed)} pairs regressed from {self.run_a} "
+                                  f"to {self.run_b}")
+        return Verdict(True)
 
     @property
     def changed(self) -> list[PairChange]:

@@ -35,11 +35,14 @@ def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Resu
     if format == "table":
         if comparison is None:
             return render_table(report)
+        # start-up time: only the renderer asked for
         from evaljobs.reports.compare import render_comparison
         return render_table(report) + "\n" + render_comparison(comparison)
     if format == "junit":
+        # start-up time: only the renderer asked for
         from evaljobs.reports.junit import render_junit
         return render_junit(report, list(results))
+    # start-up time: only the renderer asked for
     from evaljobs.reports.html import render_html
     return render_html(report, list(results), baseline=comparison)
 

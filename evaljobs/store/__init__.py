@@ -18,6 +18,8 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.results` — result rows, the barrier (``record_result``) and ``finalize``.
 - :mod:`~evaljobs.store.cache` — the response-cache table, the backend of ``providers.cache``.
 - :mod:`~evaljobs.store.governor_limits` — what the provider governor learned, kept across runs.
+- :mod:`~evaljobs.store.pages` — what the viewer reads (runs and result cells, paged by id).
+- :mod:`~evaljobs.store.lookup` — a run id from ``latest`` or a unique prefix.
 
 ``from evaljobs import store; store.X`` works for every public name below.
 """
@@ -29,29 +31,24 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import cache, governor_limits  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import batches, cache, governor_limits, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
-                                        SQLITE_BUSY_SECONDS, connect, hold_connection, holding,
-                                        release_connection, upgrade, without_waiting)
+                                        SQLITE_BUSY_SECONDS, connect, connection, hold_connection, holding,
+                                        is_sqlite, reconnecting, release_connection, upgrade, without_waiting)
 from evaljobs.store.errors import (DatabaseUnavailable, StorageFailed, Incomplete, StoreError, UnexpectedPair, UnknownRun,
                                    UnknownSnapshot, redact)
 from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finalize, is_recorded, list_results,
                                     missing_pairs, pair_state, pair_statuses, progress, record_result,
                                     record_results, recorded_among)
-from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, list_runs, mark_running,
-                                 set_status, take_judge_call)
-from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, PARTIAL, PENDING,
-                                   RUN_STATUSES, RUNNING, SCHEMA_VERSION, ResultRow, Run, SchemaVersion, Snapshot,
-                                   database)
-from evaljobs.store.snapshots import load_snapshot, save_snapshot
-
-# Private helpers that tests still reach for (being replaced by public functions; see issue 15).
-from evaljobs.store.connections import _bound, _connection, _reconnecting, _transaction  # noqa: E402,F401
-from evaljobs.store.results import (_hot, _insert_result, _pairs_query, _progress_query,  # noqa: E402,F401
-                                    _results_query)
-from evaljobs.store.schema import _now  # noqa: E402,F401
-from evaljobs.store.snapshots import _forget_snapshots  # noqa: E402,F401
+from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, interrupt, list_runs,
+                                 mark_running, resume_line, set_status, take_judge_call)
+from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL,
+                                   PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
+                                   ResultRow, Run, SchemaVersion, Snapshot, database)
+from evaljobs.store.lookup import resolve_run_id
+from evaljobs.store.pages import Cell, RunRow
+from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
 cache_get = cache.get
@@ -60,13 +57,16 @@ cache_clear = cache.clear
 
 __all__ = [
     "DEFAULT_URL", "PG_CONNECT_TIMEOUT", "RECONNECT_SECONDS", "SQLITE_BUSY_SECONDS", "SCHEMA_VERSION",
-    "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "RUN_STATUSES", "FINISHED_STATUSES",
+    "PENDING", "RUNNING", "COMPLETE", "PARTIAL", "FAILED_RUN", "CANCELLED", "INTERRUPTED", "RUN_STATUSES",
+    "FINISHED_STATUSES", "UNFINISHED_STATUSES", "interrupt", "resume_line",
     "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete",
     "RunInfo", "Recorded", "Finalized", "SchemaVersion", "Snapshot", "Run", "ResultRow", "CacheEntry", "database",
-    "connect", "upgrade", "hold_connection", "holding", "release_connection", "redact", "without_waiting",
-    "save_snapshot", "load_snapshot",
+    "connect", "connection", "reconnecting", "is_sqlite", "upgrade", "hold_connection", "holding",
+    "release_connection", "redact", "without_waiting",
+    "save_snapshot", "load_snapshot", "forget_snapshots",
     "count_runs", "create_run", "get_run", "list_runs", "mark_running", "set_status", "cancel", "take_judge_call",
     "pair_state", "record_result", "record_results", "recorded_among", "is_recorded", "list_results", "missing_pairs", "expected_pairs",
     "pair_statuses", "progress", "finalize",
-    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits",
+    "cache", "cache_get", "cache_put", "cache_clear", "governor_limits", "pages", "batches", "Cell", "RunRow",
+    "resolve_run_id",
 ]

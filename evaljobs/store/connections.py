@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Callable, Iterator, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import peewee
@@ -274,7 +274,11 @@ def without_waiting() -> Iterator[None]:
         _impatient.on = previous
 
 
-def _reconnecting(fn):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reconnecting(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` again when the database connection is lost mid-call (a restart, a failover).
 
     Safe because every public call is one short statement or transaction that either
@@ -290,7 +294,7 @@ def _reconnecting(fn):
     """
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         db = database.obj
         if db is not None and not db.is_closed() and db.in_transaction():
             return fn(*args, **kwargs)
@@ -347,3 +351,20 @@ def _is_outage(db: peewee.Database, exc: Exception) -> bool:
         return True  # connection lost, admin shutdown, serialization failure, deadlock: all transient
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+def is_sqlite() -> bool:
+    """True when this process's database is SQLite.
+
+    Readers that page by row id ask this: on SQLite (one writer) ids become visible in
+    order, so "after id N" misses nothing; on PostgreSQL a lower id can commit after a
+    higher one, so they look back a little.
+    """
+    return isinstance(_bound(), peewee.SqliteDatabase)
+
+
+#: This thread's connection for one call, as every store function holds it (reused if already open,
+#: handed back after): for a host or a test that reads the tables directly.
+connection = _connection
+#: Retry a function of short, idempotent statements through a lost connection (see ``_reconnecting``).
+reconnecting = _reconnecting

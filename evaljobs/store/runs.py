@@ -16,10 +16,13 @@ from typing import Any
 from peewee import fn
 
 from evaljobs.catalog import Catalog
+from evaljobs.errors import EXIT_INTERRUPTED
+from evaljobs.reports.gate import Verdict, hold
 from evaljobs.store.connections import _connection, _reconnecting, _transaction
 from evaljobs.store.errors import UnknownRun
-from evaljobs.store.schema import (CANCELLED, FINISHED_STATUSES, PENDING, RUN_STATUSES, RUNNING, Run, _aware,
-                                   _dumps, _loads, _now, database)
+from evaljobs.store.schema import (CANCELLED, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PENDING,
+                                   RUN_STATUSES, RUNNING, ResultRow, Run, _aware, _dumps, _loads, _now,
+                                   database)
 from evaljobs.store.snapshots import save_snapshot
 
 
@@ -49,6 +52,46 @@ class RunInfo:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    def gate(self, threshold: float | None = None, mode: str = "point") -> Verdict:
+        """Whether this run passes: the one decision behind every command's exit code.
+
+        A run in which every pair errored (``failed``) fails, naming the first error: nothing
+        was evaluated. A run with no report fails a ``threshold`` (there is nothing to hold to
+        it) and passes without one (``wait`` may simply have stopped early). Otherwise the
+        report is held to ``threshold`` in ``mode`` (:func:`evaljobs.reports.gate.hold`:
+        ``point`` or ``ci``); no threshold passes.
+        """
+        if self.status == INTERRUPTED and self.report is None:
+            return Verdict(False, (resume_line(self),), EXIT_INTERRUPTED)
+        if self.status == FAILED_RUN:
+            first = _first_error(self.id)
+            return Verdict.failed(f"error: run {self.id} failed: all {self.expected} pairs errored "
+                                  f"(first: {first[:200]})")
+        if self.report is None:
+            if threshold is None:
+                return Verdict(True)
+            return Verdict.failed(f"FAIL: run {self.id} has no report to hold to "
+                                  f"--fail-under {threshold:.1%}")
+        if threshold is None:
+            return Verdict(True)
+        return hold(self.report, threshold, mode)
+
+
+def resume_line(info: RunInfo) -> str:
+    """The one line an interrupted run prints: what was kept, and the command that resumes it."""
+    return (f"interrupted: run {info.id} kept {info.persisted}/{info.expected} pairs; "
+            f"resume it with `evaljobs recover {info.id}` (same --db and --broker)")
+
+
+@_reconnecting
+def _first_error(run_id: str) -> str:
+    """The error of the run's first errored pair by (scenario key, model, epoch), as the results list them."""
+    with _connection():
+        rows = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.error)
+                .where((ResultRow.run == run_id) & ResultRow.error.is_null(False) & (ResultRow.error != "")))
+        found = sorted((r.scenario_key, r.model, r.epoch, r.error) for r in rows)
+    return found[0][3] if found else ""
 
 
 def _info(row: Run) -> RunInfo:
@@ -218,6 +261,18 @@ def set_status(run_id: str, status: str, note: str | None = None) -> None:
     with _transaction():
         if not Run.update(changes).where(Run.id == run_id).execute():
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
+
+
+@_reconnecting
+def interrupt(run_id: str) -> bool:
+    """pending/running → interrupted (SIGINT/SIGTERM in the process running it); False if it had
+    already finished (its last pair may have landed while the process stopped)."""
+    with _transaction():
+        changed = (Run.update(status=INTERRUPTED)
+                   .where((Run.id == run_id) & Run.status.in_([PENDING, RUNNING])).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
 
 
 @_reconnecting

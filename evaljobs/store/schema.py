@@ -42,7 +42,11 @@ PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
 
 PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED = (
     "pending", "running", "complete", "partial", "failed", "cancelled")
-RUN_STATUSES = (PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
+#: Stopped by SIGINT/SIGTERM in the process that ran it: what finished is kept, ``recover`` resumes it.
+INTERRUPTED = "interrupted"
+RUN_STATUSES = (PENDING, RUNNING, COMPLETE, PARTIAL, FAILED_RUN, CANCELLED, INTERRUPTED)
+#: Statuses of a run that still has work to do (``recover`` looks at these).
+UNFINISHED_STATUSES = (PENDING, RUNNING, INTERRUPTED)
 FINISHED_STATUSES = (COMPLETE, PARTIAL, FAILED_RUN, CANCELLED)
 
 #: The tables are bound to this proxy; :func:`evaljobs.store.connect` points it at a database.

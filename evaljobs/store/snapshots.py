@@ -39,6 +39,6 @@ def load_snapshot(digest: str) -> Catalog:
     return _snapshots.setdefault(digest, catalog)
 
 
-def _forget_snapshots() -> None:
-    """Empty this process's snapshot cache (tests)."""
+def forget_snapshots() -> None:
+    """Empty this process's snapshot cache: the next load reads the database again."""
     _snapshots.clear()

@@ -20,6 +20,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import freezegun.config  # noqa: F401 - only to tell it, if the host uses it
     except ImportError:
         return
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs.clock import shield_from_frozen_time
 
     shield_from_frozen_time()
@@ -28,6 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def evaljobs_simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """evaljobs' simulated provider (serves ``sim/...`` models), started for this test."""
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs import config
     from evaljobs.simulated import SimulatedProvider
 
@@ -44,6 +46,7 @@ def evaljobs_simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.fixture
 def evaljobs_database(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A temporary SQLite database URL, bound as evaljobs' database for this test."""
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs import store
 
     url = f"sqlite:///{tmp_path_factory.mktemp('evaljobs')}/evaljobs.db"
@@ -56,6 +59,7 @@ def evaljobs_broker() -> Iterator[Any]:
     """A Dramatiq ``StubBroker`` with evaljobs' middleware stack and its actors declared."""
     from dramatiq.brokers.stub import StubBroker
 
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs.pipeline.broker import bind, middleware_stack
 
     broker = StubBroker(middleware=middleware_stack())
@@ -83,6 +87,7 @@ def evaljobs_worker(evaljobs_broker: Any) -> Iterator[Any]:
 def evaljobs_session(evaljobs_database: str, evaljobs_broker: Any, evaljobs_worker: Any,
                      evaljobs_simulated: Any) -> Iterator[Any]:
     """A :class:`evaljobs.Session` on the test's broker and database (the worker is the fixture's)."""
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs.api import Session
 
     with Session(db=evaljobs_database, broker=evaljobs_broker, width=WORKER_THREADS) as session:
@@ -92,6 +97,7 @@ def evaljobs_session(evaljobs_database: str, evaljobs_broker: Any, evaljobs_work
 @pytest.fixture
 def evaljobs_run(evaljobs_session: Any) -> Callable[..., Any]:
     """``evaljobs_run(catalog, models=("sim/fast",), context=None, **options)`` → a finished run."""
+    # a pytest plugin: nothing of evaljobs until a fixture is used
     from evaljobs.testing import run_catalog
 
     def run(catalog: Any, models: Any = ("sim/fast",), **options: Any) -> Any:

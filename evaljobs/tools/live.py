@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
-
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.providers import deadline
@@ -161,6 +159,7 @@ _mcp_import_lock = threading.Lock()
 
 def _import_mcp(done: concurrent.futures.Future) -> None:
     try:
+        # the optional 'mcp' extra
         import evaljobs.tools.mcp as module
     except ImportError:
         done.set_exception(LiveToolError(str(MissingExtra("mcp"))))

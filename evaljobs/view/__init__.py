@@ -53,9 +53,11 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
     check_config(config)
     import uvicorn  # the optional 'view' extra (checked just above)
 
+    # start-up time: only when serving
     from evaljobs.view.app import create_app
 
     if config.redis_url:
+        # start-up time: only when serving
         from evaljobs.pipeline import events
 
         events.bind_redis(config.redis_url)
@@ -72,6 +74,7 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
     if log_format == "json":
         import logging
 
+        # only with --log-format json
         from evaljobs.workers.logs import use_json_logs
 
         use_json_logs(logging.INFO)

@@ -132,6 +132,7 @@ def create_app(config: ViewConfig):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
+    # start-up time: only when serving
     from evaljobs.view import live, routes
     from evaljobs.view.metrics import MetricsPage
 

@@ -91,6 +91,7 @@ def _rewrite(page: str, links: _Links, depth: int) -> str:
 
 def export_run(run_id: str, directory: str | Path) -> list[Path]:
     """Write ``run_id``'s bundle into ``directory`` (created; files of an earlier bundle are replaced)."""
+    # start-up time: only `evaljobs view --export` builds pages here
     from evaljobs.view.routes import environment
     from evaljobs.view.transcript import transcript_page
 

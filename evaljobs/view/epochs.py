@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from evaljobs.store.pages import Cell
+from evaljobs.store import Cell
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import peewee
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -169,7 +168,7 @@ class Streams:
 
     async def _run_events(self, run_id: str, after: int) -> AsyncIterator[str]:
         hints = await Hints(self.config.redis_url, events.channel(run_id)).open()  # before the first read
-        lookback = 0 if isinstance(store._bound(), peewee.SqliteDatabase) else PG_LOOKBACK
+        lookback = 0 if store.is_sqlite() else PG_LOOKBACK
         try:
             last_sent, quiet, seen = None, 0.0, set()
             while True:

@@ -27,6 +27,7 @@ class MetricsPage:
         if not extras.installed("metrics"):
             return PlainTextResponse("/metrics needs the 'metrics' extra: pip install 'evaljobs[metrics]'\n",
                                      status_code=404)
+        # the optional 'metrics' extra (checked just above)
         from evaljobs.workers import metrics
 
         with self._lock:

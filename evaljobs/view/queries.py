@@ -14,14 +14,13 @@ from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import peewee
 
 from evaljobs import store
 from evaljobs.reports.build import percentile
 from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
 from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
-from evaljobs.store.pages import Cell, RunRow
+from evaljobs.store import Cell, RunRow
 from evaljobs.view.epochs import EpochCell, epoch_cells
 from evaljobs.view.runlist import RUNS_LIMIT, RunListItem, run_list  # noqa: F401 - the runs page's query
 
@@ -263,7 +262,7 @@ def run_index(run_id: str) -> RunIndex:
         raise NotFound(str(exc)) from None
     if index is not None and len(index.cells) < persisted and index.last_id < last_id:
         known = {c.id for c in index.cells}
-        lookback = 0 if isinstance(store._bound(), peewee.SqliteDatabase) else 256
+        lookback = 0 if store.is_sqlite() else 256
         new = [c for c in store_pages.cells_after(run_id, max(0, index.last_id - lookback), limit=1_000_000)
                if c.id not in known]
         cells = index.cells + new

@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from evaljobs import store
-from evaljobs.reports._format import signed_money
+from evaljobs.reports import signed_money
 from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE, ViewConfig
@@ -71,6 +71,7 @@ def environment() -> Environment:
     """The templates' Jinja environment: autoescaping on for every template, whatever its name."""
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
+    # start-up time: markdown-it-py only once the templates are built
     from evaljobs.view.markdown import render as markdown
 
     env.filters.update(pct=_pct, money=_money, cost_of=_cost_of, signed_money=signed_money, ms=_ms, when=_when,
@@ -128,7 +129,7 @@ class Pages:
                             catalogs=queries.store_pages.catalogs(), catalog=catalog, model=model,
                             since=request.query_params.get("since") or "",
                             until=request.query_params.get("until") or "",
-                            running=[i.run.id for i in items if not i.run.status in store.FINISHED_STATUSES])
+                            running=[i.run.id for i in items if i.run.status not in store.FINISHED_STATUSES])
 
     def run(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
@@ -161,6 +162,7 @@ class Pages:
 
     def transcript(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the transcript pages only
         from evaljobs.view.transcript import transcript_page
 
         p = request.query_params
@@ -176,6 +178,7 @@ class Pages:
 
     def diff(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the transcript pages only
         from evaljobs.view.transcript import diff_page
 
         p = request.query_params
@@ -191,6 +194,7 @@ class Pages:
     def export(self, request: Request) -> Response:
         """``/runs/RUN/results.csv`` or ``.jsonl``: every result of the run, as a download."""
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the downloads only
         from evaljobs.view.exports import csv_text, jsonl_text
 
         run_id, fmt = request.path_params["run_id"], request.path_params["fmt"]
@@ -219,6 +223,7 @@ class Pages:
 
     def fleet(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
+        # start-up time: the fleet page only
         from evaljobs.view.live import fleet_status
 
         return self._render(request, "fleet.html", status=fleet_status(self.config),

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from evaljobs import store
 from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
-from evaljobs.store.pages import RunRow
+from evaljobs.store import RunRow
 
 RUNS_LIMIT = 50
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from evaljobs import store
 from evaljobs.store import pages as store_pages
-from evaljobs.store.pages import RunRow
+from evaljobs.store import RunRow
 from evaljobs.view.queries import NotFound, catalog_of
 
 

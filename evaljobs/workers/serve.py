@@ -72,13 +72,16 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
 def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
            recover_every: float, poll: float, stop: threading.Event) -> dict:
     if config.settings().otlp_endpoint:
+        # the optional 'otel' extra (required just below)
         from evaljobs import extras
 
         extras.require("otel")
+        # the optional 'otel' extra
         from evaljobs.workers import tracing
 
         binding.broker.add_middleware(tracing.start(config.settings()))
     if config.settings().log_format == "json":
+        # only with --log-format json
         from evaljobs.workers.logs import LogContext
 
         binding.broker.add_middleware(LogContext())  # each line names the run and pair of its message
@@ -103,7 +106,7 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
         if exposition is not None:
             exposition.shutdown()
             exposition.server_close()
-            from evaljobs.workers import metrics
+            from evaljobs.workers import metrics  # the optional metrics extra, as above
 
             metrics.stop_recording()
         if recovery is not None:
@@ -132,6 +135,7 @@ def _serve_health(pool: Pool, broker_url: str) -> Any:
     settings = config.settings()
     if settings.health_port is None:
         return None
+    # start-up time: only with --health-port
     from evaljobs.workers import health
 
     def members() -> str | None:
@@ -151,6 +155,7 @@ def _serve_health(pool: Pool, broker_url: str) -> Any:
 def configure_logging(log_format: str = "text") -> None:
     """Dramatiq-style log lines on stderr (or JSON), without one per member start/stop or provider call."""
     if log_format == "json":
+        # only with --log-format json
         from evaljobs.workers.logs import use_json_logs
 
         use_json_logs(level=logging.INFO)

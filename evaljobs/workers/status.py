@@ -2,7 +2,7 @@
 
 Every number comes from a key or an index that is known in advance:
 
-* runs: the pending/running runs (the ``run(status, created_at)`` index) and
+* runs: the pending, running and interrupted runs (the ``run(status, created_at)`` index) and
   each one's progress (one GROUP BY on the per-run index);
 * queues, from Dramatiq's Redis layout (``brokers/redis/dispatch.lua``), per
   queue ``Q`` under the namespace ``dramatiq``: *ready* = ``LLEN dramatiq:Q``
@@ -33,10 +33,11 @@ import redis
 
 from evaljobs import config, store
 from evaljobs.config import REDIS_SCHEMES
-from evaljobs.errors import one_line
+from evaljobs.errors import EXIT_USAGE, one_line
 from evaljobs.pipeline.broker import queue_name
 from evaljobs.store import batches as stored_batches
 from evaljobs.governor import Governor
+from evaljobs.reports.gate import Verdict
 from evaljobs.workers.records import read_pools as pools_of
 
 DRAMATIQ_NAMESPACE = "dramatiq"
@@ -93,6 +94,14 @@ class Status:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def verdict(self) -> Verdict:
+        """Exit 2 when the broker could not be read: what could be read is still shown, but a
+        monitoring script must see the outage."""
+        unreadable = [note for note in self.notes if note.startswith("cannot read ")]
+        if unreadable:
+            return Verdict(False, (f"error: {unreadable[0]}",), EXIT_USAGE)
+        return Verdict(True)
+
 
 def heartbeat_window() -> float:
     """Seconds a worker counts as seen: the broker's heartbeat timeout (EVALJOBS_HEARTBEAT_TIMEOUT_MS, default 10 s)."""
@@ -101,7 +110,8 @@ def heartbeat_window() -> float:
 
 def active_runs(limit: int = RUNS_LIMIT) -> list[RunProgress]:
     out = []
-    for run in store.list_runs(limit=limit, statuses=[store.PENDING, store.RUNNING]):
+    # pending, running and interrupted (to recover)
+    for run in store.list_runs(limit=limit, statuses=list(store.UNFINISHED_STATUSES)):
         numbers = store.progress(run.id)
         out.append(RunProgress(id=run.id, catalog=run.catalog_name, status=run.status, strategy=run.strategy,
                                expected=numbers["expected"], persisted=numbers["persisted"],

@@ -49,6 +49,7 @@ def detect_format(data: Any, path: str) -> str:
             return "promptfoo"
         if "name" in data and ("scenarios" in data or "groups" in data):
             return "native"
+        # start-up time: only a file that is none of the formats above
         from evaljobs.catalog.importers.openai_evals import is_registry
         if is_registry(data):
             return "openai-evals"
@@ -90,9 +91,11 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     # Each converter is imported when its format is read: a native catalog (every `evaljobs run`
     # of one) loads none of them (start-up time, tests/test_import_budget.py).
     if is_jsonl:
+        # start-up time: only the importer this file needs
         from evaljobs.catalog.importers.jsonl import convert_jsonl
         chosen_by = None
         if grader is None:  # the samples do not say; an OpenAI evals registry they sit in may
+            # start-up time: only for JSONL samples
             from evaljobs.catalog.importers.openai_evals import grader_from_registry
             found = grader_from_registry(source)
             if found is not None:
@@ -113,15 +116,19 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
                                 f"not {kind(data)}")])
         return ImportResult(data=data, format=fmt, counts=_native_counts(data))
     if fmt == "activeagent-suite":
+        # start-up time: only the importer this file needs
         from evaljobs.catalog.importers.activeagent import convert_suite
         out, excluded = convert_suite(data, problems, include_production_only=include_production_only)
     elif fmt == "activeagent-catalog":
+        # start-up time: only the importer this file needs
         from evaljobs.catalog.importers.activeagent import convert_catalog
         out, excluded = convert_catalog(data, problems, include_production_only=include_production_only)
     elif fmt == "promptfoo":
+        # start-up time: only the importer this file needs
         from evaljobs.catalog.importers.promptfoo import convert_promptfoo
         out, excluded = convert_promptfoo(data, problems), 0
     elif fmt == "openai-evals":
+        # start-up time: only the importer this file needs
         from evaljobs.catalog.importers.openai_evals import convert_registry
         if not isinstance(data, dict):
             raise CatalogError([(f"{source}: an OpenAI evals registry file must be a mapping of eval names, "

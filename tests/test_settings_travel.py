@@ -1,0 +1,107 @@
+"""Settings cross the process boundary with the run, and a Session takes its settings explicitly.
+
+* ``evaljobs run --providers FILE`` on Redis: the providers definition the run was submitted with
+  (variable names, never their values) is stored with the run, and a worker process started
+  without ``EVALJOBS_PROVIDERS`` evaluates its pairs with it (real Redis, a real ``evaljobs
+  worker`` process, the simulated provider over loopback).
+* ``Session(settings=...)`` makes those settings the process's; without them, an ``EVALJOBS_*``
+  variable changed since the settings were read is honoured, and an unusable one refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from evaljobs import config, store
+from evaljobs.api import Session
+from evaljobs.errors import UsageError
+from helpers import WorkerProcess, evaljobs_cli
+
+CATALOG = (
+    'name: travel\nscenarios:\n  - key: hello\n    prompt: "[sim: say hello there]"\n'
+    "    expect: {contains: [hello]}\n"
+)
+
+
+def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
+    tmp_path, redis_url, sqlite_url, simulated_provider
+):
+    sim = simulated_provider(latency=0.0, export=False)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(
+        f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
+        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n"
+    )
+    catalog = tmp_path / "travel.yaml"
+    catalog.write_text(CATALOG)
+    secret = "s3cret-team-token-value"
+    worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}  # the worker knows no providers file
+    with WorkerProcess(redis_url, sqlite_url, threads=2, env=worker_env):
+        ran = evaljobs_cli(
+            "run",
+            str(catalog),
+            "-m",
+            "acme/model-x",
+            "--providers",
+            str(providers),
+            "--broker",
+            redis_url,
+            "--db",
+            sqlite_url,
+            "--wait",
+            "--json",
+            env={"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""},
+            timeout=180,
+        )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["summary"]["passed"] == 1, ran.stdout
+    store.connect(sqlite_url)
+    (run,) = store.list_runs()
+    stored = run.options["providers"]
+    assert stored["source"] == str(providers)
+    assert stored["definition"]["providers"]["acme"]["headers"] == {"X-Team-Token": "${ACME_TOKEN}"}
+    assert stored["definition"]["providers"]["acme"]["checked"] == "2026-11-30"  # YAML's date, stored as JSON
+    with store.connection():
+        row_text = json.dumps([list(r) for r in store.Run.select().tuples()], default=str)
+    assert secret not in row_text  # the variable's name is stored, never its value
+
+
+def test_a_providers_file_with_a_password_in_a_url_is_refused_before_a_run_exists(tmp_path, sqlite_url):
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(
+        "providers:\n  acme:\n    api: openai\n    base_url: http://bob:hunter2@127.0.0.1:9/v1\n"
+    )
+    catalog = tmp_path / "travel.yaml"
+    catalog.write_text(CATALOG)
+    with Session(db=sqlite_url, broker="memory", providers=str(providers)) as session:
+        with pytest.raises(
+            UsageError, match=r"provider 'acme': base_url has a password written in it; "
+        ) as caught:
+            session.submit(str(catalog), ["acme/model-x"])
+        assert "hunter2" not in str(caught.value) and session.runs() == []
+
+
+def test_a_session_takes_its_settings_explicitly(sqlite_url):
+    given = config.Settings.from_env({}).replace(queue="explicit-queue", sim_url="http://127.0.0.1:9/v1")
+    with Session(settings=given, db=sqlite_url):
+        assert config.settings() == given and config.settings().queue == "explicit-queue"
+
+
+def test_a_changed_environment_is_honoured_or_refused_never_ignored(sqlite_url, monkeypatch):
+    with Session(db=sqlite_url):
+        assert config.settings().queue == "agents"
+    config.configure(config.settings(), sim_url="http://127.0.0.1:9/v1")  # set by code, not by a variable
+    # os.environ itself (monkeypatch.setitem): the test fixture that re-reads settings on setenv is bypassed
+    monkeypatch.setitem(os.environ, "EVALJOBS_QUEUE", "changed-queue")
+    with Session(db=sqlite_url):
+        assert config.settings().queue == "changed-queue"  # honoured
+        assert (
+            config.settings().sim_url == "http://127.0.0.1:9/v1"
+        )  # what the environment did not change stays
+    monkeypatch.setitem(os.environ, "EVALJOBS_TIME_LIMIT", "soon")
+    with pytest.raises(UsageError, match="EVALJOBS_TIME_LIMIT"):  # refused, in one line
+        Session(db=sqlite_url)
