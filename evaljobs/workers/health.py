@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import dramatiq
 from evaljobs import config, store
 from evaljobs.errors import one_line
 from evaljobs.redact import redact_text
+from evaljobs.workers.routes_http import route_server
 
 logger = logging.getLogger("evaljobs.workers.health")
 #: A process's status file older than this (seconds) counts as a process that stopped consuming.
@@ -91,28 +92,9 @@ def readiness(checks: dict[str, Check]) -> tuple[int, bytes, str]:
 
 def make_server(host: str, port: int, checks: dict[str, Check]) -> ThreadingHTTPServer:
     """``/livez`` and ``/readyz`` on ``host:port``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/livez":
-                code, body, kind = 200, b"ok\n", "text/plain; charset=utf-8"
-            elif path == "/readyz":
-                code, body, kind = readiness(checks)
-            else:
-                code, body, kind = 404, b"not found\n", "text/plain; charset=utf-8"
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("health: " + format, *args)
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    routes = {"/livez": lambda: (200, b"ok\n", "text/plain; charset=utf-8"),
+              "/readyz": lambda: readiness(checks)}
+    return route_server(host, port, routes, logger=logger, name="health")
 
 
 class ConsumerBeacon(dramatiq.Middleware):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import prometheus_client as prom
@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from evaljobs import config, store, telemetry
 from evaljobs.config import REDIS_SCHEMES, Settings
 from evaljobs.pipeline.broker import queue_name
+from evaljobs.workers.routes_http import Answer, route_server
 
 logger = logging.getLogger("evaljobs.workers.metrics")
 
@@ -237,30 +238,9 @@ def exposition(registry: prom.CollectorRegistry) -> tuple[bytes, str]:
 def make_server(host: str, port: int, registry_factory: Callable[[], prom.CollectorRegistry],
                 routes: dict[str, Callable[[], tuple[int, bytes, str]]] | None = None) -> ThreadingHTTPServer:
     """An HTTP server answering ``/metrics`` (and ``routes``: path -> (status, body, type))."""
-    extra = dict(routes or {})
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                body, kind = exposition(registry_factory())
-                code = 200
-            elif path in extra:
-                code, body, kind = extra[path]()
-            else:
-                code, body, kind = 404, b"not found\n", "text/plain; charset=utf-8"
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("metrics: " + format, *args)
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    table: dict[str, Callable[[], Answer]] = {
+        "/metrics": lambda: (200, *exposition(registry_factory())), **(routes or {})}
+    return route_server(host, port, table, logger=logger, name="metrics")
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
