@@ -531,8 +531,10 @@ class Session:
             raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
         info = store.get_run(run_id)
         if info.report is None:
-            raise UsageError(f"run {run_id} has no report yet ({info.status}, {info.persisted}/{info.expected} "
-                             f"pairs); wait for it or try `evaljobs recover {run_id}`")
+            raise UsageError(
+                f"run {run_id} has no report yet ({info.status}, {info.persisted}/{info.expected} "
+                f"pairs); wait for it or try `evaljobs recover {run_id}`"
+            )
         comparison = None
         if baseline:
             base, base_side = self._side(baseline)
@@ -639,9 +641,18 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.workers.serve import run_pool
 
-        return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=self.broker_url or "",
-                        db=self.db_url, queues=queues, providers=self.providers_path, recover_every=recover_every,
-                        stop=stop)
+        return run_pool(
+            min=min,
+            max=max,
+            idle_seconds=idle_seconds,
+            lane=lane,
+            broker=self.broker_url or "",
+            db=self.db_url,
+            queues=queues,
+            providers=self.providers_path,
+            recover_every=recover_every,
+            stop=stop,
+        )
 
     def close(self) -> None:
         if self._worker is not None:

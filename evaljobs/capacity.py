@@ -49,8 +49,10 @@ def check_width(width: int, label: str = "--width") -> None:
         raise UsageError(f"{label} must be a whole number of at least 1, not {width!r}")
     limit = thread_limit()
     if width > limit:
-        raise UsageError(f"{label} {width} is more threads than this machine lets one process start "
-                         f"(at most {limit}: half its thread, process and memory-map limits); use a smaller width")
+        raise UsageError(
+            f"{label} {width} is more threads than this machine lets one process start "
+            f"(at most {limit}: half its thread, process and memory-map limits); use a smaller width"
+        )
 
 
 def check_workers(threads: int, processes: int) -> None:
@@ -62,9 +64,11 @@ def check_workers(threads: int, processes: int) -> None:
         raise UsageError(f"--processes must be a whole number of at least 1, not {processes!r}")
     limit = thread_limit()
     if processes * (threads + 1) > limit:  # each process: its consumer threads and its main thread
-        raise UsageError(f"--processes {processes} × --threads {threads} is more threads than this machine lets "
-                         f"start (at most {limit}: half its thread, process and memory-map limits); "
-                         f"use fewer processes or threads")
+        raise UsageError(
+            f"--processes {processes} × --threads {threads} is more threads than this machine lets "
+            f"start (at most {limit}: half its thread, process and memory-map limits); "
+            f"use fewer processes or threads"
+        )
 
 
 def thread_start_failed(width: int, exc: BaseException, label: str = "--width") -> UsageError:

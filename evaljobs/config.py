@@ -180,7 +180,8 @@ class Settings:
             raise ConfigurationError(
                 f"EVALJOBS_CONTEXT_KEY is {what}; a context signing key needs at least "
                 f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
-                "or unset the variable to run unsigned")
+                "or unset the variable to run unsigned"
+            )
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(f"EVALJOBS_LOG_FORMAT={self.log_format!r} is not a log format: use "
                                      + " or ".join(LOG_FORMATS))
@@ -196,8 +197,10 @@ class Settings:
             if url and password and password not in url.replace(f":{password}@", "@", 1):
                 register_secret(password)  # not one that is also the URL's user, host or database name
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
-            raise ConfigurationError(f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
-                                     "(pairs a fan-out message carries; 1: one message per pair)")
+            raise ConfigurationError(
+                f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
+                "(pairs a fan-out message carries; 1: one message per pair)"
+            )
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 50_000:
             raise ConfigurationError(f"EVALJOBS_BATCH_SIZE={self.batch_size!r} must be 1 to 50000 "
                                      "(requests in one provider batch)")

@@ -346,5 +346,16 @@ class CrashCounter(dramatiq.Middleware):
         self._done()
 
 
-__all__ = ["CrashCounter", "Companion", "Solo", "begin_attempt", "begin_attempt_with", "end_attempt", "crashes", "forget", "settled",
-           "DEFAULT_MAX_CRASHES", "DEFAULT_TTL"]
+__all__ = [
+    "CrashCounter",
+    "Companion",
+    "Solo",
+    "begin_attempt",
+    "begin_attempt_with",
+    "end_attempt",
+    "crashes",
+    "forget",
+    "settled",
+    "DEFAULT_MAX_CRASHES",
+    "DEFAULT_TTL",
+]

@@ -12,8 +12,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 _INCLUDE = re.compile(r"^<!-- include (\S+) -->\s*$", re.MULTILINE)
-_PAGES = {"RELIABILITY.md": "reliability.md", "BENCHMARKS.md": "benchmarks.md", "CHANGELOG.md": "changelog.md",
-          "README.md": "getting-started.md"}
+_PAGES = {
+    "RELIABILITY.md": "reliability.md",
+    "BENCHMARKS.md": "benchmarks.md",
+    "CHANGELOG.md": "changelog.md",
+    "README.md": "getting-started.md",
+}
 
 
 def _relink(text: str) -> str:

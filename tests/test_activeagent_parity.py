@@ -46,22 +46,35 @@ PASS_THRESHOLD = 0.7
 # evaljobs' copy, so a drift in either shows.
 REFUSED_VERBS = "have|access|retrieve|look up|query|check|view|search"
 CAPABILITY_REFUSALS = [
-    re.compile(rf"\bI(?:'m| am)? (?:do not |don't |cannot |can't |unable to |not able to )(?:currently )?"
-               rf"(?:{REFUSED_VERBS})\b", re.I),
+    re.compile(
+        rf"\bI(?:'m| am)? (?:do not |don't |cannot |can't |unable to |not able to )(?:currently )?"
+        rf"(?:{REFUSED_VERBS})\b",
+        re.I,
+    ),
     re.compile(r"\b(?:no|don't have (?:a|any)) tools? (?:is |are )?(?:available|that can|to)\b", re.I),
-    re.compile(r"\bnot (?:something|able|possible) (?:I|to) (?:can|am able to )?(?:do|access|retrieve|look up)\b",
-               re.I),
+    re.compile(
+        r"\bnot (?:something|able|possible) (?:I|to) (?:can|am able to )?(?:do|access|retrieve|look up)\b",
+        re.I,
+    ),
     re.compile(r"\bI (?:don't|do not) have (?:the ability|a way|access|visibility|the tools?)\b", re.I),
     re.compile(r"\boutside (?:of )?(?:my|the) (?:capabilities|available tools|scope)\b", re.I),
-    re.compile(r"\bcan(?:'|no)t (?:be )?(?:done|determined|answered) with (?:the|my) (?:current|available) tools\b",
-               re.I),
+    re.compile(
+        r"\bcan(?:'|no)t (?:be )?(?:done|determined|answered) with (?:the|my) (?:current|available) tools\b",
+        re.I,
+    ),
 ]
 SPECIFIC_CLAIMS = [
-    re.compile(r"#\d+\b"), re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
-    re.compile(r"\b(?:you have|there are|there is|we have|I found|found|showing|a total of)\s+(?:\*\*)?\d+\b", re.I),
-    re.compile(r"\b\d+\s+(?:\*\*)?(?:open|overdue|pending|active|closed|resolved|completed|unpaid|outstanding|new|"
-               r"matching|records?|results?|rows?|entries|items?|tickets?|orders?|tasks?|issues?|invoices?|customers?|"
-               r"users?|milestones?)\b", re.I),
+    re.compile(r"#\d+\b"),
+    re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
+    re.compile(
+        r"\b(?:you have|there are|there is|we have|I found|found|showing|a total of)\s+(?:\*\*)?\d+\b", re.I
+    ),
+    re.compile(
+        r"\b\d+\s+(?:\*\*)?(?:open|overdue|pending|active|closed|resolved|completed|unpaid|outstanding|new|"
+        r"matching|records?|results?|rows?|entries|items?|tickets?|orders?|tasks?|issues?|invoices?|customers?|"
+        r"users?|milestones?)\b",
+        re.I,
+    ),
 ]
 
 
@@ -141,19 +154,23 @@ def _answers(raw: dict) -> list[Replay]:
     right = [ToolCall(tools[0], {})] if tools else []
     other = [ToolCall("other_tool", {})]
     return [
-        Replay(answer=f"Here you go: {wanted}".strip(), tool_calls=right),            # as expected
-        Replay(answer="", tool_calls=right),                                         # empty answer
-        Replay(answer=None, error="provider returned 500"),                          # the run failed
-        Replay(answer=f"Here you go: {wanted}", tool_calls=[ToolCall(tools[0] if tools else "t", {},
-                                                                     error="timeout")]),  # a tool failed
-        Replay(answer=f"Here you go: {wanted}", tool_calls=other),                   # a different tool
-        Replay(answer=f"Here you go: {wanted}"),                                     # no tool at all
+        Replay(answer=f"Here you go: {wanted}".strip(), tool_calls=right),  # as expected
+        Replay(answer="", tool_calls=right),  # empty answer
+        Replay(answer=None, error="provider returned 500"),  # the run failed
+        Replay(
+            answer=f"Here you go: {wanted}",
+            tool_calls=[ToolCall(tools[0] if tools else "t", {}, error="timeout")],
+        ),  # a tool failed
+        Replay(answer=f"Here you go: {wanted}", tool_calls=other),  # a different tool
+        Replay(answer=f"Here you go: {wanted}"),  # no tool at all
         Replay(answer=f"Here you go: {wanted} {banned}".strip(), tool_calls=right),  # forbidden content
-        Replay(answer="Here you go.", tool_calls=right),                             # missing content
-        Replay(answer=f"HERE: {wanted.upper()}", tool_calls=right),                  # case does not matter
-        Replay(answer="I don't have access to your account.", tool_calls=right),     # refusal, low score
-        Replay(answer=f"I don't have access to that, but: {wanted}".strip(), tool_calls=right),  # refusal, passes
-        Replay(answer="Sorry, that is outside my capabilities."),                    # refusal, no tool
+        Replay(answer="Here you go.", tool_calls=right),  # missing content
+        Replay(answer=f"HERE: {wanted.upper()}", tool_calls=right),  # case does not matter
+        Replay(answer="I don't have access to your account.", tool_calls=right),  # refusal, low score
+        Replay(
+            answer=f"I don't have access to that, but: {wanted}".strip(), tool_calls=right
+        ),  # refusal, passes
+        Replay(answer="Sorry, that is outside my capabilities."),  # refusal, no tool
         Replay(answer=f"Here you go: {wanted}. You have 3 open tickets, see #4411."),  # specifics, no tool
         Replay(answer=f"Here you go: {wanted}. You have 3 open tickets.", tool_calls=right),  # grounded
     ]
@@ -263,16 +280,24 @@ groups:
 
 
 HEURISTIC_CASES = [
-    ("tickets", "There are 4 open tickets.", []),                        # ungrounded: a count, no tool called
-    ("tickets", "Ticket #1234 was opened on 2024-05-01.", []),           # an id and a date
-    ("tickets", "There are 4 open tickets.", ["count_tickets"]),         # grounded in a tool call
-    ("tickets", "Here are three options for you.", []),                 # prose numbers are not claims
-    ("tickets", "I cannot check the ticket system.", []),               # missing_capability first
-    ("no_tools", "There are 4 open tickets.", []),                      # no tools: the judge's call, not a rule
+    ("tickets", "There are 4 open tickets.", []),  # ungrounded: a count, no tool called
+    ("tickets", "Ticket #1234 was opened on 2024-05-01.", []),  # an id and a date
+    ("tickets", "There are 4 open tickets.", ["count_tickets"]),  # grounded in a tool call
+    ("tickets", "Here are three options for you.", []),  # prose numbers are not claims
+    ("tickets", "I cannot check the ticket system.", []),  # missing_capability first
+    ("no_tools", "There are 4 open tickets.", []),  # no tools: the judge's call, not a rule
     ("no_tools", "That is not something I can do.", []),
     ("two_forbidden", "I can't look up orders; your order: password", ["lookup_order"]),  # mean below 0.7
-    ("two_forbidden", "I can't look up the order, but order 7 shipped.", ["lookup_order"]),  # mean 1.0: passes
-    ("two_forbidden", "I can't look up the order 7 shipped secret", ["lookup_order"]),  # refusal skipped, forbidden
+    (
+        "two_forbidden",
+        "I can't look up the order, but order 7 shipped.",
+        ["lookup_order"],
+    ),  # mean 1.0: passes
+    (
+        "two_forbidden",
+        "I can't look up the order 7 shipped secret",
+        ["lookup_order"],
+    ),  # refusal skipped, forbidden
 ]
 
 
@@ -299,7 +324,9 @@ def test_the_heuristic_cases_cover_every_outcome():
     import yaml
 
     raws = {s["key"]: s for s in yaml.safe_load(HEURISTICS_SUITE)["groups"][0]["scenarios"]}
-    expected = {activeagent_verdict(raws[key], Replay(answer=answer, tool_calls=[ToolCall(n, {}) for n in called]))
-                for key, answer, called in HEURISTIC_CASES}
+    expected = {
+        activeagent_verdict(raws[key], Replay(answer=answer, tool_calls=[ToolCall(n, {}) for n in called]))
+        for key, answer, called in HEURISTIC_CASES
+    }
     assert {(FAILED, "ungrounded_answer"), (FAILED, "missing_capability"), (PASSED, None),
             (FAILED, "forbidden_content")} <= expected

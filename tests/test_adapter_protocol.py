@@ -64,9 +64,16 @@ class TwoArgumentConversation(ConversationAdapter):
 
 
 def test_an_adapter_without_deadline_is_called_without_it(evaljobs_run):
-    finished = evaljobs_run({"name": "two", "scenarios": [
-                            {"key": "hi", "prompt": "[sim: say hello there]", "expect": {"contains": ["hello there"]}}]},
-                            adapter=f"{__name__}:TwoArgumentConversation", time_limit=30)
+    finished = evaljobs_run(
+        {
+            "name": "two",
+            "scenarios": [
+                {"key": "hi", "prompt": "[sim: say hello there]", "expect": {"contains": ["hello there"]}}
+            ],
+        },
+        adapter=f"{__name__}:TwoArgumentConversation",
+        time_limit=30,
+    )
     (result,) = finished.results
     assert result.status == "passed", result.error
     assert result.details["meta"] == {"two_arguments": True}

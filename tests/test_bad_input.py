@@ -53,10 +53,51 @@ scenarios:
     tags: [billing]
 """
 
-_YAML_BITS = st.sampled_from([":", ": ", "-", "- ", "[", "]", "{", "}", ",", "'", '"', "&a ", "*a", "!!str ",
-                              "!!set ", "<<: ", "? ", "|", ">", "#", "%YAML 1.2", "---", "...", "\t", "\n",
-                              "  ", "    ", "\\", "\x00", "\ufeff", "key: ", "scenarios:", "name: ", "~", "null",
-                              "1e999", "-.inf", "0x1F", "2024-01-01", "\u2028", "é"])
+_YAML_BITS = st.sampled_from(
+    [
+        ":",
+        ": ",
+        "-",
+        "- ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        "'",
+        '"',
+        "&a ",
+        "*a",
+        "!!str ",
+        "!!set ",
+        "<<: ",
+        "? ",
+        "|",
+        ">",
+        "#",
+        "%YAML 1.2",
+        "---",
+        "...",
+        "\t",
+        "\n",
+        "  ",
+        "    ",
+        "\\",
+        "\x00",
+        "\ufeff",
+        "key: ",
+        "scenarios:",
+        "name: ",
+        "~",
+        "null",
+        "1e999",
+        "-.inf",
+        "0x1F",
+        "2024-01-01",
+        "\u2028",
+        "é",
+    ]
+)
 
 
 def _fails_cleanly(text: str, source: str = "fuzz.yaml") -> Catalog | None:
@@ -129,114 +170,183 @@ def test_any_bytes_in_a_file_are_a_catalog_or_one_line_errors(tmp_path, raw):
 CORPUS = {
     "prompt-and-messages": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    messages: [{role: user, content: hi}]\n",
-        ["bad.yaml:5: scenario 'a': give either 'prompt' or 'messages', not both"]),
+        ["bad.yaml:5: scenario 'a': give either 'prompt' or 'messages', not both"],
+    ),
     "no-prompt": (
         "name: x\nscenarios:\n  - key: a\n",
-        ["bad.yaml:3: scenario 'a': missing 'prompt' (the user's message) or 'messages' (a conversation)"]),
+        ["bad.yaml:3: scenario 'a': missing 'prompt' (the user's message) or 'messages' (a conversation)"],
+    ),
     "null-prompt": (
         "name: x\nscenarios:\n  - key: a\n    prompt: null\n",
-        ["bad.yaml:3: scenario 'a': missing 'prompt' (the user's message) or 'messages' (a conversation)"]),
+        ["bad.yaml:3: scenario 'a': missing 'prompt' (the user's message) or 'messages' (a conversation)"],
+    ),
     "unknown-role": (
         "name: x\nscenarios:\n  - key: a\n    messages: [{role: wizard, content: hi}]\n",
-        ["bad.yaml:4: scenario 'a': messages[0]: role must be one of system, user, assistant, tool, not 'wizard'"]),
+        [
+            "bad.yaml:4: scenario 'a': messages[0]: role must be one of system, user, assistant, tool, not 'wizard'"
+        ],
+    ),
     "message-without-content": (
         "name: x\nscenarios:\n  - key: a\n    messages: [{role: user}]\n",
-        ["bad.yaml:4: scenario 'a': messages[0]: content must be a string, not null; quote it to make it text"]),
+        [
+            "bad.yaml:4: scenario 'a': messages[0]: content must be a string, not null; quote it to make it text"
+        ],
+    ),
     "messages-not-a-list": (
         "name: x\nscenarios:\n  - key: a\n    messages: hello\n",
-        ["bad.yaml:4: scenario 'a': messages must be a non-empty list of {role, content}, not a string ('hello')"]),
+        [
+            "bad.yaml:4: scenario 'a': messages must be a non-empty list of {role, content}, not a string ('hello')"
+        ],
+    ),
     "contains-a-number": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {contains: 5}\n",
-        ["bad.yaml:5: scenario 'a': expect.contains must be a string or a list of strings, not a number (5)"]),
+        ["bad.yaml:5: scenario 'a': expect.contains must be a string or a list of strings, not a number (5)"],
+    ),
     "contains-empty-string": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {contains: ['']}\n",
-        ["bad.yaml:5: scenario 'a': expect.contains entries must be non-empty strings, not ''"]),
+        ["bad.yaml:5: scenario 'a': expect.contains entries must be non-empty strings, not ''"],
+    ),
     "expected-tool-not-declared": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {tools: [lookup]}\n",
-        ["bad.yaml:5: scenario 'a': expect.tools: 'lookup' is not one of this scenario's tools (the scenario "
-         "declares no tools); declare it under 'tools' or fix the name"]),
+        [
+            "bad.yaml:5: scenario 'a': expect.tools: 'lookup' is not one of this scenario's tools (the scenario "
+            "declares no tools); declare it under 'tools' or fix the name"
+        ],
+    ),
     "tool-name-with-space": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: 'bad name'}]\n",
-        ["bad.yaml:5: scenario 'a': tool #1: name 'bad name' must be 1-64 letters, digits, '_' or '-'"]),
+        ["bad.yaml:5: scenario 'a': tool #1: name 'bad name' must be 1-64 letters, digits, '_' or '-'"],
+    ),
     "tool-declared-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t}, {name: t}]\n",
-        ["bad.yaml:5: scenario 'a': tool 't': duplicate tool name (also tool #1); tool names must be unique "
-         "within a scenario"]),
+        [
+            "bad.yaml:5: scenario 'a': tool 't': duplicate tool name (also tool #1); tool names must be unique "
+            "within a scenario"
+        ],
+    ),
     "parameters-a-list": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t, parameters: [1]}]\n",
-        ["bad.yaml:5: scenario 'a': tool 't': parameters must be a JSON-schema object (a mapping), not a list"]),
+        [
+            "bad.yaml:5: scenario 'a': tool 't': parameters must be a JSON-schema object (a mapping), not a list"
+        ],
+    ),
     "returns-by-a-number": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t, returns_by: 5}]\n",
-        ["bad.yaml:5: scenario 'a': tool 't': returns_by must map argument name -> {argument value: result}, "
-         "not a number (5)"]),
+        [
+            "bad.yaml:5: scenario 'a': tool 't': returns_by must map argument name -> {argument value: result}, "
+            "not a number (5)"
+        ],
+    ),
     "max-turns-true": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    max_turns: true\n",
-        ["bad.yaml:5: scenario 'a': max_turns must be an integer >= 1, not True"]),
+        ["bad.yaml:5: scenario 'a': max_turns must be an integer >= 1, not True"],
+    ),
     "temperature-a-word": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    temperature: hot\n",
-        ["bad.yaml:5: scenario 'a': temperature must be a number from 0 to 2, not 'hot'"]),
+        ["bad.yaml:5: scenario 'a': temperature must be a number from 0 to 2, not 'hot'"],
+    ),
     "pass-threshold-over-one": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    pass_threshold: 1.5\n",
-        ["bad.yaml:5: scenario 'a': pass_threshold must be a number from 0 to 1 (the score needed to pass), "
-         "not 1.5"]),
+        [
+            "bad.yaml:5: scenario 'a': pass_threshold must be a number from 0 to 1 (the score needed to pass), "
+            "not 1.5"
+        ],
+    ),
     "unknown-criterion": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    criteria: [vibes]\n",
-        ["bad.yaml:5: scenario 'a': criteria: unknown criterion 'vibes'; known: response_present, contains, "
-         "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
-         "assertions"]),
+        [
+            "bad.yaml:5: scenario 'a': criteria: unknown criterion 'vibes'; known: response_present, contains, "
+            "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
+            "assertions"
+        ],
+    ),
     "group-without-name": (
         "name: x\ngroups:\n  - scenarios: [{key: a, prompt: hi}]\n",
-        ["bad.yaml:3: group #1: missing 'name'"]),
+        ["bad.yaml:3: group #1: missing 'name'"],
+    ),
     "same-key-in-two-groups": (
         "name: x\ngroups:\n  - {name: g, scenarios: [{key: a, prompt: hi}]}\n"
         "  - {name: h, scenarios: [{key: a, prompt: hi}]}\n",
-        ["bad.yaml:4: scenario 'a': duplicate key (first defined at line 3); scenario keys must be unique across "
-         "the catalog: rename one"]),
+        [
+            "bad.yaml:4: scenario 'a': duplicate key (first defined at line 3); scenario keys must be unique across "
+            "the catalog: rename one"
+        ],
+    ),
     "tab-indentation": (
         "name: x\nscenarios:\n\t- key: a\n",
-        ["bad.yaml:3: YAML syntax error: found character that cannot start any token (column 1), while scanning "
-         "for the next token"]),
+        [
+            "bad.yaml:3: YAML syntax error: found character that cannot start any token (column 1), while scanning "
+            "for the next token"
+        ],
+    ),
     "key-with-space": (
         "name: x\nscenarios:\n  - key: 'a b'\n    prompt: hi\n",
-        ["bad.yaml:3: scenario #1: key 'a b' must be a string of letters, digits and _ . : / - (quote it if YAML "
-         "reads it as a number)"]),
+        [
+            "bad.yaml:3: scenario #1: key 'a b' must be a string of letters, digits and _ . : / - (quote it if YAML "
+            "reads it as a number)"
+        ],
+    ),
     "scenario-a-string": (
         "name: x\nscenarios:\n  - just a string\n",
-        ["bad.yaml:3: scenario #1: must be a mapping with 'key' and 'prompt', not a string ('just a string')"]),
+        [
+            "bad.yaml:3: scenario #1: must be a mapping with 'key' and 'prompt', not a string ('just a string')"
+        ],
+    ),
     "regex-unterminated": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {regex: '[a-'}\n",
-        ["bad.yaml:5: scenario 'a': expect.regex '[a-' does not compile: unterminated character set at position 0; "
-         "fix the pattern (escape special characters with \\)"]),
+        [
+            "bad.yaml:5: scenario 'a': expect.regex '[a-' does not compile: unterminated character set at position 0; "
+            "fix the pattern (escape special characters with \\)"
+        ],
+    ),
     "latency-negative": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {max_latency_ms: -5}\n",
-        ["bad.yaml:5: scenario 'a': expect.max_latency_ms must be a positive integer, not -5"]),
+        ["bad.yaml:5: scenario 'a': expect.max_latency_ms must be a positive integer, not -5"],
+    ),
     "empty-rubric": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {judge: ''}\n",
-        ["bad.yaml:5: scenario 'a': expect.judge must be a non-empty rubric string, not ''"]),
+        ["bad.yaml:5: scenario 'a': expect.judge must be a non-empty rubric string, not ''"],
+    ),
     "expect-a-list": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: [contains]\n",
-        ["bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, judge, "
-         "max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, ideal_grader, "
-         "reference, assertions, weighted, threshold, diagnose), not a list"]),
+        [
+            "bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, judge, "
+            "max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, ideal_grader, "
+            "reference, assertions, weighted, threshold, diagnose), not a list"
+        ],
+    ),
     "same-field-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    prompt: again\n",
-        ["bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the last "
-         "would be used"]),
+        [
+            "bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the last "
+            "would be used"
+        ],
+    ),
     "misspelled-scenarios": (
         "name: x\nscenarioz: []\n",
-        ["bad.yaml:2: unknown top-level key 'scenarioz' (did you mean 'scenarios'?)",
-         "bad.yaml: no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')"]),
+        [
+            "bad.yaml:2: unknown top-level key 'scenarioz' (did you mean 'scenarios'?)",
+            "bad.yaml: no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')",
+        ],
+    ),
     "system-a-number": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    system: 5\n",
-        ["bad.yaml:5: scenario 'a': system must be a string (the system prompt), not a number (5)"]),
+        ["bad.yaml:5: scenario 'a': system must be a string (the system prompt), not a number (5)"],
+    ),
     "set-as-a-key": (
         "!!set x: 1\n",
-        ["bad.yaml:1: a mapping key must be a plain value, not a collection; catalogs use string keys"]),
+        ["bad.yaml:1: a mapping key must be a plain value, not a collection; catalogs use string keys"],
+    ),
     "nesting-bomb": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t, returns: "
-        + "[" * 2000 + "]" * 2000 + "}]\n",
-        ["bad.yaml:5: YAML syntax error: exceeded maximum nesting depth (column 1027), while increasing flow "
-         "level"]),
+        + "[" * 2000
+        + "]" * 2000
+        + "}]\n",
+        [
+            "bad.yaml:5: YAML syntax error: exceeded maximum nesting depth (column 1027), while increasing flow "
+            "level"
+        ],
+    ),
 }
 
 
@@ -251,8 +361,9 @@ def test_hand_written_bad_catalog_gives_exactly_its_message(name):
 # --------------------------------------------------------------------------- queue messages
 
 @pytest.mark.redis
-def test_malformed_and_unexpected_messages_are_dead_lettered_at_once_and_create_nothing(redis_url, sqlite_url,
-                                                                                       tmp_path, simulated_provider):
+def test_malformed_and_unexpected_messages_are_dead_lettered_at_once_and_create_nothing(
+    redis_url, sqlite_url, tmp_path, simulated_provider
+):
     import dramatiq
     import redis as redis_lib
 
@@ -264,25 +375,47 @@ def test_malformed_and_unexpected_messages_are_dead_lettered_at_once_and_create_
         run = store.create_run(numbered_catalog(2, "target"), ["sim/a"], strategy="fanout")
         # name -> (message, what the worker's log must say about it)
         bad = {
-            "unknown-run": (actors.evaluate_scenario.message("r_doesnotexist", "s0000", "sim/a"),
-                            "unknown run 'r_doesnotexist'"),
-            "unknown-scenario": (actors.evaluate_scenario.message(run.id, "zzz", "sim/a"),
-                                 f"scenario 'zzz' is not in run {run.id}'s catalog"),
-            "pair-outside-the-run": (actors.evaluate_scenario.message(run.id, "s0000", "sim/other"),
-                                     f"model 'sim/other' is not part of run {run.id}"),
+            "unknown-run": (
+                actors.evaluate_scenario.message("r_doesnotexist", "s0000", "sim/a"),
+                "unknown run 'r_doesnotexist'",
+            ),
+            "unknown-scenario": (
+                actors.evaluate_scenario.message(run.id, "zzz", "sim/a"),
+                f"scenario 'zzz' is not in run {run.id}'s catalog",
+            ),
+            "pair-outside-the-run": (
+                actors.evaluate_scenario.message(run.id, "s0000", "sim/other"),
+                f"model 'sim/other' is not part of run {run.id}",
+            ),
             "wrong-types": (actors.evaluate_scenario.message(12345, None, ["x"]), "unknown run 12345"),
-            "missing-arguments": (actors.evaluate_scenario.message(run.id),
-                                  "missing a required argument: 'scenario_key'"),
-            "unknown-keyword": (actors.evaluate_scenario.message(run.id, "s0000", "sim/a", bogus=1),
-                                "got an unexpected keyword argument 'bogus'"),
-            "too-many-arguments": (actors.finalize_run.message(run.id, "extra"), "too many positional arguments"),
+            "missing-arguments": (
+                actors.evaluate_scenario.message(run.id),
+                "missing a required argument: 'scenario_key'",
+            ),
+            "unknown-keyword": (
+                actors.evaluate_scenario.message(run.id, "s0000", "sim/a", bogus=1),
+                "got an unexpected keyword argument 'bogus'",
+            ),
+            "too-many-arguments": (
+                actors.finalize_run.message(run.id, "extra"),
+                "too many positional arguments",
+            ),
             "start-unknown-run": (actors.start_run.message("r_nope"), "unknown run 'r_nope'"),
             "finalize-unknown-run": (actors.finalize_run.message("r_nope2"), "unknown run 'r_nope2'"),
-            "model-outside-the-run": (actors.evaluate_model.message(run.id, "sim/zzz"),
-                                      f"model 'sim/zzz' is not part of run {run.id}"),
-            "undefined-actor": (dramatiq.Message(queue_name=binding.queue, actor_name="no_such_actor",
-                                                 args=(run.id,), kwargs={}, options={}),
-                                "undefined actor 'no_such_actor'"),
+            "model-outside-the-run": (
+                actors.evaluate_model.message(run.id, "sim/zzz"),
+                f"model 'sim/zzz' is not part of run {run.id}",
+            ),
+            "undefined-actor": (
+                dramatiq.Message(
+                    queue_name=binding.queue,
+                    actor_name="no_such_actor",
+                    args=(run.id,),
+                    kwargs={},
+                    options={},
+                ),
+                "undefined actor 'no_such_actor'",
+            ),
         }
         redis_ids = {name: binding.broker.enqueue(message).options["redis_message_id"]
                      for name, (message, _) in bad.items()}
@@ -449,29 +582,92 @@ UNREACHABLE = {
     "run-db": (["run", SUPPORT, "-m", "sim/fast", "--db", DEAD_PG], 2, "cannot reach database"),
     "demo-db": (["demo", "--db", DEAD_PG], 2, "cannot reach database"),
     "recover-db": (["recover", "--db", DEAD_PG, "--broker", DEAD_REDIS], 2, "cannot reach database"),
-    "run-redis": (["run", SUPPORT, "-m", "sim/fast", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
+    "run-redis": (
+        ["run", SUPPORT, "-m", "sim/fast", "--broker", DEAD_REDIS, "--db", "SQLITE"],
+        2,
+        "127.0.0.1",
+    ),
     "recover-redis": (["recover", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN"], 2, "127.0.0.1"),
     "governor-broker": (["governor", "--broker", DEAD_REDIS], 2, "127.0.0.1"),
     "worker-redis": (["worker", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "pool-redis": (["pool", "--broker", DEAD_REDIS, "--db", "SQLITE"], None, "127.0.0.1"),
-    "run-provider-sequential": (["run", SUPPORT, "-m", "dead/m", "--providers", "DEAD_PROVIDER", "--db", "SQLITE",
-                                 "--strategy", "sequential"], 1, "cannot connect to"),
-    "run-provider-fanout": (["run", SUPPORT, "-m", "dead/m", "--providers", "DEAD_PROVIDER", "--db", "SQLITE"],
-                            1, "cannot connect to"),
+    "run-provider-sequential": (
+        [
+            "run",
+            SUPPORT,
+            "-m",
+            "dead/m",
+            "--providers",
+            "DEAD_PROVIDER",
+            "--db",
+            "SQLITE",
+            "--strategy",
+            "sequential",
+        ],
+        1,
+        "cannot connect to",
+    ),
+    "run-provider-fanout": (
+        ["run", SUPPORT, "-m", "dead/m", "--providers", "DEAD_PROVIDER", "--db", "SQLITE"],
+        1,
+        "cannot connect to",
+    ),
     "mock-provider-port-in-use": (["mock-provider", "--port", "BUSY_PORT"], 2, "Address already in use"),
     "rerun-db": (["rerun", "r_x", "--errored", "--db", DEAD_PG], 2, "cannot reach database"),
     "cancel-db": (["cancel", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "cache-clear-db": (["cache", "clear", "--db", DEAD_PG], 2, "cannot reach database"),
     "watch-db": (["watch", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "status-db": (["status", "--db", DEAD_PG], 2, "cannot reach database"),
-    "bench-redis": (["bench", SUPPORT, "-m", "sim/a", "--broker", DEAD_REDIS, "--db", "SQLITE", "--widths", "1",
-                     "--repeat", "1", "--simulate", "latency=0"], 2, "127.0.0.1"),
-    "bench-db": (["bench", SUPPORT, "-m", "sim/a", "--db", DEAD_PG, "--widths", "1", "--repeat", "1",
-                  "--simulate", "latency=0"], 2, "cannot reach database"),
+    "bench-redis": (
+        [
+            "bench",
+            SUPPORT,
+            "-m",
+            "sim/a",
+            "--broker",
+            DEAD_REDIS,
+            "--db",
+            "SQLITE",
+            "--widths",
+            "1",
+            "--repeat",
+            "1",
+            "--simulate",
+            "latency=0",
+        ],
+        2,
+        "127.0.0.1",
+    ),
+    "bench-db": (
+        [
+            "bench",
+            SUPPORT,
+            "-m",
+            "sim/a",
+            "--db",
+            DEAD_PG,
+            "--widths",
+            "1",
+            "--repeat",
+            "1",
+            "--simulate",
+            "latency=0",
+        ],
+        2,
+        "cannot reach database",
+    ),
     "status-redis": (["status", "--broker", DEAD_REDIS, "--db", "SQLITE"], 2, "127.0.0.1"),
     "view-db": (["view", "--db", DEAD_PG, "--port", "BUSY_PORT"], 2, "cannot reach database"),
-    "view-redis": (["view", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"], 2, "127.0.0.1"),
-    "view-port-in-use": (["view", "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"], 2, "cannot listen on 127.0.0.1"),
+    "view-redis": (
+        ["view", "--broker", DEAD_REDIS, "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"],
+        2,
+        "127.0.0.1",
+    ),
+    "view-port-in-use": (
+        ["view", "--db", "SQLITE_WITH_A_RUN", "--port", "BUSY_PORT"],
+        2,
+        "cannot listen on 127.0.0.1",
+    ),
 }
 
 
@@ -496,8 +692,13 @@ def unreachable_outcomes(tmp_path_factory):
     store.connect(with_run)
     store.create_run(numbered_catalog(2, "pending"), ["sim/a"], strategy="fanout")
     busy = socket.create_server(("127.0.0.1", 0))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), EVALJOBS_MAX_RETRIES="1",
-               EVALJOBS_MIN_BACKOFF="0.01", EVALJOBS_MAX_BACKOFF="0.02")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        EVALJOBS_MAX_RETRIES="1",
+        EVALJOBS_MIN_BACKOFF="0.01",
+        EVALJOBS_MAX_BACKOFF="0.02",
+    )
     for name in ("EVALJOBS_BROKER_URL", "EVALJOBS_DATABASE_URL", "EVALJOBS_PROVIDERS", "EVALJOBS_GOVERNOR_URL"):
         env.pop(name, None)
 

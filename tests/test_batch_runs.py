@@ -222,8 +222,10 @@ def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provide
     """The batch endpoints answer 404: the run ends (every pair errored with the refusal), nothing waits."""
     sim = simulated_provider()
     providers = tmp_path / "nobatch.yaml"
-    providers.write_text(f"providers:\n  nobatch:\n    api: openai\n    base_url: {sim.url[:-3]}/nowhere/v1\n",
-                         encoding="utf-8")
+    providers.write_text(
+        f"providers:\n  nobatch:\n    api: openai\n    base_url: {sim.url[:-3]}/nowhere/v1\n",
+        encoding="utf-8",
+    )
     with Session(db=db_url, broker="memory", width=1, providers=str(providers)) as session:
         done = session.wait(session.submit(catalog, ["nobatch/m"], batch=True).id, timeout=120)
         reasons = {r.error for r in session.results(done.id)}
@@ -232,8 +234,9 @@ def test_a_provider_without_a_batch_api_ends_the_pairs_errored(simulated_provide
 
 
 @pytest.mark.postgres
-def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(simulated_provider, pg_url, catalog,
-                                                                            monkeypatch):
+def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(
+    simulated_provider, pg_url, catalog, monkeypatch
+):
     """PostgreSQL, the interleaving that lost a request until ``recover``: a collector claims the group's
     first request; a second is parked while that claim is not committed yet, and commits only after
     the collector's last look. Driven step by step (events the test sets; the collector waits until

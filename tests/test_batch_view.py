@@ -26,15 +26,29 @@ def fleet(chromium, redis_server, tmp_path_factory):
     folder = tmp_path_factory.mktemp("batch-view")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
-    catalog = loads_catalog("name: wide\nscenarios:\n" + "".join(
-        f'  - key: scenario-{i}\n    prompt: "[sim: say hi]"\n    expect: {{contains: [hi]}}\n' for i in range(3)),
-        source="wide.yaml")
+    catalog = loads_catalog(
+        "name: wide\nscenarios:\n"
+        + "".join(
+            f'  - key: scenario-{i}\n    prompt: "[sim: say hi]"\n    expect: {{contains: [hi]}}\n'
+            for i in range(3)
+        ),
+        source="wide.yaml",
+    )
     run = store.create_run(catalog, ["sim/m1"], strategy="fanout", options={"batch": ["sim"]})
     store.mark_running(run.id)
     for n, (provider, model) in enumerate(GROUPS):
         for i in range(3):
-            stored.park(f"ej-{n}-{i}-t0", run_id=run.id, provider=provider, model=model,
-                        scenario_key=f"scenario-{i}", model_spec=f"{provider}/{model}", epoch=0, turn=0, body="{}")
+            stored.park(
+                f"ej-{n}-{i}-t0",
+                run_id=run.id,
+                provider=provider,
+                model=model,
+                scenario_key=f"scenario-{i}",
+                model_spec=f"{provider}/{model}",
+                epoch=0,
+                turn=0,
+                body="{}",
+            )
         key, _ = stored.claim(run.id, provider, model, 1000)
         stored.submitted(key, f"batch_{'6721f0e5a3c48190a1b2c3d4e5f6a7b8' * 2}"[:60], "in_progress")
         stored.progressed(key, done=n, failed=0, provider_status="in_progress")

@@ -34,10 +34,27 @@ TINY = abc_catalog_yaml("tiny", failing="c")
 
 def cell(strategy: str, width: int, wall: float, *, error_rate: float = 0.0, cpu: float | None = None,
          pairs: int = 33, latency: float | None = 0.46, cores: int | None = None) -> Cell:
-    return Cell(strategy=strategy, width=width, repeats=1, pairs=pairs, wall_s=wall, wall_min_s=wall,
-                wall_max_s=wall, throughput=pairs / wall, error_rate=error_rate, rate_limited=None, errors=None,
-                retries=0, errored_pairs=0, cost=0.0, cpu_s=cpu, peak_rss_mb=None, report_lag_ms=None,
-                ideal_s=ideal_wall(pairs, width, latency) if latency else None, cores=cores)
+    return Cell(
+        strategy=strategy,
+        width=width,
+        repeats=1,
+        pairs=pairs,
+        wall_s=wall,
+        wall_min_s=wall,
+        wall_max_s=wall,
+        throughput=pairs / wall,
+        error_rate=error_rate,
+        rate_limited=None,
+        errors=None,
+        retries=0,
+        errored_pairs=0,
+        cost=0.0,
+        cpu_s=cpu,
+        peak_rss_mb=None,
+        report_lag_ms=None,
+        ideal_s=ideal_wall(pairs, width, latency) if latency else None,
+        cores=cores,
+    )
 
 
 def measurement(strategy: str, width: int, repeat: int, wall: float, **extra) -> Measurement:
@@ -186,9 +203,25 @@ def tiny_catalog(tmp_path):
 
 def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads,fanout",
-                                        "--widths", "1,2", "--repeat", "1", "--simulate", "latency=0.01",
-                                        "--out", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            str(tiny_catalog),
+            "-m",
+            "sim/fast",
+            "--strategies",
+            "threads,fanout",
+            "--widths",
+            "1,2",
+            "--repeat",
+            "1",
+            "--simulate",
+            "latency=0.01",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     table = result.stdout
     assert table.splitlines()[0].split()[:3] == ["strategy", "width", "wall"]
@@ -218,8 +251,23 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
 def test_bench_without_matplotlib_still_writes_json_and_csv(tiny_catalog, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "sequential",
-                                        "--repeat", "1", "--simulate", "latency=0", "--out", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            str(tiny_catalog),
+            "-m",
+            "sim/fast",
+            "--strategies",
+            "sequential",
+            "--repeat",
+            "1",
+            "--simulate",
+            "latency=0",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "no plot: matplotlib is not installed" in result.stderr
     assert (out / "bench.json").exists() and (out / "bench.csv").exists() and not (out / "bench.png").exists()
@@ -229,9 +277,26 @@ def test_provider_errors_show_in_the_cell(tiny_catalog, tmp_path, monkeypatch):
     """A provider limited to one call in flight answers 429 to a width of 3: the error rate says so."""
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads",
-                                        "--widths", "3", "--repeat", "1", "--no-governor", "--simulate",
-                                        "latency=0.2,max_concurrent=1,retry_after=0.05", "--out", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            str(tiny_catalog),
+            "-m",
+            "sim/fast",
+            "--strategies",
+            "threads",
+            "--widths",
+            "3",
+            "--repeat",
+            "1",
+            "--no-governor",
+            "--simulate",
+            "latency=0.2,max_concurrent=1,retry_after=0.05",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     (c,) = json.loads((out / "bench.json").read_text())["cells"]
     assert c["rate_limited"] >= 1 and c["error_rate"] > 0 and c["retries"] >= 1
@@ -296,14 +361,27 @@ def test_bench_costs_measures_every_step_of_a_pair(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "costs.json"
-    done = subprocess.run([sys.executable, str(root / "scripts" / "bench_costs"), "--n", "40", "--json", str(out)],
-                          capture_output=True, text=True, timeout=240, cwd=root)
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "bench_costs"), "--n", "40", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
-    assert set(figures) == {"provider call (client)", "provider call (server)", "Redis command",
-                            "Redis command (server)", "store: pair_state", "store: record_result",
-                            "evaluate_scenario", "Dramatiq no-op message", "Dramatiq no-op message (Redis server)",
-                            "sequential, per pair"}
+    assert set(figures) == {
+        "provider call (client)",
+        "provider call (server)",
+        "Redis command",
+        "Redis command (server)",
+        "store: pair_state",
+        "store: record_result",
+        "evaluate_scenario",
+        "Dramatiq no-op message",
+        "Dramatiq no-op message (Redis server)",
+        "sequential, per pair",
+    }
     # Other processes' CPU is read in clock ticks (10 ms): 40 iterations may round to 0 there.
     assert all(value >= 0 for value in figures.values()), figures
     assert all(value > 0 for name, value in figures.items() if "server" not in name), figures

@@ -47,8 +47,9 @@ def provider(tmp_path, monkeypatch, simulated_provider):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("retry_after, figure", [("86400", "86400 s"), (HTTP_DATE, None)])
-def test_a_retry_after_past_the_time_limit_ends_the_pair_rate_limited(strategy, retry_after, figure, sqlite_url,
-                                                                       provider, monkeypatch):
+def test_a_retry_after_past_the_time_limit_ends_the_pair_rate_limited(
+    strategy, retry_after, figure, sqlite_url, provider, monkeypatch
+):
     sim, _ = provider
     monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "10")
     info, results = run_one(sqlite_url, one_pair(f"[sim: ratelimit {retry_after}]"), "gw/m", strategy)
@@ -79,8 +80,9 @@ def test_a_retry_after_past_the_providers_max_retry_after_ends_the_pair(strategy
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("max_retries, requests", [(0, 1), (1, 2)])
-def test_max_retries_in_the_providers_file_is_the_pairs_retry_budget(strategy, max_retries, requests, sqlite_url,
-                                                                     provider, monkeypatch):
+def test_max_retries_in_the_providers_file_is_the_pairs_retry_budget(
+    strategy, max_retries, requests, sqlite_url, provider, monkeypatch
+):
     sim, entry = provider
     entry(f"    max_retries: {max_retries}\n")
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.05")
@@ -101,6 +103,8 @@ def test_a_day_long_retry_after_does_not_hold_the_deployments_other_pairs(sqlite
                                                 for i in range(4))
     info, results = run_one(sqlite_url, loads_catalog(text, source="day.yaml"), "gw/m", "fanout")
     assert info.persisted == 4 and info.report is not None, info
-    assert all(r.status == "errored" and r.error.startswith("rate_limited: the provider asked to wait 86400 s")
-               for r in results), [r.error for r in results]
+    assert all(
+        r.status == "errored" and r.error.startswith("rate_limited: the provider asked to wait 86400 s")
+        for r in results
+    ), [r.error for r in results]
     assert sim.stats()["requests"] == 4

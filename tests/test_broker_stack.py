@@ -70,7 +70,9 @@ def test_a_message_sent_from_this_process_wakes_its_idle_consumer(redis_url, mon
 
 
 @pytest.mark.redis
-def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half_of_it(redis_url, monkeypatch):
+def test_a_consumer_holding_its_prefetch_fetches_again_as_soon_as_acks_free_half_of_it(
+    redis_url, monkeypatch
+):
     """Dramatiq's consumer sleeps (5, 10, 20 … ms) when it holds `prefetch` unacked messages; with a
     provider that answers at once the worker threads drained the queue and sat idle meanwhile."""
     from evaljobs.pipeline import broker as broker_module

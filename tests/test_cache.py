@@ -69,8 +69,9 @@ def test_a_repeated_request_is_answered_from_the_database(db_url, sim, client):
     first = first_client.complete("fast", ask(prompt), tools=tools, temperature=0)
     assert not is_cached(first) and sim.stats()["requests"] == before + 1
     # Another worker (another wrapper, same database) asks the same thing: no provider call.
-    second = CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete("fast", ask(prompt), tools=tools,
-                                                                        temperature=0, timeout=5)
+    second = CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete(
+        "fast", ask(prompt), tools=tools, temperature=0, timeout=5
+    )
     assert sim.stats()["requests"] == before + 1
     assert is_cached(second) and second.cached is True
     assert (second.content, second.tool_calls, second.raw_message) == (first.content, first.tool_calls,
@@ -86,8 +87,9 @@ def test_anything_that_changes_the_request_misses(sqlite_url, sim, client, chang
     store.connect(sqlite_url)
     prompt = unique("[sim: say hello]")
     base = dict(model="fast", messages=ask(prompt), temperature=0, tools=None)
-    CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete(base["model"], base["messages"],
-                                                                temperature=0)
+    CachingClient(client, "sim", adapter_version="v1", backend=STORE).complete(
+        base["model"], base["messages"], temperature=0
+    )
     provider, version, kwargs = "sim", "v1", dict(base)
     if change == "model":
         kwargs["model"] = "smart"

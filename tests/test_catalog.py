@@ -592,7 +592,8 @@ def test_judge_model_provider_is_checked_when_providers_are_given():
         "cat.yaml:2: defaults: judge_model: model spec 'acme/judge-1': unknown provider 'acme' "
         "(known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, "
         "together, vllm); add it to a providers file and pass it with "
-        "--providers FILE")
+        "--providers FILE"
+    )
     assert problems[1].startswith(
         "cat.yaml:4: scenario 'a': judge_model: model spec 'bad spec' contains whitespace")
     # Without a providers config only the syntax is checked.

@@ -107,7 +107,8 @@ STRUCTURAL = {
     "http-unknown-key": VALID + "    tools: [{name: t, http: {url: 'http://x.test', verb: GET}}]\n",
     "mcp-url-and-command": VALID + "    tools: [{name: t, mcp: {url: 'http://x.test', command: [srv]}}]\n",
     "mcp-neither": VALID + "    tools: [{name: t, mcp: {tool: t}}]\n",
-    "expected-tool-unknown-key": VALID + "    tools: [{name: t}]\n    expect: {tools: [{name: t, args: {}}]}\n",
+    "expected-tool-unknown-key": VALID
+    + "    tools: [{name: t}]\n    expect: {tools: [{name: t, args: {}}]}\n",
     "group-without-name": "name: x\ngroups:\n  - scenarios: [{key: a, prompt: hi}]\n",
     "group-without-scenarios": "name: x\ngroups:\n  - name: g\n",
     "weights-unknown-criterion": VALID + "    weights: {vibes: 1}\n",
@@ -123,20 +124,24 @@ STRUCTURAL = {
 ACCEPTED = {
     "plain": VALID,
     "messages": "name: x\nscenarios:\n  - key: a\n    messages: [{role: system, content: s}, {role: user, content: hi}]\n",
-    "string-for-lists": VALID + "    tags: t\n    criteria: contains\n    expect: {contains: hi, regex: 'h.', tools: t}\n"
-                                "    tools: [{name: t}]\n",
+    "string-for-lists": VALID
+    + "    tags: t\n    criteria: contains\n    expect: {contains: hi, regex: 'h.', tools: t}\n"
+    "    tools: [{name: t}]\n",
     "nulls": "name: x\ndescription:\ndefaults:\nscenarios:\n  - key: a\n    prompt: hi\n    expect:\n    system:\n",
     "groups-only": "name: x\ngroups:\n  - {name: g, tags: [t], defaults: {pass_threshold: 0.5},"
-                   " scenarios: [{key: a, prompt: hi}]}\n",
-    "live-tools": VALID + "    tools:\n      - {name: t, http: {url: 'https://x.test/a', method: get, timeout: 5}}\n"
-                          "      - {name: u, mcp: {command: [python, srv.py], tool: u}}\n"
-                          "      - {mcp: {url: 'http://127.0.0.1:1/mcp'}, only: [v]}\n",
-    "expectations": VALID + "    expect: {patterns: 'h.', forbidden_patterns: [x+], tools_match: any, ideal: [hi],"
-                            " ideal_grader: fuzzy_match, judge: polite, reference: hello, gate: [contains],"
-                            " contains: hi, assertions: [{kind: builtin, type: contains, value: hi}]}\n"
-                            "    weights: {contains: 2, llm_judge: 0}\n",
-    "settings": VALID + "    temperature: 0\n    max_turns: 2\n    pass_threshold: 1\n    judge_model: sim/judge\n"
-                        "    max_latency_ms: 100\n    token_budget: 9\n",
+    " scenarios: [{key: a, prompt: hi}]}\n",
+    "live-tools": VALID
+    + "    tools:\n      - {name: t, http: {url: 'https://x.test/a', method: get, timeout: 5}}\n"
+    "      - {name: u, mcp: {command: [python, srv.py], tool: u}}\n"
+    "      - {mcp: {url: 'http://127.0.0.1:1/mcp'}, only: [v]}\n",
+    "expectations": VALID
+    + "    expect: {patterns: 'h.', forbidden_patterns: [x+], tools_match: any, ideal: [hi],"
+    " ideal_grader: fuzzy_match, judge: polite, reference: hello, gate: [contains],"
+    " contains: hi, assertions: [{kind: builtin, type: contains, value: hi}]}\n"
+    "    weights: {contains: 2, llm_judge: 0}\n",
+    "settings": VALID
+    + "    temperature: 0\n    max_turns: 2\n    pass_threshold: 1\n    judge_model: sim/judge\n"
+    "    max_latency_ms: 100\n    token_budget: 9\n",
 }
 
 

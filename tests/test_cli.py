@@ -138,10 +138,12 @@ def test_lists_written_out_for_start_up_time_match_their_sources():
 
 def test_help_does_not_import_the_pipeline():
     """`evaljobs --help` stays cheap: no store, pipeline, provider client or Redis client is loaded."""
-    code = ("import sys, runpy; sys.argv = ['evaljobs', '--help']\n"
-            "try:\n    runpy.run_module('evaljobs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('evaljobs.store', 'evaljobs.api', 'evaljobs.pipeline.runtime', 'redis', 'peewee',"
-            " 'httpx', 'dramatiq') if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)")
+    code = (
+        "import sys, runpy; sys.argv = ['evaljobs', '--help']\n"
+        "try:\n    runpy.run_module('evaljobs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('evaljobs.store', 'evaljobs.api', 'evaljobs.pipeline.runtime', 'redis', 'peewee',"
+        " 'httpx', 'dramatiq') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in done.stderr, done.stderr

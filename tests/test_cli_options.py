@@ -28,10 +28,37 @@ COMMANDS = _commands()
 
 #: Commands that touch the database; the others (catalog tools, providers, the simulated provider, init,
 #: the governor, which lives in Redis) must not pretend to.
-DATABASE = {("run",), ("runs",), ("show",), ("report",), ("compare",), ("db", "upgrade"), ("demo",), ("worker",),
-            ("cancel",), ("pool",), ("recover",), ("watch",), ("status",), ("rerun",), ("cache", "clear"), ("bench",), ("view",)}
-BROKER = {("run",), ("worker",), ("pool",), ("recover",), ("watch",), ("status",), ("rerun",), ("bench",), ("view",),
-          ("governor",)}
+DATABASE = {
+    ("run",),
+    ("runs",),
+    ("show",),
+    ("report",),
+    ("compare",),
+    ("db", "upgrade"),
+    ("demo",),
+    ("worker",),
+    ("cancel",),
+    ("pool",),
+    ("recover",),
+    ("watch",),
+    ("status",),
+    ("rerun",),
+    ("cache", "clear"),
+    ("bench",),
+    ("view",),
+}
+BROKER = {
+    ("run",),
+    ("worker",),
+    ("pool",),
+    ("recover",),
+    ("watch",),
+    ("status",),
+    ("rerun",),
+    ("bench",),
+    ("view",),
+    ("governor",),
+}
 #: Commands that read provider settings (base URLs, keys, prices, the default judge) — recover evaluates
 #: the recovered pairs itself with --broker memory.
 PROVIDERS = {("run",), ("catalog", "check"), ("catalog", "convert"), ("worker",), ("pool",), ("bench",),
@@ -39,9 +66,23 @@ PROVIDERS = {("run",), ("catalog", "check"), ("catalog", "convert"), ("worker",)
 #: Commands that print data: each has --json (report has --format json). Not here: servers and daemons
 #: (worker, pool, view, mock-provider), init (it writes files), catalog schema (JSON already), catalog
 #: convert (its output is the YAML), bench (it writes JSON files in --out).
-DATA = {("run",), ("runs",), ("show",), ("compare",), ("status",), ("governor",), ("catalog", "check"), ("recover",),
-        ("db", "upgrade"), ("cache", "clear"), ("watch",), ("rerun",), ("demo",), ("providers", "list"),
-        ("providers", "check")}
+DATA = {
+    ("run",),
+    ("runs",),
+    ("show",),
+    ("compare",),
+    ("status",),
+    ("governor",),
+    ("catalog", "check"),
+    ("recover",),
+    ("db", "upgrade"),
+    ("cache", "clear"),
+    ("watch",),
+    ("rerun",),
+    ("demo",),
+    ("providers", "list"),
+    ("providers", "check"),
+}
 
 #: Where a shared option deliberately ignores its variable, and why.
 OWN_DEFAULT = {(("bench",), "--db"): "each benchmark writes a fresh SQLite file in --out, never the shared database"}

@@ -123,9 +123,17 @@ def test_table_lists_flips_and_one_sided_pairs_only() -> None:
 
 def test_to_dict_is_json_and_counts_match() -> None:
     data = json.loads(json.dumps(compare(BASELINE, CANDIDATE, run_a="a", run_b="b").to_dict()))
-    assert data["summary"] == {"common": 9, "regressed": 2, "fixed": 2, "changed": 2, "only_a": 1, "only_b": 1,
-                               "mean_score_delta": data["summary"]["mean_score_delta"], "cost_delta": 0.001,
-                               "cost_unknown": 0}
+    assert data["summary"] == {
+        "common": 9,
+        "regressed": 2,
+        "fixed": 2,
+        "changed": 2,
+        "only_a": 1,
+        "only_b": 1,
+        "mean_score_delta": data["summary"]["mean_score_delta"],
+        "cost_delta": 0.001,
+        "cost_unknown": 0,
+    }
     assert {(f["scenario_key"], f["model"]): f["kind"] for f in data["flipped"]} == EXPECTED_FLIPS
     assert data["only_a"] == [["dropped", "m2"]] and data["only_b"] == [["added", "m2"]]
     first = data["flipped"][0]

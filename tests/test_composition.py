@@ -39,7 +39,10 @@ JUDGES = {"priced": "sim/judge", "unpriced": "lab/judge", "failing": "sim/judge"
 #: Import format → (a real file of tests/data, what its load needs).
 IMPORTS = {
     "promptfoo": (ROOT / "tests/data/promptfoo/simple-test/promptfooconfig.yaml", {}),
-    "openai-evals": (ROOT / "tests/data/openai_evals/test_fuzzy_match_samples.jsonl", {"grader": "fuzzy_match"}),
+    "openai-evals": (
+        ROOT / "tests/data/openai_evals/test_fuzzy_match_samples.jsonl",
+        {"grader": "fuzzy_match"},
+    ),
     "openai-evals-registry": (ROOT / "tests/data/openai_evals/registry/evals/test-basic.yaml", {}),
     "inspect": (ROOT / "tests/data/inspect/security_guide.jsonl", {"grader": "inspect_includes"}),
     "activeagent": (ROOT / "tests/data/activeagent/support_suite.yml", {}),
@@ -137,9 +140,16 @@ def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, 
     _check(reference, _selected(catalog, reference))
     with Session(db=world["db"], broker=world["redis"] if broker == "redis" else "memory", width=4,
                  providers=world["providers"]) as session:
-        info = session.submit(catalog, MODELS, strategy=strategy, epochs=epochs, cache=cache, selection=selection,
-                              judge_model=JUDGES[judge] if source != "native" else None,
-                              reuse={"reference": reference.id, "latest": "latest", None: None}[reuse])
+        info = session.submit(
+            catalog,
+            MODELS,
+            strategy=strategy,
+            epochs=epochs,
+            cache=cache,
+            selection=selection,
+            judge_model=JUDGES[judge] if source != "native" else None,
+            reuse={"reference": reference.id, "latest": "latest", None: None}[reuse],
+        )
         info = session.wait(info.id, timeout=90)
         if reuse is not None:
             assert session.reuse_note and session.reuse_note.startswith("reused "), session.reuse_note

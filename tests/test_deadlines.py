@@ -139,11 +139,26 @@ def _reasons(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "threads", "fanout", "per-model"])
-def test_a_provider_trickling_its_headers_ends_the_pair_at_the_time_limit_in_process(strategy, trickle, tmp_path):
+def test_a_provider_trickling_its_headers_ends_the_pair_at_the_time_limit_in_process(
+    strategy, trickle, tmp_path
+):
     env = _setup(tmp_path, trickle, PROVIDER_CATALOG)
     started = time.monotonic()
-    done = evaljobs_cli("run", "c.yaml", "-m", "trickle/m", "--strategy", strategy, "--time-limit", str(LIMIT),
-                        "--width", "2", env=env, timeout=HANG, cwd=tmp_path)
+    done = evaljobs_cli(
+        "run",
+        "c.yaml",
+        "-m",
+        "trickle/m",
+        "--strategy",
+        strategy,
+        "--time-limit",
+        str(LIMIT),
+        "--width",
+        "2",
+        env=env,
+        timeout=HANG,
+        cwd=tmp_path,
+    )
     took = time.monotonic() - started
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, (done.stdout, done.stderr)  # every pair errored: exit 1, not a hang
@@ -155,16 +170,31 @@ def test_a_provider_trickling_its_headers_ends_the_pair_at_the_time_limit_in_pro
 
 @pytest.mark.redis
 @pytest.mark.parametrize("strategy", ["fanout", "per-model"])
-def test_a_provider_trickling_its_headers_ends_the_pair_at_the_time_limit_on_a_redis_worker(strategy, trickle,
-                                                                                           redis_url, tmp_path):
+def test_a_provider_trickling_its_headers_ends_the_pair_at_the_time_limit_on_a_redis_worker(
+    strategy, trickle, redis_url, tmp_path
+):
     env = _setup(tmp_path, trickle, PROVIDER_CATALOG)
     db = env["EVALJOBS_DATABASE_URL"]
     worker = WorkerProcess(redis_url, db, threads=2, env={"EVALJOBS_PROVIDERS": env["EVALJOBS_PROVIDERS"]},
                            log=tmp_path / "worker.log")
     with worker:
         started = time.monotonic()
-        done = evaljobs_cli("run", "c.yaml", "-m", "trickle/m", "--strategy", strategy, "--time-limit", str(LIMIT),
-                            "--broker", redis_url, "--wait", env=env, timeout=HANG, cwd=tmp_path)
+        done = evaljobs_cli(
+            "run",
+            "c.yaml",
+            "-m",
+            "trickle/m",
+            "--strategy",
+            strategy,
+            "--time-limit",
+            str(LIMIT),
+            "--broker",
+            redis_url,
+            "--wait",
+            env=env,
+            timeout=HANG,
+            cwd=tmp_path,
+        )
         took = time.monotonic() - started
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, (done.stdout, done.stderr, (tmp_path / "worker.log").read_text()[-3000:])

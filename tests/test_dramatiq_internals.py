@@ -230,8 +230,13 @@ def test_the_raw_enqueue_is_read_by_dramatiqs_own_consumer_and_reloads_a_flushed
         first = [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={}) for i in range(3)]
         internals.enqueue_pipelined(ours, first)
         client.script_flush()
-        internals.enqueue_pipelined(ours, [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={},
-                                                            options={}) for i in range(3, 5)])
+        internals.enqueue_pipelined(
+            ours,
+            [
+                dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={})
+                for i in range(3, 5)
+            ],
+        )
         consumer = plain.consume(queue, prefetch=5, timeout=50)
         got = [proxy.args[0] for proxy in _take(consumer, 5, tries=200)]
         assert got == [0, 1, 2, 3, 4] and client.llen(f"dramatiq:{queue}") == 0

@@ -112,9 +112,13 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
         store.SchemaVersion.create(version=3, applied_at=utc_now(), description="schema 3")
     store.connect(f"sqlite:///{tmp_path}/other.db")  # forget the open database, as a new process would
     store.connect(url)
-    assert store.upgrade() == ["added column run.epochs", "added column result.epoch", "added column result.reused_from",
-                               "unique index of result is (run_id, scenario_key, model, epoch)",
-                               f"recorded schema version {store.SCHEMA_VERSION}"]
+    assert store.upgrade() == [
+        "added column run.epochs",
+        "added column result.epoch",
+        "added column result.reused_from",
+        "unique index of result is (run_id, scenario_key, model, epoch)",
+        f"recorded schema version {store.SCHEMA_VERSION}",
+    ]
     assert store.SCHEMA_VERSION == 4
     with db.connection_context():
         indexes = {i.name: (i.columns, i.unique) for i in db.get_indexes("result")}
@@ -219,7 +223,9 @@ def test_epochs_end_to_end_on_the_in_process_broker(memory, sim):
 
 
 @pytest.mark.redis
-def test_epochs_end_to_end_on_redis_with_worker_processes(redis_url, sqlite_url, simulated_provider, tmp_path):
+def test_epochs_end_to_end_on_redis_with_worker_processes(
+    redis_url, sqlite_url, simulated_provider, tmp_path
+):
     from helpers import Fleet, fleet_run
 
     simulated_provider(latency=0.01)
@@ -244,8 +250,9 @@ def test_epochs_end_to_end_on_redis_with_worker_processes(redis_url, sqlite_url,
 
 
 @pytest.mark.redis
-def test_a_worker_killed_mid_run_with_epochs_loses_and_doubles_no_epoch(redis_url, sqlite_url, simulated_provider,
-                                                                          tmp_path, monkeypatch):
+def test_a_worker_killed_mid_run_with_epochs_loses_and_doubles_no_epoch(
+    redis_url, sqlite_url, simulated_provider, tmp_path, monkeypatch
+):
     """kill -9 of a worker in the middle of its work: every (scenario, model, epoch) still exactly once."""
     import time
 

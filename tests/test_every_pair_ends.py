@@ -56,7 +56,9 @@ def quick_retries(monkeypatch):
 
 
 @pytest.mark.parametrize("strategy", ["fanout", "sequential"])
-def test_usage_out_of_range_is_a_provider_error_and_3e9_tokens_are_stored(strategy, db_url, simulated_provider):
+def test_usage_out_of_range_is_a_provider_error_and_3e9_tokens_are_stored(
+    strategy, db_url, simulated_provider
+):
     simulated_provider(latency=0)
     with Session(db=db_url, broker="memory", width=2) as session:
         run = session.submit(loads_catalog(CATALOG, source="usage.yaml"), ["sim/a"], strategy=strategy)
@@ -126,8 +128,9 @@ def test_a_batch_dramatiq_retries_out_records_its_missing_pairs_errored(sqlite_u
     assert all(r.status == "errored" and r.error.startswith("Dramatiq gave up") for r in results.values()), results
 
 
-def test_a_message_retried_out_on_a_redis_worker_records_its_pair_errored(redis_url, sqlite_url, quick_retries,
-                                                                          tmp_path):
+def test_a_message_retried_out_on_a_redis_worker_records_its_pair_errored(
+    redis_url, sqlite_url, quick_retries, tmp_path
+):
     session = Session(db=sqlite_url, broker=redis_url)
     try:
         session.binding()

@@ -27,9 +27,22 @@ from evaljobs.errors import ConfigurationError
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
-from helpers import (FAST, Events, Fleet, RedisServer, WorkerProcess, assert_all_passed,
-                     assert_every_pair_once, evaljobs_cli, fleet_run, graceful_stop, numbered_catalog, observe,
-                     redis_queue_state, wait_until)
+from helpers import (
+    FAST,
+    Events,
+    Fleet,
+    RedisServer,
+    WorkerProcess,
+    assert_all_passed,
+    assert_every_pair_once,
+    evaljobs_cli,
+    fleet_run,
+    graceful_stop,
+    numbered_catalog,
+    observe,
+    redis_queue_state,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.redis]
 
@@ -58,16 +71,27 @@ def short_leases(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("scenarios, seconds", [(100, 150), pytest.param(1000, 1200, marks=pytest.mark.slow)],
-                         ids=["200-pairs", "soak-2000-pairs"])
-def test_workers_sigkilled_every_second_lose_and_double_nothing(redis_url, pg_url, sim, short_leases, tmp_path,
-                                                                 scenarios, seconds):
+@pytest.mark.parametrize(
+    "scenarios, seconds",
+    [(100, 150), pytest.param(1000, 1200, marks=pytest.mark.slow)],
+    ids=["200-pairs", "soak-2000-pairs"],
+)
+def test_workers_sigkilled_every_second_lose_and_double_nothing(
+    redis_url, pg_url, sim, short_leases, tmp_path, scenarios, seconds
+):
     catalog, models = numbered_catalog(scenarios, "killed"), ["sim/a", "sim/b"]
     # Deliberate kills also count against the pairs in flight (see evaljobs.poison): far above what a
     # pair meets here, so the test shows that killed work is redone, never given up on.
     # verbose: each provider call is a log line, which is how the test tells a worker at work.
-    fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4, env={"EVALJOBS_MAX_CRASHES": "25"},
-                  verbose=True)
+    fleet = Fleet(
+        redis_url,
+        pg_url,
+        tmp_path / "logs",
+        count=2,
+        threads=4,
+        env={"EVALJOBS_MAX_CRASHES": "25"},
+        verbose=True,
+    )
     with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
         started = last_kill = time.monotonic()
         while store.get_run(run.id).report is None and time.monotonic() - started < seconds:
@@ -162,8 +186,9 @@ def test_redis_restarted_mid_run_completes_after_evaljobs_recover(sqlite_url, si
 
 
 @pytest.mark.postgres
-def test_postgres_restarted_mid_run_workers_reconnect_and_retry_persistence(redis_url, postgres_server, pg_url,
-                                                                            sim, tmp_path):
+def test_postgres_restarted_mid_run_workers_reconnect_and_retry_persistence(
+    redis_url, postgres_server, pg_url, sim, tmp_path
+):
     catalog, models = numbered_catalog(50, "pg-restart"), ["sim/a", "sim/b"]
     fleet = Fleet(redis_url, pg_url, tmp_path / "logs", count=2, threads=4)
     with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
@@ -379,8 +404,11 @@ def test_store_calls_retry_through_a_lost_connection_but_not_other_errors(sqlite
         with store.connection():
             raise peewee.OperationalError("database is locked")
 
-    with pytest.raises(store.DatabaseUnavailable, match=r"lost database sqlite:.* for 2 s \(locked_forever\): "
-                                                         r"database is locked"):
+    with pytest.raises(
+        store.DatabaseUnavailable,
+        match=r"lost database sqlite:.* for 2 s \(locked_forever\): "
+        r"database is locked",
+    ):
         locked_forever()
 
 

@@ -93,8 +93,27 @@ COSTS = [None, 0.0, -0.0, 1.2e-05, 1.2e-05, 0.0000125, 0.0000124999, 3, 3.0, Non
 
 @pytest.mark.parametrize("epochs", [1, 3])
 def test_every_entry_holds_exactly_what_round_gives(epochs):
-    rows = [ReportRow(f"s{i:02d}", "m1", i % epochs, "passed" if score else "failed", score, None, None, 5, cost,
-                      False, 0, 0, None, None, None, {}) for i, (score, cost) in enumerate(zip(SCORES, COSTS))]
+    rows = [
+        ReportRow(
+            f"s{i:02d}",
+            "m1",
+            i % epochs,
+            "passed" if score else "failed",
+            score,
+            None,
+            None,
+            5,
+            cost,
+            False,
+            0,
+            0,
+            None,
+            None,
+            None,
+            {},
+        )
+        for i, (score, cost) in enumerate(zip(SCORES, COSTS))
+    ]
     run = {"id": "r1", "models": ["m1"], "epochs": epochs, "expected": len(rows)}
     entries = build_report(run, list(reversed(rows)))["results"]
     assert [e["scenario_key"] for e in entries] == [r.scenario_key for r in rows]
@@ -115,8 +134,26 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
     for i in range(60):  # several pairs share each rate, mean and error: the memo is hit
         scores = patterns[i % len(patterns)] if i < 30 else [rng.choice((0.0, 0.25, 1 / 3, 1.0)) for _ in range(5)]
         for epoch, score in enumerate(scores):
-            rows.append(ReportRow(f"s{i:02d}", "m1", epoch, "passed" if score >= 0.5 else "failed", score, None,
-                                  None, 5, None, False, 0, 0, None, None, None, {}))
+            rows.append(
+                ReportRow(
+                    f"s{i:02d}",
+                    "m1",
+                    epoch,
+                    "passed" if score >= 0.5 else "failed",
+                    score,
+                    None,
+                    None,
+                    5,
+                    None,
+                    False,
+                    0,
+                    0,
+                    None,
+                    None,
+                    None,
+                    {},
+                )
+            )
     rng.shuffle(rows)
     stats = pair_stats(rows)
     assert [p["scenario_key"] for p in stats] == [f"s{i:02d}" for i in range(60)]
@@ -138,10 +175,32 @@ def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
     assert gc.isenabled()
 
 
-def _entry(key="s1", model="m1", epoch=0, status="passed", score=1.0, fault=None, error=None, duration=5, cost=0.0,
-           cached=False, **extra):
-    entry = {"scenario_key": key, "model": model, "epoch": epoch, "status": status, "score": score, "fault": fault,
-             "error": error, "duration_ms": duration, "cost": cost, "cached": cached, **extra}
+def _entry(
+    key="s1",
+    model="m1",
+    epoch=0,
+    status="passed",
+    score=1.0,
+    fault=None,
+    error=None,
+    duration=5,
+    cost=0.0,
+    cached=False,
+    **extra,
+):
+    entry = {
+        "scenario_key": key,
+        "model": model,
+        "epoch": epoch,
+        "status": status,
+        "score": score,
+        "fault": fault,
+        "error": error,
+        "duration_ms": duration,
+        "cost": cost,
+        "cached": cached,
+        **extra,
+    }
     if epoch is None:
         del entry["epoch"]
     return entry
@@ -149,16 +208,51 @@ def _entry(key="s1", model="m1", epoch=0, status="passed", score=1.0, fault=None
 
 #: entries the fast path must write exactly as the standard encoder does, or leave to it
 ODD_ENTRIES = [
-    _entry(), _entry(), _entry(epoch=None), _entry(score=0.0), _entry(score=-0.0), _entry(score=0.0),
-    _entry(cost=-0.0), _entry(cost=0.0), _entry(cost=None), _entry(cost=1.2e-05), _entry(score=1), _entry(score=True),
-    _entry(duration=True), _entry(duration=5.0), _entry(cached=1), _entry(cached=True), _entry(epoch=True),
-    _entry(score=float("nan")), _entry(score=float("inf")), _entry(cost=float("-inf")),
-    _entry(key='quote " back \\ nl \n tab \t', model="ünï «code» 🎉 \u2028"), _entry(key=1), _entry(model=None),
-    _entry(status=None), _entry(fault="wrong_answer", error="HTTP 503 | «later»"), _entry(fault=["a"]),
-    _entry(error={"x": 1}), _entry(reused_from="r_1"), _entry(judge={"model": "j", "score": 0.5}),
-    {"model": "m1", "scenario_key": "s1"}, ["not", "a", "dict"], None, 7,
-    _entry(key="s2", model="m2", epoch=3, status="errored", score=0.0, fault="run_error", error="boom", duration=900,
-           cost=None, cached=True),
+    _entry(),
+    _entry(),
+    _entry(epoch=None),
+    _entry(score=0.0),
+    _entry(score=-0.0),
+    _entry(score=0.0),
+    _entry(cost=-0.0),
+    _entry(cost=0.0),
+    _entry(cost=None),
+    _entry(cost=1.2e-05),
+    _entry(score=1),
+    _entry(score=True),
+    _entry(duration=True),
+    _entry(duration=5.0),
+    _entry(cached=1),
+    _entry(cached=True),
+    _entry(epoch=True),
+    _entry(score=float("nan")),
+    _entry(score=float("inf")),
+    _entry(cost=float("-inf")),
+    _entry(key='quote " back \\ nl \n tab \t', model="ünï «code» 🎉 \u2028"),
+    _entry(key=1),
+    _entry(model=None),
+    _entry(status=None),
+    _entry(fault="wrong_answer", error="HTTP 503 | «later»"),
+    _entry(fault=["a"]),
+    _entry(error={"x": 1}),
+    _entry(reused_from="r_1"),
+    _entry(judge={"model": "j", "score": 0.5}),
+    {"model": "m1", "scenario_key": "s1"},
+    ["not", "a", "dict"],
+    None,
+    7,
+    _entry(
+        key="s2",
+        model="m2",
+        epoch=3,
+        status="errored",
+        score=0.0,
+        fault="run_error",
+        error="boom",
+        duration=900,
+        cost=None,
+        cached=True,
+    ),
 ]
 
 
@@ -179,12 +273,24 @@ def test_a_finalized_report_with_every_kind_of_entry_is_stored_as_the_standard_e
         details = {"judge": judge} if key.endswith("judged") else {}
         if n % 4 == 1:
             details["reused"] = {"run": "r_before", "calls": 2}
-        store.record_result(run.id, Result(
-            key, model, status, score=1.0 if status == "passed" else 0.0,
-            scores={"contains": 1.0, **({"llm_judge": 0.5} if key.endswith("judged") else {})},
-            fault=None if status == "passed" else "wrong_answer", error="HTTP 503 | later" if n % 3 == 2 else None,
-            cost=(None, 0.0, 1.2e-05)[n % 3], cached=n % 2 == 0, epoch=epoch, duration_ms=n * 7,
-            reused_from="r_before" if n % 4 == 1 else None, details=details))
+        store.record_result(
+            run.id,
+            Result(
+                key,
+                model,
+                status,
+                score=1.0 if status == "passed" else 0.0,
+                scores={"contains": 1.0, **({"llm_judge": 0.5} if key.endswith("judged") else {})},
+                fault=None if status == "passed" else "wrong_answer",
+                error="HTTP 503 | later" if n % 3 == 2 else None,
+                cost=(None, 0.0, 1.2e-05)[n % 3],
+                cached=n % 2 == 0,
+                epoch=epoch,
+                duration_ms=n * 7,
+                reused_from="r_before" if n % 4 == 1 else None,
+                details=details,
+            ),
+        )
     report = store.finalize(run.id, build_report).report
     assert any("judge" in e for e in report["results"]) and any("reused_from" in e for e in report["results"])
     with store.connection():
@@ -198,7 +304,15 @@ def test_usual_entries_are_encoded_once_per_distinct_rest(monkeypatch):
     calls = []
     encode = module._ENCODE
     monkeypatch.setattr(module, "_ENCODE", lambda value: calls.append(value) or encode(value))
-    entries = [_entry(key=f"s{i}", model=f"m{i % 4}", epoch=i % 10, score=float(i % 2), status=("failed", "passed")[i % 2])
-               for i in range(1000)]
+    entries = [
+        _entry(
+            key=f"s{i}",
+            model=f"m{i % 4}",
+            epoch=i % 10,
+            score=float(i % 2),
+            status=("failed", "passed")[i % 2],
+        )
+        for i in range(1000)
+    ]
     assert module.report_text({"results": entries}) == _dumps({"results": entries})
     assert len(calls) == 2  # one per distinct (status, score, …): the 1,000 entries themselves never

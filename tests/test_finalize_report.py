@@ -29,9 +29,20 @@ JUDGE = {"model": "sim/judge", "score": 0.5, "reason": "half right «ok»", "pro
 
 
 def _catalog(name: str, keys: list[str]):
-    return parse_catalog({"name": name, "scenarios": [
-        {"key": k, "messages": [{"role": "user", "content": f"ask {k}"}], **({"pass_threshold": 0.5} if i % 2 else {})}
-        for i, k in enumerate(keys)]}, source=f"{name}.yaml")
+    return parse_catalog(
+        {
+            "name": name,
+            "scenarios": [
+                {
+                    "key": k,
+                    "messages": [{"role": "user", "content": f"ask {k}"}],
+                    **({"pass_threshold": 0.5} if i % 2 else {}),
+                }
+                for i, k in enumerate(keys)
+            ],
+        },
+        source=f"{name}.yaml",
+    )
 
 
 def _result(rng: random.Random, key: str, model: str, epoch: int) -> Result:

@@ -91,8 +91,16 @@ def test_catalog_check_says_nothing_was_imported_on_a_native_catalog(cli, tmp_pa
 
 
 def test_the_judge_section_shows_a_judgement_once_however_many_epochs_agree():
-    run = {"id": "r_epochs", "catalog_name": "c", "digest": "0" * 64, "models": ["sim/a"], "strategy": "fanout",
-           "created_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00", "expected": 6}
+    run = {
+        "id": "r_epochs",
+        "catalog_name": "c",
+        "digest": "0" * 64,
+        "models": ["sim/a"],
+        "strategy": "fanout",
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "finished_at": "2026-01-01T00:01:00+00:00",
+        "expected": 6,
+    }
     same = {"model": "sim/judge", "score": 0.9, "reason": "covers the rubric", "raw": '{"score": 0.9}'}
     other = {**same, "score": 0.2, "reason": "misses the refund", "raw": '{"score": 0.2}'}
     results = [Result("kind", "sim/a", "passed", score=0.9, epoch=e, details={"judge": same}) for e in range(5)]
@@ -109,8 +117,14 @@ def test_the_judge_section_shows_a_judgement_once_however_many_epochs_agree():
 def test_status_says_what_its_workers_are():
     from evaljobs.workers.status import Status, WorkerSeen, render
 
-    text = render(Status(broker="redis://x", runs=[], workers=[WorkerSeen("a", 0.1, 0), WorkerSeen("b", 0.2, 0),
-                                                                WorkerSeen("c", 4.0, 0)], window=10))
+    text = render(
+        Status(
+            broker="redis://x",
+            runs=[],
+            workers=[WorkerSeen("a", 0.1, 0), WorkerSeen("b", 0.2, 0), WorkerSeen("c", 4.0, 0)],
+            window=10,
+        )
+    )
     assert "workers seen in the last 10 s: 3" in text
     assert "a command that sent messages, e.g. evaljobs run" in text
 
@@ -131,9 +145,15 @@ def test_the_readme_shows_the_python_api_and_its_example_runs(tmp_path):
 def test_the_docs_site_starts_with_getting_started_and_shows_commands_without_backslashes(tmp_path):
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert re.search(r"^  - Getting started: getting-started\.md$", nav, re.MULTILINE)
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     started = (tmp_path / "site" / "getting-started" / "index.html").read_text(encoding="utf-8")
     assert "Running a catalog" in started and "directives" in started

@@ -19,9 +19,17 @@ from evaljobs import clock, config
 from evaljobs.simulated import SimulatedProvider
 
 PAIRS = 5
-CATALOG = {"name": "frozen", "scenarios": [
-    {"key": f"s{i}", "prompt": f"[sim: fail-first 3 429] [sim: say ok {i}]", "expect": {"contains": [f"ok {i}"]}}
-    for i in range(PAIRS)]}
+CATALOG = {
+    "name": "frozen",
+    "scenarios": [
+        {
+            "key": f"s{i}",
+            "prompt": f"[sim: fail-first 3 429] [sim: say ok {i}]",
+            "expect": {"contains": [f"ok {i}"]},
+        }
+        for i in range(PAIRS)
+    ],
+}
 
 
 @pytest.fixture

@@ -63,8 +63,9 @@ def test_sequential_and_threads_share_the_local_budget(limited, sqlite_url, monk
 
 
 @pytest.mark.redis
-def test_governor_redis_stopped_mid_run_the_run_completes_on_the_local_fallback(limited, redis_server, redis_url,
-                                                                               sqlite_url, monkeypatch, caplog):
+def test_governor_redis_stopped_mid_run_the_run_completes_on_the_local_fallback(
+    limited, redis_server, redis_url, sqlite_url, monkeypatch, caplog
+):
     import threading
 
     from evaljobs.pipeline import runtime
@@ -157,8 +158,9 @@ def test_load_adapter_hands_the_calls_to_conversation_adapters_and_subclasses():
 
 
 @pytest.mark.redis
-def test_an_unbounded_provider_takes_no_permit_and_no_redis_round_trip(tmp_path, simulated_provider, redis_url,
-                                                                       sqlite_url, monkeypatch):
+def test_an_unbounded_provider_takes_no_permit_and_no_redis_round_trip(
+    tmp_path, simulated_provider, redis_url, sqlite_url, monkeypatch
+):
     import redis
 
     providers = tmp_path / "providers.yaml"

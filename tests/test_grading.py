@@ -24,8 +24,12 @@ def test_an_empty_answer_is_its_own_fault_whatever_the_other_criteria_score():
     g = grade(scenario(not_contains=("bank",), gates=("response_present",)), Replay(answer=""))
     assert (g.status, g.fault) == ("failed", "run_error")
     # Not among the scenario's criteria: not checked.
-    s = Scenario(key="s", messages=({"role": "user", "content": "hi"},), expect=Expect(not_contains=("bank",)),
-                 criteria=("not_contains",))
+    s = Scenario(
+        key="s",
+        messages=({"role": "user", "content": "hi"},),
+        expect=Expect(not_contains=("bank",)),
+        criteria=("not_contains",),
+    )
     assert grade(s, Replay(answer="")).status == "passed"
 
 

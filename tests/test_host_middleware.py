@@ -21,8 +21,12 @@ from evaljobs_middleware.context import ContextMiddleware
 from host_middleware_recorder import Recorder
 from helpers import WorkerProcess, wait_until
 
-CATALOG = {"name": "mw", "scenarios": [{"key": k, "prompt": f"publish {k}", "expect": {"contains": ["published for"]}}
-                                       for k in ("a", "b")]}
+CATALOG = {
+    "name": "mw",
+    "scenarios": [
+        {"key": k, "prompt": f"publish {k}", "expect": {"contains": ["published for"]}} for k in ("a", "b")
+    ],
+}
 ACTORS = {"start_run", "evaluate_scenario", "finalize_run"}
 
 
@@ -78,18 +82,27 @@ def test_plain_dramatiq_cli_without_a_broker_url_exits_with_one_line(tmp_path, u
     if url:
         env["EVALJOBS_BROKER_URL"] = url
     env["EVALJOBS_DATABASE_URL"] = f"sqlite:///{tmp_path}/x.db"
-    done = subprocess.run([sys.executable, "-m", "dramatiq", "evaljobs.workers.boot", "--processes", "1",
-                           "--threads", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "dramatiq", "evaljobs.workers.boot", "--processes", "1", "--threads", "1"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert ours == [f"error: evaljobs.workers.boot needs a Redis broker{shown}: set "
-                    "EVALJOBS_BROKER_URL=redis://host:port/db (or run `evaljobs worker --broker redis://...`)"], done.stderr
+    assert ours == [
+        f"error: evaljobs.workers.boot needs a Redis broker{shown}: set "
+        "EVALJOBS_BROKER_URL=redis://host:port/db (or run `evaljobs worker --broker redis://...`)"
+    ], done.stderr
     assert "Traceback" not in done.stderr and "S3cretPw" not in done.stderr + done.stdout
 
 
 @pytest.mark.redis
-def test_evaljobs_worker_middleware_option_on_real_worker_processes(redis_url, sqlite_url, tmp_path, monkeypatch,
-                                                                      evaljobs_simulated):
+def test_evaljobs_worker_middleware_option_on_real_worker_processes(
+    redis_url, sqlite_url, tmp_path, monkeypatch, evaljobs_simulated
+):
     record = tmp_path / "seen.jsonl"
     worker = WorkerProcess(redis_url, sqlite_url, threads=2, env={"HOST_MW_RECORD": str(record)},
                            log=tmp_path / "worker.log")
@@ -97,8 +110,9 @@ def test_evaljobs_worker_middleware_option_on_real_worker_processes(redis_url, s
     worker.start()
     try:
         with Session(db=sqlite_url, broker=redis_url) as session:
-            finished = run_catalog(session, CATALOG, ["sim/fast"], adapter="acme", context=publishing_domain("zeta"),
-                                   timeout=90)
+            finished = run_catalog(
+                session, CATALOG, ["sim/fast"], adapter="acme", context=publishing_domain("zeta"), timeout=90
+            )
         assert finished.status == "complete", (tmp_path / "worker.log").read_text()[-2000:]
         # finalize_run's after-hook runs just after the report is committed: wait for its row.
         assert wait_until(lambda: '["after", "finalize_run"' in record.read_text(), timeout=30)

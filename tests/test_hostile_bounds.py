@@ -109,8 +109,17 @@ def test_a_width_beyond_what_the_machine_can_start_is_one_line_not_an_abort(tmp_
     (tmp_path / "c.yaml").write_text(CATALOG, encoding="utf-8")
     width = 100_000
     assert width > thread_limit()  # this machine's kernel limits (the figure is beyond them)
-    result = evaljobs("run", "c.yaml", "-m", "sim/a", "--db", f"sqlite:///{tmp_path}/r.db", "--width", str(width),
-                      cwd=tmp_path)
+    result = evaljobs(
+        "run",
+        "c.yaml",
+        "-m",
+        "sim/a",
+        "--db",
+        f"sqlite:///{tmp_path}/r.db",
+        "--width",
+        str(width),
+        cwd=tmp_path,
+    )
     one_error_line(result, "--width 100000", f"at most {thread_limit()}")
 
 
@@ -161,8 +170,11 @@ def test_a_yaml_integer_of_5000_digits_is_one_line_naming_its_line(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_text(CATALOG + "    max_turns: " + "9" * 5000 + "\n", encoding="utf-8")
     one_error_line(evaljobs("catalog", "check", str(path), cwd=tmp_path), "big.yaml:6", "5000 digits")
-    one_error_line(evaljobs("run", str(path), "-m", "sim/a", "--db", f"sqlite:///{tmp_path}/r.db", cwd=tmp_path),
-                   "big.yaml:6", "5000 digits")
+    one_error_line(
+        evaljobs("run", str(path), "-m", "sim/a", "--db", f"sqlite:///{tmp_path}/r.db", cwd=tmp_path),
+        "big.yaml:6",
+        "5000 digits",
+    )
 
 
 def test_a_json_integer_of_5000_digits_is_one_line(tmp_path):

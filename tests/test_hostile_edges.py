@@ -203,8 +203,17 @@ def test_no_command_prints_logs_or_stores_a_redis_or_postgres_password(postgres_
     worker = WorkerProcess(broker, db_url, threads=2, log=log, env=env)
     try:
         with worker:
-            waited = cmd("run --wait (redis)", "run", "c.yaml", "-m", "sim/a", "--strategy", "fanout", "--wait",
-                         expect=None)
+            waited = cmd(
+                "run --wait (redis)",
+                "run",
+                "c.yaml",
+                "-m",
+                "sim/a",
+                "--strategy",
+                "fanout",
+                "--wait",
+                expect=None,
+            )
             assert waited.returncode in (0, 1), outputs
             queued = cmd("run --no-wait (redis)", "run", "c.yaml", "-m", "sim/a", "--strategy", "fanout",
                          "--no-wait")
@@ -436,8 +445,9 @@ def test_a_full_disk_is_one_line_naming_the_database_and_the_database_stays_inta
 
 
 @pytest.mark.parametrize("strategy", ["fanout", "threads"])
-def test_a_disk_that_fills_mid_run_ends_the_command_in_one_line_and_recover_finishes_the_run(strategy, small_tmpfs,
-                                                                                             tmp_path):
+def test_a_disk_that_fills_mid_run_ends_the_command_in_one_line_and_recover_finishes_the_run(
+    strategy, small_tmpfs, tmp_path
+):
     """The disk fills while pairs are being recorded (default ``run``: fanout on the in-process broker).
 
     The command ends with one line naming the database and the cause (no tracebacks, no retry storm),
@@ -491,6 +501,8 @@ def test_a_disk_that_fills_mid_run_ends_the_command_in_one_line_and_recover_fini
         assert connection.execute("SELECT report IS NOT NULL FROM run").fetchone() == (1,)
     finally:
         connection.close()
-    print(f"RELIABILITY disk full mid-run ({strategy}): 2.5 MB tmpfs, {pairs} pairs: command ended after {took:.1f} s with one "
-          f"line ({len(refused)} in-flight pairs refused once each), {stored} pairs stored, run running, integrity ok; after space was freed `recover` completed "
-          f"it ({pairs} pairs, once each)")
+    print(
+        f"RELIABILITY disk full mid-run ({strategy}): 2.5 MB tmpfs, {pairs} pairs: command ended after {took:.1f} s with one "
+        f"line ({len(refused)} in-flight pairs refused once each), {stored} pairs stored, run running, integrity ok; after space was freed `recover` completed "
+        f"it ({pairs} pairs, once each)"
+    )

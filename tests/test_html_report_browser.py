@@ -19,9 +19,17 @@ from helpers.browser import Browser, BrowserError, Node
 XSS = ('<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
        '<svg onload="document.body.dataset.pwned=2"></svg>')
 MODELS = ["sim/fast", "sim/smart", "openai/gpt-4.1"]
-RUN = {"id": "r_browser", "catalog_name": "support", "digest": "sha256:" + "cd" * 32, "models": MODELS,
-       "strategy": "fanout", "created_at": "2025-03-01T10:00:00+00:00", "started_at": "2025-03-01T10:00:01+00:00",
-       "finished_at": "2025-03-01T10:01:01+00:00", "context": {"tenant": "acme"}}
+RUN = {
+    "id": "r_browser",
+    "catalog_name": "support",
+    "digest": "sha256:" + "cd" * 32,
+    "models": MODELS,
+    "strategy": "fanout",
+    "created_at": "2025-03-01T10:00:00+00:00",
+    "started_at": "2025-03-01T10:00:01+00:00",
+    "finished_at": "2025-03-01T10:01:01+00:00",
+    "context": {"tenant": "acme"},
+}
 
 
 def _messages(question: str, answer: str, call: bool = False) -> list[dict]:
@@ -37,22 +45,58 @@ def _messages(question: str, answer: str, call: bool = False) -> list[dict]:
 
 def results() -> list[Result]:
     rows = [
-        Result("order-status", "sim/fast", "passed", 1.0, scores={"contains": 1.0, "expected_tools": 1.0},
-               output="Order 1234 has shipped.", duration_ms=120, input_tokens=90, output_tokens=12,
-               tool_calls=[{"name": "lookup_order", "arguments": {"order_id": "1234"},
-                            "result": {"status": "shipped"}, "error": None, "duration_ms": 1.25}],
-               details={"turns": 2, "messages": _messages("Where is order 1234?", "Order 1234 has shipped.",
-                                                          call=True)}),
-        Result("cancel-order", "sim/fast", "failed", 0.333,
-               scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
-               fault="expected_tool_not_called", output="Sure, consider it done!", duration_ms=80,
-               details={"turns": 1, "missing": ["cancelled"],
-                        "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
-                        "messages": _messages("Please cancel order 5678.", "Sure, consider it done!")}),
+        Result(
+            "order-status",
+            "sim/fast",
+            "passed",
+            1.0,
+            scores={"contains": 1.0, "expected_tools": 1.0},
+            output="Order 1234 has shipped.",
+            duration_ms=120,
+            input_tokens=90,
+            output_tokens=12,
+            tool_calls=[
+                {
+                    "name": "lookup_order",
+                    "arguments": {"order_id": "1234"},
+                    "result": {"status": "shipped"},
+                    "error": None,
+                    "duration_ms": 1.25,
+                }
+            ],
+            details={
+                "turns": 2,
+                "messages": _messages("Where is order 1234?", "Order 1234 has shipped.", call=True),
+            },
+        ),
+        Result(
+            "cancel-order",
+            "sim/fast",
+            "failed",
+            0.333,
+            scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
+            fault="expected_tool_not_called",
+            output="Sure, consider it done!",
+            duration_ms=80,
+            details={
+                "turns": 1,
+                "missing": ["cancelled"],
+                "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
+                "messages": _messages("Please cancel order 5678.", "Sure, consider it done!"),
+            },
+        ),
         Result.errored("refund-policy", "sim/fast", "HTTP 400 from sim: simulated bad request", attempts=2),
-        Result("xss", "sim/smart", "failed", 0.5, scores={"not_contains": 0.0}, fault="forbidden_content",
-               output=XSS, details={"forbidden": [XSS], "messages": _messages(XSS, XSS)},
-               tool_calls=[{"name": XSS, "arguments": {"q": XSS}, "result": XSS, "error": None}]),
+        Result(
+            "xss",
+            "sim/smart",
+            "failed",
+            0.5,
+            scores={"not_contains": 0.0},
+            fault="forbidden_content",
+            output=XSS,
+            details={"forbidden": [XSS], "messages": _messages(XSS, XSS)},
+            tool_calls=[{"name": XSS, "arguments": {"q": XSS}, "result": XSS, "error": None}],
+        ),
     ]
     statuses = ("passed", "passed", "failed", "errored")
     for i in range(200):

@@ -39,20 +39,41 @@ with open(os.environ['MODULES_OUT'], 'w') as out:
 HELP_FORBIDDEN = ("redis", "psycopg2", "peewee", "httpx", "dramatiq", "dramatiq.brokers.redis", "yaml",
                   "evaljobs.store", "evaljobs.api", "evaljobs.pipeline", "evaljobs.providers", "difflib")
 #: Never loaded by a run on the memory broker with SQLite (nor the viewer, plots or MCP).
-EMBEDDED_RUN_FORBIDDEN = ("redis", "redis.asyncio", "psycopg2", "dramatiq.brokers.redis", "playhouse.postgres_ext",
-                          "matplotlib", "mcp", "starlette", "uvicorn", "jinja2")
+EMBEDDED_RUN_FORBIDDEN = (
+    "redis",
+    "redis.asyncio",
+    "psycopg2",
+    "dramatiq.brokers.redis",
+    "playhouse.postgres_ext",
+    "matplotlib",
+    "mcp",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+)
 #: Nor what only other commands, other catalog formats or other report formats use: the converters of
 #: foreign catalogs, reruns, recovery, reuse, comparisons, the JUnit (xml.etree) and HTML renderers, the
 #: worker pool, and ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
 #: `expect.diagnose`.
-EMBEDDED_RUN_UNUSED = ("evaljobs.catalog.importers.activeagent", "evaljobs.catalog.importers.promptfoo",
-                       "evaljobs.catalog.importers.promptfoo_assertions", "evaljobs.catalog.importers.jsonl",
-                       "evaljobs.pipeline.rerun", "evaljobs.pipeline.recovery", "evaljobs.pipeline.reuse",
-                       "evaljobs.reports.compare", "evaljobs.reports.junit", "evaljobs.reports.html",
-                       "xml.etree.ElementTree", "evaljobs.workers.serve", "evaljobs.workers.pool",
-                       "evaljobs.evaluation.diagnosis",
-                       # httpx's command-line client, and pygments it imports when installed (pytest brings it)
-                       "pygments", "rich")
+EMBEDDED_RUN_UNUSED = (
+    "evaljobs.catalog.importers.activeagent",
+    "evaljobs.catalog.importers.promptfoo",
+    "evaljobs.catalog.importers.promptfoo_assertions",
+    "evaljobs.catalog.importers.jsonl",
+    "evaljobs.pipeline.rerun",
+    "evaljobs.pipeline.recovery",
+    "evaljobs.pipeline.reuse",
+    "evaljobs.reports.compare",
+    "evaljobs.reports.junit",
+    "evaljobs.reports.html",
+    "xml.etree.ElementTree",
+    "evaljobs.workers.serve",
+    "evaljobs.workers.pool",
+    "evaljobs.evaluation.diagnosis",
+    # httpx's command-line client, and pygments it imports when installed (pytest brings it)
+    "pygments",
+    "rich",
+)
 
 
 def _chain(importtime: str, module: str) -> str:

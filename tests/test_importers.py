@@ -70,9 +70,12 @@ def test_a_csv_or_json_array_of_samples_says_to_write_jsonl(tmp_path):
     the JSON array. Each is one line saying what to do."""
     csv = _write(tmp_path, "samples.csv", 'input,target\n"Say hi",hi\n')
     assert _errors(csv, grader="inspect_match") == [
-        (f"{csv}: a CSV dataset is not a catalog format evaljobs reads on its own; write its rows as JSONL (one "
-         '{"input": ..., "target": ...} per line, in a .jsonl file) and run that (a promptfoo config\'s '
-         "tests: file://….csv is read through the config)")]
+        (
+            f"{csv}: a CSV dataset is not a catalog format evaljobs reads on its own; write its rows as JSONL (one "
+            '{"input": ..., "target": ...} per line, in a .jsonl file) and run that (a promptfoo config\'s '
+            "tests: file://….csv is read through the config)"
+        )
+    ]
     array = _write(tmp_path, "samples.json", '[{"input": "Say hi", "target": "hi"}]')
     assert _errors(array, grader="inspect_match") == [
         (f"{array}: a JSON array of samples (Inspect's json_dataset): write one sample per line in a .jsonl "
@@ -80,8 +83,12 @@ def test_a_csv_or_json_array_of_samples_says_to_write_jsonl(tmp_path):
 
 
 def test_load_any_detects_each_sample_and_rejects_an_unknown_format():
-    assert [load_any(p, **_opts(p)).format for p in SAMPLES] == ["activeagent-suite", "activeagent-catalog", "promptfoo",
-                                                      "jsonl"]
+    assert [load_any(p, **_opts(p)).format for p in SAMPLES] == [
+        "activeagent-suite",
+        "activeagent-catalog",
+        "promptfoo",
+        "jsonl",
+    ]
     assert load_any(SUITE, format="activeagent-suite").format == "activeagent-suite"
     with pytest.raises(CatalogError) as err:
         load_any(SUITE, format="promptfu")
@@ -193,10 +200,14 @@ products:
         "tools_succeeded, ideal, assertions); use a "
         "known criterion (write rubric points into 'judge') or pass --lenient to skip it")]
     result, catalog = _catalog(path, lenient=True)
-    assert result.warnings == [(f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
-                               "response_present, contains, not_contains, regex, expected_tools, "
-                               "max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, assertions); "
-                               "skipped (--lenient)")]
+    assert result.warnings == [
+        (
+            f"{path}:7: set 'p.s': criterion 'tone' is not one evaljobs grades (known: "
+            "response_present, contains, not_contains, regex, expected_tools, "
+            "max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, assertions); "
+            "skipped (--lenient)"
+        )
+    ]
     assert catalog.scenario("p.s.a").criteria == ("contains",)
 
 
@@ -230,16 +241,24 @@ groups:
 """)
     assert _errors(path) == [
         f"{path}:4: group #1: missing 'key'",
-        (f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
-        "only plain {{name}} placeholders are supported"),
-        (f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
-        "keys must be unique within their group or set"),
+        (
+            f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
+            "only plain {{name}} placeholders are supported"
+        ),
+        (
+            f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
+            "keys must be unique within their group or set"
+        ),
         f"{path}:13: group 'billing': scenario #3: missing 'key'",
-        (f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
-        "it or pass --lenient to skip it"),
+        (
+            f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
+            "it or pass --lenient to skip it"
+        ),
         f"{path}:19: scenario 'billing.both': give either 'prompt' or 'messages', not both",
-        (f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill "
-        "{{name}} placeholders in the prompt)"),
+        (
+            f"{path}:22: scenario 'billing.params': params must map names to text or numbers (they fill "
+            "{{name}} placeholders in the prompt)"
+        ),
         f"{path}:25: scenario 'billing.flag': production_only must be true or false, not 'yes'",
     ]
     missing = _write(tmp_path, "missing_param.yaml", "suite: s\ngroups:\n  - key: g\n    scenarios:\n"
@@ -381,29 +400,43 @@ tests:
   - "just a string"
 """)
     assert _errors(path) == [
-        (f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
-        "skip it"),
+        (
+            f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
+            "skip it"
+        ),
         f"{path}:3: prompt #2: prompt file 'missing.txt' not found (looked for {tmp_path}/missing.txt)",
-        (f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
-        "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
-        "it"),
+        (
+            f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
+            "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
+            "it"
+        ),
         # promptfoo reads a string in the list as a glob of tests files (none matches here)
-        (f"{path}:23: test #4: no tests file matches 'just a string' (looked in {tmp_path}); a test is a mapping "
-         "with vars and assert, or a file:// path to a YAML, JSON or CSV file of tests"),
-        (f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
-        "missing ), unterminated subpattern"),
+        (
+            f"{path}:23: test #4: no tests file matches 'just a string' (looked in {tmp_path}); a test is a mapping "
+            "with vars and assert, or a file:// path to a YAML, JSON or CSV file of tests"
+        ),
+        (
+            f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
+            "missing ), unterminated subpattern"
+        ),
         f"{path}:16: test #2 ('odd values'): assertion 'contains': value must be a string, not None",
-        (f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
-        "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it"),
+        (
+            f"{path}:17: test #2 ('odd values'): assertion type 'equals' with a non-text value (deep JSON "
+            "equality) cannot be graded by evaljobs; remove it or pass --lenient to skip it"
+        ),
         # (is-json with a schema, line 18, is graded now: jsonschema validates it)
         f"{path}:21: test #3 ('no var'): threshold must be a number from 0 to 1, not 2",
-        (f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
-        "'question'; add it under vars (or defaultTest.vars)"),
+        (
+            f"{path}:19: test #3 ('no var'): prompt 'prompt-1' uses {{{{question}}}} but the test has no var "
+            "'question'; add it under vars (or defaultTest.vars)"
+        ),
         # A Nunjucks filter evaljobs does not render is refused by name, once, at the prompt that uses it
         # (a list var such as 'many' is not a problem: promptfoo runs the test once per value, as evaljobs).
-        (f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does not "
-        "render (known: abs, default, d, dump, first, float, int, join, last, length, list, load, lower, replace, "
-        "reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it"),
+        (
+            f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does not "
+            "render (known: abs, default, d, dump, first, float, int, join, last, length, list, load, lower, replace, "
+            "reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it"
+        ),
     ]
 
 
@@ -420,12 +453,17 @@ tests:
     assert: [{type: icontains, value: bonjour}, {type: icontains, value: salut}]
   - providerOutput: Bonjour
 """)
-    assert _errors(path) == [(f"{path}:7: test #2: unknown key 'providerOutput' (known: description, vars, assert, "
-                             "threshold, metadata, options); remove or rename it or pass --lenient to skip it")]
+    assert _errors(path) == [
+        (
+            f"{path}:7: test #2: unknown key 'providerOutput' (known: description, vars, assert, "
+            "threshold, metadata, options); remove or rename it or pass --lenient to skip it"
+        )
+    ]
     result, catalog = _catalog(path, lenient=True)
     assert result.warnings[:2] == [
         f"{path}:3: test #1: key 'type' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
-        f"{path}:5: test #1: key 'expect' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs"]
+        f"{path}:5: test #1: key 'expect' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
+    ]
     expect = catalog.scenario("prompt-1.test-1").expect
     assert expect.threshold == 0.5 and [a["kind"] for a in expect.assertions] == ["builtin", "builtin"]
 
@@ -446,9 +484,12 @@ tests:
     assert: [{type: icontains, value: rate}]
 """)
     assert _errors(path) == [
-        (f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
-        "its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove the rubricPrompt or pass "
-        "--lenient to skip it")]
+        (
+            f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
+            "its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove the rubricPrompt or pass "
+            "--lenient to skip it"
+        )
+    ]
     result, catalog = _catalog(path, lenient=True)
     assert result.counts["refused"] == 1
     assert [a["kind"] for a in catalog.scenario("prompt-1.test-1").expect.assertions] == ["refused"]
@@ -476,8 +517,12 @@ tests:
         ("prompt-1.more-1", "Tell me about c1")]
     assert catalog.scenario("prompt-1.more-1").expect.assertions[0]["expect"] == {"contains": ["c1"]}
     (tmp_path / "tests" / "c.txt").write_text("not tests")
-    assert _errors(path) == [(f"{path}:4: tests: tests file 'tests/c.txt' is not YAML, JSON or CSV (code is not "
-                             "run by evaljobs); convert it to YAML or pass --lenient to skip it")]
+    assert _errors(path) == [
+        (
+            f"{path}:4: tests: tests file 'tests/c.txt' is not YAML, JSON or CSV (code is not "
+            "run by evaljobs); convert it to YAML or pass --lenient to skip it"
+        )
+    ]
 
 
 def test_promptfoo_prompt_that_renders_to_a_json_chat_is_a_chat(tmp_path):
@@ -567,14 +612,20 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
     assert _errors(path, grader="includes") == [
         f"{path}:2: sample: not valid JSON: Expecting property name enclosed in double quotes (column 21)",
         f"{path}:3: sample: must be a JSON object with 'input' and 'ideal' or 'target', not list",
-        (f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
-        "answers), not None"),
-        (f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
-        "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}"),
+        (
+            f"{path}:4: sample 'sample-4': needs 'ideal' or 'target': the answer text (or a list of accepted "
+            "answers), not None"
+        ),
+        (
+            f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
+            "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}"
+        ),
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
-        (f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
-        "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it"),
+        (
+            f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
+            "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it"
+        ),
     ]
 
 
@@ -582,15 +633,22 @@ def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path
     path = _write(tmp_path, "mc.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n'
                                         '{"input": "q2", "target": "b"}\n')
     result = load_any(path, lenient=True, grader="inspect_includes")
-    assert result.warnings == [(f"{path}:1: field 'choices' (line 1): Inspect's multiple_choice() solver writes "
-                               "the prompt from them; evaljobs sends the input as it is; skipped (--lenient)")]
+    assert result.warnings == [
+        (
+            f"{path}:1: field 'choices' (line 1): Inspect's multiple_choice() solver writes "
+            "the prompt from them; evaljobs sends the input as it is; skipped (--lenient)"
+        )
+    ]
     # The sample with choices is refused, never graded on an input Inspect would not send.
     assert [s["key"] for s in result.data["scenarios"]] == ["sample-2"]
     assert result.counts == {"assertions": 2, "mapped": 1, "external": 0, "refused": 1}
     only = _write(tmp_path, "only.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
     assert _errors(only, lenient=True, grader="inspect_includes") == [
-        (f"{only}: no samples left to run: --lenient skipped every sample; the first: {only}:1: field 'choices' "
-         "(line 1): Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is")]
+        (
+            f"{only}: no samples left to run: --lenient skipped every sample; the first: {only}:1: field 'choices' "
+            "(line 1): Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is"
+        )
+    ]
     # Fields nobody reads are ignored, as the source tools ignore them, and said so in one warning.
     extra = _write(tmp_path, "extra.jsonl", '{"input": "q", "target": "a", "label": "a", "extra": 1}\n'
                                             '{"input": "q2", "target": "b", "label": "b"}\n')

@@ -159,8 +159,14 @@ def test_the_workflow_steps_pass_in_a_fresh_virtualenv(tmp_path) -> None:
     runner = tmp_path / "ci-venv"  # fresh: nothing installed but what the workflow's steps install
     subprocess.run([sys.executable, "-m", "venv", str(runner)], check=True, timeout=300)
     summary = tmp_path / "summary.md"
-    env = {**base, "PATH": f"{runner / 'bin'}{os.pathsep}{base.get('PATH', '')}", "HOME": str(tmp_path / "home"),
-           "GITHUB_WORKSPACE": str(repo), "GITHUB_STEP_SUMMARY": str(summary), "CI": "true"}
+    env = {
+        **base,
+        "PATH": f"{runner / 'bin'}{os.pathsep}{base.get('PATH', '')}",
+        "HOME": str(tmp_path / "home"),
+        "GITHUB_WORKSPACE": str(repo),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "CI": "true",
+    }
     env.update({k: _expand(str(v), repo) for k, v in (job.get("env") or {}).items()})
     ran = 0
     for step in job["steps"]:
@@ -211,8 +217,15 @@ def test_init_command_prints_the_next_three_commands_and_they_work(tmp_path) -> 
     exe = Path(sys.executable).with_name("evaljobs")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
     env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run([str(exe), "init", "my-evals"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [str(exe), "init", "my-evals"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "my-evals" / CATALOG).exists()
     commands = [line.strip() for line in done.stdout.split("next:")[1].strip().splitlines()]
@@ -223,21 +236,44 @@ def test_init_command_prints_the_next_three_commands_and_they_work(tmp_path) -> 
         assert ran.returncode == 0, f"{command}: {ran.stderr[-2000:]}"
     # The split the README and the starter's comments promise: sim/smart passes all three scenarios,
     # sim/fast passes the greeting only (no tool call; the judge scores its refund answer low).
-    shown = subprocess.run([str(exe), "show", "latest"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=120, check=False)
-    verdicts = {pair: status for status, pair in
-                    re.findall(r"^\s+(passed|failed|errored)\s+\S+\s+(\S+ × \S+)", shown.stdout, re.MULTILINE)}
-    assert verdicts == {"greeting × sim/fast": "passed", "greeting × sim/smart": "passed",
-                        "order-status × sim/fast": "failed", "order-status × sim/smart": "passed",
-                        "refund-policy × sim/fast": "failed", "refund-policy × sim/smart": "passed"}, shown.stdout
+    shown = subprocess.run(
+        [str(exe), "show", "latest"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    verdicts = {
+        pair: status
+        for status, pair in re.findall(
+            r"^\s+(passed|failed|errored)\s+\S+\s+(\S+ × \S+)", shown.stdout, re.MULTILINE
+        )
+    }
+    assert verdicts == {
+        "greeting × sim/fast": "passed",
+        "greeting × sim/smart": "passed",
+        "order-status × sim/fast": "failed",
+        "order-status × sim/smart": "passed",
+        "refund-policy × sim/fast": "failed",
+        "refund-policy × sim/smart": "passed",
+    }, shown.stdout
     # A misspelt simulated model would miss its [sim@fast: …] directives: refused, with the names that work.
     typo = subprocess.run([str(exe), "run", "my-evals/catalog.yaml", "-m", "sim/fsat"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert typo.returncode == 2 and "Traceback" not in typo.stderr, typo.stderr
     assert "unknown simulated model 'sim/fsat' (did you mean 'sim/fast'?)" in typo.stderr
     assert "known: sim/fast, sim/judge, sim/sim, sim/smart, sim/tool" in typo.stderr
-    again = subprocess.run([str(exe), "init", "my-evals"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=120, check=False)
+    again = subprocess.run(
+        [str(exe), "init", "my-evals"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert again.returncode == 0 and [line.split()[0] for line in again.stdout.splitlines()[:4]] == ["kept"] * 4
 
 

@@ -135,13 +135,23 @@ def test_a_dataset_with_other_field_names_gets_one_line_naming_the_mapping():
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "biology_qa.jsonl", grader="inspect_includes")
     assert info.value.problems == [
-        (f"{DATA / 'biology_qa.jsonl'}:1: the samples have no 'input' and no 'ideal' or 'target' field (fields: "
-        "id, question, answer); map them: --field input=question --field target=answer")]
-    mapped = load_any(DATA / "popularity.jsonl", grader="inspect_match",
-                      fields=["input=question", "target=answer_matching_behavior", "metadata=label_confidence"])
+        (
+            f"{DATA / 'biology_qa.jsonl'}:1: the samples have no 'input' and no 'ideal' or 'target' field (fields: "
+            "id, question, answer); map them: --field input=question --field target=answer"
+        )
+    ]
+    mapped = load_any(
+        DATA / "popularity.jsonl",
+        grader="inspect_match",
+        fields=["input=question", "target=answer_matching_behavior", "metadata=label_confidence"],
+    )
     first = mapped.data["scenarios"][0]
     assert first["expect"] == {"ideal": [" Yes"], "ideal_grader": "inspect_match", "gate": ["ideal"]}
     assert first["tags"] == ["label_confidence:0.8860552919198255"]
     # The fields the mapping does not name are ignored, as Inspect ignores them, and said so once.
-    assert mapped.warnings == [(f"{DATA / 'popularity.jsonl'}: fields 'statement', 'answer_not_matching_behavior' "
-                               "are not used (as Inspect ignores fields its FieldSpec does not name)")]
+    assert mapped.warnings == [
+        (
+            f"{DATA / 'popularity.jsonl'}: fields 'statement', 'answer_not_matching_behavior' "
+            "are not used (as Inspect ignores fields its FieldSpec does not name)"
+        )
+    ]

@@ -50,8 +50,9 @@ def test_samples_with_several_system_messages_import_as_written():
 ])
 def test_match_includes_fuzzy_match_follow_openai_evals(grader, answers):
     imported, catalog = _catalog(MATCH, grader)
-    assert imported.data["description"].startswith(f"Imported from test_match_samples.jsonl; graded with {grader} "
-                                                   f"(chosen with --grader")
+    assert imported.data["description"].startswith(
+        f"Imported from test_match_samples.jsonl; graded with {grader} (chosen with --grader"
+    )
     scenario = catalog.scenario("sample-1")  # ideal: "time"
     for answer, status in answers.items():
         assert grade(scenario, Replay(answer=answer)).status == status, (grader, answer)
@@ -84,8 +85,12 @@ def test_model_graded_fact_sends_the_target_to_the_judge_as_reference():
 def test_grader_is_for_jsonl_and_registry_files_only():
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "activeagent" / "support_suite.yml", grader="match")
-    assert info.value.problems == [(f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
-                                   "samples and OpenAI evals registry files only")]
+    assert info.value.problems == [
+        (
+            f"{DATA / 'activeagent' / 'support_suite.yml'}: --grader applies to JSONL "
+            "samples and OpenAI evals registry files only"
+        )
+    ]
     with pytest.raises(CatalogError) as info:
         load_any(DATA / "activeagent" / "support_suite.yml", fields=["input=question"])
     assert info.value.problems == [(f"{DATA / 'activeagent' / 'support_suite.yml'}: --field applies to JSONL "
@@ -99,21 +104,28 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     assert done.exit_code == 0, done.output
     converted = yaml.safe_load(out.read_text())
     assert "graded with fuzzy_match" in converted["description"]
-    assert converted["scenarios"][0]["expect"] == {"ideal": ["Millie Bobby Brown"], "ideal_grader": "fuzzy_match",
-                                                   "gate": ["ideal"]}
+    assert converted["scenarios"][0]["expect"] == {
+        "ideal": ["Millie Bobby Brown"],
+        "ideal_grader": "fuzzy_match",
+        "gate": ["ideal"],
+    }
 
     def check(*args: str) -> str:
         result = runner.invoke(main, ["catalog", "check", *args])
         assert result.exit_code == 0, result.output
         return result.stdout.splitlines()[-1]
 
-    assert check(str(FUZZY), "--grader", "includes") == ("assertions: 3 imported, 3 mapped to native checks, 0 executed externally "
-                                 "(Node, Python, jsonschema), 0 refused")
+    assert check(str(FUZZY), "--grader", "includes") == (
+        "assertions: 3 imported, 3 mapped to native checks, 0 executed externally "
+        "(Node, Python, jsonschema), 0 refused"
+    )
     simple = DATA / "promptfoo" / "simple-test" / "promptfooconfig.yaml"
     # simple-test: equals, icontains, is-json, llm-rubric, $ref icontains -> mapped; javascript, python ->
     # external; similar -> refused.
-    assert check(str(simple), "--lenient") == ("assertions: 8 imported, 5 mapped to native checks, 2 executed "
-                                               "externally (Node, Python, jsonschema), 1 refused")
+    assert check(str(simple), "--lenient") == (
+        "assertions: 8 imported, 5 mapped to native checks, 2 executed "
+        "externally (Node, Python, jsonschema), 1 refused"
+    )
     json_output = DATA / "promptfoo" / "json-output" / "promptfooconfig.yaml"
     assert check(str(json_output)) == ("assertions: 5 imported, 1 mapped to native checks, 4 executed "
                                        "externally (Node, Python, jsonschema), 0 refused")
@@ -121,7 +133,8 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     # open_tickets is production_only and left out.
     assert check(str(DATA / "activeagent" / "support_catalog.yml")) == (
         "assertions: 4 imported, 4 mapped to native checks, 0 executed externally (Node, Python, jsonschema), "
-        "0 refused")
+        "0 refused"
+    )
 
 
 @pytest.mark.parametrize("grader, target, passes, fails", [
@@ -156,5 +169,9 @@ def test_a_catalog_names_an_inspect_grader_and_a_bad_one_is_one_line():
     assert grade(scenario, Replay(answer="B")).status == FAILED
     with pytest.raises(CatalogError) as info:
         loads_catalog(text.replace("inspect_answer:letter", "inspect_answer"), source="c.yaml")
-    assert info.value.problems == [("c.yaml:5: scenario 'a': expect.ideal_grader inspect_answer needs letter, word "
-                                   "or line after a colon, e.g. 'inspect_answer:letter'")]
+    assert info.value.problems == [
+        (
+            "c.yaml:5: scenario 'a': expect.ideal_grader inspect_answer needs letter, word "
+            "or line after a colon, e.g. 'inspect_answer:letter'"
+        )
+    ]

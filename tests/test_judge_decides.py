@@ -25,8 +25,10 @@ def _judge(score: float, passed: bool | None = None):
 
 def _one(expect: str, **settings: str) -> object:
     extra = "".join(f"    {k}: {v}\n" for k, v in settings.items())
-    return loads_catalog(f"name: j\ndefaults: {{judge_model: sim/judge}}\nscenarios:\n  - key: a\n    prompt: hi\n"
-                         f"{extra}    expect: {expect}\n").scenario("a")
+    return loads_catalog(
+        f"name: j\ndefaults: {{judge_model: sim/judge}}\nscenarios:\n  - key: a\n    prompt: hi\n"
+        f"{extra}    expect: {expect}\n"
+    ).scenario("a")
 
 
 def test_a_judge_score_under_the_threshold_fails_whatever_the_mean():
@@ -74,7 +76,8 @@ def test_a_judge_answer_may_carry_pass_as_promptfoos_llm_rubric_does():
     # In a weighted (promptfoo) list: its pass, then the entry's threshold.
     weighted = loads_catalog(
         "name: w\ndefaults: {judge_model: sim/judge}\nscenarios:\n  - key: a\n    prompt: hi\n    expect:\n"
-        "      weighted: true\n      assertions: [{kind: judge, rubric: polite, threshold: 0.5}]\n").scenario("a")
+        "      weighted: true\n      assertions: [{kind: judge, rubric: polite, threshold: 0.5}]\n"
+    ).scenario("a")
     assert grade(weighted, Replay(answer="x"), judge=_judge(0.6, passed=True)).status == PASSED
     assert grade(weighted, Replay(answer="x"), judge=_judge(0.6, passed=False)).status == FAILED
     assert grade(weighted, Replay(answer="x"), judge=_judge(0.4, passed=True)).status == FAILED
@@ -82,15 +85,20 @@ def test_a_judge_answer_may_carry_pass_as_promptfoos_llm_rubric_does():
 
 def test_judge_settings_are_checked_and_read_back_from_the_snapshot():
     with pytest.raises(CatalogError) as info:
-        loads_catalog("name: j\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {judge: {rubric: x, threshold: 2, "
-                      "gates: true}}\n", source="j.yaml")
+        loads_catalog(
+            "name: j\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {judge: {rubric: x, threshold: 2, "
+            "gates: true}}\n",
+            source="j.yaml",
+        )
     assert info.value.problems == [
         "j.yaml:5: scenario 'a': expect.judge: unknown key 'gates' (did you mean 'gate'?)",
         ("j.yaml:5: scenario 'a': expect.judge.threshold must be a number from 0 to 1 (the score needed to "
          "pass), not 2")]
-    catalog = loads_catalog("name: j\ndefaults: {judge_model: sim/judge}\nscenarios:\n  - key: a\n    prompt: hi\n"
-                            "    expect: {judge: {rubric: x, threshold: 0.4, gate: false}}\n  - key: b\n    prompt: hi\n"
-                            "    expect: {judge: y}\n")
+    catalog = loads_catalog(
+        "name: j\ndefaults: {judge_model: sim/judge}\nscenarios:\n  - key: a\n    prompt: hi\n"
+        "    expect: {judge: {rubric: x, threshold: 0.4, gate: false}}\n  - key: b\n    prompt: hi\n"
+        "    expect: {judge: y}\n"
+    )
     again = catalog_from_body(catalog.body)
     assert again.scenarios == catalog.scenarios and again.digest == catalog.digest
     assert catalog.body["scenarios"][1]["expect"]["judge"] == "y"  # a plain rubric keeps its digest
@@ -153,8 +161,18 @@ def test_the_criteria_table_counts_a_judgement_as_the_judge_decided_it():
         rows.append(Result("a", model, grades.status, grades.score, output="sorry", scores=grades.scores,
                            fault=grades.fault, details=grades.details))
     assert [r.status for r in rows] == [PASSED, FAILED]
-    report = build_report({"id": "r_1", "catalog_name": "j", "digest": "d", "models": ["sim/smart", "sim/fast"],
-                           "strategy": "sequential", "created_at": None, "finished_at": None}, rows)
+    report = build_report(
+        {
+            "id": "r_1",
+            "catalog_name": "j",
+            "digest": "d",
+            "models": ["sim/smart", "sim/fast"],
+            "strategy": "sequential",
+            "created_at": None,
+            "finished_at": None,
+        },
+        rows,
+    )
     judged = {c["model"]: (c["passed"], c["total"]) for c in report["criteria"] if c["criterion"] == "llm_judge"}
     assert judged == {"sim/smart": (1, 1), "sim/fast": (0, 1)}
     assert "| llm_judge | `sim/smart` | 0.780 | 0.780 | 0.780 | 1/1 |" in render_markdown(report)
@@ -171,8 +189,18 @@ def test_every_judge_line_states_the_threshold_and_what_the_judge_decided():
         grades = grade(scenario, Replay(answer="sorry", duration_ms=10), judge=_judge(score))
         rows.append(Result("a", model, grades.status, grades.score, output="sorry", scores=grades.scores,
                            fault=grades.fault, details=grades.details))
-    report = build_report({"id": "r_1", "catalog_name": "j", "digest": "d", "models": ["sim/smart", "sim/fast"],
-                           "strategy": "sequential", "created_at": None, "finished_at": None}, rows)
+    report = build_report(
+        {
+            "id": "r_1",
+            "catalog_name": "j",
+            "digest": "d",
+            "models": ["sim/smart", "sim/fast"],
+            "strategy": "sequential",
+            "created_at": None,
+            "finished_at": None,
+        },
+        rows,
+    )
     judges = {r["model"]: r["judge"] for r in report["results"]}
     assert (judges["sim/smart"]["threshold"], judges["sim/smart"]["passed"]) == (0.8, False)
     assert (judges["sim/fast"]["threshold"], judges["sim/fast"]["passed"]) == (0.8, True)

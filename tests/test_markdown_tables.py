@@ -109,11 +109,20 @@ def _result(key: str, model: str, status: str, **extra) -> Result:
 
 def test_crafted_reports_keep_their_tables_whole() -> None:
     judge = {"model": "sim/judge", "score": 0.2, "reason": "said | nothing\nat all", "raw": "{\"score\": | 0.2}"}
-    results = [_result("s|1", "a", "passed", scores={"contains": 1.0, "judge": 1.0}),
-               _result("s2", "a", "failed", fault="wrong_tool", error="a | b\n| c |", details={"judge": judge},
-                       scores={"contains": 0.0, "judge": 0.2}),
-               _result("s|1", "b|c", "errored", fault="run_error", error="---|---\n|x|"),
-               _result("s2", "b|c", "passed", scores={"contains": 1.0})]
+    results = [
+        _result("s|1", "a", "passed", scores={"contains": 1.0, "judge": 1.0}),
+        _result(
+            "s2",
+            "a",
+            "failed",
+            fault="wrong_tool",
+            error="a | b\n| c |",
+            details={"judge": judge},
+            scores={"contains": 0.0, "judge": 0.2},
+        ),
+        _result("s|1", "b|c", "errored", fault="run_error", error="---|---\n|x|"),
+        _result("s2", "b|c", "passed", scores={"contains": 1.0}),
+    ]
     report = build_report(RUN, results)
     text = render_markdown(report, baseline=build_report({**RUN, "id": "r_before"}, results[:2]))
     assert assert_tables_render(text) >= 5

@@ -102,8 +102,11 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
                 assert cell and cell.group(1) == _pct(rate), model
         page = httpx.get(f"{viewer.url}/compare?a={a}&b={b}", timeout=30).text
         for model in ("sim/a", "sim/b"):
-            row = re.search(rf'<tr data-model="{re.escape(model)}">.*?pass-rate-a">([^<]+)<.*?pass-rate-b">([^<]+)<',
-                            page, re.DOTALL)
+            row = re.search(
+                rf'<tr data-model="{re.escape(model)}">.*?pass-rate-a">([^<]+)<.*?pass-rate-b">([^<]+)<',
+                page,
+                re.DOTALL,
+            )
             assert row and row.groups() == (_pct(rates[a][model]), _pct(rates[b][model])), model
         for key, model in sorted(expected):  # the scenario page with a baseline shows the flip over epochs
             page = httpx.get(f"{viewer.url}/runs/{b}/scenarios/{key}?baseline={a}", timeout=30).text

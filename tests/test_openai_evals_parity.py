@@ -153,5 +153,7 @@ def test_the_registry_names_the_grader_of_its_own_data_files():
     with pytest.raises(CatalogError) as info:
         load_any(REGISTRY / "data" / "test_fuzzy_match" / "samples.jsonl")
     assert len(info.value.problems) == 1
-    assert "grade them differently (fuzzy_match: test-fuzzy-match.s1.simple-v0 (test-basic.yaml); includes: " \
-           "test-includes.s1.simple-v0 (test-basic.yaml))" in info.value.problems[0]
+    assert (
+        "grade them differently (fuzzy_match: test-fuzzy-match.s1.simple-v0 (test-basic.yaml); includes: "
+        "test-includes.s1.simple-v0 (test-basic.yaml))" in info.value.problems[0]
+    )

@@ -44,8 +44,10 @@ def test_each_class_picks_its_grader_and_samples_resolve_under_the_registry_data
     first = catalog.scenario("sample-1")
     assert (first.expect.ideal, first.expect.ideal_grader, first.expect.gates) == (("N",), "match", ("ideal",))
     assert first.temperature == 0 and first.tags == ("eval:born-first",)  # Match samples at temperature 0
-    assert born.data["description"] == ("Imported from the OpenAI evals registry file born-first.yaml: Test the "
-                                        "model's ability to determine who was born first.")
+    assert born.data["description"] == (
+        "Imported from the OpenAI evals registry file born-first.yaml: Test the "
+        "model's ability to determine who was born first."
+    )
     basic = parse_catalog(load_any(REGISTRY / "evals" / "test-basic.yaml").data, source="test-basic.yaml")
     graders = {s.group: s.expect.ideal_grader for s in basic.scenarios}
     assert graders == {"test-match": "match", "test-fuzzy-match": "fuzzy_match", "test-includes": "includes"}
@@ -145,12 +147,17 @@ ok.v0:
   args: {samples_jsonl: test_fuzzy_match/samples.jsonl}
 """)
     assert _problems(path) == [
-        (f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code in "
-        "openai/evals (its own eval_sample); evaljobs maps Match, Includes, FuzzyMatch, ModelBasedClassify only; "
-        "remove the eval or pass --lenient to skip it"),
-        (f"{path}:7: eval 'humor.v0': modelgraded_spec 'humor': its prompt and choice scores "
-        "(registry/modelgraded/humor.yaml) are not mapped to evaljobs' judge (mapped: fact, closedqa); remove the "
-        "eval or pass --lenient to skip it")]
+        (
+            f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code in "
+            "openai/evals (its own eval_sample); evaljobs maps Match, Includes, FuzzyMatch, ModelBasedClassify only; "
+            "remove the eval or pass --lenient to skip it"
+        ),
+        (
+            f"{path}:7: eval 'humor.v0': modelgraded_spec 'humor': its prompt and choice scores "
+            "(registry/modelgraded/humor.yaml) are not mapped to evaljobs' judge (mapped: fact, closedqa); remove the "
+            "eval or pass --lenient to skip it"
+        ),
+    ]
     lenient = load_any(path, lenient=True)
     assert [g["name"] for g in lenient.data["groups"]] == ["ok.v0"]
     assert len(lenient.warnings) == 2 and all("skipped (--lenient)" in w for w in lenient.warnings)
@@ -163,8 +170,12 @@ def test_a_git_lfs_pointer_a_missing_file_and_a_conflicting_grader_are_one_line_
     (tmp_path / "registry" / "data" / "lfs").mkdir()
     pointer = tmp_path / "registry" / "data" / "lfs" / "samples.jsonl"
     pointer.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 10\n")
-    assert _problems(path) == [(f"{path}:3: eval 'lfs.v0': {pointer} is a Git LFS pointer, not the samples: run "
-                               "'git lfs pull' in the evals checkout first")]
+    assert _problems(path) == [
+        (
+            f"{path}:3: eval 'lfs.v0': {pointer} is a Git LFS pointer, not the samples: run "
+            "'git lfs pull' in the evals checkout first"
+        )
+    ]
     missing = _registry(tmp_path / "2", "gone.v0:\n  class: evals.elsuite.basic.match:Match\n"
                                         "  args: {samples_jsonl: nowhere/samples.jsonl}\n")
     (problem,) = _problems(missing)

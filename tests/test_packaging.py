@@ -48,8 +48,12 @@ def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     _tracked_copy(src)
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (found,) = out.glob("evaljobs-*.whl")
     return found
@@ -130,8 +134,14 @@ def test_installed_wheel_runs_the_demo(installed, tmp_path) -> None:
     listed = subprocess.run([str(installed / "evaljobs"), "runs"], cwd=work, env=env, capture_output=True,
                             text=True, timeout=60)
     assert listed.returncode == 0 and run_id in listed.stdout, listed.stdout + listed.stderr
-    version = subprocess.run([str(installed / "evaljobs"), "--version"], cwd=work, env=env, capture_output=True,
-                             text=True, timeout=60)
+    version = subprocess.run(
+        [str(installed / "evaljobs"), "--version"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert evaljobs.__version__ in version.stdout
 
 
@@ -141,8 +151,12 @@ def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> 
     work.mkdir()
     shutil.copy(ROOT / "examples" / "catalogs" / "tools_mcp.yaml", work / "tools_mcp.yaml")
     env = _clean_env(tmp_path)
-    assert subprocess.run([str(installed / "python"), "-c", "import mcp"], cwd=work, env=env,
-                          capture_output=True).returncode != 0, "this virtualenv should not have the mcp extra"
+    assert (
+        subprocess.run(
+            [str(installed / "python"), "-c", "import mcp"], cwd=work, env=env, capture_output=True
+        ).returncode
+        != 0
+    ), "this virtualenv should not have the mcp extra"
     for args in (["run", "tools_mcp.yaml", "-m", "sim/a"], ["catalog", "check", "tools_mcp.yaml"]):
         done = subprocess.run([str(installed / "evaljobs"), *args], cwd=work, env=env, capture_output=True,
                               text=True, timeout=120)
@@ -150,8 +164,14 @@ def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> 
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "install evaljobs[mcp]" in lines[0], done.stderr
         assert "could not connect" not in done.stderr
-    listed = subprocess.run([str(installed / "evaljobs"), "runs", "--json"], cwd=work, env=env, capture_output=True,
-                            text=True, timeout=60)
+    listed = subprocess.run(
+        [str(installed / "evaljobs"), "runs", "--json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout + listed.stderr
     # A worker without the extra (the submitter had it): the tool call fails at once with the same hint.
     call = ("from evaljobs.catalog import Tool; from evaljobs.tools import LiveTools; "

@@ -104,9 +104,15 @@ def test_a_fanout_run_in_batches_keeps_every_pair_and_retries_a_failing_one_on_i
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.05")
     simulated_provider(latency=0)
     # One pair fails its first call (a 500): it leaves its batch as a message of its own and passes.
-    catalog = loads_catalog("name: batches\nscenarios:\n" + "".join(
-        f"  - key: s{i:04d}\n    prompt: '{'[sim: fail-first 1 500] ' if i == 7 else ''}[sim: say answer {i}]'\n"
-        f"    expect: {{contains: ['answer {i}']}}\n" for i in range(12)), source="batches.yaml")
+    catalog = loads_catalog(
+        "name: batches\nscenarios:\n"
+        + "".join(
+            f"  - key: s{i:04d}\n    prompt: '{'[sim: fail-first 1 500] ' if i == 7 else ''}[sim: say answer {i}]'\n"
+            f"    expect: {{contains: ['answer {i}']}}\n"
+            for i in range(12)
+        ),
+        source="batches.yaml",
+    )
     with Session(db=f"sqlite:///{tmp_path}/b.db", broker="memory", width=2) as session:
         info = session.submit(catalog, ["sim/fast", "sim/smart"], strategy="fanout")
         assert info.options.get("pairs_per_message") == 5

@@ -301,7 +301,9 @@ class RetiringPool(Pool):
 
 
 @pytest.mark.redis
-def test_retiring_members_mid_run_on_redis_loses_no_pair(redis_url, sqlite_url, monkeypatch, simulated_provider):
+def test_retiring_members_mid_run_on_redis_loses_no_pair(
+    redis_url, sqlite_url, monkeypatch, simulated_provider
+):
     from evaljobs.api import Session
 
     completes: list[str] = []

@@ -42,9 +42,12 @@ def test_simple_test_imports_with_yaml_12_refs_and_one_refusal():
     with pytest.raises(CatalogError) as info:
         load_any(SIMPLE)
     assert info.value.problems == [
-        (f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an embedding "
-        "model to compare meanings, which evaljobs does not have (write the expected phrases as icontains, or a "
-        "rubric as llm-rubric); remove it or pass --lenient to skip it")]
+        (
+            f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an embedding "
+            "model to compare meanings, which evaljobs does not have (write the expected phrases as icontains, or a "
+            "rubric as llm-rubric); remove it or pass --lenient to skip it"
+        )
+    ]
     _, catalog = _catalog(SIMPLE, lenient=True)
     assert len(catalog.scenarios) == 10  # 2 prompts x 5 tests
     exact = catalog.scenario("prompts-1.check-for-exact-match")
@@ -58,13 +61,18 @@ def test_simple_test_imports_with_yaml_12_refs_and_one_refusal():
 
 def test_a_missing_ref_is_one_line_or_skipped_under_lenient(tmp_path):
     config = tmp_path / "promptfooconfig.yaml"
-    config.write_text("prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
-                      "      - $ref: '#/assertionTemplates/nope'\n      - type: icontains\n        value: hi\n")
+    config.write_text(
+        "prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
+        "      - $ref: '#/assertionTemplates/nope'\n      - type: icontains\n        value: hi\n"
+    )
     with pytest.raises(CatalogError) as info:
         load_any(config)
     assert info.value.problems == [
-        (f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define it under "
-        "assertionTemplates or fix the name or pass --lenient to skip it")]
+        (
+            f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define it under "
+            "assertionTemplates or fix the name or pass --lenient to skip it"
+        )
+    ]
     imported, catalog = _catalog(config, lenient=True)
     # The test lost an assertion: it is not gradable (never graded on what is left).
     assert [a["kind"] for a in catalog.scenarios[0].expect.assertions] == ["builtin", "refused"]
@@ -163,12 +171,22 @@ def test_javascript_assertion_body_is_built_as_promptfoo_builds_it(runner, code,
 def test_javascript_has_a_timeout_and_the_node_process_survives(runner):
     from evaljobs.catalog import Expect, Scenario
 
-    loop = Scenario(key="s", messages=({"role": "user", "content": "x"},), pass_threshold=1.0,
-                    expect=Expect(assertions=({"kind": "javascript", "code": "while (true) {}\nreturn true", "label": "loop"},)))
+    loop = Scenario(
+        key="s",
+        messages=({"role": "user", "content": "x"},),
+        pass_threshold=1.0,
+        expect=Expect(
+            assertions=({"kind": "javascript", "code": "while (true) {}\nreturn true", "label": "loop"},)
+        ),
+    )
     result = grade(loop, Replay(answer="x"), assertions=runner)
     assert result.status == FAILED and "timed out" in result.details["assertions"][0]["reason"]
-    ok = Scenario(key="t", messages=({"role": "user", "content": "x"},), pass_threshold=1.0,
-                  expect=Expect(assertions=({"kind": "javascript", "code": "output.length", "label": "len"},)))
+    ok = Scenario(
+        key="t",
+        messages=({"role": "user", "content": "x"},),
+        pass_threshold=1.0,
+        expect=Expect(assertions=({"kind": "javascript", "code": "output.length", "label": "len"},)),
+    )
     assert grade(ok, Replay(answer="abc"), assertions=runner).scores["assertions"] == 1.0
 
 
@@ -185,8 +203,10 @@ def test_without_node_a_javascript_assertion_is_refused_in_one_line():
 
 def test_a_test_whose_every_assertion_was_refused_is_not_gradable(tmp_path):
     config = tmp_path / "promptfooconfig.yaml"
-    config.write_text("prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
-                      "      - type: similar\n        value: hello\n      - type: cost\n        threshold: 0.01\n")
+    config.write_text(
+        "prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
+        "      - type: similar\n        value: hello\n      - type: cost\n        threshold: 0.01\n"
+    )
     _, catalog = _catalog(config, lenient=True)
     result = grade(catalog.scenarios[0], Replay(answer="hello"))
     assert (result.status, result.fault) == (ERRORED, "not_gradable")
@@ -205,8 +225,21 @@ def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path,
         session.submit(str(JSON_OUTPUT), ["sim/fast"], strategy="sequential")
     assert str(info.value).startswith(f"{JSON_OUTPUT}: test #1: assertion #2 (javascript): needs Node.js: install")
     # JUnit carries the grader's account of external assertions and gates.
-    result = Result("k", "m", "failed", details={"failed_gates": ["assertions"], "assertions": [
-        {"assertion": "test #2: assertion #3 (contains-any)", "pass": False, "reason": "no match for /India/"}]})
+    result = Result(
+        "k",
+        "m",
+        "failed",
+        details={
+            "failed_gates": ["assertions"],
+            "assertions": [
+                {
+                    "assertion": "test #2: assertion #3 (contains-any)",
+                    "pass": False,
+                    "reason": "no match for /India/",
+                }
+            ],
+        },
+    )
     lines = junit.grade_lines(result)
     assert "failed gates: assertions" in lines
     assert "assertion failed: test #2: assertion #3 (contains-any): no match for /India/" in lines

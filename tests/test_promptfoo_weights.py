@@ -108,9 +108,13 @@ def test_the_documented_weighted_example_grades_as_documented(tmp_path, threshol
     (scenario,) = catalog.scenarios
     assert scenario.expect.weighted
     graded = grade(scenario, Replay(answer=answer))
-    expected = promptfoo_result([(answer.strip() == "Hello world", float(answer.strip() == "Hello world"), 2, False),
-                                 ("world" in answer, float("world" in answer), 1, False)],
-                                float(threshold.split(":")[1]) if threshold else None)
+    expected = promptfoo_result(
+        [
+            (answer.strip() == "Hello world", float(answer.strip() == "Hello world"), 2, False),
+            ("world" in answer, float("world" in answer), 1, False),
+        ],
+        float(threshold.split(":")[1]) if threshold else None,
+    )
     assert expected == (passes, pytest.approx(score))
     assert (graded.status == PASSED, graded.score) == (passes, pytest.approx(score, abs=1e-6))
     if not passes:
@@ -193,8 +197,10 @@ def test_every_rule_on_every_answer_matches_promptfoo(tmp_path):
         for answer in ANSWERS:
             passes, score = _expected(rules, threshold, answer)
             graded = grade(scenario, Replay(answer=answer))
-            assert (graded.status, graded.score) == (PASSED if passes else FAILED, pytest.approx(score, abs=1e-6)), \
-                (name, answer, graded.details)
+            assert (graded.status, graded.score) == (
+                PASSED if passes else FAILED,
+                pytest.approx(score, abs=1e-6),
+            ), (name, answer, graded.details)
             checked.add((name, passes))
     # every test both passes and fails on some answer, except a threshold of 0 that never fails
     assert checked == {(n, p) for n in GRID_RULES for p in (True, False)} - {("all-zero", False)}
@@ -238,8 +244,10 @@ def _f_score_rules(vars_: dict, answer: str) -> list[tuple]:
                 int(sentiment == "positive" and expected == "negative"),
                 int(sentiment == "negative" and expected == "positive"),
                 int(sentiment == "negative" and expected == "negative")]
-    return ([(is_json, float(is_json), 1, False), (sentiment == expected, float(sentiment == expected), 1, False)]
-            + [(n > 0, float(n), 0, False) for n in counters])
+    return [
+        (is_json, float(is_json), 1, False),
+        (sentiment == expected, float(sentiment == expected), 1, False),
+    ] + [(n > 0, float(n), 0, False) for n in counters]
 
 
 @needs_node
@@ -316,8 +324,9 @@ def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tm
         with pytest.raises(UsageError) as info:  # an llm-rubric entry needs a judge model, as any rubric
             session.submit(catalog, ["sim/fast"], strategy="fanout")
         assert "has an llm_judge rubric but no judge model" in str(info.value)
-        run = session.wait(session.submit(catalog, ["sim/fast"], strategy="fanout", judge_model="sim/judge").id,
-                           timeout=120)
+        run = session.wait(
+            session.submit(catalog, ["sim/fast"], strategy="fanout", judge_model="sim/judge").id, timeout=120
+        )
     results = {r.scenario_key.split(".", 1)[1]: r for r in store.list_results(run.id)}
     loose, strict = results["documented-weights"], results["documented-weights-strict"]
     assert (loose.status, round(loose.score, 2)) == ("passed", 0.33)       # 1/3 >= 0.2
@@ -328,8 +337,10 @@ def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tm
     set_result, rubric, metric = judged.details["assertions"]
     assert (set_result["pass"], set_result["score"]) == (True, 0.5)     # refund yes, weeks no: 0.5 >= 0.5
     assert rubric["score"] == judge["score"] and (metric["weight"], metric["pass"]) == (0, True)
-    expected, score = promptfoo_result([(True, 0.5, 1, True), (judge["score"] >= 0.3, judge["score"], 1, False),
-                                        (False, 0.0, 0, False)], None)
+    expected, score = promptfoo_result(
+        [(True, 0.5, 1, True), (judge["score"] >= 0.3, judge["score"], 1, False), (False, 0.0, 0, False)],
+        None,
+    )
     assert (judged.status == "passed", judged.score) == (expected, pytest.approx(score, abs=1e-6))
     gone = results["judge-gone"]  # the judge failed: the pair is errored, never held against the model
     assert (gone.status, gone.fault) == ("errored", "judge_unavailable") and "judge model is gone" in gone.error
@@ -382,16 +393,24 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
     with pytest.raises(CatalogError) as info:
         loads_catalog(text, source="m.yaml")
     assert info.value.problems == [
-        ("m.yaml:6: scenario 'a': a weighted expect is graded by its assertions alone; write contains as "
-        "assertions entries or drop 'weighted'"),
+        (
+            "m.yaml:6: scenario 'a': a weighted expect is graded by its assertions alone; write contains as "
+            "assertions entries or drop 'weighted'"
+        ),
         "m.yaml:13: scenario 'b': expect.assertions[0].weight must be a number >= 0, not -1",
-        ("m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
-        "or use pass_threshold"),
-        ("m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
-        "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}"),
+        (
+            "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
+            "or use pass_threshold"
+        ),
+        (
+            "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
+            "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}"
+        ),
         "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",
-        ("m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
-        "'missing_capability'?)"),
+        (
+            "m.yaml:19: scenario 'c': expect.diagnose: unknown heuristic 'missing_capabilty' (did you mean "
+            "'missing_capability'?)"
+        ),
     ]
 
 
@@ -414,5 +433,8 @@ def test_csv_tests_read_vars_descriptions_and_expected_columns_as_promptfoo(tmp_
     with pytest.raises(CatalogError) as info:
         _load(config)
     assert info.value.problems == [
-        (f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
-        "or pass --lenient to skip it")]
+        (
+            f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
+            "or pass --lenient to skip it"
+        )
+    ]

@@ -424,13 +424,22 @@ def recording_server():
 
 
 @pytest.mark.parametrize("no_proxy", [None, "provider.invalid"])
-def test_an_http_proxy_from_the_environment_is_used_unless_no_proxy_names_the_host(recording_server, monkeypatch,
-                                                                                   no_proxy):
+def test_an_http_proxy_from_the_environment_is_used_unless_no_proxy_names_the_host(
+    recording_server, monkeypatch, no_proxy
+):
     """Requests go to the transport directly (not through httpx.Client), which must not lose
     what the client did with trust_env: HTTP_PROXY and NO_PROXY."""
     port = recording_server.server_address[1]
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
-                 "no_proxy"):
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
     if no_proxy:

@@ -38,18 +38,39 @@ FAULTS = {
     "500-then-ok": ("[sim: fail-first 2 500] [sim: say fine]", "passed", 3, None),
     "503-then-ok": ("[sim: fail-first 1 503] [sim: say fine]", "passed", 2, None),
     "429-then-ok": ("[sim: fail-first 2 429] [sim: say fine]", "passed", 1, None),  # a 429 is not a retry
-    "500-always": ("[sim: status 500 upstream exploded]", "errored", 3,
-                   "HTTP 500 from provider: upstream exploded (gave up after 3 attempts)"),
-    "timeout": ("[sim: sleep 5] [sim: say too late]", "errored", 3,
-                "timed out after 1 s waiting for the response (gave up after 3 attempts)"),
+    "500-always": (
+        "[sim: status 500 upstream exploded]",
+        "errored",
+        3,
+        "HTTP 500 from provider: upstream exploded (gave up after 3 attempts)",
+    ),
+    "timeout": (
+        "[sim: sleep 5] [sim: say too late]",
+        "errored",
+        3,
+        "timed out after 1 s waiting for the response (gave up after 3 attempts)",
+    ),
     "reset": ("[sim: reset]", "errored", 3, "connection reset before a response (gave up after 3 attempts)"),
     "truncated": ("[sim: truncate] [sim: say fine]", "errored", 3, "response body truncated ("),
     "malformed": ("[sim: malformed]", "errored", 1, "malformed JSON in response body ("),
-    "huge": ("[sim: huge 50MB]", "errored", 1,
-             f"response too large (> {DEFAULT_MAX_RESPONSE_BYTES} bytes; Content-Length 5000"),
-    "bad-request": ("[sim: status 400 unknown parameter]", "errored", 1, "HTTP 400 from provider: unknown parameter"),
-    "429-storm": ("[sim: ratelimit 0.1]", "errored", 1,
-                  f"still rate limited after {WAITS} waits: HTTP 429 from provider: simulated rate limit"),
+    "huge": (
+        "[sim: huge 50MB]",
+        "errored",
+        1,
+        f"response too large (> {DEFAULT_MAX_RESPONSE_BYTES} bytes; Content-Length 5000",
+    ),
+    "bad-request": (
+        "[sim: status 400 unknown parameter]",
+        "errored",
+        1,
+        "HTTP 400 from provider: unknown parameter",
+    ),
+    "429-storm": (
+        "[sim: ratelimit 0.1]",
+        "errored",
+        1,
+        f"still rate limited after {WAITS} waits: HTTP 429 from provider: simulated rate limit",
+    ),
     "big-but-allowed": ("[sim: huge 5MB]", "passed", 1, None),
 }
 

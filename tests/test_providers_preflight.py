@@ -107,8 +107,11 @@ def test_run_with_unusable_providers_exits_2_one_line_each_and_creates_no_run(en
 
 def test_a_judge_model_named_only_by_the_providers_file_is_checked_too(env):
     # The judge is called by evaljobs whatever the adapter; its provider must be usable before a run exists.
-    path = providers_file(env, "judge_model: keyed/judge-1\n"
-                               "providers:\n  keyed: {base_url: http://127.0.0.1:9/v1, api_key_env: PF_KEY}\n")
+    path = providers_file(
+        env,
+        "judge_model: keyed/judge-1\n"
+        "providers:\n  keyed: {base_url: http://127.0.0.1:9/v1, api_key_env: PF_KEY}\n",
+    )
     catalog = env / "judged.yaml"
     catalog.write_text("name: judged\nscenarios:\n  - key: a\n    prompt: hi\n"
                        "    expect: {judge: The answer is polite.}\n")
@@ -144,8 +147,11 @@ def test_providers_list_shows_presets_and_file_entries_never_the_key(env, sim, m
         assert preset in rows
     assert rows["mine"][1:6] == ["anthropic", sim.url, "PF_KEY", "set", "no"]
     assert rows["openai"][3:5] == ["OPENAI_API_KEY", "missing"]
-    listed = [json.loads(line) for line in cli("providers", "list", "--providers", path, "--json").output.splitlines()
-              if line.startswith("{")]
+    listed = [
+        json.loads(line)
+        for line in cli("providers", "list", "--providers", path, "--json").output.splitlines()
+        if line.startswith("{")
+    ]
     mine = next(row for row in listed if row["name"] == "mine")
     assert mine["ready"] is True and mine["origin"] == "file" and SECRET not in json.dumps(listed)
 
@@ -292,7 +298,8 @@ def test_every_readme_providers_example_loads_and_needs_only_its_key(env, tmp_pa
         found = problems(config, [f"{name}/{model}"])
         assert [line.split(": ", 1)[1] for line in found] == [
             f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or name "
-            f"another variable with api_key_env in {config.source}"], (number, found)
+            f"another variable with api_key_env in {config.source}"
+        ], (number, found)
 
 
 def test_viewer_models_count_unknown_costs_instead_of_adding_zero():

@@ -94,8 +94,21 @@ def test_every_import_reads_back_from_its_snapshot(name, tmp_path):
 def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
     runs = {}
     for name, load in FILES.items():
-        cli("run", str(ROOT / name), "-m", "sim/fast", "--judge-model", "sim/judge", "--strategy", "sequential",
-            "--lenient", "--limit", "6", *_options(load), ok=(0, 1))  # 1: every pair errored
+        cli(
+            "run",
+            str(ROOT / name),
+            "-m",
+            "sim/fast",
+            "--judge-model",
+            "sim/judge",
+            "--strategy",
+            "sequential",
+            "--lenient",
+            "--limit",
+            "6",
+            *_options(load),
+            ok=(0, 1),
+        )  # 1: every pair errored
         runs[name] = store.list_runs()[0].id
     for name, run_id in runs.items():
         store.forget_snapshots()  # read back from the database, as another process does
@@ -118,8 +131,12 @@ def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
         assert httpx.get(viewer.url + "/", timeout=30).status_code == 200
         for name, (run_id, rerun_id) in runs.items():
             key = store.list_results(run_id)[0].scenario_key
-            for path in (f"/runs/{run_id}", f"/runs/{run_id}/scenarios/{key}",
-                         f"/runs/{rerun_id}/scenarios/{key}?baseline={run_id}", f"/compare?a={run_id}&b={rerun_id}"):
+            for path in (
+                f"/runs/{run_id}",
+                f"/runs/{run_id}/scenarios/{key}",
+                f"/runs/{rerun_id}/scenarios/{key}?baseline={run_id}",
+                f"/compare?a={run_id}&b={rerun_id}",
+            ):
                 response = httpx.get(viewer.url + path, timeout=30)
                 assert response.status_code == 200, (name, path, response.text[-1000:])
     finally:

@@ -91,8 +91,10 @@ def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
     # reinstall the project from the temporary copy into it, and every later test would import a
     # folder that is gone. Refuse before anything runs.
     if not _venv_is_current():
-        pytest.fail(f"{sys.prefix} is older than setup.cfg/pyproject.toml: run scripts/test, which reinstalls "
-                    "the project, not pytest directly")
+        pytest.fail(
+            f"{sys.prefix} is older than setup.cfg/pyproject.toml: run scripts/test, which reinstalls "
+            "the project, not pytest directly"
+        )
     repo = tmp_path / "repo"
     _fresh_copy(repo)
     assert not (repo / ".evaljobs").exists()
@@ -135,7 +137,14 @@ def test_the_catalog_snippet_runs_without_keys(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALJOBS_", "OPENAI_", "ANTHROPIC_"))}
     env.update(HOME=str(tmp_path / "home"), NO_COLOR="1")
     exe = Path(sys.executable).with_name("evaljobs")
-    done = subprocess.run([str(exe), "run", "support.yaml", "-m", "sim/smart", "--fail-under", "100%"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [str(exe), "run", "support.yaml", "-m", "sim/smart", "--fail-under", "100%"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "1/1 pairs  100.0% passed" in done.stdout

@@ -53,8 +53,14 @@ def test_nested_repeats_against_a_33_character_answer_end_within_the_pairs_deadl
     simulated_provider(latency=0.0)
     answer = "a" * 32 + "b"
     with Session(db=sqlite_url) as session:
-        info = run_in_thread(lambda: session.submit(loads_catalog(catalog(answer, "^(a+)+$"), source="n.yaml"),
-                                                    ["sim/a"], strategy="sequential", time_limit=10))
+        info = run_in_thread(
+            lambda: session.submit(
+                loads_catalog(catalog(answer, "^(a+)+$"), source="n.yaml"),
+                ["sim/a"],
+                strategy="sequential",
+                time_limit=10,
+            )
+        )
     (result,) = store.list_results(info.id)
     assert result.output == answer
     assert result.status == "failed" and result.details["unmatched_regex"] == ["^(a+)+$"]  # re's verdict
@@ -120,18 +126,73 @@ def test_a_promptfoo_regex_the_engine_refuses_is_refused_by_the_importer():
 #: Patterns catalogs and the importers write: lookarounds (promptfoo's not-*), backreferences,
 #: inline flags, anchors, Unicode classes, the JSON test — each read by re and by the engine.
 PATTERNS = [
-    r"order #\d+", r"^\s*yes\b", r"(?i)refund", r"(?i)\bKELVIN\b", r"\A\s*Hello", r"done\Z", r"done$",
-    r"(\w+) \1", r"(?P<w>a|b)(?P=w)", r"(?<=\$)\d+(?:\.\d{2})?", r"(?<!not )allowed", r"colou?r",
-    r"^(a+)+$", r"[^\x00-\x7f]", r"\bstraße\b", r"(?s)start.*end", r"(?m)^- item$", r"[\u00e9e]t\u00e9",
-    r"\d{4}-\d{2}-\d{2}", r"(?x) a \s b  # spaced", r"a{2,3}?", r"(?:ab)*c", r"\W+", r"[.?!]$",
-    _nowhere(r"(?i)forbidden"), _nowhere(re.escape("a.b")), JSON_REGEX, r"\A(?!\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z)",
+    r"order #\d+",
+    r"^\s*yes\b",
+    r"(?i)refund",
+    r"(?i)\bKELVIN\b",
+    r"\A\s*Hello",
+    r"done\Z",
+    r"done$",
+    r"(\w+) \1",
+    r"(?P<w>a|b)(?P=w)",
+    r"(?<=\$)\d+(?:\.\d{2})?",
+    r"(?<!not )allowed",
+    r"colou?r",
+    r"^(a+)+$",
+    r"[^\x00-\x7f]",
+    r"\bstraße\b",
+    r"(?s)start.*end",
+    r"(?m)^- item$",
+    r"[\u00e9e]t\u00e9",
+    r"\d{4}-\d{2}-\d{2}",
+    r"(?x) a \s b  # spaced",
+    r"a{2,3}?",
+    r"(?:ab)*c",
+    r"\W+",
+    r"[.?!]$",
+    _nowhere(r"(?i)forbidden"),
+    _nowhere(re.escape("a.b")),
+    JSON_REGEX,
+    r"\A(?!\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z)",
 ]
 TEXTS = [
-    "", "order #123 shipped", "  yes, of course", "REFUND issued", "the \u212a KELVIN sign", "Hello there",
-    "all done", "all done\n", "done \n", "the the end", "abba", "price $12.50", "not allowed", "allowed",
-    "color colour", "aaaa", "aaaab", "caf\u00e9", "Stra\u00dfe straße", "start\nmiddle\nend", "- item\n- other",
-    "\u00e9t\u00e9", "2026-12-01", "a b", "aab", "ababc", "!!", "Why?", "nothing forbidden here", "FORBIDDEN",
-    "a.b", "axb", '{"a": 1}', " [1, 2] ", "not json", "\u0663\u0664", "\u00c9T\u00c9",
+    "",
+    "order #123 shipped",
+    "  yes, of course",
+    "REFUND issued",
+    "the \u212a KELVIN sign",
+    "Hello there",
+    "all done",
+    "all done\n",
+    "done \n",
+    "the the end",
+    "abba",
+    "price $12.50",
+    "not allowed",
+    "allowed",
+    "color colour",
+    "aaaa",
+    "aaaab",
+    "caf\u00e9",
+    "Stra\u00dfe straße",
+    "start\nmiddle\nend",
+    "- item\n- other",
+    "\u00e9t\u00e9",
+    "2026-12-01",
+    "a b",
+    "aab",
+    "ababc",
+    "!!",
+    "Why?",
+    "nothing forbidden here",
+    "FORBIDDEN",
+    "a.b",
+    "axb",
+    '{"a": 1}',
+    " [1, 2] ",
+    "not json",
+    "\u0663\u0664",
+    "\u00c9T\u00c9",
 ]
 
 

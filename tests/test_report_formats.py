@@ -42,28 +42,83 @@ def crafted() -> list[Result]:
                 {"role": "tool", "tool_call_id": "call_1", "content": "{\"status\": \"shipped\"}"},
                 {"role": "assistant", "content": "It has shipped."}]
     return [
-        Result("order-status", "sim/fast", "passed", 1.0, scores={"contains": 1.0, "expected_tools": 1.0},
-               output="It has shipped.", tool_calls=[tool_call], duration_ms=1200, cost=0.0004,
-               input_tokens=90, output_tokens=12, details={"turns": 2, "messages": messages}),
-        Result("cancel-order", "sim/fast", "failed", 0.333,
-               scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
-               fault="expected_tool_not_called", output="Sure, consider it done!", duration_ms=800,
-               details={"missing": ["cancelled"], "turns": 1,
-                        "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
-                        "judge": {"score": 0.2, "reason": "claims success without acting"},
-                        "messages": messages[:2] + [{"role": "assistant", "content": "Sure, consider it done!"}]}),
-        Result.errored("refund-policy", "sim/fast", "HTTP 400: bad request\nsecond line", attempts=3,
-                       duration_ms=50),
-        Result("order-status", "openai/gpt-4.1", "passed", 1.0, scores={"contains": 1.0}, duration_ms=900,
-               output="Shipped.", details={"turns": 1, "messages": messages[:2]}),
-        Result("cancel-order", "openai/gpt-4.1", "failed", 0.5, scores={"not_contains": 0.0, "contains": 1.0},
-               fault="forbidden_content", output=XSS + " \x01\x02 ]]> & \"quoted\" https://evil.example/x.js",
-               details={"forbidden": ["<script>"], "turns": 1,
-                        "messages": [{"role": "user", "content": XSS}, {"role": "assistant", "content": XSS}]},
-               tool_calls=[{"name": "<b>tool</b>", "arguments": {"q": XSS}, "result": None, "error": XSS,
-                            "duration_ms": 3}]),
-        Result("refund-policy", "openai/gpt-4.1", "passed", 0.9, scores={"contains": 1.0, "regex": 0.8},
-               output="30 days.", cached=True, details={"turns": 1, "messages": []}),
+        Result(
+            "order-status",
+            "sim/fast",
+            "passed",
+            1.0,
+            scores={"contains": 1.0, "expected_tools": 1.0},
+            output="It has shipped.",
+            tool_calls=[tool_call],
+            duration_ms=1200,
+            cost=0.0004,
+            input_tokens=90,
+            output_tokens=12,
+            details={"turns": 2, "messages": messages},
+        ),
+        Result(
+            "cancel-order",
+            "sim/fast",
+            "failed",
+            0.333,
+            scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
+            fault="expected_tool_not_called",
+            output="Sure, consider it done!",
+            duration_ms=800,
+            details={
+                "missing": ["cancelled"],
+                "turns": 1,
+                "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
+                "judge": {"score": 0.2, "reason": "claims success without acting"},
+                "messages": messages[:2] + [{"role": "assistant", "content": "Sure, consider it done!"}],
+            },
+        ),
+        Result.errored(
+            "refund-policy", "sim/fast", "HTTP 400: bad request\nsecond line", attempts=3, duration_ms=50
+        ),
+        Result(
+            "order-status",
+            "openai/gpt-4.1",
+            "passed",
+            1.0,
+            scores={"contains": 1.0},
+            duration_ms=900,
+            output="Shipped.",
+            details={"turns": 1, "messages": messages[:2]},
+        ),
+        Result(
+            "cancel-order",
+            "openai/gpt-4.1",
+            "failed",
+            0.5,
+            scores={"not_contains": 0.0, "contains": 1.0},
+            fault="forbidden_content",
+            output=XSS + ' \x01\x02 ]]> & "quoted" https://evil.example/x.js',
+            details={
+                "forbidden": ["<script>"],
+                "turns": 1,
+                "messages": [{"role": "user", "content": XSS}, {"role": "assistant", "content": XSS}],
+            },
+            tool_calls=[
+                {
+                    "name": "<b>tool</b>",
+                    "arguments": {"q": XSS},
+                    "result": None,
+                    "error": XSS,
+                    "duration_ms": 3,
+                }
+            ],
+        ),
+        Result(
+            "refund-policy",
+            "openai/gpt-4.1",
+            "passed",
+            0.9,
+            scores={"contains": 1.0, "regex": 0.8},
+            output="30 days.",
+            cached=True,
+            details={"turns": 1, "messages": []},
+        ),
     ]
 
 
@@ -212,9 +267,17 @@ def test_html_grid_has_a_cell_per_pair_and_each_cell_its_data() -> None:
     assert "messages" not in failed["grades"] and "turns" not in failed["grades"]
     passed = next(p for p in data if (p["key"], p["model"]) == ("order-status", "sim/fast"))
     assert passed["tool_calls"][0]["result"] == {"status": "shipped"}
-    for text in ("r_formats", "sha256:" + "ab" * 32, "fanout", "30.0 s", "{&quot;tenant&quot;: &quot;acme&quot;}",
-                 "errored (50.0%); 1 cached replay",
-                 'id="verdict"', 'id="models"', 'id="criteria"'):
+    for text in (
+        "r_formats",
+        "sha256:" + "ab" * 32,
+        "fanout",
+        "30.0 s",
+        "{&quot;tenant&quot;: &quot;acme&quot;}",
+        "errored (50.0%); 1 cached replay",
+        'id="verdict"',
+        'id="models"',
+        'id="criteria"',
+    ):
         assert text in html
 
 
@@ -299,9 +362,19 @@ def test_markdown_neutralizes_html_in_text_cells() -> None:
 def test_markdown_fits_a_pull_request_comment_whatever_the_run() -> None:
     long = "m" * 150
     models = [f"provider/{long}-{m}" for m in range(60)]
-    results = [Result(f"scenario-{i:04d}-{'k' * 100}", model, "failed" if (i + j) % 2 else "errored", 0.1,
-                      fault="missing_content", error="E" * 5000, scores={f"criterion_{c}": 0.5 for c in range(5)})
-               for i in range(150) for j, model in enumerate(models)]
+    results = [
+        Result(
+            f"scenario-{i:04d}-{'k' * 100}",
+            model,
+            "failed" if (i + j) % 2 else "errored",
+            0.1,
+            fault="missing_content",
+            error="E" * 5000,
+            scores={f"criterion_{c}": 0.5 for c in range(5)},
+        )
+        for i in range(150)
+        for j, model in enumerate(models)
+    ]
     report = build_report({**RUN, "models": models, "expected": len(results)}, results)
     baseline = build_report({**RUN, "id": "r_base", "models": models},
                             [Result(r.scenario_key, r.model, "passed", 1.0) for r in results])

@@ -14,8 +14,14 @@ from evaljobs.cli import main
 def catalog_body(changed: bool = False, added: bool = False) -> dict:
     scenarios = [{"key": f"s{i}", "prompt": f"[sim: say answer {i}]", "expect": {"contains": [f"answer {i}"]}}
                  for i in range(4)]
-    scenarios.append({"key": "tool", "prompt": "[sim: call lookup {\"id\": \"7\"}] [sim: say found 7]",
-                      "tools": [{"name": "lookup", "returns": {"ok": True}}], "expect": {"contains": ["found"]}})
+    scenarios.append(
+        {
+            "key": "tool",
+            "prompt": '[sim: call lookup {"id": "7"}] [sim: say found 7]',
+            "tools": [{"name": "lookup", "returns": {"ok": True}}],
+            "expect": {"contains": ["found"]},
+        }
+    )
     if changed:
         scenarios[2]["prompt"] = "[sim: say answer 2, now worded otherwise]"
     if added:
@@ -152,8 +158,16 @@ def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what
     assert lines(again) == [f"reused 4 of 12 pairs from {first} (1 changed, 7 new)"]
     assert requests(sim) == 2 + 7  # s2 (changed) and s9 (new) for sim/a; every sim/b pair (7 calls: a tool)
     # A run whose judge (an identity option) differs is not comparable: one line, everything evaluated.
-    judged = cli("run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "--judge-model", "sim/judge",
-                 "--reuse", "latest")
+    judged = cli(
+        "run",
+        write("v2.yaml", changed=True, added=True),
+        "-m",
+        "sim/a",
+        "--judge-model",
+        "sim/judge",
+        "--reuse",
+        "latest",
+    )
     latest, judged_id = store.list_runs()[1].id, store.list_runs()[0].id
     assert lines(judged) == [f"--reuse: {latest} is not comparable (its judge_model differs); evaluating all 6 pairs"]
     # rerun --reuse latest: the latest run of the rerun's catalog (the judged one: not comparable), said the

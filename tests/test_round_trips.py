@@ -270,8 +270,9 @@ def test_a_prefetch_after_a_script_flush_loads_the_script_and_the_acquire_asks_a
     assert _in_flight(governor) == 0
 
 
-def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(counted_redis, simulated_provider, sqlite_url,
-                                                                   monkeypatch):
+def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(
+    counted_redis, simulated_provider, sqlite_url, monkeypatch
+):
     """Governor off, one pair a message: the result event goes in the ack's round trip (Dramatiq's ack script +
     PUBLISH), so a pair costs the crash counter's begin and its ack, no round trip of its own for the event.
     The run's last result goes out on its own before its finalize is sent, and every event reaches a

@@ -37,9 +37,18 @@ def ant(sim):
 
 def _openai_lines(prompts: dict[str, str], url: str = "/v1/chat/completions") -> bytes:
     """The input file's lines (Azure's: ``url`` ``/chat/completions``, the endpoint it names)."""
-    return "".join(json.dumps({"custom_id": cid, "method": "POST", "url": url,
-                               "body": {"model": "sim", "messages": [{"role": "user", "content": text}]}}) + "\n"
-                   for cid, text in prompts.items()).encode()
+    return "".join(
+        json.dumps(
+            {
+                "custom_id": cid,
+                "method": "POST",
+                "url": url,
+                "body": {"model": "sim", "messages": [{"role": "user", "content": text}]},
+            }
+        )
+        + "\n"
+        for cid, text in prompts.items()
+    ).encode()
 
 
 def _by_id(text: str) -> dict[str, dict]:
@@ -51,8 +60,12 @@ def test_openai_sdk_batch_round_trip_with_a_partial_failure(sim, oai):
         "ok-1": "[sim: say Paris]", "ok-2": "[sim: say Rome]", "bad-1": "[sim: status 500 boom]"}))),
         purpose="batch")
     assert file.purpose == "batch" and file.bytes > 0
-    batch = oai.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h",
-                               metadata={"evaljobs": "k1"})
+    batch = oai.batches.create(
+        input_file_id=file.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"evaljobs": "k1"},
+    )
     assert batch.status == "in_progress" and batch.request_counts.total == 3
     assert batch.output_file_id is None and batch.metadata == {"evaljobs": "k1"}
     assert [b.id for b in oai.batches.list(limit=10).data] == [batch.id]
@@ -107,11 +120,14 @@ def test_openai_sdk_refusals_are_api_errors(sim, oai):
 
 
 def test_azure_openai_sdk_batch_paths(sim):
-    client = openai.AzureOpenAI(azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21",
-                                max_retries=0)
+    client = openai.AzureOpenAI(
+        azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21", max_retries=0
+    )
     try:
-        file = client.files.create(file=("r.jsonl", io.BytesIO(_openai_lines({"az-1": "[sim: say hello]"}, "/chat/completions"))),
-                                   purpose="batch")
+        file = client.files.create(
+            file=("r.jsonl", io.BytesIO(_openai_lines({"az-1": "[sim: say hello]"}, "/chat/completions"))),
+            purpose="batch",
+        )
         batch = client.batches.create(input_file_id=file.id, endpoint="/chat/completions", completion_window="24h")
         sim.batches.end_batches()
         done = client.batches.retrieve(batch.id)
@@ -194,8 +210,18 @@ def test_our_batch_client_submit_status_results(sim, wire):
 
     base = sim.url[: -len("/v1")] if wire == "azure" else sim.url
     with batches.BatchClient(base, api_key="k", wire=wire, api_version="2024-10-21") as client:
-        submitted = client.submit(_requests("p", ["[sim: say Paris]", '[sim: call search {"q": "x"}] [sim: say ok]',
-                                                  "[sim: status 500 boom]", "[sim: status 400 nope]"]), key="run1-b1")
+        submitted = client.submit(
+            _requests(
+                "p",
+                [
+                    "[sim: say Paris]",
+                    '[sim: call search {"q": "x"}] [sim: say ok]',
+                    "[sim: status 500 boom]",
+                    "[sim: status 400 nope]",
+                ],
+            ),
+            key="run1-b1",
+        )
         assert submitted.state == batches.OPEN and submitted.total == 4
         assert client.status(submitted.id).state == batches.OPEN
         with pytest.raises(PermanentError):

@@ -18,8 +18,13 @@ from evaljobs.providers.errors import PermanentError, RateLimited, TransientErro
 TOOLS_OPENAI = [{"type": "function", "function": {
     "name": "search", "description": "Search the docs",
     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
-TOOLS_ANTHROPIC = [{"name": "search", "description": "Search the docs",
-                    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+TOOLS_ANTHROPIC = [
+    {
+        "name": "search",
+        "description": "Search the docs",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    }
+]
 TWO_CALLS = 'find it [sim: call search {"q": "refunds"}] [sim: call search {"q": "returns"}] [sim: say Found both]'
 
 
@@ -94,8 +99,9 @@ def test_openai_sdk_errors(oai):
 
 
 def test_azure_openai_sdk_against_the_deployment_path(sim):
-    client = openai.AzureOpenAI(azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21",
-                                max_retries=0)
+    client = openai.AzureOpenAI(
+        azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21", max_retries=0
+    )
     try:
         answer = client.chat.completions.create(model="my-deployment",
                                                 messages=[{"role": "user", "content": "[sim: say hello]"}])
@@ -130,9 +136,11 @@ def test_anthropic_sdk_tool_use_two_calls_then_tool_results(ant):
 
 
 def test_anthropic_sdk_streaming_text_and_tools(ant):
-    with ant.messages.stream(model="sim", max_tokens=200,
-                             messages=[{"role": "user", "content": "[sim: say streamed in several pieces here]"}]
-                             ) as stream:
+    with ant.messages.stream(
+        model="sim",
+        max_tokens=200,
+        messages=[{"role": "user", "content": "[sim: say streamed in several pieces here]"}],
+    ) as stream:
         pieces = list(stream.text_stream)
         final = stream.get_final_message()
     assert len(pieces) > 1 and "".join(pieces) == "streamed in several pieces here"

@@ -107,8 +107,15 @@ def leaks(key: str, places: dict[str, bytes | str]) -> list[str]:
 def test_the_leak_search_finds_a_planted_key():
     """The search below is only worth something if it would find a leak."""
     key = "sk-evaljobs-FAKE-" + secrets.token_hex(8)
-    assert leaks(key, {"clean": "nothing here", "text": f"error: bad key {key}!", "bytes": b"..." + key.encode(),
-                       "also clean": b"sk-evaljobs-FAKE-"}) == ["text", "bytes"]
+    assert leaks(
+        key,
+        {
+            "clean": "nothing here",
+            "text": f"error: bad key {key}!",
+            "bytes": b"..." + key.encode(),
+            "also clean": b"sk-evaljobs-FAKE-",
+        },
+    ) == ["text", "bytes"]
 
 
 # -- where the key could go --------------------------------------------------------------------------------
@@ -283,8 +290,9 @@ def test_the_api_key_appears_nowhere_after_a_run(redis_url, db_url, providers, t
     assert f"Bearer {key}" in echoer.seen
     results = {r.scenario_key + " × " + r.model: r for r in store.list_results(run.id)}
     rejected = results["rejected-key × echoer/m"]
-    assert rejected.status == "errored" and rejected.error.startswith("HTTP 401 from provider: Incorrect API key "
-                                                                      "provided: ***"), rejected.error
+    assert rejected.status == "errored" and rejected.error.startswith(
+        "HTTP 401 from provider: Incorrect API key provided: ***"
+    ), rejected.error
     assert results["retry-echo × echoer/m"].error.startswith("HTTP 500 from provider: upstream failed for key ***")
     assert results["flaky × keyed/m"].status == "passed"
 

@@ -57,8 +57,10 @@ def test_a_model_judging_its_own_answers_is_refused_before_the_run(env):
         assert done.exit_code == 2, done.output
         errors = [line for line in done.output.splitlines() if line.startswith("error")]
         model = extra[1]
-        expected = (f"error: {model} would judge its own answers (it is both a model under test and the "
-                    f"judge model); name another judge with --judge-model, or pass --allow-self-judge to insist")
+        expected = (
+            f"error: {model} would judge its own answers (it is both a model under test and the "
+            f"judge model); name another judge with --judge-model, or pass --allow-self-judge to insist"
+        )
         assert errors == [expected], done.output
     store.connect(f"sqlite:///{env.parent}/self.db")
     assert store.list_runs() == []  # nothing was created

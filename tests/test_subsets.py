@@ -11,11 +11,27 @@ from evaljobs.catalog import parse_catalog
 from evaljobs.catalog.subset import EmptySelection, Selection, select, selection_note
 from evaljobs.cli import main
 
-BODY = {"name": "shop", "scenarios": [
-    {"key": f"refund-{i}", "prompt": f"[sim: say refund {i}]", "tags": ["refunds"] + (["slow"] if i % 2 else []),
-     "expect": {"contains": ["refund"]}} for i in range(6)] + [
-    {"key": f"order-{i}", "prompt": f"[sim: say order {i}]", "tags": ["orders"], "expect": {"contains": ["order"]}}
-    for i in range(4)]}
+BODY = {
+    "name": "shop",
+    "scenarios": [
+        {
+            "key": f"refund-{i}",
+            "prompt": f"[sim: say refund {i}]",
+            "tags": ["refunds"] + (["slow"] if i % 2 else []),
+            "expect": {"contains": ["refund"]},
+        }
+        for i in range(6)
+    ]
+    + [
+        {
+            "key": f"order-{i}",
+            "prompt": f"[sim: say order {i}]",
+            "tags": ["orders"],
+            "expect": {"contains": ["order"]},
+        }
+        for i in range(4)
+    ],
+}
 
 
 def catalog():
@@ -31,8 +47,15 @@ def test_each_selector_and_their_order():
     assert keys(Selection(filters=("order-*",))) == ["order-0", "order-1", "order-2", "order-3"]
     assert keys(Selection(filters=("order-1", "refund-[23]"))) == ["order-1", "refund-2", "refund-3"]
     assert keys(Selection(tags=("refunds",), exclude_tags=("slow",))) == ["refund-0", "refund-2", "refund-4"]
-    assert keys(Selection(tags=("orders", "slow"))) == ["order-0", "order-1", "order-2", "order-3", "refund-1",
-                                                        "refund-3", "refund-5"]
+    assert keys(Selection(tags=("orders", "slow"))) == [
+        "order-0",
+        "order-1",
+        "order-2",
+        "order-3",
+        "refund-1",
+        "refund-3",
+        "refund-5",
+    ]
     assert keys(Selection(limit=2)) == ["order-0", "order-1"]
     drawn = keys(Selection(tags=("refunds",), sample=3, seed=7))
     assert len(drawn) == 3 and drawn == keys(Selection(tags=("refunds",), sample=3, seed=7))  # same seed, same draw
@@ -47,10 +70,12 @@ def test_each_selector_and_their_order():
 def test_an_empty_selection_is_one_line():
     with pytest.raises(EmptySelection) as caught:
         select(catalog(), Selection(tags=("billing",)))
-    assert str(caught.value) == ("shop.yaml: no scenario of catalog 'shop' (10 scenarios) matches tag: billing: "
-                                 "nothing to run; its tags: orders (4), refunds (6), slow (3); its keys: "
-                                 "order-0, order-1, order-2, order-3, refund-0, refund-1, refund-2, refund-3, "
-                                 "refund-4, refund-5")
+    assert str(caught.value) == (
+        "shop.yaml: no scenario of catalog 'shop' (10 scenarios) matches tag: billing: "
+        "nothing to run; its tags: orders (4), refunds (6), slow (3); its keys: "
+        "order-0, order-1, order-2, order-3, refund-0, refund-1, refund-2, refund-3, "
+        "refund-4, refund-5"
+    )
 
 
 #: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).

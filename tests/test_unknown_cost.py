@@ -60,8 +60,17 @@ def cli(*args: str):
 
 
 def _run(env, *extra: str) -> str:
-    done = cli("run", str(env / "catalog.yaml"), "-m", "lab/fast", "--broker", "memory", "--strategy", "sequential",
-               *extra)
+    done = cli(
+        "run",
+        str(env / "catalog.yaml"),
+        "-m",
+        "lab/fast",
+        "--broker",
+        "memory",
+        "--strategy",
+        "sequential",
+        *extra,
+    )
     assert done.exit_code == 0, done.output
     return store.list_runs()[0].id if hasattr(store, "list_runs") else done.output.split("run ")[1].split(":")[0]
 
@@ -126,8 +135,20 @@ def test_a_judge_cap_on_an_unpriced_judge_counts_calls_and_never_crashes(env):
 
 
 def test_the_bench_shows_an_unknown_cost_as_unknown():
-    base = {"width": 2, "pairs": 10, "wall_s": 1.0, "requests": 10, "rate_limited": 0, "errors": 0, "retries": 0,
-            "errored_pairs": 0, "passed": 10, "cpu_s": 0.5, "peak_rss_mb": 80.0, "status": "complete"}
+    base = {
+        "width": 2,
+        "pairs": 10,
+        "wall_s": 1.0,
+        "requests": 10,
+        "rate_limited": 0,
+        "errors": 0,
+        "retries": 0,
+        "errored_pairs": 0,
+        "passed": 10,
+        "cpu_s": 0.5,
+        "peak_rss_mb": 80.0,
+        "status": "complete",
+    }
     measurements = [Measurement(strategy="fanout", repeat=i, run_id=f"r_{i}", cost=c, **base)
                     for i, c in enumerate((0.01, None))]
     cells = summarize(measurements)

@@ -88,8 +88,18 @@ def crafted_run(statuses=CRAFTED, epochs=5):
     for (key, model), per_epoch in statuses.items():
         for epoch, status in enumerate(per_epoch):
             score = 1.0 if status == P else 0.0
-            store.record_result(run.id, Result(key, model, status, score=score, epoch=epoch,
-                                               duration_ms=10, fault=None if status == P else "missing_content"))
+            store.record_result(
+                run.id,
+                Result(
+                    key,
+                    model,
+                    status,
+                    score=score,
+                    epoch=epoch,
+                    duration_ms=10,
+                    fault=None if status == P else "missing_content",
+                ),
+            )
     store.finalize(run.id, build_report)
     return store.get_run(run.id)
 

@@ -80,11 +80,16 @@ scenarios:
         loads_catalog("name: x\nscenarios:\n  - key: a\n    prompt: hi\n"
                       "    expect: {contains: [x], gate: [regex, vibes]}\n", source="g.yaml")
     assert info.value.problems == [
-        ("g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; add the "
-         "expectation or remove it from gate"),
-        ("g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, contains, "
-         "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
-         "assertions")]
+        (
+            "g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; add the "
+            "expectation or remove it from gate"
+        ),
+        (
+            "g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, contains, "
+            "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
+            "assertions"
+        ),
+    ]
 
 
 def test_catalogs_without_new_fields_keep_their_digest():

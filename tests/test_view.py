@@ -31,7 +31,9 @@ def test_viewer_reads_use_indexes_only(db_url):
     calls = {
         "runs": lambda: store_pages.runs(limit=50),
         "runs by status": lambda: store_pages.runs(limit=50, statuses=("pending", "running")),
-        "runs by catalog, model and date": lambda: store_pages.runs(limit=50, catalog="big", model="m2", since=since),
+        "runs by catalog, model and date": lambda: store_pages.runs(
+            limit=50, catalog="big", model="m2", since=since
+        ),
         "run": lambda: store_pages.run(running),
         "model tallies": lambda: store_pages.model_tallies(ids[:10]),
         "report models": lambda: store_pages.report_models(ids[10:20]),
@@ -75,10 +77,19 @@ def test_a_run_page_filters_sorts_and_pages(tmp_path):
     for i in range(120):
         for model in ("m1", "m2"):
             failed = model == "m2" and i % 3 == 0
-            store.record_result(run.id, Result(f"k{i:03d}", model, "failed" if failed else "passed",
-                                               0.0 if failed else 1.0, fault="missing_content" if failed else None,
-                                               output=f"answer {i} from {model}\nsecond line", duration_ms=i,
-                                               ttft_ms=float(i) if model == "m1" else None))
+            store.record_result(
+                run.id,
+                Result(
+                    f"k{i:03d}",
+                    model,
+                    "failed" if failed else "passed",
+                    0.0 if failed else 1.0,
+                    fault="missing_content" if failed else None,
+                    output=f"answer {i} from {model}\nsecond line",
+                    duration_ms=i,
+                    ttft_ms=float(i) if model == "m1" else None,
+                ),
+            )
     page = queries.run_page(run.id)
     assert page.matched == 120 and page.pages == 3 and len(page.rows) == 50 and page.rows[0].key == "k000"
     assert page.rows[0].cells[0][1].preview.startswith("answer 0 from m1")
@@ -221,8 +232,10 @@ def test_the_live_stream_follows_a_run_from_the_database_without_a_broker(viewed
 
 
 def test_the_runs_list_stream_moves_running_runs_and_ends_when_they_finish(viewed, tmp_path):
-    catalog = loads_catalog("name: listed\nscenarios:\n  - key: a\n    prompt: q\n  - key: b\n    prompt: q\n",
-                            source="listed.yaml")
+    catalog = loads_catalog(
+        "name: listed\nscenarios:\n  - key: a\n    prompt: q\n  - key: b\n    prompt: q\n",
+        source="listed.yaml",
+    )
     run = store.create_run(catalog, ["m"], strategy="sequential")
     store.mark_running(run.id)
     viewer = Viewer(viewed, "memory", tmp_path / "view.log")

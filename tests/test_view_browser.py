@@ -301,8 +301,10 @@ def test_a_live_run_advances_without_reload_and_a_worker_appears_on_the_fleet(si
 def test_a_live_run_with_epochs_redraws_a_cell_from_its_epochs(site) -> None:
     """With --epochs a cell is the scenario × model over its epochs, on the server and in the live update."""
     store.connect(site["db"])
-    catalog = loads_catalog('name: epochs\nscenarios:\n  - key: e1\n    prompt: "a"\n  - key: e2\n    prompt: "b"\n',
-                            source="epochs.yaml")
+    catalog = loads_catalog(
+        'name: epochs\nscenarios:\n  - key: e1\n    prompt: "a"\n  - key: e2\n    prompt: "b"\n',
+        source="epochs.yaml",
+    )
     run = store.create_run(catalog, ["sim/a"], strategy="sequential", epochs=3)
     store.mark_running(run.id)
     store.record_result(run.id, Result("e1", "sim/a", "passed", 1.0, output="yes", epoch=0))

@@ -91,8 +91,9 @@ def test_the_served_pages_show_epochs_passed_flaky_marks_and_every_epoch(tmp_pat
     assert run_page.status_code == 200 and scenario_page.status_code == 200
     html = run_page.text
     assert "4 epochs per pair" in html and 'data-epochs="4"' in html
-    cell = re.search(r'<td class="cell st-failed" data-key="s1" data-model="m2" data-epochs="PFPF">(.*?)</td>',
-                     html, re.S)
+    cell = re.search(
+        r'<td class="cell st-failed" data-key="s1" data-model="m2" data-epochs="PFPF">(.*?)</td>', html, re.S
+    )
     assert cell is not None, "the flaky cell is not in the grid"
     assert "2/4 passed" in cell.group(1) and ">flaky<" in cell.group(1)
     assert re.search(r'data-key="s3" data-model="m1" data-epochs="P·P·">\s*<span class="mark">2/4 passed', html)
@@ -107,8 +108,9 @@ def test_the_served_pages_show_epochs_passed_flaky_marks_and_every_epoch(tmp_pat
 def test_a_rerun_of_chosen_epochs_has_a_run_page(tmp_path):
     """A rerun stores its chosen pairs as [scenario, model, epoch]: the page lists their scenarios once."""
     store.connect(f"sqlite:///{tmp_path}/v.db")
-    catalog = loads_catalog('name: ep\nscenarios:\n  - key: s1\n    prompt: "a"\n  - key: s2\n    prompt: "b"\n',
-                            source="ep.yaml")
+    catalog = loads_catalog(
+        'name: ep\nscenarios:\n  - key: s1\n    prompt: "a"\n  - key: s2\n    prompt: "b"\n', source="ep.yaml"
+    )
     run = store.create_run(catalog, ["m1"], strategy="fanout", epochs=3, pairs=[("s2", "m1", 0), ("s2", "m1", 2)])
     store.record_result(run.id, Result("s2", "m1", "failed", epoch=2))
     page = queries.run_page(run.id)

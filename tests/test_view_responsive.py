@@ -46,11 +46,20 @@ def _result(key: str, model: str, index: int, side: int) -> Result:
     if status == "errored":
         return Result.errored(key, model, "HTTP 500 from provider: " + "x" * 150)
     answer = LONG if index % 2 else f"yes, {key} for {model}"
-    return Result(key, model, status, 1.0 if status == "passed" else 0.0, output=answer,
-                  scores={"contains": 1.0 if status == "passed" else 0.0},
-                  fault=None if status == "passed" else "missing_content", duration_ms=120 + 40 * index,
-                  input_tokens=20, output_tokens=8, cost=0.0004 * (1 + index % 4),
-                  details={"messages": [{"role": "user", "content": key}, {"role": "assistant", "content": answer}]})
+    return Result(
+        key,
+        model,
+        status,
+        1.0 if status == "passed" else 0.0,
+        output=answer,
+        scores={"contains": 1.0 if status == "passed" else 0.0},
+        fault=None if status == "passed" else "missing_content",
+        duration_ms=120 + 40 * index,
+        input_tokens=20,
+        output_tokens=8,
+        cost=0.0004 * (1 + index % 4),
+        details={"messages": [{"role": "user", "content": key}, {"role": "assistant", "content": answer}]},
+    )
 
 
 def _run(catalog, side: int, *, finish: bool = True) -> str:

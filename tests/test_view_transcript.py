@@ -31,9 +31,11 @@ from evaljobs.cli import main
 from evaljobs.cli.starter import init_project
 
 SECRET = "sk-live-0123456789abcdefSECRET"
-MARKDOWN = ("# Refund steps\\n\\n**Bold** and a table:\\n\\n| step | what |\\n|---|---|\\n| 1 | apologise |\\n\\n"
-            "<script>document.title='pwned'</script> <img src=x onerror=alert(1)> "
-            "[click](javascript:alert(1)) [docs](https://example.com/docs) ![pixel](http://203.0.113.9/p.png)")
+MARKDOWN = (
+    "# Refund steps\\n\\n**Bold** and a table:\\n\\n| step | what |\\n|---|---|\\n| 1 | apologise |\\n\\n"
+    "<script>document.title='pwned'</script> <img src=x onerror=alert(1)> "
+    "[click](javascript:alert(1)) [docs](https://example.com/docs) ![pixel](http://203.0.113.9/p.png)"
+)
 EXTRA = f"""
   - key: markdown
     prompt: "Explain the refund steps. [sim: say {MARKDOWN}]"
@@ -52,8 +54,10 @@ def site(chromium, redis_server, tmp_path_factory, module_simulated_provider):
     catalog = folder / "evals" / "catalog.yaml"
     catalog.write_text(catalog.read_text(encoding="utf-8") + EXTRA, encoding="utf-8")
     providers = folder / "providers.yaml"
-    providers.write_text(f"providers:\n  keyed: {{base_url: '{sim.url}', api_key_env: FH_KEY, prices: {{'*': [1, 2]}}}}\n",
-                         encoding="utf-8")
+    providers.write_text(
+        f"providers:\n  keyed: {{base_url: '{sim.url}', api_key_env: FH_KEY, prices: {{'*': [1, 2]}}}}\n",
+        encoding="utf-8",
+    )
     db = f"sqlite:///{folder}/evaljobs.db"
     previous = config.configured()
     config.configure(config.Settings.from_env({"FH_KEY": SECRET, "EVALJOBS_SIM_URL": sim.url}),
@@ -162,8 +166,10 @@ def test_answers_render_as_markdown_without_markup_of_their_own(site) -> None:
         assert browser.evaluate("document.querySelectorAll('main script, main img, main iframe').length") == 0
         assert "<script>document.title='pwned'</script>" in browser.evaluate(f"{md}.textContent")
         hrefs = browser.evaluate(f"[...{md}.querySelectorAll('a')].map(a => [a.getAttribute('href'), a.rel])")
-        assert hrefs == [["https://example.com/docs", "noopener noreferrer nofollow"],
-                         ["http://203.0.113.9/p.png", "noopener noreferrer nofollow"]]  # the image: a link, not a fetch
+        assert hrefs == [
+            ["https://example.com/docs", "noopener noreferrer nofollow"],
+            ["http://203.0.113.9/p.png", "noopener noreferrer nofollow"],
+        ]  # the image: a link, not a fetch
         headers = browser.evaluate("fetch(location.href).then(r => r.headers.get('content-security-policy'))")
         assert "script-src 'self'" in headers and "unsafe-inline" not in headers
         _clean(browser, site["url"])
@@ -203,9 +209,10 @@ def test_transcript_and_diff_fit_every_screen(site, width) -> None:
     shots = site["folder"] / "screenshots"
     shots.mkdir(exist_ok=True)
     for name, path, results in (
-            ("transcript", _transcript(site["kept"], "order-status", "keyed/smart"), "#timeline li.step"),
-            ("transcript-markdown", _transcript(site["kept"], "markdown", "keyed/smart"), "#timeline li.step"),
-            ("diff", f"/runs/{site['kept']}/diff?key=order-status&a=keyed/smart&b=keyed/fast", "#diff td")):
+        ("transcript", _transcript(site["kept"], "order-status", "keyed/smart"), "#timeline li.step"),
+        ("transcript-markdown", _transcript(site["kept"], "markdown", "keyed/smart"), "#timeline li.step"),
+        ("diff", f"/runs/{site['kept']}/diff?key=order-status&a=keyed/smart&b=keyed/fast", "#diff td"),
+    ):
         browser = _open(site, path, width)
         browser.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")  # raw bodies too
         assert overflow(browser) == [], f"{path} at {width} px"
@@ -215,8 +222,11 @@ def test_transcript_and_diff_fit_every_screen(site, width) -> None:
 
 def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp_path) -> None:
     out = tmp_path / "bundle"
-    result = CliRunner().invoke(main, ["view", "--db", site["db"], "--export", str(out), "--run", site["kept"]],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["view", "--db", site["db"], "--export", str(out), "--run", site["kept"]],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert f"wrote run {site['kept']} to {out}/" in result.output
     pages = sorted(p for p in out.rglob("*.html"))
@@ -248,8 +258,10 @@ def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp
     assert requests and all(u.startswith((out.as_uri(), "data:")) or u == "about:blank"
                             for u in requests), requests
     assert browser.console() == [], browser.console()
-    assert Path(out / "static" / "view.css").read_text() == (Path(__file__).parents[1] / "evaljobs" / "view" / "static"
-                                                              / "view.css").read_text()
+    assert (
+        Path(out / "static" / "view.css").read_text()
+        == (Path(__file__).parents[1] / "evaljobs" / "view" / "static" / "view.css").read_text()
+    )
 
 
 def test_an_export_replaces_an_earlier_bundle_and_never_mixes_into_another_folder(site, tmp_path) -> None:

@@ -377,6 +377,11 @@ def test_watch_without_redis_says_once_that_progress_moves_on_database_reads(cli
     finally:
         thread.join()
     assert result.exit_code == 0, result.output
-    assert result.output.count("note: with --broker memory this process sees no events from workers elsewhere: "
-                               "progress moves on database reads every 0.1 s") == 1, result.output
+    assert (
+        result.output.count(
+            "note: with --broker memory this process sees no events from workers elsewhere: "
+            "progress moves on database reads every 0.1 s"
+        )
+        == 1
+    ), result.output
     assert "verdict: 1. sim/a (100.0%)" in result.output

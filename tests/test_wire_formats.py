@@ -20,20 +20,45 @@ from evaljobs.providers.errors import PermanentError, RateLimited, TransientErro
 from evaljobs.providers.wire._common import join_url
 
 KEY = "sk-capture-key-42"
-TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search",
-                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+]
 CONVERSATION = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "find refunds and returns"},
-    {"role": "assistant", "content": "Searching.", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"q": "refunds"}'}},
-        {"id": "call_2", "type": "function", "function": {"name": "search", "arguments": '{"q": "returns"}'}}]},
+    {
+        "role": "assistant",
+        "content": "Searching.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "refunds"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "returns"}'},
+            },
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": "3 hits"},
     {"role": "tool", "tool_call_id": "call_2", "content": "no hits"},
 ]
-OPENAI_ANSWER = {"id": "x", "object": "chat.completion", "model": "m",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 7, "completion_tokens": 2}}
+OPENAI_ANSWER = {
+    "id": "x",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 2},
+}
 ANTHROPIC_ANSWER = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
                     "content": [{"type": "text", "text": "Let me look."},
                                 {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "a"}},
@@ -138,8 +163,18 @@ def test_every_openai_compatible_preset_posts_to_its_path_with_a_bearer_key(capt
     assert request["path"] == path.rstrip("/") + "/chat/completions" and request["query"] == ""
     assert request["headers"]["authorization"] == f"Bearer {KEY}"
     assert request["body"] == {"model": "some-model", "messages": [{"role": "user", "content": "hi"}]}
-    assert set(OPENAI_PRESETS) >= {"openai", "gemini", "openrouter", "groq", "together", "deepseek", "mistral",
-                                   "fireworks", "ollama", "vllm"}
+    assert set(OPENAI_PRESETS) >= {
+        "openai",
+        "gemini",
+        "openrouter",
+        "groq",
+        "together",
+        "deepseek",
+        "mistral",
+        "fireworks",
+        "ollama",
+        "vllm",
+    }
 
 
 # -- Azure OpenAI -----------------------------------------------------------------------------------

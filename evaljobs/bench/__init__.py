@@ -41,15 +41,36 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 #: `evaljobs bench`, and `evaljobs --help` must not pay for the engine (the whole pipeline) or the
 #: analysis (statistics) — the same reason `evaljobs/__init__.py` imports lazily.
 _EXPORTS = {
-    **dict.fromkeys(("BenchSpec", "Measurement", "Cell", "Knee", "Recommendation", "BenchResult", "BenchError",
-                     "parse_strategies", "parse_widths", "strategy_widths", "effective_width", "ideal_wall",
-                     "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT"), "model"),
+    **dict.fromkeys(
+        (
+            "BenchSpec",
+            "Measurement",
+            "Cell",
+            "Knee",
+            "Recommendation",
+            "BenchResult",
+            "BenchError",
+            "parse_strategies",
+            "parse_widths",
+            "strategy_widths",
+            "effective_width",
+            "ideal_wall",
+            "STRATEGIES",
+            "QUEUED",
+            "DEFAULT_WIDTHS",
+            "DEFAULT_REPEAT",
+            "DEFAULT_CELL_TIMEOUT",
+        ),
+        "model",
+    ),
     **dict.fromkeys(("summarize", "find_knee", "recommend"), "analysis"),
-    **dict.fromkeys(("render_table", "render_csv", "render_markdown", "plot", "write_outputs", "load_result"),
-                    "render"),
+    **dict.fromkeys(
+        ("render_table", "render_csv", "render_markdown", "plot", "write_outputs", "load_result"), "render"
+    ),
     **dict.fromkeys(("ProcessMeter", "host_cpu", "group_pids"), "meter"),
-    **dict.fromkeys(("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment"),
-                    "engine"),
+    **dict.fromkeys(
+        ("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment"), "engine"
+    ),
     "measure_epochs": "epochs",
 }
 

@@ -9,8 +9,19 @@ import math
 import statistics
 from typing import Iterable, Sequence
 
-from evaljobs.bench.model import (CPU_BOUND_SHARE, HOST_BOUND_SHARE, MAX_ERROR_RATE, STRATEGIES, TOLERANCE, Cell,
-                                  Knee, Measurement, Recommendation, effective_width, ideal_wall)
+from evaljobs.bench.model import (
+    CPU_BOUND_SHARE,
+    HOST_BOUND_SHARE,
+    MAX_ERROR_RATE,
+    STRATEGIES,
+    TOLERANCE,
+    Cell,
+    Knee,
+    Measurement,
+    Recommendation,
+    effective_width,
+    ideal_wall,
+)
 
 
 def summarize(measurements: Iterable[Measurement], *, models: int = 1,
@@ -25,27 +36,43 @@ def summarize(measurements: Iterable[Measurement], *, models: int = 1,
         use = done or ms
         wall = statistics.median(m.wall_s for m in use)
         pairs = use[0].pairs
-        cells.append(Cell(
-            strategy=strategy, width=width, repeats=len(ms), pairs=pairs,
-            wall_s=round(wall, 4), wall_min_s=round(min(m.wall_s for m in use), 4),
-            wall_max_s=round(max(m.wall_s for m in use), 4),
-            throughput=round(pairs / wall, 3) if wall > 0 else 0.0,
-            error_rate=round(statistics.median(m.error_rate for m in use), 5),
-            rate_limited=_median_or_none(m.rate_limited for m in use),
-            errors=_median_or_none(m.errors for m in use),
-            retries=statistics.median(m.retries for m in use),
-            errored_pairs=statistics.median(m.errored_pairs for m in use),
-            cost=(None if any(m.cost is None for m in use) else round(statistics.median(m.cost for m in use), 6)),
-            cpu_s=_median_or_none((m.cpu_s for m in use), 3),
-            peak_rss_mb=_median_or_none((m.peak_rss_mb for m in use), 1),
-            report_lag_ms=_median_or_none((m.report_lag_ms for m in use), 1),
-            first_result_s=_median_or_none((m.first_result_s for m in use), 4),
-            cores=use[0].cores,
-            host_busy=_median_or_none((m.host_busy for m in use), 3),
-            ideal_s=(round(ideal_wall(pairs, effective_width(strategy, width, models, processes),
-                                      pair_latency), 4) if pair_latency is not None else None),
-            complete=len(done) == len(ms),
-        ))
+        cells.append(
+            Cell(
+                strategy=strategy,
+                width=width,
+                repeats=len(ms),
+                pairs=pairs,
+                wall_s=round(wall, 4),
+                wall_min_s=round(min(m.wall_s for m in use), 4),
+                wall_max_s=round(max(m.wall_s for m in use), 4),
+                throughput=round(pairs / wall, 3) if wall > 0 else 0.0,
+                error_rate=round(statistics.median(m.error_rate for m in use), 5),
+                rate_limited=_median_or_none(m.rate_limited for m in use),
+                errors=_median_or_none(m.errors for m in use),
+                retries=statistics.median(m.retries for m in use),
+                errored_pairs=statistics.median(m.errored_pairs for m in use),
+                cost=(
+                    None
+                    if any(m.cost is None for m in use)
+                    else round(statistics.median(m.cost for m in use), 6)
+                ),
+                cpu_s=_median_or_none((m.cpu_s for m in use), 3),
+                peak_rss_mb=_median_or_none((m.peak_rss_mb for m in use), 1),
+                report_lag_ms=_median_or_none((m.report_lag_ms for m in use), 1),
+                first_result_s=_median_or_none((m.first_result_s for m in use), 4),
+                cores=use[0].cores,
+                host_busy=_median_or_none((m.host_busy for m in use), 3),
+                ideal_s=(
+                    round(
+                        ideal_wall(pairs, effective_width(strategy, width, models, processes), pair_latency),
+                        4,
+                    )
+                    if pair_latency is not None
+                    else None
+                ),
+                complete=len(done) == len(ms),
+            )
+        )
     order = {name: i for i, name in enumerate(STRATEGIES)}
     return sorted(cells, key=lambda c: (order.get(c.strategy, 99), c.width))
 
@@ -95,10 +122,12 @@ def _why(cell: Cell, beyond: Sequence[Cell], cores: int) -> tuple[str, str]:
         hottest = max(busy, key=lambda c: (c.cores_busy or 0.0) / (c.cores or cores))
         usable = hottest.cores or cores
         if (hottest.cores_busy or 0.0) >= CPU_BOUND_SHARE * usable:
-            return ("CPU bound",
-                    f"the workers already use {hottest.cores_busy:.2f} of the {usable} core(s) they can use at "
-                    f"width {hottest.width} ({hottest.cpu_s:.2f} s CPU in {hottest.wall_s:.2f} s; one Python "
-                    f"process runs on one core at a time): more threads only queue for the CPU")
+            return (
+                "CPU bound",
+                f"the workers already use {hottest.cores_busy:.2f} of the {usable} core(s) they can use at "
+                f"width {hottest.width} ({hottest.cpu_s:.2f} s CPU in {hottest.wall_s:.2f} s; one Python "
+                f"process runs on one core at a time): more threads only queue for the CPU",
+            )
     hosts = [c for c in (cell, *beyond) if c.host_busy is not None]
     if hosts:
         hottest = max(hosts, key=lambda c: c.host_busy or 0.0)
@@ -137,15 +166,23 @@ def recommend(cells: Sequence[Cell], *, cores: int) -> Recommendation:
     knees = [find_knee(group, cores=cores) for group in by_strategy.values()]
     eligible = [c for c in cells if c.complete and c.error_rate <= MAX_ERROR_RATE]
     if not eligible:
-        return Recommendation(None, None, None,
-                              f"no cell finished with an error rate of at most {MAX_ERROR_RATE:.0%}: lower the "
-                              f"width or raise the provider's limits", None, knees)
+        return Recommendation(
+            None,
+            None,
+            None,
+            f"no cell finished with an error rate of at most {MAX_ERROR_RATE:.0%}: lower the "
+            f"width or raise the provider's limits",
+            None,
+            knees,
+        )
     best = min(c.wall_s for c in eligible)
     near = [c for c in eligible if c.wall_s <= best * (1 + TOLERANCE)]
     choice = min(near, key=lambda c: (c.width, c.wall_s))
     knee = next((k for k in knees if k.strategy == choice.strategy), None)
-    reason = (f"{choice.strategy} at width {choice.width}: {choice.wall_s:.2f} s, within {TOLERANCE:.0%} of the "
-              f"best {best:.2f} s with error rate {choice.error_rate:.1%} (<= {MAX_ERROR_RATE:.0%})")
+    reason = (
+        f"{choice.strategy} at width {choice.width}: {choice.wall_s:.2f} s, within {TOLERANCE:.0%} of the "
+        f"best {best:.2f} s with error rate {choice.error_rate:.1%} (<= {MAX_ERROR_RATE:.0%})"
+    )
     return Recommendation(choice.strategy, choice.width, choice.wall_s, reason, knee, knees)
 
 

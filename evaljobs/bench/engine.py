@@ -27,8 +27,16 @@ from evaljobs import config, store
 from evaljobs.api import Session, check_providers
 from evaljobs.bench.analysis import recommend, summarize
 from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
-from evaljobs.bench.model import (QUEUED, WORKER_READY_TIMEOUT, BenchError, BenchResult, BenchSpec, Measurement,
-                                  broker_label, strategy_widths)
+from evaljobs.bench.model import (
+    QUEUED,
+    WORKER_READY_TIMEOUT,
+    BenchError,
+    BenchResult,
+    BenchSpec,
+    Measurement,
+    broker_label,
+    strategy_widths,
+)
 from evaljobs.catalog import catalog_from_body, loads_catalog
 from evaljobs.pipeline import events
 from evaljobs.simulated import SimulatedProvider
@@ -184,9 +192,11 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         models = list(spec.models)
         env["pairs"] = len(catalog.scenarios) * len(models)
         plan = _plan(spec, len(models))
-        echo(f"bench: {Path(spec.catalog).name}: {len(catalog.scenarios)} scenarios × {len(models)} model(s) = "
-             f"{env['pairs']} pairs; {len(plan)} cells × {spec.repeat} repeats; broker "
-             f"{broker_label(spec.broker)}; results in {out}")
+        echo(
+            f"bench: {Path(spec.catalog).name}: {len(catalog.scenarios)} scenarios × {len(models)} model(s) = "
+            f"{env['pairs']} pairs; {len(plan)} cells × {spec.repeat} repeats; broker "
+            f"{broker_label(spec.broker)}; results in {out}"
+        )
         sim_threads = (lambda: [sim._thread.native_id]) if sim is not None and sim._thread else None
         warmup = _warmup_catalog(catalog)
         _warm_up(spec, warmup, models, "memory", queue,
@@ -210,9 +220,11 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                         m = _run_cell(spec, catalog, models, strategy, width, repeat, queue, meter, sim)
                         m.cores = min(env["cores"], spec.processes if (queued and workers) else 1)
                         measurements.append(m)
-                        echo(f"  [{cell:>{len(str(cells_total))}}/{cells_total}] {strategy:<10} width {width:>3}  "
-                             f"repeat {repeat}: {m.wall_s:7.2f} s  "
-                             f"{m.status}  errors {m.error_rate:.1%}  ({m.run_id})")
+                        echo(
+                            f"  [{cell:>{len(str(cells_total))}}/{cells_total}] {strategy:<10} width {width:>3}  "
+                            f"repeat {repeat}: {m.wall_s:7.2f} s  "
+                            f"{m.status}  errors {m.error_rate:.1%}  ({m.run_id})"
+                        )
             finally:
                 if workers is not None:
                     workers.stop()
@@ -324,14 +336,28 @@ def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width:
             retries = max(retries, requests - (c1 - c0))
         summary = (info.report or {}).get("summary", {})
         return Measurement(
-            strategy=strategy, width=width, repeat=repeat, run_id=info.id, status=status,
-            pairs=info.expected, wall_s=round(wall, 4), requests=requests, rate_limited=rate_limited,
-            errors=errors, retries=retries, errored_pairs=sum(1 for r in results if r.status == "errored"),
+            strategy=strategy,
+            width=width,
+            repeat=repeat,
+            run_id=info.id,
+            status=status,
+            pairs=info.expected,
+            wall_s=round(wall, 4),
+            requests=requests,
+            rate_limited=rate_limited,
+            errors=errors,
+            retries=retries,
+            errored_pairs=sum(1 for r in results if r.status == "errored"),
             passed=int(summary.get("passed", 0)),
-            cost=None if summary.get("cost_unknown") else float(summary.get("cost", 0.0)), cpu_s=cpu,
-            peak_rss_mb=peak, report_lag_ms=clock.lag_ms,
-            first_result_s=(round(clock.first_result - started, 4) if clock.first_result is not None else None),
-            host_busy=host_busy)
+            cost=None if summary.get("cost_unknown") else float(summary.get("cost", 0.0)),
+            cpu_s=cpu,
+            peak_rss_mb=peak,
+            report_lag_ms=clock.lag_ms,
+            first_result_s=(
+                round(clock.first_result - started, 4) if clock.first_result is not None else None
+            ),
+            host_busy=host_busy,
+        )
     finally:
         session.close()
 

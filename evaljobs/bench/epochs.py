@@ -45,8 +45,10 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
                          source=f"flat{scenarios * epochs}.yaml")
     names = [f"sim/m{i}" for i in range(models)]
     rng = random.Random(seed)
-    figures: dict[str, dict[str, list[float]]] = {"epochs": {"enqueue": [], "finalize": [], "finalize_cpu": []},
-                                                  "flat": {"enqueue": [], "finalize": [], "finalize_cpu": []}}
+    figures: dict[str, dict[str, list[float]]] = {
+        "epochs": {"enqueue": [], "finalize": [], "finalize_cpu": []},
+        "flat": {"enqueue": [], "finalize": [], "finalize_cpu": []},
+    }
     flaky = 0
     session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
     try:
@@ -65,12 +67,15 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
 
     def summary(label: str) -> dict[str, Any]:
         enqueue, finalize, cpu = figures[label]["enqueue"], figures[label]["finalize"], figures[label]["finalize_cpu"]
-        return {"enqueue_seconds": round(statistics.median(enqueue), 4), "enqueue_all": [round(t, 4) for t in enqueue],
-                "enqueue_per_second": round(pairs / statistics.median(enqueue), 1),
-                "finalize_ms": round(statistics.median(finalize) * 1000, 1),
-                "finalize_all_ms": [round(t * 1000, 1) for t in finalize],
-                "finalize_cpu_ms": round(statistics.median(cpu) * 1000, 1),
-                "finalize_cpu_all_ms": [round(t * 1000, 1) for t in cpu]}
+        return {
+            "enqueue_seconds": round(statistics.median(enqueue), 4),
+            "enqueue_all": [round(t, 4) for t in enqueue],
+            "enqueue_per_second": round(pairs / statistics.median(enqueue), 1),
+            "finalize_ms": round(statistics.median(finalize) * 1000, 1),
+            "finalize_all_ms": [round(t * 1000, 1) for t in finalize],
+            "finalize_cpu_ms": round(statistics.median(cpu) * 1000, 1),
+            "finalize_cpu_all_ms": [round(t * 1000, 1) for t in cpu],
+        }
 
     return {"scenarios": scenarios, "models": models, "epochs": epochs, "pairs": pairs, **summary("epochs"),
             "flaky_pairs": flaky, "without_epochs": summary("flat"), "broker": broker_label(broker_url)}

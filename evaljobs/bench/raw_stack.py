@@ -151,8 +151,17 @@ def _stop_workers(procs: list[subprocess.Popen]) -> None:
             proc.wait(10)
 
 
-def measure_raw_stack(broker_url: str, sim_url: str, *, pairs: int = 1000, processes: int = 2, threads: int = 2,
-                      repeat: int = 3, out: str | Path = ".", timeout: float = 600.0) -> dict[str, Any]:
+def measure_raw_stack(
+    broker_url: str,
+    sim_url: str,
+    *,
+    pairs: int = 1000,
+    processes: int = 2,
+    threads: int = 2,
+    repeat: int = 3,
+    out: str | Path = ".",
+    timeout: float = 600.0,
+) -> dict[str, Any]:
     """Wall clock from the first send to the last row, per repeat, with ``processes`` × ``threads`` workers."""
     import redis
     from dramatiq.brokers.redis import RedisBroker
@@ -272,8 +281,10 @@ def _main(argv: list[str]) -> int:
                        processes=ns.processes, repeat=ns.repeat, out=ns.out, governor=ns.governor,
                        pairs_per_message=tuple(int(b) for b in ns.pairs_per_message.split(",")))
         Path(ns.out, "raw-stack.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        print("| processes × width | pairs/message | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw stack | "
-              "raw CPU s | evaljobs CPU s |")
+        print(
+            "| processes × width | pairs/message | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw stack | "
+            "raw CPU s | evaljobs CPU s |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|")
         for row in rows:
             print(f"| {row['processes']} × {row['width']} | {row['pairs_per_message']} | "

@@ -75,10 +75,32 @@ def render_markdown(result: BenchResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-CSV_FIELDS = ("strategy", "width", "repeats", "pairs", "wall_s", "wall_min_s", "wall_max_s", "throughput",
-              "ideal_s", "overhead", "error_rate", "rate_limited", "errors", "retries", "errored_pairs", "cost",
-              "cpu_s", "cores_busy", "cores", "host_busy", "peak_rss_mb", "first_result_s", "report_lag_ms",
-              "complete")
+CSV_FIELDS = (
+    "strategy",
+    "width",
+    "repeats",
+    "pairs",
+    "wall_s",
+    "wall_min_s",
+    "wall_max_s",
+    "throughput",
+    "ideal_s",
+    "overhead",
+    "error_rate",
+    "rate_limited",
+    "errors",
+    "retries",
+    "errored_pairs",
+    "cost",
+    "cpu_s",
+    "cores_busy",
+    "cores",
+    "host_busy",
+    "peak_rss_mb",
+    "first_result_s",
+    "report_lag_ms",
+    "complete",
+)
 
 
 def render_csv(result: BenchResult) -> str:
@@ -161,8 +183,12 @@ def _plot_title(result: BenchResult) -> str:
 def write_outputs(result: BenchResult, out: Path) -> dict[str, Path | None]:
     """bench.json, bench.csv, bench.md and bench.png (None when matplotlib is missing) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path | None] = {"json": out / "bench.json", "csv": out / "bench.csv", "md": out / "bench.md",
-                                     "png": out / "bench.png"}
+    paths: dict[str, Path | None] = {
+        "json": out / "bench.json",
+        "csv": out / "bench.csv",
+        "md": out / "bench.md",
+        "png": out / "bench.png",
+    }
     paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     paths["csv"].write_text(render_csv(result), encoding="utf-8")
     paths["md"].write_text(render_markdown(result), encoding="utf-8")

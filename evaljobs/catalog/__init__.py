@@ -20,12 +20,44 @@ from __future__ import annotations
 from evaljobs.catalog.digest import digest_of
 from evaljobs.catalog.load import (CatalogSource, load_catalog, loads_catalog, parse_source, read_catalog,
                                    reads_catalog)
-from evaljobs.catalog.model import (ASSERTION_KINDS, CRITERIA, DEFAULT_MAX_TURNS, DEFAULT_PASS_THRESHOLD, GATEABLE,
-                                    IDEAL_GRADERS, ROLES, Catalog, CatalogError, Expect, ExpectedTool, Scenario, Tool)
+from evaljobs.catalog.model import (
+    ASSERTION_KINDS,
+    CRITERIA,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_PASS_THRESHOLD,
+    GATEABLE,
+    IDEAL_GRADERS,
+    ROLES,
+    Catalog,
+    CatalogError,
+    Expect,
+    ExpectedTool,
+    Scenario,
+    Tool,
+)
 from evaljobs.catalog.validate import catalog_from_body, parse_catalog
 
 __all__ = [
-    "ASSERTION_KINDS", "GATEABLE", "IDEAL_GRADERS", "CRITERIA", "Catalog", "CatalogError", "CatalogSource", "DEFAULT_MAX_TURNS", "DEFAULT_PASS_THRESHOLD",
-    "Expect", "ExpectedTool", "ROLES", "Scenario", "Tool", "catalog_from_body", "digest_of", "load_catalog",
-    "loads_catalog", "parse_catalog", "parse_source", "read_catalog", "reads_catalog",
+    "ASSERTION_KINDS",
+    "GATEABLE",
+    "IDEAL_GRADERS",
+    "CRITERIA",
+    "Catalog",
+    "CatalogError",
+    "CatalogSource",
+    "DEFAULT_MAX_TURNS",
+    "DEFAULT_PASS_THRESHOLD",
+    "Expect",
+    "ExpectedTool",
+    "ROLES",
+    "Scenario",
+    "Tool",
+    "catalog_from_body",
+    "digest_of",
+    "load_catalog",
+    "loads_catalog",
+    "parse_catalog",
+    "parse_source",
+    "read_catalog",
+    "reads_catalog",
 ]

@@ -24,8 +24,17 @@ GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_t
             "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
 #: How ``expect.ideal`` answers are compared: OpenAI evals' Match / Includes / FuzzyMatch, and Inspect's
 #: includes() / match() / exact() / pattern(REGEX) / answer(letter|word|line) (evaljobs.evaluation.reference).
-IDEAL_GRADERS = ("match", "includes", "includes_ignore_case", "fuzzy_match", "inspect_includes", "inspect_match",
-                 "inspect_exact", "inspect_pattern", "inspect_answer")
+IDEAL_GRADERS = (
+    "match",
+    "includes",
+    "includes_ignore_case",
+    "fuzzy_match",
+    "inspect_includes",
+    "inspect_match",
+    "inspect_exact",
+    "inspect_pattern",
+    "inspect_answer",
+)
 #: Graders written ``name:argument``: the regular expression of ``inspect_pattern``, the answer type of
 #: ``inspect_answer``.
 IDEAL_GRADER_ARGUMENTS = {"inspect_pattern": "a regular expression", "inspect_answer": "letter, word or line"}

@@ -275,8 +275,10 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
     if "api" in entry:
         api = entry["api"]
         if api not in WIRE_FORMATS:
-            raise ModelSpecError(f"{where}: api {_show(api)} is not a supported wire format; "
-                                 f"use one of {', '.join(WIRE_FORMATS)}{_suggest(api, WIRE_FORMATS, noun='value')}")
+            raise ModelSpecError(
+                f"{where}: api {_show(api)} is not a supported wire format; "
+                f"use one of {', '.join(WIRE_FORMATS)}{_suggest(api, WIRE_FORMATS, noun='value')}"
+            )
 
     api_version = base.api_version if base else None
     if "api_version" in entry:
@@ -297,8 +299,10 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         try:
             checked = datetime.date.fromisoformat(str(raw_checked)).isoformat() if raw_checked else None
         except ValueError:
-            raise ModelSpecError(f"{where}: checked must be a date like 2025-08-15 (when the prices were "
-                                 f"last compared with the provider's page), not {_show(raw_checked)}") from None
+            raise ModelSpecError(
+                f"{where}: checked must be a date like 2025-08-15 (when the prices were "
+                f"last compared with the provider's page), not {_show(raw_checked)}"
+            ) from None
 
     api_key_env = base.api_key_env if base else None
     if "api_key_env" in entry:

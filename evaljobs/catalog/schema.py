@@ -59,7 +59,7 @@ _DESCRIPTIONS = {
     "max_latency_ms": "The answer must arrive within this many milliseconds.",
     "token_budget": "The conversation may use at most this many tokens.",
     "epochs": "How many times each scenario × model pair is evaluated (`--epochs` overrides it); "
-              "catalog-wide only.",
+    "catalog-wide only.",
     "key": "Unique, stable id: it identifies the scenario across runs.",
     "prompt": "The user's message (or give `messages`).",
     "messages": "A conversation to continue (or give `prompt`).",
@@ -72,7 +72,7 @@ _DESCRIPTIONS = {
     "not_contains": "Strings the answer must not contain.",
     "regex": "Patterns the answer must match.",
     "judge": "A rubric an LLM judge scores the answer against, or {rubric, threshold (default: pass_threshold), "
-             "gate (default true)}.",
+    "gate (default true)}.",
     "weights": "How much each criterion counts in the score, e.g. {contains: 2, llm_judge: 1} (default 1 each).",
     "patterns": "Regular expressions the answer must match (each counts like a `contains` string).",
     "forbidden_patterns": "Regular expressions the answer must not match.",
@@ -134,14 +134,26 @@ def catalog_schema() -> dict[str, Any]:
         "system": _with_null(string),
         "temperature": _with_null({"type": "number", "minimum": 0, "maximum": 2}),
         "max_turns": _with_null({"type": "integer", "minimum": 1, "maximum": _MAX_INT}),
-        "criteria": _with_null({"anyOf": [{"enum": list(CRITERIA)},
-                                          {"type": "array", "minItems": 1, "items": {"enum": list(CRITERIA)}}]}),
+        "criteria": _with_null(
+            {
+                "anyOf": [
+                    {"enum": list(CRITERIA)},
+                    {"type": "array", "minItems": 1, "items": {"enum": list(CRITERIA)}},
+                ]
+            }
+        ),
         "pass_threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
         "judge_model": _with_null(nonempty),
         "max_latency_ms": _with_null(positive_int),
         "token_budget": _with_null(positive_int),
-        "weights": _with_null({"type": "object", "minProperties": 1, "propertyNames": {"enum": list(CRITERIA)},
-                               "additionalProperties": {"type": "number", "minimum": 0}}),
+        "weights": _with_null(
+            {
+                "type": "object",
+                "minProperties": 1,
+                "propertyNames": {"enum": list(CRITERIA)},
+                "additionalProperties": {"type": "number", "minimum": 0},
+            }
+        ),
     }
     settings = _object(_SETTING_KEYS, setting_types, title="Settings")
     catalog_defaults = _object(_SETTING_KEYS + ("epochs",), {
@@ -179,32 +191,86 @@ def catalog_schema() -> dict[str, Any]:
         nonempty,
         _object(_EXPECTED_TOOL_KEYS, {"name": nonempty, "arguments": _with_null({"type": "object"})},
                 required=("name",))]}
-    expect = _object(_EXPECT_KEYS, {
-        "contains": strings, "not_contains": strings, "regex": strings,
-        "tools": _with_null({"anyOf": [expected_tool, {"type": "array", "items": expected_tool}]}),
-        "judge": _with_null({"anyOf": [nonempty, _object(("rubric", "threshold", "gate"), {
-            "rubric": {**nonempty, "description": "What the judge scores the answer against."},
-            "threshold": {"type": "number", "minimum": 0, "maximum": 1,
-                          "description": "The judge score this criterion needs (default: pass_threshold)."},
-            "gate": {"type": "boolean", "description": "false: a failed judgement only lowers the score."}},
-            required=("rubric",), title="Judge")]}),
-        "max_latency_ms": _with_null(positive_int), "token_budget": _with_null(positive_int),
-        "patterns": strings, "forbidden_patterns": strings,
-        "tools_match": _with_null({"enum": ["all", "any"]}),
-        "gate": _with_null({"anyOf": [{"type": "boolean"}, {"enum": list(GATEABLE)},
-                                      {"type": "array", "items": {"enum": list(GATEABLE)}}]}),
-        "ideal": strings,
-        "ideal_grader": _with_null({"anyOf": [
-            {"enum": [g for g in IDEAL_GRADERS if g not in IDEAL_GRADER_ARGUMENTS]},
-            {"type": "string", "pattern": f"^({'|'.join(IDEAL_GRADER_ARGUMENTS)}):."}]}),
-        "reference": _with_null(nonempty),
-        "assertions": _with_null({"type": "array", "items": {
-            "type": "object", "required": ["kind"], "properties": {"kind": {"enum": list(ASSERTION_KINDS)},
-                                                                 "weight": {"type": "number", "minimum": 0}}}}),
-        "weighted": _with_null({"type": "boolean"}),
-        "threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
-        "diagnose": _with_null({"anyOf": [{"enum": list(DIAGNOSES)}, {"type": "array", "items": {"enum": list(DIAGNOSES)}}]}),
-    }, title="Expect")
+    expect = _object(
+        _EXPECT_KEYS,
+        {
+            "contains": strings,
+            "not_contains": strings,
+            "regex": strings,
+            "tools": _with_null({"anyOf": [expected_tool, {"type": "array", "items": expected_tool}]}),
+            "judge": _with_null(
+                {
+                    "anyOf": [
+                        nonempty,
+                        _object(
+                            ("rubric", "threshold", "gate"),
+                            {
+                                "rubric": {
+                                    **nonempty,
+                                    "description": "What the judge scores the answer against.",
+                                },
+                                "threshold": {
+                                    "type": "number",
+                                    "minimum": 0,
+                                    "maximum": 1,
+                                    "description": "The judge score this criterion needs (default: pass_threshold).",
+                                },
+                                "gate": {
+                                    "type": "boolean",
+                                    "description": "false: a failed judgement only lowers the score.",
+                                },
+                            },
+                            required=("rubric",),
+                            title="Judge",
+                        ),
+                    ]
+                }
+            ),
+            "max_latency_ms": _with_null(positive_int),
+            "token_budget": _with_null(positive_int),
+            "patterns": strings,
+            "forbidden_patterns": strings,
+            "tools_match": _with_null({"enum": ["all", "any"]}),
+            "gate": _with_null(
+                {
+                    "anyOf": [
+                        {"type": "boolean"},
+                        {"enum": list(GATEABLE)},
+                        {"type": "array", "items": {"enum": list(GATEABLE)}},
+                    ]
+                }
+            ),
+            "ideal": strings,
+            "ideal_grader": _with_null(
+                {
+                    "anyOf": [
+                        {"enum": [g for g in IDEAL_GRADERS if g not in IDEAL_GRADER_ARGUMENTS]},
+                        {"type": "string", "pattern": f"^({'|'.join(IDEAL_GRADER_ARGUMENTS)}):."},
+                    ]
+                }
+            ),
+            "reference": _with_null(nonempty),
+            "assertions": _with_null(
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["kind"],
+                        "properties": {
+                            "kind": {"enum": list(ASSERTION_KINDS)},
+                            "weight": {"type": "number", "minimum": 0},
+                        },
+                    },
+                }
+            ),
+            "weighted": _with_null({"type": "boolean"}),
+            "threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
+            "diagnose": _with_null(
+                {"anyOf": [{"enum": list(DIAGNOSES)}, {"type": "array", "items": {"enum": list(DIAGNOSES)}}]}
+            ),
+        },
+        title="Expect",
+    )
     message = _object(_MESSAGE_KEYS, {"role": {"enum": list(ROLES)}, "content": string, "name": string},
                       required=("role", "content"), title="Message")
     scenario = _object(_SCENARIO_KEYS, {
@@ -234,11 +300,24 @@ def catalog_schema() -> dict[str, Any]:
     }, required=("name",))
     top["anyOf"] = [{"required": ["scenarios"], "properties": {"scenarios": {"minItems": 1}}},
                     {"required": ["groups"], "properties": {"groups": {"minItems": 1}}}]
-    return {"$schema": DRAFT, "title": "evaljobs catalog",
-            "description": "Scenarios × models evaluated by evaljobs. Checked fully by `evaljobs catalog check`.",
-            **top,
-            "$defs": {"settings": settings, "catalog_defaults": catalog_defaults, "scenario": scenario, "group": group, "tool": tool,
-                      "mcp_import": mcp_import, "http": http, "mcp": mcp, "expect": expect, "message": message}}
+    return {
+        "$schema": DRAFT,
+        "title": "evaljobs catalog",
+        "description": "Scenarios × models evaluated by evaljobs. Checked fully by `evaljobs catalog check`.",
+        **top,
+        "$defs": {
+            "settings": settings,
+            "catalog_defaults": catalog_defaults,
+            "scenario": scenario,
+            "group": group,
+            "tool": tool,
+            "mcp_import": mcp_import,
+            "http": http,
+            "mcp": mcp,
+            "expect": expect,
+            "message": message,
+        },
+    }
 
 
 def catalog_schema_json() -> str:

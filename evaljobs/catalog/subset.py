@@ -60,8 +60,14 @@ class Selection:
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"filter": list(self.filters), "tag": list(self.tags), "exclude_tag": list(self.exclude_tags),
-                "limit": self.limit, "sample": self.sample, "seed": self.seed if self.sample is not None else None}
+        return {
+            "filter": list(self.filters),
+            "tag": list(self.tags),
+            "exclude_tag": list(self.exclude_tags),
+            "limit": self.limit,
+            "sample": self.sample,
+            "seed": self.seed if self.sample is not None else None,
+        }
 
 
 def select(catalog: Catalog, selection: Selection) -> tuple[Catalog, dict[str, Any] | None]:

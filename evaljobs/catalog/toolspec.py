@@ -20,9 +20,11 @@ MCP_KEYS = ("url", "command", "env", "cwd", "headers", "timeout", "tool")
 #: Keys of a catalog tool entry that imports tools from an MCP server (it has no ``name``).
 MCP_IMPORT_KEYS = ("mcp", "only")
 #: The problem reported for an MCP tool import that reached validation unexpanded.
-MCP_IMPORT_NOT_EXPANDED = ("an MCP tool import ({mcp, only}) must be expanded first: only the server can list "
-                           "its tools (Session.load and the evaljobs commands do it; in code call "
-                           "evaljobs.tools.expand_source); or give each tool a 'name'")
+MCP_IMPORT_NOT_EXPANDED = (
+    "an MCP tool import ({mcp, only}) must be expanded first: only the server can list "
+    "its tools (Session.load and the evaljobs commands do it; in code call "
+    "evaljobs.tools.expand_source); or give each tool a 'name'"
+)
 
 
 def validate_live_spec(kind: str, spec: Any) -> list[str]:
@@ -94,5 +96,14 @@ def has_mcp_imports(data: Any) -> bool:
                for tool in scenario["tools"])
 
 
-__all__ = ["HTTP_KEYS", "HTTP_METHODS", "LIVE_KINDS", "MCP_IMPORT_KEYS", "MCP_IMPORT_NOT_EXPANDED", "MCP_KEYS",
-           "has_mcp_imports", "is_mcp_import", "validate_live_spec"]
+__all__ = [
+    "HTTP_KEYS",
+    "HTTP_METHODS",
+    "LIVE_KINDS",
+    "MCP_IMPORT_KEYS",
+    "MCP_IMPORT_NOT_EXPANDED",
+    "MCP_KEYS",
+    "has_mcp_imports",
+    "is_mcp_import",
+    "validate_live_spec",
+]

@@ -377,9 +377,13 @@ class _Context:
             self.add(path + ("key",), where, f"key {show(key)} must be a string of letters, digits and "
                                              f"_ . : / - (quote it if YAML reads it as a number)")
         elif not path_safe_key(key):
-            self.add(path + ("key",), where, f"key {show(key)} has an empty, '.' or '..' part between slashes; "
-                                             f"a key is also the viewer's address of its page (a browser "
-                                             f"would open another page): rename it, e.g. {show(safe_key(key))}")
+            self.add(
+                path + ("key",),
+                where,
+                f"key {show(key)} has an empty, '.' or '..' part between slashes; "
+                f"a key is also the viewer's address of its page (a browser "
+                f"would open another page): rename it, e.g. {show(safe_key(key))}",
+            )
         else:
             where = f"scenario '{key}'"
             line = self.line(path)
@@ -656,8 +660,11 @@ class _Context:
             grader = "includes"
         reference = raw.get("reference")
         if reference is not None and (not isinstance(reference, str) or not reference.strip()):
-            self.add(path + ("reference",), where,
-                     f"expect.reference must be the reference answer (a non-empty string), not {show(reference)}")
+            self.add(
+                path + ("reference",),
+                where,
+                f"expect.reference must be the reference answer (a non-empty string), not {show(reference)}",
+            )
             reference = None
         if reference is not None and judge is None:
             self.add(path + ("reference",), where, "expect.reference is the LLM judge's reference answer; "
@@ -671,12 +678,30 @@ class _Context:
                                       or not 0 <= threshold <= 1):
             self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
             threshold = None
-        mixed = [k for k in ("contains", "not_contains", "regex", "tools", "judge", "patterns", "forbidden_patterns",
-                             "ideal", "max_latency_ms", "token_budget", "gate")
-                 if weighted and raw.get(k) not in (None, [])]  # empty lists: a snapshot's body writes them
+        mixed = [
+            k
+            for k in (
+                "contains",
+                "not_contains",
+                "regex",
+                "tools",
+                "judge",
+                "patterns",
+                "forbidden_patterns",
+                "ideal",
+                "max_latency_ms",
+                "token_budget",
+                "gate",
+            )
+            if weighted and raw.get(k) not in (None, [])
+        ]  # empty lists: a snapshot's body writes them
         if mixed:
-            self.add(path + ("weighted",), where, f"a weighted expect is graded by its assertions alone; write "
-                                                  f"{', '.join(mixed)} as assertions entries or drop 'weighted'")
+            self.add(
+                path + ("weighted",),
+                where,
+                f"a weighted expect is graded by its assertions alone; write "
+                f"{', '.join(mixed)} as assertions entries or drop 'weighted'",
+            )
         if threshold is not None and not weighted:
             self.add(path + ("threshold",), where, "expect.threshold applies to a weighted assertion list; "
                                                    "add 'weighted: true' or use pass_threshold")
@@ -753,8 +778,12 @@ class _Context:
             if item not in GATEABLE:
                 self.add(path, where, f"expect.gate: unknown criterion {item!r}{did_you_mean(item, GATEABLE, 'known')}")
             elif item not in present and item not in ("response_present", "tools_succeeded"):
-                self.add(path, where, f"expect.gate names {item!r}, but this scenario expects nothing for it; "
-                                      f"add the expectation or remove it from gate")
+                self.add(
+                    path,
+                    where,
+                    f"expect.gate names {item!r}, but this scenario expects nothing for it; "
+                    f"add the expectation or remove it from gate",
+                )
             elif item not in out:
                 out.append(item)
         return tuple(c for c in GATEABLE if c in out)

@@ -57,8 +57,11 @@ def _construct_int(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNo
     digits = value.lstrip("+-")
     if len(digits) > MAX_INT_DIGITS:
         raise yaml.constructor.ConstructorError(
-            None, None, f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS}); write a smaller number",
-            node.start_mark)
+            None,
+            None,
+            f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS}); write a smaller number",
+            node.start_mark,
+        )
     if value.startswith("0o"):
         return int(value[2:], 8)
     if value.startswith("0x"):

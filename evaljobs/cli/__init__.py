@@ -27,35 +27,84 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "show": ("runs", "show", "Show one run: status, progress and each result."),
     "db": ("db", "db", "Database maintenance."),
     "catalog": ("catalog", "catalog", "Catalog tools."),
-    "mock-provider": ("mock_provider", "mock_provider",
-                      "Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."),
-    "demo": ("run", "demo", "Run the bundled support catalog against two simulated models and print the report."),
-    "worker": ("workers", "worker",
-               "Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully)."),
-    "governor": ("governor", "governor", "Show the provider governor: per deployment budget, limit, in flight, "
-                 "waiting, admitted, 429s, waits."),
-    "recover": ("ops", "recover", "Re-enqueue lost pairs of running runs and finalize complete-but-unreported ones."),
+    "mock-provider": (
+        "mock_provider",
+        "mock_provider",
+        "Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks).",
+    ),
+    "demo": (
+        "run",
+        "demo",
+        "Run the bundled support catalog against two simulated models and print the report.",
+    ),
+    "worker": (
+        "workers",
+        "worker",
+        "Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).",
+    ),
+    "governor": (
+        "governor",
+        "governor",
+        "Show the provider governor: per deployment budget, limit, in flight, "
+        "waiting, admitted, 429s, waits.",
+    ),
+    "recover": (
+        "ops",
+        "recover",
+        "Re-enqueue lost pairs of running runs and finalize complete-but-unreported ones.",
+    ),
     "report": ("reports", "report", "Render a run's report (also a CI gate with --fail-under)."),
-    "compare": ("reports", "compare",
-                "Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas."),
-    "pool": ("pool", "pool_worker",
-             "Run an elastic worker pool: between --min and --max members, following the queue's backlog."),
-    "watch": ("ops", "watch", "Follow RUN_ID to its report: a live bar on a terminal, a line per result otherwise, "
-              "then the table."),
-    "status": ("ops", "status", "Active runs with progress, queue depths, workers seen recently, governor budgets "
-               "and pools."),
-    "cancel": ("ops", "cancel", "Cancel RUN_ID (its pending pairs are not evaluated) and its open provider batches."),
-    "rerun": ("ops", "rerun", "Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, "
-              "context and options."),
+    "compare": (
+        "reports",
+        "compare",
+        "Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas.",
+    ),
+    "pool": (
+        "pool",
+        "pool_worker",
+        "Run an elastic worker pool: between --min and --max members, following the queue's backlog.",
+    ),
+    "watch": (
+        "ops",
+        "watch",
+        "Follow RUN_ID to its report: a live bar on a terminal, a line per result otherwise, then the table.",
+    ),
+    "status": (
+        "ops",
+        "status",
+        "Active runs with progress, queue depths, workers seen recently, governor budgets and pools.",
+    ),
+    "cancel": (
+        "ops",
+        "cancel",
+        "Cancel RUN_ID (its pending pairs are not evaluated) and its open provider batches.",
+    ),
+    "rerun": (
+        "ops",
+        "rerun",
+        "Create a NEW run over RUN_ID's errored, failed or all pairs, with its catalog, context and options.",
+    ),
     "cache": ("ops", "cache", "The response cache shared by all workers (runs started with --cache)."),
-    "bench": ("bench", "bench", "Benchmark CATALOG per (strategy, width): wall clock, throughput, errors, cost, "
-              "CPU, memory."),
-    "view": ("view", "view",
-             "Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet."),
-    "providers": ("providers", "providers_group",
-                  "Providers: presets and configured entries (list), and one real call per model (check)."),
-    "init": ("init", "init", "Start a project in DIRECTORY (default: here): a starter catalog, providers.yaml, "
-             "a CI workflow."),
+    "bench": (
+        "bench",
+        "bench",
+        "Benchmark CATALOG per (strategy, width): wall clock, throughput, errors, cost, CPU, memory.",
+    ),
+    "view": (
+        "view",
+        "view",
+        "Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet.",
+    ),
+    "providers": (
+        "providers",
+        "providers_group",
+        "Providers: presets and configured entries (list), and one real call per model (check).",
+    ),
+    "init": (
+        "init",
+        "init",
+        "Start a project in DIRECTORY (default: here): a starter catalog, providers.yaml, a CI workflow.",
+    ),
 }
 
 

@@ -33,9 +33,11 @@ def follow_progress(info: Any, broker: str | None, poll: float, *,
     if not (broker and broker.startswith(REDIS_SCHEMES)):
         if local_workers:
             return progress, None
-        progress.catchup_note = (f"with --broker {broker or 'memory'} this process sees no events from workers "
-                                 f"elsewhere: progress moves on database reads every {poll:g} s (pass --broker "
-                                 f"redis://… for live events)")
+        progress.catchup_note = (
+            f"with --broker {broker or 'memory'} this process sees no events from workers "
+            f"elsewhere: progress moves on database reads every {poll:g} s (pass --broker "
+            f"redis://… for live events)"
+        )
         return progress, None
     return progress, _queue_idle_check(broker)
 

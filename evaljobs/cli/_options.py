@@ -204,13 +204,20 @@ def import_options(fn: Callable) -> Callable:
     fn = click.option("--field", "fields", multiple=True, metavar="NAME=FIELD",
                       help="JSONL: take a sample's input/target/id/metadata from another field, as Inspect's "
                            "FieldSpec does (--field input=question --field target=answer).")(fn)
-    fn = click.option("--grader", default=None, metavar="GRADER",
-                      help="JSONL: how replies are compared with ideal/target: match, includes, "
-                           "includes_ignore_case, fuzzy_match (OpenAI evals), inspect_includes, inspect_match, "
-                           "inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line (Inspect), "
-                           "model_graded_fact (the judge). Required unless an OpenAI evals registry names it.")(fn)
-    fn = click.option("--lenient", is_flag=True,
-                      help="Imports: skip assertions evaljobs cannot grade (with a warning) instead of failing.")(fn)
+    fn = click.option(
+        "--grader",
+        default=None,
+        metavar="GRADER",
+        help="JSONL: how replies are compared with ideal/target: match, includes, "
+        "includes_ignore_case, fuzzy_match (OpenAI evals), inspect_includes, inspect_match, "
+        "inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line (Inspect), "
+        "model_graded_fact (the judge). Required unless an OpenAI evals registry names it.",
+    )(fn)
+    fn = click.option(
+        "--lenient",
+        is_flag=True,
+        help="Imports: skip assertions evaljobs cannot grade (with a warning) instead of failing.",
+    )(fn)
     fn = click.option("--include-production-only", is_flag=True,
                       help="Imports: keep ActiveAgent scenarios marked production_only.")(fn)
     fn = click.option("--format", "catalog_format", type=click.Choice(formats), default=None,
@@ -292,8 +299,10 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None
     from evaljobs.reports.build import render_json, render_table  # start-up time: only once a run exists
 
     if info.report is None:
-        click.echo(f"run {info.id} is {info.status} with {info.persisted}/{info.expected} pairs; no report yet",
-                   err=True)
+        click.echo(
+            f"run {info.id} is {info.status} with {info.persisted}/{info.expected} pairs; no report yet",
+            err=True,
+        )
     else:
         text = render_json(info.report) if as_json else render_table(info.report)
         click.echo(text, nl=not text.endswith("\n"))

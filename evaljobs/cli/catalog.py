@@ -72,9 +72,11 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
                f"{checked.digest}")
     counts = checked.counts
     if counts and checked.format != "native":  # a native catalog's checks are native: nothing was imported
-        click.echo(f"assertions: {counts.get('assertions', 0)} imported, {counts.get('mapped', 0)} mapped to "
-                   f"native checks, {counts.get('external', 0)} executed externally (Node, Python, jsonschema), "
-                   f"{counts.get('refused', 0)} refused")
+        click.echo(
+            f"assertions: {counts.get('assertions', 0)} imported, {counts.get('mapped', 0)} mapped to "
+            f"native checks, {counts.get('external', 0)} executed externally (Node, Python, jsonschema), "
+            f"{counts.get('refused', 0)} refused"
+        )
 
 
 @catalog.command("convert")
@@ -89,8 +91,9 @@ def catalog_convert(path, output, catalog_format, include_production_only, lenie
     from evaljobs.catalog import parse_catalog  # start-up time
     from evaljobs.catalog.importers import dump_native
 
-    imported, config = _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader,
-                                     fields)
+    imported, config = _read_catalog(
+        path, providers, catalog_format, include_production_only, lenient, grader, fields
+    )
     count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
                                                             for g in imported.data.get("groups") or [])
     show = stage if count >= LARGE_CATALOG else quiet_stage  # on stderr: stdout may be the YAML itself
@@ -100,8 +103,11 @@ def catalog_convert(path, output, catalog_format, include_production_only, lenie
         text = dump_native(imported.data)
     if output:
         Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {output}: {count} scenarios from {imported.format}"
-                   + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""), err=True)
+        click.echo(
+            f"wrote {output}: {count} scenarios from {imported.format}"
+            + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""),
+            err=True,
+        )
     else:
         click.echo(text, nl=False)
 

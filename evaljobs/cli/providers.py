@@ -35,12 +35,20 @@ def providers_list(providers, as_json) -> None:
         entry = config.get(name)
         key = "-" if not entry.api_key_env else ("set" if secret(entry.api_key_env) else "missing")
         problems = provider_problems(entry, source=config.source)
-        rows.append({"name": name, "api": entry.api, "base_url": entry.base_url or ("(in-process)" if name == "sim"
-                                                                                    else "(not set)"),
-                     "api_key_env": entry.api_key_env, "key": key, "stream": entry.stream,
-                     "prices": len(entry.prices), "checked": entry.checked,
-                     "origin": "preset" if entry.origin == "preset" else "file",
-                     "ready": not problems})
+        rows.append(
+            {
+                "name": name,
+                "api": entry.api,
+                "base_url": entry.base_url or ("(in-process)" if name == "sim" else "(not set)"),
+                "api_key_env": entry.api_key_env,
+                "key": key,
+                "stream": entry.stream,
+                "prices": len(entry.prices),
+                "checked": entry.checked,
+                "origin": "preset" if entry.origin == "preset" else "file",
+                "ready": not problems,
+            }
+        )
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))

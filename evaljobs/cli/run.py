@@ -22,49 +22,121 @@ DEFAULT_STRATEGY = "fanout"
 
 @click.command()
 @click.argument("catalog", type=click.Path(dir_okay=False))
-@click.option("-m", "--model", "models", multiple=True, required=True,
-              help="Model spec provider/model[@label]; repeat for several models.")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    required=True,
+    help="Model spec provider/model[@label]; repeat for several models.",
+)
 @click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True)
 @width_option
-@click.option("--wait/--no-wait", default=None,
-              help="Follow the run to its report (default: yes, except fanout/per-model on Redis).")
+@click.option(
+    "--wait/--no-wait",
+    default=None,
+    help="Follow the run to its report (default: yes, except fanout/per-model on Redis).",
+)
 @fail_under_option
 @click.option("--adapter", default=None, help="Host adapter module:callable or entry-point name.")
 @click.option("--judge-model", default=None, help="Model for llm_judge criteria (default: the catalog's).")
 @click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
-@click.option("--allow-self-judge", is_flag=True,
-              help="Let a model under test judge answers (its own included); refused otherwise. Reports say so.")
+@click.option(
+    "--allow-self-judge",
+    is_flag=True,
+    help="Let a model under test judge answers (its own included); refused otherwise. Reports say so.",
+)
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
-@click.option("--cache", is_flag=True,
-              help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).")
-@click.option("--epochs", type=click.IntRange(min=1, max=1000), default=None,
-              help="Evaluate each scenario × model pair N times (default: the catalog's defaults.epochs, else 1).")
-@click.option("--filter", "filters", multiple=True, metavar="GLOB",
-              help="Only scenarios whose key matches GLOB (repeatable: any matches).")
+@click.option(
+    "--cache",
+    is_flag=True,
+    help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).",
+)
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1, max=1000),
+    default=None,
+    help="Evaluate each scenario × model pair N times (default: the catalog's defaults.epochs, else 1).",
+)
+@click.option(
+    "--filter",
+    "filters",
+    multiple=True,
+    metavar="GLOB",
+    help="Only scenarios whose key matches GLOB (repeatable: any matches).",
+)
 @click.option("--tag", "tags", multiple=True, help="Only scenarios with TAG (repeatable: any of them).")
-@click.option("--exclude-tag", "exclude_tags", multiple=True, help="Leave out scenarios with TAG (repeatable).")
-@click.option("--limit", type=int, default=None, help="At most N scenarios (the first by key, after the rest).")
+@click.option(
+    "--exclude-tag", "exclude_tags", multiple=True, help="Leave out scenarios with TAG (repeatable)."
+)
+@click.option(
+    "--limit", type=int, default=None, help="At most N scenarios (the first by key, after the rest)."
+)
 @click.option("--sample", type=int, default=None, help="N scenarios drawn at random (with --seed).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --sample.")
-@click.option("--reuse", metavar="RUN", default=None,
-              help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.")
-@click.option("--cache-across-epochs", is_flag=True,
-              help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).")
-@click.option("--trace-content", is_flag=True,
-              help="Keep each provider call's raw request and response (redacted) for the viewer's transcript "
-                   "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).")
-@click.option("--batch", is_flag=True,
-              help="Send the calls through the providers' batch APIs (half price; answers within their window).")
+@click.option(
+    "--reuse",
+    metavar="RUN",
+    default=None,
+    help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.",
+)
+@click.option(
+    "--cache-across-epochs",
+    is_flag=True,
+    help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).",
+)
+@click.option(
+    "--trace-content",
+    is_flag=True,
+    help="Keep each provider call's raw request and response (redacted) for the viewer's transcript "
+    "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).",
+)
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="Send the calls through the providers' batch APIs (half price; answers within their window).",
+)
 @click.option("--batch-judge", is_flag=True, help="Send the LLM judge's calls through batch APIs too.")
 @import_options
 @db_option
 @broker_option
 @providers_option
-def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judge_cap, allow_self_judge, time_limit,
-        as_json, cache, epochs, filters, tags, exclude_tags, limit, sample, seed, reuse, cache_across_epochs,
-        trace_content, batch, batch_judge, catalog_format, include_production_only, lenient, grader, fields,
-        db, broker, providers) -> None:
+def run(
+    catalog,
+    models,
+    strategy,
+    width,
+    wait,
+    gate,
+    adapter,
+    judge_model,
+    judge_cap,
+    allow_self_judge,
+    time_limit,
+    as_json,
+    cache,
+    epochs,
+    filters,
+    tags,
+    exclude_tags,
+    limit,
+    sample,
+    seed,
+    reuse,
+    cache_across_epochs,
+    trace_content,
+    batch,
+    batch_judge,
+    catalog_format,
+    include_production_only,
+    lenient,
+    grader,
+    fields,
+    db,
+    broker,
+    providers,
+) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
     from evaljobs.catalog.subset import Selection, select, selection_note
@@ -80,8 +152,14 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
             click.echo("note: --trace-content applies to the workers of this process; workers started "
                        "elsewhere keep bodies with EVALJOBS_STORE_TRANSCRIPTS=on", err=True)
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
-        catalog_obj = session.load(catalog, format=catalog_format, lenient=lenient,
-                                   include_production_only=include_production_only, grader=grader, fields=fields)
+        catalog_obj = session.load(
+            catalog,
+            format=catalog_format,
+            lenient=lenient,
+            include_production_only=include_production_only,
+            grader=grader,
+            fields=fields,
+        )
         for warning in session.import_warnings:
             click.echo(f"warning: {warning}", err=True)
         if session.excluded:
@@ -116,12 +194,27 @@ def run(catalog, models, strategy, width, wait, gate, adapter, judge_model, judg
                        f"= {info.expected} pairs ({strategy}, broker {broker_text})", err=True)
 
         with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
-            info = session.run(whole, list(models), strategy=strategy, wait=wait, on_event=progress,
-                               idle=idle if not inline else None, on_submit=submitted, adapter=adapter, judge_model=judge_model,
-                               judge_cap=judge_cap,
-                               time_limit=time_limit, cache=cache, epochs=epochs,
-                               cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
-                               allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)
+            info = session.run(
+                whole,
+                list(models),
+                strategy=strategy,
+                wait=wait,
+                on_event=progress,
+                idle=idle if not inline else None,
+                on_submit=submitted,
+                adapter=adapter,
+                judge_model=judge_model,
+                judge_cap=judge_cap,
+                time_limit=time_limit,
+                cache=cache,
+                epochs=epochs,
+                cache_across_epochs=cache_across_epochs,
+                selection=selection,
+                reuse=reuse,
+                allow_self_judge=allow_self_judge,
+                batch=batch,
+                batch_judge=batch_judge,
+            )
         if not session.follows(strategy, wait):
             click.echo(info.id)
             return

@@ -87,8 +87,10 @@ def show(run_id, as_json, db) -> None:
         click.echo(json.dumps({**run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
                               default=str))
         return
-    click.echo(f"run {info.id}  {info.status}  {info.persisted}/{info.expected} pairs  catalog {info.catalog_name}"
-               f" ({info.digest[:19]})  strategy {info.strategy}")
+    click.echo(
+        f"run {info.id}  {info.status}  {info.persisted}/{info.expected} pairs  catalog {info.catalog_name}"
+        f" ({info.digest[:19]})  strategy {info.strategy}"
+    )
     click.echo(f"models: {', '.join(info.models)}")
     if info.context:
         click.echo(f"context: {json.dumps(info.context)}")

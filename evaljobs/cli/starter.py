@@ -79,8 +79,11 @@ def install_requirement(root: Path) -> Requirement:
     except ValueError:
         info = None
     if not isinstance(info, dict) or not isinstance(info.get("url"), str):
-        return Requirement(f"evaljobs=={version}", f"evaljobs {version} from the package index it was installed "
-                                                   f"from (add --index-url to pip for a private index)")
+        return Requirement(
+            f"evaljobs=={version}",
+            f"evaljobs {version} from the package index it was installed "
+            f"from (add --index-url to pip for a private index)",
+        )
     url = info["url"]
     vcs = info.get("vcs_info")
     if isinstance(vcs, dict) and vcs.get("vcs") and vcs.get("commit_id"):
@@ -112,10 +115,20 @@ def _git_remote(path: Path) -> tuple[str, str] | None:
     import subprocess
 
     try:
-        url = subprocess.run(["git", "-C", str(path), "config", "--get", "remote.origin.url"], capture_output=True, check=False,
-                             text=True, timeout=10).stdout.strip()
-        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
-                                timeout=10).stdout.strip()
+        url = subprocess.run(
+            ["git", "-C", str(path), "config", "--get", "remote.origin.url"],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     if not commit or not url.startswith(("https://", "ssh://", "git@")):
@@ -207,8 +220,10 @@ def _write_regular(target: Path, path: Path, text: str) -> None:
         folder = folder / part
         linked = linked or folder.is_symlink()
     if linked:
-        raise UsageError(f"{path}: is a symbolic link, or in a folder that links out of {target}; init writes "
-                         f"only regular files inside its folder: remove the link or choose another folder")
+        raise UsageError(
+            f"{path}: is a symbolic link, or in a folder that links out of {target}; init writes "
+            f"only regular files inside its folder: remove the link or choose another folder"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

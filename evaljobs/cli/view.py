@@ -20,8 +20,10 @@ def _refuse_a_missing_file(url: str) -> None:
         return
     path = Path(url[len("sqlite:///"):].split("?", 1)[0])
     if str(path) not in ("", ":memory:") and not path.is_file():
-        raise UsageError(f"{url}: no database at {path.resolve()} (the viewer creates none); "
-                         f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)")
+        raise UsageError(
+            f"{url}: no database at {path.resolve()} (the viewer creates none); "
+            f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)"
+        )
 
 
 @click.command("view")

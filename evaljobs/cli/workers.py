@@ -58,9 +58,11 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
         ctx = click.get_current_context()
         for name in ("threads", "processes"):  # an elastic pool sizes itself: never ignore what was asked
             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
-                raise click.UsageError(f"--{name} does not apply to an elastic pool (--min/--max): its members "
-                                       f"are its threads, from --min to --max; drop --{name}, or drop "
-                                       f"--min/--max for a fixed worker")
+                raise click.UsageError(
+                    f"--{name} does not apply to an elastic pool (--min/--max): its members "
+                    f"are its threads, from --min to --max; drop --{name}, or drop "
+                    f"--min/--max for a fixed worker"
+                )
     if not broker.startswith(REDIS_SCHEMES):
         raise click.BadParameter("workers need a shared broker: --broker redis://host:port/db", param_hint="--broker")
     if lane not in ("interactive", "bulk"):

@@ -86,8 +86,11 @@ def _accepts_deadline(adapter: Callable[..., Any]) -> bool:
         parameters = inspect.signature(adapter).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable without a signature: call it plainly
         return False
-    return any(p.kind is p.VAR_KEYWORD or (p.name == "deadline" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
-               for p in parameters)
+    return any(
+        p.kind is p.VAR_KEYWORD
+        or (p.name == "deadline" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
 
 
 def call_adapter(adapter: Callable[..., Any], scenario: Scenario, model: ModelSpec,
@@ -176,8 +179,10 @@ class ConversationAdapter:
                 replay.answer = completion.content or ""
                 break
             for requested in completion.tool_calls:
-                with telemetry.span(f"execute_tool {requested.name}", {"gen_ai.operation.name": "execute_tool",
-                                                                       "gen_ai.tool.name": requested.name}) as span:
+                with telemetry.span(
+                    f"execute_tool {requested.name}",
+                    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": requested.name},
+                ) as span:
                     call = self.tool_runner(scenario, requested.name, requested.arguments)
                     if call.error:
                         span.set_attribute("error.type", "tool_error")

@@ -146,9 +146,14 @@ class NodeRunner:
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             self._folder = self._folder or tempfile.mkdtemp(prefix="evaljobs-js-")
-            self._proc = subprocess.Popen([self.node, "-e", _NODE_SCRIPT, self._folder], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                          bufsize=1)
+            self._proc = subprocess.Popen(
+                [self.node, "-e", _NODE_SCRIPT, self._folder],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+            )
         return self._proc
 
     def call(self, code: str, output: Any, context: dict[str, Any], *, assertion: bool = False,
@@ -327,9 +332,18 @@ class ProcessRunner:
                                        filename=assertion.get("filename"))
                 return _verdict(value, assertion.get("threshold"), negate)
             if kind == "python":
-                return _verdict(run_python(assertion["code"], output, context, function=assertion.get("function"),
-                                           filename=assertion.get("filename")),
-                                assertion.get("threshold"), negate, python=True)
+                return _verdict(
+                    run_python(
+                        assertion["code"],
+                        output,
+                        context,
+                        function=assertion.get("function"),
+                        filename=assertion.get("filename"),
+                    ),
+                    assertion.get("threshold"),
+                    negate,
+                    python=True,
+                )
             if kind == "promptfoo":  # its own not- handling (promptfoo's inverse) is in the check
                 from evaljobs.evaluation.promptfoo_checks import check  # start-up time: promptfoo's only
                 return check(assertion, _as_text(output))

@@ -75,8 +75,17 @@ def evaluate(
     return result
 
 
-def _evaluate(scenario: Scenario, model: ModelSpec, adapter: Adapter, judge: Judge | None, attempts: int,
-              raise_retryable: bool, time_limit: float | None, deadline: float | None, began: float) -> Result:
+def _evaluate(
+    scenario: Scenario,
+    model: ModelSpec,
+    adapter: Adapter,
+    judge: Judge | None,
+    attempts: int,
+    raise_retryable: bool,
+    time_limit: float | None,
+    deadline: float | None,
+    began: float,
+) -> Result:
     started = time.perf_counter()
     try:
         replay = call_adapter(adapter, scenario, model, deadline)

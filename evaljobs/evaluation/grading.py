@@ -249,8 +249,13 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         if verdict is None:
             details["judge"] = "skipped: the run's judge-call cap is reached"
         else:
-            info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
-                    "tokens": verdict.input_tokens + verdict.output_tokens}
+            info = {
+                "model": verdict.model,
+                "prompt": verdict.prompt,
+                "raw": verdict.raw,
+                "cost": verdict.cost,
+                "tokens": verdict.input_tokens + verdict.output_tokens,
+            }
             if verdict.error:
                 info.update(score=None, reason=verdict.error)
                 details["judge"] = info
@@ -300,8 +305,21 @@ def _has_expectations(expect) -> bool:
 
 #: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first (with its two
 #: heuristics, ``expect.diagnose``, where its Diagnosis#call tries them).
-GATE_ORDER = ("response_present", "tools_succeeded", "missing_capability", "expected_tools", "ungrounded_answer",
-              "not_contains", "contains", "regex", "ideal", "assertions", "max_latency_ms", "token_budget", "llm_judge")
+GATE_ORDER = (
+    "response_present",
+    "tools_succeeded",
+    "missing_capability",
+    "expected_tools",
+    "ungrounded_answer",
+    "not_contains",
+    "contains",
+    "regex",
+    "ideal",
+    "assertions",
+    "max_latency_ms",
+    "token_budget",
+    "llm_judge",
+)
 
 
 def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], details: dict[str, Any]) -> set[str]:
@@ -389,8 +407,13 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
             return check_outcome(entry, answer)
         if kind == "latency":
             passed = replay.duration_ms <= entry["max_ms"]
-            return Outcome(label, passed, 1.0 if passed else 0.0, f"{replay.duration_ms} ms (max {entry['max_ms']})",
-                           None if passed else "too_slow")
+            return Outcome(
+                label,
+                passed,
+                1.0 if passed else 0.0,
+                f"{replay.duration_ms} ms (max {entry['max_ms']})",
+                None if passed else "too_slow",
+            )
         if kind == "judge":
             if judge is None:
                 raise _NoVerdict("not_gradable", f"{label}: no LLM judge in this process")
@@ -398,8 +421,13 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
             if verdict is None:
                 details.setdefault("skipped", []).append(f"{label}: the run's judge-call cap is reached")
                 return None
-            info = {"model": verdict.model, "prompt": verdict.prompt, "raw": verdict.raw, "cost": verdict.cost,
-                    "tokens": verdict.input_tokens + verdict.output_tokens}
+            info = {
+                "model": verdict.model,
+                "prompt": verdict.prompt,
+                "raw": verdict.raw,
+                "cost": verdict.cost,
+                "tokens": verdict.input_tokens + verdict.output_tokens,
+            }
             judge_costs.append(verdict.cost)
             details.setdefault("judge", info)  # the first judge call, shown by every report
             if verdict.error:

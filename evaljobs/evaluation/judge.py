@@ -24,7 +24,7 @@ from evaljobs.governor import Busy
 
 JUDGE_SYSTEM = (
     "You are an evaluation judge. Score the ANSWER against the RUBRIC, from 0 (fails the rubric) "
-    "to 1 (fully meets it). Reply with only a JSON object: {\"score\": <number 0..1>, \"reason\": \"<one sentence>\"}."
+    'to 1 (fully meets it). Reply with only a JSON object: {"score": <number 0..1>, "reason": "<one sentence>"}.'
 )
 
 _DIRECTIVE = re.compile(r"\[sim(?:@[^:\]]+)?:[^\]]*\]")
@@ -71,8 +71,10 @@ def self_judging(judges, models, providers: ProvidersConfig, *, allow: bool = Fa
     (``--allow-self-judge``): a model grading its own answers is not a verdict."""
     found = sorted({parse_model_spec(j, providers).spec for j in judges} & set(models))
     if found and not allow:
-        raise UsageError(f"{found[0]} would judge its own answers (it is both a model under test and the judge "
-                         f"model); name another judge with --judge-model, or pass --allow-self-judge to insist")
+        raise UsageError(
+            f"{found[0]} would judge its own answers (it is both a model under test and the judge "
+            f"model); name another judge with --judge-model, or pass --allow-self-judge to insist"
+        )
     return found
 
 
@@ -101,8 +103,15 @@ class ProviderJudge:
     #: Part of the response-cache key of judge calls: bump it when the judge prompt's meaning changes.
     version = "judge-2"
 
-    def __init__(self, providers: ProvidersConfig, *, default_model: str | None = None,
-                 allow: Callable[[], bool] | None = None, calls: ProviderCalls | None = None, attempts: int = 2):
+    def __init__(
+        self,
+        providers: ProvidersConfig,
+        *,
+        default_model: str | None = None,
+        allow: Callable[[], bool] | None = None,
+        calls: ProviderCalls | None = None,
+        attempts: int = 2,
+    ):
         self.providers = providers
         #: The run's ``--judge-model``: overrides the catalog's.
         self.default_model = default_model
@@ -148,8 +157,17 @@ class ProviderJudge:
                 return JudgeVerdict(parsed[0], parsed[1], tokens_in, tokens_out, cost, passed=parsed[2],
                                     prompt=prompt, raw=raw, model=judge_model.spec)
             problem = f"judge {judge_model.spec}: {parsed}"
-        return JudgeVerdict(0.0, "", tokens_in, tokens_out, cost, error=problem, prompt=prompt, raw=raw[:4000],
-                            model=judge_model.spec)
+        return JudgeVerdict(
+            0.0,
+            "",
+            tokens_in,
+            tokens_out,
+            cost,
+            error=problem,
+            prompt=prompt,
+            raw=raw[:4000],
+            model=judge_model.spec,
+        )
 
 
 def parse_judge_json(text: str) -> tuple[float, str] | str:
@@ -208,5 +226,16 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
     return judged
 
 
-__all__ = ["JUDGE_SYSTEM", "JudgeModelMissing", "ProviderJudge", "bind_judge", "judge_model_for", "judge_prompt",
-           "parse_judge_answer", "parse_judge_json", "parse_judge_verdict", "require_judge_models", "self_judging"]
+__all__ = [
+    "JUDGE_SYSTEM",
+    "JudgeModelMissing",
+    "ProviderJudge",
+    "bind_judge",
+    "judge_model_for",
+    "judge_prompt",
+    "parse_judge_answer",
+    "parse_judge_json",
+    "parse_judge_verdict",
+    "require_judge_models",
+    "self_judging",
+]

@@ -96,8 +96,14 @@ def _inspect_match(answer: str, target: str) -> bool:  # match(): match_str(loca
     return _strip_punctuation(value).endswith(_strip_punctuation(wanted))
 
 
-_CHECKS = {"match": _match, "includes": _includes, "includes_ignore_case": _includes_ignore_case,
-           "fuzzy_match": _fuzzy_match, "inspect_includes": _inspect_includes, "inspect_match": _inspect_match}
+_CHECKS = {
+    "match": _match,
+    "includes": _includes,
+    "includes_ignore_case": _includes_ignore_case,
+    "fuzzy_match": _fuzzy_match,
+    "inspect_includes": _inspect_includes,
+    "inspect_match": _inspect_match,
+}
 
 
 def _pattern_matches(answer: str, targets: Sequence[str], pattern: str) -> bool:

@@ -224,11 +224,22 @@ class _Outcome:
 def _stats_row(budget: str, backend: str, limit: int, n_i: int, n_b: int, waiting: int, admitted: int,
                rate_limited: int, wait_sum_ms: float, wait_max_ms: float, paused: float, *,
                waiting_by_lane: tuple[int, int] = (0, 0)) -> dict[str, Any]:
-    return {"budget": budget, "backend": backend, "limit": limit, "in_flight": n_i + n_b,
-            "in_flight_interactive": n_i, "in_flight_bulk": n_b, "waiting": waiting,
-            "waiting_interactive": waiting_by_lane[0], "waiting_bulk": waiting_by_lane[1], "admitted": admitted,
-            "rate_limited": rate_limited, "mean_wait_ms": wait_sum_ms / admitted if admitted else 0.0,
-            "max_wait_ms": wait_max_ms, "paused_for": paused}
+    return {
+        "budget": budget,
+        "backend": backend,
+        "limit": limit,
+        "in_flight": n_i + n_b,
+        "in_flight_interactive": n_i,
+        "in_flight_bulk": n_b,
+        "waiting": waiting,
+        "waiting_interactive": waiting_by_lane[0],
+        "waiting_bulk": waiting_by_lane[1],
+        "admitted": admitted,
+        "rate_limited": rate_limited,
+        "mean_wait_ms": wait_sum_ms / admitted if admitted else 0.0,
+        "max_wait_ms": wait_max_ms,
+        "paused_for": paused,
+    }
 
 
 _DEFAULT_CONFIG = BudgetConfig()

@@ -13,9 +13,22 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs.providers import deadline as walls
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
-from evaljobs.governor.budgets import (LANES, POLL_MAX, POLL_MIN, SLEEP_CAP, BudgetConfig, Busy, Learned,
-                                                 LearnedStore, _Answer, _check_budget, _DEFAULT_CONFIG, _Outcome,
-                                                 budget_key, start_of)
+from evaljobs.governor.budgets import (
+    LANES,
+    POLL_MAX,
+    POLL_MIN,
+    SLEEP_CAP,
+    BudgetConfig,
+    Busy,
+    Learned,
+    LearnedStore,
+    _Answer,
+    _check_budget,
+    _DEFAULT_CONFIG,
+    _Outcome,
+    budget_key,
+    start_of,
+)
 from evaljobs.governor.deferred import Deferred
 from evaljobs.governor.local_store import _LocalStore
 from evaljobs.governor.permits import Permit, _Renewer
@@ -245,8 +258,19 @@ class Governor:
         self._redis_ok()
         prefetch.store, prefetch.answer = store, answer
         if answer.granted:
-            prefetch.permit = Permit(self, store.name, prefetch.budget, prefetch.lane, prefetch.lease_id,
-                                     answer.now, answer.epoch, answer.tokens, prefetch.config, 0.0, prefetch.start)
+            prefetch.permit = Permit(
+                self,
+                store.name,
+                prefetch.budget,
+                prefetch.lane,
+                prefetch.lease_id,
+                answer.now,
+                answer.epoch,
+                answer.tokens,
+                prefetch.config,
+                0.0,
+                prefetch.start,
+            )
             self._renewer.add(prefetch.permit)
         self._early.value = prefetch
 

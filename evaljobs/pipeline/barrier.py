@@ -59,8 +59,9 @@ def record_many(run_id: str, results: Sequence[Result], *,
 def _observed(result: Result) -> None:
     """Report a newly recorded pair to the process's observers (metrics), after its commit."""
     if telemetry.watched():
-        telemetry.pair_recorded(telemetry.PairRecorded(result.model, result.status, result.duration_ms / 1000.0,
-                                                       result.cost))
+        telemetry.pair_recorded(
+            telemetry.PairRecorded(result.model, result.status, result.duration_ms / 1000.0, result.cost)
+        )
 
 
 def finalize(run_id: str) -> store.Finalized | None:

@@ -318,8 +318,10 @@ def choose(providers: ProvidersConfig, models: list[str], requested: bool, strat
         raise UsageError("--batch: none of the models' providers has a batch API (the openai, azure and "
                          "anthropic wire formats do)")
     if chosen and (strategy != "fanout" or not plain):
-        raise UsageError("--batch (or a provider with batch: true) needs --strategy fanout, the built-in adapter "
-                         "and no --cache: its pairs wait for their batches on the queue")
+        raise UsageError(
+            "--batch (or a provider with batch: true) needs --strategy fanout, the built-in adapter "
+            "and no --cache: its pairs wait for their batches on the queue"
+        )
     return chosen
 
 

@@ -110,5 +110,14 @@ def forget(broker: dramatiq.Broker, run_id: str) -> None:
     crashes.forget(getattr(broker, "client", None), crash_key(run_id))
 
 
-__all__ = ["batch_pairs", "crash_counted", "crash_counter", "crash_key", "crashed_result", "forget", "give_up",
-           "max_crashes", "message_epoch"]
+__all__ = [
+    "batch_pairs",
+    "crash_counted",
+    "crash_counter",
+    "crash_key",
+    "crashed_result",
+    "forget",
+    "give_up",
+    "max_crashes",
+    "message_epoch",
+]

@@ -236,9 +236,22 @@ class WakingRedisBroker(RedisBroker):
         round trip itself (see :meth:`WakeableConsumer._ack`). An unknown script (a restarted Redis)
         falls back to Dramatiq's own call, which loads it."""
         reply = thread_commands(self.client).execute(
-            ("EVALSHA", self.scripts["dispatch"].sha, 1, self.namespace, "fetch", current_millis(), queue_name,
-             self.broker_id, self.heartbeat_timeout, self.dead_message_ttl, self._should_do_maintenance("fetch"),
-             self._max_unpack_size(), prefetch))[0]
+            (
+                "EVALSHA",
+                self.scripts["dispatch"].sha,
+                1,
+                self.namespace,
+                "fetch",
+                current_millis(),
+                queue_name,
+                self.broker_id,
+                self.heartbeat_timeout,
+                self.dead_message_ttl,
+                self._should_do_maintenance("fetch"),
+                self._max_unpack_size(),
+                prefetch,
+            )
+        )[0]
         if is_noscript(reply):
             return self._dispatch("fetch")(queue_name, prefetch)
         if isinstance(reply, Exception):
@@ -288,9 +301,20 @@ def enqueue_pipelined(broker: RedisBroker, chunk: Iterable[dramatiq.Message]) ->
     for message in chunk:
         message = message.copy(options={"redis_message_id": str(uuid4())})
         broker.emit_before("enqueue", message, None)
-        calls.append(["enqueue", current_millis(), message.queue_name, broker.broker_id, broker.heartbeat_timeout,
-                      broker.dead_message_ttl, broker._should_do_maintenance("enqueue"), broker._max_unpack_size(),
-                      message.options["redis_message_id"], message.encode()])
+        calls.append(
+            [
+                "enqueue",
+                current_millis(),
+                message.queue_name,
+                broker.broker_id,
+                broker.heartbeat_timeout,
+                broker.dead_message_ttl,
+                broker._should_do_maintenance("enqueue"),
+                broker._max_unpack_size(),
+                message.options["redis_message_id"],
+                message.encode(),
+            ]
+        )
         sent.append(message)
     sha = getattr(dispatch, "sha", None)
     if sha is None:  # not redis-py's Script (a test recording the calls): through a redis-py pipeline

@@ -177,10 +177,25 @@ def publish_result(run_id: str, result, recorded, carry: Carry | None = None) ->
 
 def publish_results(run_id: str, recorded_results, carry: Carry | None = None) -> None:
     """One ``result`` event per (result, recorded) pair, in one Redis round trip (a group commit's rows)."""
-    publish_many(run_id, [{"type": "result", "scenario": result.scenario_key, "model": result.model,
-                           "epoch": result.epoch, "status": result.status, "score": result.score,
-                           "fault": result.fault, "persisted": recorded.persisted, "expected": recorded.expected}
-                          for result, recorded in recorded_results], carry, holdable=True)
+    publish_many(
+        run_id,
+        [
+            {
+                "type": "result",
+                "scenario": result.scenario_key,
+                "model": result.model,
+                "epoch": result.epoch,
+                "status": result.status,
+                "score": result.score,
+                "fault": result.fault,
+                "persisted": recorded.persisted,
+                "expected": recorded.expected,
+            }
+            for result, recorded in recorded_results
+        ],
+        carry,
+        holdable=True,
+    )
 
 
 def publish_complete(run_id: str, report: dict[str, Any]) -> None:

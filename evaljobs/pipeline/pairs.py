@@ -206,8 +206,12 @@ _plans: OrderedDict[str, RunPlan] = OrderedDict()
 
 def _same_run(cached: store.RunInfo, fresh: store.RunInfo) -> bool:
     """Whether a cached plan still describes ``fresh`` (another database may hold a run of the same id)."""
-    return (cached.digest == fresh.digest and cached.options == fresh.options and cached.models == fresh.models
-            and cached.epochs == fresh.epochs)
+    return (
+        cached.digest == fresh.digest
+        and cached.options == fresh.options
+        and cached.models == fresh.models
+        and cached.epochs == fresh.epochs
+    )
 
 
 def forget_plans() -> None:
@@ -317,8 +321,15 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         state.began = time.monotonic() - state.spent
         state.deadline = state.began + policy.time_limit if policy.time_limit else None
     if state.deadline is not None and time.monotonic() >= state.deadline:
-        return GiveUp(_errored(pair, state, timed_out(policy.time_limit, state.began,
-                                                      f"waiting to retry: {state.last or 'an earlier attempt'}")))
+        return GiveUp(
+            _errored(
+                pair,
+                state,
+                timed_out(
+                    policy.time_limit, state.began, f"waiting to retry: {state.last or 'an earlier attempt'}"
+                ),
+            )
+        )
     runtime.set_permit_wait(IN_PLACE_PERMIT_WAIT if state.in_place else None)
     scenario = plan.catalog.scenario(pair.scenario_key)
     try:
@@ -353,8 +364,14 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         state.last = exc.reason
         beyond = _beyond(plan, pair, state, exc.retry_after)
         if beyond:
-            return GiveUp(_errored(pair, state, f"rate_limited: the provider asked to wait "
-                                                f"{exc.retry_after:.0f} s (Retry-After), {beyond}: {exc.reason}"))
+            return GiveUp(
+                _errored(
+                    pair,
+                    state,
+                    f"rate_limited: the provider asked to wait "
+                    f"{exc.retry_after:.0f} s (Retry-After), {beyond}: {exc.reason}",
+                )
+            )
         if state.rate_limit_waits >= policy.max_rate_limit_waits:
             return GiveUp(_errored(pair, state, f"still rate limited after {state.rate_limit_waits} waits: "
                                                 f"{exc.reason}"))

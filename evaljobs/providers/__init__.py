@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
     from evaljobs.providers import batches, deadline
-    from evaljobs.providers.batched import (BatchRequest, InBatch, current_pair, encode, for_pair, request_from_json,
-                                            request_json)
+    from evaljobs.providers.batched import (
+        BatchRequest,
+        InBatch,
+        current_pair,
+        encode,
+        for_pair,
+        request_from_json,
+        request_json,
+    )
     from evaljobs.providers.endpoints import base_url_for
     from evaljobs.providers.cache import ResponseCache, default_ttl, for_epoch, parse_duration
     from evaljobs.providers.calls import ProviderCalls

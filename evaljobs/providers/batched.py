@@ -109,9 +109,17 @@ class BatchingClient:
         self.kind = kind
         self.calls = 0
 
-    def complete(self, model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 extra: dict[str, Any] | None = None, **_: Any) -> Completion:
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> Completion:
         pair = _pair.get()
         if pair is None:
             raise RuntimeError("a batched call outside evaljobs.providers.batches.for_pair")
@@ -120,8 +128,11 @@ class BatchingClient:
         request_id = custom_id(*pair, turn, self.kind)
         found = self.lane.answer(request_id)
         if found is None:
-            self.lane.park(request_id, self.provider, BatchRequest(request_id, model, messages, tools, temperature,
-                                                                   max_tokens, extra))
+            self.lane.park(
+                request_id,
+                self.provider,
+                BatchRequest(request_id, model, messages, tools, temperature, max_tokens, extra),
+            )
             raise InBatch(request_id)
         kind, value = found
         if kind != "ok":
@@ -147,5 +158,16 @@ def request_from_json(custom: str, text: str) -> BatchRequest:
                         data.get("max_tokens"), data.get("extra"))
 
 
-__all__ = ["BatchLane", "BatchRequest", "BatchedCompletion", "BatchingClient", "InBatch", "current_pair", "custom_id", "encode",
-           "for_pair", "request_from_json", "request_json"]
+__all__ = [
+    "BatchLane",
+    "BatchRequest",
+    "BatchedCompletion",
+    "BatchingClient",
+    "InBatch",
+    "current_pair",
+    "custom_id",
+    "encode",
+    "for_pair",
+    "request_from_json",
+    "request_json",
+]

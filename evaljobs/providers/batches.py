@@ -249,18 +249,32 @@ class BatchClient:
         counts = raw.get("request_counts") or {}
         status = str(raw.get("status"))
         completed, failed = int(counts.get("completed") or 0), int(counts.get("failed") or 0)
-        return BatchStatus(id=str(raw.get("id")), state=OPEN if status in _OPENAI_OPEN else ENDED,
-                           provider_status=status, total=int(counts.get("total") or 0), done=completed + failed,
-                           failed=failed, created_at=_number(raw.get("created_at")), raw=raw)
+        return BatchStatus(
+            id=str(raw.get("id")),
+            state=OPEN if status in _OPENAI_OPEN else ENDED,
+            provider_status=status,
+            total=int(counts.get("total") or 0),
+            done=completed + failed,
+            failed=failed,
+            created_at=_number(raw.get("created_at")),
+            raw=raw,
+        )
 
     def _anthropic(self, raw: dict[str, Any]) -> BatchStatus:
         counts = raw.get("request_counts") or {}
         total = sum(int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired"))
         failed = sum(int(counts.get(k) or 0) for k in ("errored", "canceled", "expired"))
         status = str(raw.get("processing_status"))
-        return BatchStatus(id=str(raw.get("id")), state=ENDED if status == "ended" else OPEN,
-                           provider_status=status, total=total, done=total - int(counts.get("processing") or 0),
-                           failed=failed, created_at=_stamp(raw.get("created_at")), raw=raw)
+        return BatchStatus(
+            id=str(raw.get("id")),
+            state=ENDED if status == "ended" else OPEN,
+            provider_status=status,
+            total=total,
+            done=total - int(counts.get("processing") or 0),
+            failed=failed,
+            created_at=_stamp(raw.get("created_at")),
+            raw=raw,
+        )
 
     def _openai_item(self, line: dict[str, Any]) -> BatchItem:
         custom_id = str(line.get("custom_id"))
@@ -286,8 +300,14 @@ class BatchClient:
         if kind == "errored":
             body = result.get("error") or {}
             error_type = str((body.get("error") or {}).get("type") or "api_error")
-            status = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
-                      "not_found_error": 404, "rate_limit_error": 429, "overloaded_error": 529}.get(error_type, 500)
+            status = {
+                "invalid_request_error": 400,
+                "authentication_error": 401,
+                "permission_error": 403,
+                "not_found_error": 404,
+                "rate_limit_error": 429,
+                "overloaded_error": 529,
+            }.get(error_type, 500)
             typed = self._format.error(status, {}, json.dumps(body).encode())
             return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
         outcome = CANCELLED if kind == "canceled" else EXPIRED

@@ -218,6 +218,19 @@ def is_cached(completion: Completion) -> bool:
     return bool(getattr(completion, "cached", False))
 
 
-__all__ = ["CacheBackend", "CachingClient", "CachedCompletion", "Completer", "ResponseCache", "cache_key",
-           "request_body", "default_ttl", "for_epoch", "parse_duration", "is_cached", "CacheConfigError", "DEFAULT_TTL",
-           "ENV_TTL"]
+__all__ = [
+    "CacheBackend",
+    "CachingClient",
+    "CachedCompletion",
+    "Completer",
+    "ResponseCache",
+    "cache_key",
+    "request_body",
+    "default_ttl",
+    "for_epoch",
+    "parse_duration",
+    "is_cached",
+    "CacheConfigError",
+    "DEFAULT_TTL",
+    "ENV_TTL",
+]

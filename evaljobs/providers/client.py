@@ -496,5 +496,12 @@ def close_clients() -> None:
         client.close()
 
 
-__all__ = ["ChatClient", "Completion", "PROVIDER_MESSAGE_CAP", "RequestedToolCall", "close_clients", "get_client",
-           "request_body"]
+__all__ = [
+    "ChatClient",
+    "Completion",
+    "PROVIDER_MESSAGE_CAP",
+    "RequestedToolCall",
+    "close_clients",
+    "get_client",
+    "request_body",
+]

@@ -93,8 +93,14 @@ class DeadlineBackend(httpcore.NetworkBackend):
     def __init__(self, backend: httpcore.NetworkBackend | None = None):
         self._backend = backend or httpcore.SyncBackend()
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         timeout = _clip(timeout, httpcore.ConnectTimeout, "before connecting")
         return DeadlineStream(self._backend.connect_tcp(host, port, timeout, local_address, socket_options))
 

@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any, Iterable
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import (decided, epochs_note, judge_entry, judged_groups, judgement_passed,
                                      markdown_judge)
-from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      self_judge_note as _self_judge_note, signed_money as _signed_money)
+from evaljobs.reports._format import (
+    cost_line as _cost_line,
+    ms_pair as _ms_pair,
+    money as _money,
+    pct as _pct,
+    self_judge_note as _self_judge_note,
+    signed_money as _signed_money,
+)
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow
@@ -489,9 +495,11 @@ def render_table(report: dict[str, Any]) -> str:
         for row, epochs in judged:
             j = row["judge"]
             score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
-            out.append(f"  {row['scenario_key']} × {row['model']}{epochs_note(epochs)}  {j.get('model') or '?'} "
-                       f"score {score}{decided(j)}: {_short(j.get('reason') or '', 80)}  "
-                       f"raw: {_short(' '.join((j.get('raw') or '').split()), 80)}")
+            out.append(
+                f"  {row['scenario_key']} × {row['model']}{epochs_note(epochs)}  {j.get('model') or '?'} "
+                f"score {score}{decided(j)}: {_short(j.get('reason') or '', 80)}  "
+                f"raw: {_short(' '.join((j.get('raw') or '').split()), 80)}"
+            )
     ranking = verdict_ranking(report["verdict"])
     out += ["", f"verdict: {ranking or 'no models'}"]
     return "\n".join(out) + "\n"

@@ -365,9 +365,14 @@ def _epoch_outcomes(side: Side) -> Iterable[tuple[tuple[str, str], Outcome]]:
                               passes=int(row.status == PASSED), failures=int(row.status == FAILED))
         else:
             key, model = row["scenario_key"], row["model"]
-            outcome = Outcome(row["status"], round(float(row.get("score") or 0.0), 4),
-                              _cost(row.get("cost", 0.0)), row.get("fault"), passes=int(row["status"] == PASSED),
-                              failures=int(row["status"] == FAILED))
+            outcome = Outcome(
+                row["status"],
+                round(float(row.get("score") or 0.0), 4),
+                _cost(row.get("cost", 0.0)),
+                row.get("fault"),
+                passes=int(row["status"] == PASSED),
+                failures=int(row["status"] == FAILED),
+            )
         if outcome.status not in (PASSED, FAILED, ERRORED):
             raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
         yield (key, model), outcome

@@ -25,8 +25,13 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.reports._html_assets import SCRIPT as _SCRIPT, STYLE as _STYLE
-from evaljobs.reports._format import (cost_line as _cost_line, ms_pair as _ms_pair, money as _money, pct as _pct,
-                                      signed_money as _signed_money)
+from evaljobs.reports._format import (
+    cost_line as _cost_line,
+    ms_pair as _ms_pair,
+    money as _money,
+    pct as _pct,
+    signed_money as _signed_money,
+)
 from evaljobs.reports.compare import Comparison, PairChange, compare
 from evaljobs.reports.headline import headline
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
@@ -228,9 +233,11 @@ def _cached_note(report: dict[str, Any]) -> str:
 
 def _verdict(report: dict[str, Any]) -> list[str]:
     pairs = {m["model"]: m["scenarios"] for m in report["models"]}
-    items = [f"<li><b>{_e(v['model'])}</b> {_pct(v['pass_rate'])} passed · mean score {v['mean_score']:.3f} · "
-             f"{_e(_money(v['cost'], v.get('cost_unknown', 0), pairs.get(v['model'])))}</li>"
-             for v in report["verdict"]]
+    items = [
+        f"<li><b>{_e(v['model'])}</b> {_pct(v['pass_rate'])} passed · mean score {v['mean_score']:.3f} · "
+        f"{_e(_money(v['cost'], v.get('cost_unknown', 0), pairs.get(v['model'])))}</li>"
+        for v in report["verdict"]
+    ]
     return ['<section id="verdict"><h2>Verdict</h2><ol>', *items, "</ol></section>"]
 
 
@@ -255,12 +262,25 @@ def _models_table(report: dict[str, Any]) -> list[str]:
     for v in report["verdict"]:
         m = blocks[v["model"]]
         faults = ", ".join(f"{k} × {n}" for k, n in m["faults"].items()) or "-"
-        rows.append([_e(m["model"]), str(v["rank"]), _pct(m["pass_rate"]), str(m["passed"]), str(m["failed"]),
-                     str(m["errored"]), f"{m['mean_score']:.3f}", _e(m["duration_p50_ms"] or "-"),
-                     _e(m["duration_p95_ms"] or "-"), _e(_ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms"))),
-                     _e(_ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms"))),
-                     f"{m['input_tokens']:,}", f"{m['output_tokens']:,}",
-                     _e(_money(m["cost"], m.get("cost_unknown", 0), m["scenarios"])), f'<span class="t">{_e(faults)}</span>'])
+        rows.append(
+            [
+                _e(m["model"]),
+                str(v["rank"]),
+                _pct(m["pass_rate"]),
+                str(m["passed"]),
+                str(m["failed"]),
+                str(m["errored"]),
+                f"{m['mean_score']:.3f}",
+                _e(m["duration_p50_ms"] or "-"),
+                _e(m["duration_p95_ms"] or "-"),
+                _e(_ms_pair(m.get("ttft_p50_ms"), m.get("ttft_p95_ms"))),
+                _e(_ms_pair(m.get("latency_p50_ms"), m.get("latency_p95_ms"))),
+                f"{m['input_tokens']:,}",
+                f"{m['output_tokens']:,}",
+                _e(_money(m["cost"], m.get("cost_unknown", 0), m["scenarios"])),
+                f'<span class="t">{_e(faults)}</span>',
+            ]
+        )
     header = ["Model", "Rank", "Pass rate", "Passed", "Failed", "Errored", "Mean score", "p50 ms", "p95 ms",
               "TTFT p50/p95 ms", "Latency p50/p95 ms", "Tokens in", "Tokens out", "Cost", "Faults"]
     return _table("models", "Models", header, rows, numeric=range(1, 14))
@@ -280,12 +300,22 @@ def _epochs_tables(report: dict[str, Any]) -> list[str]:
     pairs = [[_e(p["scenario_key"]), _e(p["model"]), f"{p['passed']}/{p['epochs']}", _pct(p["pass_rate"]),
               f"{p['mean_score']:.3f} ± {p['stderr']:.3f}", _pct(p["pass_at_k"][k]), _pct(p["pass_hat_k"][k]),
               '<span class="flaky">flaky</span>' if p["flaky"] else ""] for p in block["pairs"]]
-    return [*_table("epochs", f"Epochs: {k} per pair (95 % Wilson interval)",
-                    ["Model", "Passed", "Pass rate", "95 % CI", "Scenarios passed", "Flaky"], models,
-                    numeric=range(1, 6)),
-            *_table("epoch-pairs", "Scenarios over epochs",
-                    ["Scenario", "Model", "Passed", "Pass rate", "Mean ± SE", f"pass@{k}", f"pass^{k}", "Flaky"],
-                    pairs, numeric=range(2, 7))]
+    return [
+        *_table(
+            "epochs",
+            f"Epochs: {k} per pair (95 % Wilson interval)",
+            ["Model", "Passed", "Pass rate", "95 % CI", "Scenarios passed", "Flaky"],
+            models,
+            numeric=range(1, 6),
+        ),
+        *_table(
+            "epoch-pairs",
+            "Scenarios over epochs",
+            ["Scenario", "Model", "Passed", "Pass rate", "Mean ± SE", f"pass@{k}", f"pass^{k}", "Flaky"],
+            pairs,
+            numeric=range(2, 7),
+        ),
+    ]
 
 
 def _criteria_table(report: dict[str, Any]) -> list[str]:

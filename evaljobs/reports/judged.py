@@ -69,9 +69,11 @@ def markdown_judge(report: dict[str, Any], limit: int) -> list[str]:
     for row, epochs in judged[:limit]:
         j = row["judge"]
         score = "-" if j.get("score") is None else f"{float(j['score']):.2f}"
-        lines.append(f"| {code(row['scenario_key'])}{epochs_note(epochs)} | {code(row['model'])} | "
-                     f"{code(j.get('model') or '?')} | {score}{decided(j)} | {text(short(j.get('reason') or ''))} | "
-                     f"{text(short(j.get('raw') or ''))} |")
+        lines.append(
+            f"| {code(row['scenario_key'])}{epochs_note(epochs)} | {code(row['model'])} | "
+            f"{code(j.get('model') or '?')} | {score}{decided(j)} | {text(short(j.get('reason') or ''))} | "
+            f"{text(short(j.get('raw') or ''))} |"
+        )
     if len(judged) > limit:
         lines.append(f"\n…and {len(judged) - limit} more (the judge's prompts are in the JSON report).")
     return lines

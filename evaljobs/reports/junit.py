@@ -71,8 +71,10 @@ def grade_lines(result: Result) -> list[str]:
         ideal = details["ideal"]
         lines.append(f"reference answer ({ideal.get('grader')}): " + ", ".join(_json(i) for i in ideal.get("expected") or []))
     for outcome in details.get("assertions") or [] if isinstance(details.get("assertions"), list) else []:
-        lines.append(f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
-                     f"{outcome.get('reason') or ''}".rstrip())
+        lines.append(
+            f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
+            f"{outcome.get('reason') or ''}".rstrip()
+        )
     if isinstance(details.get("weighted"), dict):  # a promptfoo test graded by weight
         lines.append(f"weighted assertions: {details['weighted'].get('reason')}")
     for name, quote in (details.get("diagnosis") or {}).items() if isinstance(details.get("diagnosis"), dict) else []:
@@ -84,8 +86,9 @@ def grade_lines(result: Result) -> list[str]:
     judge = details.get("judge")
     if isinstance(judge, dict):
         score = "-" if judge.get("score") is None else f"{float(judge['score']):.3f}"
-        lines.append(f"judge ({judge.get('model') or '?'}): {score}{decided(judge)} {judge.get('reason') or ''}"
-                     .rstrip())
+        lines.append(
+            f"judge ({judge.get('model') or '?'}): {score}{decided(judge)} {judge.get('reason') or ''}".rstrip()
+        )
         if judge.get("raw"):
             lines.append(f"judge answer: {judge['raw']}")
         if judge.get("prompt"):
@@ -171,9 +174,20 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
         if stamp:
             suite.set("timestamp", stamp)
         context = run.get("context")
-        _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
-                       ("model", model), ("strategy", run.get("strategy")), ("pass_rate", _pass_rate(report, model)),
-                       ("cost", _cost(report, model)), ("self_judge", _self_judge(run)), ("context", _json(context) if context else None)])
+        _props(
+            suite,
+            [
+                ("run", run.get("id")),
+                ("catalog", catalog),
+                ("digest", run.get("digest")),
+                ("model", model),
+                ("strategy", run.get("strategy")),
+                ("pass_rate", _pass_rate(report, model)),
+                ("cost", _cost(report, model)),
+                ("self_judge", _self_judge(run)),
+                ("context", _json(context) if context else None),
+            ],
+        )
         for row in mine:
             result = by_pair.get((row["scenario_key"], model))
             _testcase(suite, _classname(catalog, clean(model)), row, result)
@@ -206,8 +220,14 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
     pairs = report["epochs"]["pairs"]
     rows = {(r["scenario_key"], r["model"], r.get("epoch", 0)): r for r in report["results"]}
     failed = [p for p in pairs if not p.get("ok", p["passed"] == p["epochs"])]
-    root = ET.Element("testsuites", name=f"evaljobs {catalog}", tests=str(len(pairs)), failures=str(len(failed)),
-                      errors="0", time=_seconds(sum(r["duration_ms"] for r in report["results"])))
+    root = ET.Element(
+        "testsuites",
+        name=f"evaljobs {catalog}",
+        tests=str(len(pairs)),
+        failures=str(len(failed)),
+        errors="0",
+        time=_seconds(sum(r["duration_ms"] for r in report["results"])),
+    )
     stamp = _timestamp(run)
     for index, model in enumerate(m["model"] for m in report["models"]):
         mine = [p for p in pairs if p["model"] == model]
@@ -216,14 +236,30 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
                               time=_seconds(sum(r["duration_ms"] for k, r in rows.items() if k[1] == model)))
         if stamp:
             suite.set("timestamp", stamp)
-        _props(suite, [("run", run.get("id")), ("catalog", catalog), ("digest", run.get("digest")),
-                       ("model", model), ("strategy", run.get("strategy")), ("pass_rate", _pass_rate(report, model)),
-                       ("cost", _cost(report, model)), ("self_judge", _self_judge(run)), ("epochs", report["epochs"]["epochs"])])
+        _props(
+            suite,
+            [
+                ("run", run.get("id")),
+                ("catalog", catalog),
+                ("digest", run.get("digest")),
+                ("model", model),
+                ("strategy", run.get("strategy")),
+                ("pass_rate", _pass_rate(report, model)),
+                ("cost", _cost(report, model)),
+                ("self_judge", _self_judge(run)),
+                ("epochs", report["epochs"]["epochs"]),
+            ],
+        )
         for pair in mine:
             key = pair["scenario_key"]
             epochs = [rows.get((key, model, e)) for e in range(pair["epochs"])]
-            case = ET.SubElement(suite, "testcase", classname=_classname(catalog, clean(model)), name=clean(key),
-                                 time=_seconds(sum(r["duration_ms"] for r in epochs if r)))
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=_classname(catalog, clean(model)),
+                name=clean(key),
+                time=_seconds(sum(r["duration_ms"] for r in epochs if r)),
+            )
             threshold = pair.get("threshold")
             summary = pair_line(pair) + ("" if threshold is None else f" · threshold {threshold:g}")
             body = [summary, ""]
@@ -237,10 +273,16 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
                 if result is not None and row["status"] != "passed":
                     body += ["  " + line for line in grade_lines(result)]
             if pair in failed:
-                node = ET.SubElement(case, "failure", type="epoch_pass_rate",
-                                     message=clean(f"{pair['passed']}/{pair['epochs']} epochs passed, "
-                                                   f"under the threshold {threshold:g}" if threshold is not None
-                                                   else f"{pair['passed']}/{pair['epochs']} epochs passed"))
+                node = ET.SubElement(
+                    case,
+                    "failure",
+                    type="epoch_pass_rate",
+                    message=clean(
+                        f"{pair['passed']}/{pair['epochs']} epochs passed, under the threshold {threshold:g}"
+                        if threshold is not None
+                        else f"{pair['passed']}/{pair['epochs']} epochs passed"
+                    ),
+                )
                 node.text = clean(_clip("\n".join(body), TEXT_CAP * 4))
             else:
                 ET.SubElement(case, "system-out").text = clean(_clip("\n".join(body), TEXT_CAP * 4))

@@ -225,8 +225,22 @@ def model_interval(report: dict[str, Any], model: str) -> tuple[float, float, fl
     return None
 
 
-__all__ = ["wilson", "pass_at_k", "pass_hat_k", "mean_and_stderr", "fisher_exact", "pair_stats", "model_stats",
-           "epochs_block", "flaky_pairs", "model_interval", "pass_rate", "scenario_passes", "SIGNIFICANCE", "Z95"]
+__all__ = [
+    "wilson",
+    "pass_at_k",
+    "pass_hat_k",
+    "mean_and_stderr",
+    "fisher_exact",
+    "pair_stats",
+    "model_stats",
+    "epochs_block",
+    "flaky_pairs",
+    "model_interval",
+    "pass_rate",
+    "scenario_passes",
+    "SIGNIFICANCE",
+    "Z95",
+]
 
 
 # -- renderings (plain text and Markdown; the HTML and JUnit renderers read the same block) -----------
@@ -243,8 +257,10 @@ def _k_of(pair: dict[str, Any]) -> str:
 def pair_line(pair: dict[str, Any]) -> str:
     """``3/5 passed (60.0%) · mean 0.720 ± 0.110 · pass@5 100.0% · pass^5 0.0%``."""
     k = _k_of(pair)
-    return (f"{pair['passed']}/{pair['epochs']} passed ({_pct(pair['pass_rate'])}) · mean {pair['mean_score']:.3f}"
-            f" ± {pair['stderr']:.3f} · pass@{k} {_pct(pair['pass_at_k'][k])} · pass^{k} {_pct(pair['pass_hat_k'][k])}")
+    return (
+        f"{pair['passed']}/{pair['epochs']} passed ({_pct(pair['pass_rate'])}) · mean {pair['mean_score']:.3f}"
+        f" ± {pair['stderr']:.3f} · pass@{k} {_pct(pair['pass_at_k'][k])} · pass^{k} {_pct(pair['pass_hat_k'][k])}"
+    )
 
 
 def model_line(m: dict[str, Any]) -> str:
@@ -263,8 +279,10 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     out += [f"  {m['model'].ljust(width)}  {model_line(m)}" for m in block["models"]]
     flaky = [p for p in block["pairs"] if p["flaky"]]
     out += ["", f"flaky ({len(flaky)}):" if flaky else "flaky: none (every scenario's epochs agree)"]
-    out += [f"  {p['scenario_key']} × {p['model']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
-            for p in flaky]
+    out += [
+        f"  {p['scenario_key']} × {p['model']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
+        for p in flaky
+    ]
     return out
 
 
@@ -274,16 +292,26 @@ def markdown_lines(report: dict[str, Any], code, limit: int = 25) -> list[str]:
     if not block:
         return []
     k = str(block["epochs"])
-    lines = ["", f"**Epochs: {k} per pair** — pass rate with a 95 % Wilson interval", "",
-             "| Model | Passed | Pass rate | 95 % CI | Scenarios passed | Flaky |", "|---|---:|---:|---|---:|---:|"]
+    lines = [
+        "",
+        f"**Epochs: {k} per pair** — pass rate with a 95 % Wilson interval",
+        "",
+        "| Model | Passed | Pass rate | 95 % CI | Scenarios passed | Flaky |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
     for m in block["models"]:
         scenarios = f"{m['scenarios_passed']}/{m['scenarios']}" if "scenarios" in m else "-"
         lines.append(f"| {code(m['model'])} | {m['passed']}/{m['trials']} | {_pct(m['pass_rate'])} | "
                      f"{_pct(m['ci_low'])}–{_pct(m['ci_high'])} | {scenarios} | {len(m['flaky'])} |")
     flaky = [p for p in block["pairs"] if p["flaky"]]
     if flaky:
-        lines += ["", f"**Flaky scenarios ({len(flaky)})** — epochs disagree", "",
-                  f"| Scenario | Model | Passed | Mean ± SE | pass@{k} | pass^{k} |", "|---|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"**Flaky scenarios ({len(flaky)})** — epochs disagree",
+            "",
+            f"| Scenario | Model | Passed | Mean ± SE | pass@{k} | pass^{k} |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
         for p in flaky[:limit]:
             lines.append(f"| {code(p['scenario_key'])} | {code(p['model'])} | {p['passed']}/{p['epochs']} | "
                          f"{p['mean_score']:.3f} ± {p['stderr']:.3f} | {_pct(p['pass_at_k'][k])} | "

@@ -63,8 +63,10 @@ def plan(directives: list[Directive], model: str, messages: list[dict[str, Any]]
         elif directive.action == "usage":
             usage = directive.args.strip()
             if not usage.isdigit():
-                raise DirectiveError(f"sim directive 'usage {directive.args}' in {directive.where}: "
-                                     f"expected 'usage N' (the prompt tokens to report), e.g. 'usage 3000000000'")
+                raise DirectiveError(
+                    f"sim directive 'usage {directive.args}' in {directive.where}: "
+                    f"expected 'usage N' (the prompt tokens to report), e.g. 'usage 3000000000'"
+                )
             reported = int(usage)
         elif fault is None and candidate is not None:
             fault = candidate

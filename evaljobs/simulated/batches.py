@@ -194,8 +194,10 @@ class BatchDesk:
                 raise BatchRequestError(f"input file line {number} is not JSON") from None
             if not isinstance(item, dict) or item.get("method") != "POST" or item.get("url") != endpoint \
                     or not isinstance(item.get("body"), dict) or not isinstance(item.get("custom_id"), str):
-                raise BatchRequestError(f"input file line {number}: needs custom_id, method POST, url {endpoint} "
-                                        f"and a body object")
+                raise BatchRequestError(
+                    f"input file line {number}: needs custom_id, method POST, url {endpoint} "
+                    f"and a body object"
+                )
             requests.append((item["custom_id"], item["body"]))
         batch = self._create("openai", requests, endpoint=endpoint, input_file_id=file.id,
                              completion_window=payload["completion_window"], metadata=metadata)
@@ -226,18 +228,28 @@ class BatchDesk:
             if batch.state == "ended":
                 failed += len(batch.requests) - len(batch.answers)
             stamp = int(batch.ended) if batch.ended is not None else None
-            return {"id": batch.id, "object": "batch", "endpoint": batch.endpoint, "errors": None,
-                    "input_file_id": batch.input_file_id, "completion_window": batch.completion_window,
-                    "status": status, "output_file_id": batch.output_file_id,
-                    "error_file_id": batch.error_file_id, "created_at": int(batch.created),
-                    "in_progress_at": int(batch.created), "expires_at": int(batch.created + 24 * 3600),
-                    "finalizing_at": stamp if batch.outcome == "completed" else None,
-                    "completed_at": stamp if batch.outcome == "completed" else None,
-                    "failed_at": None, "expired_at": stamp if batch.outcome == "expired" else None,
-                    "cancelling_at": int(batch.cancel_at) if batch.cancel_at is not None else None,
-                    "cancelled_at": stamp if batch.outcome == "cancelled" else None,
-                    "request_counts": {"total": len(batch.requests), "completed": completed, "failed": failed},
-                    "metadata": batch.metadata}
+            return {
+                "id": batch.id,
+                "object": "batch",
+                "endpoint": batch.endpoint,
+                "errors": None,
+                "input_file_id": batch.input_file_id,
+                "completion_window": batch.completion_window,
+                "status": status,
+                "output_file_id": batch.output_file_id,
+                "error_file_id": batch.error_file_id,
+                "created_at": int(batch.created),
+                "in_progress_at": int(batch.created),
+                "expires_at": int(batch.created + 24 * 3600),
+                "finalizing_at": stamp if batch.outcome == "completed" else None,
+                "completed_at": stamp if batch.outcome == "completed" else None,
+                "failed_at": None,
+                "expired_at": stamp if batch.outcome == "expired" else None,
+                "cancelling_at": int(batch.cancel_at) if batch.cancel_at is not None else None,
+                "cancelled_at": stamp if batch.outcome == "cancelled" else None,
+                "request_counts": {"total": len(batch.requests), "completed": completed, "failed": failed},
+                "metadata": batch.metadata,
+            }
 
     # -- Anthropic -------------------------------------------------------------------------------
 

@@ -91,9 +91,18 @@ def from_anthropic(payload: Any) -> tuple[str, list[dict[str, Any]], list[dict[s
     tools = payload.get("tools")
     converted = None
     if isinstance(tools, list):
-        converted = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
-                                                       "parameters": t.get("input_schema") or {}}}
-                     for t in tools if isinstance(t, dict)]
+        converted = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name"),
+                    "description": t.get("description", ""),
+                    "parameters": t.get("input_schema") or {},
+                },
+            }
+            for t in tools
+            if isinstance(t, dict)
+        ]
     return model, messages, converted
 
 
@@ -145,8 +154,20 @@ def openai_chunks(model: str, sequence: int, message: dict[str, Any], finish: st
     for piece in _pieces(message.get("content") or ""):
         events.append(chunk({"content": piece}))
     for index, call in enumerate(message.get("tool_calls") or []):
-        events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         for piece in _pieces(call["function"]["arguments"]):
             events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
     events.append(chunk({}, finish))
@@ -162,10 +183,25 @@ def openai_chunks(model: str, sequence: int, message: dict[str, Any], finish: st
 def anthropic_events(model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
                      output_tokens: int) -> list[bytes]:
     """The Messages API event stream: message_start, content blocks with their deltas, message_delta, stop."""
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
-        "id": f"msg_sim_{sequence}", "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}),
-        ("ping", {"type": "ping"})]
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_sim_{sequence}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+                },
+            },
+        ),
+        ("ping", {"type": "ping"}),
+    ]
     for index, block in enumerate(_anthropic_blocks(message)):
         if block["type"] == "text":
             events.append(("content_block_start", {"type": "content_block_start", "index": index,
@@ -177,8 +213,16 @@ def anthropic_events(model: str, sequence: int, message: dict[str, Any], finish:
             events.append(("content_block_start", {"type": "content_block_start", "index": index,
                                                    "content_block": dict(block, input={})}))
             for piece in _pieces(json.dumps(block["input"])):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                       "delta": {"type": "input_json_delta", "partial_json": piece}}))
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": piece},
+                        },
+                    )
+                )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     events.append(("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": _STOP_REASONS.get(finish, "end_turn"),

@@ -164,8 +164,12 @@ def answer(custom_id: str) -> tuple[str, str] | None:
 
 
 def _unclaimed(run_id: str, provider: str, model: str) -> peewee.ModelSelect:
-    return BatchRequestRow.select().where((BatchRequestRow.run_id == run_id) & (BatchRequestRow.provider == provider)
-                                          & (BatchRequestRow.model == model) & BatchRequestRow.batch.is_null())
+    return BatchRequestRow.select().where(
+        (BatchRequestRow.run_id == run_id)
+        & (BatchRequestRow.provider == provider)
+        & (BatchRequestRow.model == model)
+        & BatchRequestRow.batch.is_null()
+    )
 
 
 def unclaimed(run_id: str, provider: str, model: str) -> tuple[int, datetime | None]:
@@ -229,9 +233,16 @@ def submitted(key: str, provider_batch_id: str, provider_status: str) -> None:
     """Commit the provider's batch id (after the submit, or once recovery found it)."""
     _ensure()
     with _connection():
-        (ProviderBatchRow.update(state=OPEN, provider_batch_id=provider_batch_id, provider_status=provider_status,
-                                 submitted_at=_now())
-         .where((ProviderBatchRow.key == key) & (ProviderBatchRow.state == SUBMITTING)).execute())
+        (
+            ProviderBatchRow.update(
+                state=OPEN,
+                provider_batch_id=provider_batch_id,
+                provider_status=provider_status,
+                submitted_at=_now(),
+            )
+            .where((ProviderBatchRow.key == key) & (ProviderBatchRow.state == SUBMITTING))
+            .execute()
+        )
 
 
 def progressed(key: str, *, done: int, failed: int, provider_status: str) -> None:
@@ -312,9 +323,14 @@ def parked_pairs(run_id: str) -> list[tuple[str, str, int]]:
     their batch's poller will."""
     _ensure()
     with _connection():
-        query = (BatchRequestRow.select(BatchRequestRow.scenario_key, BatchRequestRow.model_spec,
-                                        BatchRequestRow.epoch)
-                 .where((BatchRequestRow.run_id == run_id) & (BatchRequestRow.state == PENDING)).distinct().tuples())
+        query = (
+            BatchRequestRow.select(
+                BatchRequestRow.scenario_key, BatchRequestRow.model_spec, BatchRequestRow.epoch
+            )
+            .where((BatchRequestRow.run_id == run_id) & (BatchRequestRow.state == PENDING))
+            .distinct()
+            .tuples()
+        )
         return [tuple(row) for row in query]  # type: ignore[misc]
 
 
@@ -322,6 +338,28 @@ def encode_request(body: dict) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-__all__ = ["ENDED", "FAILED", "OPEN", "PENDING", "SUBMITTING", "SUCCEEDED", "BatchInfo", "BatchRequestRow",
-           "ProviderBatchRow", "answer", "claim", "get", "open_batches", "park", "parked_pairs", "progressed",
-           "record_answers", "request_count", "requests_of", "run_batches", "submitted", "unclaimed", "unclaimed_groups"]
+__all__ = [
+    "ENDED",
+    "FAILED",
+    "OPEN",
+    "PENDING",
+    "SUBMITTING",
+    "SUCCEEDED",
+    "BatchInfo",
+    "BatchRequestRow",
+    "ProviderBatchRow",
+    "answer",
+    "claim",
+    "get",
+    "open_batches",
+    "park",
+    "parked_pairs",
+    "progressed",
+    "record_answers",
+    "request_count",
+    "requests_of",
+    "run_batches",
+    "submitted",
+    "unclaimed",
+    "unclaimed_groups",
+]

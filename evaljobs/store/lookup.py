@@ -39,8 +39,10 @@ def resolve_run_id(text: str) -> str:
         pass
     prefix = text if text.startswith(RUN_ID_PREFIX) else RUN_ID_PREFIX + text
     if len(prefix) - len(RUN_ID_PREFIX) < _MIN_PREFIX:
-        raise UnknownRun(f"unknown run {text!r}: give 'latest', a run id, or at least {_MIN_PREFIX} characters "
-                         f"of one (list runs with `evaljobs runs`)")
+        raise UnknownRun(
+            f"unknown run {text!r}: give 'latest', a run id, or at least {_MIN_PREFIX} characters "
+            f"of one (list runs with `evaljobs runs`)"
+        )
     with _connection():
         ids = [row.id for row in Run.select(Run.id)
                .where((Run.id >= prefix) & (Run.id < prefix + "\U0010ffff"))

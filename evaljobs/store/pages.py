@@ -108,8 +108,15 @@ RUN_BATCHES = 20
 
 
 @_reconnecting
-def runs(*, limit: int = 50, statuses: Sequence[str] = (), catalog: str | None = None,
-         model: str | None = None, since: datetime | None = None, until: datetime | None = None) -> list[RunRow]:
+def runs(
+    *,
+    limit: int = 50,
+    statuses: Sequence[str] = (),
+    catalog: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[RunRow]:
     """Newest runs first, filtered.
 
     Status and dates are conditions on ``run(created_at)`` / ``run(status, created_at)``; catalog
@@ -240,10 +247,12 @@ def cells(run_id: str) -> list[Cell]:
     """Every persisted pair of the run with the first characters of its answer; one indexed query."""
     db = _db()
     p = db.param
-    sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-           f"ttft_ms, epoch "
-           f"FROM result WHERE run_id = {p}")
+    sql = (
+        f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
+        f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
+        f"ttft_ms, epoch "
+        f"FROM result WHERE run_id = {p}"
+    )
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id,)).fetchall()))
 
@@ -253,10 +262,12 @@ def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     """The run's pairs with a row id above ``after`` (the live page's cursor), oldest first."""
     db = _db()
     p = db.param
-    sql = (f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-           f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-           f"ttft_ms, epoch "
-           f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
+    sql = (
+        f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
+        f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
+        f"ttft_ms, epoch "
+        f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}"
+    )
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id, int(after))).fetchall()))
 
@@ -292,8 +303,11 @@ def state(run_id: str) -> RunState:
         head = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
         if head is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
-        counts = dict(db.execute_sql(f"SELECT status, COUNT(*) FROM result WHERE run_id = {p} GROUP BY status",
-                                     (run_id,)).fetchall())
+        counts = dict(
+            db.execute_sql(
+                f"SELECT status, COUNT(*) FROM result WHERE run_id = {p} GROUP BY status", (run_id,)
+            ).fetchall()
+        )
         last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
     status, expected, _ = head
     return RunState(status=status, expected=expected, persisted=sum(counts.values()),

@@ -69,8 +69,17 @@ def _results(entries: list[Any]) -> str:
                 and type(error) in _STR_OR_NONE and type(cost) in _FLOAT_OR_NONE):
             add(_ENCODE(entry))
             continue
-        memo = (status, score, fault, error, duration, cost, cached,
-                not score and math.copysign(1.0, score) < 0, not cost and cost is not None and math.copysign(1.0, cost) < 0)
+        memo = (
+            status,
+            score,
+            fault,
+            error,
+            duration,
+            cost,
+            cached,
+            not score and math.copysign(1.0, score) < 0,
+            not cost and cost is not None and math.copysign(1.0, cost) < 0,
+        )
         rest = rests.get(memo)
         if rest is None:
             rest = rests[memo] = _ENCODE({"status": status, "score": score, "fault": fault, "error": error,

@@ -187,8 +187,11 @@ def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tu
     wanted = {(str(key), str(model), int(epoch)) for key, model, epoch in pairs}
     with _connection() as db:
         p = db.param
-        rows = db.execute_sql(f"SELECT scenario_key, model, epoch FROM result WHERE run_id = {p} AND scenario_key IN "
-                              f"({', '.join([p] * len(keys))})", (run_id, *keys)).fetchall()
+        rows = db.execute_sql(
+            f"SELECT scenario_key, model, epoch FROM result WHERE run_id = {p} AND scenario_key IN "
+            f"({', '.join([p] * len(keys))})",
+            (run_id, *keys),
+        ).fetchall()
     return {(key, model, int(epoch)) for key, model, epoch in rows if (key, model, int(epoch)) in wanted}
 
 
@@ -268,14 +271,30 @@ def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Resul
     echoes a header or a key back in its error or its answer is stored as ``***``, so no report,
     command or viewer page built from the row can show it.
     """
-    params = (run_id, result.scenario_key, result.model, result.status, float(result.score),
-              _dumps(result.scores), result.fault, redact_value(result.output or ""),
-              _dumps(redact_value(_capped(result.tool_calls))),
-              int(round(result.duration_ms or 0)), int(result.input_tokens or 0), int(result.output_tokens or 0),
-              None if result.cost is None else float(result.cost), int(result.attempts),
-              redact_text(result.error) if result.error else result.error,
-              _dumps(redact_value(_capped(result.details))), bool(result.cached), _now(), _float_or_none(result.ttft_ms),
-              _float_or_none(result.latency_ms), int(result.epoch), result.reused_from)
+    params = (
+        run_id,
+        result.scenario_key,
+        result.model,
+        result.status,
+        float(result.score),
+        _dumps(result.scores),
+        result.fault,
+        redact_value(result.output or ""),
+        _dumps(redact_value(_capped(result.tool_calls))),
+        int(round(result.duration_ms or 0)),
+        int(result.input_tokens or 0),
+        int(result.output_tokens or 0),
+        None if result.cost is None else float(result.cost),
+        int(result.attempts),
+        redact_text(result.error) if result.error else result.error,
+        _dumps(redact_value(_capped(result.details))),
+        bool(result.cached),
+        _now(),
+        _float_or_none(result.ttft_ms),
+        _float_or_none(result.latency_ms),
+        int(result.epoch),
+        result.reused_from,
+    )
     return db.execute_sql(sql.insert_result, params).rowcount == 1
 
 
@@ -418,9 +437,17 @@ def _finalize(run_id: str, build: ReportBuilder) -> Finalized:
         report = build(_report_run(run, finished), results)
         errored = report["summary"]["errored"]  # every row counted under its model (reports.build_report)
         status = COMPLETE if not errored else FAILED_RUN if errored == len(results) else PARTIAL
-        written = (Run.update(report=report_text(report), report_at=finished, finished_at=finished, status=status,
-                              persisted=len(results))
-                   .where((Run.id == run_id) & Run.report.is_null()).execute())
+        written = (
+            Run.update(
+                report=report_text(report),
+                report_at=finished,
+                finished_at=finished,
+                status=status,
+                persisted=len(results),
+            )
+            .where((Run.id == run_id) & Run.report.is_null())
+            .execute()
+        )
         if not written:  # unreachable while the row lock holds; never write a second report
             return Finalized(report=_loads(_get_row(run_id).report), created=False)
     return Finalized(report=report, created=True)

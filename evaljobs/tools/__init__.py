@@ -47,7 +47,19 @@ from evaljobs.tools.expansion import expand_catalog_tools, expand_mcp_tools, exp
 from evaljobs.tools.live import LiveTools, get_live_tools, is_live, live_tool_runner
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "HTTP_KEYS", "HTTP_METHODS", "LiveToolError", "LiveTools", "MCP_IMPORT_KEYS", "MCP_KEYS",
-    "expand_catalog_tools", "expand_mcp_tools", "expand_source", "get_live_tools", "is_live",
-    "live_tool_runner", "resolve_env", "validate_live_spec",
+    "DEFAULT_TIMEOUT",
+    "HTTP_KEYS",
+    "HTTP_METHODS",
+    "LiveToolError",
+    "LiveTools",
+    "MCP_IMPORT_KEYS",
+    "MCP_KEYS",
+    "expand_catalog_tools",
+    "expand_mcp_tools",
+    "expand_source",
+    "get_live_tools",
+    "is_live",
+    "live_tool_runner",
+    "resolve_env",
+    "validate_live_spec",
 ]

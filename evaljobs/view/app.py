@@ -59,8 +59,13 @@ class Guard:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             given = query.get("token")
             if given is not None and _same(given, self.token):
-                rest = urlencode([(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-                                  if k != "token"])
+                rest = urlencode(
+                    [
+                        (k, v)
+                        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+                        if k != "token"
+                    ]
+                )
                 location = local_path(scope) + (f"?{rest}" if rest else "")
                 cookie = f"{COOKIE}={cookie_value_for(self.token)}; Path=/; HttpOnly; SameSite=Strict"
                 await _plain(send, 303, "", [(b"location", location.encode("latin-1")),

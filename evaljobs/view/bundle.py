@@ -71,8 +71,11 @@ def _rewrite(page: str, links: _Links, depth: int) -> str:
     """The bundle's version of a rendered page: no forms, no script, no nav, relative links."""
     page = _SCRIPT.sub("", page)
     # The server's Content-Security-Policy header, as far as a file can carry one: no script, nothing fetched.
-    page = page.replace('<meta charset="utf-8">', '<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" '
-                        f'content="{BUNDLE_CSP}">', 1)
+    page = page.replace(
+        '<meta charset="utf-8">',
+        f'<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="{BUNDLE_CSP}">',
+        1,
+    )
     page = _FORM.sub("", page)
     page = _NAV.sub("", page)
     up = "../" * depth
@@ -117,10 +120,25 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
         run_view = queries.run_page(run_id, page_size=1_000_000)
     except queries.NotFound as exc:
         raise UsageError(str(exc)) from None
-    page("index.html", "run.html", p=run_view, params=[], sort="key", dir="asc", chosen=[], fault="", model="",
-         tag="", group="", q="", pass_chart=charts.pass_rates(run_view.models),
-         cost_chart=charts.cost_vs_pass_rate(run_view.models), latency_chart=charts.latency(run_view.models),
-         pair_statuses=queries.PAIR_STATUSES, live=False)
+    page(
+        "index.html",
+        "run.html",
+        p=run_view,
+        params=[],
+        sort="key",
+        dir="asc",
+        chosen=[],
+        fault="",
+        model="",
+        tag="",
+        group="",
+        q="",
+        pass_chart=charts.pass_rates(run_view.models),
+        cost_chart=charts.cost_vs_pass_rate(run_view.models),
+        latency_chart=charts.latency(run_view.models),
+        pair_statuses=queries.PAIR_STATUSES,
+        live=False,
+    )
     results = store.list_results(run_id)
     for key in sorted({r.scenario_key for r in results} | {row.key for row in run_view.rows}):
         page(f"scenarios/{_slug(key)}", "scenario.html", p=queries.scenario_page(run_id, key))

@@ -109,7 +109,9 @@ def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
     known = [m.cost for m in models if not _all_unknown(m)]
     top = max(known, default=0.0) or 1.0
     taken: list[tuple[float, float, float, float]] = [  # the axis labels' boxes
-        (0, PLOT_TOP, PLOT_LEFT - 4, PLOT_TOP + FONT), (0, PLOT_TOP + PLOT_H - FONT, PLOT_LEFT - 4, PLOT_TOP + PLOT_H)]
+        (0, PLOT_TOP, PLOT_LEFT - 4, PLOT_TOP + FONT),
+        (0, PLOT_TOP + PLOT_H - FONT, PLOT_LEFT - 4, PLOT_TOP + PLOT_H),
+    ]
     dots = [(None if _all_unknown(m) else round(PLOT_LEFT + PLOT_W * (m.cost / top), 1),
              round(PLOT_TOP + PLOT_H * (1 - m.pass_rate), 1)) for m in models]
     taken += [(x - 5, y - 5, x + 5, y + 5) for x, y in dots if x is not None]
@@ -153,9 +155,19 @@ def latency(models: Sequence[ModelRow]) -> Chart:
         if not d:
             continue
         value = f"p50 {percentile(d, 50)} ms · p95 {percentile(d, 95)} ms"
-        boxes.append(Box(fit(m.model, WIDTH - CHAR * (len(value) + 2)), m.model, 4 + i * ROW,
-                         x(percentile(d, 5)), x(percentile(d, 25)), x(percentile(d, 50)), x(percentile(d, 75)),
-                         x(percentile(d, 95)), value))
+        boxes.append(
+            Box(
+                fit(m.model, WIDTH - CHAR * (len(value) + 2)),
+                m.model,
+                4 + i * ROW,
+                x(percentile(d, 5)),
+                x(percentile(d, 25)),
+                x(percentile(d, 50)),
+                x(percentile(d, 75)),
+                x(percentile(d, 95)),
+                value,
+            )
+        )
     return Chart(height=8 + ROW * max(1, len(models)) + FONT + 4, boxes=tuple(boxes), axis=f"{top} ms")
 
 

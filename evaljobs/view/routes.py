@@ -69,13 +69,27 @@ def _pretty(value: Any) -> str:
 
 def environment() -> Environment:
     """The templates' Jinja environment: autoescaping on for every template, whatever its name."""
-    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(str(HERE / "templates")),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     # start-up time: markdown-it-py only once the templates are built
     from evaljobs.view.markdown import render as markdown
 
-    env.filters.update(pct=_pct, money=_money, cost_of=_cost_of, signed_money=signed_money, ms=_ms, when=_when,
-                       seconds=_seconds, pretty=_pretty, first_line=queries.first_line, markdown=markdown)
+    env.filters.update(
+        pct=_pct,
+        money=_money,
+        cost_of=_cost_of,
+        signed_money=signed_money,
+        ms=_ms,
+        when=_when,
+        seconds=_seconds,
+        pretty=_pretty,
+        first_line=queries.first_line,
+        markdown=markdown,
+    )
     return env
 
 
@@ -137,18 +151,39 @@ class Pages:
         sort = p.get("sort") or "key"
         try:
             page = queries.run_page(
-                request.path_params["run_id"], statuses=p.getlist("status"), fault=p.get("fault") or None,
-                model=p.get("model") or None, tag=p.get("tag") or None, group=p.get("group") or None,
-                q=p.get("q") or None, sort=sort, descending=p.get("dir") == "desc", page=_int(request, "page", 1))
+                request.path_params["run_id"],
+                statuses=p.getlist("status"),
+                fault=p.get("fault") or None,
+                model=p.get("model") or None,
+                tag=p.get("tag") or None,
+                group=p.get("group") or None,
+                q=p.get("q") or None,
+                sort=sort,
+                descending=p.get("dir") == "desc",
+                page=_int(request, "page", 1),
+            )
         except queries.NotFound as exc:
             raise HTTPException(404, str(exc)) from None
         params = [(k, v) for k, v in p.multi_items() if k not in ("page", "sort", "dir") and v]
-        return self._render(request, "run.html", p=page, params=params, sort=sort, dir=p.get("dir") or "asc",
-                            chosen=p.getlist("status"), fault=p.get("fault") or "", model=p.get("model") or "",
-                            tag=p.get("tag") or "", group=p.get("group") or "", q=p.get("q") or "",
-                            pass_chart=charts.pass_rates(page.models), cost_chart=charts.cost_vs_pass_rate(page.models),
-                            latency_chart=charts.latency(page.models), pair_statuses=queries.PAIR_STATUSES,
-                            live=not page.state.finished)
+        return self._render(
+            request,
+            "run.html",
+            p=page,
+            params=params,
+            sort=sort,
+            dir=p.get("dir") or "asc",
+            chosen=p.getlist("status"),
+            fault=p.get("fault") or "",
+            model=p.get("model") or "",
+            tag=p.get("tag") or "",
+            group=p.get("group") or "",
+            q=p.get("q") or "",
+            pass_chart=charts.pass_rates(page.models),
+            cost_chart=charts.cost_vs_pass_rate(page.models),
+            latency_chart=charts.latency(page.models),
+            pair_statuses=queries.PAIR_STATUSES,
+            live=not page.state.finished,
+        )
 
     def scenario(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
@@ -206,8 +241,14 @@ class Pages:
             raise HTTPException(404, str(exc)) from None
         results = store.list_results(run_id)
         text, media = (csv_text(results), "text/csv") if fmt == "csv" else (jsonl_text(results), "application/jsonl")
-        return Response(text, media_type=f"{media}; charset=utf-8", headers={
-            "content-disposition": f'attachment; filename="{run_id}-results.{fmt}"', "cache-control": "no-store"})
+        return Response(
+            text,
+            media_type=f"{media}; charset=utf-8",
+            headers={
+                "content-disposition": f'attachment; filename="{run_id}-results.{fmt}"',
+                "cache-control": "no-store",
+            },
+        )
 
     def compare(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)

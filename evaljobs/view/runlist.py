@@ -40,8 +40,14 @@ class RunListItem:
 def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model: str | None = None,
              since: datetime | None = None, until: datetime | None = None,
              limit: int = RUNS_LIMIT) -> list[RunListItem]:
-    rows = store_pages.runs(limit=limit, statuses=tuple(statuses), catalog=catalog or None, model=model or None,
-                            since=since, until=until)
+    rows = store_pages.runs(
+        limit=limit,
+        statuses=tuple(statuses),
+        catalog=catalog or None,
+        model=model or None,
+        since=since,
+        until=until,
+    )
     reported = store_pages.report_models([r.id for r in rows if r.status in store.FINISHED_STATUSES])
     tallies = store_pages.model_tallies([r.id for r in rows if r.id not in reported])
     items = []
@@ -63,6 +69,9 @@ def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model:
             unknown += int(t.get("cost_unknown", 0))
             passed += int(t.get("passed", 0))
             total += n
-        items.append(RunListItem(row, models, round(cost, 6), pass_rate(passed, total) if total else None, unknown,
-                                 total))
+        items.append(
+            RunListItem(
+                row, models, round(cost, 6), pass_rate(passed, total) if total else None, unknown, total
+            )
+        )
     return items

@@ -23,8 +23,12 @@ if not _settings.redis_broker:
     from evaljobs.redact import redact
 
     given = f" (EVALJOBS_BROKER_URL={redact(_settings.broker_url)!r})" if _settings.broker_url else ""
-    print(f"error: evaljobs.workers.boot needs a Redis broker{given}: set EVALJOBS_BROKER_URL=redis://host:port/db "
-          "(or run `evaljobs worker --broker redis://...`)", file=sys.__stderr__ or sys.stderr, flush=True)
+    print(
+        f"error: evaljobs.workers.boot needs a Redis broker{given}: set EVALJOBS_BROKER_URL=redis://host:port/db "
+        "(or run `evaljobs worker --broker redis://...`)",
+        file=sys.__stderr__ or sys.stderr,
+        flush=True,
+    )
     sys.exit(2)
 
 from evaljobs import store  # noqa: E402 - after the check: a worker without a broker connects to nothing

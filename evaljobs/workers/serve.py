@@ -160,9 +160,10 @@ def configure_logging(log_format: str = "text") -> None:
 
         use_json_logs(level=logging.INFO)
     else:
-        logging.basicConfig(level=logging.INFO,
-                            format="[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] "
-                                   "%(message)s")
+        logging.basicConfig(
+            level=logging.INFO,
+            format="[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s",
+        )
     logging.getLogger("dramatiq.worker.Worker").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -286,8 +286,10 @@ def render(status: Status) -> str:
         lines.append(f"workers seen in the last {status.window:g} s: {len(status.workers)} "
                      f"({busy} holding messages)")
         if status.workers:  # Dramatiq's heartbeats count senders too: say so, or a `run` looks like a worker
-            lines.append(f"  (every process that used the broker: each worker process, and for {status.window:g} s "
-                         f"a command that sent messages, e.g. evaljobs run, rerun or recover)")
+            lines.append(
+                f"  (every process that used the broker: each worker process, and for {status.window:g} s "
+                f"a command that sent messages, e.g. evaljobs run, rerun or recover)"
+            )
         for w in status.workers[:20]:
             lines.append(f"  {w.id:<38} seen {w.seen_ago:5.1f}s ago  holding {w.holding}")
         if len(status.workers) > 20:

@@ -212,8 +212,16 @@ class Browser:
         if box is None:
             raise BrowserError(f"nothing matches {selector}")
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"], "button": "left",
-                                                   "clickCount": 0 if kind == "mouseMoved" else 1})
+            self.call(
+                "Input.dispatchMouseEvent",
+                {
+                    "type": kind,
+                    "x": box["x"],
+                    "y": box["y"],
+                    "button": "left",
+                    "clickCount": 0 if kind == "mouseMoved" else 1,
+                },
+            )
 
     def press(self, key: str, code: int) -> None:
         for kind in ("keyDown", "keyUp"):

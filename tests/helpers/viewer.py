@@ -21,9 +21,25 @@ class Viewer:
                    EVALJOBS_HEARTBEAT_TIMEOUT_MS="3000")
         self.log = log
         self._out = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "evaljobs", "view", "--db", db_url, "--broker", broker,
-                                      "--port", str(self.port), *extra], env=env, cwd=ROOT,
-                                     stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "evaljobs",
+                "view",
+                "--db",
+                db_url,
+                "--broker",
+                broker,
+                "--port",
+                str(self.port),
+                *extra,
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while b"evaljobs view: http://" not in log.read_bytes():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -55,8 +55,14 @@ def detect_format(data: Any, path: str) -> str:
             return "openai-evals"
         shown = ", ".join(repr(k) for k in list(data)[:6]) or "none"
     elif isinstance(data, list) and data and all(isinstance(d, dict) and "input" in d for d in data):
-        raise CatalogError([(f"{path}: a JSON array of samples (Inspect's json_dataset): write one sample per "
-                             f"line in a .jsonl file and run that")])
+        raise CatalogError(
+            [
+                (
+                    f"{path}: a JSON array of samples (Inspect's json_dataset): write one sample per "
+                    f"line in a .jsonl file and run that"
+                )
+            ]
+        )
     else:
         shown = f"the top level is {kind(data)}"
     raise CatalogError([
@@ -102,9 +108,15 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
                 grader, chosen_by = found
         return convert_jsonl(text, source, lenient=lenient, grader=grader, fields=fields, chosen_by=chosen_by)
     if format is None and source.lower().endswith(".csv"):  # read as YAML it gives a puzzling syntax error
-        raise CatalogError([(f"{source}: a CSV dataset is not a catalog format evaljobs reads on its own; write "
-                             'its rows as JSONL (one {"input": ..., "target": ...} per line, in a .jsonl file) and '
-                             "run that (a promptfoo config's tests: file://….csv is read through the config)")])
+        raise CatalogError(
+            [
+                (
+                    f"{source}: a CSV dataset is not a catalog format evaljobs reads on its own; write "
+                    'its rows as JSONL (one {"input": ..., "target": ...} per line, in a .jsonl file) and '
+                    "run that (a promptfoo config's tests: file://….csv is read through the config)"
+                )
+            ]
+        )
     data, lines = load_structured(text, source)
     fmt = format or detect_format(data, source)
     if grader is not None and fmt != "openai-evals":

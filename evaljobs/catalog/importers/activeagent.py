@@ -268,9 +268,15 @@ class _State:
         if set_judge is not None and "judge" not in expect:  # the scenario's own rubric wins
             expect["judge"] = fill(set_judge, "judge")
         _activeagent_semantics(expect)
-        checks = (bool(expect.get("tools")) + len(expect.get("contains") or []) + len(expect.get("patterns") or [])
-                  + len(expect.get("not_contains") or []) + len(expect.get("forbidden_patterns") or [])
-                  + len(expect.get("regex") or []) + bool(expect.get("judge")))
+        checks = (
+            bool(expect.get("tools"))
+            + len(expect.get("contains") or [])
+            + len(expect.get("patterns") or [])
+            + len(expect.get("not_contains") or [])
+            + len(expect.get("forbidden_patterns") or [])
+            + len(expect.get("regex") or [])
+            + bool(expect.get("judge"))
+        )
         for _ in range(checks):  # every ActiveAgent expectation maps onto a native check
             problems.count("mapped")
         if tools:

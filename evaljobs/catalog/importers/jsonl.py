@@ -72,9 +72,11 @@ SKIPPED = "; skipped (--lenient)"
 FACT_RUBRIC = ("The answer is factually consistent with the reference answer: it states the same facts, "
                "possibly in other words, and contradicts none of them. Ignore style and length.")
 #: What the one-line "which grader?" error lists.
-GRADER_CHOICES = ("OpenAI evals: match, includes, includes_ignore_case, fuzzy_match; Inspect: inspect_includes, "
-                  "inspect_match, inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line; "
-                  "or model_graded_fact (the LLM judge)")
+GRADER_CHOICES = (
+    "OpenAI evals: match, includes, includes_ignore_case, fuzzy_match; Inspect: inspect_includes, "
+    "inspect_match, inspect_exact, inspect_pattern:REGEX, inspect_answer:letter|word|line; "
+    "or model_graded_fact (the LLM judge)"
+)
 _INPUT_GUESSES = ("question", "prompt", "query", "instruction", "problem", "text", "context")
 _TARGET_GUESSES = ("answer", "ideal", "target", "label", "expected", "output", "solution", "response",
                    "answer_matching_behavior")
@@ -110,12 +112,25 @@ def parse_fields(pairs: Sequence[str] | dict[str, str] | None) -> dict[str, str]
 
 
 def no_grader_error(source: str) -> CatalogError:
-    return CatalogError([(f"{source}: the samples do not say how to grade them (the eval that uses them does); "
-                         f"pass --grader ({GRADER_CHOICES}), or run the eval's OpenAI evals registry YAML")])
+    return CatalogError(
+        [
+            (
+                f"{source}: the samples do not say how to grade them (the eval that uses them does); "
+                f"pass --grader ({GRADER_CHOICES}), or run the eval's OpenAI evals registry YAML"
+            )
+        ]
+    )
 
 
-def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str | None = None,
-                  fields: Sequence[str] | dict[str, str] | None = None, chosen_by: str | None = None) -> ImportResult:
+def convert_jsonl(
+    text: str,
+    source: str,
+    *,
+    lenient: bool = False,
+    grader: str | None = None,
+    fields: Sequence[str] | dict[str, str] | None = None,
+    chosen_by: str | None = None,
+) -> ImportResult:
     """Every non-blank line of ``text`` as one scenario (errors name the line number).
 
     ``chosen_by`` says where the grader came from when it was not ``--grader`` (an OpenAI evals registry).
@@ -140,12 +155,24 @@ def convert_jsonl(text: str, source: str, *, lenient: bool = False, grader: str 
     description = f"Imported from {os.path.basename(source)}; graded with {grader} ({how}){mapped}"
     problems.counts["assertions"] += len(scenarios)
     problems.counts["mapped"] += len(scenarios)
-    return ImportResult(data={"name": name, "description": description, "scenarios": scenarios}, format="jsonl",
-                        warnings=problems.warnings, counts=dict(problems.counts))
+    return ImportResult(
+        data={"name": name, "description": description, "scenarios": scenarios},
+        format="jsonl",
+        warnings=problems.warnings,
+        counts=dict(problems.counts),
+    )
 
 
-def read_samples(text: str, source: str, problems: Problems, grader: str, fields: dict[str, str] | None = None,
-                 *, ignore_unknown: bool = False, keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def read_samples(
+    text: str,
+    source: str,
+    problems: Problems,
+    grader: str,
+    fields: dict[str, str] | None = None,
+    *,
+    ignore_unknown: bool = False,
+    keep: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     """The samples of ``text`` as scenario dicts; problems (naming the line) go to ``problems``.
 
     With ``fields`` (a FieldSpec mapping) or ``ignore_unknown`` (an OpenAI evals eval class reads only
@@ -172,8 +199,11 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
                 problems.lines[("line", number)] = number
                 problems.error(("line", number), "", hint)
                 return []
-        scenario = None if record is None else _sample(_mapped(record, fields), number, sample_problems, grader,
-                                                       allow_empty=ignore_unknown)
+        scenario = (
+            None
+            if record is None
+            else _sample(_mapped(record, fields), number, sample_problems, grader, allow_empty=ignore_unknown)
+        )
         problems.errors.extend(sample_problems.errors)
         problems.warnings.extend(sample_problems.warnings)
         if scenario is None:
@@ -223,9 +253,12 @@ def read_samples(text: str, source: str, problems: Problems, grader: str, fields
         problems.lines[("line", "system-only")] = system_only[0]
         shown = (f"line {system_only[0]}" if len(system_only) == 1
                  else f"{len(system_only)} samples, first on line {system_only[0]}")
-        problems.unsupported(("line", "system-only"), "", f"input of system messages only ({shown}): evaljobs "
-                                                          f"sends a conversation with a user message",
-                             "give each sample a user message")
+        problems.unsupported(
+            ("line", "system-only"),
+            "",
+            f"input of system messages only ({shown}): evaljobs sends a conversation with a user message",
+            "give each sample a user message",
+        )
         problems.counts["refused"] += len(system_only)
         problems.counts["assertions"] += len(system_only)
     if not problems.errors and not scenarios and not system_only and not refused:
@@ -240,8 +273,12 @@ def _record(line: str, problems: Problems) -> dict[str, Any] | None:
         problems.error((), "sample", f"not valid JSON: {exc.msg} (column {exc.colno})")
         return None
     except (RecursionError, ValueError) as exc:  # nested too deeply, an integer of too many digits
-        problems.error((), "sample", "not valid JSON: " + ("nested too deeply" if isinstance(exc, RecursionError)
-                                                           else str(exc).split(";")[0]))
+        problems.error(
+            (),
+            "sample",
+            "not valid JSON: "
+            + ("nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]),
+        )
         return None
     if not isinstance(record, dict):
         problems.error((), "sample", f"must be a JSON object with 'input' and 'ideal' or 'target', "
@@ -324,8 +361,13 @@ def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str
     target = sample.get("ideal", sample.get("target"))
     targets = strings(target) if target is not None else None
     if allow_empty and targets and not all(targets):
-        problems.unsupported((), where, "an empty ideal passes every reply in OpenAI evals (every text starts "
-                                        "with and includes ''); evaljobs does not import it", "remove the sample")
+        problems.unsupported(
+            (),
+            where,
+            "an empty ideal passes every reply in OpenAI evals (every text starts "
+            "with and includes ''); evaljobs does not import it",
+            "remove the sample",
+        )
         return None
     if not targets or not all(t.strip() for t in targets):
         problems.error((), where, f"needs 'ideal' or 'target': the answer text (or a list of accepted "

@@ -102,9 +102,13 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
     cls = spec.get("class")
     where = f"eval {shown!r}"
     if cls not in _ARGS:
-        problems.unsupported(path + ("class",), where,
-                             f"class {cls!r} is custom Python code in openai/evals (its own eval_sample); evaljobs "
-                             f"maps {', '.join(c.rsplit(':', 1)[1] for c in _ARGS)} only", "remove the eval")
+        problems.unsupported(
+            path + ("class",),
+            where,
+            f"class {cls!r} is custom Python code in openai/evals (its own eval_sample); evaljobs "
+            f"maps {', '.join(c.rsplit(':', 1)[1] for c in _ARGS)} only",
+            "remove the eval",
+        )
         problems.count("refused")
         return None
     args = spec.get("args") or {}
@@ -123,8 +127,12 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
         problems.count("refused")
         return None
     if grader is not None and own != grader:
-        problems.error(path + ("class",), where, f"its class {cls.rsplit(':', 1)[1]} grades with {own}; "
-                                                 f"--grader {grader} would change its verdicts: drop --grader")
+        problems.error(
+            path + ("class",),
+            where,
+            f"its class {cls.rsplit(':', 1)[1]} grades with {own}; "
+            f"--grader {grader} would change its verdicts: drop --grader",
+        )
         return None
     samples = args.get("samples_jsonl")
     if not isinstance(samples, str) or not samples.strip():
@@ -152,9 +160,13 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
         for scenario in scenarios:
             rubric = named or scenario.get("kept", {}).get("criteria")
             if not isinstance(rubric, str) or not rubric.strip():
-                problems.error(path + ("args",), where, f"modelgraded_spec closedqa needs a criterion: sample "
-                                                        f"{scenario['key']!r} has no 'criteria' and the eval has no "
-                                                        f"modelgraded_spec_args.criteria")
+                problems.error(
+                    path + ("args",),
+                    where,
+                    f"modelgraded_spec closedqa needs a criterion: sample "
+                    f"{scenario['key']!r} has no 'criteria' and the eval has no "
+                    f"modelgraded_spec_args.criteria",
+                )
                 return None
             scenario["expect"] = {"judge": rubric, "gate": ["llm_judge"]}
     for scenario in scenarios:
@@ -191,17 +203,23 @@ def _class_grader(cls: str, args: dict[str, Any], path: tuple, where: str, probl
         return "includes_ignore_case" if ignore else "includes"
     spec = args.get("modelgraded_spec")
     if spec not in JUDGED_SPECS:
-        problems.unsupported(path + ("args",), where,
-                             f"modelgraded_spec {spec!r}: its prompt and choice scores (registry/modelgraded/"
-                             f"{spec}.yaml) are not mapped to evaljobs' judge (mapped: {', '.join(JUDGED_SPECS)})",
-                             "remove the eval")
+        problems.unsupported(
+            path + ("args",),
+            where,
+            f"modelgraded_spec {spec!r}: its prompt and choice scores (registry/modelgraded/"
+            f"{spec}.yaml) are not mapped to evaljobs' judge (mapped: {', '.join(JUDGED_SPECS)})",
+            "remove the eval",
+        )
         return None
     spec_args = args.get("modelgraded_spec_args") or {}
     if spec == "closedqa":
         criteria = spec_args.get("criteria") if isinstance(spec_args, dict) else None
         if criteria is not None and (not isinstance(criteria, str) or not criteria.strip()):
-            problems.error(path + ("args",), where, f"modelgraded_spec_args.criteria must be the judge's criterion "
-                                                    f"(text), not {criteria!r}")
+            problems.error(
+                path + ("args",),
+                where,
+                f"modelgraded_spec_args.criteria must be the judge's criterion (text), not {criteria!r}",
+            )
             return None
     elif spec_args:
         problems.unsupported(path + ("args",), where, f"modelgraded_spec_args of {spec!r} are not mapped",
@@ -222,12 +240,21 @@ def resolve_data_path(data_path: str, source: str, problems: Problems, path: tup
         if candidate.is_file():
             return str(candidate)
         if candidate.is_dir():
-            problems.unsupported(path, where, f"samples {data_path!r} is a folder ({candidate}); evaljobs reads "
-                                              f"one JSONL file per eval", "name one file")
+            problems.unsupported(
+                path,
+                where,
+                f"samples {data_path!r} is a folder ({candidate}); evaljobs reads one JSONL file per eval",
+                "name one file",
+            )
             return None
     tried = ", ".join(str(c) for c in candidates)
-    problems.unsupported(path, where, f"samples file {data_path!r} not found (looked at {tried}); evals resolves "
-                                      f"it under the registry's data/ folder, beside evals/", "fix the path")
+    problems.unsupported(
+        path,
+        where,
+        f"samples file {data_path!r} not found (looked at {tried}); evals resolves "
+        f"it under the registry's data/ folder, beside evals/",
+        "fix the path",
+    )
     return None
 
 
@@ -241,8 +268,11 @@ def _read_samples_file(file: str, problems: Problems, path: tuple, where: str) -
         problems.errors.extend(exc.problems)
         return None
     if text.startswith(_LFS):
-        problems.error(path, where, f"{file} is a Git LFS pointer, not the samples: run 'git lfs pull' in the "
-                                    f"evals checkout first")
+        problems.error(
+            path,
+            where,
+            f"{file} is a Git LFS pointer, not the samples: run 'git lfs pull' in the evals checkout first",
+        )
         return None
     return text
 
@@ -253,8 +283,11 @@ def _add_few_shot(scenarios: list[dict[str, Any]], args: dict[str, Any], source:
     count = args.get("num_few_shot")
     few_path = args.get("few_shot_jsonl")
     if isinstance(count, bool) or not isinstance(count, int) or not isinstance(few_path, str):
-        problems.error(path + ("args",), where, "num_few_shot needs an integer and few_shot_jsonl the few-shot "
-                                                "samples file (Match asserts both)")
+        problems.error(
+            path + ("args",),
+            where,
+            "num_few_shot needs an integer and few_shot_jsonl the few-shot samples file (Match asserts both)",
+        )
         return False
     file = resolve_data_path(few_path, source, problems, path + ("args", "few_shot_jsonl"), where)
     text = _read_samples_file(file, problems, path + ("args", "few_shot_jsonl"), where) if file else None
@@ -273,14 +306,21 @@ def _add_few_shot(scenarios: list[dict[str, Any]], args: dict[str, Any], source:
         messages = sample.get("sample") if isinstance(sample, dict) else None
         if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
                                                      and isinstance(m.get("content"), str) for m in messages):
-            problems.error(path + ("args",), where, f"{file}:{number}: a few-shot sample needs 'sample': a list of "
-                                                    f"{{role, content}} messages")
+            problems.error(
+                path + ("args",),
+                where,
+                f"{file}:{number}: a few-shot sample needs 'sample': a list of {{role, content}} messages",
+            )
             return False
         shots.extend({k: v for k, v in m.items() if k in ("role", "content", "name")} for m in messages)
     for scenario in scenarios:
         if "messages" not in scenario:
-            problems.error(path, where, f"sample {scenario['key']!r}: few shot requires a chat prompt (Match asserts "
-                                        f"it): write 'input' as a list of messages")
+            problems.error(
+                path,
+                where,
+                f"sample {scenario['key']!r}: few shot requires a chat prompt (Match asserts "
+                f"it): write 'input' as a list of messages",
+            )
             return False
         messages = scenario["messages"]
         scenario["messages"] = [*messages[:-1], *shots, *messages[-1:]]
@@ -321,8 +361,14 @@ def grader_from_registry(samples: str) -> tuple[str, str] | None:
                             f"({listed}); run one eval's registry YAML, or pass --grader")])
     (own, names), = found.items()
     if own.startswith(("refused", "judge:")):
-        raise CatalogError([(f"{samples}: the registry eval reading these samples ({', '.join(names)}) is not a "
-                            f"Match/Includes/FuzzyMatch eval; run its registry YAML, or pass --grader")])
+        raise CatalogError(
+            [
+                (
+                    f"{samples}: the registry eval reading these samples ({', '.join(names)}) is not a "
+                    f"Match/Includes/FuzzyMatch eval; run its registry YAML, or pass --grader"
+                )
+            ]
+        )
     return own, f"the class of the registry eval {names[0]}"
 
 

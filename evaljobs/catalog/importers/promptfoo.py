@@ -162,8 +162,11 @@ def _test(source: Source, default: dict, variables: dict[str, Any], problems: Pr
     label = test.get("description") if isinstance(test.get("description"), str) else None
     for key in test:
         if key not in _PROMPTFOO_TEST_KEYS:
-            problems.warn(path + (key,), where, f"key {key!r} is not a promptfoo test key: promptfoo ignores it, "
-                                                f"and so does evaljobs")
+            problems.warn(
+                path + (key,),
+                where,
+                f"key {key!r} is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
+            )
     check_keys(problems, path, where, {k: v for k, v in test.items() if k in _PROMPTFOO_TEST_KEYS}, _TEST_KEYS)
     # promptfoo merges the test's options over defaultTest's: the test's transform wins.
     transform = options_transform(test, path, where, problems)
@@ -193,9 +196,18 @@ def _test(source: Source, default: dict, variables: dict[str, Any], problems: Pr
     expect = {"weighted": True, "assertions": entries}
     if threshold is not None:
         expect["threshold"] = float(threshold)
-    return _Test(index=source.index, key=slug(label or "") or source.name, path=path, where=where, description=label,
-                 variables=variables, expect=expect, threshold=threshold,
-                 tags=_metadata_tags(test.get("metadata")), entries=entries)
+    return _Test(
+        index=source.index,
+        key=slug(label or "") or source.name,
+        path=path,
+        where=where,
+        description=label,
+        variables=variables,
+        expect=expect,
+        threshold=threshold,
+        tags=_metadata_tags(test.get("metadata")),
+        entries=entries,
+    )
 
 
 def _rubric_prompt(test: dict, default: dict) -> str | None:
@@ -242,8 +254,10 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_jso
 
 #: promptfoo's OpenAI provider, for a ``response_format`` of type ``json_schema``: ``output = JSON.parse(output)``
 #: when it parses (the text is kept when it does not).
-PARSE_JSON = ("typeof output === 'string' ? (() => { try { return JSON.parse(output); } catch (e) { return output; } })()"
-              " : output")
+PARSE_JSON = (
+    "typeof output === 'string' ? (() => { try { return JSON.parse(output); } catch (e) { return output; } })()"
+    " : output"
+)
 
 
 def _parsed(entries: list) -> list:
@@ -267,8 +281,11 @@ def _prompt_config(config: Any, problems: Problems, path: tuple, where: str) -> 
         return False
     for key in config:
         if key != "response_format":
-            problems.warn(path + ("config", key), where, f"config.{key} is a provider option evaljobs does not "
-                                                         f"send; ignored")
+            problems.warn(
+                path + ("config", key),
+                where,
+                f"config.{key} is a provider option evaljobs does not send; ignored",
+            )
     fmt = config.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         problems.warn(path + ("config", "response_format"), where,
@@ -276,8 +293,11 @@ def _prompt_config(config: Any, problems: Problems, path: tuple, where: str) -> 
                       "answer is parsed as JSON before the assertions, as promptfoo's provider does")
         return True
     if fmt is not None:
-        problems.warn(path + ("config", "response_format"), where, "config.response_format is not sent to the "
-                                                                   "model; ignored")
+        problems.warn(
+            path + ("config", "response_format"),
+            where,
+            "config.response_format is not sent to the model; ignored",
+        )
     return False
 
 

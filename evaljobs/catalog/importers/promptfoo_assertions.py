@@ -71,37 +71,68 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
         label = f"{where}: assertion #{i + 1} ({kind})"
         weight = item.get("weight", 1)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            problems.error(apath + ("weight",), where, f"assertion #{i + 1} ({kind}): weight must be a number "
-                                                       f">= 0, not {weight!r}")
+            problems.error(
+                apath + ("weight",),
+                where,
+                f"assertion #{i + 1} ({kind}): weight must be a number >= 0, not {weight!r}",
+            )
             continue
         if kind == "assert-set":
             check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _SET_KEYS)
             children: list = []
-            out = _merge(out, convert_assertions(item.get("assert"), problems, apath + ("assert",), label, variables,
-                                                 fill_at=fill_at, ctx=ctx, entries=children))
+            out = _merge(
+                out,
+                convert_assertions(
+                    item.get("assert"),
+                    problems,
+                    apath + ("assert",),
+                    label,
+                    variables,
+                    fill_at=fill_at,
+                    ctx=ctx,
+                    entries=children,
+                ),
+            )
             threshold = item.get("threshold")
             if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
                 problems.error(apath + ("threshold",), where, f"assert-set threshold must be a number, not "
                                                               f"{threshold!r}")
                 continue
             if entries is not None:
-                entries.append(_weighed({"kind": "set", "assertions": children, "label": label,
-                                         **({"threshold": float(threshold)} if threshold is not None else {})},
-                                        weight))
+                entries.append(
+                    _weighed(
+                        {
+                            "kind": "set",
+                            "assertions": children,
+                            "label": label,
+                            **({"threshold": float(threshold)} if threshold is not None else {}),
+                        },
+                        weight,
+                    )
+                )
             continue
         check_keys(problems, apath, f"{where}: assertion #{i + 1}", item, _ASSERT_KEYS)
         if item.get("provider") is not None:
-            problems.warn(apath + ("provider",), where, f"assertion #{i + 1} ({kind}): provider is not used by "
-                                                        f"evaljobs (the judge model is the run's: judge_model / "
-                                                        f"--judge-model); ignored")
+            problems.warn(
+                apath + ("provider",),
+                where,
+                f"assertion #{i + 1} ({kind}): provider is not used by "
+                f"evaljobs (the judge model is the run's: judge_model / "
+                f"--judge-model); ignored",
+            )
         custom = "its rubricPrompt" if item.get("rubricPrompt") is not None else ctx.rubric_prompt
         if kind == "llm-rubric" and custom:
             # A rubric prompt of one's own decides what the judge is asked, and so its verdict (promptfoo's
             # examples/custom-grading-prompt asks it to "always pass"): evaljobs' judge prompt would not.
             problems.counts["assertions"] += 1
-            problems.unsupported(apath, where, f"assertion type 'llm-rubric' with {custom} (a judge prompt of "
-                                               f"its own) cannot be graded by evaljobs, whose judge asks its own "
-                                               f"prompt", "remove the rubricPrompt")
+            problems.unsupported(
+                apath,
+                where,
+                f"assertion type 'llm-rubric' with {custom} (a judge prompt of "
+                f"its own) cannot be graded by evaljobs, whose judge asks its own "
+                f"prompt",
+                "remove the rubricPrompt",
+            )
             if problems.lenient and entries is not None:
                 entries.append(_weighed({"kind": "refused", "label": label,
                                          "reason": f"llm-rubric with {custom}"}, weight))
@@ -423,8 +454,10 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
         base = kind.removeprefix("not-")
         check: dict[str, Any] = {"kind": "promptfoo", "type": base}
         if base == "contains-json" and value is not None:
-            raise _Unsupported("with a JSON schema cannot be graded by evaljobs (write is-json with the schema, "
-                               "or contains-json without one)")
+            raise _Unsupported(
+                "with a JSON schema cannot be graded by evaljobs (write is-json with the schema, "
+                "or contains-json without one)"
+            )
         if base in ("levenshtein", "rouge-n"):
             check["value"] = one()
         elif base == "bleu":

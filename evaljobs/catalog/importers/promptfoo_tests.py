@@ -65,8 +65,12 @@ def csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
                 configs[int(index.group(1) or 1) - 1] = number
             elif key in ("__prefix", "__suffix", "__providerOutput"):
                 if value:
-                    problems.unsupported(("tests",), "tests", f"tests file {ref!r}: column {key!r} is not read "
-                                                              f"by evaljobs", "remove the column")
+                    problems.unsupported(
+                        ("tests",),
+                        "tests",
+                        f"tests file {ref!r}: column {key!r} is not read by evaljobs",
+                        "remove the column",
+                    )
             elif key in ("__metric", "__metadata"):
                 continue
             else:
@@ -96,23 +100,95 @@ def _comma_values(value: str) -> list[str]:
 
 #: promptfoo's assertion types (``BaseAssertionTypesSchema``), longest first so that a CSV cell's type
 #: is read whole (``contains-any`` before ``contains``).
-_ASSERTION_TYPES = sorted((
-    "agent-rubric", "answer-relevance", "bleu", "classifier", "contains", "contains-all", "contains-any",
-    "contains-html", "contains-json", "contains-sql", "contains-xml", "context-faithfulness", "context-recall",
-    "context-relevance", "conversation-relevance", "cost", "equals", "factuality", "finish-reason", "g-eval", "gleu",
-    "guardrails", "icontains", "icontains-all", "icontains-any", "is-html", "is-json", "is-refusal", "is-sql",
-    "is-valid-function-call", "is-valid-openai-function-call", "is-valid-openai-tools-call", "is-xml", "javascript",
-    "latency", "levenshtein", "llm-rubric", "pi", "meteor", "model-graded-closedqa", "model-graded-factuality",
-    "moderation", "perplexity", "perplexity-score", "python", "regex", "rouge-n", "ruby", "similar", "similar:cosine",
-    "similar:dot", "similar:euclidean", "starts-with", "tool-call-f1", "skill-used", "trajectory:goal-success",
-    "trajectory:tool-args-match", "trajectory:step-count", "trajectory:tool-sequence", "trajectory:tool-used",
-    "trace-error-spans", "trace-span-count", "trace-span-duration", "search-rubric", "webhook", "word-count"),
-    key=len, reverse=True)
+_ASSERTION_TYPES = sorted(
+    (
+        "agent-rubric",
+        "answer-relevance",
+        "bleu",
+        "classifier",
+        "contains",
+        "contains-all",
+        "contains-any",
+        "contains-html",
+        "contains-json",
+        "contains-sql",
+        "contains-xml",
+        "context-faithfulness",
+        "context-recall",
+        "context-relevance",
+        "conversation-relevance",
+        "cost",
+        "equals",
+        "factuality",
+        "finish-reason",
+        "g-eval",
+        "gleu",
+        "guardrails",
+        "icontains",
+        "icontains-all",
+        "icontains-any",
+        "is-html",
+        "is-json",
+        "is-refusal",
+        "is-sql",
+        "is-valid-function-call",
+        "is-valid-openai-function-call",
+        "is-valid-openai-tools-call",
+        "is-xml",
+        "javascript",
+        "latency",
+        "levenshtein",
+        "llm-rubric",
+        "pi",
+        "meteor",
+        "model-graded-closedqa",
+        "model-graded-factuality",
+        "moderation",
+        "perplexity",
+        "perplexity-score",
+        "python",
+        "regex",
+        "rouge-n",
+        "ruby",
+        "similar",
+        "similar:cosine",
+        "similar:dot",
+        "similar:euclidean",
+        "starts-with",
+        "tool-call-f1",
+        "skill-used",
+        "trajectory:goal-success",
+        "trajectory:tool-args-match",
+        "trajectory:step-count",
+        "trajectory:tool-sequence",
+        "trajectory:tool-used",
+        "trace-error-spans",
+        "trace-span-count",
+        "trace-span-duration",
+        "search-rubric",
+        "webhook",
+        "word-count",
+    ),
+    key=len,
+    reverse=True,
+)
 _ASSERTION_CELL = re.compile(r"^(not-)?(" + "|".join(re.escape(t) for t in _ASSERTION_TYPES)
                              + r")(?:\((\d+(?:\.\d+)?)\))?(?::([\s\S]*))?$")
-_THRESHOLD_TYPES = ("answer-relevance", "classifier", "context-faithfulness", "context-recall", "context-relevance",
-                    "cost", "latency", "levenshtein", "perplexity-score", "perplexity", "rouge-n", "similar",
-                    "starts-with")
+_THRESHOLD_TYPES = (
+    "answer-relevance",
+    "classifier",
+    "context-faithfulness",
+    "context-recall",
+    "context-relevance",
+    "cost",
+    "latency",
+    "levenshtein",
+    "perplexity-score",
+    "perplexity",
+    "rouge-n",
+    "similar",
+    "starts-with",
+)
 
 
 def assertion_from_string(expected: str) -> dict[str, Any]:
@@ -124,8 +200,9 @@ def assertion_from_string(expected: str) -> dict[str, Any]:
         return {"type": "javascript", "value": expected}
     if expected.startswith(("grade:", "llm-rubric:")):
         return {"type": "llm-rubric", "value": expected[6 if expected.startswith("grade:") else 11:]}
-    if expected.startswith("python:") or (expected.startswith("file://") and (expected.endswith(".py")
-                                                                              or ".py:" in expected)):
+    if expected.startswith("python:") or (
+        expected.startswith("file://") and (expected.endswith(".py") or ".py:" in expected)
+    ):
         # As promptfoo: seven characters are cut from "file://" too (the path is then read as code, and fails).
         return {"type": "python", "value": expected[7:].strip()}
     match = _ASSERTION_CELL.match(expected)
@@ -247,8 +324,32 @@ def raw_vars(raw: Any, problems: Problems, path: tuple, where: str) -> dict[str,
 
 
 #: Var files promptfoo runs or decodes rather than reads as text (src/evaluatorHelpers.ts renderPrompt).
-_CODE_VAR_FILES = (".js", ".cjs", ".mjs", ".ts", ".py", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp",
-                   ".tif", ".tiff", ".svg", ".ico", ".avif", ".heic", ".mp3", ".wav", ".ogg", ".mp4", ".webm", ".mov")
+_CODE_VAR_FILES = (
+    ".js",
+    ".cjs",
+    ".mjs",
+    ".ts",
+    ".py",
+    ".pdf",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".webp",
+    ".bmp",
+    ".tif",
+    ".tiff",
+    ".svg",
+    ".ico",
+    ".avif",
+    ".heic",
+    ".mp3",
+    ".wav",
+    ".ogg",
+    ".mp4",
+    ".webm",
+    ".mov",
+)
 
 
 def combinations(variables: dict[str, Any], problems: Problems, path: tuple, where: str,
@@ -284,9 +385,13 @@ def _var_file(file: str, name: str, problems: Problems, path: tuple, where: str)
     """A ``file://`` var's value as promptfoo's renderPrompt reads it: YAML as compact JSON, text trimmed."""
     ext = os.path.splitext(file)[1].lower()
     if ext in _CODE_VAR_FILES:
-        problems.unsupported(path + (name,), where, f"var {name!r} comes from {os.path.basename(file)!r}, which "
-                                                    f"promptfoo runs or decodes ({ext}); evaljobs reads text only",
-                             "put the text in a .txt file")
+        problems.unsupported(
+            path + (name,),
+            where,
+            f"var {name!r} comes from {os.path.basename(file)!r}, which "
+            f"promptfoo runs or decodes ({ext}); evaljobs reads text only",
+            "put the text in a .txt file",
+        )
         return None
     text = read_text(file)
     if ext in (".yaml", ".yml"):

@@ -119,8 +119,9 @@ def load_structured(text: str, source: str) -> tuple[Any, dict[tuple, int]]:
             raise CatalogError([(f"{source}:{exc.lineno}: invalid JSON: {exc.msg} "
                                 f"(column {exc.colno})")]) from None
         except RecursionError:
-            raise CatalogError([f"{source}: JSON is nested too deeply (more levels than Python can read); flatten it"]) \
-                from None
+            raise CatalogError(
+                [f"{source}: JSON is nested too deeply (more levels than Python can read); flatten it"]
+            ) from None
         except ValueError as exc:  # e.g. an integer of more digits than Python converts
             raise CatalogError([f"{source}: invalid JSON: {str(exc).split(';')[0]}"]) from None
     loader = SafeLoader(text)  # YAML 1.2, as promptfoo (js-yaml) reads it: Yes/No stay strings
@@ -241,5 +242,17 @@ def kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-__all__ = ["ImportResult", "Problems", "check_keys", "key_part", "kind", "load_structured", "read_text", "render",
-           "slug", "strings", "suggest_key", "text_of"]
+__all__ = [
+    "ImportResult",
+    "Problems",
+    "check_keys",
+    "key_part",
+    "kind",
+    "load_structured",
+    "read_text",
+    "render",
+    "slug",
+    "strings",
+    "suggest_key",
+    "text_of",
+]

@@ -113,8 +113,10 @@ def count(value: Any) -> int:
     except (TypeError, ValueError):
         return 0
     if number > MAX_TOKENS:
-        raise PermanentError(f"the provider reported {number:.3g} tokens for one answer (more than {MAX_TOKENS:.0e}): "
-                             "not a usage figure, the answer is refused")
+        raise PermanentError(
+            f"the provider reported {number:.3g} tokens for one answer (more than {MAX_TOKENS:.0e}): "
+            "not a usage figure, the answer is refused"
+        )
     return max(0, number)
 
 

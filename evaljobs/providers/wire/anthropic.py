@@ -82,8 +82,9 @@ class AnthropicWire:
         content = data.get("content") if isinstance(data, dict) else None
         if not isinstance(content, list):
             keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
-            raise PermanentError(f"unexpected response: no 'content' list in the Messages API body (got {keys})",
-                                 status=status)
+            raise PermanentError(
+                f"unexpected response: no 'content' list in the Messages API body (got {keys})", status=status
+            )
         texts: list[str] = []
         calls = []
         for index, block in enumerate(content):
