@@ -34,6 +34,7 @@ from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import Interrupted, UsageError
+from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
@@ -346,7 +347,10 @@ class Session:
             wait: bool | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
             idle: Callable[[], str | None] | None = None,
             on_submit: Callable[[store.RunInfo], None] | None = None,
-            timeout: float | None = None, poll: float = 5.0, **options: Any) -> store.RunInfo:
+            timeout: float | None = None, poll: float = 5.0, progress: bool = False,
+            on_note: Callable[[str], None] | None = None, format: str | None = None,
+            include_production_only: bool = False, lenient: bool = False, grader: str | None = None,
+            fields: Sequence[str] | dict[str, str] | None = None, **options: Any) -> store.RunInfo:
         """:meth:`submit`, then follow the run to its report, inline and queued runs alike.
 
         ``on_event`` hears every progress event of the run: an in-process run's events as
@@ -355,8 +359,20 @@ class Session:
         is followed. A queued run on Redis is followed only with ``wait=True``
         (:meth:`follows`); otherwise the submitted run is returned at once. ``options`` are
         :meth:`submit`'s. Hold the result to a threshold with :meth:`RunInfo.gate`.
+
+        ``format``, ``include_production_only``, ``lenient``, ``grader`` and ``fields`` say how a
+        catalog file is read (:meth:`load`). ``on_note`` is told, one line each, what an import
+        warned about or left out, which scenarios a ``selection`` chose, what ``reuse`` copied and,
+        once the run exists, its size, strategy and broker (``evaljobs run`` prints them on stderr).
+        ``progress`` shows the bar on stderr instead of ``on_event``; when nothing moves it says why
+        (no worker takes the queue, events cannot reach this process, provider batches pending).
         """
+        catalog = self.load(catalog, format=format, include_production_only=include_production_only,
+                            lenient=lenient, grader=grader, fields=fields)
         inline = strategy not in strategies.QUEUED
+        if progress or on_note is not None:
+            on_event, idle, on_submit = self._guide(catalog, models, strategy, wait, options, progress,
+                                                    on_note, on_event, idle, on_submit)
         if inline and on_event is not None:
             # the in-process strategies finish inside submit: the listener hears their events
             from evaljobs.pipeline import events  # start-up time: only a followed inline run
@@ -375,6 +391,56 @@ class Session:
         finally:
             if inline and on_event is not None:
                 events.remove_listener(on_event)
+
+    def _guide(self, catalog: Catalog, models: Sequence[str], strategy: str, wait: bool | None,
+               options: dict[str, Any], progress: bool, on_note: Callable[[str], None] | None,
+               on_event: Callable[[dict[str, Any]], None] | None, idle: Callable[[], str | None] | None,
+               on_submit: Callable[[store.RunInfo], None] | None) -> tuple[Any, Any, Any]:
+        """What :meth:`run` tells a person: the import's and the selection's notes now, the bar, and
+        (once the run exists) what the bar asks when nothing moves and the run's line."""
+        note = on_note if on_note is not None else (lambda line: None)
+        for warning in self.import_warnings:
+            note(f"warning: {warning}")
+        if self.excluded:
+            note(f"note: {self.excluded} production_only scenarios left out "
+                 f"(--include-production-only keeps them)")
+        chosen_catalog, chosen = select(catalog, options.get("selection") or Selection())
+        if chosen:  # an empty selection stopped in select: no run is created
+            from evaljobs.catalog.subset import selection_note  # start-up time: only a subset says it
+
+            note(f"selected {selection_note(chosen)}")
+        inline = strategy not in strategies.QUEUED
+        epochs = options.get("epochs")
+        bar = (Progress(len(chosen_catalog.scenarios) * len(models)
+                        * (epochs if epochs is not None else chosen_catalog.epochs)) if progress else None)
+        checks: list[Callable[[], str | None] | None] = []  # known once the run exists (a batch run's)
+
+        def asked() -> str | None:
+            check = checks[0] if checks else None
+            return check() if check is not None else None
+
+        def submitted(info: store.RunInfo) -> None:
+            if bar is not None and not inline and self.follows(strategy, wait):
+                # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
+                # start-up time: only a command that shows a bar loads it
+                from evaljobs.workers.follow import follow_progress
+
+                shown, check = follow_progress(info, self.binding().url, 5.0,
+                                               local_workers=self.binding().is_memory)
+                bar.catchup_note = shown.catchup_note
+                checks.append(check)
+            if self.reuse_note:
+                note(self.reuse_note)
+            times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
+            broker_text = redact(self.binding().url) if not inline else "none"
+            note(f"run {info.id}: {len(chosen_catalog.scenarios)} scenarios × {len(models)} models{times} "
+                 f"= {info.expected} pairs ({strategy}, broker {broker_text})")
+            if on_submit is not None:
+                on_submit(info)
+
+        if bar is None:
+            return on_event, idle, submitted
+        return bar, (asked if not inline else None), submitted
 
     def _interrupted(self) -> Interrupted:
         """Stop taking new pairs, keep what finished, and say how to go on (one line).
@@ -461,15 +527,102 @@ class Session:
             return reruns.start(run, binding=self.binding())
         return reruns.start(run, width=self.width, context_providers=self.context_providers)
 
-    def rerun(self, run_id: str, which: Sequence[str]) -> store.RunInfo:
-        """:meth:`create_rerun` then :meth:`start`: the new run (finished for in-process strategies)."""
-        return self.start(self.create_rerun(run_id, which))
+    def rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
+              batch: bool | None = None, wait: bool | None = None,
+              on_event: Callable[[dict[str, Any]], None] | None = None, progress: bool = False,
+              on_note: Callable[[str], None] | None = None, timeout: float | None = None,
+              poll: float = 5.0) -> store.RunInfo:
+        """A new run over ``run_id``'s ``errored``/``failed`` pairs (or ``all``), started and followed.
+
+        ``run_id`` may be ``latest`` or a prefix. ``which`` names at least one kind; ``all`` comes
+        alone (it already holds every pair). :meth:`create_rerun` then :meth:`start`, then the new
+        run is followed to its report as :meth:`run` follows one: always for in-process strategies,
+        for queued ones as :meth:`follows` says (``wait``); otherwise it is returned as started.
+        ``on_note`` is told, one line each, what ``--reuse`` copied and what was created;
+        ``progress`` shows the bar on stderr (with its notes when nothing moves) instead of
+        ``on_event``. Hold the result to a threshold with :meth:`RunInfo.gate`: a rerun in which
+        every pair errored fails it, as a run does.
+        """
+        which = rerun_selection(which)
+        run_id = self.resolve(run_id)
+        new = self.create_rerun(run_id, which, reuse=reuse, batch=batch)
+        queued = new.strategy in strategies.QUEUED
+        if on_note is not None:
+            if self.reuse_note:
+                on_note(self.reuse_note)
+            broker = redact(self.broker_url or self.binding().url) if queued else "none"
+            on_note(f"run {new.id}: rerun of {run_id} ({'+'.join(which)}), {new.expected} pairs "
+                    f"({new.strategy}, broker {broker})")
+        listener, idle = self._follower(new, on_event, progress, poll)
+        if not queued:  # an in-process rerun finishes inside start: the listener hears its events
+            # start-up time: `evaljobs run` needs none of it
+            from evaljobs.pipeline import events
+
+            if listener is not None:
+                events.add_listener(listener)
+            try:
+                return self.start(new)
+            finally:
+                if listener is not None:
+                    events.remove_listener(listener)
+        self.start(new)
+        if not self.follows(new.strategy, wait):
+            return store.get_run(new.id)
+        return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
+
+    def _follower(self, info: store.RunInfo, on_event: Callable[[dict[str, Any]], None] | None,
+                  progress: bool, poll: float, *, local_workers: bool | None = None,
+                  ) -> tuple[Callable[[dict[str, Any]], None] | None, Callable[[], str | None] | None]:
+        """What follows ``info``: ``on_event`` as given, or (``progress``) the bar and its idle check."""
+        if not progress:
+            return on_event, None
+        # start-up time: only a command that shows a bar loads it
+        from evaljobs.workers.follow import follow_progress
+
+        local = self.binding().is_memory if local_workers is None else local_workers
+        return follow_progress(info, self.broker_url, poll, local_workers=local)
+
+    def watch(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
+              on_event: Callable[[dict[str, Any]], None] | None = None,
+              progress: bool = False) -> store.RunInfo:
+        """Follow a run that workers elsewhere evaluate until its report exists (``evaljobs watch``).
+
+        ``run_id`` may be ``latest`` or a prefix. A run that already has its report, or was
+        cancelled, is returned as it is. Events come through this session's Redis broker when it
+        has one (live), else only from this process; the database is read every ``poll`` seconds
+        as well. ``progress`` shows the bar on stderr instead of ``on_event``: it says when no
+        worker takes the run's messages, and when events cannot reach this process. Nothing is
+        evaluated here: no worker is started, whatever the broker.
+        """
+        info = store.get_run(self.resolve(run_id))
+        if info.report is not None or info.status == store.CANCELLED:
+            return info
+        if self.broker_url and self.broker_url.startswith(config.REDIS_SCHEMES):
+            # start-up time: only a follower on Redis subscribes to the run's events there
+            from evaljobs.pipeline import events
+
+            events.bind_redis(self.broker_url)  # live events come through Redis, else in-process
+        listener, idle = self._follower(info, on_event, progress, poll, local_workers=False)
+        return self.wait(info.id, timeout=timeout, poll=poll, on_event=listener, idle=idle)
+
+    def cancel(self, run_id: str) -> "Cancellation":
+        """Cancel a pending or running run (``latest``, an id or a prefix) and its open provider batches.
+
+        Its pending pairs are not evaluated; what already finished is kept. The batches are asked
+        to cancel at their providers (:func:`evaljobs.pipeline.batching.cancel_run`).
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.pipeline.batching import cancel_run
+
+        info, asked = cancel_run(self.resolve(run_id))
+        return Cancellation(run=info, batches=asked)
 
     def recover(self, run_id: str | None = None, *, wait: bool | None = None,
                 timeout: float | None = None, poll: float = 5.0,
                 on_action: Callable[[str], None] | None = None,
                 on_runs: Callable[[int], None] | None = None) -> "Recovery":
-        """Re-enqueue the lost pairs of ``run_id`` (or of every running run) and finalize complete ones.
+        """Re-enqueue the lost pairs of ``run_id`` (``latest``, an id or a prefix; None: of every running
+        run) and finalize complete ones.
 
         What nobody will process any more is queued again, with the run's stored
         context (:mod:`evaljobs.pipeline.recovery`). On the in-process broker
@@ -479,6 +632,7 @@ class Session:
         ``wait`` defaults to no. ``on_runs(n)`` is told how many runs will be checked and
         ``on_action(line)`` each action as it is taken (progress while many runs are walked).
         """
+        run_id = self.resolve(run_id) if run_id else None
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
@@ -501,7 +655,15 @@ class Session:
         return store.resolve_run_id(run_id)
 
     def runs(self, limit: int = 20) -> list[store.RunInfo]:
+        """The ``limit`` most recent runs, newest first (``evaljobs runs``)."""
         return store.list_runs(limit=limit)
+
+    def show(self, run_id: str) -> "RunDetail":
+        """One run (``latest``, an id or a prefix), each of its results and its missing pairs
+        (``evaljobs show``)."""
+        run_id = self.resolve(run_id)
+        return RunDetail(run=store.get_run(run_id), results=store.list_results(run_id),
+                         missing=store.missing_pairs(run_id))
 
     def results(self, run_id: str) -> list[Result]:
         return store.list_results(run_id)
@@ -514,12 +676,13 @@ class Session:
                 on_note: Callable[[str], None] | None = None) -> Comparison:
         """What changed from ``baseline_id`` to ``run_id``: flipped pairs, score and cost deltas.
 
-        Either side may be unfinished (its rows so far are compared). Runs of
+        Each may be ``latest``, an id or a prefix. Either side may be unfinished (its rows so far are
+        compared); ``verdict(fail_on_regression)`` decides the exit of a gate. Runs of
         different catalog snapshots are still matched by scenario key and model;
         ``on_note`` is told so.
         """
-        base, base_side = self._side(baseline_id)
-        info, side = self._side(run_id)
+        base, base_side = self._side(self.resolve(baseline_id))
+        info, side = self._side(self.resolve(run_id))
         return self._compare(base, base_side, info, side, on_note)
 
     def report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
@@ -541,6 +704,55 @@ class Session:
             comparison = self._compare(base, base_side, info, info.report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
         return render(info.report, format, results=results, comparison=comparison)
+
+    def render_report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
+                      flaky: bool = False, on_note: Callable[[str], None] | None = None) -> "RenderedReport":
+        """The run's report as ``format`` (``evaljobs report``), with the run to hold to a gate.
+
+        ``run_id`` and ``baseline`` may be ``latest``, an id or a prefix. ``flaky``: the list of
+        flaky scenarios (epochs that disagree) instead of the report. The result's
+        ``verdict(threshold, mode)`` is the exit: a report is a gate only when given a threshold.
+        """
+        if baseline and format == "junit":  # before anything is read
+            raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
+        run_id = self.resolve(run_id)
+        baseline = self.resolve(baseline) if baseline else None
+        info = store.get_run(run_id)
+        if flaky:
+            # start-up time: only the flaky list needs it
+            from evaljobs.reports.variance import flaky_text
+
+            if info.report is None:
+                raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
+            return RenderedReport(text=flaky_text(info.report), run=info)
+        return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info)
+
+    def demo(self, *, format: str = "table", html: str | Path | None = None, progress: bool = False,
+             on_note: Callable[[str], None] | None = None) -> "DemoRun":
+        """Run the bundled support catalog against two simulated models (``evaljobs demo``).
+
+        A fan-out run on this session's broker (the CLI's is the in-process one, so this session's
+        workers evaluate it), followed to its report: ``progress`` shows the bar on stderr,
+        ``on_note`` is told the run's line once it exists. The report is rendered as ``format``
+        and written as HTML to ``html`` (default ``.evaljobs/RUN.html``).
+        """
+        from evaljobs.resources import demo_catalog  # start-up time: only the demo reads its catalog
+
+        models = list(DEMO_MODELS)
+        cat = self.load(demo_catalog())  # package data: works from a wheel with no source tree around
+        bar = Progress(len(cat.scenarios) * len(models)) if progress else None
+
+        def submitted(info: store.RunInfo) -> None:
+            if on_note is not None:
+                on_note(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
+                        f"fan-out over {self.width} in-process workers")
+
+        info = self.run(cat, models, strategy="fanout", on_event=bar, on_submit=submitted)
+        text = self.report(info.id, format)
+        html_file = Path(html) if html else Path(".evaljobs") / f"{info.id}.html"
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(self.report(info.id, "html"), encoding="utf-8")
+        return DemoRun(run=info, text=text, html_path=html_file.resolve())
 
     @staticmethod
     def _side(run_id: str) -> tuple[store.RunInfo, Any]:
@@ -720,6 +932,75 @@ class Recovery:
     actions: list[str] = field(default_factory=list)
     runs: list[store.RunInfo] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``recover --json`` prints: the actions, and each touched run's state."""
+        return {"actions": self.actions,
+                "runs": [{"id": info.id, "status": info.status, "persisted": info.persisted,
+                          "expected": info.expected, "report": info.report is not None}
+                         for info in self.runs]}
+
+
+@dataclass
+class RunDetail:
+    """What :meth:`Session.show` read: the run, each of its results, and the pairs with none yet."""
+
+    run: store.RunInfo
+    results: list[Result] = field(default_factory=list)
+    #: (scenario, model, epoch) of each pair with no persisted result.
+    missing: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+@dataclass
+class Cancellation:
+    """What :meth:`Session.cancel` did: the run as it is now, and how many provider batches were asked
+    to cancel."""
+
+    run: store.RunInfo
+    batches: int = 0
+
+
+@dataclass
+class RenderedReport:
+    """What :meth:`Session.render_report` made: the text, and the run it is the report of."""
+
+    text: str
+    run: store.RunInfo
+
+    def verdict(self, threshold: float | None = None, mode: str = "point") -> Verdict:
+        """The exit of ``evaljobs report``: a gate only when given a ``threshold``
+        (:meth:`RunInfo.gate` then decides); without one, rendering is all it does."""
+        return self.run.gate(threshold, mode) if threshold is not None else Verdict(True)
+
+
+@dataclass
+class DemoRun:
+    """What :meth:`Session.demo` made: the finished run, its report text and where its HTML was written."""
+
+    run: store.RunInfo
+    text: str
+    html_path: Path
+
+
+def rerun_selection(which: Sequence[str]) -> list[str]:
+    """``which`` checked as a rerun's selection: at least one of ``errored``/``failed``, or ``all`` alone."""
+    chosen = list(dict.fromkeys(which))
+    if not chosen:
+        raise UsageError("say what to rerun: --errored, --failed (both may be given) or --all")
+    if "all" in chosen and len(chosen) > 1:
+        raise UsageError("--all already includes every pair: give it alone")
+    return chosen
+
+
+def render_run(info: store.RunInfo, format: str = "table") -> str:
+    """A finished run's report as ``format`` (``table`` or ``json``: what ``run``, ``rerun`` and
+    ``watch`` print), from its stored report alone; :meth:`Session.report` renders every format."""
+    if info.report is None:
+        raise UsageError(f"run {info.id} has no report yet ({info.status})")
+    return render(info.report, format)
+
+
+#: The simulated models ``evaljobs demo`` runs the bundled catalog against.
+DEMO_MODELS = ("sim/fast", "sim/smart")
 
 #: The formats :meth:`Session.report` renders.
 REPORT_FORMATS = FORMATS
@@ -734,5 +1015,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Session", "Recovery", "CatalogCheck", "ProviderCheck", "UsageError", "CatalogError",
-           "capture_context", "run_pool", "REPORT_FORMATS"]
+__all__ = ["Session", "Selection", "Recovery", "CatalogCheck", "ProviderCheck", "RunDetail", "Cancellation",
+           "RenderedReport", "DemoRun", "Verdict", "UsageError", "CatalogError", "capture_context",
+           "rerun_selection", "render_run", "run_pool", "REPORT_FORMATS", "DEMO_MODELS"]

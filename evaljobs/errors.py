@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from evaljobs.redact import redact_text
+
 #: Exit codes shared by every command.
 EXIT_OK = 0
 EXIT_FAILED = 1  # the work ran and did not pass (a gate), or a server/storage failed
@@ -48,6 +50,21 @@ def one_line(text: object, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def user_line(exc: BaseException | str, limit: int = 2000) -> str:
+    """``exc`` as the one line a user reads: its class name when it has no text, folded onto one line,
+    cut at ``limit``, every configured secret and URL password masked (a driver's text may quote one)."""
+    return one_line(redact_text(str(exc).strip() or type(exc).__name__), limit)
+
+
+def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
+    """What a user reads of ``exc``, secrets masked: each of its ``problems`` (a catalog's, one a
+    line), or :func:`user_line`."""
+    problems = getattr(exc, "problems", None)
+    if problems:
+        return [redact_text(p) for p in problems]
+    return [user_line(exc, limit)]
+
+
 def suggest(value: object, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     import difflib  # only a mistake pays for it (start-up time: `evaljobs --help` imports this module)
@@ -57,4 +74,4 @@ def suggest(value: object, choices: Iterable[str]) -> str:
 
 
 __all__ = ["EvaljobsError", "UsageError", "ConfigurationError", "ServiceUnavailable", "EXIT_OK",
-           "EXIT_FAILED", "EXIT_USAGE", "one_line", "suggest"]
+           "EXIT_FAILED", "EXIT_USAGE", "one_line", "user_line", "user_lines", "suggest"]

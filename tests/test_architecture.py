@@ -28,6 +28,11 @@ setting nobody can find:
   lives in ``tests/helpers/`` and ``tests/conftest.py``;
 * a CLI command decides no exit code (``sys.exit``, ``SystemExit``, ``ctx.exit``):
   the library returns a verdict and ``cli/_options.py`` maps it;
+* a CLI module imports from ``evaljobs`` only the public API (``CLI_PUBLIC_API``: ``evaljobs.api``,
+  the error family, the settings and the CLI's own modules): a command is options → one
+  ``Session`` call → printing. The modules not yet converted are listed by name
+  (``CLI_NOT_YET_ON_THE_API``); the list only shrinks (a listed module that keeps to the public
+  API fails until it is taken off);
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
   the pair runner (``evaljobs/pipeline/pairs.py``) and the in-process strategy's
   outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider
@@ -684,6 +689,53 @@ def exits_decided_by_commands(modules: dict[str, Module]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+#: What a CLI module may import from evaljobs: the library the commands call, the error family, the
+#: settings, and the CLI's own modules. Everything else a command needs comes through ``Session`` and
+#: the typed results it returns (docs/api.md).
+CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljobs.cli")
+#: CLI modules that still reach into the library (issue 28, converted one by one): this set only
+#: shrinks. A module on it that already keeps to the public API fails the rule until it is taken off.
+CLI_NOT_YET_ON_THE_API = frozenset({
+    "evaljobs.cli.bench", "evaljobs.cli.catalog", "evaljobs.cli.db", "evaljobs.cli.governor",
+    "evaljobs.cli.mock_provider", "evaljobs.cli.ops", "evaljobs.cli.pool", "evaljobs.cli.providers",
+    "evaljobs.cli.starter", "evaljobs.cli.view", "evaljobs.cli.workers",
+})
+
+
+def cli_imports_beyond_the_api(modules: dict[str, Module], public=CLI_PUBLIC_API,
+                               pending: frozenset[str] = CLI_NOT_YET_ON_THE_API) -> list[str]:
+    """Imports of evaljobs modules other than ``public`` from a CLI module (anywhere in it: top,
+    function body, ``if TYPE_CHECKING``); and modules on ``pending`` that no longer make one."""
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not (name == "evaljobs.cli" or name.startswith("evaljobs.cli.")):
+            continue
+        reached: list[tuple[int, str]] = []
+        for node in module.nodes:
+            if isinstance(node, ast.ImportFrom):
+                origin = _origin(module, node)
+                if origin.split(".")[0] != "evaljobs":
+                    continue
+                # `from evaljobs import config` imports the module evaljobs.config
+                targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in modules else origin
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.split(".")[0] == "evaljobs"]
+            else:
+                continue
+            reached += [(node.lineno, target) for target in targets
+                        if not any(target == p or target.startswith(p + ".") for p in public)]
+        if name in pending:
+            if not reached:
+                lines.append(f"{module.shown}: {name} imports only the public API now: take it off "
+                             "CLI_NOT_YET_ON_THE_API")
+            continue
+        for lineno, target in dict.fromkeys(reached):
+            lines.append(f"{module.shown}:{lineno}: {name} imports {target}: a command calls the public "
+                         f"API ({', '.join(public[:3])}); add what it needs to Session")
+    return lines
+
+
 # -- the rules, on the real source ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -752,6 +804,11 @@ def test_lazily_loaded_names_are_declared_for_type_checkers(source):
 
 def test_commands_only_map_the_librarys_exit(source):
     assert not (found := exits_decided_by_commands(source)), "\n".join(found)
+
+
+def test_commands_import_only_the_public_api(source):
+    assert not (found := cli_imports_beyond_the_api(source)), "\n".join(found)
+    assert CLI_NOT_YET_ON_THE_API <= set(source), sorted(CLI_NOT_YET_ON_THE_API - set(source))
 
 
 # -- each rule fails on a planted violation -------------------------------------------------------
@@ -1097,3 +1154,37 @@ def test_a_lazy_name_missing_from_a_literal_all_is_found(tmp_path):
     assert lazy_names_hidden_from_type_checkers(planted_tree(tmp_path, {"evaljobs/__init__.py": text})) == [
         "evaljobs/__init__.py: evaljobs loads 'Scenario' lazily but its literal __all__ does not list it "
         "(linters and `import *` cannot see it)"]
+
+
+@pytest.mark.parametrize("text, target", [
+    ("from evaljobs.store import get_run\n", "evaljobs.store"),
+    ("def show():\n    from evaljobs.pipeline.progress import Progress\n", "evaljobs.pipeline.progress"),
+    ("import evaljobs.reports.render\n", "evaljobs.reports.render"),
+    ("from evaljobs import store\n", "evaljobs.store"),
+    ("from evaljobs import Session\n", "evaljobs"),
+    ("from ..store import runs\n", "evaljobs.store.runs"),
+])
+def test_a_command_reaching_past_the_public_api_is_found(tmp_path, text, target):
+    found = cli_imports_beyond_the_api(planted_tree(tmp_path, {"evaljobs/cli/__init__.py": "",
+                                                               "evaljobs/cli/show.py": text}),
+                                       pending=frozenset())
+    assert len(found) == 1 and found[0].startswith("evaljobs/cli/show.py:"), found
+    assert f"imports {target}:" in found[0], found
+
+
+def test_the_public_api_and_the_clis_own_modules_may_be_imported(tmp_path):
+    text = ("from evaljobs.api import Session\nfrom evaljobs.errors import UsageError\n"
+            "from evaljobs import config\nfrom evaljobs.cli._options import db_option\n"
+            "from . import _options\nimport click\nfrom evaljobs_middleware import context\n")
+    files = {"evaljobs/api.py": "", "evaljobs/errors.py": "", "evaljobs/cli/__init__.py": "",
+             "evaljobs/cli/_options.py": "", "evaljobs/cli/show.py": text}
+    assert cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=frozenset()) == []
+
+
+def test_a_listed_module_that_keeps_to_the_public_api_must_be_taken_off(tmp_path):
+    files = {"evaljobs/cli/__init__.py": "", "evaljobs/cli/show.py": "from evaljobs.api import Session\n",
+             "evaljobs/cli/old.py": "from evaljobs.store import runs\n"}
+    pending = frozenset({"evaljobs.cli.show", "evaljobs.cli.old"})
+    assert cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=pending) == [
+        "evaljobs/cli/show.py: evaljobs.cli.show imports only the public API now: take it off "
+        "CLI_NOT_YET_ON_THE_API"]

@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from evaljobs.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, one_line
-from evaljobs.redact import redact_text
+from evaljobs.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, user_line, user_lines
 
 #: A failed gate (--fail-under, --fail-on-regression): the work ran and is not good enough.
 EXIT_GATE = EXIT_FAILED
@@ -32,8 +31,8 @@ _LINE_LIMIT = 2000
 
 
 def message(exc: BaseException | str) -> str:
-    """``exc`` as one line (its class name when it has no text), URL passwords masked (a driver's text may quote one)."""
-    return one_line(redact_text(str(exc).strip() or type(exc).__name__), _LINE_LIMIT)
+    """``exc`` as one line (its class name when it has no text), secrets masked (:func:`user_line`)."""
+    return user_line(exc, _LINE_LIMIT)
 
 
 def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
@@ -53,9 +52,8 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
         command = " ".join(["evaljobs", *names])  # `evaljobs providers check`, not `evaljobs check`
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
     if isinstance(exc, EvaljobsError):
-        problems = getattr(exc, "problems", None)  # a CatalogError: every problem, one line each
-        lines = [f"error: {redact_text(p)}" for p in problems] if problems else [f"error: {message(exc)}"]
-        return lines, exc.exit_code
+        # a CatalogError: every problem, one line each
+        return [f"error: {line}" for line in user_lines(exc, _LINE_LIMIT)], exc.exit_code
     if _is_context_error(exc):
         return [f"error: {message(exc)}"], EXIT_USAGE
     if isinstance(exc, BrokenPipeError):  # the reader went away (`evaljobs show latest | head`), no server did
@@ -296,7 +294,7 @@ def conclude(verdict: Any) -> None:
 
 def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None:
     """Print the run's report (a table, or JSON), then conclude with :meth:`RunInfo.gate`'s verdict."""
-    from evaljobs.reports.build import render_json, render_table  # start-up time: only once a run exists
+    from evaljobs.api import render_run  # start-up time: only once a run exists
 
     if info.report is None:
         click.echo(
@@ -304,7 +302,7 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None
             err=True,
         )
     else:
-        text = render_json(info.report) if as_json else render_table(info.report)
+        text = render_run(info, "json" if as_json else "table")
         click.echo(text, nl=not text.endswith("\n"))
     conclude(info.gate(threshold, gate_mode()))
 

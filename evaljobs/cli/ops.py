@@ -13,10 +13,6 @@ import click
 
 from evaljobs.cli._options import (broker_option, conclude, db_option, fail_under_option, finish,
                                    json_option, providers_option, width_option)
-from evaljobs.cli._follow import follow_progress
-from evaljobs.config import REDIS_SCHEMES
-from evaljobs.errors import UsageError
-from evaljobs.redact import redact
 
 
 # -- watch ------------------------------------------------------------------------------------
@@ -41,17 +37,10 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
     It says so when no worker takes the run's messages, and when events do
     not reach it (``--broker memory`` watching workers elsewhere).
     """
-    from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.api import Session
-    from evaljobs.pipeline import events
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
-        info = session.get(session.resolve(run_id))
-        if info.report is None and info.status != store.CANCELLED:
-            if broker and broker.startswith(REDIS_SCHEMES):  # live events come through Redis, else in-process
-                events.bind_redis(broker)
-            progress, idle = follow_progress(info, broker, poll)
-            info = session.wait(info.id, timeout=timeout, poll=poll, on_event=progress, idle=idle)
+    with Session(db=db, broker=broker) as session:
+        info = session.watch(run_id, timeout=timeout, poll=poll, progress=True)
     finish(info, gate, as_json=as_json)
 
 
@@ -90,12 +79,12 @@ def status(as_json, queues, window, db, broker) -> None:
 def cancel(run_id, db, providers) -> None:
     """Cancel RUN_ID (its pending pairs are not evaluated) and its open provider batches."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.pipeline.batching import cancel_run
 
     with Session(db=db, providers=providers) as session:
-        info, batches = cancel_run(session.resolve(run_id))
-    note = f"; {batches} provider batch{'es' if batches != 1 else ''} asked to cancel" if batches else ""
-    click.echo(f"run {info.id}: {info.status}{note}")
+        done = session.cancel(run_id)
+    plural = "es" if done.batches != 1 else ""
+    note = f"; {done.batches} provider batch{plural} asked to cancel" if done.batches else ""
+    click.echo(f"run {done.run.id}: {done.run.status}{note}")
 
 
 # -- rerun ------------------------------------------------------------------------------------
@@ -126,37 +115,20 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
     pair of the new run errored, like ``run`` (``RunInfo.gate`` decides).
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.pipeline import events
-    from evaljobs.pipeline.strategies import QUEUED
 
     select = [name for name, on in (("errored", errored), ("failed", failed), ("all", every)) if on]
-    if not select:
-        raise UsageError("say what to rerun: --errored, --failed (both may be given) or --all")
-    if every and len(select) > 1:
-        raise UsageError("--all already includes every pair: give it alone")
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
-        run_id = session.resolve(run_id)
-        new = session.create_rerun(run_id, select, reuse=reuse, batch=batch)
-        if session.reuse_note:
-            click.echo(session.reuse_note, err=True)
-        queued = new.strategy in QUEUED
-        click.echo(f"run {new.id}: rerun of {run_id} ({'+'.join(select)}), {new.expected} pairs "
-                   f"({new.strategy}, broker {redact(broker) if queued else 'none'})", err=True)
-        progress, idle = follow_progress(new, broker, 5.0, local_workers=session.binding().is_memory)
-        if not queued:  # an in-process rerun finishes inside start: the bar listens to its events
-            events.add_listener(progress)
-            try:
-                info = session.start(new)
-            finally:
-                events.remove_listener(progress)
-            finish(info, gate, as_json=as_json)
-            return
-        session.start(new)
-        if not (wait if wait is not None else session.binding().is_memory):
-            click.echo(new.id)
-            return
-        info = session.wait(new.id, on_event=progress, idle=idle)
-        finish(info, gate, as_json=as_json)
+        info = session.rerun(run_id, select, reuse=reuse, batch=batch, wait=wait, progress=True,
+                             on_note=_stderr)
+        followed = session.follows(info.strategy, wait)
+    if not followed:
+        click.echo(info.id)
+        return
+    finish(info, gate, as_json=as_json)
+
+
+def _stderr(line: str) -> None:
+    click.echo(line, err=True)
 
 
 # -- recover ----------------------------------------------------------------------------------
@@ -185,13 +157,9 @@ def recover(run_id, width, wait, as_json, db, broker, providers) -> None:
         click.echo(f"recover: checking {count} run{'s' if count != 1 else ''}", err=True)
 
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
-        done = session.recover(session.resolve(run_id) if run_id else None, wait=wait, on_runs=checking,
-                               on_action=None if as_json else click.echo)
+        done = session.recover(run_id, wait=wait, on_runs=checking, on_action=None if as_json else click.echo)
     if as_json:
-        click.echo(json.dumps({"actions": done.actions,
-                               "runs": [{"id": info.id, "status": info.status, "persisted": info.persisted,
-                                         "expected": info.expected, "report": info.report is not None}
-                                        for info in done.runs]}))
+        click.echo(json.dumps(done.to_dict()))
         return
     if not done.actions:
         click.echo("nothing to recover")

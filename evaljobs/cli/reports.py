@@ -52,23 +52,10 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flak
     """Render a run's report (also a CI gate with --fail-under)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    if baseline and fmt == "junit":  # before touching the database
-        raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
     with Session(db=db) as session:
-        run_id = session.resolve(run_id)
-        baseline = session.resolve(baseline) if baseline else None
-        info = session.get(run_id)
-        if flaky:
-            from evaljobs.reports.variance import flaky_text
-
-            if info.report is None:
-                raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
-            text = flaky_text(info.report)
-        else:
-            text = session.report(run_id, fmt, baseline=baseline, on_note=_note)
-    _write(text, output)
-    if gate is not None:  # `report` is a gate only when asked to be one
-        conclude(info.gate(gate, gate_mode()))
+        rendered = session.render_report(run_id, fmt, baseline=baseline, flaky=flaky, on_note=_note)
+    _write(rendered.text, output)
+    conclude(rendered.verdict(gate, gate_mode()))  # a gate only when asked to be one (--fail-under)
 
 
 @click.command("compare")
@@ -81,15 +68,13 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flak
 def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db: str | None) -> None:
     """Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.reports.compare import render_comparison
 
     with Session(db=db) as session:
-        run_a, run_b = session.resolve(run_a), session.resolve(run_b)
         comparison = session.compare(run_a, run_b, on_note=_note)
     if as_json:
         click.echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
     else:
-        click.echo(render_comparison(comparison), nl=False)
+        click.echo(comparison.render(), nl=False)
     conclude(comparison.verdict(fail_on_regression))
 
 

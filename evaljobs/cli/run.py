@@ -12,8 +12,6 @@ import click
 
 from evaljobs.cli._options import (broker_option, db_option, fail_under_option, finish,
                                    import_options, providers_option, sigterm_interrupts, width_option)
-from evaljobs.cli._follow import follow_progress
-from evaljobs.redact import redact
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
@@ -138,70 +136,33 @@ def run(
     providers,
 ) -> None:
     """Evaluate CATALOG against each -m MODEL."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.catalog.subset import Selection, select, selection_note
-    from evaljobs.pipeline.progress import Progress
+    from evaljobs.api import Selection, Session  # start-up time (see the module docstring)
 
     if not Path(catalog).exists():
         raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
-    if trace_content:  # this process's workers keep the bodies; a Redis worker elsewhere reads its own setting
+    # --trace-content: this process's workers keep the bodies; a Redis worker elsewhere reads its own setting
+    if trace_content:
         from evaljobs import config
 
         config.configure(config.configured(), store_transcripts=True)
         if broker and broker != "memory" and strategy in ("fanout", "per-model"):
             click.echo("note: --trace-content applies to the workers of this process; workers started "
                        "elsewhere keep bodies with EVALJOBS_STORE_TRANSCRIPTS=on", err=True)
+    selection = Selection(tuple(filters), tuple(tags), tuple(exclude_tags), limit, sample, seed)
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
-        catalog_obj = session.load(
-            catalog,
-            format=catalog_format,
-            lenient=lenient,
-            include_production_only=include_production_only,
-            grader=grader,
-            fields=fields,
-        )
-        for warning in session.import_warnings:
-            click.echo(f"warning: {warning}", err=True)
-        if session.excluded:
-            click.echo(f"note: {session.excluded} production_only scenarios left out "
-                       f"(--include-production-only keeps them)", err=True)
-        whole = catalog_obj
-        selection = Selection(tuple(filters), tuple(tags), tuple(exclude_tags), limit, sample, seed)
-        catalog_obj, chosen = select(whole, selection)  # an empty selection stops here: no run is created
-        if chosen:
-            click.echo(f"selected {selection_note(chosen)}", err=True)
-        n_epochs = epochs if epochs is not None else catalog_obj.epochs
-        inline = strategy not in ("fanout", "per-model")
-        expected = len(catalog_obj.scenarios) * len(models) * n_epochs
-        progress = Progress(expected)
-        checks: list = []  # what to ask when nothing moves: known once the run exists (a batch run's batches)
-
-        def idle() -> str | None:
-            return checks[0]() if checks and checks[0] is not None else None
-
-        def submitted(info) -> None:
-            if not inline and session.follows(strategy, wait):
-                # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
-                bar, check = follow_progress(info, session.binding().url, 5.0,
-                                             local_workers=session.binding().is_memory)
-                progress.catchup_note = bar.catchup_note
-                checks.append(check)
-            if session.reuse_note:
-                click.echo(session.reuse_note, err=True)
-            times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
-            broker_text = redact(session.binding().url) if not inline else "none"
-            click.echo(f"run {info.id}: {len(catalog_obj.scenarios)} scenarios × {len(models)} models{times} "
-                       f"= {info.expected} pairs ({strategy}, broker {broker_text})", err=True)
-
         with sigterm_interrupts():  # Ctrl-C or SIGTERM: the run is kept and marked interrupted (one line)
             info = session.run(
-                whole,
+                catalog,
                 list(models),
                 strategy=strategy,
                 wait=wait,
-                on_event=progress,
-                idle=idle if not inline else None,
-                on_submit=submitted,
+                progress=True,
+                on_note=_stderr,
+                format=catalog_format,
+                lenient=lenient,
+                include_production_only=include_production_only,
+                grader=grader,
+                fields=fields,
                 adapter=adapter,
                 judge_model=judge_model,
                 judge_cap=judge_cap,
@@ -215,10 +176,11 @@ def run(
                 batch=batch,
                 batch_judge=batch_judge,
             )
-        if not session.follows(strategy, wait):
-            click.echo(info.id)
-            return
-        finish(info, gate, as_json=as_json)
+        followed = session.follows(strategy, wait)
+    if not followed:
+        click.echo(info.id)
+        return
+    finish(info, gate, as_json=as_json)
 
 
 @click.command()
@@ -230,28 +192,18 @@ def run(
 def demo(width, db, html_path, as_json) -> None:
     """Run the bundled support catalog against two simulated models and print the report."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.pipeline.progress import Progress
 
-    from evaljobs.resources import demo_catalog
+    with Session(db=db, broker="memory", width=width) as session, sigterm_interrupts():
+        done = session.demo(format="json" if as_json else "table", html=html_path, progress=True,
+                            on_note=_stderr)
+    click.echo(done.text, nl=not done.text.endswith("\n"))
+    run_id = done.run.id
+    click.echo(f"\nnext: evaljobs show {run_id}   |   evaljobs report {run_id} --format md", err=True)
+    click.echo(f"HTML report: {done.html_path}", err=as_json)  # with --json, stdout is the JSON alone
 
-    catalog_path = demo_catalog()  # package data: works from a wheel with no source tree around
-    models = ["sim/fast", "sim/smart"]
-    with Session(db=db, broker="memory", width=width) as session:
-        cat = session.load(catalog_path)
-        progress = Progress(len(cat.scenarios) * len(models))
-        def submitted(info) -> None:
-            click.echo(f"run {info.id}: {len(cat.scenarios)} scenarios × {len(models)} simulated models, "
-                       f"fan-out over {width} in-process workers", err=True)
 
-        with sigterm_interrupts():
-            info = session.run(cat, models, strategy="fanout", on_event=progress, on_submit=submitted)
-        text = session.report(info.id, "json" if as_json else "table")
-        click.echo(text, nl=not text.endswith("\n"))
-        html_file = Path(html_path) if html_path else Path(".evaljobs") / f"{info.id}.html"
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(session.report(info.id, "html"), encoding="utf-8")
-        click.echo(f"\nnext: evaljobs show {info.id}   |   evaljobs report {info.id} --format md", err=True)
-        click.echo(f"HTML report: {html_file.resolve()}", err=as_json)  # with --json, stdout is the JSON alone
+def _stderr(line: str) -> None:
+    click.echo(line, err=True)
 
 
 __all__ = ["run", "demo", "STRATEGIES", "DEFAULT_STRATEGY"]

@@ -30,7 +30,8 @@ def runs(limit, as_json, db) -> None:
     if not items:
         click.echo("no runs yet: try `evaljobs demo`", err=True)
         return
-    click.echo(f"{'RUN':<16} {'STATUS':<9} {'PAIRS':>9} {'PASS':>6}  {'STRATEGY':<10} {'CATALOG':<20} CREATED")
+    click.echo(f"{'RUN':<16} {'STATUS':<9} {'PAIRS':>9} {'PASS':>6}  {'STRATEGY':<10} {'CATALOG':<20} "
+               "CREATED")
     for r in items:
         rate = f"{r.report['summary']['pass_rate']:.0%}" if r.report else "-"
         click.echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
@@ -79,10 +80,8 @@ def show(run_id, as_json, db) -> None:
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     with Session(db=db) as session:
-        run_id = session.resolve(run_id)
-        info = session.get(run_id)
-        results = session.results(run_id)
-        missing = session.missing(run_id)
+        detail = session.show(run_id)
+    info, results, missing = detail.run, detail.results, detail.missing
     if as_json:
         click.echo(json.dumps({**run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
                               default=str))

@@ -210,6 +210,10 @@ class Comparison:
     def fixed(self) -> list[PairChange]:
         return self.of_kind(FIXED)
 
+    def render(self) -> str:
+        """The comparison as text (``evaljobs compare``): :func:`render_comparison`."""
+        return render_comparison(self)
+
     def verdict(self, fail_on_regression: bool = False) -> Verdict:
         """``compare --fail-on-regression``: fails when a pair passed in ``run_a`` and not in ``run_b``."""
         if fail_on_regression and self.regressed:

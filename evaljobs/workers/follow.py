@@ -1,20 +1,28 @@
-"""How a command follows a run: the progress bar, and what it says when nothing moves.
+"""Following a run from a command: the progress bar, and what it says when nothing moves.
 
-``watch``, ``rerun`` and ``run --wait`` share it. Why: a run enqueued on Redis with no
-worker consuming its queue used to show a bar at 0/N with "ETA 0.0s" forever; a ``watch``
-without Redis sees no events from workers elsewhere and moved in 5-second jumps without
-saying why. The bar now says both, once, as notes.
+``Session.run``, ``Session.rerun`` and ``Session.watch`` share it (the CLI's ``run``, ``rerun``
+and ``watch`` only pass ``progress=True``). Why: a run enqueued on Redis with no worker consuming
+its queue used to show a bar at 0/N with "ETA 0.0s" forever; a ``watch`` without Redis sees no
+events from workers elsewhere and moved in 5-second jumps without saying why. The bar now says
+both, once, as notes. It sits with the workers because what it asks when nothing moves is
+whether any worker takes the run's messages (:func:`evaljobs.workers.status.read_queues`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from evaljobs.config import REDIS_SCHEMES
+from evaljobs.config import REDIS_SCHEMES, settings
+from evaljobs.pipeline.progress import Progress
+from evaljobs.pipeline.strategies import QUEUED
 from evaljobs.redact import redact
+from evaljobs.store import RunInfo, batches
+
+#: What a follower asks, at a database read that found nothing new, why nothing moves (or None).
+IdleCheck = Callable[[], "str | None"]
 
 
-def follow_progress(info: Any, broker: str | None, poll: float, *,
-                    local_workers: bool = False) -> tuple[Any, Callable[[], str | None] | None]:
+def follow_progress(info: RunInfo, broker: str | None, poll: float, *,
+                    local_workers: bool = False) -> tuple[Progress, IdleCheck | None]:
     """The bar for following ``info``, and what to ask when a read finds nothing new (or None).
 
     A queued run followed without Redis sees no events from workers elsewhere: the bar then moves
@@ -22,14 +30,11 @@ def follow_progress(info: Any, broker: str | None, poll: float, *,
     this process runs the workers: ``local_workers``). On Redis, a read that finds nothing new
     asks the queue whether any worker is taking its messages.
     """
-    from evaljobs.pipeline.progress import Progress
-    from evaljobs.pipeline.strategies import QUEUED
-
     progress = Progress(info.expected)
     if info.strategy not in QUEUED:
         return progress, None
     if (info.options or {}).get("batch"):  # a batch run waits on its batches, not on workers
-        return progress, _batch_idle_check(info.id)
+        return progress, batch_idle_check(info.id)
     if not (broker and broker.startswith(REDIS_SCHEMES)):
         if local_workers:
             return progress, None
@@ -39,12 +44,11 @@ def follow_progress(info: Any, broker: str | None, poll: float, *,
             f"redis://… for live events)"
         )
         return progress, None
-    return progress, _queue_idle_check(broker)
+    return progress, queue_idle_check(broker)
 
 
-def _batch_idle_check(run_id: str):
+def batch_idle_check(run_id: str) -> IdleCheck:
     """At a read with no new result: the run's open provider batches (what the run waits for)."""
-    from evaljobs.store import batches
 
     def check() -> str | None:
         found = batches.open_batches(run_id)
@@ -58,11 +62,11 @@ def _batch_idle_check(run_id: str):
     return check
 
 
-def _queue_idle_check(broker: str):
+def queue_idle_check(broker: str) -> IdleCheck:
     """At a read with no new result: say so when the run's queue has work that no worker takes."""
     import redis  # start-up time: only a command following a run on Redis loads the client
 
-    from evaljobs.config import settings
+    # start-up time: the status collector is loaded by a follower on Redis only
     from evaljobs.workers.status import read_queues
 
     queue = settings().queue
@@ -83,4 +87,4 @@ def _queue_idle_check(broker: str):
     return check
 
 
-__all__ = ["follow_progress"]
+__all__ = ["IdleCheck", "follow_progress", "batch_idle_check", "queue_idle_check"]
