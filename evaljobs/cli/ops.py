@@ -121,10 +121,7 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
         info = session.rerun(run_id, select, reuse=reuse, batch=batch, wait=wait, progress=True,
                              on_note=_stderr)
         followed = session.follows(info.strategy, wait)
-    if not followed:
-        click.echo(info.id)
-        return
-    finish(info, gate, as_json=as_json)
+    finish(info, gate, as_json=as_json, followed=followed)
 
 
 def _stderr(line: str) -> None:

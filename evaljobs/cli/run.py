@@ -177,10 +177,7 @@ def run(
                 batch_judge=batch_judge,
             )
         followed = session.follows(strategy, wait)
-    if not followed:
-        click.echo(info.id)
-        return
-    finish(info, gate, as_json=as_json)
+    finish(info, gate, as_json=as_json, followed=followed)
 
 
 @click.command()
