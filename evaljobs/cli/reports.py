@@ -1,6 +1,6 @@
 """``evaljobs report`` (json, md, junit, html, table; --baseline; --fail-under) and ``evaljobs compare``.
 
-Thin shells over :meth:`evaljobs.api.Session.report` and
+Thin shells over :meth:`evaljobs.api.Session.render_report` and
 :meth:`~evaljobs.api.Session.compare`. Exit code 1 is reserved for a failed
 gate (``--fail-under``, ``--fail-on-regression``), so CI can tell "worse" from
 "broken"; errors map to exit codes in :mod:`evaljobs.cli._options`. The API is
