@@ -32,7 +32,7 @@ from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
-from evaljobs.catalog.subset import Selection, select
+from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.errors import Interrupted, UsageError
 from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
@@ -406,8 +406,6 @@ class Session:
                  f"(--include-production-only keeps them)")
         chosen_catalog, chosen = select(catalog, options.get("selection") or Selection())
         if chosen:  # an empty selection stopped in select: no run is created
-            from evaljobs.catalog.subset import selection_note  # start-up time: only a subset says it
-
             note(f"selected {selection_note(chosen)}")
         inline = strategy not in strategies.QUEUED
         epochs = options.get("epochs")
