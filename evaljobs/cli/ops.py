@@ -114,9 +114,11 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
     The models' providers are checked first (``--providers`` like ``run``); exits 1 when every
     pair of the new run errored, like ``run`` (``RunInfo.gate`` decides).
     """
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs.api import Session, rerun_selection  # start-up time (see the module docstring)
 
-    select = [name for name, on in (("errored", errored), ("failed", failed), ("all", every)) if on]
+    # checked before the database is opened: a mistyped command creates nothing
+    select = rerun_selection([name for name, on in (("errored", errored), ("failed", failed), ("all", every))
+                              if on])
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         info = session.rerun(run_id, select, reuse=reuse, batch=batch, wait=wait, progress=True,
                              on_note=_stderr)
