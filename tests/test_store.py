@@ -394,11 +394,15 @@ def test_concurrent_finalize_creates_one_report(run: store.RunInfo) -> None:
 
 def test_per_run_queries_use_the_index_on_sqlite(sqlite_url: str) -> None:
     db = store.connect(sqlite_url)
-    hot = store_results._hot(db)
     queries = [query.sql() for query in (store_results._results_query("r_x"),
                                           store_results._progress_query("r_x"),
                                           store_results._pairs_query("r_x"))]
-    queries += [(hot.pair_state, ("r_x", "k", "m", 0, "r_x")), (hot.run_facts, ("r_x",)), (hot.persisted, ("r_x",))]
+    values = {"run_id": "r_x", "scenario_key": "k", "model": "m", "epoch": 0}
+    for build in (store_results._pair_state_query, store_results._run_facts_query,
+                  store_results._persisted_query):
+        compiled = store_results._compiled(db, build)
+        queries.append((compiled.sql, [values[p.name] if isinstance(p, store_results._Slot) else p
+                                       for p in compiled.params]))
     for sql, params in queries:
         with store.connection():
             plan = " | ".join(row[-1] for row in db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))

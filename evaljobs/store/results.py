@@ -1,19 +1,19 @@
 """Results and the barrier: one row per (run, scenario, model, epoch), counted by the database.
 
 :func:`record_result` is the barrier (invariants 1, 2, 4); :func:`finalize`
-writes the run's one report (invariant 3). The per-pair calls are fixed SQL
-(see "the per-pair hot path" below); the listing calls are indexed queries.
+writes the run's one report (invariant 3). Every query is built with peewee's query builder;
+the per-pair ones are compiled once (see "the per-pair hot path" below); the listing calls are
+indexed queries.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import peewee
-from peewee import fn
+from peewee import SQL, fn
 
 from evaljobs.collector import gc_paused
 from evaljobs.redact import redact_text, redact_value
@@ -46,47 +46,91 @@ class Finalized:
 
 # -- the per-pair hot path ------------------------------------------------------------------
 #
-# Every pair runs the two calls below, so they are written as fixed SQL rather than built by
-# peewee's query builder: building and compiling a query (and instantiating a model row) cost
-# more CPU than SQLite spent running it, which capped a zero-latency run at about 60 pairs/s.
-# They touch the same columns and take the same locks as the builder's queries did.
+# Every query in this module is built with peewee's query builder. The ones every pair runs
+# (``pair_state``, ``record_result``) are built and compiled once per kind of database and kept as
+# their SQL text with named slots for the values (:func:`_compiled`); each call binds its values
+# and runs the text on the cursor, as fixed SQL would. Building and compiling the query on every
+# call, and reading its answer through peewee's rows, cost more CPU than SQLite spent running it
+# (<FIGURE>); peewee's query building and row iteration on this path were about a quarter of a
+# worker's CPU when fan-out did about 60 pairs/s (BENCHMARKS.md, "The earlier round").
 
-_RUN_COLUMNS = ("id", "digest", "catalog_name", "models", "strategy", "status", "expected", "persisted",
-                "context", "options", "created_at", "started_at", "finished_at", "note", "pairs", "epochs")
-_RESULT_COLUMNS = ("run_id", "scenario_key", "model", "status", "score", "scores", "fault", "output",
-                   "tool_calls", "duration_ms", "input_tokens", "output_tokens", "cost", "attempts", "error",
-                   "details", "cached", "created_at", "ttft_ms", "latency_ms", "epoch", "reused_from")
+
+class _Slot:
+    """A named value of a query compiled once: :meth:`_Compiled.execute` binds it on each call."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _slot(name: str) -> peewee.Value:
+    # converter=False: the compiled parameters hold the slot itself, not a column's conversion of it
+    return peewee.Value(_Slot(name), converter=False)
 
 
 @dataclass(frozen=True)
-class _HotSQL:
-    pair_state: str
-    run_facts: str
-    insert_result: str
-    bump_persisted: str
-    persisted: str
-    report_results: str
+class _Compiled:
+    """A query's SQL text for one kind of database and its parameters (slots, or constants)."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+    def execute(self, db: peewee.Database, **values: Any) -> Any:
+        """The cursor after running the text with ``values`` bound to the slots of the same names."""
+        args = tuple([values[p.name] if type(p) is _Slot else p for p in self.params])
+        return db.execute_sql(self.sql, args)
 
 
-@lru_cache(maxsize=4)
-def _hot_sql(param: str) -> _HotSQL:
-    p = param
-    return _HotSQL(
-        pair_state=(f"SELECT {', '.join(_RUN_COLUMNS)}, EXISTS (SELECT 1 FROM result WHERE run_id = {p} "
-                    f"AND scenario_key = {p} AND model = {p} AND epoch = {p}) FROM run WHERE id = {p}"),
-        run_facts=f"SELECT digest, catalog_name, models, pairs, expected, epochs FROM run WHERE id = {p}",
-        insert_result=(f"INSERT INTO result ({', '.join(_RESULT_COLUMNS)}) VALUES "
-                       f"({', '.join([p] * len(_RESULT_COLUMNS))}) "
-                       f"ON CONFLICT (run_id, scenario_key, model, epoch) DO NOTHING"),
-        bump_persisted=f"UPDATE run SET persisted = persisted + 1 WHERE id = {p} RETURNING persisted",
-        persisted=f"SELECT persisted FROM run WHERE id = {p}",
-        # the columns of reports.rows.ReportRow, in its order (all but ``details``, read apart)
-        report_results=f"SELECT {', '.join(ReportRow._fields[:-1])} FROM result WHERE run_id = {p}",
-    )
+_compiled_queries: dict[tuple[type, Callable[[], peewee.Query]], _Compiled] = {}
 
 
-def _hot(db: peewee.Database) -> _HotSQL:
-    return _hot_sql(db.param)
+def _compiled(db: peewee.Database, build: Callable[[], peewee.Query]) -> _Compiled:
+    """``build()``'s query compiled for ``db``'s kind of database, once per process."""
+    key = (type(db), build)
+    found = _compiled_queries.get(key)
+    if found is None:
+        sql, params = db.get_sql_context().sql(build()).query()
+        found = _compiled_queries[key] = _Compiled(sql, tuple(params))
+    return found
+
+
+#: The run's columns ``pair_state`` reads, in the order it unpacks them.
+_RUN_FIELDS = (Run.id, Run.digest, Run.catalog_name, Run.models, Run.strategy, Run.status, Run.expected,
+               Run.persisted, Run.context, Run.options, Run.created_at, Run.started_at, Run.finished_at,
+               Run.note, Run.pairs, Run.epochs)
+#: Every column of a result row but its id, in the order ``_insert_result`` gives them.
+_RESULT_FIELDS = tuple(field for field in ResultRow._meta.sorted_fields if field.name != "id")
+_PAIR_KEY = (ResultRow.run, ResultRow.scenario_key, ResultRow.model, ResultRow.epoch)
+
+
+def _pair_state_query() -> peewee.Query:
+    recorded = fn.EXISTS(ResultRow.select(SQL("1")).where(
+        (ResultRow.run == _slot("run_id")) & (ResultRow.scenario_key == _slot("scenario_key"))
+        & (ResultRow.model == _slot("model")) & (ResultRow.epoch == _slot("epoch"))))
+    return Run.select(*_RUN_FIELDS, recorded).where(Run.id == _slot("run_id"))
+
+
+def _run_facts_query() -> peewee.Query:
+    return (Run.select(Run.digest, Run.catalog_name, Run.models, Run.pairs, Run.expected, Run.epochs)
+            .where(Run.id == _slot("run_id")))
+
+
+def _insert_result_query() -> peewee.Query:
+    # ON CONFLICT (run, scenario, model, epoch) DO NOTHING on both backends: only the pair's unique
+    # key is ignored (SQLite's INSERT OR IGNORE, peewee's on_conflict_ignore, would also swallow a
+    # NOT NULL violation)
+    return (ResultRow.insert({field: _slot(field.name) for field in _RESULT_FIELDS})
+            .on_conflict(action="NOTHING", conflict_target=_PAIR_KEY))
+
+
+def _bump_persisted_query() -> peewee.Query:
+    return (Run.update(persisted=Run.persisted + 1).where(Run.id == _slot("run_id"))
+            .returning(Run.persisted))
+
+
+def _persisted_query() -> peewee.Query:
+    return Run.select(Run.persisted).where(Run.id == _slot("run_id"))
 
 
 @dataclass(frozen=True)
@@ -107,7 +151,7 @@ _facts: dict[str, _RunFacts] = {}
 def _run_facts(db: peewee.Database, run_id: str) -> _RunFacts:
     facts = _facts.get(run_id)
     if facts is None:
-        row = db.execute_sql(_hot(db).run_facts, (run_id,)).fetchone()
+        row = _compiled(db, _run_facts_query).execute(db, run_id=run_id).fetchone()
         if row is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
         digest, catalog_name, models, pairs, expected, epochs = row
@@ -124,11 +168,13 @@ def pair_state(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tu
 
     What a worker needs before evaluating a pair; ``get_run`` + ``is_recorded`` in one round trip.
     """
-    if not isinstance(run_id, str):  # a malformed message; the builder's queries coerced, fixed SQL does not
+    # a malformed message: a query built per call converts its values by column, a compiled one does not
+    if not isinstance(run_id, str):
         raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
     with _connection() as db:
-        row = db.execute_sql(_hot(db).pair_state,
-                             (run_id, str(scenario_key), str(model), _epoch(epoch), run_id)).fetchone()
+        row = _compiled(db, _pair_state_query).execute(
+            db, run_id=run_id, scenario_key=str(scenario_key), model=str(model), epoch=_epoch(epoch)
+        ).fetchone()
     if row is None:
         raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
     (id_, digest, catalog_name, models, strategy, status, expected, persisted, context, options, created_at,
@@ -169,11 +215,10 @@ def record_result(run_id: str, result: Result) -> Recorded:
         facts = _run_facts(db, run_id)
     _check_expected(run_id, facts, result)
     with _transaction() as db:
-        sql = _hot(db)
-        if not _insert_result(db, sql, run_id, result):
-            persisted = db.execute_sql(sql.persisted, (run_id,)).fetchone()[0]
+        if not _insert_result(db, run_id, result):
+            persisted = _compiled(db, _persisted_query).execute(db, run_id=run_id).fetchone()[0]
             return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
-        persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
+        persisted = _compiled(db, _bump_persisted_query).execute(db, run_id=run_id).fetchone()[0]
     return Recorded(inserted=True, completed=persisted == facts.expected, persisted=persisted,
                     expected=facts.expected)
 
@@ -185,13 +230,10 @@ def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tu
         return set()
     keys = sorted({str(key) for key, _, _ in pairs})
     wanted = {(str(key), str(model), int(epoch)) for key, model, epoch in pairs}
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch)
+             .where((ResultRow.run == run_id) & ResultRow.scenario_key.in_(keys)))
     with _connection() as db:
-        p = db.param
-        rows = db.execute_sql(
-            f"SELECT scenario_key, model, epoch FROM result WHERE run_id = {p} AND scenario_key IN "
-            f"({', '.join([p] * len(keys))})",
-            (run_id, *keys),
-        ).fetchall()
+        rows = db.execute(query).fetchall()
     return {(key, model, int(epoch)) for key, model, epoch in rows if (key, model, int(epoch)) in wanted}
 
 
@@ -234,16 +276,16 @@ def record_results(run_id: str, results: Sequence[Result]) -> list[Recorded]:
         _check_expected(run_id, facts, result)
     recorded: list[Recorded | None] = []
     with _transaction() as db:
-        sql = _hot(db)
+        bump = _compiled(db, _bump_persisted_query)
         for result in results:
-            if _insert_result(db, sql, run_id, result):
-                persisted = db.execute_sql(sql.bump_persisted, (run_id,)).fetchone()[0]
+            if _insert_result(db, run_id, result):
+                persisted = bump.execute(db, run_id=run_id).fetchone()[0]
                 recorded.append(Recorded(inserted=True, completed=persisted == facts.expected,
                                          persisted=persisted, expected=facts.expected))
             else:
                 recorded.append(None)
         if None in recorded:
-            persisted = db.execute_sql(sql.persisted, (run_id,)).fetchone()[0]
+            persisted = _compiled(db, _persisted_query).execute(db, run_id=run_id).fetchone()[0]
     return [r if r is not None else Recorded(inserted=False, completed=False, persisted=persisted,
                                              expected=facts.expected) for r in recorded]
 
@@ -264,38 +306,39 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
     return value
 
 
-def _insert_result(db: peewee.Database, sql: _HotSQL, run_id: str, result: Result) -> bool:
+def _insert_result(db: peewee.Database, run_id: str, result: Result) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted.
 
     Every text is scrubbed of the configured secrets first (``evaljobs.redact``): a provider that
     echoes a header or a key back in its error or its answer is stored as ``***``, so no report,
     command or viewer page built from the row can show it.
     """
-    params = (
-        run_id,
-        result.scenario_key,
-        result.model,
-        result.status,
-        float(result.score),
-        _dumps(result.scores),
-        result.fault,
-        redact_value(result.output or ""),
-        _dumps(redact_value(_capped(result.tool_calls))),
-        int(round(result.duration_ms or 0)),
-        int(result.input_tokens or 0),
-        int(result.output_tokens or 0),
-        None if result.cost is None else float(result.cost),
-        int(result.attempts),
-        redact_text(result.error) if result.error else result.error,
-        _dumps(redact_value(_capped(result.details))),
-        bool(result.cached),
-        _now(),
-        _float_or_none(result.ttft_ms),
-        _float_or_none(result.latency_ms),
-        int(result.epoch),
-        result.reused_from,
+    inserted = _compiled(db, _insert_result_query).execute(
+        db,
+        run=run_id,
+        scenario_key=result.scenario_key,
+        model=result.model,
+        status=result.status,
+        score=float(result.score),
+        scores=_dumps(result.scores),
+        fault=result.fault,
+        output=redact_value(result.output or ""),
+        tool_calls=_dumps(redact_value(_capped(result.tool_calls))),
+        duration_ms=int(round(result.duration_ms or 0)),
+        input_tokens=int(result.input_tokens or 0),
+        output_tokens=int(result.output_tokens or 0),
+        cost=None if result.cost is None else float(result.cost),
+        attempts=int(result.attempts),
+        error=redact_text(result.error) if result.error else result.error,
+        details=_dumps(redact_value(_capped(result.details))),
+        cached=bool(result.cached),
+        created_at=_now(),
+        ttft_ms=_float_or_none(result.ttft_ms),
+        latency_ms=_float_or_none(result.latency_ms),
+        epoch=int(result.epoch),
+        reused_from=result.reused_from,
     )
-    return db.execute_sql(sql.insert_result, params).rowcount == 1
+    return inserted.rowcount == 1
 
 
 def _float_or_none(value: float | None) -> float | None:
@@ -456,13 +499,16 @@ def _finalize(run_id: str, build: ReportBuilder) -> Finalized:
 def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
     """The run's results with what the report reads: no output, transcript or tool answers.
 
-    Fixed SQL, rows fetched at once as plain tuples and kept as tuples (:class:`ReportRow`,
-    not :class:`Result`), each distinct ``scores`` text parsed once and shared (the report
-    only reads it): between the last result and the report, building a model row and parsing
-    three JSON columns for each of 1,000 results took 130 ms; peewee's row iteration alone, 20 ms.
+    The query is peewee's, but its rows are fetched at once from the cursor as plain tuples and
+    kept as tuples (:class:`ReportRow`, not :class:`Result`), each distinct ``scores`` text parsed
+    once and shared (the report only reads it): between the last result and the report, building a
+    model row and parsing three JSON columns for each of 1,000 results took 130 ms; peewee's row
+    iteration alone, 20 ms (finalize of 1,000 results: 42-46 ms through peewee's rows, 20-33 ms
+    with ``fetchall``; BENCHMARKS.md, "What changed this round").
     """
-    db = _bound()
-    rows = db.execute_sql(_hot(db).report_results, (run_id,)).fetchall()
+    # the columns of reports.rows.ReportRow, in its order (all but ``details``, read apart)
+    columns = [ResultRow._meta.fields[name] for name in ReportRow._fields[:-1]]
+    rows = _bound().execute(ResultRow.select(*columns).where(ResultRow.run == run_id)).fetchall()
     parsed: dict[str, dict[str, float]] = {"{}": {}}
     for text in {row[-1] for row in rows}:
         if text not in parsed:
@@ -480,7 +526,7 @@ def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
         # for the pairs a judge was asked about (runs without a judge read nothing more)
         if r.fault == "judge_unavailable" or "llm_judge" in r.scores:
             judged.append(i)
-    _add_details(run_id, results, "reused", reused, " AND reused_from IS NOT NULL")
+    _add_details(run_id, results, "reused", reused, ResultRow.reused_from.is_null(False))
     _add_details(run_id, results, "judge", judged)
     if batched:  # a batch run's report says what its batch prices saved (details.meta.batch)
         _add_details(run_id, results, "meta", list(range(len(results))))
@@ -490,14 +536,17 @@ def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
 _ROW = ReportRow
 
 
-def _add_details(run_id: str, results: list[ReportRow], part: str, wanted: list[int], where: str = "") -> None:
+def _add_details(run_id: str, results: list[ReportRow], part: str, wanted: list[int],
+                 where: peewee.Expression | None = None) -> None:
     """Put ``details[part]`` into the rows at ``wanted`` (a reused pair's saved calls, a judge's answer)."""
     if not wanted:
         return
     at = {results[i][:3]: i for i in wanted}
-    db = _bound()
-    sql = f"SELECT scenario_key, model, epoch, details FROM result WHERE run_id = {db.param}{where}"
-    for key, model, epoch, details in db.execute_sql(sql, (run_id,)).fetchall():
+    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.details)
+             .where(ResultRow.run == run_id))
+    if where is not None:
+        query = query.where(where)
+    for key, model, epoch, details in _bound().execute(query).fetchall():
         i = at.get((key, model, epoch))
         if i is not None:
             found = (_loads(details) or {}).get(part)
