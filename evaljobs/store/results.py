@@ -49,10 +49,10 @@ class Finalized:
 # Every query in this module is built with peewee's query builder. The ones every pair runs
 # (``pair_state``, ``record_result``) are built and compiled once per kind of database and kept as
 # their SQL text with named slots for the values (:func:`_compiled`); each call binds its values
-# and runs the text on the cursor, as fixed SQL would. Building and compiling the query on every
-# call, and reading its answer through peewee's rows, cost more CPU than SQLite spent running it
-# (<FIGURE>); peewee's query building and row iteration on this path were about a quarter of a
-# worker's CPU when fan-out did about 60 pairs/s (BENCHMARKS.md, "The earlier round").
+# and runs the text on the cursor. Built and compiled on every call they cost far more CPU than
+# SQLite spends running them: pair_state 267 µs a call against 12 µs compiled once, record_result
+# 330 µs against 55 µs (scripts/bench_store_queries, SQLite; BENCHMARKS.md, "The store's per-pair
+# queries"), about 0.55 ms of a zero-latency pair's 3.6 ms of worker CPU.
 
 
 class _Slot:
@@ -225,7 +225,7 @@ def record_result(run_id: str, result: Result) -> Recorded:
 
 @_reconnecting
 def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tuple[str, str, int]]:
-    """Which of ``pairs`` (scenario, model, epoch) of ``run_id`` are recorded: one indexed query for a batch."""
+    """Which of ``pairs`` (scenario, model, epoch) of ``run_id`` are recorded: one indexed query a batch."""
     if not pairs:
         return set()
     keys = sorted({str(key) for key, _, _ in pairs})
@@ -238,7 +238,7 @@ def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tu
 
 
 def _check_expected(run_id: str, facts: _RunFacts, result: Result) -> None:
-    """UnexpectedPair unless the run was created with this pair (its catalog, models, epochs, chosen pairs)."""
+    """UnexpectedPair unless the run was created with this pair (catalog, models, epochs, chosen pairs)."""
     unknown_scenario = result.scenario_key not in load_snapshot(facts.digest)
     if unknown_scenario or result.model not in facts.models:
         what = (f"scenario {result.scenario_key!r} is not in catalog {facts.catalog_name!r}"
@@ -557,9 +557,11 @@ def _add_details(run_id: str, results: list[ReportRow], part: str, wanted: list[
 
 def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
     epochs = run.epochs or 1
-    # With epochs, a scenario's epoch pass rate is judged against its own pass threshold (JUnit, --fail-under).
-    thresholds = ({s.key: s.pass_threshold for s in load_snapshot(run.digest).scenarios} if epochs > 1 else None)
-    return {"thresholds": thresholds,"id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
+    # With epochs, a scenario's epoch pass rate is judged against its own pass threshold (JUnit,
+    # --fail-under).
+    scenarios = load_snapshot(run.digest).scenarios if epochs > 1 else None
+    thresholds = {s.key: s.pass_threshold for s in scenarios} if scenarios is not None else None
+    return {"thresholds": thresholds, "id": run.id, "catalog_name": run.catalog_name, "digest": run.digest,
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
             "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options),
