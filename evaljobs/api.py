@@ -471,7 +471,7 @@ class Session:
              idle: Callable[[], str | None] | None = None) -> store.RunInfo:
         """Follow a run until its report exists: woken by events, with a slow poll as the fallback.
 
-        A :class:`~evaljobs.progress.Progress` passed as ``on_event`` is also fed the
+        A :class:`~evaljobs.pipeline.progress.Progress` passed as ``on_event`` is also fed the
         database's numbers on each poll, so missed events never leave the bar behind;
         ``idle`` is then asked, at a poll that found nothing new, why nothing moves
         (its answer is shown once as a note on the bar).

@@ -309,7 +309,7 @@ def _as_text(output: Any) -> str:
 
 
 class ProcessRunner:
-    """The assertion runner of this process (``evaljobs.grading.AssertionRunner``)."""
+    """The assertion runner of this process (``evaljobs.evaluation.grading.AssertionRunner``)."""
 
     def __init__(self, node: NodeRunner | None = None):
         self.node = node or NodeRunner()

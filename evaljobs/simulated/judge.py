@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-#: How a judge prompt starts (``evaljobs.evaluate.JUDGE_SYSTEM``).
+#: How a judge prompt starts (``evaljobs.evaluation.judge.JUDGE_SYSTEM``).
 JUDGE_MARK = "You are an evaluation judge."
 
 _SECTION = re.compile(r"^(RUBRIC|REQUEST|REFERENCE ANSWER|ANSWER):\n", re.M)

@@ -439,7 +439,7 @@ def progress(run_id: str) -> dict[str, int]:
 # -- finalize -------------------------------------------------------------------------------
 
 
-#: Builds a report from the run's facts and its rows (``evaljobs.reports.build_report``): the
+#: Builds a report from the run's facts and its rows (``evaljobs.reports.build.build_report``): the
 #: store reads and persists, the reports package decides what a report says, and the pipeline
 #: (``pipeline.barrier.finalize``) brings the two together.
 ReportBuilder = Callable[[dict[str, Any], list[ReportRow]], dict[str, Any]]

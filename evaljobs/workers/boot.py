@@ -7,7 +7,7 @@ consumes the shared Redis broker; without one it exits with a one-line error ins
 waiting on an in-process broker nothing ever sends to), ``EVALJOBS_DATABASE_URL``,
 ``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the environment list in docs/cli.md.
 ``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
-(one worker at a time, see :class:`evaljobs.recovery.PeriodicRecovery`).
+(one worker at a time, see :class:`evaljobs.pipeline.recovery.PeriodicRecovery`).
 """
 import sys
 

@@ -73,7 +73,7 @@ _IGNORED_TOP = ("providers", "outputPath", "evaluateOptions", "env", "sharing", 
                 "writeLatestResults", "tags", "metadata", "$schema", "derivedMetrics")
 _TEST_KEYS = ("description", "vars", "assert", "threshold", "metadata", "options")
 #: promptfoo's own test keys (TestCaseSchema, src/types/index.ts): any other key of a test is dropped by its
-#: schema (a z.object, not strict), e.g. the ``type: assert-set`` of examples/french-greeting-test.
+#: schema (a z.object, not strict), e.g. the ``type: assert-set`` of promptfoo/examples/french-greeting-test.
 _PROMPTFOO_TEST_KEYS = _TEST_KEYS + ("provider", "providers", "prompts", "providerOutput",
                                      "assertScoringFunction")
 _DEFAULT_TEST_KEYS = ("vars", "assert", "threshold", "options", "metadata")
@@ -348,7 +348,8 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
         where = f"prompt #{n}"
         if text.startswith("file://"):
             ref = text[len("file://"):]
-            # promptfoo reads a prompt path as a glob (examples/config-separate-test-configs: prompt*.txt)
+            # promptfoo reads a prompt path as a glob
+            # (promptfoo/examples/config-separate-test-configs: prompt*.txt)
             matched = sorted(glob.glob(ref if os.path.isabs(ref) else os.path.join(base, ref)))
             refs = [os.path.relpath(m, base) for m in matched] if glob.has_magic(ref) and matched else [ref]
             for file_ref in refs:

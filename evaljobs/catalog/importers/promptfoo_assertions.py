@@ -122,8 +122,9 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
             )
         custom = "its rubricPrompt" if item.get("rubricPrompt") is not None else ctx.rubric_prompt
         if kind == "llm-rubric" and custom:
-            # A rubric prompt of one's own decides what the judge is asked, and so its verdict (promptfoo's
-            # examples/custom-grading-prompt asks it to "always pass"): evaljobs' judge prompt would not.
+            # A rubric prompt of one's own decides what the judge is asked, and so its verdict
+            # (promptfoo/examples/custom-grading-prompt asks it to "always pass"): evaljobs' judge prompt
+            # would not.
             problems.counts["assertions"] += 1
             problems.unsupported(
                 apath,
