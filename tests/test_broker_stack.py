@@ -1,4 +1,5 @@
-"""The middleware order is part of the contract (see evaljobs/broker.py); so is how consumers poll."""
+"""The middleware order is part of the contract (see evaljobs/pipeline/broker.py); so is how consumers
+poll."""
 import concurrent.futures
 import threading
 import time

@@ -12,9 +12,12 @@ explains it, and a reader who follows ``evaljobs/providers/governor.py`` or
 * module names: ``evaljobs.x.y`` and ``evaljobs_middleware.x`` name a module file, and the name after
   the module (``evaljobs.pipeline.recovery.PeriodicRecovery``) is defined at its top level;
 
+* invariants: "invariant 13", "invariants 1, 2 and 4" name invariants docs/internals.md lists;
+
 in docs/*.md, README.md, RELIABILITY.md, BENCHMARKS.md, CHANGELOG.md, and in the docstrings and
-comments of evaljobs/ and middleware/ (not their code: a logger named ``evaljobs.actors`` or a span
-attribute ``evaljobs.model`` is a name, not a reference).
+comments of evaljobs/, middleware/, tests/, scripts/ and examples/ (not their code: a logger named
+``evaljobs.actors`` or a span attribute ``evaljobs.model`` is a name, not a reference). This module's
+own docstrings cite missing files on purpose, as examples, and are not checked.
 """
 from __future__ import annotations
 
@@ -28,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: The documents whose citations are checked (docs/*.md include some of these by a marker only).
 DOCUMENTS = ("README.md", "RELIABILITY.md", "BENCHMARKS.md", "CHANGELOG.md", "docs/*.md")
-#: The source folders whose docstrings and comments are checked.
-SOURCE_FOLDERS = ("evaljobs", "middleware")
+#: The source folders whose docstrings and comments are checked (Python files, and scripts/' programs).
+SOURCE_FOLDERS = ("evaljobs", "middleware", "tests", "scripts", "examples")
+#: Not checked: this module (its examples of stale citations), other tools' files kept as test data.
+NOT_CHECKED = ("tests/test_docs_paths.py", "tests/data/")
 #: Folders of the repository a path may start with.
 TOP_FOLDERS = ("evaljobs", "middleware", "tests", "scripts", "docs", "examples")
 #: Names that look like modules but are not: entry-point groups hosts register under.
@@ -50,6 +55,7 @@ _PATH = re.compile(
 )
 _TOP_DOCUMENT = re.compile(r"(?<![\w./-])([A-Z][A-Z_]+\.md)\b")
 _MODULE = re.compile(r"(?<![\w./-])((?:evaljobs|evaljobs_middleware)(?:\.[A-Za-z_]\w*)+)")
+_INVARIANTS = re.compile(r"\binvariants? (\d+(?:(?:, | and |, and | ?[-–] ?)\d+)*)")
 _SUFFIXES = {"py", "md", "yaml", "yml", "json", "toml", "txt", "log", "db", "cfg", "html"}
 
 
@@ -120,10 +126,30 @@ def _top_level_names(path: Path) -> set[str]:
     return names
 
 
+def cited_invariants(text: str) -> list[int]:
+    """The invariant numbers ``text`` cites ("invariant 3", "invariants 1, 2 and 4", "invariants 1-3")."""
+    numbers: list[int] = []
+    for match in _INVARIANTS.finditer(text):
+        found = [int(n) for n in re.findall(r"\d+", match.group(1))]
+        ranged = re.search(r"\d+ ?[-–] ?\d+$", match.group(1))
+        numbers += list(range(found[0], found[-1] + 1)) if ranged and len(found) == 2 else found
+    return numbers
+
+
+def listed_invariants(root: Path) -> int:
+    """How many invariants docs/internals.md lists (its "Invariants" section, numbered 1. 2. …)."""
+    text = (root / "docs" / "internals.md").read_text(encoding="utf-8")
+    section = text.split("## Invariants", 1)[1].split("\n## ", 1)[0]
+    return len(re.findall(r"^\d+\. ", section, re.M))
+
+
 def prose(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of a Python file's docstrings and comments, or of every line of any other file."""
+    """(line, text) of a Python file's docstrings and comments, the comments of a shell script, or every
+    line of any other file."""
     text = path.read_text(encoding="utf-8")
-    if path.suffix != ".py":
+    if path.suffix != ".py" and not text.startswith("#!/usr/bin/env python"):
+        if text.startswith("#!"):
+            return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("#")]
         return list(enumerate(text.splitlines(), 1))
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(text)):
@@ -141,9 +167,14 @@ def prose(path: Path) -> list[tuple[int, str]]:
 def dangling(root: Path, files: list[Path]) -> list[str]:
     """``file:line: cited`` for every path or module name cited in ``files`` that does not exist."""
     problems = []
+    invariants = listed_invariants(root)
     for path in files:
         where = path.relative_to(root)
         for number, line in prose(path):
+            for invariant in cited_invariants(line):
+                if not 1 <= invariant <= invariants:
+                    problems.append(f"{where}:{number}: invariant {invariant} is not in docs/internals.md "
+                                    f"(it lists {invariants})")
             for cited in cited_paths(line):
                 if cited not in NOT_FILES and not path_exists(root, cited):
                     problems.append(f"{where}:{number}: {cited} does not exist")
@@ -156,7 +187,11 @@ def dangling(root: Path, files: list[Path]) -> list[str]:
 
 def checked_files(root: Path) -> list[Path]:
     files = [p for pattern in DOCUMENTS for p in sorted(root.glob(pattern))]
-    return files + [p for folder in SOURCE_FOLDERS for p in sorted((root / folder).rglob("*.py"))]
+    files += [p for folder in SOURCE_FOLDERS for p in sorted((root / folder).rglob("*.py"))]
+    scripts = root / "scripts"
+    if scripts.is_dir():
+        files += [p for p in sorted(scripts.iterdir()) if p.is_file() and p.suffix == ""]
+    return [p for p in files if not p.relative_to(root).as_posix().startswith(NOT_CHECKED)]
 
 
 def test_every_cited_path_and_module_exists() -> None:
@@ -173,28 +208,36 @@ def test_the_checker_finds_a_missing_path_and_a_stale_module(tmp_path: Path) -> 
     (tmp_path / "evaljobs" / "store" / "__init__.py").write_text("from .runs import get_run\n")
     (tmp_path / "evaljobs" / "store" / "runs.py").write_text(
         '"""Runs: see ``evaljobs/store/runs.py`` and store/runs.py."""\n'
-        "# evaljobs.store.runs.get_run and evaljobs.store.get_run\n"
+        "# evaljobs.store.runs.get_run and evaljobs.store.get_run (invariants 1 and 2; invariant 3)\n"
         "def get_run():\n"
         '    """Gone: evaljobs/providers/governor.py, evaljobs.store.runs.lost, tests/test_gone*.py."""\n'
         "logger = 'evaljobs.actors'  # the string is code, not prose: not checked\n"
     )
+    (tmp_path / "scripts").mkdir()
+    # a shell script: its comments are checked, its commands are not
+    bench = "#!/usr/bin/env bash\n# tests/test_bench.py\necho docs/x.md\n"
+    (tmp_path / "scripts" / "bench").write_text(bench)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_store.py").write_text("")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "internals.md").write_text(
         "The store: `evaljobs/store/` and `tests/test_store*.py`, from https://example.com/evaljobs/x.py.\n"
         "The design is in DESIGN.md; the governor in `evaljobs/governor/limits.py`.\n"
+        "## Invariants\n\n1. **One**\n2. **Two**\n\n## Next\n"
         "Hosts register under `evaljobs.adapters`; recovery is `evaljobs.recovery.PeriodicRecovery`.\n"
     )
     problems = dangling(tmp_path, checked_files(tmp_path))
     assert sorted(problems) == sorted([
         "docs/internals.md:2: DESIGN.md does not exist",
         "docs/internals.md:2: evaljobs/governor/limits.py does not exist",
-        "docs/internals.md:3: evaljobs.recovery.PeriodicRecovery: evaljobs defines no 'recovery'",
+        "evaljobs/store/runs.py:2: invariant 3 is not in docs/internals.md (it lists 2)",
+        "scripts/bench:2: tests/test_bench.py does not exist",
+        "docs/internals.md:9: evaljobs.recovery.PeriodicRecovery: evaljobs defines no 'recovery'",
         "evaljobs/store/runs.py:4: evaljobs/providers/governor.py does not exist",
         "evaljobs/store/runs.py:4: tests/test_gone*.py does not exist",
         "evaljobs/store/runs.py:4: evaljobs.store.runs.lost: evaljobs.store.runs defines no 'lost'",
     ]), problems
-    (tmp_path / "docs" / "internals.md").write_text("The store: `evaljobs/store/runs.py`.\n")
+    (tmp_path / "docs" / "internals.md").write_text("`evaljobs/store/runs.py`.\n## Invariants\n1. x\n")
+    (tmp_path / "scripts" / "bench").write_text("#!/usr/bin/env bash\n# docs/internals.md (invariant 1)\n")
     (tmp_path / "evaljobs" / "store" / "runs.py").write_text('"""Runs: ``evaljobs.store.get_run``."""\n')
     assert dangling(tmp_path, checked_files(tmp_path)) == []

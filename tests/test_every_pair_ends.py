@@ -1,4 +1,4 @@
-"""Every pair ends (DESIGN.md invariant 13; issue 29, item 1).
+"""Every pair ends (docs/internals.md, invariant 13; issue 29, item 1).
 
 A provider answering 200 with ``usage.prompt_tokens`` of 10^30 (SQLite) or 3,000,000,000 (PostgreSQL
 ``integer`` columns) made the result's insert raise; Dramatiq retried the message and dropped it,

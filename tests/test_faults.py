@@ -80,8 +80,8 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(
     redis_url, pg_url, sim, short_leases, tmp_path, scenarios, seconds
 ):
     catalog, models = numbered_catalog(scenarios, "killed"), ["sim/a", "sim/b"]
-    # Deliberate kills also count against the pairs in flight (see evaljobs.poison): far above what a
-    # pair meets here, so the test shows that killed work is redone, never given up on.
+    # Deliberate kills also count against the pairs in flight (see evaljobs.pipeline.crash_counting): far
+    # above what a pair meets here, so the test shows that killed work is redone, never given up on.
     # verbose: each provider call is a log line, which is how the test tells a worker at work.
     fleet = Fleet(
         redis_url,

@@ -441,9 +441,9 @@ tests:
 
 
 def test_promptfoo_keys_promptfoo_ignores_are_ignored_with_a_warning(tmp_path):
-    """promptfoo's test schema drops keys it does not know (examples/french-greeting-test has a test with
-    ``type: assert-set``): evaljobs ignores them too, saying so; a promptfoo key evaljobs cannot honour is
-    refused."""
+    """promptfoo's test schema drops keys it does not know (promptfoo/examples/french-greeting-test has a
+    test with ``type: assert-set``): evaljobs ignores them too, saying so; a promptfoo key evaljobs cannot
+    honour is refused."""
     path = _write(tmp_path, "promptfooconfig.yaml", """\
 prompts: ["Hi"]
 tests:

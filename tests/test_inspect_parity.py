@@ -2,9 +2,10 @@
 
 The real ``inspect eval`` (inspect-ai, pinned in setup.cfg's test extra) and evaljobs grade the same fixed
 answers, verdict by verdict. Datasets: Inspect's own examples (tests/data/inspect, see SOURCE) —
-``theory_of_mind`` (``input``/``target`` chat samples), ``popularity`` (field-mapped as Inspect's
-examples/popularity.py maps it: ``input=question``, ``target=answer_matching_behavior``; targets with a
-leading space) and ``biology_qa`` (``input=question``, ``target=answer``, with ids). Each sample is copied
+``theory_of_mind`` (``input``/``target`` chat samples), ``popularity`` (field-mapped as
+inspect_ai/examples/popularity.py maps it: ``input=question``,
+``target=answer_matching_behavior``; targets with a leading space) and ``biology_qa``
+(``input=question``, ``target=answer``, with ids). Each sample is copied
 once per answer (written to pass and to fail: exact, spaced, punctuated, in a sentence, other case, a
 prefix, a refusal, an ``ANSWER:`` line), the answer in a simulated-provider directive; Inspect reaches
 the simulated provider on loopback as an OpenAI-compatible model (``openai-api/sim/...``), evaljobs runs

@@ -18,7 +18,7 @@ The expected verdicts are derived from promptfoo's own rules, transcribed below 
    one assertion of the test, with the set's weight. Rule 2 applies to single assertions only: a failing
    set of weight 0 still fails the test.
 
-The real file is promptfoo's examples/f-score config (weight-0 counters beside an accuracy check, a
+The real file is promptfoo/examples/f-score's config (weight-0 counters beside an accuracy check, a
 JSON-schema prompt, CSV tests); the worked example is the one promptfoo's documentation gives.
 """
 from __future__ import annotations
@@ -232,7 +232,7 @@ def test_the_f_score_example_imports_with_its_weights_and_csv_tests():
 
 
 def _f_score_rules(vars_: dict, answer: str) -> list[tuple]:
-    """What each assertion of examples/f-score returns for this answer, by JavaScript's semantics."""
+    """What each assertion of promptfoo/examples/f-score returns for this answer, by JavaScript's rules."""
     try:  # the prompt's response_format is a JSON schema: promptfoo's provider parses the answer
         output = json.loads(answer)
     except ValueError:
