@@ -90,6 +90,11 @@ class JudgeVerdict:
     raw: str = ""
     model: str = ""
 
+    def details(self) -> dict[str, Any]:
+        """What a result keeps of this call (``details.judge``, shown by every report), before its verdict."""
+        return {"model": self.model, "prompt": self.prompt, "raw": self.raw, "cost": self.cost,
+                "tokens": self.input_tokens + self.output_tokens}
+
 
 #: ``judge(scenario, replay) -> JudgeVerdict | None``; None means "not judged" (e.g. the run's cap is reached).
 Judge = Callable[[Scenario, Replay], "JudgeVerdict | None"]
@@ -249,13 +254,7 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         if verdict is None:
             details["judge"] = "skipped: the run's judge-call cap is reached"
         else:
-            info = {
-                "model": verdict.model,
-                "prompt": verdict.prompt,
-                "raw": verdict.raw,
-                "cost": verdict.cost,
-                "tokens": verdict.input_tokens + verdict.output_tokens,
-            }
+            info = verdict.details()
             if verdict.error:
                 info.update(score=None, reason=verdict.error)
                 details["judge"] = info
@@ -421,13 +420,7 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
             if verdict is None:
                 details.setdefault("skipped", []).append(f"{label}: the run's judge-call cap is reached")
                 return None
-            info = {
-                "model": verdict.model,
-                "prompt": verdict.prompt,
-                "raw": verdict.raw,
-                "cost": verdict.cost,
-                "tokens": verdict.input_tokens + verdict.output_tokens,
-            }
+            info = verdict.details()
             judge_costs.append(verdict.cost)
             details.setdefault("judge", info)  # the first judge call, shown by every report
             if verdict.error:

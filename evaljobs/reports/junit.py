@@ -150,6 +150,21 @@ def _props(parent: ET.Element, values: Iterable[tuple[str, Any]]) -> None:
             ET.SubElement(props, "property", name=clean(name), value=clean(value))
 
 
+def _suite_props(report: dict[str, Any], catalog: str, model: str) -> list[tuple[str, Any]]:
+    """The properties every model's test suite carries, with or without epochs."""
+    run = report["run"]
+    return [
+        ("run", run.get("id")),
+        ("catalog", catalog),
+        ("digest", run.get("digest")),
+        ("model", model),
+        ("strategy", run.get("strategy")),
+        ("pass_rate", _pass_rate(report, model)),
+        ("cost", _cost(report, model)),
+        ("self_judge", _self_judge(run)),
+    ]
+
+
 def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None) -> str:
     """The run as JUnit XML. ``results`` (the run's rows) add the grader details; without
     them failures carry only what the report keeps (fault, score, error)."""
@@ -174,20 +189,8 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
         if stamp:
             suite.set("timestamp", stamp)
         context = run.get("context")
-        _props(
-            suite,
-            [
-                ("run", run.get("id")),
-                ("catalog", catalog),
-                ("digest", run.get("digest")),
-                ("model", model),
-                ("strategy", run.get("strategy")),
-                ("pass_rate", _pass_rate(report, model)),
-                ("cost", _cost(report, model)),
-                ("self_judge", _self_judge(run)),
-                ("context", _json(context) if context else None),
-            ],
-        )
+        shown = _json(context) if context else None
+        _props(suite, [*_suite_props(report, catalog, model), ("context", shown)])
         for row in mine:
             result = by_pair.get((row["scenario_key"], model))
             _testcase(suite, _classname(catalog, clean(model)), row, result)
@@ -236,20 +239,7 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
                               time=_seconds(sum(r["duration_ms"] for k, r in rows.items() if k[1] == model)))
         if stamp:
             suite.set("timestamp", stamp)
-        _props(
-            suite,
-            [
-                ("run", run.get("id")),
-                ("catalog", catalog),
-                ("digest", run.get("digest")),
-                ("model", model),
-                ("strategy", run.get("strategy")),
-                ("pass_rate", _pass_rate(report, model)),
-                ("cost", _cost(report, model)),
-                ("self_judge", _self_judge(run)),
-                ("epochs", report["epochs"]["epochs"]),
-            ],
-        )
+        _props(suite, [*_suite_props(report, catalog, model), ("epochs", report["epochs"]["epochs"])])
         for pair in mine:
             key = pair["scenario_key"]
             epochs = [rows.get((key, model, e)) for e in range(pair["epochs"])]

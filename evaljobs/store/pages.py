@@ -242,17 +242,20 @@ def report_models(run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]
             for run_id, models, summary in rows}
 
 
+def _cells_sql(where: str) -> str:
+    """The columns of a :class:`Cell`, in its order, from the result rows matching ``where``."""
+    return (
+        f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
+        f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), "
+        f"substr(error, 1, {PREVIEW_CHARS}), ttft_ms, epoch FROM result WHERE {where}"
+    )
+
+
 @_reconnecting
 def cells(run_id: str) -> list[Cell]:
     """Every persisted pair of the run with the first characters of its answer; one indexed query."""
-    db = _db()
-    p = db.param
-    sql = (
-        f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-        f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-        f"ttft_ms, epoch "
-        f"FROM result WHERE run_id = {p}"
-    )
+    p = _db().param
+    sql = _cells_sql(f"run_id = {p}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id,)).fetchall()))
 
@@ -260,14 +263,8 @@ def cells(run_id: str) -> list[Cell]:
 @_reconnecting
 def cells_after(run_id: str, after: int, *, limit: int = 5000) -> list[Cell]:
     """The run's pairs with a row id above ``after`` (the live page's cursor), oldest first."""
-    db = _db()
-    p = db.param
-    sql = (
-        f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
-        f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), substr(error, 1, {PREVIEW_CHARS}), "
-        f"ttft_ms, epoch "
-        f"FROM result WHERE run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}"
-    )
+    p = _db().param
+    sql = _cells_sql(f"run_id = {p} AND id > {p} ORDER BY id LIMIT {int(limit)}")
     with _connection() as db:
         return list(map(Cell._make, db.execute_sql(sql, (run_id, int(after))).fetchall()))
 
