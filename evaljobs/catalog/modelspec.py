@@ -312,13 +312,7 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
             raise ModelSpecError(f"{where}: api_key_env must be an environment variable name "
                                  f"like OPENAI_API_KEY, not {_show(api_key_env)}")
 
-    prices = dict(base.prices) if base else {}
-    if "prices" in entry and entry["prices"] is not None:
-        raw = entry["prices"]
-        if not isinstance(raw, dict):
-            raise ModelSpecError(f"{where}: prices must map model -> [input, output] USD per million tokens")
-        for model, pair in raw.items():
-            prices[str(model)] = _price_pair(where, model, pair)
+    prices = _prices(where, entry, "prices", base.prices if base else {})
 
     timeout = base.timeout if base else 60.0
     if "timeout" in entry:
@@ -357,13 +351,7 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         if raw_batch not in (True, False, "auto"):
             raise ModelSpecError(f"{where}: batch must be true, false or auto, not {_show(raw_batch)}")
         batch = {True: "on", False: "off"}.get(raw_batch, "auto")  # type: ignore[call-overload]
-    batch_prices = dict(base.batch_prices) if base else {}
-    if "batch_prices" in entry and entry["batch_prices"] is not None:
-        raw = entry["batch_prices"]
-        if not isinstance(raw, dict):
-            raise ModelSpecError(f"{where}: batch_prices must map model -> [input, output] USD per million tokens")
-        for model, pair in raw.items():
-            batch_prices[str(model)] = _price_pair(where, model, pair)
+    batch_prices = _prices(where, entry, "batch_prices", base.batch_prices if base else {})
 
     governor = dict(base.governor) if base else {}
     if "governor" in entry and entry["governor"] is not None:
@@ -376,6 +364,18 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
                           governor=governor, headers=headers,
                           api=api, api_version=api_version, stream=stream, checked=checked, origin=origin,
                           batch=batch, batch_prices=batch_prices)
+
+
+def _prices(where: str, entry: dict[str, Any], key: str, inherited: dict[str, Any]) -> dict[str, Any]:
+    """``inherited`` prices with the entry's ``key`` (``prices`` or ``batch_prices``) laid over them."""
+    prices = dict(inherited)
+    raw = entry.get(key)
+    if raw is not None:
+        if not isinstance(raw, dict):
+            raise ModelSpecError(f"{where}: {key} must map model -> [input, output] USD per million tokens")
+        for model, pair in raw.items():
+            prices[str(model)] = _price_pair(where, model, pair)
+    return prices
 
 
 def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:
