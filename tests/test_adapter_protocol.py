@@ -121,3 +121,32 @@ def test_the_signature_answer_is_kept_per_adapter_class_and_never_mixed_up():
         call_adapter(Without(), None, None, 3.0)
     assert seen == [("with", 3.0), ("without",)] * 2
     assert accepts_deadline(WithDeadline()) and not accepts_deadline(Without())
+
+
+@pytest.mark.parametrize("reference, message", [
+    ("nowhere_at_all:Adapter", "cannot load adapter 'nowhere_at_all:Adapter': No module named 'nowhere_at_all'"),
+    ("os.path:no_such_thing", "cannot load adapter 'os.path:no_such_thing': module "),
+    ("os.path:", "adapter 'os.path:' names no callable: use module:callable"),
+    ("not-a-module:x", "cannot load adapter 'not-a-module:x': invalid format"),
+])
+def test_a_module_reference_that_names_no_adapter_is_one_line(reference, message):
+    from evaljobs.catalog.modelspec import load_providers
+    from evaljobs.evaluation.adapters import AdapterError, load_adapter
+
+    with pytest.raises(AdapterError) as raised:
+        load_adapter(reference, load_providers())
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_a_module_reference_loads_the_named_attribute_path():
+    from evaljobs.catalog.modelspec import load_providers
+    from evaljobs.evaluation.adapters import load_adapter
+
+    adapter = load_adapter(f"{__name__}:_EchoNamespace.echo", load_providers())
+    assert adapter is _EchoNamespace.echo
+
+
+class _EchoNamespace:
+    @staticmethod
+    def echo(scenario, model, *, deadline=None):  # a callable is the adapter itself; only loaded here
+        raise NotImplementedError

@@ -8,9 +8,9 @@ their own agent with ``--adapter module:callable`` or the entry-point group
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
+import pkgutil
 import time
 import types
 from collections.abc import Callable
@@ -233,13 +233,13 @@ def load_adapter(reference: str | None, providers: ProvidersConfig, *,
     calls = calls or ProviderCalls()
     if not reference:
         return ConversationAdapter(providers, calls=calls)
+    target: Any
     if ":" in reference:
-        module_name, _, attr = reference.partition(":")
+        if reference.endswith(":"):  # resolve_name would give the module itself
+            raise AdapterError(f"adapter '{reference}' names no callable: use module:callable")
         try:
-            target: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError) as exc:
+            target = pkgutil.resolve_name(reference)
+        except (ImportError, AttributeError, ValueError) as exc:  # ValueError: not module:name
             raise AdapterError(f"cannot load adapter '{reference}': {exc}") from None
     else:
         found = [ep for ep in entry_points(group=ADAPTER_GROUP) if ep.name == reference]

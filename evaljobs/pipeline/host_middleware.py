@@ -15,7 +15,7 @@ or an instance.
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import sys
 from importlib.metadata import entry_points
 from typing import Any, Iterable
@@ -58,10 +58,8 @@ def load(reference: str) -> dramatiq.Middleware:
         raise MiddlewareError(f"--middleware '{reference}' is not module:Class (for example "
                               "acme_host.audit:AuditMiddleware)")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
+        target: Any = pkgutil.resolve_name(reference)
+    except (ImportError, AttributeError, ValueError) as exc:  # ValueError: not module:name
         raise MiddlewareError(f"cannot load host middleware '{reference}': {exc}") from None
     return _instance(target, f"'{reference}'")
 
