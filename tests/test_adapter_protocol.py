@@ -124,7 +124,8 @@ def test_the_signature_answer_is_kept_per_adapter_class_and_never_mixed_up():
 
 
 @pytest.mark.parametrize("reference, message", [
-    ("nowhere_at_all:Adapter", "cannot load adapter 'nowhere_at_all:Adapter': No module named 'nowhere_at_all'"),
+    ("nowhere_at_all:Adapter",
+     "cannot load adapter 'nowhere_at_all:Adapter': No module named 'nowhere_at_all'"),
     ("os.path:no_such_thing", "cannot load adapter 'os.path:no_such_thing': module "),
     ("os.path:", "adapter 'os.path:' names no callable: use module:callable"),
     ("not-a-module:x", "cannot load adapter 'not-a-module:x': invalid format"),
