@@ -1188,3 +1188,39 @@ def test_a_listed_module_that_keeps_to_the_public_api_must_be_taken_off(tmp_path
     assert cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=pending) == [
         "evaljobs/cli/show.py: evaljobs.cli.show imports only the public API now: take it off "
         "CLI_NOT_YET_ON_THE_API"]
+
+
+# -- the store persists, reports/ builds the report -------------------------------------------------
+
+#: What the store may take from reports/: the row type finalize fills (``reports.rows``) and the gate a
+#: stored run is held to (``reports.gate``). The report itself is built by the function the pipeline
+#: hands to ``store.finalize`` (``reports.build.build_report``), never by the store.
+STORE_MAY_USE_FROM_REPORTS = ("evaljobs.reports.rows", "evaljobs.reports.gate")
+
+
+def store_imports_of_report_building(modules: dict[str, Module],
+                                     allowed=STORE_MAY_USE_FROM_REPORTS) -> list[str]:
+    lines = []
+    for name, module in sorted(modules.items()):
+        if not (name == "evaljobs.store" or name.startswith("evaljobs.store.")):
+            continue
+        for found in imports_of(module, modules):
+            target = found.target
+            in_reports = target == "evaljobs.reports" or target.startswith("evaljobs.reports.")
+            if in_reports and target not in allowed:
+                lines.append(f"{module.shown}:{found.line}: {name} imports {target}: the store persists what "
+                             f"reports/ builds; take the report as an argument (as store.finalize does)")
+    return lines
+
+
+def test_the_store_builds_no_report(source):
+    assert store_imports_of_report_building(source) == []
+
+
+def test_a_store_module_importing_report_building_is_found(tmp_path):
+    files = {"evaljobs/reports/build.py": "", "evaljobs/reports/rows.py": "",
+             "evaljobs/store/results.py": "from evaljobs.reports.rows import ReportRow\n"
+                                          "from evaljobs.reports.build import build_report\n"}
+    assert store_imports_of_report_building(planted_tree(tmp_path, files)) == [
+        "evaljobs/store/results.py:2: evaljobs.store.results imports evaljobs.reports.build: the store "
+        "persists what reports/ builds; take the report as an argument (as store.finalize does)"]
