@@ -28,7 +28,7 @@ import dramatiq
 from evaljobs import config, store
 from evaljobs.errors import one_line
 from evaljobs.redact import redact_text
-from evaljobs.workers.routes_http import route_server
+from evaljobs.workers.routes_http import route_server, serve_until_stopped
 
 logger = logging.getLogger("evaljobs.workers.health")
 #: A process's status file older than this (seconds) counts as a process that stopped consuming.
@@ -141,11 +141,7 @@ def serve() -> int:
               "consumers": consumers_check(settings.health_dir, settings.health_processes)}
     server = make_server(settings.metrics_host, settings.health_port, checks)
     logger.info("health: serving http://%s:%d/livez and /readyz", settings.metrics_host, settings.health_port)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-    return 0
+    return serve_until_stopped(server)
 
 
 __all__ = ["ConsumerBeacon", "broker_check", "consumers_check", "database_check", "make_server", "readiness",

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from evaljobs import config, store, telemetry
 from evaljobs.config import REDIS_SCHEMES, Settings
 from evaljobs.pipeline.broker import queue_name
-from evaljobs.workers.routes_http import Answer, route_server
+from evaljobs.workers.routes_http import Answer, route_server, serve_until_stopped
 
 logger = logging.getLogger("evaljobs.workers.metrics")
 
@@ -264,11 +264,7 @@ def serve() -> int:
     registry = registry_for(settings)
     server = make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
     logger.info("metrics: serving http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-    return 0
+    return serve_until_stopped(server)
 
 
 __all__ = ["FleetCollector", "PrometheusObserver", "exposition", "fleet_registry", "in_process_registry",

@@ -42,3 +42,15 @@ def route_server(host: str, port: int, routes: Mapping[str, Callable[[], Answer]
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+def serve_until_stopped(server: ThreadingHTTPServer) -> int:
+    """Serve in this thread until the process is stopped, then close the socket; the exit code (0).
+
+    What the Dramatiq fork processes of ``evaljobs worker --health-port``/``--metrics-port`` do.
+    """
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
