@@ -105,3 +105,49 @@ def test_a_changed_environment_is_honoured_or_refused_never_ignored(sqlite_url, 
     monkeypatch.setitem(os.environ, "EVALJOBS_TIME_LIMIT", "soon")
     with pytest.raises(UsageError, match="EVALJOBS_TIME_LIMIT"):  # refused, in one line
         Session(db=sqlite_url)
+
+
+LIMITS_CATALOG = """name: limits
+scenarios:
+  - {key: slow, prompt: "[sim: ratelimit 100]"}
+  - {key: failing, prompt: "[sim: status 500 down]"}
+  - {key: limited, prompt: "[sim: ratelimit 1]"}
+"""
+
+
+def test_the_submitters_limits_reach_a_redis_worker_started_with_others(
+    tmp_path, redis_url, sqlite_url, simulated_provider
+):
+    """The per-pair limits in force where a run is submitted (``EVALJOBS_TIME_LIMIT``, ``_MAX_RETRIES``,
+    ``_MAX_RATE_LIMIT_WAITS``, the backoffs) are stored with it and applied by a worker process whose
+    environment says otherwise. With the worker's own, the first pair would wait out a 100 s
+    ``Retry-After`` (within its 600 s), the second make 5 requests, the third wait 50 times."""
+    sim = simulated_provider(latency=0.0, export=False)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n")
+    catalog = tmp_path / "limits.yaml"
+    catalog.write_text(LIMITS_CATALOG)
+    common = {"EVALJOBS_PROVIDERS": str(providers), "EVALJOBS_GOVERNOR": "off"}
+    submitter = dict(common, EVALJOBS_TIME_LIMIT="7", EVALJOBS_MAX_RETRIES="1",
+                     EVALJOBS_MAX_RATE_LIMIT_WAITS="0", EVALJOBS_MIN_BACKOFF="0.01",
+                     EVALJOBS_MAX_BACKOFF="0.02")
+    worker = dict(common, EVALJOBS_TIME_LIMIT="600", EVALJOBS_MAX_RETRIES="4",
+                  EVALJOBS_MAX_RATE_LIMIT_WAITS="50", EVALJOBS_MIN_BACKOFF="0.01",
+                  EVALJOBS_MAX_BACKOFF="0.03")
+    with WorkerProcess(redis_url, sqlite_url, threads=3, env=worker):
+        ran = evaljobs_cli("run", str(catalog), "-m", "acme/model-x", "--broker", redis_url,
+                           "--db", sqlite_url, "--wait", "--json", env=submitter, timeout=120)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # every pair errored, none hung
+    store.connect(sqlite_url)
+    (run,) = store.list_runs()
+    assert {k: run.options[k] for k in ("time_limit", "max_retries", "max_rate_limit_waits",
+                                        "min_backoff", "max_backoff")} == {
+        "time_limit": 7.0, "max_retries": 1, "max_rate_limit_waits": 0, "min_backoff": 0.01,
+        "max_backoff": 0.02}
+    errors = {r.scenario_key: (r.status, r.attempts, r.error) for r in store.list_results(run.id)}
+    status, _, error = errors["slow"]
+    assert status == "errored" and "left of the pair's 7 s time limit" in error, errors
+    assert errors["failing"][:2] == ("errored", 2), errors
+    assert errors["failing"][2].endswith("(gave up after 2 attempts)"), errors
+    assert errors["limited"][0] == "errored", errors
+    assert errors["limited"][2].startswith("still rate limited after 0 waits"), errors

@@ -58,6 +58,8 @@ MAX_PAIRS_PER_MESSAGE = 64
 #: travel with the message: Dramatiq's ``Retries`` re-enqueues the message it was processing,
 #: options and all.
 SPENT = "pair_spent"
+#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's.
+BACKSTOP = 30.0
 
 
 @dataclass
@@ -104,11 +106,21 @@ def start_run(run_id: str) -> None:
         return
     batch = min(int(plan.settings.pairs_per_message or 1), MAX_PAIRS_PER_MESSAGE)
     if batch > 1:  # a fast provider: several pairs a message (see evaluate_pairs)
-        messages = [actors.evaluate_pairs.message(run_id, [list(pair) for pair in missing[i:i + batch]])
-                    for i in range(0, len(missing), batch)]
+        messages = [actors.evaluate_pairs.message_with_options(
+            args=(run_id, [list(pair) for pair in missing[i:i + batch]]), **pair_options(run_id, batch))
+            for i in range(0, len(missing), batch)]
     else:
-        messages = [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in missing]
+        options = pair_options(run_id)
+        messages = [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
+                    for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
+
+
+def pair_options(run_id: str, pairs: int = 1) -> dict[str, Any]:
+    """The options of a message carrying ``pairs`` pairs of ``run_id``: Dramatiq's time limit (a backstop,
+    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own."""
+    limit = runner.RunPlan.for_run(run_id).policy.time_limit
+    return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
 
 
 def _plan(run_id: str) -> tuple[store.RunInfo, runner.RunPlan]:
@@ -135,7 +147,7 @@ def _send_back(pair: Pair, state: PairState, delay: float) -> None:
     bound().evaluate_scenario.send_with_options(args=pair.args(), kwargs={"rl": state.rate_limit_waits,
                                                                           "busy": state.busy},
                                                  delay=int(delay * 1000), retries=state.retries,
-                                                 **{SPENT: round(state.spent, 3)})
+                                                 **{SPENT: round(state.spent, 3)}, **pair_options(pair.run_id))
 
 
 def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0, rl: int = 0,
@@ -287,8 +299,10 @@ class _BatchSender:
 
     def evaluate(self, run_id: str, pairs: list[tuple[str, str, int]]) -> None:
         actors = bound()
+        options = pair_options(run_id)
         enqueue_many(actors.evaluate_scenario.broker,
-                     [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in pairs])
+                     [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
+                      for pair in pairs])
 
 
 def finalize_run(run_id: str) -> None:
@@ -316,7 +330,8 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         # stays missing and `evaljobs recover` re-sends it once space is freed.
         "throws": (InvalidMessage, store.StorageFailed),
     }
-    time_limit = int((policy.time_limit + 30) * 1000)
+    # Each pair message carries its run's (pair_options); this is for a message sent without it.
+    time_limit = int((policy.time_limit + BACKSTOP) * 1000)
 
     def make(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor:
         name = fn.__name__

@@ -159,14 +159,14 @@ class RunPlan:
         return found
 
     def max_retries(self, model: str) -> int:
-        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries``,
-        else the policy's (``EVALJOBS_MAX_RETRIES``)."""
-        entry = runtime.providers().get(self.spec(model).provider)
+        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries`` (in
+        the providers the run was submitted with), else the policy's (``EVALJOBS_MAX_RETRIES``)."""
+        entry = runtime.run_providers(self.settings).get(self.spec(model).provider)
         return self.policy.max_retries if entry.max_retries is None else entry.max_retries
 
     def max_retry_after(self, model: str) -> float:
         """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's ``max_retry_after``)."""
-        return runtime.providers().get(self.spec(model).provider).max_retry_after
+        return runtime.run_providers(self.settings).get(self.spec(model).provider).max_retry_after
 
     def judge_for(self, spec: ModelSpec) -> Judge | None:
         """The run's judge for pairs of ``spec`` (the model under test is context, never the judge)."""
@@ -356,7 +356,19 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         # Not a fault: no retry is used, no cap applies.
         state.busy += 1
         state.last = f"{type(exc).__name__}: {exc}"
-        return _hand_back(state, max(exc.retry_in, 0.05) * (1 + random.random() * policy.jitter))
+        delay = max(exc.retry_in, 0.05) * (1 + random.random() * policy.jitter)
+        if exc.reason != "paused":  # a turn behind other calls: queue time, like a message's wait
+            return _hand_back(state, delay)
+        # Paused by a provider's Retry-After (its 429 to another call): the pair's own rate limit in
+        # all but name, so bounded the same way: part of its time on every strategy (a hand-back too),
+        # and a pause that outlasts what is left of it ends the pair now, with the figure.
+        left = state.left()
+        if left is not None and exc.retry_in > left:
+            return GiveUp(_errored(pair, state, f"rate_limited: the provider's budget is paused for "
+                                                f"{exc.retry_in:.0f} s (its Retry-After), more than the "
+                                                f"{left:.1f} s left of the pair's {policy.time_limit:g} s "
+                                                "time limit"))
+        return _hand_back(state, delay if left is None else min(delay, left), counted=True)
     except RateLimited as exc:
         # A rate limit is not a fault either: it has its own, larger, cap and never touches the retries.
         # Its wait is bounded like every other: by what is left of the pair's time and by the provider's
