@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 
+import dramatiq
 import pytest
+import redis as redis_lib
 
 from evaljobs import config, store
 from evaljobs.api import Session
@@ -151,3 +153,24 @@ def test_the_submitters_limits_reach_a_redis_worker_started_with_others(
     assert errors["failing"][2].endswith("(gave up after 2 attempts)"), errors
     assert errors["limited"][0] == "errored", errors
     assert errors["limited"][2].startswith("still rate limited after 0 waits"), errors
+
+
+def test_pair_messages_carry_the_runs_time_limit_for_dramatiqs_backstop(redis_url, sqlite_url,
+                                                                       simulated_provider):
+    """Dramatiq's own time limit (a backstop, 30 s past the pair's) is the run's, carried in each pair
+    message: the actors are declared with the worker's limit (180 s here), and a run of 900 s would
+    have its pairs interrupted at 210 s by any worker that did not submit it."""
+    from evaljobs.catalog import loads_catalog
+    from evaljobs.pipeline import actors
+
+    simulated_provider(latency=0.0)
+    catalog = loads_catalog(CATALOG + '  - key: again\n    prompt: "[sim: say hello]"\n', source="t.yaml")
+    with Session(db=sqlite_url, broker=redis_url) as session:
+        run = session.submit(catalog, ["sim/a"], time_limit=900)  # no worker: start_run waits in Redis
+        assert session.binding().actors.evaluate_scenario.options["time_limit"] == 210_000
+        actors.start_run(run.id)  # what a worker does with it
+        client = redis_lib.Redis.from_url(redis_url)
+        messages = [dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.msgs").values()]
+        client.close()
+    pairs = [m for m in messages if m.actor_name == "evaluate_scenario"]
+    assert len(pairs) == 2 and {m.options.get("time_limit") for m in pairs} == {930_000}, pairs
