@@ -44,6 +44,7 @@ from evaljobs.pipeline.pairs import (
     Parked,
     Recorded,
     pair_args,
+    pair_options,
 )
 from evaljobs.pipeline.strategies import settle
 
@@ -58,8 +59,6 @@ MAX_PAIRS_PER_MESSAGE = 64
 #: travel with the message: Dramatiq's ``Retries`` re-enqueues the message it was processing,
 #: options and all.
 SPENT = "pair_spent"
-#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's.
-BACKSTOP = 30.0
 
 
 @dataclass
@@ -114,13 +113,6 @@ def start_run(run_id: str) -> None:
         messages = [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
                     for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
-
-
-def pair_options(run_id: str, pairs: int = 1) -> dict[str, Any]:
-    """The options of a message carrying ``pairs`` pairs of ``run_id``: Dramatiq's time limit (a backstop,
-    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own."""
-    limit = runner.RunPlan.for_run(run_id).policy.time_limit
-    return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
 
 
 def _plan(run_id: str) -> tuple[store.RunInfo, runner.RunPlan]:
@@ -331,7 +323,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         "throws": (InvalidMessage, store.StorageFailed),
     }
     # Each pair message carries its run's (pair_options); this is for a message sent without it.
-    time_limit = int((policy.time_limit + BACKSTOP) * 1000)
+    time_limit = int((policy.time_limit + runner.BACKSTOP) * 1000)
 
     def make(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor:
         name = fn.__name__

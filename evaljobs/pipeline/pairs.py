@@ -31,6 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dramatiq.middleware import TimeLimitExceeded
 
@@ -53,6 +54,8 @@ logger = logging.getLogger("evaljobs.pairs")
 IN_PLACE_PERMIT_WAIT = 60.0
 #: Runs whose plans a process keeps (a worker serves a few runs at a time; the oldest is dropped).
 PLANS_KEPT = 32
+#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's.
+BACKSTOP = 30.0
 
 
 class InvalidMessage(Exception):
@@ -71,6 +74,13 @@ class Pair:
     def args(self) -> tuple:
         """The positional arguments of its ``evaluate_scenario`` message (see :func:`pair_args`)."""
         return pair_args(self.run_id, self.scenario_key, self.model, self.epoch)
+
+
+def pair_options(run_id: str, pairs: int = 1) -> dict[str, Any]:
+    """The options of a message carrying ``pairs`` pairs of ``run_id``: Dramatiq's time limit (a backstop,
+    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own."""
+    limit = RunPlan.for_run(run_id).policy.time_limit
+    return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
 
 
 def pair_args(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple:
@@ -457,6 +467,7 @@ def _wait_here(exc: RateLimited, policy: RetryPolicy, state: PairState) -> bool:
 
 
 __all__ = [
+    "BACKSTOP",
     "IN_PLACE_PERMIT_WAIT",
     "GiveUp",
     "HandBack",
@@ -472,4 +483,5 @@ __all__ = [
     "check",
     "forget_plans",
     "pair_args",
+    "pair_options",
 ]

@@ -15,7 +15,7 @@ import threading
 from typing import Iterable
 
 from evaljobs import store
-from evaljobs.pipeline.actors import pair_args, pair_options
+from evaljobs.pipeline.pairs import pair_args, pair_options
 from evaljobs.store import batches as stored_batches
 
 logger = logging.getLogger("evaljobs.recovery")
