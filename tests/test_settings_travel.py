@@ -136,7 +136,8 @@ def test_the_submitters_limits_reach_a_redis_worker_started_with_others(
     worker = dict(common, EVALJOBS_TIME_LIMIT="600", EVALJOBS_MAX_RETRIES="4",
                   EVALJOBS_MAX_RATE_LIMIT_WAITS="50", EVALJOBS_MIN_BACKOFF="0.01",
                   EVALJOBS_MAX_BACKOFF="0.03")
-    with WorkerProcess(redis_url, sqlite_url, threads=3, env=worker):
+    log = tmp_path / "worker.log"
+    with WorkerProcess(redis_url, sqlite_url, threads=3, env=worker, log=log):
         ran = evaljobs_cli("run", str(catalog), "-m", "acme/model-x", "--broker", redis_url,
                            "--db", sqlite_url, "--wait", "--json", env=submitter, timeout=120)
     assert ran.returncode == 1, ran.stdout + ran.stderr  # every pair errored, none hung
@@ -153,6 +154,11 @@ def test_the_submitters_limits_reach_a_redis_worker_started_with_others(
     assert errors["failing"][2].endswith("(gave up after 2 attempts)"), errors
     assert errors["limited"][0] == "errored", errors
     assert errors["limited"][2].startswith("still rate limited after 0 waits"), errors
+    # the worker says so (when it builds the run's plan): never a silent choice between two values
+    text = log.read_text(errors="replace")
+    assert f"run {run.id}: the limits stored with it apply: time_limit 7 (this process: 600), " \
+           "max_retries 1 (this process: 4), max_backoff 0.02 (this process: 0.03), " \
+           "max_rate_limit_waits 0 (this process: 50)" in text, text[-3000:]
 
 
 def test_pair_messages_carry_the_runs_time_limit_for_dramatiqs_backstop(redis_url, sqlite_url,

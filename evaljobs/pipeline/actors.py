@@ -136,10 +136,10 @@ def _message_state(rl: int = 0, busy: int = 0) -> PairState:
 
 def _send_back(pair: Pair, state: PairState, delay: float) -> None:
     """A pair goes (back) to the queue as a message of its own, due in ``delay`` s, carrying its state."""
+    options = {SPENT: round(state.spent, 3), **pair_options(pair.run_id)}
     bound().evaluate_scenario.send_with_options(args=pair.args(), kwargs={"rl": state.rate_limit_waits,
                                                                           "busy": state.busy},
-                                                 delay=int(delay * 1000), retries=state.retries,
-                                                 **{SPENT: round(state.spent, 3)}, **pair_options(pair.run_id))
+                                                 delay=int(delay * 1000), retries=state.retries, **options)
 
 
 def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0, rl: int = 0,

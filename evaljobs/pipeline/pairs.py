@@ -145,8 +145,15 @@ class RunPlan:
     @classmethod
     def _build(cls, run: store.RunInfo, built_for: tuple) -> RunPlan:
         settings = runtime.RunSettings.from_options(run.options)
+        policy = runtime.policy(settings)
+        own = runtime.policy()
+        if policy != own:  # the run's limits win over this process's: said (per plan built), never silently
+            differ = [f"{name} {getattr(policy, name):g} (this process: {getattr(own, name):g})"
+                      for name in ("time_limit", "max_retries", "min_backoff", "max_backoff",
+                                   "max_rate_limit_waits") if getattr(policy, name) != getattr(own, name)]
+            logger.info("run %s: the limits stored with it apply: %s", run.id, ", ".join(differ))
         return cls(run=run, catalog=store.load_snapshot(run.digest), settings=settings,
-                   policy=runtime.policy(settings), built_for=built_for)
+                   policy=policy, built_for=built_for)
 
     # The adapter, the judge and the model specs are resolved on a pair's first attempt, inside it:
     # a run whose adapter or providers file cannot be loaded errors its pairs (each gets a row and

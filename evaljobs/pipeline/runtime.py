@@ -123,7 +123,7 @@ class RunSettings:
 
     @classmethod
     def limits_of(cls, settings: config.Settings, time_limit: float | None = None) -> dict[str, Any]:
-        """The per-pair limits a run submitted under ``settings`` stores (``time_limit``: a flag's, which wins).
+        """The per-pair limits a run submitted under ``settings`` stores (``time_limit``: a flag's, first).
 
         What defines a run travels with it: a worker started with another environment applies these,
         never its own (issue 29); the worker's own settings say how it works (threads, permit waits),
