@@ -38,7 +38,10 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
         "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n"
     )
     catalog = tmp_path / "travel.yaml"
-    catalog.write_text(CATALOG)
+    # the judge's provider is in the file too: the worker's judge uses the stored providers as well
+    catalog.write_text(CATALOG + "  - key: judged\n    prompt: \"My parcel is late. [sim: say I'm sorry the "
+                       "parcel is late; I will help and track it now.]\"\n    expect: {judge: \"The answer "
+                       "says sorry, offers help and tracks the parcel.\"}\n")
     secret = "s3cret-team-token-value"
     worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}  # the worker knows no providers file
     with WorkerProcess(redis_url, sqlite_url, threads=2, env=worker_env):
@@ -47,6 +50,8 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
             str(catalog),
             "-m",
             "acme/model-x",
+            "--judge-model",
+            "acme/judge",
             "--providers",
             str(providers),
             "--broker",
@@ -60,7 +65,7 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
         )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     report = json.loads(ran.stdout)
-    assert report["summary"]["passed"] == 1, ran.stdout
+    assert report["summary"]["passed"] == 2, ran.stdout
     store.connect(sqlite_url)
     (run,) = store.list_runs()
     stored = run.options["providers"]

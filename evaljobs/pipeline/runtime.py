@@ -155,7 +155,8 @@ _STORED_LIMITS = ("max_retries", "min_backoff", "max_backoff", "max_rate_limit_w
 
 
 def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
-    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow,
+    """The run's judge, on the providers the run was submitted with (:func:`run_providers`), as its pairs."""
+    return ProviderJudge(run_providers(settings), default_model=settings.judge_model, allow=allow,
                          calls=calls(bool(settings.cache), settings.batch_judge or (), kind="judge"))
 
 
