@@ -76,10 +76,17 @@ class Pair:
         return pair_args(self.run_id, self.scenario_key, self.model, self.epoch)
 
 
-def pair_options(run_id: str, pairs: int = 1) -> dict[str, Any]:
+def pair_options(run_id: str, pairs: int = 1, run: store.RunInfo | None = None) -> dict[str, Any]:
     """The options of a message carrying ``pairs`` pairs of ``run_id``: Dramatiq's time limit (a backstop,
-    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own."""
-    limit = RunPlan.for_run(run_id).policy.time_limit
+    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own.
+
+    ``run``: its row, when the caller has it (recovery): read from its options, no plan built (a run
+    whose snapshot cannot be loaded must not stop the recovery of the others).
+    """
+    if run is not None:
+        limit = runtime.policy(runtime.RunSettings.from_options(run.options)).time_limit
+    else:
+        limit = RunPlan.for_run(run_id).policy.time_limit
     return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
 
 

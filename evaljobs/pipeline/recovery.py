@@ -167,7 +167,7 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
             store.mark_running(run.id)
         for key, model, epoch in lost:
             message = actors.evaluate_scenario.message_with_options(
-                args=pair_args(run.id, key, model, epoch), **pair_options(run.id))
+                args=pair_args(run.id, key, model, epoch), **pair_options(run.id, run=run))
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
     return list(actions)
