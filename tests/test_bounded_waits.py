@@ -133,3 +133,29 @@ def test_a_budget_paused_past_the_pairs_deadline_ends_the_pair_at_once(strategy,
     assert "(its Retry-After), more than the " in result.error, result.error
     assert "left of the pair's 5 s time limit" in result.error, result.error
     assert sim.stats()["requests"] == 1  # the paused budget was never called past
+
+
+def test_a_shorter_pause_counts_as_the_pairs_time_in_its_handed_back_message(sqlite_url, redis_url, provider,
+                                                                              monkeypatch):
+    """Fan-out on Redis: a budget paused for 4 s (a 429's ``Retry-After`` through the governor's own
+    release) with 10 s left: the pair is handed back for the pause, and its message carries the pause as
+    time spent, so its deadline comes 4 s sooner (before, it carried only the attempt's milliseconds).
+    The pair is evaluated here by calling the actor; the handed-back message is read from Redis."""
+    import dramatiq
+    import redis as redis_lib
+
+    from evaljobs.pipeline import actors, runtime
+
+    monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "10")
+    monkeypatch.setenv("EVALJOBS_GOVERNOR", "on")
+    with Session(db=sqlite_url, broker=redis_url) as session:
+        run = session.submit(one_pair("[sim: say hello]"), ["gw/m"])  # no worker: nothing runs it
+        governor = runtime.governor()
+        budget = runtime.budget_for(runtime.providers(), runtime.model_spec("gw/m"))
+        governor.acquire(budget, max_wait=5).release(rate_limited=True, retry_after=4)
+        actors.evaluate_scenario(run.id, "only", "gw/m")  # Busy (paused): handed back, due in 4 s
+        client = redis_lib.Redis.from_url(redis_url)
+        delayed = [dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.DQ.msgs").values()]
+        client.close()
+    [message] = [m for m in delayed if m.actor_name == "evaluate_scenario"]
+    assert message.kwargs["busy"] == 1 and message.options["pair_spent"] >= 3.5, message  # the pause, counted
