@@ -307,8 +307,11 @@ class Session:
             stored_providers = storable_definition(self.providers)
         except ModelSpecError as exc:
             raise UsageError(str(exc)) from None
+        # The per-pair limits in force here (a flag's time limit first) travel with the run: a worker
+        # started with another environment applies them, not its own.
+        limits = runtime.RunSettings.limits_of(config.settings(), time_limit)
         settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=judge_cap,
-                                       time_limit=time_limit, cache=cache or None,
+                                       **limits, cache=cache or None,
                                        cache_across_epochs=cache_across_epochs or None,
                                        pairs_per_message=per_message if per_message > 1 else None,
                                        batch=batched or None, batch_judge=judged or None,

@@ -108,3 +108,54 @@ def test_a_day_long_retry_after_does_not_hold_the_deployments_other_pairs(sqlite
         for r in results
     ), [r.error for r in results]
     assert sim.stats()["requests"] == 4
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_budget_paused_past_the_pairs_deadline_ends_the_pair_at_once(strategy, sqlite_url, provider,
+                                                                       monkeypatch):
+    """Governor on: a 429 with ``Retry-After: 120`` pauses the deployment's budget for 120 s. A pair of
+    a later run, with a 5 s time limit, cannot get a permit before its deadline: it ends ``errored``
+    (rate limited, with the pause's figure) without calling, on every strategy. Before, the fan-out
+    strategy handed it back for the whole pause (the wait was not counted as the pair's time) and
+    it ran two minutes later; the in-place strategies slept until the deadline."""
+    sim, _ = provider
+    monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "5")
+    monkeypatch.setenv("EVALJOBS_GOVERNOR", "on")
+    with Session(db=sqlite_url, broker="memory", width=2) as session:
+        first = session.submit(one_pair("[sim: ratelimit 120]"), ["gw/m"], strategy=strategy)
+        session.wait(first.id, timeout=120, poll=0.2)  # errored at once: 120 s is past its 5 s
+        assert sim.stats()["requests"] == 1
+        run = session.submit(one_pair("[sim: say hello]"), ["gw/m"], strategy=strategy)
+        info = session.wait(run.id, timeout=60, poll=0.2)  # a guard against a hang, not a measurement
+        [result] = session.results(run.id)
+    assert info.persisted == 1 and result.status == "errored", (info, result.error)
+    assert result.error.startswith("rate_limited: the provider's budget is paused for "), result.error
+    assert "(its Retry-After), more than the " in result.error, result.error
+    assert "left of the pair's 5 s time limit" in result.error, result.error
+    assert sim.stats()["requests"] == 1  # the paused budget was never called past
+
+
+def test_a_shorter_pause_counts_as_the_pairs_time_in_its_handed_back_message(sqlite_url, redis_url, provider,
+                                                                              monkeypatch):
+    """Fan-out on Redis: a budget paused for 4 s (a 429's ``Retry-After`` through the governor's own
+    release) with 10 s left: the pair is handed back for the pause, and its message carries the pause as
+    time spent, so its deadline comes 4 s sooner (before, it carried only the attempt's milliseconds).
+    The pair is evaluated here by calling the actor; the handed-back message is read from Redis."""
+    import dramatiq
+    import redis as redis_lib
+
+    from evaljobs.pipeline import actors, runtime
+
+    monkeypatch.setenv("EVALJOBS_TIME_LIMIT", "10")
+    monkeypatch.setenv("EVALJOBS_GOVERNOR", "on")
+    with Session(db=sqlite_url, broker=redis_url) as session:
+        run = session.submit(one_pair("[sim: say hello]"), ["gw/m"])  # no worker: nothing runs it
+        governor = runtime.governor()
+        budget = runtime.budget_for(runtime.providers(), runtime.model_spec("gw/m"))
+        governor.acquire(budget, max_wait=5).release(rate_limited=True, retry_after=4)
+        actors.evaluate_scenario(run.id, "only", "gw/m")  # Busy (paused): handed back, due in 4 s
+        client = redis_lib.Redis.from_url(redis_url)
+        delayed = [dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.DQ.msgs").values()]
+        client.close()
+    [message] = [m for m in delayed if m.actor_name == "evaluate_scenario"]
+    assert message.kwargs["busy"] == 1 and message.options["pair_spent"] >= 3.5, message  # the pause, counted

@@ -199,18 +199,25 @@ def test_pool_grows_again_when_a_second_burst_lands(memory):
         for _ in range(3):
             load.hold()
             load.send(12)
-            # The pool has grown to max for this burst (the held messages keep the backlog). Not "4 running":
-            # with idle_seconds=0 a member retired as the burst lands may still run the one message its
-            # thread had taken, so up to 7 copies can be held at the gate at once.
-            assert wait_until(lambda: pool.size == 4, 30, 0.005), pool.state()
+            # The pool has grown to max for this burst (the held messages keep the backlog). With
+            # idle_seconds=0 a member retired as the burst lands may still run the one message its thread
+            # had taken: it counts toward max until it has exited, so never more than 4 copies run at once.
+            assert wait_until(lambda: at_max(pool), 30, 0.005), pool.state()
             load.release()
             join(memory)
-            assert wait_until(lambda: pool.size == 1, 30, 0.01)  # idle_seconds=0: the next tick retires them
+            # idle_seconds=0: the next tick retires them; gone (not leaving) before the next burst lands
+            assert wait_until(lambda: pool.size == 1 and pool.state()["retiring"] == 0, 30, 0.01)
         state = pool.state()
     finally:
         pool.stop()
-    assert state["grown"] >= 1 + 3 * 3 and state["peak_members"] == 4
+    assert state["grown"] >= 1 + 3 * 3 and state["peak_members"] == 4 and load.peak <= 4
     assert sum(load.done.values()) == 36 and all(n == 3 for n in load.done.values())
+
+
+def at_max(pool: Pool) -> bool:
+    """The pool holds --max members, counting those still leaving (they may finish a message)."""
+    state = pool.state()
+    return state["members"] + state["retiring"] == pool.max
 
 
 def test_an_unpooled_worker_never_runs_more_than_its_fixed_width(memory):
@@ -251,6 +258,34 @@ def test_retiring_busy_members_mid_load_loses_and_repeats_nothing(memory):
         pool.stop()
     assert len(retired) == 5 and len(set(map(id, retired))) == 5
     assert set(load.done) == set(range(120)) and set(load.done.values()) == {1}
+
+
+def test_a_leaving_member_counts_toward_max_until_it_has_exited(memory):
+    """``--idle-seconds 0``: a member chosen as idle may take a message before its stop lands, and it
+    finishes that message while it leaves. Until it has exited it counts toward ``--max``: the pool
+    starts no member in its place, so no more than ``--max`` messages run at once (it ran max + 1).
+    The controller is driven by hand (its poll never comes), each step waiting on the gate's condition.
+    """
+    load = Load(memory.broker, nap=0.0)
+    pool = Pool(min=1, max=2, idle_seconds=0, broker=memory.broker, poll=3600).start()
+    try:
+        load.hold()
+        load.send(3)
+        load.wait_running(1)  # the one member holds message 0; two wait in the queue
+        pool._resize(pool._backlog(), pool.clock())
+        load.wait_running(2)  # grown to --max: both members held at the gate
+        leaving = pool._members[0]
+        pool._retire(leaving)  # it leaves with the message it had taken (held: it cannot exit yet)
+        pool._resize(pool._backlog(), pool.clock())  # one message waits, one member runs: room for one?
+        during = pool.state()
+        load.release()
+        join(memory)
+    finally:
+        load.release()
+        pool.stop()
+    assert during["retiring"] == 1, during
+    assert during["members"] + during["retiring"] <= 2, during  # it started a third member here
+    assert load.peak <= 2 and set(load.done) == {0, 1, 2} and set(load.done.values()) == {1}
 
 
 def test_state_counts_members_busy_and_started(memory):

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 
+import dramatiq
 import pytest
+import redis as redis_lib
 
 from evaljobs import config, store
 from evaljobs.api import Session
@@ -36,7 +38,10 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
         "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n"
     )
     catalog = tmp_path / "travel.yaml"
-    catalog.write_text(CATALOG)
+    # the judge's provider is in the file too: the worker's judge uses the stored providers as well
+    catalog.write_text(CATALOG + "  - key: judged\n    prompt: \"My parcel is late. [sim: say I'm sorry the "
+                       "parcel is late; I will help and track it now.]\"\n    expect: {judge: \"The answer "
+                       "says sorry, offers help and tracks the parcel.\"}\n")
     secret = "s3cret-team-token-value"
     worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}  # the worker knows no providers file
     with WorkerProcess(redis_url, sqlite_url, threads=2, env=worker_env):
@@ -45,6 +50,8 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
             str(catalog),
             "-m",
             "acme/model-x",
+            "--judge-model",
+            "acme/judge",
             "--providers",
             str(providers),
             "--broker",
@@ -58,7 +65,7 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
         )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     report = json.loads(ran.stdout)
-    assert report["summary"]["passed"] == 1, ran.stdout
+    assert report["summary"]["passed"] == 2, ran.stdout
     store.connect(sqlite_url)
     (run,) = store.list_runs()
     stored = run.options["providers"]
@@ -105,3 +112,76 @@ def test_a_changed_environment_is_honoured_or_refused_never_ignored(sqlite_url, 
     monkeypatch.setitem(os.environ, "EVALJOBS_TIME_LIMIT", "soon")
     with pytest.raises(UsageError, match="EVALJOBS_TIME_LIMIT"):  # refused, in one line
         Session(db=sqlite_url)
+
+
+LIMITS_CATALOG = """name: limits
+scenarios:
+  - {key: slow, prompt: "[sim: ratelimit 100]"}
+  - {key: failing, prompt: "[sim: status 500 down]"}
+  - {key: limited, prompt: "[sim: ratelimit 1]"}
+"""
+
+
+def test_the_submitters_limits_reach_a_redis_worker_started_with_others(
+    tmp_path, redis_url, sqlite_url, simulated_provider
+):
+    """The per-pair limits in force where a run is submitted (``EVALJOBS_TIME_LIMIT``, ``_MAX_RETRIES``,
+    ``_MAX_RATE_LIMIT_WAITS``, the backoffs) are stored with it and applied by a worker process whose
+    environment says otherwise. With the worker's own, the first pair would wait out a 100 s
+    ``Retry-After`` (within its 600 s), the second make 5 requests, the third wait 50 times."""
+    sim = simulated_provider(latency=0.0, export=False)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n")
+    catalog = tmp_path / "limits.yaml"
+    catalog.write_text(LIMITS_CATALOG)
+    common = {"EVALJOBS_PROVIDERS": str(providers), "EVALJOBS_GOVERNOR": "off"}
+    submitter = dict(common, EVALJOBS_TIME_LIMIT="7", EVALJOBS_MAX_RETRIES="1",
+                     EVALJOBS_MAX_RATE_LIMIT_WAITS="0", EVALJOBS_MIN_BACKOFF="0.01",
+                     EVALJOBS_MAX_BACKOFF="0.02")
+    worker = dict(common, EVALJOBS_TIME_LIMIT="600", EVALJOBS_MAX_RETRIES="4",
+                  EVALJOBS_MAX_RATE_LIMIT_WAITS="50", EVALJOBS_MIN_BACKOFF="0.01",
+                  EVALJOBS_MAX_BACKOFF="0.03")
+    log = tmp_path / "worker.log"
+    with WorkerProcess(redis_url, sqlite_url, threads=3, env=worker, log=log):
+        ran = evaljobs_cli("run", str(catalog), "-m", "acme/model-x", "--broker", redis_url,
+                           "--db", sqlite_url, "--wait", "--json", env=submitter, timeout=120)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # every pair errored, none hung
+    store.connect(sqlite_url)
+    (run,) = store.list_runs()
+    assert {k: run.options[k] for k in ("time_limit", "max_retries", "max_rate_limit_waits",
+                                        "min_backoff", "max_backoff")} == {
+        "time_limit": 7.0, "max_retries": 1, "max_rate_limit_waits": 0, "min_backoff": 0.01,
+        "max_backoff": 0.02}
+    errors = {r.scenario_key: (r.status, r.attempts, r.error) for r in store.list_results(run.id)}
+    status, _, error = errors["slow"]
+    assert status == "errored" and "left of the pair's 7 s time limit" in error, errors
+    assert errors["failing"][:2] == ("errored", 2), errors
+    assert errors["failing"][2].endswith("(gave up after 2 attempts)"), errors
+    assert errors["limited"][0] == "errored", errors
+    assert errors["limited"][2].startswith("still rate limited after 0 waits"), errors
+    # the worker says so (when it builds the run's plan): never a silent choice between two values
+    text = log.read_text(errors="replace")
+    assert f"run {run.id}: the limits stored with it apply: time_limit 7 (this process: 600), " \
+           "max_retries 1 (this process: 4), max_backoff 0.02 (this process: 0.03), " \
+           "max_rate_limit_waits 0 (this process: 50)" in text, text[-3000:]
+
+
+def test_pair_messages_carry_the_runs_time_limit_for_dramatiqs_backstop(redis_url, sqlite_url,
+                                                                       simulated_provider):
+    """Dramatiq's own time limit (a backstop, 30 s past the pair's) is the run's, carried in each pair
+    message: the actors are declared with the worker's limit (180 s here), and a run of 900 s would
+    have its pairs interrupted at 210 s by any worker that did not submit it."""
+    from evaljobs.catalog import loads_catalog
+    from evaljobs.pipeline import actors
+
+    simulated_provider(latency=0.0)
+    catalog = loads_catalog(CATALOG + '  - key: again\n    prompt: "[sim: say hello]"\n', source="t.yaml")
+    with Session(db=sqlite_url, broker=redis_url) as session:
+        run = session.submit(catalog, ["sim/a"], time_limit=900)  # no worker: start_run waits in Redis
+        assert session.binding().actors.evaluate_scenario.options["time_limit"] == 210_000
+        actors.start_run(run.id)  # what a worker does with it
+        client = redis_lib.Redis.from_url(redis_url)
+        messages = [dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.msgs").values()]
+        client.close()
+    pairs = [m for m in messages if m.actor_name == "evaluate_scenario"]
+    assert len(pairs) == 2 and {m.options.get("time_limit") for m in pairs} == {930_000}, pairs

@@ -44,6 +44,7 @@ from evaljobs.pipeline.pairs import (
     Parked,
     Recorded,
     pair_args,
+    pair_options,
 )
 from evaljobs.pipeline.strategies import settle
 
@@ -104,10 +105,13 @@ def start_run(run_id: str) -> None:
         return
     batch = min(int(plan.settings.pairs_per_message or 1), MAX_PAIRS_PER_MESSAGE)
     if batch > 1:  # a fast provider: several pairs a message (see evaluate_pairs)
-        messages = [actors.evaluate_pairs.message(run_id, [list(pair) for pair in missing[i:i + batch]])
-                    for i in range(0, len(missing), batch)]
+        messages = [actors.evaluate_pairs.message_with_options(
+            args=(run_id, [list(pair) for pair in missing[i:i + batch]]), **pair_options(run_id, batch))
+            for i in range(0, len(missing), batch)]
     else:
-        messages = [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in missing]
+        options = pair_options(run_id)
+        messages = [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
+                    for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
@@ -132,10 +136,10 @@ def _message_state(rl: int = 0, busy: int = 0) -> PairState:
 
 def _send_back(pair: Pair, state: PairState, delay: float) -> None:
     """A pair goes (back) to the queue as a message of its own, due in ``delay`` s, carrying its state."""
+    options = {SPENT: round(state.spent, 3), **pair_options(pair.run_id)}
     bound().evaluate_scenario.send_with_options(args=pair.args(), kwargs={"rl": state.rate_limit_waits,
                                                                           "busy": state.busy},
-                                                 delay=int(delay * 1000), retries=state.retries,
-                                                 **{SPENT: round(state.spent, 3)})
+                                                 delay=int(delay * 1000), retries=state.retries, **options)
 
 
 def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0, rl: int = 0,
@@ -287,8 +291,10 @@ class _BatchSender:
 
     def evaluate(self, run_id: str, pairs: list[tuple[str, str, int]]) -> None:
         actors = bound()
+        options = pair_options(run_id)
         enqueue_many(actors.evaluate_scenario.broker,
-                     [actors.evaluate_scenario.message(*pair_args(run_id, *pair)) for pair in pairs])
+                     [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
+                      for pair in pairs])
 
 
 def finalize_run(run_id: str) -> None:
@@ -316,7 +322,8 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         # stays missing and `evaljobs recover` re-sends it once space is freed.
         "throws": (InvalidMessage, store.StorageFailed),
     }
-    time_limit = int((policy.time_limit + 30) * 1000)
+    # Each pair message carries its run's (pair_options); this is for a message sent without it.
+    time_limit = int((policy.time_limit + runner.BACKSTOP) * 1000)
 
     def make(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor:
         name = fn.__name__

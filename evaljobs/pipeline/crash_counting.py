@@ -23,7 +23,7 @@ from evaljobs import store
 from evaljobs.config import Settings
 from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import barrier
-from evaljobs.pipeline.pairs import InvalidMessage, pair_args
+from evaljobs.pipeline.pairs import InvalidMessage, pair_args, pair_options
 from evaljobs.pipeline.prefetch import PermitPrefetch
 
 
@@ -80,7 +80,7 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
         single = broker.get_actor("evaluate_scenario")
         for key, model, epoch in wanted:
             if (key, model, epoch) not in done:
-                single.send(*pair_args(run_id, key, model, epoch))
+                single.send_with_options(args=pair_args(run_id, key, model, epoch), **pair_options(run_id))
         return
     run_id, scenario_key, model = message.args[:3]
     epoch = message_epoch(message)

@@ -31,6 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dramatiq.middleware import TimeLimitExceeded
 
@@ -53,6 +54,8 @@ logger = logging.getLogger("evaljobs.pairs")
 IN_PLACE_PERMIT_WAIT = 60.0
 #: Runs whose plans a process keeps (a worker serves a few runs at a time; the oldest is dropped).
 PLANS_KEPT = 32
+#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's.
+BACKSTOP = 30.0
 
 
 class InvalidMessage(Exception):
@@ -71,6 +74,20 @@ class Pair:
     def args(self) -> tuple:
         """The positional arguments of its ``evaluate_scenario`` message (see :func:`pair_args`)."""
         return pair_args(self.run_id, self.scenario_key, self.model, self.epoch)
+
+
+def pair_options(run_id: str, pairs: int = 1, run: store.RunInfo | None = None) -> dict[str, Any]:
+    """The options of a message carrying ``pairs`` pairs of ``run_id``: Dramatiq's time limit (a backstop,
+    :data:`BACKSTOP` past each pair's), from the time limit stored with the run, not the worker's own.
+
+    ``run``: its row, when the caller has it (recovery): read from its options, no plan built (a run
+    whose snapshot cannot be loaded must not stop the recovery of the others).
+    """
+    if run is not None:
+        limit = runtime.policy(runtime.RunSettings.from_options(run.options)).time_limit
+    else:
+        limit = RunPlan.for_run(run_id).policy.time_limit
+    return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
 
 
 def pair_args(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple:
@@ -135,8 +152,15 @@ class RunPlan:
     @classmethod
     def _build(cls, run: store.RunInfo, built_for: tuple) -> RunPlan:
         settings = runtime.RunSettings.from_options(run.options)
+        policy = runtime.policy(settings)
+        own = runtime.policy()
+        if policy != own:  # the run's limits win over this process's: said (per plan built), never silently
+            differ = [f"{name} {getattr(policy, name):g} (this process: {getattr(own, name):g})"
+                      for name in ("time_limit", "max_retries", "min_backoff", "max_backoff",
+                                   "max_rate_limit_waits") if getattr(policy, name) != getattr(own, name)]
+            logger.info("run %s: the limits stored with it apply: %s", run.id, ", ".join(differ))
         return cls(run=run, catalog=store.load_snapshot(run.digest), settings=settings,
-                   policy=runtime.policy(settings), built_for=built_for)
+                   policy=policy, built_for=built_for)
 
     # The adapter, the judge and the model specs are resolved on a pair's first attempt, inside it:
     # a run whose adapter or providers file cannot be loaded errors its pairs (each gets a row and
@@ -159,14 +183,14 @@ class RunPlan:
         return found
 
     def max_retries(self, model: str) -> int:
-        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries``,
-        else the policy's (``EVALJOBS_MAX_RETRIES``)."""
-        entry = runtime.providers().get(self.spec(model).provider)
+        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries`` (in
+        the providers the run was submitted with), else the policy's (``EVALJOBS_MAX_RETRIES``)."""
+        entry = runtime.run_providers(self.settings).get(self.spec(model).provider)
         return self.policy.max_retries if entry.max_retries is None else entry.max_retries
 
     def max_retry_after(self, model: str) -> float:
         """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's ``max_retry_after``)."""
-        return runtime.providers().get(self.spec(model).provider).max_retry_after
+        return runtime.run_providers(self.settings).get(self.spec(model).provider).max_retry_after
 
     def judge_for(self, spec: ModelSpec) -> Judge | None:
         """The run's judge for pairs of ``spec`` (the model under test is context, never the judge)."""
@@ -356,7 +380,19 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
         # Not a fault: no retry is used, no cap applies.
         state.busy += 1
         state.last = f"{type(exc).__name__}: {exc}"
-        return _hand_back(state, max(exc.retry_in, 0.05) * (1 + random.random() * policy.jitter))
+        delay = max(exc.retry_in, 0.05) * (1 + random.random() * policy.jitter)
+        if exc.reason != "paused":  # a turn behind other calls: queue time, like a message's wait
+            return _hand_back(state, delay)
+        # Paused by a provider's Retry-After (its 429 to another call): the pair's own rate limit in
+        # all but name, so bounded the same way: part of its time on every strategy (a hand-back too),
+        # and a pause that outlasts what is left of it ends the pair now, with the figure.
+        left = state.left()
+        if left is not None and exc.retry_in > left:
+            return GiveUp(_errored(pair, state, f"rate_limited: the provider's budget is paused for "
+                                                f"{exc.retry_in:.0f} s (its Retry-After), more than the "
+                                                f"{left:.1f} s left of the pair's {policy.time_limit:g} s "
+                                                "time limit"))
+        return _hand_back(state, delay if left is None else min(delay, left), counted=True)
     except RateLimited as exc:
         # A rate limit is not a fault either: it has its own, larger, cap and never touches the retries.
         # Its wait is bounded like every other: by what is left of the pair's time and by the provider's
@@ -445,6 +481,7 @@ def _wait_here(exc: RateLimited, policy: RetryPolicy, state: PairState) -> bool:
 
 
 __all__ = [
+    "BACKSTOP",
     "IN_PLACE_PERMIT_WAIT",
     "GiveUp",
     "HandBack",
@@ -460,4 +497,5 @@ __all__ = [
     "check",
     "forget_plans",
     "pair_args",
+    "pair_options",
 ]

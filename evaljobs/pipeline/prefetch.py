@@ -27,6 +27,7 @@ from typing import Any
 import dramatiq
 
 from evaljobs.pipeline import context, events, runtime
+from evaljobs.pipeline.pairs import RunPlan
 from evaljobs.governor import Governor
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ class PermitPrefetch:
             if events.redis_url():
                 governor.deferred.start()
                 self._pending.value = (governor, None)
-            budget = ctx.budget_for(runtime.providers(), runtime.model_spec(model))
+            # the run's providers (stored with it), as its calls use: the same budget, not this worker's
+            plan = RunPlan.for_run(str(message.args[0]))
+            budget = ctx.budget_for(runtime.run_providers(plan.settings), plan.spec(model))
             prefetch = governor.prefetch(budget, ctx.lane())
         except Exception as exc:  # noqa: BLE001 - a bad model or config is the actor's to report
             logger.debug("no permit prefetch for message %s: %s", message.message_id, exc)

@@ -15,7 +15,7 @@ import threading
 from typing import Iterable
 
 from evaljobs import store
-from evaljobs.pipeline.actors import pair_args
+from evaljobs.pipeline.pairs import pair_args, pair_options
 from evaljobs.store import batches as stored_batches
 
 logger = logging.getLogger("evaljobs.recovery")
@@ -166,7 +166,8 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
         if run.status == "pending":
             store.mark_running(run.id)
         for key, model, epoch in lost:
-            message = actors.evaluate_scenario.message(*pair_args(run.id, key, model, epoch))
+            message = actors.evaluate_scenario.message_with_options(
+                args=pair_args(run.id, key, model, epoch), **pair_options(run.id, run=run))
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
     return list(actions)

@@ -109,10 +109,29 @@ class RunSettings:
     #: The providers file the run was submitted with (``{"source", "definition"}``, variable names only;
     #: :func:`evaljobs.catalog.modelspec.storable_definition`); None: the worker's own providers.
     providers: dict[str, Any] | None = None
+    #: The submitter's retry settings (``EVALJOBS_MAX_RETRIES``, ``_MIN_BACKOFF``, ``_MAX_BACKOFF``,
+    #: ``_MAX_RATE_LIMIT_WAITS``), stored like ``time_limit`` so every worker applies the limits the run
+    #: was submitted with; None (a run stored before they travelled): the worker's own.
+    max_retries: int | None = None
+    min_backoff: float | None = None
+    max_backoff: float | None = None
+    max_rate_limit_waits: int | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
             config.check_number("--time-limit", self.time_limit, 0, config.MAX_SECONDS, low_open=True)
+
+    @classmethod
+    def limits_of(cls, settings: config.Settings, time_limit: float | None = None) -> dict[str, Any]:
+        """The per-pair limits a run submitted under ``settings`` stores (``time_limit``: a flag's, first).
+
+        What defines a run travels with it: a worker started with another environment applies these,
+        never its own (issue 29); the worker's own settings say how it works (threads, permit waits),
+        not what a pair of the run may spend.
+        """
+        return {"time_limit": settings.time_limit if time_limit is None else time_limit,
+                "max_retries": settings.max_retries, "min_backoff": settings.min_backoff,
+                "max_backoff": settings.max_backoff, "max_rate_limit_waits": settings.max_rate_limit_waits}
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
@@ -124,14 +143,20 @@ class RunSettings:
                    pairs_per_message=options.get("pairs_per_message"),
                    batch=tuple(options["batch"]) if options.get("batch") else None,
                    batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None,
-                   providers=options.get("providers"))
+                   providers=options.get("providers"),
+                   **{name: options.get(name) for name in _STORED_LIMITS})
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+#: The retry settings a run stores besides its time limit (see ``RunSettings.max_retries``).
+_STORED_LIMITS = ("max_retries", "min_backoff", "max_backoff", "max_rate_limit_waits")
+
+
 def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
-    return ProviderJudge(providers(), default_model=settings.judge_model, allow=allow,
+    """The run's judge, on the providers the run was submitted with (:func:`run_providers`), as its pairs."""
+    return ProviderJudge(run_providers(settings), default_model=settings.judge_model, allow=allow,
                          calls=calls(bool(settings.cache), settings.batch_judge or (), kind="judge"))
 
 
@@ -150,10 +175,14 @@ def calls(cache: bool = False, batch: tuple[str, ...] = (), kind: str = "") -> P
 
 
 def policy(settings: RunSettings | None = None) -> RetryPolicy:
+    """The retry policy of a run: the limits stored with it (``settings``), this process's for the rest."""
     base = RetryPolicy.from_settings()
-    if settings and settings.time_limit:
-        return replace(base, time_limit=float(settings.time_limit))
-    return base
+    if settings is None:
+        return base
+    stored = {name: getattr(settings, name) for name in _STORED_LIMITS if getattr(settings, name) is not None}
+    if settings.time_limit:
+        stored["time_limit"] = float(settings.time_limit)
+    return replace(base, **stored) if stored else base
 
 
 # -- the provider governor and lanes: this process's worker context (evaljobs.pipeline.context) ----

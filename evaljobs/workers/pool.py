@@ -25,7 +25,8 @@ Choices, and why:
   back to the queue (Redis: Dramatiq's ``requeue``; the StubBroker, whose
   consumer cannot requeue, gets them put back by :func:`_stub_requeue`). It
   runs on its own short-lived thread, and no lock a member needs is held while
-  waiting for it.
+  waiting for it. A leaving member counts toward ``max`` until it has exited: one
+  chosen as idle may have taken a message just then, and finishes it.
 * **Visible state.** Every second the pool writes a JSON record to the Redis
   hash ``evaljobs:pools`` (field ``host:pid``), timed by the Redis server
   clock; :func:`~evaljobs.workers.records.read_pools` returns the live ones and removes records older
@@ -312,16 +313,20 @@ class Pool:
     def _resize(self, backlog: int, now: float) -> None:
         with self._lock:
             members = list(self._members)
+            leaving = len(self._retiring)
             self._counters.backlog = backlog
         busy = sum(1 for m in members if m.busy)
         target = max(self.min, min(self.max, backlog + busy))
-        if len(members) < target:
-            for _ in range(target - len(members)):
+        # A leaving member counts until it has exited: it may still run the message it had taken (one
+        # fetched after it was chosen as idle), so a new member in its place would make max + 1 at once.
+        grow = min(target, self.max - leaving) - len(members)
+        if grow > 0:
+            for _ in range(grow):
                 if self._stopping.is_set():
                     return
                 self._grow()
-            logger.info("pool %s: %d -> %d members (backlog %d, busy %d)", self.id, len(members), target,
-                        backlog, busy)
+            logger.info("pool %s: %d -> %d members (backlog %d, busy %d, leaving %d)", self.id, len(members),
+                        len(members) + grow, backlog, busy, leaving)
         elif len(members) > target:
             idle = [m for m in members
                     if not m.busy and not m.in_message and now - m.last_active >= self.idle_seconds]
