@@ -431,3 +431,67 @@ def test_a_rerun_chooses_its_mode_no_batch_and_batch(simulated_provider, db_url,
     assert batched.options.get("rerun_of") == again.id and batched.options.get("batch") == ["sim"]
     assert batched.persisted == batched.expected == 1
     assert len(sim.stats()["batches"]["submitted"]) == submitted + 1  # d's one turn, through a batch
+
+
+CAPPED = """
+name: capped-batch
+defaults:
+  judge_model: sim/judge
+scenarios:
+""" + "".join(f"""  - key: s{i}
+    prompt: "My parcel is late. [sim: say I'm sorry the parcel is late; I will help and track it now.]"
+    expect:
+      judge: "The answer says sorry, offers help and tracks the parcel."
+""" for i in range(4))
+
+
+def test_the_judge_cap_counts_a_batched_judge_call_once(simulated_provider, db_url, tmp_path, quick):
+    """``--judge-cap 2`` with ``--batch-judge``: a judged pair is evaluated twice (before and after its
+    judge's batch), its judge call is reserved once — two pairs judged, as the interactive run judges."""
+    sim = simulated_provider(batch_delay=0.1)
+    path = tmp_path / "capped.yaml"
+    path.write_text(CAPPED, encoding="utf-8")
+    with Session(db=db_url, broker="memory", width=1) as session:
+        plain = session.wait(session.submit(path, ["sim/fast"], judge_cap=2).id, timeout=120)
+        info = session.submit(path, ["sim/fast"], batch=True, batch_judge=True, judge_cap=2)
+        done = session.wait(info.id, timeout=120)
+        interactive, batched = session.results(plain.id), session.results(info.id)
+    assert done.persisted == done.expected == 4
+
+    def judged(results):
+        return sorted(r.scenario_key for r in results if "score" in (r.details.get("judge") or {}))
+
+    assert len(judged(interactive)) == 2
+    assert len(judged(batched)) == 2, [r.details.get("judge") for r in batched]
+    assert len(_submitted_once(sim)) == 4 + 2  # each pair's turn, and the cap's two judge calls
+
+
+WEIGHED = """
+name: weighed-batch
+defaults:
+  judge_model: sim/judge
+scenarios:
+  - key: two-rubrics
+    prompt: "My parcel is late. [sim: say I'm sorry the parcel is late; I will help and track it now.]"
+    expect:
+      weighted: true
+      assertions:
+        - {kind: judge, rubric: "The answer says sorry, offers help and tracks the parcel."}
+        - {kind: judge, rubric: "Quotes the invoice number, refund amount and bank details.", threshold: 0.5}
+"""
+
+
+def test_two_judge_rubrics_of_one_pair_are_two_batch_requests(simulated_provider, db_url, tmp_path, quick):
+    """A weighted list with two judge entries: each rubric its own batched request and its own verdict
+    (the interactive run's), never the first rubric's answer read back for the second."""
+    sim = simulated_provider(batch_delay=0.1)
+    path = tmp_path / "weighed.yaml"
+    path.write_text(WEIGHED, encoding="utf-8")
+    with Session(db=db_url, broker="memory", width=1) as session:
+        plain = session.wait(session.submit(path, ["sim/fast"]).id, timeout=120)
+        info = session.submit(path, ["sim/fast"], batch=True, batch_judge=True)
+        session.wait(info.id, timeout=120)
+        (twin,), (mine,) = session.results(plain.id), session.results(info.id)
+    assert twin.status == "failed"  # the second rubric does not hold: the interactive verdict
+    assert (mine.status, mine.score, mine.scores) == (twin.status, twin.score, twin.scores)
+    assert len(_submitted_once(sim)) == 1 + 2  # the turn, and one request per rubric

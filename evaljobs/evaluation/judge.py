@@ -18,7 +18,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.grading import Judge, JudgeVerdict
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.weighted import walk
-from evaljobs.providers import ProviderCalls
+from evaljobs.providers import BatchingClient, ProviderCalls
 from evaljobs.providers import ProviderError, RateLimited
 from evaljobs.governor import Busy
 
@@ -128,10 +128,12 @@ class ProviderJudge:
             return JudgeVerdict(0.0, error="no judge model configured (set judge_model or --judge-model)",
                                 prompt=prompt)
         judge_model = parse_model_spec(spec_text, self.providers)
-        if not self.allow():
-            return None
         # The judge's calls count against the judge model's budget like any other call.
         client = self.calls.client(self.providers, judge_model, self.version)
+        # A batched judgement spans two evaluations of the pair (its request parked, then answered):
+        # the cap was taken when it was parked, not again when the answer is read.
+        if not (isinstance(client, BatchingClient) and client.requested(messages)) and not self.allow():
+            return None
         tokens_in = tokens_out = 0
         cost: float | None = 0.0  # None once a paid call's price is unknown: unknown is not zero
         raw = ""

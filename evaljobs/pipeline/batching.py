@@ -77,6 +77,9 @@ class StoreLane:
     def answer(self, custom_id: str) -> tuple[str, str] | None:
         return stored.answer(custom_id)
 
+    def parked(self, custom_id: str) -> bool:
+        return stored.parked(custom_id)
+
     def park(self, custom_id: str, provider: str, request: BatchRequest) -> None:
         pair = current_pair()
         if pair is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
     from evaljobs.providers import batches, deadline
     from evaljobs.providers.batched import (
+        BatchingClient,
         BatchRequest,
         InBatch,
         current_pair,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 _EXPORTS = {
     "deadline": "",
     "batches": "",
+    "BatchingClient": "batched",
     "BatchRequest": "batched",
     "InBatch": "batched",
     "current_pair": "batched",
@@ -72,8 +74,9 @@ _EXPORTS = {
     "ToolCall": "toolcall",
 }
 
-__all__ = ["BatchRequest", "base_url_for", "batches", "current_pair", "encode", "request_from_json",
-           "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE", "ChatClient", "Completion",
+__all__ = ["BatchingClient", "BatchRequest", "base_url_for", "batches", "current_pair", "encode",
+           "request_from_json", "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE",
+           "ChatClient", "Completion",
            "PermanentError", "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited",
            "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline",
            "default_ttl", "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after",

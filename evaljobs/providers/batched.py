@@ -55,11 +55,14 @@ class BatchLane(Protocol):
     """Where a batched pair's requests and answers live (the pipeline binds one backed by the store).
 
     ``answer`` is the stored outcome of a request: None (not answered yet), ``("ok", encoded)``
-    or ``("error", reason)``. ``park`` records a request to be batched (once per custom id: a
-    second park of the same id changes nothing) and arranges for it to be submitted.
+    or ``("error", reason)``. ``parked`` says whether a request was parked at all (answered or not).
+    ``park`` records a request to be batched (once per custom id: a second park of the same id
+    changes nothing) and arranges for it to be submitted.
     """
 
     def answer(self, custom_id: str) -> tuple[str, str] | None: ...
+
+    def parked(self, custom_id: str) -> bool: ...
 
     def park(self, custom_id: str, provider: str, request: BatchRequest) -> None: ...
 
@@ -105,9 +108,24 @@ class BatchingClient:
         self.lane = lane
         self.provider = provider
         #: ``judge``: a judge's calls, numbered by the order this client makes them (a judge asks again
-        #: with the same messages when it cannot read an answer), apart from the model's turns.
+        #: with the same messages when it cannot read an answer), apart from the model's turns, and
+        #: told apart by their messages (two rubrics of one pair are two judgements, two requests).
         self.kind = kind
         self.calls = 0
+
+    def _custom_id(self, messages: list[dict[str, Any]]) -> str:
+        pair = _pair.get()
+        if pair is None:
+            raise RuntimeError("a batched call outside evaljobs.providers.batches.for_pair")
+        if not self.kind:
+            return custom_id(*pair, sum(1 for m in messages if m.get("role") == "assistant"))
+        asked = hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        return custom_id(*pair, self.calls, f"{self.kind}-{asked[:16]}")
+
+    def requested(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether the call :meth:`complete` would make next with ``messages`` was parked before, by an
+        earlier evaluation of the pair: it was paid for (and counted against a judge cap) then."""
+        return self.lane.parked(self._custom_id(messages))
 
     def complete(
         self,
@@ -120,12 +138,8 @@ class BatchingClient:
         extra: dict[str, Any] | None = None,
         **_: Any,
     ) -> Completion:
-        pair = _pair.get()
-        if pair is None:
-            raise RuntimeError("a batched call outside evaljobs.providers.batches.for_pair")
-        turn = self.calls if self.kind else sum(1 for m in messages if m.get("role") == "assistant")
+        request_id = self._custom_id(messages)
         self.calls += 1
-        request_id = custom_id(*pair, turn, self.kind)
         found = self.lane.answer(request_id)
         if found is None:
             self.lane.park(

@@ -163,6 +163,13 @@ def answer(custom_id: str) -> tuple[str, str] | None:
     return ("ok" if found[0] == SUCCEEDED else "error", found[1] or "")
 
 
+def parked(custom_id: str) -> bool:
+    """Whether the request ``custom_id`` was parked, answered or not (primary key)."""
+    _ensure()
+    with _connection():
+        return BatchRequestRow.select().where(BatchRequestRow.custom_id == custom_id).exists()
+
+
 def _unclaimed(run_id: str, provider: str, model: str) -> peewee.ModelSelect:
     return BatchRequestRow.select().where(
         (BatchRequestRow.run_id == run_id)
