@@ -46,7 +46,7 @@ _HOMES = {
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port"],
     "viewer": ["Viewer"],
-    "workers": ["ROOT", "WorkerProcess", "evaljobs_cli", "wait_until"],
+    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "wait_until"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -59,6 +59,19 @@ class WorkerProcess:
         self.terminate(10)
 
 
+class CommandProcess(WorkerProcess):
+    """Another ``evaljobs`` command (``run --wait``, ``recover``) with a worker's environment, in its
+    own process group: a test kills it (SIGKILL) as it kills a worker."""
+
+    def __init__(self, broker_url: str, db_url: str, *args: str, env: dict[str, str] | None = None,
+                 log: Path | None = None):
+        super().__init__(broker_url, db_url, env=env, log=log)
+        self.args = [sys.executable, "-m", "evaljobs", *args]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
