@@ -154,3 +154,33 @@ def test_the_providers_file_can_name_the_default_judge(tmp_path):
     path.write_text("judge_model: 42\n")
     with pytest.raises(ModelSpecError, match="judge_model must be a model spec"):
         load_providers(path)
+
+
+RATE_LIMITED_JUDGE = """
+name: capped
+defaults:
+  judge_model: sim/judge
+scenarios:
+  - key: limited
+    prompt: "My parcel is late. [sim: say I'm sorry the parcel is late; I will help and track it now.]"
+    expect:
+      judge: "The answer says sorry, offers help and tracks the parcel. [sim@judge: fail-first 1 429]"
+  - key: plain
+    prompt: "My parcel is late. [sim: say I'm sorry the parcel is late; I will help and track it now.]"
+    expect:
+      judge: "The answer says sorry, offers help and tracks the parcel."
+"""
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "fanout"])
+def test_a_rate_limited_judge_call_takes_one_call_of_the_cap(simulated_provider, sqlite_url, tmp_path,
+                                                             strategy):
+    """``--judge-cap 2``, two judged pairs, the first judge call answered 429: the pair asks again, and
+    its judgement still takes one of the cap's calls — both pairs are judged."""
+    simulated_provider()
+    path = tmp_path / "capped.yaml"
+    path.write_text(RATE_LIMITED_JUDGE, encoding="utf-8")
+    with Session(db=sqlite_url, broker="memory", width=1) as session:
+        info = session.wait(session.submit(path, ["sim/fast"], judge_cap=2, strategy=strategy).id, timeout=60)
+        judges = {r.scenario_key: r.details.get("judge") for r in session.results(info.id)}
+    assert all(isinstance(judge, dict) and "score" in judge for judge in judges.values()), judges

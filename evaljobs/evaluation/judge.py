@@ -92,7 +92,8 @@ def judge_prompt(scenario: Scenario, answer: str) -> list[dict[str, str]]:
 class ProviderJudge:
     """An LLM judge: asks a judge model to score the answer against the rubric, strict JSON.
 
-    ``allow()`` is asked before every call so a run can cap its judge calls. A
+    ``allow()`` is asked before every call so a run can cap its judge calls; ``release()`` gives the
+    call back when the provider did not answer it (rate limited, no permit: the pair asks again). A
     judge that cannot give a verdict (a provider error, or an answer that is not
     the expected JSON, after ``attempts`` tries) returns a verdict with ``error``
     set and its raw answer kept: the pair is then ``errored`` (``judge_unavailable``),
@@ -109,6 +110,7 @@ class ProviderJudge:
         *,
         default_model: str | None = None,
         allow: Callable[[], bool] | None = None,
+        release: Callable[[], None] | None = None,
         calls: ProviderCalls | None = None,
         attempts: int = 2,
     ):
@@ -116,6 +118,7 @@ class ProviderJudge:
         #: The run's ``--judge-model``: overrides the catalog's.
         self.default_model = default_model
         self.allow = allow or (lambda: True)
+        self.release = release or (lambda: None)
         #: The governance and response cache the pipeline bound; the default calls the provider directly.
         self.calls = calls or ProviderCalls()
         self.attempts = max(1, attempts)
@@ -132,7 +135,8 @@ class ProviderJudge:
         client = self.calls.client(self.providers, judge_model, self.version)
         # A batched judgement spans two evaluations of the pair (its request parked, then answered):
         # the cap was taken when it was parked, not again when the answer is read.
-        if not (isinstance(client, BatchingClient) and client.requested(messages)) and not self.allow():
+        taken = not (isinstance(client, BatchingClient) and client.requested(messages))
+        if taken and not self.allow():
             return None
         tokens_in = tokens_out = 0
         cost: float | None = 0.0  # None once a paid call's price is unknown: unknown is not zero
@@ -142,6 +146,8 @@ class ProviderJudge:
             try:
                 completion = client.complete(judge_model.model, messages, first=False, temperature=0)
             except (RateLimited, Busy):
+                if taken:  # the judgement is asked again later: it takes the cap's call then
+                    self.release()
                 raise
             except ProviderError as exc:
                 problem = f"judge {judge_model.spec} unavailable: {exc.reason}"

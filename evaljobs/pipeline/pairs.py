@@ -198,14 +198,18 @@ class RunPlan:
         if found is _MISSING:
             if self._judge is None:
                 allow: Callable[[], bool] | None = None
+                release: Callable[[], None] | None = None
                 if self.settings.judge_cap is not None:
                     run_id, cap = self.run.id, self.settings.judge_cap
 
                     def take_judge_call() -> bool:
                         return store.take_judge_call(run_id, cap)
 
-                    allow = take_judge_call
-                self._judge = runtime.judge_for(self.settings, allow)
+                    def release_judge_call() -> None:
+                        store.release_judge_call(run_id)
+
+                    allow, release = take_judge_call, release_judge_call
+                self._judge = runtime.judge_for(self.settings, allow, release)
             found = self._judges[spec.spec] = bind_judge(self._judge, spec)
         return found  # type: ignore[return-value]
 

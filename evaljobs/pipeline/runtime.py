@@ -154,9 +154,10 @@ class RunSettings:
 _STORED_LIMITS = ("max_retries", "min_backoff", "max_backoff", "max_rate_limit_waits")
 
 
-def judge_for(settings: RunSettings, allow=None) -> ProviderJudge:
+def judge_for(settings: RunSettings, allow=None, release=None) -> ProviderJudge:
     """The run's judge, on the providers the run was submitted with (:func:`run_providers`), as its pairs."""
     return ProviderJudge(run_providers(settings), default_model=settings.judge_model, allow=allow,
+                         release=release,
                          calls=calls(bool(settings.cache), settings.batch_judge or (), kind="judge"))
 
 

@@ -50,7 +50,8 @@ from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finaliz
                                     missing_pairs, pair_state, pair_statuses, progress, record_result,
                                     record_results, recorded_among)
 from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, interrupt, list_runs,
-                                 mark_running, resume_line, set_status, take_judge_call)
+                                 mark_running, release_judge_call, resume_line, set_status,
+                                 take_judge_call)
 from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL,
                                    PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
                                    ResultRow, Run, SchemaVersion, Snapshot, database)
@@ -118,6 +119,7 @@ __all__ = [
     "set_status",
     "cancel",
     "take_judge_call",
+    "release_judge_call",
     "pair_state",
     "record_result",
     "record_results",

@@ -298,3 +298,11 @@ def take_judge_call(run_id: str, cap: int) -> bool:
         if not taken:
             _get_row(run_id)
     return bool(taken)
+
+
+def release_judge_call(run_id: str) -> None:
+    """Give back a judge call :func:`take_judge_call` reserved but the provider never answered (a 429,
+    no permit): the pair asks again later, and its judgement must not take two of the cap's calls."""
+    with _transaction():
+        (Run.update(judge_calls=Run.judge_calls - 1)
+         .where((Run.id == run_id) & (Run.judge_calls > 0)).execute())
