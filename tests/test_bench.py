@@ -401,3 +401,26 @@ def test_the_benchmark_scripts_helpers_import_without_pytest():
     done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.redis
+def test_bench_batch_on_redis_runs_both_runs_with_real_workers(tmp_path):
+    """scripts/bench_batch --broker redis (BENCHMARKS.md's batch table), small: both runs complete with
+    every pair, the batch run at half the cost, each request submitted to the provider once."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "batch.json"
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "bench_batch"), "--broker", "redis", "--pairs", "10",
+         "--latency", "0.01", "--batch-delay", "0.5", "--width", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=root,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    interactive, batch = json.loads(out.read_text())
+    assert [(r["run"], r["broker"], r["status"], r["pairs"]) for r in (interactive, batch)] == [
+        ("interactive", "redis", "complete", 10), ("batch", "redis", "complete", 10)]
+    assert batch["width"] == 1 and batch["max_submissions_of_one_request"] == 1
+    assert batch["cost"] == pytest.approx(interactive["cost"] / 2)
+    assert batch["batch"]["saved"] == pytest.approx(batch["cost"])
