@@ -77,6 +77,31 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
     assert secret not in row_text  # the variable's name is stored, never its value
 
 
+def test_a_batch_run_given_providers_reaches_a_redis_worker_started_without_them(
+    tmp_path, redis_url, sqlite_url, simulated_provider
+):
+    """The worker that collects, submits and polls a run's batches builds its batch client on the
+    providers stored with the run, as its interactive calls do (it read its own file before)."""
+    sim = simulated_provider(latency=0.0, export=False)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(
+        f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
+        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n"
+    )
+    catalog = tmp_path / "travel.yaml"
+    catalog.write_text(CATALOG)
+    env = {"ACME_TOKEN": "s3cret-team-token-value", "EVALJOBS_PROVIDERS": "", "EVALJOBS_BATCH_WAIT": "0",
+           "EVALJOBS_BATCH_POLL": "0.05"}
+    with WorkerProcess(redis_url, sqlite_url, threads=2, env=env):
+        ran = evaljobs_cli(
+            "run", str(catalog), "-m", "acme/model-x", "--batch", "--providers", str(providers),
+            "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=env, timeout=180,
+        )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert json.loads(ran.stdout)["summary"]["passed"] == 1, ran.stdout
+    assert sim.stats()["batches"]["batches_created"] == 1  # answered through a batch, not call by call
+
+
 def test_a_providers_file_with_a_password_in_a_url_is_refused_before_a_run_exists(tmp_path, sqlite_url):
     providers = tmp_path / "providers.yaml"
     providers.write_text(

@@ -25,14 +25,14 @@ below them.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from evaljobs import config, store
-from evaljobs.catalog.modelspec import ProvidersConfig, load_providers, parse_model_spec
+from evaljobs.catalog.modelspec import ProvidersConfig, parse_model_spec
 from evaljobs.errors import UsageError
+from evaljobs.pipeline.run_providers import stored_providers
 from evaljobs.providers import batches as api
 from evaljobs.providers import (BatchRequest, ProviderError, RateLimited, TransientError, base_url_for,
                                 current_pair, encode, request_from_json, request_json)
@@ -101,21 +101,11 @@ class StoreLane:
 # -- collecting and submitting -------------------------------------------------------------------------
 
 
-_providers_lock = threading.Lock()
-_providers: dict[str | None, ProvidersConfig] = {}
-
-
-def _providers_config() -> ProvidersConfig:
-    path = config.settings().providers_path
-    with _providers_lock:
-        if path not in _providers:
-            _providers[path] = load_providers(path)
-        return _providers[path]
-
-
-def client_for(provider: str) -> api.BatchClient:
-    """A batch client for the provider entry ``provider`` (a short-lived one: a few calls a batch)."""
-    providers = _providers_config()
+def client_for(run_id: str, provider: str) -> api.BatchClient:
+    """A batch client for the provider entry ``provider`` of run ``run_id`` (a short-lived one: a few calls
+    a batch), on the providers the run was submitted with: a worker started without its providers file
+    submits, polls and cancels its batches as its interactive calls would."""
+    providers = stored_providers((store.get_run(run_id).options or {}).get("providers"))
     entry = providers.get(provider)
     return api.BatchClient(base_url_for(providers, provider), api_key=entry.api_key, wire=entry.api,
                            api_version=entry.api_version, headers=entry.headers or None)
@@ -138,10 +128,10 @@ def collect(run_id: str, provider: str, model: str) -> None:
         if claimed is None:
             return  # another collector took them
         key, requests = claimed
-        submit(key, provider, requests)
+        submit(run_id, key, provider, requests)
 
 
-def submit(key: str, provider: str, requests: list[tuple[str, str]]) -> None:
+def submit(run_id: str, key: str, provider: str, requests: list[tuple[str, str]]) -> None:
     """Send a claimed batch (its row is committed) and commit the provider's id; then start its poller.
 
     A refusal (a provider with no batch API, a bad key) ends the batch's requests with the reason,
@@ -149,7 +139,7 @@ def submit(key: str, provider: str, requests: list[tuple[str, str]]) -> None:
     which asks the provider before submitting again (the failed call may have created the batch).
     """
     try:
-        with client_for(provider) as client:
+        with client_for(run_id, provider) as client:
             status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
     except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a stuck batch
         if _transient(exc):
@@ -172,7 +162,7 @@ def resolve(key: str) -> None:
     requests = stored.requests_of(key)
     since = (info.created_at or datetime.now(timezone.utc)).timestamp()
     try:
-        with client_for(info.provider) as client:
+        with client_for(info.run_id, info.provider) as client:
             found = client.find(key, [cid for cid, _ in requests], since=since)
     except Exception as exc:  # noqa: BLE001 - a lookup that fails is asked again, or ends the batch
         if _transient(exc):
@@ -184,7 +174,7 @@ def resolve(key: str) -> None:
         sender().poll(key, config.settings().batch_poll)  # a candidate still runs: look again later
         return
     if found is None:
-        submit(key, info.provider, requests)
+        submit(info.run_id, key, info.provider, requests)
         return
     stored.submitted(key, found, "found")
     logger.info("batch %s: found at the provider as %s (not submitted again)", key, found)
@@ -204,7 +194,7 @@ def poll(key: str) -> None:
         return
     settings = config.settings()
     try:
-        with client_for(info.provider) as client:
+        with client_for(info.run_id, info.provider) as client:
             status = client.status(str(info.provider_batch_id))
             items = _open_or_results(client, key, info, status, settings)
     except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a lost poller
@@ -289,7 +279,7 @@ def cancel_run(run_id: str) -> tuple[store.RunInfo, int]:
         if info.state != stored.OPEN or not info.provider_batch_id:
             continue
         try:
-            with client_for(info.provider) as client:
+            with client_for(info.run_id, info.provider) as client:
                 client.cancel(info.provider_batch_id)
             asked += 1
         except Exception as exc:  # noqa: BLE001 - one batch's refusal does not stop the others

@@ -6,54 +6,32 @@ that identify them (the run's adapter reference, the providers file).
 """
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
 from evaljobs import config
 from evaljobs.pipeline import context
+from evaljobs.pipeline.run_providers import providers, stored_providers
 from evaljobs.evaluation.adapters import Adapter, load_adapter
 from evaljobs.evaluation.judge import ProviderJudge
 from evaljobs.providers import ResponseCache, default_ttl
 from evaljobs.providers import ProviderCalls
 from evaljobs.store import cache as store_cache
-from evaljobs.catalog.modelspec import (ModelSpec, ProvidersConfig, load_providers, parse_model_spec,
-                                        providers_from_definition)
+from evaljobs.catalog.modelspec import (ModelSpec, ProvidersConfig, parse_model_spec)
 from evaljobs.evaluation.retry import RetryPolicy
 
 _lock = threading.Lock()
-_providers: dict[str | None, ProvidersConfig] = {}
 #: Keyed by id() of the providers config: every config used here is kept for the process's life
-#: (``_providers``, ``_stored_providers``), so an id is never reused for another.
+#: (:mod:`evaljobs.pipeline.run_providers`), so an id is never reused for another.
 _adapters: dict[tuple[str | None, int, bool, Any, tuple[str, ...]], Adapter] = {}
 _specs: dict[tuple, ModelSpec] = {}
-_stored_providers: dict[str, ProvidersConfig] = {}
-
-
-def providers(path: str | None = None) -> ProvidersConfig:
-    path = path or config.settings().providers_path
-    with _lock:
-        if path not in _providers:
-            _providers[path] = load_providers(path)
-        return _providers[path]
 
 
 def run_providers(settings: "RunSettings") -> ProvidersConfig:
     """The providers a run's pairs use: the definition stored with the run when it was submitted with a
     providers file (so a worker started without ``EVALJOBS_PROVIDERS`` knows them), else this process's."""
-    stored = settings.providers
-    if not stored:
-        return providers()
-    key = json.dumps(stored, sort_keys=True, separators=(",", ":"))
-    with _lock:
-        found = _stored_providers.get(key)
-    if found is None:
-        found = providers_from_definition(stored.get("definition"),
-                                          f"{stored.get('source')} (as stored with the run)")
-        with _lock:
-            found = _stored_providers.setdefault(key, found)
-    return found
+    return stored_providers(settings.providers)
 
 
 def adapter(reference: str | None, providers_path: str | None = None, *, cache: bool = False,
