@@ -315,18 +315,7 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False, followe
     conclude(info.gate(threshold, gate_mode()))
 
 
-def ping_redis(url: str) -> None:
-    """Fail now, in one line, when the Redis at ``url`` does not answer (rather than retrying forever)."""
-    import redis  # start-up time: only the commands that talk to Redis load the client
-
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
-    try:
-        client.ping()
-    finally:
-        client.close()
-
-
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
            "db_option", "broker_option", "providers_option", "json_option", "width_option",
            "GLOBAL_OPTIONS", "forward_global_options", "import_options", "rate",
-           "fail_under_option", "gate_mode", "conclude", "finish", "ping_redis"]
+           "fail_under_option", "gate_mode", "conclude", "finish"]
