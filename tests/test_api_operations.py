@@ -215,3 +215,18 @@ def test_a_benchmark_with_a_bad_option_is_refused_before_it_runs(tmp_path, argum
     with pytest.raises(UsageError, match=message):
         bench.benchmark(str(catalog), ["sim/a"], **options)
     assert not (tmp_path / "out").exists(), "nothing ran, nothing written"
+
+
+# -- init ------------------------------------------------------------------------------------------
+
+
+def test_a_started_project_says_what_it_wrote_kept_and_what_to_run_next(tmp_path):
+    from evaljobs.cli.starter import CATALOG, start_project
+
+    (tmp_path / ".git").mkdir()  # the folder is a repository's root: the workflow goes beside the catalog
+    first = start_project(tmp_path / "evals")
+    assert {w.action for w in first.written} == {"wrote"} and len(first.written) == 4
+    assert first.next_commands[0] == f"evaljobs catalog check {(tmp_path / 'evals').as_posix()}/{CATALOG}"
+    again = start_project(tmp_path / "evals")
+    assert {w.action for w in again.written} == {"kept"}
+    assert [w.path for w in again.written] == [w.path for w in first.written]
