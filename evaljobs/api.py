@@ -34,7 +34,7 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, UsageError
+from evaljobs.errors import Interrupted, OptionError, UsageError
 from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
@@ -787,7 +787,7 @@ class Session:
         I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
         """
         if not Path(path).exists():
-            raise UsageError(f"catalog file '{path}' does not exist")
+            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
         imported = load_any(str(path), format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         require_for_catalog(imported.data, source=str(path))
@@ -922,7 +922,7 @@ class Session:
             provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise UsageError(f"cannot listen on {host}:{port}: {reason}") from None
+            raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
 
     @staticmethod
     def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:
@@ -937,8 +937,8 @@ class Session:
 
         url = config.Settings.from_env().governor_url or broker  # read now: a shell may have changed it
         if not url or not url.startswith(config.REDIS_SCHEMES):
-            raise UsageError("--broker: the governor's shared state lives in Redis: "
-                             "pass --broker redis://… or set EVALJOBS_BROKER_URL")
+            raise OptionError("the governor's shared state lives in Redis: "
+                              "pass --broker redis://… or set EVALJOBS_BROKER_URL", "--broker")
         ping_redis(url)
         governor = Governor(url)
         try:
@@ -995,7 +995,7 @@ class Session:
         from evaljobs.catalog.importers import dump_native
 
         if not Path(path).exists():
-            raise UsageError(f"catalog file '{path}' does not exist")
+            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
         imported = load_any(str(path), format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         for warning in imported.warnings:

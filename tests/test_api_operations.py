@@ -230,3 +230,34 @@ def test_a_started_project_says_what_it_wrote_kept_and_what_to_run_next(tmp_path
     again = start_project(tmp_path / "evals")
     assert {w.action for w in again.written} == {"kept"}
     assert [w.path for w in again.written] == [w.path for w in first.written]
+
+
+# -- the CLI's wording of an option the library refused --------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["worker", "--broker", "memory"],
+     "error: Invalid value for --broker: workers need a shared broker: --broker redis://host:port/db "
+     "(see `evaljobs worker --help`)"),
+    (["--broker", "redis://127.0.0.1:1/0", "worker", "--min", "1", "--processes", "2"],
+     "error: --processes does not apply to an elastic pool (--min/--max): its members are its threads, "
+     "from --min to --max; drop --processes, or drop --min/--max for a fixed worker "
+     "(see `evaljobs worker --help`)"),
+    (["catalog", "check", "nope.yaml"],
+     "error: Invalid value for PATH: catalog file 'nope.yaml' does not exist "
+     "(see `evaljobs catalog check --help`)"),
+])
+def test_an_option_the_library_refused_reads_as_clicks_own_refusals(tmp_path, monkeypatch, args, line):
+    from click.testing import CliRunner
+
+    from evaljobs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    assert (result.exit_code, result.output) == (2, line + "\n")
+
+
+def test_an_option_error_names_its_option_for_a_caller_of_the_library():
+    with pytest.raises(UsageError) as caught:
+        Session.work(broker="memory")
+    assert str(caught.value) == "--broker: workers need a shared broker: --broker redis://host:port/db"

@@ -16,7 +16,7 @@ from evaljobs.bench.engine import run_bench
 from evaljobs.bench.model import BenchResult, BenchSpec, parse_strategies, parse_widths
 from evaljobs.bench.render import render_table, write_outputs
 from evaljobs.config import REDIS_SCHEMES
-from evaljobs.errors import UsageError
+from evaljobs.errors import OptionError, UsageError
 
 
 @dataclass
@@ -64,7 +64,7 @@ def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: s
     """Check the options, run every (strategy, width) cell, and write the outputs to ``out``
     (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress."""
     if not Path(catalog).exists():
-        raise UsageError(f"catalog file '{catalog}' does not exist")
+        raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
     if broker.startswith(REDIS_SCHEMES):
         # start-up time: only a benchmark on Redis pings it
         from evaljobs.workers.launch import ping_redis

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Sequence
 from evaljobs import config
 from evaljobs.capacity import check_workers
 from evaljobs.config import REDIS_SCHEMES, child_environment
-from evaljobs.errors import UsageError
+from evaljobs.errors import OptionError
 from evaljobs.workers.serve import check_pool_arguments, configure_logging, run_pool
 
 #: A fixed worker's threads and processes when they are not given.
@@ -91,13 +91,13 @@ def work(*, broker: str, threads: int | None = None, processes: int | None = Non
     if elastic:
         for name, value in (("threads", threads), ("processes", processes)):
             if value is not None:
-                raise UsageError(f"--{name} does not apply to an elastic pool (--min/--max): its members "
-                                 f"are its threads, from --min to --max; drop --{name}, or drop "
-                                 f"--min/--max for a fixed worker")
+                raise OptionError(f"--{name} does not apply to an elastic pool (--min/--max): its members "
+                                  f"are its threads, from --min to --max; drop --{name}, or drop "
+                                  f"--min/--max for a fixed worker")
     if not broker.startswith(REDIS_SCHEMES):
-        raise UsageError("--broker: workers need a shared broker: --broker redis://host:port/db")
+        raise OptionError("workers need a shared broker: --broker redis://host:port/db", "--broker")
     if lane not in ("interactive", "bulk"):
-        raise UsageError(f"--lane: '{lane}' is not a lane: use interactive or bulk")
+        raise OptionError(f"'{lane}' is not a lane: use interactive or bulk", "--lane")
     # One line now, not a traceback from every worker process (nan passes click's FloatRange).
     config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)
     low = min if min is not None else 1
@@ -190,7 +190,7 @@ def _check_port(host: str, port: int, option: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise UsageError(f"{option}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise OptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", option) from None
 
 
 def host_middleware(given: Sequence[str]) -> str | None:
@@ -203,7 +203,7 @@ def host_middleware(given: Sequence[str]) -> str | None:
         try:
             load(reference)
         except MiddlewareError as exc:
-            raise UsageError(f"--middleware: {exc}") from None
+            raise OptionError(str(exc), "--middleware") from None
     joined = ",".join(refs) or None
     config.configure(config.settings(), middleware=joined)  # the in-process pool's brokers use them too
     return joined
