@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from evaljobs_middleware.context import ContextError, discover_providers
 
@@ -33,7 +34,7 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, UsageError
+from evaljobs.errors import Interrupted, OptionError, UsageError
 from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
@@ -786,7 +787,7 @@ class Session:
         I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
         """
         if not Path(path).exists():
-            raise UsageError(f"catalog file '{path}' does not exist")
+            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
         imported = load_any(str(path), format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         require_for_catalog(imported.data, source=str(path))
@@ -831,8 +832,17 @@ class Session:
             close_clients()
         return ProviderCheck(probes=probes, notes=notes)
 
-    def clear_cache(self, older_than: float | None = None) -> int:
-        """Delete cached provider answers (all, or those written more than ``older_than`` seconds ago)."""
+    def clear_cache(self, older_than: float | str | None = None) -> int:
+        """Delete cached provider answers (all, or those written more than ``older_than`` ago).
+
+        ``older_than``: seconds, or an age as ``evaljobs cache clear --older-than`` takes it
+        (``90``, ``30m``, ``12h``, ``7d``); a bad one is a one-line ``UsageError``.
+        """
+        if isinstance(older_than, str):
+            # start-up time: only `cache clear --older-than` parses an age
+            from evaljobs.providers import parse_duration
+
+            older_than = parse_duration(older_than, what="--older-than")
         return store.cache_clear(older_than)
 
     def status(self, *, queues: Sequence[str] = (), window: float | None = None) -> Any:
@@ -845,6 +855,165 @@ class Session:
         from evaljobs.workers.status import collect
 
         return collect(self.broker_url if self._host_broker is None else None, queues=queues, window=window)
+
+    # -- operations: workers, servers, the schema, providers and catalogs (the CLI's other commands) --
+    # Static methods: each opens what it needs (a worker or a viewer is not a session of its own).
+
+    @staticmethod
+    def work(*, broker: str, threads: int | None = None, processes: int | None = None,
+             min: int | None = None, max: int | None = None, idle_seconds: float = 30.0, lane: str = "bulk",
+             queues: Sequence[str] = (), recover_every: float = 0.0, db: str | None = None,
+             providers: str | None = None, middleware: Sequence[str] = (), verbose: bool = False,
+             metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
+             health_port: int | None = None, log_format: str = "text") -> dict[str, Any]:
+        """Serve Dramatiq workers on ``broker`` (Redis) until stopped (``evaljobs worker``).
+
+        Everything is checked first, each problem one line (a ``UsageError``): options a pool would
+        ignore, the broker and lane, sizes the machine cannot start, taken ports, host middleware,
+        a broker that does not answer. With ``min``/``max`` an elastic pool is served in this
+        process and its final state returned; otherwise this process becomes ``processes`` Dramatiq
+        processes of ``threads`` threads (``exec``: a supervisor's signals reach them) and never returns.
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.workers.launch import Serving, work
+
+        return work(broker=broker, threads=threads, processes=processes, min=min, max=max,
+                    idle_seconds=idle_seconds, lane=lane, queues=queues, recover_every=recover_every, db=db,
+                    providers=providers, middleware=middleware, verbose=verbose,
+                    serving=Serving(metrics_port, metrics_host, health_port, log_format))
+
+    @staticmethod
+    def serve_pool(*, min: int = 1, max: int = 16, idle_seconds: float = 30.0, lane: str = "bulk",
+                   broker: str | None = None, db: str | None = None, queues: Sequence[str] = (),
+                   providers: str | None = None, recover_every: float = 0.0, metrics_port: int | None = None,
+                   metrics_host: str = "127.0.0.1", health_port: int | None = None,
+                   log_format: str = "text") -> dict[str, Any]:
+        """Serve an elastic pool with its logs, metrics and probes until SIGTERM/SIGINT (``evaljobs pool``).
+
+        The arguments are checked before anything is contacted; returns the pool's final state.
+        :meth:`pool` serves one on this session's broker, for a host that holds a session.
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.workers.launch import Serving, serve_pool
+
+        return serve_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
+                          queues=queues, providers=providers, recover_every=recover_every,
+                          serving=Serving(metrics_port, metrics_host, health_port, log_format))
+
+    @staticmethod
+    def serve_simulated_provider(*, host: str = "127.0.0.1", port: int = 8765, latency: float = 0.2,
+                                 jitter: float = 0.0, max_concurrent: int | None = None,
+                                 rpm: int | None = None, error_rate: float = 0.0, batch_delay: float = 0.0,
+                                 batch_window: float | None = None,
+                                 on_ready: Callable[[str], None] | None = None) -> None:
+        """Serve the simulated provider until Ctrl-C or SIGTERM (``evaljobs mock-provider``).
+
+        ``on_ready(url)`` is told its address once it listens; a port in use is one ``UsageError``.
+        """
+        import os  # only for the reason a port cannot be bound
+
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.simulated import SimulatedProvider
+
+        provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
+                                     max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate,
+                                     batch_delay=batch_delay, batch_window=batch_window)
+        try:
+            provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
+
+    @staticmethod
+    def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:
+        """The provider governor's shared budgets, one row each (``evaljobs governor``).
+
+        Read from the governor's Redis (``EVALJOBS_GOVERNOR_URL``, else ``broker``): without one, or
+        when it does not answer, one line (never a silent empty local governor).
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.governor import Governor
+        from evaljobs.workers.launch import ping_redis
+
+        url = config.Settings.from_env().governor_url or broker  # read now: a shell may have changed it
+        if not url or not url.startswith(config.REDIS_SCHEMES):
+            raise OptionError("the governor's shared state lives in Redis: "
+                              "pass --broker redis://… or set EVALJOBS_BROKER_URL", "--broker")
+        ping_redis(url)
+        governor = Governor(url)
+        try:
+            return governor.stats()
+        finally:
+            governor.close()
+
+    @staticmethod
+    def upgrade_schema(db: str | None = None, *,
+                       stage: "Callable[[str], ContextManager[Any]] | None" = None) -> list[str]:
+        """Create or upgrade the database's schema (``evaljobs db upgrade``): the changes made, if any.
+
+        ``stage(label)`` wraps the work, its label naming the database with its password masked: an
+        upgrade may wait on a lock or a long ALTER, and a command silent for a minute looks hung.
+        """
+        label = f"db upgrade: {redact(db or config.settings().database_url or store.DEFAULT_URL)}"
+        with stage(label) if stage is not None else nullcontext():
+            store.connect(db)
+            return store.upgrade()
+
+    @staticmethod
+    def list_providers(providers: str | None = None) -> "ProviderList":
+        """Every provider, preset or from ``providers`` (``evaljobs providers list``): configuration
+        only, never a key (only whether its variable is set)."""
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.providers import describe
+
+        config_ = runtime.providers(providers)
+        return ProviderList(rows=describe(config_), source=str(config_.source))
+
+    @staticmethod
+    def catalog_schema() -> str:
+        """The catalog JSON Schema (``evaljobs catalog schema``), for editors."""
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.catalog.schema import catalog_schema_json
+
+        return catalog_schema_json()
+
+    @staticmethod
+    def convert_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
+                        include_production_only: bool = False, lenient: bool = False,
+                        grader: str | None = None, fields: Sequence[str] | dict[str, str] | None = None,
+                        on_warning: Callable[[str], None] | None = None,
+                        stage: "Callable[[str, int], ContextManager[Any]] | None" = None,
+                        ) -> "ConvertedCatalog":
+        """An imported catalog as native YAML (``evaljobs catalog convert``), checked first: a catalog
+        that would not load is never written.
+
+        ``on_warning`` is told what the import left out as soon as it is read; ``stage(label,
+        scenarios)`` wraps the check and the writing (a 20,000-sample file takes about a minute).
+        """
+        # start-up time: `evaljobs run` needs none of it
+        from evaljobs.catalog import parse_catalog
+        from evaljobs.catalog.importers import dump_native
+
+        if not Path(path).exists():
+            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
+        imported = load_any(str(path), format=format, include_production_only=include_production_only,
+                            lenient=lenient, grader=grader, fields=fields)
+        for warning in imported.warnings:
+            if on_warning is not None:
+                on_warning(warning)
+        config_ = runtime.providers(providers)
+        count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
+                                                                for g in imported.data.get("groups") or [])
+
+        def step(label: str) -> "ContextManager[Any]":
+            return stage(label, count) if stage is not None else nullcontext()
+
+        with step(f"convert: checking {count} scenarios from {imported.format}"):
+            parse_catalog(imported.data, source=str(path), providers=config_)
+        with step(f"convert: writing {count} scenarios as YAML"):
+            text = dump_native(imported.data)
+        return ConvertedCatalog(text=text, scenarios=count, format=imported.format,
+                                excluded=imported.excluded)
 
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
@@ -924,6 +1093,24 @@ class ProviderCheck:
             n = len(self.probes)
             return Verdict.failed(f"{len(self.failed)} of {n} model{'s' if n != 1 else ''} failed")
         return Verdict(True)
+
+
+@dataclass
+class ProviderList:
+    """What :meth:`Session.list_providers` found: one row per provider, and the file they came from."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
+
+
+@dataclass
+class ConvertedCatalog:
+    """What :meth:`Session.convert_catalog` made: the native YAML, and what it was converted from."""
+
+    text: str
+    scenarios: int
+    format: str
+    excluded: int = 0
 
 
 @dataclass
@@ -1017,5 +1204,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Session", "Selection", "Recovery", "CatalogCheck", "ProviderCheck", "RunDetail", "Cancellation",
-           "RenderedReport", "DemoRun", "Verdict", "UsageError", "CatalogError", "capture_context",
-           "rerun_selection", "render_run", "run_pool", "REPORT_FORMATS", "DEMO_MODELS"]
+           "RenderedReport", "DemoRun", "ProviderList", "ConvertedCatalog", "Verdict", "UsageError",
+           "CatalogError", "capture_context", "rerun_selection", "render_run", "run_pool", "REPORT_FORMATS",
+           "DEMO_MODELS"]

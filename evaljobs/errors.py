@@ -30,6 +30,21 @@ class UsageError(EvaljobsError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class OptionError(UsageError):
+    """A value given to one of a command's options (or arguments) that cannot be used (exit 2).
+
+    ``str()`` names the option (``--broker: workers need a shared broker: …``) for a caller of the
+    library; the CLI words it as click words a value it refuses itself (``Invalid value for
+    --broker: … (see `evaljobs worker --help`)``) from ``option`` and ``reason``, so a check moved
+    from a command into the library reads as it did.
+    """
+
+    def __init__(self, reason: str, option: str | None = None) -> None:
+        super().__init__(f"{option}: {reason}" if option else reason)
+        self.reason = reason
+        self.option = option
+
+
 class ConfigurationError(UsageError):
     """A setting (flag, environment variable, file) that is present but unusable."""
 
@@ -73,5 +88,5 @@ def suggest(value: object, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-__all__ = ["EvaljobsError", "UsageError", "ConfigurationError", "ServiceUnavailable", "EXIT_OK",
-           "EXIT_FAILED", "EXIT_USAGE", "one_line", "user_line", "user_lines", "suggest"]
+__all__ = ["EvaljobsError", "UsageError", "OptionError", "ConfigurationError", "ServiceUnavailable",
+           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "one_line", "user_line", "user_lines", "suggest"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
                                        synthetic_catalog_text)
     from evaljobs.bench.epochs import measure_epochs
     from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
+    from evaljobs.bench.options import BenchRun, benchmark, parse_simulate, parse_worker_env
     from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, QUEUED,
                                       STRATEGIES, BenchError, BenchResult, BenchSpec, Cell, Knee, Measurement,
                                       Recommendation, effective_width, ideal_wall, parse_strategies,
@@ -72,6 +73,7 @@ _EXPORTS = {
         ("run_bench", "measure_enqueue", "synthetic_catalog_text", "WorkerGroup", "environment"), "engine"
     ),
     "measure_epochs": "epochs",
+    **dict.fromkeys(("BenchRun", "benchmark", "parse_simulate", "parse_worker_env"), "options"),
 }
 
 
@@ -87,4 +89,5 @@ __all__ = ["environment", "BenchSpec", "Measurement", "Cell", "Knee", "Recommend
            "ideal_wall", "summarize", "find_knee", "recommend", "render_table", "render_csv",
            "render_markdown", "plot", "write_outputs", "load_result", "run_bench", "measure_enqueue",
            "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter", "host_cpu",
-           "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT"]
+           "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT",
+           "BenchRun", "benchmark", "parse_simulate", "parse_worker_env"]

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from evaljobs.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, user_line, user_lines
+from evaljobs.errors import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, OptionError, user_line,
+                             user_lines)
 
 #: A failed gate (--fail-under, --fail-on-regression): the work ran and is not good enough.
 EXIT_GATE = EXIT_FAILED
@@ -35,13 +36,15 @@ def message(exc: BaseException | str) -> str:
     return user_line(exc, _LINE_LIMIT)
 
 
-def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
+def exit_for(exc: BaseException, command: str | None = None) -> tuple[list[str], int] | None:
     """The stderr lines and exit code for an error a user can cause, or None for a bug (re-raised).
 
     The one mapping of the CLI: click's usage errors and the evaljobs family
     (its ``exit_code``), a catalog's problems one line each, the host-context
     middleware's refusals (``evaljobs_middleware`` imports nothing from evaljobs,
-    so its errors are not in the family) and a server that cannot be reached.
+    so its errors are not in the family) and a server that cannot be reached. An option the
+    library refused (:class:`~evaljobs.errors.OptionError`) reads as click's own refusals do,
+    pointing at ``command``'s help (the command as typed, ``evaljobs catalog check``).
     """
     if isinstance(exc, click.UsageError):
         names: list[str] = []
@@ -51,6 +54,9 @@ def exit_for(exc: BaseException) -> tuple[list[str], int] | None:
             ctx = ctx.parent
         command = " ".join(["evaljobs", *names])  # `evaljobs providers check`, not `evaljobs check`
         return [f"error: {message(exc.format_message())} (see `{command} --help`)"], EXIT_USAGE
+    if isinstance(exc, OptionError) and command:
+        text = f"Invalid value for {exc.option}: {exc.reason}" if exc.option else exc.reason
+        return [f"error: {message(text)} (see `{command} --help`)"], exc.exit_code
     if isinstance(exc, EvaljobsError):
         # a CatalogError: every problem, one line each
         return [f"error: {line}" for line in user_lines(exc, _LINE_LIMIT)], exc.exit_code
@@ -83,12 +89,19 @@ def _is_connection_error(exc: BaseException) -> bool:
 
 
 @contextmanager
-def one_line_errors(ctx: click.Context) -> Iterator[None]:
-    """Turn an error a user can cause into its line(s) on stderr and its exit code."""
+def one_line_errors(ctx: click.Context, typed: list[str] | None = None) -> Iterator[None]:
+    """Turn an error a user can cause into its line(s) on stderr and its exit code.
+
+    ``typed``: the arguments the command line was given, to name the command an option error
+    points at (its context is gone by the time its error reaches here).
+    """
     try:
         yield
     except Exception as exc:  # noqa: BLE001 - exit_for decides; anything else is a bug and re-raised
-        mapped = exit_for(exc)
+        command = None
+        if isinstance(exc, OptionError) and isinstance(ctx.command, click.Group):
+            command = " ".join(["evaljobs", *command_path(ctx.command, typed or [])])
+        mapped = exit_for(exc, command)
         if mapped is None:
             raise
         lines, code = mapped
@@ -125,15 +138,7 @@ def forward_global_options(group: click.Group, args: list[str]) -> list[str]:
         moved.append((name, value))
     if not moved:
         return rest
-    command: click.Command = group
-    path: list[str] = []
-    for token in rest:
-        if not isinstance(command, click.Group) or token.startswith("-"):
-            break
-        found = command.commands.get(token)
-        if found is None:
-            break
-        command, path = found, path + [token]
+    path, command = _walk(group, rest)
     if isinstance(command, click.Group):  # no subcommand (`evaljobs --db X --help`): nothing to give it to
         return rest
     takes = {opt for p in command.params for opt in getattr(p, "opts", ())}
@@ -146,6 +151,25 @@ def forward_global_options(group: click.Group, args: list[str]) -> list[str]:
     return rest
 
 
+def command_path(group: click.Group, args: list[str]) -> list[str]:
+    """The (sub)command names ``args`` start with: ``["catalog", "check"]`` for
+    ``catalog check x.yaml --json``."""
+    return _walk(group, args)[0]
+
+
+def _walk(group: click.Group, args: list[str]) -> tuple[list[str], click.Command]:
+    command: click.Command = group
+    path: list[str] = []
+    for token in args:
+        if not isinstance(command, click.Group) or token.startswith("-"):
+            break
+        found = command.commands.get(token)
+        if found is None:
+            break
+        command, path = found, path + [token]
+    return path, command
+
+
 class Group(click.Group):
     """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`; global options forwarded."""
 
@@ -154,6 +178,7 @@ class Group(click.Group):
         argv = list(sys.argv[1:] if args is None else args)
         try:
             argv = forward_global_options(self, argv)
+            self.typed = argv
         except click.UsageError as exc:
             if not standalone_mode:
                 raise
@@ -161,8 +186,11 @@ class Group(click.Group):
             sys.exit(EXIT_USAGE)
         return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
 
+    #: The arguments of the command line being run (after the global options were forwarded).
+    typed: list[str] = []
+
     def invoke(self, ctx: click.Context) -> Any:
-        with one_line_errors(ctx):
+        with one_line_errors(ctx, self.typed):
             return super().invoke(ctx)
 
 
@@ -315,18 +343,7 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False, followe
     conclude(info.gate(threshold, gate_mode()))
 
 
-def ping_redis(url: str) -> None:
-    """Fail now, in one line, when the Redis at ``url`` does not answer (rather than retrying forever)."""
-    import redis  # start-up time: only the commands that talk to Redis load the client
-
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
-    try:
-        client.ping()
-    finally:
-        client.close()
-
-
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
            "db_option", "broker_option", "providers_option", "json_option", "width_option",
-           "GLOBAL_OPTIONS", "forward_global_options", "import_options", "rate",
-           "fail_under_option", "gate_mode", "conclude", "finish", "ping_redis"]
+           "GLOBAL_OPTIONS", "forward_global_options", "command_path", "import_options", "rate",
+           "fail_under_option", "gate_mode", "conclude", "finish"]

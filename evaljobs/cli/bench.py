@@ -1,45 +1,15 @@
 """``evaljobs bench``: run a catalog per (strategy, width) and say which shape and width to use.
 
-A thin shell over :func:`evaljobs.bench.run_bench`; its errors (one line, exit
-2) are mapped in :mod:`evaljobs.cli._options`. The engine is imported inside
-the command: it loads the whole pipeline (start-up time of ``evaljobs --help``).
+A thin shell over :func:`evaljobs.bench.benchmark` (the benchmark drives sessions of its own, so
+it sits above :class:`~evaljobs.api.Session`, beside the CLI); its errors (one line, exit 2) are
+mapped in :mod:`evaljobs.cli._options`. The package's face loads lazily: the defaults cost nothing,
+the engine (the whole pipeline) loads inside the command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
 
-from datetime import datetime
-from pathlib import Path
-
 import click
 
-from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, STRATEGIES, BenchSpec,
-                                  parse_strategies, parse_widths)
-from evaljobs.cli._options import ping_redis
-from evaljobs.config import REDIS_SCHEMES
-from evaljobs.errors import UsageError
-
-
-def _simulate(text: str | None) -> dict | None:
-    if text is None:
-        return None
-    from evaljobs.simulated import parse_simulate_options  # start-up time (module docstring)
-
-    try:
-        options = parse_simulate_options(text)
-    except ValueError as exc:
-        raise UsageError(f"--simulate: {exc}") from None
-    for key in ("host", "port"):
-        options.pop(key, None)  # one provider on a free loopback port, whatever was asked
-    return options
-
-
-def _worker_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--worker-env {item!r} is not NAME=VALUE")
-        env[key.strip()] = value
-    return env
+from evaljobs.bench import DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, STRATEGIES
 
 
 @click.command("bench")
@@ -78,24 +48,19 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     recommended default width and the knee where adding width stops helping.
     Without --simulate the runs go to the models' real provider (and cost money).
     """
-    if not Path(catalog).exists():
-        raise click.BadParameter(f"catalog file '{catalog}' does not exist", param_hint="CATALOG")
-    from evaljobs.bench.engine import run_bench  # start-up time (see the module docstring)
-    from evaljobs.bench.render import render_table, write_outputs
+    from evaljobs.bench import benchmark  # start-up time (see the module docstring)
 
-    if broker.startswith(REDIS_SCHEMES):
-        ping_redis(broker)  # one line now, rather than a worker process failing to start
-    spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
-                     widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,
-                     simulate=_simulate(simulate), providers=providers, processes=processes,
-                     cell_timeout=cell_timeout, worker_env=_worker_env(worker_env), governor=governor,
-                     out=out or str(Path(".evaljobs") / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")))
-    result = run_bench(spec, echo=lambda line: click.echo(line, err=True))
-    click.echo(render_table(result))
-    paths = write_outputs(result, Path(spec.out))
+    done = benchmark(catalog, models, strategies=strategies, widths=widths, repeat=repeat, broker=broker, db=db,
+                     simulate=simulate, out=out, processes=processes, cell_timeout=cell_timeout,
+                     worker_env=worker_env, governor=governor, providers=providers,
+                     echo=lambda line: click.echo(line, err=True))
+    click.echo(done.table)
+    paths = done.paths
     click.echo(f"\nwrote {paths['json']}, {paths['csv']} and {paths['md']}", err=True)
     if paths["png"] is not None:
         click.echo(f"wrote {paths['png']}", err=True)
     else:
         click.echo("no plot: matplotlib is not installed (pip install 'evaljobs[plot]')", err=True)
 
+
+__all__ = ["bench"]

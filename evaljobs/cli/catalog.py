@@ -25,25 +25,12 @@ def catalog() -> None:
     """Catalog tools."""
 
 
-def _read_catalog(path, providers, catalog_format, include_production_only, lenient, grader=None, fields=()):
-    from evaljobs.catalog.importers import load_any  # start-up time (see the module docstring)
-    from evaljobs.pipeline import runtime
-
-    if not Path(path).exists():
-        raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
-    imported = load_any(path, format=catalog_format, include_production_only=include_production_only,
-                        lenient=lenient, grader=grader, fields=fields)
-    for warning in imported.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    return imported, runtime.providers(providers)
-
-
 @catalog.command("schema")
 def catalog_schema() -> None:
     """Print the catalog JSON Schema (for editors: evaljobs catalog schema > catalog.schema.json)."""
-    from evaljobs.catalog.schema import catalog_schema_json
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    click.echo(catalog_schema_json(), nl=False)
+    click.echo(Session.catalog_schema(), nl=False)
 
 
 @catalog.command("check")
@@ -56,8 +43,6 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    if not Path(path).exists():
-        raise click.BadParameter(f"catalog file '{path}' does not exist", param_hint="PATH")
     checked = Session.check_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
                                     include_production_only=include_production_only, grader=grader,
                                     fields=fields)
@@ -88,28 +73,28 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
 def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, fields,
                     providers) -> None:
     """Convert an ActiveAgent, promptfoo, OpenAI evals registry file or JSONL samples to the native YAML format."""
-    from evaljobs.catalog import parse_catalog  # start-up time
-    from evaljobs.catalog.importers import dump_native
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    imported, config = _read_catalog(
-        path, providers, catalog_format, include_production_only, lenient, grader, fields
-    )
-    count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
-                                                            for g in imported.data.get("groups") or [])
-    show = stage if count >= LARGE_CATALOG else quiet_stage  # on stderr: stdout may be the YAML itself
-    with show(f"convert: checking {count} scenarios from {imported.format}"):
-        parse_catalog(imported.data, source=path, providers=config)  # never write a catalog that would not load
-    with show(f"convert: writing {count} scenarios as YAML"):
-        text = dump_native(imported.data)
+    def show(text: str, scenarios: int):  # on stderr: stdout may be the YAML itself
+        return (stage if scenarios >= LARGE_CATALOG else quiet_stage)(text)
+
+    converted = Session.convert_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
+                                        include_production_only=include_production_only, grader=grader,
+                                        fields=fields, on_warning=_warn, stage=show)
+    text, count = converted.text, converted.scenarios
     if output:
         Path(output).write_text(text, encoding="utf-8")
         click.echo(
-            f"wrote {output}: {count} scenarios from {imported.format}"
-            + (f" ({imported.excluded} production_only left out)" if imported.excluded else ""),
+            f"wrote {output}: {count} scenarios from {converted.format}"
+            + (f" ({converted.excluded} production_only left out)" if converted.excluded else ""),
             err=True,
         )
     else:
         click.echo(text, nl=False)
+
+
+def _warn(warning: str) -> None:
+    click.echo(f"warning: {warning}", err=True)
 
 
 __all__ = ["LARGE_CATALOG", "catalog"]

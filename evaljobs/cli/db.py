@@ -1,6 +1,7 @@
 """``evaljobs db upgrade``: create or upgrade the schema.
 
-The store is imported inside the command (start-up time of ``evaljobs --help``).
+A thin shell over :meth:`evaljobs.api.Session.upgrade_schema`, imported inside the command
+(start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
 
@@ -22,14 +23,9 @@ def db() -> None:
 @db_option
 def db_upgrade(as_json, db) -> None:
     """Create or upgrade the schema (says on stderr which database, and how long it took)."""
-    from evaljobs import store  # start-up time (see the module docstring)
-    from evaljobs.config import settings
-    from evaljobs.redact import redact
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    # An upgrade may wait on a lock or a long ALTER: name the database and show the clock meanwhile.
-    with stage(f"db upgrade: {redact(db or settings().database_url or store.DEFAULT_URL)}"):
-        store.connect(db)
-        done = store.upgrade()
+    done = Session.upgrade_schema(db, stage=stage)
     if as_json:
         click.echo(json.dumps({"changes": done}))
         return

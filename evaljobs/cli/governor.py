@@ -1,16 +1,13 @@
 """``evaljobs governor``: the provider governor's shared budgets, read from its Redis.
 
-The governor and the Redis client are imported inside the command (start-up time
-of ``evaljobs --help``).
+A thin shell over :meth:`evaljobs.api.Session.governor_budgets`, imported inside the command
+(start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
 
 import json
 
 import click
-
-from evaljobs.cli._options import ping_redis
-from evaljobs.config import REDIS_SCHEMES, Settings
 
 
 @click.command()
@@ -20,18 +17,9 @@ from evaljobs.config import REDIS_SCHEMES, Settings
                    "another).")
 def governor(as_json, broker) -> None:
     """Show the provider governor: per deployment budget, limit, in flight, waiting, admitted, 429s, waits."""
-    from evaljobs.governor import Governor  # start-up time (see the module docstring)
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    url = Settings.from_env().governor_url or broker  # read now: a test or a shell may have changed it
-    if not url or not url.startswith(REDIS_SCHEMES):
-        raise click.BadParameter("the governor's shared state lives in Redis: pass --broker redis://… "
-                                 "or set EVALJOBS_BROKER_URL", param_hint="--broker")
-    ping_redis(url)  # one line now, rather than a silent fallback to an empty local governor
-    gov = Governor(url)
-    try:
-        rows = gov.stats()
-    finally:
-        gov.close()
+    rows = Session.governor_budgets(broker)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -1,4 +1,8 @@
-"""``evaljobs init [DIR]``: a starter catalog, its schema, providers.yaml and a CI workflow."""
+"""``evaljobs init [DIR]``: a starter catalog, its schema, providers.yaml and a CI workflow.
+
+One call to :func:`evaljobs.cli.starter.start_project` (``init``'s templates and their loader),
+then printing what it did.
+"""
 from __future__ import annotations
 
 import click
@@ -17,14 +21,14 @@ def init(directory: str, force: bool, repo_root: str | None) -> None:
     way it is installed here. Never overwrites a file unless --force; prints what it wrote and the
     next three commands.
     """
-    from evaljobs.cli.starter import init_project, next_commands, notes
+    from evaljobs.cli.starter import start_project  # start-up time: the catalog schema and the templates
 
-    written = init_project(directory, force=force, repo_root=repo_root)
-    for item in written:
+    started = start_project(directory, force=force, repo_root=repo_root)
+    for item in started.written:
         note = "  (exists: kept; --force overwrites)" if item.action == "kept" else ""
         click.echo(f"{item.action:<9} {click.format_filename(str(item.path))}{note}")
-    for line in notes(directory, repo_root):
+    for line in started.notes:
         click.echo(f"note: {line}")
     click.echo("\nnext:")
-    for command in next_commands(directory):
+    for command in started.next_commands:
         click.echo(f"  {command}")

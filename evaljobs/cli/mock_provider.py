@@ -1,10 +1,9 @@
 """``evaljobs mock-provider``: serve the simulated provider (for demos, tests and benchmarks).
 
-The provider code is imported inside the command (start-up time of ``evaljobs --help``).
+A thin shell over :meth:`evaljobs.api.Session.serve_simulated_provider`, imported inside the
+command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
-
-import os
 
 import click
 
@@ -40,17 +39,13 @@ def mock_provider(
     host, port, latency, jitter, max_concurrent, rpm, error_rate, batch_delay, batch_window
 ) -> None:
     """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
-    from evaljobs.simulated import SimulatedProvider  # start-up time (see the module docstring)
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
-                                 max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate,
-                                 batch_delay=batch_delay, batch_window=batch_window)
-    try:
-        provider.serve_forever(on_ready=lambda p: click.echo(
-            f"simulated provider on {p.url}  (export EVALJOBS_SIM_URL={p.url}); Ctrl-C stops", err=True))
-    except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise click.UsageError(f"cannot listen on {host}:{port}: {reason}") from None
+    Session.serve_simulated_provider(
+        host=host, port=port, latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
+        error_rate=error_rate, batch_delay=batch_delay, batch_window=batch_window,
+        on_ready=lambda url: click.echo(
+            f"simulated provider on {url}  (export EVALJOBS_SIM_URL={url}); Ctrl-C stops", err=True))
 
 
 __all__ = ["mock_provider"]

@@ -57,14 +57,13 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
 def status(as_json, queues, window, db, broker) -> None:
     """Active runs with progress, queue depths, workers seen recently, governor budgets and pools."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.workers.status import render
 
     with Session(db=db, broker=broker) as session:
         info = session.status(queues=queues, window=window)
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
-        click.echo(render(info), nl=False)
+        click.echo(info.render(), nl=False)
     # what it could read is shown above; a monitoring script must still see an outage
     conclude(info.verdict())
 
@@ -183,11 +182,9 @@ def cache() -> None:
 def cache_clear(older_than, as_json, db) -> None:
     """Delete cached provider answers (all of them, or those older than --older-than)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
-    from evaljobs.providers import parse_duration
 
-    age = parse_duration(older_than, what="--older-than") if older_than is not None else None
     with Session(db=db) as session:
-        removed = session.clear_cache(age)
+        removed = session.clear_cache(older_than)
     if as_json:
         click.echo(json.dumps({"removed": removed, "older_than": older_than}))
         return

@@ -25,30 +25,10 @@ def providers_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per provider instead of a table.")
 def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
-    from evaljobs.catalog.modelspec import load_providers  # start-up time of `evaljobs --help`
-    from evaljobs.config import secret
-    from evaljobs.providers import provider_problems
+    from evaljobs.api import Session  # start-up time of `evaljobs --help`
 
-    config = load_providers(providers)
-    rows = []
-    for name in config.names:
-        entry = config.get(name)
-        key = "-" if not entry.api_key_env else ("set" if secret(entry.api_key_env) else "missing")
-        problems = provider_problems(entry, source=config.source)
-        rows.append(
-            {
-                "name": name,
-                "api": entry.api,
-                "base_url": entry.base_url or ("(in-process)" if name == "sim" else "(not set)"),
-                "api_key_env": entry.api_key_env,
-                "key": key,
-                "stream": entry.stream,
-                "prices": len(entry.prices),
-                "checked": entry.checked,
-                "origin": "preset" if entry.origin == "preset" else "file",
-                "ready": not problems,
-            }
-        )
+    listed = Session.list_providers(providers)
+    rows = listed.rows
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -60,7 +40,7 @@ def providers_list(providers, as_json) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    click.echo(f"\nproviders: {config.source}", err=True)
+    click.echo(f"\nproviders: {listed.source}", err=True)
 
 
 @providers_group.command("check")

@@ -1,4 +1,4 @@
-"""``evaljobs init``: a starter project in one command.
+"""``evaljobs init``: a starter project in one call (:func:`start_project`).
 
 Writes a commented starter catalog (a plain scenario, one with a tool, one with an
 LLM-judge rubric, scripted for the simulated provider so ``sim/smart`` passes and
@@ -15,6 +15,9 @@ evaljobs`` from an index where evaljobs is not published.
 It never overwrites a file unless asked (``force``): an existing file is reported
 and left alone, so running ``init`` twice, or in a project that already has a
 ``catalog.yaml``, loses nothing.
+
+The templates are package data (``evaljobs/data/init/``, read through :mod:`evaljobs.resources`);
+this module is ``init``'s loader of them, in the CLI because nothing but ``init`` uses it.
 """
 from __future__ import annotations
 
@@ -41,6 +44,15 @@ class Written:
 
     path: Path
     action: str
+
+
+@dataclass(frozen=True)
+class StartedProject:
+    """What :func:`start_project` did: each file considered, what the user must know, what to run next."""
+
+    written: list[Written]
+    notes: list[str]
+    next_commands: list[str]
 
 
 @dataclass(frozen=True)
@@ -192,6 +204,15 @@ def init_project(directory: str | os.PathLike = ".", *, force: bool = False,
     return out
 
 
+def start_project(directory: str | os.PathLike = ".", *, force: bool = False,
+                  repo_root: str | os.PathLike | None = None) -> StartedProject:
+    """:func:`init_project`, with the :func:`notes` on where the workflow went and the
+    :func:`next_commands` (paths as the user typed the folder): everything ``evaljobs init`` prints."""
+    written = init_project(directory, force=force, repo_root=repo_root)
+    return StartedProject(written=written, notes=notes(directory, repo_root),
+                          next_commands=next_commands(directory))
+
+
 def notes(directory: str | os.PathLike = ".", repo_root: str | os.PathLike | None = None) -> list[str]:
     """What the user must know about the workflow ``init`` wrote (where it went, how it installs)."""
     target = Path(directory).resolve()
@@ -239,5 +260,6 @@ def next_commands(directory: str | os.PathLike = ".") -> list[str]:
             f"--providers {prefix}{PROVIDERS} --fail-under 90%")]
 
 
-__all__ = ["CATALOG", "PROVIDERS", "SCHEMA", "WORKFLOW", "Requirement", "Written", "init_project",
+__all__ = ["CATALOG", "PROVIDERS", "SCHEMA", "WORKFLOW", "Requirement", "StartedProject", "Written",
+           "init_project", "start_project",
            "install_requirement", "next_commands", "notes", "repository_root", "starter_files"]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.providers.completion import Completion, RequestedToolCall
     from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
                                            TransientError, is_retryable, parse_retry_after)
-    from evaljobs.providers.preflight import (ProviderProblems, probe, probe_models, problems,
+    from evaljobs.providers.preflight import (ProviderProblems, describe, probe, probe_models, problems,
                                               provider_problems)
     from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
 
@@ -66,6 +66,7 @@ _EXPORTS = {
     "is_retryable": "errors",
     "parse_retry_after": "errors",
     "ProviderProblems": "preflight",
+    "describe": "preflight",
     "probe": "preflight",
     "probe_models": "preflight",
     "problems": "preflight",
@@ -79,7 +80,8 @@ __all__ = ["BatchingClient", "BatchRequest", "base_url_for", "batches", "current
            "ChatClient", "Completion",
            "PermanentError", "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited",
            "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline",
-           "default_ttl", "for_epoch", "get_client", "is_retryable", "parse_duration", "parse_retry_after",
+           "default_ttl", "describe", "for_epoch", "get_client", "is_retryable", "parse_duration",
+           "parse_retry_after",
            "probe", "probe_models", "problems", "provider_problems"]
 
 

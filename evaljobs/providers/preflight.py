@@ -117,6 +117,28 @@ def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None 
     return out
 
 
+def describe(providers: ProvidersConfig) -> list[dict]:
+    """One row per provider (``evaljobs providers list``): wire format, base URL, key variable and
+    whether it is set (never the key), streaming, prices, origin and whether it is ready to call."""
+    rows = []
+    for name in providers.names:
+        entry = providers.get(name)
+        key = "-" if not entry.api_key_env else ("set" if secret(entry.api_key_env) else "missing")
+        rows.append({
+            "name": name,
+            "api": entry.api,
+            "base_url": entry.base_url or ("(in-process)" if name == "sim" else "(not set)"),
+            "api_key_env": entry.api_key_env,
+            "key": key,
+            "stream": entry.stream,
+            "prices": len(entry.prices),
+            "checked": entry.checked,
+            "origin": "preset" if entry.origin == "preset" else "file",
+            "ready": not provider_problems(entry, source=providers.source),
+        })
+    return rows
+
+
 def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be a provider's base URL (None when it can)."""
     try:

@@ -2,14 +2,26 @@
 
 Importing this package imports no web stack; :func:`serve` and
 :func:`evaljobs.view.app.create_app` do (the ``view`` extra: Starlette, uvicorn, Jinja2).
+
+The viewer is a shell over the store, beside the CLI: ``evaljobs view`` is one call to
+:func:`serve_viewer` (or :func:`export_bundle` for ``--export``), which checks every setting and
+reaches the servers in order — a missing extra, an unsafe bind, a SQLite file that does not exist
+(the viewer creates none), an unreachable database or broker, each one line before a port is bound.
 """
 from __future__ import annotations
 
+import logging
 import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 from urllib.parse import quote
 
+from evaljobs.config import settings
 from evaljobs.errors import UsageError
 from evaljobs.view.config import ViewConfig, is_loopback
+
+logger = logging.getLogger("evaljobs.view")
 
 REQUIRES = ("starlette", "uvicorn", "jinja2", "markdown_it")
 
@@ -97,4 +109,97 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
         sock.close()
 
 
-__all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of"]
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_bundle` wrote: the run and the files of its static bundle."""
+
+    run_id: str
+    directory: str
+    files: list[Path] = field(default_factory=list)
+
+
+def refuse_a_missing_file(url: str) -> None:
+    """The viewer only reads: a SQLite URL naming no file is a typo, not a database to create."""
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
+    if str(path) not in ("", ":memory:") and not path.is_file():
+        raise UsageError(
+            f"{url}: no database at {path.resolve()} (the viewer creates none); "
+            f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)"
+        )
+
+
+def _config(broker: str | None, host: str, port: int, token: str | None) -> ViewConfig:
+    """The viewer's settings: ``memory`` (or no broker) means no Redis, the database is read instead."""
+    return ViewConfig(broker=None if broker in (None, "", "memory") else broker, token=token, host=host,
+                      port=port)
+
+
+def _open_store(db: str | None, config: ViewConfig) -> None:
+    # start-up time: `import evaljobs.view` (a ViewConfig, url_of) connects to nothing
+    from evaljobs import store
+
+    check_installed()  # a ViewError is a UsageError: one line and exit 2
+    check_config(config)
+    refuse_a_missing_file(db or settings().database_url or store.DEFAULT_URL)
+    store.connect(db)  # an unreachable database stops here, in one line
+
+
+def export_bundle(run_id: str, directory: str, *, db: str | None = None, broker: str | None = None,
+                  host: str = "127.0.0.1", port: int = 8700, token: str | None = None) -> Exported:
+    """Write one run (an id, a prefix or ``latest``) as a static, self-contained folder of pages
+    (``evaljobs view --export``): the run, each scenario, each transcript, CSV and JSONL.
+
+    The settings are checked as for serving (an export asked with an unsafe ``host`` is refused alike).
+    """
+    _open_store(db, _config(broker, host, port, token))
+    # start-up time: only --export builds pages here
+    from evaljobs import store
+    from evaljobs.view.bundle import export_run
+
+    resolved = store.resolve_run_id(run_id)
+    return Exported(run_id=resolved, directory=directory, files=export_run(resolved, directory))
+
+
+def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
+                 port: int = 8700, token: str | None = None, open_browser: bool = False,
+                 log_format: str = "text", on_ready: Callable[[str], None] | None = None) -> None:
+    """Check, connect, and serve the viewer until it is interrupted (``evaljobs view``).
+
+    ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
+    read the database every second). Anything but a loopback ``host`` needs a ``token``.
+
+    ``on_ready(line)`` is told the address once the port is bound (as a log line instead with
+    ``log_format="json"``); the token is never in it. ``open_browser`` hands the address with the
+    token to the browser only.
+    """
+    config = _config(broker, host, port, token)
+    _open_store(db, config)
+    if config.redis_url:
+        # start-up time: only a viewer with a broker pings it
+        from evaljobs.workers.launch import ping_redis
+
+        ping_redis(config.redis_url)  # the fleet and live pages need it: one line now if it is down
+    url = url_of(config)
+
+    def ready() -> None:
+        # The token is a secret: never printed (logs keep it); --open hands it to the browser only.
+        hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
+        if log_format == "json":
+            logger.info("evaljobs view: %s%s", url, hint)
+        elif on_ready is not None:
+            on_ready(f"evaljobs view: {url}{hint}")
+        if open_browser:
+            import webbrowser  # only with --open
+
+            webbrowser.open(url_of(config, with_token=True))
+
+    try:
+        serve(config, on_ready=ready, log_format=log_format)
+    except OSError as exc:  # a port in use: one line, exit 2
+        raise UsageError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+
+
+__all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of", "Exported",
+           "export_bundle", "serve_viewer", "refuse_a_missing_file"]

@@ -94,6 +94,10 @@ class Status:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def render(self) -> str:
+        """The human-readable status, as ``evaljobs status`` prints it (:func:`render`)."""
+        return render(self)
+
     def verdict(self) -> Verdict:
         """Exit 2 when the broker could not be read: what could be read is still shown, but a
         monitoring script must see the outage."""

@@ -1,0 +1,83 @@
+"""A benchmark as ``evaljobs bench`` asks for it: options given as text, checked, run, written out.
+
+:func:`benchmark` turns the command's options (``--strategies fanout,threads``, ``--widths 1,8``,
+``--simulate latency=4.6``, ``--worker-env NAME=VALUE``) into a :class:`~evaljobs.bench.BenchSpec`,
+each bad one a one-line :class:`~evaljobs.errors.UsageError` before anything runs, then runs every
+cell and writes bench.json, .csv, .md and .png.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from evaljobs.bench.engine import run_bench
+from evaljobs.bench.model import BenchResult, BenchSpec, parse_strategies, parse_widths
+from evaljobs.bench.render import render_table, write_outputs
+from evaljobs.config import REDIS_SCHEMES
+from evaljobs.errors import OptionError, UsageError
+
+
+@dataclass
+class BenchRun:
+    """What :func:`benchmark` measured: the result, its table, and the files written (``png`` None: no plot)."""
+
+    result: BenchResult
+    table: str
+    paths: dict[str, Path | None] = field(default_factory=dict)
+
+
+def parse_simulate(text: str | None) -> dict[str, Any] | None:
+    """``--simulate latency=4.6,jitter=0.5`` as the simulated provider's options (host and port dropped:
+    the benchmark starts one provider on a free loopback port, whatever was asked)."""
+    if text is None:
+        return None
+    # start-up time: only a simulated benchmark reads the simulator's options
+    from evaljobs.simulated import parse_simulate_options
+
+    try:
+        options = parse_simulate_options(text)
+    except ValueError as exc:
+        raise UsageError(f"--simulate: {exc}") from None
+    for key in ("host", "port"):
+        options.pop(key, None)
+    return options
+
+
+def parse_worker_env(pairs: Sequence[str]) -> dict[str, str]:
+    """``--worker-env NAME=VALUE`` pairs as a mapping (a pair without ``=`` or a name is one line)."""
+    env = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--worker-env {item!r} is not NAME=VALUE")
+        env[key.strip()] = value
+    return env
+
+
+def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
+          broker: str = "memory", db: str | None = None, simulate: str | None = None, out: str | None = None,
+          processes: int = 1, cell_timeout: float, worker_env: Sequence[str] = (),
+          governor: bool | None = None, providers: str | None = None,
+          echo: Callable[[str], None] = lambda line: None) -> BenchRun:
+    """Check the options, run every (strategy, width) cell, and write the outputs to ``out``
+    (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress."""
+    if not Path(catalog).exists():
+        raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
+    if broker.startswith(REDIS_SCHEMES):
+        # start-up time: only a benchmark on Redis pings it
+        from evaljobs.workers.launch import ping_redis
+
+        ping_redis(broker)  # one line now, rather than a worker process failing to start
+    spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
+                     widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,
+                     simulate=parse_simulate(simulate), providers=providers, processes=processes,
+                     cell_timeout=cell_timeout, worker_env=parse_worker_env(worker_env), governor=governor,
+                     out=out or str(Path(".evaljobs") / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")))
+    result = run_bench(spec, echo=echo)
+    table = render_table(result)
+    return BenchRun(result=result, table=table, paths=write_outputs(result, Path(spec.out)))
+
+
+__all__ = ["BenchRun", "benchmark", "parse_simulate", "parse_worker_env"]
