@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
     from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
 
     from evaljobs.reports.compare import Comparison
+    from evaljobs.view import Exported
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
 # `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
 from evaljobs.extras import require_for_catalog
@@ -923,6 +924,32 @@ class Session:
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
+
+    @staticmethod
+    def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
+                     port: int = 8700, token: str | None = None, open_browser: bool = False,
+                     log_format: str = "text", on_ready: Callable[[str], None] | None = None) -> None:
+        """Serve the read-only web viewer until Ctrl-C or SIGTERM (``evaljobs view``).
+
+        ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
+        read the database every second). Anything but a loopback ``host`` needs a ``token``. ``on_ready``
+        is told the address once the port is bound (never the token); see :func:`evaljobs.view.serve_viewer`.
+        """
+        # the `view` extra (Starlette, uvicorn, Jinja2), loaded only by the viewer's callers
+        from evaljobs.view import serve_viewer
+
+        serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
+                     log_format=log_format, on_ready=on_ready)
+
+    @staticmethod
+    def export_run(run_id: str, directory: str, *, db: str | None = None, broker: str | None = None,
+                   host: str = "127.0.0.1", port: int = 8700, token: str | None = None) -> "Exported":
+        """Write one run (an id, a prefix or ``latest``) as a static, self-contained folder of the
+        viewer's pages, CSV and JSONL (``evaljobs view --export``); returns the run and the files."""
+        # the `view` extra (Jinja2), loaded only by the viewer's callers
+        from evaljobs.view import export_bundle
+
+        return export_bundle(run_id, directory, db=db, broker=broker, host=host, port=port, token=token)
 
     @staticmethod
     def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:

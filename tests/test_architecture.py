@@ -30,9 +30,8 @@ setting nobody can find:
   the library returns a verdict and ``cli/_options.py`` maps it;
 * a CLI module imports from ``evaljobs`` only the public API (``CLI_PUBLIC_API``: ``evaljobs.api``,
   the error family, the settings and the CLI's own modules): a command is options → one
-  ``Session`` call → printing. The viewer and the benchmark sit above ``Session`` (shells over it
-  beside the CLI): their commands call those packages' faces, exactly (``CLI_SHELL_FACES``), never
-  their modules. The modules not yet converted are listed by name
+  ``Session`` call → printing. The benchmark sits above ``Session`` (it drives sessions of its own):
+  its command calls that package's face, exactly (``CLI_SHELL_FACES``), never its modules. The modules not yet converted are listed by name
   (``CLI_NOT_YET_ON_THE_API``); the list only shrinks (a listed module that keeps to the public
   API fails until it is taken off);
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
@@ -88,9 +87,9 @@ LAYERS = (
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
-    ("evaljobs.api", "evaljobs.workers"),
+    ("evaljobs.api", "evaljobs.workers", "evaljobs.view"),
     ("evaljobs.bench",),
-    ("evaljobs.cli", "evaljobs.view", "evaljobs.testing"),
+    ("evaljobs.cli", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),
 )
 _PLACES_ONLY_ITSELF = {"evaljobs", "evaljobs.__main__"}
@@ -701,9 +700,8 @@ CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljob
 #: ``start_project`` once); it reads the package data through ``evaljobs.resources``.
 CLI_NOT_YET_ON_THE_API = frozenset({"evaljobs.cli.starter"})
 #: Packages above ``Session``, beside the CLI, whose public face (the package itself, not its
-#: modules) a command may call: the viewer (a read-only shell over the store) and the benchmark
-#: (it drives sessions of its own, one run per cell).
-CLI_SHELL_FACES = ("evaljobs.view", "evaljobs.bench")
+#: modules) a command may call: the benchmark (it drives sessions of its own, one run per cell).
+CLI_SHELL_FACES = ("evaljobs.bench",)
 
 
 def cli_imports_beyond_the_api(modules: dict[str, Module], public=CLI_PUBLIC_API,
@@ -1195,7 +1193,8 @@ def test_a_command_may_call_the_face_of_a_shell_beside_the_cli_but_not_its_modul
              "evaljobs/cli/bench.py": "from evaljobs.bench import DEFAULT_WIDTHS\n",
              "evaljobs/cli/export.py": "from evaljobs.view.bundle import export_run\n",
              "evaljobs/cli/sweep.py": "import evaljobs.bench.engine\n"}
-    found = cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=frozenset())
+    found = cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=frozenset(),
+                                       faces=("evaljobs.view", "evaljobs.bench"))
     assert [line.split(": a command")[0] for line in found] == [
         "evaljobs/cli/export.py:1: evaljobs.cli.export imports evaljobs.view.bundle",
         "evaljobs/cli/sweep.py:1: evaljobs.cli.sweep imports evaljobs.bench.engine"], found

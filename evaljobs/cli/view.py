@@ -1,8 +1,8 @@
 """``evaljobs view``: serve the read-only web viewer (runs, a run, a scenario, compare, fleet).
 
-A thin shell over :func:`evaljobs.view.serve_viewer` and :func:`~evaljobs.view.export_bundle` (the
-viewer is a shell over the store beside the CLI, not below :class:`~evaljobs.api.Session`): Starlette, uvicorn and Jinja2 are imported only when the command runs, so ``evaljobs --help``
-stays fast and works without the ``view`` extra.
+A thin shell over :meth:`evaljobs.api.Session.serve_viewer` and :meth:`~evaljobs.api.Session.export_run`:
+Starlette, uvicorn and Jinja2 are imported only when the command runs, so ``evaljobs --help`` stays fast
+and works without the ``view`` extra.
 """
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_fo
     With --export DIR, write one run (--run) as a static, self-contained folder instead: the run, each
     scenario, each pair's transcript, the results as CSV and JSONL. Open DIR/index.html from disk.
     """
-    from evaljobs.view import export_bundle, serve_viewer  # start-up time (see the module docstring)
+    from evaljobs.api import Session  # start-up time (see the module docstring)
 
     if export_dir is not None:
-        done = export_bundle(run_id, export_dir, db=db, broker=broker, host=host, port=port, token=token)
+        done = Session.export_run(run_id, export_dir, db=db, broker=broker, host=host, port=port, token=token)
         click.echo(f"wrote run {done.run_id} to {export_dir}/ ({len(done.files)} files): open "
                    f"{click.format_filename(export_dir)}/index.html")
         return
-    serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
+    Session.serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
                  log_format=log_format, on_ready=lambda line: click.echo(line, err=True))
