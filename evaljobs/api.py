@@ -19,6 +19,7 @@ short delegation to the package that does the work, and docs/api.md is generated
 from __future__ import annotations
 
 import json
+import os
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
 
     from evaljobs.reports.compare import Comparison
     from evaljobs.view import Exported
+    from evaljobs.starter import StartedProject
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
 # `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
 from evaljobs.extras import require_for_catalog
@@ -924,6 +926,17 @@ class Session:
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
+
+    @staticmethod
+    def start_project(directory: str | os.PathLike[str] = ".", *, force: bool = False,
+                      repo_root: str | os.PathLike[str] | None = None) -> "StartedProject":
+        """Write a starter project into ``directory`` (``evaljobs init``): a commented catalog, its JSON
+        Schema, ``providers.yaml`` and a CI workflow at the repository's root. Existing files are kept
+        unless ``force``; the result lists what was written or kept, notes, and the next commands."""
+        # start-up time: the catalog schema and the templates, for `init` only
+        from evaljobs.starter import start_project
+
+        return start_project(directory, force=force, repo_root=repo_root)
 
     @staticmethod
     def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",

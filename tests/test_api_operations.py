@@ -221,7 +221,7 @@ def test_a_benchmark_with_a_bad_option_is_refused_before_it_runs(tmp_path, argum
 
 
 def test_a_started_project_says_what_it_wrote_kept_and_what_to_run_next(tmp_path):
-    from evaljobs.cli.starter import CATALOG, start_project
+    from evaljobs.starter import CATALOG, start_project
 
     (tmp_path / ".git").mkdir()  # the folder is a repository's root: the workflow goes beside the catalog
     first = start_project(tmp_path / "evals")

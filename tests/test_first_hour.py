@@ -20,7 +20,7 @@ from helpers import ROOT
 
 from evaljobs.cli import main
 from evaljobs.cli.runs import when
-from evaljobs.cli.starter import init_project
+from evaljobs.starter import init_project
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report, render_markdown, render_table
 

@@ -17,7 +17,7 @@ import yaml
 from evaljobs.catalog import load_catalog
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.catalog.schema import catalog_schema
-from evaljobs.cli.starter import (
+from evaljobs.starter import (
     CATALOG,
     PROVIDERS,
     SCHEMA,
@@ -107,7 +107,7 @@ class _Installed:
     ({"url": "file://ROOT/vendor/evaljobs", "dir_info": {}}, "./vendor/evaljobs"),
 ])
 def test_ci_installs_evaljobs_the_way_it_is_installed_here(tmp_path, monkeypatch, direct_url, line) -> None:
-    from evaljobs.cli import starter
+    from evaljobs import starter
 
     if direct_url and direct_url["url"].startswith("file://"):
         direct_url = {**direct_url, "url": direct_url["url"].replace("ROOT", str(tmp_path))}

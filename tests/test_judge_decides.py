@@ -12,7 +12,7 @@ from helpers import Viewer
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import CatalogError, catalog_from_body, load_catalog, loads_catalog
-from evaljobs.cli.starter import CATALOG, init_project
+from evaljobs.starter import CATALOG, init_project
 from evaljobs.evaluation.grading import JudgeVerdict, grade
 from evaljobs.evaluation.judge import parse_judge_verdict
 from evaljobs.evaluation.replay import Replay

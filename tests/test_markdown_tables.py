@@ -17,7 +17,7 @@ from helpers import ROOT
 from markdown_it import MarkdownIt
 
 from evaljobs.api import Session
-from evaljobs.cli.starter import init_project
+from evaljobs.starter import init_project
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import MARKDOWN_LIMIT, build_report, render_markdown
 

@@ -18,7 +18,7 @@ from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.cli import main
-from evaljobs.cli.starter import next_commands
+from evaljobs.starter import next_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = """

@@ -28,7 +28,7 @@ from helpers.layout import WIDTHS, hidden, overflow, screenshot, set_width
 from evaljobs import config, store
 from evaljobs.api import Session
 from evaljobs.cli import main
-from evaljobs.cli.starter import init_project
+from evaljobs.starter import init_project
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 MARKDOWN = (

@@ -17,7 +17,8 @@ and left alone, so running ``init`` twice, or in a project that already has a
 ``catalog.yaml``, loses nothing.
 
 The templates are package data (``evaljobs/data/init/``, read through :mod:`evaljobs.resources`);
-this module is ``init``'s loader of them, in the CLI because nothing but ``init`` uses it.
+this module is ``init``'s loader of them; ``evaljobs init`` reaches it through
+:meth:`evaljobs.api.Session.start_project`.
 """
 from __future__ import annotations
 
