@@ -20,6 +20,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Iterable, cast
 
 import peewee
 from peewee import CharField, DateTimeField, IntegerField, TextField, fn
@@ -93,7 +94,7 @@ class BatchInfo:
 
 def _ensure() -> None:
     db = _bound()
-    if getattr(db, "evaljobs_batches_ready", False):
+    if db.evaljobs_batches_ready:
         return
     with _transaction():
         if isinstance(db, peewee.PostgresqlDatabase):
@@ -170,7 +171,7 @@ def parked(custom_id: str) -> bool:
         return BatchRequestRow.select().where(BatchRequestRow.custom_id == custom_id).exists()
 
 
-def _unclaimed(run_id: str, provider: str, model: str) -> peewee.ModelSelect:
+def _unclaimed(run_id: str, provider: str, model: str) -> peewee.ModelSelect[BatchRequestRow]:
     return BatchRequestRow.select().where(
         (BatchRequestRow.run_id == run_id)
         & (BatchRequestRow.provider == provider)
@@ -196,7 +197,7 @@ def unclaimed_groups(run_id: str) -> list[tuple[str, str]]:
              .where((BatchRequestRow.run_id == run_id) & BatchRequestRow.batch.is_null())
              .distinct().tuples())
     with _connection():
-        return [tuple(row) for row in query]  # type: ignore[misc]
+        return list(cast("Iterable[tuple[str, str]]", query))  # the stubs type .tuples() rows as models
 
 
 # -- batches -------------------------------------------------------------------------------------
@@ -213,14 +214,17 @@ def claim(run_id: str, provider: str, model: str, limit: int) -> tuple[str, list
     key = f"ejb-{run_id}-{uuid.uuid4().hex[:16]}"
     with _transaction():
         _lock_group(run_id, provider, model)
-        ids = [row[0] for row in _unclaimed(run_id, provider, model).select(BatchRequestRow.custom_id)
-               .order_by(BatchRequestRow.created_at, BatchRequestRow.custom_id).limit(limit).tuples()]
+        oldest = (_unclaimed(run_id, provider, model).select(BatchRequestRow.custom_id)
+                  .order_by(BatchRequestRow.created_at, BatchRequestRow.custom_id).limit(limit).tuples())
+        ids = [row[0] for row in cast("Iterable[tuple[str]]", oldest)]  # the stubs type rows as models
         if not ids:
             return None
         (BatchRequestRow.update(batch=key)
          .where(BatchRequestRow.custom_id.in_(ids) & BatchRequestRow.batch.is_null()).execute())
-        claimed = list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
-                       .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples())
+        claimed: list[tuple[str, str]] = list(
+            cast("Iterable[tuple[str, str]]",  # the stubs type .tuples() rows as models
+                 BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
+                 .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples()))
         if not claimed:
             return None
         ProviderBatchRow.create(key=key, run_id=run_id, provider=provider, model=model, state=SUBMITTING,
@@ -232,8 +236,9 @@ def requests_of(key: str) -> list[tuple[str, str]]:
     """[(custom id, body)] of a batch (to submit it after a crash, or to match its results)."""
     _ensure()
     with _connection():
-        return list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
-                    .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples())
+        return list(cast("Iterable[tuple[str, str]]",  # the stubs type .tuples() rows as models
+                         BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.body)
+                         .where(BatchRequestRow.batch == key).order_by(BatchRequestRow.custom_id).tuples()))
 
 
 def submitted(key: str, provider_batch_id: str, provider_status: str) -> None:
@@ -273,9 +278,10 @@ def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_s
     as (scenario key, model spec, epoch), to be evaluated again."""
     _ensure()
     with _transaction():
-        rows = list(BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.scenario_key,
-                                           BatchRequestRow.model_spec, BatchRequestRow.epoch)
-                    .where(BatchRequestRow.batch == key).tuples())
+        rows = list(cast("Iterable[tuple[str, str, str, int]]",  # the stubs type .tuples() rows as models
+                         BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.scenario_key,
+                                                BatchRequestRow.model_spec, BatchRequestRow.epoch)
+                         .where(BatchRequestRow.batch == key).tuples()))
         failed = 0
         for custom_id, *_ in rows:
             ok, value = answers.get(custom_id, (False, missing_reason))
@@ -291,7 +297,7 @@ def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_s
 def _exists() -> bool:
     """Whether the batch tables exist (a reader such as ``status`` creates nothing)."""
     db = _bound()
-    if getattr(db, "evaljobs_batches_ready", False):
+    if db.evaljobs_batches_ready:
         return True
     with _connection():
         return db.table_exists(ProviderBatchRow._meta.table_name)
@@ -338,7 +344,7 @@ def parked_pairs(run_id: str) -> list[tuple[str, str, int]]:
             .distinct()
             .tuples()
         )
-        return [tuple(row) for row in query]  # type: ignore[misc]
+        return list(cast("Iterable[tuple[str, str, int]]", query))  # the stubs type .tuples() rows as models
 
 
 def encode_request(body: dict) -> str:

@@ -40,7 +40,7 @@ def _ensure_cache() -> None:
     (``connect``/``db upgrade``): a database where nobody ever passed ``--cache`` has none.
     """
     db = _bound()
-    if getattr(db, "evaljobs_cache_ready", False):
+    if db.evaljobs_cache_ready:
         return
     with _transaction():
         if isinstance(db, peewee.PostgresqlDatabase):

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, ParamSpec, TypeVar
+from typing import Callable, Iterator, ParamSpec, TypeVar, Union, cast
 from urllib.parse import urlsplit
 
 import peewee
@@ -42,6 +42,32 @@ _PG_POOL_SIZE = 32
 _bind_lock = threading.RLock()
 
 
+class _Binding:
+    """What the store keeps on each database it binds: set by :func:`_open` and :func:`connect`,
+    read by every store module (declared here so the attributes are typed, not set ad hoc)."""
+
+    evaljobs_url: str
+    evaljobs_pid: int
+    evaljobs_reached: bool
+    evaljobs_reconnect_seconds: float
+    evaljobs_schema_log: list[str]
+    #: The optional tables this process has created on this database (cache, batches, governor limits).
+    evaljobs_cache_ready: bool = False
+    evaljobs_batches_ready: bool = False
+    evaljobs_governor_limits_ready: bool = False
+
+
+class BoundSqliteDatabase(_Binding, peewee.SqliteDatabase):
+    """A SQLite database bound by :func:`connect`."""
+
+
+class BoundPostgresqlDatabase(_Binding, PooledPostgresqlDatabase):
+    """A PostgreSQL database (a connection pool) bound by :func:`connect`."""
+
+
+BoundDatabase = Union[BoundSqliteDatabase, BoundPostgresqlDatabase]
+
+
 def connect(url: str | None = None, *, settings: Settings | None = None,
             reconnect_seconds: float | None = None) -> peewee.Database:
     """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under ``.evaljobs/``).
@@ -64,7 +90,7 @@ def connect(url: str | None = None, *, settings: Settings | None = None,
         db.evaljobs_reconnect_seconds = float(reconnect_seconds)
         database.initialize(db)
         try:
-            db.evaljobs_schema_log = upgrade_tables(db, _transaction)
+            db.evaljobs_schema_log = upgrade_tables(db, _transaction, url)
         except BaseException as exc:
             database.initialize(current)
             _retire(db)
@@ -84,7 +110,8 @@ def upgrade() -> list[str]:
     """
     db = _bound()
     with _bind_lock:
-        done, db.evaljobs_schema_log = db.evaljobs_schema_log + upgrade_tables(db, _transaction), []
+        done = db.evaljobs_schema_log + upgrade_tables(db, _transaction, db.evaljobs_url)
+        db.evaljobs_schema_log = []
     return done
 
 
@@ -138,8 +165,9 @@ def release_connection() -> None:
     db.close()
 
 
-def _open(url: str) -> peewee.Database:
+def _open(url: str) -> BoundDatabase:
     scheme = urlsplit(url).scheme
+    db: BoundDatabase
     if scheme == "sqlite":
         db = _open_sqlite(url)
     elif scheme in ("postgresql", "postgres"):
@@ -153,7 +181,7 @@ def _open(url: str) -> peewee.Database:
     return db
 
 
-def _open_sqlite(url: str) -> peewee.SqliteDatabase:
+def _open_sqlite(url: str) -> BoundSqliteDatabase:
     if not url.startswith("sqlite:///"):
         raise StoreError(f"bad SQLite URL {url!r}: use sqlite:///relative/path or sqlite:////absolute/path")
     path = url[len("sqlite:///"):].split("?", 1)[0]
@@ -169,10 +197,10 @@ def _open_sqlite(url: str) -> peewee.SqliteDatabase:
         raise StoreError(f"cannot create the folder for {url}: {exc.strerror}") from None
     pragmas = {"journal_mode": "wal", "busy_timeout": SQLITE_BUSY_SECONDS * 1000, "foreign_keys": 1,
                "synchronous": "normal"}
-    return peewee.SqliteDatabase(path, pragmas=pragmas, timeout=SQLITE_BUSY_SECONDS)
+    return BoundSqliteDatabase(path, pragmas=pragmas, timeout=SQLITE_BUSY_SECONDS)
 
 
-def _open_postgres(url: str) -> peewee.PostgresqlDatabase:
+def _open_postgres(url: str) -> BoundPostgresqlDatabase:
     try:  # an optional extra (evaljobs[postgres]), imported only for its URL (evaljobs.store.drivers)
         attach_psycopg2()
     except ImportError:
@@ -181,11 +209,11 @@ def _open_postgres(url: str) -> peewee.PostgresqlDatabase:
     dsn = "postgresql://" + url.split("://", 1)[1]
     # A pool, because a fresh TCP connection per short transaction would cost more than the
     # transaction; connections still go back to it after every call.
-    return PooledPostgresqlDatabase(dsn, max_connections=_PG_POOL_SIZE, stale_timeout=300, timeout=30,
-                                    connect_timeout=PG_CONNECT_TIMEOUT)
+    return BoundPostgresqlDatabase(dsn, max_connections=_PG_POOL_SIZE, stale_timeout=300, timeout=30,
+                                   connect_timeout=PG_CONNECT_TIMEOUT)
 
 
-def _retire(db: peewee.Database | None) -> None:
+def _retire(db: BoundDatabase | None) -> None:
     if db is None:
         return
     if isinstance(db, PooledPostgresqlDatabase) and db.evaljobs_pid == os.getpid():
@@ -194,17 +222,18 @@ def _retire(db: peewee.Database | None) -> None:
         db.dispose()
 
 
-def _adopt(db: peewee.Database) -> None:
+def _adopt(db: BoundDatabase) -> None:
     """After a fork, forget (never close) the parent's connections: they share its sockets."""
     if db.evaljobs_pid != os.getpid():
         db.dispose()
         db.evaljobs_pid = os.getpid()
 
 
-def _bound() -> peewee.Database:
-    db = database.obj
+def _bound() -> BoundDatabase:
+    db: BoundDatabase | None = database.obj
     if db is None:
-        return connect()
+        db = cast(BoundDatabase, connect())  # connect() binds what _open() made
+        return db
     if db.evaljobs_pid != os.getpid():
         with _bind_lock:
             _adopt(db)
@@ -212,7 +241,7 @@ def _bound() -> peewee.Database:
 
 
 @contextmanager
-def _connection() -> Iterator[peewee.Database]:
+def _connection() -> Iterator[BoundDatabase]:
     """This thread's connection for the duration of one public call (reused if already open)."""
     db = _bound()
     opened = db.is_closed()
@@ -236,7 +265,7 @@ def _connection() -> Iterator[peewee.Database]:
 
 
 @contextmanager
-def _transaction() -> Iterator[peewee.Database]:
+def _transaction() -> Iterator[BoundDatabase]:
     """A write transaction. On SQLite it is BEGIN IMMEDIATE, which takes the write lock up front,
     so read-count-write sequences are serialized across threads and processes."""
     with _connection() as db:

@@ -40,12 +40,15 @@ def import_peewee() -> ModuleType:
             return loaded
         hide = DEFERRED not in sys.modules
         if hide:
-            sys.modules[DEFERRED] = None  # type: ignore[assignment] - `import psycopg2` raises ImportError
+            # None in sys.modules makes `import psycopg2` raise ImportError (typeshed allows modules only)
+            sys.modules[DEFERRED] = None  # type: ignore[assignment]
         try:
-            import peewee
+            import peewee as imported
         finally:
             if hide and sys.modules.get(DEFERRED, False) is None:
                 del sys.modules[DEFERRED]
+        # As a plain module: the globals peewee sets for its driver are not in its type stubs.
+        peewee: ModuleType = imported
         if hide and peewee.psycopg2 is None:
             _attach_on_init(peewee)
         return peewee
@@ -79,12 +82,13 @@ def attach_psycopg2() -> None:
         from psycopg2.extras import register_uuid as pg_register_uuid
 
         pg_register_uuid()
-        peewee.pg_extensions = pg_extensions
-        peewee.Json_pg2 = Json_pg2
-        peewee.pg_register_uuid = pg_register_uuid
+        # setattr: the globals peewee sets for its driver are not in its type stubs.
+        setattr(peewee, "pg_extensions", pg_extensions)
+        setattr(peewee, "Json_pg2", Json_pg2)
+        setattr(peewee, "pg_register_uuid", pg_register_uuid)
         for attribute, constant in ADAPTER_STATUSES.items():
             setattr(peewee.Psycopg2Adapter, attribute, getattr(pg_extensions, constant))
-        peewee.psycopg2 = psycopg2  # last: the attribute other threads check
+        setattr(peewee, "psycopg2", psycopg2)  # last: the attribute other threads check
 
 
 __all__ = ["import_peewee", "attach_psycopg2", "DEFERRED", "ADAPTER_STATUSES"]

@@ -38,7 +38,7 @@ class GovernorLimit(_Table):
 
 def _ensure() -> None:
     db = _bound()
-    if getattr(db, "evaljobs_governor_limits_ready", False):
+    if db.evaljobs_governor_limits_ready:
         return
     with _transaction():
         if isinstance(db, peewee.PostgresqlDatabase):

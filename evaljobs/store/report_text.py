@@ -41,7 +41,7 @@ def report_text(report: Any) -> str:
 def _results(entries: list[Any]) -> str:
     strings: dict[str, str] = {}
     rests: dict[tuple, str] = {}
-    out = []
+    out: list[str] = []
     add = out.append
     for entry in entries:
         if type(entry) is not dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import peewee
 from peewee import SQL, fn
@@ -179,10 +179,12 @@ def pair_state(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tu
         raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
     (id_, digest, catalog_name, models, strategy, status, expected, persisted, context, options, created_at,
      started_at, finished_at, note, pairs, epochs, recorded) = row
+    created = _datetime(created_at)
+    assert created is not None  # run.created_at is NOT NULL
     info = RunInfo(id=id_, digest=digest, catalog_name=catalog_name, models=list(_json_once(models)),
                    strategy=strategy, status=status, expected=expected, persisted=persisted,
                    context=_json_once(context), options=_json_once(options) or {},
-                   created_at=_datetime(created_at), started_at=_datetime(started_at),
+                   created_at=created, started_at=_datetime(started_at),
                    finished_at=_datetime(finished_at), report=None, note=note,
                    pairs=list(_pair_list(pairs)) if pairs is not None else None, epochs=epochs or 1)
     return info, bool(recorded)
@@ -423,7 +425,8 @@ def pair_statuses(run_id: str) -> dict[tuple[str, str, int], str]:
              .where(ResultRow.run == run_id))
     with _connection():
         _get_row(run_id)
-        return {(key, model, epoch): status for key, model, epoch, status in query.tuples()}
+        rows = cast("Iterable[tuple[str, str, int, str]]", query.tuples())  # the stubs type rows as models
+        return {(key, model, epoch): status for key, model, epoch, status in rows}
 
 
 @_reconnecting

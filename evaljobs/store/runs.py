@@ -90,7 +90,7 @@ def _first_error(run_id: str) -> str:
     with _connection():
         rows = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch, ResultRow.error)
                 .where((ResultRow.run == run_id) & ResultRow.error.is_null(False) & (ResultRow.error != "")))
-        found = sorted((r.scenario_key, r.model, r.epoch, r.error) for r in rows)
+        found = sorted((r.scenario_key, r.model, r.epoch, r.error) for r in rows if r.error is not None)
     return found[0][3] if found else ""
 
 
@@ -171,7 +171,8 @@ def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: d
         raise ValueError(f"catalog {catalog.source} has no scenarios: add at least one")
     chosen = _check_pairs(catalog, models, pairs, epochs) if pairs is not None else None
     save_snapshot(catalog)
-    row = dict(id="r_" + secrets.token_hex(6), digest=catalog.digest, catalog_name=catalog.name,
+    run_id = "r_" + secrets.token_hex(6)
+    row = dict(id=run_id, digest=catalog.digest, catalog_name=catalog.name,
                models=_dumps(models), strategy=strategy, status=PENDING,
                expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models) * epochs,
                persisted=0, context=_dumps(context) if context is not None else None,
@@ -179,7 +180,7 @@ def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: d
                pairs=_dumps(chosen) if chosen is not None else None, epochs=epochs)
     with _connection():
         Run.insert(**row).as_rowcount().execute()
-    return get_run(row["id"])
+    return get_run(run_id)
 
 
 def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple], epochs: int) -> list[list]:

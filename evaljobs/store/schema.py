@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, ContextManager
+from typing import Any, ContextManager, overload
 
 import peewee
 from peewee import (
@@ -112,6 +112,8 @@ class Run(_Table):
 
 
 class ResultRow(_Table):
+    #: peewee's implicit primary key (no field declares one), declared for the type checker only.
+    id: peewee.AutoField[int]
     run = ForeignKeyField(Run, column_name="run_id", on_delete="CASCADE", index=False)
     scenario_key = TextField()
     model = TextField()
@@ -160,6 +162,12 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+@overload
+def _aware(value: datetime) -> datetime: ...
+@overload
+def _aware(value: None) -> None: ...
+@overload
+def _aware(value: datetime | None) -> datetime | None: ...
 def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value is not None else None
 
@@ -195,8 +203,10 @@ def _datetime(value: Any) -> datetime | None:
 # -- creating and upgrading ----------------------------------------------------------------
 
 
-def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager[Any]]) -> list[str]:
-    """Create the missing tables and columns of ``db`` in one ``transaction()``; returns what it did."""
+def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager[Any]],
+                   url: str) -> list[str]:
+    """Create the missing tables and columns of ``db`` (opened from ``url``) in one ``transaction()``;
+    returns what it did."""
     done: list[str] = []
     with transaction():
         if isinstance(db, peewee.PostgresqlDatabase):
@@ -212,7 +222,7 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
         db.create_tables(missing, safe=True)
         current = SchemaVersion.select(fn.MAX(SchemaVersion.version)).scalar() or 0
         if current > SCHEMA_VERSION:
-            raise StoreError(f"database {redact(db.evaljobs_url)} has schema version {current}, newer than "
+            raise StoreError(f"database {redact(url)} has schema version {current}, newer than "
                              f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
         if Run._meta.table_name in existing:
             done += _add_missing_columns(db, Run, {"pairs": "TEXT", "epochs": "INTEGER NOT NULL DEFAULT 1"})
