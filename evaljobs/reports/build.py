@@ -62,18 +62,19 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     the last result to the report); sums are still ``sum()`` over lists in row order, so
     the numbers are the same on every Python (3.12's ``sum`` of floats is compensated).
     """
-    ordered = sorted(results, key=_ORDER)
+    ordered: list[Result | ReportRow] = sorted(results, key=_ORDER)
     models = _model_order(run.get("models") or [], ordered)
     epochs = int(run.get("epochs") or 1)
     with_epoch = epochs > 1
     by_model: dict[str, list[Any]] = {model: [] for model in models}
     criteria: dict[str, dict[str, list[float]]] = {}
     judged: dict[str, list[bool]] = {}  # per model, each llm_judge criterion's own pass (its threshold, its pass)
-    compact = []
+    compact: list[dict[str, Any]] = []
     add = compact.append
     # Each pair's entry; round(float(x), 4 or 6) once per distinct score and cost (round() with digits goes
     # through a decimal string). 0.0 and -0.0 are equal but round to themselves: zeros are not looked up.
-    score4, cost6 = {}, {}
+    score4: dict[float, float] = {}
+    cost6: dict[float, float] = {}
     for r in ordered:
         model = r.model
         by_model[model].append(r)
@@ -109,7 +110,7 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
             entry.update(judge_entry(r.details))
         add(entry)
     per_model = [_model_block(model, by_model[model]) for model in models]
-    report = {
+    report: dict[str, Any] = {
         "run": _run_block(run),
         "summary": _summary(run, ordered, per_model),
         "models": per_model,
@@ -200,13 +201,13 @@ def _batch_summary(results: list[Any]) -> dict[str, Any] | None:
 
     ``saved`` is None when a price is unknown on either side: unknown is not zero.
     """
-    batched = [(r, ((r.details or {}).get("meta") or {}).get("batch")) for r in results]
-    batched = [(r, b) for r, b in batched if isinstance(b, dict)]
+    marked = [(r, ((r.details or {}).get("meta") or {}).get("batch")) for r in results]
+    batched = [(r, b) for r, b in marked if isinstance(b, dict)]
     if not batched:
         return None
-    interactive = [b.get("interactive_cost") for _, b in batched]
-    paid = [r.cost for r, _ in batched]
-    known = None not in interactive and None not in paid
+    interactive = [cost for _, b in batched if (cost := b.get("interactive_cost")) is not None]
+    paid = [r.cost for r, _ in batched if r.cost is not None]
+    known = len(interactive) == len(paid) == len(batched)  # no price unknown on either side
     return {"pairs": len(batched),
             "interactive_cost": round(sum(interactive), 6) if known else None,
             "cost": round(sum(paid), 6) if known else None,

@@ -275,7 +275,7 @@ class Comparison:
                 f"{len(self.changed)} failed↔errored{flaky}{only}")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "summary": {"common": len(self.common), "regressed": len(self.regressed),
@@ -391,6 +391,12 @@ def _model_order(changes: list[PairChange], a: Side, b: Side) -> list[str]:
     return order
 
 
+def _both(change: PairChange) -> tuple[Outcome, Outcome]:
+    """The two outcomes of a pair both runs have (a common, flipped or flaky pair)."""
+    assert change.before is not None and change.after is not None, change.pair
+    return change.before, change.after
+
+
 def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelta]:
     deltas = []
     for model in _model_order(changes, a, b):
@@ -398,18 +404,19 @@ def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelt
         if not common:
             continue
         n = len(common)
+        sides = [_both(c) for c in common]
         deltas.append(ModelDelta(
             model=model, pairs=n,
-            passed_a=sum(c.before.passes for c in common), passed_b=sum(c.after.passes for c in common),
-            trials_a=sum(c.before.trials for c in common), trials_b=sum(c.after.trials for c in common),
-            scenarios_passed_a=sum(1 for c in common if c.before.status == PASSED),
-            scenarios_passed_b=sum(1 for c in common if c.after.status == PASSED),
-            mean_score_a=round(sum(c.before.score for c in common) / n, 4),
-            mean_score_b=round(sum(c.after.score for c in common) / n, 4),
-            cost_a=known_sum([c.before.cost for c in common])[0],
-            cost_b=known_sum([c.after.cost for c in common])[0],
-            cost_unknown_a=known_sum([c.before.cost for c in common])[1],
-            cost_unknown_b=known_sum([c.after.cost for c in common])[1],
+            passed_a=sum(a.passes for a, _ in sides), passed_b=sum(b.passes for _, b in sides),
+            trials_a=sum(a.trials for a, _ in sides), trials_b=sum(b.trials for _, b in sides),
+            scenarios_passed_a=sum(1 for a, _ in sides if a.status == PASSED),
+            scenarios_passed_b=sum(1 for _, b in sides if b.status == PASSED),
+            mean_score_a=round(sum(a.score for a, _ in sides) / n, 4),
+            mean_score_b=round(sum(b.score for _, b in sides) / n, 4),
+            cost_a=known_sum([a.cost for a, _ in sides])[0],
+            cost_b=known_sum([b.cost for _, b in sides])[0],
+            cost_unknown_a=known_sum([a.cost for a, _ in sides])[1],
+            cost_unknown_b=known_sum([b.cost for _, b in sides])[1],
             regressed=sum(1 for c in common if c.kind == REGRESSED),
             fixed=sum(1 for c in common if c.kind == FIXED),
             changed=sum(1 for c in common if c.kind == CHANGED)))
@@ -450,10 +457,12 @@ def render_comparison(comparison: Comparison) -> str:
         # PASS is the pass rate of every other view (rows, each epoch one); over epochs SCEN says how many
         # scenarios reached their threshold, the second number, under its own name.
         epochs = any((m.trials_a or m.pairs) > m.pairs or (m.trials_b or m.pairs) > m.pairs for m in c.models)
-        head = ("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR", "FIXED")
-        rows = [(m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
-                 _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
-                 _signed_money(m.cost_delta), str(m.regressed), str(m.fixed)) for m in c.models]
+        head: tuple[str, ...] = ("MODEL", "PAIRS", "PASS A", "PASS B", "Δ PASS", "Δ SCORE", "Δ COST", "REGR",
+                                 "FIXED")
+        rows: list[tuple[str, ...]] = [
+            (m.model, str(m.pairs), f"{m.pass_rate_a * 100:.1f}%", f"{m.pass_rate_b * 100:.1f}%",
+             _pp(m.pass_rate_b - m.pass_rate_a), _signed(m.mean_score_b - m.mean_score_a),
+             _signed_money(m.cost_delta), str(m.regressed), str(m.fixed)) for m in c.models]
         if epochs:
             head += ("SCEN A", "SCEN B")
             rows = [(*row, f"{m.scenarios_passed_a}/{m.pairs}", f"{m.scenarios_passed_b}/{m.pairs}")
@@ -473,8 +482,10 @@ def render_comparison(comparison: Comparison) -> str:
     if c.flaky:
         out += ["", f"flaky, not counted as regressions ({len(c.flaky)}; two-sided Fisher's exact test, "
                     f"p >= {SIGNIFICANCE:g}):"]
-        out += [f"  {f.scenario_key} × {f.model}  {f.before.passes}/{f.before.trials} → "
-                f"{f.after.passes}/{f.after.trials} passed  p={f.p_value:.3f}" for f in c.flaky]
+        for f in c.flaky:
+            before, after = _both(f)
+            out.append(f"  {f.scenario_key} × {f.model}  {before.passes}/{before.trials} → "
+                       f"{after.passes}/{after.trials} passed  p={f.p_value:.3f}")
     for label, pairs, run in (("only in", c.only_a, c.run_a or "A"), ("only in", c.only_b, c.run_b or "B")):
         if pairs:
             out += ["", f"{label} {run} ({len(pairs)}):"]
