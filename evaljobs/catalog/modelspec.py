@@ -350,7 +350,7 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         raw_batch = entry["batch"]
         if raw_batch not in (True, False, "auto"):
             raise ModelSpecError(f"{where}: batch must be true, false or auto, not {_show(raw_batch)}")
-        batch = {True: "on", False: "off"}.get(raw_batch, "auto")  # type: ignore[call-overload]
+        batch = {True: "on", False: "off"}.get(raw_batch, "auto")
     batch_prices = _prices(where, entry, "batch_prices", base.batch_prices if base else {})
 
     governor = dict(base.governor) if base else {}
@@ -454,10 +454,11 @@ def parse_model_spec(text: str, providers: ProvidersConfig | None = None) -> Mod
         if not base:
             raise ModelSpecError(f"model spec {text!r} has an empty model name; write provider/model@label")
         model = base
-        provider = _infer_provider(base)
-        if provider is None:
+        inferred = _infer_provider(base)
+        if inferred is None:
             raise ModelSpecError(f"cannot tell the provider of model spec {text!r}; write it as "
                                  f"provider/model (e.g. vllm/{base} or ollama/{base})")
+        provider = inferred
     if providers is not None and provider not in providers:
         raise ModelSpecError(f"model spec {text!r}: unknown provider {provider!r} "
                              f"(known: {', '.join(providers.names)}); "
@@ -481,7 +482,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {dict: "a mapping", list: "a list", str: "a string"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _show(value: Any, limit: int = 60) -> str:

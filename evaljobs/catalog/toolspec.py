@@ -87,7 +87,8 @@ def has_mcp_imports(data: Any) -> bool:
     """Whether catalog data has any MCP tool import (then it needs the expansion step)."""
     if not isinstance(data, dict):
         return False
-    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
+    raw_groups = data.get("groups")
+    groups = raw_groups if isinstance(raw_groups, list) else []
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
     return any(is_mcp_import(tool)
                for scenarios in lists if isinstance(scenarios, list)

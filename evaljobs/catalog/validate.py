@@ -117,6 +117,7 @@ def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | Non
                 "no scenarios; add at least one under 'scenarios' (or under a group's 'scenarios')")
     if ctx.problems:
         raise CatalogError(ctx.problems)
+    assert isinstance(name, str)  # else a problem was added above
     return build_catalog(name.strip(), description or "", scenarios, source, epochs=epochs)
 
 
@@ -421,6 +422,7 @@ class _Context:
                 group = own_group
         if len(self.problems) > before:
             return
+        assert isinstance(key, str)  # else a problem was added above
         out.append(Scenario(
             key=key, messages=messages, system=effective["system"] or None,
             tools=tools, expect=expect, tags=tuple(sorted(set(group_tags) | set(tags))), notes=notes or "",
@@ -554,6 +556,7 @@ class _Context:
             returns_by = self.returns_by(tpath + ("returns_by",), twhere, item.get("returns_by"), parameters)
             live = self.live_spec(tpath, twhere, item)
             if len(self.problems) == before:
+                assert isinstance(name, str)  # else a problem was added above
                 tools.append(Tool(name=name, description=description or "", parameters=parameters,
                                   returns=returns, returns_by=returns_by, **live))
         return tuple(tools), list(names)

@@ -15,7 +15,7 @@ in the plain loaders alike, with no second parser to keep in step.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Union, cast
 
 import yaml
 
@@ -52,7 +52,7 @@ _BOOL = {"true": True, "false": False}
 MAX_INT_DIGITS = 100
 
 
-def _construct_int(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> int:
+def _construct_int(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.ScalarNode) -> int:
     value = loader.construct_scalar(node)
     digits = value.lstrip("+-")
     if len(digits) > MAX_INT_DIGITS:
@@ -69,13 +69,17 @@ def _construct_int(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNo
     return int(value, 10)  # "017" is seventeen in YAML 1.2
 
 
-def _construct_bool(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> bool:
+def _construct_bool(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.ScalarNode) -> bool:
     return _BOOL[loader.construct_scalar(node).lower()]
 
 
-def _make(base: type) -> type:
-    cls = type(f"Yaml12{base.__name__}", (base,), {"yaml_implicit_resolvers": _CORE,
-                                                    "bool_values": _BOOL})
+_Base = type[Union[yaml.SafeLoader, yaml.CSafeLoader]]
+
+
+def _make(base: _Base) -> _Base:
+    # type() of three arguments is typed as a plain `type`: what it makes is a subclass of base.
+    cls = cast(_Base, type(f"Yaml12{base.__name__}", (base,),
+                           {"yaml_implicit_resolvers": _CORE, "bool_values": _BOOL}))
     cls.yaml_constructors = dict(base.yaml_constructors)
     cls.add_constructor(_TAG + "int", _construct_int)
     cls.add_constructor(_TAG + "bool", _construct_bool)

@@ -170,7 +170,8 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
             elif kind is not None:
                 external += 1
 
-    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
+    raw_groups = data.get("groups")
+    groups = raw_groups if isinstance(raw_groups, list) else []
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
     for scenarios in lists:
         for scenario in scenarios if isinstance(scenarios, list) else []:

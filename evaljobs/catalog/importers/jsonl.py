@@ -211,6 +211,7 @@ def read_samples(
                 problems.counts["assertions"] += 1
                 problems.counts["refused"] += 1
             continue
+        assert record is not None  # else scenario is None
         if "messages" in scenario and not any(m["role"] == "user" for m in scenario["messages"]):
             system_only.append(number)
             continue

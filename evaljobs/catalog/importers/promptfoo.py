@@ -120,10 +120,10 @@ def convert_promptfoo(data: Any, problems: Problems) -> dict[str, Any]:
             if len(runs) > 1:  # promptfoo runs the test once per combination of list/glob values
                 converted[-1].key = f"{converted[-1].key}-{n}"
     seen: set[str] = set()
-    for test in converted:  # two tests share a description: number the later ones
-        if test.key in seen:
-            test.key = f"{test.key}-{test.index + 1}"
-        seen.add(test.key)
+    for made in converted:  # two tests share a description: number the later ones
+        if made.key in seen:
+            made.key = f"{made.key}-{made.index + 1}"
+        seen.add(made.key)
 
     groups = []
     for pid, plabel, content, parse_json, at in prompts:

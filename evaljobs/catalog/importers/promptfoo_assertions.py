@@ -181,12 +181,13 @@ def _merge(out: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
 
 def _entry(single: dict[str, Any], item: dict, label: str) -> dict[str, Any]:
     """One promptfoo assertion as one entry of a weighted list."""
+    entry: dict[str, Any]
     if single.get("assertions"):
         entry = dict(single["assertions"][0])
         entry.setdefault("label", label)
         return entry
     if "judge" in single:
-        entry: dict[str, Any] = {"kind": "judge", "rubric": single["judge"], "label": label}
+        entry = {"kind": "judge", "rubric": single["judge"], "label": label}
         threshold = item.get("threshold")
         if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
             entry["threshold"] = float(threshold)

@@ -75,9 +75,9 @@ def csv_tests(file: str, ref: str, problems: Problems) -> list[dict[str, Any]]:
                 continue
             else:
                 test["vars"][key] = value
-        for index, threshold in configs.items():
-            if index < len(test["assert"]):
-                test["assert"][index]["threshold"] = threshold
+        for position, threshold in configs.items():
+            if position < len(test["assert"]):
+                test["assert"][position]["threshold"] = threshold
         if metadata:
             test["metadata"] = metadata
         tests.append(test)
