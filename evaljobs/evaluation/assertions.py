@@ -143,11 +143,11 @@ class NodeRunner:
     def available(self) -> bool:
         return self.node is not None
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self, node: str) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             self._folder = self._folder or tempfile.mkdtemp(prefix="evaljobs-js-")
             self._proc = subprocess.Popen(
-                [self.node, "-e", _NODE_SCRIPT, self._folder],
+                [node, "-e", _NODE_SCRIPT, self._folder],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -161,10 +161,11 @@ class NodeRunner:
         """Run ``code`` as promptfoo would (``output``, ``context`` in scope): a transform, or with ``assertion``
         a ``javascript`` assertion's body; or ``module``'s function (a file:// assertion). Its JSON value, or
         ``RuntimeError``."""
-        if self.node is None:
+        node = self.node
+        if node is None:
             raise AssertionRefused(f"needs Node.js: {NODE_HINT}")
         with self._lock:
-            proc = self._start()
+            proc = self._start(node)
             self._next += 1
             request = {"id": self._next, "code": code, "output": output, "context": context,
                        "timeout_ms": int(self.timeout * 1000), "assertion": assertion}
@@ -195,7 +196,9 @@ class NodeRunner:
 def _read_line(proc: subprocess.Popen, timeout: float) -> str | None:
     """One line from the process, or ``None`` when none comes within ``timeout`` seconds."""
     result: list[str] = []
-    reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()), daemon=True)
+    stdout = proc.stdout
+    assert stdout is not None  # started with stdout=PIPE
+    reader = threading.Thread(target=lambda: result.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     if reader.is_alive() or not result or not result[0]:
@@ -298,8 +301,9 @@ def _verdict(value: Any, threshold: float | None, negate: bool = False,
         return raw != negate, score, reason
     if isinstance(value, dict) and "pass" in value:
         raw = bool(value.get("pass"))
-        score = value.get("score")
-        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else float(raw)
+        given = value.get("score")
+        score = (float(given) if isinstance(given, (int, float)) and not isinstance(given, bool)
+                 else float(raw))
         return raw != negate, score, str(value.get("reason") or "")
     raise RuntimeError(f"returned {json.dumps(value)[:80]}, not a boolean, a number or {{pass, score, reason}}")
 

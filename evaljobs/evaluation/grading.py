@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from evaljobs.catalog import Scenario, patterns
 from evaljobs.evaluation.assertions import AssertionRefused
@@ -401,7 +401,8 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
         return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
 
     def evaluate(entry: dict) -> Outcome | None:
-        kind, label = entry.get("kind"), entry.get("label") or entry.get("kind")
+        kind = entry.get("kind")
+        label = cast(str, entry.get("label") or kind)  # the catalog gave every assertion entry a kind
         if kind in ("builtin", "promptfoo") and not entry.get("transforms"):
             return check_outcome(entry, answer)
         if kind == "latency":

@@ -37,11 +37,11 @@ class RetryPolicy:
     def backoff(self, retries: int, rng: random.Random | None = None) -> float:
         """Exponential backoff with full jitter for the ``retries``-th retry (0-based)."""
         ceiling = min(self.max_backoff, self.min_backoff * (2 ** retries))
-        rng = rng or random
-        return self.min_backoff + rng.random() * max(0.0, ceiling - self.min_backoff)
+        draw = rng.random() if rng else random.random()
+        return self.min_backoff + draw * max(0.0, ceiling - self.min_backoff)
 
     def rate_limit_delay(self, retry_after: float | None, rng: random.Random | None = None) -> float:
         """Wait at least the provider's Retry-After, plus jitter."""
         base = retry_after if retry_after is not None and retry_after > 0 else self.min_backoff
-        rng = rng or random
-        return base + rng.random() * base * self.jitter
+        draw = rng.random() if rng else random.random()
+        return base + draw * base * self.jitter

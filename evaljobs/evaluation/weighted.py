@@ -67,6 +67,7 @@ def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "
         if entry.get("kind") == "refused":
             continue  # refused at import (--lenient): promptfoo would have run it; it is reported, not graded
         weight = float(entry.get("weight", 1))
+        outcome: Outcome | None
         if entry.get("kind") == "set":
             outcome = combine(entry.get("assertions") or [], entry.get("threshold"), evaluate,
                               entry.get("label") or "assert-set")
