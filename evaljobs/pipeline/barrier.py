@@ -16,7 +16,7 @@ from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
 
 
-def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -> store.Recorded:
+def record(run_id: str, result: Result, *, on_complete: Callable[[str], object]) -> store.Recorded:
     try:
         with telemetry.span("record_result", {"db.operation.name": "record_result"}):
             recorded = store.record_result(run_id, result)
@@ -35,7 +35,7 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], None]) -
 
 
 def record_many(run_id: str, results: Sequence[Result], *,
-                on_complete: Callable[[str], None]) -> list[store.Recorded]:
+                on_complete: Callable[[str], object]) -> list[store.Recorded]:
     """:func:`record` for several results of one run in one transaction (a group commit): each is
     still its own row, uniqueness check and count; events go out after the commit, one per row."""
     try:

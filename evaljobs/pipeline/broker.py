@@ -190,8 +190,11 @@ def bind(broker: dramatiq.Broker, *, queue: str | None = None,
 
 def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
     """Real Dramatiq worker threads on the in-process broker (one that stops at once on ours)."""
-    worker_class = MemoryWorker if isinstance(binding.broker, MemoryBroker) else dramatiq.Worker
-    worker = worker_class(binding.broker, worker_threads=max(1, width), worker_timeout=50)
+    broker, threads = binding.broker, max(1, width)
+    if isinstance(broker, MemoryBroker):
+        worker: dramatiq.Worker = MemoryWorker(broker, worker_threads=threads, worker_timeout=50)
+    else:
+        worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=50)
     try:
         worker.start()
     except RuntimeError as exc:  # "can't start new thread": what was started stops, one line says why

@@ -147,12 +147,13 @@ def current() -> WorkerContext:
     if context is not None and context.settings is settings:
         return context
     with _lock:
-        old = _current
-        if old is None or old.settings is not settings:
-            _current = WorkerContext(settings, default_lane=old.default_lane if old else DEFAULT_LANE)
+        old = current = _current
+        if current is None or current.settings is not settings:
+            lane = old.default_lane if old else DEFAULT_LANE
+            current = _current = WorkerContext(settings, default_lane=lane)
             if old is not None:
                 old.close()
-        return _current
+        return current
 
 
 __all__ = ["WorkerContext", "DatabaseLearned", "current", "DEFAULT_LANE"]

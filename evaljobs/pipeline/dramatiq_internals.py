@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Iterable
+from typing import Any, Iterable
 from uuid import uuid4
 
 import dramatiq
@@ -94,10 +94,11 @@ class WakeableConsumer(_RedisConsumer):
         which loads it.
         """
         broker = self.broker
-        commands = [("EVALSHA", broker.scripts["dispatch"].sha, 1, broker.namespace, "ack", current_millis(),
-                     self.queue_name, broker.broker_id, broker.heartbeat_timeout, broker.dead_message_ttl,
-                     broker._should_do_maintenance("ack"), broker._max_unpack_size(),
-                     message.options["redis_message_id"])]
+        commands: list[tuple[Any, ...]] = [
+            ("EVALSHA", broker.scripts["dispatch"].sha, 1, broker.namespace, "ack", current_millis(),
+             self.queue_name, broker.broker_id, broker.heartbeat_timeout, broker.dead_message_ttl,
+             broker._should_do_maintenance("ack"), broker._max_unpack_size(),
+             message.options["redis_message_id"])]
         commands += [("PUBLISH", name, payload) for name, payload in held]
         try:
             replies = thread_commands(broker.client).execute(*commands)
@@ -218,7 +219,7 @@ class WakingRedisBroker(RedisBroker):
     be lowered, as every worker thread also wakes that often. An idle poll is one short Lua call.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._url = kwargs.get("url")
         self._consumers: dict[str, weakref.WeakSet] = {}

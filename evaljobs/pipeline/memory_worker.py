@@ -66,7 +66,7 @@ class _WakeableMixin:
     not_full: threading.Condition
 
     def __init__(self, stopping: _Stopping, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         self._stopping = stopping
         stopping.watch(self)
 
@@ -153,6 +153,8 @@ class MemoryBroker(StubBroker):
 
 class MemoryWorker(dramatiq.Worker):
     """Dramatiq's ``Worker`` on a :class:`MemoryBroker`: ``stop`` returns once the work in hand is done."""
+
+    broker: MemoryBroker
 
     def __init__(self, broker: MemoryBroker, **kwargs: Any) -> None:
         super().__init__(broker, **kwargs)

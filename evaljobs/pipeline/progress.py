@@ -41,13 +41,14 @@ class Progress:
         self.clock = clock
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
-        self.seen: set[tuple[str, str]] = set()
+        #: (scenario, model) as the events name them.
+        self.seen: set[tuple[str | None, str | None]] = set()
         self.started = clock()
         self.base = done
         self._polled = done
         self._polled_counts = {status: 0 for status in _STATUSES}
         #: Events not (known to be) covered by the last poll: pair -> (persisted number or None, status).
-        self._newer: dict[tuple[str, str], tuple[int | None, str]] = {}
+        self._newer: dict[tuple[str | None, str | None], tuple[int | None, str]] = {}
         self._last_draw = 0.0
         self._finished = False
         self._notes: set[str] = set()

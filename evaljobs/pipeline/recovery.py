@@ -27,7 +27,7 @@ def pending_work(binding) -> tuple[set[tuple[str, str, str, int]], set[tuple[str
     Reads the queue's own message hashes (ready, in flight and delayed) — the
     queue, not the keyspace.
     """
-    pairs: set[tuple[str, str, str]] = set()
+    pairs: set[tuple[str, str, str, int]] = set()
     models: set[tuple[str, str]] = set()
     starts: set[str] = set()
     for body in _queued_bodies(binding):

@@ -18,7 +18,7 @@ from evaljobs import store
 from evaljobs.capacity import thread_start_failed
 from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import barrier
-from evaljobs.pipeline.pairs import GiveUp, Pair, PairState, Recorded, Retry, RunPlan, attempt
+from evaljobs.pipeline.pairs import GiveUp, Pair, PairState, Parked, Recorded, Retry, RunPlan, attempt
 
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
 QUEUED = ("fanout", "per-model")
@@ -37,6 +37,7 @@ def settle(pair: Pair) -> Result:
         outcome = attempt(pair, state)
         if isinstance(outcome, (Recorded, GiveUp)):
             return outcome.result
+        assert not isinstance(outcome, Parked)  # only a batch run parks a pair, and it needs fanout
         wait = outcome.backoff if isinstance(outcome, Retry) else outcome.delay
         left = state.left()
         time.sleep(wait if left is None else min(wait, left))
