@@ -54,7 +54,7 @@ def complete(providers: ProvidersConfig, spec: ModelSpec, messages: list[dict[st
     """``client.complete`` under a governor permit for ``spec``'s budget (when a governor is bound and on)."""
     client = client_for(providers, spec.provider)
     governor = governance.governor() if governance is not None else None
-    if governor is None:
+    if governance is None or governor is None:
         return _call(client, spec, messages, kwargs)
     budget = governance.budget_for(providers, spec)
     if governor.config(budget).unbounded:  # nothing to enforce: no permit, no Redis round trip

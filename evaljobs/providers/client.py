@@ -203,7 +203,7 @@ class ChatClient:
                 return
             self._leased -= 1
             keep = http is not None and not self._closed
-            if keep:
+            if keep and http is not None:
                 self._idle.append(http)
         if http is not None and not keep:
             http.close()
@@ -399,7 +399,9 @@ def _environment_proxy(url: httpx.URL | str) -> str | None:
     if not isinstance(url, httpx.URL):
         return None
     proxies = urllib.request.getproxies_environment()
-    if not proxies or urllib.request.proxy_bypass_environment(url.host, proxies):
+    # proxy_bypass_environment is in urllib.request on every Python, but not in typeshed (undocumented).
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if not proxies or bypass(url.host, proxies):
         return None
     return proxies.get(url.scheme) or proxies.get("all")
 

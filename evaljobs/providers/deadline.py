@@ -123,7 +123,7 @@ def bounded(transport: httpx.HTTPTransport) -> httpx.HTTPTransport:
     """
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if backend is None:
+    if pool is None or backend is None:
         raise RuntimeError("httpx.HTTPTransport no longer has the httpcore pool evaljobs bounds "
                            "(evaljobs.providers.deadline): pin httpx/httpcore or update this module")
     if not isinstance(backend, DeadlineBackend):

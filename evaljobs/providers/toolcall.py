@@ -29,8 +29,8 @@ class ToolCall:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
-        return cls(**{k: data.get(k) for k in ("name", "arguments", "result", "error")},
-                   duration_ms=float(data.get("duration_ms") or 0.0))
+        stored: dict[str, Any] = {k: data.get(k) for k in ("name", "arguments", "result", "error")}
+        return cls(**stored, duration_ms=float(data.get("duration_ms") or 0.0))
 
 
 __all__ = ["OUTPUT_CAP", "ToolCall"]

@@ -97,7 +97,8 @@ class AnthropicWire:
                 if not isinstance(name, str) or not name:
                     raise PermanentError(f"unexpected response: content[{index}] tool_use has no name",
                                          status=status)
-                call_id = block.get("id") if isinstance(block.get("id"), str) else f"toolu_{index}"
+                given_id = block.get("id")
+                call_id = given_id if isinstance(given_id, str) else f"toolu_{index}"
                 calls.append(parse_arguments(call_id, name, block.get("input")))
         text = "".join(texts)
         raw_message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -281,7 +282,8 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _typed_error(status: int, data: dict[str, Any], headers: Mapping[str, str]) -> ProviderError:
-    error = data.get("error") if isinstance(data.get("error"), dict) else {}
+    given = data.get("error")
+    error = given if isinstance(given, dict) else {}
     kind = str(error.get("type") or "error")
     message = cap(f"{kind}: {error.get('message') or ''}".strip().rstrip(":"))
     if kind == "rate_limit_error" or status == 429:

@@ -149,19 +149,21 @@ def parse_completion(data: Any, status: int, latency_ms: float, headers: dict[st
     choices = data.get("choices") if isinstance(data, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
+    if not isinstance(choice, dict) or not isinstance(message, dict):
         keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
         raise PermanentError(f"unexpected response: no choices[0].message in the JSON body (got {keys})",
                              status=status)
-    tool_calls = [_parse_tool_call(i, raw, status) for i, raw in enumerate(message.get("tool_calls") or [])]
+    raw_calls = message.get("tool_calls") or []
+    tool_calls = [_parse_tool_call(i, raw, status) for i, raw in enumerate(raw_calls)]
     raw_message: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     if tool_calls:
         raw_message["tool_calls"] = [
             {"id": call.id, "type": "function",
              "function": {"name": call.name, "arguments": _raw_arguments(raw)}}
-            for call, raw in zip(tool_calls, message.get("tool_calls"))
+            for call, raw in zip(tool_calls, raw_calls)
         ]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    given_usage = data.get("usage")
+    usage = given_usage if isinstance(given_usage, dict) else {}
     return Completion(
         content=text_of(message.get("content")),
         tool_calls=tool_calls,
@@ -197,7 +199,7 @@ def parse_arguments(call_id: str, name: str, arguments: Any) -> RequestedToolCal
 def _parse_tool_call(index: int, raw: Any, status: int) -> RequestedToolCall:
     function = raw.get("function") if isinstance(raw, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(name, str) or not name:
+    if not isinstance(function, dict) or not isinstance(name, str) or not name:
         raise PermanentError(f"unexpected response: tool_calls[{index}] has no function name", status=status)
     call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{index}"
     return parse_arguments(call_id, name, function.get("arguments"))
