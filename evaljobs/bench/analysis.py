@@ -54,7 +54,7 @@ def summarize(measurements: Iterable[Measurement], *, models: int = 1,
                 cost=(
                     None
                     if any(m.cost is None for m in use)
-                    else round(statistics.median(m.cost for m in use), 6)
+                    else _median_or_none((m.cost for m in use), 6)
                 ),
                 cpu_s=_median_or_none((m.cpu_s for m in use), 3),
                 peak_rss_mb=_median_or_none((m.peak_rss_mb for m in use), 1),

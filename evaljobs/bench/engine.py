@@ -197,7 +197,9 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
             f"{env['pairs']} pairs; {len(plan)} cells × {spec.repeat} repeats; broker "
             f"{broker_label(spec.broker)}; results in {out}"
         )
-        sim_threads = (lambda: [sim._thread.native_id]) if sim is not None and sim._thread else None
+        thread = sim._thread if sim is not None else None
+        # native_id is None only before the thread starts: the simulator's has started.
+        sim_threads = (lambda: [tid for tid in (thread.native_id,) if tid is not None]) if thread else None
         warmup = _warmup_catalog(catalog)
         _warm_up(spec, warmup, models, "memory", queue,
                  [s for s in ("sequential", "fanout") if s in spec.strategies or s == "sequential"])

@@ -135,6 +135,7 @@ def _start_workers(args: list[str], processes: int, log: Path) -> list[subproces
             if proc.poll() is not None or time.monotonic() > deadline:
                 _stop_workers(procs)
                 raise RuntimeError(f"a raw-stack worker did not start; see {log}")
+            assert proc.stdout is not None  # started with stdout=PIPE
             line = proc.stdout.readline()  # the ready line, or EOF when it died
     return procs
 

@@ -183,16 +183,13 @@ def _plot_title(result: BenchResult) -> str:
 def write_outputs(result: BenchResult, out: Path) -> dict[str, Path | None]:
     """bench.json, bench.csv, bench.md and bench.png (None when matplotlib is missing) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path | None] = {
-        "json": out / "bench.json",
-        "csv": out / "bench.csv",
-        "md": out / "bench.md",
-        "png": out / "bench.png",
-    }
-    paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
-    paths["csv"].write_text(render_csv(result), encoding="utf-8")
-    paths["md"].write_text(render_markdown(result), encoding="utf-8")
-    if not plot(result, paths["png"]):
+    json_path, csv_path, md_path, png_path = (out / "bench.json", out / "bench.csv", out / "bench.md",
+                                              out / "bench.png")
+    paths: dict[str, Path | None] = {"json": json_path, "csv": csv_path, "md": md_path, "png": png_path}
+    json_path.write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    csv_path.write_text(render_csv(result), encoding="utf-8")
+    md_path.write_text(render_markdown(result), encoding="utf-8")
+    if not plot(result, png_path):
         paths["png"] = None
     return paths
 

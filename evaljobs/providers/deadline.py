@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, overload
 
 import httpcore
 from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
@@ -32,6 +32,10 @@ def current() -> float | None:
     return getattr(_local, "deadline", None)
 
 
+@overload
+def remaining(default: float) -> float: ...
+@overload
+def remaining(default: None = None) -> float | None: ...
 def remaining(default: float | None = None) -> float | None:
     """Seconds left before this thread's deadline (never below 0), capped at ``default``; ``default`` without one."""
     deadline = current()

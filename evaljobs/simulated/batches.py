@@ -385,7 +385,8 @@ class BatchDesk:
 
     def _openai_files(self, batch: _Batch) -> None:
         """The output file (answered 200) and the error file (the rest), as the Batch API writes them."""
-        output, errors = [], []
+        output: list[str] = []
+        errors: list[str] = []
         for number, (custom_id, _) in enumerate(batch.requests):
             line: dict[str, Any] = {"id": f"batch_req_{batch.id}_{number}", "custom_id": custom_id}
             answer = batch.answers.get(custom_id)

@@ -46,7 +46,7 @@ def find_directives(text: str) -> list[tuple[int, int, str | None, str]]:
     ``]``); double quotes only count as strings inside ``{…}``/``[…]`` so that a
     ``say`` text may contain a lone quote.
     """
-    found = []
+    found: list[tuple[int, int, str | None, str]] = []
     pos = 0
     while True:
         match = _DIRECTIVE_START.search(text, pos)

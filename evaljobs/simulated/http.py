@@ -63,7 +63,8 @@ async def read_request(reader: asyncio.StreamReader) -> Request | int | None:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes | None:
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
         if size == 0:

@@ -338,7 +338,7 @@ class SimulatedProvider:
         """The batch APIs: OpenAI's files and batches (Azure's paths too), Anthropic's message batches."""
         desk, method, keep_alive = self.batches, request.method, request.keep_alive
         query = urllib.parse.parse_qs(request.path.partition("?")[2])
-        after = (query.get("after") or query.get("after_id") or [None])[0]
+        after = next(iter(query.get("after") or query.get("after_id") or []), None)
         limit = int((query.get("limit") or ["20"])[0]) if (query.get("limit") or ["20"])[0].isdigit() else 20
         base = f"http://{request.headers.get('host') or f'{self.host}:{self.port}'}"
         parts = path.strip("/").split("/")[1:]  # without "v1"
@@ -350,7 +350,7 @@ class SimulatedProvider:
             if parts == ["files"] and method == "POST":
                 body = desk.upload(request.headers.get("content-type", ""), request.body)
             elif parts == ["files"] and method == "GET":
-                body = desk.list_files((query.get("purpose") or [None])[0])
+                body = desk.list_files(next(iter(query.get("purpose") or []), None))
             elif len(parts) == 2 and parts[0] == "files" and method == "GET":
                 body = desk.file(parts[1])
             elif len(parts) == 3 and parts[0] == "files" and parts[2] == "content" and method == "GET":
@@ -607,19 +607,18 @@ class SimulatedProvider:
         content = answer.content
         finish = answer.finish_reason
         max_tokens = payload.get("max_tokens")
-        capped = isinstance(max_tokens, int) and max_tokens > 0
-        if content is not None and capped and len(content) > 4 * max_tokens:
+        if content is not None and isinstance(max_tokens, int) and 0 < max_tokens < len(content) / 4:
             content, finish = content[: 4 * max_tokens], "length"
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        reply: dict[str, Any] = {"role": "assistant", "content": content}
         if answer.tool_calls:
-            message["tool_calls"] = answer.tool_calls
+            reply["tool_calls"] = answer.tool_calls
         calls_text = json.dumps(answer.tool_calls) if answer.tool_calls else ""
         output_tokens = tokens((content or "") + calls_text)
         if call.stream:
             if call.wire == "anthropic":
-                events = anthropic_events(model, sequence, message, finish, input_tokens, output_tokens)
+                events = anthropic_events(model, sequence, reply, finish, input_tokens, output_tokens)
             else:
-                events = openai_chunks(model, sequence, message, finish, input_tokens, output_tokens,
+                events = openai_chunks(model, sequence, reply, finish, input_tokens, output_tokens,
                                        call.include_usage)
             if answer.fault == "truncate":
                 self._count(model, "faults", bucket="truncate")
@@ -629,9 +628,9 @@ class SimulatedProvider:
             await self._send_stream(writer, events, keep_alive=keep_alive)
             return keep_alive
         if call.wire == "anthropic":
-            body = anthropic_body(model, sequence, message, finish, input_tokens, output_tokens)
+            body = anthropic_body(model, sequence, reply, finish, input_tokens, output_tokens)
         else:
-            body = completion_body(model, sequence, message, finish, input_tokens, output_tokens)
+            body = completion_body(model, sequence, reply, finish, input_tokens, output_tokens)
         if answer.fault == "truncate":
             self._count(model, "faults", bucket="truncate")
             data = json.dumps(body).encode()

@@ -80,8 +80,10 @@ def describe(spec: dict[str, Any]) -> str:
 
 def exception_text(exc: BaseException) -> str:
     """The innermost useful message, also inside anyio's exception groups."""
-    while isinstance(getattr(exc, "exceptions", None), (list, tuple)) and exc.exceptions:  # a group
-        exc = exc.exceptions[0]
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, (list, tuple)) and inner:  # a group
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
     text = one_line(exc, 200)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -130,10 +130,12 @@ def expand_catalog_tools(data: Any, *, source: str = "<catalog>", live: LiveTool
     if problems:
         raise CatalogError(problems)
     for _, scenario, _, _ in imports:
-        tools = []
+        tools: list[dict[str, Any]] = []
         for entry in scenario["tools"]:
             if is_mcp_import(entry):
-                tools.extend(copy.deepcopy(cache[json.dumps(entry, sort_keys=True, default=str)]))
+                expanded = cache[json.dumps(entry, sort_keys=True, default=str)]
+                assert not isinstance(expanded, LiveToolError)  # raised as a problem above
+                tools.extend(copy.deepcopy(expanded))
             else:
                 tools.append(entry)
         scenario["tools"] = tools

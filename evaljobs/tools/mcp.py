@@ -125,6 +125,7 @@ class McpSession:
                 self._connect_by = time.monotonic() + self.connect_timeout
                 self._holder = self.loop.submit(self._hold(self._ready))
             ready, holder = self._ready, self._holder
+        assert holder is not None  # submitted with _ready
         full = max(0.0, self._connect_by - time.monotonic())
         wait = deadline.remaining(full)
         try:
