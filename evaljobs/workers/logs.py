@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import dramatiq
+from dramatiq.broker import MessageProxy
 
 from evaljobs.redact import redact_text
 
@@ -71,10 +72,10 @@ class LogContext(dramatiq.Middleware):
     def __init__(self) -> None:
         self._tokens = threading.local()
 
-    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         self._tokens.token = _work.set(pair_of(message.actor_name, message.args))
 
-    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
                               result: Any = None, exception: BaseException | None = None) -> None:
         token = getattr(self._tokens, "token", None)
         self._tokens.token = None

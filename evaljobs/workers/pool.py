@@ -331,12 +331,12 @@ class Pool:
             idle = [m for m in members
                     if not m.busy and not m.in_message and now - m.last_active >= self.idle_seconds]
             idle.sort(key=lambda m: m.last_active)
-            leaving = idle[: len(members) - target]
-            for member in leaving:
+            retiring = idle[: len(members) - target]
+            for member in retiring:
                 self._retire(member)
-            if leaving:
+            if retiring:
                 logger.info("pool %s: %d -> %d members (idle for %gs)", self.id, len(members),
-                            len(members) - len(leaving), self.idle_seconds)
+                            len(members) - len(retiring), self.idle_seconds)
 
     def _backlog(self) -> int:
         """Ready + delayed messages of the pool's queues (not counting members' in-flight work)."""
@@ -351,7 +351,7 @@ class Pool:
         client = getattr(broker, "client", None)
         if client is None:
             raise TypeError(f"pools need a Redis or Stub broker, not {type(broker).__name__}")
-        namespace = broker.namespace
+        namespace = getattr(broker, "namespace")  # a Redis broker's, found as duck-typed as its client
         pipe = client.pipeline(transaction=False)
         for queue in self.queues:
             pipe.llen(f"{namespace}:{queue}")  # ready message ids
@@ -378,7 +378,8 @@ class Pool:
             raise
         if isinstance(self.broker, StubBroker):
             for thread in worker.consumers.values():
-                thread.requeue_messages = partial(_stub_requeue, thread)
+                # This consumer's own requeue (the class's stays): a patch mypy cannot type.
+                thread.requeue_messages = partial(_stub_requeue, thread)  # type: ignore[method-assign]
         member.booted.set()
         return member
 

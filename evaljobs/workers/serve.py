@@ -58,8 +58,12 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
     try:
         store.connect(db)
         binding = bind_broker(broker)
+        from dramatiq.brokers.redis import RedisBroker  # loaded already: bind_broker made one
+
         try:
-            binding.broker.client.ping()
+            redis_broker = binding.broker
+            assert isinstance(redis_broker, RedisBroker)  # check_pool_arguments took only redis:// URLs
+            redis_broker.client.ping()
         except Exception as exc:  # noqa: BLE001 - redis' connection errors: say which URL, in one line
             binding.broker.close()
             raise UsageError(f"cannot reach the broker at {broker}: {one_line(exc)}") from None

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dramatiq
+from dramatiq.broker import MessageProxy
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -89,7 +90,7 @@ class ActorSpans(dramatiq.Middleware):
         self.provider = provider
         self._open = threading.local()
 
-    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         attributes: dict[str, Any] = {"messaging.system": "dramatiq", "messaging.operation.type": "process",
                                       "messaging.destination.name": message.queue_name,
                                       "messaging.message.id": message.message_id}
@@ -99,7 +100,7 @@ class ActorSpans(dramatiq.Middleware):
         token = otel_context.attach(trace.set_span_in_context(span))
         self._open.current = (span, token)
 
-    def after_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message, *,
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
                               result: Any = None, exception: BaseException | None = None) -> None:
         current = getattr(self._open, "current", None)
         self._open.current = None
@@ -111,7 +112,7 @@ class ActorSpans(dramatiq.Middleware):
         otel_context.detach(token)
         span.end()
 
-    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         self.after_process_message(broker, message)
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
