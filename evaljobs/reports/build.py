@@ -10,7 +10,7 @@ import json
 import math
 from collections import Counter
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import (decided, epochs_note, judge_entry, judged_groups, judgement_passed,
@@ -124,7 +124,10 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     return report
 
 
-def percentile(values: Iterable[float], pct: float) -> float | None:
+_Number = TypeVar("_Number", int, float)
+
+
+def percentile(values: Iterable[_Number], pct: float) -> _Number | None:
     """Nearest-rank percentile: the smallest value with at least ``pct``% of values at or below it."""
     ordered = sorted(values)
     if not ordered:

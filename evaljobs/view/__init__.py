@@ -14,7 +14,7 @@ import logging
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import quote
 
 from evaljobs.config import settings
@@ -82,7 +82,7 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
     except OSError:
         sock.close()
         raise
-    json_logs = {}
+    json_logs: dict[str, Any] = {}
     if log_format == "json":
         import logging
 
@@ -102,7 +102,7 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
             if server.started:
                 on_ready()
 
-        server.startup = startup
+        server.startup = startup  # type: ignore[method-assign]  # this server's start-up, then on_ready
     try:
         server.run(sockets=[sock])
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from http.cookies import SimpleCookie
+from typing import Sequence
 from urllib.parse import parse_qsl, urlencode
 
 from evaljobs.view.config import HERE, ViewConfig
@@ -121,7 +122,7 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
 
 
-async def _plain(send, status: int, text: str, extra: list[tuple[bytes, bytes]] = ()) -> None:
+async def _plain(send, status: int, text: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
     body = (text + "\n").encode() if text else b""
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -29,6 +29,11 @@ from evaljobs.store import pages as store_pages
 from evaljobs.view.config import ViewConfig
 from evaljobs.view.queries import first_line
 from evaljobs.view.streams import StreamRegistry
+
+
+if TYPE_CHECKING:  # redis is imported only with a Redis broker (start-up of a broker-less viewer)
+    import redis.asyncio as aioredis
+    from redis.asyncio.client import PubSub
 
 logger = logging.getLogger("evaljobs.view")
 #: Coalesce wake-ups for this long before reading, so a burst of events costs one read.
@@ -68,7 +73,8 @@ class Hints:
 
     def __init__(self, redis_url: str | None, channel: str | None):
         self._url, self._channel = redis_url, channel
-        self._client = self._pubsub = None
+        self._client: aioredis.Redis | None = None
+        self._pubsub: PubSub | None = None
 
     async def open(self) -> Hints:
         if self._url and self._channel:
@@ -170,7 +176,8 @@ class Streams:
         hints = await Hints(self.config.redis_url, events.channel(run_id)).open()  # before the first read
         lookback = 0 if store.is_sqlite() else PG_LOOKBACK
         try:
-            last_sent, quiet, seen = None, 0.0, set()
+            last_sent, quiet = None, 0.0
+            seen: set[int] = set()
             while True:
                 try:
                     state = await self._read(store_pages.state, run_id)

@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from functools import cached_property
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 
 from evaljobs import store
@@ -68,7 +68,7 @@ class GridRow:
     group: str | None
     tags: tuple[str, ...]
     prompt: str
-    cells: list[tuple[str, Cell | None]]  # (model, cell) in column order
+    cells: list[tuple[str, Cell | EpochCell | None]]  # (model, cell) in column order
 
     @property
     def cost(self) -> float | None:
@@ -183,7 +183,7 @@ class RunIndex:
     run: RunRow
     last_id: int
     cells: list[Cell]
-    by_pair: "dict[tuple[str, str], Cell | EpochCell]"
+    by_pair: "Mapping[tuple[str, str], Cell | EpochCell]"
     rows: list[_Row]
     models: list[ModelRow]
     faults: list[str]
@@ -193,7 +193,7 @@ class RunIndex:
     counts: dict[str, int] = field(default_factory=dict)
     cost_unknown: int = 0
     #: For each row, its (model, cell) pairs in the run's model order, built once.
-    grid: list[list[tuple[str, Cell | None]]] = field(default_factory=list)
+    grid: list[list[tuple[str, Cell | EpochCell | None]]] = field(default_factory=list)
 
     def state(self, status: str, expected: int) -> store_pages.RunState:
         c = self.counts
@@ -224,9 +224,10 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
         rows.append(_Row(key, s.group if s else None, tuple(s.tags) if s else (), prompt,
                          f"{key}\n{prompt}".lower()))
     models = model_rows(run.models, cells)
+    by_pair: Mapping[tuple[str, str], Cell | EpochCell]
     if run.epochs > 1:  # one cell per (scenario, model) over its epochs
-        by_pair = epoch_cells(cells, run.epochs)
-        flaky = Counter(cell.model for cell in by_pair.values() if cell.flaky)
+        by_pair = over_epochs = epoch_cells(cells, run.epochs)
+        flaky = Counter(cell.model for cell in over_epochs.values() if cell.flaky)
         for m in models:
             m.flaky = flaky.get(m.model, 0)
     else:
@@ -305,7 +306,7 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     wanted = {s for s in statuses if s in PAIR_STATUSES}
     text = (q or "").strip().lower()
     found = _search(run_id, index.last_id, len(index.cells), text) if text else set()
-    matched: list[tuple[_Row, list[tuple[str, Cell | None]]]] = []
+    matched: list[tuple[_Row, list[tuple[str, Cell | EpochCell | None]]]] = []
     for row, cells in zip(index.rows, index.grid):
         if tag and tag not in row.tags:
             continue
@@ -410,7 +411,8 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
         results.setdefault(r.model, []).append(r)
     if scenario is None and not results:
         raise NotFound(f"run {run_id} has no scenario {key!r}")
-    base_run, base = None, {}
+    base_run: RunRow | None = None
+    base: dict[str, list[Any]] = {}
     if baseline:
         try:
             base_run = store_pages.run(baseline)
