@@ -184,6 +184,7 @@ class Governor:
                 waited_ms = (time.monotonic() - started) * 1000.0
                 if early is not None:  # a place in line taken in the message's first round trip
                     store, answer, seen, early = early.store, early.answer, early.seen, None
+                    assert answer is not None  # prefetched() keeps a prefetch only once answered
                 else:
                     with self._wakeup:
                         seen = self._freed.get(budget, 0)

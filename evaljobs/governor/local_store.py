@@ -189,11 +189,11 @@ class _LocalStore:
                 n_i = sum(1 for e in s.leases["interactive"].values() if e > now)
                 n_b = sum(1 for e in s.leases["bulk"].values() if e > now)
                 waiting = sum(1 for e in s.waiter_exp.values() if e > now)
-                by_lane = tuple(sum(1 for w in s.queues[lane] if s.waiter_exp.get(w, 0.0) > now)
-                                for lane in ("interactive", "bulk"))
+                w_i, w_b = (sum(1 for w in s.queues[lane] if s.waiter_exp.get(w, 0.0) > now)
+                            for lane in ("interactive", "bulk"))
                 rows.append(_stats_row(budget, self.name, s.limit, n_i, n_b, waiting, s.admitted,
                                        s.rate_limited, s.wait_sum_ms, s.wait_max_ms,
-                                       max(0.0, s.paused_until - now), waiting_by_lane=by_lane))
+                                       max(0.0, s.paused_until - now), waiting_by_lane=(w_i, w_b)))
             return rows
 
     def close(self) -> None:

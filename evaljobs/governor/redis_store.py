@@ -1,7 +1,7 @@
 """The shared store: budget state in Redis, every change one Lua script timed by the Redis clock."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import redis
 import redis.exceptions
@@ -349,7 +349,8 @@ class _RedisStore:
                     args=[permit.lease_id, self._now(), repr(float(permit._config.lease_seconds))])
 
     def stats(self) -> list[dict[str, Any]]:
-        budgets = sorted(self.client.smembers(f"{self.namespace}:budgets"))
+        # str members: the client decodes responses, which redis-py's types cannot know
+        budgets = sorted(cast("set[str]", self.client.smembers(f"{self.namespace}:budgets")))
         pipe = self.client.pipeline(transaction=False)
         for budget in budgets:
             k = self._key
