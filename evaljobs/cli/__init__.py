@@ -13,7 +13,7 @@ A command's module is imported only when that command runs (or its own
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
@@ -122,7 +122,7 @@ def _short_help(name: str, limit: int) -> str:
     return click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)
 
 
-class _Commands(dict):
+class _Commands(dict[str, click.Command]):
     """``main.commands``: a command is loaded on first lookup, so ``main.commands["run"]`` still works."""
 
     def __missing__(self, name: str) -> click.Command:
@@ -132,17 +132,17 @@ class _Commands(dict):
         self[name] = command
         return command
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         try:
             return self[name]
         except KeyError:
             return default
 
     # A caller walking every command (a test, a docs generator) sees them all, loaded.
-    def keys(self):  # type: ignore[override]
+    def keys(self) -> list[str]:  # type: ignore[override]  # a sorted list, every command's name
         return sorted(set(COMMANDS) | set(dict.keys(self)))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __len__(self) -> int:
@@ -151,15 +151,17 @@ class _Commands(dict):
     def __contains__(self, name: object) -> bool:
         return name in COMMANDS or dict.__contains__(self, name)
 
-    def items(self):  # type: ignore[override]
+    def items(self) -> list[tuple[str, click.Command]]:  # type: ignore[override]  # loaded, as a list
         return [(name, self[name]) for name in self.keys()]
 
-    def values(self):  # type: ignore[override]
+    def values(self) -> list[click.Command]:  # type: ignore[override]  # loaded, as a list
         return [self[name] for name in self.keys()]
 
 
 class LazyGroup(Group):
     """The ``evaljobs`` group: commands from :data:`COMMANDS`, each module imported when it is used."""
+
+    commands: _Commands
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
