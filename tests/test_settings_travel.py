@@ -28,15 +28,21 @@ CATALOG = (
 )
 
 
+def _acme_providers(tmp_path, url: str, extra: str = ""):
+    """A providers file the worker does not have: provider ``acme`` at ``url``, a header from a variable."""
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(
+        f"providers:\n  acme:\n    api: openai\n    base_url: {url}\n"
+        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n" + extra
+    )
+    return providers
+
+
 def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
     tmp_path, redis_url, sqlite_url, simulated_provider
 ):
     sim = simulated_provider(latency=0.0, export=False)
-    providers = tmp_path / "providers.yaml"
-    providers.write_text(
-        f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
-        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n    checked: 2026-11-30\n"
-    )
+    providers = _acme_providers(tmp_path, sim.url, extra="    checked: 2026-11-30\n")
     catalog = tmp_path / "travel.yaml"
     # the judge's provider is in the file too: the worker's judge uses the stored providers as well
     catalog.write_text(CATALOG + "  - key: judged\n    prompt: \"My parcel is late. [sim: say I'm sorry the "
@@ -83,11 +89,7 @@ def test_a_batch_run_given_providers_reaches_a_redis_worker_started_without_them
     """The worker that collects, submits and polls a run's batches builds its batch client on the
     providers stored with the run, as its interactive calls do (it read its own file before)."""
     sim = simulated_provider(latency=0.0, export=False)
-    providers = tmp_path / "providers.yaml"
-    providers.write_text(
-        f"providers:\n  acme:\n    api: openai\n    base_url: {sim.url}\n"
-        "    headers: {X-Team-Token: '${ACME_TOKEN}'}\n"
-    )
+    providers = _acme_providers(tmp_path, sim.url)
     catalog = tmp_path / "travel.yaml"
     catalog.write_text(CATALOG)
     env = {"ACME_TOKEN": "s3cret-team-token-value", "EVALJOBS_PROVIDERS": "", "EVALJOBS_BATCH_WAIT": "0",
