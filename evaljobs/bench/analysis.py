@@ -94,7 +94,9 @@ def find_knee(cells: Sequence[Cell], *, cores: int) -> Knee:
     if len(ordered) == 1:
         why = ("its concurrency is fixed" if strategy in ("sequential", "per-model")
                else "the grid has one width")
-        return Knee(strategy, None, "one width only", f"{strategy} ran at width {ordered[0].width} only ({why})")
+        return Knee(
+            strategy, None, "one width only", f"{strategy} ran at width {ordered[0].width} only ({why})"
+        )
     for i, cell in enumerate(ordered[:-1]):
         beyond = ordered[i + 1:]
         fastest = min(b.wall_s for b in beyond)

@@ -193,8 +193,8 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         env["pairs"] = len(catalog.scenarios) * len(models)
         plan = _plan(spec, len(models))
         echo(
-            f"bench: {Path(spec.catalog).name}: {len(catalog.scenarios)} scenarios × {len(models)} model(s) = "
-            f"{env['pairs']} pairs; {len(plan)} cells × {spec.repeat} repeats; broker "
+            f"bench: {Path(spec.catalog).name}: {len(catalog.scenarios)} scenarios × {len(models)} model(s) "
+            f"= {env['pairs']} pairs; {len(plan)} cells × {spec.repeat} repeats; broker "
             f"{broker_label(spec.broker)}; results in {out}"
         )
         thread = sim._thread if sim is not None else None
@@ -223,8 +223,8 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                         m.cores = min(env["cores"], spec.processes if (queued and workers) else 1)
                         measurements.append(m)
                         echo(
-                            f"  [{cell:>{len(str(cells_total))}}/{cells_total}] {strategy:<10} width {width:>3}  "
-                            f"repeat {repeat}: {m.wall_s:7.2f} s  "
+                            f"  [{cell:>{len(str(cells_total))}}/{cells_total}] {strategy:<10} width "
+                            f"{width:>3}  repeat {repeat}: {m.wall_s:7.2f} s  "
                             f"{m.status}  errors {m.error_rate:.1%}  ({m.run_id})"
                         )
             finally:

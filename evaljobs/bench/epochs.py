@@ -66,7 +66,11 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
     pairs = scenarios * models * epochs
 
     def summary(label: str) -> dict[str, Any]:
-        enqueue, finalize, cpu = figures[label]["enqueue"], figures[label]["finalize"], figures[label]["finalize_cpu"]
+        enqueue, finalize, cpu = (
+            figures[label]["enqueue"],
+            figures[label]["finalize"],
+            figures[label]["finalize_cpu"],
+        )
         return {
             "enqueue_seconds": round(statistics.median(enqueue), 4),
             "enqueue_all": [round(t, 4) for t in enqueue],

@@ -59,7 +59,8 @@ def _hwm_mb(pid: int | str) -> float | None:
 
 
 def _reset_hwm(pid: int | str) -> bool:
-    """Reset the kernel's peak-RSS mark (``echo 5 > /proc/PID/clear_refs``) so the next peak is this cell's."""
+    """Reset the kernel's peak-RSS mark (``echo 5 > /proc/PID/clear_refs``) so the next peak is this cell's.
+    """
     try:
         with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as handle:
             handle.write("5")
@@ -97,7 +98,11 @@ class ProcessMeter:
     def stop(self) -> tuple[float, float | None]:
         cpu = self._cpu() - self._cpu0
         if self._pids is None:
-            peak = _hwm_mb("self") if self._reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            peak = (
+                _hwm_mb("self")
+                if self._reset
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            )
         else:
             marks = [_hwm_mb(pid) for pid in self._pids()]
             peak = sum(m for m in marks if m is not None) if marks else None

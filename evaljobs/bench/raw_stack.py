@@ -163,7 +163,8 @@ def measure_raw_stack(
     out: str | Path = ".",
     timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """Wall clock from the first send to the last row, per repeat, with ``processes`` × ``threads`` workers."""
+    """Wall clock from the first send to the last row, per repeat, with ``processes`` × ``threads`` workers.
+    """
     import redis
     from dramatiq.brokers.redis import RedisBroker
 
@@ -175,7 +176,9 @@ def measure_raw_stack(
     db = out / "raw-stack.db"
     open_db(str(db)).close()
     queue = f"raw-{secrets.token_hex(4)}"
-    procs = _start_workers([broker_url, str(db), sim_url, queue, str(threads)], processes, out / "raw-stack.log")
+    procs = _start_workers(
+        [broker_url, str(db), sim_url, queue, str(threads)], processes, out / "raw-stack.log"
+    )
     broker = RedisBroker(url=broker_url)
     client = redis.Redis.from_url(broker_url)
     try:
@@ -283,8 +286,8 @@ def _main(argv: list[str]) -> int:
                        pairs_per_message=tuple(int(b) for b in ns.pairs_per_message.split(",")))
         Path(ns.out, "raw-stack.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
         print(
-            "| processes × width | pairs/message | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw stack | "
-            "raw CPU s | evaljobs CPU s |"
+            "| processes × width | pairs/message | raw stack pairs/s | evaljobs pairs/s | evaljobs / raw "
+            "stack | raw CPU s | evaljobs CPU s |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|")
         for row in rows:

@@ -129,13 +129,19 @@ def plot(result: BenchResult, path: Path, *, title: str | None = None) -> bool:
         cells = sorted((c for c in result.cells if c.strategy == strategy), key=lambda c: c.width)
         if not cells:
             continue
-        xs, walls, errs = [c.width for c in cells], [c.wall_s for c in cells], [c.error_rate * 100 for c in cells]
+        xs, walls, errs = (
+            [c.width for c in cells],
+            [c.wall_s for c in cells],
+            [c.error_rate * 100 for c in cells],
+        )
         color = colors.get(strategy)
         ax_wall.plot(xs, walls, marker="o", color=color, label=strategy)
         ax_err.plot(xs, errs, marker="o", color=color, label=strategy)
         flat = [w for w in widths if w > xs[-1]]
         if flat:  # fixed-concurrency strategies: the same wall clock at any wider setting
-            ax_wall.plot([xs[-1], *flat], [walls[-1]] * (len(flat) + 1), linestyle="--", color=color, alpha=0.6)
+            ax_wall.plot(
+                [xs[-1], *flat], [walls[-1]] * (len(flat) + 1), linestyle="--", color=color, alpha=0.6
+            )
             ax_err.plot([xs[-1], *flat], [errs[-1]] * (len(flat) + 1), linestyle="--", color=color, alpha=0.6)
     ideal = {}
     for cell in result.cells:
