@@ -4,7 +4,8 @@ The package is split by concern; this module re-exports the public API:
 
 * :mod:`~evaljobs.catalog.model` — the frozen dataclasses (``Catalog``, ``Scenario``, ``Tool`` …);
 * :mod:`~evaljobs.catalog.load` — files to :class:`CatalogSource` to ``Catalog``;
-* :mod:`~evaljobs.catalog._yaml` — the YAML reader that keeps line numbers (:mod:`~evaljobs.catalog.yaml12`: YAML 1.2 scalars);
+* :mod:`~evaljobs.catalog._yaml` — the YAML reader that keeps line numbers (:mod:`~evaljobs.catalog.yaml12`:
+  YAML 1.2 scalars);
 * :mod:`~evaljobs.catalog.validate` — every problem at once, one line each, with file and line;
 * :mod:`~evaljobs.catalog.digest` — the canonical body and its sha256;
 * :mod:`~evaljobs.catalog.toolspec` — pure checks of live (``http``/``mcp``) tool specs;

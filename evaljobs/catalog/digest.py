@@ -27,7 +27,8 @@ def build_catalog(name: str, description: str, scenarios: list[Scenario], source
 
 
 def scenario_digest(scenario: Scenario) -> str:
-    """The digest of one scenario's canonical form: equal digests mean the scenario is unchanged (``--reuse``)."""
+    """The digest of one scenario's canonical form: equal digests mean the scenario is unchanged
+    (``--reuse``)."""
     return digest_of(_scenario_body(scenario))
 
 

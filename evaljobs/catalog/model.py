@@ -41,7 +41,8 @@ IDEAL_GRADER_ARGUMENTS = {"inspect_pattern": "a regular expression", "inspect_an
 
 
 def ideal_grader_problem(grader: object) -> str | None:
-    """Why ``grader`` is not a usable ``ideal_grader`` (``None`` when it is): one line for an error message."""
+    """Why ``grader`` is not a usable ``ideal_grader`` (``None`` when it is): one line for an error message.
+    """
     if not isinstance(grader, str):
         return f"must be one of {', '.join(IDEAL_GRADERS)}, not {grader!r}"
     name, colon, argument = grader.partition(":")
@@ -68,7 +69,17 @@ def ideal_grader_problem(grader: object) -> str | None:
 #: ``expect.diagnose``: ActiveAgent's readings of the answer's text that fail it besides its expectations
 #: (:mod:`evaljobs.evaluation.diagnosis`).
 DIAGNOSES = ("missing_capability", "ungrounded_answer")
-ASSERTION_KINDS = ("builtin", "promptfoo", "javascript", "python", "json_schema", "refused", "judge", "latency", "set")
+ASSERTION_KINDS = (
+    "builtin",
+    "promptfoo",
+    "javascript",
+    "python",
+    "json_schema",
+    "refused",
+    "judge",
+    "latency",
+    "set",
+)
 
 
 def present_criteria(expect: Expect) -> tuple[str, ...]:

@@ -82,7 +82,11 @@ class ProviderConfig:
 
     def batch_cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
         """USD cost of one call through the batch API: its batch price, else half the listed price."""
-        own = ProviderConfig(self.name, None, prices=self.batch_prices).price(model) if self.batch_prices else None
+        own = (
+            ProviderConfig(self.name, None, prices=self.batch_prices).price(model)
+            if self.batch_prices
+            else None
+        )
         if own is not None:
             return (input_tokens * own[0] + output_tokens * own[1]) / 1_000_000
         listed = self.cost(model, input_tokens, output_tokens)
@@ -164,7 +168,8 @@ def _presets() -> tuple[tuple[str, ProviderConfig], ...]:
 
 
 def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
-    """The built-in providers, overridden/extended by ``path`` (or ``$EVALJOBS_PROVIDERS``, ``Settings.providers_path``).
+    """The built-in providers, overridden/extended by ``path`` (or ``$EVALJOBS_PROVIDERS``,
+    ``Settings.providers_path``).
 
     An entry for a built-in name is merged field by field (``prices`` model by
     model), so ``openai: {base_url: http://proxy/v1}`` keeps the key variable and prices.

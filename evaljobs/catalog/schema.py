@@ -71,9 +71,11 @@ _DESCRIPTIONS = {
     "contains": "Strings the answer must contain (case-insensitive).",
     "not_contains": "Strings the answer must not contain.",
     "regex": "Patterns the answer must match.",
-    "judge": "A rubric an LLM judge scores the answer against, or {rubric, threshold (default: pass_threshold), "
-    "gate (default true)}.",
-    "weights": "How much each criterion counts in the score, e.g. {contains: 2, llm_judge: 1} (default 1 each).",
+    "judge": "A rubric an LLM judge scores the answer against, or {rubric, threshold (default: "
+    "pass_threshold), gate (default true)}.",
+    "weights": (
+        "How much each criterion counts in the score, e.g. {contains: 2, llm_judge: 1} (default 1 each)."
+    ),
     "patterns": "Regular expressions the answer must match (each counts like a `contains` string).",
     "forbidden_patterns": "Regular expressions the answer must not match.",
     "tools_match": "'all': every expected tool must be called; 'any': one of them.",
@@ -81,10 +83,20 @@ _DESCRIPTIONS = {
     "ideal": "Reference answers, compared with `ideal_grader`.",
     "ideal_grader": "How `ideal` answers are compared.",
     "reference": "The LLM judge's reference answer (needs `judge`).",
-    "assertions": "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted).",
-    "weighted": "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score).",
-    "threshold": "With `weighted`: the score that passes, whatever the single assertions say (promptfoo's test threshold).",
-    "diagnose": "ActiveAgent's heuristics over the answer's text that fail it on their own (missing_capability, ungrounded_answer).",
+    "assertions": (
+        "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted)."
+    ),
+    "weighted": (
+        "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score)."
+    ),
+    "threshold": (
+        "With `weighted`: the score that passes, whatever the single assertions say (promptfoo's "
+        "test threshold)."
+    ),
+    "diagnose": (
+        "ActiveAgent's heuristics over the answer's text that fail it on their own "
+        "(missing_capability, ungrounded_answer)."
+    ),
 }
 
 
@@ -213,7 +225,9 @@ def catalog_schema() -> dict[str, Any]:
                                     "type": "number",
                                     "minimum": 0,
                                     "maximum": 1,
-                                    "description": "The judge score this criterion needs (default: pass_threshold).",
+                                    "description": (
+                                        "The judge score this criterion needs (default: pass_threshold)."
+                                    ),
                                 },
                                 "gate": {
                                     "type": "boolean",

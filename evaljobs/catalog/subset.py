@@ -1,4 +1,5 @@
-"""Subsets: run only the scenarios you need (``--filter``, ``--tag``, ``--exclude-tag``, ``--limit``, ``--sample``).
+"""Subsets: run only the scenarios you need (``--filter``, ``--tag``, ``--exclude-tag``, ``--limit``,
+``--sample``).
 
 A selection is applied to a loaded catalog before the run exists, and gives a
 catalog of the chosen scenarios (its own body and digest, so the run's snapshot

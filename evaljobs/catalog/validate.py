@@ -238,7 +238,9 @@ def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
     out = []
     for criterion, weight in value.items():
         if criterion not in CRITERIA:
-            raise _Bad(f"{name}: unknown criterion {criterion!r}{did_you_mean(str(criterion), CRITERIA, 'known')}")
+            raise _Bad(
+                f"{name}: unknown criterion {criterion!r}{did_you_mean(str(criterion), CRITERIA, 'known')}"
+            )
         if not _is_number(weight) or not math.isfinite(weight) or weight < 0:
             raise _Bad(f"{name}.{criterion} must be a number >= 0, not {show(weight)}")
         out.append((criterion, float(weight)))
@@ -675,11 +677,17 @@ class _Context:
         assertions = self.assertions(path + ("assertions",), where, raw.get("assertions"))
         weighted, threshold = raw.get("weighted", False), raw.get("threshold")
         if not isinstance(weighted, bool):
-            self.add(path + ("weighted",), where, f"expect.weighted must be true or false, not {show(weighted)}")
+            self.add(
+                path + ("weighted",), where, f"expect.weighted must be true or false, not {show(weighted)}"
+            )
             weighted = False
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not 0 <= threshold <= 1):
-            self.add(path + ("threshold",), where, f"expect.threshold must be a number from 0 to 1, not {show(threshold)}")
+            self.add(
+                path + ("threshold",),
+                where,
+                f"expect.threshold must be a number from 0 to 1, not {show(threshold)}",
+            )
             threshold = None
         mixed = [
             k
@@ -747,7 +755,9 @@ class _Context:
                     self.add(path + ("threshold",), where, exc.message)
                     threshold = None
             if not isinstance(gate, bool):
-                self.add(path + ("gate",), where, f"expect.judge.gate must be true or false, not {show(gate)}")
+                self.add(
+                    path + ("gate",), where, f"expect.judge.gate must be true or false, not {show(gate)}"
+                )
                 gate = True
         else:
             rubric, threshold, gate = raw, None, True
@@ -761,7 +771,11 @@ class _Context:
         names = self.strings(path, where, "expect.diagnose", raw)
         for name in names:
             if name not in DIAGNOSES:
-                self.add(path, where, f"expect.diagnose: unknown heuristic {name!r}{did_you_mean(name, DIAGNOSES, 'known')}")
+                self.add(
+                    path,
+                    where,
+                    f"expect.diagnose: unknown heuristic {name!r}{did_you_mean(name, DIAGNOSES, 'known')}",
+                )
         return tuple(d for d in DIAGNOSES if d in names)
 
     def gates(self, path: tuple, where: str, raw: Any, expect: Expect) -> tuple[str, ...]:
@@ -779,7 +793,11 @@ class _Context:
         out = []
         for item in items:
             if item not in GATEABLE:
-                self.add(path, where, f"expect.gate: unknown criterion {item!r}{did_you_mean(item, GATEABLE, 'known')}")
+                self.add(
+                    path,
+                    where,
+                    f"expect.gate: unknown criterion {item!r}{did_you_mean(item, GATEABLE, 'known')}",
+                )
             elif item not in present and item not in ("response_present", "tools_succeeded"):
                 self.add(
                     path,
@@ -791,7 +809,9 @@ class _Context:
                 out.append(item)
         return tuple(c for c in GATEABLE if c in out)
 
-    def assertions(self, path: tuple, where: str, raw: Any, what: str = "expect.assertions") -> tuple[dict[str, Any], ...]:
+    def assertions(
+        self, path: tuple, where: str, raw: Any, what: str = "expect.assertions"
+    ) -> tuple[dict[str, Any], ...]:
         if raw is None:
             return ()
         if not isinstance(raw, list):

@@ -120,7 +120,9 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     data, lines = load_structured(text, source)
     fmt = format or detect_format(data, source)
     if grader is not None and fmt != "openai-evals":
-        raise CatalogError([f"{source}: --grader applies to JSONL samples and OpenAI evals registry files only"])
+        raise CatalogError(
+            [f"{source}: --grader applies to JSONL samples and OpenAI evals registry files only"]
+        )
     problems = Problems(source, lines, lenient)
     if fmt == "native":
         if not isinstance(data, dict):
@@ -165,7 +167,9 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
                 entries(a.get("assertions") if isinstance(a.get("assertions"), list) else [])
             elif kind == "refused":
                 refused += 1
-            elif kind in ("judge", "latency") or (kind in ("builtin", "promptfoo") and not a.get("transforms")):
+            elif kind in ("judge", "latency") or (
+                kind in ("builtin", "promptfoo") and not a.get("transforms")
+            ):
                 total += 1  # graded in Python by evaljobs itself
             elif kind is not None:
                 external += 1
@@ -186,7 +190,12 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
                     total += len(value) if isinstance(value, list) else 1
                 elif key in ("judge", "max_latency_ms", "token_budget") and value is not None:
                     total += 1
-    return {"assertions": total + external + refused, "mapped": total, "external": external, "refused": refused}
+    return {
+        "assertions": total + external + refused,
+        "mapped": total,
+        "external": external,
+        "refused": refused,
+    }
 
 
 def dump_native(data: dict[str, Any]) -> str:

@@ -137,7 +137,9 @@ def convert_catalog(data: Any, problems: Problems, *, include_production_only: b
         name = "catalog"
     _top_level(problems, data, _CATALOG_KEYS)
     display = data.get("name")
-    out: dict[str, Any] = {"name": display.strip() if isinstance(display, str) and display.strip() else name.strip()}
+    out: dict[str, Any] = {
+        "name": display.strip() if isinstance(display, str) and display.strip() else name.strip()
+    }
     description = data.get("description")
     if isinstance(description, str) and description.strip():
         out["description"] = description
@@ -255,7 +257,8 @@ class _State:
             tools = None
         tools = list(tools or [])
 
-        if tools and all(isinstance(t, str) for t in tools):  # ActiveAgent: top-level tools are expected tools
+        # ActiveAgent: top-level tools are expected tools
+        if tools and all(isinstance(t, str) for t in tools):
             top_tools, tools = tools, []
         else:
             top_tools = None
@@ -402,7 +405,9 @@ def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[li
     for item in items:
         if isinstance(item, dict):  # ActiveAgent's {key, type, config} criterion
             kind = item.get("type")
-            prompt = (item.get("config") or {}).get("prompt") if isinstance(item.get("config"), dict) else None
+            prompt = (
+                (item.get("config") or {}).get("prompt") if isinstance(item.get("config"), dict) else None
+            )
             if kind == "llm_judge" and isinstance(prompt, str) and prompt.strip():
                 rubrics.append(prompt.strip())
             else:
@@ -430,10 +435,14 @@ def _set_judge(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[s
         return None, None
     if isinstance(raw, str):
         if not raw.strip():
-            problems.error(path, where, "judge must be a rubric (a non-empty string) or a mapping with 'kind'")
+            problems.error(
+                path, where, "judge must be a rubric (a non-empty string) or a mapping with 'kind'"
+            )
         return (raw if raw.strip() else None), None
     if not isinstance(raw, dict):
-        problems.error(path, where, f"judge must be a rubric (a string) or a mapping with 'kind', not {raw!r}")
+        problems.error(
+            path, where, f"judge must be a rubric (a string) or a mapping with 'kind', not {raw!r}"
+        )
         return None, None
     kind = raw.get("kind")
     check_keys(problems, path, f"{where}: judge", raw, ("kind", "model", "judge_model", "prompt", "rubric"))
@@ -444,7 +453,9 @@ def _set_judge(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[s
         return None, None
     model = raw.get("model", raw.get("judge_model"))
     if model is not None and (not isinstance(model, str) or not model.strip()):
-        problems.error(path, where, f"judge.model must be a model spec like 'openai/gpt-4o-mini', not {model!r}")
+        problems.error(
+            path, where, f"judge.model must be a model spec like 'openai/gpt-4o-mini', not {model!r}"
+        )
         model = None
     rubric = raw.get("prompt", raw.get("rubric"))
     if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):

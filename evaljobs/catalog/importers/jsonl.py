@@ -58,7 +58,9 @@ _SAMPLE_KEYS = ("input", "ideal", "target", "id", "metadata")
 #: --lenient, never graded without the field). Other fields are ignored, as OpenAI evals' classes and
 #: Inspect's FieldSpec ignore them, with one warning.
 REFUSED_FIELDS = {
-    "choices": "Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is",
+    "choices": (
+        "Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is"
+    ),
     "sandbox": "evaljobs runs no sandbox for a sample",
     "files": "evaljobs copies no files into a sandbox",
     "setup": "evaljobs runs no setup script",
@@ -93,7 +95,8 @@ def grader_problem(grader: str) -> str | None:
 
 
 def parse_fields(pairs: Sequence[str] | dict[str, str] | None) -> dict[str, str]:
-    """``["input=question", "target=answer"]`` as ``{"input": "question", "target": "answer"}`` (one-line errors)."""
+    """``["input=question", "target=answer"]`` as ``{"input": "question", "target": "answer"}`` (one-line
+    errors)."""
     if not pairs:
         return {}
     if isinstance(pairs, dict):
@@ -195,7 +198,8 @@ def read_samples(
         if record is not None and not hinted:
             hinted = True
             hint = _missing_fields_hint(record, fields)
-            if hint:  # the first sample lacks the fields: one line with the mapping to write, not one per line
+            # the first sample lacks the fields: one line with the mapping to write, not one per line
+            if hint:
                 problems.lines[("line", number)] = number
                 problems.error(("line", number), "", hint)
                 return []
@@ -222,7 +226,8 @@ def read_samples(
             if name not in used:
                 unknown.setdefault(name, []).append(number)
         if not ignore_unknown and any(name in REFUSED_FIELDS for name in record if name not in used):
-            continue  # Inspect would not send this input as it is: the sample is refused, never graded without it
+            # Inspect would not send this input as it is: the sample is refused, never graded without it
+            continue
         key = scenario["key"]
         if key in keys:
             problems.lines[("line", number)] = number
@@ -247,7 +252,9 @@ def read_samples(
         why = ("the eval class reads only input and ideal" if ignore_unknown
                else "as Inspect ignores fields its FieldSpec does not name" if fields
                else f"evaljobs reads {', '.join(_SAMPLE_KEYS)}; --field maps others")
-        problems.warnings.append(f"{source}: fields {', '.join(repr(n) for n in ignored)} are not used ({why})")
+        problems.warnings.append(
+            f"{source}: fields {', '.join(repr(n) for n in ignored)} are not used ({why})"
+        )
     problems.counts["refused"] += len(refused)
     problems.counts["assertions"] += len(refused)
     if system_only:
@@ -377,7 +384,11 @@ def _sample(sample: dict[str, Any], number: int, problems: Problems, grader: str
         reference = targets[0] if len(targets) == 1 else "\n".join(f"- {t}" for t in dict.fromkeys(targets))
         scenario["expect"] = {"judge": FACT_RUBRIC, "reference": reference, "gate": ["llm_judge"]}
     else:
-        scenario["expect"] = {"ideal": list(dict.fromkeys(targets)), "ideal_grader": grader, "gate": ["ideal"]}
+        scenario["expect"] = {
+            "ideal": list(dict.fromkeys(targets)),
+            "ideal_grader": grader,
+            "gate": ["ideal"],
+        }
     metadata = sample.get("metadata")
     if isinstance(metadata, str):  # Inspect reads a JSON string as the metadata mapping
         try:

@@ -65,7 +65,8 @@ _LFS = "version https://git-lfs.github.com/spec/v1"
 
 
 def is_registry(data: Any) -> bool:
-    """An OpenAI evals registry file: a mapping whose entries include an eval spec (``class: module:Name``)."""
+    """An OpenAI evals registry file: a mapping whose entries include an eval spec (``class: module:Name``).
+    """
     return isinstance(data, dict) and any(isinstance(v, dict) and isinstance(v.get("class"), str)
                                           and ":" in v["class"] for v in data.values())
 
@@ -136,7 +137,9 @@ def _eval_group(name: str, shown: str, spec: dict[str, Any], source: str, proble
         return None
     samples = args.get("samples_jsonl")
     if not isinstance(samples, str) or not samples.strip():
-        problems.error(path + ("args",), where, f"args.samples_jsonl must name the samples file, not {samples!r}")
+        problems.error(
+            path + ("args",), where, f"args.samples_jsonl must name the samples file, not {samples!r}"
+        )
         return None
     file = resolve_data_path(samples, source, problems, path + ("args", "samples_jsonl"), where)
     if file is None:
@@ -296,7 +299,8 @@ def _add_few_shot(scenarios: list[dict[str, Any]], args: dict[str, Any], source:
     shots: list[dict[str, Any]] = []
     taken = 0
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or taken >= count:  # evals: self.few_shot[: self.num_few_shot] (blank lines fail there)
+        # evals: self.few_shot[: self.num_few_shot] (blank lines fail there)
+        if not line.strip() or taken >= count:
             continue
         taken += 1
         try:

@@ -167,7 +167,9 @@ def _test(source: Source, default: dict, variables: dict[str, Any], problems: Pr
                 where,
                 f"key {key!r} is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
             )
-    check_keys(problems, path, where, {k: v for k, v in test.items() if k in _PROMPTFOO_TEST_KEYS}, _TEST_KEYS)
+    check_keys(
+        problems, path, where, {k: v for k, v in test.items() if k in _PROMPTFOO_TEST_KEYS}, _TEST_KEYS
+    )
     # promptfoo merges the test's options over defaultTest's: the test's transform wins.
     transform = options_transform(test, path, where, problems)
     if transform is None:
@@ -175,10 +177,13 @@ def _test(source: Source, default: dict, variables: dict[str, Any], problems: Pr
     ctx = AssertContext(variables=variables, transform=transform, base=base, refs=refs,
                         rubric_prompt=_rubric_prompt(test, default))
     # defaultTest's asserts are rendered with each test's vars; their own problems are reported once.
-    entries: list = []  # the same assertions, one weighted-list entry each (defaultTest's first, as promptfoo)
+    # the same assertions, one weighted-list entry each (defaultTest's first, as promptfoo)
+    entries: list = []
     convert_assertions(default.get("assert"), problems, ("defaultTest", "assert"), "defaultTest", variables,
                        fill_at=(path, f"{where} (defaultTest.assert)"), ctx=ctx, entries=entries)
-    convert_assertions(test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx, entries=entries)
+    convert_assertions(
+        test.get("assert"), problems, path + ("assert",), where, variables, ctx=ctx, entries=entries
+    )
     threshold = test.get("threshold", default.get("threshold"))
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not 0 <= threshold <= 1):
@@ -241,7 +246,8 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_jso
     else:
         scenario["messages"] = [dict(m, content=fill(m["content"], test.variables, problems, blame, bad_at,
                                                       what)) for m in content]
-    entries = _parsed(test.entries) if parse_json else copy.deepcopy(test.entries)  # each scenario owns its data
+    # each scenario owns its data
+    entries = _parsed(test.entries) if parse_json else copy.deepcopy(test.entries)
     if len(problems.dropped) > dropped:  # the prompt itself could not be rendered (--lenient)
         entries.append({"kind": "refused", "label": test.where, "reason": f"{what} could not be rendered"})
     scenario["expect"] = dict(test.expect, assertions=entries)
@@ -252,11 +258,11 @@ def _scenario(pid: str, content: Any, test: _Test, problems: Problems, parse_jso
     return scenario
 
 
-#: promptfoo's OpenAI provider, for a ``response_format`` of type ``json_schema``: ``output = JSON.parse(output)``
-#: when it parses (the text is kept when it does not).
+#: promptfoo's OpenAI provider, for a ``response_format`` of type ``json_schema``: ``output =
+#: JSON.parse(output)`` when it parses (the text is kept when it does not).
 PARSE_JSON = (
-    "typeof output === 'string' ? (() => { try { return JSON.parse(output); } catch (e) { return output; } })()"
-    " : output"
+    "typeof output === 'string' ? (() => { try { return JSON.parse(output); } catch (e) { return output; } "
+    "})() : output"
 )
 
 
@@ -267,7 +273,8 @@ def _parsed(entries: list) -> list:
         kind = entry.get("kind")
         if kind == "set":
             entry["assertions"] = _parsed(entry.get("assertions") or [])
-        elif kind not in ("judge", "latency", "refused"):  # the judge and the latency see the answer as it came
+        # the judge and the latency see the answer as it came
+        elif kind not in ("judge", "latency", "refused"):
             entry["transforms"] = [PARSE_JSON] + list(entry.get("transforms") or [])
     return out
 
@@ -310,7 +317,8 @@ def _prompts(raw: Any, problems: Problems, base: str) -> list[tuple[str, str, An
     if raw is None:
         problems.error((), "", "missing 'prompts'")
         return []
-    entries: list[tuple[tuple, Any, str | None, str | None, bool]] = []  # (path, text or ref, id, label, parse)
+    # (path, text or ref, id, label, parse)
+    entries: list[tuple[tuple, Any, str | None, str | None, bool]] = []
     if isinstance(raw, str):
         entries.append((("prompts",), raw, None, None, False))
     elif isinstance(raw, dict):  # {file://path or text: label}

@@ -19,7 +19,17 @@ from evaljobs.catalog.importers.js_regex import python_pattern
 from evaljobs.catalog.importers.promptfoo_templates import render_template
 from evaljobs.catalog.importers.shared import Problems, check_keys, read_text, strings
 
-_ASSERT_KEYS = ("type", "value", "threshold", "weight", "metric", "provider", "transform", "rubricPrompt", "config")
+_ASSERT_KEYS = (
+    "type",
+    "value",
+    "threshold",
+    "weight",
+    "metric",
+    "provider",
+    "transform",
+    "rubricPrompt",
+    "config",
+)
 
 #: The answer is (roughly) a JSON object or array.
 JSON_REGEX = r"\A\s*(?:\{[\s\S]*\}|\[[\s\S]*\])\s*\Z"
@@ -94,7 +104,9 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
                 ),
             )
             threshold = item.get("threshold")
-            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+            if threshold is not None and (
+                isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+            ):
                 problems.error(apath + ("threshold",), where, f"assert-set threshold must be a number, not "
                                                               f"{threshold!r}")
                 continue
@@ -148,7 +160,9 @@ def convert_assertions(raw: Any, problems: Problems, path: tuple, where: str, va
                          if isinstance(v, str) else v for v in value]
         single: dict[str, Any] = {}
         try:
-            if _external(kind, value, item, single, ctx, label) or _transformed(kind, value, item, single, ctx, label):
+            if _external(kind, value, item, single, ctx, label) or _transformed(
+                kind, value, item, single, ctx, label
+            ):
                 problems.count("external")
             else:
                 _assertion(kind, value, item, single)
@@ -281,7 +295,8 @@ def options_transform(test: dict, path: tuple, where: str, problems: Problems) -
         problems.error(path + ("options",), where, "options must be a mapping")
         return None
     for key in options:
-        if key not in ("transform", "rubricPrompt"):  # a rubricPrompt is refused with the llm-rubric it changes
+        # a rubricPrompt is refused with the llm-rubric it changes
+        if key not in ("transform", "rubricPrompt"):
             problems.warn(path + ("options", key), where, f"options.{key} is not used by evaljobs; ignored")
     transform = options.get("transform")
     if transform is not None and (not isinstance(transform, str) or not transform.strip()):
@@ -353,7 +368,9 @@ def _external(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: Asser
     return True
 
 
-def _transformed(kind: str, value: Any, item: dict, out: dict[str, Any], ctx: AssertContext, label: str) -> bool:
+def _transformed(
+    kind: str, value: Any, item: dict, out: dict[str, Any], ctx: AssertContext, label: str
+) -> bool:
     """A built-in assertion on a transformed output: the native checks, run after the transforms."""
     transforms = ctx.transforms(item)
     if not transforms:

@@ -203,7 +203,8 @@ def assertion_from_string(expected: str) -> dict[str, Any]:
     if expected.startswith("python:") or (
         expected.startswith("file://") and (expected.endswith(".py") or ".py:" in expected)
     ):
-        # As promptfoo: seven characters are cut from "file://" too (the path is then read as code, and fails).
+        # As promptfoo: seven characters are cut from "file://" too (the path is then read as code, and
+        # fails).
         return {"type": "python", "value": expected[7:].strip()}
     match = _ASSERTION_CELL.match(expected)
     if match:
@@ -364,7 +365,9 @@ def combinations(variables: dict[str, Any], problems: Problems, path: tuple, whe
             pattern = ref if os.path.isabs(ref) else os.path.join(base, ref)
             files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
             if not files:
-                problems.error(path + (name,), where, f"var {name!r}: no file matches {ref!r} (looked in {base})")
+                problems.error(
+                    path + (name,), where, f"var {name!r}: no file matches {ref!r} (looked in {base})"
+                )
                 return []
             values = []
             for file in files:
@@ -378,7 +381,9 @@ def combinations(variables: dict[str, Any], problems: Problems, path: tuple, whe
             values = [value]
         runs = [dict(run, **{name: item}) for run in runs for item in values]
     # renderPrompt: every string var loses one trailing newline (a YAML "|" block's).
-    return [{k: v[:-1] if isinstance(v, str) and v.endswith("\n") else v for k, v in run.items()} for run in runs]
+    return [
+        {k: v[:-1] if isinstance(v, str) and v.endswith("\n") else v for k, v in run.items()} for run in runs
+    ]
 
 
 def _var_file(file: str, name: str, problems: Problems, path: tuple, where: str) -> str | None:
@@ -404,4 +409,12 @@ def _var_file(file: str, name: str, problems: Problems, path: tuple, where: str)
     return text.strip()
 
 
-__all__ = ["Source", "assertion_from_string", "combinations", "csv_tests", "raw_vars", "read_tests", "where_of"]
+__all__ = [
+    "Source",
+    "assertion_from_string",
+    "combinations",
+    "csv_tests",
+    "raw_vars",
+    "read_tests",
+    "where_of",
+]
