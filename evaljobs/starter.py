@@ -153,7 +153,8 @@ def _workflow_text(directory: Path, root: Path, requirement: Requirement) -> str
     """The workflow, with ``working-directory`` set to ``directory`` relative to the repository."""
     workdir = directory.relative_to(root).as_posix() if directory != root else "."
     text = read_text("init/github-workflow.yml")
-    artifacts = "reports/" if workdir == "." else f"{workdir}/reports/"  # upload-artifact ignores working-directory
+    # upload-artifact ignores working-directory
+    artifacts = "reports/" if workdir == "." else f"{workdir}/reports/"
     return (text.replace("{workdir}", workdir).replace("{artifacts}", artifacts)
             .replace("{requirement}", requirement.line)
             .replace("{requirement_why}", requirement.why))
@@ -181,7 +182,8 @@ def starter_files(directory: Path, repo_root: Path | None = None) -> dict[Path, 
 
 def init_project(directory: str | os.PathLike = ".", *, force: bool = False,
                  repo_root: str | os.PathLike | None = None) -> list[Written]:
-    """Write the starter files into ``directory`` (created if missing); existing files are kept unless ``force``.
+    """Write the starter files into ``directory`` (created if missing); existing files are kept unless
+    ``force``.
 
     The workflow goes under ``repo_root``, by default the root of the git repository that holds
     ``directory`` (``directory`` itself when there is none: make it the repository's root, or move

@@ -62,7 +62,8 @@ def exit_for(exc: BaseException, command: str | None = None) -> tuple[list[str],
         return [f"error: {line}" for line in user_lines(exc, _LINE_LIMIT)], exc.exit_code
     if _is_context_error(exc):
         return [f"error: {message(exc)}"], EXIT_USAGE
-    if isinstance(exc, BrokenPipeError):  # the reader went away (`evaljobs show latest | head`), no server did
+    # the reader went away (`evaljobs show latest | head`), no server did
+    if isinstance(exc, BrokenPipeError):
         _silence_stdout()
         return [], EXIT_BROKEN_PIPE
     if _is_connection_error(exc):
@@ -171,7 +172,8 @@ def _walk(group: click.Group, args: list[str]) -> tuple[list[str], click.Command
 
 
 class Group(click.Group):
-    """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`; global options forwarded."""
+    """The ``evaljobs`` group: every subcommand's errors go through :func:`exit_for`; global options
+    forwarded."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -217,13 +219,16 @@ health_port_option = click.option(
 log_format_option = click.option(
     "--log-format", type=click.Choice(["text", "json"]), envvar="EVALJOBS_LOG_FORMAT", default="text",
     show_default=True, help="json: one JSON object a line (time, level, logger, message, run, pair, worker).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout)."
+)
 width_option = click.option("--width", type=click.IntRange(min=1), default=8, show_default=True,
                             help="Worker threads for --broker memory and the threads strategy.")
 
 
 def import_options(fn: Callable) -> Callable:
-    """--format / --include-production-only / --lenient / --grader / --field for commands that read catalogs."""
+    """--format / --include-production-only / --lenient / --grader / --field for commands that read catalogs.
+    """
     # catalog.importers.FORMATS, sorted, written out: importing the importers costs `evaljobs --help` about
     # half a second (tests/test_cli.py checks that the two lists agree).
     formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "openai-evals", "promptfoo")

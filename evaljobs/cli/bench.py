@@ -27,7 +27,8 @@ from evaljobs.bench import DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS,
 @click.option("--db", default=None,
               help="Database URL for the benchmark runs (default: a fresh SQLite file in --out).")
 @click.option("--simulate", default=None, metavar="OPTIONS",
-              help="Use the built-in simulated provider, e.g. latency=4.6,jitter=0.5,max_concurrent=8,rpm=600.")
+              help="Use the built-in simulated provider, "
+                   "e.g. latency=4.6,jitter=0.5,max_concurrent=8,rpm=600.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Folder for bench.json, .csv, .md and .png (default .evaljobs/bench/<time>).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,

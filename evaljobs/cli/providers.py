@@ -33,7 +33,18 @@ def providers_list(providers, as_json) -> None:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    header = ("PROVIDER", "API", "BASE URL", "KEY VARIABLE", "KEY", "STREAM", "PRICES", "CHECKED", "FROM", "READY")
+    header = (
+        "PROVIDER",
+        "API",
+        "BASE URL",
+        "KEY VARIABLE",
+        "KEY",
+        "STREAM",
+        "PRICES",
+        "CHECKED",
+        "FROM",
+        "READY",
+    )
     table = [header] + [(r["name"], r["api"], r["base_url"], r["api_key_env"] or "-", r["key"],
                          "yes" if r["stream"] else "no", str(r["prices"]), r["checked"] or "-", r["origin"],
                          "yes" if r["ready"] else "no") for r in rows]

@@ -24,7 +24,8 @@ from evaljobs.cli._options import db_option, log_format_option
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write one run as static pages into this folder (opens from disk, no server) and exit.")
-@click.option("--run", "run_id", default="latest", show_default=True, help="With --export: the run (id, prefix, latest).")
+@click.option("--run", "run_id", default="latest", show_default=True,
+              help="With --export: the run (id, prefix, latest).")
 @log_format_option
 def view(db, broker, port, host, token, open_browser, export_dir, run_id, log_format) -> None:
     """Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet.

@@ -12,13 +12,15 @@ from evaljobs.cli._options import (db_option, health_port_option, log_format_opt
 
 
 @click.command()
-@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True, help="Threads per process.")
+@click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Threads per process.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("-Q", "--queues", multiple=True, help="Queues to consume (default: agents).")
 @click.option("--recover-every", type=click.FloatRange(min=0), default=0, show_default=True,
               help="Also check every N seconds for runs whose messages were lost (0: off).")
 @click.option("--min", "min_", type=int, default=None, help="Elastic pool: fewest members (with --max).")
-@click.option("--max", "max_", type=int, default=None, help="Elastic pool: most members (default: 8, or --min).")
+@click.option("--max", "max_", type=int, default=None,
+              help="Elastic pool: most members (default: 8, or --min).")
 @click.option("--idle-seconds", type=float, default=30.0, show_default=True,
               help="Elastic pool: retire members idle this long.")
 @click.option("--lane", envvar="EVALJOBS_LANE", default="bulk", show_default=True,
