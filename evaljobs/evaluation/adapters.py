@@ -213,7 +213,9 @@ def run_canned_tool(scenario: Scenario, name: str, arguments: dict[str, Any]) ->
     tool = scenario.tool(name)
     if tool is None:
         known = ", ".join(t.name for t in scenario.tools) or "none"
-        return ToolCall(name=name, arguments=arguments, error=f"unknown tool '{name}' (scenario tools: {known})")
+        return ToolCall(
+            name=name, arguments=arguments, error=f"unknown tool '{name}' (scenario tools: {known})"
+        )
     if "_raw" in arguments and len(arguments) == 1:
         return ToolCall(name=name, arguments=arguments, error="arguments are not valid JSON")
     result = tool.answer(arguments)

@@ -61,7 +61,11 @@ const readline = require('readline');
 const folder = process.argv[1];
 const rl = readline.createInterface({input: process.stdin});
 function reply(obj) { process.stdout.write(JSON.stringify(obj) + '\n'); }
-function escaped(code, i) { let n = 0; while (i - 1 - n >= 0 && code[i - 1 - n] === '\\') n++; return n % 2 === 1; }
+function escaped(code, i) {
+  let n = 0;
+  while (i - 1 - n >= 0 && code[i - 1 - n] === '\\') n++;
+  return n % 2 === 1;
+}
 function lastSemicolon(code) {
   let single = false, double = false, template = false, last = -1;
   for (let i = 0; i < code.length; i++) {
@@ -91,7 +95,8 @@ function assertionBody(code) {
 }
 async function moduleFunction(req) {
   const esm = /^\s*(export|import)\s/m.test(req.module);
-  const name = crypto.createHash('sha256').update(req.module).digest('hex').slice(0, 16) + (esm ? '.mjs' : '.cjs');
+  const digest = crypto.createHash('sha256').update(req.module).digest('hex');
+  const name = digest.slice(0, 16) + (esm ? '.mjs' : '.cjs');
   const file = path.join(folder, name);
   if (!fs.existsSync(file)) fs.writeFileSync(file, req.module);
   const mod = await import(pathToFileURL(file).href);
@@ -99,8 +104,10 @@ async function moduleFunction(req) {
   const fn = req.function
     ? (typeof mod[req.function] === 'function' ? mod[req.function] : exported && exported[req.function])
     : (typeof exported === 'function' ? exported : exported && exported.default);
-  if (typeof fn !== 'function') throw new Error((req.filename || 'the module') + ' must export a function' +
-                                                (req.function ? ' named ' + req.function : ' (default export)'));
+  if (typeof fn !== 'function') {
+    throw new Error((req.filename || 'the module') + ' must export a function' +
+                    (req.function ? ' named ' + req.function : ' (default export)'));
+  }
   return fn;
 }
 rl.on('line', async (line) => {
@@ -111,7 +118,8 @@ rl.on('line', async (line) => {
     if (req.module !== undefined) {
       value = (await moduleFunction(req))(req.output, req.context);
     } else {
-      const body = req.assertion ? assertionBody(req.code) : (req.code.includes('\n') ? req.code : 'return ' + req.code);
+      const body = req.assertion ? assertionBody(req.code)
+        : (req.code.includes('\n') ? req.code : 'return ' + req.code);
       const sandbox = {output: req.output, context: req.context, JSON, Math, Date, RegExp, Number, String,
                        Array, Object, Boolean, parseInt, parseFloat, isNaN, isFinite};
       value = vm.runInNewContext('(function (output, context) {\n' + body + '\n})(output, context)',
@@ -158,8 +166,9 @@ class NodeRunner:
 
     def call(self, code: str, output: Any, context: dict[str, Any], *, assertion: bool = False,
              module: str | None = None, function: str | None = None, filename: str | None = None) -> Any:
-        """Run ``code`` as promptfoo would (``output``, ``context`` in scope): a transform, or with ``assertion``
-        a ``javascript`` assertion's body; or ``module``'s function (a file:// assertion). Its JSON value, or
+        """Run ``code`` as promptfoo would (``output``, ``context`` in scope): a transform, or with
+        ``assertion`` a ``javascript`` assertion's body; or ``module``'s function (a file:// assertion). Its
+        JSON value, or
         ``RuntimeError``."""
         node = self.node
         if node is None:
@@ -254,7 +263,9 @@ def run_python(code: str, output: Any, context: dict[str, Any], *, function: str
 def _snake_to_camel(value: Any) -> Any:
     """src/util/caseMapping.ts ``mapSnakeCaseToCamelCase`` (a Python dataclass's ``named_scores``...)."""
     if isinstance(value, dict):
-        return {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): _snake_to_camel(v) for k, v in value.items()}
+        return {
+            re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): _snake_to_camel(v) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_snake_to_camel(v) for v in value]
     return value
@@ -284,7 +295,11 @@ def _verdict(value: Any, threshold: float | None, negate: bool = False,
                                    f"{{pass, score, reason}}") from None
     if isinstance(value, bool):
         passed = value != negate
-        return passed, 1.0 if passed else 0.0, "Assertion passed" if passed else f"returned {str(value).lower()}"
+        return (
+            passed,
+            1.0 if passed else 0.0,
+            "Assertion passed" if passed else f"returned {str(value).lower()}",
+        )
     if isinstance(value, (int, float)):
         raw = value > 0 if threshold is None else value >= threshold
         passed = raw != negate
@@ -305,7 +320,9 @@ def _verdict(value: Any, threshold: float | None, negate: bool = False,
         score = (float(given) if isinstance(given, (int, float)) and not isinstance(given, bool)
                  else float(raw))
         return raw != negate, score, str(value.get("reason") or "")
-    raise RuntimeError(f"returned {json.dumps(value)[:80]}, not a boolean, a number or {{pass, score, reason}}")
+    raise RuntimeError(
+        f"returned {json.dumps(value)[:80]}, not a boolean, a number or {{pass, score, reason}}"
+    )
 
 
 def _as_text(output: Any) -> str:
@@ -320,8 +337,8 @@ class ProcessRunner:
 
     def __call__(self, assertion: dict[str, Any], answer: str, scenario: Any) -> tuple[bool, float, str]:
         label = assertion.get("label") or assertion.get("kind")
-        # promptfoo's assertion context (src/assertions/index.ts assertionValueContext): the prompt, the test's
-        # vars, and the assertion's own ``config``.
+        # promptfoo's assertion context (src/assertions/index.ts assertionValueContext): the prompt, the
+        # test's vars, and the assertion's own ``config``.
         context = {"vars": assertion.get("vars") or {}, "prompt": getattr(scenario, "prompt", ""),
                    "config": assertion.get("config") or {}}
         negate = bool(assertion.get("negate"))
@@ -359,7 +376,8 @@ class ProcessRunner:
                 raise AssertionRefused(f"assertion kind {kind!r} cannot run")
         except AssertionRefused as exc:
             raise AssertionRefused(f"{label}: {exc}") from None
-        except RuntimeError as exc:  # promptfoo: "Custom function threw error" / "Python code execution failed"
+        # promptfoo: "Custom function threw error" / "Python code execution failed"
+        except RuntimeError as exc:
             return False, 0.0, f"{label}: {exc}"
         if negate:
             passed, score = not passed, 1.0 - score
@@ -370,13 +388,17 @@ def _json_schema(output: Any, schema: Any) -> tuple[bool, float, str]:
     try:  # the optional 'imports' extra: needed only by an is-json assertion with a schema
         import jsonschema
     except ImportError:
-        raise AssertionRefused("is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'") from None
+        raise AssertionRefused(
+            "is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'"
+        ) from None
     if isinstance(output, str):
         try:
             output = json.loads(output)
         except ValueError as exc:
             return False, 0.0, f"not JSON: {exc}"
-    errors = sorted(jsonschema.Draft202012Validator(schema or {}).iter_errors(output), key=lambda e: list(e.path))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema or {}).iter_errors(output), key=lambda e: list(e.path)
+    )
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "(root)"
         return False, 0.0, f"JSON does not match the schema at {where}: {errors[0].message}"
@@ -424,7 +446,10 @@ def refusal(assertions) -> str | None:
             try:
                 import jsonschema  # noqa: F401
             except ImportError:
-                return f"{item.get('label')}: is-json with a schema needs jsonschema: pip install 'evaljobs[imports]'"
+                return (
+                    f"{item.get('label')}: is-json with a schema needs jsonschema: pip install "
+                    "'evaljobs[imports]'"
+                )
     return None
 
 

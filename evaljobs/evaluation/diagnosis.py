@@ -22,7 +22,8 @@ _REFUSED_VERBS = "have|access|retrieve|look up|query|check|view|search"
 CAPABILITY_REFUSALS = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (
-        rf"\bI(?:'m| am)? (?:do not |don't |cannot |can't |unable to |not able to )(?:currently )?(?:{_REFUSED_VERBS})\b",
+        r"\bI(?:'m| am)? (?:do not |don't |cannot |can't |unable to |not able to )(?:currently "
+        rf")?(?:{_REFUSED_VERBS})\b",
         r"\b(?:no|don't have (?:a|any)) tools? (?:is |are )?(?:available|that can|to)\b",
         r"\bnot (?:something|able|possible) (?:I|to) (?:can|am able to )?(?:do|access|retrieve|look up)\b",
         r"\bI (?:don't|do not) have (?:the ability|a way|access|visibility|the tools?)\b",

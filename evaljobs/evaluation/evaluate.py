@@ -69,7 +69,9 @@ def evaluate(
                                           "evaljobs.epoch": epoch, "evaljobs.attempt": attempts}) as span, \
             for_epoch(0 if cache_across_epochs else epoch), walls.scope(deadline), \
             patterns.deadline_scope(deadline):
-        result = _evaluate(scenario, model, adapter, judge, attempts, raise_retryable, time_limit, deadline, began)
+        result = _evaluate(
+            scenario, model, adapter, judge, attempts, raise_retryable, time_limit, deadline, began
+        )
         span.set_attribute("evaljobs.status", result.status)
     result.epoch = epoch
     return result

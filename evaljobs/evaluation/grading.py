@@ -96,7 +96,8 @@ class JudgeVerdict:
                 "tokens": self.input_tokens + self.output_tokens}
 
 
-#: ``judge(scenario, replay) -> JudgeVerdict | None``; None means "not judged" (e.g. the run's cap is reached).
+#: ``judge(scenario, replay) -> JudgeVerdict | None``; None means "not judged" (e.g. the run's cap is
+#: reached).
 Judge = Callable[[Scenario, Replay], "JudgeVerdict | None"]
 
 
@@ -285,7 +286,9 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
                       details=details)
     if score >= scenario.pass_threshold:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
-    return Grades(status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details)
+    return Grades(
+        status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details
+    )
 
 
 def _weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float:
@@ -321,8 +324,11 @@ GATE_ORDER = (
 )
 
 
-def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], details: dict[str, Any]) -> set[str]:
-    """The ActiveAgent heuristics the scenario asks for that fire on this answer (each quoted in ``details``)."""
+def _diagnose(
+    scenario: Scenario, replay: Replay, scores: dict[str, float], details: dict[str, Any]
+) -> set[str]:
+    """The ActiveAgent heuristics the scenario asks for that fire on this answer (each quoted in ``details``).
+    """
     answer = replay.answer or ""
     if not scenario.expect.diagnose or not answer.strip():
         return set()
@@ -342,7 +348,8 @@ def _diagnose(scenario: Scenario, replay: Replay, scores: dict[str, float], deta
 
 
 def judge_threshold(scenario: Scenario) -> float:
-    """The score the ``llm_judge`` criterion needs: its own ``threshold``, else the scenario's ``pass_threshold``."""
+    """The score the ``llm_judge`` criterion needs: its own ``threshold``, else the scenario's
+    ``pass_threshold``."""
     threshold = scenario.expect.judge_threshold
     return scenario.pass_threshold if threshold is None else threshold
 
@@ -429,7 +436,8 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
                 details["judge"] = info
                 raise _NoVerdict("judge_unavailable", verdict.error)
             score = max(0.0, min(1.0, float(verdict.score)))
-            if verdict.passed is None:  # a judge that gives no pass: full marks unless the entry sets a threshold
+            # a judge that gives no pass: full marks unless the entry sets a threshold
+            if verdict.passed is None:
                 passed = score >= float(entry.get("threshold", 1.0))
             else:  # promptfoo's llm-rubric: its pass, and the score reaching the entry's threshold if any
                 passed = judgement_passes(verdict, score, entry.get("threshold"))
@@ -458,4 +466,6 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
     details["weighted"] = {"threshold": expect.threshold, "reason": verdict.reason}
     if verdict.passed:
         return Grades(status=PASSED, score=score, scores={"assertions": score}, details=details)
-    return Grades(status=FAILED, score=score, scores={"assertions": score}, fault=verdict.fault, details=details)
+    return Grades(
+        status=FAILED, score=score, scores={"assertions": score}, fault=verdict.fault, details=details
+    )

@@ -24,7 +24,8 @@ from evaljobs.governor import Busy
 
 JUDGE_SYSTEM = (
     "You are an evaluation judge. Score the ANSWER against the RUBRIC, from 0 (fails the rubric) "
-    'to 1 (fully meets it). Reply with only a JSON object: {"score": <number 0..1>, "reason": "<one sentence>"}.'
+    'to 1 (fully meets it). Reply with only a JSON object: {"score": <number 0..1>, "reason": "<one '
+    'sentence>"}.'
 )
 
 _DIRECTIVE = re.compile(r"\[sim(?:@[^:\]]+)?:[^\]]*\]")
@@ -35,7 +36,9 @@ class JudgeModelMissing(UsageError):
     """llm_judge criteria but no judge model: the run is refused before it is created."""
 
 
-def judge_model_for(scenario: Scenario, run_judge_model: str | None, providers: ProvidersConfig) -> str | None:
+def judge_model_for(
+    scenario: Scenario, run_judge_model: str | None, providers: ProvidersConfig
+) -> str | None:
     """The judge model of one scenario: the run's ``--judge-model`` overrides the catalog's
     ``judge_model``, which overrides the providers file's default. Never the model under test."""
     return run_judge_model or scenario.judge_model or providers.judge_model
@@ -50,7 +53,8 @@ def _judged(scenario: Scenario) -> bool:
 
 
 def judge_models(scenarios, run_judge_model: str | None, providers: ProvidersConfig) -> list[str]:
-    """Every judge model the run will call (sorted), wherever it was named: the run, catalog or providers file."""
+    """Every judge model the run will call (sorted), wherever it was named: the run, catalog or providers
+    file."""
     found = {judge_model_for(s, run_judge_model, providers) for s in scenarios if _judged(s)}
     return sorted(m for m in found if m)
 
@@ -123,7 +127,9 @@ class ProviderJudge:
         self.calls = calls or ProviderCalls()
         self.attempts = max(1, attempts)
 
-    def __call__(self, scenario: Scenario, replay: Replay, model: ModelSpec | None = None) -> JudgeVerdict | None:
+    def __call__(
+        self, scenario: Scenario, replay: Replay, model: ModelSpec | None = None
+    ) -> JudgeVerdict | None:
         spec_text = judge_model_for(scenario, self.default_model, self.providers)
         messages = judge_prompt(scenario, replay.answer or "")
         prompt = messages[-1]["content"]

@@ -39,11 +39,16 @@ def is_json(text: str, negate: bool) -> Verdict:
         passed = not negate
     except ValueError:
         passed = negate
-    return passed, 1.0 if passed else 0.0, "Assertion passed" if passed else "Expected output to be valid JSON"
+    return (
+        passed,
+        1.0 if passed else 0.0,
+        "Assertion passed" if passed else ("Expected output to be valid JSON"),
+    )
 
 
 def _slash_comments_to_hash(text: str) -> str:
-    """src/util/json.ts ``convertSlashCommentsToHash``, simplified: a ``//`` outside quotes starts a comment."""
+    """src/util/json.ts ``convertSlashCommentsToHash``, simplified: a ``//`` outside quotes starts a comment.
+    """
     out = []
     for line in text.split("\n"):
         quote, result, i = None, "", 0
@@ -104,7 +109,11 @@ def contains_json(text: str, negate: bool) -> Verdict:
     """src/assertions/json.ts ``handleContainsJson`` (no schema)."""
     objects = extract_json_objects(text)
     passed = (not objects) if negate else bool(objects)
-    return passed, 1.0 if passed else 0.0, "Assertion passed" if passed else "Expected output to contain valid JSON"
+    return (
+        passed,
+        1.0 if passed else 0.0,
+        "Assertion passed" if passed else ("Expected output to contain valid JSON"),
+    )
 
 
 def levenshtein_distance(a: str, b: str) -> int:
@@ -194,7 +203,8 @@ def rouge_n(text: str, value: str, threshold: float | None, negate: bool) -> Ver
 
 
 def bleu_score(candidate: str, references: list[str]) -> float:
-    """src/assertions/bleu.ts ``calculateBleuScore``: 1- to 4-gram precisions, weights 0.25, brevity penalty."""
+    """src/assertions/bleu.ts ``calculateBleuScore``: 1- to 4-gram precisions, weights 0.25, brevity penalty.
+    """
     words = candidate.lower().strip().split()
     if not candidate or not references:
         raise ValueError("Invalid inputs")

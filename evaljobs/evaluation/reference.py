@@ -1,4 +1,5 @@
-"""Reference answers: a reply compared with a sample's ``ideal``/``target`` answers as the source tool compares it.
+"""Reference answers: a reply compared with a sample's ``ideal``/``target`` answers as the source tool
+compares it.
 
 An imported sample keeps its source's grading semantics, because the same reply
 can pass one tool's check and fail another's (``" 42"`` passes OpenAI evals'

@@ -33,5 +33,6 @@ class Replay:
     cached: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     #: One entry per provider call: timing, tokens, tools run after it, and (when the
-    #: ``store_transcripts`` setting asks) its raw request and response (:mod:`evaljobs.evaluation.transcript`).
+    #: ``store_transcripts`` setting asks) its raw request and response
+    #: (:mod:`evaljobs.evaluation.transcript`).
     timeline: list[dict[str, Any]] = field(default_factory=list)

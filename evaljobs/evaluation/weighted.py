@@ -35,7 +35,11 @@ from evaljobs.evaluation.assertions import builtin_checks
 Evaluate = Callable[[dict], "Outcome | None"]
 
 #: The fault a failed native check stands for (the same faults as the native criteria).
-_CHECK_FAULTS = (("not_contains", "forbidden_content"), ("contains", "missing_content"), ("regex", "regex_mismatch"))
+_CHECK_FAULTS = (
+    ("not_contains", "forbidden_content"),
+    ("contains", "missing_content"),
+    ("regex", "regex_mismatch"),
+)
 
 
 @dataclass
@@ -59,7 +63,8 @@ class Outcome:
 
 
 def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "assertions") -> Outcome:
-    """The verdict of one assertion list (a test, or an assert-set), as promptfoo's AssertionsResult gives it."""
+    """The verdict of one assertion list (a test, or an assert-set), as promptfoo's AssertionsResult gives it.
+    """
     if not entries:  # AssertionsResult.noAssertsResult (src/assertions/assertionsResult.ts): pass, score 1
         return Outcome(label=label, passed=True, score=1.0, reason="No assertions")
     outcomes: list[Outcome] = []
