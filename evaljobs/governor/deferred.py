@@ -86,7 +86,8 @@ class Deferred:
         return taken
 
     def queue(self, pipe: Any) -> list[tuple[Permit, _Outcome]]:
-        """Add this thread's pending releases to ``pipe`` as raw commands; hand its replies to :meth:`replies`.
+        """Add this thread's pending releases to ``pipe`` as raw commands; hand its replies to
+        :meth:`replies`.
 
         Returns what was queued (empty, with the releases sent on their own, when Redis is down).
         """

@@ -164,7 +164,9 @@ class Governor:
             raise ValueError(f"governor max_wait must be a number of seconds >= 0, not {max_wait!r}")
         config = self.config(budget)
         if config.unbounded:  # nothing to enforce: a permit that touches no store
-            return Permit(self, UNBOUNDED, budget, lane, uuid.uuid4().hex, time.time(), 0, int(tokens), config, 0.0)
+            return Permit(
+                self, UNBOUNDED, budget, lane, uuid.uuid4().hex, time.time(), 0, int(tokens), config, 0.0
+            )
         self.deferred.flush()  # this thread's earlier calls free their slots before it takes another
         early = self._take_early(budget, lane) if not tokens else None
         if early is not None and early.permit is not None:  # granted in the message's first round trip
@@ -188,7 +190,9 @@ class Governor:
                 else:
                     with self._wakeup:
                         seen = self._freed.get(budget, 0)
-                    store, answer = self._attempt(budget, lane, lease_id, config, int(tokens), waited_ms, start)
+                    store, answer = self._attempt(
+                        budget, lane, lease_id, config, int(tokens), waited_ms, start
+                    )
                 if queued_in is not None and queued_in is not store:
                     self._cancel(queued_in, budget, lane, lease_id)
                     queued_in = None

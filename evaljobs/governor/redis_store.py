@@ -322,12 +322,14 @@ class _RedisStore:
         return _released(self._release(keys=keys, args=args))
 
     def release_command(self, permit: Permit, outcome: _Outcome) -> tuple[Any, ...]:
-        """:meth:`release` as a raw ``EVALSHA`` for another client's pipeline (see :meth:`acquire_command`)."""
+        """:meth:`release` as a raw ``EVALSHA`` for another client's pipeline (see :meth:`acquire_command`).
+        """
         keys, args = self._release_keys_args(permit, outcome)
         return ("EVALSHA", self._release.sha, len(keys), *keys, *args)
 
     def release_reply(self, reply: Any) -> tuple[int, Learned] | None:
-        """What :meth:`release` returns, from a reply to :meth:`release_command`; None on NOSCRIPT (loaded now)."""
+        """What :meth:`release` returns, from a reply to :meth:`release_command`; None on NOSCRIPT (loaded
+        now)."""
         if isinstance(reply, redis.exceptions.NoScriptError):
             self.client.script_load(_RELEASE)
             return None
