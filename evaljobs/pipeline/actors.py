@@ -78,7 +78,9 @@ _bound: Actors | None = None
 
 def bound() -> Actors:
     if _bound is None:
-        raise RuntimeError("evaljobs actors are not declared on a broker; call evaljobs.pipeline.broker.configure()")
+        raise RuntimeError(
+            "evaljobs actors are not declared on a broker; call evaljobs.pipeline.broker.configure()"
+        )
     return _bound
 
 
@@ -271,7 +273,8 @@ def pair_abandoned(message: dict, retries: dict) -> None:
             except (store.UnknownRun, store.UnexpectedPair) as exc:
                 raise InvalidMessage(str(exc)) from None
 def collect_batch(run_id: str, provider: str, model: str) -> None:
-    """Submit a batch run's parked requests of one provider and model (:func:`evaljobs.pipeline.batching.collect`)."""
+    """Submit a batch run's parked requests of one provider and model
+    (:func:`evaljobs.pipeline.batching.collect`)."""
     batching.collect(run_id, provider, model)
 
 

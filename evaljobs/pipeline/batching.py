@@ -1,4 +1,5 @@
-"""Batch runs: pairs' provider calls collected into provider batches, submitted once, polled by delayed messages.
+"""Batch runs: pairs' provider calls collected into provider batches, submitted once, polled by delayed
+messages.
 
 How a batch run moves (``evaljobs run --batch``, or ``batch: true|auto`` in the providers file):
 
@@ -143,7 +144,9 @@ def submit(run_id: str, key: str, provider: str, requests: list[tuple[str, str]]
             status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
     except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a stuck batch
         if _transient(exc):
-            logger.warning("batch %s: submit failed (%s); the poller asks the provider again", key, _reason(exc))
+            logger.warning(
+                "batch %s: submit failed (%s); the poller asks the provider again", key, _reason(exc)
+            )
             sender().poll(key, config.settings().batch_poll)
         else:
             fail(key, f"batch refused by provider {provider}: {_reason(exc)}")
@@ -202,7 +205,9 @@ def poll(key: str) -> None:
             logger.warning("batch %s: poll failed (%s); polled again", key, _reason(exc))
             sender().poll(key, settings.batch_poll)
         else:
-            fail(key, f"batch {info.provider_batch_id} unreadable at provider {info.provider}: {_reason(exc)}")
+            fail(
+                key, f"batch {info.provider_batch_id} unreadable at provider {info.provider}: {_reason(exc)}"
+            )
         return
     if items is None:
         return
@@ -303,8 +308,11 @@ def recover(run_id: str) -> dict[str, int]:
 def choose(providers: ProvidersConfig, models: list[str], requested: bool, strategy: str, *,
            plain: bool) -> tuple[str, ...]:
     """The providers a new run batches (:func:`batch_providers`), or a one-line :class:`UsageError` when
-    ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no cache)."""
-    if not requested and all(providers.get(parse_model_spec(m, providers).provider).batch == "off" for m in models):
+    ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no cache).
+    """
+    if not requested and all(
+        providers.get(parse_model_spec(m, providers).provider).batch == "off" for m in models
+    ):
         return ()
     chosen = batch_providers(providers, models, requested=requested, lane=config.settings().lane)
     if requested and not chosen:

@@ -79,8 +79,11 @@ def context_providers(given: Sequence | None = None) -> list:
     return providers
 
 
-def context_middleware(providers: Sequence | None = None, *, settings: Settings | None = None) -> ContextMiddleware:
-    """The host-context middleware with the providers registered by entry point (or given), and the trace context."""
+def context_middleware(
+    providers: Sequence | None = None, *, settings: Settings | None = None
+) -> ContextMiddleware:
+    """The host-context middleware with the providers registered by entry point (or given), and the trace
+    context."""
     providers = context_providers(providers)
     key = (settings or config.settings()).context_key
     return ContextMiddleware(providers, signing_key=key, bind=_bind_run)

@@ -64,7 +64,9 @@ def batch_pairs(run_id: str, pairs: object) -> list[tuple[str, str, int]]:
     """The [scenario, model(, epoch)] items of an ``evaluate_pairs`` message, or :class:`InvalidMessage`."""
     if (not isinstance(pairs, list) or not pairs
             or not all(isinstance(p, (list, tuple)) and len(p) in (2, 3) for p in pairs)):
-        raise InvalidMessage(f"run {run_id}: a batch must be a list of [scenario, model, epoch], not {pairs!r:.200}")
+        raise InvalidMessage(
+            f"run {run_id}: a batch must be a list of [scenario, model, epoch], not {pairs!r:.200}"
+        )
     return [(str(p[0]), str(p[1]), p[2] if len(p) == 3 else 0) for p in pairs]
 
 
@@ -95,7 +97,8 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
 
 
 def max_crashes(settings: Settings) -> int:
-    """How many crashed workers a pair may cost before it is recorded as errored (``EVALJOBS_MAX_CRASHES``)."""
+    """How many crashed workers a pair may cost before it is recorded as errored (``EVALJOBS_MAX_CRASHES``).
+    """
     return settings.crash_limit()
 
 

@@ -170,7 +170,9 @@ class WakeableConsumer(_RedisConsumer):
         process (Dramatiq restarts it once Redis answers) requeues them first.
         """
         cached, self.message_cache = self.message_cache, []
-        ids = [dramatiq.Message.decode(data).options["redis_message_id"] for data in cached if data is not None]
+        ids = [
+            dramatiq.Message.decode(data).options["redis_message_id"] for data in cached if data is not None
+        ]
         if self.queue_name.endswith(".DQ"):
             ids += self._held.values()
             self._held.clear()
@@ -324,7 +326,9 @@ def enqueue_pipelined(broker: RedisBroker, chunk: Iterable[dramatiq.Message]) ->
                 dispatch(keys=keys, args=args, client=pipe)
             pipe.execute()
     elif calls:
-        replies = thread_commands(broker.client).execute(*(("EVALSHA", sha, 1, *keys, *args) for args in calls))
+        replies = thread_commands(broker.client).execute(
+            *(("EVALSHA", sha, 1, *keys, *args) for args in calls)
+        )
         for args, reply in zip(calls, replies):
             if is_noscript(reply):
                 dispatch(keys=keys, args=args)

@@ -32,7 +32,8 @@ CHUNK = 500
 
 def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) -> None:
     """Enqueue ``messages`` (none delayed) on ``broker``, pipelined on Redis."""
-    redis_brokers = sys.modules.get("dramatiq.brokers.redis")  # not loaded: not a Redis broker (start-up time)
+    # not loaded: not a Redis broker (start-up time)
+    redis_brokers = sys.modules.get("dramatiq.brokers.redis")
     if redis_brokers is not None and isinstance(broker, redis_brokers.RedisBroker):
         # start-up time: only on Redis
         from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable

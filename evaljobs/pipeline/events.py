@@ -205,7 +205,8 @@ def publish_complete(run_id: str, report: dict[str, Any]) -> None:
 
 
 def publish_storage_failed(run_id: str, reason: str) -> None:
-    """The database refused a write of this run (a full disk): waiters stop with ``reason`` (one redacted line)."""
+    """The database refused a write of this run (a full disk): waiters stop with ``reason`` (one redacted
+    line)."""
     publish(run_id, {"type": "storage_failed", "reason": reason})
 
 

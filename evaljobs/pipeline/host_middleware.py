@@ -1,4 +1,5 @@
-"""A host's own Dramatiq middleware on evaljobs' brokers: ``--middleware module:Class`` and an entry-point group.
+"""A host's own Dramatiq middleware on evaljobs' brokers: ``--middleware module:Class`` and an entry-point
+group.
 
 Where they go: after all of evaljobs' middleware (see :func:`evaljobs.pipeline.broker.middleware_stack`).
 Dramatiq runs ``before_*`` hooks in list order and ``after_*`` hooks in reverse order, so a
@@ -43,7 +44,9 @@ def _instance(target: Any, what: str) -> dramatiq.Middleware:
         try:
             made = target()
         except Exception as exc:  # noqa: BLE001 - a host constructor's failure, said in one line
-            raise MiddlewareError(f"host middleware {what} could not be created: {type(exc).__name__}: {exc}") from None
+            raise MiddlewareError(
+                f"host middleware {what} could not be created: {type(exc).__name__}: {exc}"
+            ) from None
         if isinstance(made, dramatiq.Middleware):
             return made
         target = made
@@ -69,7 +72,8 @@ _scanned: tuple[tuple[str, ...], Any] | None = None
 
 
 def installed(group: str) -> Any:
-    """The entry points installed distributions register under ``group`` (importlib.metadata's ``EntryPoints``).
+    """The entry points installed distributions register under ``group`` (importlib.metadata's
+    ``EntryPoints``).
 
     One scan of every distribution's metadata serves every group: a run looks up host
     middleware and context providers, and each ``entry_points(group=...)`` call reads every
@@ -90,7 +94,9 @@ def discover(group: str = MIDDLEWARE_GROUP) -> list[dramatiq.Middleware]:
         try:
             target = ep.load()
         except Exception as exc:  # noqa: BLE001 - any import failure of a host package, in one line
-            raise MiddlewareError(f"cannot load '{group}' entry point '{ep.name}' ({ep.value}): {exc}") from None
+            raise MiddlewareError(
+                f"cannot load '{group}' entry point '{ep.name}' ({ep.value}): {exc}"
+            ) from None
         found.append(_instance(target, f"entry point '{ep.name}' ({ep.value})"))
     return found
 

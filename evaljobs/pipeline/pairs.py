@@ -217,7 +217,9 @@ class RunPlan:
         """Raise :class:`InvalidMessage` unless ``pair`` belongs to this run (model, scenario, epoch)."""
         run = self.run
         if pair.model not in run.models:
-            raise InvalidMessage(f"model '{pair.model}' is not part of run {run.id} (models: {', '.join(run.models)})")
+            raise InvalidMessage(
+                f"model '{pair.model}' is not part of run {run.id} (models: {', '.join(run.models)})"
+            )
         try:
             self.catalog.scenario(pair.scenario_key)
         except KeyError:
@@ -428,7 +430,9 @@ def attempt(pair: Pair, state: PairState) -> Outcome:
     except TimeLimitExceeded:
         # Dramatiq's own limit (time limit + 30 s) is only a backstop: the wall in
         # evaljobs.providers.deadline ends every network wait by the pair's deadline.
-        return GiveUp(_errored(pair, state, timed_out(policy.time_limit, state.began, "Dramatiq's time limit")))
+        return GiveUp(
+            _errored(pair, state, timed_out(policy.time_limit, state.began, "Dramatiq's time limit"))
+        )
     except Exception as exc:
         if state.retries < policy.max_retries:
             logger.warning("pair %s x %s (epoch %s) of run %s failed (%s: %s); retried", pair.scenario_key,

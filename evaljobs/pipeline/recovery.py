@@ -22,7 +22,8 @@ logger = logging.getLogger("evaljobs.recovery")
 
 
 def pending_work(binding) -> tuple[set[tuple[str, str, str, int]], set[tuple[str, str]], set[str]]:
-    """(run, scenario, model, epoch) pairs, (run, model) per-model jobs and runs with a start message, still queued.
+    """(run, scenario, model, epoch) pairs, (run, model) per-model jobs and runs with a start message, still
+    queued.
 
     Reads the queue's own message hashes (ready, in flight and delayed) — the
     queue, not the keyspace.
@@ -77,7 +78,9 @@ def _recover_batches(binding, run: store.RunInfo, actions: list[str]) -> set[tup
             binding.broker.enqueue(_with_context(binding, actors.poll_batch.message(info.key), run))
             actions.append(f"{run.id}: batch {info.key} ({info.state}) polled again")
     for provider, model in stored_batches.unclaimed_groups(run.id):
-        binding.broker.enqueue(_with_context(binding, actors.collect_batch.message(run.id, provider, model), run))
+        binding.broker.enqueue(
+            _with_context(binding, actors.collect_batch.message(run.id, provider, model), run)
+        )
         actions.append(f"{run.id}: parked requests of {provider}/{model} collected again")
     return set(stored_batches.parked_pairs(run.id))
 
@@ -155,7 +158,9 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
         if run.strategy == "per-model":
             lost_models = sorted({m for _, m, _ in missing} - {m for r, m in models if r == run.id})
             for model in lost_models:
-                binding.broker.enqueue(_with_context(binding, actors.evaluate_model.message(run.id, model), run))
+                binding.broker.enqueue(
+                    _with_context(binding, actors.evaluate_model.message(run.id, model), run)
+                )
             if lost_models:
                 actions.append(f"{run.id}: re-enqueued {len(lost_models)} per-model jobs")
             continue

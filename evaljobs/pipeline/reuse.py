@@ -1,4 +1,5 @@
-"""Incremental runs (``--reuse RUN|latest``): copy the unchanged pairs of an earlier run instead of evaluating them.
+"""Incremental runs (``--reuse RUN|latest``): copy the unchanged pairs of an earlier run instead of evaluating
+them.
 
 A team editing three scenarios of three hundred should pay for three. Before a
 new run starts, each pair it expects — (scenario, model, epoch) — is copied from
@@ -108,7 +109,9 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
             if s.key in old_catalog and scenario_digest(s) == scenario_digest(old_catalog.scenario(s.key))}
     there = store.pair_statuses(source_id)
     wanted = {pair for pair in expected if pair[0] in same and pair in there}
-    n_changed = sum(1 for pair in expected if pair[0] in old_catalog and pair[0] not in same and pair in there)
+    n_changed = sum(
+        1 for pair in expected if pair[0] in old_catalog and pair[0] not in same and pair in there
+    )
     n_new = sum(1 for pair in expected if pair not in there)
     n_errored = sum(1 for pair in wanted if there[pair] == ERRORED)
     copied = calls = 0
