@@ -94,7 +94,9 @@ class BatchClient:
                  api_version: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                  headers: Mapping[str, str] | None = None, transport: httpx.BaseTransport | None = None):
         if wire not in ("openai", "azure", "anthropic"):
-            raise ValueError(f"wire format {wire!r} has no batch API; batch runs take openai, azure, anthropic")
+            raise ValueError(
+                f"wire format {wire!r} has no batch API; batch runs take openai, azure, anthropic"
+            )
         self.base_url = base_url.rstrip("/")
         self.wire = wire
         self.api_version = api_version
@@ -172,7 +174,9 @@ class BatchClient:
                 page = self._call("GET", "/messages/batches", params={"limit": 100, **({"after_id": after}
                                                                                           if after else {})})
             else:
-                page = self._call("GET", "/batches", params={"limit": 100, **({"after": after} if after else {})})
+                page = self._call(
+                    "GET", "/batches", params={"limit": 100, **({"after": after} if after else {})}
+                )
             batches = page.get("data") or []
             for raw in batches:
                 status = self._anthropic(raw) if self.wire == "anthropic" else self._openai(raw)
@@ -202,7 +206,8 @@ class BatchClient:
                                  extra=request.extra, stream=False)
 
     def _url(self, path: str) -> str:
-        """``path`` under the base URL (Azure's classic resource URL: under ``/openai``, with ``api-version``)."""
+        """``path`` under the base URL (Azure's classic resource URL: under ``/openai``, with
+        ``api-version``)."""
         if self.wire == "azure" and not urlsplit(self.base_url).path.rstrip("/").endswith("/openai/v1"):
             return join_url(self.base_url, "/openai" + path,
                             {"api-version": self.api_version} if self.api_version else None)
@@ -262,7 +267,9 @@ class BatchClient:
 
     def _anthropic(self, raw: dict[str, Any]) -> BatchStatus:
         counts = raw.get("request_counts") or {}
-        total = sum(int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired"))
+        total = sum(
+            int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired")
+        )
         failed = sum(int(counts.get(k) or 0) for k in ("errored", "canceled", "expired"))
         status = str(raw.get("processing_status"))
         return BatchStatus(
@@ -311,7 +318,9 @@ class BatchClient:
             typed = self._format.error(status, {}, json.dumps(body).encode())
             return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
         outcome = CANCELLED if kind == "canceled" else EXPIRED
-        return BatchItem(custom_id, outcome, reason="batch_cancelled" if outcome == CANCELLED else "batch_expired")
+        return BatchItem(
+            custom_id, outcome, reason="batch_cancelled" if outcome == CANCELLED else "batch_expired"
+        )
 
     def _completion(self, body: Any) -> Completion:
         return self._format.completion(body, 200, 0.0, {})

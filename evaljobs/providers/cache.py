@@ -22,8 +22,8 @@ database when the same request was answered successfully before:
 * **Errors are never cached**: only a ``Completion`` the client returned is
   written; any exception passes through untouched.
 * **TTL**: an entry older than ``ttl`` seconds is ignored (default 7 days,
-  ``EVALJOBS_CACHE_TTL`` via :attr:`evaljobs.config.Settings.cache_ttl`, e.g. ``3600``, ``12h`` or ``7d``); ``evaljobs cache
-  clear [--older-than AGE]`` deletes entries.
+  ``EVALJOBS_CACHE_TTL`` via :attr:`evaljobs.config.Settings.cache_ttl`, e.g. ``3600``, ``12h`` or ``7d``);
+  ``evaljobs cache clear [--older-than AGE]`` deletes entries.
 * **Marked**: an answer from the cache is a :class:`CachedCompletion`
   (``cached=True``); the adapter marks a replay ``cached`` when every model turn
   came from the cache, and that flag travels to the result and the report.
@@ -139,7 +139,13 @@ def cache_key(provider: str, model: str, body: dict[str, Any], adapter_version: 
 
     The epoch is in the key only when it is not 0, so single-epoch runs keep their keys.
     """
-    fields = {"format": FORMAT, "provider": provider, "model": model, "body": body, "adapter": adapter_version}
+    fields = {
+        "format": FORMAT,
+        "provider": provider,
+        "model": model,
+        "body": body,
+        "adapter": adapter_version,
+    }
     if epoch:
         fields["epoch"] = int(epoch)
     canonical = json.dumps(fields,

@@ -246,7 +246,9 @@ class ChatClient:
         try:
             http = self._lease()
             try:
-                timeouts = self._timeouts if call_timeout == self.timeout else httpx.Timeout(call_timeout).as_dict()
+                timeouts = (
+                    self._timeouts if call_timeout == self.timeout else httpx.Timeout(call_timeout).as_dict()
+                )
                 request = httpx.Request("POST", url, json=body, headers=request_headers,
                                         extensions={"timeout": timeouts})
                 response = http.handle_request(request)
@@ -298,7 +300,10 @@ class ChatClient:
                     completion.ttft_ms = ttft_ms
                 else:
                     completion = self._completion(status, headers, payload, latency_ms)
-                completion.request_body, completion.response_body = body, payload if events is None else events
+                completion.request_body, completion.response_body = (
+                    body,
+                    payload if events is None else events,
+                )
                 logger.debug("provider call: POST %s -> HTTP %s in %.0f ms", url, status, latency_ms)
                 return completion
             except ProviderError as exc:
@@ -395,7 +400,8 @@ _AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
 
 
 def _environment_proxy(url: httpx.URL | str) -> str | None:
-    """The proxy ``httpx.Client`` would use for ``url`` (``trust_env``): HTTP(S)_PROXY, ALL_PROXY, NO_PROXY."""
+    """The proxy ``httpx.Client`` would use for ``url`` (``trust_env``): HTTP(S)_PROXY, ALL_PROXY, NO_PROXY.
+    """
     if not isinstance(url, httpx.URL):
         return None
     proxies = urllib.request.getproxies_environment()

@@ -37,7 +37,8 @@ def remaining(default: float) -> float: ...
 @overload
 def remaining(default: None = None) -> float | None: ...
 def remaining(default: float | None = None) -> float | None:
-    """Seconds left before this thread's deadline (never below 0), capped at ``default``; ``default`` without one."""
+    """Seconds left before this thread's deadline (never below 0), capped at ``default``; ``default`` without
+    one."""
     deadline = current()
     if deadline is None:
         return default
@@ -47,7 +48,8 @@ def remaining(default: float | None = None) -> float | None:
 
 @contextlib.contextmanager
 def scope(deadline: float | None) -> Iterator[float | None]:
-    """Bound every network exchange of this thread by ``deadline`` (an instant; None: no bound) inside the block."""
+    """Bound every network exchange of this thread by ``deadline`` (an instant; None: no bound) inside the
+    block."""
     outer = current()
     effective = deadline if outer is None else (outer if deadline is None else min(outer, deadline))
     _local.deadline = effective

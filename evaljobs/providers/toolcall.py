@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Stored outputs (answers, tool results) are capped so a runaway answer cannot bloat the database or a report.
+#: Stored outputs (answers, tool results) are capped so a runaway answer cannot bloat the database or a
+#: report.
 OUTPUT_CAP = 20_000
 
 

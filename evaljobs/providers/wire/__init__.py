@@ -39,7 +39,9 @@ class WireFormat(Protocol):
              temperature: float | None, max_tokens: int | None, extra: dict[str, Any] | None,
              stream: bool) -> dict[str, Any]: ...
 
-    def completion(self, data: Any, status: int, latency_ms: float, headers: dict[str, str]) -> Completion: ...
+    def completion(
+        self, data: Any, status: int, latency_ms: float, headers: dict[str, str]
+    ) -> Completion: ...
 
     def error(self, status: int, headers: Mapping[str, str], payload: bytes) -> ProviderError: ...
 
@@ -55,7 +57,11 @@ def wire_format(name: str) -> WireFormat:
     from evaljobs.providers.wire.azure import AzureWire
     from evaljobs.providers.wire.openai import OpenAIWire
 
-    formats: dict[str, WireFormat] = {"openai": OpenAIWire(), "anthropic": AnthropicWire(), "azure": AzureWire()}
+    formats: dict[str, WireFormat] = {
+        "openai": OpenAIWire(),
+        "anthropic": AnthropicWire(),
+        "azure": AzureWire(),
+    }
     return formats[name]
 
 

@@ -109,7 +109,9 @@ def count(value: Any) -> int:
     try:
         number = int(value)
     except OverflowError:  # an infinite float
-        raise PermanentError(f"the provider reported a token count of {value!r}: not a usage figure") from None
+        raise PermanentError(
+            f"the provider reported a token count of {value!r}: not a usage figure"
+        ) from None
     except (TypeError, ValueError):
         return 0
     if number > MAX_TOKENS:

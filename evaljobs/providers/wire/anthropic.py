@@ -26,7 +26,13 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from evaljobs.providers.completion import Completion
-from evaljobs.providers.errors import PermanentError, ProviderError, RateLimited, TransientError, parse_retry_after
+from evaljobs.providers.errors import (
+    PermanentError,
+    ProviderError,
+    RateLimited,
+    TransientError,
+    parse_retry_after,
+)
 from evaljobs.providers.wire._common import (
     cap,
     classify,
