@@ -169,7 +169,8 @@ SCRIPT = """
     }
     if (p.error) { add(root, el("pre", "error", p.error)); }
     facts(root, [["Duration", p.duration_ms + " ms"], ["Tokens", p.input_tokens === undefined ? null :
-      p.input_tokens + " in / " + p.output_tokens + " out"], ["Cost", p.cost === null || p.cost === undefined ? "unknown" : "$" + Number(p.cost).toFixed(6)],
+      p.input_tokens + " in / " + p.output_tokens + " out"],
+      ["Cost", p.cost === null || p.cost === undefined ? "unknown" : "$" + Number(p.cost).toFixed(6)],
       ["Attempts", p.attempts], ["Turns", p.turns], ["Meta", p.meta]]);
     grades(root, p);
     toolCalls(root, p.tool_calls);

@@ -92,7 +92,8 @@ class PairChange:
 
     @property
     def p_value(self) -> float | None:
-        """Two-sided Fisher's exact test of passes vs. the rest, before against after (None: one side only)."""
+        """Two-sided Fisher's exact test of passes vs. the rest, before against after (None: one side only).
+        """
         if self.before is None or self.after is None:
             return None
         a, b = self.before, self.after
@@ -159,7 +160,8 @@ class ModelDelta:
     cost_unknown_b: int = 0
     trials_a: int = 0
     trials_b: int = 0
-    #: Over epochs: the common pairs whose epoch pass rate reaches the scenario's threshold ("scenarios passed").
+    #: Over epochs: the common pairs whose epoch pass rate reaches the scenario's threshold ("scenarios
+    #: passed").
     scenarios_passed_a: int = 0
     scenarios_passed_b: int = 0
 
@@ -331,7 +333,8 @@ def _cost(value: float | None) -> float | None:
 
 
 def _outcomes(side: Side, thresholds: Mapping[str, float] | None = None) -> dict[tuple[str, str], Outcome]:
-    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module docstring)."""
+    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module docstring).
+    """
     epochs: dict[tuple[str, str], list[Outcome]] = {}
     for pair, outcome in _epoch_outcomes(side):
         epochs.setdefault(pair, []).append(outcome)

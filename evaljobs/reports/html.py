@@ -216,7 +216,9 @@ def _header(report: dict[str, Any]) -> list[str]:
         ("Cost", _cost_line(s, s["results"])),
     ]
     if run.get("self_judge"):
-        facts.append(("Self-judged", ", ".join(run["self_judge"]) + " judged its own answers (--allow-self-judge)"))
+        facts.append(
+            ("Self-judged", ", ".join(run["self_judge"]) + " judged its own answers (--allow-self-judge)")
+        )
     if run.get("context"):
         facts.append(("Context", json.dumps(run["context"], ensure_ascii=False, sort_keys=True, default=str)))
     out = [f"<header><h1>evaljobs · {_e(run.get('catalog_name') or '?')} — {_e(_headline(report))}</h1>",
@@ -288,7 +290,8 @@ def _models_table(report: dict[str, Any]) -> list[str]:
 
 
 def _epochs_tables(report: dict[str, Any]) -> list[str]:
-    """With ``--epochs``: each model's pass rate with its 95 % Wilson interval, and every scenario's statistics."""
+    """With ``--epochs``: each model's pass rate with its 95 % Wilson interval, and every scenario's
+    statistics."""
     block = report.get("epochs")
     if not block:
         return []

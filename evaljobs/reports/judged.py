@@ -31,13 +31,21 @@ def judgement_passed(details: Any) -> bool | None:
 
 
 def judged_groups(report: dict[str, Any]) -> list[tuple[dict[str, Any], list[int | None]]]:
-    """(first row, epochs) per distinct (scenario, model, judge, score, reason, raw answer), in report order."""
+    """(first row, epochs) per distinct (scenario, model, judge, score, reason, raw answer), in report order.
+    """
     groups: dict[tuple, tuple[dict[str, Any], list[int | None]]] = {}
     for row in report["results"]:
         j = row.get("judge")
         if not j:
             continue
-        key = (row["scenario_key"], row["model"], j.get("model"), j.get("score"), j.get("reason"), j.get("raw"))
+        key = (
+            row["scenario_key"],
+            row["model"],
+            j.get("model"),
+            j.get("score"),
+            j.get("reason"),
+            j.get("raw"),
+        )
         groups.setdefault(key, (row, []))[1].append(row.get("epoch"))
     return list(groups.values())
 
@@ -50,8 +58,8 @@ def epochs_note(epochs: list[int | None]) -> str:
 
 
 def decided(judge: dict[str, Any]) -> str:
-    """`` (threshold 0.80: failed)``: what the judgement decided and against what, so a scenario that fails at a
-    high score on its judge says why; nothing for a report stored before the judge decided its criterion."""
+    """`` (threshold 0.80: failed)``: what the judgement decided and against what, so a scenario that fails at
+    a high score on its judge says why; nothing for a report stored before the judge decided its criterion."""
     passed, threshold = judge.get("passed"), judge.get("threshold")
     if not isinstance(passed, bool):
         return ""

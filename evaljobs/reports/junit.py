@@ -69,7 +69,10 @@ def grade_lines(result: Result) -> list[str]:
         lines.append("failed gates: " + ", ".join(details["failed_gates"]))
     if isinstance(details.get("ideal"), dict):
         ideal = details["ideal"]
-        lines.append(f"reference answer ({ideal.get('grader')}): " + ", ".join(_json(i) for i in ideal.get("expected") or []))
+        lines.append(
+            f"reference answer ({ideal.get('grader')}): "
+            + ", ".join(_json(i) for i in ideal.get("expected") or [])
+        )
     for outcome in details.get("assertions") or [] if isinstance(details.get("assertions"), list) else []:
         lines.append(
             f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
@@ -77,7 +80,9 @@ def grade_lines(result: Result) -> list[str]:
         )
     if isinstance(details.get("weighted"), dict):  # a promptfoo test graded by weight
         lines.append(f"weighted assertions: {details['weighted'].get('reason')}")
-    for name, quote in (details.get("diagnosis") or {}).items() if isinstance(details.get("diagnosis"), dict) else []:
+    for name, quote in (
+        (details.get("diagnosis") or {}).items() if isinstance(details.get("diagnosis"), dict) else []
+    ):
         lines.append(f"{name.replace('_', ' ')}: {quote}")
     for reason in details.get("not_gradable") or []:
         lines.append(f"not gradable: {reason}")
@@ -86,9 +91,8 @@ def grade_lines(result: Result) -> list[str]:
     judge = details.get("judge")
     if isinstance(judge, dict):
         score = "-" if judge.get("score") is None else f"{float(judge['score']):.3f}"
-        lines.append(
-            f"judge ({judge.get('model') or '?'}): {score}{decided(judge)} {judge.get('reason') or ''}".rstrip()
-        )
+        reason = judge.get("reason") or ""
+        lines.append(f"judge ({judge.get('model') or '?'}): {score}{decided(judge)} {reason}".rstrip())
         if judge.get("raw"):
             lines.append(f"judge answer: {judge['raw']}")
         if judge.get("prompt"):

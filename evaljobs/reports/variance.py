@@ -181,7 +181,8 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
 
 
 def model_stats(pairs: list[dict[str, Any]], models: list[str]) -> list[dict[str, Any]]:
-    """Per model: the pass rate over every (scenario, epoch) with its 95 % Wilson interval, and flaky count."""
+    """Per model: the pass rate over every (scenario, epoch) with its 95 % Wilson interval, and flaky count.
+    """
     out = []
     for model in models:
         mine = [p for p in pairs if p["model"] == model]
@@ -258,8 +259,9 @@ def pair_line(pair: dict[str, Any]) -> str:
     """``3/5 passed (60.0%) · mean 0.720 ± 0.110 · pass@5 100.0% · pass^5 0.0%``."""
     k = _k_of(pair)
     return (
-        f"{pair['passed']}/{pair['epochs']} passed ({_pct(pair['pass_rate'])}) · mean {pair['mean_score']:.3f}"
-        f" ± {pair['stderr']:.3f} · pass@{k} {_pct(pair['pass_at_k'][k])} · pass^{k} {_pct(pair['pass_hat_k'][k])}"
+        f"{pair['passed']}/{pair['epochs']} passed ({_pct(pair['pass_rate'])}) · mean "
+        f"{pair['mean_score']:.3f} ± {pair['stderr']:.3f} · pass@{k} {_pct(pair['pass_at_k'][k])} · pass^{k} "
+        f"{_pct(pair['pass_hat_k'][k])}"
     )
 
 
@@ -280,7 +282,8 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     flaky = [p for p in block["pairs"] if p["flaky"]]
     out += ["", f"flaky ({len(flaky)}):" if flaky else "flaky: none (every scenario's epochs agree)"]
     out += [
-        f"  {p['scenario_key']} × {p['model']}  {pair_line(p)}  [{' '.join(s[0].upper() for s in p['statuses'])}]"
+        f"  {p['scenario_key']} × {p['model']}  {pair_line(p)}  "
+        f"[{' '.join(s[0].upper() for s in p['statuses'])}]"
         for p in flaky
     ]
     return out
