@@ -87,7 +87,8 @@ def _fault(directive: Directive, messages: list[dict[str, Any]], attempt: int,
         return Answer(status=code, message=message.strip() or f"simulated HTTP {code}",
                        retry_after=retry_after)
     if action == "ratelimit":
-        if args.strip() and not args.strip()[0].isdigit():  # an HTTP date: [sim: ratelimit Fri, 01 Jan 2099 …]
+        # an HTTP date: [sim: ratelimit Fri, 01 Jan 2099 …]
+        if args.strip() and not args.strip()[0].isdigit():
             return Answer(status=429, message="simulated rate limit", retry_after_date=args.strip())
         seconds = _number(directive, args, minimum=0.0)
         return Answer(status=429, message="simulated rate limit", retry_after=seconds)

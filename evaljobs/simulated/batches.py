@@ -106,7 +106,8 @@ class BatchDesk:
     # -- statistics ------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """What the desk received: batches created, files uploaded, cancels, and each custom id's submissions."""
+        """What the desk received: batches created, files uploaded, cancels, and each custom id's submissions.
+        """
         with self._lock:
             return {"batches_created": len(self._batches), "files_uploaded": self._uploads,
                     "cancel_requests": self._cancels, "requests_submitted": sum(self._submitted.values()),
@@ -137,11 +138,15 @@ class BatchDesk:
         if "file" not in fields:
             raise BatchRequestError("'file' is a required property")
         if purpose != "batch":
-            raise BatchRequestError(f"purpose {purpose!r}: this simulated provider takes files of purpose 'batch'")
+            raise BatchRequestError(
+                f"purpose {purpose!r}: this simulated provider takes files of purpose 'batch'"
+            )
         filename, data = fields["file"]
         with self._lock:
             self._uploads += 1
-            file = _File(f"file-sim{next(self._ids)}", filename or "upload.jsonl", purpose, data, self.clock())
+            file = _File(
+                f"file-sim{next(self._ids)}", filename or "upload.jsonl", purpose, data, self.clock()
+            )
             self._files[file.id] = file
             return file.body()
 
@@ -222,7 +227,9 @@ class BatchDesk:
         with self._lock:
             if settle:
                 self._settle(batch)
-            status = {"in_progress": "in_progress", "cancelling": "cancelling"}.get(batch.state, batch.outcome)
+            status = {"in_progress": "in_progress", "cancelling": "cancelling"}.get(
+                batch.state, batch.outcome
+            )
             failed = sum(1 for s, _ in batch.answers.values() if s != 200)
             completed = len(batch.answers) - failed
             if batch.state == "ended":
@@ -289,7 +296,9 @@ class BatchDesk:
             for custom_id, _ in batch.requests:
                 answer = batch.answers.get(custom_id)
                 if answer is None:
-                    result: dict[str, Any] = {"type": "canceled" if batch.outcome == "cancelled" else "expired"}
+                    result: dict[str, Any] = {
+                        "type": "canceled" if batch.outcome == "cancelled" else "expired"
+                    }
                 elif answer[0] == 200:
                     result = {"type": "succeeded", "message": answer[1]}
                 else:
@@ -330,7 +339,9 @@ class BatchDesk:
                 raise BatchRequestError(f"requests.{number}.custom_id: {custom_id!r} must match "
                                         f"^[a-zA-Z0-9_-]{{1,64}}$")
             if custom_id in seen:
-                raise BatchRequestError(f"custom_id {custom_id!r} appears twice in one batch; each must be unique")
+                raise BatchRequestError(
+                    f"custom_id {custom_id!r} appears twice in one batch; each must be unique"
+                )
             seen.add(custom_id)
         with self._lock:
             prefix = "batch_sim" if wire == "openai" else "msgbatch_sim"

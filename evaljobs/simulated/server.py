@@ -1,4 +1,5 @@
-"""A real HTTP server on loopback speaking OpenAI's and Anthropic's wire formats, for the demo, tests, benchmarks.
+"""A real HTTP server on loopback speaking OpenAI's and Anthropic's wire formats, for the demo, tests,
+benchmarks.
 
 Routes: ``POST /v1/chat/completions`` (and Azure's ``/openai/deployments/NAME/
 chat/completions`` and ``/openai/v1/chat/completions``), ``POST /v1/messages``
@@ -128,7 +129,9 @@ class SimulatedProvider:
         self._lock = threading.Lock()
         self._stats = _empty_stats()
         self._window: collections.deque[float] = collections.deque()
-        self._calls: collections.deque[tuple[float, float, str, str, int]] = collections.deque(maxlen=CALL_LOG_SIZE)
+        self._calls: collections.deque[tuple[float, float, str, str, int]] = collections.deque(
+            maxlen=CALL_LOG_SIZE
+        )
         self._attempts: dict[bytes, int] = {}
         self._sequence = 0
         self._models: dict[str, None] = dict.fromkeys(DEFAULT_MODELS)
@@ -431,7 +434,9 @@ class SimulatedProvider:
             answer = Answer(status=500, message=f"simulated fault ({answer.fault})")
         if answer.status != 200:
             self._count(model, "errors", bucket=answer.status)
-            return answer.status, self._error(call, answer.status, answer.message or REASONS.get(answer.status, ""))
+            return answer.status, self._error(
+                call, answer.status, answer.message or REASONS.get(answer.status, "")
+            )
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
@@ -445,14 +450,21 @@ class SimulatedProvider:
         """The JSON body of a plain (not streamed) answer in ``wire``'s format, and its output tokens."""
         content, finish = answer.content, answer.finish_reason
         max_tokens = payload.get("max_tokens")
-        if content is not None and isinstance(max_tokens, int) and max_tokens > 0 and len(content) > 4 * max_tokens:
+        if (
+            content is not None
+            and isinstance(max_tokens, int)
+            and max_tokens > 0
+            and len(content) > 4 * max_tokens
+        ):
             content, finish = content[: 4 * max_tokens], "length"
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if answer.tool_calls:
             message["tool_calls"] = answer.tool_calls
         output_tokens = tokens((content or "") + (json.dumps(answer.tool_calls) if answer.tool_calls else ""))
         if wire == "anthropic":
-            return anthropic_body(model, sequence, message, finish, input_tokens, output_tokens), output_tokens
+            return anthropic_body(
+                model, sequence, message, finish, input_tokens, output_tokens
+            ), output_tokens
         return completion_body(model, sequence, message, finish, input_tokens, output_tokens), output_tokens
 
     def _models_body(self) -> dict[str, Any]:
@@ -579,7 +591,11 @@ class SimulatedProvider:
             if answer.status == 429:
                 self._count(model, "rate_limited")
                 wait = answer.retry_after if answer.retry_after is not None else self.retry_after
-                headers = {"retry-after": answer.retry_after_date} if answer.retry_after_date else _retry_headers(wait)
+                headers = (
+                    {"retry-after": answer.retry_after_date}
+                    if answer.retry_after_date
+                    else _retry_headers(wait)
+                )
             else:
                 self._count(model, "errors", bucket=answer.status)
             message = answer.message or REASONS.get(answer.status, "")
@@ -594,7 +610,9 @@ class SimulatedProvider:
             self._count(model, "faults", bucket="malformed")
             await send(writer, 200, b'{"choices": [{"message": this is not JSON', keep_alive=keep_alive)
             return keep_alive
-        input_tokens = prompt_tokens(messages, call.tools) if answer.prompt_tokens is None else answer.prompt_tokens
+        input_tokens = (
+            prompt_tokens(messages, call.tools) if answer.prompt_tokens is None else answer.prompt_tokens
+        )
         with self._lock:
             self._sequence += 1
             sequence = self._sequence

@@ -1,4 +1,5 @@
-"""The simulated provider's two wire formats: OpenAI chat completions and Anthropic Messages, plain and streamed.
+"""The simulated provider's two wire formats: OpenAI chat completions and Anthropic Messages, plain and
+streamed.
 
 The answer logic works on OpenAI-shaped messages; an Anthropic request is
 translated into that shape on the way in (``from_anthropic``), and every answer
@@ -46,7 +47,11 @@ def from_anthropic(payload: Any) -> tuple[str, list[dict[str, Any]], list[dict[s
     if not isinstance(payload, dict):
         raise RequestError("request body must be a JSON object")
     model, turns = payload.get("model"), payload.get("messages")
-    if not isinstance(model, str) or not isinstance(turns, list) or not all(isinstance(m, dict) for m in turns):
+    if (
+        not isinstance(model, str)
+        or not isinstance(turns, list)
+        or not all(isinstance(m, dict) for m in turns)
+    ):
         raise RequestError("request body must be JSON with a string 'model' and a list of message objects "
                            "'messages'")
     max_tokens = payload.get("max_tokens")
@@ -66,7 +71,9 @@ def from_anthropic(payload: Any) -> tuple[str, list[dict[str, Any]], list[dict[s
         if not isinstance(content, list):
             raise RequestError(f"messages.{number}.content: Input should be a string or a list of blocks")
         if role == "assistant":
-            text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+            text = "".join(
+                b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+            )
             calls = [{"id": b.get("id"), "type": "function",
                       "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
                      for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
