@@ -103,7 +103,8 @@ def _ensure() -> None:
     db.evaljobs_batches_ready = True
 
 
-#: Advisory-lock class of a (run, provider, model) group (the two-key form: the group's hash is the other key).
+#: Advisory-lock class of a (run, provider, model) group (the two-key form: the group's hash is the other
+#: key).
 PG_GROUP_LOCK = 0x656A6267  # "ejbg"
 
 
@@ -311,7 +312,9 @@ def open_batches(run_id: str | None = None) -> list[BatchInfo]:
     if run_id is not None:
         where &= ProviderBatchRow.run_id == run_id
     with _connection():
-        return [_info(row) for row in ProviderBatchRow.select().where(where).order_by(ProviderBatchRow.created_at)]
+        return [
+            _info(row) for row in ProviderBatchRow.select().where(where).order_by(ProviderBatchRow.created_at)
+        ]
 
 
 def run_batches(run_id: str) -> list[BatchInfo]:
@@ -319,7 +322,11 @@ def run_batches(run_id: str) -> list[BatchInfo]:
     if not _exists():
         return []
     with _connection():
-        rows = ProviderBatchRow.select().where(ProviderBatchRow.run_id == run_id).order_by(ProviderBatchRow.created_at)
+        rows = (
+            ProviderBatchRow.select()
+            .where(ProviderBatchRow.run_id == run_id)
+            .order_by(ProviderBatchRow.created_at)
+        )
         return [_info(row) for row in rows]
 
 

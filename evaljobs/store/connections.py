@@ -70,7 +70,8 @@ BoundDatabase = Union[BoundSqliteDatabase, BoundPostgresqlDatabase]
 
 def connect(url: str | None = None, *, settings: Settings | None = None,
             reconnect_seconds: float | None = None) -> peewee.Database:
-    """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under ``.evaljobs/``).
+    """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under
+    ``.evaljobs/``).
 
     Creates the schema on first use. Binding the URL already bound is a no-op; another URL rebinds.
     ``reconnect_seconds`` (default: the settings' ``db_reconnect_seconds``) is how long a call
@@ -316,10 +317,10 @@ def _reconnecting(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     cannot double a result; without this, a worker whose database restarted between a
     provider call and its commit failed the message and evaluated the pair again.
 
-    Retries for up to the bound database's ``reconnect_seconds`` (see :func:`connect`) and only a database this process has reached
-    before (a wrong URL still fails at once), only as the outermost call (a nested call
-    inside a transaction leaves the retry to its caller), and on SQLite only a lock
-    timeout. Giving up is one line naming the database.
+    Retries for up to the bound database's ``reconnect_seconds`` (see :func:`connect`) and only a database
+    this process has reached before (a wrong URL still fails at once), only as the outermost call (a nested
+    call inside a transaction leaves the retry to its caller), and on SQLite only a lock timeout. Giving up is
+    one line naming the database.
     """
 
     @functools.wraps(fn)

@@ -42,4 +42,13 @@ class Incomplete(StoreError):
     """Finalize was asked for a run whose persisted pairs do not yet equal the expected pairs."""
 
 
-__all__ = ["redact", "StoreError", "StorageFailed", "DatabaseUnavailable", "UnknownRun", "UnknownSnapshot", "UnexpectedPair", "Incomplete"]
+__all__ = [
+    "redact",
+    "StoreError",
+    "StorageFailed",
+    "DatabaseUnavailable",
+    "UnknownRun",
+    "UnknownSnapshot",
+    "UnexpectedPair",
+    "Incomplete",
+]

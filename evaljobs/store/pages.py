@@ -185,7 +185,9 @@ def _like(text: str) -> str:
 def run(run_id: str) -> RunRow:
     """One run by primary key, without its report."""
     db = _db()
-    sql = f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs, options FROM run WHERE id = {db.param}"
+    sql = (
+        f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs, options FROM run WHERE id = {db.param}"
+    )
     with _connection() as db:
         r = db.execute_sql(sql, (run_id,)).fetchone()
     if r is None:
@@ -199,7 +201,8 @@ def run(run_id: str) -> RunRow:
 
 @_reconnecting
 def model_tallies(run_ids: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
-    """run id → model → {passed, failed, errored, cost, cost_unknown}: a GROUP BY on the per-run index for each run.
+    """run id → model → {passed, failed, errored, cost, cost_unknown}: a GROUP BY on the per-run index for
+    each run.
 
     For the runs list's pass rate per model of runs without a report (pending, running). One query
     per run, not ``run_id IN (…)``: given a long list, PostgreSQL's planner scans the whole table.
@@ -283,7 +286,8 @@ def search(run_id: str, text: str) -> set[tuple[str, str]]:
 
 @_reconnecting
 def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
-    """Every model's full result for one scenario of the run (prefix of the unique index), by model and epoch."""
+    """Every model's full result for one scenario of the run (prefix of the unique index), by model and epoch.
+    """
     query = (ResultRow.select()
              .where((ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key)))
     with _connection():
@@ -297,7 +301,9 @@ def state(run_id: str) -> RunState:
     db = _db()
     p = db.param
     with _connection() as db:
-        head = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
+        head = db.execute_sql(
+            f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)
+        ).fetchone()
         if head is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
         counts = dict(
@@ -322,7 +328,9 @@ def head(run_id: str) -> tuple[str, int, int, int]:
     db = _db()
     p = db.param
     with _connection() as db:
-        row = db.execute_sql(f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)).fetchone()
+        row = db.execute_sql(
+            f"SELECT status, expected, persisted FROM run WHERE id = {p}", (run_id,)
+        ).fetchone()
         if row is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
         last = db.execute_sql(f"SELECT MAX(id) FROM result WHERE run_id = {p}", (run_id,)).fetchone()[0]
@@ -333,5 +341,7 @@ def head(run_id: str) -> tuple[str, int, int, int]:
 def catalogs(limit: int = 200) -> list[str]:
     """Catalog names of the newest runs, for the filter's choices (read along ``run(created_at)``)."""
     with _connection() as db:
-        rows = db.execute_sql(f"SELECT catalog_name FROM run ORDER BY created_at DESC LIMIT {int(limit)}").fetchall()
+        rows = db.execute_sql(
+            f"SELECT catalog_name FROM run ORDER BY created_at DESC LIMIT {int(limit)}"
+        ).fetchall()
     return sorted({r[0] for r in rows})

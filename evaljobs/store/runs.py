@@ -199,7 +199,9 @@ def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple], epochs
             raise ValueError(f"pair {label}: model {model!r} is not one of the run's models "
                              f"({', '.join(models)})")
         if not 0 <= epoch < epochs:
-            raise ValueError(f"pair {label}: epoch {epoch} is not one of the run's {epochs} epochs (0-{epochs - 1})")
+            raise ValueError(
+                f"pair {label}: epoch {epoch} is not one of the run's {epochs} epochs (0-{epochs - 1})"
+            )
     unused = [m for m in models if m not in {model for _, model, _ in wanted}]
     if unused:
         raise ValueError(f"model {unused[0]!r} has no pair in this run: leave it out of the models")
@@ -227,7 +229,8 @@ def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = No
 
 @_reconnecting
 def count_runs(statuses: list[str] | tuple[str, ...]) -> dict[str, int]:
-    """How many runs are in each of ``statuses`` (one indexed count per status: the run(status, ...) index)."""
+    """How many runs are in each of ``statuses`` (one indexed count per status: the run(status, ...) index).
+    """
     out = {}
     with _connection():
         for status in statuses:

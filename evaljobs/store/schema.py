@@ -252,7 +252,9 @@ def _epoch_in_unique_index(db: peewee.Database) -> list[str]:
         return []
     new = "resultrow_run_id_scenario_key_model_epoch"  # what a fresh database gets from the model
     if new not in names:
-        db.execute_sql(f'CREATE UNIQUE INDEX "{new}" ON "result" ("run_id", "scenario_key", "model", "epoch")')
+        db.execute_sql(
+            f'CREATE UNIQUE INDEX "{new}" ON "result" ("run_id", "scenario_key", "model", "epoch")'
+        )
     db.execute_sql(f'DROP INDEX "{_V3_UNIQUE_INDEX}"')
     return ["unique index of result is (run_id, scenario_key, model, epoch)"]
 
