@@ -67,10 +67,14 @@ class FinishedRun:
 
     def result(self, scenario: str, model: str | None = None) -> Result:
         """The result of ``scenario`` (× ``model``, needed when the run has several models)."""
-        found = [r for r in self.results if r.scenario_key == scenario and (model is None or r.model == model)]
+        found = [
+            r for r in self.results if r.scenario_key == scenario and (model is None or r.model == model)
+        ]
         if len(found) != 1:
             pairs = ", ".join(f"{r.scenario_key}×{r.model}" for r in self.results)
-            raise KeyError(f"{len(found)} results match scenario {scenario!r} model {model!r} (have: {pairs})")
+            raise KeyError(
+                f"{len(found)} results match scenario {scenario!r} model {model!r} (have: {pairs})"
+            )
         return found[0]
 
 

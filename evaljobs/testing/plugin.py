@@ -1,4 +1,5 @@
-"""The pytest plugin (entry point ``pytest11``: ``evaljobs``): fixtures for hosts, see :mod:`evaljobs.testing`.
+"""The pytest plugin (entry point ``pytest11``: ``evaljobs``): fixtures for hosts, see
+:mod:`evaljobs.testing`.
 
 pytest loads this module in every test process of an environment where evaljobs is installed,
 so it imports nothing of evaljobs at module level: each fixture imports what it needs, and a
