@@ -187,7 +187,9 @@ def _mcp_module() -> Any:
     try:
         return pending.result(timeout=deadline.remaining())
     except concurrent.futures.TimeoutError:
-        raise LiveToolError("the MCP client library was still loading when the pair's time limit ran out") from None
+        raise LiveToolError(
+            "the MCP client library was still loading when the pair's time limit ran out"
+        ) from None
 
 
 _shared: LiveTools | None = None
