@@ -84,7 +84,12 @@ class Guard:
             ok = (bearer.startswith("Bearer ") and _same(bearer[7:], self.token)) or \
                  (cookie_value is not None and _same(cookie_value, cookie_value_for(self.token)))
             if not ok:
-                await _plain(send, 401, "evaljobs view: open this address once with ?token=YOUR_TOKEN, or send Authorization: Bearer")
+                await _plain(
+                    send,
+                    401,
+                    "evaljobs view: open this address once with ?token=YOUR_TOKEN, or "
+                    "send Authorization: Bearer",
+                )
                 return
 
         async def with_headers(message) -> None:

@@ -159,7 +159,8 @@ _BUNDLE = {"index.html", "scenarios", "transcripts", "static", "results.csv", "r
 
 def _clear_earlier_bundle(target: Path, shown: str | Path) -> None:
     """Empty or new: nothing to do. An earlier bundle: removed whole, or its pages of scenarios and pairs the
-    new run lacks would stay, unlinked but published with it. Anything else in the folder: refused, untouched."""
+    new run lacks would stay, unlinked but published with it. Anything else in the folder: refused, untouched.
+    """
     if not target.is_dir():
         return
     names = {p.name for p in target.iterdir()}
@@ -167,7 +168,9 @@ def _clear_earlier_bundle(target: Path, shown: str | Path) -> None:
         return
     if "index.html" not in names or not names <= _BUNDLE:
         others = ", ".join(sorted(names - _BUNDLE)[:3]) or "no index.html"
-        raise UsageError(f"{shown}: is not empty and holds no earlier export ({others}); give a new or empty folder")
+        raise UsageError(
+            f"{shown}: is not empty and holds no earlier export ({others}); give a new or empty folder"
+        )
     for name in names:
         path = target / name
         if path.is_dir():

@@ -127,7 +127,9 @@ def cost_vs_pass_rate(models: Sequence[ModelRow]) -> Chart:
                                (x - w / 2, y + 17, "start")):
             left = tx - w if anchor == "end" else tx
             box = (left, ty - FONT + 2, left + w, ty + 2)
-            inside = PLOT_LEFT <= box[0] and box[2] <= WIDTH and 0 <= box[1] and box[3] <= PLOT_TOP + PLOT_H + 4
+            inside = (
+                PLOT_LEFT <= box[0] and box[2] <= WIDTH and 0 <= box[1] and box[3] <= PLOT_TOP + PLOT_H + 4
+            )
             if inside and not any(_overlap(box, other) for other in taken):
                 spot = (tx, ty, anchor)
                 taken.append(box)

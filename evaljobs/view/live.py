@@ -79,7 +79,8 @@ class Hints:
     async def open(self) -> Hints:
         if self._url and self._channel:
             try:
-                import redis.asyncio as aioredis  # only with a Redis broker (start-up of a broker-less viewer)
+                # only with a Redis broker (start-up of a broker-less viewer)
+                import redis.asyncio as aioredis
 
                 self._client = aioredis.Redis.from_url(self._url, socket_connect_timeout=5)
                 self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)

@@ -1,4 +1,5 @@
-"""Model answers as Markdown, safely: CommonMark and tables, with no way for an answer to add markup of its own.
+"""Model answers as Markdown, safely: CommonMark and tables, with no way for an answer to add markup of its
+own.
 
 Raw HTML in an answer is escaped (``html: False``), images are not rendered (an answer must not make the
 reader's browser fetch anything; the CSP would block it anyway), link targets that are not http(s), mailto

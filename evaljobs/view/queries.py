@@ -328,7 +328,9 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     shown = [GridRow(key=row.key, group=row.group, tags=row.tags, prompt=row.prompt, cells=cells)
              for row, cells in matched[(page - 1) * page_size:page * page_size]]
     models = index.models
-    verdict = sorted((m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model))
+    verdict = sorted(
+        (m for m in models if m.results), key=lambda m: (-m.pass_rate, -m.mean_score, m.cost, m.model)
+    )
     return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
                    matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
                    groups=index.groups, total_cost=index.total_cost, epochs=run.epochs,
@@ -346,7 +348,11 @@ def _sorted(rows: list, sort: str, descending: bool) -> list:
 
         def key(item):
             cell = dict(item[1]).get(model)
-            return (_STATUS_RANK[cell.status if cell else "pending"], cell.score if cell else 0.0, item[0].key)
+            return (
+                _STATUS_RANK[cell.status if cell else "pending"],
+                cell.score if cell else 0.0,
+                item[0].key,
+            )
     elif sort == "group":
         def key(item):
             return (item[0].group or "", item[0].key)
@@ -425,12 +431,15 @@ def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> Scen
         epochs, theirs = results.get(model, []), base.get(model, [])
         mine = epochs[0] if epochs else None
         flip = None
-        if epochs and theirs:  # over epochs, as `compare` judges them: the epoch pass rate against the threshold
+        # over epochs, as `compare` judges them: the epoch pass rate against the threshold
+        if epochs and theirs:
             limit = {key: scenario.pass_threshold} if scenario is not None else None
             flip = compare(theirs, epochs, thresholds=limit).changes[0].kind
         columns.append(ScenarioColumn(model, mine, theirs[0] if theirs else None, flip, epochs, theirs))
     others = [r for r in store_pages.runs(limit=30, catalog=run.catalog_name) if r.id != run.id]
-    return ScenarioPage(run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others)
+    return ScenarioPage(
+        run=run, key=key, scenario=scenario, columns=columns, baseline=base_run, baselines=others
+    )
 
 
 # -- compare ---------------------------------------------------------------------------------------------

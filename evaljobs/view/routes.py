@@ -138,7 +138,9 @@ class Pages:
         until_next = until + timedelta(days=1) if until else None
         catalog = request.query_params.get("catalog") or ""
         model = request.query_params.get("model") or ""
-        items = queries.run_list(statuses=statuses, catalog=catalog, model=model, since=since, until=until_next)
+        items = queries.run_list(
+            statuses=statuses, catalog=catalog, model=model, since=since, until=until_next
+        )
         return self._render(request, "runs.html", items=items, statuses=store.RUN_STATUSES, chosen=statuses,
                             catalogs=queries.store_pages.catalogs(), catalog=catalog, model=model,
                             since=request.query_params.get("since") or "",
@@ -203,7 +205,9 @@ class Pages:
         p = request.query_params
         key, model = p.get("key") or "", p.get("model") or ""
         if not key or not model:
-            raise HTTPException(400, "a transcript needs ?key=SCENARIO&model=MODEL (and &epoch=N with epochs)")
+            raise HTTPException(
+                400, "a transcript needs ?key=SCENARIO&model=MODEL (and &epoch=N with epochs)"
+            )
         epoch = _int(request, "epoch", -1)
         try:
             page = transcript_page(request.path_params["run_id"], key, model, None if epoch < 0 else epoch)
@@ -240,7 +244,9 @@ class Pages:
         except store.UnknownRun as exc:
             raise HTTPException(404, str(exc)) from None
         results = store.list_results(run_id)
-        text, media = (csv_text(results), "text/csv") if fmt == "csv" else (jsonl_text(results), "application/jsonl")
+        text, media = (
+            (csv_text(results), "text/csv") if fmt == "csv" else (jsonl_text(results), "application/jsonl")
+        )
         return Response(
             text,
             media_type=f"{media}; charset=utf-8",
@@ -260,7 +266,9 @@ class Pages:
                 page = queries.compare_page(a, b)
             except queries.NotFound as exc:
                 raise HTTPException(404, str(exc)) from None
-        return self._render(request, "compare.html", p=page, a=a, b=b, recent=recent, kinds=queries.FLIP_KINDS)
+        return self._render(
+            request, "compare.html", p=page, a=a, b=b, recent=recent, kinds=queries.FLIP_KINDS
+        )
 
     def fleet(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)

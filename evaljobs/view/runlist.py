@@ -54,7 +54,9 @@ def run_list(*, statuses: Iterable[str] = (), catalog: str | None = None, model:
     for row in rows:
         if row.id in reported:
             blocks, summary = reported[row.id]
-            models = [{"model": b["model"], "pass_rate": b["pass_rate"], "results": b["scenarios"]} for b in blocks]
+            models = [
+                {"model": b["model"], "pass_rate": b["pass_rate"], "results": b["scenarios"]} for b in blocks
+            ]
             items.append(RunListItem(row, models, float(summary.get("cost") or 0.0), summary.get("pass_rate"),
                                      int(summary.get("cost_unknown") or 0), int(summary.get("results") or 0)))
             continue

@@ -138,7 +138,11 @@ class _BoundedStream:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
             producer = asyncio.ensure_future(self._produce())
-            tasks = [producer, asyncio.ensure_future(self._deliver(send)), asyncio.ensure_future(_disconnected(receive))]
+            tasks = [
+                producer,
+                asyncio.ensure_future(self._deliver(send)),
+                asyncio.ensure_future(_disconnected(receive)),
+            ]
             # until delivered or disconnected, or dropped and its farewell time is over
             while not any(task.done() for task in tasks[1:]) and not (producer.done() and self.dropped):
                 await asyncio.wait([t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED)

@@ -57,7 +57,8 @@ def _result_of(run_id: str, key: str, model: str) -> tuple[RunRow, list[Any]]:
 
 
 def steps_of(details: dict[str, Any]) -> list[Step]:
-    """The conversation as steps, each model turn paired with its timeline entry, each tool result with its tool."""
+    """The conversation as steps, each model turn paired with its timeline entry, each tool result with its
+    tool."""
     messages = [m for m in details.get("messages") or [] if isinstance(m, dict)]
     timeline = [t for t in details.get("timeline") or [] if isinstance(t, dict)]
     assistants = sum(1 for m in messages if m.get("role") == "assistant")
@@ -97,7 +98,8 @@ def transcript_page(run_id: str, key: str, model: str, epoch: int | None = None)
 
 @dataclass
 class DiffLine:
-    """One row of a side-by-side diff: the left and right text (None: nothing on that side) and how they differ."""
+    """One row of a side-by-side diff: the left and right text (None: nothing on that side) and how they
+    differ."""
 
     kind: str  # same | changed | only-left | only-right
     left: str | None
@@ -125,7 +127,13 @@ def diff_lines(left: str, right: str) -> list[DiffLine]:
         for k in range(max(i2 - i1, j2 - j1)):
             x = a[i1 + k] if i1 + k < i2 else None
             y = b[j1 + k] if j1 + k < j2 else None
-            kind = "changed" if x is not None and y is not None else "only-left" if x is not None else "only-right"
+            kind = (
+                "changed"
+                if x is not None and y is not None
+                else "only-left"
+                if x is not None
+                else "only-right"
+            )
             out.append(DiffLine(kind, x, y))
     return out
 
