@@ -1,11 +1,13 @@
-"""Entry module for ``dramatiq evaljobs.workers.boot``: binds the broker, database and actors from the environment.
+"""Entry module for ``dramatiq evaljobs.workers.boot``: binds the broker, database and actors from the
+environment.
 
 This is the module to give Dramatiq's own CLI (``dramatiq evaljobs.workers.boot --processes 2
 --threads 8``), as ``evaljobs worker`` does. Everything comes from the environment
 (:class:`evaljobs.config.Settings`): ``EVALJOBS_BROKER_URL`` (required: a worker process
 consumes the shared Redis broker; without one it exits with a one-line error instead of
 waiting on an in-process broker nothing ever sends to), ``EVALJOBS_DATABASE_URL``,
-``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the environment list in docs/cli.md.
+``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the environment list in
+docs/cli.md.
 ``EVALJOBS_RECOVER_EVERY=SECONDS`` also runs the periodic recovery check
 (one worker at a time, see :class:`evaljobs.pipeline.recovery.PeriodicRecovery`).
 """
@@ -24,8 +26,8 @@ if not _settings.redis_broker:
 
     given = f" (EVALJOBS_BROKER_URL={redact(_settings.broker_url)!r})" if _settings.broker_url else ""
     print(
-        f"error: evaljobs.workers.boot needs a Redis broker{given}: set EVALJOBS_BROKER_URL=redis://host:port/db "
-        "(or run `evaljobs worker --broker redis://...`)",
+        f"error: evaljobs.workers.boot needs a Redis broker{given}: set "
+        "EVALJOBS_BROKER_URL=redis://host:port/db (or run `evaljobs worker --broker redis://...`)",
         file=sys.__stderr__ or sys.stderr,
         flush=True,
     )

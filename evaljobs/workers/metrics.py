@@ -124,7 +124,8 @@ class FleetCollector(Collector):
         runs = GaugeMetricFamily("evaljobs_runs", "Runs pending or running (from the database).",
                                  labels=["status"])
         try:
-            with store.without_waiting():  # a scrape answers now, with the other metrics, while the database is down
+            # a scrape answers now, with the other metrics, while the database is down
+            with store.without_waiting():
                 counts = store.count_runs(ACTIVE_RUN_STATUSES)
             for name, count in counts.items():
                 runs.add_metric([name], count)

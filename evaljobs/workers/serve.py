@@ -34,7 +34,9 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
     config.check_number("--recover-every", recover_every, 0, config.MAX_SECONDS)  # nan passes `< 0`
     check_width(max, "--max")  # a member is a thread: --min/--max 100000 started ~2,000 and hung
     if not broker:
-        raise UsageError("a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)")
+        raise UsageError(
+            "a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)"
+        )
     if not broker.startswith(REDIS_SCHEMES):
         raise UsageError(f"a pool needs a shared broker: --broker redis://host:port/db, not {broker!r}")
 
@@ -44,7 +46,8 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
              poll: float = 0.05, stop: threading.Event | None = None, metrics_port: int | None = None,
              metrics_host: str | None = None, health_port: int | None = None,
              log_format: str | None = None) -> dict:
-    """Bind the database and broker, run a :class:`~evaljobs.workers.pool.Pool` until ``stop`` (or SIGTERM/SIGINT).
+    """Bind the database and broker, run a :class:`~evaljobs.workers.pool.Pool` until ``stop`` (or
+    SIGTERM/SIGINT).
 
     Returns the pool's final :meth:`~evaljobs.workers.pool.Pool.state`. Raises
     :class:`~evaljobs.errors.UsageError` (one line) for bad arguments before

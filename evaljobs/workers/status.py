@@ -108,7 +108,8 @@ class Status:
 
 
 def heartbeat_window() -> float:
-    """Seconds a worker counts as seen: the broker's heartbeat timeout (EVALJOBS_HEARTBEAT_TIMEOUT_MS, default 10 s)."""
+    """Seconds a worker counts as seen: the broker's heartbeat timeout (EVALJOBS_HEARTBEAT_TIMEOUT_MS, default
+    10 s)."""
     return config.settings().heartbeat_timeout_ms / 1000.0
 
 
