@@ -190,7 +190,9 @@ class Session:
     @property
     def context_providers(self) -> list[Any]:
         if self._context_providers is None:
-            self._context_providers = discover_providers(CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP))
+            self._context_providers = discover_providers(
+                CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP)
+            )
         return context_providers(self._context_providers)  # and the built-in trace context
 
     # -- broker ---------------------------------------------------------------------------------
@@ -214,7 +216,8 @@ class Session:
     def load(self, catalog: str | Path | Catalog, *, format: str | None = None,
              include_production_only: bool = False, lenient: bool = False, grader: str | None = None,
              fields: Sequence[str] | dict[str, str] | None = None) -> Catalog:
-        """Load a native catalog, or import a foreign one (ActiveAgent, promptfoo, OpenAI evals, JSONL samples).
+        """Load a native catalog, or import a foreign one (ActiveAgent, promptfoo, OpenAI evals, JSONL
+        samples).
 
         ``grader`` and ``fields`` are for JSONL samples (``evaljobs run --grader/--field``): how replies
         are compared with the reference answers, and which record fields hold input and target.
@@ -245,7 +248,8 @@ class Session:
                batch_judge: bool = False) -> store.RunInfo:
         """Validate everything, create the run, and start it.
 
-        ``cache``: answer repeated provider calls from the shared response cache (``evaljobs.providers.cache``).
+        ``cache``: answer repeated provider calls from the shared response cache
+        (``evaljobs.providers.cache``).
         ``epochs``: evaluate each scenario × model pair that many times, each epoch a pair of its own
         (default: the catalog's ``defaults: epochs:``, else 1). With ``cache``, each epoch has its
         own cache entries unless ``cache_across_epochs``.
@@ -692,7 +696,8 @@ class Session:
 
     def report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
                on_note: Callable[[str], None] | None = None) -> str:
-        """The run's report rendered as ``format`` (one of :data:`REPORT_FORMATS`), optionally against a baseline."""
+        """The run's report rendered as ``format`` (one of :data:`REPORT_FORMATS`), optionally against a
+        baseline."""
         if format not in FORMATS:
             raise UsageError(f"unknown report format {format!r}: use one of {', '.join(FORMATS)}")
         if baseline and format == "junit":
@@ -774,7 +779,8 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.reports.compare import compare as compare_sides
 
-        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}  # unfinished
+        # unfinished
+        thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------

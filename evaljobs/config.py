@@ -116,7 +116,8 @@ class Settings:
     broker_url: str | None = None            # EVALJOBS_BROKER_URL (None: the in-process broker)
     queue: str = DEFAULT_QUEUE               # EVALJOBS_QUEUE
     providers_path: str | None = None        # EVALJOBS_PROVIDERS
-    context_key: str | None = field(default=None, repr=False)  # EVALJOBS_CONTEXT_KEY (None: unsigned); a secret
+    # EVALJOBS_CONTEXT_KEY (None: unsigned); a secret
+    context_key: str | None = field(default=None, repr=False)
     governor: bool = True                    # EVALJOBS_GOVERNOR (off/0/false/no)
     governor_url: str | None = None          # EVALJOBS_GOVERNOR_URL (None: the broker's Redis)
     lane: str | None = None                  # EVALJOBS_LANE (interactive | bulk)
@@ -142,7 +143,7 @@ class Settings:
     sim_url: str | None = None               # EVALJOBS_SIM_URL (None: start one in-process)
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY
     sim_jitter: float = 0.02                 # EVALJOBS_SIM_JITTER
-    middleware: str | None = None            # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
+    middleware: str | None = None  # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
     # Fan-out pairs per message for a fast provider (1: one message per pair); each pair is still
     # its own row and count. BENCHMARKS.md (raw stack) says what it trades.
     pairs_per_message: int = 1               # EVALJOBS_PAIRS_PER_MESSAGE
@@ -179,8 +180,8 @@ class Settings:
             what = "set but empty" if not key.strip() else f"{len(key.encode('utf-8'))} bytes"
             raise ConfigurationError(
                 f"EVALJOBS_CONTEXT_KEY is {what}; a context signing key needs at least "
-                f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
-                "or unset the variable to run unsigned"
+                f"{MIN_CONTEXT_KEY_BYTES} bytes (e.g. `python -c 'import secrets; "
+                "print(secrets.token_hex(32))'`), or unset the variable to run unsigned"
             )
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(f"EVALJOBS_LOG_FORMAT={self.log_format!r} is not a log format: use "
@@ -207,7 +208,9 @@ class Settings:
         for name in ("batch_wait", "batch_poll", "batch_deadline"):
             value = getattr(self, name)
             if not value >= (0 if name == "batch_wait" else 0.01):
-                raise ConfigurationError(f"EVALJOBS_{name.upper()}={value!r} must be a positive number of seconds")
+                raise ConfigurationError(
+                    f"EVALJOBS_{name.upper()}={value!r} must be a positive number of seconds"
+                )
 
     def crash_limit(self) -> int:
         """Crashed workers a pair may cost before it is recorded errored (``EVALJOBS_MAX_CRASHES``, default 3,
@@ -218,7 +221,9 @@ class Settings:
         try:
             value = int(text)
         except ValueError:
-            raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={text!r} is not a whole number: set it to 1 or more") from None
+            raise ConfigurationError(
+                f"EVALJOBS_MAX_CRASHES={text!r} is not a whole number: set it to 1 or more"
+            ) from None
         if value < 1:
             raise ConfigurationError(f"EVALJOBS_MAX_CRASHES={value} must be 1 or more")
         return value

@@ -60,7 +60,9 @@ def _tool_lists(data: Any) -> Iterable[tuple[str, list[Any]]]:
         return
     if not isinstance(data, dict):
         return
-    lists = [data.get("scenarios")] + [g.get("scenarios") for g in data.get("groups") or [] if isinstance(g, dict)]
+    lists = [data.get("scenarios")] + [
+        g.get("scenarios") for g in data.get("groups") or [] if isinstance(g, dict)
+    ]
     for items in lists:
         for scenario in items if isinstance(items, list) else []:
             if isinstance(scenario, dict) and isinstance(scenario.get("tools"), list):

@@ -8,10 +8,10 @@ provider latency, where a message costs a few milliseconds of CPU, that overhead
 
 So a worker thread takes one connection from the client's pool for its life and sends its
 per-message commands on it, several in one round trip when it has several. Before each use it is
-checked as the pool checks a connection it hands out (closed by the server: connected again). A command that meets a
-connection error drops that connection (disconnected and handed back to the pool) and raises: the
-caller decides as it did before (the next call connects again). Error replies come back as
-exception values, one per command, so a pipelined command's error never hides the others' replies.
+checked as the pool checks a connection it hands out (closed by the server: connected again). A command that
+meets a connection error drops that connection (disconnected and handed back to the pool) and raises: the
+caller decides as it did before (the next call connects again). Error replies come back as exception values,
+one per command, so a pipelined command's error never hides the others' replies.
 
 Generic: imports nothing from the application.
 """
@@ -40,14 +40,17 @@ class ThreadCommands:
         connection is dropped).
         """
         held = getattr(self._local, "held", None)
-        if held is None or held.pid != os.getpid():  # a fork copies this thread's locals, not its socket's owner
+        # a fork copies this thread's locals, not its socket's owner
+        if held is None or held.pid != os.getpid():
             held = self._local.held = _Held(self._pool)
         connection = held.connection
         import redis
 
         try:
             _ready(connection)
-            connection.send_packed_command([b"".join(pack(command) for command in commands)], check_health=False)
+            connection.send_packed_command(
+                [b"".join(pack(command) for command in commands)], check_health=False
+            )
             replies: list[Any] = []
             for _ in commands:
                 try:

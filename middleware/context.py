@@ -354,7 +354,9 @@ class ContextMiddleware(Middleware):
         # Once per worker, which mode it is in: an operator must be able to tell from the log
         # whether contexts arriving from the broker are authenticated.
         if self.signing_key is None:
-            self.logger.info("Context signing off (no signing key): carried contexts are restored unverified.")
+            self.logger.info(
+                "Context signing off (no signing key): carried contexts are restored unverified."
+            )
         else:
             self.logger.info("Context signing on: a context without a valid signature is dead-lettered.")
         position = next((i for i, m in enumerate(broker.middleware) if m is self), None)

@@ -141,7 +141,8 @@ def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: dra
         logger.warning("could not count the start of %s in %s: %s", field, key, exc)
         return 0
     if is_noscript(replies[0]):
-        try:  # Redis does not hold the script yet (once per server): EVAL loads it; the companion's went through
+        # Redis does not hold the script yet (once per server): EVAL loads it; the companion's went through
+        try:
             replies[0] = thread_commands(client).execute(("EVAL", _BEGIN, 1, key, field, ttl))[0]
         except Exception as exc:  # noqa: BLE001 - see begin_attempt
             replies[0] = exc
