@@ -115,7 +115,9 @@ def activeagent_verdict(raw: dict, replay: Replay) -> tuple[str, str | None]:
         return FAILED, "run_error"
     if any(c.error for c in replay.tool_calls):
         return FAILED, "tool_error"                                                     # rule 2
-    if any(p.search(answer) for p in CAPABILITY_REFUSALS) and not (called and (mean or 0.0) >= PASS_THRESHOLD):
+    if any(p.search(answer) for p in CAPABILITY_REFUSALS) and not (
+        called and (mean or 0.0) >= PASS_THRESHOLD
+    ):
         return FAILED, "missing_capability"                                             # rule 3
     if tools and not set(tools) & set(called):
         return FAILED, "expected_tool_not_called"                                       # rule 4
@@ -235,7 +237,10 @@ def test_real_fixture_catalog_imports_with_agent_repository_and_judge_mapping():
     imported = load_any(DATA / "support_catalog.yml")
     assert imported.excluded == 1  # open_tickets is production_only
     catalog = parse_catalog(imported.data, source="support_catalog.yml")
-    assert (catalog.name, catalog.description) == ("Support Desk", "What the support agents are expected to handle")
+    assert (catalog.name, catalog.description) == (
+        "Support Desk",
+        "What the support agents are expected to handle",
+    )
     refund = catalog.scenario("triage.smoke.refund_request")
     assert {"agent:TriageAgent", "repository:example/support"} <= set(refund.tags)
     assert refund.expect.judge is None  # judge: {kind: rules}: rule scores only

@@ -16,7 +16,10 @@ from evaljobs.evaluation.adapters import ConversationAdapter, accepts_deadline, 
 from evaljobs.evaluation.replay import Replay
 
 README = Path(__file__).resolve().parents[1] / "docs" / "hosts.md"  # moved from the README
-CATALOG = {"name": "protocol", "scenarios": [{"key": "hello", "prompt": "say hello", "expect": {"contains": ["HELLO"]}}]}
+CATALOG = {
+    "name": "protocol",
+    "scenarios": [{"key": "hello", "prompt": "say hello", "expect": {"contains": ["HELLO"]}}],
+}
 
 
 def readme_adapter_example() -> str:
@@ -31,9 +34,14 @@ def test_adapter_is_an_exported_protocol_with_the_signature_the_readme_shows():
     assert evaljobs.Adapter is evaluation_adapter_protocol()
     assert typing.Protocol in evaljobs.Adapter.__mro__
     signature = str(__import__("inspect").signature(evaljobs.Adapter.__call__))
-    assert signature == "(self, scenario: 'Scenario', model: 'ModelSpec', *, deadline: 'float | None' = None) -> 'Replay'"
+    assert signature == (
+        "(self, scenario: 'Scenario', model: 'ModelSpec', *, deadline: 'float | None' = None) -> 'Replay'"
+    )
     block = README.read_text().split("## Writing a host adapter", 1)[1]
-    assert "def __call__(self, scenario: Scenario, model: ModelSpec, *,\n                 deadline: float | None = None) -> Replay: ..." in block
+    assert (
+        "def __call__(self, scenario: Scenario, model: ModelSpec, *,\n                 deadline: float | "
+        "None = None) -> Replay: ..."
+    ) in block
 
 
 def evaluation_adapter_protocol():

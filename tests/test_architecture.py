@@ -398,7 +398,10 @@ def retry_loops(modules: dict[str, Module]) -> list[str]:
                 lines.append(f"{module.shown}:{node.lineno}: {name} sleeps in {where or 'the module'} "
                              "(a wait for a pair is decided by evaljobs.pipeline.pairs.attempt: return its "
                              "outcome and let the strategy map it)")
-            elif isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and f"{name}:{where}" not in RETRY_LOOPS_ALLOWED:
+            elif (
+                isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+                and f"{name}:{where}" not in RETRY_LOOPS_ALLOWED
+            ):
                 caught = _retried_provider_errors(node)
                 if caught:
                     lines.append(
@@ -470,7 +473,9 @@ def packages_on_disk(sources: dict[str, Path]) -> set[str]:
 def listed_packages(setup_cfg: Path) -> set[str]:
     config = configparser.ConfigParser()
     config.read(setup_cfg, encoding="utf-8")
-    return {line.strip() for line in config.get("options", "packages", fallback="").splitlines() if line.strip()}
+    return {
+        line.strip() for line in config.get("options", "packages", fallback="").splitlines() if line.strip()
+    }
 
 
 def package_list_mismatch(setup_cfg: Path, sources: dict[str, Path]) -> list[str]:
@@ -748,7 +753,9 @@ def source() -> dict[str, Module]:
 
 def test_the_source_is_found(source):
     # The checks below pass vacuously on an empty tree: make sure they see the real one.
-    assert {"evaljobs", CONFIG_MODULE, "evaljobs.catalog", "evaljobs.reports", "evaljobs_middleware"} <= set(source)
+    assert {"evaljobs", CONFIG_MODULE, "evaljobs.catalog", "evaljobs.reports", "evaljobs_middleware"} <= set(
+        source
+    )
     assert any(name.startswith("evaljobs_middleware.") for name in source)
 
 
@@ -829,8 +836,12 @@ BASE = {
     "evaljobs/__init__.py": '"""The package."""\n',
     "evaljobs/config.py": "import os\n\nURL = os.environ.get('EVALJOBS_X')\n",
     "evaljobs/catalog/__init__.py": "from evaljobs.catalog.model import Scenario\n",
-    "evaljobs/catalog/model.py": "import dataclasses\nimport yaml\n\nScenario = dataclasses.dataclass(type('S', (), {}))\n",
-    "evaljobs/store/__init__.py": "import peewee\nfrom evaljobs.catalog import Scenario\nfrom . import runs\n",
+    "evaljobs/catalog/model.py": (
+        "import dataclasses\nimport yaml\n\nScenario = dataclasses.dataclass(type('S', (), {}))\n"
+    ),
+    "evaljobs/store/__init__.py": (
+        "import peewee\nfrom evaljobs.catalog import Scenario\nfrom . import runs\n"
+    ),
     "evaljobs/store/runs.py": "from ..catalog import model\nfrom evaljobs import config\n",
     "evaljobs/reports/__init__.py": "from evaljobs.store import runs\n",
     "middleware/__init__.py": "import dramatiq\n",
@@ -873,7 +884,10 @@ def test_an_upward_import_or_an_unplaced_module_is_found(tmp_path, path, text, e
 
 def test_a_module_may_import_its_own_layer_and_below(tmp_path):
     # reports → store is sideways (one layer); store → catalog and config is downward (baseline)
-    assert upward_imports(planted_tree(tmp_path, {"evaljobs/store/runs.py": "from evaljobs.reports import x\n"})) == []
+    assert (
+        upward_imports(planted_tree(tmp_path, {"evaljobs/store/runs.py": "from evaljobs.reports import x\n"}))
+        == []
+    )
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -886,7 +900,8 @@ def test_a_module_may_import_its_own_layer_and_below(tmp_path):
     ({"evaljobs/catalog/model.py": "from ..reports import x\n"}, "import cycle among"),
     # a package importing itself through `from . import`
     ({"evaljobs/catalog/model.py": "from . import Scenario\n"},
-     "evaljobs.catalog (evaljobs/catalog/__init__.py:1) → evaljobs.catalog.model (evaljobs/catalog/model.py:1)"),
+     "evaljobs.catalog (evaljobs/catalog/__init__.py:1) → "
+     "evaljobs.catalog.model (evaljobs/catalog/model.py:1)"),
     # an import only for type checking
     ({"evaljobs/catalog/model.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                    "    import evaljobs.store.runs\n"}, "evaljobs/catalog/model.py:3"),
@@ -909,7 +924,9 @@ def test_a_module_importing_itself_is_a_cycle(tmp_path):
 ])
 def test_middleware_importing_evaljobs_is_found(tmp_path, text, line):
     found = middleware_imports_of_evaljobs(planted_tree(tmp_path, {"middleware/db.py": text}))
-    assert len(found) == 1 and found[0].startswith(f"middleware/db.py:{line}: middleware imports evaljobs"), found
+    assert len(found) == 1 and found[0].startswith(f"middleware/db.py:{line}: middleware imports evaljobs"), (
+        found
+    )
 
 
 @pytest.mark.parametrize("path, text, library", [
@@ -926,7 +943,10 @@ def test_an_io_library_in_pure_code_is_found(tmp_path, path, text, library):
 
 def test_io_libraries_outside_pure_code_are_allowed(tmp_path):
     # store/ imports peewee and middleware/ dramatiq in the baseline; evaluation outside grading may call out.
-    assert io_imports_in_pure_code(planted_tree(tmp_path, {"evaljobs/evaluation/evaluate.py": "import httpx\n"})) == []
+    assert (
+        io_imports_in_pure_code(planted_tree(tmp_path, {"evaljobs/evaluation/evaluate.py": "import httpx\n"}))
+        == []
+    )
 
 
 @pytest.mark.parametrize("text, line, verb", [
@@ -983,7 +1003,9 @@ def test_a_package_missing_from_setup_cfg_or_gone_from_disk_is_found(tmp_path):
     assert package_list_mismatch(setup_cfg, sources) == []
     (tmp_path / "evaljobs/bench").mkdir()
     (tmp_path / "evaljobs/bench/engine.py").write_text("X = 1\n")  # no __init__.py: still a package to ship
-    setup_cfg.write_text("[options]\npackages =\n" + "".join(f"    {p}\n" for p in listed + ["evaljobs.view"]))
+    setup_cfg.write_text(
+        "[options]\npackages =\n" + "".join(f"    {p}\n" for p in listed + ["evaljobs.view"])
+    )
     assert package_list_mismatch(setup_cfg, sources) == [
         "setup.cfg: package evaljobs.bench is on disk but not in [options] packages (add it)",
         "setup.cfg: package evaljobs.view is in [options] packages but not on disk (remove it)",
@@ -1034,16 +1056,19 @@ def copy_of_the_runner(tmp_path: Path, **changes: str) -> dict[str, Module]:
 
 def test_a_second_sleeping_retry_loop_planted_in_a_strategy_is_found(tmp_path):
     assert retry_loops(copy_of_the_runner(tmp_path)) == []  # the copy as it is passes
-    found = retry_loops(copy_of_the_runner(tmp_path, **{"evaljobs/pipeline/actors.py": "import time\n" + SECOND_LOOP}))
+    found = retry_loops(
+        copy_of_the_runner(tmp_path, **{"evaljobs/pipeline/actors.py": "import time\n" + SECOND_LOOP})
+    )
     line = len((ROOT / "evaljobs/pipeline/actors.py").read_text(encoding="utf-8").splitlines())
     assert found == [
         (
-            f"evaljobs/pipeline/actors.py:{line + 5}: evaljobs.pipeline.actors loops retrying on TransientError in "
-            "evaluate_again (one place decides retries: evaljobs.pipeline.pairs.attempt)"
+            f"evaljobs/pipeline/actors.py:{line + 5}: evaljobs.pipeline.actors loops retrying on "
+            "TransientError in evaluate_again (one place decides retries: evaljobs.pipeline.pairs.attempt)"
         ),
         (
-            f"evaljobs/pipeline/actors.py:{line + 9}: evaljobs.pipeline.actors sleeps in evaluate_again (a wait for a "
-            "pair is decided by evaljobs.pipeline.pairs.attempt: return its outcome and let the strategy map it)"
+            f"evaljobs/pipeline/actors.py:{line + 9}: evaljobs.pipeline.actors sleeps in evaluate_again (a "
+            "wait for a pair is decided by evaljobs.pipeline.pairs.attempt: return its outcome and let the "
+            "strategy map it)"
         ),
     ], found
 
@@ -1051,10 +1076,12 @@ def test_a_second_sleeping_retry_loop_planted_in_a_strategy_is_found(tmp_path):
 @pytest.mark.parametrize("path, text, expected", [
     # a loop that retries without sleeping is still a second decision
     ("evaljobs/evaluation/evaluate.py", ("\n\ndef again(f):\n    for _ in range(3):\n        try:\n"
-                                         "            return f()\n        except (RateLimited, Busy):\n            pass\n"),
+                                         "            return f()\n"
+                                         "        except (RateLimited, Busy):\n            pass\n"),
      "loops retrying on Busy, RateLimited in again"),
     # a sleep passed on as a default, from `from time import sleep`
-    ("evaljobs/pipeline/strategies.py", "\nfrom time import sleep as nap\n\ndef later(wait=nap):\n    wait(1)\n",
+    ("evaljobs/pipeline/strategies.py",
+     "\nfrom time import sleep as nap\n\ndef later(wait=nap):\n    wait(1)\n",
      "sleeps in later"),
     # the in-process mapping may sleep; another function of its module may not
     ("evaljobs/pipeline/strategies.py", "\n\ndef other():\n    time.sleep(0.1)\n", "sleeps in other"),

@@ -128,7 +128,9 @@ def test_a_mutated_catalog_is_a_catalog_or_one_line_errors(data):
     text = VALID
     for _ in range(data.draw(st.integers(1, 4))):
         size = len(text)
-        kind = data.draw(st.sampled_from(["insert", "delete", "replace", "duplicate-line", "truncate", "dedent"]))
+        kind = data.draw(
+            st.sampled_from(["insert", "delete", "replace", "duplicate-line", "truncate", "dedent"])
+        )
         at = data.draw(st.integers(0, size))
         if kind == "insert":
             text = text[:at] + data.draw(_YAML_BITS) + text[at:]
@@ -183,19 +185,22 @@ CORPUS = {
     "unknown-role": (
         "name: x\nscenarios:\n  - key: a\n    messages: [{role: wizard, content: hi}]\n",
         [
-            "bad.yaml:4: scenario 'a': messages[0]: role must be one of system, user, assistant, tool, not 'wizard'"
+            "bad.yaml:4: scenario 'a': messages[0]: role must be one of system, user, assistant, tool, not "
+            "'wizard'"
         ],
     ),
     "message-without-content": (
         "name: x\nscenarios:\n  - key: a\n    messages: [{role: user}]\n",
         [
-            "bad.yaml:4: scenario 'a': messages[0]: content must be a string, not null; quote it to make it text"
+            "bad.yaml:4: scenario 'a': messages[0]: content must be a string, not null; quote it to make it "
+            "text"
         ],
     ),
     "messages-not-a-list": (
         "name: x\nscenarios:\n  - key: a\n    messages: hello\n",
         [
-            "bad.yaml:4: scenario 'a': messages must be a non-empty list of {role, content}, not a string ('hello')"
+            "bad.yaml:4: scenario 'a': messages must be a non-empty list of {role, content}, not a string "
+            "('hello')"
         ],
     ),
     "contains-a-number": (
@@ -209,8 +214,8 @@ CORPUS = {
     "expected-tool-not-declared": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {tools: [lookup]}\n",
         [
-            "bad.yaml:5: scenario 'a': expect.tools: 'lookup' is not one of this scenario's tools (the scenario "
-            "declares no tools); declare it under 'tools' or fix the name"
+            "bad.yaml:5: scenario 'a': expect.tools: 'lookup' is not one of this scenario's tools (the "
+            "scenario declares no tools); declare it under 'tools' or fix the name"
         ],
     ),
     "tool-name-with-space": (
@@ -220,21 +225,22 @@ CORPUS = {
     "tool-declared-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t}, {name: t}]\n",
         [
-            "bad.yaml:5: scenario 'a': tool 't': duplicate tool name (also tool #1); tool names must be unique "
-            "within a scenario"
+            "bad.yaml:5: scenario 'a': tool 't': duplicate tool name (also tool #1); tool names must be "
+            "unique within a scenario"
         ],
     ),
     "parameters-a-list": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t, parameters: [1]}]\n",
         [
-            "bad.yaml:5: scenario 'a': tool 't': parameters must be a JSON-schema object (a mapping), not a list"
+            "bad.yaml:5: scenario 'a': tool 't': parameters must be a JSON-schema object (a mapping), not a "
+            "list"
         ],
     ),
     "returns-by-a-number": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    tools: [{name: t, returns_by: 5}]\n",
         [
-            "bad.yaml:5: scenario 'a': tool 't': returns_by must map argument name -> {argument value: result}, "
-            "not a number (5)"
+            "bad.yaml:5: scenario 'a': tool 't': returns_by must map argument name -> {argument value: "
+            "result}, not a number (5)"
         ],
     ),
     "max-turns-true": (
@@ -248,16 +254,16 @@ CORPUS = {
     "pass-threshold-over-one": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    pass_threshold: 1.5\n",
         [
-            "bad.yaml:5: scenario 'a': pass_threshold must be a number from 0 to 1 (the score needed to pass), "
-            "not 1.5"
+            "bad.yaml:5: scenario 'a': pass_threshold must be a number from 0 to 1 (the score needed to "
+            "pass), not 1.5"
         ],
     ),
     "unknown-criterion": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    criteria: [vibes]\n",
         [
-            "bad.yaml:5: scenario 'a': criteria: unknown criterion 'vibes'; known: response_present, contains, "
-            "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
-            "assertions"
+            "bad.yaml:5: scenario 'a': criteria: unknown criterion 'vibes'; known: response_present, "
+            "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, "
+            "tools_succeeded, ideal, assertions"
         ],
     ),
     "group-without-name": (
@@ -268,35 +274,36 @@ CORPUS = {
         "name: x\ngroups:\n  - {name: g, scenarios: [{key: a, prompt: hi}]}\n"
         "  - {name: h, scenarios: [{key: a, prompt: hi}]}\n",
         [
-            "bad.yaml:4: scenario 'a': duplicate key (first defined at line 3); scenario keys must be unique across "
-            "the catalog: rename one"
+            "bad.yaml:4: scenario 'a': duplicate key (first defined at line 3); scenario keys must be unique "
+            "across the catalog: rename one"
         ],
     ),
     "tab-indentation": (
         "name: x\nscenarios:\n\t- key: a\n",
         [
-            "bad.yaml:3: YAML syntax error: found character that cannot start any token (column 1), while scanning "
-            "for the next token"
+            "bad.yaml:3: YAML syntax error: found character that cannot start any token (column 1), while "
+            "scanning for the next token"
         ],
     ),
     "key-with-space": (
         "name: x\nscenarios:\n  - key: 'a b'\n    prompt: hi\n",
         [
-            "bad.yaml:3: scenario #1: key 'a b' must be a string of letters, digits and _ . : / - (quote it if YAML "
-            "reads it as a number)"
+            "bad.yaml:3: scenario #1: key 'a b' must be a string of letters, digits and _ . : / - (quote it "
+            "if YAML reads it as a number)"
         ],
     ),
     "scenario-a-string": (
         "name: x\nscenarios:\n  - just a string\n",
         [
-            "bad.yaml:3: scenario #1: must be a mapping with 'key' and 'prompt', not a string ('just a string')"
+            "bad.yaml:3: scenario #1: must be a mapping with 'key' and 'prompt', not a string ('just a "
+            "string')"
         ],
     ),
     "regex-unterminated": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {regex: '[a-'}\n",
         [
-            "bad.yaml:5: scenario 'a': expect.regex '[a-' does not compile: unterminated character set at position 0; "
-            "fix the pattern (escape special characters with \\)"
+            "bad.yaml:5: scenario 'a': expect.regex '[a-' does not compile: unterminated character set at "
+            "position 0; fix the pattern (escape special characters with \\)"
         ],
     ),
     "latency-negative": (
@@ -310,16 +317,16 @@ CORPUS = {
     "expect-a-list": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: [contains]\n",
         [
-            "bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, judge, "
-            "max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, ideal_grader, "
-            "reference, assertions, weighted, threshold, diagnose), not a list"
+            "bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, "
+            "judge, max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, "
+            "ideal_grader, reference, assertions, weighted, threshold, diagnose), not a list"
         ],
     ),
     "same-field-twice": (
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    prompt: again\n",
         [
-            "bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the last "
-            "would be used"
+            "bad.yaml:5: duplicate key 'prompt' in the same mapping (first at line 4); remove one: only the "
+            "last would be used"
         ],
     ),
     "misspelled-scenarios": (
@@ -343,8 +350,8 @@ CORPUS = {
         + "]" * 2000
         + "}]\n",
         [
-            "bad.yaml:5: YAML syntax error: exceeded maximum nesting depth (column 1027), while increasing flow "
-            "level"
+            "bad.yaml:5: YAML syntax error: exceeded maximum nesting depth (column 1027), while increasing "
+            "flow level"
         ],
     ),
 }
@@ -437,7 +444,9 @@ def test_malformed_and_unexpected_messages_are_dead_lettered_at_once_and_create_
     for name, (message, reason) in bad.items():
         assert redis_ids[name] in dead, f"{name} is not in the dead-letter queue"
         assert reason in text, f"{name}: no log line says {reason!r}"
-        assert f"Retrying message '{message.message_id}'" not in text, f"{name} was retried: it can never succeed"
+        assert f"Retrying message '{message.message_id}'" not in text, (
+            f"{name} was retried: it can never succeed"
+        )
     assert [r.scenario_key for r in store.list_results(run.id)] == ["s0000", "s0001"]
     assert [r.id for r in store.list_runs(limit=10)] == [run.id]
 
@@ -505,7 +514,9 @@ def cli(tmp_path, monkeypatch):
     return invoke
 
 
-def assert_one_error_line(stderr: str, code: int, expected_code: int | None = 2, *, mentions: str = "") -> str:
+def assert_one_error_line(
+    stderr: str, code: int, expected_code: int | None = 2, *, mentions: str = ""
+) -> str:
     """Exactly one ``error:`` line, no traceback, a non-zero exit (``expected_code`` when given)."""
     errors = [line for line in stderr.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1, stderr[-3000:]
@@ -529,7 +540,8 @@ def test_every_command_names_its_missing_argument_in_one_line(cli, path):
     assert_one_error_line(result.stderr, result.exit_code, mentions="Missing")
 
 
-@pytest.mark.parametrize("path, option", _typed_options(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+@pytest.mark.parametrize("path, option", _typed_options(),
+                         ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_every_typed_option_refuses_a_bad_value_in_one_line(cli, path, option):
     result = cli(*path, option, INVALID, *_required(COMMANDS[path]))
     assert_one_error_line(result.stderr, result.exit_code, mentions=option)
@@ -565,7 +577,8 @@ def test_invalid_values_are_one_line(cli, tmp_path, args, mentions):
     assert_one_error_line(result.stderr, result.exit_code, mentions=mentions)
 
 
-# --------------------------------------------------------------------------- CLI: unreachable servers, for real
+# --------------------------------------------------------------------------- CLI: unreachable servers, for
+# real
 
 DEAD_PG = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
 DEAD_REDIS = f"redis://127.0.0.1:{free_port()}/0"
@@ -699,7 +712,12 @@ def unreachable_outcomes(tmp_path_factory):
         EVALJOBS_MIN_BACKOFF="0.01",
         EVALJOBS_MAX_BACKOFF="0.02",
     )
-    for name in ("EVALJOBS_BROKER_URL", "EVALJOBS_DATABASE_URL", "EVALJOBS_PROVIDERS", "EVALJOBS_GOVERNOR_URL"):
+    for name in (
+        "EVALJOBS_BROKER_URL",
+        "EVALJOBS_DATABASE_URL",
+        "EVALJOBS_PROVIDERS",
+        "EVALJOBS_GOVERNOR_URL",
+    ):
         env.pop(name, None)
 
     def run_case(item):

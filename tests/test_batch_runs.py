@@ -85,7 +85,9 @@ def test_a_batch_run_on_one_worker_thread_records_every_pair_once_at_half_price(
     assert done.status == "partial" and done.persisted == done.expected == 8
     assert sorted((r.scenario_key, r.model) for r in results) == sorted(interactive)
     # The same verdicts as the interactive run, at half its cost.
-    assert {(r.scenario_key, r.model): r.status for r in results} == {k: r.status for k, r in interactive.items()}
+    assert {(r.scenario_key, r.model): r.status for r in results} == {
+        k: r.status for k, r in interactive.items()
+    }
     for result in results:
         twin = interactive[(result.scenario_key, result.model)]
         if result.status != "errored":
@@ -136,7 +138,9 @@ def test_expired_requests_end_their_pairs_errored_and_rerun_takes_them_again(
 def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, db_url, catalog, tmp_path):
     simulated_provider()
     other = tmp_path / "p.yaml"
-    other.write_text("providers:\n  gem:\n    api: gemini\n    base_url: http://127.0.0.1:9/v1\n", encoding="utf-8")
+    other.write_text(
+        "providers:\n  gem:\n    api: gemini\n    base_url: http://127.0.0.1:9/v1\n", encoding="utf-8"
+    )
     with Session(db=db_url, broker="memory", width=1) as session:
         with pytest.raises(UsageError, match="needs --strategy fanout"):
             session.submit(catalog, ["sim/m1"], batch=True, strategy="sequential")
@@ -151,7 +155,9 @@ def test_cancel_cancels_the_open_batches(simulated_provider, db_url, catalog, qu
         info = session.submit(catalog, ["sim/m1"], batch=True)
         from helpers import wait_until
 
-        assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        assert wait_until(
+            lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60
+        )
         cancelled, asked = cancel_run(info.id)
         assert cancelled.status == "cancelled" and asked == 1
         assert wait_until(lambda: not stored.open_batches(info.id), timeout=60)
@@ -176,7 +182,9 @@ def test_the_pair_time_limit_does_not_run_while_parked_and_the_batch_deadline_do
         # Each pair waits in a batch longer than its own time limit: the limit counts evaluating, not waiting.
         info = session.submit(catalog, ["sim/m1"], batch=True, time_limit=0.3)
         done = session.wait(info.id, timeout=120)
-        assert done.persisted == 4 and not [r for r in session.results(info.id) if "timed out" in (r.error or "")]
+        assert done.persisted == 4 and not [
+            r for r in session.results(info.id) if "timed out" in (r.error or "")
+        ]
         sim.batches.delay = 3600
         monkeypatch.setenv("EVALJOBS_BATCH_DEADLINE", "0.2")  # the run's batches may stay open 0.2 s
         late = session.wait(session.submit(catalog, ["sim/m2"], batch=True).id, timeout=120)
@@ -198,7 +206,9 @@ def test_status_and_the_fleet_page_list_the_open_batches(simulated_provider, db_
     monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
     with Session(db=db_url, broker="memory", width=1) as session:
         info = session.submit(catalog, ["sim/m1"], batch=True)
-        assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60)
+        assert wait_until(
+            lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), timeout=60
+        )
         status = collect(None)
         viewer = Viewer(db_url, "memory", tmp_path / "view.log")
         try:
@@ -253,7 +263,9 @@ def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(
     simulated_provider(batch_delay=3600)
     monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "0")  # a collector claims what it finds at once
     store.connect(pg_url)
-    run = store.create_run(catalogs.load_catalog(catalog), ["sim/m1"], strategy="fanout", options={"batch": ["sim"]})
+    run = store.create_run(
+        catalogs.load_catalog(catalog), ["sim/m1"], strategy="fanout", options={"batch": ["sim"]}
+    )
     stored._ensure()
 
     class Recorder:
@@ -388,7 +400,12 @@ def test_batch_judge_parks_the_judge_calls_too_same_verdicts_at_the_batch_price(
     # The judge's verdicts are the interactive run's, word for word.
     for key, twin in interactive.items():
         mine = batched[key]
-        assert (mine.status, mine.fault, mine.scores, mine.error) == (twin.status, twin.fault, twin.scores, twin.error)
+        assert (mine.status, mine.fault, mine.scores, mine.error) == (
+            twin.status,
+            twin.fault,
+            twin.scores,
+            twin.error,
+        )
         assert {k: v for k, v in mine.details["judge"].items() if k != "cost"} == \
             {k: v for k, v in twin.details["judge"].items() if k != "cost"}
     # The judge's calls went through batches, each once: a turn per pair, one judge call per readable

@@ -73,6 +73,8 @@ def test_the_fleet_page_with_open_batches_fits_every_width(fleet, width) -> None
     assert len(rows) == len(GROUPS) and all(run_id in row for row in rows)
     assert overflow(browser) == [], f"the fleet page with open batches at {width} px scrolls sideways"
     # Every cell of every batch (run, provider, model, status, counts, age) is on screen, not scrolled away.
-    assert hidden(browser, "#batches tbody tr td", min_width=30) == [], f"batch cells at {width} px are out of sight"
+    assert hidden(browser, "#batches tbody tr td", min_width=30) == [], (
+        f"batch cells at {width} px are out of sight"
+    )
     assert browser.console() == [], browser.console()
     screenshot(browser, folder / f"fleet-batches-{width}.png", width)

@@ -87,7 +87,9 @@ def test_recommendation_picks_the_strategy_that_reaches_the_best_wall_clock():
 
 
 def test_no_recommendation_when_every_cell_has_too_many_errors():
-    rec = recommend([cell("fanout", 8, 3.0, error_rate=0.05), cell("fanout", 16, 2.0, error_rate=0.3)], cores=2)
+    rec = recommend(
+        [cell("fanout", 8, 3.0, error_rate=0.05), cell("fanout", 16, 2.0, error_rate=0.3)], cores=2
+    )
     assert rec.width is None and rec.strategy is None
     assert "error rate" in rec.reason
 
@@ -162,7 +164,9 @@ def test_summarize_takes_medians_of_the_repeats():
 
 
 def test_error_rate_comes_from_the_provider_or_else_from_the_results():
-    assert measurement("fanout", 1, 1, 1.0, requests=50, rate_limited=4, errors=1).error_rate == pytest.approx(0.1)
+    assert measurement(
+        "fanout", 1, 1, 1.0, requests=50, rate_limited=4, errors=1
+    ).error_rate == pytest.approx(0.1)
     real = measurement("fanout", 1, 1, 1.0, requests=None, rate_limited=None, errors=None, retries=2,
                        errored_pairs=1)
     assert real.error_rate == pytest.approx(3 / 12)
@@ -180,12 +184,18 @@ def test_lists_on_the_command_line_are_checked():
 def test_outputs_round_trip_through_json(tmp_path):
     cells = [cell("threads", 1, 15.3), cell("threads", 4, 4.0), cell("fanout", 4, 4.2, error_rate=0.02)]
     spec = BenchSpec(catalog="light33.yaml", models=["sim/fast"], widths=(1, 4), repeat=1)
-    result = BenchResult(spec, {"cores": 2}, [measurement("threads", 1, 1, 15.3)], cells, recommend(cells, cores=2))
+    result = BenchResult(
+        spec, {"cores": 2}, [measurement("threads", 1, 1, 15.3)], cells, recommend(cells, cores=2)
+    )
     paths = write_outputs(result, tmp_path)
     again = load_result(paths["json"])
     assert again.recommendation == result.recommendation and again.cells == result.cells
     rows = list(csv.DictReader(paths["csv"].open()))
-    assert [(r["strategy"], r["width"]) for r in rows] == [("threads", "1"), ("threads", "4"), ("fanout", "4")]
+    assert [(r["strategy"], r["width"]) for r in rows] == [
+        ("threads", "1"),
+        ("threads", "4"),
+        ("fanout", "4"),
+    ]
     assert rows[2]["error_rate"] == "0.02" and render_csv(result).startswith("strategy,width,")
     assert paths["png"] is not None and paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "recommended default: --strategy threads --width 4" in render_table(result)
@@ -226,7 +236,9 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
     table = result.stdout
     assert table.splitlines()[0].split()[:3] == ["strategy", "width", "wall"]
     assert "recommended default: --strategy" in table and "knee threads:" in table and "knee fanout:" in table
-    cells = [line.split("]")[0].strip() for line in result.stderr.splitlines() if line.lstrip().startswith("[")]
+    cells = [
+        line.split("]")[0].strip() for line in result.stderr.splitlines() if line.lstrip().startswith("[")
+    ]
     assert cells == ["[1/4", "[2/4", "[3/4", "[4/4"], result.stderr  # progress per cell, on stderr
     data = json.loads((out / "bench.json").read_text())
     grid = {(c["strategy"], c["width"]) for c in data["cells"]}

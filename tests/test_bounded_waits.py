@@ -21,7 +21,9 @@ HTTP_DATE = "Fri, 01 Jan 2099 00:00:00 GMT"
 
 
 def one_pair(prompt: str):
-    return loads_catalog(f"name: waits\nscenarios:\n  - key: only\n    prompt: {prompt!r}\n", source="waits.yaml")
+    return loads_catalog(
+        f"name: waits\nscenarios:\n  - key: only\n    prompt: {prompt!r}\n", source="waits.yaml"
+    )
 
 
 def run_one(db: str, catalog, model: str, strategy: str):

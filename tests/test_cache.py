@@ -134,10 +134,12 @@ def test_entries_older_than_the_ttl_are_not_used(sqlite_url, sim, client):
             store.CacheEntry.key == key).execute()
     before = sim.stats()["requests"]
     assert is_cached(CachingClient(client, "sim", ttl=3 * 3600, backend=STORE).complete("fast", ask(prompt)))
-    assert not is_cached(CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt)))  # refreshed
+    # refreshed
+    assert not is_cached(CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt)))
     assert sim.stats()["requests"] == before + 1
     assert is_cached(CachingClient(client, "sim", ttl=3600, backend=STORE).complete("fast", ask(prompt)))
-    assert not is_cached(CachingClient(client, "sim", ttl=0, backend=STORE).complete("fast", ask(prompt)))  # 0: off
+    # 0: off
+    assert not is_cached(CachingClient(client, "sim", ttl=0, backend=STORE).complete("fast", ask(prompt)))
 
 
 def test_ttl_and_durations():

@@ -590,8 +590,8 @@ def test_judge_model_provider_is_checked_when_providers_are_given():
     problems = problems_of(text, providers=_PROVIDERS)
     assert problems[0] == (
         "cat.yaml:2: defaults: judge_model: model spec 'acme/judge-1': unknown provider 'acme' "
-        "(known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, "
-        "together, vllm); add it to a providers file and pass it with "
+        "(known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, "
+        "sim, together, vllm); add it to a providers file and pass it with "
         "--providers FILE"
     )
     assert problems[1].startswith(

@@ -58,7 +58,9 @@ def test_bad_catalog_corpus_is_refused(path, validator) -> None:
 
 def test_every_unknown_key_of_the_corpus_is_named(validator) -> None:
     path = BAD / "unknown_keys.yaml"
-    expected = set(re.findall(r"^# expect: \d+: .*unknown (?:top-level )?key '(\w+)'", path.read_text(), re.M))
+    expected = set(
+        re.findall(r"^# expect: \d+: .*unknown (?:top-level )?key '(\w+)'", path.read_text(), re.M)
+    )
     assert len(expected) >= 7
     found: set[str] = set()
     for error in _leaves(validator.iter_errors(yaml.safe_load(path.read_text()))):
@@ -81,10 +83,14 @@ STRUCTURAL = {
     "key-with-space": "name: x\nscenarios:\n  - key: 'a b'\n    prompt: hi\n",
     "key-a-number": "name: x\nscenarios:\n  - key: 2024\n    prompt: hi\n",
     "no-prompt": "name: x\nscenarios:\n  - key: a\n",
-    "prompt-and-messages": "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    messages: [{role: user, content: hi}]\n",
+    "prompt-and-messages": (
+        "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    messages: [{role: user, content: hi}]\n"
+    ),
     "prompt-a-list": "name: x\nscenarios:\n  - key: a\n    prompt: [hi]\n",
     "message-bad-role": "name: x\nscenarios:\n  - key: a\n    messages: [{role: robot, content: hi}]\n",
-    "message-unknown-key": "name: x\nscenarios:\n  - key: a\n    messages: [{role: user, content: hi, tone: warm}]\n",
+    "message-unknown-key": (
+        "name: x\nscenarios:\n  - key: a\n    messages: [{role: user, content: hi, tone: warm}]\n"
+    ),
     "system-a-number": VALID + "    system: 5\n",
     "temperature-high": VALID + "    temperature: 3\n",
     "max-turns-zero": VALID + "    max_turns: 0\n",
@@ -123,11 +129,16 @@ STRUCTURAL = {
 #: Forms the validator accepts that an editor must not flag.
 ACCEPTED = {
     "plain": VALID,
-    "messages": "name: x\nscenarios:\n  - key: a\n    messages: [{role: system, content: s}, {role: user, content: hi}]\n",
+    "messages": (
+        "name: x\nscenarios:\n  - key: a\n    messages: [{role: system, content: s}, {role: user, "
+        "content: hi}]\n"
+    ),
     "string-for-lists": VALID
     + "    tags: t\n    criteria: contains\n    expect: {contains: hi, regex: 'h.', tools: t}\n"
     "    tools: [{name: t}]\n",
-    "nulls": "name: x\ndescription:\ndefaults:\nscenarios:\n  - key: a\n    prompt: hi\n    expect:\n    system:\n",
+    "nulls": (
+        "name: x\ndescription:\ndefaults:\nscenarios:\n  - key: a\n    prompt: hi\n    expect:\n    system:\n"
+    ),
     "groups-only": "name: x\ngroups:\n  - {name: g, tags: [t], defaults: {pass_threshold: 0.5},"
     " scenarios: [{key: a, prompt: hi}]}\n",
     "live-tools": VALID

@@ -67,7 +67,9 @@ def test_fail_under_gate_exit_codes(cli, tmp_path):
 
 def test_bad_catalog_is_one_line_per_problem_exit_2_and_creates_no_run(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\nscenarios:\n  - key: a\n    prompt: ''\n  - key: a\n    prompt: hi\n    expct: {}\n")
+    bad.write_text(
+        "name: bad\nscenarios:\n  - key: a\n    prompt: ''\n  - key: a\n    prompt: hi\n    expct: {}\n"
+    )
     result = cli("run", str(bad), "-m", "sim/fast")
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line]
@@ -101,7 +103,11 @@ def test_db_upgrade_and_catalog_check(cli):
 
 
 def test_python_dash_m_evaljobs_runs_for_real(tmp_path, sim):
-    env = {"EVALJOBS_SIM_URL": sim.url, "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/m.db", "PATH": "/usr/bin"}
+    env = {
+        "EVALJOBS_SIM_URL": sim.url,
+        "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/m.db",
+        "PATH": "/usr/bin",
+    }
     out = subprocess.run([sys.executable, "-m", "evaljobs", "run", SUPPORT, "-m", "sim/smart", "--json"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -111,8 +117,13 @@ def test_python_dash_m_evaljobs_runs_for_real(tmp_path, sim):
 
 
 def test_a_reader_that_goes_away_is_not_a_server_error(tmp_path, sim):
-    # `evaljobs runs | head -0`: the pipe's reader is gone before we write. Quiet, and 141 as a shell would give.
-    env = {"EVALJOBS_SIM_URL": sim.url, "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/p.db", "PATH": "/usr/bin"}
+    # `evaljobs runs | head -0`: the pipe's reader is gone before we write. Quiet, and 141 as a shell would
+    # give.
+    env = {
+        "EVALJOBS_SIM_URL": sim.url,
+        "EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/p.db",
+        "PATH": "/usr/bin",
+    }
     subprocess.run([sys.executable, "-m", "evaljobs", "run", SUPPORT, "-m", "sim/smart", "--json"], env=env,
                    capture_output=True, timeout=120, check=True)
     proc = subprocess.Popen([sys.executable, "-m", "evaljobs", "show", "latest"], env=env,
@@ -141,8 +152,8 @@ def test_help_does_not_import_the_pipeline():
     code = (
         "import sys, runpy; sys.argv = ['evaljobs', '--help']\n"
         "try:\n    runpy.run_module('evaljobs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('evaljobs.store', 'evaljobs.api', 'evaljobs.pipeline.runtime', 'redis', 'peewee',"
-        " 'httpx', 'dramatiq') if m in sys.modules]\n"
+        "heavy = [m for m in ('evaljobs.store', 'evaljobs.api', 'evaljobs.pipeline.runtime', 'redis', "
+        "'peewee', 'httpx', 'dramatiq') if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,5 @@
-"""The same option names everywhere: walk every command's --help (click's command tree) and check the shared options.
+"""The same option names everywhere: walk every command's --help (click's command tree) and check the shared
+options.
 
 --db (database), --broker (never --redis), --providers where a command reads provider settings,
 --json where a command prints data (report keeps --format json), each shared option reading one
@@ -85,7 +86,9 @@ DATA = {
 }
 
 #: Where a shared option deliberately ignores its variable, and why.
-OWN_DEFAULT = {(("bench",), "--db"): "each benchmark writes a fresh SQLite file in --out, never the shared database"}
+OWN_DEFAULT = {
+    (("bench",), "--db"): ("each benchmark writes a fresh SQLite file in --out, never the shared database")
+}
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:

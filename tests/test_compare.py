@@ -1,4 +1,5 @@
-"""compare: exactly the flipped pairs of a crafted pair of runs, deltas, renderings, and `evaljobs compare`."""
+"""compare: exactly the flipped pairs of a crafted pair of runs, deltas, renderings, and `evaljobs compare`.
+"""
 from __future__ import annotations
 
 import json
@@ -22,7 +23,9 @@ from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
 
 
-def _r(key: str, model: str, status: str, score: float, *, cost: float = 0.001, fault: str | None = None) -> Result:
+def _r(
+    key: str, model: str, status: str, score: float, *, cost: float = 0.001, fault: str | None = None
+) -> Result:
     return Result(scenario_key=key, model=model, status=status, score=score, cost=cost, fault=fault,
                   error="boom" if status == "errored" else None)
 
@@ -76,7 +79,10 @@ def test_score_and_cost_deltas_per_pair_and_per_model() -> None:
     flip = by_pair[("pass-to-fail", "m1")]
     assert (flip.score_delta, flip.cost_delta, flip.transition) == (-0.75, 0.001, "passed → failed")
     assert by_pair[("same-pass", "m1")].score_delta == -0.05
-    assert by_pair[("dropped", "m2")].score_delta is None and by_pair[("dropped", "m2")].transition == "passed → -"
+    assert (
+        by_pair[("dropped", "m2")].score_delta is None
+        and by_pair[("dropped", "m2")].transition == "passed → -"
+    )
     assert c.cost_delta == 0.001  # only pass-to-fail changed cost, over the common pairs
     m1, m2 = c.models
     assert (m1.model, m1.pairs, m1.passed_a, m1.passed_b) == ("m1", 7, 3, 3)

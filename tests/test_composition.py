@@ -1,5 +1,5 @@
-"""Features that compose: hypothesis draws combinations of strategy × broker × epochs × judge × cache × reuse ×
-import format, runs each on the simulated provider (Redis with a real ``evaljobs worker`` process, or the
+"""Features that compose: hypothesis draws combinations of strategy × broker × epochs × judge × cache × reuse
+× import format, runs each on the simulated provider (Redis with a real ``evaljobs worker`` process, or the
 in-process broker) and checks the invariants that every combination must keep:
 
 * every expected (scenario, model, epoch) has exactly one row, with a verdict status;
@@ -95,7 +95,9 @@ def _check(info: store.RunInfo, catalog) -> None:
     assert sorted(r.ident for r in rows) == sorted(expected), "one row per pair and epoch"
     assert all(r.status in ("passed", "failed", "errored") for r in rows)
     # grading never crashes into a run_error
-    crashed = [(r.ident, r.error) for r in rows if r.fault == "run_error" and "grading failed" in (r.error or "")]
+    crashed = [
+        (r.ident, r.error) for r in rows if r.fault == "run_error" and "grading failed" in (r.error or "")
+    ]
     assert not crashed, crashed
     # the report's totals are the rows
     report = info.report
@@ -106,7 +108,9 @@ def _check(info: store.RunInfo, catalog) -> None:
         assert summary[status] == sum(1 for r in rows if r.status == status), status
     for block in report["models"]:
         mine = [r for r in rows if r.model == block["model"]]
-        assert block["scenarios"] == len(mine) and block["passed"] == sum(1 for r in mine if r.status == "passed")
+        assert block["scenarios"] == len(mine) and block["passed"] == sum(
+            1 for r in mine if r.status == "passed"
+        )
         assert block["cost_unknown"] == sum(1 for r in mine if r.cost is None)
     # it reads back: the snapshot (not this process's cache) is the catalog that ran; every format renders
     store.forget_snapshots()
@@ -154,7 +158,9 @@ def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, 
         if reuse is not None:
             assert session.reuse_note and session.reuse_note.startswith("reused "), session.reuse_note
         _check(info, _selected(catalog, info))
-        assert _verdicts(info.id) == _verdicts(reference.id), f"{strategy}/{broker} differs from sequential ({tag})"
+        assert _verdicts(info.id) == _verdicts(reference.id), (
+            f"{strategy}/{broker} differs from sequential ({tag})"
+        )
         # and a rerun of every pair, graded from the stored snapshot alone, gives the same verdicts
         store.forget_snapshots()
         again = session.start(session.create_rerun(info.id, ["all"]))

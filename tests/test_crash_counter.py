@@ -23,7 +23,9 @@ pytestmark = pytest.mark.redis
 class App:
     """One actor ``work(group, item)`` counted by ``(crashes:<group>, item)``; records what happened."""
 
-    def __init__(self, redis_url: str, *, max_crashes: int = 3, give_up_raises: type[Exception] | None = None):
+    def __init__(
+        self, redis_url: str, *, max_crashes: int = 3, give_up_raises: type[Exception] | None = None
+    ):
         self.ran: list[str] = []
         self.gave_up: list[tuple[str, int]] = []
         self.done = threading.Event()

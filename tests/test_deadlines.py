@@ -34,7 +34,8 @@ ELAPSED = re.compile(r"^timed out after 3 s \((\d+\.\d+) s elapsed; ")
 
 
 class TrickleServer:
-    """Reads a request, then sends ``HTTP/1.1 200 OK`` and a header one byte every ``every`` s, until the client leaves."""
+    """Reads a request, then sends ``HTTP/1.1 200 OK`` and a header one byte every ``every`` s, until the
+    client leaves."""
 
     def __init__(self, every: float = 0.3):
         self.every = every
@@ -276,7 +277,8 @@ def test_scopes_nest_to_the_earliest_and_are_per_thread():
 
 
 def test_httpx_still_has_the_pool_attribute_the_wall_is_set_on():
-    """Pins the one private attribute :func:`deadline.bounded` sets (httpx's httpcore pool's network backend)."""
+    """Pins the one private attribute :func:`deadline.bounded` sets (httpx's httpcore pool's network backend).
+    """
     transport = deadline.bounded(httpx.HTTPTransport())
     assert isinstance(transport._pool, httpcore.ConnectionPool)
     assert isinstance(transport._pool._network_backend, deadline.DeadlineBackend)

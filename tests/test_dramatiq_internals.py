@@ -1,4 +1,5 @@
-"""Pins the Dramatiq internals evaljobs.pipeline.dramatiq_internals depends on, against the installed Dramatiq.
+"""Pins the Dramatiq internals evaljobs.pipeline.dramatiq_internals depends on, against the installed
+Dramatiq.
 
 If one of these fails after a Dramatiq upgrade, the pipelined enqueue or the wakeable consumer
 no longer matches Dramatiq: fix dramatiq_internals.py (or drop the speed-up), do not relax the test.
@@ -106,7 +107,9 @@ def test_the_private_consumer_has_the_shape_wakeable_consumer_builds_on():
         assert hasattr(_RedisConsumer, name), name
     assert isinstance(inspect.getattr_static(_RedisConsumer, "outstanding_message_count"), property)
     assert isinstance(inspect.getattr_static(RedisBroker, "consumer_class"), property)
-    assert "self.consumer_class(self, queue_name, prefetch, timeout)" in inspect.getsource(RedisBroker.consume)
+    assert "self.consumer_class(self, queue_name, prefetch, timeout)" in inspect.getsource(
+        RedisBroker.consume
+    )
     assert issubclass(internals.WakeableConsumer, _RedisConsumer)
 
 
@@ -116,7 +119,11 @@ def test_the_wakeable_consumer_on_real_redis_fetches_acks_and_is_woken(redis_url
     try:
         consumer = broker.consume(QUEUE, prefetch=2, timeout=1000)
         assert type(consumer) is internals.WakeableConsumer
-        assert consumer.prefetch == 2 and consumer.message_cache == [] and consumer.outstanding_message_count == 0
+        assert (
+            consumer.prefetch == 2
+            and consumer.message_cache == []
+            and consumer.outstanding_message_count == 0
+        )
         assert next(consumer) is None  # nothing queued: None, as Dramatiq's worker loop expects
         broker.enqueue(dramatiq.Message(queue_name=QUEUE, actor_name="noop", args=(), kwargs={}, options={}))
         assert consumer.wake.is_set()  # an enqueue from this process wakes its consumer
@@ -128,7 +135,8 @@ def test_the_wakeable_consumer_on_real_redis_fetches_acks_and_is_woken(redis_url
         assert proxy is not None and consumer.outstanding_message_count == 1
         consumer.wake.clear()
         consumer.ack(proxy)
-        assert consumer.outstanding_message_count == 0 and consumer.wake.is_set()  # an ack that frees prefetch
+        # an ack that frees prefetch
+        assert consumer.outstanding_message_count == 0 and consumer.wake.is_set()
         consumer.close()
     finally:
         broker.close()
@@ -148,7 +156,9 @@ def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_scr
     acks = f"dramatiq:__acks__.{broker.broker_id}.{queue}"
     try:
         for number in range(4):
-            broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={}))
+            broker.enqueue(
+                dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={})
+            )
         consumer = broker.consume(queue, prefetch=4, timeout=1000)
         got = _take(consumer, 2, tries=200, ack=False)
         assert client.scard(acks) == 4 and client.llen(f"dramatiq:{queue}") == 0  # one fetch took all four
@@ -159,7 +169,9 @@ def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_scr
         assert client.scard(acks) == 2
         client.script_flush()
         for _ in range(2):
-            broker.enqueue(dramatiq.Message(queue_name=queue, actor_name="noop", args=(9,), kwargs={}, options={}))
+            broker.enqueue(
+                dramatiq.Message(queue_name=queue, actor_name="noop", args=(9,), kwargs={}, options={})
+            )
         client.script_flush()
         assert len(broker.do_fetch(queue, 5)) == 2  # NOSCRIPT: Dramatiq's own fetch loads the script
         assert client.scard(acks) == 4
@@ -227,7 +239,10 @@ def test_the_raw_enqueue_is_read_by_dramatiqs_own_consumer_and_reloads_a_flushed
     client = redis_lib.Redis.from_url(redis_url)
     queue = "raw-enqueue"
     try:
-        first = [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={}) for i in range(3)]
+        first = [
+            dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={})
+            for i in range(3)
+        ]
         internals.enqueue_pipelined(ours, first)
         client.script_flush()
         internals.enqueue_pipelined(
@@ -300,7 +315,9 @@ def test_what_a_consumer_held_when_redis_went_away_is_requeued_once_it_is_back(d
         client = redis_lib.Redis.from_url(server.url)
         try:
             for number in range(5):
-                message = dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={})
+                message = dramatiq.Message(
+                    queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={}
+                )
                 broker.enqueue(message, delay=60_000 if delayed else None)
             name = dq_name(queue) if delayed else queue
             consumer = broker.consume(name, prefetch=5, timeout=1000)

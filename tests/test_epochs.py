@@ -91,7 +91,9 @@ def test_a_rerun_selects_and_expects_epochs(url):
     assert rerun.expected == 2 and rerun.pairs == [("s2", "m1", 0), ("s1", "m1", 1)]
     with pytest.raises(store.UnexpectedPair, match="epoch 0: the run covers only 2 chosen pairs"):
         store.record_result(rerun.id, Result("s1", "m1", "passed", epoch=0))
-    with pytest.raises(ValueError, match=re.escape("pair s1 × m1 #5: epoch 5 is not one of the run's 2 epochs")):
+    with pytest.raises(
+        ValueError, match=re.escape("pair s1 × m1 #5: epoch 5 is not one of the run's 2 epochs")
+    ):
         store.create_run(make_catalog(["s1"]), ["m1"], strategy="fanout", epochs=2, pairs=[("s1", "m1", 5)])
 
 
@@ -123,7 +125,10 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
     with db.connection_context():
         indexes = {i.name: (i.columns, i.unique) for i in db.get_indexes("result")}
     assert "resultrow_run_id_scenario_key_model" not in indexes
-    assert indexes["resultrow_run_id_scenario_key_model_epoch"] == (["run_id", "scenario_key", "model", "epoch"], True)
+    assert indexes["resultrow_run_id_scenario_key_model_epoch"] == (
+        ["run_id", "scenario_key", "model", "epoch"],
+        True,
+    )
     before = store.get_run(old.id)
     assert before.epochs == 1 and [r.ident for r in store.list_results(old.id)] == [("s1", "m1", 0)]
     assert store.finalize(old.id, build_report).report["summary"]["passed"] == 1
@@ -245,7 +250,9 @@ def test_epochs_end_to_end_on_redis_with_worker_processes(
         assert (models[model]["ci_low"], models[model]["ci_high"]) == (0.4171, 0.8482)
         assert models[model]["flaky"] == []
     pairs = {(p["scenario_key"], p["model"]): p for p in block["pairs"]}
-    assert pairs[("a", "sim/one")]["pass_hat_k"]["5"] == 1.0 and pairs[("c", "sim/two")]["pass_at_k"]["5"] == 0.0
+    assert (
+        pairs[("a", "sim/one")]["pass_hat_k"]["5"] == 1.0 and pairs[("c", "sim/two")]["pass_at_k"]["5"] == 0.0
+    )
     assert pairs[("c", "sim/one")]["ok"] is False and pairs[("b", "sim/two")]["stderr"] == 0.0
 
 
@@ -316,7 +323,8 @@ def test_recover_re_enqueues_the_missing_epochs(memory, sim):
 
     binding, completes = memory
     run = store.create_run(loads_catalog(CATALOG, source="epochs.yaml"), MODELS, strategy="fanout", epochs=3)
-    store.record_result(run.id, Result("a", "sim/one", "passed", score=1.0, epoch=1))  # one epoch already done
+    # one epoch already done
+    store.record_result(run.id, Result("a", "sim/one", "passed", score=1.0, epoch=1))
     actions = recover(binding, run.id)  # its messages were never sent: as if they were lost
     assert actions == [f"{run.id}: re-enqueued 17 of 17 missing pairs"]
     binding.broker.join(binding.queue, fail_fast=False)

@@ -72,7 +72,9 @@ def test_usage_out_of_range_is_a_provider_error_and_3e9_tokens_are_stored(
     assert results["ordinary"].status == "passed"
 
 
-def test_usage_out_of_range_on_a_redis_worker_with_postgresql(redis_url, pg_url, simulated_provider, tmp_path):
+def test_usage_out_of_range_on_a_redis_worker_with_postgresql(
+    redis_url, pg_url, simulated_provider, tmp_path
+):
     simulated_provider(latency=0)  # exported to the worker's environment (EVALJOBS_SIM_URL)
     session = Session(db=pg_url, broker=redis_url)
     try:
@@ -106,7 +108,9 @@ def test_an_older_postgresql_database_gets_64_bit_token_columns(pg_url):
 
 def test_a_message_dramatiq_retries_out_records_its_pair_errored(db_url, quick_retries):
     with Session(db=db_url, broker="memory", width=2) as session:
-        run = session.submit(unstorable_catalog(), ["sim/a"], adapter="test_every_pair_ends:unstorable_adapter")
+        run = session.submit(
+            unstorable_catalog(), ["sim/a"], adapter="test_every_pair_ends:unstorable_adapter"
+        )
         info = session.wait(run.id, timeout=60, poll=0.2)
         results = {r.scenario_key: r for r in session.results(run.id)}
     assert info.status == "partial" and info.persisted == 2, info
@@ -117,15 +121,21 @@ def test_a_message_dramatiq_retries_out_records_its_pair_errored(db_url, quick_r
     assert results["fine"].status == "passed"
 
 
-def test_a_batch_dramatiq_retries_out_records_its_missing_pairs_errored(sqlite_url, quick_retries, monkeypatch):
+def test_a_batch_dramatiq_retries_out_records_its_missing_pairs_errored(
+    sqlite_url, quick_retries, monkeypatch
+):
     monkeypatch.setenv("EVALJOBS_PAIRS_PER_MESSAGE", "2")
     with Session(db=sqlite_url, broker="memory", width=1) as session:
-        run = session.submit(unstorable_catalog(), ["sim/a"], adapter="test_every_pair_ends:unstorable_adapter")
+        run = session.submit(
+            unstorable_catalog(), ["sim/a"], adapter="test_every_pair_ends:unstorable_adapter"
+        )
         info = session.wait(run.id, timeout=60, poll=0.2)
         results = {r.scenario_key: r for r in session.results(run.id)}
     assert info.persisted == 2 and info.report is not None, info
     # The group commit failed as a whole, so both pairs of the batch end with the cause.
-    assert all(r.status == "errored" and r.error.startswith("Dramatiq gave up") for r in results.values()), results
+    assert all(r.status == "errored" and r.error.startswith("Dramatiq gave up") for r in results.values()), (
+        results
+    )
 
 
 def test_a_message_retried_out_on_a_redis_worker_records_its_pair_errored(
@@ -136,7 +146,9 @@ def test_a_message_retried_out_on_a_redis_worker_records_its_pair_errored(
         session.binding()
         run = store.create_run(unstorable_catalog(), ["sim/a"], strategy="fanout",
                                options={"adapter": "test_every_pair_ends:unstorable_adapter"})
-        worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=quick_retries, log=tmp_path / "w.log").start()
+        worker = WorkerProcess(
+            redis_url, sqlite_url, threads=2, env=quick_retries, log=tmp_path / "w.log"
+        ).start()
         try:
             session.binding().actors.start_run.send(run.id)
             info = session.wait(run.id, timeout=120, poll=0.5)
@@ -146,5 +158,7 @@ def test_a_message_retried_out_on_a_redis_worker_records_its_pair_errored(
     finally:
         session.close()
     assert info.status == "partial" and info.persisted == 2, info
-    assert results["unstorable"].error.startswith("Dramatiq gave up on the pair's message after 2 deliveries: ")
+    assert results["unstorable"].error.startswith(
+        "Dramatiq gave up on the pair's message after 2 deliveries: "
+    )
     assert results["fine"].status == "passed"

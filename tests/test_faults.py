@@ -250,7 +250,9 @@ def test_sqlite_many_writer_threads_and_two_worker_processes_never_locked(redis_
     logs = "".join(path.read_text(errors="replace") for path in (tmp_path / "logs").glob("*.log"))
     assert "database is locked" not in logs
     assert info.status == "complete"
-    observe("sqlite-contention", writer_threads=16, worker_processes=2, foreign_writes=writes[0], **run.observed)
+    observe(
+        "sqlite-contention", writer_threads=16, worker_processes=2, foreign_writes=writes[0], **run.observed
+    )
 
 
 # -- a poison message -----------------------------------------------------------------------------------
@@ -280,7 +282,9 @@ def test_poison_pair_that_kills_its_worker_is_errored_after_a_bounded_number_of_
     results = {r.scenario_key: r for r in store.list_results(run.id)}
     poisoned = results.pop("poison")
     assert poisoned.status == "errored"
-    assert poisoned.error.startswith(f"crashed its worker {crashes.DEFAULT_MAX_CRASHES} times"), poisoned.error
+    assert poisoned.error.startswith(f"crashed its worker {crashes.DEFAULT_MAX_CRASHES} times"), (
+        poisoned.error
+    )
     # Bounded: exactly max_crashes() worker processes died, then the pair was recorded without running.
     assert fleet.restarts == crashes.DEFAULT_MAX_CRASHES
     # The pairs that shared a crash with it got their last chance alone, and passed.

@@ -87,8 +87,40 @@ def test_a_collector_the_caller_disabled_stays_disabled(url, collector_enabled):
 
 #: scores and costs the memo must not confuse: zeros of both signs, ints equal to floats, values
 #: one rounding apart, repeated values, a NaN, costs small enough to print with an exponent
-SCORES = [1.0, 1, 0.0, -0.0, 0, 0.12345, 0.12345, 0.123449999, 0.99995, 1e-05, -0.0, 0.0, True, float("nan"), 0.5]
-COSTS = [None, 0.0, -0.0, 1.2e-05, 1.2e-05, 0.0000125, 0.0000124999, 3, 3.0, None, 2.5e-07, 0.0, 1e-09, 0.1, 7]
+SCORES = [
+    1.0,
+    1,
+    0.0,
+    -0.0,
+    0,
+    0.12345,
+    0.12345,
+    0.123449999,
+    0.99995,
+    1e-05,
+    -0.0,
+    0.0,
+    True,
+    float("nan"),
+    0.5,
+]
+COSTS = [
+    None,
+    0.0,
+    -0.0,
+    1.2e-05,
+    1.2e-05,
+    0.0000125,
+    0.0000124999,
+    3,
+    3.0,
+    None,
+    2.5e-07,
+    0.0,
+    1e-09,
+    0.1,
+    7,
+]
 
 
 @pytest.mark.parametrize("epochs", [1, 3])
@@ -132,7 +164,9 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
     patterns = [[1.0] * 5, [0.0] * 5, [-0.0] * 5, [0.33333, 0.66667, 1.0, 0.0, 0.5], [0.1] * 5]
     rows = []
     for i in range(60):  # several pairs share each rate, mean and error: the memo is hit
-        scores = patterns[i % len(patterns)] if i < 30 else [rng.choice((0.0, 0.25, 1 / 3, 1.0)) for _ in range(5)]
+        scores = (
+            patterns[i % len(patterns)] if i < 30 else [rng.choice((0.0, 0.25, 1 / 3, 1.0)) for _ in range(5)]
+        )
         for epoch, score in enumerate(scores):
             rows.append(
                 ReportRow(
@@ -167,7 +201,9 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
 
 
 def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
-    figure = measure_epochs("memory", f"sqlite:///{tmp_path}/bench.db", scenarios=3, models=2, epochs=2, repeat=2)
+    figure = measure_epochs(
+        "memory", f"sqlite:///{tmp_path}/bench.db", scenarios=3, models=2, epochs=2, repeat=2
+    )
     assert figure["pairs"] == 12 and figure["broker"] == "memory"
     for block in (figure, figure["without_epochs"]):
         assert len(block["finalize_all_ms"]) == len(block["finalize_cpu_all_ms"]) == 2
@@ -266,8 +302,16 @@ def test_the_report_text_is_the_standard_encoders_text(report):
 
 
 def test_a_finalized_report_with_every_kind_of_entry_is_stored_as_the_standard_encoders_text(url):
-    run = store.create_run(_catalog(["alpha", "beta-judged", "gamma"]), ["m1", "m2"], strategy="fanout", epochs=2)
-    judge = {"model": "sim/judge", "score": 0.5, "reason": "half «right»", "prompt": "RUBRIC", "raw": '{"score": 0.5}'}
+    run = store.create_run(
+        _catalog(["alpha", "beta-judged", "gamma"]), ["m1", "m2"], strategy="fanout", epochs=2
+    )
+    judge = {
+        "model": "sim/judge",
+        "score": 0.5,
+        "reason": "half «right»",
+        "prompt": "RUBRIC",
+        "raw": '{"score": 0.5}',
+    }
     for n, (key, model, epoch) in enumerate(store.missing_pairs(run.id)):
         status = ("passed", "failed", "errored")[n % 3]
         details = {"judge": judge} if key.endswith("judged") else {}

@@ -103,7 +103,9 @@ def test_the_judge_section_shows_a_judgement_once_however_many_epochs_agree():
     }
     same = {"model": "sim/judge", "score": 0.9, "reason": "covers the rubric", "raw": '{"score": 0.9}'}
     other = {**same, "score": 0.2, "reason": "misses the refund", "raw": '{"score": 0.2}'}
-    results = [Result("kind", "sim/a", "passed", score=0.9, epoch=e, details={"judge": same}) for e in range(5)]
+    results = [
+        Result("kind", "sim/a", "passed", score=0.9, epoch=e, details={"judge": same}) for e in range(5)
+    ]
     results.append(Result("kind", "sim/a", "failed", score=0.2, epoch=5, details={"judge": other}))
     report = build_report({**run, "epochs": 6}, results)
     table = render_table(report)
@@ -160,4 +162,6 @@ def test_the_docs_site_starts_with_getting_started_and_shows_commands_without_ba
     for page in (tmp_path / "site").rglob("*.html"):
         codes = re.findall(r"<code>(.*?)</code>", page.read_text(encoding="utf-8"), re.DOTALL)
         assert not [c for c in codes if "\\|" in c], f"{page}: a code span shows a backslash before a pipe"
-    assert "FORMAT: <code>json</code>" in (tmp_path / "site" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "FORMAT: <code>json</code>" in (tmp_path / "site" / "cli" / "index.html").read_text(
+        encoding="utf-8"
+    )

@@ -95,5 +95,7 @@ def test_a_session_outside_pytest_shields_itself(tmp_path):
                     finished = run_catalog(session, {CATALOG!r}, ["sim/fast"], timeout=60)
             print(finished.status, sim.stats()["rate_limited"])
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
     assert done.stdout.split() == ["complete", str(3 * PAIRS)], done.stderr[-2000:]

@@ -17,7 +17,11 @@ from evaljobs.governor import Governor, budget_key
 def catalog(n: int):
     lines = ["name: gov", "scenarios:"]
     for i in range(n):
-        lines += [f"  - key: s{i:03d}", f'    prompt: "[sim: say ok {i}]"', f"    expect: {{contains: ['ok {i}']}}"]
+        lines += [
+            f"  - key: s{i:03d}",
+            f'    prompt: "[sim: say ok {i}]"',
+            f"    expect: {{contains: ['ok {i}']}}",
+        ]
     return loads_catalog("\n".join(lines) + "\n", source="gov.yaml")
 
 

@@ -62,9 +62,13 @@ def test_regex():
 
 def test_expected_tools_argument_subset():
     calls = [ToolCall("lookup", {"order_id": "1234", "verbose": True}, result={"ok": 1})]
-    ok = grade(scenario(tools=(ExpectedTool("lookup", {"order_id": "1234"}),)), Replay(answer="x", tool_calls=calls))
+    ok = grade(
+        scenario(tools=(ExpectedTool("lookup", {"order_id": "1234"}),)), Replay(answer="x", tool_calls=calls)
+    )
     assert ok.scores["expected_tools"] == 1.0
-    bad = grade(scenario(tools=(ExpectedTool("lookup", {"order_id": "9"}),)), Replay(answer="x", tool_calls=calls))
+    bad = grade(
+        scenario(tools=(ExpectedTool("lookup", {"order_id": "9"}),)), Replay(answer="x", tool_calls=calls)
+    )
     assert bad.scores["expected_tools"] == 0.0 and bad.fault == "expected_tool_not_called"
     numeric = grade(scenario(tools=(ExpectedTool("stock", {"item": 77}),)),
                     Replay(answer="x", tool_calls=[ToolCall("stock", {"item": 77})]))
@@ -97,7 +101,9 @@ def test_fault_order_most_mechanical_first():
     g = grade(scenario(tools=(ExpectedTool("other"),), not_contains=("x",), contains=("y",)),
               Replay(answer="x", tool_calls=calls))
     assert g.fault == "tool_error"
-    g = grade(scenario(tools=(ExpectedTool("other"),), not_contains=("x",), contains=("y",)), Replay(answer="x"))
+    g = grade(
+        scenario(tools=(ExpectedTool("other"),), not_contains=("x",), contains=("y",)), Replay(answer="x")
+    )
     assert g.fault == "expected_tool_not_called"
     g = grade(scenario(not_contains=("x",), contains=("y",)), Replay(answer="x"))
     assert g.fault == "forbidden_content"

@@ -104,5 +104,6 @@ def test_readyz_says_the_database_is_down_at_once_not_after_the_reconnect_window
     monkeypatch.setattr(connections.time, "sleep", waited)
     problem = database_check()
     assert problem is not None and problem.startswith("database: ") and "cannot reach database" in problem
-    families = list(FleetCollector(config.settings(), broker_url="").collect())  # no broker: the runs gauge only
+    # no broker: the runs gauge only
+    families = list(FleetCollector(config.settings(), broker_url="").collect())
     assert [family.name for family in families] == ["evaljobs_runs"] and families[0].samples == []

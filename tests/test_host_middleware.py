@@ -53,7 +53,9 @@ def test_host_middleware_sees_the_restored_context_in_every_actor(host_settings,
 
 
 def test_a_bad_host_middleware_reference_is_one_line():
-    with pytest.raises(MiddlewareError, match=r"cannot load host middleware 'nowhere:Thing': No module named"):
+    with pytest.raises(
+        MiddlewareError, match=r"cannot load host middleware 'nowhere:Thing': No module named"
+    ):
         host_middleware(["nowhere:Thing"])
     with pytest.raises(MiddlewareError, match=r"is a object, not a dramatiq.Middleware"):
         host_middleware(["host_middleware_recorder:not_a_middleware"])
@@ -65,7 +67,9 @@ def test_the_entry_point_group_adds_installed_host_middleware(tmp_path, monkeypa
     dist = tmp_path / "acme_audit-1.0.dist-info"
     dist.mkdir()
     dist.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: acme-audit\nVersion: 1.0\n")
-    dist.joinpath("entry_points.txt").write_text("[evaljobs.middleware]\naudit = host_middleware_recorder:Recorder\n")
+    dist.joinpath("entry_points.txt").write_text(
+        "[evaljobs.middleware]\naudit = host_middleware_recorder:Recorder\n"
+    )
     assert Recorder not in [type(m) for m in discover()]
     monkeypatch.syspath_prepend(str(tmp_path))
     assert [type(m) for m in discover()] == [Recorder]

@@ -103,7 +103,8 @@ def test_the_api_refuses_a_non_finite_time_limit_too(tmp_path):
                        time_limit=float("nan"))
 
 
-# --------------------------------------------------------------------------- --width: what the machine can start
+# --------------------------------------------------------------------------- --width: what the machine can
+# start
 
 def test_a_width_beyond_what_the_machine_can_start_is_one_line_not_an_abort(tmp_path):
     (tmp_path / "c.yaml").write_text(CATALOG, encoding="utf-8")
@@ -161,7 +162,9 @@ def test_a_json_catalog_nested_100000_deep_is_one_line(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     one_error_line(evaljobs("catalog", "check", str(path), cwd=tmp_path), "deep.json", "nested too deeply")
-    nested = '{"name": "x", "scenarios": [{"key": "a", "prompt": "hi", "tags": ' + "[" * 100_000 + "]" * 100_000
+    nested = (
+        '{"name": "x", "scenarios": [{"key": "a", "prompt": "hi", "tags": ' + "[" * 100_000 + "]" * 100_000
+    )
     path.write_text(nested + "}]}", encoding="utf-8")
     one_error_line(evaljobs("catalog", "check", str(path), cwd=tmp_path), "deep.json", "nested too deeply")
 
@@ -188,7 +191,8 @@ def test_a_json_integer_of_5000_digits_is_one_line(tmp_path):
     assert "5000 digits" in str(caught.value) and "\n" not in str(caught.value)
 
 
-# --------------------------------------------------------------------------- init: regular files inside its folder
+# --------------------------------------------------------------------------- init: regular files inside its
+# folder
 
 def test_init_refuses_a_dangling_catalog_symlink_and_writes_nothing_outside(tmp_path):
     project, outside = tmp_path / "project", tmp_path / "outside"
@@ -226,7 +230,8 @@ def test_init_with_force_replaces_a_link_to_a_file_by_refusing_it(tmp_path):
     assert target.read_text(encoding="utf-8") == "mine\n"
 
 
-# --------------------------------------------------------------------------- worker: --processes, --threads, --recover-every
+# --------------------------------------------------------------------------- worker: --processes, --threads,
+# --recover-every
 
 # Checked before the broker is asked: this port answers nothing, so a check that is missing shows as
 # "cannot reach the broker" instead of the line the test expects (and no process is ever forked).

@@ -62,7 +62,9 @@ def test_worker_and_submit_refuse_to_start_with_a_bad_key(key, redis_url, tmp_pa
     (tmp_path / "c.yaml").write_text(CATALOG)
     env = {"EVALJOBS_CONTEXT_KEY": key, "EVALJOBS_DATABASE_URL": db}
     worker = evaljobs("worker", "--broker", redis_url, "--threads", "1", env=env, cwd=tmp_path)
-    submit = evaljobs("run", "c.yaml", "-m", "sim/a", "--broker", redis_url, "--no-wait", env=env, cwd=tmp_path)
+    submit = evaljobs(
+        "run", "c.yaml", "-m", "sim/a", "--broker", redis_url, "--no-wait", env=env, cwd=tmp_path
+    )
     local = evaljobs("run", "c.yaml", "-m", "sim/a", env=env, cwd=tmp_path)
     for done in (worker, submit, local):
         lines = done.stderr.strip().splitlines()
@@ -243,7 +245,8 @@ def test_no_command_prints_logs_or_stores_a_redis_or_postgres_password(postgres_
         if postgres_server.running:
             postgres_server.drop_database(name)
     outputs["worker log"] = log.read_text(errors="replace")
-    assert "***@" in outputs["run --wait (redis)"], outputs["run --wait (redis)"]  # the search looks at real output
+    # the search looks at real output
+    assert "***@" in outputs["run --wait (redis)"], outputs["run --wait (redis)"]
     for place, text in {**outputs, **stored}.items():
         for password in (redis_password, pg_password):
             assert password not in text, f"{password} leaked in {place}: {text[:2000]}"
@@ -263,7 +266,9 @@ scenarios:
 def _slow_run(tmp_path: Path, seconds: float, db: str, broker: str, sim_url: str) -> str:
     (tmp_path / "slow.yaml").write_text(SLOW.format(seconds=seconds))
     env = {"EVALJOBS_DATABASE_URL": db, "EVALJOBS_BROKER_URL": broker, "EVALJOBS_SIM_URL": sim_url}
-    done = evaljobs("run", "slow.yaml", "-m", "sim/a", "--strategy", "fanout", "--no-wait", env=env, cwd=tmp_path)
+    done = evaljobs(
+        "run", "slow.yaml", "-m", "sim/a", "--strategy", "fanout", "--no-wait", env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 
@@ -294,7 +299,9 @@ def test_a_live_worker_busy_with_a_long_call_keeps_its_pair(redis_url, tmp_path)
             assert wait_until(lambda: sim.stats()["requests"] >= 1, 60), (tmp_path / "busy.log").read_text()
             started = time.monotonic()
             with other:
-                assert wait_until(lambda: len(_recorded(db, run_id)) == 1, 60), (tmp_path / "other.log").read_text()
+                assert wait_until(lambda: len(_recorded(db, run_id)) == 1, 60), (
+                    tmp_path / "other.log"
+                ).read_text()
                 held = time.monotonic() - started
         results = _recorded(db, run_id)
         assert [r.status for r in results] == ["passed"], results
@@ -328,7 +335,9 @@ def test_a_sigkilled_workers_pair_is_redelivered_with_the_default_heartbeat(redi
             victim.kill()
             killed = time.monotonic()
             with survivor:
-                assert wait_until(lambda: sim.stats()["requests"] >= 2, 90), (tmp_path / "survivor.log").read_text()
+                assert wait_until(lambda: sim.stats()["requests"] >= 2, 90), (
+                    tmp_path / "survivor.log"
+                ).read_text()
                 redelivered = time.monotonic() - killed
                 assert wait_until(lambda: len(_recorded(db, run_id)) == 1, 60)
         finally:
@@ -376,7 +385,9 @@ def test_a_catalog_alias_bomb_is_refused_in_one_line(levels, tmp_path):
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: bomb.yaml:"), done.stderr
     assert "expands to more than 5,000,000 values" in lines[0] and "alias bomb" in lines[0]
-    print(f"RELIABILITY YAML bomb 10^{levels} strings in {len(bomb)} bytes: refused, peak RSS {peak_mb:.0f} MB")
+    print(
+        f"RELIABILITY YAML bomb 10^{levels} strings in {len(bomb)} bytes: refused, peak RSS {peak_mb:.0f} MB"
+    )
 
 
 def test_an_import_alias_bomb_is_refused_in_one_line(tmp_path):
@@ -393,7 +404,9 @@ def test_aliases_a_real_catalog_uses_stay_well_inside_the_bounds():
     """10,000 scenarios sharing one tool list by alias: loaded, not mistaken for a bomb."""
     from evaljobs.catalog import loads_catalog
 
-    tool = "[{name: lookup, parameters: {type: object, properties: {id: {type: string}}}, returns: {ok: true}}]"
+    tool = (
+        "[{name: lookup, parameters: {type: object, properties: {id: {type: string}}}, returns: {ok: true}}]"
+    )
     first = f"  - key: s0\n    prompt: hello\n    tools: &tools {tool}\n"
     rest = "".join(f"  - key: s{i}\n    prompt: hello {i}\n    tools: *tools\n" for i in range(1, 10_000))
     catalog = loads_catalog("name: big\nscenarios:\n" + first + rest, source="big.yaml")
@@ -436,7 +449,8 @@ def test_a_full_disk_is_one_line_naming_the_database_and_the_database_stays_inta
     connection = sqlite3.connect(f"{small_tmpfs}/evaljobs.db")
     try:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert connection.execute("SELECT count(*) FROM run").fetchone() == (1,)  # the failed run left nothing
+        # the failed run left nothing
+        assert connection.execute("SELECT count(*) FROM run").fetchone() == (1,)
     finally:
         connection.close()
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)], check=True)  # space freed
@@ -479,7 +493,9 @@ def test_a_disk_that_fills_mid_run_ends_the_command_in_one_line_and_recover_fini
     assert said[-1].startswith(f"error: database {db}: database or disk is full"), said[-1]
     assert "evaljobs recover RUN" in said[-1]
     refused = said[:-1]
-    assert all(line.startswith("Refused message ") and "database or disk is full" in line for line in refused), refused
+    assert all(
+        line.startswith("Refused message ") and "database or disk is full" in line for line in refused
+    ), refused
     assert len(refused) <= 16, len(refused)
     connection = sqlite3.connect(f"{small_tmpfs}/evaljobs.db")
     try:
@@ -502,7 +518,8 @@ def test_a_disk_that_fills_mid_run_ends_the_command_in_one_line_and_recover_fini
     finally:
         connection.close()
     print(
-        f"RELIABILITY disk full mid-run ({strategy}): 2.5 MB tmpfs, {pairs} pairs: command ended after {took:.1f} s with one "
-        f"line ({len(refused)} in-flight pairs refused once each), {stored} pairs stored, run running, integrity ok; after space was freed `recover` completed "
+        f"RELIABILITY disk full mid-run ({strategy}): 2.5 MB tmpfs, {pairs} pairs: command ended after "
+        f"{took:.1f} s with one line ({len(refused)} in-flight pairs refused once each), {stored} pairs "
+        "stored, run running, integrity ok; after space was freed `recover` completed "
         f"it ({pairs} pairs, once each)"
     )

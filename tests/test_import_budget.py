@@ -32,7 +32,8 @@ except SystemExit as exc:
 else:
     code = 0
 with open(os.environ['MODULES_OUT'], 'w') as out:
-    json.dump({'code': code, 'modules': sorted(name for name, m in sys.modules.items() if m is not None)}, out)
+    modules = sorted(name for name, m in sys.modules.items() if m is not None)
+    json.dump({'code': code, 'modules': modules}, out)
 """
 
 #: Never loaded by `evaljobs --help` (difflib: only a mistake needs a "did you mean").
@@ -139,7 +140,9 @@ def test_the_command_table_matches_the_commands():
         command = load_command(name)
         assert isinstance(command, click.Command) and command.name == name
         for limit in (45, 80, 200):
-            assert click.Command(name, help=text).get_short_help_str(limit) == command.get_short_help_str(limit), name
+            assert click.Command(name, help=text).get_short_help_str(limit) == command.get_short_help_str(
+                limit
+            ), name
     assert load_command("no-such-command") is None
     assert main.get_command(click.Context(main), "no-such-command") is None
 

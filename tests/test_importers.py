@@ -71,7 +71,8 @@ def test_a_csv_or_json_array_of_samples_says_to_write_jsonl(tmp_path):
     csv = _write(tmp_path, "samples.csv", 'input,target\n"Say hi",hi\n')
     assert _errors(csv, grader="inspect_match") == [
         (
-            f"{csv}: a CSV dataset is not a catalog format evaljobs reads on its own; write its rows as JSONL (one "
+            f"{csv}: a CSV dataset is not a catalog format evaljobs reads on its own; write its rows as "
+            "JSONL (one "
             '{"input": ..., "target": ...} per line, in a .jsonl file) and run that (a promptfoo config\'s '
             "tests: file://….csv is read through the config)"
         )
@@ -159,7 +160,8 @@ groups:
 def test_activeagent_catalog_maps_products_sets_judges_and_criteria():
     result, catalog = _catalog(AA_CATALOG)
     assert result.excluded == 1 and result.format == "activeagent-catalog"
-    assert catalog.name == "Acme support evaluations" and catalog.description == ""  # the display name is kept
+    # the display name is kept
+    assert catalog.name == "Acme support evaluations" and catalog.description == ""
     assert catalog.keys == ("account.orders.history", "shop.orders.cancel", "shop.orders.status",
                             "shop.stock.kettle")
 
@@ -242,8 +244,8 @@ groups:
     assert _errors(path) == [
         f"{path}:4: group #1: missing 'key'",
         (
-            f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name }}}}'; "
-            "only plain {{name}} placeholders are supported"
+            f"{path}:9: scenario 'billing.refund': prompt has the template expression '{{{{ customer.name "
+            "}}'; only plain {{name}} placeholders are supported"
         ),
         (
             f"{path}:11: scenario 'billing.refund': duplicate scenario key (also scenario 'billing.refund'); "
@@ -251,8 +253,8 @@ groups:
         ),
         f"{path}:13: group 'billing': scenario #3: missing 'key'",
         (
-            f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or rename "
-            "it or pass --lenient to skip it"
+            f"{path}:16: scenario 'billing.typo': unknown key 'expct' (did you mean 'expect'?); remove or "
+            "rename it or pass --lenient to skip it"
         ),
         f"{path}:19: scenario 'billing.both': give either 'prompt' or 'messages', not both",
         (
@@ -401,19 +403,19 @@ tests:
 """)
     assert _errors(path) == [
         (
-            f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient to "
-            "skip it"
+            f"{path}:6: top-level key 'scenarios' is not supported by evaljobs; remove it or pass --lenient "
+            "to skip it"
         ),
         f"{path}:3: prompt #2: prompt file 'missing.txt' not found (looked for {tmp_path}/missing.txt)",
         (
             f"{path}:4: prompt #3: prompt file 'prompt.py' (.py) cannot be read by evaljobs (only text and "
-            "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to skip "
-            "it"
+            "JSON/YAML chat files; code prompts are not run); use a text or chat file or pass --lenient to "
+            "skip it"
         ),
         # promptfoo reads a string in the list as a glob of tests files (none matches here)
         (
-            f"{path}:23: test #4: no tests file matches 'just a string' (looked in {tmp_path}); a test is a mapping "
-            "with vars and assert, or a file:// path to a YAML, JSON or CSV file of tests"
+            f"{path}:23: test #4: no tests file matches 'just a string' (looked in {tmp_path}); a test is a "
+            "mapping with vars and assert, or a file:// path to a YAML, JSON or CSV file of tests"
         ),
         (
             f"{path}:11: test #1 ('bad regex'): assertion 'regex': regex '(unclosed' does not compile: "
@@ -433,9 +435,9 @@ tests:
         # A Nunjucks filter evaljobs does not render is refused by name, once, at the prompt that uses it
         # (a list var such as 'many' is not a problem: promptfoo runs the test once per value, as evaljobs).
         (
-            f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does not "
-            "render (known: abs, default, d, dump, first, float, int, join, last, length, list, load, lower, replace, "
-            "reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it"
+            f"{path}:5: prompt #4: prompt 'prompt-4' uses the Nunjucks filter 'nl2br', which evaljobs does "
+            "not render (known: abs, default, d, dump, first, float, int, join, last, length, list, load, "
+            "lower, replace, reverse, safe, string, trim, upper); simplify it or pass --lenient to skip it"
         ),
     ]
 
@@ -461,16 +463,18 @@ tests:
     ]
     result, catalog = _catalog(path, lenient=True)
     assert result.warnings[:2] == [
-        f"{path}:3: test #1: key 'type' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
-        f"{path}:5: test #1: key 'expect' is not a promptfoo test key: promptfoo ignores it, and so does evaljobs",
+        f"{path}:3: test #1: key 'type' is not a promptfoo test key: promptfoo ignores it, and so does "
+        "evaljobs",
+        f"{path}:5: test #1: key 'expect' is not a promptfoo test key: promptfoo ignores it, and so does "
+        "evaljobs",
     ]
     expect = catalog.scenario("prompt-1.test-1").expect
     assert expect.threshold == 0.5 and [a["kind"] for a in expect.assertions] == ["builtin", "builtin"]
 
 
 def test_promptfoo_rubric_prompt_is_refused_with_the_llm_rubric_it_changes(tmp_path):
-    """A custom rubricPrompt decides what the judge is asked (promptfoo's custom-grading-prompt example asks it
-    to always pass): the llm-rubric it applies to is refused by name; a test without one is unaffected."""
+    """A custom rubricPrompt decides what the judge is asked (promptfoo's custom-grading-prompt example asks
+    it to always pass): the llm-rubric it applies to is refused by name; a test without one is unaffected."""
     path = _write(tmp_path, "promptfooconfig.yaml", """\
 prompts: ["Talk about {{topic}}"]
 defaultTest:
@@ -485,9 +489,9 @@ tests:
 """)
     assert _errors(path) == [
         (
-            f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a judge prompt of "
-            "its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove the rubricPrompt or pass "
-            "--lenient to skip it"
+            f"{path}:8: test #1: assertion type 'llm-rubric' with defaultTest's options.rubricPrompt (a "
+            "judge prompt of its own) cannot be graded by evaljobs, whose judge asks its own prompt; remove "
+            "the rubricPrompt or pass --lenient to skip it"
         )
     ]
     result, catalog = _catalog(path, lenient=True)
@@ -500,7 +504,9 @@ def test_promptfoo_tests_list_mixes_tests_and_globs_of_tests_files(tmp_path):
     """promptfoo's readTests: a string in the tests list is a glob of tests files (examples/
     config-separate-test-configs: `- file://tests/*` among inline tests); each file's tests take its place."""
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "b.yaml").write_text("- vars: {topic: b1}\n- description: Named\n  vars: {topic: b2}\n")
+    (tmp_path / "tests" / "b.yaml").write_text(
+        "- vars: {topic: b1}\n- description: Named\n  vars: {topic: b2}\n"
+    )
     (tmp_path / "tests" / "a.yaml").write_text("vars: {topic: a1}\nassert: [{type: icontains, value: a1}]\n")
     (tmp_path / "more.csv").write_text("topic,__expected\nc1,icontains:c1\n")
     path = _write(tmp_path, "promptfooconfig.yaml", """\
@@ -542,7 +548,9 @@ def test_promptfoo_prompt_path_is_a_glob(tmp_path):
     """promptfoo reads `file://prompt*.txt` as a glob: every matching file's prompts, in name order."""
     (tmp_path / "prompt2.txt").write_text("Second {{x}}\n---\nThird {{x}}\n")
     (tmp_path / "prompt1.txt").write_text("First {{x}}\n")
-    path = _write(tmp_path, "promptfooconfig.yaml", "prompts: [file://prompt*.txt]\ntests: [{vars: {x: a}}]\n")
+    path = _write(
+        tmp_path, "promptfooconfig.yaml", "prompts: [file://prompt*.txt]\ntests: [{vars: {x: a}}]\n"
+    )
     result, _ = _catalog(path)
     assert [(g["name"], [s["prompt"] for s in g["scenarios"]]) for g in result.data["groups"]] == [
         ("prompt1", ["First a"]), ("prompt2-1", ["Second a"]), ("prompt2-2", ["Third a"])]
@@ -617,14 +625,15 @@ def test_jsonl_bad_lines_name_their_line_numbers(tmp_path):
             "answers), not None"
         ),
         (
-            f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other parts "
-            "are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}"
+            f"{path}:5: sample 'a': input[0] must be {{role, content}} with text content (images and other "
+            "parts are not supported), not {'role': 'user', 'content': [{'type': 'image'}]}"
         ),
         f"{path}:7: sample 'dup': duplicate id (also on line 6); ids must be unique",
         f"{path}:8: sample 'sample-8': has both 'ideal' and 'target'; keep one",
         (
-            f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver writes the "
-            "prompt from them; evaljobs sends the input as it is; remove the samples or pass --lenient to skip it"
+            f"{path}:9: field 'choices' (2 samples, first on line 9): Inspect's multiple_choice() solver "
+            "writes the prompt from them; evaljobs sends the input as it is; remove the samples or pass "
+            "--lenient to skip it"
         ),
     ]
 
@@ -645,8 +654,9 @@ def test_jsonl_lenient_skips_refused_samples_and_empty_files_are_errors(tmp_path
     only = _write(tmp_path, "only.jsonl", '{"input": "q", "target": "a", "choices": ["a", "b"]}\n')
     assert _errors(only, lenient=True, grader="inspect_includes") == [
         (
-            f"{only}: no samples left to run: --lenient skipped every sample; the first: {only}:1: field 'choices' "
-            "(line 1): Inspect's multiple_choice() solver writes the prompt from them; evaljobs sends the input as it is"
+            f"{only}: no samples left to run: --lenient skipped every sample; the first: {only}:1: field "
+            "'choices' (line 1): Inspect's multiple_choice() solver writes the prompt from them; evaljobs "
+            "sends the input as it is"
         )
     ]
     # Fields nobody reads are ignored, as the source tools ignore them, and said so in one warning.

@@ -66,7 +66,9 @@ def test_workflow_goes_to_the_repository_root_and_runs_the_gate(tmp_path) -> Non
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     written = init_project(repo / "evals")
-    assert repo / WORKFLOW in {w.path for w in written}, "GitHub reads workflows only at the repository's root"
+    assert repo / WORKFLOW in {w.path for w in written}, (
+        "GitHub reads workflows only at the repository's root"
+    )
     assert not (repo / "evals" / ".github").exists()
     workflow = yaml.safe_load((repo / WORKFLOW).read_text())
     job = workflow["jobs"]["evals"]
@@ -77,7 +79,9 @@ def test_workflow_goes_to_the_repository_root_and_runs_the_gate(tmp_path) -> Non
     upload = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     assert upload and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "evals/reports/"
     assert "${{ secrets.OPENAI_API_KEY }}" in (repo / WORKFLOW).read_text()
-    assert "pip install evaljobs" not in runs, "evaljobs is not on a public index: install it the way it is here"
+    assert "pip install evaljobs" not in runs, (
+        "evaljobs is not on a public index: install it the way it is here"
+    )
     # No repository: the folder is taken as the root, and init says so; --repo-root names another one.
     assert notes(tmp_path / "alone")[0].startswith("no git repository holds")
     init_project(repo / "evals" / "more", repo_root=repo / "evals")
@@ -118,7 +122,10 @@ def test_ci_installs_evaljobs_the_way_it_is_installed_here(tmp_path, monkeypatch
     monkeypatch.setattr(starter, "distribution",
                         lambda name: _Installed({"url": "file:///nowhere/evaljobs", "dir_info": {}}))
     outside = install_requirement(tmp_path)
-    assert outside.line == "evaljobs==9.8.7" and "outside the repository, which CI cannot reach" in outside.warning
+    assert (
+        outside.line == "evaljobs==9.8.7"
+        and "outside the repository, which CI cannot reach" in outside.warning
+    )
 
 
 def _copy_of_the_source(dest: Path) -> None:
@@ -176,12 +183,16 @@ def test_the_workflow_steps_pass_in_a_fresh_virtualenv(tmp_path) -> None:
         step_env = {**env, **{k: _expand(str(v), repo) for k, v in (step.get("env") or {}).items()}}
         done = subprocess.run(["bash", "-e", "-c", _expand(step["run"], repo)], cwd=workdir, env=step_env,
                               capture_output=True, text=True, timeout=900, check=False)
-        assert done.returncode == 0, f"step {step.get('name', step['run'])!r}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        assert done.returncode == 0, (
+            f"step {step.get('name', step['run'])!r}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
         ran += 1
     assert ran == 3
     upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     reports = repo / upload["with"]["path"]
-    assert (reports / "junit.xml").read_text().startswith("<?xml") and "<testsuite" in (reports / "junit.xml").read_text()
+    assert (reports / "junit.xml").read_text().startswith("<?xml") and "<testsuite" in (
+        reports / "junit.xml"
+    ).read_text()
     assert "<html" in (reports / "report.html").read_text().lower()
     assert "starter" in summary.read_text()
 
@@ -230,7 +241,8 @@ def test_init_command_prints_the_next_three_commands_and_they_work(tmp_path) -> 
     assert (tmp_path / "my-evals" / CATALOG).exists()
     commands = [line.strip() for line in done.stdout.split("next:")[1].strip().splitlines()]
     assert commands == next_commands("my-evals")
-    for command in commands[:2]:  # the third needs an OpenAI key (the README test runs it against the simulator)
+    # the third needs an OpenAI key (the README test runs it against the simulator)
+    for command in commands[:2]:
         ran = subprocess.run(shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=300, check=False)
         assert ran.returncode == 0, f"{command}: {ran.stderr[-2000:]}"
@@ -274,11 +286,15 @@ def test_init_command_prints_the_next_three_commands_and_they_work(tmp_path) -> 
         timeout=120,
         check=False,
     )
-    assert again.returncode == 0 and [line.split()[0] for line in again.stdout.splitlines()[:4]] == ["kept"] * 4
+    assert (
+        again.returncode == 0 and [line.split()[0] for line in again.stdout.splitlines()[:4]] == ["kept"] * 4
+    )
 
 
 def test_catalog_schema_command_prints_the_schema(tmp_path) -> None:
     exe = Path(sys.executable).with_name("evaljobs")
-    done = subprocess.run([str(exe), "catalog", "schema"], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [str(exe), "catalog", "schema"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == catalog_schema()

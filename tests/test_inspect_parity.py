@@ -137,8 +137,8 @@ def test_a_dataset_with_other_field_names_gets_one_line_naming_the_mapping():
         load_any(DATA / "biology_qa.jsonl", grader="inspect_includes")
     assert info.value.problems == [
         (
-            f"{DATA / 'biology_qa.jsonl'}:1: the samples have no 'input' and no 'ideal' or 'target' field (fields: "
-            "id, question, answer); map them: --field input=question --field target=answer"
+            f"{DATA / 'biology_qa.jsonl'}:1: the samples have no 'input' and no 'ideal' or 'target' field "
+            "(fields: id, question, answer); map them: --field input=question --field target=answer"
         )
     ]
     mapped = load_any(

@@ -37,7 +37,10 @@ def test_samples_with_several_system_messages_import_as_written():
     assert first.system == "Answer the following questions as concisely as possible."
     few_shot = [m for m in first.messages if m["role"] == "system"]
     assert [m.get("name") for m in few_shot] == ["example_user", "example_assistant"] * 2
-    assert first.messages[-1] == {"role": "user", "content": "Who is the girl who plays eleven in stranger things?"}
+    assert first.messages[-1] == {
+        "role": "user",
+        "content": ("Who is the girl who plays eleven in stranger things?"),
+    }
 
 
 @pytest.mark.parametrize("grader, answers", [
@@ -61,8 +64,11 @@ def test_match_includes_fuzzy_match_follow_openai_evals(grader, answers):
 
 def test_any_of_several_ideals_and_no_default_grader():
     with pytest.raises(CatalogError) as info:
-        load_any(FUZZY)  # Match samples graded as "includes" passed wrong answers: the grader is never guessed
-    assert len(info.value.problems) == 1 and "the samples do not say how to grade them" in info.value.problems[0]
+        # Match samples graded as "includes" passed wrong answers: the grader is never guessed
+        load_any(FUZZY)
+    assert (
+        len(info.value.problems) == 1 and "the samples do not say how to grade them" in info.value.problems[0]
+    )
     imported, catalog = _catalog(FUZZY, "includes")
     assert "graded with includes (chosen with --grader)" in imported.data["description"]
     derek = catalog.scenario("sample-2")  # ideal: ["Season 11", "11"]
@@ -98,7 +104,11 @@ def test_grader_is_for_jsonl_and_registry_files_only():
 
 
 def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_path):
-    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    runner = (
+        CliRunner(mix_stderr=False)
+        if "mix_stderr" in CliRunner.__init__.__code__.co_varnames
+        else CliRunner()
+    )
     out = tmp_path / "fuzzy.yaml"
     done = runner.invoke(main, ["catalog", "convert", str(FUZZY), "--grader", "fuzzy_match", "-o", str(out)])
     assert done.exit_code == 0, done.output
@@ -132,8 +142,8 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     # support_catalog: refund_request (tools, contains), angry_customer (not_contains), invoice_copy (tools);
     # open_tickets is production_only and left out.
     assert check(str(DATA / "activeagent" / "support_catalog.yml")) == (
-        "assertions: 4 imported, 4 mapped to native checks, 0 executed externally (Node, Python, jsonschema), "
-        "0 refused"
+        "assertions: 4 imported, 4 mapped to native checks, 0 executed externally (Node, Python, "
+        "jsonschema), 0 refused"
     )
 
 
@@ -151,8 +161,8 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     ("inspect_pattern:Final: (\\w+)", "yes", ["Final: YES"], ["Final: no", "yes"]),
 ])
 def test_inspect_graders_follow_inspects_scorers(grader, target, passes, fails):
-    """Each case gives the verdict inspect-ai 0.3.280's own scorer gives (checked with match_str, max_exact_score,
-    answer() and pattern() themselves); the parity suite compares them at scale."""
+    """Each case gives the verdict inspect-ai 0.3.280's own scorer gives (checked with match_str,
+    max_exact_score, answer() and pattern() themselves); the parity suite compares them at scale."""
     from evaljobs.evaluation.reference import reference_matches
 
     assert [a for a in passes if not reference_matches(a, [target], grader)] == []

@@ -55,7 +55,9 @@ def test_the_judge_threshold_and_gate_false_are_the_catalogs_to_set():
     # gate: false -- the judgement only joins the mean, like any criterion.
     soft = _one("{contains: [x], not_contains: [y], judge: {rubric: 'apologises', gate: false}}")
     result = grade(soft, Replay(answer="x"), judge=_judge(0.4))
-    assert result.status == PASSED and result.score == pytest.approx(0.8) and not result.details["judge"]["gate"]
+    assert (
+        result.status == PASSED and result.score == pytest.approx(0.8) and not result.details["judge"]["gate"]
+    )
     # expect.gate: false says the same for the whole block.
     off = _one("{contains: [x], not_contains: [y], judge: 'apologises', gate: false}")
     assert not off.expect.judge_gate and grade(off, Replay(answer="x"), judge=_judge(0.4)).status == PASSED
@@ -72,7 +74,9 @@ def test_a_judge_answer_may_carry_pass_as_promptfoos_llm_rubric_does():
     assert "no numeric 'score'" in parse_judge_verdict('{"reason": "?"}')
     scenario = _one("{judge: 'no card numbers'}")
     vetoed = grade(scenario, Replay(answer="x"), judge=_judge(0.95, passed=False))
-    assert (vetoed.status, vetoed.fault) == (FAILED, "low_quality") and vetoed.details["judge"]["judge_pass"] is False
+    assert (vetoed.status, vetoed.fault) == (FAILED, "low_quality") and vetoed.details["judge"][
+        "judge_pass"
+    ] is False
     # In a weighted (promptfoo) list: its pass, then the entry's threshold.
     weighted = loads_catalog(
         "name: w\ndefaults: {judge_model: sim/judge}\nscenarios:\n  - key: a\n    prompt: hi\n    expect:\n"
@@ -141,7 +145,10 @@ def test_the_starters_judged_scenario_run_with_a_low_judge_score_fails(tmp_path,
     viewer = Viewer(f"sqlite:///{tmp_path}/runs.db", "memory", tmp_path / "view.log")
     try:
         for key in judged:
-            for path in (f"/runs/{run.id}/scenarios/{key}", f"/runs/{run.id}/transcript?key={key}&model=sim%2Ffast"):
+            for path in (
+                f"/runs/{run.id}/scenarios/{key}",
+                f"/runs/{run.id}/transcript?key={key}&model=sim%2Ffast",
+            ):
                 page = httpx.get(viewer.url + path, timeout=30)
                 assert page.status_code == 200 and "(threshold 0.7: failed)" in page.text, path
     finally:
@@ -173,7 +180,9 @@ def test_the_criteria_table_counts_a_judgement_as_the_judge_decided_it():
         },
         rows,
     )
-    judged = {c["model"]: (c["passed"], c["total"]) for c in report["criteria"] if c["criterion"] == "llm_judge"}
+    judged = {
+        c["model"]: (c["passed"], c["total"]) for c in report["criteria"] if c["criterion"] == "llm_judge"
+    }
     assert judged == {"sim/smart": (1, 1), "sim/fast": (0, 1)}
     assert "| llm_judge | `sim/smart` | 0.780 | 0.780 | 0.780 | 1/1 |" in render_markdown(report)
 

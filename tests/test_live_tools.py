@@ -71,7 +71,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         if url.path == "/slow":
-            SLOW_RELEASE.wait(60)  # a server that never answers in time: the client's real timeout must end the call
+            # a server that never answers in time: the client's real timeout must end the call
+            SLOW_RELEASE.wait(60)
         if url.path == "/text":
             return self._send(200, "plain answer", "text/plain")
         if url.path == "/big":

@@ -1,4 +1,5 @@
-"""Long work shows progress: stages with a ticking clock, convert of a large file, recover, db upgrade, bench cells."""
+"""Long work shows progress: stages with a ticking clock, convert of a large file, recover, db upgrade, bench
+cells."""
 from __future__ import annotations
 
 import io
@@ -75,7 +76,9 @@ def test_recover_and_db_upgrade_say_what_they_are_doing(tmp_path) -> None:
     assert recovered.exit_code == 0, recovered.output
     assert "recover: checking 0 runs" in recovered.stderr and "nothing to recover" in recovered.stdout
     as_json = runner.invoke(main, ["recover", "--db", url, "--broker", "memory", "--json"])
-    assert as_json.exit_code == 0 and json.loads(as_json.stdout) == {"actions": [], "runs": []}, as_json.output
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout) == {"actions": [], "runs": []}, (
+        as_json.output
+    )
 
 
 def test_db_upgrade_names_a_postgres_database_without_its_password(tmp_path) -> None:

@@ -70,7 +70,9 @@ def session(sqlite_url, sim, monkeypatch):
 
 
 def _run(session: Session, catalog: Path, models: list[str], **options) -> str:
-    return session.wait(session.submit(str(catalog), models, strategy="sequential", **options).id, timeout=300).id
+    return session.wait(
+        session.submit(str(catalog), models, strategy="sequential", **options).id, timeout=300
+    ).id
 
 
 def test_the_judge_table_and_the_criteria_table_are_two_tables(session) -> None:
@@ -108,7 +110,12 @@ def _result(key: str, model: str, status: str, **extra) -> Result:
 
 
 def test_crafted_reports_keep_their_tables_whole() -> None:
-    judge = {"model": "sim/judge", "score": 0.2, "reason": "said | nothing\nat all", "raw": "{\"score\": | 0.2}"}
+    judge = {
+        "model": "sim/judge",
+        "score": 0.2,
+        "reason": "said | nothing\nat all",
+        "raw": '{"score": | 0.2}',
+    }
     results = [
         _result("s|1", "a", "passed", scores={"contains": 1.0, "judge": 1.0}),
         _result(

@@ -96,7 +96,10 @@ def test_unknown_provider_with_config():
         parse_model_spec("acme/model-1", providers)
     message = str(info.value)
     assert "unknown provider 'acme'" in message
-    assert "known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, together, vllm" in message
+    assert (
+        "known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, "
+        "sim, together, vllm"
+    ) in message
     assert "--providers FILE" in message
     # Without a config, any syntactically valid provider is accepted.
     assert parse_model_spec("acme/model-1").provider == "acme"
@@ -145,7 +148,10 @@ def test_get_unknown_provider_names_known_ones():
     with pytest.raises(ModelSpecError) as info:
         load_providers().get("acme")
     message = str(info.value)
-    assert message.startswith("unknown provider 'acme' (known: anthropic, azure, deepseek, fireworks, gemini, groq, mistral, ollama, openai, openrouter, sim, together, vllm)")
+    assert message.startswith(
+        "unknown provider 'acme' (known: anthropic, azure, deepseek, fireworks, "
+        "gemini, groq, mistral, ollama, openai, openrouter, sim, together, vllm)"
+    )
     assert "--providers FILE" in message and "\n" not in message
 
 

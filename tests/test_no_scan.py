@@ -64,7 +64,9 @@ def test_listing_results_and_progress_uses_indexes_only(db_url):
                 assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
     # The calls did their job on the populated database (the plans above are for real work).
     assert len(results["list_results"]) == 49 and results["missing_pairs"] == [("s00", "m1", 0)]
-    assert results["progress"]["persisted"] == 49 and results["missing_pairs of a rerun"] == [("s07", "m2", 0)]
+    assert results["progress"]["persisted"] == 49 and results["missing_pairs of a rerun"] == [
+        ("s07", "m2", 0)
+    ]
     assert len(results["list_runs"]) == 20 and len(results["list_runs by status"]) == 11
     assert len(results["status: active runs"]) == 11 and results["is_recorded"] is True
     assert results["pair_state"][0].id == running and results["pair_state"][1] is True

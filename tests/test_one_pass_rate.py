@@ -62,9 +62,14 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
         junit = cli("report", run, "--format", "junit")
         scenarios = {m["model"]: m for m in rep["epochs"]["models"]}
         for model, rate in rates[run].items():
-            assert re.search(rf"^{re.escape(model)}\s.*\s{re.escape(_pct(rate))}\s", table, re.MULTILINE), table
+            assert re.search(rf"^{re.escape(model)}\s.*\s{re.escape(_pct(rate))}\s", table, re.MULTILINE), (
+                table
+            )
             assert f"`{model}` | {_pct(rate)} |" in md
-            assert re.search(rf"<td>{re.escape(model)}</td><td class=n>\d</td><td class=n>{re.escape(_pct(rate))}<", html)
+            assert re.search(
+                rf"<td>{re.escape(model)}</td><td class=n>\d</td><td " rf"class=n>{re.escape(_pct(rate))}<",
+                html,
+            )
             # the second number, under its own name everywhere it is shown
             m = scenarios[model]
             assert f"scenarios passed {m['scenarios_passed']}/{m['scenarios']}" in table
@@ -87,18 +92,25 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
         assert row.split()[2:4] == [_pct(rates[a][model]), _pct(rates[b][model])], row
 
     # flips over epochs: a pair flips when its epoch pass rate crosses the scenario's threshold (0.7)
-    pairs = {run: {(p["scenario_key"], p["model"]): p for p in rep["epochs"]["pairs"]} for run, rep in reports.items()}
+    pairs = {
+        run: {(p["scenario_key"], p["model"]): p for p in rep["epochs"]["pairs"]}
+        for run, rep in reports.items()
+    }
     expected = {pair for pair in pairs[a] if pairs[a][pair]["ok"] != pairs[b][pair]["ok"]}
     listed = {(f["scenario_key"], f["model"]) for f in compared["flipped"]}
     significant_or_flaky = listed | {(f["scenario_key"], f["model"]) for f in compared.get("flaky", [])}
-    assert significant_or_flaky == expected and expected, "some scenario crosses its threshold between the runs"
+    assert significant_or_flaky == expected and expected, (
+        "some scenario crosses its threshold between the runs"
+    )
 
     viewer = Viewer(f"sqlite:///{env}/one.db", "memory", env / "view.log")
     try:
         for run in (a, b):
             page = httpx.get(f"{viewer.url}/runs/{run}", timeout=30).text
             for model, rate in rates[run].items():
-                cell = re.search(rf'<tr data-model="{re.escape(model)}">.*?class="num pass-rate">([^<]+)<', page, re.DOTALL)
+                cell = re.search(
+                    rf'<tr data-model="{re.escape(model)}">.*?class="num pass-rate">([^<]+)<', page, re.DOTALL
+                )
                 assert cell and cell.group(1) == _pct(rate), model
         page = httpx.get(f"{viewer.url}/compare?a={a}&b={b}", timeout=30).text
         for model in ("sim/a", "sim/b"):

@@ -97,7 +97,9 @@ def _evals(yaml_file: Path) -> list[tuple[str, str, dict]]:
             if isinstance(spec, dict) and "class" in spec]
 
 
-def _answered_registry(tmp_path: Path, yaml_name: str) -> tuple[Path, dict[str, dict[str, tuple[str, object]]]]:
+def _answered_registry(
+    tmp_path: Path, yaml_name: str
+) -> tuple[Path, dict[str, dict[str, tuple[str, object]]]]:
     """A registry with the YAML verbatim and each data file's samples × fixed answers: the YAML's path and
     {data file: {sample id: (answer, ideal)}}."""
     root = tmp_path / "registry"

@@ -1,5 +1,6 @@
-"""An OpenAI evals registry YAML is an import format: the class picks the grader, samples_jsonl resolves as the
-registry resolves it, and what cannot be mapped is refused by name (one line each), or skipped with --lenient.
+"""An OpenAI evals registry YAML is an import format: the class picks the grader, samples_jsonl resolves as
+the registry resolves it, and what cannot be mapped is refused by name (one line each), or skipped with
+--lenient.
 
 The registry files are openai/evals' own (tests/data/openai_evals/registry, see SOURCE); the refusal cases
 write small registry files in openai/evals' format next to copies of those samples.
@@ -42,7 +43,11 @@ def test_each_class_picks_its_grader_and_samples_resolve_under_the_registry_data
     assert born.format == "openai-evals"
     catalog = parse_catalog(born.data, source="born-first.yaml")
     first = catalog.scenario("sample-1")
-    assert (first.expect.ideal, first.expect.ideal_grader, first.expect.gates) == (("N",), "match", ("ideal",))
+    assert (first.expect.ideal, first.expect.ideal_grader, first.expect.gates) == (
+        ("N",),
+        "match",
+        ("ideal",),
+    )
     assert first.temperature == 0 and first.tags == ("eval:born-first",)  # Match samples at temperature 0
     assert born.data["description"] == (
         "Imported from the OpenAI evals registry file born-first.yaml: Test the "
@@ -53,7 +58,10 @@ def test_each_class_picks_its_grader_and_samples_resolve_under_the_registry_data
     assert graders == {"test-match": "match", "test-fuzzy-match": "fuzzy_match", "test-includes": "includes"}
     assert basic.scenario("test-includes.sample-2").expect.ideal == ("Season 11", "11")
     # The converted catalog is a native catalog with the same digest.
-    assert loads_catalog(dump_native(load_any(REGISTRY / "evals" / "test-basic.yaml").data)).digest == basic.digest
+    assert (
+        loads_catalog(dump_native(load_any(REGISTRY / "evals" / "test-basic.yaml").data)).digest
+        == basic.digest
+    )
 
 
 def test_ignore_case_few_shot_and_model_graded_specs(tmp_path):
@@ -88,7 +96,11 @@ closed.v0:
     assert [m.get("name") for m in shots.messages[:-1]] == ["example_user", "example_assistant"] * 2
     assert shots.messages[-1]["role"] == "user"
     fact = catalog.scenario("fact.v0.sample-1")
-    assert (fact.expect.judge, fact.expect.reference, fact.expect.gates) == (FACT_RUBRIC, "time", ("llm_judge",))
+    assert (fact.expect.judge, fact.expect.reference, fact.expect.gates) == (
+        FACT_RUBRIC,
+        "time",
+        ("llm_judge",),
+    )
     closed = catalog.scenario("closed.v0.sample-1")
     assert (closed.expect.judge, closed.expect.reference) == ("conciseness: Is the answer concise?", None)
 
@@ -148,14 +160,14 @@ ok.v0:
 """)
     assert _problems(path) == [
         (
-            f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code in "
-            "openai/evals (its own eval_sample); evaljobs maps Match, Includes, FuzzyMatch, ModelBasedClassify only; "
-            "remove the eval or pass --lenient to skip it"
+            f"{path}:3: eval 'translate.v0': class 'evals.elsuite.translate:Translate' is custom Python code "
+            "in openai/evals (its own eval_sample); evaljobs maps Match, Includes, FuzzyMatch, "
+            "ModelBasedClassify only; remove the eval or pass --lenient to skip it"
         ),
         (
             f"{path}:7: eval 'humor.v0': modelgraded_spec 'humor': its prompt and choice scores "
-            "(registry/modelgraded/humor.yaml) are not mapped to evaljobs' judge (mapped: fact, closedqa); remove the "
-            "eval or pass --lenient to skip it"
+            "(registry/modelgraded/humor.yaml) are not mapped to evaljobs' judge (mapped: fact, closedqa); "
+            "remove the eval or pass --lenient to skip it"
         ),
     ]
     lenient = load_any(path, lenient=True)
@@ -189,7 +201,9 @@ def test_a_git_lfs_pointer_a_missing_file_and_a_conflicting_grader_are_one_line_
 def test_a_yaml_copied_alone_finds_its_samples_next_to_it(tmp_path):
     shutil.copy(REGISTRY / "evals" / "hebrew-rhyme.yaml", tmp_path / "hebrew-rhyme.yaml")
     (tmp_path / "hebrew_rhyme").mkdir()
-    shutil.copy(REGISTRY / "data" / "hebrew_rhyme" / "samples.jsonl", tmp_path / "hebrew_rhyme" / "samples.jsonl")
+    shutil.copy(
+        REGISTRY / "data" / "hebrew_rhyme" / "samples.jsonl", tmp_path / "hebrew_rhyme" / "samples.jsonl"
+    )
     imported = load_any(tmp_path / "hebrew-rhyme.yaml")
     assert {s["expect"]["ideal_grader"] for s in imported.data["groups"][0]["scenarios"]} == {"fuzzy_match"}
 
@@ -200,7 +214,8 @@ def test_run_takes_the_registry_yaml_and_grader(tmp_path, simulated_provider):
     runner = CliRunner()
     done = runner.invoke(main, ["run", str(REGISTRY / "evals" / "test-basic.yaml"), "-m", "sim/a",
                                 "--strategy", "sequential", "--db", db, "--json"])
-    assert done.exit_code in (0, 1), done.output  # the simulated answers fail these evals: a gate exit, no error
+    # the simulated answers fail these evals: a gate exit, no error
+    assert done.exit_code in (0, 1), done.output
     report = json.loads(done.stdout)
     assert report["summary"]["expected"] == 9 and report["summary"]["errored"] == 0
     samples = REGISTRY / "data" / "test_match" / "samples.jsonl"
@@ -208,7 +223,9 @@ def test_run_takes_the_registry_yaml_and_grader(tmp_path, simulated_provider):
                                  "--grader", "inspect_match", "--json"])
     assert plain.exit_code in (0, 1), plain.output
     assert json.loads(plain.stdout)["summary"]["expected"] == 3
-    wrong = runner.invoke(main, ["run", str(samples), "-m", "sim/a", "--db", db, "--grader", "inspect_answer:x"])
+    wrong = runner.invoke(
+        main, ["run", str(samples), "-m", "sim/a", "--db", db, "--grader", "inspect_answer:x"]
+    )
     assert wrong.exit_code != 0
     assert "inspect_answer takes letter, word or line, not 'x'" in wrong.output
 

@@ -89,7 +89,9 @@ def test_metadata_in_one_place() -> None:
     assert (ROOT / "evaljobs" / "py.typed").exists()
     oldest = re.fullmatch(r">=\s*3\.(\d+)", cfg["options"]["python_requires"].strip())
     assert oldest, "python_requires should be '>=3.N'"
-    versions = sorted(int(m) for m in re.findall(r"Programming Language :: Python :: 3\.(\d+)", meta["classifiers"]))
+    versions = sorted(
+        int(m) for m in re.findall(r"Programming Language :: Python :: 3\.(\d+)", meta["classifiers"])
+    )
     assert versions and versions[0] == int(oldest.group(1)), (versions, oldest.group(0))
     assert versions == list(range(versions[0], versions[-1] + 1)), f"a gap in the classifiers: {versions}"
     assert f"Python :: 3.{sys.version_info.minor}" in meta["classifiers"], "this interpreter is not declared"
@@ -108,8 +110,8 @@ def test_wheel_contents(wheel) -> None:
     assert meta["Version"] == evaljobs.__version__
     assert meta["License"] == "MIT"
     assert "Typing :: Typed" in meta.get_all("Classifier")
-    # No made-up addresses: the project has no public home yet (setup.cfg says why); the docs ship with the source
-    # and the README, the long description, links them.
+    # No made-up addresses: the project has no public home yet (setup.cfg says why); the docs ship with the
+    # source and the README, the long description, links them.
     assert meta.get_all("Project-URL") is None and meta["Home-page"] is None, meta.get_all("Project-URL")
     assert "docs/index.md" in meta.get_payload()
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
@@ -146,7 +148,8 @@ def test_installed_wheel_runs_the_demo(installed, tmp_path) -> None:
 
 
 def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> None:
-    """The wheel venv has no `mcp`: a catalog with MCP tools fails at once naming the extra, creating no run."""
+    """The wheel venv has no `mcp`: a catalog with MCP tools fails at once naming the extra, creating no run.
+    """
     work = tmp_path / "mcp"
     work.mkdir()
     shutil.copy(ROOT / "examples" / "catalogs" / "tools_mcp.yaml", work / "tools_mcp.yaml")

@@ -26,7 +26,9 @@ def _result(key: str, model: str = "sim/fast") -> Result:
 def test_a_group_commit_inserts_and_counts_each_pair_once(db_url):
     store.connect(db_url)
     run = store.create_run(numbered_catalog(5, "group"), ["sim/fast"], strategy="fanout")
-    first = store.record_results(run.id, [_result("s0000"), _result("s0001"), _result("s0001"), _result("s0002")])
+    first = store.record_results(
+        run.id, [_result("s0000"), _result("s0001"), _result("s0001"), _result("s0002")]
+    )
     assert [r.inserted for r in first] == [True, True, False, True]  # the duplicate within the group: no row
     assert [r.persisted for r in first if r.inserted] == [1, 2, 3] and not any(r.completed for r in first)
     assert first[2].persisted == 3  # what the run has after the group
@@ -107,8 +109,8 @@ def test_a_fanout_run_in_batches_keeps_every_pair_and_retries_a_failing_one_on_i
     catalog = loads_catalog(
         "name: batches\nscenarios:\n"
         + "".join(
-            f"  - key: s{i:04d}\n    prompt: '{'[sim: fail-first 1 500] ' if i == 7 else ''}[sim: say answer {i}]'\n"
-            f"    expect: {{contains: ['answer {i}']}}\n"
+            f"  - key: s{i:04d}\n    prompt: '{'[sim: fail-first 1 500] ' if i == 7 else ''}[sim: say answer "
+            f"{i}]'\n    expect: {{contains: ['answer {i}']}}\n"
             for i in range(12)
         ),
         source="batches.yaml",
@@ -156,4 +158,6 @@ def test_batches_carry_epochs_each_its_own_row(tmp_path, simulated_provider, mon
         info = session.wait(info.id, timeout=120)
         results = session.results(info.id)
     assert info.status == "complete" and info.persisted == info.expected == 15
-    assert sorted((r.scenario_key, r.epoch) for r in results) == [(f"s{i:04d}", e) for i in range(5) for e in range(3)]
+    assert sorted((r.scenario_key, r.epoch) for r in results) == [
+        (f"s{i:04d}", e) for i in range(5) for e in range(3)
+    ]

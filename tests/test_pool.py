@@ -349,7 +349,9 @@ def test_retiring_members_mid_run_on_redis_loses_no_pair(
     simulated_provider(latency=0.03)
     session = Session(db=sqlite_url, broker=redis_url)
     binding = session.binding()
-    pool = RetiringPool(min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool")
+    pool = RetiringPool(
+        min=1, max=5, idle_seconds=0.02, broker=binding.broker, poll=0.02, pool_id="test:pool"
+    )
     forced = pool.forced
     try:
         pool.start()

@@ -43,9 +43,9 @@ def test_simple_test_imports_with_yaml_12_refs_and_one_refusal():
         load_any(SIMPLE)
     assert info.value.problems == [
         (
-            f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an embedding "
-            "model to compare meanings, which evaljobs does not have (write the expected phrases as icontains, or a "
-            "rubric as llm-rubric); remove it or pass --lenient to skip it"
+            f"{SIMPLE}:38: test #4 ('Check for semantic similarity'): assertion type 'similar' needs an "
+            "embedding model to compare meanings, which evaljobs does not have (write the expected phrases "
+            "as icontains, or a rubric as llm-rubric); remove it or pass --lenient to skip it"
         )
     ]
     _, catalog = _catalog(SIMPLE, lenient=True)
@@ -69,8 +69,8 @@ def test_a_missing_ref_is_one_line_or_skipped_under_lenient(tmp_path):
         load_any(config)
     assert info.value.problems == [
         (
-            f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define it under "
-            "assertionTemplates or fix the name or pass --lenient to skip it"
+            f"{config}:5: test #1: $ref '#/assertionTemplates/nope' points to nothing in this file; define "
+            "it under assertionTemplates or fix the name or pass --lenient to skip it"
         )
     ]
     imported, catalog = _catalog(config, lenient=True)
@@ -90,7 +90,9 @@ def test_json_output_transforms_schema_and_javascript_run_like_promptfoo(runner)
     result = grade(passion, Replay(answer=good), assertions=runner)
     assert result.status == PASSED, result.details
     # contains-any on the transformed output (output.countries): none of the listed countries.
-    wrong = grade(passion, Replay(answer='{"color": "purple", "countries": ["Brazil", "Peru"]}'), assertions=runner)
+    wrong = grade(
+        passion, Replay(answer='{"color": "purple", "countries": ["Brazil", "Peru"]}'), assertions=runner
+    )
     assert (wrong.status, wrong.fault) == (FAILED, "regex_mismatch")  # contains-any is a native regex check
     assert [o["pass"] for o in wrong.details["assertions"]] == [True, True, False]
     # The schema: countries must be strings.
@@ -102,7 +104,10 @@ def test_json_output_transforms_schema_and_javascript_run_like_promptfoo(runner)
 
     yellow = '{"color": "yellow", "countries": ["Ecuador"]}'
     assert grade(banana, Replay(answer=yellow), assertions=runner).status == PASSED
-    assert grade(banana, Replay(answer='{"color": "green", "countries": []}'), assertions=runner).status == FAILED
+    assert (
+        grade(banana, Replay(answer='{"color": "green", "countries": []}'), assertions=runner).status
+        == FAILED
+    )
 
 
 def test_python_assertions_inline_run_in_a_subprocess(runner):
@@ -111,7 +116,10 @@ def test_python_assertions_inline_run_in_a_subprocess(runner):
     assert grade(bananas, Replay(answer="I love bananas!"), assertions=runner).status == PASSED
     assert grade(bananas, Replay(answer="I love apples!"), assertions=runner).status == FAILED
     result = grade(potatoes, Replay(answer="Potatoes rock"), assertions=runner)
-    assert result.status == FAILED and result.details["assertions"][0]["reason"] == "Did not contain expected output"
+    assert (
+        result.status == FAILED
+        and result.details["assertions"][0]["reason"] == "Did not contain expected output"
+    )
     assert grade(potatoes, Replay(answer="Expected output"), assertions=runner).status == PASSED
 
 
@@ -223,7 +231,9 @@ def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path,
     with Session(db=f"sqlite:///{tmp_path}/runs.db", broker="memory") as session, \
             pytest.raises(UsageError) as info:
         session.submit(str(JSON_OUTPUT), ["sim/fast"], strategy="sequential")
-    assert str(info.value).startswith(f"{JSON_OUTPUT}: test #1: assertion #2 (javascript): needs Node.js: install")
+    assert str(info.value).startswith(
+        f"{JSON_OUTPUT}: test #1: assertion #2 (javascript): needs Node.js: install"
+    )
     # JUnit carries the grader's account of external assertions and gates.
     result = Result(
         "k",

@@ -343,7 +343,10 @@ def test_an_imported_weighted_suite_runs_end_to_end_on_the_simulated_provider(tm
     )
     assert (judged.status == "passed", judged.score) == (expected, pytest.approx(score, abs=1e-6))
     gone = results["judge-gone"]  # the judge failed: the pair is errored, never held against the model
-    assert (gone.status, gone.fault) == ("errored", "judge_unavailable") and "judge model is gone" in gone.error
+    assert (gone.status, gone.fault) == (
+        "errored",
+        "judge_unavailable",
+    ) and "judge model is gone" in gone.error
     assert run.report["summary"]["results"] == 4
     from evaljobs.reports import junit
 
@@ -399,12 +402,13 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
         ),
         "m.yaml:13: scenario 'b': expect.assertions[0].weight must be a number >= 0, not -1",
         (
-            "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: true' "
-            "or use pass_threshold"
+            "m.yaml:12: scenario 'b': expect.threshold applies to a weighted assertion list; add 'weighted: "
+            "true' or use pass_threshold"
         ),
         (
-            "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' (builtin, promptfoo, "
-            "javascript, python, json_schema, refused, judge, latency, set), not {'kind': 'nope'}"
+            "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' "
+            "(builtin, promptfoo, javascript, python, json_schema, refused, judge, latency, set), not "
+            "{'kind': 'nope'}"
         ),
         "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",
         (
@@ -434,7 +438,7 @@ def test_csv_tests_read_vars_descriptions_and_expected_columns_as_promptfoo(tmp_
         _load(config)
     assert info.value.problems == [
         (
-            f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove the column "
-            "or pass --lenient to skip it"
+            f"{config}:2: tests: tests file 'tests.csv': column '__prefix' is not read by evaljobs; remove "
+            "the column or pass --lenient to skip it"
         )
     ]

@@ -456,7 +456,8 @@ def test_an_http_proxy_from_the_environment_is_used_unless_no_proxy_names_the_ho
         client.close()
     assert completion.content == "hi"
     [(request_line, headers)] = _RecordingHandler.seen
-    assert request_line == "POST http://provider.invalid/v1/chat/completions HTTP/1.1"  # absolute form: a proxy
+    # absolute form: a proxy
+    assert request_line == "POST http://provider.invalid/v1/chat/completions HTTP/1.1"
     assert headers["authorization"] == f"Bearer {SECRET}"
     assert headers["user-agent"] == "evaljobs" and headers["accept"] == "application/json"
     assert headers["content-type"] == "application/json" and "gzip" in headers["accept-encoding"]

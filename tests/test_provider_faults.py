@@ -167,7 +167,9 @@ def _chunked_flood(total: int) -> tuple[str, threading.Thread]:
         conn, _ = listener.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
             chunk = b"x" * 65536
             sent = 0
             try:

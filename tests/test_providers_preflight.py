@@ -187,18 +187,24 @@ def test_rerun_takes_providers_and_exits_1_when_every_pair_errored(env, sim):
     fixed = providers_file(env, f'providers:\n  flaky: {{base_url: "{sim.url}"}}\n')
     first = cli("run", SUPPORT, "-m", "flaky/smart", "--providers", broken, "--strategy", "sequential")
     assert first.exit_code == 1 and "failed: all 14 pairs errored" in first.output, first.output
-    run_id = next(line.split()[1].rstrip(":") for line in first.output.splitlines() if line.startswith("run r_"))
+    run_id = next(
+        line.split()[1].rstrip(":") for line in first.output.splitlines() if line.startswith("run r_")
+    )
 
     again = cli("rerun", run_id, "--errored", "--providers", broken)
     assert again.exit_code == 1 and "failed: all 14 pairs errored" in again.output, again.output
 
     healed = cli("rerun", run_id, "--errored", "--providers", fixed)
     assert healed.exit_code == 0, healed.output
-    new_id = next(line.split()[1].rstrip(":") for line in healed.output.splitlines() if line.startswith("run r_"))
+    new_id = next(
+        line.split()[1].rstrip(":") for line in healed.output.splitlines() if line.startswith("run r_")
+    )
     store.connect(f"sqlite:///{env}/pf.db")
     assert {r.status for r in store.list_results(new_id)} <= {"passed", "failed"}
 
-    missing_key = providers_file(env, f'providers:\n  flaky: {{base_url: "{sim.url}", api_key_env: PF_KEY}}\n')
+    missing_key = providers_file(
+        env, f'providers:\n  flaky: {{base_url: "{sim.url}", api_key_env: PF_KEY}}\n'
+    )
     refused = cli("rerun", run_id, "--errored", "--providers", missing_key)
     assert refused.exit_code == 2 and "needs its API key in $PF_KEY" in refused.output
     assert len(store.list_runs()) == 3  # the refused rerun created nothing
@@ -245,7 +251,9 @@ providers:
 
     report = info.report
     assert report["summary"]["cost_unknown"] == 2
-    assert report["summary"]["cost"] == pytest.approx(sum(r.cost for r in results.values() if r.cost is not None))
+    assert report["summary"]["cost"] == pytest.approx(
+        sum(r.cost for r in results.values() if r.cost is not None)
+    )
     blocks = {m["model"]: m for m in report["models"]}
     assert blocks["unpriced/b"]["cost_unknown"] == 2 and blocks["priced/a"]["cost_unknown"] == 0
     assert blocks["priced/a"]["ttft_p50_ms"] is not None and blocks["plain/c"]["ttft_p50_ms"] is None
@@ -297,8 +305,8 @@ def test_every_readme_providers_example_loads_and_needs_only_its_key(env, tmp_pa
         model = next(iter(entry.prices))
         found = problems(config, [f"{name}/{model}"])
         assert [line.split(": ", 1)[1] for line in found] == [
-            f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or name "
-            f"another variable with api_key_env in {config.source}"
+            f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or "
+            f"name another variable with api_key_env in {config.source}"
         ], (number, found)
 
 

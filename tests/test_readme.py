@@ -36,9 +36,13 @@ def readme_blocks(text: str, sections: tuple[str, ...] = SECTIONS) -> list[tuple
     for section in sections:
         match = re.search(rf"^## {re.escape(section)}\s*$(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
         assert match, f"README has no '## {section}' section"
-        for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", match.group(1), re.MULTILINE | re.DOTALL):
+        for block in re.findall(
+            r"^```(?:bash|sh|shell)\n(.*?)^```", match.group(1), re.MULTILINE | re.DOTALL
+        ):
             block = re.sub(r"\\\n\s*", "", block)  # a command continued with a backslash is one command
-            lines = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+            lines = [
+                line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")
+            ]
             out.append((section, lines))
     return out
 
@@ -83,7 +87,9 @@ def sim_providers(tmp_path):
 def _venv_is_current() -> bool:
     """What scripts/_setup.sh checks: an install stamp in this virtualenv newer than the metadata."""
     metadata = [(ROOT / name).stat().st_mtime for name in ("setup.cfg", "pyproject.toml")]
-    return any(stamp.stat().st_mtime > max(metadata) for stamp in Path(sys.prefix).glob(".evaljobs-installed*"))
+    return any(
+        stamp.stat().st_mtime > max(metadata) for stamp in Path(sys.prefix).glob(".evaljobs-installed*")
+    )
 
 
 def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
@@ -115,7 +121,9 @@ def test_readme_commands_run_verbatim(tmp_path, sim_providers) -> None:
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=repo, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
     err = done.stdout
-    assert "setup: installing" not in err, "scripts/_setup.sh reinstalled into the shared .venv:\n" + err[-3000:]
+    assert "setup: installing" not in err, (
+        "scripts/_setup.sh reinstalled into the shared .venv:\n" + err[-3000:]
+    )
     ends = {int(i): int(rc) for i, rc in re.findall(r"^::end (\d+) (\d+)$", err, re.MULTILINE)}
     for index, command in enumerate(commands):
         assert index in ends, f"README command never finished: {command}\n{err[-3000:]}"

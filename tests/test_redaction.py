@@ -51,7 +51,9 @@ class HeaderEcho:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 headers = {name: self.headers.get(name, "") for name in ("X-Gateway-Token", "Authorization")}
                 seen.append(headers)
-                echoed = "; ".join(f"{k}={v} (as written: {', '.join(written(v)[1:])})" for k, v in headers.items())
+                echoed = "; ".join(
+                    f"{k}={v} (as written: {', '.join(written(v)[1:])})" for k, v in headers.items()
+                )
                 data = json.dumps({"error": {"message": f"bad request, you sent: {echoed}",
                                              "type": "invalid_request_error"}}).encode()
                 self.send_response(400)
@@ -98,7 +100,11 @@ def leaks(values: list[str], places: dict[str, str | bytes]) -> list[tuple[str, 
 
 
 def evaljobs(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_") and k not in ("GW_TOKEN", "GW_KEY")}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("EVALJOBS_") and k not in ("GW_TOKEN", "GW_KEY")
+    }
     full.update(PYTHONPATH=str(ROOT), **env)
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full, cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False)
@@ -134,14 +140,18 @@ def test_a_provider_echoing_its_headers_leaks_no_secret_anywhere(echo, tmp_path)
     ran = evaljobs("run", "catalog.yaml", "-m", "gw/m", "--providers", "providers.yaml", "--db", db,
                    "--strategy", "sequential", "--json", env=env, cwd=tmp_path)
     # The secrets were really sent (so they could leak), and really echoed back.
-    assert any(h.get("X-Gateway-Token") == token and h.get("Authorization") == f"Bearer {key}" for h in echo.seen)
+    assert any(
+        h.get("X-Gateway-Token") == token and h.get("Authorization") == f"Bearer {key}" for h in echo.seen
+    )
     run = json.loads(ran.stdout)["run"]
     places: dict[str, str | bytes] = {"run stdout": ran.stdout, "run stderr": ran.stderr}
 
     with sqlite3.connect(f"{tmp_path}/runs.db") as conn:
         errors = [row[0] for row in conn.execute("select error from result")]
         places["database dump"] = "\n".join(conn.iterdump())
-    assert len(errors) == 2 and all("you sent: X-Gateway-Token=*** (as written: ***" in e for e in errors), errors
+    assert len(errors) == 2 and all("you sent: X-Gateway-Token=*** (as written: ***" in e for e in errors), (
+        errors
+    )
     for path in tmp_path.glob("runs.db*"):
         places[f"file {path.name}"] = path.read_bytes()
 

@@ -66,7 +66,9 @@ def test_nested_repeats_against_a_33_character_answer_end_within_the_pairs_deadl
     assert result.status == "failed" and result.details["unmatched_regex"] == ["^(a+)+$"]  # re's verdict
 
 
-def test_a_pattern_that_runs_past_the_deadline_errors_the_pair_naming_the_pattern(sqlite_url, simulated_provider):
+def test_a_pattern_that_runs_past_the_deadline_errors_the_pair_naming_the_pattern(
+    sqlite_url, simulated_provider
+):
     """``^(a|aa)+$`` on 41 characters backtracks for hours in any backtracking engine: cut at the deadline."""
     simulated_provider(latency=0.0)
     with Session(db=sqlite_url) as session:
@@ -117,7 +119,9 @@ def test_a_promptfoo_regex_the_engine_refuses_is_refused_by_the_importer():
 
     out: dict = {}
     with pytest.raises(promptfoo_assertions._BadValue, match=r"regex '\[\[:digit:\]\]' is ambiguous"):
-        promptfoo_assertions._assertion("regex", "[[:digit:]]", {"type": "regex", "value": "[[:digit:]]"}, out)
+        promptfoo_assertions._assertion(
+            "regex", "[[:digit:]]", {"type": "regex", "value": "[[:digit:]]"}, out
+        )
     assert out == {}
 
 

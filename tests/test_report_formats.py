@@ -263,7 +263,9 @@ def test_html_grid_has_a_cell_per_pair_and_each_cell_its_data() -> None:
     assert seen == len(results)
     failed = next(p for p in data if (p["key"], p["model"]) == ("cancel-order", "sim/fast"))
     assert failed["grades"]["expected_tools_not_called"][0]["name"] == "cancel_order"
-    assert failed["scores"]["contains"] == 0.0 and failed["messages"][-1]["content"] == "Sure, consider it done!"
+    assert (
+        failed["scores"]["contains"] == 0.0 and failed["messages"][-1]["content"] == "Sure, consider it done!"
+    )
     assert "messages" not in failed["grades"] and "turns" not in failed["grades"]
     passed = next(p for p in data if (p["key"], p["model"]) == ("order-status", "sim/fast"))
     assert passed["tool_calls"][0]["result"] == {"status": "shipped"}
@@ -340,7 +342,10 @@ def test_markdown_with_baseline_lists_exactly_the_flipped_pairs() -> None:
     before += [Result(r.scenario_key, r.model, "passed", 1.0) for r in results if r.status == "passed"]
     before = [b for b in before if b.pair != ("refund-policy", "openai/gpt-4.1")]
     text = render_markdown(report, baseline=build_report({**RUN, "id": "r_before"}, before))
-    assert "**Compared with baseline `r_before`**: 3 regressed, 0 fixed, 0 failed↔errored of 5 common pairs" in text
+    assert (
+        "**Compared with baseline `r_before`**: 3 regressed, 0 fixed, 0 failed↔errored of 5 common pairs"
+        in text
+    )
     section = text[text.index("**Flipped pairs (3)**"):text.index("**Failing pairs")]
     rows = [line for line in section.splitlines() if line.startswith("| regressed")]
     assert sorted(rows) == sorted([
@@ -349,7 +354,10 @@ def test_markdown_with_baseline_lists_exactly_the_flipped_pairs() -> None:
         "| regressed | `refund-policy` | `sim/fast` | passed → errored | -1.000 | run_error |"])
     assert "Only in this run (1): `refund-policy` × `openai/gpt-4.1`" in text
     assert "| `openai/gpt-4.1` | 100.0% → 50.0% | -50.0pp | 1 | 0 |" in text
-    assert render_markdown(report, baseline=compare(build_report({**RUN, "id": "r_before"}, before), report)) == text
+    assert (
+        render_markdown(report, baseline=compare(build_report({**RUN, "id": "r_before"}, before), report))
+        == text
+    )
 
 
 def test_markdown_neutralizes_html_in_text_cells() -> None:
@@ -421,7 +429,10 @@ def test_cli_report_every_format(runs, tmp_path) -> None:
     # sim/fast's `tone` fails on its judge score (0.21 under 0.7): it passed while the judge was averaged.
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("28", "4", "0")
     failure = root.find("testsuite[@name='sim/fast']/testcase[@name='cancel-order']/failure")
-    assert failure.get("type") == "expected_tool_not_called" and "expected tool not called: cancel_order" in failure.text
+    assert (
+        failure.get("type") == "expected_tool_not_called"
+        and "expected tool not called: cancel_order" in failure.text
+    )
 
     html = _cli(db, "report", both, "--format", "html")
     assert html.exit_code == 0 and html.stdout.startswith("<!DOCTYPE html>")
@@ -442,7 +453,10 @@ def test_cli_report_with_baseline(runs) -> None:
     # sim/fast one: no pair in common, every pair one-sided.
     md = _cli(db, "report", smart, "--baseline", fast)
     assert md.exit_code == 0
-    assert f"**Compared with baseline `{fast}`**: 0 regressed, 0 fixed, 0 failed↔errored of 0 common pairs" in md.stdout
+    assert (
+        f"**Compared with baseline `{fast}`**: 0 regressed, 0 fixed, 0 failed↔errored of 0 common pairs"
+        in md.stdout
+    )
     assert "Only in the baseline (14)" in md.stdout and "Only in this run (14)" in md.stdout
     as_json = json.loads(_cli(db, "report", smart, "--baseline", fast, "--format", "json").stdout)
     assert as_json["comparison"]["summary"]["only_a"] == 14
@@ -483,7 +497,9 @@ def test_cli_report_gate_and_one_line_errors(runs, tmp_path) -> None:
     assert bad_baseline.stderr.strip().splitlines() == [
         "error: --baseline does not apply to --format junit: use md, html, table or json"]
     store.connect(db)
-    pending = store.create_run(store.load_snapshot(store.get_run(fast).digest), ["sim/fast"], strategy="fanout")
+    pending = store.create_run(
+        store.load_snapshot(store.get_run(fast).digest), ["sim/fast"], strategy="fanout"
+    )
     no_report = _cli(db, "report", pending.id)
     assert no_report.exit_code == 2 and len(no_report.stderr.strip().splitlines()) == 1
     assert f"run {pending.id} has no report yet (pending, 0/14 pairs)" in no_report.stderr

@@ -26,7 +26,11 @@ def catalog_text(others: int) -> str:
              '    prompt: "[sim: fail-first 1 429] [sim: say finally]"',
              "    expect: {contains: [finally]}"]
     for i in range(others):
-        lines += [f"  - key: other{i:02d}", f'    prompt: "[sim: say ok{i}]"', f"    expect: {{contains: [ok{i}]}}"]
+        lines += [
+            f"  - key: other{i:02d}",
+            f'    prompt: "[sim: say ok{i}]"',
+            f"    expect: {{contains: [ok{i}]}}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -47,7 +51,8 @@ def retry_gap(sim) -> float:
 ])
 def test_a_rate_limited_pair_is_retried_at_retry_after(governor, permit_wait, how, sqlite_url,
                                                        simulated_provider, monkeypatch):
-    others = 16 if permit_wait == "2" else 0  # re-sent: alone, or it would queue behind the others (see below)
+    # re-sent: alone, or it would queue behind the others (see below)
+    others = 16 if permit_wait == "2" else 0
     sim = simulated_provider(latency=0.3, retry_after=RETRY_AFTER)
     monkeypatch.setenv("EVALJOBS_GOVERNOR", governor)
     monkeypatch.setenv("EVALJOBS_PERMIT_WAIT", permit_wait)

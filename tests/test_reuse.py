@@ -1,4 +1,5 @@
-"""Incremental runs (--reuse): exactly the provider calls of changed pairs, counted at the simulated provider."""
+"""Incremental runs (--reuse): exactly the provider calls of changed pairs, counted at the simulated provider.
+"""
 from __future__ import annotations
 
 import json
@@ -71,7 +72,11 @@ def test_reuse_makes_exactly_the_calls_of_changed_pairs(env, sim):
         assert {r.reused_from for r in rows if r.reused_from} == {first.id}
         assert all(r.cost == 0.0 for r in rows if r.reused_from)
         summary = second.report["summary"]
-        assert (summary["reused"], summary["calls_saved"], summary["reused_from"]) == (8, 3 * 2 + 2 * 2, [first.id])
+        assert (summary["reused"], summary["calls_saved"], summary["reused_from"]) == (
+            8,
+            3 * 2 + 2 * 2,
+            [first.id],
+        )
         assert summary["results"] == 12 and second.status == "complete"
         assert f"8 reused from {first.id} (10 provider calls saved)" in session.report(second.id, "md")
 
@@ -125,9 +130,13 @@ def test_cli_run_and_rerun_take_reuse(env, sim):
 
     assert cli("run", write("v1.yaml"), "-m", "sim/a", "--strategy", "sequential").exit_code == 0
     sim.reset_stats()
-    out = cli("run", write("v2.yaml", changed=True), "-m", "sim/a", "--strategy", "sequential", "--reuse", "latest")
+    out = cli(
+        "run", write("v2.yaml", changed=True), "-m", "sim/a", "--strategy", "sequential", "--reuse", "latest"
+    )
     assert out.exit_code == 0, out.output
-    assert requests(sim) == 1 and "4 reused from r_" in out.output and "(5 provider calls saved)" in out.output
+    assert (
+        requests(sim) == 1 and "4 reused from r_" in out.output and "(5 provider calls saved)" in out.output
+    )
 
 
 def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what_it_did(env, sim):
@@ -154,7 +163,9 @@ def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what
     first = store.list_runs()[0].id
     cli("run", other, "-m", "sim/a")  # the newest run is now of another catalog
     sim.reset_stats()
-    again = cli("run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "-m", "sim/b", "--reuse", "latest")
+    again = cli(
+        "run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "-m", "sim/b", "--reuse", "latest"
+    )
     assert lines(again) == [f"reused 4 of 12 pairs from {first} (1 changed, 7 new)"]
     assert requests(sim) == 2 + 7  # s2 (changed) and s9 (new) for sim/a; every sim/b pair (7 calls: a tool)
     # A run whose judge (an identity option) differs is not comparable: one line, everything evaluated.
@@ -169,7 +180,9 @@ def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what
         "latest",
     )
     latest, judged_id = store.list_runs()[1].id, store.list_runs()[0].id
-    assert lines(judged) == [f"--reuse: {latest} is not comparable (its judge_model differs); evaluating all 6 pairs"]
+    assert lines(judged) == [
+        f"--reuse: {latest} is not comparable (its judge_model differs); evaluating all 6 pairs"
+    ]
     # rerun --reuse latest: the latest run of the rerun's catalog (the judged one: not comparable), said the
     # same way.
     rerun = runner.invoke(main, ["rerun", first, "--all", "--reuse", "latest"], catch_exceptions=False)

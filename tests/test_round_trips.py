@@ -273,7 +273,8 @@ def test_a_prefetch_after_a_script_flush_loads_the_script_and_the_acquire_asks_a
 def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(
     counted_redis, simulated_provider, sqlite_url, monkeypatch
 ):
-    """Governor off, one pair a message: the result event goes in the ack's round trip (Dramatiq's ack script +
+    """Governor off, one pair a message: the result event goes in the ack's round trip (Dramatiq's ack script
+    +
     PUBLISH), so a pair costs the crash counter's begin and its ack, no round trip of its own for the event.
     The run's last result goes out on its own before its finalize is sent, and every event reaches a
     subscriber on Redis."""
@@ -301,4 +302,7 @@ def test_without_the_governor_a_pairs_result_event_rides_on_its_ack(
     assert sum(b'"type":"result"' in data for data in seen) == n and b'"type":"complete"' in seen[-1]
     carrying = {name: count for name, count in proxy.turns.items() if "publish" in name or "crash" in name}
     # n - 1 acks carry their pair's event; the last result and ``complete`` are published on their own.
-    assert carrying == {"crash-begin": n, "dramatiq+publish": n - 1, "publish": 2}, (carrying, dict(proxy.turns))
+    assert carrying == {"crash-begin": n, "dramatiq+publish": n - 1, "publish": 2}, (
+        carrying,
+        dict(proxy.turns),
+    )

@@ -60,7 +60,9 @@ def test_ambiguous_and_unknown_are_one_line(runs, text, error, message) -> None:
 def test_many_matches_are_capped(db_url, monkeypatch) -> None:
     store.connect(db_url)
     counter = itertools.count()
-    monkeypatch.setattr(store_runs, "secrets", SimpleNamespace(token_hex=lambda n=None: f"fee{next(counter):09d}"))
+    monkeypatch.setattr(
+        store_runs, "secrets", SimpleNamespace(token_hex=lambda n=None: f"fee{next(counter):09d}")
+    )
     catalog = loads_catalog(CATALOG, source="ids.yaml")
     for _ in range(7):
         store.create_run(catalog, ["sim/a"], strategy="sequential")

@@ -77,7 +77,10 @@ def test_openai_sdk_batch_round_trip_with_a_partial_failure(sim, oai):
     output = _by_id(oai.files.content(done.output_file_id).text)
     answers = {cid: openai.types.chat.ChatCompletion.model_validate(line["response"]["body"])
                for cid, line in output.items()}
-    assert {cid: a.choices[0].message.content for cid, a in answers.items()} == {"ok-1": "Paris", "ok-2": "Rome"}
+    assert {cid: a.choices[0].message.content for cid, a in answers.items()} == {
+        "ok-1": "Paris",
+        "ok-2": "Rome",
+    }
     assert all(line["response"]["status_code"] == 200 and line["error"] is None for line in output.values())
     errors = _by_id(oai.files.content(done.error_file_id).text)
     assert list(errors) == ["bad-1"] and errors["bad-1"]["response"]["status_code"] == 500
@@ -92,7 +95,9 @@ def test_openai_sdk_cancel_and_expiry(sim, oai):
     def submit(ids):
         file = oai.files.create(file=("r.jsonl", io.BytesIO(_openai_lines({i: "[sim: say x]" for i in ids}))),
                                 purpose="batch")
-        return oai.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+        return oai.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
 
     cancelled = submit(["c-1", "c-2"])
     assert oai.batches.cancel(cancelled.id).status == "cancelling"
@@ -128,7 +133,9 @@ def test_azure_openai_sdk_batch_paths(sim):
             file=("r.jsonl", io.BytesIO(_openai_lines({"az-1": "[sim: say hello]"}, "/chat/completions"))),
             purpose="batch",
         )
-        batch = client.batches.create(input_file_id=file.id, endpoint="/chat/completions", completion_window="24h")
+        batch = client.batches.create(
+            input_file_id=file.id, endpoint="/chat/completions", completion_window="24h"
+        )
         sim.batches.end_batches()
         done = client.batches.retrieve(batch.id)
         output = _by_id(client.files.content(done.output_file_id).text)

@@ -25,7 +25,9 @@ TOOLS_ANTHROPIC = [
         "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
     }
 ]
-TWO_CALLS = 'find it [sim: call search {"q": "refunds"}] [sim: call search {"q": "returns"}] [sim: say Found both]'
+TWO_CALLS = (
+    'find it [sim: call search {"q": "refunds"}] [sim: call search {"q": "returns"}] [sim: say Found both]'
+)
 
 
 #: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
@@ -65,7 +67,9 @@ def test_openai_sdk_tools_two_calls_then_answer(oai):
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
         ("search", {"q": "refunds"}), ("search", {"q": "returns"})]
     messages.append(first.choices[0].message.model_dump(exclude_none=True))
-    messages += [{"role": "tool", "tool_call_id": c.id, "content": f"result {i}"} for i, c in enumerate(calls)]
+    messages += [
+        {"role": "tool", "tool_call_id": c.id, "content": f"result {i}"} for i, c in enumerate(calls)
+    ]
     second = oai.chat.completions.create(model="sim", messages=messages, tools=TOOLS_OPENAI)
     assert second.choices[0].message.content == "Found both"
 
@@ -94,7 +98,9 @@ def test_openai_sdk_errors(oai):
     assert limited.value.status_code == 429
     assert limited.value.response.headers["retry-after"] == "3"
     with pytest.raises(openai.InternalServerError) as failed:
-        oai.chat.completions.create(model="sim", messages=[{"role": "user", "content": "[sim: status 500 boom]"}])
+        oai.chat.completions.create(
+            model="sim", messages=[{"role": "user", "content": "[sim: status 500 boom]"}]
+        )
     assert failed.value.status_code == 500 and "boom" in str(failed.value)
 
 
@@ -154,7 +160,9 @@ def test_anthropic_sdk_streaming_text_and_tools(ant):
 
 def test_anthropic_sdk_errors(ant):
     with pytest.raises(anthropic.RateLimitError) as limited:
-        ant.messages.create(model="sim", max_tokens=10, messages=[{"role": "user", "content": "[sim: ratelimit 2]"}])
+        ant.messages.create(
+            model="sim", max_tokens=10, messages=[{"role": "user", "content": "[sim: ratelimit 2]"}]
+        )
     assert limited.value.status_code == 429 and limited.value.response.headers["retry-after"] == "2"
     assert limited.value.body["error"]["type"] == "rate_limit_error"
     with pytest.raises(anthropic.InternalServerError) as failed:
@@ -210,7 +218,9 @@ def test_our_client_maps_errors(sim, wire, stream):
 def test_a_truncated_stream_is_an_error_not_an_empty_answer(sim, wire):
     with ChatClient(sim.url, api_key="k", wire=wire, stream=True) as client:
         with pytest.raises(TransientError) as cut:
-            client.complete("sim", [{"role": "user", "content": "[sim: say a long enough answer] [sim: truncate]"}])
+            client.complete(
+                "sim", [{"role": "user", "content": ("[sim: say a long enough answer] [sim: truncate]")}]
+            )
     assert "truncated" in cut.value.reason or "incomplete" in cut.value.reason
 
 

@@ -205,7 +205,9 @@ def command_outputs(run_id: str, db_url: str) -> dict[str, str]:
     report_command = main.commands["report"]
     formats = next(p for p in report_command.params if p.name == "fmt").type.choices
     for fmt in formats:
-        result = runner.invoke(main, ["report", run_id, "--format", fmt, "--db", db_url], catch_exceptions=False)
+        result = runner.invoke(
+            main, ["report", run_id, "--format", fmt, "--db", db_url], catch_exceptions=False
+        )
         assert result.exit_code == 0, result.output
         outputs[f"report --format {fmt}"] = result.output
     for args in (["show", run_id, "--json"], ["show", run_id], ["runs", "--json"]):
@@ -293,7 +295,9 @@ def test_the_api_key_appears_nowhere_after_a_run(redis_url, db_url, providers, t
     assert rejected.status == "errored" and rejected.error.startswith(
         "HTTP 401 from provider: Incorrect API key provided: ***"
     ), rejected.error
-    assert results["retry-echo × echoer/m"].error.startswith("HTTP 500 from provider: upstream failed for key ***")
+    assert results["retry-echo × echoer/m"].error.startswith(
+        "HTTP 500 from provider: upstream failed for key ***"
+    )
     assert results["flaky × keyed/m"].status == "passed"
 
     places: dict[str, bytes | str] = {}
@@ -307,7 +311,9 @@ def test_the_api_key_appears_nowhere_after_a_run(redis_url, db_url, providers, t
     places.update({f"log {path.name}": path.read_bytes() for path in (tmp_path / "logs").glob("*.log")})
     places["this process's log"] = caplog.text
     for run_id in (run.id, inline.id):
-        places.update({f"error {r.scenario_key} × {r.model}": r.error or "" for r in store.list_results(run_id)})
+        places.update(
+            {f"error {r.scenario_key} × {r.model}": r.error or "" for r in store.list_results(run_id)}
+        )
     assert watcher.bodies, "the watcher saw no message: the queue search proves nothing"
     assert any(b"traceback" in body for body in watcher.bodies.values()), \
         "no retried message was seen (Dramatiq stores the exception text in it)"

@@ -73,7 +73,9 @@ def test_allow_self_judge_runs_and_every_report_says_so(env):
     run_id = store.list_runs()[0].id
     row = store.list_results(run_id)[0]
     assert row.details["judge"]["model"] == "sim/fast" and row.details["judge"]["score"] is not None
-    report = {fmt: cli("report", run_id, "--format", fmt).output for fmt in ("json", "md", "table", "html", "junit")}
+    report = {
+        fmt: cli("report", run_id, "--format", fmt).output for fmt in ("json", "md", "table", "html", "junit")
+    }
     assert json.loads(report["json"])["run"]["self_judge"] == ["sim/fast"]
     assert "self-judged: sim/fast (--allow-self-judge)" in report["md"]
     assert "self-judged: sim/fast (--allow-self-judge)" in report["table"]

@@ -166,7 +166,10 @@ def test_rpm_is_a_sliding_window():
             chat.complete("m", user("q4"))
         assert info.value.retry_after == 0.5
         clock.advance(0.5)  # 60 s after the first two: both slots free again, the third still held
-        assert [chat.complete("m", user(q)).content for q in ("q5", "q6")] == ["Answer to: q5", "Answer to: q6"]
+        assert [chat.complete("m", user(q)).content for q in ("q5", "q6")] == [
+            "Answer to: q5",
+            "Answer to: q6",
+        ]
         with pytest.raises(RateLimited) as info:
             chat.complete("m", user("q7"))
         assert info.value.retry_after == 20.0

@@ -413,7 +413,9 @@ def test_result_table_has_the_unique_pair_index(db_url: str) -> None:
     db = store.connect(db_url)
     with store.connection():
         indexes = db.get_indexes("result")
-    assert any(ix.unique and ix.columns == ["run_id", "scenario_key", "model", "epoch"] for ix in indexes), indexes
+    assert any(ix.unique and ix.columns == ["run_id", "scenario_key", "model", "epoch"] for ix in indexes), (
+        indexes
+    )
     run = store.create_run(make_catalog(["a"]), ["m"], strategy="fanout")
     with store.connection(), pytest.raises(peewee.IntegrityError):
         row = dict(run=run.id, scenario_key="a", model="m", status="passed", score=1.0, scores="{}",

@@ -58,7 +58,8 @@ def test_each_selector_and_their_order():
     ]
     assert keys(Selection(limit=2)) == ["order-0", "order-1"]
     drawn = keys(Selection(tags=("refunds",), sample=3, seed=7))
-    assert len(drawn) == 3 and drawn == keys(Selection(tags=("refunds",), sample=3, seed=7))  # same seed, same draw
+    # same seed, same draw
+    assert len(drawn) == 3 and drawn == keys(Selection(tags=("refunds",), sample=3, seed=7))
     assert all(k.startswith("refund-") for k in drawn)
     assert {tuple(keys(Selection(sample=3, seed=s))) for s in range(10)} != {tuple(drawn)}
     subset, record = select(catalog(), Selection(tags=("refunds",), limit=4))
@@ -94,7 +95,10 @@ def test_run_records_the_selection_and_the_report_says_so(tmp_path, sim, monkeyp
         return runner.invoke(main, list(args), catch_exceptions=False)
 
     empty = cli("run", str(path), "-m", "sim/a", "--strategy", "sequential", "--filter", "nope-*")
-    assert empty.exit_code == 2 and "no scenario of catalog 'shop' (10 scenarios) matches filter: nope-*" in empty.output
+    assert (
+        empty.exit_code == 2
+        and "no scenario of catalog 'shop' (10 scenarios) matches filter: nope-*" in empty.output
+    )
     store.connect(db)
     assert store.list_runs() == [], "an empty selection creates no run"
     done = cli("run", str(path), "-m", "sim/a", "--strategy", "sequential", "--tag", "refunds",

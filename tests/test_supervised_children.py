@@ -1,4 +1,5 @@
-"""A SIGKILLed worker main process takes its worker processes with it (real supervisord, scripts/supervisord.conf).
+"""A SIGKILLed worker main process takes its worker processes with it (real supervisord,
+scripts/supervisord.conf).
 
 Before: the children were re-parented and kept consuming after the main process died, beside
 the fresh set supervisord started. Now each asks for a parent-death SIGTERM (Dramatiq's graceful stop).
@@ -65,7 +66,9 @@ def test_worker_processes_exit_when_supervisord_sigkills_the_main_process(redis_
         assert wait_until(lambda: main_pid(env) is not None, 30), ctl(env, "status")
         first = main_pid(env)
         log = home / "worker.log"
-        assert wait_until(lambda: log.exists() and "Worker process is ready" in log.read_text(errors="replace"), 60)
+        assert wait_until(
+            lambda: log.exists() and "Worker process is ready" in log.read_text(errors="replace"), 60
+        )
         kids = children(first)
         assert kids, "Dramatiq's main process forks its worker processes"
 

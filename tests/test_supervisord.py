@@ -39,7 +39,11 @@ def test_supervisord_restarts_a_killed_worker_and_the_run_completes(redis_url, s
     home.mkdir()
     lines = ["name: supervised", "scenarios:"]
     for i in range(24):
-        lines += [f"  - key: s{i}", f'    prompt: "[sim: say ok {i}]"', f"    expect: {{contains: ['ok {i}']}}"]
+        lines += [
+            f"  - key: s{i}",
+            f'    prompt: "[sim: say ok {i}]"',
+            f"    expect: {{contains: ['ok {i}']}}",
+        ]
     sim = simulated_provider(latency=0.2, export=False)  # exported below, once the supervisor runs
     env = dict(os.environ, EVALJOBS_HOME=str(home), EVALJOBS_BIN=str(BIN / "evaljobs"),
                EVALJOBS_BROKER_URL=redis_url, EVALJOBS_DATABASE_URL=sqlite_url, EVALJOBS_SIM_URL=sim.url,

@@ -48,7 +48,9 @@ def env(tmp_path, sim, monkeypatch):
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cost.db")
     monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
     providers = tmp_path / "providers.yaml"
-    providers.write_text(f'providers:\n  lab: {{api: openai, base_url: "{sim.url}", api_key_env: null, stream: false}}\n')
+    providers.write_text(
+        f'providers:\n  lab: {{api: openai, base_url: "{sim.url}", api_key_env: null, stream: false}}\n'
+    )
     monkeypatch.setenv("EVALJOBS_PROVIDERS", str(providers))
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(CATALOG.replace("TAG", uuid.uuid4().hex[:6]))
@@ -72,7 +74,9 @@ def _run(env, *extra: str) -> str:
         *extra,
     )
     assert done.exit_code == 0, done.output
-    return store.list_runs()[0].id if hasattr(store, "list_runs") else done.output.split("run ")[1].split(":")[0]
+    return (
+        store.list_runs()[0].id if hasattr(store, "list_runs") else done.output.split("run ")[1].split(":")[0]
+    )
 
 
 def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_everywhere(env):

@@ -141,7 +141,10 @@ def test_every_format_shows_the_statistics_and_flags_flaky_scenarios(db):
     table = render_table(report)
     # pass rate over every epoch (8/15), and, under its own name, scenarios whose epoch pass rate reaches 0.7
     assert "m1  8/15 passed 53.3% (95% CI 30.1%–75.2%) · scenarios passed 1/3 · 1 flaky" in table
-    assert "flaky (2):" in table and "s2 × m1  3/5 passed (60.0%) · mean 0.600 ± 0.245 · pass@5 100.0% · pass^5 0.0%" in table
+    assert (
+        "flaky (2):" in table
+        and ("s2 × m1  3/5 passed (60.0%) · mean 0.600 ± 0.245 · pass@5 100.0% · pass^5 0.0%") in table
+    )
     md = render_markdown(report)
     assert "| `m2` | 13/15 | 86.7% | 62.1%–96.3% | 3/3 | 1 |" in md
     assert "**Flaky scenarios (2)**" in md and "| `s1` | `m2` | 4/5 | 0.800 ± 0.200 | 100.0% | 0.0% |" in md
@@ -154,13 +157,20 @@ def test_every_format_shows_the_statistics_and_flags_flaky_scenarios(db):
     failure = cases[("m1", "s2")].find("failure")
     assert failure.get("message") == "3/5 epochs passed, under the threshold 0.7"
     assert "epoch 1: failed (score 0.000) [missing_content]" in failure.text
-    assert cases[("m2", "s1")].find("failure") is None and "epoch 4: failed" in cases[("m2", "s1")].find("system-out").text
+    assert (
+        cases[("m2", "s1")].find("failure") is None
+        and "epoch 4: failed" in cases[("m2", "s1")].find("system-out").text
+    )
     assert cases[("m1", "s3")].find("failure") is not None
     flaky = {(p.get("name"), p.get("value")) for c in cases.values() for p in c.iter("property")}
     assert ("flaky", "true") in flaky
     listed = flaky_text(report)
     assert listed.startswith(f"run {info.id}: 2 flaky of 6 scenario × model pairs (5 epochs each)")
-    assert "m1: 8/15 passed 53.3% (95% CI 30.1%–75.2%) · scenarios passed 1/3 · 1 flaky" in listed and "  s2  3/5 passed" in listed and "[P F P F P]" in listed
+    assert (
+        "m1: 8/15 passed 53.3% (95% CI 30.1%–75.2%) · scenarios passed 1/3 · 1 flaky" in listed
+        and "  s2  3/5 passed" in listed
+        and "[P F P F P]" in listed
+    )
 
 
 def test_compare_does_not_call_a_flaky_flip_a_regression_unless_significant(db):
@@ -197,7 +207,10 @@ def test_gate_ci_judges_the_wilson_lower_bound(db, monkeypatch):
     assert point.exit_code == 0 and "OK: pass rate 70.0% meets --fail-under 60.0%" in point.output
     ci = cli("report", info.id, "--format", "json", "--fail-under", "0.6", "--gate", "ci")
     assert ci.exit_code == 1
-    assert "FAIL: m1: 95% CI lower bound 30.1% (pass rate 53.3%, CI 30.1%–75.2%) is under --fail-under 60.0% (--gate ci)" in ci.output
+    assert (
+        "FAIL: m1: 95% CI lower bound 30.1% (pass rate 53.3%, CI 30.1%–75.2%) is under --fail-under 60.0% "
+        "(--gate ci)"
+    ) in ci.output
     assert cli("report", info.id, "--fail-under", "0.3", "--gate", "ci").exit_code == 0
     flaky = cli("report", info.id, "--flaky")
     assert flaky.exit_code == 0 and "2 flaky of 6" in flaky.output and "[P P P P F]" in flaky.output

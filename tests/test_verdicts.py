@@ -46,7 +46,10 @@ def test_each_gate_has_its_own_fault_in_diagnosis_order():
     for replay, fault in cases:
         result = grade(scenario, replay)
         assert (result.status, result.fault) == (FAILED, fault), replay.answer
-    assert grade(scenario, Replay(answer="refund #12", tool_calls=[ToolCall("lookup_order", {})])).status == PASSED
+    assert (
+        grade(scenario, Replay(answer="refund #12", tool_calls=[ToolCall("lookup_order", {})])).status
+        == PASSED
+    )
 
 
 def test_a_regex_that_does_not_match_is_regex_mismatch_not_missing_content():
@@ -81,13 +84,13 @@ scenarios:
                       "    expect: {contains: [x], gate: [regex, vibes]}\n", source="g.yaml")
     assert info.value.problems == [
         (
-            "g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; add the "
-            "expectation or remove it from gate"
+            "g.yaml:5: scenario 'a': expect.gate names 'regex', but this scenario expects nothing for it; "
+            "add the expectation or remove it from gate"
         ),
         (
-            "g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, contains, "
-            "not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, tools_succeeded, ideal, "
-            "assertions"
+            "g.yaml:5: scenario 'a': expect.gate: unknown criterion 'vibes'; known: response_present, "
+            "contains, not_contains, regex, expected_tools, max_latency_ms, token_budget, llm_judge, "
+            "tools_succeeded, ideal, assertions"
         ),
     ]
 
@@ -95,11 +98,21 @@ scenarios:
 def test_catalogs_without_new_fields_keep_their_digest():
     text = "name: d\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {contains: [x]}\n"
     body = loads_catalog(text).body["scenarios"][0]["expect"]
-    assert set(body) == {"contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget"}
+    assert set(body) == {
+        "contains",
+        "not_contains",
+        "regex",
+        "tools",
+        "judge",
+        "max_latency_ms",
+        "token_budget",
+    }
 
 
 def test_expected_tools_any_of_and_activeagent_patterns():
-    scenario = _scenario(tools=(ExpectedTool("a"), ExpectedTool("b")), tools_match="any", gates=("expected_tools",))
+    scenario = _scenario(
+        tools=(ExpectedTool("a"), ExpectedTool("b")), tools_match="any", gates=("expected_tools",)
+    )
     assert grade(scenario, Replay(answer="x", tool_calls=[ToolCall("b", {})])).status == PASSED
     assert grade(scenario, Replay(answer="x")).fault == "expected_tool_not_called"
     # ActiveAgent's matches_pattern?: a case-insensitive substring, else a case-insensitive regex.
@@ -125,7 +138,9 @@ def test_ideal_graders_follow_openai_evals():
     assert ideal_matches("Season 11", "11", "fuzzy_match") and ideal_matches("11", "Season 11", "fuzzy_match")
     assert ideal_matches("Millie Bobby Brown.", "millie bobby brown", "fuzzy_match")
     assert not ideal_matches("", "x", "fuzzy_match")
-    wrong = grade(_scenario(ideal=("Paris",), ideal_grader="match", pass_threshold=1.0), Replay(answer="It is Paris"))
+    wrong = grade(
+        _scenario(ideal=("Paris",), ideal_grader="match", pass_threshold=1.0), Replay(answer="It is Paris")
+    )
     assert (wrong.status, wrong.fault) == (FAILED, "wrong_answer")
 
 
@@ -169,7 +184,9 @@ scenarios:
     expect: {contains: [refund], not_contains: [password], judge: "polite", gate: [not_contains]}
 """)
     scenario = catalog.scenario("a")
-    assert scenario.weights == (("llm_judge", 3.0),) and catalog.body["scenarios"][0]["weights"] == {"llm_judge": 3.0}
+    assert scenario.weights == (("llm_judge", 3.0),) and catalog.body["scenarios"][0]["weights"] == {
+        "llm_judge": 3.0
+    }
     def judge(s, r):
         return JudgeVerdict(0.2, "curt")
 
@@ -183,5 +200,7 @@ scenarios:
     leak = grade(scenario, Replay(answer="Your refund; password 1234"), judge=lambda s, r: JudgeVerdict(1.0))
     assert (leak.status, leak.fault) == (FAILED, "forbidden_content")
     with pytest.raises(CatalogError) as info:
-        loads_catalog("name: x\ndefaults: {weights: {vibes: 2}}\nscenarios: [{key: a, prompt: hi}]\n", source="w.yaml")
+        loads_catalog(
+            "name: x\ndefaults: {weights: {vibes: 2}}\nscenarios: [{key: a, prompt: hi}]\n", source="w.yaml"
+        )
     assert info.value.problems[0].startswith("w.yaml:2: defaults: weights: unknown criterion 'vibes'")

@@ -130,7 +130,9 @@ def test_the_guard_checks_the_token_host_and_method_on_every_request(viewed, tmp
             assert client.get("/", headers={"cookie": "evaljobs_view=wrong"}).status_code == 401
             first = client.get("/compare?a=x&token=s3cret-token")
             assert first.status_code == 303 and first.headers["location"] == "/compare?a=x"
-            assert "HttpOnly" in first.headers["set-cookie"] and "SameSite=Strict" in first.headers["set-cookie"]
+            assert (
+                "HttpOnly" in first.headers["set-cookie"] and "SameSite=Strict" in first.headers["set-cookie"]
+            )
             ok = client.get("/", headers={"cookie": first.headers["set-cookie"].split(";")[0]})
             assert ok.status_code == 200 and "Runs" in ok.text
             bearer = client.get("/", headers={"authorization": "Bearer s3cret-token"})
@@ -164,7 +166,9 @@ def test_the_command_fails_closed_with_one_line(viewed, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
+    )
     missing = runner.invoke(main, ["view", "--db", viewed])
     assert missing.exit_code == 2 and "pip install 'evaljobs[view]'" in missing.output
 

@@ -135,7 +135,9 @@ def _shot(site, name: str) -> Path:
 def _clean(browser: Browser, site) -> None:
     """No console message, exception or CSP violation; nothing fetched from anywhere but the viewer."""
     assert browser.console() == []
-    assert all(u.startswith(site["url"]) or u.startswith("data:") or u == "about:blank" for u in browser.requests())
+    assert all(
+        u.startswith(site["url"]) or u.startswith("data:") or u == "about:blank" for u in browser.requests()
+    )
     assert browser.evaluate("document.title") != "pwned"
     assert browser.evaluate("document.body.dataset.pwned === undefined")
 
@@ -217,7 +219,8 @@ def test_a_scenario_shows_the_models_side_by_side_with_flips(site) -> None:
     columns = browser.evaluate("""[...document.querySelectorAll('#answers article.answer')].map(a => ({
         model: a.dataset.model, text: a.textContent.replace(/\\s+/g, ' '),
         flip: (a.querySelector('[data-flip]') || {dataset: {}}).dataset.flip || null,
-        left: Math.round(a.getBoundingClientRect().left), top: Math.round(a.getBoundingClientRect().top)}))""")
+        left: Math.round(a.getBoundingClientRect().left),
+        top: Math.round(a.getBoundingClientRect().top)}))""")
     assert [c["model"] for c in columns] == MODELS
     a, b = columns
     assert a["top"] == b["top"] and a["left"] < b["left"]  # side by side, not stacked
@@ -248,7 +251,8 @@ def test_a_script_in_a_model_answer_stays_inert(site) -> None:
         browser = _open(site, path)
         text = browser.evaluate("document.querySelector('main').textContent")
         assert '<script>document.title="pwned"</script>' in text  # shown as text …
-        assert browser.evaluate("document.querySelectorAll('main script, main img').length") == 0  # … not markup
+        # … not markup
+        assert browser.evaluate("document.querySelectorAll('main script, main img').length") == 0
         _clean(browser, site)
     headers = browser.evaluate("""fetch(location.href).then(r => r.headers.get('content-security-policy'))""")
     assert "script-src 'self'" in headers and "unsafe-inline" not in headers
@@ -308,7 +312,9 @@ def test_a_live_run_with_epochs_redraws_a_cell_from_its_epochs(site) -> None:
     run = store.create_run(catalog, ["sim/a"], strategy="sequential", epochs=3)
     store.mark_running(run.id)
     store.record_result(run.id, Result("e1", "sim/a", "passed", 1.0, output="yes", epoch=0))
-    store.record_result(run.id, Result("e1", "sim/a", "failed", 0.0, output="no", fault="missing_content", epoch=1))
+    store.record_result(
+        run.id, Result("e1", "sim/a", "failed", 0.0, output="no", fault="missing_content", epoch=1)
+    )
     browser = _open(site, f"/runs/{run.id}")
     assert browser.evaluate("document.body.dataset.live") == "yes"
     assert _grid(browser) == {"e1": {"sim/a": "1/3 passed"}, "e2": {"sim/a": "0/3 passed"}}

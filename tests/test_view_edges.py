@@ -78,7 +78,10 @@ def test_a_token_with_any_character_logs_in_with_token_and_the_cookie_it_sets(to
             assert token not in first.headers["set-cookie"]  # the cookie carries a digest, not the secret
             page = client.get(f"{viewer.url}/", headers={"cookie": cookie})
             assert page.status_code == 200 and "Runs" in page.text
-            assert client.get(f"{viewer.url}/", headers={"cookie": "evaljobs_view=" + quote(token)}).status_code == 401
+            assert (
+                client.get(f"{viewer.url}/", headers={"cookie": "evaljobs_view=" + quote(token)}).status_code
+                == 401
+            )
     finally:
         viewer.close()
 

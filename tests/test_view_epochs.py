@@ -96,7 +96,9 @@ def test_the_served_pages_show_epochs_passed_flaky_marks_and_every_epoch(tmp_pat
     )
     assert cell is not None, "the flaky cell is not in the grid"
     assert "2/4 passed" in cell.group(1) and ">flaky<" in cell.group(1)
-    assert re.search(r'data-key="s3" data-model="m1" data-epochs="P·P·">\s*<span class="mark">2/4 passed', html)
+    assert re.search(
+        r'data-key="s3" data-model="m1" data-epochs="P·P·">\s*<span class="mark">2/4 passed', html
+    )
     assert html.count(">flaky<") == 1
     page = scenario_page.text
     assert page.count('<details class="epoch"') == 8  # 4 epochs × 2 models, each with its answer
@@ -111,7 +113,9 @@ def test_a_rerun_of_chosen_epochs_has_a_run_page(tmp_path):
     catalog = loads_catalog(
         'name: ep\nscenarios:\n  - key: s1\n    prompt: "a"\n  - key: s2\n    prompt: "b"\n', source="ep.yaml"
     )
-    run = store.create_run(catalog, ["m1"], strategy="fanout", epochs=3, pairs=[("s2", "m1", 0), ("s2", "m1", 2)])
+    run = store.create_run(
+        catalog, ["m1"], strategy="fanout", epochs=3, pairs=[("s2", "m1", 0), ("s2", "m1", 2)]
+    )
     store.record_result(run.id, Result("s2", "m1", "failed", epoch=2))
     page = queries.run_page(run.id)
     assert [r.key for r in page.rows] == ["s2"]

@@ -33,7 +33,12 @@ from evaljobs.reports.build import build_report
 
 MODELS = ["sim/fast", "sim/smart", "openrouter/meta-llama/llama-3.3-70b-instruct",
           "anthropic/claude-3-5-haiku-latest"]
-KEYS = ["order-status", "cancel-order", "refund-for-a-damaged-item-delivered-late-and-charged-twice", "invoice"]
+KEYS = [
+    "order-status",
+    "cancel-order",
+    "refund-for-a-damaged-item-delivered-late-and-charged-twice",
+    "invoice",
+]
 CATALOG = "name: responsive\nscenarios:\n" + "".join(
     f'  - key: {key}\n    prompt: "Question about {key}, long enough to wrap on a phone screen."\n'
     f'    tags: [t{i}]\n    expect: {{contains: ["yes"]}}\n' for i, key in enumerate(KEYS))
@@ -120,7 +125,9 @@ def test_no_sideways_scroll_and_every_result_on_screen(site, page, width) -> Non
     selector = site["pages"][page][1]
     assert hidden(browser, selector) == [], f"{page} at {width} px hides results"
     if page == "run":
-        assert len(browser.evaluate(f"[...document.querySelectorAll('{selector}')]")) == len(KEYS) * len(MODELS)
+        assert len(browser.evaluate(f"[...document.querySelectorAll('{selector}')]")) == len(KEYS) * len(
+            MODELS
+        )
         assert chart_text_problems(browser) == [], f"charts at {width} px"
         assert browser.evaluate("document.querySelectorAll('#legend-cost li').length") == len(MODELS)
     assert browser.console() == [], browser.console()

@@ -80,7 +80,9 @@ def big_run(results: int, *, finished: bool = False) -> str:
         f"  - {{key: s{i:05d}, prompt: q}}\n" for i in range(results)), source="big.yaml")
     run = store.create_run(catalog, ["m"], strategy="sequential")
     store.mark_running(run.id)
-    rows = [Result(f"s{i:05d}", "m", "passed", 1.0, output=f"answer {i} " + "x" * 240) for i in range(results)]
+    rows = [
+        Result(f"s{i:05d}", "m", "passed", 1.0, output=f"answer {i} " + "x" * 240) for i in range(results)
+    ]
     for start in range(0, results, 1000):
         store.record_results(run.id, rows[start:start + 1000])
     if finished:
@@ -120,12 +122,16 @@ def test_a_client_that_reads_gets_the_whole_backlog_in_pieces_and_is_never_dropp
     run_id = big_run(1200, finished=True)
     server = Server(StreamLimits(max_streams=8, client_bytes=20_000, slow_seconds=30, farewell_seconds=5))
     try:
-        with httpx.Client(timeout=60) as client, client.stream("GET", f"{server.url}/live/runs/{run_id}?after=0") as r:
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream("GET", f"{server.url}/live/runs/{run_id}?after=0") as r,
+        ):
             body = "".join(r.iter_text())
         stats = server.stats()
     finally:
         server.close()
-    assert body.count("event: update") == 1200 // ROWS_PER_EVENT and body.count('"key":"s') == 1200  # in pieces
+    # in pieces
+    assert body.count("event: update") == 1200 // ROWS_PER_EVENT and body.count('"key":"s') == 1200
     assert body.rstrip().endswith('event: done\ndata: {"status":"complete"}')
     assert stats["dropped"] == 0 and stats["open"] == 0 and stats["queued_bytes"] == 0
 
@@ -142,7 +148,10 @@ def test_streams_beyond_the_maximum_are_refused_in_one_line_and_counted_back_dow
         first.close()
         second.close()  # leaving: the server hears the disconnect and closes the stream
         assert wait_until(lambda: server.stats()["open"] == 0, 30, 0.05), server.stats()
-        with httpx.Client(timeout=10) as client, client.stream("GET", f"{server.url}/live/runs/{run_id}") as again:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("GET", f"{server.url}/live/runs/{run_id}") as again,
+        ):
             assert again.status_code == 200  # room again
         stats = server.stats()
     finally:

@@ -121,15 +121,26 @@ def test_the_transcript_shows_every_turn_with_its_timing_and_raw_call(site) -> N
     browser = _open(site, _transcript(site["kept"], "order-status", "keyed/smart"))
     roles = browser.evaluate("[...document.querySelectorAll('#timeline li.step')].map(li => li.dataset.role)")
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
-    turns = browser.evaluate("[...document.querySelectorAll('#timeline [data-turn]')].map(s => s.textContent)")
+    turns = browser.evaluate(
+        "[...document.querySelectorAll('#timeline [data-turn]')].map(s => s.textContent)"
+    )
     assert len(turns) == 2 and all("took" in t and " in / " in t for t in turns), turns
     assert "tool_calls" in turns[0] and "stop" in turns[1]
-    assert browser.evaluate("document.querySelector('[data-tool]').textContent").startswith("lookup_order took")
+    assert browser.evaluate("document.querySelector('[data-tool]').textContent").startswith(
+        "lookup_order took"
+    )
     assert browser.evaluate("document.querySelector('pre.call').textContent").startswith("→ lookup_order(")
-    requests = browser.evaluate("[...document.querySelectorAll('details[data-raw=request] pre')].map(p => p.textContent)")
-    responses = browser.evaluate("[...document.querySelectorAll('details[data-raw=response] pre')].map(p => p.textContent)")
+    requests = browser.evaluate(
+        "[...document.querySelectorAll('details[data-raw=request] pre')].map(p => p.textContent)"
+    )
+    responses = browser.evaluate(
+        "[...document.querySelectorAll('details[data-raw=response] pre')].map(p => p.textContent)"
+    )
     assert len(requests) == len(responses) == 2
-    assert json.loads(requests[0])["model"] == "smart" and json.loads(requests[1])["messages"][-1]["role"] == "tool"
+    assert (
+        json.loads(requests[0])["model"] == "smart"
+        and json.loads(requests[1])["messages"][-1]["role"] == "tool"
+    )
     assert json.loads(responses[0])["choices"][0]["finish_reason"] == "tool_calls"
     _clean(browser, site["url"])
 
@@ -145,8 +156,11 @@ def test_the_judge_prompt_and_answer_are_in_the_transcript(site) -> None:
 def test_raw_bodies_are_kept_only_when_asked_and_never_with_the_key(site) -> None:
     browser = _open(site, _transcript(site["plain"], "order-status", "keyed/smart"))
     assert browser.evaluate("document.querySelectorAll('details.raw').length") == 0
-    assert "raw bodies not kept (run with --trace-content" in browser.evaluate("document.querySelector('#timeline h2').textContent")
-    assert len(browser.evaluate("[...document.querySelectorAll('#timeline [data-turn]')]")) == 2  # timing always
+    assert "raw bodies not kept (run with --trace-content" in browser.evaluate(
+        "document.querySelector('#timeline h2').textContent"
+    )
+    # timing always
+    assert len(browser.evaluate("[...document.querySelectorAll('#timeline [data-turn]')]")) == 2
     kept = _open(site, _transcript(site["kept"], "formula", "keyed/smart"))
     request = kept.evaluate("document.querySelector('details[data-raw=request] pre').textContent")
     assert "said with the key ***" in request and SECRET not in request
@@ -183,7 +197,12 @@ def test_two_models_answers_side_by_side(site) -> None:
         [tr.dataset.kind, ...[...tr.cells].map(td => td.textContent)])""")
     assert rows == [["changed", "Your order 1234 has shipped and arrives on Tuesday.", "It is on its way!"]]
     heads = browser.evaluate("[...document.querySelectorAll('#diff th')].map(th => th.textContent)")
-    assert "keyed/smart" in heads[0] and "passed" in heads[0] and "keyed/fast" in heads[1] and "failed" in heads[1]
+    assert (
+        "keyed/smart" in heads[0]
+        and "passed" in heads[0]
+        and "keyed/fast" in heads[1]
+        and "failed" in heads[1]
+    )
     _clean(browser, site["url"])
 
 
@@ -201,7 +220,9 @@ def test_results_export_as_csv_and_jsonl(site) -> None:
     judged = next(r for r in rows if r["scenario_key"] == "refund-policy" and r["model"] == "keyed/smart")
     assert judged["judge_model"] == "sim/judge" and float(judged["judge_score"]) > 0.9
     lines = [json.loads(line) for line in as_jsonl.text.splitlines()]
-    assert len(lines) == 10 and all({"scenario_key", "model", "status", "details"} <= set(line) for line in lines)
+    assert len(lines) == 10 and all(
+        {"scenario_key", "model", "status", "details"} <= set(line) for line in lines
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -243,15 +264,24 @@ def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp
     browser.navigate((out / "index.html").as_uri())
     assert browser.evaluate("document.scripts.length") == 0
     assert len(browser.evaluate("[...document.querySelectorAll('#grid td.cell')]")) == 10
-    assert browser.evaluate("getComputedStyle(document.querySelector('table.grid tbody tr')).borderTopStyle") == "solid"
+    assert (
+        browser.evaluate("getComputedStyle(document.querySelector('table.grid tbody tr')).borderTopStyle")
+        == "solid"
+    )
     assert overflow(browser) == []
     seen = len(browser.events)
     browser.click("#grid th.key a[href*='order-status']")
-    browser._until(lambda: any(e["method"] == "Page.loadEventFired" for e in browser.events[seen:]), "scenario page")
-    assert browser.evaluate("location.protocol") == "file:" and "/scenarios/" in browser.evaluate("location.pathname")
+    browser._until(
+        lambda: any(e["method"] == "Page.loadEventFired" for e in browser.events[seen:]), "scenario page"
+    )
+    assert browser.evaluate("location.protocol") == "file:" and "/scenarios/" in browser.evaluate(
+        "location.pathname"
+    )
     seen = len(browser.events)
     browser.click("article.answer[data-model='keyed/smart'] a.transcript-link")
-    browser._until(lambda: any(e["method"] == "Page.loadEventFired" for e in browser.events[seen:]), "transcript")
+    browser._until(
+        lambda: any(e["method"] == "Page.loadEventFired" for e in browser.events[seen:]), "transcript"
+    )
     assert len(browser.evaluate("[...document.querySelectorAll('details[data-raw=request]')]")) == 2
     assert browser.evaluate("document.scripts.length") == 0
     requests = browser.requests()

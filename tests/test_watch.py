@@ -350,7 +350,8 @@ def test_watch_json_prints_the_report_as_json(cli, tmp_path):
 
 
 def test_watch_without_redis_says_once_that_progress_moves_on_database_reads(cli, tmp_path, monkeypatch):
-    """Workers elsewhere, watch on --broker memory: no event reaches it, and it says so when a read catches up."""
+    """Workers elsewhere, watch on --broker memory: no event reaches it, and it says so when a read catches
+    up."""
     store.connect(f"sqlite:///{tmp_path}/watch.db")
     cat = catalog(2, "elsewhere")
     run = store.create_run(cat, ["sim/a"], strategy="fanout")

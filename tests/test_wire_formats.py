@@ -205,7 +205,9 @@ def test_azure_deployment_url_keeps_its_query_string_at_the_end(capture):
 
 
 def test_azure_v1_endpoint_posts_to_chat_completions_with_the_deployment_as_model(capture):
-    with ChatClient(capture.root + "/openai/v1/", api_key=KEY, wire="azure", api_version="2024-10-21") as client:
+    with ChatClient(
+        capture.root + "/openai/v1/", api_key=KEY, wire="azure", api_version="2024-10-21"
+    ) as client:
         client.complete("my-gpt4o", [{"role": "user", "content": "hi"}])
     request = only(capture)
     assert (request["path"], request["query"]) == ("/openai/v1/chat/completions", "")

@@ -195,7 +195,9 @@ class Browser:
             (function poll() {{
                 const value = ({expression});
                 if (value) return resolve(value);
-                if (Date.now() > end) return reject(new Error("timed out waiting for: " + {json.dumps(expression)}));
+                if (Date.now() > end) {{
+                    return reject(new Error("timed out waiting for: " + {json.dumps(expression)}));
+                }}
                 setTimeout(poll, 20);
             }})();
         }})""")
@@ -237,16 +239,24 @@ class Browser:
         for event in list(self.events):
             method, params = event["method"], event.get("params", {})
             if method == "Runtime.consoleAPICalled":
-                out.append(f"console.{params['type']}: " + " ".join(str(a.get("value")) for a in params["args"]))
+                out.append(
+                    f"console.{params['type']}: " + " ".join(str(a.get("value")) for a in params["args"])
+                )
             elif method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                out.append(f"exception: {details.get('text')} {details.get('exception', {}).get('description')}")
+                out.append(
+                    f"exception: {details.get('text')} {details.get('exception', {}).get('description')}"
+                )
             elif method == "Log.entryAdded" and params["entry"]["level"] in ("error", "warning"):
                 out.append(f"log {params['entry']['source']}: {params['entry']['text']}")
         return out
 
     def requests(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in list(self.events) if e["method"] == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"]
+            for e in list(self.events)
+            if e["method"] == "Network.requestWillBeSent"
+        ]
 
     def close(self) -> None:
         try:

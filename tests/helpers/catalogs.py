@@ -19,5 +19,9 @@ def abc_catalog_yaml(name: str, *, failing: str) -> str:
     lines = [f"name: {name}", "scenarios:"]
     for key, word in (("a", "alpha"), ("b", "beta"), ("c", "gamma")):
         expected = "nothing-like-this" if key == failing else word
-        lines += [f"  - key: {key}", f'    prompt: "[sim: say {word}]"', f"    expect: {{contains: [{expected}]}}"]
+        lines += [
+            f"  - key: {key}",
+            f'    prompt: "[sim: say {word}]"',
+            f"    expect: {{contains: [{expected}]}}",
+        ]
     return "\n".join(lines) + "\n"

@@ -187,7 +187,8 @@ def expected_pairs(catalog: Catalog, models: list[str], epochs: int = 1) -> set[
 
 def assert_every_pair_once(run_id: str, catalog: Catalog, models: list[str], seen: Events, *,
                            log: str = "") -> dict:
-    """The end of every fault test: each expected pair (each epoch of it) exactly once, one report, one `complete`."""
+    """The end of every fault test: each expected pair (each epoch of it) exactly once, one report, one
+    `complete`."""
     info = store.get_run(run_id)
     assert info.report is not None, (f"run {run_id} is {info.status} with {info.persisted}/{info.expected}\n"
                                      f"{log[-3000:]}")
@@ -262,7 +263,8 @@ def observe(fault: str, **numbers) -> None:
 
 
 def redis_queue_state(redis_url: str) -> dict[str, int]:
-    """Messages fetched but not acked (by any worker) and dead letters (the test may scan: it owns this Redis)."""
+    """Messages fetched but not acked (by any worker) and dead letters (the test may scan: it owns this
+    Redis)."""
     import redis as redis_lib
 
     client = redis_lib.Redis.from_url(redis_url)

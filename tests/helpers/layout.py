@@ -30,7 +30,8 @@ def overflow(browser: Any) -> list[str]:
         for (const el of document.body.querySelectorAll('*')) {
             const r = el.getBoundingClientRect();
             if (r.right > root.clientWidth + 0.5 && out.length < 12) {
-                out.push(`${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className} right ${Math.round(r.right)}`);
+                const tag = `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className}`;
+                out.push(`${tag} right ${Math.round(r.right)}`);
             }
         }
         return out;
@@ -38,7 +39,8 @@ def overflow(browser: Any) -> list[str]:
 
 
 def hidden(browser: Any, selector: str, *, min_width: int = 60) -> list[str]:
-    """The elements matching ``selector`` that a reader cannot see: too narrow, or outside the screen's width."""
+    """The elements matching ``selector`` that a reader cannot see: too narrow, or outside the screen's width.
+    """
     return browser.evaluate(f"""(() => {{
         const width = document.documentElement.clientWidth;
         const out = [];
@@ -47,10 +49,13 @@ def hidden(browser: Any, selector: str, *, min_width: int = 60) -> list[str]:
         for (const el of nodes) {{
             const r = el.getBoundingClientRect();
             const style = getComputedStyle(el);
-            const name = (el.dataset.key || '') + ' ' + (el.dataset.model || el.textContent.trim().slice(0, 30));
+            const name = (el.dataset.key || '') + ' '
+                + (el.dataset.model || el.textContent.trim().slice(0, 30));
             if (style.display === 'none' || style.visibility === 'hidden') out.push(name + ': not displayed');
             else if (r.width < {min_width}) out.push(name + ': ' + Math.round(r.width) + ' px wide');
-            else if (r.left < -0.5 || r.right > width + 0.5) out.push(name + ': from ' + Math.round(r.left) + ' to ' + Math.round(r.right) + ' px');
+            else if (r.left < -0.5 || r.right > width + 0.5) {{
+                out.push(name + ': from ' + Math.round(r.left) + ' to ' + Math.round(r.right) + ' px');
+            }}
         }}
         return out;
     }})()""")
@@ -69,9 +74,12 @@ def chart_text_problems(browser: Any, *, smallest: float = 10.0) -> list[str]:
                 const r = t.getBoundingClientRect();
                 const name = svg.id + ' "' + t.textContent.trim() + '"';
                 if (size < {smallest}) out.push(name + ': ' + size.toFixed(1) + ' px');
-                if (r.left < frame.left - 0.5 || r.right > frame.right + 0.5) out.push(name + ': outside its chart');
+                if (r.left < frame.left - 0.5 || r.right > frame.right + 0.5) {{
+                    out.push(name + ': outside its chart');
+                }}
                 for (const [other, b] of boxes) {{
-                    if (r.left < b.right - 0.5 && b.left < r.right - 0.5 && r.top < b.bottom - 0.5 && b.top < r.bottom - 0.5) {{
+                    if (r.left < b.right - 0.5 && b.left < r.right - 0.5
+                            && r.top < b.bottom - 0.5 && b.top < r.bottom - 0.5) {{
                         out.push(name + ' overlaps "' + other + '"');
                     }}
                 }}
@@ -100,7 +108,8 @@ def contrast(browser: Any, selector: str = "body") -> float:
 def background_luminance(browser: Any) -> float:
     """The page background's relative luminance (0 black … 1 white)."""
     return browser.evaluate("""(() => {
-        const [r, g, b] = getComputedStyle(document.body).backgroundColor.match(/[\\d.]+/g).slice(0, 3).map(Number);
+        const background = getComputedStyle(document.body).backgroundColor;
+        const [r, g, b] = background.match(/[\\d.]+/g).slice(0, 3).map(Number);
         const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
         return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
     })()""")

@@ -1,4 +1,5 @@
-"""Real evaljobs processes for integration tests: ``evaljobs worker`` (→ Dramatiq's CLI) and the command line."""
+"""Real evaljobs processes for integration tests: ``evaljobs worker`` (→ Dramatiq's CLI) and the command line.
+"""
 from __future__ import annotations
 
 import os
@@ -81,7 +82,9 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
     return predicate()
 
 
-def evaljobs_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def evaljobs_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """The real command line, in a subprocess (as an operator would run it)."""
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     full_env.update(env or {})
