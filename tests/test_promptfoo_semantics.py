@@ -140,7 +140,9 @@ def test_javascript_file_modules_run_like_promptfoo(tmp_path, runner):
     """file://x.js[:function] (promptfoo's loadFromJavaScriptFile): a CommonJS module.exports, an ES module's
     default export (promptfoo/examples/eval-custom-grader-csv names a .ts file of plain JavaScript from a CSV
     cell), or a named function; the source is stored in the catalog, so any worker runs the same code."""
-    (tmp_path / "cjs.js").write_text("module.exports = (output, context) => output.includes(context.vars.x);\n")
+    (tmp_path / "cjs.js").write_text(
+        "module.exports = (output, context) => output.includes(context.vars.x);\n"
+    )
     (tmp_path / "esm.ts").write_text("export default function (output, context) {\n"
                                      "  return output.toLowerCase().includes('ahoy');\n}\n")
     (tmp_path / "named.mjs").write_text("export function score(output) { return output.length / 10; }\n")
