@@ -57,8 +57,8 @@ def postgres_server():
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """The headless Chromium binary (helpers.browser.Browser drives it); missing is a failure, never a skip.
-    """
+    """The headless Chromium binary (helpers.browser.Browser drives it); missing is a failure, never a
+    skip."""
     path = find_chromium()
     if path is None:
         pytest.fail("chromium is not installed: scripts/test installs it (apt-get install -y chromium); "

@@ -157,7 +157,9 @@ def test_a_shorter_pause_counts_as_the_pairs_time_in_its_handed_back_message(sql
         governor.acquire(budget, max_wait=5).release(rate_limited=True, retry_after=4)
         actors.evaluate_scenario(run.id, "only", "gw/m")  # Busy (paused): handed back, due in 4 s
         client = redis_lib.Redis.from_url(redis_url)
-        delayed = [dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.DQ.msgs").values()]
+        delayed = [
+            dramatiq.Message.decode(body) for body in client.hgetall("dramatiq:agents.DQ.msgs").values()
+        ]
         client.close()
     [message] = [m for m in delayed if m.actor_name == "evaluate_scenario"]
     assert message.kwargs["busy"] == 1 and message.options["pair_spent"] >= 3.5, message  # the pause, counted

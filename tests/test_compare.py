@@ -1,5 +1,5 @@
-"""compare: exactly the flipped pairs of a crafted pair of runs, deltas, renderings, and `evaljobs compare`.
-"""
+"""compare: exactly the flipped pairs of a crafted pair of runs, deltas, renderings, and `evaljobs
+compare`."""
 from __future__ import annotations
 
 import json

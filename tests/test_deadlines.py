@@ -277,8 +277,8 @@ def test_scopes_nest_to_the_earliest_and_are_per_thread():
 
 
 def test_httpx_still_has_the_pool_attribute_the_wall_is_set_on():
-    """Pins the one private attribute :func:`deadline.bounded` sets (httpx's httpcore pool's network backend).
-    """
+    """Pins the one private attribute :func:`deadline.bounded` sets (httpx's httpcore pool's network
+    backend)."""
     transport = deadline.bounded(httpx.HTTPTransport())
     assert isinstance(transport._pool, httpcore.ConnectionPool)
     assert isinstance(transport._pool._network_backend, deadline.DeadlineBackend)

@@ -148,8 +148,8 @@ def test_installed_wheel_runs_the_demo(installed, tmp_path) -> None:
 
 
 def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> None:
-    """The wheel venv has no `mcp`: a catalog with MCP tools fails at once naming the extra, creating no run.
-    """
+    """The wheel venv has no `mcp`: a catalog with MCP tools fails at once naming the extra, creating no
+    run."""
     work = tmp_path / "mcp"
     work.mkdir()
     shutil.copy(ROOT / "examples" / "catalogs" / "tools_mcp.yaml", work / "tools_mcp.yaml")

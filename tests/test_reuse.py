@@ -1,5 +1,5 @@
-"""Incremental runs (--reuse): exactly the provider calls of changed pairs, counted at the simulated provider.
-"""
+"""Incremental runs (--reuse): exactly the provider calls of changed pairs, counted at the simulated
+provider."""
 from __future__ import annotations
 
 import json

@@ -59,8 +59,8 @@ def _hwm_mb(pid: int | str) -> float | None:
 
 
 def _reset_hwm(pid: int | str) -> bool:
-    """Reset the kernel's peak-RSS mark (``echo 5 > /proc/PID/clear_refs``) so the next peak is this cell's.
-    """
+    """Reset the kernel's peak-RSS mark (``echo 5 > /proc/PID/clear_refs``) so the next peak is this
+    cell's."""
     try:
         with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as handle:
             handle.write("5")

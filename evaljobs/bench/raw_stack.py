@@ -163,8 +163,8 @@ def measure_raw_stack(
     out: str | Path = ".",
     timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """Wall clock from the first send to the last row, per repeat, with ``processes`` × ``threads`` workers.
-    """
+    """Wall clock from the first send to the last row, per repeat, with ``processes`` × ``threads``
+    workers."""
     import redis
     from dramatiq.brokers.redis import RedisBroker
 

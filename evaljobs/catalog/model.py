@@ -41,8 +41,8 @@ IDEAL_GRADER_ARGUMENTS = {"inspect_pattern": "a regular expression", "inspect_an
 
 
 def ideal_grader_problem(grader: object) -> str | None:
-    """Why ``grader`` is not a usable ``ideal_grader`` (``None`` when it is): one line for an error message.
-    """
+    """Why ``grader`` is not a usable ``ideal_grader`` (``None`` when it is): one line for an error
+    message."""
     if not isinstance(grader, str):
         return f"must be one of {', '.join(IDEAL_GRADERS)}, not {grader!r}"
     name, colon, argument = grader.partition(":")

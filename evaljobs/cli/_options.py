@@ -227,8 +227,8 @@ width_option = click.option("--width", type=click.IntRange(min=1), default=8, sh
 
 
 def import_options(fn: Callable) -> Callable:
-    """--format / --include-production-only / --lenient / --grader / --field for commands that read catalogs.
-    """
+    """--format / --include-production-only / --lenient / --grader / --field for commands that read
+    catalogs."""
     # catalog.importers.FORMATS, sorted, written out: importing the importers costs `evaljobs --help` about
     # half a second (tests/test_cli.py checks that the two lists agree).
     formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "openai-evals", "promptfoo")

@@ -327,8 +327,8 @@ GATE_ORDER = (
 def _diagnose(
     scenario: Scenario, replay: Replay, scores: dict[str, float], details: dict[str, Any]
 ) -> set[str]:
-    """The ActiveAgent heuristics the scenario asks for that fire on this answer (each quoted in ``details``).
-    """
+    """The ActiveAgent heuristics the scenario asks for that fire on this answer (each quoted in
+    ``details``)."""
     answer = replay.answer or ""
     if not scenario.expect.diagnose or not answer.strip():
         return set()

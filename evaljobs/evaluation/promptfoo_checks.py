@@ -47,8 +47,8 @@ def is_json(text: str, negate: bool) -> Verdict:
 
 
 def _slash_comments_to_hash(text: str) -> str:
-    """src/util/json.ts ``convertSlashCommentsToHash``, simplified: a ``//`` outside quotes starts a comment.
-    """
+    """src/util/json.ts ``convertSlashCommentsToHash``, simplified: a ``//`` outside quotes starts a
+    comment."""
     out = []
     for line in text.split("\n"):
         quote, result, i = None, "", 0
@@ -203,8 +203,8 @@ def rouge_n(text: str, value: str, threshold: float | None, negate: bool) -> Ver
 
 
 def bleu_score(candidate: str, references: list[str]) -> float:
-    """src/assertions/bleu.ts ``calculateBleuScore``: 1- to 4-gram precisions, weights 0.25, brevity penalty.
-    """
+    """src/assertions/bleu.ts ``calculateBleuScore``: 1- to 4-gram precisions, weights 0.25, brevity
+    penalty."""
     words = candidate.lower().strip().split()
     if not candidate or not references:
         raise ValueError("Invalid inputs")

@@ -63,8 +63,8 @@ class Outcome:
 
 
 def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "assertions") -> Outcome:
-    """The verdict of one assertion list (a test, or an assert-set), as promptfoo's AssertionsResult gives it.
-    """
+    """The verdict of one assertion list (a test, or an assert-set), as promptfoo's AssertionsResult gives
+    it."""
     if not entries:  # AssertionsResult.noAssertsResult (src/assertions/assertionsResult.ts): pass, score 1
         return Outcome(label=label, passed=True, score=1.0, reason="No assertions")
     outcomes: list[Outcome] = []

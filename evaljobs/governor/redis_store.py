@@ -322,8 +322,8 @@ class _RedisStore:
         return _released(self._release(keys=keys, args=args))
 
     def release_command(self, permit: Permit, outcome: _Outcome) -> tuple[Any, ...]:
-        """:meth:`release` as a raw ``EVALSHA`` for another client's pipeline (see :meth:`acquire_command`).
-        """
+        """:meth:`release` as a raw ``EVALSHA`` for another client's pipeline (see
+        :meth:`acquire_command`)."""
         keys, args = self._release_keys_args(permit, outcome)
         return ("EVALSHA", self._release.sha, len(keys), *keys, *args)
 

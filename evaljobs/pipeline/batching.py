@@ -308,8 +308,8 @@ def recover(run_id: str) -> dict[str, int]:
 def choose(providers: ProvidersConfig, models: list[str], requested: bool, strategy: str, *,
            plain: bool) -> tuple[str, ...]:
     """The providers a new run batches (:func:`batch_providers`), or a one-line :class:`UsageError` when
-    ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no cache).
-    """
+    ``--batch`` finds none, or the run cannot wait on the queue (``plain``: the built-in adapter, no
+    cache)."""
     if not requested and all(
         providers.get(parse_model_spec(m, providers).provider).batch == "off" for m in models
     ):

@@ -97,8 +97,8 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
 
 
 def max_crashes(settings: Settings) -> int:
-    """How many crashed workers a pair may cost before it is recorded as errored (``EVALJOBS_MAX_CRASHES``).
-    """
+    """How many crashed workers a pair may cost before it is recorded as errored
+    (``EVALJOBS_MAX_CRASHES``)."""
     return settings.crash_limit()
 
 

@@ -129,8 +129,8 @@ class MemoryBroker(StubBroker):
         super().__init__(*args, **kwargs)
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 100) -> "_RequeueingConsumer":
-        """``StubBroker.consume``, with a consumer that can hand messages back (:class:`_RequeueingConsumer`).
-        """
+        """``StubBroker.consume``, with a consumer that can hand messages back
+        (:class:`_RequeueingConsumer`)."""
         try:
             return _RequeueingConsumer(self.queues[queue_name], self.dead_letters_by_queue[queue_name],
                                        prefetch, timeout)

@@ -189,7 +189,8 @@ class RunPlan:
         return self.policy.max_retries if entry.max_retries is None else entry.max_retries
 
     def max_retry_after(self, model: str) -> float:
-        """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's ``max_retry_after``)."""
+        """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's
+        ``max_retry_after``)."""
         return runtime.run_providers(self.settings).get(self.spec(model).provider).max_retry_after
 
     def judge_for(self, spec: ModelSpec) -> Judge | None:

@@ -400,8 +400,8 @@ _AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
 
 
 def _environment_proxy(url: httpx.URL | str) -> str | None:
-    """The proxy ``httpx.Client`` would use for ``url`` (``trust_env``): HTTP(S)_PROXY, ALL_PROXY, NO_PROXY.
-    """
+    """The proxy ``httpx.Client`` would use for ``url`` (``trust_env``): HTTP(S)_PROXY, ALL_PROXY,
+    NO_PROXY."""
     if not isinstance(url, httpx.URL):
         return None
     proxies = urllib.request.getproxies_environment()

@@ -92,8 +92,8 @@ class PairChange:
 
     @property
     def p_value(self) -> float | None:
-        """Two-sided Fisher's exact test of passes vs. the rest, before against after (None: one side only).
-        """
+        """Two-sided Fisher's exact test of passes vs. the rest, before against after (None: one side
+        only)."""
         if self.before is None or self.after is None:
             return None
         a, b = self.before, self.after
@@ -333,8 +333,8 @@ def _cost(value: float | None) -> float | None:
 
 
 def _outcomes(side: Side, thresholds: Mapping[str, float] | None = None) -> dict[tuple[str, str], Outcome]:
-    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module docstring).
-    """
+    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module
+    docstring)."""
     epochs: dict[tuple[str, str], list[Outcome]] = {}
     for pair, outcome in _epoch_outcomes(side):
         epochs.setdefault(pair, []).append(outcome)

@@ -31,8 +31,8 @@ def judgement_passed(details: Any) -> bool | None:
 
 
 def judged_groups(report: dict[str, Any]) -> list[tuple[dict[str, Any], list[int | None]]]:
-    """(first row, epochs) per distinct (scenario, model, judge, score, reason, raw answer), in report order.
-    """
+    """(first row, epochs) per distinct (scenario, model, judge, score, reason, raw answer), in report
+    order."""
     groups: dict[tuple, tuple[dict[str, Any], list[int | None]]] = {}
     for row in report["results"]:
         j = row.get("judge")

@@ -181,8 +181,8 @@ def pair_stats(results: Iterable[Any], thresholds: dict[str, float] | None = Non
 
 
 def model_stats(pairs: list[dict[str, Any]], models: list[str]) -> list[dict[str, Any]]:
-    """Per model: the pass rate over every (scenario, epoch) with its 95 % Wilson interval, and flaky count.
-    """
+    """Per model: the pass rate over every (scenario, epoch) with its 95 % Wilson interval, and flaky
+    count."""
     out = []
     for model in models:
         mine = [p for p in pairs if p["model"] == model]

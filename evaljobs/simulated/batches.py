@@ -106,8 +106,8 @@ class BatchDesk:
     # -- statistics ------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """What the desk received: batches created, files uploaded, cancels, and each custom id's submissions.
-        """
+        """What the desk received: batches created, files uploaded, cancels, and each custom id's
+        submissions."""
         with self._lock:
             return {"batches_created": len(self._batches), "files_uploaded": self._uploads,
                     "cancel_requests": self._cancels, "requests_submitted": sum(self._submitted.values()),

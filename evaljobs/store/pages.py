@@ -286,8 +286,8 @@ def search(run_id: str, text: str) -> set[tuple[str, str]]:
 
 @_reconnecting
 def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
-    """Every model's full result for one scenario of the run (prefix of the unique index), by model and epoch.
-    """
+    """Every model's full result for one scenario of the run (prefix of the unique index), by model and
+    epoch."""
     query = (ResultRow.select()
              .where((ResultRow.run == run_id) & (ResultRow.scenario_key == scenario_key)))
     with _connection():

@@ -229,8 +229,8 @@ def list_runs(limit: int = 20, statuses: list[str] | tuple[str, ...] | None = No
 
 @_reconnecting
 def count_runs(statuses: list[str] | tuple[str, ...]) -> dict[str, int]:
-    """How many runs are in each of ``statuses`` (one indexed count per status: the run(status, ...) index).
-    """
+    """How many runs are in each of ``statuses`` (one indexed count per status: the run(status, ...)
+    index)."""
     out = {}
     with _connection():
         for status in statuses:

@@ -159,8 +159,8 @@ _BUNDLE = {"index.html", "scenarios", "transcripts", "static", "results.csv", "r
 
 def _clear_earlier_bundle(target: Path, shown: str | Path) -> None:
     """Empty or new: nothing to do. An earlier bundle: removed whole, or its pages of scenarios and pairs the
-    new run lacks would stay, unlinked but published with it. Anything else in the folder: refused, untouched.
-    """
+    new run lacks would stay, unlinked but published with it. Anything else in the folder: refused,
+    untouched."""
     if not target.is_dir():
         return
     names = {p.name for p in target.iterdir()}

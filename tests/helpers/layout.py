@@ -39,8 +39,8 @@ def overflow(browser: Any) -> list[str]:
 
 
 def hidden(browser: Any, selector: str, *, min_width: int = 60) -> list[str]:
-    """The elements matching ``selector`` that a reader cannot see: too narrow, or outside the screen's width.
-    """
+    """The elements matching ``selector`` that a reader cannot see: too narrow, or outside the screen's
+    width."""
     return browser.evaluate(f"""(() => {{
         const width = document.documentElement.clientWidth;
         const out = [];

@@ -1,5 +1,5 @@
-"""Real evaljobs processes for integration tests: ``evaljobs worker`` (→ Dramatiq's CLI) and the command line.
-"""
+"""Real evaljobs processes for integration tests: ``evaljobs worker`` (→ Dramatiq's CLI) and the command
+line."""
 from __future__ import annotations
 
 import os

@@ -65,8 +65,8 @@ _LFS = "version https://git-lfs.github.com/spec/v1"
 
 
 def is_registry(data: Any) -> bool:
-    """An OpenAI evals registry file: a mapping whose entries include an eval spec (``class: module:Name``).
-    """
+    """An OpenAI evals registry file: a mapping whose entries include an eval spec (``class:
+    module:Name``)."""
     return isinstance(data, dict) and any(isinstance(v, dict) and isinstance(v.get("class"), str)
                                           and ":" in v["class"] for v in data.values())
 
