@@ -376,8 +376,8 @@ class ProcessRunner:
                 raise AssertionRefused(f"assertion kind {kind!r} cannot run")
         except AssertionRefused as exc:
             raise AssertionRefused(f"{label}: {exc}") from None
-        # promptfoo: "Custom function threw error" / "Python code execution failed"
         except RuntimeError as exc:
+            # promptfoo: "Custom function threw error" / "Python code execution failed"
             return False, 0.0, f"{label}: {exc}"
         if negate:
             passed, score = not passed, 1.0 - score
