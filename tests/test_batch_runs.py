@@ -10,6 +10,7 @@ with the reason, and ``rerun --errored`` takes them again; cancelling a run canc
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,22 +20,10 @@ from evaljobs.errors import UsageError
 from evaljobs.pipeline.batching import cancel_run
 from evaljobs.store import batches as stored
 
-CATALOG = """
-name: batched
-scenarios:
-  - key: a
-    prompt: "[sim: say alpha]"
-    expect: {contains: [alpha]}
-  - key: b
-    prompt: "[sim: call lookup {\\"id\\": \\"7\\"}] [sim: say found 7]"
-    tools:
-      - name: lookup
-        parameters: {type: object, properties: {id: {type: string}}}
-        returns: {ok: true}
-    expect: {contains: ["found"], tools: [lookup]}
-  - key: c
-    prompt: "[sim: say gamma]"
-    expect: {contains: [nothing-like-this]}
+#: tests/data/fan.yaml's three scenarios, and one whose calls the provider refuses (400).
+CATALOG = (Path(__file__).parent / "data" / "fan.yaml").read_text(encoding="utf-8").replace(
+    "name: fan\n", "name: batched\n", 1
+) + """\
   - key: d
     prompt: "[sim: status 400 refused here]"
     expect: {contains: [x]}

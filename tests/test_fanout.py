@@ -8,6 +8,7 @@ test_fanout_redis.py.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,23 +18,8 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
 from helpers import plugin_broker, wait_until
 
-CATALOG = """
-name: fan
-scenarios:
-  - key: a
-    prompt: "[sim: say alpha]"
-    expect: {contains: [alpha]}
-  - key: b
-    prompt: "[sim: call lookup {\\"id\\": \\"7\\"}] [sim: say found 7]"
-    tools:
-      - name: lookup
-        parameters: {type: object, properties: {id: {type: string}}}
-        returns: {ok: true}
-    expect: {contains: ["found"], tools: [lookup]}
-  - key: c
-    prompt: "[sim: say gamma]"
-    expect: {contains: [nothing-like-this]}
-"""
+#: Three scenarios (a tool call among them), shared with tests/test_batch_runs.py.
+CATALOG = (Path(__file__).parent / "data" / "fan.yaml").read_text(encoding="utf-8")
 MODELS = ["sim/one", "sim/two"]
 
 
