@@ -35,7 +35,8 @@ def test_an_elastic_pool_refuses_the_sizes_it_would_ignore_before_contacting_any
     ({"broker": "memory"}, "workers need a shared broker"),
     ({"broker": "redis://127.0.0.1:1/0", "lane": "fast"}, "'fast' is not a lane"),
     ({"broker": "redis://127.0.0.1:1/0", "recover_every": float("nan")}, "--recover-every=nan"),
-    ({"broker": "redis://127.0.0.1:1/0", "min": 3, "max": 2}, r"--max must be an integer of at least --min \(3\)"),
+    ({"broker": "redis://127.0.0.1:1/0", "min": 3, "max": 2},
+     r"--max must be an integer of at least --min \(3\)"),
 ])
 def test_a_worker_the_machine_should_not_start_is_one_line(arguments, message):
     with pytest.raises(UsageError, match=message):
@@ -173,7 +174,10 @@ def test_a_converted_catalog_loads_as_the_native_catalog_it_claims_to_be(tmp_pat
     converted = Session.convert_catalog(samples, grader="match", stage=stage)
     assert isinstance(converted, ConvertedCatalog)
     assert (converted.format, converted.scenarios) == ("jsonl", 2)
-    assert stages == [("convert: checking 2 scenarios from jsonl", 2), ("convert: writing 2 scenarios as YAML", 2)]
+    assert stages == [
+        ("convert: checking 2 scenarios from jsonl", 2),
+        ("convert: writing 2 scenarios as YAML", 2),
+    ]
     native = tmp_path / "native.yaml"
     native.write_text(converted.text)
     assert Session.check_catalog(native).scenarios == 2

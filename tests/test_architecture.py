@@ -31,9 +31,9 @@ setting nobody can find:
 * a CLI module imports from ``evaljobs`` only the public API (``CLI_PUBLIC_API``: ``evaljobs.api``,
   the error family, the settings and the CLI's own modules): a command is options → one
   ``Session`` call → printing. The benchmark sits above ``Session`` (it drives sessions of its own):
-  its command calls that package's face, exactly (``CLI_SHELL_FACES``), never its modules. The modules not yet converted are listed by name
-  (``CLI_NOT_YET_ON_THE_API``); the list only shrinks (a listed module that keeps to the public
-  API fails until it is taken off);
+  its command calls that package's face, exactly (``CLI_SHELL_FACES``), never its modules. The modules not yet
+  converted are listed by name (``CLI_NOT_YET_ON_THE_API``); the list only shrinks (a listed module that keeps
+  to the public API fails until it is taken off);
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
   the pair runner (``evaljobs/pipeline/pairs.py``) and the in-process strategy's
   outcome mapping (``strategies.settle``) sleeps or loops retrying on a provider

@@ -21,7 +21,8 @@ from evaljobs.errors import OptionError, UsageError
 
 @dataclass
 class BenchRun:
-    """What :func:`benchmark` measured: the result, its table, and the files written (``png`` None: no plot)."""
+    """What :func:`benchmark` measured: the result, its table, and the files written (``png`` None: no
+    plot)."""
 
     result: BenchResult
     table: str

@@ -51,10 +51,23 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     """
     from evaljobs.bench import benchmark  # start-up time (see the module docstring)
 
-    done = benchmark(catalog, models, strategies=strategies, widths=widths, repeat=repeat, broker=broker, db=db,
-                     simulate=simulate, out=out, processes=processes, cell_timeout=cell_timeout,
-                     worker_env=worker_env, governor=governor, providers=providers,
-                     echo=lambda line: click.echo(line, err=True))
+    done = benchmark(
+        catalog,
+        models,
+        strategies=strategies,
+        widths=widths,
+        repeat=repeat,
+        broker=broker,
+        db=db,
+        simulate=simulate,
+        out=out,
+        processes=processes,
+        cell_timeout=cell_timeout,
+        worker_env=worker_env,
+        governor=governor,
+        providers=providers,
+        echo=lambda line: click.echo(line, err=True),
+    )
     click.echo(done.table)
     paths = done.paths
     click.echo(f"\nwrote {paths['json']}, {paths['csv']} and {paths['md']}", err=True)

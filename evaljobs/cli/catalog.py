@@ -72,7 +72,8 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
 @providers_option
 def catalog_convert(path, output, catalog_format, include_production_only, lenient, grader, fields,
                     providers) -> None:
-    """Convert an ActiveAgent, promptfoo, OpenAI evals registry file or JSONL samples to the native YAML format."""
+    """Convert an ActiveAgent, promptfoo, OpenAI evals registry file or JSONL samples to the native YAML
+    format."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     def show(text: str, scenarios: int):  # on stderr: stdout may be the YAML itself

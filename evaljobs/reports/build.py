@@ -68,7 +68,8 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     with_epoch = epochs > 1
     by_model: dict[str, list[Any]] = {model: [] for model in models}
     criteria: dict[str, dict[str, list[float]]] = {}
-    judged: dict[str, list[bool]] = {}  # per model, each llm_judge criterion's own pass (its threshold, its pass)
+    # per model, each llm_judge criterion's own pass (its threshold, its pass)
+    judged: dict[str, list[bool]] = {}
     compact: list[dict[str, Any]] = []
     add = compact.append
     # Each pair's entry; round(float(x), 4 or 6) once per distinct score and cost (round() with digits goes

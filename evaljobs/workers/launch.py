@@ -109,7 +109,8 @@ def work(*, broker: str, threads: int | None = None, processes: int | None = Non
     else:
         check_workers(threads, processes)
     ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
-    config.settings()  # a bad setting (a short EVALJOBS_CONTEXT_KEY): one line here, not a traceback per process
+    # a bad setting (a short EVALJOBS_CONTEXT_KEY): one line here, not a traceback per process
+    config.settings()
     middleware_refs = host_middleware(middleware)
     if elastic:
         return serve_pool(min=low, max=high, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
