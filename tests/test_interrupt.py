@@ -34,7 +34,10 @@ def _catalog(tmp_path: Path) -> Path:
     lines = ["name: interrupt", "scenarios:"]
     for key in QUICK:
         lines += [f"  - key: {key}", f'    prompt: "[sim: say {key}]"', f"    expect: {{contains: [{key}]}}"]
-    for key in SLOW:  # past the pair's time limit (--time-limit 5): errored when they end, never quick
+    # past the pair's time limit (--time-limit 20): errored when they end, never quick. The run cannot end
+    # on its own for 40 s (two rounds of two at --width 2), so the signal, sent a moment after the
+    # quick ones land, finds it running (a 5 s limit once let a run on a loaded machine end first)
+    for key in SLOW:
         lines += [
             f"  - key: {key}",
             f'    prompt: "[sim: sleep 60] [sim: say {key}]"',
@@ -66,7 +69,7 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
         "--width",
         "2",
         "--time-limit",
-        "5",
+        "20",
     ]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
