@@ -3,11 +3,12 @@
 The time measured is the provider's own: from the moment it answered the 429 to the moment the
 same conversation arrived again (``SimulatedProvider.calls()``), not the client's account.
 
-The lower bound is strict: never before ``Retry-After``. The upper bound is about correctness, not
-speed, so it is loose: 0.5 s over ``Retry-After`` (jitter is at most 5 %, 0.05 s here; the rest is
-slack for a loaded 2-core machine). What it catches is a retry queued behind the run's other
-pairs: 16 pairs at 0.3 s a call on 4 threads put a re-sent message 1.2 s or more behind, and a
-jitter of 25 % (as before) could add 0.25 s more.
+The lower bound is strict: never before ``Retry-After``. What must not happen after it is a retry
+queued behind the run's other pairs (16 pairs at 0.3 s a call on 4 threads put a re-sent message
+1.2 s or more behind): that is an order, so it is asserted as one — when the retry reached the
+provider, other pairs of the run had still to be sent — not as a time bound, which a loaded
+machine can miss (a 1.5 s bound once failed at 1.61 s on a fresh clone). How late the retry may
+be (Retry-After + at most 5 % jitter) is the retry policy's, checked where it is computed.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 
 RETRY_AFTER = 1.0
-LOOSE = 0.5
 
 
 def catalog_text(others: int) -> str:
@@ -34,14 +34,17 @@ def catalog_text(others: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def retry_gap(sim) -> float:
-    """Seconds from the provider's 429 to the same conversation's next arrival."""
+def retry_gap(sim) -> tuple[float, int]:
+    """Seconds from the provider's 429 to the same conversation's next arrival, and how many calls of
+    the run's other conversations arrived after that retry."""
     calls = sim.calls()
     refused = [c for c in calls if c["status"] == 429]
     assert len(refused) == 1, refused
-    later = [c for c in calls if c["conversation"] == refused[0]["conversation"] and c["status"] == 200]
+    conversation = refused[0]["conversation"]
+    later = [c for c in calls if c["conversation"] == conversation and c["status"] == 200]
     assert len(later) == 1, later
-    return later[0]["arrived"] - refused[0]["answered"]
+    behind = [c for c in calls if c["conversation"] != conversation and c["arrived"] > later[0]["arrived"]]
+    return later[0]["arrived"] - refused[0]["answered"], len(behind)
 
 
 @pytest.mark.parametrize("governor, permit_wait, how", [
@@ -60,6 +63,7 @@ def test_a_rate_limited_pair_is_retried_at_retry_after(governor, permit_wait, ho
         run = session.submit(loads_catalog(catalog_text(others), source="ra.yaml"), ["sim/a"])
         info = session.wait(run.id, timeout=60, poll=0.5)
     assert info.status == "complete", (how, info)
-    gap = retry_gap(sim)
+    gap, sent_after = retry_gap(sim)
     assert gap >= RETRY_AFTER, f"retried {gap:.3f}s after a 429 with Retry-After: 1 ({how})"
-    assert gap <= RETRY_AFTER + LOOSE, f"retried {gap:.3f}s after a 429 with Retry-After: 1 ({how})"
+    if others:  # not queued behind the run's other pairs: some were still to be sent
+        assert sent_after > 0, f"retried {gap:.3f}s after the 429, after every other pair ({how})"
