@@ -241,6 +241,28 @@ def _bound() -> BoundDatabase:
     return db
 
 
+def _open_connection(db: BoundDatabase) -> None:
+    """Open ``db``'s connection for this thread. On SQLite, "database is locked" while opening is
+    waited out (up to ``SQLITE_BUSY_SECONDS``, as a locked write is): the first connection of each
+    process switches the file to WAL, and SQLite refuses that switch at once, without its busy handler,
+    while another process is doing the same — two worker processes starting together on a new
+    database failed one time in 25."""
+    if not isinstance(db, peewee.SqliteDatabase):
+        db.connect()
+        return
+    deadline = time.monotonic() + SQLITE_BUSY_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            db.connect()
+            return
+        except peewee.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 @contextmanager
 def _connection() -> Iterator[BoundDatabase]:
     """This thread's connection for the duration of one public call (reused if already open)."""
@@ -248,7 +270,7 @@ def _connection() -> Iterator[BoundDatabase]:
     opened = db.is_closed()
     if opened:
         try:
-            db.connect()
+            _open_connection(db)
         except (peewee.OperationalError, peewee.InterfaceError, peewee.ImproperlyConfigured) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DatabaseUnavailable(f"cannot reach database {redact(db.evaljobs_url)}: {reason}") from None
