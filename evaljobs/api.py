@@ -22,7 +22,7 @@ import json
 import os
 import threading
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
@@ -48,13 +48,14 @@ from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
 from evaljobs.reports.gate import Verdict
 from evaljobs.reports.render import FORMATS, render
-from evaljobs.providers import ProviderProblems, problems
+from evaljobs.providers import require_callable
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
 
     from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
 
+    from evaljobs.bench import BenchRun
     from evaljobs.reports.compare import Comparison
     from evaljobs.view import Exported
     from evaljobs.starter import StartedProject
@@ -73,9 +74,7 @@ def check_providers(models: Sequence[str], providers: str | ProvidersConfig | No
     ``evaljobs providers check`` goes further and makes one real call per model.
     """
     config_ = providers if isinstance(providers, ProvidersConfig) else runtime.providers(providers)
-    found = problems(config_, models)
-    if found:
-        raise ProviderProblems(found)
+    require_callable(config_, models)
 
 
 def _strings(value: Any) -> list[str]:
@@ -368,7 +367,8 @@ class Session:
         its pairs finish, a queued run's through :meth:`wait` (a ``Progress`` is also fed
         the database's numbers). ``on_submit(info)`` is called once the run exists, before it
         is followed. A queued run on Redis is followed only with ``wait=True``
-        (:meth:`follows`); otherwise the submitted run is returned at once. ``options`` are
+        (:meth:`follows`); otherwise the submitted run is returned at once, marked
+        ``detached``. ``options`` are
         :meth:`submit`'s. Hold the result to a threshold with :meth:`RunInfo.gate`.
 
         ``format``, ``include_production_only``, ``lenient``, ``grader`` and ``fields`` say how a
@@ -394,8 +394,10 @@ class Session:
             info = self.submit(catalog, models, strategy=strategy, **options)
             if on_submit is not None:
                 on_submit(info)
-            if inline or not self.follows(strategy, wait):
+            if inline:
                 return info
+            if not self.follows(strategy, wait):
+                return replace(info, detached=True)
             return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
         except KeyboardInterrupt:  # SIGINT (and SIGTERM, which the CLI turns into one)
             raise self._interrupted() from None
@@ -546,7 +548,8 @@ class Session:
         ``run_id`` may be ``latest`` or a prefix. ``which`` names at least one kind; ``all`` comes
         alone (it already holds every pair). :meth:`create_rerun` then :meth:`start`, then the new
         run is followed to its report as :meth:`run` follows one: always for in-process strategies,
-        for queued ones as :meth:`follows` says (``wait``); otherwise it is returned as started.
+        for queued ones as :meth:`follows` says (``wait``); otherwise it is returned as started, marked
+        ``detached``.
         ``on_note`` is told, one line each, what ``--reuse`` copied and what was created;
         ``progress`` shows the bar on stderr (with its notes when nothing moves) instead of
         ``on_event``. Hold the result to a threshold with :meth:`RunInfo.gate`: a rerun in which
@@ -576,7 +579,7 @@ class Session:
                     events.remove_listener(listener)
         self.start(new)
         if not self.follows(new.strategy, wait):
-            return store.get_run(new.id)
+            return replace(store.get_run(new.id), detached=True)
         return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
 
     def _follower(self, info: store.RunInfo, on_event: Callable[[dict[str, Any]], None] | None,
@@ -969,6 +972,27 @@ class Session:
         from evaljobs.view import export_bundle
 
         return export_bundle(run_id, directory, db=db, broker=broker, host=host, port=port, token=token)
+
+    @classmethod
+    def benchmark(cls, catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
+                  cell_timeout: float, broker: str = "memory", db: str | None = None,
+                  simulate: str | None = None, out: str | None = None, processes: int = 1,
+                  worker_env: Sequence[str] = (), governor: bool | None = None, providers: str | None = None,
+                  echo: Callable[[str], None] = lambda line: None) -> "BenchRun":
+        """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
+        (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
+        ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
+        one-line ``UsageError`` before anything runs. Each cell is a fresh run of a session of this class;
+        ``echo`` is told each cell's progress. Returns the result, its table and the files written
+        (bench.json, .csv, .md and, with matplotlib, .png) — see :func:`evaljobs.bench.benchmark`.
+        """
+        # start-up time: the benchmark's engine, meters and renderers, for `bench` only
+        from evaljobs.bench import benchmark
+
+        return benchmark(catalog, models, sessions=cls, strategies=strategies, widths=widths, repeat=repeat,
+                         broker=broker, db=db, simulate=simulate, out=out, processes=processes,
+                         cell_timeout=cell_timeout, worker_env=worker_env, governor=governor,
+                         providers=providers, echo=echo)
 
     @staticmethod
     def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:

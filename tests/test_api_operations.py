@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from evaljobs import bench, view
+from evaljobs import view
 from evaljobs.api import ConvertedCatalog, ProviderList, Session
 from evaljobs.errors import EvaljobsError, UsageError
 
@@ -217,7 +217,7 @@ def test_a_benchmark_with_a_bad_option_is_refused_before_it_runs(tmp_path, argum
     options = {"strategies": "sequential", "widths": "1", "repeat": 1, "cell_timeout": 60.0,
                "out": str(tmp_path / "out"), **arguments}
     with pytest.raises(UsageError, match=message):
-        bench.benchmark(str(catalog), ["sim/a"], **options)
+        Session.benchmark(str(catalog), ["sim/a"], **options)
     assert not (tmp_path / "out").exists(), "nothing ran, nothing written"
 
 

@@ -72,7 +72,7 @@ def test_rerun_of_a_queued_run_is_followed_to_its_report_and_says_what_it_create
     again = session.rerun("latest", ["failed"], on_note=notes.append, timeout=60)
     assert again.id != first.id and again.report is not None and again.persisted == 1  # followed
     assert notes == [f"run {again.id}: rerun of {first.id} (failed), 1 pairs (fanout, broker memory)"]
-    assert session.follows(again.strategy, None)  # the memory broker's runs are followed
+    assert session.follows(again.strategy, None) and not again.detached  # memory broker: followed
     assert again.gate().passed and not again.gate(0.5).passed  # 0 of 1 pass
 
 
@@ -94,6 +94,8 @@ def test_a_rerun_on_redis_without_wait_is_only_started(sqlite_url, redis_url, si
         notes: list[str] = []
         started = remote.rerun(first.id, ["failed"], on_note=notes.append)
         assert not remote.follows(started.strategy, None)  # workers elsewhere evaluate it
+        assert not remote.get(started.id).detached  # read back, a run is only what was stored
+    assert started.detached  # what `evaljobs rerun` prints as the run id alone
     assert started.report is None and started.persisted == 0 and started.status in ("pending", "running")
     assert notes[0].startswith(f"run {started.id}: rerun of {first.id} (failed), 1 pairs "
                                "(fanout, broker redis://")

@@ -8,7 +8,7 @@ setting nobody can find:
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
   errors, clock, redact, collector and telemetry · catalog and middleware · providers, the
   governor, the simulated provider and live tools · evaluation · reports and store
-  · pipeline · api and workers · bench · cli and the viewer · the package
+  · pipeline · api, workers, the viewer, the starter and bench · cli · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
   body or ``if TYPE_CHECKING`` — a cycle dodged by a late import is still a
@@ -30,8 +30,9 @@ setting nobody can find:
   the library returns a verdict and ``cli/_options.py`` maps it;
 * a CLI module imports from ``evaljobs`` only the public API (``CLI_PUBLIC_API``: ``evaljobs.api``,
   the error family, the settings and the CLI's own modules): a command is options → one
-  ``Session`` call → printing. The benchmark sits above ``Session`` (it drives sessions of its own):
-  its command calls that package's face, exactly (``CLI_SHELL_FACES``), never its modules. The modules not yet
+  ``Session`` call → printing. From a package below the API a command may take constants only
+  (``CLI_CONSTANTS_FROM``: the benchmark's defaults its ``--help`` shows), from its face, never its
+  modules, and never a function or class to call. The modules not yet
   converted are listed by name (``CLI_NOT_YET_ON_THE_API``); the list only shrinks (a listed module that keeps
   to the public API fails until it is taken off);
 * one place decides retries: in ``pipeline/`` and ``evaluation/``, nothing but
@@ -75,7 +76,7 @@ CONFIG_MODULE = "evaljobs.config"
 IO_LIBRARIES = ("dramatiq", "redis", "peewee", "httpx", "mcp")
 #: The pure parts: a module is one of them if its name is, or starts with, one of these.
 PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.reports")
-#: The layers, bottom first (docs/internals.md: cli → bench → api / workers → pipeline → reports / store →
+#: The layers, bottom first (docs/internals.md: cli → api / workers / bench → pipeline → reports / store →
 #: evaluation → providers → catalog, middleware beside catalog). A module may import its own
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
@@ -87,8 +88,8 @@ LAYERS = (
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
-    ("evaljobs.api", "evaljobs.workers", "evaljobs.view", "evaljobs.starter"),
-    ("evaljobs.bench",),
+    # the benchmark drives sessions (``Session.benchmark`` hands it the class) and starts workers
+    ("evaljobs.api", "evaljobs.workers", "evaljobs.view", "evaljobs.starter", "evaljobs.bench"),
     ("evaljobs.cli", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),
 )
@@ -702,16 +703,18 @@ CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljob
 #: CLI modules that still reach into the library (issue 28, converted one by one): this set only
 #: shrinks. A module on it that already keeps to the public API fails the rule until it is taken off.
 CLI_NOT_YET_ON_THE_API: frozenset[str] = frozenset()
-#: Packages above ``Session``, beside the CLI, whose public face (the package itself, not its
-#: modules) a command may call: the benchmark (it drives sessions of its own, one run per cell).
-CLI_SHELL_FACES = ("evaljobs.bench",)
+#: Packages whose face a command may take constants from (UPPER_CASE names, ``from PACKAGE import
+#: NAME``): the benchmark's defaults, shown in ``evaljobs bench --help``. What it runs is
+#: ``Session.benchmark``.
+CLI_CONSTANTS_FROM = ("evaljobs.bench",)
+_CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def cli_imports_beyond_the_api(modules: dict[str, Module], public=CLI_PUBLIC_API,
                                pending: frozenset[str] = CLI_NOT_YET_ON_THE_API,
-                               faces=CLI_SHELL_FACES) -> list[str]:
-    """Imports of evaljobs modules other than ``public`` (and the packages ``faces`` themselves) from
-    a CLI module (anywhere in it: top, function body, ``if TYPE_CHECKING``); and modules on
+                               faces=CLI_CONSTANTS_FROM) -> list[str]:
+    """Imports of evaljobs modules other than ``public`` (and of constants from the packages ``faces``)
+    from a CLI module (anywhere in it: top, function body, ``if TYPE_CHECKING``); and modules on
     ``pending`` that no longer make one."""
     lines = []
     for name, module in sorted(modules.items()):
@@ -723,6 +726,8 @@ def cli_imports_beyond_the_api(modules: dict[str, Module], public=CLI_PUBLIC_API
                 origin = _origin(module, node)
                 if origin.split(".")[0] != "evaljobs":
                     continue
+                if origin in faces and all(_CONSTANT.match(a.name) for a in node.names):
+                    continue  # a default shown in --help
                 # `from evaljobs import config` imports the module evaljobs.config
                 targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in modules else origin
                            for a in node.names]
@@ -731,8 +736,7 @@ def cli_imports_beyond_the_api(modules: dict[str, Module], public=CLI_PUBLIC_API
             else:
                 continue
             reached += [(node.lineno, target) for target in targets
-                        if target not in faces
-                        and not any(target == p or target.startswith(p + ".") for p in public)]
+                        if not any(target == p or target.startswith(p + ".") for p in public)]
         if name in pending:
             if not reached:
                 lines.append(f"{module.shown}: {name} imports only the public API now: take it off "
@@ -1211,18 +1215,20 @@ def test_the_public_api_and_the_clis_own_modules_may_be_imported(tmp_path):
     assert cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=frozenset()) == []
 
 
-def test_a_command_may_call_the_face_of_a_shell_beside_the_cli_but_not_its_modules(tmp_path):
-    files = {"evaljobs/cli/__init__.py": "", "evaljobs/view/__init__.py": "", "evaljobs/view/bundle.py": "",
-             "evaljobs/bench/__init__.py": "", "evaljobs/bench/engine.py": "",
-             "evaljobs/cli/view.py": "def view():\n    from evaljobs.view import serve_viewer\n",
-             "evaljobs/cli/bench.py": "from evaljobs.bench import DEFAULT_WIDTHS\n",
-             "evaljobs/cli/export.py": "from evaljobs.view.bundle import export_run\n",
-             "evaljobs/cli/sweep.py": "import evaljobs.bench.engine\n"}
+def test_a_command_may_take_constants_from_a_listed_face_but_call_nothing_there(tmp_path):
+    files = {"evaljobs/cli/__init__.py": "", "evaljobs/bench/__init__.py": "", "evaljobs/bench/engine.py": "",
+             "evaljobs/cli/bench.py": "from evaljobs.bench import DEFAULT_WIDTHS, STRATEGIES\n",
+             "evaljobs/cli/call.py": "def bench():\n    from evaljobs.bench import benchmark\n",
+             "evaljobs/cli/mixed.py": "from evaljobs.bench import DEFAULT_WIDTHS, run_bench\n",
+             "evaljobs/cli/whole.py": "import evaljobs.bench\n",
+             "evaljobs/cli/sweep.py": "from evaljobs.bench.engine import DEFAULT\n"}
     found = cli_imports_beyond_the_api(planted_tree(tmp_path, files), pending=frozenset(),
-                                       faces=("evaljobs.view", "evaljobs.bench"))
+                                       faces=("evaljobs.bench",))
     assert [line.split(": a command")[0] for line in found] == [
-        "evaljobs/cli/export.py:1: evaljobs.cli.export imports evaljobs.view.bundle",
-        "evaljobs/cli/sweep.py:1: evaljobs.cli.sweep imports evaljobs.bench.engine"], found
+        "evaljobs/cli/call.py:2: evaljobs.cli.call imports evaljobs.bench",
+        "evaljobs/cli/mixed.py:1: evaljobs.cli.mixed imports evaljobs.bench",
+        "evaljobs/cli/sweep.py:1: evaljobs.cli.sweep imports evaljobs.bench.engine",
+        "evaljobs/cli/whole.py:1: evaljobs.cli.whole imports evaljobs.bench"], found
 
 
 def test_a_listed_module_that_keeps_to_the_public_api_must_be_taken_off(tmp_path):

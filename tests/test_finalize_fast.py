@@ -17,6 +17,7 @@ import random
 import pytest
 
 from evaljobs import store
+from evaljobs.api import Session
 from evaljobs.bench import measure_epochs
 from evaljobs.catalog import parse_catalog
 from evaljobs.evaluation.result import Result
@@ -202,7 +203,8 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
 
 def test_the_epochs_bench_reports_wall_and_cpu_of_the_finalize(tmp_path):
     figure = measure_epochs(
-        "memory", f"sqlite:///{tmp_path}/bench.db", scenarios=3, models=2, epochs=2, repeat=2
+        "memory", f"sqlite:///{tmp_path}/bench.db", sessions=Session, scenarios=3, models=2, epochs=2,
+        repeat=2,
     )
     assert figure["pairs"] == 12 and figure["broker"] == "memory"
     for block in (figure, figure["without_epochs"]):

@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.bench.options import BenchRun, benchmark, parse_simulate, parse_worker_env
     from evaljobs.bench.model import (DEFAULT_CELL_TIMEOUT, DEFAULT_REPEAT, DEFAULT_WIDTHS, QUEUED,
                                       STRATEGIES, BenchError, BenchResult, BenchSpec, Cell, Knee, Measurement,
-                                      Recommendation, effective_width, ideal_wall, parse_strategies,
-                                      parse_widths, strategy_widths)
+                                      Recommendation, SessionFactory, effective_width, ideal_wall,
+                                      parse_strategies, parse_widths, strategy_widths)
     from evaljobs.bench.render import (load_result, plot, render_csv, render_markdown, render_table,
                                        write_outputs)
 
@@ -61,6 +61,7 @@ _EXPORTS = {
             "DEFAULT_WIDTHS",
             "DEFAULT_REPEAT",
             "DEFAULT_CELL_TIMEOUT",
+            "SessionFactory",
         ),
         "model",
     ),
@@ -90,4 +91,4 @@ __all__ = ["environment", "BenchSpec", "Measurement", "Cell", "Knee", "Recommend
            "render_markdown", "plot", "write_outputs", "load_result", "run_bench", "measure_enqueue",
            "measure_epochs", "synthetic_catalog_text", "WorkerGroup", "ProcessMeter", "host_cpu",
            "group_pids", "STRATEGIES", "QUEUED", "DEFAULT_WIDTHS", "DEFAULT_REPEAT", "DEFAULT_CELL_TIMEOUT",
-           "BenchRun", "benchmark", "parse_simulate", "parse_worker_env"]
+           "SessionFactory", "BenchRun", "benchmark", "parse_simulate", "parse_worker_env"]

@@ -1,7 +1,8 @@
 """The engine: run every cell of a :class:`BenchSpec` through the real code path and measure it.
 
 Each cell is a fresh run (:class:`evaljobs.api.Session` submit → evaluate →
-persist → barrier → report). The engine starts what it needs — the simulated
+persist → barrier → report), through the session class it is handed (``sessions``: the engine sits
+below the API it measures). The engine starts what it needs — the simulated
 provider, ``evaljobs worker`` processes for the Redis cells — and stops it
 again. Its own settings (the simulated provider's URL, the governor switch)
 are this process's settings for the benchmark's duration
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evaljobs import config, store
-from evaljobs.api import Session, check_providers
 from evaljobs.bench.analysis import recommend, summarize
 from evaljobs.bench.meter import ProcessMeter, group_pids, host_cpu
 from evaljobs.bench.model import (
@@ -34,11 +34,13 @@ from evaljobs.bench.model import (
     BenchResult,
     BenchSpec,
     Measurement,
+    SessionFactory,
     broker_label,
     strategy_widths,
 )
 from evaljobs.catalog import catalog_from_body, loads_catalog
 from evaljobs.pipeline import events
+from evaljobs.providers import require_callable
 from evaljobs.simulated import SimulatedProvider
 
 _READY_LINE = "is ready for action"
@@ -157,8 +159,10 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: None) -> BenchResult:
-    """Run every cell of ``spec`` and return the measurements, the cells and the recommendation."""
+def run_bench(spec: BenchSpec, *, sessions: SessionFactory,
+              echo: Callable[[str], None] = lambda line: None) -> BenchResult:
+    """Run every cell of ``spec`` (each a run of a ``sessions`` session) and return the measurements, the
+    cells and the recommendation."""
     out = Path(spec.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     if not spec.db:
@@ -182,11 +186,11 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
     queue = f"bench-{secrets.token_hex(4)}"
     measurements: list[Measurement] = []
     try:
-        probe = Session(db=spec.db, broker="memory", width=1, providers=spec.providers)
+        probe = sessions(db=spec.db, broker="memory", width=1, providers=spec.providers)
         try:
             catalog = probe.load(spec.catalog)
             # Before the first cell creates a run: every model's provider can be called (UsageError).
-            check_providers(list(spec.models), probe.providers)
+            require_callable(probe.providers, list(spec.models))
         finally:
             probe.close()
         models = list(spec.models)
@@ -201,7 +205,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
         # native_id is None only before the thread starts: the simulator's has started.
         sim_threads = (lambda: [tid for tid in (thread.native_id,) if tid is not None]) if thread else None
         warmup = _warmup_catalog(catalog)
-        _warm_up(spec, warmup, models, "memory", queue,
+        _warm_up(sessions, spec, warmup, models, "memory", queue,
                  [s for s in ("sequential", "fanout") if s in spec.strategies or s == "sequential"])
         cells_total = sum(len(strategies) for _, strategies in _by_width(plan)) * spec.repeat
         cell = 0  # each line says [k/N]: a sweep runs for minutes, and the user sees how far it is
@@ -211,7 +215,7 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                 workers = WorkerGroup(broker_url=spec.broker, db_url=spec.db, threads=width,
                                       processes=spec.processes, queue=queue, log=out / "workers.log",
                                       env=worker_env, providers=spec.providers).start()
-                _warm_up(spec, warmup, models, spec.broker, queue, ["fanout"] * spec.processes)
+                _warm_up(sessions, spec, warmup, models, spec.broker, queue, ["fanout"] * spec.processes)
             try:
                 for strategy in strategies:
                     for repeat in range(1, spec.repeat + 1):
@@ -219,7 +223,8 @@ def run_bench(spec: BenchSpec, *, echo: Callable[[str], None] = lambda line: Non
                         queued = strategy in QUEUED
                         meter = ProcessMeter(workers.pids if (queued and workers) else None,
                                              exclude_threads=sim_threads)
-                        m = _run_cell(spec, catalog, models, strategy, width, repeat, queue, meter, sim)
+                        m = _run_cell(sessions, spec, catalog, models, strategy, width, repeat, queue,
+                                      meter, sim)
                         m.cores = min(env["cores"], spec.processes if (queued and workers) else 1)
                         measurements.append(m)
                         echo(
@@ -252,10 +257,10 @@ def _warmup_catalog(catalog):
     return catalog_from_body(body, source=f"<warm-up of {catalog.name}>")
 
 
-def _warm_up(spec: BenchSpec, catalog, models: list[str], broker: str, queue: str,
-             strategies: list[str]) -> None:
+def _warm_up(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[str], broker: str,
+             queue: str, strategies: list[str]) -> None:
     for strategy in strategies:
-        session = Session(db=spec.db, broker=broker if strategy in QUEUED else "memory", width=2,
+        session = sessions(db=spec.db, broker=broker if strategy in QUEUED else "memory", width=2,
                           providers=spec.providers, queue=queue)
         try:
             info = session.submit(catalog, models, strategy=strategy)
@@ -293,9 +298,9 @@ def _pair_latency(spec: BenchSpec, measurements: list[Measurement]) -> float | N
     return round(latency * statistics.median(calls), 6)
 
 
-def _run_cell(spec: BenchSpec, catalog, models: list[str], strategy: str, width: int, repeat: int,
-              queue: str, meter: ProcessMeter, sim) -> Measurement:
-    session = Session(db=spec.db, broker=spec.broker if strategy in QUEUED else "memory", width=width,
+def _run_cell(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[str], strategy: str,
+              width: int, repeat: int, queue: str, meter: ProcessMeter, sim) -> Measurement:
+    session = sessions(db=spec.db, broker=spec.broker if strategy in QUEUED else "memory", width=width,
                       providers=spec.providers, queue=queue)
     clock = _EventClock()
     try:
@@ -376,7 +381,8 @@ def synthetic_catalog_text(scenarios: int, name: str = "synthetic") -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure_enqueue(broker_url: str, db_url: str, pairs: int = 10_000, *, repeat: int = 3) -> dict[str, Any]:
+def measure_enqueue(broker_url: str, db_url: str, pairs: int = 10_000, *, sessions: SessionFactory,
+                    repeat: int = 3) -> dict[str, Any]:
     """Seconds for ``start_run`` to enqueue ``pairs`` fan-out messages (mark running, list pairs, enqueue).
 
     Called in this process on the real broker; the messages go to a throwaway queue that is flushed after.
@@ -384,7 +390,7 @@ def measure_enqueue(broker_url: str, db_url: str, pairs: int = 10_000, *, repeat
     queue = f"bench-enqueue-{secrets.token_hex(4)}"
     catalog = loads_catalog(synthetic_catalog_text(pairs, f"enqueue{pairs}"), source=f"enqueue{pairs}.yaml")
     timings = []
-    session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
+    session = sessions(db=db_url, broker=broker_url, width=1, queue=queue)
     try:
         binding = session.binding()
         for _ in range(repeat):

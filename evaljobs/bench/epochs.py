@@ -22,16 +22,15 @@ import time
 from typing import Any
 
 from evaljobs import store
-from evaljobs.api import Session
 from evaljobs.bench.engine import synthetic_catalog_text
-from evaljobs.bench.model import broker_label
+from evaljobs.bench.model import SessionFactory, broker_label
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 
 
-def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models: int = 4, epochs: int = 10,
-                   repeat: int = 3, seed: int = 0) -> dict[str, Any]:
+def measure_epochs(broker_url: str, db_url: str, *, sessions: SessionFactory, scenarios: int = 100,
+                   models: int = 4, epochs: int = 10, repeat: int = 3, seed: int = 0) -> dict[str, Any]:
     """Median seconds to enqueue and to finalize a ``scenarios × models × epochs`` run, over ``repeat`` runs
     (the finalize also in CPU milliseconds of the process).
 
@@ -50,7 +49,7 @@ def measure_epochs(broker_url: str, db_url: str, *, scenarios: int = 100, models
         "flat": {"enqueue": [], "finalize": [], "finalize_cpu": []},
     }
     flaky = 0
-    session = Session(db=db_url, broker=broker_url, width=1, queue=queue)
+    session = sessions(db=db_url, broker=broker_url, width=1, queue=queue)
     try:
         binding = session.binding()
         for _ in range(repeat):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from evaljobs.errors import UsageError
 
@@ -26,6 +26,12 @@ CPU_BOUND_SHARE = 0.75
 HOST_BOUND_SHARE = 0.90
 DEFAULT_CELL_TIMEOUT = 900.0
 WORKER_READY_TIMEOUT = 60.0
+
+
+#: What makes the sessions a benchmark drives: :class:`evaljobs.api.Session`, or a class taking the same
+#: arguments (``db``, ``broker``, ``width``, ``providers``, ``queue``). The benchmark sits below the API it
+#: measures: ``Session.benchmark`` (and a script) hands the class over, nothing here imports it.
+SessionFactory = Callable[..., Any]
 
 
 class BenchError(UsageError):

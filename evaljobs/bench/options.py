@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evaljobs.bench.engine import run_bench
-from evaljobs.bench.model import BenchResult, BenchSpec, parse_strategies, parse_widths
+from evaljobs.bench.model import BenchResult, BenchSpec, SessionFactory, parse_strategies, parse_widths
 from evaljobs.bench.render import render_table, write_outputs
 from evaljobs.config import REDIS_SCHEMES
 from evaljobs.errors import OptionError, UsageError
@@ -57,13 +57,14 @@ def parse_worker_env(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
-          broker: str = "memory", db: str | None = None, simulate: str | None = None, out: str | None = None,
-          processes: int = 1, cell_timeout: float, worker_env: Sequence[str] = (),
-          governor: bool | None = None, providers: str | None = None,
-          echo: Callable[[str], None] = lambda line: None) -> BenchRun:
+def benchmark(catalog: str, models: Sequence[str], *, sessions: SessionFactory, strategies: str,
+              widths: str, repeat: int, broker: str = "memory", db: str | None = None,
+              simulate: str | None = None, out: str | None = None, processes: int = 1,
+              cell_timeout: float, worker_env: Sequence[str] = (), governor: bool | None = None,
+              providers: str | None = None, echo: Callable[[str], None] = lambda line: None) -> BenchRun:
     """Check the options, run every (strategy, width) cell, and write the outputs to ``out``
-    (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress."""
+    (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress. Each cell is a run of a
+    ``sessions`` session (``Session.benchmark`` passes its class)."""
     if not Path(catalog).exists():
         raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
     if broker.startswith(REDIS_SCHEMES):
@@ -76,7 +77,7 @@ def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: s
                      simulate=parse_simulate(simulate), providers=providers, processes=processes,
                      cell_timeout=cell_timeout, worker_env=parse_worker_env(worker_env), governor=governor,
                      out=out or str(Path(".evaljobs") / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")))
-    result = run_bench(spec, echo=echo)
+    result = run_bench(spec, sessions=sessions, echo=echo)
     table = render_table(result)
     return BenchRun(result=result, table=table, paths=write_outputs(result, Path(spec.out)))
 

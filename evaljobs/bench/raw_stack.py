@@ -221,13 +221,12 @@ def measure_raw_stack(
 def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), processes: int = 2,
             repeat: int = 3, out: str | Path = ".", governor: bool = False,
             pairs_per_message: tuple[int, ...] = (1,)) -> list[dict[str, Any]]:
-    """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``) once per
-    ``pairs_per_message``, same Redis and provider settings (zero latency), back to back, so the
-    ratio is of one moment of the machine."""
+    """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``, run as the
+    command, with ``EVALJOBS_PAIRS_PER_MESSAGE`` set) once per ``pairs_per_message``, same Redis and
+    provider settings (zero latency), back to back, so the ratio is of one moment of the machine."""
     # the raw-stack workers (`serve`) load none of evaljobs
     from evaljobs import config
-    from evaljobs.bench.engine import run_bench
-    from evaljobs.bench.model import BenchSpec
+    from evaljobs.bench.render import load_result
     from evaljobs.catalog import load_catalog
     from evaljobs.simulated import SimulatedProvider
 
@@ -242,16 +241,15 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
         finally:
             sim.stop()
         for batch in pairs_per_message:
-            spec = BenchSpec(catalog=catalog, models=["sim/fast"], strategies=("fanout",), widths=(width,),
-                             repeat=repeat, broker=broker_url, simulate={"latency": 0.0}, processes=processes,
-                             out=str(out / f"evaljobs-w{width}-b{batch}"), governor=governor)
-            previous = config.configured()
+            cell_out = out / f"evaljobs-w{width}-b{batch}"
             # The submitting process's setting: the run carries it to the workers (its options).
-            config.configure((previous or config.Settings.from_env()).replace(pairs_per_message=batch))
-            try:
-                result = run_bench(spec)
-            finally:
-                config.restore(previous)
+            env = config.child_environment({"EVALJOBS_PAIRS_PER_MESSAGE": str(batch)})
+            subprocess.run([sys.executable, "-m", "evaljobs", "bench", catalog, "-m", "sim/fast",
+                            "--strategies", "fanout", "--widths", str(width), "--repeat", str(repeat),
+                            "--broker", broker_url, "--simulate", "latency=0", "--processes", str(processes),
+                            "--out", str(cell_out), "--governor" if governor else "--no-governor"],
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+            result = load_result(cell_out / "bench.json")
             cell = result.cells[0]
             rows.append({"width": width, "processes": processes, "pairs": pairs, "pairs_per_message": batch,
                          "raw_stack_wall_s": raw["wall_s"], "raw_stack_pairs_per_s": raw["pairs_per_s"],

@@ -325,15 +325,15 @@ def conclude(verdict: Any) -> None:
         sys.exit(verdict.exit_code)
 
 
-def finish(info: Any, threshold: float | None, *, as_json: bool = False, followed: bool = True) -> None:
+def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None:
     """Print the run's report (a table, or JSON), then conclude with :meth:`RunInfo.gate`'s verdict.
 
-    A run the library did not follow (``Session.follows``: queued on Redis without ``--wait``) is
+    A run the library did not follow (``RunInfo.detached``: queued on Redis without ``--wait``) is
     only started: its id is the output, for a script to ``watch`` it, and there is nothing to gate.
     """
     from evaljobs.api import render_run  # start-up time: only once a run exists
 
-    if not followed:
+    if info.detached:
         click.echo(info.id)
         return
 

@@ -121,8 +121,7 @@ def rerun(run_id, errored, failed, every, reuse, batch, width, wait, gate, as_js
     with Session(db=db, broker=broker, width=width, providers=providers) as session:
         info = session.rerun(run_id, select, reuse=reuse, batch=batch, wait=wait, progress=True,
                              on_note=_stderr)
-        followed = session.follows(info.strategy, wait)
-    finish(info, gate, as_json=as_json, followed=followed)
+    finish(info, gate, as_json=as_json)
 
 
 def _stderr(line: str) -> None:

@@ -176,8 +176,7 @@ def run(
                 batch=batch,
                 batch_judge=batch_judge,
             )
-        followed = session.follows(strategy, wait)
-    finish(info, gate, as_json=as_json, followed=followed)
+    finish(info, gate, as_json=as_json)
 
 
 @click.command()

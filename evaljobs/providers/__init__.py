@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
                                            TransientError, is_retryable, parse_retry_after)
     from evaljobs.providers.preflight import (ProviderProblems, describe, probe, probe_models, problems,
-                                              provider_problems)
+                                              provider_problems, require_callable)
     from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
 
 #: name → the module defining it (``""``: the name is a module of this package).
@@ -71,6 +71,7 @@ _EXPORTS = {
     "probe_models": "preflight",
     "problems": "preflight",
     "provider_problems": "preflight",
+    "require_callable": "preflight",
     "OUTPUT_CAP": "toolcall",
     "ToolCall": "toolcall",
 }
@@ -82,7 +83,8 @@ __all__ = ["BatchingClient", "BatchRequest", "base_url_for", "batches", "current
            "RequestedToolCall", "ResponseCache", "ToolCall", "TransientError", "close_clients", "deadline",
            "default_ttl", "describe", "for_epoch", "get_client", "is_retryable", "parse_duration",
            "parse_retry_after",
-           "probe", "probe_models", "problems", "provider_problems"]
+           "probe", "probe_models", "problems", "provider_problems",
+           "require_callable"]
 
 
 def __getattr__(name: str) -> Any:

@@ -80,6 +80,13 @@ def problems(providers: ProvidersConfig, models: Iterable[str | ModelSpec], *,
     return lines
 
 
+def require_callable(providers: ProvidersConfig, models: Iterable[str | ModelSpec]) -> None:
+    """Raise :class:`ProviderProblems` (a line per :func:`problems` line) unless every model can be called."""
+    found = problems(providers, models)
+    if found:
+        raise ProviderProblems(found)
+
+
 def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None = None,
                       source: str = "") -> list[str]:
     """What is wrong with one provider entry (its wire format, base URL, key variable).

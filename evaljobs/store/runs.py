@@ -48,6 +48,10 @@ class RunInfo:
     pairs: list[tuple[str, str, int]] | None = None
     #: How many times each scenario × model pair is evaluated (``--epochs``).
     epochs: int = 1
+    #: True when ``Session.run``/``rerun`` returned right after submitting (a queued run on Redis
+    #: without ``wait``): workers elsewhere evaluate it, so this is its state at submission and its
+    #: report is for ``watch``. Never stored: a run read back from the database is not detached.
+    detached: bool = False
 
     @property
     def finished(self) -> bool:
