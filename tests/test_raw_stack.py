@@ -4,6 +4,7 @@ and stored once, the run's end seen by the driver. Its figures are in BENCHMARKS
 from __future__ import annotations
 
 import sqlite3
+import statistics
 
 import pytest
 
@@ -14,8 +15,9 @@ from evaljobs.bench.raw_stack import measure_raw_stack
 def test_raw_stack_calls_and_stores_every_pair_once(tmp_path, redis_url, simulated_provider):
     sim = simulated_provider(latency=0, export=False)
     figure = measure_raw_stack(redis_url, sim.url, pairs=30, processes=2, threads=2, repeat=2, out=tmp_path)
-    assert figure["pairs"] == 30 and len(figure["walls"]) == 2 and figure["pairs_per_s"] > 0
-    assert figure["cpu_s"] > 0  # the worker processes', measured from /proc
+    assert figure["pairs"] == 30 and len(figure["walls"]) == 2
+    # measured from /proc in 10 ms ticks: 30 quick pairs may read 0 (a figure for BENCHMARKS.md)
+    assert figure["pairs_per_s"] == round(30 / statistics.median(figure["walls"]), 1) and figure["cpu_s"] >= 0
     rounds = 3  # an untimed warm-up, then the repeats
     assert sim.stats()["completed"] == 30 * rounds
     db = sqlite3.connect(tmp_path / "raw-stack.db")
