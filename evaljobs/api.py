@@ -23,6 +23,7 @@ import os
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
@@ -784,7 +785,11 @@ class Session:
 
         # unfinished
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
-        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds)
+        # rows stored before they carried their scenario's digest: their run's snapshot tells it
+        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
+                             digests_a=partial(store.scenario_digest_in, base.digest),
+                             digests_b=partial(store.scenario_digest_in, info.digest),
+                             order=info.scenario_order or base.scenario_order)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------
     @staticmethod

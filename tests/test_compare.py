@@ -11,7 +11,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.cli import Group
 from evaljobs.cli.reports import compare as compare_command
-from evaljobs.reports.compare import (CHANGED,
+from evaljobs.reports.compare import (FAILED_ERRORED,
                                       FIXED,
                                       ONLY_A,
                                       ONLY_B,
@@ -57,19 +57,20 @@ CANDIDATE = [
 EXPECTED_FLIPS = {
     ("pass-to-fail", "m1"): REGRESSED, ("pass-to-err", "m1"): REGRESSED,
     ("fail-to-pass", "m1"): FIXED, ("err-to-pass", "m1"): FIXED,
-    ("fail-to-err", "m1"): CHANGED, ("err-to-fail", "m2"): CHANGED,
+    ("fail-to-err", "m1"): FAILED_ERRORED, ("err-to-fail", "m2"): FAILED_ERRORED,
 }
 
 
 def test_crafted_runs_flip_exactly_the_expected_pairs() -> None:
     c = compare(BASELINE, CANDIDATE, run_a="r_a", run_b="r_b")
     assert {f.pair: f.kind for f in c.flipped} == EXPECTED_FLIPS
-    assert [f.kind for f in c.flipped] == [REGRESSED, REGRESSED, FIXED, FIXED, CHANGED, CHANGED]
+    assert [f.kind for f in c.flipped] == [REGRESSED, REGRESSED, FIXED, FIXED, FAILED_ERRORED, FAILED_ERRORED]
     assert [p.pair for p in c.only_a] == [("dropped", "m2")]
     assert [p.pair for p in c.only_b] == [("added", "m2")]
     assert {c_.pair for c_ in c.changes if c_.kind == SAME} == {("same-pass", "m1"), ("same-fail", "m1"),
                                                                ("same-pass", "m2")}
-    assert (len(c.regressed), len(c.fixed), len(c.changed), len(c.common)) == (2, 2, 2, 9)
+    assert (len(c.regressed), len(c.fixed), len(c.failed_errored), len(c.common)) == (2, 2, 2, 9)
+    assert c.changed == []  # no row carries a digest here: no scenario is known to have changed
     assert c.only_a[0].kind == ONLY_A and c.only_b[0].kind == ONLY_B
 
 
@@ -86,8 +87,8 @@ def test_score_and_cost_deltas_per_pair_and_per_model() -> None:
     assert c.cost_delta == 0.001  # only pass-to-fail changed cost, over the common pairs
     m1, m2 = c.models
     assert (m1.model, m1.pairs, m1.passed_a, m1.passed_b) == ("m1", 7, 3, 3)
-    assert (m1.regressed, m1.fixed, m1.changed) == (2, 2, 1)
-    assert (m2.model, m2.pairs, m2.passed_a, m2.passed_b, m2.changed) == ("m2", 2, 1, 1, 1)
+    assert (m1.regressed, m1.fixed, m1.failed_errored) == (2, 2, 1)
+    assert (m2.model, m2.pairs, m2.passed_a, m2.passed_b, m2.failed_errored) == ("m2", 2, 1, 1, 1)
     assert m1.mean_score_a == round((1 + 0.2 + 1 + 0.9 + 0.4 + 0 + 0.5) / 7, 4)
     assert m1.mean_score_b == round((0.95 + 0.3 + 0.25 + 0 + 1 + 0.8 + 0) / 7, 4)
 
@@ -133,7 +134,8 @@ def test_to_dict_is_json_and_counts_match() -> None:
         "common": 9,
         "regressed": 2,
         "fixed": 2,
-        "changed": 2,
+        "failed_errored": 2,
+        "changed": 0,
         "only_a": 1,
         "only_b": 1,
         "mean_score_delta": data["summary"]["mean_score_delta"],
@@ -162,10 +164,10 @@ scenarios:
     prompt: "Hello [sim: say hello there]"
     expect: {{contains: [hello]}}
   - key: breaks
-    prompt: "Tell me the code [sim: say {breaks}]"
+    prompt: "Tell me the code"
     expect: {{contains: [alpha]}}
   - key: heals
-    prompt: "Tell me the word [sim: say {heals}]"
+    prompt: "Tell me the word"
     expect: {{contains: [omega]}}
   - key: crashes
     prompt: "Answer [sim@fast: {crashes}] [sim: say fine]"
@@ -173,22 +175,36 @@ scenarios:
 """
 
 
+#: What the models answer to the unchanged scenarios ``breaks`` and ``heals``: run A's answers, then run B's.
+#: The models change their answers, not the catalog: these flips are the models' doing.
+ANSWERS: dict[str, str] = {}
+
+
+def _answers(model: str, messages: list[dict]) -> str | None:
+    prompt = str(messages[-1].get("content") or "")
+    return ANSWERS.get("breaks" if "code" in prompt else "heals" if "word" in prompt else "", None)
+
+
 #: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
-SIM_OPTIONS = dict(latency=0.001)
+SIM_OPTIONS = dict(latency=0.001, answers=_answers)
 
 
 @pytest.fixture
 def two_runs(tmp_path, sim, monkeypatch):
-    """Run A (baseline) and run B of the same scenario keys, where the answers change on purpose."""
+    """Run A (baseline) and run B of the same scenario keys, where the models' answers change on purpose
+    (``breaks``, ``heals``) and one scenario is edited (``crashes``: the catalog's doing, not a model's)."""
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     db = f"sqlite:///{tmp_path}/compare.db"
     before = tmp_path / "a.yaml"
-    before.write_text(CATALOG.format(breaks="alpha", heals="nothing", crashes="say fine"))
+    before.write_text(CATALOG.format(crashes="say fine"))
     after = tmp_path / "b.yaml"
-    after.write_text(CATALOG.format(breaks="beta", heals="omega", crashes="status 400 bad request"))
+    after.write_text(CATALOG.format(crashes="status 400 bad request"))
     with Session(db=db, broker="memory") as session:
+        ANSWERS.update(breaks="alpha", heals="nothing")
         a = session.submit(str(before), ["sim/fast", "sim/smart"], strategy="sequential")
+        ANSWERS.update(breaks="beta", heals="omega")
         b = session.submit(str(after), ["sim/fast", "sim/smart"], strategy="sequential")
+        ANSWERS.clear()
     assert (a.status, b.status) == ("complete", "partial")
     return db, a.id, b.id
 
@@ -205,23 +221,31 @@ def test_cli_compare_shows_exactly_the_flipped_pairs(two_runs) -> None:
     data = json.loads(result.stdout)
     assert {(f["scenario_key"], f["model"]): f["kind"] for f in data["flipped"]} == {
         ("breaks", "sim/fast"): REGRESSED, ("breaks", "sim/smart"): REGRESSED,
-        ("heals", "sim/fast"): FIXED, ("heals", "sim/smart"): FIXED,
-        ("crashes", "sim/fast"): REGRESSED}
+        ("heals", "sim/fast"): FIXED, ("heals", "sim/smart"): FIXED}
+    # the edited scenario is "changed" on both models, also where its verdict went passed → errored
+    assert [(c["scenario_key"], c["model"], c["kind"], c["after"]["status"]) for c in data["changed"]] == [
+        ("crashes", "sim/fast", "changed", "errored"), ("crashes", "sim/smart", "changed", "passed")]
     assert data["summary"]["common"] == 8 and data["only_a"] == [] and data["only_b"] == []
+    assert (data["summary"]["regressed"], data["summary"]["changed"]) == (2, 2)
+    assert {m["model"]: (m["regressed"], m["changed"], m["pairs"]) for m in data["models"]} == {
+        "sim/fast": (1, 1, 3), "sim/smart": (1, 1, 3)}
     assert (data["run_a"], data["run_b"]) == (a, b)
     assert "note: " in result.stderr and "different" not in result.stdout  # catalogs differ: said on stderr
 
     table = _cli(db, "compare", a, b)
     assert table.exit_code == 0
-    assert table.stdout.splitlines()[0].startswith(f"compare {a} → {b}: 8 common pairs: 3 regressed, 2 fixed")
+    assert table.stdout.splitlines()[0] == (f"compare {a} → {b}: 8 common pairs: 2 regressed, 2 fixed, "
+                                            "0 failed↔errored, 2 changed (scenario edited, not counted)")
     assert "steady" not in table.stdout
+    changed = table.stdout.split("changed: the scenario was edited between the runs")[1].splitlines()
+    assert [line.split()[:2] for line in changed[2:4]] == [["crashes", "sim/fast"], ["crashes", "sim/smart"]]
 
 
 def test_cli_compare_gate_and_errors(two_runs) -> None:
     db, a, b = two_runs
     gated = _cli(db, "compare", a, b, "--fail-on-regression")
     assert gated.exit_code == 1
-    assert f"FAIL: 3 pairs regressed from {a} to {b}" in gated.stderr
+    assert f"FAIL: 2 pairs regressed from {a} to {b}" in gated.stderr
     improved = _cli(db, "compare", a, a, "--fail-on-regression")
     assert improved.exit_code == 0 and "no pair flipped" in improved.stdout
     missing = _cli(db, "compare", a, "r_nope")

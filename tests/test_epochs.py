@@ -108,6 +108,8 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
         db.execute_sql('ALTER TABLE "result" DROP COLUMN "epoch"')
         db.execute_sql('ALTER TABLE "result" DROP COLUMN "reused_from"')
         db.execute_sql('ALTER TABLE "run" DROP COLUMN "epochs"')
+        db.execute_sql('ALTER TABLE "run" DROP COLUMN "scenario_order"')  # schema 5's (compare, order)
+        db.execute_sql('ALTER TABLE "result" DROP COLUMN "scenario_digest"')
         db.execute_sql('CREATE UNIQUE INDEX "resultrow_run_id_scenario_key_model" '
                        'ON "result" ("run_id", "scenario_key", "model")')
         store.SchemaVersion.delete().execute()
@@ -116,12 +118,14 @@ def test_a_schema_3_database_is_upgraded_to_epochs(url, tmp_path):
     store.connect(url)
     assert store.upgrade() == [
         "added column run.epochs",
+        "added column run.scenario_order",
         "added column result.epoch",
         "added column result.reused_from",
+        "added column result.scenario_digest",
         "unique index of result is (run_id, scenario_key, model, epoch)",
         f"recorded schema version {store.SCHEMA_VERSION}",
     ]
-    assert store.SCHEMA_VERSION == 4
+    assert store.SCHEMA_VERSION == 5
     with db.connection_context():
         indexes = {i.name: (i.columns, i.unique) for i in db.get_indexes("result")}
     assert "resultrow_run_id_scenario_key_model" not in indexes

@@ -74,7 +74,10 @@ def fixed_runs() -> dict[str, dict]:
     for name, keys, epochs in (("epochs", ["alpha", "beta", "gamma-judged", "delta", "epsilon"], 4),
                                ("flat", ["one", "two-judged", "three", "four"], 1)):
         run = store.create_run(_catalog(name, keys), MODELS, strategy="fanout", epochs=epochs)
-        for n, (key, model, epoch) in enumerate(store.missing_pairs(run.id)):
+        # by epoch, key and model, as missing_pairs listed them before runs kept the catalog's order: the
+        # same random results for the same pairs
+        pairs = sorted(store.missing_pairs(run.id), key=lambda p: (p[2], p[0], MODELS.index(p[1])))
+        for n, (key, model, epoch) in enumerate(pairs):
             result = _result(rng, key, model, epoch)
             if n % 7 == 3:  # --reuse: a copy of an earlier run's evaluation, with the calls it saved
                 result.reused_from = "r_earlier"

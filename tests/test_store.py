@@ -1,6 +1,7 @@
 """The store against real databases: SQLite and PostgreSQL (via the ``db_url`` fixture)."""
 from __future__ import annotations
 
+from dataclasses import replace
 import multiprocessing
 import random
 import threading
@@ -223,7 +224,11 @@ def test_record_result_round_trips_every_field(run: store.RunInfo) -> None:
                     duration_ms=1234, input_tokens=11, output_tokens=7, cost=0.00123, attempts=2,
                     error="bad tool", details={"judge": {"why": "nope"}}, cached=True)
     assert store.record_result(run.id, result).inserted
-    assert store.list_results(run.id) == [result]
+    [stored] = store.list_results(run.id)
+    # stamped with the digest of the scenario it was graded against (what compare tells an edit by)
+    assert stored.scenario_digest == store.scenario_digest_in(run.digest, "s2")
+    assert stored.scenario_digest is not None and stored.scenario_digest.startswith("sha256:")
+    assert replace(stored, scenario_digest=None) == result
     assert store.is_recorded(run.id, "s2", "m1") and not store.is_recorded(run.id, "s2", "m2")
 
 

@@ -16,14 +16,15 @@ from evaljobs.catalog.toolspec import LIVE_KINDS
 
 def build_catalog(name: str, description: str, scenarios: list[Scenario], source: str,
                   epochs: int = 1) -> Catalog:
-    """The catalog of these validated scenarios, sorted by key, with its canonical body and digest."""
+    """The catalog of these validated scenarios, sorted by key, with its canonical body and digest; the
+    order they are given in is kept as :attr:`Catalog.order` (what reports list them by)."""
     ordered = tuple(sorted(scenarios, key=lambda s: s.key))
     body: dict[str, Any] = {"name": name, "description": description,
                             "scenarios": [_scenario_body(s) for s in ordered]}
     if epochs != 1:  # only when set: catalogs without epochs keep their digest
         body["defaults"] = {"epochs": epochs}
     return Catalog(name=name, scenarios=ordered, digest=digest_of(body), body=body, source=source,
-                   description=description, epochs=epochs)
+                   description=description, epochs=epochs, written=tuple(s.key for s in scenarios))
 
 
 def scenario_digest(scenario: Scenario) -> str:

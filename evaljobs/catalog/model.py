@@ -230,7 +230,8 @@ class Scenario:
 @dataclass(frozen=True)
 class Catalog:
     """A validated catalog. Scenarios are kept sorted by key: a catalog is a *set* of
-    scenarios, so reordering them in the file changes neither the digest nor reports."""
+    scenarios, so reordering them in the file changes neither the digest nor what a run means.
+    The order they were written in is kept apart (:attr:`order`): reports list them that way."""
 
     name: str
     scenarios: tuple[Scenario, ...]
@@ -241,10 +242,18 @@ class Catalog:
     description: str = ""
     #: ``defaults: epochs:``: how many times a run evaluates each pair unless ``--epochs`` says otherwise.
     epochs: int = 1
+    #: The scenario keys in the order the catalog's author wrote them (empty: key order, as a snapshot
+    #: read back has); not part of the digest nor of equality. A run stores it (``run.scenario_order``).
+    written: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # Workers look up one scenario per message in catalogs of 10,000: index once.
         object.__setattr__(self, "_index", {s.key: s for s in self.scenarios})
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The scenario keys as the catalog lists them: as written, else (a snapshot) by key."""
+        return self.written or self.keys
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -94,6 +94,8 @@ def select(catalog: Catalog, selection: Selection) -> tuple[Catalog, dict[str, A
         raise EmptySelection(f"{catalog.source}: no scenario of catalog {catalog.name!r} "
                              f"({len(catalog.scenarios)} scenarios) matches {selection.describe()}: "
                              f"nothing to run; {_what_there_is(catalog)}")
+    picked_keys = {s.key for s in chosen}  # chosen by key order (above); listed as the catalog lists them
+    chosen = [catalog.scenario(key) for key in catalog.order if key in picked_keys]
     subset = build_catalog(catalog.name, catalog.description, chosen, catalog.source, epochs=catalog.epochs)
     record = {**selection.to_dict(), "chosen": len(chosen), "of": len(catalog.scenarios),
               "text": selection.describe()}

@@ -41,6 +41,11 @@ class Result:
     epoch: int = 0
     #: ``--reuse``: the run whose evaluation this row is a copy of (None: evaluated in this run).
     reused_from: str | None = None
+    #: The digest of the scenario this pair was graded against (``catalog.digest.scenario_digest``: its
+    #: conversation, expectations, judge rubric and graders); the store fills it in. None: a row stored
+    #: before it was kept (its run's snapshot still tells it). ``compare`` reads it: a pair whose scenario
+    #: changed between two runs is "changed", never a regression or a fix.
+    scenario_digest: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -79,7 +79,8 @@ def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None
     if providers is not None:  # `rerun --providers FILE`: the new run travels with that file
         options["providers"] = providers
     return store.create_run(catalog, models, strategy=original.strategy, context=original.context,
-                            options=options, pairs=pairs, epochs=original.epochs)
+                            options=options, pairs=pairs, epochs=original.epochs,
+                            order=original.scenario_order)
 
 
 def start(run: store.RunInfo, *, binding=None, width: int = 8,

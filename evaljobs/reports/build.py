@@ -25,7 +25,7 @@ from evaljobs.reports._format import (
 )
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
-from evaljobs.reports.rows import ReportRow
+from evaljobs.reports.rows import ReportRow, short_digest
 from evaljobs.reports.variance import (epochs_block, markdown_lines as _epoch_markdown, pass_rate,
                                        table_lines as _epoch_table)
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
@@ -47,6 +47,8 @@ _NAME_CHARS = 80
 
 _RUN_FIELDS = ("id", "catalog_name", "digest", "models", "strategy", "created_at", "started_at",
                "finished_at", "context")
+#: Only when set: reports of runs from before schema 5 keep their shape.
+_OPTIONAL_RUN_FIELDS = ("order",)
 
 
 _ORDER = attrgetter("scenario_key", "model", "epoch")
@@ -54,7 +56,8 @@ _ORDER = attrgetter("scenario_key", "model", "epoch")
 
 def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]") -> dict[str, Any]:
     """Assemble the report for ``run`` (id, catalog_name, digest, models, strategy,
-    created_at, finished_at as ISO strings or None, optionally expected, started_at, context).
+    created_at, finished_at as ISO strings or None, optionally expected, started_at, context,
+    scenario_order: the pairs are listed as the catalog lists its scenarios, else by key).
 
     Only plain JSON types (dict, list, str, int, float, bool, None) are used, so the
     stored report loads back equal to the one built. One pass over the ordered rows
@@ -107,9 +110,19 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
                      "cost": cost_rounded, "cached": bool(r.cached)}
         if r.reused_from:
             entry["reused_from"] = r.reused_from
+        digest = getattr(r, "scenario_digest", None)
+        if digest:  # what `compare` tells a changed scenario by (rows stored before schema 5 have none)
+            entry["scenario_digest"] = short_digest(digest)
         if r.details:
             entry.update(judge_entry(r.details))
         add(entry)
+    if run.get("scenario_order"):
+        # the rows as the catalog lists its scenarios (runs before schema 5: by key); every sum above
+        # was taken in key order, so the numbers do not depend on the order the catalog was written in
+        position = {key: i for i, key in enumerate(run["scenario_order"])}
+        last = len(position)
+        compact.sort(key=lambda entry: position.get(entry["scenario_key"], last))
+        run = {**run, "order": "catalog"}  # the report says so (compare lists its pairs that way)
     per_model = [_model_block(model, by_model[model]) for model in models]
     report: dict[str, Any] = {
         "run": _run_block(run),
@@ -144,6 +157,7 @@ def _model_order(models: list[str], results: list[Any]) -> list[str]:
 
 def _run_block(run: dict[str, Any]) -> dict[str, Any]:
     block = {name: run.get(name) for name in _RUN_FIELDS}
+    block.update({name: run[name] for name in _OPTIONAL_RUN_FIELDS if run.get(name)})
     block["models"] = list(run.get("models") or [])
     # Scenarios an import left out (ActiveAgent production_only): the report must say so.
     block["excluded"] = int((run.get("options") or {}).get("excluded") or 0)
@@ -405,8 +419,10 @@ def _signed_pp(value: float) -> str:
 
 def _markdown_baseline(comparison: Comparison) -> list[str]:
     c = comparison
+    changed = f", {len(c.changed)} changed (scenario edited, not counted)" if c.changed else ""
     lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
-                 f"{len(c.fixed)} fixed, {len(c.changed)} failed↔errored of {len(c.common)} common pairs · "
+                 f"{len(c.fixed)} fixed, {len(c.failed_errored)} failed↔errored of {len(c.common)} "
+                 f"common pairs{changed} · "
                  f"mean score {c.mean_score_delta:+.3f} · cost {_signed_money(c.cost_delta, c.cost_unknown)}"]
     if c.models:
         lines += ["", "| Model | Pass rate (baseline → now) | Δ | Regressed | Fixed |",
@@ -429,6 +445,13 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
             lines.append(f"\n…and {len(flipped) - MARKDOWN_FLIPS} more (see `evaljobs compare`).")
     else:
         lines += ["", "No pair flipped."]
+    if c.changed:
+        lines += ["", f"**Changed scenarios ({len(c.changed)})**: edited between the runs, so not counted "
+                      "as regressions or fixes", "", "| Scenario | Model | Status |", "|---|---|---|"]
+        lines += [f"| {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} |"
+                  for f in c.changed[:MARKDOWN_FLIPS]]
+        if len(c.changed) > MARKDOWN_FLIPS:
+            lines.append(f"\n…and {len(c.changed) - MARKDOWN_FLIPS} more (see `evaljobs compare`).")
     for label, pairs in (("Only in the baseline", c.only_a), ("Only in this run", c.only_b)):
         if pairs:
             shown = ", ".join(f"{_code(p.scenario_key, 40)} × {_code(p.model, 40)}" for p in pairs[:10])

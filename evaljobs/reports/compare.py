@@ -11,31 +11,46 @@ cost the sum. A flip of a *flaky* pair (one side's epochs disagree) is a regress
 or a fix only when the change in its pass rate is significant — two-sided Fisher's
 exact test, p < :data:`~evaljobs.reports.variance.SIGNIFICANCE` (0.05); otherwise
 its kind is ``flaky`` and it is not counted as a regression.
+
+A pair whose scenario changed between the two runs — its conversation, expectations, judge rubric or
+graders: each row carries the digest of the scenario it was graded against
+(:func:`evaljobs.catalog.digest.scenario_digest`, what ``--reuse`` decides by) — is ``changed``: the
+catalog was edited, so its verdicts do not compare, and it is never counted as a regression or a fix
+(nor in the per-model pass rates, which compare like with like). A side whose rows carry no digest (stored
+before they were kept) can be given its run's digests by scenario key.
+
+Pairs are listed as the catalog lists its scenarios (``order``, else as a report lists its rows, which is
+the catalog's order), bare rows by scenario key.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 from evaljobs.reports._format import known_sum
 from evaljobs.reports._format import signed_money as _signed_money
 from evaljobs.reports.gate import Verdict
+from evaljobs.reports.rows import short_digest
 from evaljobs.reports.variance import SIGNIFICANCE, fisher_exact, pass_rate, scenario_passes
 
 #: Kinds of change for a pair present in both runs.
 REGRESSED = "regressed"  # passed → failed or errored
 FIXED = "fixed"          # failed or errored → passed
-CHANGED = "changed"      # failed ↔ errored: still not passing, but for another kind of reason
+FAILED_ERRORED = "failed_errored"  # failed ↔ errored: still not passing, but for another kind of reason
+#: The scenario itself changed between the runs (its digest differs): neither a regression nor a fix.
+CHANGED = "changed"
 SAME = "same"
 #: A flaky pair whose status changed but whose pass rate did not change significantly (Fisher, p >= 0.05).
 FLAKY = "flaky"
 #: Kinds for a pair present in one run only.
 ONLY_A = "only_a"
 ONLY_B = "only_b"
-FLIPS = (REGRESSED, FIXED, CHANGED)
+FLIPS = (REGRESSED, FIXED, FAILED_ERRORED)
 
 Side = Union[Mapping[str, Any], Sequence[Result], Sequence[Mapping[str, Any]]]
+#: Scenario key → its digest in a run's snapshot (None: unknown), for rows that carry none.
+Digests = Callable[[str], Union[str, None]]
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,8 @@ class Outcome:
     passes: int = 0
     trials: int = 1
     failures: int = 0
+    #: The short digest of the scenario the pair was graded against (None: not known).
+    digest: str | None = None
 
     @property
     def flaky(self) -> bool:
@@ -75,6 +92,8 @@ class PairChange:
             return ONLY_A
         if self.before is None:
             return ONLY_B
+        if self.scenario_changed:
+            return CHANGED
         was, now = self.before.status, self.after.status
         if was == now:
             return SAME
@@ -84,7 +103,15 @@ class PairChange:
             return REGRESSED
         if now == PASSED:
             return FIXED
-        return CHANGED
+        return FAILED_ERRORED
+
+    @property
+    def scenario_changed(self) -> bool:
+        """Both runs have the pair and graded it against different versions of its scenario."""
+        if self.before is None or self.after is None:
+            return False
+        was, now = self.before.digest, self.after.digest
+        return was is not None and now is not None and was != now
 
     @property
     def flipped(self) -> bool:
@@ -155,7 +182,7 @@ class ModelDelta:
     cost_b: float | None
     regressed: int
     fixed: int
-    changed: int
+    failed_errored: int
     cost_unknown_a: int = 0
     cost_unknown_b: int = 0
     trials_a: int = 0
@@ -164,6 +191,8 @@ class ModelDelta:
     #: passed").
     scenarios_passed_a: int = 0
     scenarios_passed_b: int = 0
+    #: The model's pairs whose scenario changed between the runs: left out of everything above.
+    changed: int = 0
 
     @property
     def cost_delta(self) -> float | None:
@@ -189,7 +218,8 @@ class ModelDelta:
                 "mean_score_delta": round(self.mean_score_b - self.mean_score_a, 4),
                 "cost_a": self.cost_a, "cost_b": self.cost_b, "cost_delta": self.cost_delta,
                 "cost_unknown_a": self.cost_unknown_a, "cost_unknown_b": self.cost_unknown_b,
-                "regressed": self.regressed, "fixed": self.fixed, "changed": self.changed,
+                "regressed": self.regressed, "fixed": self.fixed, "failed_errored": self.failed_errored,
+                "changed": self.changed,
                 "trials_a": self.trials_a or self.pairs, "trials_b": self.trials_b or self.pairs,
                 "scenarios_passed_a": self.scenarios_passed_a, "scenarios_passed_b": self.scenarios_passed_b}
 
@@ -225,13 +255,21 @@ class Comparison:
 
     @property
     def changed(self) -> list[PairChange]:
+        """Pairs whose scenario changed between the runs (never regressions or fixes)."""
         return self.of_kind(CHANGED)
 
     @property
+    def failed_errored(self) -> list[PairChange]:
+        return self.of_kind(FAILED_ERRORED)
+
+    @property
     def flipped(self) -> list[PairChange]:
-        """Pairs whose status differs, regressions first, then fixes, then failed ↔ errored."""
-        order = {REGRESSED: 0, FIXED: 1, CHANGED: 2}
-        return sorted((c for c in self.changes if c.flipped), key=lambda c: (order[c.kind], c.pair))
+        """Pairs whose status differs, regressions first, then fixes, then failed ↔ errored (each in the
+        catalog's order)."""
+        order = {REGRESSED: 0, FIXED: 1, FAILED_ERRORED: 2}
+        ranked = sorted(((order[c.kind], i, c) for i, c in enumerate(self.changes) if c.flipped),
+                        key=lambda t: t[:2])
+        return [c for _, _, c in ranked]
 
     @property
     def flaky(self) -> list[PairChange]:
@@ -263,8 +301,13 @@ class Comparison:
         return sum(1 for c in self.common if c.cost_delta is None)
 
     @property
+    def comparable(self) -> list[PairChange]:
+        """The common pairs whose scenario did not change: what scores and pass rates are compared over."""
+        return [c for c in self.common if c.kind != CHANGED]
+
+    @property
     def mean_score_delta(self) -> float:
-        common = self.common
+        common = self.comparable
         return round(sum(c.score_delta or 0.0 for c in common) / len(common), 4) if common else 0.0
 
     def headline(self) -> str:
@@ -273,20 +316,22 @@ class Comparison:
             only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
                     f"{len(self.only_b)} only in {self.run_b or 'B'}")
         flaky = f", {len(self.flaky)} flaky (not significant)" if self.flaky else ""
+        changed = (f", {len(self.changed)} changed (scenario edited, not counted)" if self.changed else "")
         return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
-                f"{len(self.changed)} failed↔errored{flaky}{only}")
+                f"{len(self.failed_errored)} failed↔errored{changed}{flaky}{only}")
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "summary": {"common": len(self.common), "regressed": len(self.regressed),
-                        "fixed": len(self.fixed),
+                        "fixed": len(self.fixed), "failed_errored": len(self.failed_errored),
                         "changed": len(self.changed), "only_a": len(self.only_a), "only_b": len(self.only_b),
                         "mean_score_delta": self.mean_score_delta, "cost_delta": self.cost_delta,
                         "cost_unknown": self.cost_unknown},
             "models": [m.to_dict() for m in self.models],
             "flipped": [c.to_dict() for c in self.flipped],
+            "changed": [c.to_dict() for c in self.changed],
             "only_a": [list(c.pair) for c in self.only_a],
             "only_b": [list(c.pair) for c in self.only_b],
         }
@@ -297,20 +342,35 @@ class Comparison:
 
 
 def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = None,
-            thresholds: Mapping[str, float] | None = None) -> Comparison:
+            thresholds: Mapping[str, float] | None = None,
+            digests_a: Digests | None = None, digests_b: Digests | None = None,
+            order: Sequence[str] | None = None) -> Comparison:
     """Compare baseline ``a`` with candidate ``b`` pair by pair.
 
     Run ids default to the reports' ``run.id`` when a side is a report. Over epochs a pair passes when
     its epoch pass rate reaches its scenario's threshold: a report side carries its own (its ``epochs``
     block); ``thresholds`` (scenario key → threshold) serves a side of bare rows; without either, every
-    epoch must pass.
+    epoch must pass. ``digests_a``/``digests_b`` (scenario key → its digest in that run's snapshot, or
+    None) serve rows that carry no digest of their own. ``order``: the scenario keys as the catalog
+    lists them.
     """
-    rows_a, rows_b = _outcomes(a, thresholds), _outcomes(b, thresholds)
+    rows_a, rows_b = _outcomes(a, thresholds, digests_a), _outcomes(b, thresholds, digests_b)
     run_a = run_a or _run_id(a)
     run_b = run_b or _run_id(b)
+    keys = sorted({key for key, _ in [*rows_a, *rows_b]})
+    listed = [*(order or ()), *_report_order(b), *_report_order(a), *keys]
+    rank = {key: i for i, key in enumerate(dict.fromkeys(listed))}
     changes = [PairChange(key, model, rows_a.get((key, model)), rows_b.get((key, model)))
-               for key, model in sorted(set(rows_a) | set(rows_b))]
+               for key, model in sorted(set(rows_a) | set(rows_b), key=lambda p: (rank[p[0]], p[1]))]
     return Comparison(run_a=run_a, run_b=run_b, changes=changes, models=_model_deltas(changes, a, b))
+
+
+def _report_order(side: Side) -> list[str]:
+    """The scenario keys as a report lists its rows when it lists them as the catalog does (its
+    ``run.order``); a report from before schema 5 and bare rows tell no order (they are sorted by key)."""
+    if not isinstance(side, Mapping) or (side.get("run") or {}).get("order") != "catalog":
+        return []
+    return [row["scenario_key"] for row in side["results"]]
 
 
 def _run_id(side: Side) -> str | None:
@@ -332,11 +392,12 @@ def _cost(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def _outcomes(side: Side, thresholds: Mapping[str, float] | None = None) -> dict[tuple[str, str], Outcome]:
-    """Each pair's outcome; a pair with several epochs gets one outcome over them (see the module
-    docstring)."""
+def _outcomes(side: Side, thresholds: Mapping[str, float] | None = None,
+              digests: Digests | None = None) -> dict[tuple[str, str], Outcome]:
+    """Each pair's outcome, in the order of its rows; a pair with several epochs gets one outcome over them
+    (see the module docstring)."""
     epochs: dict[tuple[str, str], list[Outcome]] = {}
-    for pair, outcome in _epoch_outcomes(side):
+    for pair, outcome in _epoch_outcomes(side, digests):
         epochs.setdefault(pair, []).append(outcome)
     own = _side_thresholds(side)
     limits = {**(thresholds or {}), **own}
@@ -361,15 +422,21 @@ def _over_epochs(found: list[Outcome], threshold: float | None = None) -> Outcom
     faults = [o.fault for o in found if o.fault]
     return Outcome(status, round(sum(o.score for o in found) / len(found), 4),
                    None if None in costs else round(sum(costs), 6), faults[0] if faults else None,  # type: ignore[arg-type]
-                   passes=passes, trials=len(found), failures=failures)
+                   passes=passes, trials=len(found), failures=failures, digest=found[0].digest)
 
 
-def _epoch_outcomes(side: Side) -> Iterable[tuple[tuple[str, str], Outcome]]:
+def _digest(own: str | None, key: str, digests: Digests | None) -> str | None:
+    found = own or (digests(key) if digests is not None else None)
+    return short_digest(found) if found else None
+
+
+def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple[str, str], Outcome]]:
     for row in _rows(side):
         if isinstance(row, Result):
             key, model = row.scenario_key, row.model
             outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault,
-                              passes=int(row.status == PASSED), failures=int(row.status == FAILED))
+                              passes=int(row.status == PASSED), failures=int(row.status == FAILED),
+                              digest=_digest(row.scenario_digest, key, digests))
         else:
             key, model = row["scenario_key"], row["model"]
             outcome = Outcome(
@@ -379,6 +446,7 @@ def _epoch_outcomes(side: Side) -> Iterable[tuple[tuple[str, str], Outcome]]:
                 row.get("fault"),
                 passes=int(row["status"] == PASSED),
                 failures=int(row["status"] == FAILED),
+                digest=_digest(row.get("scenario_digest"), key, digests),
             )
         if outcome.status not in (PASSED, FAILED, ERRORED):
             raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
@@ -403,7 +471,8 @@ def _both(change: PairChange) -> tuple[Outcome, Outcome]:
 def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelta]:
     deltas = []
     for model in _model_order(changes, a, b):
-        common = [c for c in changes if c.model == model and c.before is not None and c.after is not None]
+        both = [c for c in changes if c.model == model and c.before is not None and c.after is not None]
+        common = [c for c in both if c.kind != CHANGED]  # like with like: an edited scenario is left out
         if not common:
             continue
         n = len(common)
@@ -422,7 +491,8 @@ def _model_deltas(changes: list[PairChange], a: Side, b: Side) -> list[ModelDelt
             cost_unknown_b=known_sum([b.cost for _, b in sides])[1],
             regressed=sum(1 for c in common if c.kind == REGRESSED),
             fixed=sum(1 for c in common if c.kind == FIXED),
-            changed=sum(1 for c in common if c.kind == CHANGED)))
+            failed_errored=sum(1 for c in common if c.kind == FAILED_ERRORED),
+            changed=len(both) - len(common)))
     return deltas
 
 
@@ -482,6 +552,13 @@ def render_comparison(comparison: Comparison) -> str:
             left=4)]
     else:
         out += ["", "no pair flipped"]
+    if c.changed:
+        out += ["", f"changed: the scenario was edited between the runs, not counted as regressions or fixes "
+                    f"({len(c.changed)}):"]
+        out += ["  " + line for line in _table(
+            ("SCENARIO", "MODEL", "STATUS", "Δ SCORE"),
+            [(f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0)) for f in c.changed],
+            left=3)]
     if c.flaky:
         out += ["", f"flaky, not counted as regressions ({len(c.flaky)}; two-sided Fisher's exact test, "
                     f"p >= {SIGNIFICANCE:g}):"]

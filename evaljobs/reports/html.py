@@ -350,6 +350,12 @@ def _baseline(c: Comparison, index: dict[tuple[str, str], int]) -> list[str]:
                          f"{(f.score_delta or 0.0):+.3f}", _e((f.after.fault if f.after else None) or "")])
         out += _table("flipped", f"Flipped pairs ({len(flipped)})",
                       ["Change", "Scenario", "Model", "Status", "Δ score", "Fault now"], rows, numeric=[4])
+    if c.changed:
+        rows = [['<span class="k-changed">changed</span>', _e(f.scenario_key), _e(f.model), _e(f.transition)]
+                for f in c.changed]
+        out += _table("changed", f"Changed scenarios ({len(c.changed)}): edited between the runs, "
+                                 "not counted as regressions or fixes",
+                      ["Change", "Scenario", "Model", "Status"], rows, numeric=[])
     for label, pairs in (("Only in the baseline", c.only_a), ("Only in this run", c.only_b)):
         if pairs:
             out.append(f"<p><b>{_e(label)} ({len(pairs)}):</b> "
@@ -358,18 +364,19 @@ def _baseline(c: Comparison, index: dict[tuple[str, str], int]) -> list[str]:
     return out
 
 
-_MARK = {"regressed": "▼", "fixed": "▲", "changed": "◆"}
+_MARK = {"regressed": "▼", "fixed": "▲", "failed_errored": "◆", "changed": "✎"}
 
 
 def _grid(report: dict[str, Any], index: dict[tuple[str, str], int], changes: dict) -> list[str]:
     models = [m["model"] for m in report["models"]]
-    keys = sorted({r["scenario_key"] for r in report["results"]})
+    keys = list(dict.fromkeys(r["scenario_key"] for r in report["results"]))  # as the catalog lists them
     rows = {(r["scenario_key"], r["model"]): r for r in report["results"]}
     head = "".join(f'<th class="m" title="{_e(m)}"><span>{_e(m)}</span></th>' for m in models)
     out = ['<section id="pairs-grid"><h2>Scenarios × models</h2>',
            '<p class="legend"><span class="c p">passed</span> <span class="c f">failed</span> '
            '<span class="c e">errored</span> · <i>italic</i>: cached replay'
-           + (" · ▼ regressed ▲ fixed ◆ failed↔errored vs baseline" if changes else "")
+           + (" · ▼ regressed ▲ fixed ◆ failed↔errored ✎ changed (scenario edited) vs baseline"
+              if changes else "")
            + " · click a cell for the conversation</p>",
            f'<table id="grid"><thead><tr><th>Scenario</th>{head}</tr></thead><tbody>']
     for key in keys:

@@ -9,8 +9,9 @@ class ReportRow(NamedTuple):
 
     A tuple, not a :class:`Result`: 4,000 rows are built between the last result and the
     report. ``build_report`` reads any object with these attributes (a ``Result`` too).
-    ``scores`` is the last column ``finalize`` fetches, so a fetched tuple becomes a row by
-    swapping its last item (the JSON text) for the parsed dict.
+    ``finalize`` fetches every column but ``details``, in this order, so a fetched tuple becomes a
+    row by swapping ``scores`` (the JSON text) for the parsed dict and putting ``details`` (None) before
+    the last.
     """
 
     scenario_key: str
@@ -30,6 +31,14 @@ class ReportRow(NamedTuple):
     reused_from: str | None
     scores: dict[str, float]
     details: dict[str, Any] | None = None
+    #: The digest of the scenario the pair was graded against (None: stored before it was kept).
+    scenario_digest: str | None = None
 
 
-__all__ = ["ReportRow"]
+def short_digest(digest: str) -> str:
+    """The first 16 hex digits of a ``sha256:`` scenario digest: what a report row keeps (64 bits tell two
+    versions of one scenario apart), and what ``compare`` matches both sides' digests by."""
+    return digest.split(":")[-1][:16]
+
+
+__all__ = ["ReportRow", "short_digest"]

@@ -57,7 +57,7 @@ from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STA
                                    ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.pages import Cell, RunRow
-from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot
+from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
 cache_get = cache.get
@@ -111,6 +111,7 @@ __all__ = [
     "save_snapshot",
     "load_snapshot",
     "forget_snapshots",
+    "scenario_digest_in",
     "count_runs",
     "create_run",
     "get_run",

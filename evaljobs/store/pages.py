@@ -48,6 +48,8 @@ class RunRow:
     pairs: list[tuple[str, str, int]] | None = None  # (scenario, model, epoch): a rerun's chosen pairs
     epochs: int = 1  # --epochs N: each (scenario, model) was evaluated N times
     self_judge: list[str] | None = None  # --allow-self-judge: the models that judged their own answers
+    #: The catalog's scenario keys as written (None: a run from before schema 5, listed by key).
+    scenario_order: list[str] | None = None
 
 
 class Cell(NamedTuple):
@@ -68,6 +70,7 @@ class Cell(NamedTuple):
     error: str | None
     ttft_ms: float | None = None  # time to first token of the pair's first call, where recorded
     epoch: int = 0  # which of the run's epochs (--epochs N) this row is
+    scenario_digest: str | None = None  # the scenario it was graded against (None: stored before schema 5)
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,8 @@ def run(run_id: str) -> RunRow:
     """One run by primary key, without its report."""
     db = _db()
     sql = (
-        f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs, options FROM run WHERE id = {db.param}"
+        f"SELECT {', '.join(_RUN_LIST_COLUMNS)}, note, pairs, epochs, options, scenario_order FROM run "
+        f"WHERE id = {db.param}"
     )
     with _connection() as db:
         r = db.execute_sql(sql, (run_id,)).fetchone()
@@ -196,7 +200,8 @@ def run(run_id: str) -> RunRow:
                   status=r[4], expected=r[5], persisted=r[6], created_at=_datetime(r[7]),
                   started_at=_datetime(r[8]), finished_at=_datetime(r[9]), digest=r[10], note=r[11],
                   pairs=list(_pair_list(r[12])) if r[12] is not None else None, epochs=r[13] or 1,
-                  self_judge=(_json_once(r[14]) or {}).get("self_judge"))
+                  self_judge=(_json_once(r[14]) or {}).get("self_judge"),
+                  scenario_order=list(_json_once(r[15])) if r[15] is not None else None)
 
 
 @_reconnecting
@@ -250,7 +255,7 @@ def _cells_sql(where: str) -> str:
     return (
         f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
         f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), "
-        f"substr(error, 1, {PREVIEW_CHARS}), ttft_ms, epoch FROM result WHERE {where}"
+        f"substr(error, 1, {PREVIEW_CHARS}), ttft_ms, epoch, scenario_digest FROM result WHERE {where}"
     )
 
 

@@ -25,7 +25,7 @@ from evaljobs.store.runs import RunInfo, _get_row, _pair_list, _pair_set, _pair_
 from evaljobs.store.schema import (COMPLETE, FAILED_RUN, PARTIAL, ResultRow, Run, _datetime, _dumps, _iso,
                                    _json_once, _loads, _now)
 from evaljobs.store.report_text import report_text
-from evaljobs.store.snapshots import load_snapshot
+from evaljobs.store.snapshots import load_snapshot, scenario_digest_in
 
 
 @dataclass
@@ -217,7 +217,7 @@ def record_result(run_id: str, result: Result) -> Recorded:
         facts = _run_facts(db, run_id)
     _check_expected(run_id, facts, result)
     with _transaction() as db:
-        if not _insert_result(db, run_id, result):
+        if not _insert_result(db, run_id, result, facts.digest):
             persisted = _compiled(db, _persisted_query).execute(db, run_id=run_id).fetchone()[0]
             return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
         persisted = _compiled(db, _bump_persisted_query).execute(db, run_id=run_id).fetchone()[0]
@@ -280,7 +280,7 @@ def record_results(run_id: str, results: Sequence[Result]) -> list[Recorded]:
     with _transaction() as db:
         bump = _compiled(db, _bump_persisted_query)
         for result in results:
-            if _insert_result(db, run_id, result):
+            if _insert_result(db, run_id, result, facts.digest):
                 persisted = bump.execute(db, run_id=run_id).fetchone()[0]
                 recorded.append(Recorded(inserted=True, completed=persisted == facts.expected,
                                          persisted=persisted, expected=facts.expected))
@@ -308,8 +308,11 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
     return value
 
 
-def _insert_result(db: peewee.Database, run_id: str, result: Result) -> bool:
+def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_digest: str) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted.
+
+    The row is stamped with the digest of the scenario it was graded against (the run's snapshot, which
+    ``_check_expected`` has loaded already), whichever path made the result: evaluated, errored, copied.
 
     Every text is scrubbed of the configured secrets first (``evaljobs.redact``): a provider that
     echoes a header or a key back in its error or its answer is stored as ``***``, so no report,
@@ -339,6 +342,7 @@ def _insert_result(db: peewee.Database, run_id: str, result: Result) -> bool:
         latency_ms=_float_or_none(result.latency_ms),
         epoch=int(result.epoch),
         reused_from=result.reused_from,
+        scenario_digest=result.scenario_digest or scenario_digest_in(catalog_digest, result.scenario_key),
     )
     return inserted.rowcount == 1
 
@@ -368,7 +372,7 @@ def _to_result(row: ResultRow) -> Result:
                   input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
                   attempts=row.attempts, error=row.error, details=_loads(row.details),
                   cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms, epoch=row.epoch,
-                  reused_from=row.reused_from)
+                  reused_from=row.reused_from, scenario_digest=row.scenario_digest)
 
 
 @_reconnecting
@@ -409,7 +413,7 @@ def _expected(run: Run) -> list[tuple[str, str, int]]:
     if run.pairs is not None:
         return list(_pair_list(run.pairs))
     models = _loads(run.models)
-    keys = load_snapshot(run.digest).keys
+    keys = _loads(run.scenario_order) or load_snapshot(run.digest).keys
     return [(key, model, epoch) for epoch in range(run.epochs or 1) for key in keys for model in models]
 
 
@@ -510,17 +514,17 @@ def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
     with ``fetchall``; BENCHMARKS.md, "What changed this round").
     """
     # the columns of reports.rows.ReportRow, in its order (all but ``details``, read apart)
-    columns = [ResultRow._meta.fields[name] for name in ReportRow._fields[:-1]]
+    columns = [ResultRow._meta.fields[name] for name in ReportRow._fields if name != "details"]
     rows = _bound().execute(ResultRow.select(*columns).where(ResultRow.run == run_id)).fetchall()
     parsed: dict[str, dict[str, float]] = {"{}": {}}
-    for text in {row[-1] for row in rows}:
+    for text in {row[-2] for row in rows}:
         if text not in parsed:
             parsed[text] = json.loads(text)
-    # the fetched tuple with its last item (the scores text) swapped for the parsed dict and no
-    # details, made a ReportRow by tuple.__new__: the namedtuple's own __new__ (a Python call with
-    # 16 arguments) cost 10 ms for 4,000 rows
+    # the fetched tuple with its scores text swapped for the parsed dict and no details, made a
+    # ReportRow by tuple.__new__: the namedtuple's own __new__ (a Python call with 16 arguments) cost
+    # 10 ms for 4,000 rows
     new, row_type = tuple.__new__, _ROW
-    results = [new(row_type, row[:-1] + (parsed[row[-1]], None)) for row in rows]
+    results = [new(row_type, row[:-2] + (parsed[row[-2]], None, row[-1])) for row in rows]
     reused, judged = [], []
     for i, r in enumerate(results):
         if r.reused_from:
@@ -568,4 +572,4 @@ def _report_run(run: Run, finished: datetime) -> dict[str, Any]:
             "models": _loads(run.models), "strategy": run.strategy, "expected": run.expected,
             "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
             "finished_at": _iso(finished), "context": _loads(run.context), "options": _loads(run.options),
-            "epochs": run.epochs or 1}
+            "epochs": run.epochs or 1, "scenario_order": _loads(run.scenario_order)}

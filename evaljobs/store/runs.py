@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 from peewee import fn
 
@@ -21,8 +21,8 @@ from evaljobs.reports.gate import Verdict, hold
 from evaljobs.store.connections import _connection, _reconnecting, _transaction
 from evaljobs.store.errors import UnknownRun
 from evaljobs.store.schema import (CANCELLED, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PENDING,
-                                   RUN_STATUSES, RUNNING, ResultRow, Run, _aware, _dumps, _loads, _now,
-                                   database)
+                                   RUN_STATUSES, RUNNING, ResultRow, Run, _aware, _dumps, _json_once, _loads,
+                                   _now, database)
 from evaljobs.store.snapshots import save_snapshot
 
 
@@ -52,6 +52,9 @@ class RunInfo:
     #: without ``wait``): workers elsewhere evaluate it, so this is its state at submission and its
     #: report is for ``watch``. Never stored: a run read back from the database is not detached.
     detached: bool = False
+    #: The catalog's scenario keys as its author wrote them (reports and the viewer list them so);
+    #: None for a run stored before schema 5 (key order).
+    scenario_order: list[str] | None = None
 
     @property
     def finished(self) -> bool:
@@ -105,7 +108,11 @@ def _info(row: Run) -> RunInfo:
                    created_at=_aware(row.created_at), started_at=_aware(row.started_at),
                    finished_at=_aware(row.finished_at), report=_loads(row.report), note=row.note,
                    pairs=list(_pair_list(row.pairs)) if row.pairs is not None else None,
-                   epochs=row.epochs or 1)
+                   epochs=row.epochs or 1, scenario_order=_order(row.scenario_order))
+
+
+def _order(text: str | None) -> list[str] | None:
+    return list(_json_once(text)) if text is not None else None
 
 
 @lru_cache(maxsize=256)
@@ -151,7 +158,8 @@ def _pair_text(pairs: list[tuple[str, str, int]], limit: int = 5, epochs: int = 
 
 
 def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: dict | None = None,
-               options: dict | None = None, pairs: list[tuple] | None = None, epochs: int = 1) -> RunInfo:
+               options: dict | None = None, pairs: list[tuple] | None = None, epochs: int = 1,
+               order: Sequence[str] | None = None) -> RunInfo:
     """Snapshot the catalog and create a pending run expecting every scenario × model × epoch.
 
     ``epochs`` (``--epochs``): each scenario × model pair is evaluated that many times, each
@@ -162,6 +170,9 @@ def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: d
     an epoch under ``epochs``, and every model must have at least one pair. They are stored in
     catalog order and the barrier, ``missing_pairs`` and ``finalize`` honour them, so the
     completion contract is the same as for a whole run.
+
+    ``order``: the scenario keys as the reports list them (a rerun keeps its run's); by default the
+    order the catalog was written in (:attr:`Catalog.order`).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a whole number of 1 or more, not {epochs!r}")
@@ -181,10 +192,20 @@ def create_run(catalog: Catalog, models: list[str], *, strategy: str, context: d
                expected=len(chosen) if chosen is not None else len(catalog.scenarios) * len(models) * epochs,
                persisted=0, context=_dumps(context) if context is not None else None,
                options=_dumps(options or {}), created_at=_now(),
-               pairs=_dumps(chosen) if chosen is not None else None, epochs=epochs)
+               pairs=_dumps(chosen) if chosen is not None else None, epochs=epochs,
+               scenario_order=_dumps(_scenario_order(catalog, order)))
     with _connection():
         Run.insert(**row).as_rowcount().execute()
     return get_run(run_id)
+
+
+def _scenario_order(catalog: Catalog, order: Sequence[str] | None) -> list[str]:
+    """Every scenario key of ``catalog`` once: those ``order`` lists first, in its order, then the rest as
+    the catalog lists them."""
+    keys = set(catalog.keys)
+    first = [key for key in dict.fromkeys(order or ()) if key in keys]
+    listed = set(first)
+    return first + [key for key in catalog.order if key not in listed]
 
 
 def _check_pairs(catalog: Catalog, models: list[str], pairs: list[tuple], epochs: int) -> list[list]:

@@ -30,12 +30,14 @@ from peewee import (
 
 from evaljobs.store.errors import StoreError, redact
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: What each schema version added (recorded in ``schema_version.description``).
 _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
                    3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms",
                    4: "epochs: run.epochs, result.epoch; one row per (run, scenario, model, epoch); "
-                      "result.reused_from (--reuse)"}
+                      "result.reused_from (--reuse)",
+                   5: "result.scenario_digest (compare: a changed scenario is no regression); "
+                      "run.scenario_order (reports list scenarios as the catalog does)"}
 #: The unique index of schema versions 1-3 (one row per (run, scenario, model)); version 4 replaces it.
 _V3_UNIQUE_INDEX = "resultrow_run_id_scenario_key_model"
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
@@ -105,6 +107,9 @@ class Run(_Table):
     #: How many times each scenario × model pair is evaluated (``--epochs``); the whole product
     #: expects scenarios × models × epochs rows.
     epochs = IntegerField(default=1, constraints=[SQL("DEFAULT 1")])
+    #: JSON list of the catalog's scenario keys in the order its author wrote them (the snapshot keeps
+    #: them sorted by key, so its digest does not depend on the order); NULL before schema 5: key order.
+    scenario_order = TextField(null=True)
 
     class Meta:
         table_name = "run"
@@ -143,6 +148,9 @@ class ResultRow(_Table):
     epoch = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     #: ``--reuse``: the run that evaluated this row (it was copied, not evaluated, in this run).
     reused_from = CharField(max_length=32, null=True)
+    #: The ``sha256:`` digest of the scenario the pair was graded against; NULL for rows stored before
+    #: schema 5 (their run's snapshot tells it).
+    scenario_digest = CharField(max_length=80, null=True)
 
     class Meta:
         table_name = "result"
@@ -225,12 +233,14 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
             raise StoreError(f"database {redact(url)} has schema version {current}, newer than "
                              f"this evaljobs ({SCHEMA_VERSION}): upgrade evaljobs")
         if Run._meta.table_name in existing:
-            done += _add_missing_columns(db, Run, {"pairs": "TEXT", "epochs": "INTEGER NOT NULL DEFAULT 1"})
+            done += _add_missing_columns(db, Run, {"pairs": "TEXT", "epochs": "INTEGER NOT NULL DEFAULT 1",
+                                                   "scenario_order": "TEXT"})
         if ResultRow._meta.table_name in existing:
             real = "DOUBLE PRECISION" if isinstance(db, peewee.PostgresqlDatabase) else "REAL"
             done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real,
                                                          "epoch": "INTEGER NOT NULL DEFAULT 0",
-                                                         "reused_from": "VARCHAR(32)"})
+                                                         "reused_from": "VARCHAR(32)",
+                                                         "scenario_digest": "VARCHAR(80)"})
             done += _drop_not_null(db, ResultRow, "cost")
             done += _widen_to_bigint(db, ResultRow, ("duration_ms", "input_tokens", "output_tokens"))
             done += _epoch_in_unique_index(db)

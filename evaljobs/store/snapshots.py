@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 
 from evaljobs.catalog import Catalog, catalog_from_body
+from evaljobs.catalog.digest import scenario_digest
 from evaljobs.store.connections import _connection, _reconnecting
 from evaljobs.store.errors import UnknownSnapshot
 from evaljobs.store.schema import Snapshot, _dumps, _now
 
 _snapshots: dict[str, Catalog] = {}
+#: (catalog digest, scenario key) → the scenario's digest: a snapshot never changes, so once a process.
+_scenario_digests: dict[tuple[str, str], str] = {}
 
 
 @_reconnecting
@@ -39,6 +42,21 @@ def load_snapshot(digest: str) -> Catalog:
     return _snapshots.setdefault(digest, catalog)
 
 
+def scenario_digest_in(digest: str, key: str) -> str | None:
+    """The digest of scenario ``key`` of the catalog snapshotted under ``digest`` (None: no such scenario):
+    what each result row is stamped with, and what a row stored before it was tells (invariant 16)."""
+    found = _scenario_digests.get((digest, key))
+    if found is None:
+        catalog = load_snapshot(digest)
+        if key not in catalog:
+            return None
+        if len(_scenario_digests) >= 100_000:
+            _scenario_digests.clear()
+        found = _scenario_digests[(digest, key)] = scenario_digest(catalog.scenario(key))
+    return found
+
+
 def forget_snapshots() -> None:
     """Empty this process's snapshot cache: the next load reads the database again."""
     _snapshots.clear()
+    _scenario_digests.clear()

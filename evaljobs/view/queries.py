@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from functools import cached_property
+from functools import cached_property, partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 
 from evaljobs import store
 from evaljobs.reports.build import percentile
-from evaljobs.reports.compare import CHANGED, FIXED, REGRESSED, Comparison, compare
+from evaljobs.reports.compare import CHANGED, FAILED_ERRORED, FIXED, REGRESSED, Comparison, compare
 from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
 from evaljobs.store import Cell, RunRow
@@ -149,6 +149,14 @@ def _catalog(digest: str):
         return None
 
 
+def _scenario_digest(digest: str, key: str) -> str | None:
+    """Scenario ``key``'s digest in the run's snapshot (None when the snapshot or the scenario is gone)."""
+    try:
+        return store.scenario_digest_in(digest, key)
+    except store.UnknownSnapshot:
+        return None
+
+
 catalog_of = _catalog  # the run's catalog snapshot (None when it is gone), for the other page modules
 
 
@@ -212,6 +220,8 @@ def _build_index(run: RunRow, cells: list[Cell], last_id: int) -> RunIndex:
     catalog = _catalog(run.digest)
     if run.pairs is not None:
         keys = list(dict.fromkeys(pair[0] for pair in run.pairs))
+    elif run.scenario_order is not None:  # as the catalog's author wrote them
+        keys = list(run.scenario_order)
     elif catalog is not None:
         keys = list(catalog.keys)
     else:
@@ -296,7 +306,7 @@ def _search(run_id: str, last_id: int, count: int, text: str) -> set[tuple[str, 
 
 
 def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
-             tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "key",
+             tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "catalog",
              descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
     index = run_index(run_id)
     run, by_pair = index.run, index.by_pair
@@ -342,7 +352,10 @@ def _has_fault(cell: "Cell | EpochCell", fault: str) -> bool:
 
 
 def _sorted(rows: list, sort: str, descending: bool) -> list:
-    """Sort (row, cells) pairs by a grid column: scenario, group, a model's status, cost, slowest."""
+    """Sort (row, cells) pairs by a grid column: scenario, group, a model's status, cost, slowest; ``catalog``
+    (the default) keeps the order the catalog's author wrote the scenarios in."""
+    if sort == "catalog":
+        return rows[::-1] if descending else rows
     if sort.startswith("m:"):
         model = sort[2:]
 
@@ -457,6 +470,11 @@ class ComparePage:
         return self.comparison.flipped
 
     @cached_property
+    def changed(self):
+        """Pairs whose scenario was edited between the runs: listed apart, never regressions."""
+        return self.comparison.changed
+
+    @cached_property
     def summary(self) -> dict[str, Any]:
         """The comparison's headline numbers, computed once (each is a pass over every pair)."""
         c = self.comparison
@@ -489,16 +507,21 @@ def compare_page(a: str, b: str) -> ComparePage:
 
     def rows(cells: list[Cell]) -> list[dict[str, Any]]:
         return [{"scenario_key": c.scenario_key, "model": c.model, "status": c.status, "score": c.score,
-                 "cost": c.cost, "fault": c.fault} for c in cells]
+                 "cost": c.cost, "fault": c.fault, "scenario_digest": c.scenario_digest} for c in cells]
 
+    # a pair whose scenario was edited between the runs is "changed", not a regression; rows stored
+    # before they carried the digest take their run snapshot's
     comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
                          {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)},
-                         thresholds=_thresholds(run_b.digest))
+                         thresholds=_thresholds(run_b.digest),
+                         digests_a=partial(_scenario_digest, run_a.digest),
+                         digests_b=partial(_scenario_digest, run_b.digest),
+                         order=run_b.scenario_order or run_a.scenario_order)
     lat_a = {m.model: m.p50_ms for m in side_a.models}
     lat_b = {m.model: m.p50_ms for m in side_b.models}
     latency = {m.model: (lat_a.get(m.model), lat_b.get(m.model)) for m in comparison.models}
     page = ComparePage(a=run_a, b=run_b, comparison=comparison, latency=latency)
-    page.summary, page.flipped  # noqa: B018 - computed before the page is shared between requests
+    page.summary, page.flipped, page.changed  # noqa: B018 - computed before the page is shared between requests
     with _indexes_lock:
         if len(_comparisons) >= _INDEX_LIMIT:
             _comparisons.clear()
@@ -506,4 +529,4 @@ def compare_page(a: str, b: str) -> ComparePage:
     return page
 
 
-FLIP_KINDS = (REGRESSED, FIXED, CHANGED)
+FLIP_KINDS = (REGRESSED, FIXED, FAILED_ERRORED, CHANGED)

@@ -150,7 +150,7 @@ class Pages:
     def run(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         p = request.query_params
-        sort = p.get("sort") or "key"
+        sort = p.get("sort") or "catalog"  # as the catalog lists its scenarios
         try:
             page = queries.run_page(
                 request.path_params["run_id"],
