@@ -1,0 +1,136 @@
+"""A catalog edit is not a model's regression: a pair whose scenario changed between two runs is "changed" in
+``evaljobs compare`` (table and JSON), in the report against a baseline (Markdown, HTML) and in the viewer's
+compare page; reports and the viewer list scenarios as the catalog's author wrote them.
+
+Real runs on the simulated provider (over loopback) into a real SQLite store; the viewer is a real
+``evaljobs view`` process read over HTTP.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from evaljobs import store
+from evaljobs.api import Session
+from evaljobs.cli import main
+from helpers import Viewer
+
+#: Written out of key order on purpose: zeta, alpha, mid.
+CATALOG = """\
+name: edits
+scenarios:
+  - key: zeta
+    prompt: "Say hello [sim: say hello there]"
+    expect: {{contains: [hello]}}
+  - key: alpha
+    prompt: "Give the code [sim: say the code is 41]"
+    expect: {{contains: ["{code}"]}}
+  - key: mid
+    prompt: "Say bye [sim: say bye now]"
+    expect: {{contains: [bye]}}
+"""
+MODELS = ["sim/fast", "sim/smart"]
+
+
+@pytest.fixture
+def edited(tmp_path, simulated_provider):
+    """Run 1 expects the code 41 (passes), run 2 the code 42 (fails): only the catalog changed."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/edits.db"
+    first, second = tmp_path / "v1.yaml", tmp_path / "v2.yaml"
+    first.write_text(CATALOG.format(code="41"))
+    second.write_text(CATALOG.format(code="42"))
+    with Session(db=db, broker="memory") as session:
+        a = session.submit(str(first), MODELS, strategy="sequential")
+        b = session.submit(str(second), MODELS, strategy="sequential")
+    assert (a.status, b.status) == ("complete", "complete") and b.report is not None
+    assert b.report["summary"]["failed"] == 2
+    return db, a.id, b.id
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edited):
+    db, a, b = edited
+    data = json.loads(_cli("compare", a, b, "--json", "--db", db).stdout)
+    assert data["flipped"] == [] and data["summary"]["regressed"] == 0
+    assert data["summary"]["changed"] == 2
+    assert [(c["scenario_key"], c["model"], c["kind"], c["before"]["status"], c["after"]["status"])
+            for c in data["changed"]] == [("alpha", "sim/fast", "changed", "passed", "failed"),
+                                          ("alpha", "sim/smart", "changed", "passed", "failed")]
+    # like with like: the per-model rates leave the edited scenario out
+    assert {m["model"]: (m["pairs"], m["regressed"], m["changed"], m["pass_rate_delta"])
+            for m in data["models"]} == {"sim/fast": (2, 0, 1, 0.0), "sim/smart": (2, 0, 1, 0.0)}
+
+    table = _cli("compare", a, b, "--db", db, "--fail-on-regression")
+    assert table.exit_code == 0, table.output  # a catalog edit fails no regression gate
+    assert table.stdout.splitlines()[0] == (
+        f"compare {a} → {b}: 6 common pairs: 0 regressed, 0 fixed, 0 failed↔errored, "
+        "2 changed (scenario edited, not counted)")
+    assert "no pair flipped" in table.stdout
+
+
+def test_the_report_against_a_baseline_says_changed(edited, tmp_path):
+    db, a, b = edited
+    markdown = _cli("report", b, "--baseline", a, "--db", db).stdout
+    assert "0 regressed, 0 fixed" in markdown and "2 changed (scenario edited, not counted)" in markdown
+    assert "**Changed scenarios (2)**" in markdown
+    assert "| `alpha` | `sim/fast` | passed → failed |" in markdown
+    html = _cli("report", b, "--baseline", a, "--format", "html", "--db", db).stdout
+    section = html.split('<section id="changed">')[1].split("</section>")[0]
+    assert "Changed scenarios (2)" in section and section.count('class="k-changed"') == 2
+    assert '<section id="flipped">' not in html
+
+
+def test_reports_keep_the_catalogs_own_order(edited):
+    db, _, b = edited
+    report = json.loads(_cli("report", b, "--format", "json", "--db", db).stdout)
+    assert [r["scenario_key"] for r in report["results"]] == ["zeta", "zeta", "alpha", "alpha", "mid", "mid"]
+    assert report["run"]["order"] == "catalog"
+    table = _cli("report", b, "--format", "table", "--db", db).stdout
+    html = _cli("report", b, "--format", "html", "--db", db).stdout
+    grid = html.split('<table id="grid">')[1].split("</table>")[0]
+    assert re.findall(r"<tr><th>(\w+)</th>", grid) == ["Scenario", "zeta", "alpha", "mid"]
+    assert "alpha × sim/fast" in table
+
+
+def test_rows_stored_before_digests_were_kept_still_read_back_and_compare(edited):
+    """Invariant 16: a row without a digest (schema 4) reads back; its run's snapshot tells its scenario."""
+    db, a, b = edited
+    store.connect(db)
+    store.ResultRow.update(scenario_digest=None).execute()
+    assert all(r.scenario_digest is None for r in store.list_results(a))
+    with Session(db=db) as session:
+        same = session.compare(a, a)  # a run against itself: nothing changed
+        assert same.changed == [] and same.flipped == []
+        comparison = session.compare(a, b)
+    assert [c.pair for c in comparison.changed] == [("alpha", "sim/fast"), ("alpha", "sim/smart")]
+    assert comparison.regressed == []
+
+
+def test_the_viewer_compare_page_lists_the_changed_pairs(edited, tmp_path):
+    db, a, b = edited
+    viewer = Viewer(db, "memory", tmp_path / "view.log")
+    try:
+        with httpx.Client(base_url=viewer.url, timeout=30) as client:
+            page = client.get("/compare", params={"a": a, "b": b})
+            run_page = client.get(f"/runs/{b}")
+    finally:
+        viewer.close()
+    assert page.status_code == 200, page.text
+    changed = page.text.split('<table class="list" id="changed">')[1].split("</table>")[0]
+    assert re.findall(r'data-kind="changed" data-key="(\w+)" data-model="([\w/]+)"', changed) == [
+        ("alpha", "sim/fast"), ("alpha", "sim/smart")]
+    flips = page.text.split('<table class="list" id="flips">')[1].split("</table>")[0]
+    assert "No pair flipped." in flips
+    assert "0 regressed" in page.text
+    # the run page lists the scenarios as the catalog does
+    assert run_page.status_code == 200
+    order = [key for key in re.findall(r'data-key="(\w+)"', run_page.text) if key in ("zeta", "alpha", "mid")]
+    assert list(dict.fromkeys(order)) == ["zeta", "alpha", "mid"], order
