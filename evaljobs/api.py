@@ -48,6 +48,7 @@ from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import expand_source
 from evaljobs.reports.gate import Verdict
+from evaljobs.reports.build import build_report
 from evaljobs.reports.render import FORMATS, render
 from evaljobs.providers import require_callable
 
@@ -400,7 +401,9 @@ class Session:
             if not self.follows(strategy, wait):
                 return replace(info, detached=True)
             return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
-        except KeyboardInterrupt:  # SIGINT (and SIGTERM, which the CLI turns into one)
+        # SIGINT (and SIGTERM, which the CLI turns into one), or the reader of our output went away
+        # (`evaljobs run … 2>&1 | head -3`): the same stop, the run kept and marked interrupted
+        except (KeyboardInterrupt, BrokenPipeError):
             raise self._interrupted() from None
         finally:
             if inline and on_event is not None:
@@ -707,17 +710,15 @@ class Session:
         if baseline and format == "junit":
             raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
         info = store.get_run(run_id)
-        if info.report is None:
-            raise UsageError(
-                f"run {run_id} has no report yet ({info.status}, {info.persisted}/{info.expected} "
-                f"pairs); wait for it or try `evaljobs recover {run_id}`"
-            )
+        # a run that did not finish (cancelled, interrupted, timed out, still running) gets a partial
+        # report: what finished, what is missing, and the command that resumes it (never stored)
+        report = info.report if info.report is not None else store.partial_report(run_id, build_report)
         comparison = None
         if baseline:
             base, base_side = self._side(baseline)
-            comparison = self._compare(base, base_side, info, info.report, on_note)
+            comparison = self._compare(base, base_side, info, report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
-        return render(info.report, format, results=results, comparison=comparison)
+        return render(report, format, results=results, comparison=comparison)
 
     def render_report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
                       flaky: bool = False, on_note: Callable[[str], None] | None = None) -> "RenderedReport":

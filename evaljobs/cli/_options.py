@@ -73,8 +73,16 @@ def exit_for(exc: BaseException, command: str | None = None) -> tuple[list[str],
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so flushing it at exit does not raise a second BrokenPipeError."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    _silence(sys.stdout)
+
+
+def _silence(stream: Any) -> None:
+    """Point ``stream``'s file at /dev/null (its reader went away), so flushing it at exit is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):  # no file behind it (a test's capture): nothing to flush at exit
+        pass
 
 
 def _is_context_error(exc: BaseException) -> bool:
@@ -106,8 +114,12 @@ def one_line_errors(ctx: click.Context, typed: list[str] | None = None) -> Itera
         if mapped is None:
             raise
         lines, code = mapped
-        for line in lines:
-            click.echo(line, err=True)
+        try:
+            for line in lines:
+                click.echo(line, err=True)
+        except BrokenPipeError:  # stderr went with stdout (`… 2>&1 | head`): the exit code still tells
+            _silence(sys.stderr)
+            _silence(sys.stdout)
         ctx.exit(code)
 
 

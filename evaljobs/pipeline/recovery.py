@@ -141,12 +141,12 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
     for run in runs:
         if run.status in ("complete", "partial", "failed", "cancelled") and run.report is not None:
             continue
-        if run.status == "cancelled":
-            continue
-        # stopped by SIGINT/SIGTERM: resumed like a run whose messages were lost
-        if run.status == store.INTERRUPTED:
-            store.set_status(run.id, store.RUNNING)
-            actions.append(f"{run.id}: resuming the interrupted run")
+        if run.status == store.CANCELLED and not run_id:
+            continue  # a sweep of every run leaves cancelled runs alone; one named is resumed
+        # stopped by SIGINT/SIGTERM (or cancelled, and named): resumed like a run whose messages were lost
+        if run.status in (store.INTERRUPTED, store.CANCELLED):
+            store.resume(run.id)
+            actions.append(f"{run.id}: resuming the {run.status} run")
         missing = store.missing_pairs(run.id)
         if not missing:
             if run.report is None:

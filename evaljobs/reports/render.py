@@ -7,6 +7,7 @@ but JUnit shows the flipped pairs.
 """
 from __future__ import annotations
 
+from html import escape as html_escape
 from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.errors import UsageError
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
 FORMATS = ("json", "md", "junit", "html", "table")
 
 
+def partial_banner(partial: dict[str, Any], format: str) -> str:
+    """What a partial report says first: the run's state, what is missing, the command that resumes it."""
+    missing = partial.get("missing") or []
+    shown = ", ".join(missing[:20]) + (f" (+{len(missing) - 20} more)" if len(missing) > 20 else "")
+    text = (f"PARTIAL REPORT: run is {partial['status']}, {partial['finished']}/{partial['expected']} pairs "
+            f"finished; missing ({len(missing)}): {shown or 'none'}; resume it with `{partial['resume']}`")
+    if format == "md":
+        return f"> **{text}**\n\n"
+    if format == "html":
+        return f'<p id="partial" class="partial">{html_escape(text)}</p>\n'
+    return text + "\n\n"
+
+
 def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Result] = (),
            comparison: Comparison | None = None) -> str:
     """``report`` rendered as ``format``; ``results`` (the full rows) feed the JUnit and HTML details."""
@@ -26,6 +40,11 @@ def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Resu
         raise UsageError(f"unknown report format {format!r}: use one of {', '.join(FORMATS)}")
     if comparison is not None and format == "junit":
         raise UsageError("--baseline does not apply to --format junit: use md, html, table or json")
+    partial = report.get("partial")
+    if partial and format in ("table", "md", "html"):  # the one banner of a run that did not finish
+        text = render({**report, "partial": None}, format, results=results, comparison=comparison)
+        banner = partial_banner(partial, format)
+        return text.replace("<body>", "<body>" + banner, 1) if format == "html" else banner + text
     if format == "json":
         return render_json({**report, "comparison": comparison.to_dict()} if comparison else report)
     if format == "md":

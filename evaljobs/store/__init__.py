@@ -50,13 +50,14 @@ from evaljobs.store.results import (Finalized, Recorded, expected_pairs, finaliz
                                     missing_pairs, pair_state, pair_statuses, progress, record_result,
                                     record_results, recorded_among)
 from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_run, interrupt, list_runs,
-                                 mark_running, release_judge_call, resume_line, set_status,
+                                 mark_running, release_judge_call, resume, resume_line, set_status,
                                  take_judge_call)
 from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL,
                                    PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
                                    ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.pages import Cell, RunRow
+from evaljobs.store.partial import partial_report
 from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
@@ -111,6 +112,8 @@ __all__ = [
     "save_snapshot",
     "load_snapshot",
     "forget_snapshots",
+    "partial_report",
+    "resume",
     "scenario_digest_in",
     "count_runs",
     "create_run",

@@ -305,6 +305,19 @@ def interrupt(run_id: str) -> bool:
 
 
 @_reconnecting
+def resume(run_id: str) -> bool:
+    """cancelled/interrupted (and no report) → running, so ``recover`` evaluates its missing pairs and the
+    run ends with its one report; False if it was neither."""
+    with _transaction():
+        changed = (Run.update(status=RUNNING, finished_at=None)
+                   .where((Run.id == run_id) & Run.status.in_([CANCELLED, INTERRUPTED])
+                          & Run.report.is_null()).execute())
+        if not changed:
+            _get_row(run_id)
+    return bool(changed)
+
+
+@_reconnecting
 def cancel(run_id: str) -> bool:
     """Cancel a pending or running run; False if it had already finished."""
     with _transaction():

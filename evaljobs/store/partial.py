@@ -1,0 +1,37 @@
+"""The partial report of a run that did not finish (cancelled, interrupted, timed out, still running).
+
+Invariant 3 holds: a run's one report is the one ``finalize`` stores once every pair is in. A partial
+report is a *view*: built on each read from the rows persisted so far, never stored, so when the run is
+resumed (``evaljobs recover RUN``) and completes, its stored report is simply the one report there is.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from evaljobs.store.connections import _connection, _reconnecting
+from evaljobs.store.results import ReportBuilder, _missing, _report_results, _report_run
+from evaljobs.store.runs import _get_row, pair_label
+from evaljobs.store.schema import _loads, _now
+
+
+@_reconnecting
+def partial_report(run_id: str, build: ReportBuilder) -> dict[str, Any]:
+    """The report of what ``run_id`` has so far, marked ``partial``: its status, the missing pairs and the
+    command that resumes the run. Nothing is written."""
+    with _connection():
+        run = _get_row(run_id)
+        results = _report_results(run_id, batched=bool((_loads(run.options) or {}).get("batch")))
+        missing = _missing(run)
+        built = build({**_report_run(run, run.finished_at or _now()), "finished_at": None}, results)
+    epochs = run.epochs or 1
+    built["partial"] = {
+        "status": run.status,
+        "finished": len(results),
+        "expected": run.expected,
+        "missing": [pair_label(*pair, epochs=epochs) for pair in missing],
+        "resume": f"evaljobs recover {run.id}",
+    }
+    return built
+
+
+__all__ = ["partial_report"]
