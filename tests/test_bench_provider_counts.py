@@ -10,64 +10,13 @@ counting below attributes to its own run id, not to a cell).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evaljobs.api import Session
-from helpers.servers import free_port
-
-SERVER = Path(__file__).parent / "helpers" / "counting_provider.py"
-
-
-class CountingServer:
-    """The counting provider as a process on a free loopback port."""
-
-    def __init__(self, *, cap: int, latency: float, announce: bool = False):
-        self.port = free_port()
-        args = [sys.executable, str(SERVER), "--port", str(self.port), "--cap", str(cap),
-                "--latency", str(latency)]
-        self.proc = subprocess.Popen(args + (["--announce"] if announce else []), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:  # ready once it answers (a condition, not a sleep)
-            try:
-                self.counts()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the counting provider did not start") from None
-                time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def counts(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/counts", timeout=5) as response:
-            return json.loads(response.read())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
-@pytest.fixture
-def counting_server():
-    servers: list[CountingServer] = []
-
-    def start(**options: Any) -> CountingServer:
-        servers.append(CountingServer(**options))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
+from helpers import CountingServer, counting_files
 
 
 def counted_sessions(server: CountingServer, seen: dict[str, dict[str, int]]) -> type[Session]:
@@ -92,17 +41,6 @@ def counted_sessions(server: CountingServer, seen: dict[str, dict[str, int]]) ->
             super().close()
 
     return Counted
-
-
-def _files(tmp_path: Path, server: CountingServer, scenarios: int) -> tuple[Path, Path]:
-    catalog = tmp_path / "counted.yaml"
-    catalog.write_text("name: counted\ndefaults: {max_turns: 1}\nscenarios:\n" + "".join(
-        f"  - key: s{i:02d}\n    prompt: \"question {i}\"\n    expect: {{contains: ['ok']}}\n"
-        for i in range(scenarios)))
-    providers = tmp_path / "providers.yaml"
-    providers.write_text(f'providers:\n  counted: {{api: openai, base_url: "{server.url}", '
-                         f'api_key_env: null, stream: false}}\n')
-    return catalog, providers
 
 
 def _bench(sessions: type[Session], catalog: Path, providers: Path, out: Path, **options: Any):
@@ -137,7 +75,7 @@ def test_each_cell_counts_the_requests_and_429s_the_provider_counted(tmp_path, c
     """Governor off, width 16 against a provider serving 4 at once: the 429s it sent are in the cell."""
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     server = counting_server(cap=4, latency=0.05)
-    catalog, providers = _files(tmp_path, server, scenarios=12)
+    catalog, providers = counting_files(tmp_path, server, scenarios=12)
     seen: dict[str, dict[str, int]] = {}
     run = _bench(counted_sessions(server, seen), catalog, providers, tmp_path / "out")
     _assert_cells_are_the_servers_counts(run, seen)
@@ -152,7 +90,7 @@ def test_worker_processes_report_the_requests_they_made_through_the_store(tmp_pa
                                                                           monkeypatch, redis_url):
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     server = counting_server(cap=4, latency=0.05)
-    catalog, providers = _files(tmp_path, server, scenarios=12)
+    catalog, providers = counting_files(tmp_path, server, scenarios=12)
     seen: dict[str, dict[str, int]] = {}
     run = _bench(counted_sessions(server, seen), catalog, providers, tmp_path / "out", strategies="fanout",
                  widths="16", broker=redis_url)
