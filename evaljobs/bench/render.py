@@ -71,6 +71,10 @@ def render_markdown(result: BenchResult) -> str:
             fmt(c.report_lag_ms, ".0f")]) + " |")
     rec = result.recommendation
     lines.append("")
+    provider = (result.environment or {}).get("provider")
+    if provider:
+        lines.append(f"Measured against: {provider} (requests, 429s and errors: every request the provider "
+                     f"client sent).")
     if rec.width is not None:
         lines.append(f"Recommended: `--strategy {rec.strategy} --width {rec.width}` ({rec.reason}).")
     else:

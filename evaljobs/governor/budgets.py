@@ -41,9 +41,10 @@ _EPSILON = 1e-9
 class BudgetConfig:
     """How one budget behaves; ``ProviderConfig.governor`` holds the same keys (plus ``budget_key``).
 
-    ``initial`` None (the default): a budget nothing was learned for starts at ``ceiling``, so a
-    run goes as wide as its workers from the first call (the width the user asked for is the
-    real bound); a number starts there instead (a slow start for a provider known to be tight).
+    ``initial`` None (the default): a budget nothing was learned for lets one call go first and
+    opens at the request limit its answer announces, else at ``ceiling``, so a run goes as wide as
+    its workers after one answer (the width the user asked for is the real bound); a number
+    starts there at once instead (a slow start for a provider known to be tight).
     """
 
     initial: int | None = None
