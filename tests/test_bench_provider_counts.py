@@ -10,12 +10,16 @@ counting below attributes to its own run id, not to a cell).
 from __future__ import annotations
 
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evaljobs.api import Session
+from evaljobs.providers import ChatClient, ProviderError, attempts
 from helpers import CountingServer, counting_files
 
 
@@ -97,3 +101,60 @@ def test_worker_processes_report_the_requests_they_made_through_the_store(tmp_pa
     _assert_cells_are_the_servers_counts(run, seen)
     (m,) = run.result.measurements
     assert seen[m.run_id]["rate_limited"] >= 1
+
+
+@pytest.fixture
+def scripted_provider():
+    """A loopback server answering each request as its prompt says: ok, 429, 500, reset (the connection
+    closed without an answer) or slow (an answer after 1 s)."""
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            what = body["messages"][-1]["content"]
+            if what == "reset":
+                self.close_connection = True
+                return
+            if what == "slow":
+                time.sleep(1.0)
+            status = {"429": 429, "500": 500}.get(what, 200)
+            answer = ({"choices": [{"message": {"role": "assistant", "content": "ok"}}]} if status == 200
+                      else {"error": {"message": what}})
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass  # the slow answer's client gave up: its broken pipe is expected
+
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_attempt_log_counts_every_kind_of_answer(scripted_provider):
+    """2xx, 429, 5xx, a reset and a timeout: each one request, each counted by its outcome."""
+    counts: dict[str, int] = {}
+    with ChatClient(scripted_provider, timeout=0.3) as client, attempts.recording(counts):
+        for what in ("ok", "429", "500", "reset", "slow"):
+            try:
+                client.complete("m", [{"role": "user", "content": what}])
+            except ProviderError:
+                pass
+    assert counts == {"ok": 1, "429": 1, "5xx": 1, "network": 1, "timeout": 1}
+    seen = attempts.totals([counts])
+    assert (seen.requests, seen.rate_limited, seen.errors) == (5, 1, 3)
+    assert seen.error_rate == pytest.approx(0.8)
