@@ -102,6 +102,23 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 
+@pytest.fixture
+def counting_server():
+    """``counting_server(cap=4, latency=0.05, announce=False)``: a counting provider process
+    (:class:`helpers.CountingServer`), stopped at teardown."""
+    from helpers import CountingServer
+
+    servers: list = []
+
+    def start(**options):
+        servers.append(CountingServer(**options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _settings_follow_the_environment(monkeypatch):
     """evaljobs reads ``EVALJOBS_*`` once, into ``evaljobs.config.Settings``; tests change them with

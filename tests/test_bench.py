@@ -133,6 +133,39 @@ def test_knee_ignores_a_noisy_dip_and_looks_at_every_wider_cell():
     assert find_knee(cells, cores=2).width is None
 
 
+def test_a_step_within_the_repeats_spread_is_no_better():
+    # medians 3.0 -> 2.5 s (-17 %), but the repeats overlap: 2.2-3.4 s vs 2.4-3.3 s is noise, not a gain
+    narrow, wide = cell("fanout", 8, 3.0, latency=None), cell("fanout", 16, 2.5, latency=None)
+    narrow.repeats = wide.repeats = 3
+    narrow.wall_min_s, narrow.wall_max_s, wide.wall_min_s, wide.wall_max_s = 2.4, 3.3, 2.2, 3.4
+    knee = find_knee([narrow, wide], cores=2)
+    assert knee.width == 8 and knee.bound == "no better"
+    assert "within the repeats' spread" in knee.reason
+    wide.wall_min_s, wide.wall_max_s = 2.3, 2.35  # apart: a real step
+    assert find_knee([narrow, wide], cores=2).width is None
+
+
+def test_knee_text_never_says_every_step_paid_when_one_was_slower():
+    # 8 -> 16 was slower, 32 faster than both: not reached, and the text says which step was slower
+    cells = [cell("fanout", 8, 2.0, latency=None), cell("fanout", 16, 2.3, latency=None),
+             cell("fanout", 32, 1.2, latency=None)]
+    knee = find_knee(cells, cores=2)
+    assert knee.width is None
+    assert "each step" not in knee.reason and "16 -> 32" not in knee.reason
+    assert "8 -> 16 was slower (2.00 -> 2.30 s)" in knee.reason
+
+
+def test_a_faster_width_bought_with_refusals_is_neither_the_knee_nor_recommended():
+    # against a provider serving 8 at once, governor off: 32 looks fastest while 40 % of its requests bounce
+    cells = [cell("fanout", 8, 2.0, latency=None), cell("fanout", 16, 2.3, error_rate=0.3, latency=None),
+             cell("fanout", 32, 1.5, error_rate=0.4, latency=None)]
+    knee = find_knee(cells, cores=2)
+    assert knee.width == 8 and knee.bound == "rate-limit bound"
+    assert "width 32 was faster only while the provider refused 40.0%" in knee.reason
+    rec = recommend(cells, cores=2)
+    assert rec.width == 8
+
+
 def test_fixed_concurrency_strategies_have_one_width():
     assert strategy_widths("sequential", (1, 2, 4), 3) == [1]
     assert strategy_widths("per-model", (1, 2, 4, 8), 3) == [1, 2]
@@ -168,6 +201,8 @@ def test_error_rate_comes_from_the_provider_or_else_from_the_results():
     assert measurement(
         "fanout", 1, 1, 1.0, requests=50, rate_limited=4, errors=1
     ).error_rate == pytest.approx(0.1)
+    # the attempt log counted no request (every answer from the response cache): no error either
+    assert measurement("fanout", 1, 1, 1.0, requests=0, rate_limited=0, errors=0, retries=2).error_rate == 0.0
     real = measurement("fanout", 1, 1, 1.0, requests=None, rate_limited=None, errors=None, retries=2,
                        errored_pairs=1)
     assert real.error_rate == pytest.approx(3 / 12)

@@ -49,10 +49,18 @@ def release_all(permits: list, **outcome) -> None:
         permit.release(**outcome)
 
 
+def answer_the_scout(governor: Governor, **outcome) -> None:
+    """A cold budget lets one call go first (issue 39): its answer, announcing no limit, opens the budget."""
+    governor.acquire(BUDGET, max_wait=0).release(**outcome)
+
+
 # ----------------------------------------------------------------------------- the start width
 
 def test_a_fresh_budget_starts_at_its_ceiling_not_at_a_slow_start(make):
     governor = make(BudgetConfig(ceiling=16))  # the defaults otherwise, bulk_reserve 0.15 included
+    scout = fill(governor)
+    assert len(scout) == 1, "cold: one call first, its answer may announce the provider's limit"
+    release_all(scout)  # it announced nothing: the budget opens at once, as wide as asked
     held = fill(governor)
     assert len(held) == 16 and stat(governor)["limit"] == 16
     release_all(held)
@@ -70,6 +78,7 @@ def test_an_explicit_initial_still_starts_lower(make):
 def test_a_provider_refusing_a_fifth_call_is_learned_in_one_burst(make):
     """Width 16 against a provider serving 4: twelve 429s come back, one halving, then the capacity."""
     governor = make(BudgetConfig(ceiling=64))
+    answer_the_scout(governor)
     held = [governor.acquire(BUDGET, max_wait=0) for _ in range(16)]  # a run of width 16
     served, refused = held[:4], held[4:]
     refused[0].release(rate_limited=True, retry_after=0.01)
@@ -85,6 +94,7 @@ def test_a_provider_refusing_a_fifth_call_is_learned_in_one_burst(make):
 
 def test_the_width_in_use_is_halved_not_an_untested_ceiling(make):
     governor = make(BudgetConfig(ceiling=64))
+    answer_the_scout(governor)
     held = [governor.acquire(BUDGET) for _ in range(16)]
     held[0].release(rate_limited=True)  # 16 in flight of a limit of 64: the run's width was 16
     assert stat(governor)["limit"] == 8
@@ -142,6 +152,7 @@ class MemoryLearned:
 
 
 def learn_capacity_4(governor: Governor) -> None:
+    answer_the_scout(governor)
     held = [governor.acquire(BUDGET) for _ in range(16)]
     release_all(held[4:], rate_limited=True)
     release_all(held[:4])
@@ -191,6 +202,10 @@ from evaljobs.governor import BudgetConfig, Busy, Governor
 store.connect(sys.argv[1])
 governor = Governor(None, learned=DatabaseLearned())
 governor.configure("sim:model-a", BudgetConfig())
+try:  # a cold budget's scout (one call first), answered announcing no limit
+    governor.acquire("sim:model-a", max_wait=0).release()
+except Busy:  # (a warm budget grants it too: one call that changes nothing)
+    pass
 held = []
 while True:  # as wide as the governor lets us go now
     try:

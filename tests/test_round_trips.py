@@ -152,6 +152,9 @@ def test_a_pair_costs_two_governor_crash_and_event_round_trips_not_four(counted_
     # thread meets NOSCRIPT, loads the script and asks again: one more round trip, once).
     warm = Governor(redis_url)
     warm.acquire("sim:warm-up").release()
+    # And the budget is past its scout (a cold budget's first call goes alone, issue 39: a thread asking
+    # meanwhile is denied once, one more lone acquire, once per budget).
+    warm.acquire("sim:fast").release()
     warm.close()
     redis.Redis.from_url(redis_url).script_load(crashes._BEGIN)  # and the crash counter's
     store.connect(sqlite_url)

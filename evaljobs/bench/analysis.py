@@ -71,21 +71,36 @@ def summarize(measurements: Iterable[Measurement], *, models: int = 1,
                     else None
                 ),
                 complete=len(done) == len(ms),
+                requests=_median_or_none(m.requests for m in use),
             )
         )
     order = {name: i for i, name in enumerate(STRATEGIES)}
     return sorted(cells, key=lambda c: (order.get(c.strategy, 99), c.width))
 
 
+def better(cell: Cell, wider: Cell) -> bool:
+    """Whether ``wider`` is really better than ``cell``, by the measured table alone.
+
+    More than 10 % faster; beyond the repeats' spread (with two or more repeats, a wider cell whose
+    slowest repeat is not faster than ``cell``'s fastest is "no better": the step is noise); and not
+    bought with refusals (an error rate over 1 % and above ``cell``'s is the provider saying no).
+    """
+    if wider.wall_s * (1 + TOLERANCE) >= cell.wall_s:
+        return False
+    if max(cell.repeats, wider.repeats) >= 2 and wider.wall_max_s >= cell.wall_min_s:
+        return False
+    return not (wider.error_rate > MAX_ERROR_RATE and wider.error_rate > cell.error_rate)
+
+
 def find_knee(cells: Sequence[Cell], *, cores: int) -> Knee:
-    """The smallest width past which no width in the grid is more than 10 % faster, and why.
+    """The smallest width past which no width in the grid is better (:func:`better`), and why.
 
     The reason is read from what happens past the knee: the provider's error rate
-    climbing means the provider refuses the extra width (rate-limit bound); the
-    workers burning most of the machine's cores means the host is the limit (CPU
-    bound); otherwise the run is waiting on provider latency — it already takes
-    about ``ceil(pairs / width)`` rounds of one call and the next width in the grid
-    barely cuts the number of rounds (latency bound).
+    climbing means the provider refuses the extra width (rate-limit bound); a faster wider
+    cell within the repeats' spread is noise (no better); the workers burning most of the
+    machine's cores means the host is the limit (CPU bound); otherwise the run is waiting
+    on provider latency — the next width in the grid barely cuts the rounds of calls
+    (latency bound). Every sentence is about the cells measured, on whatever provider.
     """
     ordered = sorted((c for c in cells if c.complete), key=lambda c: c.width)
     if not ordered:
@@ -99,26 +114,38 @@ def find_knee(cells: Sequence[Cell], *, cores: int) -> Knee:
         )
     for i, cell in enumerate(ordered[:-1]):
         beyond = ordered[i + 1:]
-        fastest = min(b.wall_s for b in beyond)
-        if fastest * (1 + TOLERANCE) >= cell.wall_s:
+        if not any(better(cell, b) for b in beyond):
             return Knee(strategy, cell.width, *_why(cell, beyond, cores))
     last = ordered[-1]
-    if last.ideal_s:
-        return Knee(strategy, None, "latency bound",
-                    f"not reached up to width {last.width}: each step still cut the wall clock by more than "
-                    f"{TOLERANCE:.0%} (the run is still ceil(pairs / width) rounds of provider latency)")
-    return Knee(strategy, None, "not reached",
-                f"not reached up to width {last.width}: the widest cell was still more than {TOLERANCE:.0%} "
-                f"faster than every narrower one")
+    slower = [f"{a.width} -> {b.width} was slower ({a.wall_s:.2f} -> {b.wall_s:.2f} s)"
+              for a, b in zip(ordered, ordered[1:]) if b.wall_s > a.wall_s]
+    though = f"; though {', '.join(slower)}" if slower else ""
+    return Knee(strategy, None, "latency bound" if last.ideal_s else "not reached",
+                f"not reached up to width {last.width}: {last.wall_s:.2f} s there is more than "
+                f"{TOLERANCE:.0%} faster than every narrower width, with error rate {last.error_rate:.1%}"
+                f"{though}")
 
 
 def _why(cell: Cell, beyond: Sequence[Cell], cores: int) -> tuple[str, str]:
     worst = max(beyond, key=lambda b: b.error_rate)
     if worst.error_rate > MAX_ERROR_RATE and worst.error_rate > cell.error_rate:
+        faster = [b for b in beyond
+                  if b.wall_s * (1 + TOLERANCE) < cell.wall_s and b.error_rate > MAX_ERROR_RATE]
+        gain = "the wall clock does not improve"
+        if faster:
+            gain = (f"width {faster[0].width} was faster only while the provider refused "
+                    f"{faster[0].error_rate:.1%} of its requests")
         return ("rate-limit bound",
                 f"past width {cell.width} the provider refuses the extra calls: error rate "
                 f"{cell.error_rate:.1%} at {cell.width} -> {worst.error_rate:.1%} at {worst.width}, "
-                f"and the wall clock does not improve")
+                f"and {gain}")
+    noisy = [b for b in beyond if b.wall_s * (1 + TOLERANCE) < cell.wall_s]
+    if noisy:
+        b = min(noisy, key=lambda c: c.wall_s)
+        return ("no better",
+                f"width {b.width}'s median {b.wall_s:.2f} s is within the repeats' spread of width "
+                f"{cell.width} ({b.wall_min_s:.2f}-{b.wall_max_s:.2f} s vs {cell.wall_min_s:.2f}-"
+                f"{cell.wall_max_s:.2f} s): no better")
     busy = [c for c in (cell, *beyond) if c.cores_busy is not None]
     if busy:
         hottest = max(busy, key=lambda c: (c.cores_busy or 0.0) / (c.cores or cores))
@@ -151,8 +178,8 @@ def _why(cell: Cell, beyond: Sequence[Cell], cores: int) -> tuple[str, str]:
                 f"({cell.wall_s:.2f} s, ideal {cell.ideal_s:.2f} s); wider cuts too few rounds to gain "
                 f"{TOLERANCE:.0%}")
     return ("latency bound",
-            f"at width {cell.width} the run is waiting on provider calls (CPU and errors stay low); wider "
-            f"cuts too few rounds to gain {TOLERANCE:.0%}")
+            f"from width {cell.width} on, CPU and errors stay low and no wider cell is {TOLERANCE:.0%} "
+            f"faster: the run waits on provider calls")
 
 
 def recommend(cells: Sequence[Cell], *, cores: int) -> Recommendation:

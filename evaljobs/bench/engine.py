@@ -40,7 +40,7 @@ from evaljobs.bench.model import (
 )
 from evaljobs.catalog import catalog_from_body, loads_catalog
 from evaljobs.pipeline import events
-from evaljobs.providers import require_callable
+from evaljobs.providers import require_callable, run_totals
 from evaljobs.simulated import SimulatedProvider
 
 _READY_LINE = "is ready for action"
@@ -135,11 +135,6 @@ class _EventClock:
         return round(max(0.0, self.complete - self.last_result) * 1000.0, 2)
 
 
-def _sim_counts(stats: dict[str, Any]) -> tuple[int, int, int, int]:
-    errors = sum(stats.get("errors", {}).values()) + sum(stats.get("faults", {}).values())
-    return stats["requests"], stats["rate_limited"], errors, stats["completed"]
-
-
 def environment(spec: BenchSpec) -> dict[str, Any]:
     try:
         cores = len(os.sched_getaffinity(0))
@@ -178,6 +173,9 @@ def run_bench(spec: BenchSpec, *, sessions: SessionFactory,
     governor = base.governor if spec.governor is None else spec.governor
     env["governor"] = "on" if governor else "off"
     sim = None
+    # Which provider the figures were measured against: evaljobs' own simulator, or the models' providers.
+    env["provider"] = ("simulated (evaljobs' own)" if spec.simulate is not None else
+                       ", ".join(sorted({model.split("/", 1)[0] for model in spec.models})))
     if spec.simulate is not None:
         sim = SimulatedProvider(**spec.simulate).start()
         env["simulated_provider"] = sim.url
@@ -224,7 +222,7 @@ def run_bench(spec: BenchSpec, *, sessions: SessionFactory,
                         meter = ProcessMeter(workers.pids if (queued and workers) else None,
                                              exclude_threads=sim_threads)
                         m = _run_cell(sessions, spec, catalog, models, strategy, width, repeat, queue,
-                                      meter, sim)
+                                      meter)
                         m.cores = min(env["cores"], spec.processes if (queued and workers) else 1)
                         measurements.append(m)
                         echo(
@@ -299,7 +297,7 @@ def _pair_latency(spec: BenchSpec, measurements: list[Measurement]) -> float | N
 
 
 def _run_cell(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[str], strategy: str,
-              width: int, repeat: int, queue: str, meter: ProcessMeter, sim) -> Measurement:
+              width: int, repeat: int, queue: str, meter: ProcessMeter) -> Measurement:
     session = sessions(db=spec.db, broker=spec.broker if strategy in QUEUED else "memory", width=width,
                       providers=spec.providers, queue=queue)
     clock = _EventClock()
@@ -309,7 +307,6 @@ def _run_cell(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[s
         else:
             events.bind_redis(None)  # in-process strategies publish nowhere else, as `evaljobs run` does
             events.add_listener(clock)
-        before = sim.stats() if sim is not None else None
         meter.start()
         host0 = host_cpu()
         started = time.perf_counter()
@@ -327,20 +324,17 @@ def _run_cell(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[s
         host_busy = None
         if host0 is not None and host1 is not None and host1[1] > host0[1]:
             host_busy = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
-        after = sim.stats() if sim is not None else None
         if info.report is None:
             store.cancel(info.id)
             status = "timeout"
         else:
             status = info.status
         results = store.list_results(info.id)
-        retries = sum(max(0, r.attempts - 1) for r in results)
-        requests = rate_limited = errors = None
-        if before is not None and after is not None:
-            r0, l0, e0, c0 = _sim_counts(before)
-            r1, l1, e1, c1 = _sim_counts(after)
-            requests, rate_limited, errors = r1 - r0, l1 - l0, e1 - e0
-            retries = max(retries, requests - (c1 - c0))
+        # What the provider saw: every request of the run's pairs from the client's own attempt log,
+        # stored with each result by whichever process made it (429s handed back included).
+        seen = run_totals(results)
+        errored_pairs = sum(1 for r in results if r.status == "errored")
+        retries = max(sum(max(0, r.attempts - 1) for r in results), seen.failed - errored_pairs)
         summary = (info.report or {}).get("summary", {})
         return Measurement(
             strategy=strategy,
@@ -350,11 +344,11 @@ def _run_cell(sessions: SessionFactory, spec: BenchSpec, catalog, models: list[s
             status=status,
             pairs=info.expected,
             wall_s=round(wall, 4),
-            requests=requests,
-            rate_limited=rate_limited,
-            errors=errors,
+            requests=seen.requests,
+            rate_limited=seen.rate_limited,
+            errors=seen.errors,
             retries=retries,
-            errored_pairs=sum(1 for r in results if r.status == "errored"),
+            errored_pairs=errored_pairs,
             passed=int(summary.get("passed", 0)),
             cost=None if summary.get("cost_unknown") else float(summary.get("cost", 0.0)),
             cpu_s=cpu,

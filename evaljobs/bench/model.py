@@ -75,7 +75,9 @@ class Measurement:
     status: str
     pairs: int
     wall_s: float
-    #: Provider calls, 429s, other error answers (HTTP errors and faults), calls made again.
+    #: Provider requests, 429s, other failed requests (5xx, 4xx, timeouts, resets) — the provider client's
+    #: own attempt log of the run's pairs, so what the provider saw — and calls made again.
+    #: None only in a ``bench.json`` written before the attempt log existed.
     requests: int | None
     rate_limited: int | None
     errors: int | None
@@ -98,8 +100,9 @@ class Measurement:
 
     @property
     def error_rate(self) -> float:
-        if self.requests:
-            return ((self.rate_limited or 0) + (self.errors or 0)) / self.requests
+        """Failed requests / requests, as the provider counted them (0.0 with no request)."""
+        if self.requests is not None:
+            return ((self.rate_limited or 0) + (self.errors or 0)) / self.requests if self.requests else 0.0
         attempts = self.pairs + self.retries
         return (self.retries + self.errored_pairs) / attempts if attempts else 0.0
 
@@ -130,6 +133,8 @@ class Cell:
     first_result_s: float | None = None
     cores: int | None = None
     host_busy: float | None = None
+    #: Provider requests (median of the repeats); None for a ``bench.json`` from before the attempt log.
+    requests: float | None = None
 
     @property
     def overhead(self) -> float | None:

@@ -12,8 +12,9 @@ from evaljobs.bench.model import (STRATEGIES, BenchResult, BenchSpec, Cell, Knee
 
 
 _TABLE = (("strategy", 10, "{}"), ("width", 5, "{}"), ("wall s", 8, "{:.2f}"), ("pairs/s", 8, "{:.1f}"),
-          ("ideal s", 7, "{:.2f}"), ("x ideal", 7, "{:.2f}"), ("err %", 6, "{:.1f}"), ("429s", 5, "{:.0f}"),
-          ("retries", 7, "{:.0f}"), ("cost $", 8, "{:.4f}"), ("CPU s", 6, "{:.2f}"),
+          ("ideal s", 7, "{:.2f}"), ("x ideal", 7, "{:.2f}"), ("requests", 8, "{:.0f}"),
+          ("err %", 6, "{:.1f}"), ("429s", 5, "{:.0f}"), ("retries", 7, "{:.0f}"),
+          ("cost $", 8, "{:.4f}"), ("CPU s", 6, "{:.2f}"),
           ("host%", 5, "{:.0f}"), ("peak MB", 7, "{:.0f}"), ("lag ms", 6, "{:.0f}"))
 
 
@@ -22,7 +23,8 @@ def render_table(result: BenchResult) -> str:
     lines = ["  ".join(f"{name:>{width}}" if i else f"{name:<{width}}" for i, (name, width, _) in
                        enumerate(_TABLE))]
     for c in result.cells:
-        values = (c.strategy, c.width, c.wall_s, c.throughput, c.ideal_s, c.overhead, c.error_rate * 100,
+        values = (c.strategy, c.width, c.wall_s, c.throughput, c.ideal_s, c.overhead, c.requests,
+                  c.error_rate * 100,
                   c.rate_limited, c.retries, c.cost, c.cpu_s,
                   c.host_busy * 100 if c.host_busy is not None else None, c.peak_rss_mb, c.report_lag_ms)
         row = []
@@ -38,6 +40,9 @@ def render_table(result: BenchResult) -> str:
         busy = (f", load average {load[0][0]:.1f} -> {load[1][0]:.1f}" if load[0] and load[1] else "")
         lines.append(f"host: {env.get('cores')} cores{busy}; broker {env.get('broker')}, db {env.get('db')}, "
                      f"governor {env.get('governor', 'on')}; medians of {result.spec.repeat} run(s) per cell")
+        if env.get("provider"):
+            lines.append(f"provider: {env['provider']}; requests, 429s and errors are every request the "
+                         f"provider client sent, as the provider answered it")
     if rec.width is not None:
         lines.append(f"recommended default: --strategy {rec.strategy} --width {rec.width}  ({rec.reason})")
     else:
@@ -50,7 +55,8 @@ def render_table(result: BenchResult) -> str:
 
 def render_markdown(result: BenchResult) -> str:
     """The cells as a Markdown table (for BENCHMARKS.md and pull requests), then the verdict lines."""
-    head = ("strategy", "width", "wall s (min-max)", "pairs/s", "ideal s", "× ideal", "errors", "429s",
+    head = ("strategy", "width", "wall s (min-max)", "pairs/s", "ideal s", "× ideal", "requests", "errors",
+            "429s",
             "retries", "CPU s", "host CPU", "peak MB", "report lag ms")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in result.cells:
@@ -58,12 +64,17 @@ def render_markdown(result: BenchResult) -> str:
             return "-" if value is None else format(value, spec)
         lines.append("| " + " | ".join([
             c.strategy, str(c.width), f"{c.wall_s:.2f} ({c.wall_min_s:.2f}-{c.wall_max_s:.2f})",
-            f"{c.throughput:.1f}", fmt(c.ideal_s, ".2f"), fmt(c.overhead, ".2f"), f"{c.error_rate:.1%}",
+            f"{c.throughput:.1f}", fmt(c.ideal_s, ".2f"), fmt(c.overhead, ".2f"), fmt(c.requests, ".0f"),
+            f"{c.error_rate:.1%}",
             fmt(c.rate_limited, ".0f"), f"{c.retries:.0f}", fmt(c.cpu_s, ".2f"), fmt(c.host_busy, ".0%"),
             fmt(c.peak_rss_mb, ".0f"),
             fmt(c.report_lag_ms, ".0f")]) + " |")
     rec = result.recommendation
     lines.append("")
+    provider = (result.environment or {}).get("provider")
+    if provider:
+        lines.append(f"Measured against: {provider} (requests, 429s and errors: every request the provider "
+                     f"client sent).")
     if rec.width is not None:
         lines.append(f"Recommended: `--strategy {rec.strategy} --width {rec.width}` ({rec.reason}).")
     else:
@@ -86,6 +97,7 @@ CSV_FIELDS = (
     "throughput",
     "ideal_s",
     "overhead",
+    "requests",
     "error_rate",
     "rate_limited",
     "errors",

@@ -16,9 +16,17 @@ Choices, and why:
   Held permits are renewed every ``lease_seconds / 2`` by one background thread
   per ``Governor`` (``keep_alive=True``, the default; ``Permit.renew()`` by
   hand otherwise), so only a dead process loses its lease, never a slow call.
+* **At the announced limit before the first 429.** Providers announce their limits in
+  every answer (``x-ratelimit-limit-requests``; Anthropic's ``anthropic-ratelimit-*``
+  reach the governor in the same names through its wire format). The announced request
+  limit caps the budget's width (no more in flight than one window accepts), and a cold
+  budget — nothing learned, no ``initial`` — lets one call go first (a *scout*) and
+  opens at the limit its answer announces; an answer announcing nothing opens it where it
+  would have started, and so does no answer within ``SCOUT_SECONDS``. One call's latency,
+  once per budget, instead of a first wave of 429s.
 * **Start at the width asked for; halve once per burst.** A budget nothing was
-  learned for starts at ``initial`` if set, else at ``ceiling`` (64): the run goes
-  as wide as its workers from the first call (the width the user asked for is the
+  learned for starts at ``initial`` if set, else (after its scout) at ``ceiling`` (64):
+  the run goes as wide as its workers (the width the user asked for is the
   real bound; ``ceiling`` caps it). A 429, or a response saying the quota is spent
   (``x-ratelimit-remaining-requests: 0`` or ``...-tokens: 0``), halves the width
   *in use* (the limit, or the calls in flight when the 429 came back if fewer:

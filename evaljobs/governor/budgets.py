@@ -31,6 +31,9 @@ INTERACTIVE_RECENT = 30.0
 #: Safety factor applied to the Little's-law estimate.
 LITTLE_FACTOR = 0.85
 DEFAULT_LATENCY = 1.0
+#: A cold budget (nothing learned, no ``initial``) lets one call go first and sizes itself from the
+#: rate-limit headers of its answer; after this many seconds without an answer it opens blind.
+SCOUT_SECONDS = 15.0
 _EPSILON = 1e-9
 
 
@@ -38,9 +41,10 @@ _EPSILON = 1e-9
 class BudgetConfig:
     """How one budget behaves; ``ProviderConfig.governor`` holds the same keys (plus ``budget_key``).
 
-    ``initial`` None (the default): a budget nothing was learned for starts at ``ceiling``, so a
-    run goes as wide as its workers from the first call (the width the user asked for is the
-    real bound); a number starts there instead (a slow start for a provider known to be tight).
+    ``initial`` None (the default): a budget nothing was learned for lets one call go first and
+    opens at the request limit its answer announces, else at ``ceiling``, so a run goes as wide as
+    its workers after one answer (the width the user asked for is the real bound); a number
+    starts there at once instead (a slow start for a provider known to be tight).
     """
 
     initial: int | None = None
@@ -146,6 +150,9 @@ class Learned:
     ssthresh: int
     hold: int = 0
     plateau: int = HOLD_ROUNDS
+    #: A cold start (never kept): one call goes first, and its answer's rate-limit headers size the
+    #: budget (``limit`` is then where it opens when the answer announces nothing).
+    scout: bool = False
 
     def bounded(self, ceiling: int) -> "Learned":
         """The same, no wider than ``ceiling`` (the configuration may have changed since)."""
@@ -167,11 +174,32 @@ class LearnedStore(Protocol):
 
 
 def start_of(config: BudgetConfig, learned: Learned | None) -> Learned:
-    """Where a budget with no state yet starts: what it learned, else ``initial``, else the ceiling."""
+    """Where a budget with no state yet starts: what it learned, else ``initial``, else the ceiling —
+    after a scout (one call first, whose answer may announce the provider's limit) in that last case."""
     if learned is not None:
         return learned.bounded(config.ceiling)
     limit = config.initial if config.initial is not None else config.ceiling
-    return Learned(min(limit, config.ceiling), config.ceiling)
+    return Learned(min(limit, config.ceiling), config.ceiling, scout=config.initial is None)
+
+
+def announced_limit(headers: Mapping[str, str] | None) -> int:
+    """The request limit a response announces (``x-ratelimit-limit-requests``; the Anthropic wire format
+    maps ``anthropic-ratelimit-requests-limit`` to it), 0 when it announces none.
+
+    OpenAI's is requests per minute, Anthropic's the requests of its window: either way the provider
+    refuses more than that many requests inside one window, so no more than that many may be in
+    flight at once — the budget's width never exceeds it.
+    """
+    if not headers:
+        return 0
+    for name, value in headers.items():
+        if str(name).lower() == "x-ratelimit-limit-requests":
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                return 0
+            return int(number) if math.isfinite(number) and number >= 1 else 0
+    return 0
 
 
 class Busy(Exception):
@@ -219,6 +247,8 @@ class _Outcome:
     failed: bool
     tokens: int
     latency: float
+    #: The request limit the answer announced (:func:`announced_limit`), 0: none.
+    announced: int = 0
 
 
 def _stats_row(budget: str, backend: str, limit: int, n_i: int, n_b: int, waiting: int, admitted: int,

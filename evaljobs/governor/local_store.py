@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from evaljobs.governor.budgets import (DEFAULT_LATENCY, EWMA_ALPHA, HOLD_ROUNDS, HOLD_ROUNDS_MAX,
-                                                 INTERACTIVE_RECENT, LANES, WAITER_TTL, BudgetConfig, Learned,
-                                                 _Answer, _Outcome, _stats_row)
+                                                 INTERACTIVE_RECENT, LANES, SCOUT_SECONDS, WAITER_TTL,
+                                                 BudgetConfig, Learned, _Answer, _Outcome, _stats_row)
 from evaljobs.governor.control import _bulk_cap, _grow, _little, _wait_for, _window
 from evaljobs.governor.permits import Permit
 
@@ -27,6 +27,12 @@ class _LocalBudget:
     plateau: int = HOLD_ROUNDS
     #: The limit the last decrease halved to (restored when its whole burst was refused).
     halved: int = 1
+    #: A cold start's scout: until this time (0: none) one call goes alone; the budget then opens at
+    #: ``opens_at`` unless the answer announced a request limit.
+    scout_until: float = 0.0
+    opens_at: int = 0
+    #: The request limit the provider last announced (0: none): the width never exceeds it.
+    announced: int = 0
     #: When an interactive call last asked for a permit (the lane is "in use" for INTERACTIVE_RECENT s).
     interactive_at: float = -math.inf
     lat: float | None = None
@@ -58,6 +64,11 @@ class _LocalStore:
         if state is None:
             state = self._budgets[budget] = _LocalBudget(limit=start.limit, ssthresh=start.ssthresh,
                                                          hold=start.hold, plateau=start.plateau)
+            if start.scout:
+                state.limit, state.opens_at = 1, start.limit
+                state.scout_until = self.clock() + SCOUT_SECONDS
+        if state.scout_until and self.clock() >= state.scout_until:  # no answer in time: open blind
+            state.limit, state.scout_until = max(state.limit, state.opens_at), 0.0
         state.limit = min(state.limit, config.ceiling)
         return state
 
@@ -135,6 +146,14 @@ class _LocalStore:
             held = int(expiry is not None and expiry > now)
             others = in_flight - held  # what the provider was serving when it refused this call
             old_limit = s.limit
+            if outcome.announced:
+                s.announced = outcome.announced
+            if s.scout_until:  # the scout's answer: open at the announced limit, else where it would have
+                s.scout_until = 0.0
+                if outcome.announced:
+                    s.limit = min(outcome.announced, config.ceiling)
+                elif not (outcome.rate_limited or outcome.spent):
+                    s.limit = max(s.limit, s.opens_at)
             if outcome.rate_limited or outcome.spent:
                 if outcome.rate_limited:
                     s.rate_limited += 1
@@ -169,6 +188,8 @@ class _LocalStore:
                     if estimate is not None and estimate > s.limit:
                         s.limit = min(estimate, s.ssthresh)
                 s.limit = max(1, min(s.limit, config.ceiling))
+            if s.announced:
+                s.limit = max(1, min(s.limit, s.announced))
             correction = outcome.tokens - permit._tokens
             if config.tpm and not outcome.rate_limited and outcome.tokens > 0 and correction:
                 sec = int(math.floor(now))

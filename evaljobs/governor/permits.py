@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Mapping, Protocol
 
 from evaljobs.providers.errors import RateLimited, parse_retry_after
-from evaljobs.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, start_of
+from evaljobs.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, announced_limit, start_of
 
 log = logging.getLogger("evaljobs.governor")
 
@@ -81,7 +81,8 @@ class Permit:
         ``rate_limited``: the provider answered 429 (``retry_after`` pauses the budget);
         ``failed``: another failure (neither grows nor shrinks the limit); ``tokens``: tokens
         used; ``latency``: seconds (default: since the grant); ``headers``: rate-limit
-        response headers (``x-ratelimit-*``), a spent quota counts like a 429.
+        response headers (``x-ratelimit-*``), a spent quota counts like a 429 and an announced
+        request limit (``x-ratelimit-limit-requests``) caps the budget's width.
         """
         if self.released:
             return
@@ -96,7 +97,8 @@ class Permit:
             pause = max(pause or 0.0, reset)
         outcome = _Outcome(rate_limited=bool(rate_limited), spent=spent,
                            pause=min(max(pause or 0.0, 0.0), MAX_PAUSE), failed=bool(failed),
-                           tokens=max(int(tokens or 0), 0), latency=max(float(latency), 0.0))
+                           tokens=max(int(tokens or 0), 0), latency=max(float(latency), 0.0),
+                           announced=announced_limit(headers))
         self._governor._release(self, outcome)
 
     def __enter__(self) -> "Permit":

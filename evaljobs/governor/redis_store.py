@@ -8,8 +8,9 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from evaljobs.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, INTERACTIVE_RECENT, WAITER_TTL,
-                                                 BudgetConfig, Learned, _Answer, _Outcome, _stats_row)
+from evaljobs.governor.budgets import (HOLD_ROUNDS, HOLD_ROUNDS_MAX, INTERACTIVE_RECENT, SCOUT_SECONDS,
+                                                 WAITER_TTL, BudgetConfig, Learned, _Answer, _Outcome,
+                                                 _stats_row)
 from evaljobs.governor.permits import Permit
 from evaljobs.redact import redact
 
@@ -22,7 +23,8 @@ if ARGV[{i}] ~= '' then now = tonumber(ARGV[{i}]) else
 
 # KEYS: state, lease:interactive, lease:bulk, wait:interactive, wait:bulk, waitexp, req, tok, budgets
 # ARGV: budget, lane, lease_id, waiter_id, now|'', start limit, ceiling, rpm|0, tpm|0, reserve, lease_s,
-#       tokens, waited_ms, waiter_ttl, start ssthresh, start hold, start plateau, interactive_recent
+#       tokens, waited_ms, waiter_ttl, start ssthresh, start hold, start plateau, interactive_recent,
+#       scout seconds (0: a start that needs no scout)
 _ACQUIRE = _TIME.format(i=5) + """
 local st = KEYS[1]
 local lane = ARGV[2]
@@ -37,7 +39,21 @@ if not limit then
   limit = math.min(initial, ceiling)
   redis.call('HSET', st, 'limit', limit, 'ssthresh', ARGV[15], 'hold', ARGV[16], 'plateau', ARGV[17],
              'epoch', 0, 'acc', 0)
-elseif limit > ceiling then
+  local scout = tonumber(ARGV[19]) or 0
+  if scout > 0 then
+    -- a cold start: one call goes first; its answer's rate-limit headers size the budget
+    redis.call('HSET', st, 'opens_at', limit, 'scout_until', string.format('%.6f', now + scout))
+    limit = 1
+    redis.call('HSET', st, 'limit', limit)
+  end
+end
+local scout_until = tonumber(redis.call('HGET', st, 'scout_until')) or 0
+if scout_until > 0 and now >= scout_until then
+  -- no answer in time: open blind, where the budget would have started
+  limit = math.max(limit, tonumber(redis.call('HGET', st, 'opens_at')) or limit)
+  redis.call('HSET', st, 'limit', limit, 'scout_until', 0)
+end
+if limit > ceiling then
   limit = ceiling
   redis.call('HSET', st, 'limit', limit)
 end
@@ -118,7 +134,7 @@ return {1, 'ok', '0', string.format('%.6f', now), limit, epoch, est, 0}
 
 # KEYS: state, lease:interactive, lease:bulk, tok
 # ARGV: lane, lease_id, now|'', start limit, ceiling, epoch, rate_limited, spent, pause, failed, tokens,
-#       reserved, latency, rpm|0, tpm|0, hold_rounds, hold_rounds_max
+#       reserved, latency, rpm|0, tpm|0, hold_rounds, hold_rounds_max, announced request limit|0
 _RELEASE = _TIME.format(i=3) + """
 local st = KEYS[1]
 local initial, ceiling = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -142,6 +158,17 @@ local acc = tonumber(redis.call('HGET', st, 'acc')) or 0
 local hold = tonumber(redis.call('HGET', st, 'hold')) or 0
 local plateau = tonumber(redis.call('HGET', st, 'plateau')) or hold_rounds
 local old_limit = limit
+local announced = tonumber(ARGV[18]) or 0
+if announced > 0 then redis.call('HSET', st, 'announced', announced) end
+local cap = tonumber(redis.call('HGET', st, 'announced')) or 0
+if (tonumber(redis.call('HGET', st, 'scout_until')) or 0) > 0 then
+  -- the scout's answer: open at the announced limit, else where the budget would have started
+  redis.call('HSET', st, 'scout_until', 0)
+  if announced > 0 then limit = math.min(announced, ceiling)
+  elseif not (rate_limited or spent) then
+    limit = math.max(limit, tonumber(redis.call('HGET', st, 'opens_at')) or limit)
+  end
+end
 if rate_limited or spent then
   if rate_limited then redis.call('HINCRBY', st, 'rate_limited', 1) end
   local granted_in = tonumber(ARGV[6])
@@ -200,6 +227,8 @@ elseif not failed then
   end
   limit = math.max(1, math.min(limit, ceiling))
 end
+-- never wider than the request limit the provider announced
+if cap > 0 then limit = math.max(1, math.min(limit, cap)) end
 if tpm > 0 and not rate_limited and tokens > 0 and tokens ~= reserved then
   redis.call('HINCRBY', KEYS[4], math.floor(now), tokens - reserved)
   redis.call('EXPIRE', KEYS[4], 120)
@@ -307,7 +336,8 @@ class _RedisStore:
         args = [budget, lane, lease_id, lease_id, self._now(), start.limit, config.ceiling,
                 config.rpm or 0, config.tpm or 0, repr(float(config.bulk_reserve)),
                 repr(float(config.lease_seconds)), int(tokens), f"{waited_ms:.3f}", repr(WAITER_TTL),
-                start.ssthresh, start.hold, start.plateau, repr(INTERACTIVE_RECENT)]
+                start.ssthresh, start.hold, start.plateau, repr(INTERACTIVE_RECENT),
+                repr(SCOUT_SECONDS if start.scout else 0.0)]
         return keys, args
 
     def cancel_wait(self, budget: str, lane: str, lease_id: str) -> None:
@@ -343,7 +373,7 @@ class _RedisStore:
         args = [permit.lane, permit.lease_id, self._now(), permit._start.limit, config.ceiling, permit._epoch,
                 int(outcome.rate_limited), int(outcome.spent), repr(outcome.pause), int(outcome.failed),
                 outcome.tokens, permit._tokens, repr(outcome.latency), config.rpm or 0, config.tpm or 0,
-                HOLD_ROUNDS, HOLD_ROUNDS_MAX]
+                HOLD_ROUNDS, HOLD_ROUNDS_MAX, int(outcome.announced)]
         return keys, args
 
     def renew(self, permit: Permit) -> None:

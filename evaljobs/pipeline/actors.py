@@ -59,6 +59,9 @@ MAX_PAIRS_PER_MESSAGE = 64
 #: travel with the message: Dramatiq's ``Retries`` re-enqueues the message it was processing,
 #: options and all.
 SPENT = "pair_spent"
+#: Message option: the pair's provider requests so far, by outcome (its attempt log, carried across
+#: hand-backs and retries so that a 429 handed back is still counted with its result).
+CALLS = "pair_calls"
 
 
 @dataclass
@@ -132,13 +135,17 @@ def _message_state(rl: int = 0, busy: int = 0) -> PairState:
     if message is None:  # called directly, not by a worker
         return PairState(rate_limit_waits=rl, busy=busy)
     options = message.options
+    calls = options.get(CALLS)
     return PairState(retries=int(options.get("retries", 0)), rate_limit_waits=rl, busy=busy,
-                     spent=float(options.get(SPENT, 0.0)))
+                     spent=float(options.get(SPENT, 0.0)),
+                     calls={str(k): int(v) for k, v in calls.items()} if isinstance(calls, dict) else {})
 
 
 def _send_back(pair: Pair, state: PairState, delay: float) -> None:
     """A pair goes (back) to the queue as a message of its own, due in ``delay`` s, carrying its state."""
     options = {SPENT: round(state.spent, 3), **pair_options(pair.run_id)}
+    if state.calls:
+        options[CALLS] = dict(state.calls)
     bound().evaluate_scenario.send_with_options(args=pair.args(), kwargs={"rl": state.rate_limit_waits,
                                                                           "busy": state.busy},
                                                  delay=int(delay * 1000), retries=state.retries, **options)
@@ -175,6 +182,7 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
     message = CurrentMessage.get_current_message()
     if message is not None:
         message.options[SPENT] = round(state.spent, 3)
+        message.options[CALLS] = dict(state.calls)
         # The pair's retry budget may be its provider's (max_retries in the providers file), above the
         # actor's: Dramatiq's Retries must not drop a retry attempt() asked for.
         limit = message.options.get("max_retries", bound().evaluate_scenario.options.get("max_retries", 0))

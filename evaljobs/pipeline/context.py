@@ -114,7 +114,10 @@ class DatabaseLearned:
 
     def load(self, budget: str) -> Learned | None:
         values = store.governor_limits.load(budget)
-        return None if values is None else Learned(**values)
+        if values is None:
+            return None
+        return Learned(limit=values["limit"], ssthresh=values["ssthresh"], hold=values["hold"],
+                       plateau=values["plateau"])
 
     def save(self, budget: str, learned: Learned) -> None:
         store.governor_limits.save(budget, limit=learned.limit, ssthresh=learned.ssthresh, hold=learned.hold,

@@ -47,6 +47,7 @@ from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
 from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
+from evaljobs.providers import attempts as provider_attempts
 
 logger = logging.getLogger("evaljobs.pairs")
 
@@ -282,6 +283,9 @@ class PairState:
     began: float | None = None
     #: Why the previous attempt did not finish (for a deadline that passes while waiting).
     last: str = ""
+    #: Every provider request of the pair's attempts so far, by outcome (the client's attempt log,
+    #: :mod:`evaljobs.providers.attempts`): stored with its result, so a 429 handed back is still counted.
+    calls: dict[str, int] = field(default_factory=dict)
 
     @property
     def attempts(self) -> int:
@@ -338,6 +342,19 @@ Outcome = Recorded | HandBack | Retry | GiveUp | Parked
 
 def attempt(pair: Pair, state: PairState) -> Outcome:
     """Evaluate ``pair`` once and decide what happens next; ``state`` is updated for the next attempt.
+
+    Every provider request made meanwhile is counted into ``state.calls``; a result to persist carries
+    the pair's whole count in ``details["provider_calls"]`` (what the benchmark reads back).
+    """
+    with provider_attempts.recording(state.calls):
+        outcome = _attempt(pair, state)
+    if isinstance(outcome, (Recorded, GiveUp)) and state.calls and not outcome.result.reused_from:
+        outcome.result.details[provider_attempts.DETAILS_KEY] = dict(state.calls)
+    return outcome
+
+
+def _attempt(pair: Pair, state: PairState) -> Outcome:
+    """:func:`attempt` without the attempt log.
 
     The pair's run must have been checked (:func:`check`). A queued pair answered 429 with a short
     ``Retry-After`` (within the permit wait) waits it out here and is evaluated again at once: a

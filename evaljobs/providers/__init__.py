@@ -13,7 +13,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
-    from evaljobs.providers import batches, deadline
+    from evaljobs.providers import attempts, batches, deadline
+    from evaljobs.providers.attempts import run_totals
     from evaljobs.providers.batched import (
         BatchingClient,
         BatchRequest,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 #: name → the module defining it (``""``: the name is a module of this package).
 _EXPORTS = {
     "deadline": "",
+    "attempts": "",
+    "run_totals": "attempts",
     "batches": "",
     "BatchingClient": "batched",
     "BatchRequest": "batched",
@@ -76,7 +79,8 @@ _EXPORTS = {
     "ToolCall": "toolcall",
 }
 
-__all__ = ["BatchingClient", "BatchRequest", "base_url_for", "batches", "current_pair", "encode",
+__all__ = ["attempts", "run_totals",
+           "BatchingClient", "BatchRequest", "base_url_for", "batches", "current_pair", "encode",
            "request_from_json", "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE",
            "ChatClient", "Completion",
            "PermanentError", "ProviderCalls", "ProviderError", "ProviderProblems", "RateLimited",

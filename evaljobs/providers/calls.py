@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from evaljobs import telemetry
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.governor import Governor
+from evaljobs.providers.attempts import outcome_of
 from evaljobs.providers.batched import BatchingClient, BatchLane
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
@@ -114,17 +115,6 @@ def _call(client: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: 
             span.set_attribute("gen_ai.output.messages",
                                json.dumps([completion.raw_message], ensure_ascii=False, default=str))
     return completion
-
-
-def outcome_of(error: ProviderError) -> str:
-    """The bounded outcome label of a failed request: 429, 5xx, 4xx, timeout, network or error."""
-    if isinstance(error, RateLimited) or error.status == 429:
-        return "429"
-    if error.status is not None:
-        return "5xx" if error.status >= 500 else "4xx" if error.status >= 400 else "error"
-    if error.reason.startswith("timed out"):
-        return "timeout"
-    return "network" if error.retryable else "error"
 
 
 class GovernedCalls:

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping
 from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
 from evaljobs.config import secret
 from evaljobs.redact import redact_text, register_secret
-from evaljobs.providers import deadline
+from evaljobs.providers import attempts, deadline
 from evaljobs.providers.completion import Completion, RequestedToolCall
 from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.wire import WireFormat, wire_format
@@ -243,8 +243,10 @@ class ChatClient:
         call_timeout = min(self.timeout, timeout) if timeout else self.timeout
         wall = deadline.scope(time.monotonic() + call_timeout)
         wall.__enter__()
+        sent = False  # a request that never left (no free connection, a closed client) is no attempt
         try:
             http = self._lease()
+            sent = True
             try:
                 timeouts = (
                     self._timeouts if call_timeout == self.timeout else httpx.Timeout(call_timeout).as_dict()
@@ -305,10 +307,13 @@ class ChatClient:
                     payload if events is None else events,
                 )
                 logger.debug("provider call: POST %s -> HTTP %s in %.0f ms", url, status, latency_ms)
+                attempts.record(attempts.OK)
                 return completion
             except ProviderError as exc:
                 error = exc
         error = self._scrubbed(error)
+        if sent:  # the attempt log: what the provider saw, for the benchmark's error rate
+            attempts.record(attempts.outcome_of(error))
         logger.debug("provider call: POST %s -> %s in %.0f ms", url, error.reason, latency_ms)
         raise error
 

@@ -14,6 +14,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.browser` — headless Chromium over the DevTools protocol (HTML report, viewer).
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 * :mod:`helpers.parity` — fixed answers for the parity suites (source tool vs evaljobs, same answers).
+* :mod:`helpers.counting` — a counting OpenAI-compatible provider process (a provider we did not write).
 * :mod:`helpers.otlp` — an OTLP/HTTP trace receiver (what a collector would be sent, decoded).
 * :mod:`helpers.prometheus` — a real Prometheus server scraping loopback targets, and PromQL.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
@@ -40,6 +41,7 @@ _HOMES = {
         "observe",
         "redis_queue_state",
     ],
+    "counting": ["CountingServer", "counting_files"],
     "otlp": ["OtlpReceiver", "ReceivedSpan"],
     "prometheus": ["PrometheusServer"],
     "stub": ["StubBinding", "plugin_broker"],
@@ -61,6 +63,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CountingServer",
+    "counting_files",
     "abc_catalog_yaml",
     "numbered_catalog",
     "StubBinding",
