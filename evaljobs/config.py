@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from evaljobs.errors import ConfigurationError
 from evaljobs.redact import password_of, register_secret
@@ -107,6 +109,14 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
     return env.get(name) or None
 
 
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _words(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A list setting: the variable's values, separated by commas or white space."""
+    return tuple(word for word in re.split(r"[,\s]+", env.get(name, "")) if word)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, with its environment variable and default (see the environment list in docs/cli.md)."""
@@ -169,6 +179,12 @@ class Settings:
     batch_wait: float = 5.0                  # EVALJOBS_BATCH_WAIT (seconds)
     batch_poll: float = 30.0                 # EVALJOBS_BATCH_POLL (seconds)
     batch_deadline: float = 24 * 3600.0      # EVALJOBS_BATCH_DEADLINE (seconds; the completion window)
+    # What a run submitted by someone else may make this worker do (docs/security.md, "A worker's
+    # secrets stay its own"): base URLs it sends keys to and variables it reads beyond those its own
+    # providers file and the presets name, and whether a catalog's code (python/javascript) runs here.
+    allowed_base_urls: tuple[str, ...] = ()  # EVALJOBS_ALLOWED_BASE_URLS (worker --allow-endpoint URL)
+    allowed_env: tuple[str, ...] = ()        # EVALJOBS_ALLOWED_ENV (worker --allow-env NAME)
+    allow_code: bool = False                 # EVALJOBS_ALLOW_CODE (--allow-code)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -205,6 +221,15 @@ class Settings:
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 50_000:
             raise ConfigurationError(f"EVALJOBS_BATCH_SIZE={self.batch_size!r} must be 1 to 50000 "
                                      "(requests in one provider batch)")
+        for url in self.allowed_base_urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.password:
+                raise ConfigurationError(f"EVALJOBS_ALLOWED_BASE_URLS: {url!r} is not an http(s) URL "
+                                         "like https://llm.internal:8443/v1 (no password in it)")
+        for name in self.allowed_env:
+            if not _VARIABLE.fullmatch(name):
+                raise ConfigurationError(f"EVALJOBS_ALLOWED_ENV: {name!r} is not an environment variable "
+                                         "name like ACME_API_KEY")
         for name in ("batch_wait", "batch_poll", "batch_deadline"):
             value = getattr(self, name)
             if not value >= (0 if name == "batch_wait" else 0.01):
@@ -281,6 +306,9 @@ class Settings:
             batch_wait=_float(env, "EVALJOBS_BATCH_WAIT", d.batch_wait),
             batch_poll=_float(env, "EVALJOBS_BATCH_POLL", d.batch_poll),
             batch_deadline=_float(env, "EVALJOBS_BATCH_DEADLINE", d.batch_deadline),
+            allowed_base_urls=_words(env, "EVALJOBS_ALLOWED_BASE_URLS"),
+            allowed_env=_words(env, "EVALJOBS_ALLOWED_ENV"),
+            allow_code=(env.get("EVALJOBS_ALLOW_CODE") or "").strip().lower() in _TRUE,
         )
 
     def replace(self, **changes: Any) -> Settings:
@@ -306,6 +334,19 @@ class Settings:
         out["EVALJOBS_GOVERNOR"] = "on" if self.governor else "off"
         if self.store_transcripts:
             out["EVALJOBS_STORE_TRANSCRIPTS"] = "on"
+        out.update(self.allowances())
+        return out
+
+    def allowances(self) -> dict[str, str]:
+        """What the operator allowed (endpoints, variables, code) as variables: a worker process this
+        one starts (``evaljobs worker --allow-code`` execs Dramatiq's processes) allows the same."""
+        out = {}
+        if self.allowed_base_urls:
+            out["EVALJOBS_ALLOWED_BASE_URLS"] = " ".join(self.allowed_base_urls)
+        if self.allowed_env:
+            out["EVALJOBS_ALLOWED_ENV"] = " ".join(self.allowed_env)
+        if self.allow_code:
+            out["EVALJOBS_ALLOW_CODE"] = "1"
         return out
 
 
@@ -397,6 +438,26 @@ def child_environment(extra: Mapping[str, str] | None = None, base: Settings | N
     env = dict(os.environ)
     if base is not None:
         env.update(base.environment())
+    elif _current is not None:  # what a flag allowed (--allow-code, --allow-endpoint) reaches the children
+        env.update(_current.allowances())
+    env.update(extra or {})
+    return env
+
+
+#: The variables a catalog's code (a python or javascript assertion, a transform) inherits: enough to
+#: find programs and read text, nothing that can hold a secret (docs/security.md).
+CODE_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
+
+
+def code_environment(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a process that runs a catalog's code: :data:`CODE_ENVIRONMENT` from
+    this one's, ``HOME`` and ``TMPDIR`` set to ``home`` (a folder of its own), and ``extra``.
+
+    An allow-list, not a deny-list: a key under any name (``OPENAI_API_KEY``, ``EVALJOBS_CONTEXT_KEY``,
+    a database URL with a password, ``AWS_SECRET_ACCESS_KEY``) never reaches the code.
+    """
+    env = {name: os.environ[name] for name in CODE_ENVIRONMENT if name in os.environ}
+    env.update(HOME=home, TMPDIR=home, TMP=home, TEMP=home)
     env.update(extra or {})
     return env
 
@@ -407,6 +468,7 @@ __all__ = [
     "REDIS_SCHEMES",
     "Settings",
     "child_environment",
+    "code_environment",
     "configure",
     "configured",
     "restore",

@@ -49,7 +49,10 @@ def test_providers_given_to_run_reach_a_redis_worker_started_without_them(
                        "parcel is late; I will help and track it now.]\"\n    expect: {judge: \"The answer "
                        "says sorry, offers help and tracks the parcel.\"}\n")
     secret = "s3cret-team-token-value"
-    worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": ""}  # the worker knows no providers file
+    # the worker knows no providers file; its operator allows the run's endpoint and variable (invariant 20:
+    # without, it sends nothing: tests/test_worker_secrets.py)
+    worker_env = {"ACME_TOKEN": secret, "EVALJOBS_PROVIDERS": "", "EVALJOBS_ALLOWED_ENV": "ACME_TOKEN",
+                  "EVALJOBS_ALLOWED_BASE_URLS": sim.url}
     with WorkerProcess(redis_url, sqlite_url, threads=2, env=worker_env):
         ran = evaljobs_cli(
             "run",
@@ -93,7 +96,8 @@ def test_a_batch_run_given_providers_reaches_a_redis_worker_started_without_them
     catalog = tmp_path / "travel.yaml"
     catalog.write_text(CATALOG)
     env = {"ACME_TOKEN": "s3cret-team-token-value", "EVALJOBS_PROVIDERS": "", "EVALJOBS_BATCH_WAIT": "0",
-           "EVALJOBS_BATCH_POLL": "0.05"}
+           "EVALJOBS_BATCH_POLL": "0.05", "EVALJOBS_ALLOWED_ENV": "ACME_TOKEN",
+           "EVALJOBS_ALLOWED_BASE_URLS": sim.url}
     with WorkerProcess(redis_url, sqlite_url, threads=2, env=env):
         ran = evaljobs_cli(
             "run", str(catalog), "-m", "acme/model-x", "--batch", "--providers", str(providers),

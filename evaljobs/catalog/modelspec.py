@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from evaljobs.catalog.allowance import Allowance, entry_variables
 from evaljobs.config import secret, settings
 from evaljobs.errors import UsageError, suggest
 
@@ -44,6 +45,11 @@ PRESETS_FILE = "data/providers.yaml"
 
 class ModelSpecError(UsageError):
     """A model spec or providers config that cannot be used (one line: names the value and the fix)."""
+
+
+class ProviderNotAllowed(ModelSpecError):
+    """A run's stored provider entry that would send this worker's secrets where its operator did not
+    allow (:mod:`evaljobs.catalog.allowance`)."""
 
 
 @dataclass(frozen=True)
@@ -130,8 +136,13 @@ class ProvidersConfig:
     #: The file's mapping as written (``${VAR}`` and ``api_key_env`` names, never their values): what
     #: a run stores so that every worker uses the definition it was submitted with. None: built-ins only.
     definition: dict[str, Any] | None = None
+    #: Entries of a run's stored definition this worker does not honour: name -> the one-line reason
+    #: (:mod:`evaljobs.catalog.allowance`); a pair of such a provider errors with it, before any request.
+    refused: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> ProviderConfig:
+        if name in self.refused:
+            raise ProviderNotAllowed(self.refused[name])
         try:
             return self.providers[name]
         except (KeyError, TypeError):
@@ -140,11 +151,19 @@ class ProvidersConfig:
                 f"add it to a providers file and pass it with --providers FILE") from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self.providers
+        return name in self.providers or name in self.refused
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self.providers))
+        return tuple(sorted({*self.providers, *self.refused}))
+
+    def allowance(self, urls: tuple[str, ...] = (), variables: tuple[str, ...] = ()) -> Allowance:
+        """What a run's stored definition may use on a process whose own providers these are: their base
+        URLs and the variables they read, with the operator's allow-lists ``urls`` and ``variables``."""
+        entries = (self.definition or {}).get("providers") or {}
+        read = {name for entry in entries.values() for name in entry_variables(entry, None, _ENV_REF)}
+        return Allowance.of((p.base_url for p in self.providers.values()),
+                            [*read, *(p.api_key_env for p in self.providers.values())], urls, variables)
 
 
 def builtin_providers() -> dict[str, ProviderConfig]:
@@ -194,11 +213,13 @@ def load_providers(path: str | os.PathLike | None = None) -> ProvidersConfig:
     return providers_from_definition(data, source)
 
 
-def providers_from_definition(data: Any, source: str) -> ProvidersConfig:
+def providers_from_definition(data: Any, source: str, allowance: Allowance | None = None) -> ProvidersConfig:
     """The built-in providers extended by ``data``, a providers file's mapping (``source`` names it).
 
     What :func:`load_providers` does after reading the file; a worker calls it on the definition
-    stored with a run (``Run.options["providers"]``), so it needs no copy of the file.
+    stored with a run (``Run.options["providers"]``), so it needs no copy of the file. With ``allowance``
+    (a definition someone else wrote), an entry that reads a variable or sends one where ``allowance``
+    does not allow is refused (``ProvidersConfig.refused``), its variables left unread.
     """
     providers = builtin_providers()
     if data is None:
@@ -218,9 +239,25 @@ def providers_from_definition(data: Any, source: str) -> ProvidersConfig:
     if not isinstance(entries, dict):
         raise ModelSpecError(f"{source}: 'providers' must be a mapping of name -> settings, "
                              f"got {_kind(entries)}")
+    refused: dict[str, str] = {}
     for name, entry in entries.items():
-        providers[str(name)] = _provider_entry(source, name, entry, providers.get(str(name)), origin=source)
-    return ProvidersConfig(providers=providers, source=source, judge_model=judge_model, definition=data)
+        base = providers.get(str(name))
+        if allowance is not None:
+            where = f"provider {str(name)!r} of {source}"
+            variables = entry_variables(entry, base.api_key_env if base else None, _ENV_REF)
+            reason = allowance.refusal(where, variables, None) if variables - allowance.variables else None
+            if reason is None:
+                built = _provider_entry(source, name, entry, base, origin=source)
+                reason = allowance.refusal(where, variables, built.base_url)
+            if reason is not None:
+                providers.pop(str(name), None)
+                refused[str(name)] = reason
+                continue
+            providers[str(name)] = built
+            continue
+        providers[str(name)] = _provider_entry(source, name, entry, base, origin=source)
+    return ProvidersConfig(providers=providers, source=source, judge_model=judge_model, definition=data,
+                           refused=refused)
 
 
 def storable_definition(config: ProvidersConfig) -> dict[str, Any] | None:

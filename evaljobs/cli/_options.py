@@ -364,3 +364,49 @@ __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_
            "db_option", "broker_option", "providers_option", "json_option", "width_option",
            "GLOBAL_OPTIONS", "forward_global_options", "command_path", "import_options", "rate",
            "fail_under_option", "gate_mode", "conclude", "finish"]
+
+
+def _allowing(fn: Callable, options: list[Callable]) -> Callable:
+    """``fn`` with ``options`` that the operator's allowances are read from, put into this process's
+    settings (and so into the worker processes it starts) before ``fn`` runs."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, allow_endpoint: tuple[str, ...] = (), allow_env: tuple[str, ...] = (),
+                allow_code: bool = False, **kwargs: Any) -> Any:
+        if allow_endpoint or allow_env or allow_code:
+            from evaljobs import config  # start-up time: only when a flag is given
+
+            now = config.settings()
+            config.configure(now, allowed_base_urls=now.allowed_base_urls + tuple(allow_endpoint),
+                             allowed_env=now.allowed_env + tuple(allow_env),
+                             allow_code=True if allow_code else None)
+        return fn(*args, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+_ALLOW_CODE = click.option(
+    "--allow-code", is_flag=True,
+    help="Run the code a catalog carries (python/javascript assertions, transforms), in a process "
+         "holding no secret (EVALJOBS_ALLOW_CODE=1); refused otherwise. docs/security.md.")
+
+
+def allow_code_option(fn: Callable) -> Callable:
+    """``--allow-code`` (``evaljobs run``, ``catalog check``): this process runs a catalog's code."""
+    return _allowing(fn, [_ALLOW_CODE])
+
+
+def worker_allowance_options(fn: Callable) -> Callable:
+    """What a worker's operator allows the runs it evaluates (``evaljobs worker``, ``evaljobs pool``)."""
+    return _allowing(fn, [
+        click.option("--allow-endpoint", multiple=True, metavar="URL",
+                     help="A base URL this worker may send its keys to for a run's stored providers, "
+                          "besides its own providers file's and the presets' (EVALJOBS_ALLOWED_BASE_URLS)."),
+        click.option("--allow-env", multiple=True, metavar="NAME",
+                     help="A variable a run's stored providers may read here, besides those its own "
+                          "providers file and the presets name (EVALJOBS_ALLOWED_ENV)."),
+        _ALLOW_CODE,
+    ])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import import_options, json_option, providers_option
+from evaljobs.cli._options import allow_code_option, import_options, json_option, providers_option
 from evaljobs.cli._stages import quiet_stage, stage
 
 #: Scenarios from which `catalog convert` reports its stages as it goes (20,000 JSONL samples take
@@ -38,6 +38,7 @@ def catalog_schema() -> None:
 @import_options
 @json_option
 @providers_option
+@allow_code_option
 def catalog_check(path, catalog_format, include_production_only, lenient, grader, fields, as_json,
                   providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""

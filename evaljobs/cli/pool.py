@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from evaljobs.cli._options import (
+    worker_allowance_options,
     health_port_option,
     log_format_option,
     metrics_host_option,
@@ -36,6 +37,7 @@ from evaljobs.cli._options import (
 @metrics_host_option
 @health_port_option
 @log_format_option
+@worker_allowance_options
 def pool_worker(min_, max_, idle_seconds, lane, queues, recover_every, db, broker, providers, metrics_port,
                 metrics_host, health_port, log_format) -> None:
     """Run an elastic worker pool: between --min and --max members, following the queue's backlog."""

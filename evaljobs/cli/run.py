@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import (broker_option, db_option, fail_under_option, finish,
+from evaljobs.cli._options import (allow_code_option, broker_option, db_option, fail_under_option, finish,
                                    import_options, providers_option, sigterm_interrupts, width_option)
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
@@ -100,6 +100,7 @@ DEFAULT_STRATEGY = "fanout"
 @db_option
 @broker_option
 @providers_option
+@allow_code_option
 def run(
     catalog,
     models,

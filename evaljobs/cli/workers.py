@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from evaljobs.cli._options import (db_option, health_port_option, log_format_option, metrics_host_option,
-                                   metrics_port_option, providers_option)
+                                   metrics_port_option, providers_option, worker_allowance_options)
 
 
 @click.command()
@@ -37,6 +37,7 @@ from evaljobs.cli._options import (db_option, health_port_option, log_format_opt
 @metrics_host_option
 @health_port_option
 @log_format_option
+@worker_allowance_options
 def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, lane, verbose, db, broker,
            middleware, providers, metrics_port, metrics_host, health_port, log_format) -> None:
     """Run Dramatiq workers with evaljobs' broker and middleware (Ctrl-C / SIGTERM stops gracefully).

@@ -1,0 +1,141 @@
+"""A worker's secrets are its own (invariant 20): a run's stored providers definition may name base URLs
+and variables, but a worker sends a key only to a base URL its operator allowed and reads only the
+variables it allows; anything else errors the pair in one line, before any request.
+
+A real ``evaljobs worker`` process on real Redis evaluates runs submitted by ``evaljobs run --providers
+FILE`` (another process, the submitter). "Anywhere" — where a hostile submitter wants the worker's key —
+is a small HTTP server in this test that counts what it receives and answers like an OpenAI-compatible
+API: it must receive nothing unless the worker's operator allowed it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from evaljobs import store
+from helpers import WorkerProcess, evaljobs_cli
+
+pytestmark = [pytest.mark.redis]
+
+CATALOG = 'name: leak\nscenarios:\n  - key: hello\n    prompt: "say hello"\n    expect: {contains: [hello]}\n'
+WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
+WORKER_AWS = "worker-aws-secret-0123456789abcdef"
+
+
+class Anywhere:
+    """An OpenAI-compatible endpoint that counts its requests and keeps the headers it was sent."""
+
+    def __init__(self):
+        self.requests: list[dict[str, str]] = []
+        lock = threading.Lock()
+        seen = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    seen.append({k.lower(): v for k, v in self.headers.items()})
+                answer = {"role": "assistant", "content": "hello"}
+                body = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
+                                   "choices": [{"index": 0, "finish_reason": "stop", "message": answer}],
+                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                                  ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def anywhere():
+    server = Anywhere()
+    yield server
+    server.close()
+
+
+def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *, worker_args=(),
+            worker_env=None):
+    """``evaljobs run --providers FILE --wait`` by a submitter whose own variables are set (so its pre-flight
+    passes), on a worker that holds its own keys and has no providers file; the run's one result."""
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(providers_text)
+    catalog = tmp_path / "leak.yaml"
+    catalog.write_text(CATALOG)
+    env = {"OPENAI_API_KEY": WORKER_KEY, "AWS_SECRET_ACCESS_KEY": WORKER_AWS, "EVALJOBS_PROVIDERS": "",
+           "EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RETRIES": "0", **(worker_env or {})}
+    worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env)
+    worker.args += list(worker_args)
+    submitter = {"OPENAI_API_KEY": "sk-submitter-key-0000000000", "AWS_SECRET_ACCESS_KEY": "submitter-aws-00",
+                 "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": "",
+                 "EVALJOBS_GOVERNOR": "off"}
+    with worker:
+        ran = evaljobs_cli("run", str(catalog), "-m", model, "--providers", str(providers),
+                           "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=submitter,
+                           timeout=120)
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    store.connect(sqlite_url)
+    (run,) = store.list_runs()
+    (result,) = store.list_results(run.id)
+    return result
+
+
+@pytest.mark.parametrize("entry, model, said", [
+    # the preset's OPENAI_API_KEY kept, the base URL the submitter's
+    ("openai: {base_url: URL}", "openai/gpt-4o-mini", "would send this worker's OPENAI_API_KEY to URL"),
+    # a variable the worker's operator never named for a provider
+    ("acme: {api: openai, base_url: URL, api_key_env: AWS_SECRET_ACCESS_KEY}", "acme/m",
+     "reads AWS_SECRET_ACCESS_KEY"),
+    ("acme: {api: openai, base_url: URL, headers: {X-Leak: '${AWS_SECRET_ACCESS_KEY}'}}", "acme/m",
+     "reads AWS_SECRET_ACCESS_KEY"),
+    # an allowed variable, sent somewhere the operator did not allow
+    ("acme: {api: openai, base_url: URL, api_key_env: OPENAI_API_KEY}", "acme/m",
+     "would send this worker's OPENAI_API_KEY to URL"),
+])
+def test_a_stored_definition_cannot_send_a_workers_secret_anywhere(tmp_path, redis_url, sqlite_url, anywhere,
+                                                                   entry, model, said):
+    result = _submit(tmp_path, redis_url, sqlite_url,
+                     "providers:\n  " + entry.replace("URL", anywhere.url) + "\n", model)
+    assert anywhere.requests == []  # not one request: nothing of the worker's was sent, nor anything else
+    assert result.status == "errored"
+    error = result.error or ""
+    assert "\n" not in error and said.replace("URL", anywhere.url) in error, error
+    assert WORKER_KEY not in error and WORKER_AWS not in error
+
+
+def test_an_endpoint_the_operator_allowed_gets_the_workers_key(tmp_path, redis_url, sqlite_url, anywhere):
+    """The legitimate case: the worker's operator allowed the endpoint (``--allow-endpoint``): the run works,
+    with the worker's key (its own, not the submitter's)."""
+    result = _submit(tmp_path, redis_url, sqlite_url, f"providers:\n  openai: {{base_url: {anywhere.url}}}\n",
+                     "openai/gpt-4o-mini", worker_args=["--allow-endpoint", anywhere.url])
+    assert result.status == "passed", result.error
+    assert anywhere.requests
+    assert all(h.get("authorization") == f"Bearer {WORKER_KEY}" for h in anywhere.requests)
+
+
+def test_a_variable_the_operator_allowed_is_read(tmp_path, redis_url, sqlite_url, anywhere):
+    """``EVALJOBS_ALLOWED_ENV`` and ``EVALJOBS_ALLOWED_BASE_URLS`` (the settings behind the flags)."""
+    result = _submit(tmp_path, redis_url, sqlite_url,
+                     f"providers:\n  acme: {{api: openai, base_url: {anywhere.url}, "
+                     "headers: {X-Team: '${ACME_TEAM_TOKEN}'}}\n", "acme/m",
+                     worker_env={"ACME_TEAM_TOKEN": "team-token-0123456789",
+                                 "EVALJOBS_ALLOWED_ENV": "ACME_TEAM_TOKEN",
+                                 "EVALJOBS_ALLOWED_BASE_URLS": anywhere.url.rsplit("/v1", 1)[0]})
+    assert result.status == "passed", result.error
+    assert [h.get("x-team") for h in anywhere.requests] == ["team-token-0123456789"]
