@@ -38,7 +38,7 @@ from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_mo
 from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.errors import Interrupted, OptionError, UsageError
 from evaljobs.redact import redact
-from evaljobs.evaluation.assertions import refusal
+from evaljobs.evaluation.assertions import code_refused, refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, runtime, strategies
@@ -812,6 +812,9 @@ class Session:
         source = (read_catalog(path) if imported.format == "native"
                   else CatalogSource(source=str(path), data=imported.data))
         cat = parse_source(expand_source(source), providers=runtime.providers(providers))
+        problem = code_refused([a for s in cat.scenarios for a in s.expect.assertions])
+        if problem:  # checked as a run would be: a catalog's code runs only where the operator opted in
+            raise UsageError(f"{path}: {problem}")
         return CatalogCheck(path=str(path), format=imported.format, name=cat.name,
                             scenarios=len(cat.scenarios),
                             excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),

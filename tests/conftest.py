@@ -135,6 +135,13 @@ def _settings_follow_the_environment(monkeypatch):
         setattr(monkeypatch, name, changed)
 
 
+@pytest.fixture
+def allow_code(monkeypatch):
+    """This process, and the commands and workers it starts, run a catalog's code (python/javascript
+    assertions, transforms): ``--allow-code``, ``EVALJOBS_ALLOW_CODE=1`` (refused otherwise)."""
+    monkeypatch.setenv("EVALJOBS_ALLOW_CODE", "1")
+
+
 class _SimulatedProviders:
     """Starts simulated providers on free loopback ports and stops them all at the end of its scope."""
 

@@ -126,6 +126,7 @@ def _check(info: store.RunInfo, catalog) -> None:
        judge=st.sampled_from(sorted(JUDGES)), cache=st.booleans(),
        reuse=st.sampled_from([None, "reference", "latest"]),
        source=st.sampled_from(["native", *sorted(IMPORTS)]))
+@pytest.mark.usefixtures("allow_code")  # its imported suites carry python/javascript assertions
 def test_features_compose(world, strategy, broker, epochs, judge, cache, reuse, source):
     for axis, value in (("strategy", strategy), ("broker", broker), ("epochs", epochs), ("judge", judge),
                         ("cache", cache), ("reuse", reuse), ("source", source)):

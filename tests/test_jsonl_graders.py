@@ -103,6 +103,7 @@ def test_grader_is_for_jsonl_and_registry_files_only():
                                    "samples (OpenAI evals, Inspect) only")]
 
 
+@pytest.mark.usefixtures("allow_code")  # its imported suites carry python/javascript assertions
 def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_path):
     runner = (
         CliRunner(mix_stderr=False)

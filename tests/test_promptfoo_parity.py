@@ -25,6 +25,9 @@ import yaml
 from evaljobs.api import Session
 from evaljobs.catalog.importers import load_any
 
+# The configs' python/javascript assertions are their code: the parity run opts in (--allow-code).
+pytestmark = pytest.mark.usefixtures("allow_code")
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "promptfoo"
 PROMPTFOO_VERSION = "0.121.20"  # the version scripts/test installs

@@ -17,6 +17,9 @@ from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 
+# python/javascript assertions and transforms are the catalog's code: these tests opt in (--allow-code)
+pytestmark = pytest.mark.usefixtures("allow_code")
+
 DATA = Path(__file__).parent / "data" / "promptfoo"
 SIMPLE = DATA / "simple-test" / "promptfooconfig.yaml"
 JSON_OUTPUT = DATA / "json-output" / "promptfooconfig.yaml"

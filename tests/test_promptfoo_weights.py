@@ -37,6 +37,9 @@ from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import FAILED, PASSED
 
+# python/javascript assertions and transforms are the catalog's code: these tests opt in (--allow-code)
+pytestmark = pytest.mark.usefixtures("allow_code")
+
 DATA = Path(__file__).parent / "data" / "promptfoo"
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not on PATH")
 

@@ -91,6 +91,7 @@ def test_every_import_reads_back_from_its_snapshot(name, tmp_path):
     assert list(again.scenarios) == list(catalog.scenarios)
 
 
+@pytest.mark.usefixtures("allow_code")  # its imported suites carry python/javascript assertions
 def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
     runs = {}
     for name, load in FILES.items():

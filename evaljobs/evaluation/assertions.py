@@ -32,7 +32,8 @@ import threading
 from typing import Any
 
 from evaljobs.catalog import patterns
-from evaljobs.config import child_environment
+from evaljobs.config import code_environment, settings
+from evaljobs.evaluation.isolation import isolated
 
 #: Seconds one JavaScript or Python call may take.
 CALL_TIMEOUT = 10.0
@@ -43,6 +44,25 @@ NODE_HINT = ("install Node.js (https://nodejs.org, or your package manager: apt-
 
 class AssertionRefused(Exception):
     """An assertion that cannot run here (no Node, no jsonschema): one line, naming it and the fix."""
+
+
+#: What a catalog's code is refused with where the operator has not opted in (``--allow-code``).
+CODE_HINT = ("it is code the catalog carries, and this process runs a catalog's code only where its "
+             "operator opted in: pass --allow-code (evaljobs run, worker, pool, catalog check) or set "
+             "EVALJOBS_ALLOW_CODE=1; it then runs in a process that holds no secret (docs/security.md)")
+
+
+def runs_code(item: dict[str, Any]) -> bool:
+    """Whether an assertion entry runs the catalog's own code (a python/javascript assertion, a transform)."""
+    return item.get("kind") in ("javascript", "python") or bool(item.get("transforms"))
+
+
+def code_refusal(item: dict[str, Any]) -> str | None:
+    """Why ``item`` may not run here (one line), or None: its code runs only where the operator allows."""
+    if runs_code(item) and not settings().allow_code:
+        what = item.get("kind") if item.get("kind") in ("javascript", "python") else "transform"
+        return f"{item.get('label') or item.get('kind')}: a {what} assertion: {CODE_HINT}"
+    return None
 
 
 # The Node side: one request per line, one answer per line. A transform's code is the body of
@@ -154,13 +174,17 @@ class NodeRunner:
     def _start(self, node: str) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             self._folder = self._folder or tempfile.mkdtemp(prefix="evaljobs-js-")
+            # The catalog's code reaches Node's `process` (a vm context is no sandbox): the process holds
+            # no secret of this one's — an environment of basics only, its own folder as home.
             self._proc = subprocess.Popen(
-                [node, "-e", _NODE_SCRIPT, self._folder],
+                isolated([node, "-e", _NODE_SCRIPT, self._folder]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
                 bufsize=1,
+                env=code_environment(self._folder),
+                cwd=self._folder,
             )
         return self._proc
 
@@ -248,9 +272,11 @@ def run_python(code: str, output: Any, context: dict[str, Any], *, function: str
     with tempfile.TemporaryDirectory(prefix="evaljobs-py-") as folder:
         result = os.path.join(folder, "result.json")
         try:
-            done = subprocess.run([sys.executable, "-c", _PYTHON_WRAPPER, result], input=json.dumps(request),
-                                  text=True, capture_output=True, timeout=timeout, check=False,
-                                  env=child_environment({"PYTHONIOENCODING": "utf-8"}))
+            # The assertion's code is the catalog's: its process holds no secret of this one's.
+            done = subprocess.run(isolated([sys.executable, "-c", _PYTHON_WRAPPER, result]),
+                                  input=json.dumps(request), text=True, capture_output=True,
+                                  timeout=timeout, check=False, cwd=folder,
+                                  env=code_environment(folder, {"PYTHONIOENCODING": "utf-8"}))
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"Python timed out after {timeout:g} s") from None
         if done.returncode != 0 or not os.path.exists(result):
@@ -342,6 +368,9 @@ class ProcessRunner:
         context = {"vars": assertion.get("vars") or {}, "prompt": getattr(scenario, "prompt", ""),
                    "config": assertion.get("config") or {}}
         negate = bool(assertion.get("negate"))
+        refused = code_refusal(assertion)
+        if refused:
+            raise AssertionRefused(refused)
         try:
             output: Any = answer
             for transform in assertion.get("transforms") or ():
@@ -435,11 +464,19 @@ def _every(assertions):
             yield from _every(item.get("assertions") or [])
 
 
+def code_refused(assertions) -> str | None:
+    """Why a catalog with these assertions may not run its code here (``catalog check``), or None."""
+    return next((found for found in map(code_refusal, _every(assertions)) if found), None)
+
+
 def refusal(assertions) -> str | None:
     """Why this catalog's external assertions cannot run in this process (``None``: they can)."""
     for item in _every(assertions):
         kind = item.get("kind")
         transforms = item.get("transforms") or ()
+        refused = code_refusal(item)
+        if refused:
+            return refused
         if (kind == "javascript" or transforms) and shutil.which("node") is None:
             return f"{item.get('label') or kind}: needs Node.js: {NODE_HINT}"
         if kind == "json_schema":
@@ -455,11 +492,15 @@ def refusal(assertions) -> str | None:
 
 __all__ = [
     "CALL_TIMEOUT",
+    "CODE_HINT",
     "AssertionRefused",
     "NodeRunner",
     "ProcessRunner",
     "builtin_checks",
+    "code_refusal",
+    "code_refused",
     "process_runner",
     "refusal",
     "run_python",
+    "runs_code",
 ]
