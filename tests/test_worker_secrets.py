@@ -71,7 +71,7 @@ def anywhere():
 
 
 def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *, worker_args=(),
-            worker_env=None):
+            worker_env=None, run_args=()):
     """``evaljobs run --providers FILE --wait`` by a submitter whose own variables are set (so its pre-flight
     passes), on a worker that holds its own keys and has no providers file; the run's one result."""
     providers = tmp_path / "providers.yaml"
@@ -86,7 +86,7 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
                  "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": "",
                  "EVALJOBS_GOVERNOR": "off"}
     with worker:
-        ran = evaljobs_cli("run", str(catalog), "-m", model, "--providers", str(providers),
+        ran = evaljobs_cli("run", str(catalog), "-m", model, *run_args, "--providers", str(providers),
                            "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=submitter,
                            timeout=120)
     assert ran.returncode in (0, 1), ran.stdout + ran.stderr
@@ -96,22 +96,25 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
     return result
 
 
-@pytest.mark.parametrize("entry, model, said", [
+@pytest.mark.parametrize("entry, model, said, run_args", [
     # the preset's OPENAI_API_KEY kept, the base URL the submitter's
-    ("openai: {base_url: URL}", "openai/gpt-4o-mini", "would send this worker's OPENAI_API_KEY to URL"),
+    ("openai: {base_url: URL}", "openai/gpt-4o-mini", "would send this worker's OPENAI_API_KEY to URL", ()),
+    # the batch lane: no batch is created there either
+    ("openai: {base_url: URL}", "openai/gpt-4o-mini", "would send this worker's OPENAI_API_KEY to URL",
+     ("--batch",)),
     # a variable the worker's operator never named for a provider
     ("acme: {api: openai, base_url: URL, api_key_env: AWS_SECRET_ACCESS_KEY}", "acme/m",
-     "reads AWS_SECRET_ACCESS_KEY"),
+     "reads AWS_SECRET_ACCESS_KEY", ()),
     ("acme: {api: openai, base_url: URL, headers: {X-Leak: '${AWS_SECRET_ACCESS_KEY}'}}", "acme/m",
-     "reads AWS_SECRET_ACCESS_KEY"),
+     "reads AWS_SECRET_ACCESS_KEY", ()),
     # an allowed variable, sent somewhere the operator did not allow
     ("acme: {api: openai, base_url: URL, api_key_env: OPENAI_API_KEY}", "acme/m",
-     "would send this worker's OPENAI_API_KEY to URL"),
+     "would send this worker's OPENAI_API_KEY to URL", ()),
 ])
 def test_a_stored_definition_cannot_send_a_workers_secret_anywhere(tmp_path, redis_url, sqlite_url, anywhere,
-                                                                   entry, model, said):
+                                                                   entry, model, said, run_args):
     result = _submit(tmp_path, redis_url, sqlite_url,
-                     "providers:\n  " + entry.replace("URL", anywhere.url) + "\n", model)
+                     "providers:\n  " + entry.replace("URL", anywhere.url) + "\n", model, run_args=run_args)
     assert anywhere.requests == []  # not one request: nothing of the worker's was sent, nor anything else
     assert result.status == "errored"
     error = result.error or ""
