@@ -25,49 +25,48 @@ WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
 WORKER_AWS = "worker-aws-secret-0123456789abcdef"
 
 
-class Anywhere:
+#: What "anywhere" answers every request with: an OpenAI chat completion saying "hello".
+ANSWER = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": "hello"}}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+
+
+class Anywhere(ThreadingHTTPServer):
     """An OpenAI-compatible endpoint that counts its requests and keeps the headers it was sent."""
 
     def __init__(self):
         self.requests: list[dict[str, str]] = []
-        lock = threading.Lock()
-        seen = self.requests
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Counted)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with lock:
-                    seen.append({k.lower(): v for k, v in self.headers.items()})
-                answer = {"role": "assistant", "content": "hello"}
-                body = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
-                                   "choices": [{"index": 0, "finish_reason": "stop", "message": answer}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-                                  ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
-            do_GET = do_POST  # noqa: N815
+class _Counted(BaseHTTPRequestHandler):
+    server: Anywhere
 
-            def log_message(self, *args):
-                pass
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            self.server.requests.append({k.lower(): v for k, v in self.headers.items()})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        self.wfile.write(ANSWER)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    do_GET = do_POST  # noqa: N815
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def log_message(self, *args):
+        pass
 
 
 @pytest.fixture
 def anywhere():
     server = Anywhere()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
-    server.close()
+    server.shutdown()
+    server.server_close()
 
 
 def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *, worker_args=(),
@@ -142,3 +141,31 @@ def test_a_variable_the_operator_allowed_is_read(tmp_path, redis_url, sqlite_url
                                  "EVALJOBS_ALLOWED_BASE_URLS": anywhere.url.rsplit("/v1", 1)[0]})
     assert result.status == "passed", result.error
     assert [h.get("x-team") for h in anywhere.requests] == ["team-token-0123456789"]
+
+
+@pytest.mark.parametrize("url, allowed", [
+    ("https://api.openai.com/v1", True),
+    ("https://API.openai.com:443/v1/", True),  # the same root, written otherwise
+    ("https://api.openai.com/v1/deployments/x", True),  # below the allowed path
+    ("https://api.openai.com@evil.example/v1", False),  # user info, another host
+    ("https://api.openai.com.evil.example/v1", False),
+    ("http://api.openai.com/v1", False),  # another scheme
+    ("https://api.openai.com:8443/v1", False),  # another port
+    ("https://api.openai.com/v10", False),  # not below /v1: a path segment, not a prefix of text
+    ("file:///etc/passwd", False),
+])
+def test_a_base_url_is_allowed_only_at_or_below_an_allowed_root(url, allowed):
+    from evaljobs.catalog.allowance import Allowance
+
+    assert Allowance.of(["https://api.openai.com/v1"], ["OPENAI_API_KEY"]).allows_url(url) is allowed
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--allow-endpoint", "ftp://files.example/v1"], "EVALJOBS_ALLOWED_BASE_URLS: 'ftp://files.example/v1'"),
+    (["--allow-endpoint", "https://bob:pw@llm.example/v1"], "no password in it"),
+    (["--allow-env", "NOT-A-NAME"], "EVALJOBS_ALLOWED_ENV: 'NOT-A-NAME' is not an environment variable"),
+])
+def test_an_unusable_allowance_stops_the_worker_in_one_line(args, said):
+    done = evaljobs_cli("worker", "--broker", "redis://127.0.0.1:9/0", *args)
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
