@@ -79,7 +79,7 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
     catalog.write_text(CATALOG)
     env = {"OPENAI_API_KEY": WORKER_KEY, "AWS_SECRET_ACCESS_KEY": WORKER_AWS, "EVALJOBS_PROVIDERS": "",
            "EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RETRIES": "0", **(worker_env or {})}
-    worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env)
+    worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env, log=tmp_path / "worker.log")
     worker.args += list(worker_args)
     submitter = {"OPENAI_API_KEY": "sk-submitter-key-0000000000", "AWS_SECRET_ACCESS_KEY": "submitter-aws-00",
                  "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": "",
@@ -119,6 +119,9 @@ def test_a_stored_definition_cannot_send_a_workers_secret_anywhere(tmp_path, red
     error = result.error or ""
     assert "\n" not in error and said.replace("URL", anywhere.url) in error, error
     assert WORKER_KEY not in error and WORKER_AWS not in error
+    log = (tmp_path / "worker.log").read_text()
+    # said to the operator too, once (not per pair)
+    assert log.count("not all honoured here") == 1 and error.split(": ", 1)[-1] in log
 
 
 def test_an_endpoint_the_operator_allowed_gets_the_workers_key(tmp_path, redis_url, sqlite_url, anywhere):

@@ -8,6 +8,7 @@ lane (:mod:`evaljobs.pipeline.batching`, which ``runtime`` loads for batch runs)
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
@@ -15,6 +16,7 @@ from evaljobs import config
 from evaljobs.catalog.allowance import Allowance
 from evaljobs.catalog.modelspec import ProvidersConfig, load_providers, providers_from_definition
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _own: dict[str | None, ProvidersConfig] = {}
 #: Every config built here is kept for the process's life, so callers may key caches by its id().
@@ -50,7 +52,10 @@ def stored_providers(stored: dict[str, Any] | None) -> ProvidersConfig:
         found = providers_from_definition(stored.get("definition"),
                                           f"{stored.get('source')} (as stored with the run)", allowance)
         with _lock:
+            fresh = key not in _stored
             found = _stored.setdefault(key, found)
+        for reason in found.refused.values() if fresh else ():  # the operator sees it once, not per pair
+            logger.warning("a run's stored providers are not all honoured here: %s", reason)
     return found
 
 
