@@ -78,12 +78,11 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
     catalog = tmp_path / "leak.yaml"
     catalog.write_text(CATALOG)
     env = {"OPENAI_API_KEY": WORKER_KEY, "AWS_SECRET_ACCESS_KEY": WORKER_AWS, "EVALJOBS_PROVIDERS": "",
-           "EVALJOBS_GOVERNOR": "off", "EVALJOBS_MAX_RETRIES": "0", **(worker_env or {})}
+           "EVALJOBS_MAX_RETRIES": "0", **(worker_env or {})}  # the governor on: its prefetch path too
     worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env, log=tmp_path / "worker.log")
     worker.args += list(worker_args)
     submitter = {"OPENAI_API_KEY": "sk-submitter-key-0000000000", "AWS_SECRET_ACCESS_KEY": "submitter-aws-00",
-                 "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": "",
-                 "EVALJOBS_GOVERNOR": "off"}
+                 "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": ""}
     with worker:
         ran = evaljobs_cli("run", str(catalog), "-m", model, *run_args, "--providers", str(providers),
                            "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=submitter,
