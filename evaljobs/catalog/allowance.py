@@ -13,7 +13,8 @@ likes. So a stored entry that reads a variable is honoured only when the worker 
   ``EVALJOBS_ALLOWED_BASE_URLS``.
 
 An entry that reads no variable sends nothing of the worker's, and is honoured as it is. The checks are
-on base URLs and variable names only: a refused entry's variables are never read. Domain code: no I/O.
+on base URLs and variable names only (a header's literal value is the submitter's, not a secret of the
+worker's), and a variable the operator does not allow is never read. Domain code: no I/O.
 """
 from __future__ import annotations
 

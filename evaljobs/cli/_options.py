@@ -363,7 +363,8 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None
 __all__ = ["EXIT_OK", "EXIT_GATE", "EXIT_USAGE", "Group", "exit_for", "one_line_errors", "message",
            "db_option", "broker_option", "providers_option", "json_option", "width_option",
            "GLOBAL_OPTIONS", "forward_global_options", "command_path", "import_options", "rate",
-           "fail_under_option", "gate_mode", "conclude", "finish"]
+           "fail_under_option", "gate_mode", "conclude", "finish", "allow_code_option",
+           "worker_allowance_options"]
 
 
 def _allowing(fn: Callable, options: list[Callable]) -> Callable:

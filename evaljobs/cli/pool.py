@@ -9,11 +9,11 @@ from __future__ import annotations
 import click
 
 from evaljobs.cli._options import (
-    worker_allowance_options,
     health_port_option,
     log_format_option,
     metrics_host_option,
     metrics_port_option,
+    worker_allowance_options,
 )
 
 
