@@ -146,20 +146,37 @@ def test_a_variable_the_operator_allowed_is_read(tmp_path, redis_url, sqlite_url
 
 
 @pytest.mark.parametrize("url, allowed", [
-    ("https://api.openai.com/v1", True),
-    ("https://API.openai.com:443/v1/", True),  # the same root, written otherwise
-    ("https://api.openai.com/v1/deployments/x", True),  # below the allowed path
-    ("https://api.openai.com@evil.example/v1", False),  # user info, another host
-    ("https://api.openai.com.evil.example/v1", False),
-    ("http://api.openai.com/v1", False),  # another scheme
-    ("https://api.openai.com:8443/v1", False),  # another port
-    ("https://api.openai.com/v10", False),  # not below /v1: a path segment, not a prefix of text
+    ("https://gw.example/v1", True),
+    ("https://GW.example:443/v1/", True),  # the same root, written otherwise
+    ("https://gw.example/v1/deployments/x", True),  # below the allowed path
+    ("https://gw.example@evil.example/v1", False),  # user info, another host
+    ("https://gw.example.evil.example/v1", False),
+    ("http://gw.example/v1", False),  # another scheme
+    ("https://gw.example:8443/v1", False),  # another port
+    ("https://gw.example/v10", False),  # not below /v1: a path segment, not a prefix of text
     ("file:///etc/passwd", False),
 ])
 def test_a_base_url_is_allowed_only_at_or_below_an_allowed_root(url, allowed):
     from evaljobs.catalog.allowance import Allowance
 
-    assert Allowance.of(["https://api.openai.com/v1"], ["OPENAI_API_KEY"]).allows_url(url) is allowed
+    assert Allowance.of([], ["https://gw.example/v1"]).sends("OPENAI_API_KEY", url) is allowed
+
+
+@pytest.mark.parametrize("name, url, allowed", [
+    ("OPENAI_API_KEY", "https://api.openai.com/v1", True),  # where the preset sends it
+    ("ANTHROPIC_API_KEY", "https://api.anthropic.com/v1", True),
+    ("ANTHROPIC_API_KEY", "https://api.openai.com/v1", False),  # another provider's URL: not its key's
+    ("OPENAI_API_KEY", "https://api.groq.com/openai/v1", False),
+    ("ACME_TOKEN", "https://api.openai.com/v1", True),  # EVALJOBS_ALLOWED_ENV: any of the own URLs
+    ("ACME_TOKEN", "https://acme.example/v1", False),
+    ("OPENAI_API_KEY", "https://llm.internal/v1/chat", True),  # EVALJOBS_ALLOWED_BASE_URLS: any variable
+])
+def test_a_workers_key_goes_only_where_its_own_providers_send_it(name, url, allowed):
+    from evaljobs.catalog.modelspec import providers_from_definition
+
+    own = providers_from_definition(None, "<built-in>")
+    allowance = own.allowance(("https://llm.internal/v1",), ("ACME_TOKEN",))
+    assert allowance.sends(name, url) is allowed
 
 
 @pytest.mark.parametrize("args, said", [

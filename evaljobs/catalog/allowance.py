@@ -9,8 +9,9 @@ likes. So a stored entry that reads a variable is honoured only when the worker 
 * every variable it reads — ``api_key_env`` (its own or the preset's it keeps), ``${NAME}`` in its
   ``base_url`` and ``headers`` — is one the worker's own providers (the presets and its own file) name,
   or one of ``EVALJOBS_ALLOWED_ENV``;
-* its base URL is one of the worker's own providers' base URLs, or under one of
-  ``EVALJOBS_ALLOWED_BASE_URLS``.
+* each goes where the worker's own providers send it (``OPENAI_API_KEY`` to OpenAI's base URL, never to
+  another preset's), an allowed variable to any of the worker's own base URLs, and any of them to an
+  endpoint under ``EVALJOBS_ALLOWED_BASE_URLS``.
 
 An entry that reads no variable sends nothing of the worker's, and is honoured as it is. The checks are
 on base URLs and variable names only (a header's literal value is the submitter's, not a secret of the
@@ -46,47 +47,77 @@ def shown(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
 
 
+def _under(url: str | None, roots: Iterable[str]) -> bool:
+    """Whether ``url`` is one of ``roots`` or under one (same scheme, host and port; a path below)."""
+    root = _root(url) if url else None
+    if root is None:
+        return False
+    for allowed in roots:
+        other = _root(allowed)
+        if other is not None and other[:3] == root[:3] and (
+                not other[3] or root[3] == other[3] or root[3].startswith(other[3] + "/")):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class Allowance:
-    """The base URLs a worker sends keys to and the variables it reads for a run's stored providers."""
+    """Where a worker sends which of its variables for a run's stored providers.
 
-    base_urls: tuple[str, ...]
-    variables: frozenset[str]
+    ``own``: each variable the worker's own providers read, with the base URLs they send it to (a
+    worker's ``OPENAI_API_KEY`` goes to OpenAI's URL, not to another preset's); ``base_urls`` and
+    ``variables``: the operator's allow-lists (an allowed variable may go to any of the worker's own base
+    URLs; any variable it reads may go to an allowed endpoint).
+    """
+
+    own: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    base_urls: tuple[str, ...] = ()
+    variables: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, own_urls: Iterable[str | None], own_variables: Iterable[str | None],
-           allowed_urls: Iterable[str] = (), allowed_variables: Iterable[str] = ()) -> Allowance:
-        urls = [u for u in (*own_urls, *allowed_urls) if u]
-        names = frozenset(v for v in (*own_variables, *allowed_variables) if v)
-        return cls(tuple(dict.fromkeys(urls)), names)
+    def of(cls, own: Iterable[tuple[str | None, str | None]], allowed_urls: Iterable[str] = (),
+           allowed_variables: Iterable[str] = ()) -> Allowance:
+        """From the worker's own ``(variable, base URL)`` pairs and the operator's allow-lists."""
+        urls: dict[str, dict[str, None]] = {}
+        for name, url in own:
+            if name:
+                urls.setdefault(name, {})
+                if url:
+                    urls[name][url] = None
+        return cls(tuple(sorted((name, tuple(found)) for name, found in urls.items())),
+                   tuple(dict.fromkeys(allowed_urls)), frozenset(allowed_variables))
 
-    def allows_url(self, url: str | None) -> bool:
-        """Whether ``url`` is an allowed base URL or under one (same scheme, host and port; a path below)."""
-        root = _root(url) if url else None
-        if root is None:
-            return False
-        for allowed in self.base_urls:
-            other = _root(allowed)
-            if other is not None and other[:3] == root[:3] and (
-                    not other[3] or root[3] == other[3] or root[3].startswith(other[3] + "/")):
-                return True
-        return False
+    @property
+    def readable(self) -> frozenset[str]:
+        """The variables a stored definition may read here."""
+        return frozenset(name for name, _ in self.own) | self.variables
+
+    def sends(self, name: str, url: str | None) -> bool:
+        """Whether the worker may send its variable ``name`` to ``url``."""
+        if _under(url, self.base_urls):
+            return True
+        if name in self.variables:
+            return _under(url, [u for _, urls in self.own for u in urls])
+        return _under(url, next((urls for own, urls in self.own if own == name), ()))
 
     def refusal(self, where: str, variables: Iterable[str], base_url: str | None) -> str | None:
-        """Why an entry reading ``variables`` at ``base_url`` is not honoured here (one line), or None."""
+        """Why an entry reading ``variables`` at ``base_url`` is not honoured here (one line), or None.
+        ``base_url`` None: only which variables it may read is checked (before any is read)."""
         names = sorted(set(variables))
-        if not names:
-            return None
-        unknown = [name for name in names if name not in self.variables]
+        unknown = [name for name in names if name not in self.readable]
         if unknown:
             return (f"{where} reads {', '.join(unknown)}, which this worker's operator does not allow "
                     "(only variables its own providers file and the presets name, or EVALJOBS_ALLOWED_ENV "
                     "/ `evaljobs worker --allow-env NAME`); nothing was sent")
-        if not self.allows_url(base_url):
-            return (f"{where} would send this worker's {', '.join(names)} to "
-                    f"{shown(base_url) if base_url else 'no base URL'}, which its operator does not allow "
-                    "(only its own providers file's and the presets' base URLs, or "
-                    "EVALJOBS_ALLOWED_BASE_URLS / `evaljobs worker --allow-endpoint URL`); nothing was sent")
+        if base_url is None:
+            return None
+        sent = [name for name in names if not self.sends(name, base_url)]
+        if sent:
+            return (f"{where} would send this worker's {', '.join(sent)} to "
+                    f"{shown(base_url) if base_url else 'no base URL'}, which its "
+                    "operator does not allow (a key goes only where the worker's own providers file and "
+                    "the presets send it, or to EVALJOBS_ALLOWED_BASE_URLS / `evaljobs worker "
+                    "--allow-endpoint URL`); nothing was sent")
         return None
 
 

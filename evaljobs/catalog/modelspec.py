@@ -161,9 +161,9 @@ class ProvidersConfig:
         """What a run's stored definition may use on a process whose own providers these are: their base
         URLs and the variables they read, with the operator's allow-lists ``urls`` and ``variables``."""
         entries = (self.definition or {}).get("providers") or {}
-        read = {name for entry in entries.values() for name in entry_variables(entry, None, _ENV_REF)}
-        return Allowance.of((p.base_url for p in self.providers.values()),
-                            [*read, *(p.api_key_env for p in self.providers.values())], urls, variables)
+        pairs = [(name, entry.base_url) for entry in self.providers.values()
+                 for name in entry_variables(entries.get(entry.name), entry.api_key_env, _ENV_REF)]
+        return Allowance.of(pairs, urls, variables)
 
 
 def builtin_providers() -> dict[str, ProviderConfig]:
@@ -245,10 +245,10 @@ def providers_from_definition(data: Any, source: str, allowance: Allowance | Non
         if allowance is not None:
             where = f"provider {str(name)!r} of {source}"
             variables = entry_variables(entry, base.api_key_env if base else None, _ENV_REF)
-            reason = allowance.refusal(where, variables, None) if variables - allowance.variables else None
+            reason = allowance.refusal(where, variables, None)  # before any variable is read
             if reason is None:
                 built = _provider_entry(source, name, entry, base, origin=source)
-                reason = allowance.refusal(where, variables, built.base_url)
+                reason = allowance.refusal(where, variables, built.base_url or "") if variables else None
             if reason is not None:
                 providers.pop(str(name), None)
                 refused[str(name)] = reason
