@@ -152,3 +152,25 @@ def test_the_iterative_json_reader_agrees_with_pythons_json_where_both_read():
 
 def test_a_5000_digit_integer_is_json_as_javascript_reads_it():
     assert promptfoo_checks.is_json("1" * 5000, False)[0]
+
+
+def test_candidates_nested_past_the_readers_depth_are_refused_without_reading_and_only_those():
+    """The 3,000 nested objects of the issue: the 2,000 deepest candidates are answered from one pass over
+    the brackets; every one so answered is one the YAML reader refuses."""
+    import yaml
+
+    from evaljobs.catalog import yaml12
+
+    text = '{"ab":' * 3000 + "1" + "}" * 3000
+    depths = promptfoo_checks._Depths(text)
+    refused = [(start, stop) for start, stop, _ in promptfoo_checks._candidates(text)
+               if depths.refused(start, stop)]
+    assert len(refused) == 3000 - promptfoo_checks.YAML_MAX_DEPTH
+    for start, stop in refused[::250] + refused[-1:]:
+        with pytest.raises(yaml.YAMLError):
+            yaml12.load(text[start:stop])
+    # quotes that hide brackets from the reader are read as it reads them; a quote it reads otherwise
+    # ('a:"' is a plain scalar) leaves the candidate to the reader
+    assert promptfoo_checks._Depths('{"x{":' + "[" * 1001).refused(0, 6 + 1001)
+    assert not promptfoo_checks._Depths('{a:"}' + "[" * 1001).refused(0, 5 + 1001)
+    assert promptfoo_checks.contains_json(text, False)[0]

@@ -182,6 +182,81 @@ def _candidates(text: str) -> Iterator[tuple[int, int, int]]:
             yield start, stop, balance(start, stop)
 
 
+#: The YAML reader's (libyaml's) deepest flow nesting: a candidate that goes deeper is refused by it.
+YAML_MAX_DEPTH = 1000
+_LEXEMES = re.compile(r"[{}\[\]\"'#!&*]")
+_DOUBLE_QUOTED = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+_SINGLE_QUOTED = re.compile(r"(?:[^']|'')*'")
+
+
+class _Depths:
+    """Which candidates the YAML reader is certain to refuse for their nesting, found without reading them.
+
+    One pass over the answer reads it as the reader reads a flow collection: a quote right after
+    ``{``, ``[``, ``,`` or ``:`` opens a quoted scalar (its brackets are text), any other bracket is a
+    flow indicator (plain scalars end at them in flow context); a quote anywhere else, ``#``, ``!``,
+    ``&`` or ``*`` is a place this reading may not hold (a comment, a tag...), where it answers
+    nothing. A candidate whose count of flow brackets reaches :data:`YAML_MAX_DEPTH` + 1 before its
+    first ``{`` closes and before such a place is refused by the reader ("exceeded maximum nesting
+    depth"), or by an error earlier on: refused all the same. The 3,000 nested objects of the issue
+    were read to depth 1,000 once for each of their 2,000 deepest candidates."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.at_level: dict[int, list[int]] = {}  # level -> positions of the brackets that leave it there
+        self.level_before: dict[int, int] = {}  # position of a '{' outside quotes -> the level before it
+        self.unsure: list[int] = []  # where this reading may not be the reader's
+        level, pos, quoted_end = 0, 0, -1
+        while True:
+            found = _LEXEMES.search(text, pos)
+            if found is None:
+                break
+            at, char = found.start(), found.group()
+            pos = at + 1
+            if char in "\"'":
+                back = at - 1
+                while back >= 0 and text[back] in " \t\r\n":
+                    back -= 1
+                before = text[back] if back >= 0 else ""
+                # after ':' only when that ':' is a value indicator: followed by a space, or right after
+                # a quoted key (JSON's "k":"v"); 'a:"b"' is one plain scalar to the reader
+                indicator = before in "{[," or (before == ":" and (back < at - 1 or back == quoted_end))
+                closing = (_DOUBLE_QUOTED if char == '"' else _SINGLE_QUOTED).match(text, at + 1)
+                if before and indicator and closing is not None:
+                    pos = quoted_end = closing.end()
+                    continue
+                self.unsure.append(at)
+            elif char in "#!&*":
+                self.unsure.append(at)
+            elif char in "{[":
+                if char == "{":
+                    self.level_before[at] = level
+                level += 1
+                self.at_level.setdefault(level, []).append(at)
+            else:
+                level -= 1
+                self.at_level.setdefault(level, []).append(at)
+
+    def refused(self, start: int, stop: int) -> bool:
+        base = self.level_before.get(start)
+        if base is None:  # a '{' inside a quoted scalar of this reading: no answer
+            return False
+        deep = self._next(base + YAML_MAX_DEPTH + 1, start)
+        if deep is None or deep >= stop:
+            return False
+        closed = self._next(base, start)
+        unsure = bisect.bisect_right(self.unsure, start)
+        clear = unsure == len(self.unsure) or self.unsure[unsure] > deep
+        return clear and (closed is None or closed > deep)
+
+    def _next(self, level: int, after: int) -> int | None:
+        positions = self.at_level.get(level)
+        if not positions:
+            return None
+        index = bisect.bisect_right(positions, after)
+        return positions[index] if index < len(positions) else None
+
+
 def extract_json_objects(text: str) -> list[Any]:
     """src/util/json.ts ``extractJsonObjects``: each ``{`` starts a candidate, read up to its balanced ``}``
     (braces still open at the end of the text are closed), parsed as YAML in JSON mode; after an object
@@ -194,6 +269,7 @@ def extract_json_objects(text: str) -> list[Any]:
     read up to the reader's nesting limit) is cut by the pair's deadline, checked between candidates."""
     found: list[Any] = []
     resume = 0
+    depths: _Depths | None = None
     for index, (start, stop, missing) in enumerate(_candidates(text)):
         if start < resume:
             continue
@@ -204,6 +280,10 @@ def extract_json_objects(text: str) -> list[Any]:
         candidate = text[start:stop] + "}" * missing
         if "//" in candidate:
             candidate = _slash_comments_to_hash(candidate)
+        elif index >= 16:  # many candidates: the answers the nesting check is for
+            depths = depths or _Depths(text)
+            if depths.refused(start, stop):
+                continue
         try:
             parsed = yaml12.load(candidate)
         except (yaml.YAMLError, ValueError, RecursionError):
