@@ -22,6 +22,7 @@ score that passes above 0 (or at ``threshold`` when one is set); an object gives
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -179,7 +180,7 @@ class NodeRunner:
             proc = self._start(node)
             self._next += 1
             request = {"id": self._next, "code": code, "output": output, "context": context,
-                       "timeout_ms": max(1, int(timeout * 1000)), "assertion": assertion}
+                       "timeout_ms": max(1, math.ceil(timeout * 1000)), "assertion": assertion}
             if module is not None:
                 request.update(module=module, function=function, filename=filename)
             assert proc.stdin is not None and proc.stdout is not None
@@ -381,7 +382,7 @@ class ProcessRunner:
             raise AssertionRefused(f"{label}: {exc}") from None
         except RuntimeError as exc:
             # stopped by the pair's deadline: the pair's time limit, not the assertion's verdict
-            grading_deadline.checkpoint(f"{label} ({exc})", slack=0.25)
+            grading_deadline.checkpoint(f"{label} ({exc})", slack=0.01)  # evaluate's own slack
             # promptfoo: "Custom function threw error" / "Python code execution failed"
             return False, 0.0, f"{label}: {exc}"
         if negate:

@@ -30,19 +30,11 @@ class GradingTimeout(EvaljobsError):
 
 
 def checkpoint(what: str, slack: float = 0.0) -> None:
-    """Raise :class:`GradingTimeout` naming ``what`` once this thread's pair deadline has passed.
-
-    With ``slack``, a deadline that close is taken as reached (the few milliseconds left are waited
-    out first, so the pair's elapsed time is its limit): a child process given the time left as its
-    own timeout answers "timed out" a hair before the deadline, and that is the pair's time limit,
-    not the assertion's verdict."""
+    """Raise :class:`GradingTimeout` naming ``what`` once this thread's pair deadline has passed (or is
+    within ``slack`` seconds: a child process given the time left as its own timeout may answer a hair
+    before it, and that is the pair's time limit, not the assertion's verdict)."""
     deadline = patterns.current_deadline()
-    if deadline is None:
-        return
-    left = deadline - time.monotonic()
-    if left <= slack:
-        if left > 0:
-            time.sleep(left)
+    if deadline is not None and time.monotonic() >= deadline - slack:
         raise GradingTimeout(f"{what} was still running at the pair's deadline")
 
 
