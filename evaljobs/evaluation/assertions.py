@@ -175,8 +175,8 @@ class NodeRunner:
         node = self.node
         if node is None:
             raise AssertionRefused(f"needs Node.js: {NODE_HINT}")
-        timeout = grading_deadline.remaining(self.timeout)  # never past the pair's deadline
         with self._lock:
+            timeout = grading_deadline.remaining(self.timeout)  # never past the pair's deadline
             proc = self._start(node)
             self._next += 1
             request = {"id": self._next, "code": code, "output": output, "context": context,

@@ -10,9 +10,9 @@ Pure code, no process and no network: :mod:`evaljobs.evaluation.weighted` calls
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
-import bisect
 import re
 import sys
 from collections import Counter
