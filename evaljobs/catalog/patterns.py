@@ -65,6 +65,13 @@ def deadline_scope(deadline: float | None) -> Iterator[None]:
         _local.deadline = outer
 
 
+def current_deadline() -> float | None:
+    """This thread's deadline (a ``time.monotonic()`` instant) set by :func:`deadline_scope`, or None: the
+    pair's deadline while it is graded, which the pure-Python graders also keep
+    (:mod:`evaljobs.evaluation.grading_deadline`)."""
+    return getattr(_local, "deadline", None)
+
+
 def _timeout() -> float:
     deadline = getattr(_local, "deadline", None)
     if deadline is None:
@@ -150,5 +157,5 @@ def _helpers() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
-__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "deadline_scope", "error", "find", "problem",
-           "search"]
+__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "current_deadline", "deadline_scope", "error",
+           "find", "problem", "search"]

@@ -22,6 +22,7 @@ score that passes above 0 (or at ``threshold`` when one is set); an object gives
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from typing import Any
 
 from evaljobs.catalog import patterns
 from evaljobs.config import code_environment, settings
+from evaljobs.evaluation import grading_deadline
 from evaljobs.evaluation.isolation import isolated
 
 #: Seconds one JavaScript or Python call may take.
@@ -198,19 +200,20 @@ class NodeRunner:
         if node is None:
             raise AssertionRefused(f"needs Node.js: {NODE_HINT}")
         with self._lock:
+            timeout = grading_deadline.remaining(self.timeout)  # never past the pair's deadline
             proc = self._start(node)
             self._next += 1
             request = {"id": self._next, "code": code, "output": output, "context": context,
-                       "timeout_ms": int(self.timeout * 1000), "assertion": assertion}
+                       "timeout_ms": max(1, math.ceil(timeout * 1000)), "assertion": assertion}
             if module is not None:
                 request.update(module=module, function=function, filename=filename)
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
-            line = _read_line(proc, self.timeout + 2.0)
+            line = _read_line(proc, timeout + 2.0)
             if line is None:  # stuck (an async loop): kill it, the next call starts a fresh one
                 self.close()
-                raise RuntimeError(f"JavaScript timed out after {self.timeout:g} s")
+                raise RuntimeError(f"JavaScript timed out after {timeout:.3g} s")
         answer = json.loads(line)
         if not answer.get("ok"):
             raise RuntimeError(f"JavaScript error: {answer.get('error')}")
@@ -389,6 +392,7 @@ class ProcessRunner:
                         context,
                         function=assertion.get("function"),
                         filename=assertion.get("filename"),
+                        timeout=grading_deadline.remaining(CALL_TIMEOUT),
                     ),
                     assertion.get("threshold"),
                     negate,
@@ -406,6 +410,8 @@ class ProcessRunner:
         except AssertionRefused as exc:
             raise AssertionRefused(f"{label}: {exc}") from None
         except RuntimeError as exc:
+            # stopped by the pair's deadline: the pair's time limit, not the assertion's verdict
+            grading_deadline.checkpoint(f"{label} ({exc})", slack=0.01)  # evaluate's own slack
             # promptfoo: "Custom function threw error" / "Python code execution failed"
             return False, 0.0, f"{label}: {exc}"
         if negate:
