@@ -81,7 +81,7 @@ def test_the_issues_answers_get_their_verdict_within_the_time_limit(tmp_path):
 @pytest.mark.skipif(shutil.which("node") is None, reason="the JavaScript case needs Node.js on PATH")
 @pytest.mark.parametrize("broker", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def test_a_grader_still_running_at_the_deadline_is_stopped_and_the_pair_errors_with_its_limit(
-    broker, request, tmp_path
+    broker, request, tmp_path, allow_code
 ):
     """On the in-process broker nothing else would stop it; on a Redis worker Dramatiq's time limit did,
     30 s late and with its own reason."""
@@ -94,12 +94,13 @@ def test_a_grader_still_running_at_the_deadline_is_stopped_and_the_pair_errors_w
         scenario("javascript", "hello", {"kind": "javascript", "code": "while (true) {}\nreturn true"}),
     ]}))
     if broker == "memory":
-        done = evaljobs_run(catalog, "--time-limit", str(LIMIT), env={})
+        done = evaljobs_run(catalog, "--time-limit", str(LIMIT), "--allow-code", env={})
     else:
         redis_url = request.getfixturevalue("redis_url")
         database = f"sqlite:///{tmp_path}/evaljobs.db"
         with WorkerProcess(redis_url, database, threads=2, log=tmp_path / "worker.log"):
-            done = evaljobs_run(catalog, "--time-limit", str(LIMIT), "--broker", redis_url, "--wait", env={})
+            done = evaljobs_run(catalog, "--time-limit", str(LIMIT), "--allow-code", "--broker", redis_url,
+                                "--wait", env={})
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, (done.stdout, done.stderr)  # every pair errored: exit 1, not a hang
     stored = results(tmp_path)
