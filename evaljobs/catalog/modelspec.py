@@ -120,6 +120,23 @@ class ProviderConfig:
         """The key from the environment variable the config names (``None`` if unset or keyless)."""
         return secret(self.api_key_env) if self.api_key_env else None
 
+    @property
+    def header_credential(self) -> str | None:
+        """The name of a ``headers:`` entry that carries the credential (then no key variable is needed)."""
+        return next((name for name in self.headers if is_credential_header(name)), None)
+
+
+#: Header names that carry a credential: the wire formats' own (``authorization``, Azure's ``api-key``,
+#: Anthropic's ``x-api-key``) and a gateway's by their usual endings (``x-portkey-api-key``,
+#: ``cf-aig-authorization``, ``x-gateway-token``).
+_CREDENTIAL_HEADER = re.compile(r"(?i)(?:.*[-_])?(?:authorization|api[-_]?key|access[-_]?key|secret|token)")
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether a ``headers:`` entry named ``name`` is a credential: sent in place of the key variable's
+    auth header, enough for pre-flight, and scrubbed like a key wherever it could be shown."""
+    return bool(_CREDENTIAL_HEADER.fullmatch(name.strip()))
+
 
 @dataclass(frozen=True)
 class ProvidersConfig:
