@@ -22,8 +22,10 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from click.testing import CliRunner
+from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.catalog.modelspec import load_providers
@@ -195,6 +197,22 @@ def test_compare_shows_the_cache_and_a_changed_model_version(env, billing):
     assert data["summary"]["cache_b"]["saved"] == OPENAI_SAVED
     same = json.loads(cli("compare", after, after, "--json"))
     assert "model_versions" not in same
+
+    # The viewer says the same: the cache and its saving, who answered, the version change.
+    viewer = Viewer(f"sqlite:///{env}/cache.db", "memory", env / "view.log")
+    try:
+        page = httpx.get(f"{viewer.url}/runs/{after}", timeout=30).text
+        assert "prompt cache: 10,240 of 12,000 input tokens read; saved $0.0008" in page
+        scenario = httpx.get(f"{viewer.url}/runs/{after}/scenarios/greet", timeout=30).text
+        answered = "gpt-4o-mini-2024-07-18 (fp_bbbb2222)"
+        assert f'answered by <span class="answered-by">{answered}</span>' in scenario
+        assert "10240 cache read, 0 cache written; saved $0.0008" in scenario
+        compared = httpx.get(f"{viewer.url}/compare?a={before}&b={after}", timeout=30).text
+        assert ("Model version changed: openai/gpt-4o-mini answered as gpt-4o-mini-2024-07-18 (fp_aaaa1111) "
+                "in A, as gpt-4o-mini-2024-07-18 (fp_bbbb2222) in B.") in compared
+        assert f"{after}: prompt cache: 10,240 of 12,000 input tokens read; saved $0.0008" in compared
+    finally:
+        viewer.close()
 
 
 def test_batch_prices_compose_with_cache_prices():
