@@ -58,6 +58,7 @@ class BillingServer:
     def __init__(self) -> None:
         self.fingerprint = "fp_aaaa1111"
         self.paths: list[str] = []
+        self.bodies: list[dict] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,6 +67,7 @@ class BillingServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 server.paths.append(self.path)
+                server.bodies.append(body)
                 if self.path.endswith("/messages"):
                     answer = {"id": "msg_1", "type": "message", "role": "assistant",
                               "model": "claude-3-5-haiku-20241022",
@@ -261,3 +263,14 @@ def test_a_schema_4_database_learns_the_cache_columns_and_reads_old_rows_back(db
     (row,) = store.list_results(new.id)
     assert (row.cost, row.cache_read_tokens, row.cache_saving, row.answered_by, row.reasoning_tokens) == (
         None, 7, None, "m1-2025 (fp_1)", 3)
+
+
+def test_a_catalog_seed_is_sent_where_the_api_takes_one_and_noted_where_not(env, billing):
+    (env / "catalog.yaml").write_text(CATALOG.replace("scenarios:", "defaults: {seed: 42}\nscenarios:"))
+    run_id = run(env, "openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022")
+    sent = {("messages" if "max_tokens" in body else "chat"): body for body in billing.bodies}
+    assert sent["chat"]["seed"] == 42 and "seed" not in sent["messages"]
+    rows = {r.model: r for r in store.list_results(run_id)}
+    assert "seed" not in (rows["openai/gpt-4o-mini"].details.get("meta") or {})
+    assert rows["anthropic/claude-3-5-haiku-20241022"].details["meta"]["seed"] == {
+        "value": 42, "sent": False, "reason": "the Anthropic Messages API takes no seed"}

@@ -206,6 +206,9 @@ class Scenario:
     pass_threshold: float = DEFAULT_PASS_THRESHOLD
     #: ``((criterion, weight), ...)``: the score is the weighted mean (criteria not listed weigh 1).
     weights: tuple[tuple[str, float], ...] = ()
+    #: The provider's sampling ``seed`` (OpenAI-compatible APIs take one; Anthropic's has none, so it is
+    #: not sent there); None: none sent.
+    seed: int | None = None
     #: Where the scenario starts in its file; not part of its meaning (excluded from equality).
     line: int | None = field(default=None, compare=False)
     #: Canonical model spec for ``llm_judge``; ``None`` means "judge with the model under test".

@@ -140,6 +140,13 @@ class ConversationAdapter:
         messages.extend(dict(m) for m in scenario.messages)
         tools = [t.schema() for t in scenario.tools] or None
         replay = Replay(messages=messages)
+        extra = None
+        if scenario.seed is not None:
+            if config.api == "anthropic":  # the Messages API has no seed (an unknown field is a 400): noted
+                replay.meta["seed"] = {"value": scenario.seed, "sent": False,
+                                       "reason": "the Anthropic Messages API takes no seed"}
+            else:
+                extra = {"seed": scenario.seed}
         started = time.perf_counter()
         cached_turns = 0
         paid, batched = Usage(), Usage()  # what the provider billed, one by one and through its batch API
@@ -154,7 +161,8 @@ class ConversationAdapter:
                     raise DeadlineExceeded(f"ran out of time after {turn} turns")
             try:
                 completion = client.complete(model.model, messages, first=turn == 0, tools=tools,
-                                             temperature=scenario.temperature, timeout=remaining)
+                                             temperature=scenario.temperature, timeout=remaining,
+                                             **({"extra": extra} if extra else {}))
             except TransientError:
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
