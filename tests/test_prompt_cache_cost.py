@@ -230,8 +230,8 @@ def test_batch_prices_compose_with_cache_prices():
     assert anthropic.cost("claude-3-5-haiku-20241022", hour) == pytest.approx(0.0032)
 
 
-def test_a_schema_4_database_learns_the_cache_columns_and_reads_old_rows_back(db_url, tmp_path):
-    """A database made before schema 5 gets the new columns; its rows read back with no caching (saving 0,
+def test_a_schema_5_database_learns_the_cache_columns_and_reads_old_rows_back(db_url, tmp_path):
+    """A database made before schema 6 gets the new columns; its rows read back with no caching (saving 0,
     not unknown) and no answering version, and new rows store both."""
     from evaljobs.catalog import parse_catalog
     from evaljobs.evaluation.result import Result
@@ -246,7 +246,7 @@ def test_a_schema_4_database_learns_the_cache_columns_and_reads_old_rows_back(db
                        "answered_by"):
             db.execute_sql(f'ALTER TABLE "result" DROP COLUMN "{column}"')
         store.SchemaVersion.delete().execute()
-        store.SchemaVersion.create(version=4, applied_at=utc_now(), description="schema 4")
+        store.SchemaVersion.create(version=5, applied_at=utc_now(), description="schema 5")
     store.connect(f"sqlite:///{tmp_path}/other.db")  # forget the open database, as a new process would
     store.connect(db_url)
     done = store.upgrade()

@@ -85,7 +85,8 @@ _DESCRIPTIONS = {
     "ideal_grader": "How `ideal` answers are compared.",
     "reference": "The LLM judge's reference answer (needs `judge`).",
     "assertions": (
-        "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted)."
+        "Imported assertions (builtin, javascript, python, json_schema, cost; judge, latency, set when "
+        "weighted)."
     ),
     "weighted": (
         "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score)."

@@ -836,6 +836,12 @@ class _Context:
                 self.add(path + (i, "weight"), where, f"{what}[{i}].weight must be a number >= 0, "
                                                       f"not {show(weight)}")
                 continue
+            limit = item.get("max_usd")
+            if item["kind"] == "cost" and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                           or not limit >= 0):
+                self.add(path + (i, "max_usd"), where, f"{what}[{i}].max_usd must be a number of USD >= 0 "
+                                                       f"(the most the call may cost), not {show(limit)}")
+                continue
             if item["kind"] == "set":  # a nested list: its entries follow the same rules
                 self.assertions(path + (i, "assertions"), where, item.get("assertions") or [],
                                 f"{what}[{i}].assertions")

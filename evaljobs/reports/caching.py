@@ -8,7 +8,9 @@ never counted as 0.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
+
+from evaljobs.evaluation.result import Result
 
 
 def cache_block(results: Iterable[Any]) -> dict[str, Any] | None:
@@ -50,4 +52,22 @@ def cache_note(block: dict[str, Any] | None, *, lead: str = " · ") -> str:
             f"{written}; {saving}")
 
 
-__all__ = ["cache_block", "cache_note"]
+def side_cache(side: Any) -> dict[str, Any] | None:
+    """One side of a comparison's prompt-cache figures: a report's own ``summary.cache``, or
+    :func:`cache_block` of its rows (Results, or result dicts whose missing figures are 0)."""
+    if isinstance(side, Mapping):
+        return (side.get("summary") or {}).get("cache")
+    return cache_block(row if isinstance(row, Result) else _RowView(row) for row in side)
+
+
+class _RowView:
+    """A result dict read like a Result by :func:`cache_block` (missing figures are 0)."""
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self.row = row
+
+    def __getattr__(self, name: str) -> Any:
+        return self.row.get(name, None if name == "cache_saving" else 0)
+
+
+__all__ = ["cache_block", "cache_note", "side_cache"]

@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 from evaljobs.reports._format import known_sum
-from evaljobs.reports.caching import cache_block, cache_note
+from evaljobs.reports.caching import side_cache
+from evaljobs.reports.versions import comparison_notes, version_changes
 from evaljobs.reports._format import signed_money as _signed_money
 from evaljobs.reports.gate import Verdict
 from evaljobs.reports.rows import short_digest
@@ -239,17 +240,9 @@ class Comparison:
 
     @property
     def version_changes(self) -> list[tuple[str, list[str], list[str]]]:
-        """(model, versions in A, versions in B) for each model whose answering version changed: the
-        provider said another model version (or ``system_fingerprint``) answered in B than in A."""
-        found = []
-        for model in dict.fromkeys(c.model for c in self.changes):
-            sides = []
-            for pick in (lambda c: c.before, lambda c: c.after):
-                seen = [pick(c).answered_by for c in self.changes if c.model == model and pick(c)]
-                sides.append(list(dict.fromkeys(v for text in seen if text for v in text.split(", "))))
-            if sides[0] and sides[1] and set(sides[0]) != set(sides[1]):
-                found.append((model, sides[0], sides[1]))
-        return found
+        """(model, versions in A, versions in B) for each model whose answering version changed
+        (:func:`evaljobs.reports.versions.version_changes`)."""
+        return version_changes(self.changes)
 
     def of_kind(self, kind: str) -> list[PairChange]:
         return [c for c in self.changes if c.kind == kind]
@@ -388,24 +381,7 @@ def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = N
     changes = [PairChange(key, model, rows_a.get((key, model)), rows_b.get((key, model)))
                for key, model in sorted(set(rows_a) | set(rows_b), key=lambda p: (rank[p[0]], p[1]))]
     return Comparison(run_a=run_a, run_b=run_b, changes=changes, models=_model_deltas(changes, a, b),
-                      cache_a=_side_cache(a), cache_b=_side_cache(b))
-
-
-def _side_cache(side: Side) -> dict[str, Any] | None:
-    """A run's prompt-cache figures: its report's own, or :func:`cache_block` of its rows."""
-    if isinstance(side, Mapping):
-        return (side.get("summary") or {}).get("cache")
-    return cache_block(row if isinstance(row, Result) else _RowView(row) for row in side)
-
-
-class _RowView:
-    """A result dict read like a Result by :func:`cache_block` (missing figures are 0)."""
-
-    def __init__(self, row: Mapping[str, Any]) -> None:
-        self.row = row
-
-    def __getattr__(self, name: str) -> Any:
-        return self.row.get(name, None if name == "cache_saving" else 0)
+                      cache_a=side_cache(a), cache_b=side_cache(b))
 
 
 def _report_order(side: Side) -> list[str]:
@@ -572,13 +548,7 @@ def render_comparison(comparison: Comparison) -> str:
     out = [f"compare {c.run_a or 'A'} → {c.run_b or 'B'}: {c.headline()}",
            (f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta, c.cost_unknown)} "
             f"(common pairs)")]
-    for run, block in ((c.run_a or "A", c.cache_a), (c.run_b or "B", c.cache_b)):
-        if block:
-            out.append(f"{run}: {cache_note(block, lead='')}")
-    for model, was, now in c.version_changes:
-        out.append(f"model version changed: {model} answered as {', '.join(was)} in {c.run_a or 'A'}, "
-                   f"as {', '.join(now)} in {c.run_b or 'B'}")
-    out.append("")
+    out += [*comparison_notes(c.run_a or "A", c.run_b or "B", c.cache_a, c.cache_b, c.version_changes), ""]
     if c.models:
         # PASS is the pass rate of every other view (rows, each epoch one); over epochs SCEN says how many
         # scenarios reached their threshold, the second number, under its own name.
