@@ -274,3 +274,22 @@ def test_a_catalog_seed_is_sent_where_the_api_takes_one_and_noted_where_not(env,
     assert "seed" not in (rows["openai/gpt-4o-mini"].details.get("meta") or {})
     assert rows["anthropic/claude-3-5-haiku-20241022"].details["meta"]["seed"] == {
         "value": 42, "sent": False, "reason": "the Anthropic Messages API takes no seed"}
+
+
+def test_a_providers_file_sets_cache_prices_and_a_bad_one_is_one_line(tmp_path):
+    from evaljobs.catalog.modelspec import ModelSpecError
+
+    path = tmp_path / "providers.yaml"
+    head = "providers:\n  gw:\n    base_url: http://127.0.0.1:9/v1\n    prices:\n"
+    path.write_text(head + "      m: {input: 1.0, output: 2.0, cached_input: 0.1, cache_write: 1.25}\n"
+                    "      old: [1, 2]\n")
+    gw = load_providers(path).get("gw")
+    usage = Usage(1_000_000, 1_000_000, cache_read_tokens=500_000, cache_write_tokens=100_000)
+    assert gw.cost("m", usage) == pytest.approx(0.4 + 0.05 + 0.125 + 2.0)
+    assert gw.cost("old", usage) is None  # cached tokens, no cache price: unknown, not full or zero price
+    assert gw.cost("old", Usage(1_000_000, 0)) == pytest.approx(1.0)
+    path.write_text(head + "      m: {input: 1.0, output: 2.0, cached: 0.1}\n")
+    with pytest.raises(ModelSpecError) as info:
+        load_providers(path)
+    message = str(info.value)
+    assert "price for 'm'" in message and "'cached'" in message and "\n" not in message
