@@ -143,6 +143,10 @@ def test_every_entry_holds_exactly_what_round_gives(epochs):
             None,
             None,
             None,
+            0,
+            0,
+            0.0,
+            None,
             {},
         )
         for i, (score, cost) in enumerate(zip(SCORES, COSTS))
@@ -185,6 +189,10 @@ def test_epoch_statistics_hold_exactly_what_round_gives():
                     0,
                     None,
                     None,
+                    None,
+                    0,
+                    0,
+                    0.0,
                     None,
                     {},
                 )

@@ -108,6 +108,11 @@ def test_unknown_provider_with_config():
 # --------------------------------------------------------------------------- providers config
 
 
+def _io(price):
+    """A price's (input, output) per million tokens (the presets carry cache prices too)."""
+    return (price.input, price.output)
+
+
 def test_builtins():
     config = load_providers()
     assert config.source == "<built-in>"
@@ -116,8 +121,8 @@ def test_builtins():
     openai = config.get("openai")
     assert openai.base_url == "https://api.openai.com/v1"
     assert openai.api_key_env == "OPENAI_API_KEY"
-    assert openai.price("gpt-4o-mini") == (0.15, 0.60)
-    assert openai.price("gpt-4o") == (2.50, 10.00)
+    assert _io(openai.price("gpt-4o-mini")) == (0.15, 0.60)
+    assert _io(openai.price("gpt-4o")) == (2.50, 10.00)
     assert openai.price("some-unknown-model") is None
     assert openai.api == "openai" and openai.stream is True and openai.checked
     anthropic = config.get("anthropic")
@@ -132,7 +137,7 @@ def test_builtins():
     assert config.get("vllm").base_url == "http://127.0.0.1:8000/v1"
     sim = config.get("sim")
     assert sim.base_url is None  # start the simulated provider in-process
-    assert sim.price("anything") == (1.0, 2.0)
+    assert _io(sim.price("anything")) == (1.0, 2.0)
 
 
 def test_sim_url_from_env_is_read_at_call_time(monkeypatch):
@@ -161,16 +166,16 @@ def test_cost_computation():
     assert provider.cost("big", 1_000_000, 0) == pytest.approx(3.0)
     assert provider.cost("big", 2000, 1000) == pytest.approx(0.006 + 0.015)
     # Exact first, then the most specific pattern, then "*".
-    assert provider.price("big-2024") == (2.0, 10.0)
-    assert provider.price("big-mini-2024") == (0.5, 1.0)
-    assert provider.price("other") == (1.0, 1.0)
+    assert _io(provider.price("big-2024")) == (2.0, 10.0)
+    assert _io(provider.price("big-mini-2024")) == (0.5, 1.0)
+    assert _io(provider.price("other")) == (1.0, 1.0)
     # No price known: the cost is unknown (None), never $0 — except for a call that used no tokens.
     assert ProviderConfig(name="q", base_url=None).price("m") is None
     assert ProviderConfig(name="q", base_url=None).cost("m", 10**6, 10**6) is None
     assert ProviderConfig(name="q", base_url=None).cost("m", 0, 0) == 0.0
     assert load_providers().get("openai").cost("gpt-unreleased", 10, 10) is None
     # Dated snapshots of built-in models are priced.
-    assert load_providers().get("openai").price("gpt-4o-mini-2024-07-18") == (0.15, 0.60)
+    assert _io(load_providers().get("openai").price("gpt-4o-mini-2024-07-18")) == (0.15, 0.60)
     assert load_providers().get("sim").cost("x", 500_000, 250_000) == pytest.approx(1.0)
 
 
@@ -197,9 +202,9 @@ def test_file_overrides_and_extends(tmp_path, monkeypatch):
     assert openai.base_url == "http://proxy.internal:4000/v1"
     assert openai.api_key_env == "OPENAI_API_KEY"  # kept from the built-in
     assert openai.timeout == 30.0
-    assert openai.price("gpt-4o-mini") == (0.2, 0.8)  # overridden
-    assert openai.price("gpt-4o") == (2.50, 10.00)  # kept
-    assert openai.price("my-fine-tune") == (1.0, 2.0)  # added
+    assert _io(openai.price("gpt-4o-mini")) == (0.2, 0.8)  # overridden
+    assert _io(openai.price("gpt-4o")) == (2.50, 10.00)  # kept
+    assert _io(openai.price("my-fine-tune")) == (1.0, 2.0)  # added
     litellm = config.get("litellm")
     assert litellm == ProviderConfig(
         name="litellm", base_url="http://127.0.0.1:4000/v1", api_key_env="LITELLM_KEY",

@@ -45,6 +45,9 @@ class Script:
 
     def __init__(self, spec: dict):
         self.entries = spec["answers"]
+        #: Real model names (a config whose verdicts depend on the model's price: `cost`), answering
+        #: say[0], say[1]... in this order; both tools price their calls as the provider would bill them.
+        self.priced = list(spec.get("models") or [])
 
     def __call__(self, model: str, messages: list[dict]) -> str | None:
         text = _text(messages)
@@ -52,7 +55,7 @@ class Script:
             passes = {s.strip() for e in self.entries for s in [e["say"][0], *e.get("judge_passes", [])]}
             verdict = _judged(text).strip() in passes
             return json.dumps({"reason": "fixed verdict", "pass": verdict, "score": 1.0 if verdict else 0.0})
-        number = int(model.rsplit("a", 1)[-1]) - 1
+        number = self.priced.index(model) if model in self.priced else int(model.rsplit("a", 1)[-1]) - 1
         for entry in self.entries:
             if entry["when"] in text:
                 return entry["say"][min(number, len(entry["say"]) - 1)]
@@ -60,6 +63,8 @@ class Script:
 
     @property
     def models(self) -> list[str]:
+        if self.priced:
+            return self.priced
         return [f"a{n}" for n in range(1, max(len(e["say"]) for e in self.entries) + 1)]
 
 
@@ -100,11 +105,20 @@ def run_promptfoo(config: Path, models: list[str], url: str, tmp: Path) -> list[
     return json.loads(out.read_text())["results"]["results"]
 
 
-def run_evaljobs(config: Path, models: list[str], tmp: Path) -> tuple[list, list[list[str]]]:
-    with Session(db=f"sqlite:///{tmp / 'evaljobs.db'}") as session:
+def run_evaljobs(config: Path, models: list[str], tmp: Path, url: str | None = None,
+                 priced: bool = False) -> tuple[list, list[list[str]]]:
+    """``priced``: the models are OpenAI's own names, called as ``openai/MODEL`` at the openai preset's
+    published prices (its base URL pointed at ``url``), as promptfoo prices them from its own table."""
+    providers = None
+    if priced:
+        providers = tmp / "providers.yaml"
+        providers.write_text(f'providers:\n  openai: {{base_url: "{url}", api_key_env: null, '
+                             f'stream: false}}\n')
+    with Session(db=f"sqlite:///{tmp / 'evaljobs.db'}",
+                 providers=str(providers) if providers else None) as session:
         catalog = session.load(config, lenient=True)
-        run = session.submit(catalog, [f"sim/{m}" for m in models], strategy="sequential",
-                             judge_model="sim/judge")
+        run = session.submit(catalog, [f"{'openai' if priced else 'sim'}/{m}" for m in models],
+                             strategy="sequential", judge_model="sim/judge")
         results = session.results(run.id)
     # One group per prompt, its scenarios in the order of the tests: promptfoo's promptIdx and testIdx.
     groups = load_any(config, lenient=True).data["groups"]
@@ -128,7 +142,7 @@ def run_both(config: Path, script: Script, url: str, tmp: Path) -> tuple[int, in
     (``EVALJOBS_SIM_URL`` set to it): (verdicts compared, documented differences, disagreements,
     promptfoo's verdicts seen)."""
     theirs = run_promptfoo(config, script.models, url, tmp)
-    ours, groups = run_evaljobs(config, script.models, tmp)
+    ours, groups = run_evaljobs(config, script.models, tmp, url, priced=bool(script.priced))
     return (*compare(theirs, ours, groups, str(config.relative_to(DATA)) if config.is_relative_to(DATA) else
                      str(config)), {bool(row["success"]) for row in theirs})
 

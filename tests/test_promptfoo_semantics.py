@@ -218,7 +218,7 @@ def test_a_test_whose_every_assertion_was_refused_is_not_gradable(tmp_path):
     config = tmp_path / "promptfooconfig.yaml"
     config.write_text(
         "prompts: ['Say {{x}}']\ntests:\n  - vars: {x: hi}\n    assert:\n"
-        "      - type: similar\n        value: hello\n      - type: cost\n        threshold: 0.01\n"
+        "      - type: similar\n        value: hello\n      - type: moderation\n"
     )
     _, catalog = _catalog(config, lenient=True)
     result = grade(catalog.scenarios[0], Replay(answer="hello"))
@@ -258,3 +258,32 @@ def test_a_run_with_javascript_is_refused_before_creation_without_node(tmp_path,
     lines = junit.grade_lines(result)
     assert "failed gates: assertions" in lines
     assert "assertion failed: test #2: assertion #3 (contains-any): no match for /India/" in lines
+
+
+def test_cost_is_graded_with_the_price_of_the_call_as_promptfoo_grades_it(tmp_path):
+    """promptfoo's cost: pass when the call's cost is at most the threshold (not-cost: above it), score 1 or
+    0; its weight counts in a weighted test. An unknown price is not gradable (promptfoo errors), never $0;
+    a cost without a threshold is refused by name (promptfoo errors: 'must have a threshold')."""
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text(
+        "prompts: ['Say {{x}}']\ntests:\n"
+        "  - vars: {x: a}\n    assert:\n      - type: cost\n        threshold: 0.002\n"
+        "  - vars: {x: b}\n    assert:\n      - type: not-cost\n        threshold: 0.002\n"
+        "  - vars: {x: c}\n    threshold: 0.5\n    assert:\n      - type: cost\n        threshold: 0.002\n"
+        "        weight: 3\n      - type: contains\n        value: zzz\n"
+    )
+    _, catalog = _catalog(config)
+    cheap, costly, unknown = (Replay(answer="hi", cost=c) for c in (0.0019, 0.0021, None))
+    plain, negated, weighted = catalog.scenarios
+    assert grade(plain, cheap).status == PASSED and grade(plain, costly).status == FAILED
+    assert grade(negated, cheap).status == FAILED and grade(negated, costly).status == PASSED
+    assert grade(weighted, cheap).status == PASSED and grade(weighted, cheap).score == 0.75
+    assert grade(weighted, costly).status == FAILED
+    for scenario in catalog.scenarios:  # an unknown price cannot be compared with a threshold
+        result = grade(scenario, unknown)
+        assert (result.status, result.fault) == (ERRORED, "not_gradable")
+        assert "the price of the call is unknown" in str(result.details)
+    config.write_text("prompts: ['Say {{x}}']\ntests:\n  - vars: {x: a}\n    assert:\n      - type: cost\n")
+    with pytest.raises(CatalogError) as info:
+        _catalog(config)
+    assert "cost" in str(info.value) and "threshold" in str(info.value) and "\n" not in str(info.value)

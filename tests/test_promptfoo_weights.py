@@ -410,7 +410,7 @@ def test_a_native_weighted_list_is_validated_in_one_line_each(tmp_path):
         ),
         (
             "m.yaml:20: scenario 'c': expect.assertions[0].assertions[0] must be a mapping with 'kind' "
-            "(builtin, promptfoo, javascript, python, json_schema, refused, judge, latency, set), not "
+            "(builtin, promptfoo, javascript, python, json_schema, refused, judge, latency, set, cost), not "
             "{'kind': 'nope'}"
         ),
         "m.yaml:18: scenario 'c': expect.threshold must be a number from 0 to 1, not 2",

@@ -297,13 +297,17 @@ def test_every_readme_providers_example_loads_and_needs_only_its_key(env, tmp_pa
     readme = (ROOT / "docs" / "providers.md").read_text()  # moved from the README
     section = readme[readme.index("## Providers"):readme.index("## The simulated provider")]
     blocks = [block.split("```", 1)[0] for block in section.split("```yaml\n")[1:]]
-    assert len(blocks) == 5
+    assert len(blocks) == 6
+    monkeypatch.setenv("AZURE_KEY", "azure-doc-key-123")  # the example with its key in a header
     for number, block in enumerate(blocks):
         config = load_providers(providers_file(tmp_path, block))
         (name,) = [n for n in config.names if config.get(n).origin != "preset"]  # the file's one entry
         entry = config.get(name)
         model = next(iter(entry.prices))
         found = problems(config, [f"{name}/{model}"])
+        if "${AZURE_KEY}" in block:  # the header carries the credential: nothing else is needed
+            assert entry.header_credential == "api-key" and found == [], (number, found)
+            continue
         assert [line.split(": ", 1)[1] for line in found] == [
             f"provider '{name}' needs its API key in ${entry.api_key_env}, which is not set; export it, or "
             f"name another variable with api_key_env in {config.source}"

@@ -306,3 +306,58 @@ def test_every_wire_format_a_providers_file_may_name_has_a_module():
     from evaljobs.providers.wire import WIRE_FORMATS, wire_format
 
     assert {wire_format(name).name for name in WIRE_FORMATS} == set(WIRE_FORMATS)
+
+
+# -- credentials in headers: (issue 39) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic", "azure"])
+@pytest.mark.parametrize("header", ["api-key", "x-api-key", "authorization", "x-portkey-api-key"])
+def test_a_credential_in_headers_is_sent_on_every_wire_format(capture, wire, header):
+    """Azure's api-key (or a gateway's own header) used to be dropped on the OpenAI wire."""
+    base = capture.root + ("/openai/v1" if wire == "azure" else "/v1")
+    with ChatClient(base, headers={header: "Bearer hdr-secret-7" if header == "authorization"
+                                   else "hdr-secret-7"}, wire=wire) as client:
+        client.complete("m", [{"role": "user", "content": "x"}])
+    sent = only(capture)["headers"]
+    assert sent[header.lower()].endswith("hdr-secret-7")
+    # Next to a key variable, the header as written wins over the key's own auth header of that name.
+    capture.requests.clear()
+    with ChatClient(base, api_key=KEY, headers={header: "hdr-secret-7"}, wire=wire) as client:
+        client.complete("m", [{"role": "user", "content": "x"}])
+    assert only(capture)["headers"][header.lower()] == "hdr-secret-7"
+
+
+def test_azure_full_deployment_url_with_a_header_key_needs_no_azure_variable(capture, tmp_path, monkeypatch):
+    """`api-key: ${AZURE_KEY}` satisfies pre-flight; the full …/chat/completions?api-version URL works;
+    the key is scrubbed from what is printed when the provider echoes it."""
+    from click.testing import CliRunner
+
+    from evaljobs.cli import main
+    from evaljobs.providers.client import close_clients
+    from evaljobs.providers.preflight import problems
+
+    monkeypatch.delenv("AZURE_OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("AZURE_KEY", "azure-header-secret-99")
+    url = capture.root + "/openai/deployments/dep-1/chat/completions?api-version=2024-10-21"
+    path = tmp_path / "providers.yaml"
+    path.write_text(f'providers:\n  azure:\n    base_url: "{url}"\n'
+                    '    headers: {api-key: "${AZURE_KEY}"}\n')
+    providers = load_providers(path)
+    assert problems(providers, ["azure/dep-1"]) == []
+    try:
+        check = ["providers", "check", "--providers", str(path), "-m", "azure/dep-1"]
+        result = CliRunner().invoke(main, check, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        request = only(capture)
+        assert (request["path"], request["query"]) == ("/openai/deployments/dep-1/chat/completions",
+                                                       "api-version=2024-10-21")
+        assert request["headers"]["api-key"] == "azure-header-secret-99"
+        listed = CliRunner().invoke(main, ["providers", "list", "--providers", str(path)]).output
+        assert "header:api-key" in listed and "azure-header-secret-99" not in listed
+        capture.replies.append((401, {}, b'{"error": {"message": "bad key azure-header-secret-99"}}'))
+        failed = CliRunner().invoke(main, check, catch_exceptions=False)
+        assert failed.exit_code == 1 and "bad key ***" in failed.output
+        assert "azure-header-secret-99" not in failed.output
+    finally:
+        close_clients()

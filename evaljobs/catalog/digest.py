@@ -111,6 +111,7 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
         "judge_model": s.judge_model,
         # Only when set: catalogs without weights keep their digest.
         **({"weights": dict(s.weights)} if s.weights else {}),
+        **({"seed": s.seed} if s.seed is not None else {}),  # likewise: catalogs without a seed keep theirs
     }
 
 

@@ -65,7 +65,8 @@ def ideal_grader_problem(grader: object) -> str | None:
 #: (validated with jsonschema), ``refused`` (skipped at import under --lenient, with its reason: a
 #: scenario left with nothing else to grade is reported as not gradable), and, in a ``weighted`` list
 #: only, ``judge`` (one LLM-judge rubric), ``latency`` (``max_ms``) and ``set`` (a nested list with its
-#: own ``threshold``: promptfoo's assert-set).
+#: own ``threshold``: promptfoo's assert-set); ``cost`` (``max_usd``, ``negate``: the model's calls at the
+#: providers file's prices, promptfoo's cost assertion) in either.
 #: ``expect.diagnose``: ActiveAgent's readings of the answer's text that fail it besides its expectations
 #: (:mod:`evaljobs.evaluation.diagnosis`).
 DIAGNOSES = ("missing_capability", "ungrounded_answer")
@@ -79,6 +80,7 @@ ASSERTION_KINDS = (
     "judge",
     "latency",
     "set",
+    "cost",
 )
 
 
@@ -206,6 +208,9 @@ class Scenario:
     pass_threshold: float = DEFAULT_PASS_THRESHOLD
     #: ``((criterion, weight), ...)``: the score is the weighted mean (criteria not listed weigh 1).
     weights: tuple[tuple[str, float], ...] = ()
+    #: The provider's sampling ``seed`` (OpenAI-compatible APIs take one; Anthropic's has none, so it is
+    #: not sent there); None: none sent.
+    seed: int | None = None
     #: Where the scenario starts in its file; not part of its meaning (excluded from equality).
     line: int | None = field(default=None, compare=False)
     #: Canonical model spec for ``llm_judge``; ``None`` means "judge with the model under test".

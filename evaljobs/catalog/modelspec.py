@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from evaljobs.catalog.allowance import Allowance, entry_variables
+from evaljobs.catalog.pricing import Price, Usage, cache_saving, cost_of, parse_price
 from evaljobs.config import secret, settings
 from evaljobs.errors import UsageError, suggest
 
@@ -59,9 +60,9 @@ class ProviderConfig:
     name: str
     base_url: str | None
     api_key_env: str | None = None
-    #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` ->
-    #: (USD per million input tokens, USD per million output tokens).
-    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: model name, glob pattern (``gpt-4o-*``) or ``"*"`` -> its :class:`Price` (USD per million tokens of
+    #: input, output, and where known cache reads and cache writes).
+    prices: dict[str, Price] = field(default_factory=dict)
     #: The wire format (``openai``, ``anthropic``, ``azure``).
     api: str = "openai"
     #: Azure's ``api-version`` query parameter, or Anthropic's ``anthropic-version`` header.
@@ -84,47 +85,68 @@ class ProviderConfig:
     #: bulk lane, and ``--batch`` runs, do), ``off`` (only ``--batch`` runs do).
     batch: str = "off"
     #: Batch prices per model, like ``prices``; a model without one pays half its listed price.
-    batch_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    batch_prices: dict[str, Price] = field(default_factory=dict)
 
-    def batch_cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
-        """USD cost of one call through the batch API: its batch price, else half the listed price."""
-        own = (
-            ProviderConfig(self.name, None, prices=self.batch_prices).price(model)
-            if self.batch_prices
-            else None
-        )
+    def __post_init__(self) -> None:
+        # A price given as [input, output] (or any form a providers file takes) is read as a Price.
+        for name in ("prices", "batch_prices"):
+            given = getattr(self, name)
+            if any(not isinstance(value, Price) for value in given.values()):
+                read = {model: value if isinstance(value, Price) else parse_price(value)
+                        for model, value in given.items()}
+                object.__setattr__(self, name, read)
+
+    def batch_price(self, model: str) -> Price | None:
+        """The model's batch price (``batch_prices``), else half its listed price — cache prices too:
+        a batch discount composes with prompt caching."""
+        own = _lookup(self.batch_prices, model) if self.batch_prices else None
         if own is not None:
-            return (input_tokens * own[0] + output_tokens * own[1]) / 1_000_000
-        listed = self.cost(model, input_tokens, output_tokens)
-        return None if listed is None else listed / 2
+            return own
+        listed = self.price(model)
+        return None if listed is None else listed.halved()
 
-    def price(self, model: str) -> tuple[float, float] | None:
+    def price(self, model: str) -> Price | None:
         """Per-million-token prices: the exact model, else the longest matching pattern, else ``"*"``.
 
         Patterns let one entry cover dated snapshots (``gpt-4o-mini-2024-07-18``).
         None when nothing matches: an unknown price is not a price of zero.
         """
-        if model in self.prices:
-            return self.prices[model]
-        patterns = sorted((p for p in self.prices if p != "*" and any(c in p for c in "*?[")),
-                          key=len, reverse=True)
-        for pattern in patterns:
-            if fnmatch.fnmatchcase(model, pattern):
-                return self.prices[pattern]
-        return self.prices.get("*")
+        return _lookup(self.prices, model)
 
-    def cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
-        """USD cost of one call; None when the model's price is unknown (no tokens used: 0)."""
-        price = self.price(model)
-        if price is None:
-            return 0.0 if not (input_tokens or output_tokens) else None
-        price_in, price_out = price
-        return (input_tokens * price_in + output_tokens * price_out) / 1_000_000
+    def cost(self, model: str, usage: Usage | int, output_tokens: int = 0, *,
+             batch: bool = False) -> float | None:
+        """USD cost of ``usage`` (or of ``usage`` input and ``output_tokens`` output tokens, none cached) at
+        the batch price with ``batch``; None when a price it needs is unknown (no tokens used: 0). The one
+        definition of a call's cost: :func:`evaljobs.catalog.pricing.cost_of`."""
+        if not isinstance(usage, Usage):
+            usage = Usage(int(usage), int(output_tokens))
+        return cost_of(usage, self.batch_price(model) if batch else self.price(model))
+
+    def cache_saving(self, model: str, usage: Usage, *, batch: bool = False) -> float | None:
+        """What prompt caching saved on ``usage`` (:func:`~evaljobs.catalog.pricing.cache_saving`)."""
+        return cache_saving(usage, self.batch_price(model) if batch else self.price(model))
 
     @property
     def api_key(self) -> str | None:
         """The key from the environment variable the config names (``None`` if unset or keyless)."""
         return secret(self.api_key_env) if self.api_key_env else None
+
+    @property
+    def header_credential(self) -> str | None:
+        """The name of a ``headers:`` entry that carries the credential (then no key variable is needed)."""
+        return next((name for name in self.headers if is_credential_header(name)), None)
+
+
+#: Header names that carry a credential: the wire formats' own (``authorization``, Azure's ``api-key``,
+#: Anthropic's ``x-api-key``) and a gateway's by their usual endings (``x-portkey-api-key``,
+#: ``cf-aig-authorization``, ``x-gateway-token``).
+_CREDENTIAL_HEADER = re.compile(r"(?i)(?:.*[-_])?(?:authorization|api[-_]?key|access[-_]?key|secret|token)")
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether a ``headers:`` entry named ``name`` is a credential: sent in place of the key variable's
+    auth header, enough for pre-flight, and scrubbed like a key wherever it could be shown."""
+    return bool(_CREDENTIAL_HEADER.fullmatch(name.strip()))
 
 
 @dataclass(frozen=True)
@@ -414,18 +436,31 @@ def _prices(where: str, entry: dict[str, Any], key: str, inherited: dict[str, An
     raw = entry.get(key)
     if raw is not None:
         if not isinstance(raw, dict):
-            raise ModelSpecError(f"{where}: {key} must map model -> [input, output] USD per million tokens")
+            raise ModelSpecError(f"{where}: {key} must map model -> [input, output] USD per million tokens "
+                                 f"(or {{input, output, cached_input, cache_write}})")
         for model, pair in raw.items():
             prices[str(model)] = _price_pair(where, model, pair)
     return prices
 
 
-def _price_pair(where: str, model: Any, pair: Any) -> tuple[float, float]:
-    if (isinstance(pair, (list, tuple)) and len(pair) == 2
-            and all(_is_number(p) and p >= 0 for p in pair)):
-        return (float(pair[0]), float(pair[1]))
-    raise ModelSpecError(f"{where}: price for {_show(model)} must be [input, output] USD per million "
-                         f"tokens (two numbers >= 0), not {_show(pair)}")
+def _price_pair(where: str, model: Any, pair: Any) -> Price:
+    try:
+        return parse_price(pair)
+    except ValueError as exc:
+        raise ModelSpecError(f"{where}: price for {_show(model)} must be [input, output] USD per million "
+                             f"tokens or {{input, output, cached_input, cache_write}} ({exc}), "
+                             f"not {_show(pair)}") from None
+
+
+def _lookup(prices: dict[str, Price], model: str) -> Price | None:
+    """The exact model's price, else the longest matching pattern's, else ``"*"``'s, else None."""
+    if model in prices:
+        return prices[model]
+    patterns = sorted((p for p in prices if p != "*" and any(c in p for c in "*?[")), key=len, reverse=True)
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(model, pattern):
+            return prices[pattern]
+    return prices.get("*")
 
 
 def _expand(where: str, what: str, value: str) -> str:

@@ -52,6 +52,7 @@ _DESCRIPTIONS = {
     "groups": "Scenarios that share tags and defaults.",
     "system": "The system prompt.",
     "temperature": "Sampling temperature, 0 to 2.",
+    "seed": "The provider's sampling seed (sent to OpenAI-compatible APIs; the Anthropic API has none).",
     "max_turns": "Most model turns per conversation (tool calls take turns).",
     "criteria": "The criteria to grade (default: every criterion that applies).",
     "pass_threshold": "The score (0 to 1, the mean of the criteria) a result needs to pass.",
@@ -84,7 +85,8 @@ _DESCRIPTIONS = {
     "ideal_grader": "How `ideal` answers are compared.",
     "reference": "The LLM judge's reference answer (needs `judge`).",
     "assertions": (
-        "Imported assertions (builtin, javascript, python, json_schema; judge, latency, set when weighted)."
+        "Imported assertions (builtin, javascript, python, json_schema, cost; judge, latency, set when "
+        "weighted)."
     ),
     "weighted": (
         "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score)."
@@ -145,6 +147,7 @@ def catalog_schema() -> dict[str, Any]:
     setting_types: dict[str, Any] = {
         "system": _with_null(string),
         "temperature": _with_null({"type": "number", "minimum": 0, "maximum": 2}),
+        "seed": _with_null({"type": "integer", "minimum": 0, "maximum": 2**63 - 1}),
         "max_turns": _with_null({"type": "integer", "minimum": 1, "maximum": _MAX_INT}),
         "criteria": _with_null(
             {

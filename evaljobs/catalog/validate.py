@@ -128,7 +128,7 @@ def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
 
 _CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")
 _SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
-                 "max_latency_ms", "token_budget", "weights")
+                 "max_latency_ms", "token_budget", "weights", "seed")
 _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
 _SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
@@ -141,7 +141,7 @@ _MESSAGE_KEYS = ("role", "content", "name")
 _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
                                   "criteria": None, "pass_threshold": DEFAULT_PASS_THRESHOLD,
                                   "judge_model": None, "max_latency_ms": None, "token_budget": None,
-                                  "weights": None}
+                                  "weights": None, "seed": None}
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
 
@@ -195,6 +195,13 @@ def _check_temperature(name: str, value: Any) -> float:
     if not _is_number(value) or not (0 <= value <= 2):
         raise _Bad(f"{name} must be a number from 0 to 2, not {show(value)}")
     return float(value)
+
+
+def _check_seed(name: str, value: Any) -> int:
+    if not _is_int(value) or not (0 <= value < 2**63):
+        raise _Bad(f"{name} must be an integer from 0 to 2^63-1 (the provider's sampling seed), "
+                   f"not {show(value)}")
+    return value
 
 
 def _check_max_turns(name: str, value: Any) -> int:
@@ -253,6 +260,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "system": _check_system, "temperature": _check_temperature, "max_turns": _check_max_turns,
     "criteria": _check_criteria, "pass_threshold": _check_threshold,
     "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int, "weights": _check_weights,
+    "seed": _check_seed,
 }
 
 
@@ -430,7 +438,7 @@ class _Context:
             tools=tools, expect=expect, tags=tuple(sorted(set(group_tags) | set(tags))), notes=notes or "",
             group=group or None, temperature=effective["temperature"], max_turns=effective["max_turns"],
             criteria=effective["criteria"], pass_threshold=effective["pass_threshold"],
-            weights=effective["weights"] or (),
+            weights=effective["weights"] or (), seed=effective["seed"],
             line=self.line(path), judge_model=effective["judge_model"]))
 
     def conversation(self, path: tuple, where: str, raw: dict,
@@ -827,6 +835,12 @@ class _Context:
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
                 self.add(path + (i, "weight"), where, f"{what}[{i}].weight must be a number >= 0, "
                                                       f"not {show(weight)}")
+                continue
+            limit = item.get("max_usd")
+            if item["kind"] == "cost" and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                           or not limit >= 0):
+                self.add(path + (i, "max_usd"), where, f"{what}[{i}].max_usd must be a number of USD >= 0 "
+                                                       f"(the most the call may cost), not {show(limit)}")
                 continue
             if item["kind"] == "set":  # a nested list: its entries follow the same rules
                 self.assertions(path + (i, "assertions"), where, item.get("assertions") or [],

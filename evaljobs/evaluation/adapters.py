@@ -21,6 +21,7 @@ from evaljobs import config as settings_module
 from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
+from evaljobs.catalog.pricing import Usage
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.transcript import turn_entry
@@ -139,8 +140,16 @@ class ConversationAdapter:
         messages.extend(dict(m) for m in scenario.messages)
         tools = [t.schema() for t in scenario.tools] or None
         replay = Replay(messages=messages)
+        extra = None
+        if scenario.seed is not None:
+            if config.api == "anthropic":  # the Messages API has no seed (an unknown field is a 400): noted
+                replay.meta["seed"] = {"value": scenario.seed, "sent": False,
+                                       "reason": "the Anthropic Messages API takes no seed"}
+            else:
+                extra = {"seed": scenario.seed}
         started = time.perf_counter()
-        cached_turns = paid_input = paid_output = batch_input = batch_output = 0
+        cached_turns = 0
+        paid, batched = Usage(), Usage()  # what the provider billed, one by one and through its batch API
         keep_content = settings_module.settings().store_transcripts
         secrets = [config.api_key, *config.headers.values()] if keep_content else []
         for turn in range(scenario.max_turns):
@@ -152,7 +161,8 @@ class ConversationAdapter:
                     raise DeadlineExceeded(f"ran out of time after {turn} turns")
             try:
                 completion = client.complete(model.model, messages, first=turn == 0, tools=tools,
-                                             temperature=scenario.temperature, timeout=remaining)
+                                             temperature=scenario.temperature, timeout=remaining,
+                                             **({"extra": extra} if extra else {}))
             except TransientError:
                 if deadline is not None and time.monotonic() >= deadline - 0.01:
                     raise DeadlineExceeded(f"a provider call was still running at turn {turn + 1}") from None
@@ -161,16 +171,14 @@ class ConversationAdapter:
             entry = turn_entry(turn + 1, (sent - started) * 1000.0, completion, keep_content=keep_content,
                                secrets=secrets)
             replay.timeline.append(entry)
-            replay.input_tokens += completion.input_tokens
-            replay.output_tokens += completion.output_tokens
+            replay.add_usage(completion.usage)
+            replay.note_answered_by(completion.model, getattr(completion, "system_fingerprint", None))
             if getattr(completion, "cached", False):
                 cached_turns += 1
             elif getattr(completion, "batched", False):  # a provider batch answered it: the batch price
-                batch_input += completion.input_tokens
-                batch_output += completion.output_tokens
+                batched += completion.usage
             else:
-                paid_input += completion.input_tokens
-                paid_output += completion.output_tokens
+                paid += completion.usage
                 replay.latency_ms = (replay.latency_ms or 0.0) + completion.latency_ms
                 if replay.ttft_ms is None and turn == 0:
                     replay.ttft_ms = completion.ttft_ms
@@ -195,15 +203,19 @@ class ConversationAdapter:
             replay.error = f"conversation did not finish within max_turns={scenario.max_turns}"
         replay.duration_ms = (time.perf_counter() - started) * 1000.0
         replay.cached = replay.turns > 0 and cached_turns == replay.turns
-        # Only the turns a provider answered cost money; answers from the cache are free.
-        # None (unknown) when the provider's price table has no entry for the model.
-        replay.cost = config.cost(model.model, paid_input, paid_output)
-        if batch_input or batch_output:
-            batch_cost = config.batch_cost(model.model, batch_input, batch_output)
+        # Only the turns a provider answered cost money; answers from the cache are free. Each kind of
+        # token at its own price (prompt-cache reads and writes too); None (unknown) when a price it
+        # needs is not in the provider's table.
+        replay.cost = config.cost(model.model, paid)
+        replay.cache_saving = config.cache_saving(model.model, paid)
+        if batched.any:
+            batch_cost = config.cost(model.model, batched, batch=True)
             replay.cost = None if replay.cost is None or batch_cost is None else replay.cost + batch_cost
+            saving = config.cache_saving(model.model, batched, batch=True)
+            replay.cache_saving = None if replay.cache_saving is None or saving is None \
+                else replay.cache_saving + saving
             # What the same turns cost one by one: reports show the saving against it.
-            replay.meta["batch"] = {"interactive_cost": config.cost(model.model, paid_input + batch_input,
-                                                                    paid_output + batch_output)}
+            replay.meta["batch"] = {"interactive_cost": config.cost(model.model, paid + batched)}
         return replay
 
 

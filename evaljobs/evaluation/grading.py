@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from evaljobs.catalog import Scenario, patterns
 from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.evaluation.cost_check import cost_check
 from evaljobs.evaluation.reference import reference_matches
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
@@ -236,13 +237,17 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
         details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
         return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
     if runnable and applies("assertions"):
-        if assertions is None:
+        if assertions is None and any(a.get("kind") != "cost" for a in runnable):
             details["not_gradable"] = ["no assertion runner in this process"]
             return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
         outcomes = []
         for item in runnable:
             try:
-                passed, value, reason = assertions(item, answer, scenario)
+                if item.get("kind") == "cost":  # the call's price, not the answer: graded on the replay
+                    passed, value, reason = cost_check(item, replay)
+                else:
+                    assert assertions is not None
+                    passed, value, reason = assertions(item, answer, scenario)
             except AssertionRefused as exc:
                 details["not_gradable"] = [str(exc)]
                 return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
@@ -421,6 +426,12 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
                 f"{replay.duration_ms} ms (max {entry['max_ms']})",
                 None if passed else "too_slow",
             )
+        if kind == "cost":
+            try:
+                passed, value, reason = cost_check(entry, replay)
+            except AssertionRefused as exc:
+                raise _NoVerdict("not_gradable", str(exc)) from None
+            return Outcome(label, passed, value, reason, None if passed else "assertion_failed")
         if kind == "judge":
             if judge is None:
                 raise _NoVerdict("not_gradable", f"{label}: no LLM judge in this process")

@@ -162,8 +162,8 @@ class ProviderJudge:
             tokens_out += completion.output_tokens
             if not getattr(completion, "cached", False):  # an answer from the cache costs nothing
                 entry = self.providers.get(judge_model.provider)  # batched (--batch-judge): the batch price
-                call = (entry.batch_cost if getattr(completion, "batched", False) else entry.cost)(
-                    judge_model.model, completion.input_tokens, completion.output_tokens)
+                call = entry.cost(judge_model.model, completion.usage,
+                                  batch=bool(getattr(completion, "batched", False)))
                 cost = None if cost is None or call is None else cost + call
             raw = completion.content or ""
             parsed = parse_judge_verdict(raw)

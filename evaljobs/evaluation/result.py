@@ -46,6 +46,16 @@ class Result:
     #: before it was kept (its run's snapshot still tells it). ``compare`` reads it: a pair whose scenario
     #: changed between two runs is "changed", never a regression or a fix.
     scenario_digest: str | None = None
+    #: Parts of ``input_tokens`` read from / written to the provider's prompt cache (priced apart).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    #: Part of ``output_tokens`` spent reasoning, where the provider reported it (None: not reported).
+    reasoning_tokens: int | None = None
+    #: USD prompt caching saved (its cost without caching minus ``cost``); None when a price is unknown.
+    cache_saving: float | None = 0.0
+    #: The model version(s) the provider said answered (``model`` in the response, OpenAI's
+    #: ``system_fingerprint`` in parentheses), comma-separated; None when it did not say.
+    answered_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

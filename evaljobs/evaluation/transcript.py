@@ -60,6 +60,11 @@ def turn_entry(turn: int, at_ms: float, completion: Any, *, keep_content: bool,
         "tools": []}
     if completion.ttft_ms is not None:
         entry["ttft_ms"] = round(float(completion.ttft_ms), 1)
+    for part in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+        if getattr(completion, part, None):  # the prompt cache's part of the input, reasoning's of the output
+            entry[part] = getattr(completion, part)
+    if getattr(completion, "model", None):  # the model version the provider says answered
+        entry["model"] = completion.model
     if keep_content:
         secrets = list(secrets)
         entry["request"] = encode(getattr(completion, "request_body", None), secrets)

@@ -123,7 +123,9 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
         saved = int(earlier.get("calls") or provider_calls(result))
         details = {**(result.details or {}), "reused": {"run": origin, "calls": saved,
                                                         "cost": earlier.get("cost", result.cost)}}
-        copy = replace(result, reused_from=origin, cost=0.0, cached=False, details=details)
+        # No call is made for a copy: it costs nothing, and no prompt cache saved anything on it.
+        copy = replace(result, reused_from=origin, cost=0.0, cached=False, details=details,
+                       cache_read_tokens=0, cache_write_tokens=0, cache_saving=0.0)
         if store.record_result(run_id, copy).inserted:
             copied += 1
             calls += saved

@@ -163,6 +163,8 @@ def _encode(completion: Completion) -> str:
         "raw_message": completion.raw_message,
         "model": completion.model,
         "latency_ms": completion.latency_ms,
+        # a batch's answers travel in this encoding too: what the provider billed comes with them
+        **{name: value for name in _USAGE_PARTS if (value := getattr(completion, name))},
     }, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -178,7 +180,13 @@ def _decode(text: str, latency_ms: float) -> CachedCompletion:
         raw_message=data["raw_message"],
         headers={},
         model=data.get("model"),
+        **{name: data[name] for name in _USAGE_PARTS if name in data},
     )
+
+
+#: The parts of a completion's usage, and who answered, that the encoding keeps when present.
+_USAGE_PARTS = ("cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens", "reasoning_tokens",
+                "system_fingerprint")
 
 
 class CachingClient:

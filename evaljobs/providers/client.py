@@ -22,6 +22,7 @@ import urllib.request
 from typing import Any, Iterator, Mapping
 
 from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
+from evaljobs.catalog.modelspec import is_credential_header
 from evaljobs.config import secret
 from evaljobs.redact import redact_text, register_secret
 from evaljobs.providers import attempts, deadline
@@ -93,7 +94,12 @@ class ChatClient:
         self._headers = httpx.Headers({"accept": "application/json", "accept-encoding": "gzip, deflate",
                                       "connection": "keep-alive", "user-agent": "evaljobs"})
         self._headers.update(self._wire.static_headers(api_version))
-        self._headers.update({k.lower(): v for k, v in (headers or {}).items()})
+        #: The providers file's ``headers:``, sent on every wire format and laid over the key's own
+        #: auth header: ``api-key: ${AZURE_KEY}`` or a gateway's header is the credential as written.
+        self._configured = {k.lower(): v for k, v in (headers or {}).items()}
+        for name, value in self._configured.items():
+            if is_credential_header(name):
+                register_secret(value)  # a literal one too: scrubbed from every error and transcript
         self._api_key: str | None = None
         self.set_api_key(api_key)
         self._transport = transport
@@ -152,6 +158,7 @@ class ChatClient:
             headers.pop(name, None)
         if api_key:
             headers.update(self._wire.auth_headers(api_key))
+        headers.update(self._configured)
         self._api_key = api_key or None
         self._headers = headers
 
@@ -481,7 +488,8 @@ def get_client(base_url: str, api_key_env: str | None = None, timeout: float = D
     api_key = None
     if api_key_env:
         api_key = secret(api_key_env)
-        if not api_key:
+        # A credential in ``headers:`` (Azure's api-key, a gateway's own header) stands in for the key.
+        if not api_key and not any(is_credential_header(name) for name in headers or {}):
             raise PermanentError(f"environment variable {api_key_env} is not set; export it with the API key "
                                  f"for {base_url}")
     cache_key = (base_url.rstrip("/"), api_key_env, float(timeout), tuple(sorted((headers or {}).items())),

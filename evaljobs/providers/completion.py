@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaljobs.catalog.pricing import Usage
+
 
 @dataclass
 class RequestedToolCall:
@@ -43,3 +45,19 @@ class Completion:
     #: into one body. None for an answer from the response cache.
     request_body: Any = field(default=None, repr=False)
     response_body: Any = field(default=None, repr=False)
+    #: Parts of ``input_tokens`` read from / written to the provider's prompt cache (priced apart), and of
+    #: the writes those at Anthropic's 1-hour duration.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    #: Part of ``output_tokens`` spent reasoning, where the provider says (None: not reported).
+    reasoning_tokens: int | None = None
+    #: OpenAI's ``system_fingerprint``: the backend configuration that answered (with ``model``, the
+    #: version that answered, recorded per pair).
+    system_fingerprint: str | None = None
+
+    @property
+    def usage(self) -> Usage:
+        """The call's tokens as the provider bills them."""
+        return Usage(self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens,
+                     self.cache_write_1h_tokens, self.reasoning_tokens)

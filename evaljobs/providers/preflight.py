@@ -118,7 +118,7 @@ def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None 
             if needs_api_version(base_url) and not config.api_version:
                 out.append(f"{where} is a classic Azure deployment URL without an api-version; set "
                            f"api_version (e.g. \"2024-10-21\") {fix}, or use the v1 endpoint …/openai/v1")
-    if config.api_key_env and not environ.get(config.api_key_env):
+    if config.api_key_env and not environ.get(config.api_key_env) and not config.header_credential:
         out.append(f"{where} needs its API key in ${config.api_key_env}, which is not set; export it, "
                    f"or name another variable with api_key_env {fix}")
     return out
@@ -131,6 +131,8 @@ def describe(providers: ProvidersConfig) -> list[dict]:
     for name in providers.names:
         entry = providers.get(name)
         key = "-" if not entry.api_key_env else ("set" if secret(entry.api_key_env) else "missing")
+        if key != "set" and entry.header_credential:
+            key = f"header:{entry.header_credential}"  # the credential is sent as that header
         rows.append({
             "name": name,
             "api": entry.api,

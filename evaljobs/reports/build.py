@@ -23,6 +23,7 @@ from evaljobs.reports._format import (
     self_judge_note as _self_judge_note,
     signed_money as _signed_money,
 )
+from evaljobs.reports.caching import cache_block, cache_note
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow, short_digest
@@ -113,6 +114,11 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         digest = getattr(r, "scenario_digest", None)
         if digest:  # what `compare` tells a changed scenario by (rows stored before schema 5 have none)
             entry["scenario_digest"] = short_digest(digest)
+        if r.answered_by:  # the model version the provider said answered (compare notes a change)
+            entry["answered_by"] = r.answered_by
+        if r.cache_read_tokens or r.cache_write_tokens:  # only then: reports without caching keep their shape
+            entry.update(cache_read_tokens=r.cache_read_tokens, cache_write_tokens=r.cache_write_tokens,
+                         cache_saving=r.cache_saving)
         if r.details:
             entry.update(judge_entry(r.details))
         add(entry)
@@ -199,6 +205,9 @@ def _summary(run: dict[str, Any], results: list[Any], per_model: list[dict[str, 
     batched = _batch_summary(results)
     if batched:  # a batch run: only then, so other reports keep their shape
         extra["batch"] = batched
+    cache = cache_block(results)
+    if cache:  # the provider's prompt cache was used: only then, so other reports keep their shape
+        extra["cache"] = cache
     costs = [r.cost for r in results]
     known = [c for c in costs if c is not None]
     return {**extra,
@@ -257,7 +266,8 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
     latencies = sorted([r.latency_ms for r in results if r.latency_ms is not None])
     costs = [r.cost for r in results]
     known = [c for c in costs if c is not None]
-    return {
+    cache = cache_block(results)
+    return {**({"cache": cache} if cache else {}),
         "model": model,
         "scenarios": len(results),
         "passed": passed,
@@ -374,7 +384,7 @@ def _markdown_head(report: dict[str, Any]) -> list[str]:
         f"{summary['results']}/{summary['expected']} pairs · {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['errored']} errored{_cached(report)} · "
         f"{_cost_line(summary, summary['results'])}{_excluded_note(run)}"
-        f"{_reused_note(summary)}{_batch_note(summary)}",
+        f"{_reused_note(summary)}{_batch_note(summary)}{cache_note(summary.get('cache'))}",
         "",
         "| Rank | Model | Pass rate | Passed | Failed | Errored | Mean score | p50 ms | p95 ms "
         "| TTFT p50/p95 ms | Latency p50/p95 ms | Cost |",
@@ -505,7 +515,8 @@ def render_table(report: dict[str, Any]) -> str:
     out = [f"{run.get('catalog_name') or '?'}  run {run.get('id')}  "
            f"{summary['results']}/{summary['expected']} pairs  "
            f"{_pct(summary['pass_rate'])} passed  {_cost_line(summary, summary['results'])}"
-           f"{_excluded_note(run)}{_reused_note(summary)}{_batch_note(summary)}",
+           f"{_excluded_note(run)}{_reused_note(summary)}{_batch_note(summary)}"
+           f"{cache_note(summary.get('cache'))}",
            line(header), *(line(row) for row in rows), *_epoch_table(report)]
     failures = _failures(report)
     if failures:

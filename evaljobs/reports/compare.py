@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 from evaljobs.reports._format import known_sum
+from evaljobs.reports.caching import side_cache
+from evaljobs.reports.versions import comparison_notes, version_changes
 from evaljobs.reports._format import signed_money as _signed_money
 from evaljobs.reports.gate import Verdict
 from evaljobs.reports.rows import short_digest
@@ -68,6 +70,8 @@ class Outcome:
     failures: int = 0
     #: The short digest of the scenario the pair was graded against (None: not known).
     digest: str | None = None
+    #: The model version(s) the provider said answered (None: not recorded).
+    answered_by: str | None = None
 
     @property
     def flaky(self) -> bool:
@@ -230,6 +234,15 @@ class Comparison:
     run_b: str | None
     changes: list[PairChange] = field(default_factory=list)  # every pair of either run, sorted
     models: list[ModelDelta] = field(default_factory=list)
+    #: Each run's prompt-cache figures (:func:`~evaljobs.reports.caching.cache_block`; None: no caching).
+    cache_a: dict[str, Any] | None = None
+    cache_b: dict[str, Any] | None = None
+
+    @property
+    def version_changes(self) -> list[tuple[str, list[str], list[str]]]:
+        """(model, versions in A, versions in B) for each model whose answering version changed
+        (:func:`evaljobs.reports.versions.version_changes`)."""
+        return version_changes(self.changes)
 
     def of_kind(self, kind: str) -> list[PairChange]:
         return [c for c in self.changes if c.kind == kind]
@@ -335,6 +348,11 @@ class Comparison:
             "only_a": [list(c.pair) for c in self.only_a],
             "only_b": [list(c.pair) for c in self.only_b],
         }
+        if self.cache_a or self.cache_b:  # only then: comparisons without prompt caching keep their shape
+            data["summary"]["cache_a"], data["summary"]["cache_b"] = self.cache_a, self.cache_b
+        versions = self.version_changes
+        if versions:
+            data["model_versions"] = [{"model": m, "a": a, "b": b} for m, a, b in versions]
         if self.flaky:  # only then: comparisons without epochs keep their shape
             data["summary"]["flaky"] = len(self.flaky)
             data["flaky"] = [c.to_dict() for c in self.flaky]
@@ -362,7 +380,8 @@ def compare(a: Side, b: Side, *, run_a: str | None = None, run_b: str | None = N
     rank = {key: i for i, key in enumerate(dict.fromkeys(listed))}
     changes = [PairChange(key, model, rows_a.get((key, model)), rows_b.get((key, model)))
                for key, model in sorted(set(rows_a) | set(rows_b), key=lambda p: (rank[p[0]], p[1]))]
-    return Comparison(run_a=run_a, run_b=run_b, changes=changes, models=_model_deltas(changes, a, b))
+    return Comparison(run_a=run_a, run_b=run_b, changes=changes, models=_model_deltas(changes, a, b),
+                      cache_a=side_cache(a), cache_b=side_cache(b))
 
 
 def _report_order(side: Side) -> list[str]:
@@ -420,9 +439,11 @@ def _over_epochs(found: list[Outcome], threshold: float | None = None) -> Outcom
               else PASSED if scenario_passes(passes, len(found), threshold) else FAILED)
     costs = [o.cost for o in found]
     faults = [o.fault for o in found if o.fault]
+    versions = ", ".join(dict.fromkeys(v for o in found if o.answered_by for v in o.answered_by.split(", ")))
     return Outcome(status, round(sum(o.score for o in found) / len(found), 4),
                    None if None in costs else round(sum(costs), 6), faults[0] if faults else None,  # type: ignore[arg-type]
-                   passes=passes, trials=len(found), failures=failures, digest=found[0].digest)
+                   passes=passes, trials=len(found), failures=failures, digest=found[0].digest,
+                   answered_by=versions or None)
 
 
 def _digest(own: str | None, key: str, digests: Digests | None) -> str | None:
@@ -436,7 +457,7 @@ def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple
             key, model = row.scenario_key, row.model
             outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault,
                               passes=int(row.status == PASSED), failures=int(row.status == FAILED),
-                              digest=_digest(row.scenario_digest, key, digests))
+                              digest=_digest(row.scenario_digest, key, digests), answered_by=row.answered_by)
         else:
             key, model = row["scenario_key"], row["model"]
             outcome = Outcome(
@@ -447,6 +468,7 @@ def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple
                 passes=int(row["status"] == PASSED),
                 failures=int(row["status"] == FAILED),
                 digest=_digest(row.get("scenario_digest"), key, digests),
+                answered_by=row.get("answered_by"),
             )
         if outcome.status not in (PASSED, FAILED, ERRORED):
             raise ValueError(f"result {key} × {model} has unknown status {outcome.status!r}")
@@ -525,7 +547,8 @@ def render_comparison(comparison: Comparison) -> str:
     c = comparison
     out = [f"compare {c.run_a or 'A'} → {c.run_b or 'B'}: {c.headline()}",
            (f"mean score {_signed(c.mean_score_delta)}, cost {_signed_money(c.cost_delta, c.cost_unknown)} "
-            f"(common pairs)"), ""]
+            f"(common pairs)")]
+    out += [*comparison_notes(c.run_a or "A", c.run_b or "B", c.cache_a, c.cache_b, c.version_changes), ""]
     if c.models:
         # PASS is the pass rate of every other view (rows, each epoch one); over epochs SCEN says how many
         # scenarios reached their threshold, the second number, under its own name.

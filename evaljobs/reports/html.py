@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from evaljobs.reports._html_assets import SCRIPT as _SCRIPT, STYLE as _STYLE
+from evaljobs.reports.caching import cache_note
 from evaljobs.reports._format import (
     cost_line as _cost_line,
     ms_pair as _ms_pair,
@@ -215,6 +216,8 @@ def _header(report: dict[str, Any]) -> list[str]:
                   f"{s['errored']} errored ({_pct(s['pass_rate'])})" + _cached_note(report)),
         ("Cost", _cost_line(s, s["results"])),
     ]
+    if s.get("cache"):
+        facts.append(("Prompt cache", cache_note(s["cache"], lead="")))
     if run.get("self_judge"):
         facts.append(
             ("Self-judged", ", ".join(run["self_judge"]) + " judged its own answers (--allow-self-judge)")

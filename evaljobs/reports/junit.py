@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from evaljobs.evaluation.result import ERRORED, FAILED, Result
 from evaljobs.reports._format import cost_line, pct
+from evaljobs.reports.caching import cache_note
 from evaljobs.reports.judged import decided
 from evaljobs.reports.variance import pair_line
 
@@ -135,6 +136,12 @@ def _cost(report: dict[str, Any], model: str) -> str | None:
     return cost_line(block, block["scenarios"]) if block else None
 
 
+def _cache(report: dict[str, Any], model: str) -> str | None:
+    """The model's prompt-cache tokens and saving as every report says them; None without caching."""
+    block = next((m for m in report["models"] if m["model"] == model), None)
+    return cache_note(block.get("cache"), lead="") or None if block else None
+
+
 def _pass_rate(report: dict[str, Any], model: str) -> str | None:
     """The model's pass rate, the one every view shows (the test cases count scenarios, and with epochs a
     scenario passes on its epoch pass rate: tests - failures is "scenarios passed", another number)."""
@@ -165,6 +172,7 @@ def _suite_props(report: dict[str, Any], catalog: str, model: str) -> list[tuple
         ("strategy", run.get("strategy")),
         ("pass_rate", _pass_rate(report, model)),
         ("cost", _cost(report, model)),
+        ("prompt_cache", _cache(report, model)),
         ("self_judge", _self_judge(run)),
     ]
 

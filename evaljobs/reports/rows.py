@@ -29,6 +29,10 @@ class ReportRow(NamedTuple):
     ttft_ms: float | None
     latency_ms: float | None
     reused_from: str | None
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cache_saving: float | None
+    answered_by: str | None
     scores: dict[str, float]
     details: dict[str, Any] | None = None
     #: The digest of the scenario the pair was graded against (None: stored before it was kept).

@@ -71,6 +71,10 @@ class Cell(NamedTuple):
     ttft_ms: float | None = None  # time to first token of the pair's first call, where recorded
     epoch: int = 0  # which of the run's epochs (--epochs N) this row is
     scenario_digest: str | None = None  # the scenario it was graded against (None: stored before schema 5)
+    cache_read_tokens: int = 0  # the parts of input_tokens the provider's prompt cache read and wrote
+    cache_write_tokens: int = 0
+    cache_saving: float | None = 0.0  # what the cache saved; None: a cache price is unknown
+    answered_by: str | None = None  # the model version the provider said answered
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,8 @@ def _cells_sql(where: str) -> str:
     return (
         f"SELECT id, scenario_key, model, status, fault, score, cost, duration_ms, input_tokens, "
         f"output_tokens, cached, COALESCE(substr(output, 1, {PREVIEW_CHARS}), ''), "
-        f"substr(error, 1, {PREVIEW_CHARS}), ttft_ms, epoch, scenario_digest FROM result WHERE {where}"
+        f"substr(error, 1, {PREVIEW_CHARS}), ttft_ms, epoch, scenario_digest, cache_read_tokens, "
+        f"cache_write_tokens, cache_saving, answered_by FROM result WHERE {where}"
     )
 
 

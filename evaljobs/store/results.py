@@ -343,6 +343,11 @@ def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_dig
         epoch=int(result.epoch),
         reused_from=result.reused_from,
         scenario_digest=result.scenario_digest or scenario_digest_in(catalog_digest, result.scenario_key),
+        cache_read_tokens=int(result.cache_read_tokens or 0),
+        cache_write_tokens=int(result.cache_write_tokens or 0),
+        reasoning_tokens=None if result.reasoning_tokens is None else int(result.reasoning_tokens),
+        cache_saving=_float_or_none(result.cache_saving),
+        answered_by=redact_text(result.answered_by)[:500] if result.answered_by else None,
     )
     return inserted.rowcount == 1
 
@@ -372,7 +377,10 @@ def _to_result(row: ResultRow) -> Result:
                   input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost,
                   attempts=row.attempts, error=row.error, details=_loads(row.details),
                   cached=bool(row.cached), ttft_ms=row.ttft_ms, latency_ms=row.latency_ms, epoch=row.epoch,
-                  reused_from=row.reused_from, scenario_digest=row.scenario_digest)
+                  reused_from=row.reused_from, scenario_digest=row.scenario_digest,
+                  cache_read_tokens=row.cache_read_tokens or 0,
+                  cache_write_tokens=row.cache_write_tokens or 0, reasoning_tokens=row.reasoning_tokens,
+                  cache_saving=row.cache_saving, answered_by=row.answered_by)
 
 
 @_reconnecting

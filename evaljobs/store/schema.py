@@ -30,14 +30,16 @@ from peewee import (
 
 from evaljobs.store.errors import StoreError, redact
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: What each schema version added (recorded in ``schema_version.description``).
 _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
                    3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms",
                    4: "epochs: run.epochs, result.epoch; one row per (run, scenario, model, epoch); "
                       "result.reused_from (--reuse)",
                    5: "result.scenario_digest (compare: a changed scenario is no regression); "
-                      "run.scenario_order (reports list scenarios as the catalog does)"}
+                      "run.scenario_order (reports list scenarios as the catalog does)",
+                   6: "result.cache_read_tokens, cache_write_tokens, reasoning_tokens, cache_saving "
+                      "(prompt caching priced apart), result.answered_by (the model version that answered)"}
 #: The unique index of schema versions 1-3 (one row per (run, scenario, model)); version 4 replaces it.
 _V3_UNIQUE_INDEX = "resultrow_run_id_scenario_key_model"
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
@@ -151,6 +153,15 @@ class ResultRow(_Table):
     #: The ``sha256:`` digest of the scenario the pair was graded against; NULL for rows stored before
     #: schema 5 (their run's snapshot tells it).
     scenario_digest = CharField(max_length=80, null=True)
+    #: Parts of input_tokens read from / written to the provider's prompt cache (0 before schema 6).
+    cache_read_tokens = BigIntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    cache_write_tokens = BigIntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    #: Part of output_tokens spent reasoning; NULL when the provider did not report it.
+    reasoning_tokens = BigIntegerField(null=True)
+    #: What prompt caching saved (USD); NULL when a price was unknown (rows before schema 6: 0, no caching).
+    cache_saving = DoubleField(null=True, default=0.0, constraints=[SQL("DEFAULT 0")])
+    #: The model version(s) the provider said answered; NULL when it did not say.
+    answered_by = TextField(null=True)
 
     class Meta:
         table_name = "result"
@@ -237,10 +248,16 @@ def upgrade_tables(db: peewee.Database, transaction: Callable[[], ContextManager
                                                    "scenario_order": "TEXT"})
         if ResultRow._meta.table_name in existing:
             real = "DOUBLE PRECISION" if isinstance(db, peewee.PostgresqlDatabase) else "REAL"
+            big = "BIGINT" if isinstance(db, peewee.PostgresqlDatabase) else "INTEGER"
             done += _add_missing_columns(db, ResultRow, {"ttft_ms": real, "latency_ms": real,
                                                          "epoch": "INTEGER NOT NULL DEFAULT 0",
                                                          "reused_from": "VARCHAR(32)",
-                                                         "scenario_digest": "VARCHAR(80)"})
+                                                         "scenario_digest": "VARCHAR(80)",
+                                                         "cache_read_tokens": f"{big} NOT NULL DEFAULT 0",
+                                                         "cache_write_tokens": f"{big} NOT NULL DEFAULT 0",
+                                                         "reasoning_tokens": big,
+                                                         "cache_saving": f"{real} DEFAULT 0",
+                                                         "answered_by": "TEXT"})
             done += _drop_not_null(db, ResultRow, "cost")
             done += _widen_to_bigint(db, ResultRow, ("duration_ms", "input_tokens", "output_tokens"))
             done += _epoch_in_unique_index(db)

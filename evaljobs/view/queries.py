@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from evaljobs import store
 from evaljobs.reports.build import percentile
+from evaljobs.reports.caching import cache_block
 from evaljobs.reports.compare import CHANGED, FAILED_ERRORED, FIXED, REGRESSED, Comparison, compare
 from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
@@ -60,6 +61,8 @@ class ModelRow:
     ttft_p95_ms: int | None = None
     #: With epochs: scenarios whose epochs disagree for this model (one passed, one failed).
     flaky: int = 0
+    #: The provider's prompt cache over the model's pairs (:func:`evaljobs.reports.cache_block`).
+    cache: dict[str, Any] | None = None
 
 
 @dataclass
@@ -101,6 +104,8 @@ class RunPage:
     #: Rows (pair × epoch) whose cost is unknown, and every row: ``total_cost`` is a lower bound then.
     cost_unknown: int = 0
     results: int = 0
+    #: The provider's prompt cache over the run's pairs (the report's ``summary.cache``).
+    cache: dict[str, Any] | None = None
 
     @property
     def cost(self) -> float:
@@ -138,7 +143,7 @@ def model_rows(models: list[str], cells: Iterable[Cell]) -> list[ModelRow]:
             cost_unknown=sum(1 for c in rows if c.cost is None),
             input_tokens=sum(c.input_tokens for c in rows), output_tokens=sum(c.output_tokens for c in rows),
             p50_ms=p50, p95_ms=p95, durations=durations,
-            ttft_p50_ms=percentile(ttfts, 50), ttft_p95_ms=percentile(ttfts, 95)))
+            ttft_p50_ms=percentile(ttfts, 50), ttft_p95_ms=percentile(ttfts, 95), cache=cache_block(rows)))
     return out
 
 
@@ -344,7 +349,7 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
     return RunPage(run=run, state=state, models=models, verdict=verdict, columns=columns, rows=shown,
                    matched=len(matched), page=page, pages=pages, faults=index.faults, tags=index.tags,
                    groups=index.groups, total_cost=index.total_cost, epochs=run.epochs,
-                   cost_unknown=index.cost_unknown, results=len(index.cells))
+                   cost_unknown=index.cost_unknown, results=len(index.cells), cache=cache_block(index.cells))
 
 
 def _has_fault(cell: "Cell | EpochCell", fault: str) -> bool:
@@ -507,12 +512,15 @@ def compare_page(a: str, b: str) -> ComparePage:
 
     def rows(cells: list[Cell]) -> list[dict[str, Any]]:
         return [{"scenario_key": c.scenario_key, "model": c.model, "status": c.status, "score": c.score,
-                 "cost": c.cost, "fault": c.fault, "scenario_digest": c.scenario_digest} for c in cells]
+                 "cost": c.cost, "fault": c.fault, "scenario_digest": c.scenario_digest,
+                 "answered_by": c.answered_by} for c in cells]
 
     # a pair whose scenario was edited between the runs is "changed", not a regression; rows stored
     # before they carried the digest take their run snapshot's
-    comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a)},
-                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b)},
+    comparison = compare({"run": {"id": a, "models": run_a.models}, "results": rows(cells_a),
+                          "summary": {"cache": cache_block(cells_a)}},
+                         {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b),
+                          "summary": {"cache": cache_block(cells_b)}},
                          thresholds=_thresholds(run_b.digest),
                          digests_a=partial(_scenario_digest, run_a.digest),
                          digests_b=partial(_scenario_digest, run_b.digest),

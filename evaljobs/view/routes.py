@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from evaljobs import store
-from evaljobs.reports import signed_money
+from evaljobs.reports import cache_note, signed_money
 from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE, ViewConfig
@@ -83,6 +83,7 @@ def environment() -> Environment:
         money=_money,
         cost_of=_cost_of,
         signed_money=signed_money,
+        cache_note=lambda block: cache_note(block, lead=""),
         ms=_ms,
         when=_when,
         seconds=_seconds,

@@ -273,8 +273,8 @@ def _parsed(entries: list) -> list:
         kind = entry.get("kind")
         if kind == "set":
             entry["assertions"] = _parsed(entry.get("assertions") or [])
-        elif kind not in ("judge", "latency", "refused"):
-            # the judge and the latency see the answer as it came
+        elif kind not in ("judge", "latency", "cost", "refused"):
+            # the judge, the latency and the cost see the answer as it came
             entry["transforms"] = [PARSE_JSON] + list(entry.get("transforms") or [])
     return out
 

@@ -373,7 +373,7 @@ def _transformed(
 ) -> bool:
     """A built-in assertion on a transformed output: the native checks, run after the transforms."""
     transforms = ctx.transforms(item)
-    if not transforms:
+    if not transforms or kind in ("cost", "not-cost"):  # the call's cost does not read the output
         return False
     if kind in ("llm-rubric", "latency"):
         raise _Unsupported("with a transform cannot be graded by evaljobs (the judge and the latency see "
@@ -496,9 +496,18 @@ def _assertion(kind: str, value: Any, item: dict, out: dict[str, Any]) -> None:
     elif kind == "similar":
         raise _Unsupported("needs an embedding model to compare meanings, which evaljobs does not have "
                            "(write the expected phrases as icontains, or a rubric as llm-rubric)")
-    elif kind == "cost":
-        raise _Unsupported("compares promptfoo's price of one call with a threshold; evaljobs reports the "
-                           "cost of each pair but does not grade it")
+    elif kind in ("cost", "not-cost"):
+        threshold = item.get("threshold")
+        if threshold is None:
+            raise _Unsupported("without a threshold only records the cost as a metric, which evaljobs "
+                               "reports for every pair anyway")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0:
+            raise _BadValue(f"cost needs a 'threshold' in USD (a number >= 0), not {threshold!r}")
+        # graded with evaljobs' price of the call (evaljobs.evaluation.cost_check)
+        check = {"kind": "cost", "max_usd": float(threshold)}
+        if kind == "not-cost":
+            check["negate"] = True
+        out.setdefault("assertions", []).append(check)
     elif kind == "latency":
         threshold = item.get("threshold")
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold <= 0:

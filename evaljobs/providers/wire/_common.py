@@ -27,12 +27,15 @@ def join_url(base_url: str, path: str, query: Mapping[str, str] | None = None) -
     adds parameters the base URL does not already carry.
     """
     parts = urlsplit(base_url.strip())
+    root = parts.path.rstrip("/")
+    if path and root.endswith(path):  # a full endpoint URL (an Azure deployment's …/chat/completions?…)
+        path = ""
     pairs = [p for p in parts.query.split("&") if p] if parts.query else []
     present = {p.split("=", 1)[0] for p in pairs}
     for key, value in (query or {}).items():
         if key not in present and value is not None:
             pairs.append(f"{key}={value}")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, "&".join(pairs),
+    return urlunsplit((parts.scheme, parts.netloc, root + path, "&".join(pairs),
                        parts.fragment))
 
 

@@ -115,12 +115,20 @@ class AnthropicWire:
                               "arguments": call.arguments["_raw"] if call.arguments_error else
                               json.dumps(call.arguments)}}
                 for call in calls]
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        given = data.get("usage")
+        usage: dict[str, Any] = given if isinstance(given, dict) else {}
         stop = data.get("stop_reason")
+        # input_tokens is the uncached part; cache reads and writes are reported beside it. The Completion
+        # counts every prompt token in input_tokens, the cached parts apart (each has its own price).
+        reads = count(usage.get("cache_read_input_tokens"))
+        writes = count(usage.get("cache_creation_input_tokens"))
+        found = usage.get("cache_creation")  # the writes by duration (5-minute and 1-hour prices differ)
+        creation: dict[str, Any] = found if isinstance(found, dict) else {}
         return Completion(
             content=text, tool_calls=calls,
-            input_tokens=(count(usage.get("input_tokens")) + count(usage.get("cache_creation_input_tokens"))
-                          + count(usage.get("cache_read_input_tokens"))),
+            input_tokens=count(usage.get("input_tokens")) + writes + reads,
+            cache_read_tokens=reads, cache_write_tokens=writes,
+            cache_write_1h_tokens=min(writes, count(creation.get("ephemeral_1h_input_tokens"))),
             output_tokens=count(usage.get("output_tokens")),
             finish_reason=STOP_REASONS.get(stop, stop) if isinstance(stop, str) else None,
             latency_ms=latency_ms, raw_message=raw_message, headers=headers,

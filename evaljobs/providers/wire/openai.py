@@ -83,6 +83,7 @@ class OpenAIStream:
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        self.fingerprint: str | None = None
         self.done = False
         self.error: dict[str, Any] | None = None
 
@@ -101,6 +102,8 @@ class OpenAIStream:
             return False
         if isinstance(chunk.get("model"), str):
             self.model = chunk["model"]
+        if isinstance(chunk.get("system_fingerprint"), str):
+            self.fingerprint = chunk["system_fingerprint"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         first = False
@@ -139,6 +142,8 @@ class OpenAIStream:
                                 "usage": self.usage or {}}
         if self.model:
             data["model"] = self.model
+        if self.fingerprint:
+            data["system_fingerprint"] = self.fingerprint
         return data
 
 
@@ -164,17 +169,30 @@ def parse_completion(data: Any, status: int, latency_ms: float, headers: dict[st
         ]
     given_usage = data.get("usage")
     usage = given_usage if isinstance(given_usage, dict) else {}
+    input_tokens = count(usage.get("prompt_tokens", usage.get("input_tokens")))
+    prompt_details = _mapping(usage.get("prompt_tokens_details") or usage.get("input_tokens_details"))
+    output_details = _mapping(usage.get("completion_tokens_details") or usage.get("output_tokens_details"))
+    fingerprint = data.get("system_fingerprint")
     return Completion(
         content=text_of(message.get("content")),
         tool_calls=tool_calls,
-        input_tokens=count(usage.get("prompt_tokens", usage.get("input_tokens"))),
+        input_tokens=input_tokens,
         output_tokens=count(usage.get("completion_tokens", usage.get("output_tokens"))),
+        # cached_tokens are counted inside prompt_tokens (billed at the cached-input price)
+        cache_read_tokens=min(input_tokens, count(prompt_details.get("cached_tokens"))),
+        reasoning_tokens=(count(output_details["reasoning_tokens"])
+                          if output_details.get("reasoning_tokens") is not None else None),
+        system_fingerprint=fingerprint if isinstance(fingerprint, str) else None,
         finish_reason=choice.get("finish_reason"),
         latency_ms=latency_ms,
         raw_message=raw_message,
         headers=headers,
         model=data.get("model") if isinstance(data.get("model"), str) else None,
     )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def parse_arguments(call_id: str, name: str, arguments: Any) -> RequestedToolCall:
