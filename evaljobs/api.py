@@ -36,7 +36,7 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, OptionError, UsageError
+from evaljobs.errors import Interrupted, OptionError, UsageError, cannot_listen
 from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
@@ -928,8 +928,6 @@ class Session:
 
         ``on_ready(url)`` is told its address once it listens; a port in use is one ``UsageError``.
         """
-        import os  # only for the reason a port cannot be bound
-
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.simulated import SimulatedProvider
 
@@ -939,8 +937,7 @@ class Session:
         try:
             provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
         except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
+            raise cannot_listen(host, port, exc) from None
 
     @staticmethod
     def start_project(directory: str | os.PathLike[str] = ".", *, force: bool = False,

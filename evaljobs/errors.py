@@ -80,6 +80,15 @@ def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
     return [user_line(exc, limit)]
 
 
+def cannot_listen(host: str, port: int, exc: OSError, option: str | None = None) -> OptionError:
+    """The one line for a server that cannot bind ``host:port`` (a port in use, a foreign address),
+    the same from every command that listens: worker, pool, view, mock-provider."""
+    import os  # only a refusal pays for it (start-up time, as above)
+
+    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return OptionError(f"cannot listen on {host}:{port}: {reason}", option)
+
+
 def suggest(value: object, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     import difflib  # only a mistake pays for it (start-up time: `evaljobs --help` imports this module)
@@ -89,4 +98,5 @@ def suggest(value: object, choices: Iterable[str]) -> str:
 
 
 __all__ = ["EvaljobsError", "UsageError", "OptionError", "ConfigurationError", "ServiceUnavailable",
-           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "one_line", "user_line", "user_lines", "suggest"]
+           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "cannot_listen", "one_line", "user_line", "user_lines",
+           "suggest"]

@@ -173,7 +173,9 @@ def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_u
 
 
 @pytest.mark.redis
-def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
+@pytest.mark.parametrize("command", [["worker"], ["pool"], ["worker", "--min", "1", "--max", "2"]])
+def test_a_taken_port_is_one_line_before_anything_starts(redis_url, sqlite_url, command):
+    """Every command that binds says so in one line (``pool`` printed a traceback, issue 40.14)."""
     import socket
 
     from helpers import evaljobs_cli
@@ -183,10 +185,32 @@ def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
         taken.listen()
         port = taken.getsockname()[1]
         for option in ("--metrics-port", "--health-port"):
-            done = evaljobs_cli("worker", "--broker", redis_url, option, str(port))
+            done = evaljobs_cli(*command, "--broker", redis_url, "--db", sqlite_url, option, str(port))
             assert done.returncode == 2, done.stderr
             lines = done.stderr.strip().splitlines()
             assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and option in lines[0]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("option", ["metrics_port", "health_port"])
+def test_a_pool_whose_port_is_taken_after_the_check_is_one_line_and_starts_nothing(redis_url, sqlite_url,
+                                                                                    option):
+    """The bind itself (a port taken between the check and the listen) is the same one line."""
+    import socket
+
+    from evaljobs.errors import OptionError
+    from evaljobs.workers.serve import run_pool
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OptionError) as caught:
+            run_pool(min=1, max=2, idle_seconds=5, lane="bulk", broker=redis_url, db=sqlite_url,
+                     recover_every=60, **{option: port})
+    assert str(caught.value) == (f"--{option.replace('_', '-')}: cannot listen on 127.0.0.1:{port}: "
+                                 "Address already in use")
+    assert not telemetry.watched()  # nothing left counting for a server that never listened
 
 
 def test_model_labels_are_folded_beyond_the_cap():

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from evaljobs.config import settings
-from evaljobs.errors import UsageError
+from evaljobs.errors import UsageError, cannot_listen
 from evaljobs.view.config import ViewConfig, is_loopback
 
 logger = logging.getLogger("evaljobs.view")
@@ -198,7 +198,7 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
     try:
         serve(config, on_ready=ready, log_format=log_format)
     except OSError as exc:  # a port in use: one line, exit 2
-        raise UsageError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+        raise cannot_listen(config.host, config.port, exc) from None
 
 
 __all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of", "Exported",
