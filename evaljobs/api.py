@@ -41,7 +41,7 @@ from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
-from evaljobs.pipeline import batching, runtime, strategies
+from evaljobs.pipeline import batching, ownership, runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
                                       context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
@@ -182,6 +182,7 @@ class Session:
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
         self._submitted: str | None = None
+        self._held: list[str] = []  # in-process runs this session evaluates (their leases)
         if self._host_broker is not None:
             # Declared now, not at the first submit: a host worker process that only builds the
             # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
@@ -206,6 +207,12 @@ class Session:
                 self._binding = bind_broker(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
             return self._binding
+
+    def _hold(self, run: store.RunInfo) -> None:
+        """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
+        if run.strategy not in strategies.QUEUED or self.binding().is_memory:
+            ownership.hold(run.id)
+            self._held.append(run.id)
 
     def _ensure_local_worker(self) -> None:
         binding = self.binding()
@@ -339,6 +346,7 @@ class Session:
                                epochs=epochs if epochs is not None else cat.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
         self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
+        self._hold(run)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -537,6 +545,7 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
+        self._hold(run)
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
@@ -655,7 +664,7 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline.recovery import recover as recover_runs
 
-        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
+        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs, held=self._held)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
         if wait if wait is not None else binding.is_memory:
@@ -1113,6 +1122,8 @@ class Session:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
+        held, self._held = self._held, []
+        ownership.release(held)  # its pairs left with this process's memory: `recover` may take them
         if self._binding is not None and self._binding.owned:
             self._binding.broker.close()  # a host's broker stays open: it is the host's
 

@@ -20,6 +20,7 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.governor_limits` — what the provider governor learned, kept across runs.
 - :mod:`~evaljobs.store.pages` — what the viewer reads (runs and result cells, paged by id).
 - :mod:`~evaljobs.store.lookup` — a run id from ``latest`` or a unique prefix.
+- :mod:`~evaljobs.store.leases` — which live process evaluates an in-process run (``recover`` leaves it).
 
 ``from evaljobs import store; store.X`` works for every public name below.
 """
@@ -31,7 +32,7 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import batches, cache, governor_limits, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import batches, cache, governor_limits, leases, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, connection, hold_connection, holding,
@@ -142,6 +143,7 @@ __all__ = [
     "governor_limits",
     "pages",
     "batches",
+    "leases",
     "Cell",
     "RunRow",
     "resolve_run_id",

@@ -51,10 +51,12 @@ class _Binding:
     evaljobs_reached: bool
     evaljobs_reconnect_seconds: float
     evaljobs_schema_log: list[str]
-    #: The optional tables this process has created on this database (cache, batches, governor limits).
+    #: The optional tables this process has created on this database (cache, batches, governor limits,
+    #: run leases).
     evaljobs_cache_ready: bool = False
     evaljobs_batches_ready: bool = False
     evaljobs_governor_limits_ready: bool = False
+    evaljobs_leases_ready: bool = False
 
 
 class BoundSqliteDatabase(_Binding, peewee.SqliteDatabase):
