@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from evaljobs.printable import printable
 from evaljobs.redact import redact_text
 
 #: Exit codes shared by every command.
@@ -67,8 +68,9 @@ def one_line(text: object, limit: int = 300) -> str:
 
 def user_line(exc: BaseException | str, limit: int = 2000) -> str:
     """``exc`` as the one line a user reads: its class name when it has no text, folded onto one line,
-    cut at ``limit``, every configured secret and URL password masked (a driver's text may quote one)."""
-    return one_line(redact_text(str(exc).strip() or type(exc).__name__), limit)
+    cut at ``limit``, every configured secret and URL password masked (a driver's text may quote one),
+    terminal control characters shown as escapes (a provider's text may carry some)."""
+    return printable(one_line(redact_text(str(exc).strip() or type(exc).__name__), limit))
 
 
 def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
@@ -76,7 +78,7 @@ def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
     line), or :func:`user_line`."""
     problems = getattr(exc, "problems", None)
     if problems:
-        return [redact_text(p) for p in problems]
+        return [printable(redact_text(p)) for p in problems]
     return [user_line(exc, limit)]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import conclude, db_option, fail_under_option, gate_mode
+from evaljobs.cli._options import conclude, db_option, echo, fail_under_option, gate_mode
 from evaljobs.errors import UsageError
 
 #: The formats of evaljobs.reports.render.FORMATS, written out (start-up time).
@@ -22,7 +22,7 @@ FORMATS = ("json", "md", "junit", "html", "table")
 
 def _write(text: str, output: str | None) -> None:
     if not output:
-        click.echo(text, nl=not text.endswith("\n"))
+        echo(text, nl=not text.endswith("\n"))
         return
     path = Path(output)
     try:
@@ -34,7 +34,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def _note(text: str) -> None:
-    click.echo(f"note: {text}", err=True)
+    echo(f"note: {text}", err=True)
 
 
 @click.command("report")
@@ -72,9 +72,9 @@ def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db:
     with Session(db=db) as session:
         comparison = session.compare(run_a, run_b, on_note=_note)
     if as_json:
-        click.echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
+        echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
     else:
-        click.echo(comparison.render(), nl=False)
+        echo(comparison.render(), nl=False)
     conclude(comparison.verdict(fail_on_regression))
 
 
