@@ -92,6 +92,7 @@ def test_control_sequences_from_a_provider_and_a_catalog_are_shown_escaped(tmp_p
 
 
 def test_printable_keeps_text_and_json_whole():
-    assert printable("plain text\n\twith a tab, ümlauts and 漢字") == "plain text\n\twith a tab, ümlauts and 漢字"
+    plain = "plain text\n\twith a tab, ümlauts and 漢字"
+    assert printable(plain) == plain
     text = json.dumps({"e": "a\x9bb\u202ec"}, ensure_ascii=False)
     assert json.loads(printable(text)) == {"e": "a\x9bb\u202ec"}
