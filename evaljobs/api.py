@@ -103,6 +103,24 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
             raise UsageError(problem)
 
 
+def _check_simulated_judges(cat: Catalog, judges: Sequence[str], given: str | None,
+                            providers: ProvidersConfig) -> None:
+    """Refuse a ``sim/`` judge model the simulator does not know (``--judge-model sim/jduge``): a model
+    under test may be any name, but a judge is a role the simulated provider plays under its own names."""
+    parsed = [(judge, parse_model_spec(judge, providers)) for judge in judges]
+    names = [(judge, spec.model) for judge, spec in parsed if spec.provider == "sim"]
+    if not names:
+        return
+    # start-up time: only a run with a simulated judge reads the directives
+    from evaljobs.simulated.directives import unknown_judge_problem
+
+    texts = _strings(cat.body)
+    for judge, model in names:
+        problem = unknown_judge_problem(model, texts)
+        if problem:
+            raise UsageError(f"--judge-model: {problem}" if judge == given else f"{cat.source}: {problem}")
+
+
 def capture_context(providers: Sequence[Any]) -> dict[str, Any] | None:
     """The host context to store on the run, checked exactly as the middleware will carry it.
 
@@ -141,11 +159,13 @@ class Session:
     def __init__(self, *, settings: config.Settings | None = None, db: str | None = None,
                  broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
-                 context_providers: Sequence[Any] | None = None) -> None:
+                 context_providers: Sequence[Any] | None = None, create: bool = True) -> None:
         """``settings``: this process's settings from now on (every ``EVALJOBS_*`` value, explicitly);
         without them, the environment as it is now: a variable changed since the settings were read
         is honoured (:func:`evaljobs.config.honour_environment`), an unusable one refused in one line.
         ``db``, ``broker`` and ``providers`` override the settings' database, broker and providers file.
+        ``create`` False (a session that only reads: ``show``, ``runs``, ``report``): a SQLite file that
+        does not exist is one line (:class:`evaljobs.store.NoDatabase`), never an empty database.
         """
         check_width(width)  # bounded by what the machine can start: one line, not an abort mid-run
         shield_from_frozen_time()  # a host's freezegun must not freeze our delays and deadlines
@@ -162,7 +182,7 @@ class Session:
             config.configure(wanted)
         try:
             self.providers = runtime.providers(providers)
-            store.connect(db)
+            store.connect(db, create=create)
         except BaseException:
             self._restore_settings()  # a session that never opened leaves the process as it found it
             raise
@@ -207,6 +227,13 @@ class Session:
                 self._binding = bind_broker(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
             return self._binding
+
+    def _check_broker(self) -> None:
+        """Raise the broker's own connection error now when its Redis does not answer: a submit that
+        cannot start its run creates none (it was left ``pending``, issue 40.17)."""
+        binding = self.binding()
+        if binding.owned and binding.url.startswith(config.REDIS_SCHEMES):
+            binding.broker.client.ping()  # type: ignore[attr-defined]  # a RedisBroker (the URL says so)
 
     def _hold(self, run: store.RunInfo) -> None:
         """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
@@ -310,6 +337,9 @@ class Session:
         # --judge-model, the catalog or the providers file, passes the same pre-flight checks.
         judges = judge_models(cat.scenarios, judge_model, self.providers)
         check_providers(judges, self.providers)
+        # --judge-model is checked even where no criterion is judged: a typo there is a typo
+        _check_simulated_judges(cat, list(dict.fromkeys([*([judge_model] if judge_model else []), *judges])),
+                                judge_model, self.providers)
         self_judged = self_judging(judges, specs, self.providers, allow=allow_self_judge)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
@@ -342,6 +372,8 @@ class Session:
             options["selection"] = chosen
         if self_judged:  # --allow-self-judge: every report says so
             options["self_judge"] = self_judged
+        if strategy in strategies.QUEUED:
+            self._check_broker()  # a broker that does not answer: one line, and no run left pending
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
@@ -521,6 +553,8 @@ class Session:
         from evaljobs.pipeline import rerun as reruns
 
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
+        if original.strategy in strategies.QUEUED:
+            self._check_broker()
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)

@@ -87,7 +87,8 @@ def cannot_listen(host: str, port: int, exc: OSError, option: str | None = None)
     the same from every command that listens: worker, pool, view, mock-provider."""
     import os  # only a refusal pays for it (start-up time, as above)
 
-    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    # the errno's own words: asyncio's servers put a sentence of their own in strerror
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
     return OptionError(f"cannot listen on {host}:{port}: {reason}", option)
 
 

@@ -39,7 +39,7 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db, broker=broker) as session:
+    with Session(db=db, broker=broker, create=False) as session:
         info = session.watch(run_id, timeout=timeout, poll=poll, progress=True)
     finish(info, gate, as_json=as_json)
 

@@ -52,7 +52,7 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flak
     """Render a run's report (also a CI gate with --fail-under)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         rendered = session.render_report(run_id, fmt, baseline=baseline, flaky=flaky, on_note=_note)
     _write(rendered.text, output)
     conclude(rendered.verdict(gate, gate_mode()))  # a gate only when asked to be one (--fail-under)
@@ -69,7 +69,7 @@ def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db:
     """Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         comparison = session.compare(run_a, run_b, on_note=_note)
     if as_json:
         echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))

@@ -22,7 +22,7 @@ def runs(limit, as_json, db) -> None:
     """List recent runs."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         items = session.runs(limit=limit)
     if as_json:
         click.echo(json.dumps([run_summary(r) for r in items], indent=2))
@@ -79,7 +79,7 @@ def show(run_id, as_json, db) -> None:
     """Show one run: status, progress and each result."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         detail = session.show(run_id)
     info, results, missing = detail.run, detail.results, detail.missing
     if as_json:

@@ -36,9 +36,11 @@ from evaljobs.store import batches, cache, governor_limits, leases, pages  # noq
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, connection, hold_connection, holding,
-                                        is_sqlite, reconnecting, release_connection, upgrade, without_waiting)
+                                        is_sqlite, reconnecting, refuse_a_missing_file, release_connection,
+                                        upgrade, without_waiting)
 from evaljobs.store.errors import (
     DatabaseUnavailable,
+    NoDatabase,
     StorageFailed,
     Incomplete,
     StoreError,
@@ -87,6 +89,8 @@ __all__ = [
     "StoreError",
     "StorageFailed",
     "DatabaseUnavailable",
+    "NoDatabase",
+    "refuse_a_missing_file",
     "UnknownRun",
     "UnknownSnapshot",
     "UnexpectedPair",

@@ -25,7 +25,7 @@ from playhouse.pool import PooledPostgresqlDatabase
 from evaljobs import config
 from evaljobs.config import Settings
 from evaljobs.store.drivers import attach_psycopg2
-from evaljobs.store.errors import DatabaseUnavailable, StorageFailed, StoreError, redact
+from evaljobs.store.errors import DatabaseUnavailable, NoDatabase, StorageFailed, StoreError, redact
 from evaljobs.store.schema import database, upgrade_tables
 
 DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
@@ -71,16 +71,19 @@ BoundDatabase = Union[BoundSqliteDatabase, BoundPostgresqlDatabase]
 
 
 def connect(url: str | None = None, *, settings: Settings | None = None,
-            reconnect_seconds: float | None = None) -> peewee.Database:
+            reconnect_seconds: float | None = None, create: bool = True) -> peewee.Database:
     """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under
     ``.evaljobs/``).
 
     Creates the schema on first use. Binding the URL already bound is a no-op; another URL rebinds.
     ``reconnect_seconds`` (default: the settings' ``db_reconnect_seconds``) is how long a call
-    keeps retrying through a lost connection (see :func:`_reconnecting`).
+    keeps retrying through a lost connection (see :func:`_reconnecting`). ``create`` False (a command
+    that only reads): a SQLite file that does not exist is :class:`NoDatabase`, not created.
     """
     settings = settings or config.settings()
     url = url or settings.database_url or DEFAULT_URL
+    if not create:
+        refuse_a_missing_file(url)
     if reconnect_seconds is None:
         reconnect_seconds = settings.db_reconnect_seconds
     with _bind_lock:
@@ -103,6 +106,16 @@ def connect(url: str | None = None, *, settings: Settings | None = None,
             raise
         _retire(current)
         return db
+
+
+def refuse_a_missing_file(url: str, reader: str = "a command that only reads") -> None:
+    """:class:`NoDatabase` (one line) when ``url`` is SQLite and names no file: ``reader`` creates none."""
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
+    if str(path) not in ("", ":memory:") and not path.is_file():
+        raise NoDatabase(f"{url}: no database at {path.resolve()} ({reader} creates none); check --db or "
+                         "EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)")
 
 
 def upgrade() -> list[str]:

@@ -120,14 +120,10 @@ class Exported:
 
 def refuse_a_missing_file(url: str) -> None:
     """The viewer only reads: a SQLite URL naming no file is a typo, not a database to create."""
-    if not url.startswith("sqlite:///"):
-        return
-    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
-    if str(path) not in ("", ":memory:") and not path.is_file():
-        raise UsageError(
-            f"{url}: no database at {path.resolve()} (the viewer creates none); "
-            f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)"
-        )
+    # start-up time: `import evaljobs.view` connects to nothing
+    from evaljobs import store
+
+    store.refuse_a_missing_file(url, "the viewer")
 
 
 def _config(broker: str | None, host: str, port: int, token: str | None) -> ViewConfig:
