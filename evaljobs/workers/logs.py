@@ -112,14 +112,14 @@ def _log_unraisable(unraisable: Any) -> None:
     what = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}"
     exc = unraisable.exc_value
     info = (unraisable.exc_type, exc, unraisable.exc_traceback) if exc is not None else None
-    logging.getLogger("evaljobs.unraisable").error(what, exc_info=info)
+    logging.getLogger("evaljobs.workers.logs").error(what, exc_info=info)
 
 
 def _log_thread_exception(args: Any) -> None:
     if args.exc_type is SystemExit:
         return
     name = args.thread.name if args.thread is not None else "a thread"
-    logging.getLogger("evaljobs.threads").error("uncaught exception in %s", name,
+    logging.getLogger("evaljobs.workers.logs").error("uncaught exception in %s", name,
                                                 exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
