@@ -8,7 +8,6 @@ the test needs; the calls it counted are the figure.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from evaljobs import store
-from helpers import wait_until
+from helpers import send_json, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIRS = 20
@@ -41,14 +40,9 @@ class GatedProvider:
                 with lock:
                     owner.calls += 1
                 owner.gate.wait(120)
-                body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [
+                send_json(self, 200, {"id": "c", "object": "chat.completion", "model": "m", "choices": [
                     {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
             def log_message(self, *args: object) -> None:
                 pass

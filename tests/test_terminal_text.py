@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from evaljobs.printable import printable
+from helpers import send_json
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIL = ("boom \x1b]0;pwned-title\x07 \x1b]52;c;ZXZpbA==\x07\x1b[2J\x1b[H\x1b[32mALL PAIRS PASSED\x1b[0m "
@@ -35,12 +36,7 @@ def evil_provider():
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            body = json.dumps({"error": {"message": EVIL, "type": "invalid_request_error"}}).encode()
-            self.send_response(400)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_json(self, 400, {"error": {"message": EVIL, "type": "invalid_request_error"}})
 
         def log_message(self, *args: object) -> None:
             pass
