@@ -36,12 +36,12 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, OptionError, UsageError
+from evaljobs.errors import Interrupted, OptionError, UsageError, cannot_listen
 from evaljobs.redact import redact
 from evaljobs.evaluation.assertions import code_refused, refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
-from evaljobs.pipeline import batching, runtime, strategies
+from evaljobs.pipeline import batching, ownership, runtime, strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
                                       context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
@@ -103,6 +103,24 @@ def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
             raise UsageError(problem)
 
 
+def _check_simulated_judges(cat: Catalog, judges: Sequence[str], given: str | None,
+                            providers: ProvidersConfig) -> None:
+    """Refuse a ``sim/`` judge model the simulator does not know (``--judge-model sim/jduge``): a model
+    under test may be any name, but a judge is a role the simulated provider plays under its own names."""
+    parsed = [(judge, parse_model_spec(judge, providers)) for judge in judges]
+    names = [(judge, spec.model) for judge, spec in parsed if spec.provider == "sim"]
+    if not names:
+        return
+    # start-up time: only a run with a simulated judge reads the directives
+    from evaljobs.simulated.directives import unknown_judge_problem
+
+    texts = _strings(cat.body)
+    for judge, model in names:
+        problem = unknown_judge_problem(model, texts)
+        if problem:
+            raise UsageError(f"--judge-model: {problem}" if judge == given else f"{cat.source}: {problem}")
+
+
 def capture_context(providers: Sequence[Any]) -> dict[str, Any] | None:
     """The host context to store on the run, checked exactly as the middleware will carry it.
 
@@ -141,11 +159,13 @@ class Session:
     def __init__(self, *, settings: config.Settings | None = None, db: str | None = None,
                  broker: "str | dramatiq.Broker | None" = None, width: int = 8,
                  providers: str | None = None, queue: str | None = None,
-                 context_providers: Sequence[Any] | None = None) -> None:
+                 context_providers: Sequence[Any] | None = None, create: bool = True) -> None:
         """``settings``: this process's settings from now on (every ``EVALJOBS_*`` value, explicitly);
         without them, the environment as it is now: a variable changed since the settings were read
         is honoured (:func:`evaljobs.config.honour_environment`), an unusable one refused in one line.
         ``db``, ``broker`` and ``providers`` override the settings' database, broker and providers file.
+        ``create`` False (a session that only reads: ``show``, ``runs``, ``report``): a SQLite file that
+        does not exist is one line (:class:`evaljobs.store.NoDatabase`), never an empty database.
         """
         check_width(width)  # bounded by what the machine can start: one line, not an abort mid-run
         shield_from_frozen_time()  # a host's freezegun must not freeze our delays and deadlines
@@ -162,7 +182,7 @@ class Session:
             config.configure(wanted)
         try:
             self.providers = runtime.providers(providers)
-            store.connect(db)
+            store.connect(db, create=create)
         except BaseException:
             self._restore_settings()  # a session that never opened leaves the process as it found it
             raise
@@ -182,6 +202,7 @@ class Session:
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
         self._submitted: str | None = None
+        self._held: list[str] = []  # in-process runs this session evaluates (their leases)
         if self._host_broker is not None:
             # Declared now, not at the first submit: a host worker process that only builds the
             # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
@@ -206,6 +227,19 @@ class Session:
                 self._binding = bind_broker(self.broker_url, queue=self.queue,
                                           context_providers=self._context_providers)
             return self._binding
+
+    def _check_broker(self) -> None:
+        """Raise the broker's own connection error now when its Redis does not answer: a submit that
+        cannot start its run creates none (it was left ``pending``, issue 40.17)."""
+        binding = self.binding()
+        if binding.owned and binding.url.startswith(config.REDIS_SCHEMES):
+            binding.broker.client.ping()  # type: ignore[attr-defined]  # a RedisBroker (the URL says so)
+
+    def _hold(self, run: store.RunInfo) -> None:
+        """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
+        if run.strategy not in strategies.QUEUED or self.binding().is_memory:
+            ownership.hold(run.id)
+            self._held.append(run.id)
 
     def _ensure_local_worker(self) -> None:
         binding = self.binding()
@@ -303,6 +337,9 @@ class Session:
         # --judge-model, the catalog or the providers file, passes the same pre-flight checks.
         judges = judge_models(cat.scenarios, judge_model, self.providers)
         check_providers(judges, self.providers)
+        # --judge-model is checked even where no criterion is judged: a typo there is a typo
+        _check_simulated_judges(cat, list(dict.fromkeys([*([judge_model] if judge_model else []), *judges])),
+                                judge_model, self.providers)
         self_judged = self_judging(judges, specs, self.providers, allow=allow_self_judge)
         external = [a for s in cat.scenarios for a in s.expect.assertions]
         if external:
@@ -335,10 +372,13 @@ class Session:
             options["selection"] = chosen
         if self_judged:  # --allow-self-judge: every report says so
             options["self_judge"] = self_judged
+        if strategy in strategies.QUEUED:
+            self._check_broker()  # a broker that does not answer: one line, and no run left pending
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
         self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
+        self._hold(run)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
@@ -513,6 +553,8 @@ class Session:
         from evaljobs.pipeline import rerun as reruns
 
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
+        if original.strategy in strategies.QUEUED:
+            self._check_broker()
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
             chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
@@ -537,6 +579,7 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline import rerun as reruns
 
+        self._hold(run)
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
@@ -655,7 +698,7 @@ class Session:
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.pipeline.recovery import recover as recover_runs
 
-        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs)
+        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs, held=self._held)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
         if wait if wait is not None else binding.is_memory:
@@ -931,8 +974,6 @@ class Session:
 
         ``on_ready(url)`` is told its address once it listens; a port in use is one ``UsageError``.
         """
-        import os  # only for the reason a port cannot be bound
-
         # start-up time: `evaljobs run` needs none of it
         from evaljobs.simulated import SimulatedProvider
 
@@ -942,8 +983,7 @@ class Session:
         try:
             provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
         except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise OptionError(f"cannot listen on {host}:{port}: {reason}") from None
+            raise cannot_listen(host, port, exc) from None
 
     @staticmethod
     def start_project(directory: str | os.PathLike[str] = ".", *, force: bool = False,
@@ -1119,6 +1159,8 @@ class Session:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
+        held, self._held = self._held, []
+        ownership.release(held)  # its pairs left with this process's memory: `recover` may take them
         if self._binding is not None and self._binding.owned:
             self._binding.broker.close()  # a host's broker stays open: it is the host's
 

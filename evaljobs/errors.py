@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from evaljobs.printable import printable
 from evaljobs.redact import redact_text
 
 #: Exit codes shared by every command.
@@ -67,8 +68,9 @@ def one_line(text: object, limit: int = 300) -> str:
 
 def user_line(exc: BaseException | str, limit: int = 2000) -> str:
     """``exc`` as the one line a user reads: its class name when it has no text, folded onto one line,
-    cut at ``limit``, every configured secret and URL password masked (a driver's text may quote one)."""
-    return one_line(redact_text(str(exc).strip() or type(exc).__name__), limit)
+    cut at ``limit``, every configured secret and URL password masked (a driver's text may quote one),
+    terminal control characters shown as escapes (a provider's text may carry some)."""
+    return printable(one_line(redact_text(str(exc).strip() or type(exc).__name__), limit))
 
 
 def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
@@ -76,8 +78,18 @@ def user_lines(exc: BaseException, limit: int = 2000) -> list[str]:
     line), or :func:`user_line`."""
     problems = getattr(exc, "problems", None)
     if problems:
-        return [redact_text(p) for p in problems]
+        return [printable(redact_text(p)) for p in problems]
     return [user_line(exc, limit)]
+
+
+def cannot_listen(host: str, port: int, exc: OSError, option: str | None = None) -> OptionError:
+    """The one line for a server that cannot bind ``host:port`` (a port in use, a foreign address),
+    the same from every command that listens: worker, pool, view, mock-provider."""
+    import os  # only a refusal pays for it (start-up time, as above)
+
+    # the errno's own words: asyncio's servers put a sentence of their own in strerror
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return OptionError(f"cannot listen on {host}:{port}: {reason}", option)
 
 
 def suggest(value: object, choices: Iterable[str]) -> str:
@@ -89,4 +101,5 @@ def suggest(value: object, choices: Iterable[str]) -> str:
 
 
 __all__ = ["EvaljobsError", "UsageError", "OptionError", "ConfigurationError", "ServiceUnavailable",
-           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "one_line", "user_line", "user_lines", "suggest"]
+           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "cannot_listen", "one_line", "user_line", "user_lines",
+           "suggest"]

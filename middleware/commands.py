@@ -78,6 +78,9 @@ class _Held:
     def __init__(self, pool: Any) -> None:
         self.pool = pool
         self.pid = os.getpid()
+        # set first: when Redis is down get_connection raises, and the finalizer of this half-made
+        # object must find nothing to give back (it printed an AttributeError traceback per attempt)
+        self.connection = None
         self.connection = pool.get_connection()
 
     def drop(self) -> None:

@@ -6,7 +6,7 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors, clock, redact, collector and telemetry · catalog and middleware · providers, the
+  errors, clock, redact, printable, collector and telemetry · catalog and middleware · providers, the
   governor, the simulated provider and live tools · evaluation · reports and store
   · pipeline · api, workers, the viewer, the starter and bench · cli · the package
   root), and every module has a place in that order;
@@ -82,7 +82,8 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
-     "evaljobs.redact", "evaljobs.collector", "evaljobs.telemetry", "evaljobs.capacity"),
+     "evaljobs.redact", "evaljobs.printable", "evaljobs.collector", "evaljobs.telemetry",
+     "evaljobs.capacity"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),
     ("evaljobs.evaluation",),
@@ -699,7 +700,7 @@ def exits_decided_by_commands(modules: dict[str, Module]) -> list[str]:
 #: What a CLI module may import from evaljobs: the library the commands call, the error family, the
 #: settings, and the CLI's own modules. Everything else a command needs comes through ``Session`` and
 #: the typed results it returns (docs/api.md).
-CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljobs.cli")
+CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljobs.printable", "evaljobs.cli")
 #: CLI modules that still reach into the library (issue 28, converted one by one): this set only
 #: shrinks. A module on it that already keeps to the public API fails the rule until it is taken off.
 CLI_NOT_YET_ON_THE_API: frozenset[str] = frozenset()

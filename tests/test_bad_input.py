@@ -573,6 +573,7 @@ def test_invalid_values_are_one_line(cli, tmp_path, args, mentions):
     bad_catalog.write_text("name: x\nscenarios:\n  - key: a\n")
     replace = {"CATALOG": str(ROOT / "examples/catalogs/support.yaml"), "PROVIDERS_BAD": str(bad_providers),
                "BAD_CATALOG": str(bad_catalog)}
+    store.connect(f"sqlite:///{tmp_path}/cli.db")  # `show`/`report` only read: the database must exist
     result = cli(*[replace.get(a, a) for a in args])
     assert_one_error_line(result.stderr, result.exit_code, mentions=mentions)
 

@@ -137,11 +137,13 @@ def test_a_shared_option_reads_one_variable() -> None:
 def test_global_db_before_the_subcommand(tmp_path) -> None:
     runner = CliRunner()
     url = f"sqlite:///{tmp_path}/global.db"
-    listed = runner.invoke(main, ["--db", url, "runs", "--json"], env={"EVALJOBS_DATABASE_URL": None})
-    assert listed.exit_code == 0, listed.output
-    assert json.loads(listed.stdout) == [] and (tmp_path / "global.db").exists()
+    missing = runner.invoke(main, ["--db", url, "runs", "--json"], env={"EVALJOBS_DATABASE_URL": None})
+    assert missing.exit_code == 2 and "no database at" in missing.output, missing.output  # `runs` only reads
+    assert not (tmp_path / "global.db").exists()
     equals = runner.invoke(main, [f"--db={url}", "db", "upgrade", "--json"])
     assert equals.exit_code == 0 and isinstance(json.loads(equals.stdout)["changes"], list), equals.output
+    listed = runner.invoke(main, ["--db", url, "runs", "--json"], env={"EVALJOBS_DATABASE_URL": None})
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == [], listed.output
     own = tmp_path / "own.db"
     wins = runner.invoke(main, ["--db", url, "db", "upgrade", "--db", f"sqlite:///{own}", "--json"])
     assert wins.exit_code == 0 and own.exists(), wins.output  # the command's own --db wins

@@ -165,3 +165,59 @@ def test_the_docs_site_starts_with_getting_started_and_shows_commands_without_ba
     assert "FORMAT: <code>json</code>" in (tmp_path / "site" / "cli" / "index.html").read_text(
         encoding="utf-8"
     )
+
+
+# -- issue 40, item 17: tried as a new user -------------------------------------------------------
+
+
+def test_an_unreachable_broker_leaves_no_pending_run(cli, tmp_path, monkeypatch):
+    """README: a bad start never creates a run; a dead EVALJOBS_BROKER_URL left one `pending`."""
+    from helpers import free_port  # a port nothing listens on
+
+    from evaljobs import store
+
+    catalog = tmp_path / "one.yaml"
+    catalog.write_text("name: one\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {contains: [hi]}\n")
+    monkeypatch.setenv("EVALJOBS_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
+    result = cli("run", str(catalog), "-m", "sim/smart")
+    assert result.exit_code == 2, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output, result.output
+    store.connect(f"sqlite:///{tmp_path}/first.db")
+    assert store.list_runs() == []
+
+
+def test_a_misspelt_simulated_judge_model_is_refused_in_one_line(cli, tmp_path):
+    init_project(tmp_path / "evals")
+    catalog = str(tmp_path / "evals" / "catalog.yaml")
+    result = cli("run", catalog, "-m", "sim/smart", "--judge-model", "sim/jduge")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --judge-model: unknown simulated judge model 'sim/jduge' (did you mean 'sim/judge'?): a "
+        "simulated judge is one of sim/fast, sim/judge, sim/sim, sim/smart, sim/tool"]
+    assert "no runs yet" in cli("runs").output  # no run was created
+
+
+def test_an_empty_expect_is_refused_by_catalog_check_and_run(cli, tmp_path):
+    """`expect: {}` passed with score 1.00 and `catalog check` said ok: it checks nothing."""
+    catalog = tmp_path / "empty.yaml"
+    catalog.write_text("name: e\nscenarios:\n  - key: a\n    prompt: hi\n    expect: {}\n"
+                       "  - key: smoke\n    prompt: hi\n")
+    for args in (["catalog", "check", str(catalog)], ["run", str(catalog), "-m", "sim/smart"]):
+        result = cli(*args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"error: {catalog}:5: scenario 'a': expect is empty, so any non-empty answer would pass; add a "
+            "check (contains, regex, tools, judge, …), or remove the 'expect' key for a smoke scenario that "
+            "only needs an answer"], result.output
+
+
+@pytest.mark.parametrize("command", [["show", "latest"], ["runs"], ["report", "latest"],
+                                     ["compare", "latest", "latest"], ["watch", "latest"]])
+def test_read_commands_refuse_a_database_file_that_does_not_exist(cli, tmp_path, command):
+    typo = tmp_path / "typo.db"
+    result = cli(*command, "--db", f"sqlite:///{typo}")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: sqlite:///{typo}: no database at {typo} (a command that only reads creates none); check "
+        "--db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)"]
+    assert not typo.exists()

@@ -109,12 +109,12 @@ def test_no_self_judging_a_judged_catalog_needs_a_judge_model(session, tmp_path)
         assert len(store.list_runs()) == before  # nothing was created
     # --judge-model supplies it, and overrides the catalog's.
     run = session.wait(session.submit(catalog, ["sim/fast"], strategy="sequential",
-                                      judge_model="sim/judge2").id, timeout=60)
-    assert store.list_results(run.id)[0].details["judge"]["model"] == "sim/judge2"
+                                      judge_model="sim/smart").id, timeout=60)
+    assert store.list_results(run.id)[0].details["judge"]["model"] == "sim/smart"
     overridden = loads_catalog(text.replace("name: x\n", "name: x\ndefaults: {judge_model: sim/judge}\n"))
     run = session.wait(session.submit(overridden, ["sim/fast"], strategy="sequential",
-                                      judge_model="sim/judge2").id, timeout=60)
-    assert store.list_results(run.id)[0].details["judge"]["model"] == "sim/judge2"
+                                      judge_model="sim/smart").id, timeout=60)
+    assert store.list_results(run.id)[0].details["judge"]["model"] == "sim/smart"
 
 
 def test_the_simulated_judge_grades_the_answer_against_rubric_and_reference():

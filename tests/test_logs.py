@@ -103,3 +103,31 @@ def test_a_pool_logs_json(redis_url, sqlite_url, tmp_path):
             pool.wait(30)
     entries = _lines(log.read_text())
     assert any(e["logger"] == "evaljobs.workers.serve" and "members on" in e["message"] for e in entries)
+
+
+def test_a_worker_whose_redis_stops_logs_only_json(sqlite_url, tmp_path):
+    """With Redis stopped, a JSON worker printed plain-text tracebacks (``_Held.__del__ …
+    AttributeError``, Python's "Exception ignored in") between its JSON lines (issue 40.17d)."""
+    import os
+    import signal
+    import subprocess
+
+    from helpers import ROOT, RedisServer, wait_until
+
+    log = tmp_path / "worker.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    with RedisServer() as redis_server, log.open("wb") as out:
+        argv = [sys.executable, "-m", "evaljobs", "worker", "--broker", redis_server.url, "--db", sqlite_url,
+                "--processes", "1", "--threads", "2", "--log-format", "json"]
+        worker = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            assert wait_until(lambda: "ready for action" in log.read_text(), 60), log.read_text()
+            redis_server.stop()
+            # two rounds of reconnecting consumers: each round met the broken finalizer before the fix
+            assert wait_until(lambda: log.read_text().count("Restarting consumer") >= 4, 60), log.read_text()
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(30)
+    entries = _lines(log.read_text())
+    assert any("connection error" in e["message"] for e in entries)

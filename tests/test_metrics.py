@@ -173,7 +173,9 @@ def test_the_viewer_serves_the_fleet_gauges_behind_its_token(redis_url, sqlite_u
 
 
 @pytest.mark.redis
-def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
+@pytest.mark.parametrize("command", [["worker"], ["pool"], ["worker", "--min", "1", "--max", "2"]])
+def test_a_taken_port_is_one_line_before_anything_starts(redis_url, sqlite_url, command):
+    """Every command that binds says so in one line (``pool`` printed a traceback, issue 40.14)."""
     import socket
 
     from helpers import evaljobs_cli
@@ -183,7 +185,68 @@ def test_a_taken_port_is_one_line_before_anything_starts(redis_url):
         taken.listen()
         port = taken.getsockname()[1]
         for option in ("--metrics-port", "--health-port"):
-            done = evaljobs_cli("worker", "--broker", redis_url, option, str(port))
+            done = evaljobs_cli(*command, "--broker", redis_url, "--db", sqlite_url, option, str(port))
             assert done.returncode == 2, done.stderr
             lines = done.stderr.strip().splitlines()
             assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and option in lines[0]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("option", ["metrics_port", "health_port"])
+def test_a_pool_whose_port_is_taken_after_the_check_is_one_line_and_starts_nothing(redis_url, sqlite_url,
+                                                                                    option):
+    """The bind itself (a port taken between the check and the listen) is the same one line."""
+    import socket
+
+    from evaljobs.errors import OptionError
+    from evaljobs.workers.serve import run_pool
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OptionError) as caught:
+            run_pool(min=1, max=2, idle_seconds=5, lane="bulk", broker=redis_url, db=sqlite_url,
+                     recover_every=60, **{option: port})
+    assert str(caught.value) == (f"--{option.replace('_', '-')}: cannot listen on 127.0.0.1:{port}: "
+                                 "Address already in use")
+    assert not telemetry.watched()  # nothing left counting for a server that never listened
+
+
+def test_model_labels_are_folded_beyond_the_cap():
+    """1,500 ``@label`` variants made 28,537 series (2.4 MB a scrape) for the process's life: beyond
+    MAX_MODEL_LABELS distinct models, the rest count under ``other``, and nothing counted is lost."""
+    import prometheus_client as prom
+
+    from evaljobs.workers.metrics import MAX_MODEL_LABELS, OTHER, PrometheusObserver
+
+    registry = prom.CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    for index in range(1500):
+        observer.provider_call(telemetry.ProviderCall("sim", f"m{index}", "ok", 0.1, input_tokens=2))
+        observer.pair_recorded(telemetry.PairRecorded(f"sim/m{index}@variant-{index}", "passed", 0.2, 0.5))
+    body = prom.generate_latest(registry).decode()
+    series = [line for line in body.splitlines() if line and not line.startswith("#")]
+    specs = {s.labels["model"] for f in registry.collect() if f.name == "evaljobs_pairs"
+             for s in f.samples}
+    assert len(specs) == MAX_MODEL_LABELS + 1 and OTHER in specs
+    assert "sim/m0@variant-0" in specs and "sim/m1499@variant-1499" not in specs
+    assert len(series) < 25 * (MAX_MODEL_LABELS + 1) * 2, len(series)
+    assert registry.get_sample_value("evaljobs_pairs_total", {"status": "passed", "model": OTHER}) == 1400
+    # cost and tokens fold to the same (provider, model), so a join by those labels still matches
+    other = {"provider": "sim", "model": OTHER}
+    assert registry.get_sample_value("evaljobs_tokens_total", {**other, "direction": "input"}) == 2800
+    assert registry.get_sample_value("evaljobs_cost_dollars_total", other) == 700
+    assert registry.get_sample_value("evaljobs_cost_dollars_total", {"provider": "sim", "model": "m7"}) == 0.5
+
+
+def test_governor_budgets_are_folded_beyond_the_cap_busy_ones_first():
+    from evaljobs.workers.metrics import MAX_MODEL_LABELS, OTHER, _fold_budgets
+
+    rows = [{"budget": f"sim:m{i:04d}", "limit": 4, "in_flight_interactive": 0, "in_flight_bulk": 0,
+             "waiting_interactive": 0, "waiting_bulk": 0} for i in range(1500)]
+    rows[1499]["in_flight_bulk"] = 3
+    folded = _fold_budgets(rows)
+    assert len(folded) == MAX_MODEL_LABELS + 1
+    assert folded["sim:m1499"]["in_flight_bulk"] == 3  # a busy budget is named, whatever its place
+    assert folded[OTHER]["limit"] == 4 * (1500 - MAX_MODEL_LABELS)

@@ -415,6 +415,12 @@ class _Context:
         effective.update(explicit)
 
         tools, declared = self.tools(path + ("tools",), where, raw.get("tools"))
+        if raw.get("expect") == {}:
+            # it reads as "checked" and checks nothing: any non-empty answer passed with score 1.00
+            # (a null `expect:` means absent, as every null key of a catalog does: a smoke scenario)
+            self.add(path + ("expect",), where, "expect is empty, so any non-empty answer would pass; add a "
+                                                "check (contains, regex, tools, judge, …), or remove the "
+                                                "'expect' key for a smoke scenario that only needs an answer")
         expect = self.expect(path + ("expect",), where, raw.get("expect"), declared, effective, explicit)
         tags = self.strings(path + ("tags",), where, "tags", raw.get("tags"))
         notes = raw.get("notes")

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
+from evaljobs.printable import printable
 from evaljobs.errors import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, OptionError, user_line,
                              user_lines)
 
@@ -34,6 +35,12 @@ _LINE_LIMIT = 2000
 def message(exc: BaseException | str) -> str:
     """``exc`` as one line (its class name when it has no text), secrets masked (:func:`user_line`)."""
     return user_line(exc, _LINE_LIMIT)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` for every line that may carry a provider's or a catalog's text: its terminal
+    control characters shown as escapes (:func:`evaljobs.printable.printable`; data stays as stored)."""
+    click.echo(printable(text), err=err, nl=nl)
 
 
 def exit_for(exc: BaseException, command: str | None = None) -> tuple[list[str], int] | None:
@@ -116,7 +123,7 @@ def one_line_errors(ctx: click.Context, typed: list[str] | None = None) -> Itera
         lines, code = mapped
         try:
             for line in lines:
-                click.echo(line, err=True)
+                echo(line, err=True)
         except BrokenPipeError:  # stderr went with stdout (`… 2>&1 | head`): the exit code still tells
             _silence(sys.stderr)
             _silence(sys.stdout)
@@ -332,7 +339,7 @@ def gate_mode() -> str:
 def conclude(verdict: Any) -> None:
     """Tell the user what the library decided (``RunInfo.gate``'s lines) and exit with its code."""
     for line in verdict.lines:
-        click.echo(line, err=True)
+        echo(line, err=True)
     if verdict.exit_code:
         sys.exit(verdict.exit_code)
 
@@ -356,7 +363,7 @@ def finish(info: Any, threshold: float | None, *, as_json: bool = False) -> None
         )
     else:
         text = render_run(info, "json" if as_json else "table")
-        click.echo(text, nl=not text.endswith("\n"))
+        echo(text, nl=not text.endswith("\n"))
     conclude(info.gate(threshold, gate_mode()))
 
 

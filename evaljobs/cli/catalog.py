@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import allow_code_option, import_options, json_option, providers_option
+from evaljobs.cli._options import allow_code_option, echo, import_options, json_option, providers_option
 from evaljobs.cli._stages import quiet_stage, stage
 
 #: Scenarios from which `catalog convert` reports its stages as it goes (20,000 JSONL samples take
@@ -48,14 +48,13 @@ def catalog_check(path, catalog_format, include_production_only, lenient, grader
                                     include_production_only=include_production_only, grader=grader,
                                     fields=fields)
     for warning in checked.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(checked.to_dict()))
         return
     extra = f", {checked.excluded} production_only left out" if checked.excluded else ""
-    click.echo(f"{path}: ok — {checked.format} catalog '{checked.name}', "
-               f"{checked.scenarios} scenarios{extra}, "
-               f"{checked.digest}")
+    echo(f"{path}: ok — {checked.format} catalog '{checked.name}', {checked.scenarios} scenarios{extra}, "
+         f"{checked.digest}")
     counts = checked.counts
     if counts and checked.format != "native":  # a native catalog's checks are native: nothing was imported
         click.echo(
@@ -96,7 +95,7 @@ def catalog_convert(path, output, catalog_format, include_production_only, lenie
 
 
 def _warn(warning: str) -> None:
-    click.echo(f"warning: {warning}", err=True)
+    echo(f"warning: {warning}", err=True)
 
 
 __all__ = ["LARGE_CATALOG", "catalog"]

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from evaljobs.cli._options import (broker_option, conclude, db_option, fail_under_option, finish,
+from evaljobs.cli._options import (broker_option, conclude, db_option, echo, fail_under_option, finish,
                                    json_option, providers_option, width_option)
 
 
@@ -39,7 +39,7 @@ def watch(run_id, gate, timeout, poll, as_json, db, broker) -> None:
     """
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db, broker=broker) as session:
+    with Session(db=db, broker=broker, create=False) as session:
         info = session.watch(run_id, timeout=timeout, poll=poll, progress=True)
     finish(info, gate, as_json=as_json)
 
@@ -63,7 +63,7 @@ def status(as_json, queues, window, db, broker) -> None:
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
     else:
-        click.echo(info.render(), nl=False)
+        echo(info.render(), nl=False)
     # what it could read is shown above; a monitoring script must still see an outage
     conclude(info.verdict())
 

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from evaljobs.cli._options import conclude
+from evaljobs.cli._options import conclude, echo
 
 
 @click.group("providers")
@@ -77,7 +77,7 @@ def providers_check(models, providers, timeout, as_json) -> None:
                                    "latency_ms": outcome.latency_ms, "ttft_ms": outcome.ttft_ms,
                                    "answer": outcome.answer}))
         elif outcome.error is not None:
-            click.echo(f"{outcome.model}  FAIL  {outcome.error}")
+            echo(f"{outcome.model}  FAIL  {outcome.error}")
         else:
             ttft = f", first token {outcome.ttft_ms:.0f} ms" if outcome.ttft_ms is not None else ""
             click.echo(f"{outcome.model}  ok  {outcome.latency_ms:.0f} ms{ttft}  {outcome.answer!r}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import conclude, db_option, fail_under_option, gate_mode
+from evaljobs.cli._options import conclude, db_option, echo, fail_under_option, gate_mode
 from evaljobs.errors import UsageError
 
 #: The formats of evaljobs.reports.render.FORMATS, written out (start-up time).
@@ -22,7 +22,7 @@ FORMATS = ("json", "md", "junit", "html", "table")
 
 def _write(text: str, output: str | None) -> None:
     if not output:
-        click.echo(text, nl=not text.endswith("\n"))
+        echo(text, nl=not text.endswith("\n"))
         return
     path = Path(output)
     try:
@@ -34,7 +34,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def _note(text: str) -> None:
-    click.echo(f"note: {text}", err=True)
+    echo(f"note: {text}", err=True)
 
 
 @click.command("report")
@@ -52,7 +52,7 @@ def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flak
     """Render a run's report (also a CI gate with --fail-under)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         rendered = session.render_report(run_id, fmt, baseline=baseline, flaky=flaky, on_note=_note)
     _write(rendered.text, output)
     conclude(rendered.verdict(gate, gate_mode()))  # a gate only when asked to be one (--fail-under)
@@ -69,12 +69,12 @@ def compare(run_a: str, run_b: str, as_json: bool, fail_on_regression: bool, db:
     """Show what changed from RUN_A (baseline) to RUN_B: flipped pairs, score and cost deltas."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         comparison = session.compare(run_a, run_b, on_note=_note)
     if as_json:
-        click.echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
+        echo(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
     else:
-        click.echo(comparison.render(), nl=False)
+        echo(comparison.render(), nl=False)
     conclude(comparison.verdict(fail_on_regression))
 
 

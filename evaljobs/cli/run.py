@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from evaljobs.cli._options import (allow_code_option, broker_option, db_option, fail_under_option, finish,
-                                   import_options, providers_option, sigterm_interrupts, width_option)
+from evaljobs.cli._options import (allow_code_option, broker_option, db_option, echo, fail_under_option,
+                                   finish, import_options, providers_option, sigterm_interrupts, width_option)
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
@@ -193,14 +193,14 @@ def demo(width, db, html_path, as_json) -> None:
     with Session(db=db, broker="memory", width=width) as session, sigterm_interrupts():
         done = session.demo(format="json" if as_json else "table", html=html_path, progress=True,
                             on_note=_stderr)
-    click.echo(done.text, nl=not done.text.endswith("\n"))
+    echo(done.text, nl=not done.text.endswith("\n"))
     run_id = done.run.id
     click.echo(f"\nnext: evaljobs show {run_id}   |   evaljobs report {run_id} --format md", err=True)
     click.echo(f"HTML report: {done.html_path}", err=as_json)  # with --json, stdout is the JSON alone
 
 
 def _stderr(line: str) -> None:
-    click.echo(line, err=True)
+    echo(line, err=True)
 
 
 __all__ = ["run", "demo", "STRATEGIES", "DEFAULT_STRATEGY"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from evaljobs.cli._options import db_option
+from evaljobs.cli._options import db_option, echo
 
 
 @click.command()
@@ -22,7 +22,7 @@ def runs(limit, as_json, db) -> None:
     """List recent runs."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         items = session.runs(limit=limit)
     if as_json:
         click.echo(json.dumps([run_summary(r) for r in items], indent=2))
@@ -34,8 +34,8 @@ def runs(limit, as_json, db) -> None:
                "CREATED")
     for r in items:
         rate = f"{r.report['summary']['pass_rate']:.0%}" if r.report else "-"
-        click.echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
-                   f"{r.catalog_name[:20]:<20} {when(r.created_at)}")
+        echo(f"{r.id:<16} {r.status:<9} {r.persisted:>4}/{r.expected:<4} {rate:>6}  {r.strategy:<10} "
+             f"{r.catalog_name[:20]:<20} {when(r.created_at)}")
 
 
 def when(moment: Any, now: datetime.datetime | None = None) -> str:
@@ -79,28 +79,28 @@ def show(run_id, as_json, db) -> None:
     """Show one run: status, progress and each result."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
-    with Session(db=db) as session:
+    with Session(db=db, create=False) as session:
         detail = session.show(run_id)
     info, results, missing = detail.run, detail.results, detail.missing
     if as_json:
-        click.echo(json.dumps({**run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
+        echo(json.dumps({**run_summary(info), "results": [r.to_dict() for r in results]}, indent=2,
                               default=str))
         return
-    click.echo(
+    echo(
         f"run {info.id}  {info.status}  {info.persisted}/{info.expected} pairs  catalog {info.catalog_name}"
         f" ({info.digest[:19]})  strategy {info.strategy}"
     )
-    click.echo(f"models: {', '.join(info.models)}")
+    echo(f"models: {', '.join(info.models)}")
     if info.context:
-        click.echo(f"context: {json.dumps(info.context)}")
+        echo(f"context: {json.dumps(info.context)}")
     for r in results:
         extra = f"  [{r.fault}]" if r.fault else ""
         error = f"  {r.error[:100]}" if r.error else ""
         epoch = f" #{r.epoch}" if info.epochs > 1 else ""
-        click.echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{epoch}{extra}{error}")
+        echo(f"  {r.status:<7} {r.score:4.2f}  {r.scenario_key} × {r.model}{epoch}{extra}{error}")
     if missing:
         epoch = f" #{missing[0][2]}" if info.epochs > 1 else ""
-        click.echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]}{epoch})")
+        echo(f"missing {len(missing)} pairs (e.g. {missing[0][0]} × {missing[0][1]}{epoch})")
 
 
 __all__ = ["run_summary", "runs", "show"]

@@ -5,7 +5,8 @@ persistence, a message dead-lettered by a bug). Recovery compares what the
 database is missing with what the broker still holds, re-enqueues only the
 pairs nobody will process — with the run's stored host context — and sends
 ``finalize_run`` for runs that are complete but have no report. A healthy run
-(every missing pair still has a message) is left untouched.
+(every missing pair still has a message) is left untouched, and so is a run a live
+process evaluates in its own memory (its lease: :mod:`evaljobs.pipeline.ownership`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import threading
 from typing import Iterable
 
 from evaljobs import store
+from evaljobs.pipeline import ownership
 from evaljobs.pipeline.pairs import pair_args, pair_options
 from evaljobs.store import batches as stored_batches
 
@@ -123,11 +125,15 @@ class _Actions(list):
             self.on_action(line)
 
 
-def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None) -> list[str]:
+def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None,
+            held: list[str] | None = None) -> list[str]:
     """Recover one run, or every running/pending run. Returns one line per action taken.
 
     ``on_action(line)`` is called as each action is taken and ``on_runs(n)`` once the runs to
-    check are known, so a command can show progress while it walks many runs.
+    check are known, so a command can show progress while it walks many runs. A run another live
+    process evaluates in its memory is left alone (:class:`~evaljobs.pipeline.ownership.RunOwned`
+    when ``run_id`` names it); on the in-process broker this process leases each run it takes
+    over, and adds its id to ``held`` (to give the leases up when it stops).
     """
     actions: list[str] = _Actions(on_action)
     runs = ([store.get_run(run_id)] if run_id
@@ -143,6 +149,10 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
             continue
         if run.status == store.CANCELLED and not run_id:
             continue  # a sweep of every run leaves cancelled runs alone; one named is resumed
+        if not _free(binding, run.id, asked=run_id is not None):
+            continue  # a live process evaluates it in its memory: its pairs are not lost
+        if binding.is_memory and held is not None:
+            held.append(run.id)
         # stopped by SIGINT/SIGTERM (or cancelled, and named): resumed like a run whose messages were lost
         if run.status in (store.INTERRUPTED, store.CANCELLED):
             store.resume(run.id)
@@ -176,6 +186,25 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None)
             binding.broker.enqueue(_with_context(binding, message, run))
         actions.append(f"{run.id}: re-enqueued {len(lost)} of {len(missing)} missing pairs")
     return list(actions)
+
+
+def _free(binding, run_id: str, *, asked: bool) -> bool:
+    """Whether recovery may touch ``run_id``: no other live process holds it (an in-process run).
+
+    On the in-process broker this process takes the run's lease (it will evaluate the pairs); a run
+    held elsewhere is :class:`~evaljobs.pipeline.ownership.RunOwned` when it was ``asked`` for by id,
+    else left alone as a healthy run is.
+    """
+    try:
+        if binding.is_memory:
+            ownership.hold(run_id)
+        else:
+            ownership.check(run_id)
+    except ownership.RunOwned:
+        if asked:
+            raise
+        return False
+    return True
 
 
 class PeriodicRecovery:

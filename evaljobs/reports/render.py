@@ -11,6 +11,7 @@ from html import escape as html_escape
 from typing import TYPE_CHECKING, Any, Iterable
 
 from evaljobs.errors import UsageError
+from evaljobs.printable import printable
 from evaljobs.reports.build import render_json, render_markdown, render_table
 
 if TYPE_CHECKING:
@@ -35,7 +36,17 @@ def partial_banner(partial: dict[str, Any], format: str) -> str:
 
 def render(report: dict[str, Any], format: str = "md", *, results: Iterable[Result] = (),
            comparison: Comparison | None = None) -> str:
-    """``report`` rendered as ``format``; ``results`` (the full rows) feed the JUnit and HTML details."""
+    """``report`` rendered as ``format``; ``results`` (the full rows) feed the JUnit and HTML details.
+
+    A provider's or a catalog's terminal control characters are shown as ``\\uXXXX`` in every format
+    (:func:`evaljobs.printable.printable`; in JSON that is the same string): a report is printed,
+    pasted and ``cat``-ed, and an escape sequence in it would act on the reader's terminal.
+    """
+    return printable(_render(report, format, results=results, comparison=comparison))
+
+
+def _render(report: dict[str, Any], format: str, *, results: Iterable[Result],
+            comparison: Comparison | None) -> str:
     if format not in FORMATS:
         raise UsageError(f"unknown report format {format!r}: use one of {', '.join(FORMATS)}")
     if comparison is not None and format == "junit":

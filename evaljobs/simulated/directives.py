@@ -129,6 +129,17 @@ def addressed_models(texts: Iterable[str]) -> set[str]:
     return {match.group(1) for text in texts for match in _DIRECTIVE_START.finditer(text) if match.group(1)}
 
 
+def unknown_judge_problem(model: str, texts: Iterable[str]) -> str | None:
+    """Why ``sim/model`` cannot be a judge (None when it can): a judge is named by the simulator's own
+    names (or a name the catalog addresses), so a typo (``sim/jduge``) is not silently a judge."""
+    names = set(NAMED_MODELS) | addressed_models(texts)
+    if model in names:
+        return None
+    hint = suggest(model, sorted(names)).replace(" (did you mean '", " (did you mean 'sim/")
+    return (f"unknown simulated judge model 'sim/{model}'{hint}: a simulated judge is one of "
+            f"{', '.join('sim/' + name for name in sorted(names))}")
+
+
 def unknown_model_problem(model: str, texts: Iterable[str], *, source: str = "the catalog") -> str | None:
     """Why ``sim/model`` would silently miss its directives (None when the name is fine).
 

@@ -20,6 +20,7 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.governor_limits` — what the provider governor learned, kept across runs.
 - :mod:`~evaljobs.store.pages` — what the viewer reads (runs and result cells, paged by id).
 - :mod:`~evaljobs.store.lookup` — a run id from ``latest`` or a unique prefix.
+- :mod:`~evaljobs.store.leases` — which live process evaluates an in-process run (``recover`` leaves it).
 
 ``from evaljobs import store; store.X`` works for every public name below.
 """
@@ -31,13 +32,15 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import batches, cache, governor_limits, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import batches, cache, governor_limits, leases, pages  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
                                         SQLITE_BUSY_SECONDS, connect, connection, hold_connection, holding,
-                                        is_sqlite, reconnecting, release_connection, upgrade, without_waiting)
+                                        is_sqlite, reconnecting, refuse_a_missing_file, release_connection,
+                                        upgrade, without_waiting)
 from evaljobs.store.errors import (
     DatabaseUnavailable,
+    NoDatabase,
     StorageFailed,
     Incomplete,
     StoreError,
@@ -86,6 +89,8 @@ __all__ = [
     "StoreError",
     "StorageFailed",
     "DatabaseUnavailable",
+    "NoDatabase",
+    "refuse_a_missing_file",
     "UnknownRun",
     "UnknownSnapshot",
     "UnexpectedPair",
@@ -142,6 +147,7 @@ __all__ = [
     "governor_limits",
     "pages",
     "batches",
+    "leases",
     "Cell",
     "RunRow",
     "resolve_run_id",

@@ -25,7 +25,7 @@ from playhouse.pool import PooledPostgresqlDatabase
 from evaljobs import config
 from evaljobs.config import Settings
 from evaljobs.store.drivers import attach_psycopg2
-from evaljobs.store.errors import DatabaseUnavailable, StorageFailed, StoreError, redact
+from evaljobs.store.errors import DatabaseUnavailable, NoDatabase, StorageFailed, StoreError, redact
 from evaljobs.store.schema import database, upgrade_tables
 
 DEFAULT_URL = "sqlite:///.evaljobs/evaljobs.db"
@@ -51,10 +51,12 @@ class _Binding:
     evaljobs_reached: bool
     evaljobs_reconnect_seconds: float
     evaljobs_schema_log: list[str]
-    #: The optional tables this process has created on this database (cache, batches, governor limits).
+    #: The optional tables this process has created on this database (cache, batches, governor limits,
+    #: run leases).
     evaljobs_cache_ready: bool = False
     evaljobs_batches_ready: bool = False
     evaljobs_governor_limits_ready: bool = False
+    evaljobs_leases_ready: bool = False
 
 
 class BoundSqliteDatabase(_Binding, peewee.SqliteDatabase):
@@ -69,16 +71,19 @@ BoundDatabase = Union[BoundSqliteDatabase, BoundPostgresqlDatabase]
 
 
 def connect(url: str | None = None, *, settings: Settings | None = None,
-            reconnect_seconds: float | None = None) -> peewee.Database:
+            reconnect_seconds: float | None = None, create: bool = True) -> peewee.Database:
     """Bind the store to ``url`` (else the settings' ``database_url``, else a SQLite file under
     ``.evaljobs/``).
 
     Creates the schema on first use. Binding the URL already bound is a no-op; another URL rebinds.
     ``reconnect_seconds`` (default: the settings' ``db_reconnect_seconds``) is how long a call
-    keeps retrying through a lost connection (see :func:`_reconnecting`).
+    keeps retrying through a lost connection (see :func:`_reconnecting`). ``create`` False (a command
+    that only reads): a SQLite file that does not exist is :class:`NoDatabase`, not created.
     """
     settings = settings or config.settings()
     url = url or settings.database_url or DEFAULT_URL
+    if not create:
+        refuse_a_missing_file(url)
     if reconnect_seconds is None:
         reconnect_seconds = settings.db_reconnect_seconds
     with _bind_lock:
@@ -101,6 +106,16 @@ def connect(url: str | None = None, *, settings: Settings | None = None,
             raise
         _retire(current)
         return db
+
+
+def refuse_a_missing_file(url: str, reader: str = "a command that only reads") -> None:
+    """:class:`NoDatabase` (one line) when ``url`` is SQLite and names no file: ``reader`` creates none."""
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
+    if str(path) not in ("", ":memory:") and not path.is_file():
+        raise NoDatabase(f"{url}: no database at {path.resolve()} ({reader} creates none); check --db or "
+                         "EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)")
 
 
 def upgrade() -> list[str]:

@@ -1,7 +1,7 @@
 """The store's errors: one line each, all in the evaljobs error family."""
 from __future__ import annotations
 
-from evaljobs.errors import EXIT_FAILED, EXIT_USAGE, EvaljobsError
+from evaljobs.errors import EXIT_FAILED, EXIT_USAGE, EvaljobsError, UsageError
 from evaljobs.redact import redact  # one redaction for every URL (re-exported: store.redact)
 
 
@@ -30,6 +30,11 @@ class UnknownRun(StoreError):
     pass
 
 
+class NoDatabase(StoreError, UsageError):
+    """A command that only reads was given a SQLite file that does not exist: a typo, not a database to
+    create (``--db sqlite:///typo.db`` made an empty one and showed "no runs")."""
+
+
 class UnknownSnapshot(StoreError):
     pass
 
@@ -48,6 +53,7 @@ __all__ = [
     "StorageFailed",
     "DatabaseUnavailable",
     "UnknownRun",
+    "NoDatabase",
     "UnknownSnapshot",
     "UnexpectedPair",
     "Incomplete",

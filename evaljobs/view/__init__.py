@@ -18,7 +18,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from evaljobs.config import settings
-from evaljobs.errors import UsageError
+from evaljobs.errors import UsageError, cannot_listen
 from evaljobs.view.config import ViewConfig, is_loopback
 
 logger = logging.getLogger("evaljobs.view")
@@ -120,14 +120,10 @@ class Exported:
 
 def refuse_a_missing_file(url: str) -> None:
     """The viewer only reads: a SQLite URL naming no file is a typo, not a database to create."""
-    if not url.startswith("sqlite:///"):
-        return
-    path = Path(url[len("sqlite:///"):].split("?", 1)[0])
-    if str(path) not in ("", ":memory:") and not path.is_file():
-        raise UsageError(
-            f"{url}: no database at {path.resolve()} (the viewer creates none); "
-            f"check --db or EVALJOBS_DATABASE_URL, or run something first (evaljobs demo, evaljobs run …)"
-        )
+    # start-up time: `import evaljobs.view` connects to nothing
+    from evaljobs import store
+
+    store.refuse_a_missing_file(url, "the viewer")
 
 
 def _config(broker: str | None, host: str, port: int, token: str | None) -> ViewConfig:
@@ -198,7 +194,7 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
     try:
         serve(config, on_ready=ready, log_format=log_format)
     except OSError as exc:  # a port in use: one line, exit 2
-        raise UsageError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+        raise cannot_listen(config.host, config.port, exc) from None
 
 
 __all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of", "Exported",

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Sequence
 from evaljobs import config
 from evaljobs.capacity import check_workers
 from evaljobs.config import REDIS_SCHEMES, child_environment
-from evaljobs.errors import OptionError
+from evaljobs.errors import OptionError, cannot_listen
 from evaljobs.workers.serve import check_pool_arguments, configure_logging, run_pool
 
 #: A fixed worker's threads and processes when they are not given.
@@ -68,6 +68,9 @@ def serve_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: st
         from evaljobs import extras  # the optional metrics extra: only when asked for
 
         extras.require("metrics")
+        _check_port(serving.metrics_host, serving.metrics_port, "--metrics-port")
+    if serving.health_port:
+        _check_port(serving.metrics_host, serving.health_port, "--health-port")
     configure_logging(serving.log_format)
     return run_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=broker or "", db=db,
                     queues=queues, providers=providers, recover_every=recover_every,
@@ -191,7 +194,7 @@ def _check_port(host: str, port: int, option: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise OptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", option) from None
+            raise cannot_listen(host, port, exc, option) from None
 
 
 def host_middleware(given: Sequence[str]) -> str | None:

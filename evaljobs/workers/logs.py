@@ -102,6 +102,25 @@ def use_json_logs(level: int | None = None, stream: Any = None) -> None:
     root.addHandler(handler)
     if level is not None:
         root.setLevel(level)
+    # What Python prints itself — "Exception ignored in …" (a finalizer's error) and a thread's
+    # uncaught exception — went to stderr as plain-text tracebacks between the JSON lines.
+    sys.unraisablehook = _log_unraisable
+    threading.excepthook = _log_thread_exception
+
+
+def _log_unraisable(unraisable: Any) -> None:
+    what = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}"
+    exc = unraisable.exc_value
+    info = (unraisable.exc_type, exc, unraisable.exc_traceback) if exc is not None else None
+    logging.getLogger("evaljobs.workers.logs").error(what, exc_info=info)
+
+
+def _log_thread_exception(args: Any) -> None:
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "a thread"
+    logging.getLogger("evaljobs.workers.logs").error("uncaught exception in %s", name,
+                                                exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def main() -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from evaljobs.errors import cannot_listen
+
 #: A route's answer: (HTTP status, body, content type).
 Answer = tuple[int, bytes, str]
 
@@ -23,6 +25,7 @@ def route_server(host: str, port: int, routes: Mapping[str, Callable[[], Answer]
     """A threading server on ``host:port`` answering GET ``path`` with ``routes[path]()`` (else 404).
 
     The query string is ignored; request lines go to ``logger`` at debug level, prefixed by ``name``.
+    A port that cannot be bound is one :class:`~evaljobs.errors.OptionError` naming ``--{name}-port``.
     """
     table = dict(routes)
 
@@ -39,7 +42,10 @@ def route_server(host: str, port: int, routes: Mapping[str, Callable[[], Answer]
         def log_message(self, format: str, *args: Any) -> None:
             logger.debug(f"{name}: " + format, *args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise cannot_listen(host, port, exc, f"--{name}-port") from None
     server.daemon_threads = True
     return server
 

@@ -92,14 +92,16 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
         from evaljobs.workers.logs import LogContext
 
         binding.broker.add_middleware(LogContext())  # each line names the run and pair of its message
-    binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
-    recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
     pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
                 poll=poll)
+    exposition = probes = recovery = None
     restore_signals = _on_signals(stop)
-    exposition = _serve_metrics(tuple(queues), binding.url)
-    probes = _serve_health(pool, binding.url)
     try:
+        # the ports first: one taken is one line (OptionError) before any member or recovery starts
+        exposition = _serve_metrics(tuple(queues), binding.url)
+        probes = _serve_health(pool, binding.url)
+        binding.broker.emit_after("process_boot")  # starts TimeLimit's watchdog, as Dramatiq's CLI does
+        recovery = PeriodicRecovery(binding, recover_every).start() if recover_every else None
         pool.start()
         logger.info("pool %s: %d..%d members on %s, lane %s, idle %gs", pool.id, min, max,
                     ", ".join(pool.queues), lane, idle_seconds)
@@ -131,7 +133,11 @@ def _serve_metrics(queues: tuple[str, ...], broker_url: str) -> Any:
     from evaljobs.workers import metrics  # the metrics extra, only when asked for
 
     registry = metrics.in_process_registry(settings, queues=queues, broker_url=broker_url)
-    server = metrics.make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
+    try:
+        server = metrics.make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
+    except UsageError:  # taken since the check: one line, and this process counts for no one
+        metrics.stop_recording()
+        raise
     metrics.serve_in_thread(server)
     logger.info("metrics: serving http://%s:%d/metrics", settings.metrics_host, server.server_address[1])
     return server

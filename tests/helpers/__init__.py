@@ -46,7 +46,7 @@ _HOMES = {
     "prometheus": ["PrometheusServer"],
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
-    "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port"],
+    "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port", "send_json"],
     "viewer": ["Viewer"],
     "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "wait_until"],
 }

@@ -20,6 +20,18 @@ from pathlib import Path
 STARTUP_SECONDS = 30.0
 
 
+def send_json(handler, status: int, payload: object) -> None:
+    """Answer a ``BaseHTTPRequestHandler`` request with ``payload`` as JSON (the tests' own providers)."""
+    import json
+
+    body = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class ServerError(RuntimeError):
     pass
 
