@@ -56,7 +56,9 @@ setting nobody can find:
 * a criterion is declared in two modules named for it, its catalog half
   (``evaljobs/catalog/criteria/``) and its grading half (``evaljobs/evaluation/graders/``);
   a criterion the registry handles whole is named nowhere else (``CRITERION_NAMED_ELSEWHERE``
-  lists the exceptions, with why; it only shrinks).
+  lists the exceptions, with why; it only shrinks);
+* a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/config.py``): no other
+  module keeps a tuple, list, set or mapping of them, or passes them one keyword each.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -1372,3 +1374,52 @@ def test_a_criterion_named_outside_its_modules_is_found(tmp_path):
         "criteria's table (evaljobs.catalog.criteria) instead",
         "evaljobs/store/runs.py: evaljobs.store.runs no longer names 'other': take it off "
         "CRITERION_NAMED_ELSEWHERE"]
+
+
+# -- a run option is declared once: evaljobs.config.RUN_OPTIONS ---------------------------------------
+
+def run_option_names(modules: dict[str, Module], table: str = CONFIG_MODULE) -> set[str]:
+    """The names ``RunOption(...)`` entries declare in the configuration module."""
+    module = modules.get(table)
+    return {node.args[0].value for node in (module.nodes if module else ())
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RunOption"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
+
+
+def run_options_listed_by_hand(modules: dict[str, Module], table: str = CONFIG_MODULE) -> list[str]:
+    """A tuple, list, set or mapping of two or more run options, or a call passing two or more of them by
+    keyword, outside the table: a list kept in step by hand (``_STORED_LIMITS``, a ``limits_of`` dict, a
+    policy built field by field) instead of one derived from ``RUN_OPTIONS``."""
+    names = run_option_names(modules, table)
+    lines = []
+    for name, module in sorted(modules.items()):
+        if name == table:
+            continue
+        for node in module.nodes:
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                listed = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+            elif isinstance(node, ast.Dict):
+                listed = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in names]
+            elif isinstance(node, ast.Call):
+                listed = [k.arg for k in node.keywords if k.arg in names]
+            else:
+                continue
+            if len(listed) >= 2:
+                lines.append(f"{module.shown}:{node.lineno}: {name} lists the run options "
+                             f"{', '.join(listed)} by hand: derive them from evaljobs.config.RUN_OPTIONS")
+    return lines
+
+
+def test_run_options_are_listed_only_by_their_table(source):
+    assert len(run_option_names(source)) >= 5
+    assert run_options_listed_by_hand(source) == []
+
+
+def test_a_run_option_list_kept_by_hand_is_found(tmp_path):
+    files = {"evaljobs/config.py": "OPTIONS = (RunOption('retries', int), RunOption('backoff', float))\n",
+             "evaljobs/store/runs.py": "LIMITS = ('retries', 'backoff')\n"
+                                       "POLICY = dict(retries=1, backoff=2)\nONE = {'retries': 3}\n"}
+    said = "lists the run options retries, backoff by hand: derive them from evaljobs.config.RUN_OPTIONS"
+    assert run_options_listed_by_hand(planted_tree(tmp_path, files)) == [
+        f"evaljobs/store/runs.py:1: evaljobs.store.runs {said}",
+        f"evaljobs/store/runs.py:2: evaljobs.store.runs {said}"]

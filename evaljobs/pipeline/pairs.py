@@ -157,8 +157,8 @@ class RunPlan:
         own = runtime.policy()
         if policy != own:  # the run's limits win over this process's: said (per plan built), never silently
             differ = [f"{name} {getattr(policy, name):g} (this process: {getattr(own, name):g})"
-                      for name in ("time_limit", "max_retries", "min_backoff", "max_backoff",
-                                   "max_rate_limit_waits") if getattr(policy, name) != getattr(own, name)]
+                      for name in (o.name for o in config.RUN_OPTIONS)
+                      if getattr(policy, name) != getattr(own, name)]
             logger.info("run %s: the limits stored with it apply: %s", run.id, ", ".join(differ))
         return cls(run=run, catalog=store.load_snapshot(run.digest), settings=settings,
                    policy=policy, built_for=built_for)
