@@ -18,6 +18,7 @@ need all of that state and the walk would no longer read top to bottom.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -33,6 +34,7 @@ from evaljobs.catalog.criteria import (
     value_keys,
 )
 from evaljobs.catalog.criteria import criterion as criterion_named
+from evaljobs.catalog.criteria import version as criteria_version
 from evaljobs.catalog.criteria.base import MAX_INT, is_int
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (
@@ -153,15 +155,23 @@ _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turn
 
 def _setting_keys() -> tuple[str, ...]:
     """Every settings key: the settings' own, then the criteria's (``weights`` last, as it always was)."""
-    return _OWN_SETTING_KEYS + tuple(k.name for k in value_keys(settings_only=True)) + ("weights",)
+    return _key_lists(criteria_version())[0]
 
 
 def _scenario_keys() -> tuple[str, ...]:
-    return _OWN_SCENARIO_KEYS + _setting_keys()
+    return _key_lists(criteria_version())[1]
 
 
 def _expect_keys() -> tuple[str, ...]:
-    return _WALKED_EXPECT_KEYS + tuple(k.name for k in value_keys()) + _LATER_EXPECT_KEYS
+    return _key_lists(criteria_version())[2]
+
+
+@functools.lru_cache(maxsize=4)
+def _key_lists(version: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The settings, scenario and expect keys for one version of the criteria's table (asked per scenario)."""
+    settings = _OWN_SETTING_KEYS + tuple(k.name for k in value_keys(settings_only=True)) + ("weights",)
+    expect = _WALKED_EXPECT_KEYS + tuple(k.name for k in value_keys()) + _LATER_EXPECT_KEYS
+    return settings, _OWN_SCENARIO_KEYS + settings, expect
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
 

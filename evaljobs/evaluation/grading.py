@@ -5,13 +5,14 @@ injected as a callable so this module never talks to a provider itself.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
-from evaljobs.evaluation.graders import Grading, Stop, grader, graders
+from evaljobs.evaluation.graders import Grader, Grading, Stop, grader, graders
 from evaljobs.evaluation.graders import pattern_matches as pattern_matches  # where callers found it
 from evaljobs.evaluation.graders.llm_judge import judgement_passes
 from evaljobs.evaluation.replay import Replay
@@ -25,8 +26,14 @@ _DIAGNOSIS_RANKS = {"missing_capability": 30, "ungrounded_answer": 50}
 def gate_order() -> tuple[str, ...]:
     """Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first (with its two
     heuristics, ``expect.diagnose``, where its Diagnosis#call tries them)."""
-    ranks = {**{g.name: g.gate_rank for g in graders()}, **_DIAGNOSIS_RANKS}
-    return tuple(sorted(ranks, key=lambda name: ranks[name]))
+    return _ranked(graders())[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _ranked(table: tuple[Grader, ...]) -> tuple[tuple[str, ...], tuple[Grader, ...]]:
+    """The gate order and the graders by rank, for one state of the graders' table (computed once)."""
+    ranks = {**{g.name: g.gate_rank for g in table}, **_DIAGNOSIS_RANKS}
+    return tuple(sorted(ranks, key=lambda name: ranks[name])), tuple(sorted(table, key=lambda g: g.gate_rank))
 
 
 def _fault_of(name: str) -> str:
@@ -172,7 +179,7 @@ def _diagnose(
 
 def _fault(grading: Grading) -> str:
     """Why a scenario failed on its mean score: the first criterion, in gate order, that takes the blame."""
-    ranked = sorted(graders(), key=lambda g: g.gate_rank)
+    ranked = _ranked(graders())[1]
     return next((g.fault for g in ranked if g.blamed is not None and g.blamed(grading)), "low_quality")
 
 

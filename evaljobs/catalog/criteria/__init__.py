@@ -87,10 +87,25 @@ def gateable_names() -> tuple[str, ...]:
     return tuple(c.name for c in _TABLE.values() if c.gateable)
 
 
+def version() -> int:
+    """Changes whenever a criterion is registered or removed: what is derived from the table may be cached
+    per version."""
+    return _TABLE.version
+
+
 def value_keys(*, settings_only: bool = False) -> tuple[Key, ...]:
     """The keys the registry handles whole, in criterion order (``settings_only``: those that are also
-    settings of ``defaults``, groups and scenarios)."""
-    return tuple(k for c in _TABLE.values() for k in c.keys if k.setting or not settings_only)
+    settings of ``defaults``, groups and scenarios). Validation asks for them per scenario: cached."""
+    cached = _KEYS.get((_TABLE.version, settings_only))
+    if cached is None:
+        cached = tuple(k for c in _TABLE.values() for k in c.keys if k.setting or not settings_only)
+        if len(_KEYS) > 4:  # earlier versions of the table
+            _KEYS.clear()
+        _KEYS[(_TABLE.version, settings_only)] = cached
+    return cached
+
+
+_KEYS: dict[tuple[int, bool], tuple[Key, ...]] = {}
 
 
 def present_criteria(expect: Expect) -> tuple[str, ...]:
@@ -120,4 +135,5 @@ __all__ = [
     "unregister",
     "value_criterion",
     "value_keys",
+    "version",
 ]

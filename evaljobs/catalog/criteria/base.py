@@ -119,17 +119,26 @@ class Table(Generic[T]):
         self.what = what
         self._built_in = frozenset(built_in)
         self._items = dict(built_in)
+        self._values = tuple(self._items.values())
+        #: Changes with every registration: what is derived from the table is cached per version.
+        self.version = 0
 
     def add(self, name: str, item: T) -> T:
         if name in self._items:
             raise ValueError(f"{self.what} {name!r} is already registered")
         self._items[name] = item
+        self._changed()
         return item
 
     def remove(self, name: str) -> None:
         if name in self._built_in:
             raise ValueError(f"{self.what} {name!r} is built in")
-        self._items.pop(name, None)
+        if self._items.pop(name, None) is not None:
+            self._changed()
+
+    def _changed(self) -> None:
+        self._values = tuple(self._items.values())
+        self.version += 1
 
     def __getitem__(self, name: str) -> T:
         return self._items[name]
@@ -141,7 +150,7 @@ class Table(Generic[T]):
         return tuple(self._items)
 
     def values(self) -> tuple[T, ...]:
-        return tuple(self._items.values())
+        return self._values
 
 
 __all__ = ["MAX_INT", "POSITIVE_INT", "Criterion", "Key", "Shown", "Table", "ValueProblem", "is_int",

@@ -12,8 +12,7 @@ def _grade(grading: Grading) -> None:
     details = grading.details
     refused = [a for a in expect.assertions if a.get("kind") == "refused"]
     runnable = [a for a in expect.assertions if a.get("kind") != "refused"]
-    others = any(c.present(expect) for c in criteria() if c.name != "assertions")
-    if refused and not runnable and not others:
+    if refused and not runnable and not any(c.present(expect) for c in criteria() if c.name != "assertions"):
         # Every assertion of the source test was refused at import (--lenient): nothing is left to grade,
         # and "the answer is not empty" is not the test the user wrote.
         details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
