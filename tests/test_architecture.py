@@ -1313,6 +1313,13 @@ def criteria_declared_by_halves(modules: dict[str, Module]) -> list[str]:
     return lines
 
 
+def _named(node: ast.AST) -> object:
+    """The name a node spells: a string constant's text or an attribute's name (else None)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
 def criteria_named_elsewhere(modules: dict[str, Module], allowed=CRITERION_NAMED_ELSEWHERE) -> list[str]:
     """The name of a criterion the registry handles whole (declared with ``value_criterion``) as a string
     or an attribute outside its two modules: code that lists or branches on it instead of reading the
@@ -1325,17 +1332,14 @@ def criteria_named_elsewhere(modules: dict[str, Module], allowed=CRITERION_NAMED
         if name in own:
             continue
         for node in module.nodes:
-            text = node.value if isinstance(node, ast.Constant) else (
-                node.attr if isinstance(node, ast.Attribute) else None)
+            text = _named(node)
             if text in whole and name not in allowed.get(text, ()):
                 lines.append(f"{module.shown}:{node.lineno}: {name} names the criterion {text!r}: read the "
                              f"criteria's table (evaljobs.catalog.criteria) instead")
     for criterion, names in sorted(allowed.items()):
         for name in sorted(names):
             module = modules.get(name)
-            if module is not None and not any(
-                    (isinstance(n, ast.Constant) and n.value == criterion)
-                    or (isinstance(n, ast.Attribute) and n.attr == criterion) for n in module.nodes):
+            if module is not None and not any(_named(n) == criterion for n in module.nodes):
                 lines.append(f"{module.shown}: {name} no longer names {criterion!r}: take it off "
                              f"CRITERION_NAMED_ELSEWHERE")
     return lines
