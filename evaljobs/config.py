@@ -88,15 +88,68 @@ def check_number(label: str, value: Any, low: float, high: float, *, low_open: b
         raise ConfigurationError(f"{label}={value!r} must be {kind} {bounds}")
 
 
+@dataclass(frozen=True)
+class RunOption:
+    """A per-run setting, declared once: :class:`Settings` reads and checks it, a run stores it
+    (``RunSettings``, ``Run.options``) so every worker applies the submitter's value, the retry policy and
+    Dramatiq's actor options are built from it. Resolved as Dramatiq resolves an actor option
+    (``message.options.get(name, actor.options.get(name, default))``): the run's stored value, else this
+    process's setting, else the default (:func:`resolve`)."""
+
+    name: str
+    #: ``int`` or ``float``.
+    kind: type
+    default: Any
+    #: The environment variable that sets it for a process.
+    env: str
+    low: float
+    high: float
+    low_open: bool = False
+    #: ``evaljobs run``'s flag for it (None: the environment only); the flag wins over the environment.
+    flag: str | None = None
+    #: The flag's help text, and its own lowest value when stricter than the variable's.
+    help: str = ""
+    flag_low: float | None = None
+    #: Stored with the run: a worker applies the value the run was submitted with, never its own.
+    stored: bool = True
+    #: The Dramatiq actor option it sets (``max_retries``, ``min_backoff`` …) and the factor to its unit.
+    actor_option: str | None = None
+    actor_scale: int = 1
+    #: A key of a providers-file entry that overrides it for that provider's pairs (it wins over the run's).
+    providers_key: str | None = None
+
+
+#: The per-pair limits: what a pair of a run may spend. Their order is the order messages list them in.
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("time_limit", float, 180.0, "EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, low_open=True,
+              flag="--time-limit", help="Seconds per pair.", flag_low=0.1),
+    RunOption("max_retries", int, 3, "EVALJOBS_MAX_RETRIES", 0, 1000, actor_option="max_retries",
+              providers_key="max_retries"),
+    RunOption("min_backoff", float, 0.5, "EVALJOBS_MIN_BACKOFF", 0, MAX_SECONDS, actor_option="min_backoff",
+              actor_scale=1000),
+    RunOption("max_backoff", float, 10.0, "EVALJOBS_MAX_BACKOFF", 0, MAX_SECONDS, actor_option="max_backoff",
+              actor_scale=1000),
+    RunOption("max_rate_limit_waits", int, 50, "EVALJOBS_MAX_RATE_LIMIT_WAITS", 0, 1_000_000),
+)
+_RUN = {option.name: option for option in RUN_OPTIONS}
+
+
+def run_option(name: str) -> RunOption:
+    """The per-run option called ``name``; ``KeyError`` when there is none."""
+    return _RUN[name]
+
+
+def resolve(name: str, stored: Mapping[str, Any], own: Settings) -> Any:
+    """A run option's value for a pair: the one stored with its run, else this process's."""
+    value = stored.get(name)
+    return getattr(own, name) if value is None else value
+
+
 #: Settings fields that are numbers: (label, lowest, highest, lowest excluded, whole number).
 _NUMBERS: dict[str, tuple[str, float, float, bool, bool]] = {
     "db_reconnect_seconds": ("EVALJOBS_DB_RECONNECT_SECONDS", 0, MAX_SECONDS, False, False),
     "permit_wait": ("EVALJOBS_PERMIT_WAIT", 0, MAX_SECONDS, False, False),
-    "max_retries": ("EVALJOBS_MAX_RETRIES", 0, 1000, False, True),
-    "min_backoff": ("EVALJOBS_MIN_BACKOFF", 0, MAX_SECONDS, False, False),
-    "max_backoff": ("EVALJOBS_MAX_BACKOFF", 0, MAX_SECONDS, False, False),
-    "max_rate_limit_waits": ("EVALJOBS_MAX_RATE_LIMIT_WAITS", 0, 1_000_000, False, True),
-    "time_limit": ("EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, True, False),
+    **{o.name: (o.env, o.low, o.high, o.low_open, o.kind is int) for o in RUN_OPTIONS},
     "heartbeat_timeout_ms": ("EVALJOBS_HEARTBEAT_TIMEOUT_MS", 1, MAX_SECONDS * 1000, False, True),
     "maintenance_chance": ("EVALJOBS_MAINTENANCE_CHANCE", 0, 1_000_000, False, True),
     "recover_every": ("EVALJOBS_RECOVER_EVERY", 0, MAX_SECONDS, False, False),
@@ -133,11 +186,12 @@ class Settings:
     lane: str | None = None                  # EVALJOBS_LANE (interactive | bulk)
     permit_wait: float = 2.0                 # EVALJOBS_PERMIT_WAIT
     cache_ttl: str | None = None             # EVALJOBS_CACHE_TTL (a duration: 3600, 12h, 7d)
-    max_retries: int = 3                     # EVALJOBS_MAX_RETRIES
-    min_backoff: float = 0.5                 # EVALJOBS_MIN_BACKOFF
-    max_backoff: float = 10.0                # EVALJOBS_MAX_BACKOFF
-    max_rate_limit_waits: int = 50           # EVALJOBS_MAX_RATE_LIMIT_WAITS
-    time_limit: float = 180.0                # EVALJOBS_TIME_LIMIT (seconds per pair)
+    # The per-run options (``RUN_OPTIONS``: variable, default, bounds), typed here.
+    max_retries: int = _RUN["max_retries"].default
+    min_backoff: float = _RUN["min_backoff"].default
+    max_backoff: float = _RUN["max_backoff"].default
+    max_rate_limit_waits: int = _RUN["max_rate_limit_waits"].default
+    time_limit: float = _RUN["time_limit"].default  # seconds per pair
     # Crashed worker processes a pair may cost before it is recorded errored without running: the
     # variable's text, read as a number by crash_limit() where the crash counter is built.
     max_crashes: str | None = None           # EVALJOBS_MAX_CRASHES
@@ -264,6 +318,8 @@ class Settings:
         env = os.environ if env is None else env
         d = cls()
         governor = (env.get("EVALJOBS_GOVERNOR") or "on").strip().lower() not in _FALSE
+        run: dict[str, Any] = {o.name: (_int if o.kind is int else _float)(env, o.env, o.default)
+                               for o in RUN_OPTIONS}
         return cls(
             database_url=_text(env, "EVALJOBS_DATABASE_URL"),
             db_reconnect_seconds=_float(env, "EVALJOBS_DB_RECONNECT_SECONDS", d.db_reconnect_seconds),
@@ -276,11 +332,7 @@ class Settings:
             lane=_text(env, "EVALJOBS_LANE"),
             permit_wait=_float(env, "EVALJOBS_PERMIT_WAIT", d.permit_wait),
             cache_ttl=_text(env, "EVALJOBS_CACHE_TTL"),
-            max_retries=_int(env, "EVALJOBS_MAX_RETRIES", d.max_retries),
-            min_backoff=_float(env, "EVALJOBS_MIN_BACKOFF", d.min_backoff),
-            max_backoff=_float(env, "EVALJOBS_MAX_BACKOFF", d.max_backoff),
-            max_rate_limit_waits=_int(env, "EVALJOBS_MAX_RATE_LIMIT_WAITS", d.max_rate_limit_waits),
-            time_limit=_float(env, "EVALJOBS_TIME_LIMIT", d.time_limit),
+            **run,
             max_crashes=_text(env, "EVALJOBS_MAX_CRASHES"),
             heartbeat_timeout_ms=_int(env, "EVALJOBS_HEARTBEAT_TIMEOUT_MS", d.heartbeat_timeout_ms),
             maintenance_chance=_int(env, "EVALJOBS_MAINTENANCE_CHANCE", d.maintenance_chance),
@@ -466,12 +518,16 @@ __all__ = [
     "DEFAULT_QUEUE",
     "MIN_CONTEXT_KEY_BYTES",
     "REDIS_SCHEMES",
+    "RUN_OPTIONS",
+    "RunOption",
     "Settings",
     "child_environment",
     "code_environment",
     "configure",
     "configured",
+    "resolve",
     "restore",
+    "run_option",
     "secret",
     "settings",
 ]

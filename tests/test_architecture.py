@@ -53,6 +53,12 @@ setting nobody can find:
   that line or above its block of imports (start-up time, an optional extra, a plugin
   loaded before the package): a late import that hides a design problem has
   to say so.
+* a criterion is declared in two modules named for it, its catalog half
+  (``evaljobs/catalog/criteria/``) and its grading half (``evaljobs/evaluation/graders/``);
+  a criterion the registry handles whole is named nowhere else (``CRITERION_NAMED_ELSEWHERE``
+  lists the exceptions, with why; it only shrinks);
+* a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/config.py``): no other
+  module keeps a tuple, list, set or mapping of them, or passes them one keyword each.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -1275,3 +1281,150 @@ def test_a_store_module_importing_report_building_is_found(tmp_path):
     assert store_imports_of_report_building(planted_tree(tmp_path, files)) == [
         "evaljobs/store/results.py:2: evaljobs.store.results imports evaljobs.reports.build: the store "
         "persists what reports/ builds; take the report as an argument (as store.finalize does)"]
+
+
+# -- a criterion is declared once: its two modules ----------------------------------------------------
+
+#: Where a criterion is declared: its catalog half (name, keys, schema, validation, label) and its grading
+#: half (grade function, fault), one module each, named for the criterion (evaljobs/catalog/criteria/).
+CRITERION_PACKAGES = ("evaljobs.catalog.criteria", "evaljobs.evaluation.graders")
+#: Modules of those packages that are not a criterion (the table, the declaration types).
+CRITERION_PACKAGE_PARTS = ("base",)
+#: Modules that still name a criterion the registry handles whole, each with why: only shrinks.
+CRITERION_NAMED_ELSEWHERE = {
+    # the promptfoo importer writes the key its `latency` assertion maps to (a foreign format's mapping)
+    "max_latency_ms": frozenset({"evaljobs.catalog.importers.promptfoo_assertions"}),
+}
+
+
+def _criterion_modules(modules: dict[str, Module], package: str) -> dict[str, Module]:
+    return {name.rpartition(".")[2]: module for name, module in modules.items()
+            if name.startswith(package + ".") and name.rpartition(".")[2] not in CRITERION_PACKAGE_PARTS}
+
+
+def criteria_declared_by_halves(modules: dict[str, Module]) -> list[str]:
+    """A criterion module without its grader module, or a grader module without its criterion."""
+    halves = [_criterion_modules(modules, package) for package in CRITERION_PACKAGES]
+    lines = []
+    for mine, other, package in ((halves[0], halves[1], CRITERION_PACKAGES[1]),
+                                 (halves[1], halves[0], CRITERION_PACKAGES[0])):
+        for name in sorted(set(mine) - set(other)):
+            lines.append(f"{mine[name].shown}: criterion {name!r} has no module in {package}: a criterion "
+                         f"is declared in both halves (evaljobs/catalog/criteria/__init__.py says how)")
+    return lines
+
+
+def _named(node: ast.AST) -> object:
+    """The name a node spells: a string constant's text or an attribute's name (else None)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def criteria_named_elsewhere(modules: dict[str, Module], allowed=CRITERION_NAMED_ELSEWHERE) -> list[str]:
+    """The name of a criterion the registry handles whole (declared with ``value_criterion``) as a string
+    or an attribute outside its two modules: code that lists or branches on it instead of reading the
+    registry (``Expect.value(name)``, ``value_keys()``)."""
+    whole = {name for name, module in _criterion_modules(modules, CRITERION_PACKAGES[0]).items()
+             if "value_criterion(" in module.source}
+    own = {f"{package}.{name}" for package in CRITERION_PACKAGES for name in whole}
+    lines = []
+    for name, module in sorted(modules.items()):
+        if name in own:
+            continue
+        for node in module.nodes:
+            text = _named(node)
+            if text in whole and name not in allowed.get(text, ()):
+                lines.append(f"{module.shown}:{node.lineno}: {name} names the criterion {text!r}: read the "
+                             f"criteria's table (evaljobs.catalog.criteria) instead")
+    for criterion, names in sorted(allowed.items()):
+        for name in sorted(names):
+            module = modules.get(name)
+            if module is not None and not any(_named(n) == criterion for n in module.nodes):
+                lines.append(f"{module.shown}: {name} no longer names {criterion!r}: take it off "
+                             f"CRITERION_NAMED_ELSEWHERE")
+    return lines
+
+
+def test_every_criterion_has_both_halves(source):
+    assert criteria_declared_by_halves(source) == []
+
+
+def test_a_criterion_handled_whole_is_named_only_by_its_modules(source):
+    assert criteria_named_elsewhere(source) == []
+
+
+def test_a_criterion_missing_a_half_is_found(tmp_path):
+    files = {"evaljobs/catalog/criteria/__init__.py": "", "evaljobs/catalog/criteria/base.py": "",
+             "evaljobs/catalog/criteria/word_limit.py": "", "evaljobs/evaluation/graders/__init__.py": "",
+             "evaljobs/evaluation/graders/shouting.py": ""}
+    assert criteria_declared_by_halves(planted_tree(tmp_path, files)) == [
+        "evaljobs/catalog/criteria/word_limit.py: criterion 'word_limit' has no module in "
+        "evaljobs.evaluation.graders: a criterion is declared in both halves "
+        "(evaljobs/catalog/criteria/__init__.py says how)",
+        "evaljobs/evaluation/graders/shouting.py: criterion 'shouting' has no module in "
+        "evaljobs.catalog.criteria: a criterion is declared in both halves "
+        "(evaljobs/catalog/criteria/__init__.py says how)"]
+
+
+def test_a_criterion_named_outside_its_modules_is_found(tmp_path):
+    files = {"evaljobs/catalog/criteria/word_limit.py": "CRITERION = value_criterion('word_limit')\n",
+             "evaljobs/evaluation/graders/word_limit.py": "NAME = 'word_limit'\n",
+             "evaljobs/store/runs.py": "LIMITS = ('word_limit',)\n",
+             "evaljobs/reports/__init__.py": "def f(expect):\n    return expect.word_limit\n"}
+    found = criteria_named_elsewhere(planted_tree(tmp_path, files), allowed={
+        "word_limit": frozenset({"evaljobs.store.runs"}), "other": frozenset({"evaljobs.store.runs"})})
+    assert found == [
+        "evaljobs/reports/__init__.py:2: evaljobs.reports names the criterion 'word_limit': read the "
+        "criteria's table (evaljobs.catalog.criteria) instead",
+        "evaljobs/store/runs.py: evaljobs.store.runs no longer names 'other': take it off "
+        "CRITERION_NAMED_ELSEWHERE"]
+
+
+# -- a run option is declared once: evaljobs.config.RUN_OPTIONS ---------------------------------------
+
+def run_option_names(modules: dict[str, Module], table: str = CONFIG_MODULE) -> set[str]:
+    """The names ``RunOption(...)`` entries declare in the configuration module."""
+    module = modules.get(table)
+    return {node.args[0].value for node in (module.nodes if module else ())
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RunOption"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
+
+
+def run_options_listed_by_hand(modules: dict[str, Module], table: str = CONFIG_MODULE) -> list[str]:
+    """A tuple, list, set or mapping of two or more run options, or a call passing two or more of them by
+    keyword, outside the table: a list kept in step by hand (``_STORED_LIMITS``, a ``limits_of`` dict, a
+    policy built field by field) instead of one derived from ``RUN_OPTIONS``."""
+    names = run_option_names(modules, table)
+    lines = []
+    for name, module in sorted(modules.items()):
+        if name == table:
+            continue
+        for node in module.nodes:
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                listed = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+            elif isinstance(node, ast.Dict):
+                listed = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in names]
+            elif isinstance(node, ast.Call):
+                listed = [k.arg for k in node.keywords if k.arg in names]
+            else:
+                continue
+            if len(listed) >= 2:
+                lines.append(f"{module.shown}:{node.lineno}: {name} lists the run options "
+                             f"{', '.join(listed)} by hand: derive them from evaljobs.config.RUN_OPTIONS")
+    return lines
+
+
+def test_run_options_are_listed_only_by_their_table(source):
+    assert len(run_option_names(source)) >= 5
+    assert run_options_listed_by_hand(source) == []
+
+
+def test_a_run_option_list_kept_by_hand_is_found(tmp_path):
+    files = {"evaljobs/config.py": "OPTIONS = (RunOption('retries', int), RunOption('backoff', float))\n",
+             "evaljobs/store/runs.py": "LIMITS = ('retries', 'backoff')\n"
+                                       "POLICY = dict(retries=1, backoff=2)\nONE = {'retries': 3}\n"}
+    said = "lists the run options retries, backoff by hand: derive them from evaljobs.config.RUN_OPTIONS"
+    assert run_options_listed_by_hand(planted_tree(tmp_path, files)) == [
+        f"evaljobs/store/runs.py:1: evaljobs.store.runs {said}",
+        f"evaljobs/store/runs.py:2: evaljobs.store.runs {said}"]

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaljobs.catalog import (CRITERIA,
+from evaljobs.catalog import (criterion_names,
                               Catalog,
                               CatalogError,
                               Expect,
@@ -123,7 +123,7 @@ def test_rich_catalog_resolves_effective_values(tmp_path):
     assert greet.criteria is None
     assert greet.judge_model == "sim/judge"
     assert greet.expect == Expect(contains=("hello",), not_contains=("sorry", "unfortunately"),
-                                  max_latency_ms=30000, token_budget=4000)
+                                  values={"max_latency_ms": 30000, "token_budget": 4000})
     assert greet.tags == ("smoke",)
     assert greet.group is None
     assert greet.line == 12
@@ -148,7 +148,8 @@ def test_rich_catalog_resolves_effective_values(tmp_path):
     assert order.expect == Expect(
         contains=("shipped",), regex=("ship(ped|ping)",),
         tools=(ExpectedTool("lookup_order"), ExpectedTool("lookup_order", {"order_id": "1234"})),
-        judge="Says the order shipped and gives no invented dates", max_latency_ms=5000, token_budget=500)
+        judge="Says the order shipped and gives no invented dates",
+        values={"max_latency_ms": 5000, "token_budget": 500})
     assert order.notes == "the canned tool answers by order id"
 
     refund = catalog.scenario("billing:refund")
@@ -195,7 +196,7 @@ scenarios:
 def test_scenario_level_limits_reach_expect():
     catalog = loads_catalog(
         "name: s\nscenarios: [{key: a, prompt: hi, max_latency_ms: 100, token_budget: 9}]\n")
-    assert catalog.scenario("a").expect == Expect(max_latency_ms=100, token_budget=9)
+    assert catalog.scenario("a").expect == Expect(values={"max_latency_ms": 100, "token_budget": 9})
 
 
 def test_expect_judge_without_judge_model_is_fine():
@@ -639,9 +640,9 @@ def test_non_json_tool_data_in_python_input():
 
 
 def test_all_criteria_names_are_accepted():
-    catalog = parse_catalog({"name": "x", "defaults": {"criteria": list(reversed(CRITERIA))},
+    catalog = parse_catalog({"name": "x", "defaults": {"criteria": list(reversed(criterion_names()))},
                              "scenarios": [{"key": "a", "prompt": "hi"}]})
-    assert catalog.scenario("a").criteria == CRITERIA
+    assert catalog.scenario("a").criteria == criterion_names()
     assert parse_catalog({"name": "x", "scenarios": [{"key": "a", "prompt": "hi", "criteria": "regex"}]}
                          ).scenario("a").criteria == ("regex",)
 
@@ -680,7 +681,7 @@ _data = st.recursive(
 
 _setting = st.one_of(
     _data, st.integers(0, 8), st.floats(0, 1.5), st.sampled_from(["sim/judge", "gpt-4o", "you are kind"]),
-    st.lists(st.sampled_from(CRITERIA + ("nope",)), max_size=3))
+    st.lists(st.sampled_from(criterion_names() + ("nope",)), max_size=3))
 _near_scenario = st.fixed_dictionaries(
     {"key": st.sampled_from(["a", "b", "c.d", "e:f/g"]), "prompt": st.text(min_size=1, max_size=5)},
     optional={name: _setting for name in ("max_turns", "temperature", "pass_threshold", "criteria",

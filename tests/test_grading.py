@@ -76,7 +76,7 @@ def test_expected_tools_argument_subset():
 
 
 def test_latency_and_token_budget():
-    g = grade(scenario(max_latency_ms=100, token_budget=10),
+    g = grade(scenario(values={"max_latency_ms": 100, "token_budget": 10}),
               Replay(answer="x", duration_ms=150, input_tokens=4, output_tokens=4))
     assert g.scores["max_latency_ms"] == 0.0 and g.scores["token_budget"] == 1.0
 

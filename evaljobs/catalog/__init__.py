@@ -3,6 +3,7 @@
 The package is split by concern; this module re-exports the public API:
 
 * :mod:`~evaljobs.catalog.model` — the frozen dataclasses (``Catalog``, ``Scenario``, ``Tool`` …);
+* :mod:`~evaljobs.catalog.criteria` — the grading criteria: one module each, one table;
 * :mod:`~evaljobs.catalog.load` — files to :class:`CatalogSource` to ``Catalog``;
 * :mod:`~evaljobs.catalog._yaml` — the YAML reader that keeps line numbers (:mod:`~evaljobs.catalog.yaml12`:
   YAML 1.2 scalars);
@@ -18,15 +19,14 @@ explicit step (:func:`evaljobs.tools.expand_source`) between
 """
 from __future__ import annotations
 
+from evaljobs.catalog.criteria import criterion_names, gateable_names
 from evaljobs.catalog.digest import digest_of
 from evaljobs.catalog.load import (CatalogSource, load_catalog, loads_catalog, parse_source, read_catalog,
                                    reads_catalog)
 from evaljobs.catalog.model import (
     ASSERTION_KINDS,
-    CRITERIA,
     DEFAULT_MAX_TURNS,
     DEFAULT_PASS_THRESHOLD,
-    GATEABLE,
     IDEAL_GRADERS,
     ROLES,
     Catalog,
@@ -40,9 +40,7 @@ from evaljobs.catalog.validate import catalog_from_body, parse_catalog
 
 __all__ = [
     "ASSERTION_KINDS",
-    "GATEABLE",
     "IDEAL_GRADERS",
-    "CRITERIA",
     "Catalog",
     "CatalogError",
     "CatalogSource",
@@ -54,7 +52,9 @@ __all__ = [
     "Scenario",
     "Tool",
     "catalog_from_body",
+    "criterion_names",
     "digest_of",
+    "gateable_names",
     "load_catalog",
     "loads_catalog",
     "parse_catalog",

@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+from evaljobs.catalog.criteria import value_keys
 from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
 from evaljobs.catalog.toolspec import LIVE_KINDS
 
@@ -65,7 +66,10 @@ def _expect_body(e: Expect) -> dict[str, Any]:
     body: dict[str, Any] = {
         "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
         "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
-        "judge": _judge_body(e), "max_latency_ms": e.max_latency_ms, "token_budget": e.token_budget}
+        "judge": _judge_body(e)}
+    for key in value_keys():  # the criteria's own keys: those always written, else only when set
+        if key.always_in_body or e.value(key.name) is not None:
+            body[key.name] = e.value(key.name)
     # Later fields only when set: catalogs that do not use them keep their digest.
     optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
                 "tools_match": e.tools_match if e.tools_match != "all" else None,

@@ -8,7 +8,7 @@ and :mod:`evaljobs.catalog.validate`; the canonical digest is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.errors import UsageError
@@ -16,12 +16,6 @@ from evaljobs.errors import UsageError
 DEFAULT_MAX_TURNS = 6
 DEFAULT_PASS_THRESHOLD = 0.7
 
-#: Criterion names a catalog may list under ``criteria`` (the graders implement them).
-CRITERIA = ("response_present", "contains", "not_contains", "regex", "expected_tools",
-            "max_latency_ms", "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
-#: Criteria a scenario's ``expect.gate`` may name (the expectations that can fail a scenario on their own).
-GATEABLE = ("response_present", "contains", "not_contains", "regex", "expected_tools", "max_latency_ms",
-            "token_budget", "llm_judge", "tools_succeeded", "ideal", "assertions")
 #: How ``expect.ideal`` answers are compared: OpenAI evals' Match / Includes / FuzzyMatch, and Inspect's
 #: includes() / match() / exact() / pattern(REGEX) / answer(letter|word|line) (evaljobs.evaluation.reference).
 IDEAL_GRADERS = (
@@ -84,17 +78,6 @@ ASSERTION_KINDS = (
 )
 
 
-def present_criteria(expect: Expect) -> tuple[str, ...]:
-    """The criteria this block of expectations enables, in ``GATEABLE`` order."""
-    present = {
-        "contains": bool(expect.contains or expect.patterns),
-        "not_contains": bool(expect.not_contains or expect.forbidden_patterns),
-        "regex": bool(expect.regex), "expected_tools": bool(expect.tools),
-        "max_latency_ms": expect.max_latency_ms is not None, "token_budget": expect.token_budget is not None,
-        "llm_judge": expect.judge is not None, "ideal": bool(expect.ideal),
-        "assertions": any(a.get("kind") != "refused" for a in expect.assertions),
-    }
-    return tuple(c for c in GATEABLE if present.get(c))
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -163,8 +146,6 @@ class Expect:
     judge: str | None = None
     judge_threshold: float | None = None
     judge_gate: bool = True
-    max_latency_ms: int | None = None
-    token_budget: int | None = None
     #: ActiveAgent-style patterns: a case-insensitive substring, or else a case-insensitive regex.
     #: Graded under ``contains`` / ``not_contains`` (faults ``missing_content`` / ``forbidden_content``).
     patterns: tuple[str, ...] = ()
@@ -188,6 +169,18 @@ class Expect:
     threshold: float | None = None
     #: ActiveAgent's diagnosis heuristics this scenario applies (``DIAGNOSES``), each a fault of its own.
     diagnose: tuple[str, ...] = ()
+    #: The values of the keys criteria declare whole (:mod:`evaljobs.catalog.criteria`, e.g. a token
+    #: budget), by key; a key that is not set is absent.
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # "Not set" has one spelling, so two equal expectations compare equal.
+        if any(v is None for v in self.values.values()):
+            object.__setattr__(self, "values", {k: v for k, v in self.values.items() if v is not None})
+
+    def value(self, key: str) -> Any:
+        """The value of a key a criterion declares (``None``: not set)."""
+        return self.values.get(key)
 
 
 @dataclass(frozen=True)
@@ -277,11 +270,9 @@ class Catalog:
 
 __all__ = [
     "ASSERTION_KINDS",
-    "CRITERIA",
     "DEFAULT_MAX_TURNS",
     "DEFAULT_PASS_THRESHOLD",
     "DIAGNOSES",
-    "GATEABLE",
     "IDEAL_GRADERS",
     "IDEAL_GRADER_ARGUMENTS",
     "ROLES",
@@ -292,6 +283,5 @@ __all__ = [
     "Scenario",
     "Tool",
     "ideal_grader_problem",
-    "present_criteria",
     "scalar_key",
 ]

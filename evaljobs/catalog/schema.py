@@ -3,8 +3,9 @@
 Why generated: editors (through ``# yaml-language-server: $schema=…``) complete
 and check catalogs as they are typed, and a schema written by hand would drift
 from the validator. Every key list, enumeration and pattern below is the
-validator's own (the key tuples, ``CRITERIA``, ``ROLES``, the key and tool-name
-patterns, the live-tool keys), so a key added there appears here.
+validator's own (the key tuples, the criteria's table and their keys' schemas,
+``ROLES``, the key and tool-name patterns, the live-tool keys), so a key added
+there appears here.
 
 The schema checks structure — keys, types, enumerations, ranges, required keys —
 which is what an editor can show while typing. What needs the whole catalog or a
@@ -17,11 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evaljobs.catalog.criteria import criterion_names, gateable_names, value_keys
 from evaljobs.catalog.model import (
     ASSERTION_KINDS,
-    CRITERIA,
     DIAGNOSES,
-    GATEABLE,
     IDEAL_GRADER_ARGUMENTS,
     IDEAL_GRADERS,
     ROLES,
@@ -29,17 +29,17 @@ from evaljobs.catalog.model import (
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS
 from evaljobs.catalog.validate import (
     _CATALOG_KEYS,
-    _EXPECT_KEYS,
     _EXPECTED_TOOL_KEYS,
     _GROUP_KEYS,
     _KEY_RE,
     _MAX_INT,
     _MESSAGE_KEYS,
-    _SCENARIO_KEYS,
-    _SETTING_KEYS,
     _TOOL_KEYS,
     _TOOL_NAME_RE,
     MAX_EPOCHS,
+    _expect_keys,
+    _scenario_keys,
+    _setting_keys,
 )
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -57,8 +57,6 @@ _DESCRIPTIONS = {
     "criteria": "The criteria to grade (default: every criterion that applies).",
     "pass_threshold": "The score (0 to 1, the mean of the criteria) a result needs to pass.",
     "judge_model": "The model that grades `expect.judge` rubrics, e.g. openai/gpt-4o-mini.",
-    "max_latency_ms": "The answer must arrive within this many milliseconds.",
-    "token_budget": "The conversation may use at most this many tokens.",
     "epochs": "How many times each scenario × model pair is evaluated (`--epochs` overrides it); "
     "catalog-wide only.",
     "key": "Unique, stable id: it identifies the scenario across runs.",
@@ -134,12 +132,18 @@ def _object(keys: tuple[str, ...], properties: dict[str, Any], required: tuple[s
     return out
 
 
+def _criteria_keys(*, settings_only: bool = False) -> dict[str, Any]:
+    """The keys criteria declare whole, each with its schema (or null) and its description."""
+    return {k.name: {**_with_null(k.schema), "description": k.description}
+            for k in value_keys(settings_only=settings_only)}
+
+
 def catalog_schema() -> dict[str, Any]:
     """The catalog JSON Schema (draft 2020-12) as a dict."""
+    criteria, gateable = criterion_names(), gateable_names()
     string = {"type": "string"}
     nonempty = {"type": "string", "minLength": 1, "pattern": r"\S"}
     strings = {"anyOf": [nonempty, {"type": "array", "items": nonempty}, {"type": "null"}]}
-    positive_int = {"type": "integer", "minimum": 1, "maximum": _MAX_INT}
     headers = {"type": "object", "additionalProperties": string}
     timeout = {"type": "number", "exclusiveMinimum": 0}
     url = {"type": "string", "pattern": r"^https?://[^\s/]+"}
@@ -152,26 +156,25 @@ def catalog_schema() -> dict[str, Any]:
         "criteria": _with_null(
             {
                 "anyOf": [
-                    {"enum": list(CRITERIA)},
-                    {"type": "array", "minItems": 1, "items": {"enum": list(CRITERIA)}},
+                    {"enum": list(criteria)},
+                    {"type": "array", "minItems": 1, "items": {"enum": list(criteria)}},
                 ]
             }
         ),
         "pass_threshold": _with_null({"type": "number", "minimum": 0, "maximum": 1}),
         "judge_model": _with_null(nonempty),
-        "max_latency_ms": _with_null(positive_int),
-        "token_budget": _with_null(positive_int),
+        **_criteria_keys(settings_only=True),
         "weights": _with_null(
             {
                 "type": "object",
                 "minProperties": 1,
-                "propertyNames": {"enum": list(CRITERIA)},
+                "propertyNames": {"enum": list(criteria)},
                 "additionalProperties": {"type": "number", "minimum": 0},
             }
         ),
     }
-    settings = _object(_SETTING_KEYS, setting_types, title="Settings")
-    catalog_defaults = _object(_SETTING_KEYS + ("epochs",), {
+    settings = _object(_setting_keys(), setting_types, title="Settings")
+    catalog_defaults = _object(_setting_keys() + ("epochs",), {
         **setting_types, "epochs": _with_null({"type": "integer", "minimum": 1, "maximum": MAX_EPOCHS})},
         title="Catalog defaults")
 
@@ -207,7 +210,7 @@ def catalog_schema() -> dict[str, Any]:
         _object(_EXPECTED_TOOL_KEYS, {"name": nonempty, "arguments": _with_null({"type": "object"})},
                 required=("name",))]}
     expect = _object(
-        _EXPECT_KEYS,
+        _expect_keys(),
         {
             "contains": strings,
             "not_contains": strings,
@@ -243,8 +246,7 @@ def catalog_schema() -> dict[str, Any]:
                     ]
                 }
             ),
-            "max_latency_ms": _with_null(positive_int),
-            "token_budget": _with_null(positive_int),
+            **_criteria_keys(),
             "patterns": strings,
             "forbidden_patterns": strings,
             "tools_match": _with_null({"enum": ["all", "any"]}),
@@ -252,8 +254,8 @@ def catalog_schema() -> dict[str, Any]:
                 {
                     "anyOf": [
                         {"type": "boolean"},
-                        {"enum": list(GATEABLE)},
-                        {"type": "array", "items": {"enum": list(GATEABLE)}},
+                        {"enum": list(gateable)},
+                        {"type": "array", "items": {"enum": list(gateable)}},
                     ]
                 }
             ),
@@ -290,7 +292,7 @@ def catalog_schema() -> dict[str, Any]:
     )
     message = _object(_MESSAGE_KEYS, {"role": {"enum": list(ROLES)}, "content": string, "name": string},
                       required=("role", "content"), title="Message")
-    scenario = _object(_SCENARIO_KEYS, {
+    scenario = _object(_scenario_keys(), {
         "key": {"type": "string", "pattern": _pattern(_KEY_RE)},
         "prompt": _with_null(string),
         "messages": _with_null({"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/message"}}),

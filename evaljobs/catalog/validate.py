@@ -18,6 +18,7 @@ need all of that state and the walk would no longer read top to bottom.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -25,14 +26,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from evaljobs.catalog.criteria import (
+    ValueProblem,
+    criterion_names,
+    gateable_names,
+    present_criteria,
+    value_keys,
+)
+from evaljobs.catalog.criteria import criterion as criterion_named
+from evaljobs.catalog.criteria import version as criteria_version
+from evaljobs.catalog.criteria.base import MAX_INT, is_int
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (
     ASSERTION_KINDS,
-    CRITERIA,
     DEFAULT_MAX_TURNS,
     DEFAULT_PASS_THRESHOLD,
     DIAGNOSES,
-    GATEABLE,
     ROLES,
     Catalog,
     CatalogError,
@@ -41,7 +50,6 @@ from evaljobs.catalog.model import (
     Scenario,
     Tool,
     ideal_grader_problem,
-    present_criteria,
     scalar_key,
 )
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
@@ -127,21 +135,44 @@ def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
 
 
 _CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")
-_SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
-                 "max_latency_ms", "token_budget", "weights", "seed")
+#: The settings' own keys; the keys criteria declare as settings come after them (``_setting_keys``).
+_OWN_SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_threshold", "judge_model",
+                     "seed")
 _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
-_SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group") + _SETTING_KEYS
+_OWN_SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group")
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
-_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge", "max_latency_ms", "token_budget",
-                "patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader", "reference",
-                "assertions", "weighted", "threshold", "diagnose")
+#: The keys of ``expect`` the walk below validates; the keys criteria declare whole (``value_keys``) come
+#: between the two parts (``_expect_keys``).
+_WALKED_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge")
+_LATER_EXPECT_KEYS = ("patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader",
+                      "reference", "assertions", "weighted", "threshold", "diagnose")
 _EXPECTED_TOOL_KEYS = ("name", "arguments")
 _MESSAGE_KEYS = ("role", "content", "name")
 
 _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
                                   "criteria": None, "pass_threshold": DEFAULT_PASS_THRESHOLD,
-                                  "judge_model": None, "max_latency_ms": None, "token_budget": None,
-                                  "weights": None, "seed": None}
+                                  "judge_model": None, "weights": None, "seed": None}
+
+
+def _setting_keys() -> tuple[str, ...]:
+    """Every settings key: the settings' own, then the criteria's (``weights`` last, as it always was)."""
+    return _key_lists(criteria_version())[0]
+
+
+def _scenario_keys() -> tuple[str, ...]:
+    return _key_lists(criteria_version())[1]
+
+
+def _expect_keys() -> tuple[str, ...]:
+    return _key_lists(criteria_version())[2]
+
+
+@functools.lru_cache(maxsize=4)
+def _key_lists(version: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The settings, scenario and expect keys for one version of the criteria's table (asked per scenario)."""
+    settings = _OWN_SETTING_KEYS + tuple(k.name for k in value_keys(settings_only=True)) + ("weights",)
+    expect = _WALKED_EXPECT_KEYS + tuple(k.name for k in value_keys()) + _LATER_EXPECT_KEYS
+    return settings, _OWN_SCENARIO_KEYS + settings, expect
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
 
@@ -162,8 +193,7 @@ def safe_key(key: str) -> str:
 
 _TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAX_DEPTH = 100
-#: Integers beyond 64 bits are not portable JSON (and Python refuses to print huge ones).
-_MAX_INT = 2**63 - 1
+_MAX_INT = MAX_INT
 #: The most epochs a catalog (or ``--epochs``) may ask for: each epoch is a full pass of provider calls.
 MAX_EPOCHS = 1000
 
@@ -181,8 +211,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -_MAX_INT <= value <= _MAX_INT
+_is_int = is_int
 
 
 def _check_system(name: str, value: Any) -> str:
@@ -216,25 +245,20 @@ def _check_threshold(name: str, value: Any) -> float:
     return float(value)
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if not _is_int(value) or value < 1:
-        raise _Bad(f"{name} must be a positive integer, not {show(value)}")
-    return value
-
-
 def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
+    known = criterion_names()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
-        raise _Bad(f"{name} must be a list of criterion names ({', '.join(CRITERIA)}), not {show(value)}")
+        raise _Bad(f"{name} must be a list of criterion names ({', '.join(known)}), not {show(value)}")
     if not items:
         raise _Bad(f"{name} is empty; list at least one criterion, "
                    f"or omit it to apply every one that applies")
-    unknown = [item for item in items if item not in CRITERIA]
+    unknown = [item for item in items if item not in known]
     if len(unknown) == 1:
-        raise _Bad(f"{name}: unknown criterion {unknown[0]!r}{did_you_mean(unknown[0], CRITERIA, 'known')}")
+        raise _Bad(f"{name}: unknown criterion {unknown[0]!r}{did_you_mean(unknown[0], known, 'known')}")
     if unknown:
-        raise _Bad(f"{name}: unknown criteria {', '.join(map(repr, unknown))}; known: {', '.join(CRITERIA)}")
-    return tuple(c for c in CRITERIA if c in items)
+        raise _Bad(f"{name}: unknown criteria {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    return tuple(c for c in known if c in items)
 
 
 def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
@@ -243,10 +267,11 @@ def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
         raise _Bad(f"{name} must map criterion names to weights, e.g. {{contains: 2, llm_judge: 1}}, "
                    f"not {show(value)}")
     out = []
+    known = criterion_names()
     for criterion, weight in value.items():
-        if criterion not in CRITERIA:
+        if criterion not in known:
             raise _Bad(
-                f"{name}: unknown criterion {criterion!r}{did_you_mean(str(criterion), CRITERIA, 'known')}"
+                f"{name}: unknown criterion {criterion!r}{did_you_mean(str(criterion), known, 'known')}"
             )
         if not _is_number(weight) or not math.isfinite(weight) or weight < 0:
             raise _Bad(f"{name}.{criterion} must be a number >= 0, not {show(weight)}")
@@ -258,10 +283,21 @@ def _check_weights(name: str, value: Any) -> tuple[tuple[str, float], ...]:
 
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "system": _check_system, "temperature": _check_temperature, "max_turns": _check_max_turns,
-    "criteria": _check_criteria, "pass_threshold": _check_threshold,
-    "max_latency_ms": _check_positive_int, "token_budget": _check_positive_int, "weights": _check_weights,
+    "criteria": _check_criteria, "pass_threshold": _check_threshold, "weights": _check_weights,
     "seed": _check_seed,
 }
+
+
+def _check(name: str, value: Any) -> Any:
+    """A setting's value checked by its own check, or by the criterion that declares it."""
+    own = _CHECKS.get(name)
+    if own is not None:
+        return own(name, value)
+    key = next(k for k in value_keys() if k.name == name)
+    try:
+        return key.check(name, value)
+    except ValueProblem as exc:
+        raise _Bad(str(exc)) from None
 
 
 class _Context:
@@ -307,20 +343,20 @@ class _Context:
             return {}
         if not isinstance(raw, dict):
             self.add(path, where,
-                     f"must be a mapping of settings ({', '.join(_SETTING_KEYS)}), not {kind_of(raw)}")
+                     f"must be a mapping of settings ({', '.join(_setting_keys())}), not {kind_of(raw)}")
             return {}
-        self.unknown_keys(path, where, raw, _SETTING_KEYS)
+        self.unknown_keys(path, where, raw, _setting_keys())
         return self.settings(path, where, raw)
 
     def settings(self, path: tuple, where: str, raw: dict) -> dict[str, Any]:
         """The valid, explicitly set settings in ``raw`` (``null`` means "inherit")."""
         out: dict[str, Any] = {}
-        for name in _SETTING_KEYS:
+        for name in _setting_keys():
             value = raw.get(name)
             if value is None:
                 continue
             try:
-                out[name] = self.judge_model(value) if name == "judge_model" else _CHECKS[name](name, value)
+                out[name] = self.judge_model(value) if name == "judge_model" else _check(name, value)
             except _Bad as exc:
                 self.add(path + (name,), where, exc.message)
         return out
@@ -405,7 +441,7 @@ class _Context:
                                       f"scenario keys must be unique across the catalog: rename one")
             else:
                 self.keys[key] = (line, where)
-        self.unknown_keys(path, where, raw, _SCENARIO_KEYS)
+        self.unknown_keys(path, where, raw, _scenario_keys())
 
         effective = dict(settings)
         explicit = self.settings(path, where, raw)
@@ -635,17 +671,19 @@ class _Context:
                effective: dict[str, Any], explicit: dict[str, Any]) -> Expect:
         own: dict[str, Any] = {}
         if raw is not None and not isinstance(raw, dict):
-            self.add(path, where, f"expect must be a mapping ({', '.join(_EXPECT_KEYS)}), not {kind_of(raw)}")
+            self.add(path, where,
+                     f"expect must be a mapping ({', '.join(_expect_keys())}), not {kind_of(raw)}")
             raw = None
         raw = raw or {}
-        self.unknown_keys(path, f"{where}: expect", raw, _EXPECT_KEYS)
-        for name in ("max_latency_ms", "token_budget"):
+        self.unknown_keys(path, f"{where}: expect", raw, _expect_keys())
+        for key in value_keys():
+            name = key.name
             if raw.get(name) is None:
                 continue
             try:
-                own[name] = _check_positive_int(f"expect.{name}", raw[name])
-            except _Bad as exc:
-                self.add(path + (name,), where, exc.message)
+                own[name] = key.check(f"expect.{name}", raw[name])
+            except ValueProblem as exc:
+                self.add(path + (name,), where, str(exc))
                 continue
             if name in explicit and explicit[name] != own[name]:
                 self.add(path + (name,), where, f"{name} is set both on the scenario ({explicit[name]}) and "
@@ -714,8 +752,7 @@ class _Context:
                 "patterns",
                 "forbidden_patterns",
                 "ideal",
-                "max_latency_ms",
-                "token_budget",
+                *(key.name for key in value_keys()),
                 "gate",
             )
             if weighted and raw.get(k) not in (None, [])
@@ -738,8 +775,6 @@ class _Context:
             judge=judge,
             judge_threshold=judge_threshold,
             judge_gate=judge_gate,
-            max_latency_ms=own.get("max_latency_ms", effective["max_latency_ms"]),
-            token_budget=own.get("token_budget", effective["token_budget"]),
             patterns=tuple(sorted(patterns)),
             forbidden_patterns=tuple(sorted(forbidden)),
             tools_match=tools_match,
@@ -750,6 +785,7 @@ class _Context:
             weighted=weighted,
             threshold=float(threshold) if threshold is not None else None,
             diagnose=self.diagnose(path + ("diagnose",), where, raw.get("diagnose")),
+            values={key.name: own.get(key.name, effective.get(key.name)) for key in value_keys()},
         )
         return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
 
@@ -797,22 +833,23 @@ class _Context:
         if raw is None or raw is False:
             return ()
         present = present_criteria(expect)
+        gateable = gateable_names()
         if raw is True:
             return present
         items = [raw] if isinstance(raw, str) else raw
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             self.add(path, where, f"expect.gate must be true (every expectation is a gate) or a list of "
-                                  f"criterion names ({', '.join(GATEABLE)}), not {show(raw)}")
+                                  f"criterion names ({', '.join(gateable)}), not {show(raw)}")
             return ()
         out = []
         for item in items:
-            if item not in GATEABLE:
+            if item not in gateable:
                 self.add(
                     path,
                     where,
-                    f"expect.gate: unknown criterion {item!r}{did_you_mean(item, GATEABLE, 'known')}",
+                    f"expect.gate: unknown criterion {item!r}{did_you_mean(item, gateable, 'known')}",
                 )
-            elif item not in present and item not in ("response_present", "tools_succeeded"):
+            elif item not in present and not criterion_named(item).gate_alone:
                 self.add(
                     path,
                     where,
@@ -821,7 +858,7 @@ class _Context:
                 )
             elif item not in out:
                 out.append(item)
-        return tuple(c for c in GATEABLE if c in out)
+        return tuple(c for c in gateable if c in out)
 
     def assertions(
         self, path: tuple, where: str, raw: Any, what: str = "expect.assertions"

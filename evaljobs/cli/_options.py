@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
+from evaljobs import config
 from evaljobs.printable import printable
 from evaljobs.errors import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, EvaljobsError, OptionError, user_line,
                              user_lines)
@@ -297,6 +298,16 @@ _GATE_KEY = "evaljobs.gate"
 def _remember_gate(ctx: click.Context, param: Any, value: str | None) -> str | None:
     ctx.meta[_GATE_KEY] = value or "point"
     return value
+
+
+def run_option_flag(name: str) -> Callable[[Callable], Callable]:
+    """``evaljobs run``'s flag for a per-run option, as its declaration says (``evaljobs.config.RUN_OPTIONS``:
+    flag, help, lowest value); unset (None), the environment's value applies."""
+    option = config.run_option(name)
+    assert option.flag is not None, f"run option {name!r} has no flag"
+    low = option.low if option.flag_low is None else option.flag_low
+    kind = click.FloatRange(min=low) if option.kind is float else click.IntRange(min=int(low))
+    return click.option(option.flag, type=kind, default=None, help=option.help)
 
 
 def fail_under_option(fn):

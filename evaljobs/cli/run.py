@@ -12,6 +12,7 @@ import click
 
 from evaljobs.cli._options import (allow_code_option, broker_option, db_option, echo, fail_under_option,
                                    finish, import_options, providers_option, sigterm_interrupts, width_option)
+from evaljobs.cli._options import run_option_flag
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
@@ -44,7 +45,7 @@ DEFAULT_STRATEGY = "fanout"
     is_flag=True,
     help="Let a model under test judge answers (its own included); refused otherwise. Reports say so.",
 )
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=None, help="Seconds per pair.")
+@run_option_flag("time_limit")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option(
     "--cache",

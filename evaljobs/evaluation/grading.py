@@ -5,68 +5,54 @@ injected as a callable so this module never talks to a provider itself.
 """
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from evaljobs.catalog import Scenario, patterns
+from evaljobs.catalog import Scenario
 from evaljobs.evaluation.assertions import AssertionRefused
 from evaljobs.evaluation.cost_check import cost_check
-from evaljobs.evaluation.reference import reference_matches
+from evaljobs.evaluation.graders import Grader, Grading, Stop, grader, graders
+from evaljobs.evaluation.graders import pattern_matches as pattern_matches  # where callers found it
+from evaljobs.evaluation.graders.llm_judge import judgement_passes
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of, walk
 
-CRITERIA = (
-    "response_present",
-    "contains",
-    "not_contains",
-    "regex",
-    "expected_tools",
-    "max_latency_ms",
-    "token_budget",
-    "llm_judge",
-    "tools_succeeded",
-    "ideal",
-    "assertions",
-)
+#: Where ActiveAgent's heuristics (``expect.diagnose``) come among the failed gates; each is its own fault.
+_DIAGNOSIS_RANKS = {"missing_capability": 30, "ungrounded_answer": 50}
 
-#: Faults, most mechanical first: a non-passing result gets the first one that applies
-#: (the order of ActiveAgent's diagnosis: an empty answer, then tool errors, tools, content, quality).
-FAULTS = (
-    "run_error",
-    "judge_unavailable",
-    "not_gradable",
-    "empty_answer",
-    "tool_error",
-    "missing_capability",
-    "expected_tool_not_called",
-    "ungrounded_answer",
-    "forbidden_content",
-    "missing_content",
-    "regex_mismatch",
-    "wrong_answer",
-    "assertion_failed",
-    "too_slow",
-    "over_token_budget",
-    "low_quality",
-)
 
-#: The fault a failing criterion stands for.
-CRITERION_FAULT = {
-    "response_present": "empty_answer",
-    "contains": "missing_content",
-    "not_contains": "forbidden_content",
-    "regex": "regex_mismatch",
-    "expected_tools": "expected_tool_not_called",
-    "tools_succeeded": "tool_error",
-    "ideal": "wrong_answer",
-    "assertions": "assertion_failed",
-    "max_latency_ms": "too_slow",
-    "token_budget": "over_token_budget",
-    "llm_judge": "low_quality",
-}
+def gate_order() -> tuple[str, ...]:
+    """Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first (with its two
+    heuristics, ``expect.diagnose``, where its Diagnosis#call tries them)."""
+    return _ranked(graders())[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _ranked(table: tuple[Grader, ...]) -> tuple[tuple[str, ...], tuple[Grader, ...]]:
+    """The gate order and the graders by rank, for one state of the graders' table (computed once)."""
+    ranks = {**{g.name: g.gate_rank for g in table}, **_DIAGNOSIS_RANKS}
+    return tuple(sorted(ranks, key=lambda name: ranks[name])), tuple(sorted(table, key=lambda g: g.gate_rank))
+
+
+def _fault_of(name: str) -> str:
+    """The fault a failed gate stands for (a diagnosis heuristic is its own fault)."""
+    try:
+        found = grader(name)
+    except KeyError:
+        return name
+    return found.gate_fault or found.fault
+
+
+#: Faults, most mechanical first: a non-passing result gets the first one that applies (the order of
+#: ActiveAgent's diagnosis: an empty answer, then tool errors, tools, content, quality). Built from the
+#: graders' table, with the ActiveAgent heuristics of ``expect.diagnose`` among them.
+FAULTS = tuple(dict.fromkeys(
+    ("run_error", "judge_unavailable", "not_gradable")
+    + tuple(grader(n).fault if n not in _DIAGNOSIS_RANKS else n for n in gate_order())
+))
 
 #: An assertion runner: ``run(assertion, answer, scenario) -> (passed, score, reason)``; injected so that
 #: grading never starts a process itself. ``None``: the scenario's external assertions are not gradable.
@@ -111,43 +97,6 @@ class Grades:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _applies(scenario: Scenario, name: str) -> bool:
-    return scenario.criteria is None or name in scenario.criteria
-
-
-def _fraction(hits: int, total: int) -> float:
-    return hits / total if total else 1.0
-
-
-def _tool_matches(expected_args: dict[str, Any], actual_args: dict[str, Any]) -> bool:
-    """An expected tool call matches when its arguments are a subset of the actual ones."""
-    for key, value in expected_args.items():
-        if key not in actual_args:
-            return False
-        actual = actual_args[key]
-        if isinstance(value, dict) and isinstance(actual, dict):
-            if not _tool_matches(value, actual):
-                return False
-        elif actual != value and str(actual) != str(value):
-            return False
-    return True
-
-
-def pattern_matches(text: str, pattern: str) -> bool:
-    """ActiveAgent's rule (``Scorer.matches_pattern?``): a case-insensitive substring, or else a
-    case-insensitive regular expression; a pattern that does not compile only counts as a substring."""
-    if not pattern.strip():
-        return False
-    if pattern.lower() in text.lower():
-        return True
-    try:
-        return patterns.search(pattern, text, patterns.IGNORECASE)
-    except patterns.PatternTimeout:
-        raise
-    except (re.error, patterns.error, RecursionError, OverflowError, ValueError):
-        return False
-
-
 def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
           assertions: AssertionRunner | None = None) -> Grades:
     """Score a replay against the scenario's expectations.
@@ -169,131 +118,33 @@ def grade(scenario: Scenario, replay: Replay, judge: Judge | None = None,
     if scenario.expect.weighted:
         return _grade_weighted(scenario, replay, judge, assertions)
 
-    expect = scenario.expect
-    gates = set(expect.gates)
-    answer = replay.answer or ""
-    lowered = answer.lower()
-    scores: dict[str, float] = {}
-    details: dict[str, Any] = {}
-
-    def applies(name: str) -> bool:
-        return _applies(scenario, name) or name in gates
-
-    if expect.judge and expect.judge_gate and applies("llm_judge"):
-        gates.add("llm_judge")  # the judge decides its criterion unless the catalog says gate: false
-
-    empty = applies("response_present") and not answer.strip()
-    if (expect.contains or expect.patterns) and applies("contains"):
-        missing = [s for s in expect.contains if s.lower() not in lowered]
-        missing += [p for p in expect.patterns if not pattern_matches(answer, p)]
-        total = len(expect.contains) + len(expect.patterns)
-        scores["contains"] = _fraction(total - len(missing), total)
-        if missing:
-            details["missing"] = missing
-    if (expect.not_contains or expect.forbidden_patterns) and applies("not_contains"):
-        found = [s for s in expect.not_contains if s.lower() in lowered]
-        found += [p for p in expect.forbidden_patterns if pattern_matches(answer, p)]
-        total = len(expect.not_contains) + len(expect.forbidden_patterns)
-        scores["not_contains"] = _fraction(total - len(found), total)
-        if found:
-            details["forbidden"] = found
-    if expect.regex and applies("regex"):
-        unmatched = [r for r in expect.regex if not patterns.search(r, answer)]
-        scores["regex"] = _fraction(len(expect.regex) - len(unmatched), len(expect.regex))
-        if unmatched:
-            details["unmatched_regex"] = unmatched
-    if expect.tools and applies("expected_tools"):
-        not_called = []
-        for wanted in expect.tools:
-            if not any(c.name == wanted.name and _tool_matches(wanted.arguments, c.arguments or {})
-                       for c in replay.tool_calls):
-                not_called.append({"name": wanted.name, "arguments": wanted.arguments})
-        if expect.tools_match == "any":  # ActiveAgent: any one of the expected tools is enough
-            scores["expected_tools"] = 0.0 if len(not_called) == len(expect.tools) else 1.0
-        else:
-            scores["expected_tools"] = _fraction(len(expect.tools) - len(not_called), len(expect.tools))
-        if scores["expected_tools"] < 1.0:
-            details["expected_tools_not_called"] = not_called
-    tool_errors = [c for c in replay.tool_calls if c.error]
-    if tool_errors:
-        details["tool_errors"] = [{"name": c.name, "error": c.error} for c in tool_errors]
-    if "tools_succeeded" in gates and replay.tool_calls:
-        scores["tools_succeeded"] = 0.0 if tool_errors else 1.0
-    if expect.ideal and applies("ideal"):
-        hit = reference_matches(answer, expect.ideal, expect.ideal_grader)
-        scores["ideal"] = 1.0 if hit else 0.0
-        if not hit:
-            details["ideal"] = {"grader": expect.ideal_grader, "expected": list(expect.ideal)}
-    if expect.max_latency_ms is not None and applies("max_latency_ms"):
-        scores["max_latency_ms"] = 1.0 if replay.duration_ms <= expect.max_latency_ms else 0.0
-    if expect.token_budget is not None and applies("token_budget"):
-        used = replay.input_tokens + replay.output_tokens
-        scores["token_budget"] = 1.0 if used <= expect.token_budget else 0.0
-    refused = [a for a in expect.assertions if a.get("kind") == "refused"]
-    runnable = [a for a in expect.assertions if a.get("kind") != "refused"]
-    if refused and not runnable and not _has_expectations(expect):
-        # Every assertion of the source test was refused at import (--lenient): nothing is left to grade,
-        # and "the answer is not empty" is not the test the user wrote.
-        details["not_gradable"] = [f"{a.get('label')}: {a.get('reason')}" for a in refused]
-        return Grades(status=ERRORED, score=0.0, fault="not_gradable", details=details)
-    if runnable and applies("assertions"):
-        if assertions is None and any(a.get("kind") != "cost" for a in runnable):
-            details["not_gradable"] = ["no assertion runner in this process"]
-            return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
-        outcomes = []
-        for item in runnable:
-            try:
-                if item.get("kind") == "cost":  # the call's price, not the answer: graded on the replay
-                    passed, value, reason = cost_check(item, replay)
-                else:
-                    assert assertions is not None
-                    passed, value, reason = assertions(item, answer, scenario)
-            except AssertionRefused as exc:
-                details["not_gradable"] = [str(exc)]
-                return Grades(status=ERRORED, score=0.0, scores=scores, fault="not_gradable", details=details)
-            outcomes.append({"assertion": item.get("label") or item.get("kind"), "pass": bool(passed),
-                             "score": round(float(value), 6), "reason": reason[:500]})
-        scores["assertions"] = _fraction(sum(1 for o in outcomes if o["pass"]), len(outcomes))
-        details["assertions"] = outcomes
-    if expect.judge and judge is not None and applies("llm_judge"):
-        verdict = judge(scenario, replay)
-        if verdict is None:
-            details["judge"] = "skipped: the run's judge-call cap is reached"
-        else:
-            info = verdict.details()
-            if verdict.error:
-                info.update(score=None, reason=verdict.error)
-                details["judge"] = info
-                return Grades(status=ERRORED, score=0.0, scores=scores, fault="judge_unavailable",
-                              details=details)
-            scores["llm_judge"] = max(0.0, min(1.0, float(verdict.score)))
-            threshold = judge_threshold(scenario)
-            info.update(score=scores["llm_judge"], reason=verdict.reason, threshold=threshold,
-                        passed=judgement_passes(verdict, scores["llm_judge"], threshold),
-                        gate="llm_judge" in gates)
-            if verdict.passed is not None:
-                info["judge_pass"] = verdict.passed
-            details["judge"] = info
+    grading = Grading(scenario, replay, set(scenario.expect.gates), judge, assertions)
+    try:
+        for each in graders():
+            each.grade(grading)
+    except Stop as stop:
+        return Grades(status=ERRORED, score=0.0, scores=grading.scores if stop.keep_scores else {},
+                      fault=stop.fault, details=grading.details)
+    scores, details, gates = grading.scores, grading.details, grading.gates
 
     # Nothing to score but a present answer: the answer is all the scenario asks for.
-    score = _weighted_mean(scores, dict(scenario.weights)) if scores else (0.0 if empty else 1.0)
-    fired = _diagnose(scenario, replay, scores, details)
-    if empty:
-        fired.add("response_present")
-    failed_gates = [c for c in GATE_ORDER if c in fired
-                    or (c in gates and c in scores and _gate_failed(c, scores[c], details))]
-    if empty and "response_present" not in gates:  # its own fault, ahead of what the empty text fails
-        details["empty_answer"] = True
-        return Grades(status=FAILED, score=score, scores=scores, fault="empty_answer", details=details)
+    checks = grading.failed_checks
+    score = _weighted_mean(scores, dict(scenario.weights)) if scores else (0.0 if checks else 1.0)
+    fired = _diagnose(scenario, replay, scores, details) | set(checks)
+    failed_gates = [c for c in gate_order() if c in fired
+                    or (c in gates and c in scores and grader(c).gate_failed(scores[c], details))]
+    ungated = [c for c in checks if c not in gates]
+    if ungated:  # its own fault, ahead of what the empty text fails
+        fault = grader(ungated[0]).fault
+        details[fault] = True
+        return Grades(status=FAILED, score=score, scores=scores, fault=fault, details=details)
     if failed_gates:
         details["failed_gates"] = failed_gates
-        return Grades(status=FAILED, score=score, scores=scores, fault=_gate_fault(failed_gates[0], answer),
+        return Grades(status=FAILED, score=score, scores=scores, fault=_fault_of(failed_gates[0]),
                       details=details)
     if score >= scenario.pass_threshold:
         return Grades(status=PASSED, score=score, scores=scores, details=details)
-    return Grades(
-        status=FAILED, score=score, scores=scores, fault=_fault(scores, tool_errors), details=details
-    )
+    return Grades(status=FAILED, score=score, scores=scores, fault=_fault(grading), details=details)
 
 
 def _weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float:
@@ -302,31 +153,6 @@ def _weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float
     if not scores or total <= 0:
         return 0.0
     return round(sum(value * weights.get(c, 1.0) for c, value in scores.items()) / total, 6)
-
-
-def _has_expectations(expect) -> bool:
-    return bool(expect.contains or expect.not_contains or expect.regex or expect.tools or expect.judge
-                or expect.patterns or expect.forbidden_patterns or expect.ideal
-                or expect.max_latency_ms is not None or expect.token_budget is not None)
-
-
-#: Gates are reported in ActiveAgent's diagnosis order: the most mechanical cause first (with its two
-#: heuristics, ``expect.diagnose``, where its Diagnosis#call tries them).
-GATE_ORDER = (
-    "response_present",
-    "tools_succeeded",
-    "missing_capability",
-    "expected_tools",
-    "ungrounded_answer",
-    "not_contains",
-    "contains",
-    "regex",
-    "ideal",
-    "assertions",
-    "max_latency_ms",
-    "token_budget",
-    "llm_judge",
-)
 
 
 def _diagnose(
@@ -352,39 +178,10 @@ def _diagnose(
     return set(fired)
 
 
-def judge_threshold(scenario: Scenario) -> float:
-    """The score the ``llm_judge`` criterion needs: its own ``threshold``, else the scenario's
-    ``pass_threshold``."""
-    threshold = scenario.expect.judge_threshold
-    return scenario.pass_threshold if threshold is None else threshold
-
-
-def judgement_passes(verdict: JudgeVerdict, score: float, threshold: float | None) -> bool:
-    """promptfoo's llm-rubric rule: the judge's ``pass`` (true when it gave none), and, with a threshold,
-    the score reaching it."""
-    passed = verdict.passed is not False
-    return passed and (threshold is None or score >= threshold)
-
-
-def _gate_failed(criterion: str, value: float, details: dict[str, Any]) -> bool:
-    if criterion == "llm_judge":  # the judgement passes or fails on its own (its threshold, its pass)
-        return not details["judge"]["passed"]
-    return value < 1.0
-
-
-def _gate_fault(criterion: str, answer: str) -> str:
-    if criterion == "response_present":  # ActiveAgent: "the agent returned nothing" is a run_error
-        return "run_error"
-    return CRITERION_FAULT.get(criterion, criterion)  # a diagnosis heuristic is its own fault
-
-
-def _fault(scores: dict[str, float], tool_errors: list) -> str:
-    if tool_errors:
-        return "tool_error"
-    for criterion in ("expected_tools", "not_contains", "contains", "regex", "ideal", "assertions"):
-        if scores.get(criterion, 1.0) < 1.0:
-            return CRITERION_FAULT[criterion]
-    return "low_quality"
+def _fault(grading: Grading) -> str:
+    """Why a scenario failed on its mean score: the first criterion, in gate order, that takes the blame."""
+    ranked = _ranked(graders())[1]
+    return next((g.fault for g in ranked if g.blamed is not None and g.blamed(grading)), "low_quality")
 
 
 def _cost_sum(costs: list[float | None]) -> float | None:

@@ -9,30 +9,30 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from evaljobs.config import Settings, settings as current_settings
+from evaljobs.config import RUN_OPTIONS, Settings, run_option
+from evaljobs.config import settings as current_settings
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    # Defaults, variables and bounds: evaljobs.config.RUN_OPTIONS.
     #: Retries after a transient fault (5xx, timeout, connection reset); permanent faults never retry.
-    max_retries: int = 3
-    min_backoff: float = 0.5
-    max_backoff: float = 10.0
+    max_retries: int = run_option("max_retries").default
+    min_backoff: float = run_option("min_backoff").default
+    max_backoff: float = run_option("max_backoff").default
     #: How many rate-limit waits a pair may take before it is recorded as errored.
-    max_rate_limit_waits: int = 50
+    max_rate_limit_waits: int = run_option("max_rate_limit_waits").default
     #: Fraction of the Retry-After delay added as random jitter, so waiters do not return in a herd;
     #: kept under 10 %: a pair is due at Retry-After, not a quarter later (it became a run's tail).
     jitter: float = 0.05
     #: Per-pair time limit (seconds): a stuck evaluation ends as errored instead of holding a worker.
-    time_limit: float = 180.0
+    time_limit: float = run_option("time_limit").default
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> "RetryPolicy":
         """The policy ``settings`` ask for (``EVALJOBS_MAX_RETRIES`` …; default: this process's)."""
         settings = settings or current_settings()
-        return cls(max_retries=settings.max_retries, min_backoff=settings.min_backoff,
-                   max_backoff=settings.max_backoff, max_rate_limit_waits=settings.max_rate_limit_waits,
-                   time_limit=settings.time_limit)
+        return cls(**{option.name: getattr(settings, option.name) for option in RUN_OPTIONS})
 
     def backoff(self, retries: int, rng: random.Random | None = None) -> float:
         """Exponential backoff with full jitter for the ``retries``-th retry (0-based)."""

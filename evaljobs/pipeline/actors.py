@@ -21,8 +21,9 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 from evaljobs_middleware import crashes
 
-from evaljobs import store
+from evaljobs import config, store
 from evaljobs.evaluation.result import Result
+from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.pipeline import barrier, batching, events, runtime
 from evaljobs.pipeline import pairs as runner
 from evaljobs.pipeline.crash_counting import (  # noqa: F401
@@ -320,14 +321,19 @@ def finalize_run(run_id: str) -> None:
         crashes.forget(getattr(bound().finalize_run.broker, "client", None), crash_key(run_id))
 
 
+def actor_options(policy: RetryPolicy) -> dict[str, Any]:
+    """Dramatiq's actor options (``max_retries``, ``min_backoff`` …, in its units) from the run options that
+    set one (``evaljobs.config.RUN_OPTIONS``); a message's own options win, as Dramatiq resolves them."""
+    return {o.actor_option: int(getattr(policy, o.name) * o.actor_scale) for o in config.RUN_OPTIONS
+            if o.actor_option}
+
+
 def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     """Declare the actors on ``broker`` (once per broker) and make that the current binding."""
     global _bound
     policy = runtime.policy()
-    retry_options = {
-        "max_retries": policy.max_retries,
-        "min_backoff": int(policy.min_backoff * 1000),
-        "max_backoff": int(policy.max_backoff * 1000),
+    retry_options: dict[str, Any] = {
+        **actor_options(policy),
         # A database that refuses writes (a full disk) fails the message once, logged in one line:
         # retrying would only repeat the provider call and the failure (a retry storm); the pair
         # stays missing and `evaljobs recover` re-sends it once space is freed.

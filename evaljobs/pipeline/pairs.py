@@ -157,8 +157,8 @@ class RunPlan:
         own = runtime.policy()
         if policy != own:  # the run's limits win over this process's: said (per plan built), never silently
             differ = [f"{name} {getattr(policy, name):g} (this process: {getattr(own, name):g})"
-                      for name in ("time_limit", "max_retries", "min_backoff", "max_backoff",
-                                   "max_rate_limit_waits") if getattr(policy, name) != getattr(own, name)]
+                      for name in (o.name for o in config.RUN_OPTIONS)
+                      if getattr(policy, name) != getattr(own, name)]
             logger.info("run %s: the limits stored with it apply: %s", run.id, ", ".join(differ))
         return cls(run=run, catalog=store.load_snapshot(run.digest), settings=settings,
                    policy=policy, built_for=built_for)
@@ -183,11 +183,21 @@ class RunPlan:
             found = self._specs[model] = runtime.model_spec(model, runtime.run_providers(self.settings))
         return found
 
+    def limit(self, name: str, model: str) -> Any:
+        """A per-pair limit for ``model``'s pairs: its provider entry's value (in the providers the run was
+        submitted with) where the run option names a providers-file key that overrides it
+        (``RunOption.providers_key``), else the run's policy."""
+        key = config.run_option(name).providers_key
+        if key is not None:
+            override = getattr(runtime.run_providers(self.settings).get(self.spec(model).provider), key)
+            if override is not None:
+                return override
+        return getattr(self.policy, name)
+
     def max_retries(self, model: str) -> int:
-        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries`` (in
-        the providers the run was submitted with), else the policy's (``EVALJOBS_MAX_RETRIES``)."""
-        entry = runtime.run_providers(self.settings).get(self.spec(model).provider)
-        return self.policy.max_retries if entry.max_retries is None else entry.max_retries
+        """Retries after a transient fault for ``model``'s pairs: its provider entry's ``max_retries``, else
+        the policy's (``EVALJOBS_MAX_RETRIES``)."""
+        return int(self.limit("max_retries", model))
 
     def max_retry_after(self, model: str) -> float:
         """The longest ``Retry-After`` ``model``'s pairs wait for (its provider entry's

@@ -107,29 +107,23 @@ class RunSettings:
         never its own (issue 29); the worker's own settings say how it works (threads, permit waits),
         not what a pair of the run may spend.
         """
-        return {"time_limit": settings.time_limit if time_limit is None else time_limit,
-                "max_retries": settings.max_retries, "min_backoff": settings.min_backoff,
-                "max_backoff": settings.max_backoff, "max_rate_limit_waits": settings.max_rate_limit_waits}
+        flags = {"time_limit": time_limit}
+        return {o.name: config.resolve(o.name, flags, settings) for o in config.RUN_OPTIONS if o.stored}
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
         options = options or {}
         return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
-                   judge_cap=options.get("judge_cap"), time_limit=options.get("time_limit"),
-                   cache=options.get("cache") or None,
+                   judge_cap=options.get("judge_cap"), cache=options.get("cache") or None,
                    cache_across_epochs=options.get("cache_across_epochs") or None,
                    pairs_per_message=options.get("pairs_per_message"),
                    batch=tuple(options["batch"]) if options.get("batch") else None,
                    batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None,
                    providers=options.get("providers"),
-                   **{name: options.get(name) for name in _STORED_LIMITS})
+                   **{o.name: options.get(o.name) for o in config.RUN_OPTIONS if o.stored})
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-#: The retry settings a run stores besides its time limit (see ``RunSettings.max_retries``).
-_STORED_LIMITS = ("max_retries", "min_backoff", "max_backoff", "max_rate_limit_waits")
 
 
 def judge_for(settings: RunSettings, allow=None, release=None) -> ProviderJudge:
@@ -158,9 +152,8 @@ def policy(settings: RunSettings | None = None) -> RetryPolicy:
     base = RetryPolicy.from_settings()
     if settings is None:
         return base
-    stored = {name: getattr(settings, name) for name in _STORED_LIMITS if getattr(settings, name) is not None}
-    if settings.time_limit:
-        stored["time_limit"] = float(settings.time_limit)
+    stored = {o.name: o.kind(getattr(settings, o.name)) for o in config.RUN_OPTIONS
+              if o.stored and getattr(settings, o.name) is not None}
     return replace(base, **stored) if stored else base
 
 

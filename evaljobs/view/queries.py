@@ -14,8 +14,8 @@ from functools import cached_property, partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-
 from evaljobs import store
+from evaljobs.catalog.criteria import Shown, shown
 from evaljobs.reports.build import percentile
 from evaljobs.reports.caching import cache_block
 from evaljobs.reports.compare import CHANGED, FAILED_ERRORED, FIXED, REGRESSED, Comparison, compare
@@ -421,6 +421,11 @@ class ScenarioPage:
     columns: list[ScenarioColumn]
     baseline: RunRow | None
     baselines: list[RunRow]
+
+    @property
+    def expectations(self) -> list[Shown]:
+        """The scenario's expectations as each criterion shows its own (none when the catalog is gone)."""
+        return shown(self.scenario.expect) if self.scenario is not None else []
 
 
 def scenario_page(run_id: str, key: str, *, baseline: str | None = None) -> ScenarioPage:

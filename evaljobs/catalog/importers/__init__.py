@@ -30,6 +30,7 @@ from evaljobs.catalog.importers.shared import (
     suggest_key,
     text_of,
 )
+from evaljobs.catalog.criteria import value_keys
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.yaml12 import SafeDumper
 
@@ -174,6 +175,7 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
             elif kind is not None:
                 external += 1
 
+    value_names = {k.name for k in value_keys()}  # a criterion's value counts as one expectation
     raw_groups = data.get("groups")
     groups = raw_groups if isinstance(raw_groups, list) else []
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
@@ -188,7 +190,7 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
                 elif key in ("contains", "not_contains", "regex", "tools", "patterns", "forbidden_patterns",
                              "ideal"):
                     total += len(value) if isinstance(value, list) else 1
-                elif key in ("judge", "max_latency_ms", "token_budget") and value is not None:
+                elif (key == "judge" or key in value_names) and value is not None:
                     total += 1
     return {
         "assertions": total + external + refused,

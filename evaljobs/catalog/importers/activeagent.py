@@ -74,7 +74,8 @@ import copy
 from typing import Any
 
 from evaljobs.catalog import patterns
-from evaljobs.catalog.model import CRITERIA, DIAGNOSES
+from evaljobs.catalog.criteria import criterion_names
+from evaljobs.catalog.model import DIAGNOSES
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
 
 _SUITE_KEYS = ("suite", "description", "groups", "version")
@@ -416,13 +417,14 @@ def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[li
                                                   f"config.prompt are", "write it as an expectation")
             continue
         if not isinstance(item, str):
-            problems.error(path, where, f"criteria must be a list of criterion names ({', '.join(CRITERIA)})")
+            problems.error(path, where,
+                           f"criteria must be a list of criterion names ({', '.join(criterion_names())})")
             return [], None
-        if item in CRITERIA:
+        if item in criterion_names():
             out.append(item)
         else:
             problems.unsupported(path, where, f"criterion {item!r} is not one evaljobs grades "
-                                              f"(known: {', '.join(CRITERIA)})",
+                                              f"(known: {', '.join(criterion_names())})",
                                  "use a known criterion (write rubric points into 'judge')")
     if rubrics and out and "llm_judge" not in out:
         out.append("llm_judge")
