@@ -228,11 +228,13 @@ class Settings:
     otlp_endpoint: str | None = None         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else ..._ENDPOINT
     # Batch runs (--batch): requests a provider batch holds at most, how long the first request
     # waits for more before a smaller batch goes, how often an open batch is looked at, and how
-    # long a run's batch may stay open before it is cancelled and its requests errored batch_expired.
+    # long a run's batch may stay open before it is cancelled and its requests errored batch_expired,
+    # and how long a batch may ignore a cancel before it is abandoned (its requests errored with why).
     batch_size: int = 1000                   # EVALJOBS_BATCH_SIZE
     batch_wait: float = 5.0                  # EVALJOBS_BATCH_WAIT (seconds)
     batch_poll: float = 30.0                 # EVALJOBS_BATCH_POLL (seconds)
     batch_deadline: float = 24 * 3600.0      # EVALJOBS_BATCH_DEADLINE (seconds; the completion window)
+    batch_cancel_grace: float = 900.0        # EVALJOBS_BATCH_CANCEL_GRACE (seconds; at most the deadline)
     # What a run submitted by someone else may make this worker do (docs/security.md, "A worker's
     # secrets stay its own"): base URLs it sends keys to and variables it reads beyond those its own
     # providers file and the presets name, and whether a catalog's code (python/javascript) runs here.
@@ -284,7 +286,7 @@ class Settings:
             if not _VARIABLE.fullmatch(name):
                 raise ConfigurationError(f"EVALJOBS_ALLOWED_ENV: {name!r} is not an environment variable "
                                          "name like ACME_API_KEY")
-        for name in ("batch_wait", "batch_poll", "batch_deadline"):
+        for name in ("batch_wait", "batch_poll", "batch_deadline", "batch_cancel_grace"):
             value = getattr(self, name)
             if not value >= (0 if name == "batch_wait" else 0.01):
                 raise ConfigurationError(
@@ -358,6 +360,7 @@ class Settings:
             batch_wait=_float(env, "EVALJOBS_BATCH_WAIT", d.batch_wait),
             batch_poll=_float(env, "EVALJOBS_BATCH_POLL", d.batch_poll),
             batch_deadline=_float(env, "EVALJOBS_BATCH_DEADLINE", d.batch_deadline),
+            batch_cancel_grace=_float(env, "EVALJOBS_BATCH_CANCEL_GRACE", d.batch_cancel_grace),
             allowed_base_urls=_words(env, "EVALJOBS_ALLOWED_BASE_URLS"),
             allowed_env=_words(env, "EVALJOBS_ALLOWED_ENV"),
             allow_code=(env.get("EVALJOBS_ALLOW_CODE") or "").strip().lower() in _TRUE,

@@ -34,7 +34,7 @@ _PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _ENV_REF = re.compile(r"\$\{([^}]*)\}")
 _PROVIDER_KEYS = ("api", "base_url", "api_key_env", "api_version", "stream", "prices", "checked", "timeout",
                   "max_retries", "max_retry_after", "headers", "governor",
-                  "batch", "batch_prices")
+                  "batch", "batch_api", "batch_prices")
 #: The longest ``Retry-After`` (seconds) a pair waits for unless its provider entry says otherwise
 #: (``max_retry_after``); a longer one ends the pair ``errored`` (rate limited) at once.
 DEFAULT_MAX_RETRY_AFTER = 300.0
@@ -84,6 +84,9 @@ class ProviderConfig:
     #: ``batch:`` — ``on`` (every run of its models goes through its batch API), ``auto`` (runs on the
     #: bulk lane, and ``--batch`` runs, do), ``off`` (only ``--batch`` runs do).
     batch: str = "off"
+    #: ``batch_api:`` — whether the endpoint serves its wire format's batch API (``false``: an
+    #: OpenAI-compatible server such as Ollama or vLLM with none, so ``--batch`` calls it one by one).
+    batch_api: bool = True
     #: Batch prices per model, like ``prices``; a model without one pays half its listed price.
     batch_prices: dict[str, Price] = field(default_factory=dict)
 
@@ -415,6 +418,12 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
         if raw_batch not in (True, False, "auto"):
             raise ModelSpecError(f"{where}: batch must be true, false or auto, not {_show(raw_batch)}")
         batch = {True: "on", False: "off"}.get(raw_batch, "auto")
+    batch_api = base.batch_api if base else True
+    if "batch_api" in entry:
+        batch_api = entry["batch_api"]
+        if not isinstance(batch_api, bool):
+            raise ModelSpecError(f"{where}: batch_api must be true or false (whether the endpoint serves a "
+                                 f"batch API), not {_show(batch_api)}")
     batch_prices = _prices(where, entry, "batch_prices", base.batch_prices if base else {})
 
     governor = dict(base.governor) if base else {}
@@ -427,7 +436,7 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
                           timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after,
                           governor=governor, headers=headers,
                           api=api, api_version=api_version, stream=stream, checked=checked, origin=origin,
-                          batch=batch, batch_prices=batch_prices)
+                          batch=batch, batch_api=batch_api, batch_prices=batch_prices)
 
 
 def _prices(where: str, entry: dict[str, Any], key: str, inherited: dict[str, Any]) -> dict[str, Any]:

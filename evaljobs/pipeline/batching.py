@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -137,23 +139,42 @@ def submit(run_id: str, key: str, provider: str, requests: list[tuple[str, str]]
 
     A refusal (a provider with no batch API, a bad key) ends the batch's requests with the reason,
     so their pairs end errored; a transient failure leaves the row ``submitting`` for the poller,
-    which asks the provider before submitting again (the failed call may have created the batch).
+    which asks the provider before submitting again (the failed call may have created the batch) —
+    a few times, backing off as an interactive call's retries do (:func:`_not_submitted`).
     """
     try:
         with client_for(run_id, provider) as client:
             status = client.submit([request_from_json(cid, body) for cid, body in requests], key=key)
     except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a stuck batch
-        if _transient(exc):
-            logger.warning(
-                "batch %s: submit failed (%s); the poller asks the provider again", key, _reason(exc)
-            )
-            sender().poll(key, config.settings().batch_poll)
-        else:
-            fail(key, f"batch refused by provider {provider}: {_reason(exc)}")
+        _not_submitted(key, run_id, provider, exc, "submit")
         return
     stored.submitted(key, status.id, status.provider_status)
     logger.info("batch %s: %d requests submitted to %s as %s", key, len(requests), provider, status.id)
     sender().poll(key, config.settings().batch_poll)
+
+
+def _not_submitted(key: str, run_id: str, provider: str, exc: BaseException, what: str) -> None:
+    """A submit or lookup that failed: a refusal ends the batch now; a transient failure is tried again
+    after a back-off (``EVALJOBS_MIN_BACKOFF`` doubling up to ``EVALJOBS_MAX_BACKOFF``), at most the
+    provider's ``max_retries`` times (``EVALJOBS_MAX_RETRIES``), then ends it: a provider that cannot
+    be reached (no server, no batch API at that address) errors the run's pairs within seconds instead
+    of leaving a batch ``submitting`` for ever."""
+    if not _transient(exc):
+        verb = "refused" if what == "submit" else "lookup refused"
+        fail(key, f"batch {verb} by provider {provider}: {_reason(exc)}")
+        return
+    settings = config.settings()
+    providers = stored_providers((store.get_run(run_id).options or {}).get("providers"))
+    retries = providers.get(provider).max_retries
+    limit = settings.max_retries if retries is None else retries
+    attempts = stored.failed_attempt(key)
+    if attempts > limit:
+        fail(key, f"batch not submitted: provider {provider} failed {attempts} times, last: {_reason(exc)}")
+        return
+    delay = min(settings.max_backoff, settings.min_backoff * 2 ** (attempts - 1))
+    logger.warning("batch %s: %s failed (%s); the provider is asked again in %g s (%d of %d retries)", key,
+                   what, _reason(exc), delay, attempts, limit)
+    sender().poll(key, delay)
 
 
 def resolve(key: str) -> None:
@@ -168,13 +189,15 @@ def resolve(key: str) -> None:
         with client_for(info.run_id, info.provider) as client:
             found = client.find(key, [cid for cid, _ in requests], since=since)
     except Exception as exc:  # noqa: BLE001 - a lookup that fails is asked again, or ends the batch
-        if _transient(exc):
-            sender().poll(key, config.settings().batch_poll)
-        else:
-            fail(key, f"batch lookup refused by provider {info.provider}: {_reason(exc)}")
+        _not_submitted(key, info.run_id, info.provider, exc, "lookup")
         return
     if found == api.UNDECIDED:
-        sender().poll(key, config.settings().batch_poll)  # a candidate still runs: look again later
+        settings = config.settings()
+        if _age(info.created_at) > settings.batch_deadline:
+            fail(key, f"{_past_deadline(settings)}: provider {info.provider} still runs a batch that may "
+                      "be this one, and no other was submitted")
+            return
+        sender().poll(key, settings.batch_poll)  # a candidate still runs: look again later
         return
     if found is None:
         submit(info.run_id, key, info.provider, requests)
@@ -188,7 +211,9 @@ def resolve(key: str) -> None:
 
 
 def poll(key: str) -> None:
-    """Look at a batch: again later while open (cancelled past the deadline), its answers once ended."""
+    """Look at a batch: again later while open, its answers once ended. Every wait has an end: a batch
+    open past the deadline is cancelled (once), one that ignores the cancel for the grace period is
+    abandoned, and a poll or download failing past the deadline ends it — each with the reason."""
     info = stored.get(key)
     if info is None or info.state == stored.ENDED:
         return
@@ -196,59 +221,100 @@ def poll(key: str) -> None:
         resolve(key)
         return
     settings = config.settings()
-    try:
-        with client_for(info.run_id, info.provider) as client:
+    with ExitStack() as stack:
+        try:
+            client = stack.enter_context(client_for(info.run_id, info.provider))
             status = client.status(str(info.provider_batch_id))
-            items = _open_or_results(client, key, info, status, settings)
-    except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a lost poller
-        if _transient(exc):
-            logger.warning("batch %s: poll failed (%s); polled again", key, _reason(exc))
-            sender().poll(key, settings.batch_poll)
-        else:
-            fail(
-                key, f"batch {info.provider_batch_id} unreadable at provider {info.provider}: {_reason(exc)}"
-            )
-        return
-    if items is None:
-        return
-    _ended(key, info, status, items, settings)
+            if status.state == api.OPEN:
+                _still_open(client, key, info, status, settings)
+                return
+            items = stack.enter_context(client.download(str(info.provider_batch_id), status))
+        except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a lost poller
+            _unreadable(key, info, exc, settings)
+            return
+        _ended(key, info, status, items, settings)
 
 
-def _open_or_results(client: api.BatchClient, key: str, info: stored.BatchInfo, status: api.BatchStatus,
-                     settings: config.Settings) -> list[api.BatchItem] | None:
-    """None while the batch is open (polled again later; cancelled past the deadline); else its results."""
-    if status.state == api.OPEN:
-        stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
-        if status.provider_status not in ("cancelling", "canceling"):
-            if _age(info.submitted_at) > settings.batch_deadline:
-                logger.warning("batch %s: open past the batch deadline (%g s); cancelled", key,
-                               settings.batch_deadline)
-                client.cancel(str(info.provider_batch_id))
-            elif store.get_run(info.run_id).status == "cancelled":  # submitted while its run was cancelled
-                client.cancel(str(info.provider_batch_id))
+def _unreadable(key: str, info: stored.BatchInfo, exc: BaseException, settings: config.Settings) -> None:
+    """A poll or download that failed: refused, the batch ends now; transient, it is looked at again —
+    until the batch deadline, which transient failures count against like an open batch does (a
+    provider answering 500 to every poll was polled for ever)."""
+    batch = f"batch {info.provider_batch_id}"
+    if not _transient(exc):
+        fail(key, f"{batch} unreadable at provider {info.provider}: {_reason(exc)}")
+    elif _age(info.submitted_at) > settings.batch_deadline:
+        _cancel_once(key, info, "its provider failing past the batch deadline")
+        fail(key, f"{_past_deadline(settings)}; the provider's last answer: {_reason(exc)}")
+    else:
+        logger.warning("batch %s: poll failed (%s); polled again", key, _reason(exc))
         sender().poll(key, settings.batch_poll)
-        return None
-    return client.results(str(info.provider_batch_id))
 
 
-def _ended(key: str, info: stored.BatchInfo, status: api.BatchStatus, items: list[api.BatchItem],
-           settings: config.Settings) -> None:
-    """Commit an ended batch's answers and send its pairs on."""
-    deadline = _age(info.submitted_at) > settings.batch_deadline
-    expired = (f"batch_expired: not answered within the batch deadline ({settings.batch_deadline:g} s)"
-               if deadline else "batch_expired: the provider did not answer it within the completion window")
-    answers: dict[str, tuple[bool, str]] = {}
-    for item in items:
-        if item.outcome == api.SUCCEEDED and item.completion is not None:
-            answers[item.custom_id] = (True, encode(item.completion))
-        elif item.outcome == api.EXPIRED or (item.outcome == api.CANCELLED and deadline):
-            answers[item.custom_id] = (False, expired)
+def _still_open(client: api.BatchClient, key: str, info: stored.BatchInfo, status: api.BatchStatus,
+                settings: config.Settings) -> None:
+    """An open batch: looked at again later; cancelled once past the deadline (or when its run was
+    cancelled); abandoned once it ignored a cancel for the grace period (``EVALJOBS_BATCH_CANCEL_GRACE``,
+    at most the deadline)."""
+    stored.progressed(key, done=status.done, failed=status.failed, provider_status=status.provider_status)
+    late = _age(info.submitted_at) > settings.batch_deadline
+    asked = info.cancel_asked_at
+    if asked is None and status.provider_status in ("cancelling", "canceling"):
+        stored.cancel_asked(key)  # cancelled elsewhere (a console, another process): the grace runs now
+        asked = datetime.now(timezone.utc)
+    if asked is not None:
+        grace = min(settings.batch_cancel_grace, settings.batch_deadline)
+        if _age(asked) > grace:
+            still = f"still {status.provider_status} {grace:g} s after the cancel request: abandoned"
+            fail(key, f"{_past_deadline(settings)}; {still}" if late else f"batch_cancelled: {still}")
+            return
+    elif late:
+        _cancel_once(key, info, f"open past the batch deadline ({settings.batch_deadline:g} s)", client)
+    elif store.get_run(info.run_id).status == "cancelled":  # submitted while its run was cancelled
+        _cancel_once(key, info, "its run was cancelled", client)
+    sender().poll(key, settings.batch_poll)
+
+
+def _cancel_once(key: str, info: stored.BatchInfo, why: str, client: api.BatchClient | None = None) -> None:
+    """Ask the provider to cancel the batch, unless it was asked before (by any process); a cancel that
+    fails is not sent again: the grace period ends the batch either way."""
+    if not info.provider_batch_id or not stored.cancel_asked(key):
+        return
+    logger.warning("batch %s: %s; cancelled", key, why)
+    try:
+        if client is not None:
+            client.cancel(info.provider_batch_id)
         else:
-            answers[item.custom_id] = (False, item.reason or item.outcome)
-    pairs = stored.record_answers(key, answers, provider_status=status.provider_status,
-                                  missing_reason=f"batch_error: the batch ended ({status.provider_status}) "
-                                                 f"without a result for it")
-    logger.info("batch %s ended (%s): %d answers, %d pairs go on", key, status.provider_status, len(answers),
+            with client_for(info.run_id, info.provider) as own:
+                own.cancel(info.provider_batch_id)
+    except Exception as exc:  # noqa: BLE001 - the grace period ends a batch whose cancel failed
+        logger.warning("batch %s: cancel failed: %s", key, _reason(exc))
+
+
+def _ended(key: str, info: stored.BatchInfo, status: api.BatchStatus, items: Iterator[api.BatchItem],
+           settings: config.Settings) -> None:
+    """Commit an ended batch's answers as its result file is read, and send its pairs on."""
+    deadline = _age(info.submitted_at) > settings.batch_deadline
+    expired = (_past_deadline(settings) if deadline
+               else "batch_expired: the provider did not answer it within the completion window")
+    unread: list[str] = []
+
+    def answers() -> Iterator[tuple[str, bool, str]]:
+        for item in items:
+            if not item.custom_id:  # a line that could not be read and names no request
+                unread.append(item.reason)
+            elif item.outcome == api.SUCCEEDED and item.completion is not None:
+                yield item.custom_id, True, encode(item.completion)
+            elif item.outcome == api.EXPIRED or (item.outcome == api.CANCELLED and deadline):
+                yield item.custom_id, False, expired
+            else:
+                yield item.custom_id, False, item.reason or item.outcome
+
+    answered = stored.answer_requests(key, answers())
+    missing = f"batch_error: the batch ended ({status.provider_status}) without a result for it"
+    if unread:
+        missing += f"; {len(unread)} result line(s) could not be read, the first: {unread[0]}"
+    pairs = stored.end_batch(key, provider_status=status.provider_status, missing_reason=missing)
+    logger.info("batch %s ended (%s): %d answers, %d pairs go on", key, status.provider_status, answered,
                 len(pairs))
     sender().evaluate(info.run_id, pairs)
 
@@ -262,6 +328,10 @@ def fail(key: str, reason: str) -> None:
     logger.warning("batch %s: %s", key, reason)
     pairs = stored.record_answers(key, {}, provider_status="failed", missing_reason=reason)
     sender().evaluate(info.run_id, pairs)
+
+
+def _past_deadline(settings: config.Settings) -> str:
+    return f"batch_expired: not answered within the batch deadline ({settings.batch_deadline:g} s)"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -281,8 +351,8 @@ def cancel_run(run_id: str) -> tuple[store.RunInfo, int]:
         return store.get_run(run_id), 0
     asked = 0
     for info in stored.open_batches(run_id):
-        if info.state != stored.OPEN or not info.provider_batch_id:
-            continue
+        if info.state != stored.OPEN or not info.provider_batch_id or not stored.cancel_asked(info.key):
+            continue  # (asked before: its grace period runs)
         try:
             with client_for(info.run_id, info.provider) as client:
                 client.cancel(info.provider_batch_id)
@@ -316,8 +386,10 @@ def choose(providers: ProvidersConfig, models: list[str], requested: bool, strat
         return ()
     chosen = batch_providers(providers, models, requested=requested, lane=config.settings().lane)
     if requested and not chosen:
-        raise UsageError("--batch: none of the models' providers has a batch API (the openai, azure and "
-                         "anthropic wire formats do)")
+        names = ", ".join(dict.fromkeys(parse_model_spec(m, providers).provider for m in models))
+        raise UsageError(f"--batch: none of the models' providers ({names}) has a batch API (the openai, "
+                         "azure and anthropic wire formats do, unless the entry says batch_api: false); "
+                         "run without --batch")
     if chosen and (strategy != "fanout" or not plain):
         raise UsageError(
             "--batch (or a provider with batch: true) needs --strategy fanout, the built-in adapter "
@@ -349,12 +421,14 @@ def choose_judge(providers: ProvidersConfig, judges: list[str], requested: bool,
 def batch_providers(providers: ProvidersConfig, models: list[str], *, requested: bool,
                     lane: str | None) -> tuple[str, ...]:
     """The providers of ``models`` whose calls a run sends through batch APIs: with ``--batch`` every
-    one with a batch API; otherwise those whose entry says ``batch: true``, or ``auto`` on the bulk lane."""
+    one with a batch API; otherwise those whose entry says ``batch: true``, or ``auto`` on the bulk lane.
+    A provider whose wire format has a batch API but whose endpoint serves none (``batch_api: false``:
+    Ollama, vLLM, … in the presets) is called one call at a time, as the docs say."""
     chosen = []
     for spec in models:
         name = parse_model_spec(spec, providers).provider
         entry = providers.get(name)
-        if entry.api not in BATCH_WIRES:
+        if entry.api not in BATCH_WIRES or not entry.batch_api:
             continue
         if requested or entry.batch == "on" or (entry.batch == "auto" and lane == "bulk"):
             chosen.append(name)

@@ -22,18 +22,23 @@ answer and its own commit learns that the batch exists instead of submitting it 
   results hold the key's custom ids; one still processing cannot be told yet (:data:`UNDECIDED`).
 
 Requests are plain HTTP here (a few per batch, not per pair), on httpx, with the key only in its
-header; failures are the usual typed :class:`~evaljobs.providers.errors.ProviderError`.
+header; failures are the usual typed :class:`~evaljobs.providers.errors.ProviderError`. Result files
+are streamed to a temporary file and read a line at a time (:mod:`evaljobs.providers.batch_results`):
+a line that cannot be read, or is over the interactive path's response cap, is its request's error.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
+from evaljobs.providers.batch_results import KEEP, read_lines, spool
 from evaljobs.providers.batched import BatchRequest
+from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES
 from evaljobs.providers.completion import Completion
 from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.http_client import httpx
@@ -92,13 +97,16 @@ class BatchClient:
 
     def __init__(self, base_url: str, *, api_key: str | None = None, wire: str = "openai",
                  api_version: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 headers: Mapping[str, str] | None = None, transport: httpx.BaseTransport | None = None):
+                 headers: Mapping[str, str] | None = None, transport: httpx.BaseTransport | None = None,
+                 max_line_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         if wire not in ("openai", "azure", "anthropic"):
             raise ValueError(
                 f"wire format {wire!r} has no batch API; batch runs take openai, azure, anthropic"
             )
         self.base_url = base_url.rstrip("/")
         self.wire = wire
+        #: The longest result line read (the interactive path's response cap): a longer answer errors.
+        self.max_line_bytes = max_line_bytes
         self.api_version = api_version
         self._format = wire_format(wire)
         all_headers = {"user-agent": "evaljobs", **self._format.static_headers(api_version),
@@ -148,18 +156,32 @@ class BatchClient:
 
     def results(self, batch_id: str) -> list[BatchItem]:
         """Every request of an ended batch (a :class:`PermanentError` while it is open)."""
-        status = self.status(batch_id)
+        with self.download(batch_id) as items:
+            return list(items)
+
+    @contextmanager
+    def download(self, batch_id: str, status: BatchStatus | None = None) -> Iterator[Iterator[BatchItem]]:
+        """The requests of an ended batch (``status``: as just read, else asked), one at a time.
+
+        Each result file is downloaded streamed to a temporary file before anything is read (a
+        failed download raises here, a :class:`TransientError` to try again), then read line by
+        line: a line that is not JSON, or longer than ``max_line_bytes`` (the interactive path's
+        response cap), is an ``errored`` item of its own request (when its text names one; else an
+        item with an empty custom id that says which line could not be read), never the batch's
+        error. Memory holds one line at a time, whatever the file's size.
+        """
+        status = status or self.status(batch_id)
         if status.state != ENDED:
             raise PermanentError(f"batch {batch_id} has not ended yet ({status.provider_status})")
         if self.wire == "anthropic":
-            url = status.raw.get("results_url") or self._url(f"/messages/batches/{batch_id}/results")
-            return [self._anthropic_item(line) for line in self._lines(self._get_bytes(url))]
-        items = []
-        for name in ("output_file_id", "error_file_id"):
-            if status.raw.get(name):
-                content = self._get_bytes(self._url(f"/files/{status.raw[name]}/content"))
-                items += [self._openai_item(line) for line in self._lines(content)]
-        return items
+            urls = [("results", status.raw.get("results_url")
+                     or self._url(f"/messages/batches/{batch_id}/results"))]
+        else:
+            urls = [(name.split("_")[0], self._url(f"/files/{status.raw[name]}/content"))
+                    for name in ("output_file_id", "error_file_id") if status.raw.get(name)]
+        with ExitStack() as files:
+            spooled = [(what, files.enter_context(self._spool(str(url)))) for what, url in urls]
+            yield (item for what, file in spooled for item in self._items(what, file))
 
     def find(self, key: str, custom_ids: list[str], *, since: float) -> str | None:
         """The id of the batch submitted under ``key`` (holding ``custom_ids``), if one was created at or
@@ -191,8 +213,9 @@ class BatchClient:
                 if status.state != ENDED:
                     undecided = True
                     continue
-                if {item.custom_id for item in self.results(status.id)} == wanted:
-                    return status.id
+                with self.download(status.id, status) as items:
+                    if {item.custom_id for item in items} == wanted:
+                        return status.id
             if not page.get("has_more") or not batches:
                 break
             after = page.get("last_id") or batches[-1].get("id")
@@ -223,8 +246,46 @@ class BatchClient:
             raise TransientError(f"batch API {method} {path}: the answer is not a JSON object")
         return data
 
-    def _get_bytes(self, url: str) -> bytes:
-        return self._send("GET", url, headers={"accept": "application/binary"}).content
+    @contextmanager
+    def _spool(self, url: str) -> Iterator[IO[bytes]]:
+        """The body at ``url`` in a temporary file, streamed there (closed and deleted on exit)."""
+        try:
+            with self._http.stream("GET", url, headers={"accept": "application/binary"}) as response:
+                if response.status_code >= 400:
+                    body = bytearray()
+                    for chunk in response.iter_bytes():  # an error's first bytes are enough to say it
+                        body += chunk
+                        if len(body) >= KEEP:
+                            break
+                    raise self._format.error(response.status_code, response.headers, bytes(body[:KEEP]))
+                file = spool(response)
+        except httpx.TimeoutException:
+            raise TransientError("batch API GET: timed out reading a result file") from None
+        except httpx.HTTPError as exc:
+            raise TransientError(f"batch API GET: {type(exc).__name__} reading a result file") from None
+        with file:
+            yield file
+
+    def _items(self, what: str, file: IO[bytes]) -> Iterator[BatchItem]:
+        """The items of one spooled result file (``what``: ``output``, ``error``, ``results``)."""
+        for line in read_lines(file, self.max_line_bytes):
+            where = f"{what} file line {line.number}"
+            if line.data is None:
+                if line.size:
+                    reason = f"response too large (> {self.max_line_bytes} bytes; {where}: {line.problem})"
+                else:
+                    reason = f"batch_error: {where} is {line.problem}"
+                yield BatchItem(line.custom_id or "", ERRORED, reason=reason, error=PermanentError(reason))
+                continue
+            custom_id = line.data.get("custom_id")
+            try:
+                yield (self._anthropic_item(line.data) if self.wire == "anthropic"
+                       else self._openai_item(line.data))
+            except (ProviderError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+                text = exc.reason if isinstance(exc, ProviderError) else f"{type(exc).__name__}: {exc}"
+                reason = f"batch_error: {where} is not a readable result ({text})"[:500]
+                yield BatchItem(str(custom_id) if isinstance(custom_id, str) else "", ERRORED, reason=reason,
+                                error=PermanentError(reason))
 
     def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -236,19 +297,6 @@ class BatchClient:
         if response.status_code >= 400:
             raise self._format.error(response.status_code, response.headers, response.content)
         return response
-
-    @staticmethod
-    def _lines(content: bytes) -> list[dict[str, Any]]:
-        lines = []
-        for text in content.decode("utf-8", "replace").splitlines():
-            if text.strip():
-                try:
-                    line = json.loads(text)
-                except ValueError:
-                    raise TransientError("batch results: a line is not JSON") from None
-                if isinstance(line, dict):
-                    lines.append(line)
-        return lines
 
     def _openai(self, raw: dict[str, Any]) -> BatchStatus:
         counts = raw.get("request_counts") or {}

@@ -26,7 +26,7 @@ import peewee
 from peewee import CharField, DateTimeField, IntegerField, TextField, fn
 
 from evaljobs.store.connections import _bound, _connection, _transaction
-from evaljobs.store.schema import PG_SCHEMA_LOCK, _datetime, _now, _Table
+from evaljobs.store.schema import PG_SCHEMA_LOCK, _add_missing_columns, _datetime, _now, _Table
 
 PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
 SUBMITTING, OPEN, ENDED = "submitting", "open", "ended"
@@ -68,6 +68,11 @@ class ProviderBatchRow(_Table):
     created_at = DateTimeField()
     submitted_at = DateTimeField(null=True)
     ended_at = DateTimeField(null=True)
+    #: When the provider was first asked to cancel it (or first said ``cancelling``): the cancel's grace
+    #: runs from here, and no second cancel is sent.
+    cancel_asked_at = DateTimeField(null=True)
+    #: Submits and lookups that failed transiently (bounded like an interactive call's retries).
+    attempts = IntegerField(default=0)
 
     class Meta:
         table_name = "provider_batch"
@@ -90,6 +95,8 @@ class BatchInfo:
     provider_status: str | None
     created_at: datetime | None
     submitted_at: datetime | None
+    cancel_asked_at: datetime | None = None
+    attempts: int = 0
 
 
 def _ensure() -> None:
@@ -100,6 +107,9 @@ def _ensure() -> None:
         if isinstance(db, peewee.PostgresqlDatabase):
             db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (PG_SCHEMA_LOCK,))
         db.create_tables([BatchRequestRow, ProviderBatchRow], safe=True)
+        stamp = "TIMESTAMP" if isinstance(db, peewee.PostgresqlDatabase) else "DATETIME"
+        _add_missing_columns(db, ProviderBatchRow, {"cancel_asked_at": stamp,
+                                                    "attempts": "INTEGER NOT NULL DEFAULT 0"})
     db.evaljobs_batches_ready = True
 
 
@@ -129,7 +139,7 @@ def _lock_group(run_id: str, provider: str, model: str) -> None:
 def _info(row: ProviderBatchRow) -> BatchInfo:
     return BatchInfo(row.key, row.run_id, row.provider, row.model, row.state, row.provider_batch_id, row.size,
                      row.done, row.failed, row.provider_status, _datetime(row.created_at),
-                     _datetime(row.submitted_at))
+                     _datetime(row.submitted_at), _datetime(row.cancel_asked_at), row.attempts or 0)
 
 
 # -- requests ------------------------------------------------------------------------------------
@@ -272,27 +282,85 @@ def get(key: str) -> BatchInfo | None:
     return _info(row) if row is not None else None
 
 
-def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_status: str,
-                   missing_reason: str) -> list[tuple[str, str, int]]:
-    """End a batch: each request's answer (``ok``, encoded completion or reason); a request the
-    results do not name fails with ``missing_reason``. One transaction; returns the batch's pairs
-    as (scenario key, model spec, epoch), to be evaluated again."""
+def cancel_asked(key: str) -> bool:
+    """Note that the provider was asked to cancel the batch (or said it is cancelling) now; True when
+    this call noted it first (only that caller sends the cancel: once, however many pollers look)."""
+    _ensure()
+    with _connection():
+        return bool(ProviderBatchRow.update(cancel_asked_at=_now())
+                    .where((ProviderBatchRow.key == key) & ProviderBatchRow.cancel_asked_at.is_null())
+                    .execute())
+
+
+def failed_attempt(key: str) -> int:
+    """Count a submit or lookup of the batch that failed transiently; the count so far."""
     _ensure()
     with _transaction():
-        rows = list(cast("Iterable[tuple[str, str, str, int]]",  # the stubs type .tuples() rows as models
-                         BatchRequestRow.select(BatchRequestRow.custom_id, BatchRequestRow.scenario_key,
-                                                BatchRequestRow.model_spec, BatchRequestRow.epoch)
+        (ProviderBatchRow.update(attempts=ProviderBatchRow.attempts + 1)
+         .where(ProviderBatchRow.key == key).execute())
+        found = ProviderBatchRow.select(ProviderBatchRow.attempts).where(ProviderBatchRow.key == key).scalar()
+    return int(found or 0)
+
+
+#: Answers committed per transaction while a result file is read (a transaction never waits on it whole).
+ANSWER_ROWS = 200
+ANSWER_BYTES = 32_000_000
+
+
+def answer_requests(key: str, answers: Iterable[tuple[str, bool, str]]) -> int:
+    """Commit answers of the batch's requests as they are read: (custom id, ok, encoded completion or
+    reason). A request answered already (a duplicate line) keeps its first answer; a custom id not of
+    this batch is ignored. A few hundred rows a transaction: a large result file never holds the
+    database's write lock while it is read. Returns how many requests were answered."""
+    _ensure()
+    done = 0
+    chunk: list[tuple[str, bool, str]] = []
+    size = 0
+    for answer in answers:
+        chunk.append(answer)
+        size += len(answer[2])
+        if len(chunk) >= ANSWER_ROWS or size >= ANSWER_BYTES:
+            done += _answer(key, chunk)
+            chunk, size = [], 0
+    return done + _answer(key, chunk)
+
+
+def _answer(key: str, chunk: list[tuple[str, bool, str]]) -> int:
+    if not chunk:
+        return 0
+    done = 0
+    with _transaction():
+        for custom_id, ok, value in chunk:
+            done += (BatchRequestRow.update(state=SUCCEEDED if ok else FAILED, answer=value)
+                     .where((BatchRequestRow.custom_id == custom_id) & (BatchRequestRow.batch == key)
+                            & (BatchRequestRow.state == PENDING)).execute())
+    return done
+
+
+def end_batch(key: str, *, provider_status: str, missing_reason: str) -> list[tuple[str, str, int]]:
+    """End a batch: each of its requests still without an answer fails with ``missing_reason``. One
+    transaction; returns the batch's pairs as (scenario key, model spec, epoch), to be evaluated again."""
+    _ensure()
+    with _transaction():
+        (BatchRequestRow.update(state=FAILED, answer=missing_reason)
+         .where((BatchRequestRow.batch == key) & (BatchRequestRow.state == PENDING)).execute())
+        rows = list(cast("Iterable[tuple[str, str, int, str]]",  # the stubs type .tuples() rows as models
+                         BatchRequestRow.select(BatchRequestRow.scenario_key, BatchRequestRow.model_spec,
+                                                BatchRequestRow.epoch, BatchRequestRow.state)
                          .where(BatchRequestRow.batch == key).tuples()))
-        failed = 0
-        for custom_id, *_ in rows:
-            ok, value = answers.get(custom_id, (False, missing_reason))
-            failed += not ok
-            (BatchRequestRow.update(state=SUCCEEDED if ok else FAILED, answer=value)
-             .where((BatchRequestRow.custom_id == custom_id) & (BatchRequestRow.state == PENDING)).execute())
-        (ProviderBatchRow.update(state=ENDED, ended_at=_now(), done=len(rows), failed=failed,
+        (ProviderBatchRow.update(state=ENDED, ended_at=_now(), done=len(rows),
+                                 failed=sum(state == FAILED for *_, state in rows),
                                  provider_status=provider_status)
          .where(ProviderBatchRow.key == key).execute())
-    return sorted({(scenario, spec, epoch) for _, scenario, spec, epoch in rows})
+    return sorted({(scenario, spec, epoch) for scenario, spec, epoch, _ in rows})
+
+
+def record_answers(key: str, answers: dict[str, tuple[bool, str]], *, provider_status: str,
+                   missing_reason: str) -> list[tuple[str, str, int]]:
+    """End a batch with ``answers`` (custom id -> ``ok``, encoded completion or reason); a request the
+    answers do not name fails with ``missing_reason`` (:func:`answer_requests`, then :func:`end_batch`)."""
+    answer_requests(key, ((cid, ok, value) for cid, (ok, value) in answers.items()))
+    return end_batch(key, provider_status=provider_status, missing_reason=missing_reason)
 
 
 def _exists() -> bool:
@@ -369,7 +437,11 @@ __all__ = [
     "BatchRequestRow",
     "ProviderBatchRow",
     "answer",
+    "answer_requests",
+    "cancel_asked",
     "claim",
+    "end_batch",
+    "failed_attempt",
     "get",
     "open_batches",
     "park",
