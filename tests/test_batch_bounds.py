@@ -322,3 +322,20 @@ def test_a_submit_that_cannot_reach_the_provider_ends_within_its_retries(hostile
     assert done.status == "failed" and done.persisted == 3
     assert set(errors.values()) == {
         "batch not submitted: provider hostile failed 4 times, last: batch API GET: ConnectError"}
+
+
+def test_a_batch_table_from_before_gains_the_new_columns(sqlite_url):
+    """A database whose ``provider_batch`` table predates ``cancel_asked_at`` and ``attempts``: the first
+    process to use (or only read) its batches adds them."""
+    from evaljobs.store.connections import _bound, _connection
+
+    store.connect(sqlite_url)
+    stored._ensure()
+    db = _bound()
+    with _connection():
+        for column in ("cancel_asked_at", "attempts"):
+            db.execute_sql(f'ALTER TABLE "provider_batch" DROP COLUMN "{column}"')
+    db.evaljobs_batches_ready = False
+    assert stored.open_batches() == []
+    with _connection():
+        assert {"cancel_asked_at", "attempts"} <= {c.name for c in db.get_columns("provider_batch")}

@@ -222,17 +222,18 @@ def poll(key: str) -> None:
         return
     settings = config.settings()
     with ExitStack() as stack:
-        try:
+        try:  # the provider's part: a failure here is the provider's (the store's own failures are retried)
             client = stack.enter_context(client_for(info.run_id, info.provider))
             status = client.status(str(info.provider_batch_id))
-            if status.state == api.OPEN:
-                _still_open(client, key, info, status, settings)
-                return
-            items = stack.enter_context(client.download(str(info.provider_batch_id), status))
+            items = (None if status.state == api.OPEN
+                     else stack.enter_context(client.download(str(info.provider_batch_id), status)))
         except Exception as exc:  # noqa: BLE001 - every failure ends in a decision, never a lost poller
             _unreadable(key, info, exc, settings)
             return
-        _ended(key, info, status, items, settings)
+        if items is None:
+            _still_open(client, key, info, status, settings)
+        else:
+            _ended(key, info, status, items, settings)
 
 
 def _unreadable(key: str, info: stored.BatchInfo, exc: BaseException, settings: config.Settings) -> None:

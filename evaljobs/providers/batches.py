@@ -214,8 +214,9 @@ class BatchClient:
                     undecided = True
                     continue
                 with self.download(status.id, status) as items:
-                    if {item.custom_id for item in items} == wanted:
-                        return status.id
+                    named = [item.custom_id for item in items]
+                if set(named) - {""} == wanted or (set(named) - {""} < wanted and len(named) == len(wanted)):
+                    return status.id  # (a line that could not be read stands for one of the others)
             if not page.get("has_more") or not batches:
                 break
             after = page.get("last_id") or batches[-1].get("id")

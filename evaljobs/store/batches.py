@@ -369,7 +369,10 @@ def _exists() -> bool:
     if db.evaljobs_batches_ready:
         return True
     with _connection():
-        return db.table_exists(ProviderBatchRow._meta.table_name)
+        if not db.table_exists(ProviderBatchRow._meta.table_name):
+            return False
+    _ensure()  # the columns added since the tables were made
+    return True
 
 
 def open_batches(run_id: str | None = None) -> list[BatchInfo]:
