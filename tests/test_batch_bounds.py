@@ -3,8 +3,9 @@ run's pairs errored with the reason, within the batch's deadlines, and never hol
 
 The provider here is a small OpenAI-compatible batch API written in this file (not the simulated
 provider: what it counts — polls, downloads, cancel requests — is counted by a server we did not
-build into evaljobs). Each test is a row of RELIABILITY.md's "Batch lane bounds" table; without its
-fix, each run never ended (the ``wait`` below returned an unfinished run).
+build into evaljobs). Each test is a row of RELIABILITY.md's "every wait on the batch lane has an end"
+table; without its fix, each run never ended (the ``wait`` below returned an unfinished run), or the
+300 MB file took 1759 MB.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers import ROOT
+from helpers.servers import send_json
 from helpers.workers import wait_until
 
 from evaljobs import store
@@ -69,12 +71,7 @@ class HostileBatchAPI:
                 pass
 
             def _json(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
