@@ -15,8 +15,11 @@ How a batch run moves (``evaljobs run --batch``, or ``batch: true|auto`` in the 
    batch under that key (:meth:`BatchClient.find`) and submits only when the provider has none.
 3. :func:`poll` (the ``poll_batch`` actor) looks at an open batch and sends itself again, delayed by
    ``Settings.batch_poll``, until it ends; a batch open past ``Settings.batch_deadline`` is
-   cancelled. Then the answers (or errors: ``batch_expired``, the provider's own) are committed in
-   one transaction and the batch's pairs are sent again: each replays its conversation, its
+   cancelled once, and abandoned ``Settings.batch_cancel_grace`` later if it ignores the cancel;
+   polls failing past the deadline end it too. Then its result file, streamed to a temporary file,
+   is read a line at a time (a bad or oversized line is its own request's error), the answers (or
+   errors: ``batch_expired``, the provider's own) are committed a few hundred at a time, the batch
+   is ended in one transaction, and its pairs are sent again: each replays its conversation, its
    answered turns now come from the store, and it is graded and recorded like any pair (the
    barrier, the report) — or parks its next turn (a tool conversation goes in rounds).
 
