@@ -337,3 +337,30 @@ def test_a_batch_table_from_before_gains_the_new_columns(sqlite_url):
     assert stored.open_batches() == []
     with _connection():
         assert {"cancel_asked_at", "attempts"} <= {c.name for c in db.get_columns("provider_batch")}
+
+
+def test_result_lines_are_read_whole_across_chunks_and_cut_only_over_the_cap(tmp_path):
+    """The line reader against ``splitlines``: lines spanning the 1 MB reads, blank lines, no final newline;
+    a line of exactly the cap is read, one byte more is not (its custom id still found, from its end)."""
+    import random
+
+    from evaljobs.providers.batch_results import CHUNK, read_lines
+
+    rng = random.Random(40)
+    lines = [json.dumps({"custom_id": f"c{i}", "text": "x" * rng.randrange(0, CHUNK // 3)}).encode()
+             for i in range(12)]
+    cap = max(len(line) for line in lines) + 10
+    def sized(custom_id: str, size: int) -> bytes:  # the custom id at the end: found in the kept tail
+        head, tail = b'{"text": "', f'", "custom_id": "{custom_id}"}}'.encode()
+        return head + b"y" * (size - len(head) - len(tail)) + tail
+
+    exact, over = sized("exact", cap), sized("over", cap + 1)
+    assert len(exact) == cap and len(over) == cap + 1
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b"\n".join([*lines[:6], b"", b"  ", exact, over, *lines[6:]]))  # no final newline
+    with path.open("rb") as file:
+        read = list(read_lines(file, cap))
+    assert [line.data for line in read if line.data is not None] == [
+        json.loads(text) for text in [*lines[:6], exact, *lines[6:]]]
+    (cut,) = [line for line in read if line.data is None]
+    assert (cut.number, cut.custom_id, cut.size) == (10, "over", cap + 1)
