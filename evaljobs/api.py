@@ -999,18 +999,20 @@ class Session:
     @staticmethod
     def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
                      port: int = 8700, token: str | None = None, open_browser: bool = False,
-                     log_format: str = "text", on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve the read-only web viewer until Ctrl-C or SIGTERM (``evaljobs view``).
+                     log_format: str = "text", on_ready: Callable[[str], None] | None = None,
+                     read_only: bool = False, reviewer: str | None = None) -> None:
+        """Serve the web viewer until Ctrl-C or SIGTERM (``evaljobs view``).
 
         ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
         read the database every second). Anything but a loopback ``host`` needs a ``token``. ``on_ready``
         is told the address once the port is bound (never the token); see :func:`evaljobs.view.serve_viewer`.
+        ``read_only``: no labels are taken; ``reviewer``: the name of a label whose reviewer gave none.
         """
         # the `view` extra (Starlette, uvicorn, Jinja2), loaded only by the viewer's callers
         from evaljobs.view import serve_viewer
 
         serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
-                     log_format=log_format, on_ready=on_ready)
+                     log_format=log_format, on_ready=on_ready, read_only=read_only, reviewer=reviewer)
 
     @staticmethod
     def export_run(run_id: str, directory: str, *, db: str | None = None, broker: str | None = None,
@@ -1064,6 +1066,38 @@ class Session:
             return governor.stats()
         finally:
             governor.close()
+
+    @staticmethod
+    def export_labels(runs: Sequence[str] = (), *, db: str | None = None) -> list[dict[str, Any]]:
+        """Reviewers' labels (all, or those given in ``runs``: ids, prefixes or ``latest``) as plain dicts,
+        oldest first (``evaljobs labels export``: one JSON object a line)."""
+        store.connect(db)
+        return store.export_labels([store.resolve_run_id(r) for r in runs])
+
+    @staticmethod
+    def import_labels(path: str | Path, *, db: str | None = None) -> int:
+        """Keep the labels of a JSONL export (``evaljobs labels import``); returns how many.
+
+        A line that is not a label is one error naming the file and line; nothing is kept then.
+        """
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{source}: cannot read labels: {exc}") from None
+        items = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{source}:{number}: not JSON ({exc.msg}): one label a line") from None
+            if not isinstance(item, dict):
+                raise UsageError(f"{source}:{number}: not a JSON object: one label a line")
+            items.append((f"{source}:{number}", item))
+        store.connect(db)
+        return store.import_labels(items)
 
     @staticmethod
     def upgrade_schema(db: str | None = None, *,

@@ -94,7 +94,8 @@ def test_unsupported_url_is_a_one_line_error() -> None:
 def test_upgrade_reports_the_schema_it_created_once(db_url: str, tmp_path) -> None:
     store.connect(db_url)
     assert store.upgrade() == ["created table schema_version", "created table snapshot", "created table run",
-                               "created table result", f"recorded schema version {store.SCHEMA_VERSION}"]
+                               "created table result", "created table label",
+                               f"recorded schema version {store.SCHEMA_VERSION}"]
     assert store.upgrade() == []
     db = store.database.obj
     assert {"schema_version", "snapshot", "run", "result"} <= set(db.get_tables())

@@ -93,8 +93,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "view": (
         "view",
         "view",
-        "Serve a live, read-only web viewer of runs, results, comparisons and the worker fleet.",
+        "Serve a live web viewer of runs, results, comparisons and the worker fleet; review pairs in it.",
     ),
+    "labels": ("labels", "labels", "Reviewers' labels on pairs: export and import them as JSONL."),
     "providers": (
         "providers",
         "providers_group",

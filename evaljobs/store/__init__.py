@@ -21,6 +21,7 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.pages` — what the viewer reads (runs and result cells, paged by id).
 - :mod:`~evaljobs.store.lookup` — a run id from ``latest`` or a unique prefix.
 - :mod:`~evaljobs.store.leases` — which live process evaluates an in-process run (``recover`` leaves it).
+- :mod:`~evaljobs.store.labels` — reviewers' labels on pairs, carried forward to the same answer.
 
 ``from evaljobs import store; store.X`` works for every public name below.
 """
@@ -57,8 +58,10 @@ from evaljobs.store.runs import (RunInfo, cancel, count_runs, create_run, get_ru
                                  take_judge_call)
 from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STATUSES, INTERRUPTED, PARTIAL,
                                    PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
-                                   ResultRow, Run, SchemaVersion, Snapshot, database)
+                                   LABELS_SCHEMA, Label, ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
+from evaljobs.store.labels import (BadLabel, LabelInfo, export_labels, import_labels, labels_for_run,
+                                   output_digest, record_label)
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.store.partial import partial_report
 from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
@@ -74,6 +77,8 @@ __all__ = [
     "RECONNECT_SECONDS",
     "SQLITE_BUSY_SECONDS",
     "SCHEMA_VERSION",
+    "LABELS_SCHEMA",
+    "Label",
     "PENDING",
     "RUNNING",
     "COMPLETE",
@@ -151,4 +156,11 @@ __all__ = [
     "Cell",
     "RunRow",
     "resolve_run_id",
+    "BadLabel",
+    "LabelInfo",
+    "export_labels",
+    "import_labels",
+    "labels_for_run",
+    "output_digest",
+    "record_label",
 ]

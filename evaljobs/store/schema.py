@@ -30,7 +30,10 @@ from peewee import (
 
 from evaljobs.store.errors import StoreError, redact
 
-SCHEMA_VERSION = 6
+#: Schema version of the ``label`` table (human review, issue 43). Its own constant so that the step can be
+#: renumbered when another branch takes the next version first: only this number and its description move.
+LABELS_SCHEMA = 7
+SCHEMA_VERSION = LABELS_SCHEMA
 #: What each schema version added (recorded in ``schema_version.description``).
 _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit subset of pairs (reruns)",
                    3: "result.cost may be NULL (unknown price); result.ttft_ms and result.latency_ms",
@@ -39,7 +42,9 @@ _SCHEMA_CHANGES = {1: "initial schema", 2: "run.pairs: runs over an explicit sub
                    5: "result.scenario_digest (compare: a changed scenario is no regression); "
                       "run.scenario_order (reports list scenarios as the catalog does)",
                    6: "result.cache_read_tokens, cache_write_tokens, reasoning_tokens, cache_saving "
-                      "(prompt caching priced apart), result.answered_by (the model version that answered)"}
+                      "(prompt caching priced apart), result.answered_by (the model version that answered)",
+                   LABELS_SCHEMA: "label: a reviewer's verdict on a pair, beside the machine's "
+                                  "(never over it)"}
 #: The unique index of schema versions 1-3 (one row per (run, scenario, model)); version 4 replaces it.
 _V3_UNIQUE_INDEX = "resultrow_run_id_scenario_key_model"
 PG_SCHEMA_LOCK = 0x65766A62  # arbitrary advisory-lock key: "evjb"
@@ -170,7 +175,36 @@ class ResultRow(_Table):
         indexes = ((("run", "scenario_key", "model", "epoch"), True),)
 
 
-_TABLES = (SchemaVersion, Snapshot, Run, ResultRow)
+class Label(_Table):
+    """A reviewer's verdict on one pair (schema ``LABELS_SCHEMA``), kept beside the result row, never in it.
+
+    Not a foreign key to the run: a label outlives the run it was given in (it carries forward to the same
+    answer in later runs, by ``scenario_digest``, ``model`` and ``output_digest``, and is exported to a
+    repository). One label per pair: a reviewer changing their mind replaces it.
+    """
+
+    id: peewee.AutoField[int]
+    run_id = CharField(max_length=32)
+    scenario_key = TextField()
+    model = TextField()
+    epoch = IntegerField(default=0)
+    #: The scenario the answer was graded against (the result row's); NULL when the row did not keep it.
+    scenario_digest = CharField(max_length=80, null=True)
+    #: sha256 of the normalised answer (``evaljobs.store.labels.output_digest``).
+    output_digest = CharField(max_length=64)
+    verdict = CharField(max_length=8)  # "pass" | "fail"
+    score = DoubleField(null=True)
+    comment = TextField(null=True)
+    reviewer = TextField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "label"
+        indexes = ((("run_id", "scenario_key", "model", "epoch"), True),
+                   (("scenario_digest", "model", "output_digest"), False))
+
+
+_TABLES = (SchemaVersion, Snapshot, Run, ResultRow, Label)
 
 
 # -- column encoding ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``evaljobs view``: a local, read-only web app over the store, the run events and the fleet.
+"""``evaljobs view``: a local web app over the store, the run events and the fleet; its one write is a
+reviewer's label on a pair (``--read-only``: none).
 
 Importing this package imports no web stack; :func:`serve` and
 :func:`evaljobs.view.app.create_app` do (the ``view`` extra: Starlette, uvicorn, Jinja2).
@@ -11,7 +12,10 @@ reaches the servers in order — a missing extra, an unsafe bind, a SQLite file 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -53,7 +57,8 @@ def url_of(config: ViewConfig, *, with_token: bool = False) -> str:
     """The viewer's address; the token only when asked (for ``--open``), never for printing."""
     host = f"[{config.host}]" if ":" in config.host else config.host
     base = f"http://{host}:{config.port}/"
-    return base + (f"?token={quote(config.token, safe='')}" if config.token and with_token else "")
+    secret = config.token or config.write_token
+    return base + (f"?token={quote(secret, safe='')}" if secret and with_token else "")
 
 
 def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> None:
@@ -126,10 +131,46 @@ def refuse_a_missing_file(url: str) -> None:
     store.refuse_a_missing_file(url, "the viewer")
 
 
-def _config(broker: str | None, host: str, port: int, token: str | None) -> ViewConfig:
-    """The viewer's settings: ``memory`` (or no broker) means no Redis, the database is read instead."""
+def _remove_on_sigterm(path: Path) -> None:
+    """Remove ``path`` when SIGTERM stops the viewer: uvicorn re-raises the signal once it has shut down,
+    which ends the process before any ``finally`` runs. The signal is then raised again, as it was."""
+    import signal  # only a viewer with a token file of its own
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def remove_then_stop(signum: int, frame: Any) -> None:
+        path.unlink(missing_ok=True)
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    signal.signal(signal.SIGTERM, remove_then_stop)
+
+
+def _config(broker: str | None, host: str, port: int, token: str | None, *, read_only: bool = False,
+            reviewer: str | None = None) -> ViewConfig:
+    """The viewer's settings: ``memory`` (or no broker) means no Redis, the database is read instead.
+
+    Writes (labels) need a write token: ``token`` when one is given, else a fresh random one (a loopback
+    viewer's reads stay open, its writes do not: any local process or page could otherwise write).
+    """
+    write_token = None if read_only else (token or secrets.token_urlsafe(24))
     return ViewConfig(broker=None if broker in (None, "", "memory") else broker, token=token, host=host,
-                      port=port)
+                      port=port, read_only=read_only, write_token=write_token,
+                      reviewer=(reviewer or "").strip()[:80] or "viewer")
+
+
+def write_token_file(config: ViewConfig) -> Path | None:
+    """A loopback viewer's own write token, in a file only this user can read (its path is printed, never
+    the token): ``cat`` it, or start with ``--open``, which hands it to the browser."""
+    if config.token or not config.write_token:
+        return None
+    handle, name = tempfile.mkstemp(prefix="evaljobs-view-", suffix=".token")  # mode 0600
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(config.write_token + "\n")
+    return Path(name)
 
 
 def _open_store(db: str | None, config: ViewConfig) -> None:
@@ -160,7 +201,8 @@ def export_bundle(run_id: str, directory: str, *, db: str | None = None, broker:
 
 def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
                  port: int = 8700, token: str | None = None, open_browser: bool = False,
-                 log_format: str = "text", on_ready: Callable[[str], None] | None = None) -> None:
+                 log_format: str = "text", on_ready: Callable[[str], None] | None = None,
+                 read_only: bool = False, reviewer: str | None = None) -> None:
     """Check, connect, and serve the viewer until it is interrupted (``evaljobs view``).
 
     ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
@@ -169,8 +211,12 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
     ``on_ready(line)`` is told the address once the port is bound (as a log line instead with
     ``log_format="json"``); the token is never in it. ``open_browser`` hands the address with the
     token to the browser only.
+
+    ``read_only``: every write is refused. Otherwise a session labels pairs once it holds the write
+    token: ``token``, or (no ``token``) one made now and kept in a file only this user can read, whose
+    path the ready line names. ``reviewer``: the name a label is given under when the reviewer gives none.
     """
-    config = _config(broker, host, port, token)
+    config = _config(broker, host, port, token, read_only=read_only, reviewer=reviewer)
     _open_store(db, config)
     if config.redis_url:
         # start-up time: only a viewer with a broker pings it
@@ -178,10 +224,18 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
 
         ping_redis(config.redis_url)  # the fleet and live pages need it: one line now if it is down
     url = url_of(config)
+    token_file = write_token_file(config)
+    if token_file is not None:
+        _remove_on_sigterm(token_file)
 
     def ready() -> None:
         # The token is a secret: never printed (logs keep it); --open hands it to the browser only.
         hint = " (open it once with ?token=YOUR_TOKEN, or send Authorization: Bearer)" if config.token else ""
+        if token_file is not None:
+            hint += (f"; to label pairs, open it once with ?token= and the token in {token_file} "
+                     "(readable by you only), or start with --open")
+        elif config.read_only:
+            hint += "; read-only: labels are shown, never taken"
         if log_format == "json":
             logger.info("evaljobs view: %s%s", url, hint)
         elif on_ready is not None:
@@ -195,6 +249,9 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
         serve(config, on_ready=ready, log_format=log_format)
     except OSError as exc:  # a port in use: one line, exit 2
         raise cannot_listen(config.host, config.port, exc) from None
+    finally:
+        if token_file is not None:
+            token_file.unlink(missing_ok=True)
 
 
 __all__ = ["ViewConfig", "ViewError", "serve", "check_config", "check_installed", "url_of", "Exported",

@@ -148,8 +148,9 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
     (target / "static").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HERE / "static" / "view.css", target / "static" / "view.css")
     written.append(target / "static" / "view.css")
-    write("results.csv", csv_text(results))
-    write("results.jsonl", jsonl_text(results))
+    labels = store.labels_for_run(run_id)
+    write("results.csv", csv_text(results, labels))
+    write("results.jsonl", jsonl_text(results, labels))
     return written
 
 

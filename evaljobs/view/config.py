@@ -6,6 +6,7 @@ other.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,20 @@ class ViewConfig:
     poll_seconds: float = 1.0
     #: Bounds on live streams (how many, bytes queued per client, when a slow one is dropped).
     stream_limits: StreamLimits = field(default_factory=StreamLimits)
+    #: ``--read-only``: every write (a label) is refused, and no page offers one.
+    read_only: bool = False
+    #: The secret a session must have logged in with (``?token=`` once) to write: ``token`` when one is
+    #: set, else one the viewer made at start (a loopback viewer's reads need none, its writes do).
+    write_token: str | None = None
+    #: The name a label is given under when the reviewer gives none.
+    reviewer: str = "viewer"
+    #: Key of the per-session CSRF tokens (HMAC of the session cookie): new with every start.
+    csrf_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+    @property
+    def writes(self) -> bool:
+        """Whether this viewer takes writes at all (a session still needs the write token)."""
+        return not self.read_only and bool(self.write_token)
 
     @property
     def redis_url(self) -> str | None:

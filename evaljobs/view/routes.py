@@ -244,9 +244,10 @@ class Pages:
             store_pages.run(run_id)
         except store.UnknownRun as exc:
             raise HTTPException(404, str(exc)) from None
-        results = store.list_results(run_id)
+        results, labels = store.list_results(run_id), store.labels_for_run(run_id)
         text, media = (
-            (csv_text(results), "text/csv") if fmt == "csv" else (jsonl_text(results), "application/jsonl")
+            (csv_text(results, labels), "text/csv") if fmt == "csv"
+            else (jsonl_text(results, labels), "application/jsonl")
         )
         return Response(
             text,

@@ -1,0 +1,48 @@
+"""``evaljobs labels export|import``: reviewers' labels as JSON Lines, to keep beside the catalog.
+
+A thin shell over :meth:`evaljobs.api.Session.export_labels` and :meth:`~evaljobs.api.Session.import_labels`,
+imported inside each command (start-up time of ``evaljobs --help``).
+"""
+from __future__ import annotations
+
+import json
+
+import click
+
+from evaljobs.cli._options import db_option
+
+
+@click.group()
+def labels() -> None:
+    """Reviewers' labels on pairs: export and import them as JSONL."""
+
+
+@labels.command("export")
+@db_option
+@click.argument("runs", nargs=-1)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to this file (default: standard output).")
+def labels_export(db, runs, output) -> None:
+    """Write the labels given in RUNS (ids, prefixes, latest; default: all), one JSON object a line."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in Session.export_labels(runs, db=db))
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    with open(output, "w", encoding="utf-8") as out:
+        out.write(text)
+    click.echo(f"wrote {text.count(chr(10))} labels to {click.format_filename(output)}", err=True)
+
+
+@labels.command("import")
+@db_option
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+def labels_import(db, path) -> None:
+    """Keep the labels of PATH (a `labels export`); a label for the same pair replaces the one kept."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    click.echo(f"imported {Session.import_labels(path, db=db)} labels from {click.format_filename(path)}")
+
+
+__all__ = ["labels"]
