@@ -761,10 +761,32 @@ class Session:
             base, base_side = self._side(baseline)
             comparison = self._compare(base, base_side, info, report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
-        return render(report, format, results=results, comparison=comparison)
+        human = self.human_review(run_id) if format in ("md", "table", "json") else None
+        if human and format == "json":
+            report = {**report, "human": human}
+        text = render(report, format, results=results, comparison=comparison)
+        if human and format in ("md", "table"):
+            # start-up time: only a report with reviewers' labels
+            from evaljobs.reports.human import human_markdown
+
+            text += human_markdown(human)
+        return text
+
+    @staticmethod
+    def human_review(run_id: str) -> dict[str, Any] | None:
+        """The reviewers' labels of a run as the report's ``human`` block (None: nobody reviewed it):
+        counts, disagreements with the machine, and the pass rate with the human verdicts preferred."""
+        labels = store.labels_for_run(run_id)
+        if not labels:
+            return None
+        # start-up time: only a report with reviewers' labels
+        from evaljobs.reports.human import human_review
+
+        return human_review(store.list_results(run_id), {k: v.as_dict() for k, v in labels.items()}, run_id)
 
     def render_report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
-                      flaky: bool = False, on_note: Callable[[str], None] | None = None) -> "RenderedReport":
+                      flaky: bool = False, on_note: Callable[[str], None] | None = None,
+                      prefer_human: bool = False) -> "RenderedReport":
         """The run's report as ``format`` (``evaljobs report``), with the run to hold to a gate.
 
         ``run_id`` and ``baseline`` may be ``latest``, an id or a prefix. ``flaky``: the list of
@@ -783,7 +805,8 @@ class Session:
             if info.report is None:
                 raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
             return RenderedReport(text=flaky_text(info.report), run=info)
-        return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info)
+        return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info,
+                              human=self.human_review(run_id) if prefer_human else None)
 
     def demo(self, *, format: str = "table", html: str | Path | None = None, progress: bool = False,
              on_note: Callable[[str], None] | None = None) -> "DemoRun":
@@ -1308,11 +1331,23 @@ class RenderedReport:
 
     text: str
     run: store.RunInfo
+    #: With ``prefer_human``: the reviewers' labels (``Session.human_review``), None when nobody reviewed.
+    human: dict[str, Any] | None = None
 
     def verdict(self, threshold: float | None = None, mode: str = "point") -> Verdict:
         """The exit of ``evaljobs report``: a gate only when given a ``threshold``
-        (:meth:`RunInfo.gate` then decides); without one, rendering is all it does."""
-        return self.run.gate(threshold, mode) if threshold is not None else Verdict(True)
+        (:meth:`RunInfo.gate` then decides); without one, rendering is all it does. With
+        ``prefer_human`` and reviewed results, the pass rate holds each one's human verdict instead."""
+        if threshold is None:
+            return Verdict(True)
+        machine = self.run.gate(threshold, mode)
+        # a run with nothing to hold (interrupted, all errored, no report) and --gate ci keep the machine's
+        if self.human is None or mode != "point" or self.run.report is None or self.run.status == "failed":
+            return machine
+        # start-up time: only --prefer-human
+        from evaljobs.reports.human import hold_preferring_human
+
+        return hold_preferring_human(self.human, threshold)
 
 
 @dataclass

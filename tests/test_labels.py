@@ -232,3 +232,23 @@ def test_a_token_viewer_writes_for_its_session_and_read_only_refuses_every_write
             assert answer.status_code == 405 and "--read-only" in answer.text, method
     finally:
         viewer.close()
+
+
+def test_the_report_shows_both_verdicts_and_the_gate_prefers_the_human_only_when_asked(labelled_db):
+    url, run = labelled_db  # every result failed by the machine
+    for key, model in [("greet", "m1"), ("bye", "m1"), ("greet", "m2")]:
+        store.record_label(run, key, model, 0, verdict="pass", comment="a | pipe", reviewer="ana")
+    runner = CliRunner()
+    md = runner.invoke(main, ["report", run, "--db", url])
+    assert md.exit_code == 0 and "## Human review" in md.output, md.output
+    assert "3 of 4 results reviewed" in md.output and "disagrees with the machine on 3" in md.output
+    assert "| greet | m1 | 0 | failed | pass | ana |" in md.output
+    as_json = json.loads(runner.invoke(main, ["report", run, "--db", url, "--format", "json"]).output)
+    assert as_json["summary"]["pass_rate"] == 0.0, "the machine's figure is left as it was"
+    assert (as_json["human"]["labelled"], as_json["human"]["preferred_pass_rate"]) == (3, 0.75)
+    machine = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.7"])
+    assert machine.exit_code == 1 and "FAIL: pass rate 0.0%" in machine.output
+    human = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.7", "--prefer-human"])
+    assert human.exit_code == 0 and "OK: pass rate 75.0% with 3 reviewed results' human verdicts" in human.output
+    stricter = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.8", "--prefer-human"])
+    assert stricter.exit_code == 1 and "(--prefer-human)" in stricter.output

@@ -46,14 +46,17 @@ def _note(text: str) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE.")
 @click.option("--flaky", is_flag=True, help="List the flaky scenarios (epochs that disagree), per model.")
 @fail_under_option
+@click.option("--prefer-human", is_flag=True,
+              help="With --fail-under: where a reviewer labelled a result, gate on their verdict.")
 @db_option
 def report(run_id: str, fmt: str, baseline: str | None, output: str | None, flaky: bool, gate: float | None,
-           db: str | None) -> None:
+           prefer_human: bool, db: str | None) -> None:
     """Render a run's report (also a CI gate with --fail-under)."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     with Session(db=db, create=False) as session:
-        rendered = session.render_report(run_id, fmt, baseline=baseline, flaky=flaky, on_note=_note)
+        rendered = session.render_report(run_id, fmt, baseline=baseline, flaky=flaky, on_note=_note,
+                                         prefer_human=prefer_human)
     _write(rendered.text, output)
     conclude(rendered.verdict(gate, gate_mode()))  # a gate only when asked to be one (--fail-under)
 

@@ -128,6 +128,8 @@ def labels_for_run(run_id: str) -> dict[tuple[str, str, int], LabelInfo]:
     answer (scenario digest, model, normalised output) given in another run ("reviewed in RUN")."""
     with _connection():
         _get_row(run_id)
+        if not Label.select(Label.id).limit(1).exists():  # a database nobody reviewed in: no reading answers
+            return {}
         own = {(r.scenario_key, r.model, r.epoch): _info(r)
                for r in Label.select().where(Label.run_id == run_id)}
         query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch,
