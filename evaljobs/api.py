@@ -762,14 +762,19 @@ class Session:
             comparison = self._compare(base, base_side, info, report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
         human = self.human_review(run_id) if format in ("md", "table", "json") else None
+        agreement = _agreement_of([run_id]) if human else None
         if human and format == "json":
-            report = {**report, "human": human}
+            report = {**report, "human": human, "judge_agreement": agreement.to_dict()["agreements"]
+                      if agreement else []}
         text = render(report, format, results=results, comparison=comparison)
         if human and format in ("md", "table"):
             # start-up time: only a report with reviewers' labels
             from evaljobs.reports.human import human_markdown
 
             text += human_markdown(human)
+            if agreement and agreement.agreements:
+                text += "\n## Judge agreement with the reviewers\n\n" + agreement.render()
+                text += "".join(f"\n{line}\n" for line in agreement.warnings)
         return text
 
     @staticmethod
@@ -1098,6 +1103,15 @@ class Session:
         return store.export_labels([store.resolve_run_id(r) for r in runs])
 
     @staticmethod
+    def judge_agreement(runs: Sequence[str] = (), *, db: str | None = None,
+                        min_kappa: float | None = None) -> "JudgeAgreement":
+        """How far each judge model agrees with the reviewers, per rubric (``evaljobs judge-agreement``):
+        over the judged, labelled results of ``runs`` (ids, prefixes, ``latest``; default: every run a
+        label was given in). A gating judge under ``min_kappa`` (default ``MIN_KAPPA``) is a warning."""
+        store.connect(db)
+        return _agreement_of([store.resolve_run_id(r) for r in runs] or store.labelled_runs(), min_kappa)
+
+    @staticmethod
     def import_labels(path: str | Path, *, db: str | None = None) -> int:
         """Keep the labels of a JSONL export (``evaljobs labels import``); returns how many.
 
@@ -1348,6 +1362,38 @@ class RenderedReport:
         from evaljobs.reports.human import hold_preferring_human
 
         return hold_preferring_human(self.human, threshold)
+
+
+def _agreement_of(ids: Sequence[str], min_kappa: float | None = None) -> "JudgeAgreement":
+    """:meth:`Session.judge_agreement` over resolved run ids, on the store already connected."""
+    # start-up time: only judge agreement
+    from evaljobs.reports.agreement import MIN_KAPPA, Judged, agreements
+
+    runs = list(dict.fromkeys(ids))
+    items = [Judged(**item) for run_id in runs for item in store.judged_labels(run_id)]
+    floor = MIN_KAPPA if min_kappa is None else min_kappa
+    return JudgeAgreement(runs=runs, agreements=agreements(items, min_kappa=floor))
+
+
+@dataclass
+class JudgeAgreement:
+    """What :meth:`Session.judge_agreement` found: per judge model and rubric, an ``Agreement``."""
+
+    runs: list[str]
+    agreements: list[Any]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for a in self.agreements for w in a.warnings]
+
+    def render(self) -> str:
+        # start-up time: only judge-agreement
+        from evaljobs.reports.agreement import render_agreements
+
+        return render_agreements(self.agreements)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "agreements": [a.to_dict() for a in self.agreements]}
 
 
 @dataclass

@@ -96,6 +96,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve a live web viewer of runs, results, comparisons and the worker fleet; review pairs in it.",
     ),
     "labels": ("labels", "labels", "Reviewers' labels on pairs: export and import them as JSONL."),
+    "judge-agreement": ("labels", "judge_agreement",
+                        "How far each LLM judge agrees with reviewers' labels, per rubric: confusion matrix, "
+                        "Cohen's kappa"),
     "providers": (
         "providers",
         "providers_group",

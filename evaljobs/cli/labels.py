@@ -45,4 +45,24 @@ def labels_import(db, path) -> None:
     click.echo(f"imported {Session.import_labels(path, db=db)} labels from {click.format_filename(path)}")
 
 
-__all__ = ["labels"]
+@click.command("judge-agreement")
+@db_option
+@click.argument("runs", nargs=-1)
+@click.option("--min-kappa", type=click.FloatRange(-1, 1), default=None,
+              help="Warn when a judge decides a gate on a rubric with a kappa under this (default 0.6).")
+@click.option("--json", "as_json", is_flag=True, help="Print the agreements as JSON.")
+def judge_agreement(db, runs, min_kappa, as_json) -> None:
+    """How far each LLM judge agrees with reviewers' labels, per rubric: confusion matrix, Cohen's kappa
+    with a 95% interval, and the threshold that would agree best (RUNS: default every labelled run)."""
+    from evaljobs.api import Session  # start-up time (see the module docstring)
+
+    found = Session.judge_agreement(runs, db=db, min_kappa=min_kappa)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(found.render(), nl=False)
+    for line in found.warnings:
+        click.echo(line, err=True)
+
+
+__all__ = ["labels", "judge_agreement"]

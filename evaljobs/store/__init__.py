@@ -60,8 +60,8 @@ from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STA
                                    PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
                                    LABELS_SCHEMA, Label, ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
-from evaljobs.store.labels import (BadLabel, LabelInfo, export_labels, import_labels, labels_for_run,
-                                   output_digest, record_label)
+from evaljobs.store.labels import (BadLabel, LabelInfo, export_labels, import_labels, judged_labels,
+                                   labelled_runs, labels_for_run, output_digest, record_label)
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.store.partial import partial_report
 from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
@@ -161,6 +161,8 @@ __all__ = [
     "export_labels",
     "import_labels",
     "labels_for_run",
+    "labelled_runs",
+    "judged_labels",
     "output_digest",
     "record_label",
 ]

@@ -17,8 +17,10 @@ from typing import Any, Iterable, cast
 
 from evaljobs.store.connections import _connection, _reconnecting, _transaction
 from evaljobs.store.errors import StoreError, UnexpectedPair
-from evaljobs.store.runs import _get_row
-from evaljobs.store.schema import Label, ResultRow, _datetime, _iso, _now
+from evaljobs.store.results import list_results
+from evaljobs.store.runs import _get_row, get_run
+from evaljobs.store.snapshots import load_snapshot
+from evaljobs.store.schema import Label, ResultRow, Run, _datetime, _iso, _now
 
 VERDICTS = ("pass", "fail")
 #: What a label export line holds, in order.
@@ -155,6 +157,37 @@ def labels_for_run(run_id: str) -> dict[tuple[str, str, int], LabelInfo]:
 
 
 @_reconnecting
+def labelled_runs() -> list[str]:
+    """The runs (still in the database) that labels were given in, oldest first."""
+    with _connection():
+        ids = {row.run_id for row in Label.select(Label.run_id).distinct()}
+        return [row.id for row in Run.select(Run.id).where(Run.id.in_(sorted(ids))).order_by(Run.created_at)]
+
+
+def judged_labels(run_id: str) -> list[dict[str, Any]]:
+    """The run's results that a judge scored and a reviewer labelled, as the fields of
+    ``reports.agreement.Judged``; the rubric is the scenario's, from the run's catalog snapshot."""
+    labels = labels_for_run(run_id)
+    if not labels:
+        return []
+    info = get_run(run_id)
+    rubrics = {s.key: s.expect.judge for s in load_snapshot(info.digest).scenarios}
+    items = []
+    for r in list_results(run_id):
+        judge, label = r.details.get("judge"), labels.get(r.ident)
+        if label is None or not isinstance(judge, dict) or not isinstance(judge.get("passed"), bool):
+            continue
+        score, threshold = judge.get("score"), judge.get("threshold")
+        items.append(dict(judge_model=str(judge.get("model") or "?"),
+                            rubric=rubrics.get(r.scenario_key) or "(rubric not in the snapshot)",
+                            score=float(score) if isinstance(score, (int, float)) else None,
+                            threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
+                            judge_passed=judge["passed"], human_passed=label.passed,
+                            gate=bool(judge.get("gate", True))))
+    return items
+
+
+@_reconnecting
 def export_labels(run_ids: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Every label (or those given in ``run_ids``) as plain dicts (``FIELDS``), oldest first."""
     ids = list(run_ids)
@@ -199,4 +232,4 @@ def import_labels(items: Iterable[tuple[str, dict[str, Any]]]) -> int:
 
 
 __all__ = ["VERDICTS", "FIELDS", "BadLabel", "LabelInfo", "output_digest", "record_label", "labels_for_run",
-           "export_labels", "import_labels"]
+           "labelled_runs", "judged_labels", "export_labels", "import_labels"]

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse
 from evaljobs import store
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.result import PASSED, Result
+from evaljobs.reports.agreement import Agreement, Judged, agreements
 from evaljobs.view.config import ViewConfig
 
 #: The largest label body taken (a comment is capped at store.labels.MAX_COMMENT characters anyway).
@@ -60,6 +61,8 @@ class ReviewPage:
     total: int
     labelled: int
     disagree: int
+    #: How far each judge agrees with this run's labels, per rubric (``evaljobs judge-agreement``).
+    agreements: list[Agreement] = field(default_factory=list)
 
 
 def _judge(r: Result) -> dict[str, Any] | None:
@@ -111,8 +114,10 @@ def review_page(run_id: str) -> ReviewPage:
 
     items.sort(key=rank)
     labelled = [i for i in items if i.label is not None]
+    judged = [Judged(**item) for item in store.judged_labels(run_id)] if labelled else []
     return ReviewPage(run=info, items=items[:QUEUE_LIMIT], total=len(items), labelled=len(labelled),
-                      disagree=sum(1 for i in labelled if i.label.verdict != i.machine))
+                      disagree=sum(1 for i in labelled if i.label.verdict != i.machine),
+                      agreements=agreements(judged))
 
 
 def _keep(config: ViewConfig, run_id: str, body: dict[str, Any]) -> Any:
