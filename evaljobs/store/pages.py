@@ -295,6 +295,16 @@ def search(run_id: str, text: str) -> set[tuple[str, str]]:
 
 
 @_reconnecting
+def outputs(run_id: str) -> list[tuple[str, str, int, str]]:
+    """Every (scenario, model, epoch, answer) of the run, for the viewer's regex search and its "outputs
+    differ" filter (the run's rows by the unique index's prefix)."""
+    p = _db().param
+    sql = f"SELECT scenario_key, model, epoch, output FROM result WHERE run_id = {p}"
+    with _connection() as db:
+        return [(k, m, int(e), o or "") for k, m, e, o in db.execute_sql(sql, (run_id,)).fetchall()]
+
+
+@_reconnecting
 def scenario_results(run_id: str, scenario_key: str) -> list[Result]:
     """Every model's full result for one scenario of the run (prefix of the unique index), by model and
     epoch."""

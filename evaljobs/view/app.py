@@ -198,6 +198,7 @@ def create_app(config: ViewConfig):
     from evaljobs.view import live, routes
     from evaljobs.view.metrics import MetricsPage
     from evaljobs.view.review import Review
+    from evaljobs.view.runids import CanonicalRuns
 
     pages = routes.Pages(config)
     review = Review(config, pages._render)
@@ -221,7 +222,7 @@ def create_app(config: ViewConfig):
             Route("/live/stats", streams.stats, name="live_stats"),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ],
-        middleware=[Middleware(Guard, config=config)],
+        middleware=[Middleware(Guard, config=config), Middleware(CanonicalRuns)],
         exception_handlers={404: pages.not_found},
     )
     return app

@@ -65,7 +65,7 @@ def sse(event: str, data: Any, ident: int | None = None) -> str:
 def cell_json(c: store_pages.Cell) -> dict[str, Any]:
     return {"id": c.id, "key": c.scenario_key, "model": c.model, "status": c.status, "fault": c.fault,
             "line": first_line(c.preview) or (first_line(c.error) if c.error else ""), "ms": c.duration_ms,
-            "epoch": c.epoch}
+            "epoch": c.epoch, "cost": c.cost}
 
 
 class Hints:

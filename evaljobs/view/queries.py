@@ -22,6 +22,7 @@ from evaljobs.reports.compare import CHANGED, FAILED_ERRORED, FIXED, REGRESSED, 
 from evaljobs.reports.variance import pass_rate
 from evaljobs.store import pages as store_pages
 from evaljobs.store import Cell, RunRow
+from evaljobs.view import search
 from evaljobs.view.epochs import EpochCell, epoch_cells
 from evaljobs.view.runlist import RUNS_LIMIT, RunListItem, run_list  # noqa: F401 - the runs page's query
 
@@ -312,15 +313,25 @@ def _search(run_id: str, last_id: int, count: int, text: str) -> set[tuple[str, 
 
 def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = None, model: str | None = None,
              tag: str | None = None, group: str | None = None, q: str | None = None, sort: str = "catalog",
-             descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE) -> RunPage:
+             descending: bool = False, page: int = 1, page_size: int = PAGE_SIZE, regex: bool = False,
+             differ: bool = False) -> RunPage:
+    """One page of the run's grid. ``q`` is a substring (a regular expression with ``regex``: a
+    :class:`~evaljobs.view.search.BadPattern` when it does not compile); ``differ`` keeps the scenarios
+    whose answers are not all the same."""
     index = run_index(run_id)
     run, by_pair = index.run, index.by_pair
     state = index.state(run.status, run.expected)
     columns = [model] if model and model in run.models else list(run.models)
     every_model = columns == list(run.models)
     wanted = {s for s in statuses if s in PAIR_STATUSES}
-    text = (q or "").strip().lower()
-    found = _search(run_id, index.last_id, len(index.cells), text) if text else set()
+    text = (q or "").strip() if regex else (q or "").strip().lower()
+    version = (index.last_id, len(index.cells))
+    if text and regex:
+        found = search.regex_search(run_id, version, text)
+    else:
+        found = _search(run_id, index.last_id, len(index.cells), text) if text else set()
+    differs = search.differing(run_id, version) if differ else None
+    pattern = search.compile_pattern(text) if text and regex else None
     matched: list[tuple[_Row, list[tuple[str, Cell | EpochCell | None]]]] = []
     for row, cells in zip(index.rows, index.grid):
         if tag and tag not in row.tags:
@@ -334,7 +345,10 @@ def run_page(run_id: str, *, statuses: Iterable[str] = (), fault: str | None = N
             continue
         if fault and not any(c is not None and _has_fault(c, fault) for _, c in cells):
             continue
-        if text and text not in row.text and not any((key, m) in found for m in columns):
+        in_row = bool(pattern.search(row.text)) if pattern is not None else text in row.text
+        if text and not in_row and not any((key, m) in found for m in columns):
+            continue
+        if differs is not None and key not in differs:
             continue
         matched.append((row, cells))
     matched = _sorted(matched, sort, descending)

@@ -18,7 +18,7 @@ from starlette.templating import Jinja2Templates
 from evaljobs import store
 from evaljobs.reports import cache_note, signed_money
 from evaljobs.store import pages as store_pages
-from evaljobs.view import charts, queries
+from evaljobs.view import charts, queries, search
 from evaljobs.view.config import HERE, ViewConfig
 
 
@@ -164,9 +164,13 @@ class Pages:
                 sort=sort,
                 descending=p.get("dir") == "desc",
                 page=_int(request, "page", 1),
+                regex=p.get("regex") == "1",
+                differ=p.get("differ") == "1",
             )
         except queries.NotFound as exc:
             raise HTTPException(404, str(exc)) from None
+        except search.BadPattern as exc:
+            raise HTTPException(400, str(exc)) from None
         params = [(k, v) for k, v in p.multi_items() if k not in ("page", "sort", "dir") and v]
         return self._render(
             request,
@@ -181,6 +185,8 @@ class Pages:
             tag=p.get("tag") or "",
             group=p.get("group") or "",
             q=p.get("q") or "",
+            regex=p.get("regex") == "1",
+            differ=p.get("differ") == "1",
             pass_chart=charts.pass_rates(page.models),
             cost_chart=charts.cost_vs_pass_rate(page.models),
             latency_chart=charts.latency(page.models),

@@ -202,6 +202,19 @@ class Browser:
             }})();
         }})""")
 
+    def wait_across_loads(self, expression: str, timeout: float = 10.0) -> None:
+        """Wait for ``expression`` while the page may be navigating (a load destroys the context mid-wait)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.evaluate(f"!!({expression})"):
+                    return
+            except BrowserError:
+                pass
+            if time.monotonic() > deadline:
+                raise BrowserError(f"timed out waiting for {expression}; console: {self.console()}")
+            time.sleep(0.05)
+
     def click(self, selector: str) -> None:
         """A real left click (mouse events) in the middle of the element."""
         box = self.evaluate(f"""(() => {{

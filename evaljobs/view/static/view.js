@@ -38,6 +38,24 @@
     td.append(letters, line);
   }
 
+  // The run's cost as the server writes it (reports' rule: "$X", "≥ $X (N unknown)", "unknown"), kept
+  // up to date from each new row's cost while the run is live.
+  function money(value) {
+    return value < 1 ? "$" + value.toFixed(4)
+      : "$" + value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  }
+
+  function addCost(cost) {
+    const node = document.getElementById("run-cost");
+    if (!node) return;
+    let total = Number(node.dataset.total || "0"), unknown = Number(node.dataset.unknown || "0");
+    if (cost === null || cost === undefined) unknown += 1; else total += Number(cost);
+    node.dataset.total = String(total);
+    node.dataset.unknown = String(unknown);
+    node.textContent = unknown ? (total ? "≥ " + money(total) + " (" + unknown + " unknown)" : "unknown")
+      : money(total);
+  }
+
   function liveRun() {
     const body = document.body;
     const epochs = Number(body.dataset.epochs || "1");
@@ -63,6 +81,7 @@
         if (seen.has(row.id)) continue;  // a row the page already applied (a reconnect re-reads from its cursor)
         seen.add(row.id);
         applied += 1;
+        addCost(row.cost);
         const td = cells.get(row.key + "\u0000" + row.model);
         if (!td) continue;
         if (epochs > 1) { epochCell(td, row); continue; }
@@ -130,6 +149,33 @@
     });
     document.body.dataset.ready = "1";
   }
+
+  // Phones: a table with data-key-cols shows those columns (1-based) and hides the rest behind "more".
+  function keyColumns() {
+    for (const table of document.querySelectorAll("table[data-key-cols]")) {
+      const keep = new Set(table.dataset.keyCols.split(",").map(Number));
+      for (const row of table.rows) {
+        let column = 0;
+        for (const cell of row.cells) {
+          column += 1;
+          if (cell.colSpan > 1) { column += cell.colSpan - 1; continue; }
+          if (!keep.has(column)) cell.classList.add("x");
+        }
+      }
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "more-cols";
+      button.textContent = "more columns";
+      button.setAttribute("aria-expanded", "false");
+      button.addEventListener("click", () => {
+        const open = table.classList.toggle("show-more");
+        button.textContent = open ? "fewer columns" : "more columns";
+        button.setAttribute("aria-expanded", String(open));
+      });
+      table.after(button);
+    }
+  }
+  keyColumns();
 
   if (page === "run") liveRun();
   else if (page === "runs") liveRuns();
