@@ -1099,7 +1099,7 @@ class Session:
     def export_labels(runs: Sequence[str] = (), *, db: str | None = None) -> list[dict[str, Any]]:
         """Reviewers' labels (all, or those given in ``runs``: ids, prefixes or ``latest``) as plain dicts,
         oldest first (``evaljobs labels export``: one JSON object a line)."""
-        store.connect(db)
+        store.connect(db, create=False)
         return store.export_labels([store.resolve_run_id(r) for r in runs])
 
     @staticmethod
@@ -1108,7 +1108,7 @@ class Session:
         """How far each judge model agrees with the reviewers, per rubric (``evaljobs judge-agreement``):
         over the judged, labelled results of ``runs`` (ids, prefixes, ``latest``; default: every run a
         label was given in). A gating judge under ``min_kappa`` (default ``MIN_KAPPA``) is a warning."""
-        store.connect(db)
+        store.connect(db, create=False)
         return _agreement_of([store.resolve_run_id(r) for r in runs] or store.labelled_runs(), min_kappa)
 
     @staticmethod

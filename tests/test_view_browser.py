@@ -11,7 +11,6 @@ folder (``screenshots/``), named after the page.
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from helpers import Viewer, WorkerProcess
-from helpers.browser import Browser, BrowserError
+from helpers.browser import Browser
 
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
 MODELS = ["sim/a", "sim/b"]
@@ -109,11 +108,7 @@ def site(chromium, redis_server, tmp_path_factory):
 
 
 def _open(site, path: str) -> Browser:
-    browser = site["browser"]
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(site["url"] + path)
-    browser.wait_for("document.body && document.body.dataset.ready")
+    browser = site["browser"].open_page(site["url"] + path)
     return browser
 
 
@@ -156,16 +151,7 @@ def _grid(browser: Browser) -> dict[str, dict[str, str]]:
 
 def _until(browser: Browser, expression: str, timeout: float) -> None:
     """Wait for ``expression`` across page loads (a reload destroys the page's context mid-wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if browser.evaluate(f"!!({expression})"):
-                return
-        except BrowserError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {expression}; console: {browser.console()}")
-        time.sleep(0.05)
+    browser.wait_across_loads(expression, timeout)
 
 
 def test_runs_list_shows_both_runs_with_pass_rates(site) -> None:

@@ -9,14 +9,13 @@ this test writes to.
 from __future__ import annotations
 
 import pytest
-from helpers import Viewer
+from helpers import finished_run, viewer_and_browser
 from helpers.browser import Browser
 from helpers.layout import set_width
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
-from evaljobs.reports.build import build_report
 
 MODELS = ["sim/a", "sim/b"]
 CATALOG = """\
@@ -45,12 +44,8 @@ def _result(key: str, model: str, answer: str, cost: float | None = 0.25) -> Res
 
 
 def _finished(catalog, answers) -> str:
-    run = store.create_run(catalog, MODELS, strategy="sequential")
-    store.mark_running(run.id)
-    for (key, model), answer in answers.items():
-        store.record_result(run.id, _result(key, model, answer))
-    store.finalize(run.id, build_report)
-    return run.id
+    return finished_run(catalog, MODELS, [_result(key, model, answer)
+                                          for (key, model), answer in answers.items()])
 
 
 @pytest.fixture(scope="module")
@@ -63,23 +58,13 @@ def site(chromium, tmp_path_factory):
     store.mark_running(live.id)
     run_a = _finished(catalog, ANSWERS["a"])
     run_b = _finished(catalog, ANSWERS["b"])
-    viewer = Viewer(db_url, "memory", folder / "view.log")
-    browser = Browser(chromium, folder / "profile")
-    try:
+    with viewer_and_browser(chromium, folder, db_url) as (viewer, browser):
         yield {"browser": browser, "url": viewer.url, "a": run_a, "b": run_b, "live": live.id, "db": db_url}
-    finally:
-        browser.close()
-        viewer.close()
 
 
 def _open(site, path: str, width: int = 1400) -> Browser:
-    browser = site["browser"]
-    set_width(browser, width)
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(site["url"] + path)
-    browser.wait_for("document.body && document.body.dataset.ready")
-    return browser
+    set_width(site["browser"], width)
+    return site["browser"].open_page(site["url"] + path)
 
 
 def _grid_keys(browser: Browser) -> list[str]:

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import Viewer
+from helpers import finished_run, viewer_and_browser
 from helpers.browser import Browser
 from helpers.layout import overflow, set_width
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.result import Result
-from evaljobs.reports.build import build_report
 
 MARKUP = '<img src=x onerror="document.body.dataset.pwned=1"><script>document.title="pwned"</script>'
 KEYS = [f"q{i:02d}" for i in range(8)]
@@ -38,15 +37,11 @@ def _answer(key: str, model: str) -> str:
 
 
 def _run(catalog) -> str:
-    run = store.create_run(catalog, MODELS, strategy="sequential")
-    store.mark_running(run.id)
-    for i, key in enumerate(KEYS):
-        for model in MODELS:
-            status = "failed" if (i + len(model)) % 3 == 0 else "passed"
-            store.record_result(run.id, Result(key, model, status, 1.0 if status == "passed" else 0.0,
-                                               output=_answer(key, model)))
-    store.finalize(run.id, build_report)
-    return run.id
+    statuses = {(key, model): "failed" if (i + len(model)) % 3 == 0 else "passed"
+                for i, key in enumerate(KEYS) for model in MODELS}
+    return finished_run(catalog, MODELS, [Result(key, model, status, 1.0 if status == "passed" else 0.0,
+                                                 output=_answer(key, model))
+                                          for (key, model), status in statuses.items()])
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +51,7 @@ def site(chromium, tmp_path_factory):
     store.connect(db_url)
     catalog = loads_catalog(CATALOG, source="reviewed.yaml")
     first = _run(catalog)
-    viewer = Viewer(db_url, "memory", folder / "view.log")
-    browser = Browser(chromium, folder / "profile")
-    try:
+    with viewer_and_browser(chromium, folder, db_url) as (viewer, browser):
         token_file = re.search(r"token in (\S+\.token) ", viewer.log.read_text())
         assert token_file, viewer.log.read_text()
         token = Path(token_file.group(1)).read_text().strip()
@@ -66,18 +59,10 @@ def site(chromium, tmp_path_factory):
         browser.wait_for("document.body && document.body.dataset.ready")
         assert "token" not in browser.evaluate("location.href")
         yield {"browser": browser, "url": viewer.url, "first": first, "catalog": catalog, "db": db_url}
-    finally:
-        browser.close()
-        viewer.close()
 
 
 def _review(site, run: str) -> Browser:
-    browser = site["browser"]
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(f"{site['url']}/runs/{run}/review")
-    browser.wait_for("document.body && document.body.dataset.reviewReady")
-    return browser
+    return site["browser"].open_page(f"{site['url']}/runs/{run}/review", "document.body.dataset.reviewReady")
 
 
 def _labels(browser: Browser) -> dict[tuple[str, str], str]:

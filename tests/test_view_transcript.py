@@ -14,7 +14,6 @@ import csv
 import io
 import json
 import os
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -22,7 +21,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from helpers import Viewer
-from helpers.browser import Browser, BrowserError
+from helpers.browser import Browser
 from helpers.layout import WIDTHS, hidden, overflow, screenshot, set_width
 
 from evaljobs import config, store
@@ -84,13 +83,8 @@ def site(chromium, redis_server, tmp_path_factory, module_simulated_provider):
 
 
 def _open(site, path: str, width: int = 1400) -> Browser:
-    browser = site["browser"]
-    set_width(browser, width)
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(site["url"] + path)
-    browser.wait_for("document.body && document.body.dataset.ready")
-    return browser
+    set_width(site["browser"], width)
+    return site["browser"].open_page(site["url"] + path)
 
 
 def _transcript(run: str, key: str, model: str) -> str:
@@ -99,16 +93,7 @@ def _transcript(run: str, key: str, model: str) -> str:
 
 def _until(browser: Browser, expression: str, timeout: float = 10.0) -> None:
     """Wait for ``expression`` across a page load (a navigation destroys the page's context mid-wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if browser.evaluate(f"!!({expression})"):
-                return
-        except BrowserError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {expression}; console: {browser.console()}")
-        time.sleep(0.05)
+    browser.wait_across_loads(expression, timeout)
 
 
 def _clean(browser: Browser, origin: str) -> None:

@@ -47,7 +47,7 @@ _HOMES = {
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port", "send_json"],
-    "viewer": ["Viewer"],
+    "viewer": ["Viewer", "finished_run", "viewer_and_browser"],
     "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "wait_until"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
@@ -75,6 +75,8 @@ __all__ = [
     "sql_log",
     "utc_now",
     "Viewer",
+    "finished_run",
+    "viewer_and_browser",
     "FAST",
     "Events",
     "Fleet",

@@ -202,6 +202,14 @@ class Browser:
             }})();
         }})""")
 
+    def open_page(self, url: str, ready: str = "document.body && document.body.dataset.ready") -> "Browser":
+        """A fresh load of ``url`` (from a blank page, with the event log cleared), once ``ready`` holds."""
+        self.navigate("about:blank")
+        self.events.clear()
+        self.navigate(url)
+        self.wait_for(ready)
+        return self
+
     def wait_across_loads(self, expression: str, timeout: float = 10.0) -> None:
         """Wait for ``expression`` while the page may be navigating (a load destroys the context mid-wait)."""
         deadline = time.monotonic() + timeout

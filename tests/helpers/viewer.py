@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from helpers.servers import free_port
@@ -55,3 +56,31 @@ class Viewer:
             self.proc.wait(10)
         finally:
             self._out.close()
+
+
+def finished_run(catalog, models: list[str], results) -> str:
+    """A run of ``catalog`` × ``models`` holding ``results`` (Result objects), finalized with its report."""
+    from evaljobs import store
+    from evaljobs.reports.build import build_report
+
+    run = store.create_run(catalog, models, strategy="sequential")
+    store.mark_running(run.id)
+    for result in results:
+        store.record_result(run.id, result)
+    store.finalize(run.id, build_report)
+    return run.id
+
+
+@contextmanager
+def viewer_and_browser(chromium: str, folder: Path, db_url: str, *, broker: str = "memory",
+                       extra: list[str] = ()):
+    """``evaljobs view`` over ``db_url`` and a headless Chromium, both stopped on the way out."""
+    from helpers.browser import Browser
+
+    viewer = Viewer(db_url, broker, folder / "view.log", extra=extra)
+    browser = Browser(chromium, folder / "profile")
+    try:
+        yield viewer, browser
+    finally:
+        browser.close()
+        viewer.close()
