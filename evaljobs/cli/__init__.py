@@ -98,7 +98,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "labels": ("labels", "labels", "Reviewers' labels on pairs: export and import them as JSONL."),
     "judge-agreement": ("labels", "judge_agreement",
                         "How far each LLM judge agrees with reviewers' labels, per rubric: confusion matrix, "
-                        "Cohen's kappa"),
+                        "Cohen's kappa."),
     "providers": (
         "providers",
         "providers_group",

@@ -52,8 +52,11 @@ def labels_import(db, path) -> None:
               help="Warn when a judge decides a gate on a rubric with a kappa under this (default 0.6).")
 @click.option("--json", "as_json", is_flag=True, help="Print the agreements as JSON.")
 def judge_agreement(db, runs, min_kappa, as_json) -> None:
-    """How far each LLM judge agrees with reviewers' labels, per rubric: confusion matrix, Cohen's kappa
-    with a 95% interval, and the threshold that would agree best (RUNS: default every labelled run)."""
+    """How far each LLM judge agrees with reviewers' labels, per rubric: confusion matrix, Cohen's kappa.
+
+    Also the kappa's 95% interval and the threshold that would agree best. RUNS: ids, prefixes or latest
+    (default: every run a label was given in). A judge that decides a gate on a rubric under --min-kappa
+    is a warning on stderr."""
     from evaljobs.api import Session  # start-up time (see the module docstring)
 
     found = Session.judge_agreement(runs, db=db, min_kappa=min_kappa)
