@@ -129,6 +129,9 @@ def test_regex_search_and_the_outputs_differ_filter(site):
     assert sorted(_grid_keys(browser)) == ["cancel", "refund"], "both models answered 'order' the same"
     browser.navigate(f"{site['url']}/runs/{site['b']}?q=%28unclosed&regex=1")  # a 400, one line
     assert "q='(unclosed' is not a regular expression" in browser.evaluate("document.body.textContent")
+    # (a+)+$ would backtrack for hours on a long answer
+    browser.navigate(f"{site['url']}/runs/{site['b']}?q=%28a%2B%29%2B%24&regex=1")
+    assert "repeats a group that repeats" in browser.evaluate("document.body.textContent")
 
 
 @pytest.mark.parametrize("page", ["runs", "run", "compare"])

@@ -14,6 +14,10 @@ from evaljobs.store import pages as store_pages
 #: The longest pattern taken (a grid filter, not a program).
 MAX_PATTERN = 200
 _SPACE = re.compile(r"\s+")
+#: A repeated group that itself repeats (``(a+)+``, ``(x*)*``, ``(a|aa){2,}``): Python's ``re`` has no time
+#: limit, and such a pattern can backtrack for hours on one 20,000-character answer — a page any local
+#: web page could make the browser request. Refused; a search needs none.
+_NESTED = re.compile(r"\((?:[^()\\]|\\.)*(?:[+*]|\{\d*,?\d*\}|\|)(?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,\d*\})")
 _lock = threading.Lock()
 _kept: "dict[tuple, set[tuple[str, str]] | set[str]]" = {}
 
@@ -25,6 +29,9 @@ class BadPattern(ValueError):
 def compile_pattern(text: str) -> re.Pattern[str]:
     if len(text) > MAX_PATTERN:
         raise BadPattern(f"the pattern is {len(text)} characters: at most {MAX_PATTERN}")
+    if _NESTED.search(text):
+        raise BadPattern(f"q={text!r} repeats a group that repeats (like (a+)+), which can take hours to "
+                         "match: write it without the nesting")
     try:
         return re.compile(text, re.IGNORECASE)
     except re.error as exc:
