@@ -253,3 +253,23 @@ def test_the_report_shows_both_verdicts_and_the_gate_prefers_the_human_only_when
     assert "OK: pass rate 75.0% with 3 reviewed results' human verdicts" in human.output
     stricter = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.8", "--prefer-human"])
     assert stricter.exit_code == 1 and "(--prefer-human)" in stricter.output
+
+
+def test_label_reads_use_indexes_only(db_url):
+    from helpers import full_scans, sql_log
+
+    db = store.connect(db_url)
+    first = _run(ANSWERS)
+    store.record_label(first, "greet", "m2", 0, verdict="fail", reviewer="ana")
+    second = _run(ANSWERS)
+    for name, call in {"labels of a run": lambda: store.labels_for_run(second),
+                       "labels of some runs": lambda: store.export_labels([first])}.items():
+        with sql_log() as statements:
+            call()
+        selects = [(sql, params) for sql, params in statements
+                   if sql.lstrip().upper().startswith("SELECT") and '"label"' in sql]
+        assert selects, name
+        with db.connection_context():
+            for sql, params in selects:
+                plan = full_scans(db, sql, params)
+                assert [line for line in plan if "label" in line] == [], f"{name} scans labels: {sql}"
