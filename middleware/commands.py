@@ -80,7 +80,7 @@ class _Held:
         self.pid = os.getpid()
         # set first: when Redis is down get_connection raises, and the finalizer of this half-made
         # object must find nothing to give back (it printed an AttributeError traceback per attempt)
-        self.connection = None
+        self.connection: Any = None  # a redis Connection once the pool gives one
         self.connection = pool.get_connection()
 
     def drop(self) -> None:

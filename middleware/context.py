@@ -42,7 +42,7 @@ import threading
 from importlib import metadata
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
-from dramatiq.broker import Broker
+from dramatiq.broker import Broker, MessageProxy
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 from dramatiq.middleware import Callbacks, GroupCallbacks, Middleware, MiddlewareError, Pipelines, Retries
@@ -233,7 +233,7 @@ class ContextMiddleware(Middleware):
         option: str = "context",
         signing_key: bytes | str | None = None,
         max_bytes: int = 8192,
-        bind: Callable[[Message], str] | None = None,
+        bind: Callable[[Message | MessageProxy], str] | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))
         self.providers: dict[str, Provider] = {}
@@ -292,6 +292,7 @@ class ContextMiddleware(Middleware):
         context: dict[str, Any] = {"v": values}
         if self.signing_key is not None:
             binding = self._binding(message, strict=True)
+            assert binding is not None  # strict: a failed binding raised ContextError
             context["sig"] = self._sign(values, binding)
 
         size = len(_canonical(context))
@@ -305,7 +306,7 @@ class ContextMiddleware(Middleware):
 
     # -- process ---------------------------------------------------------
 
-    def before_process_message(self, broker: Broker, message: Message) -> None:
+    def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
         leftover = getattr(self._state, "restored", None)
         if leftover:
             self.logger.warning("Clearing context left over from a previous message on this thread.")
@@ -343,11 +344,11 @@ class ContextMiddleware(Middleware):
                 )
                 dead_letter(message, f"context provider {name!r} failed to restore")
 
-    def after_process_message(self, broker: Broker, message: Message, *, result: Any = None,
+    def after_process_message(self, broker: Broker, message: MessageProxy, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         self._clear()
 
-    def after_skip_message(self, broker: Broker, message: Message) -> None:
+    def after_skip_message(self, broker: Broker, message: MessageProxy) -> None:
         self._clear()
 
     def before_worker_boot(self, broker: Broker, worker: Any) -> None:
@@ -383,7 +384,7 @@ class ContextMiddleware(Middleware):
             except Exception:
                 self.logger.error("Context provider %r failed to clear.", provider.name, exc_info=True)
 
-    def _binding(self, message: Message, *, strict: bool) -> str | None:
+    def _binding(self, message: Message | MessageProxy, *, strict: bool) -> str | None:
         if self.bind is None:
             return ""
         try:
@@ -406,7 +407,7 @@ class ContextMiddleware(Middleware):
         assert self.signing_key is not None
         return hmac.new(self.signing_key, _canonical({"v": values, "b": binding}), hashlib.sha256).hexdigest()
 
-    def _verified_values(self, message: Message, context: Any) -> dict[str, Any] | None:
+    def _verified_values(self, message: MessageProxy, context: Any) -> dict[str, Any] | None:
         """The carried values, or None (after logging why) if they must not be restored."""
         values = context.get("v") if isinstance(context, dict) else None
         if not isinstance(values, dict):

@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
 import dramatiq
+from dramatiq.broker import MessageProxy
 from dramatiq.middleware import SkipMessage
 
 from .commands import is_noscript, thread_commands
@@ -66,9 +67,9 @@ return n
 """
 
 #: (hash key, field) naming one counted message; None: the message is not counted.
-Key = Callable[[dramatiq.Message], "tuple[str, str] | None"]
+Key = Callable[[MessageProxy], "tuple[str, str] | None"]
 #: Called with (broker, message, crashes) instead of processing a message that crashed too often.
-GiveUp = Callable[[dramatiq.Broker, dramatiq.Message, int], None]
+GiveUp = Callable[[dramatiq.Broker, MessageProxy, int], None]
 
 
 _BEGIN_SHA = hashlib.sha1(_BEGIN.encode()).hexdigest()
@@ -106,11 +107,11 @@ class Companion(Protocol):
     (always after ``queue``, possibly more than once): undo what an unused reply holds.
     """
 
-    def queue(self, message: dramatiq.Message, pipe: Any) -> int: ...
+    def queue(self, message: MessageProxy, pipe: Any) -> int: ...
 
-    def replies(self, message: dramatiq.Message, replies: list[Any]) -> None: ...
+    def replies(self, message: MessageProxy, replies: list[Any]) -> None: ...
 
-    def done(self, message: dramatiq.Message) -> None: ...
+    def done(self, message: MessageProxy) -> None: ...
 
 
 class _Commands:
@@ -127,7 +128,7 @@ class _Commands:
         return self
 
 
-def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: dramatiq.Message,
+def begin_attempt_with(client: Any, key: str, field: str, ttl: int, message: MessageProxy,
                        companion: Companion) -> int:
     """:func:`begin_attempt` with ``companion``'s commands in the same pipeline (one round trip)."""
     try:
@@ -273,7 +274,7 @@ class CrashCounter(dramatiq.Middleware):
         self.companion = companion
         self.solo = Solo()
 
-    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         _current.held = None
         _current.settled = False
         _current.companion = None

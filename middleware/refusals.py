@@ -23,16 +23,15 @@ import inspect
 import threading
 from typing import Any, NoReturn
 
-from dramatiq.broker import Broker
+from dramatiq.broker import Broker, MessageProxy
 from dramatiq.errors import ActorNotFound
 from dramatiq.logging import get_logger
-from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
 __all__ = ["Refusals", "dead_letter"]
 
 
-def dead_letter(message: Message, reason: str) -> NoReturn:
+def dead_letter(message: MessageProxy, reason: str) -> NoReturn:
     """Dead-letter ``message`` without running its actor; call it from ``before_process_message``.
 
     ``message.fail()`` has the broker dead-letter the message instead of acking it, and
@@ -65,7 +64,7 @@ class Refusals(Middleware):
             self._signatures[actor_name] = signature
         return signature
 
-    def before_process_message(self, broker: Broker, message: Message) -> None:
+    def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
         signature = self._signature(broker, message.actor_name)
         if signature is None:
             return
@@ -86,7 +85,7 @@ class Refusals(Middleware):
             )
             dead_letter(message, f"arguments do not fit {message.actor_name}{signature}")
 
-    def after_process_message(self, broker: Broker, message: Message, *, result: Any = None,
+    def after_process_message(self, broker: Broker, message: MessageProxy, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         if exception is None:
             return
@@ -111,6 +110,6 @@ def _plain(signature: inspect.Signature) -> inspect.Signature:
                              return_annotation=inspect.Signature.empty)
 
 
-def _describe(message: Message, limit: int = 300) -> str:
+def _describe(message: MessageProxy, limit: int = 300) -> str:
     text = str(message)
     return text if len(text) <= limit else text[: limit - 1] + "…"
