@@ -54,6 +54,7 @@ from evaljobs.providers import require_callable
 
 if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq until it binds a broker
     import dramatiq
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
     from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
 
@@ -402,7 +403,8 @@ class Session:
             timeout: float | None = None, poll: float = 5.0, progress: bool = False,
             on_note: Callable[[str], None] | None = None, format: str | None = None,
             include_production_only: bool = False, lenient: bool = False, grader: str | None = None,
-            fields: Sequence[str] | dict[str, str] | None = None, **options: Any) -> store.RunInfo:
+            fields: Sequence[str] | dict[str, str] | None = None,
+            **options: Unpack[runtime.SubmitOptions]) -> store.RunInfo:
         """:meth:`submit`, then follow the run to its report, inline and queued runs alike.
 
         ``on_event`` hears every progress event of the run: an in-process run's events as
@@ -411,7 +413,8 @@ class Session:
         is followed. A queued run on Redis is followed only with ``wait=True``
         (:meth:`follows`); otherwise the submitted run is returned at once, marked
         ``detached``. ``options`` are
-        :meth:`submit`'s. Hold the result to a threshold with :meth:`RunInfo.gate`.
+        :meth:`submit`'s (:class:`~evaljobs.pipeline.runtime.SubmitOptions`; another name is a ``TypeError``,
+        before the catalog is read). Hold the result to a threshold with :meth:`RunInfo.gate`.
 
         ``format``, ``include_production_only``, ``lenient``, ``grader`` and ``fields`` say how a
         catalog file is read (:meth:`load`). ``on_note`` is told, one line each, what an import
@@ -420,6 +423,7 @@ class Session:
         ``progress`` shows the bar on stderr instead of ``on_event``; when nothing moves it says why
         (no worker takes the queue, events cannot reach this process, provider batches pending).
         """
+        runtime.check_submit_options(dict(options), "Session.run")
         catalog = self.load(catalog, format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         inline = strategy not in strategies.QUEUED
@@ -450,7 +454,7 @@ class Session:
                 events.remove_listener(on_event)
 
     def _guide(self, catalog: Catalog, models: Sequence[str], strategy: str, wait: bool | None,
-               options: dict[str, Any], progress: bool, on_note: Callable[[str], None] | None,
+               options: runtime.SubmitOptions, progress: bool, on_note: Callable[[str], None] | None,
                on_event: Callable[[dict[str, Any]], None] | None, idle: Callable[[], str | None] | None,
                on_submit: Callable[[store.RunInfo], None] | None) -> tuple[Any, Any, Any]:
         """What :meth:`run` tells a person: the import's and the selection's notes now, the bar, and

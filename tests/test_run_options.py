@@ -76,3 +76,34 @@ def test_the_run_flag_is_the_tables():
     assert f"{option.flag} FLOAT RANGE" in help_text and option.help in help_text
     refused = CliRunner().invoke(main, ["run", "x.yaml", "-m", "sim/fast", option.flag, "0.01"])
     assert refused.exit_code == 2 and "0.01 is not in the range x>=0.1" in refused.output
+
+
+def test_submit_options_are_submits_keyword_options():
+    """``Session.run(**options: Unpack[SubmitOptions])``: the TypedDict names exactly ``submit``'s keyword
+    options, with the same types, so what mypy accepts for ``run`` is what ``submit`` takes."""
+    import inspect
+    import typing
+
+    from evaljobs.api import Session
+
+    signature = inspect.signature(Session.submit)
+    keywords = {name: p for name, p in signature.parameters.items()
+                if p.kind is p.KEYWORD_ONLY and name != "strategy"}
+    hints = typing.get_type_hints(Session.submit)
+    declared = typing.get_type_hints(runtime.SubmitOptions)
+    assert list(runtime.SubmitOptions.__annotations__) == list(keywords)
+    assert declared == {name: hints[name] for name in keywords}
+    flagged = {o.name for o in config.RUN_OPTIONS if o.flag}
+    assert flagged <= set(keywords)
+
+
+def test_a_misspelled_run_option_is_a_type_error_before_the_catalog_is_read(tmp_path):
+    from evaljobs.api import Session
+
+    with Session(db=f"sqlite:///{tmp_path}/e.db", broker="memory") as session:
+        with pytest.raises(TypeError) as info:
+            session.run(str(tmp_path / "absent.yaml"), ["sim/a"], strategy="sequential",
+                        time_limt=3)  # type: ignore[call-arg]
+    assert str(info.value).startswith("Session.run() got an unexpected option 'time_limt' "
+                                      "(did you mean 'time_limit'?)")
+    assert "\n" not in str(info.value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from evaljobs import config
 from evaljobs.pipeline import context
@@ -19,6 +19,8 @@ from evaljobs.providers import ResponseCache, default_ttl
 from evaljobs.providers import ProviderCalls
 from evaljobs.store import cache as store_cache
 from evaljobs.catalog.modelspec import (ModelSpec, ProvidersConfig, parse_model_spec)
+from evaljobs.catalog.subset import Selection
+from evaljobs.errors import suggest
 from evaljobs.evaluation.retry import RetryPolicy
 
 _lock = threading.Lock()
@@ -124,6 +126,41 @@ class RunSettings:
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class SubmitOptions(TypedDict, total=False):
+    """What a run is submitted with besides its catalog, models and strategy: the keyword options of
+    :meth:`evaljobs.Session.submit`, which :meth:`~evaljobs.Session.run` (and the pytest plugin's
+    ``evaljobs_run``) pass on as ``**options``.
+
+    Why a ``TypedDict``: ``run(**options: Unpack[SubmitOptions])`` lets mypy refuse a misspelled or
+    mistyped option where ``**options: Any`` let it past; :func:`check_submit_options` refuses it at
+    run time, before a catalog is read. ``tests/test_run_options.py`` keeps it in step with ``submit``'s
+    signature and with ``evaljobs.config.RUN_OPTIONS``.
+    """
+
+    adapter: str | None
+    judge_model: str | None
+    judge_cap: int | None
+    time_limit: float | None
+    cache: bool
+    epochs: int | None
+    cache_across_epochs: bool
+    selection: Selection | None
+    reuse: str | None
+    allow_self_judge: bool
+    batch: bool
+    batch_judge: bool
+
+
+def check_submit_options(options: dict[str, Any], caller: str) -> None:
+    """Raise ``TypeError`` (one line: the option, a close match, the valid ones) for a key that is not a
+    :class:`SubmitOptions` option, as a misspelled keyword argument would."""
+    known = SubmitOptions.__annotations__
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{caller}() got an unexpected option {name!r}{suggest(name, known)}; "
+                            "its options are: " + ", ".join(known))
 
 
 def judge_for(settings: RunSettings, allow=None, release=None) -> ProviderJudge:

@@ -25,13 +25,18 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Mapping, Sequence
 
 from evaljobs.api import Session
 from evaljobs.clock import ManualClock
 from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs import store
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
+    from evaljobs.pipeline.runtime import SubmitOptions
 
 #: How long :func:`run_catalog` waits for a run's report by default (seconds).
 DEFAULT_TIMEOUT = 60.0
@@ -88,7 +93,7 @@ def as_catalog(catalog: str | Path | Mapping[str, Any] | Catalog, session: Sessi
 
 def run_catalog(session: Session, catalog: str | Path | Mapping[str, Any] | Catalog,
                 models: Sequence[str] = ("sim/fast",), *, context: ContextManager | None = None,
-                timeout: float = DEFAULT_TIMEOUT, **submit_options: Any) -> FinishedRun:
+                timeout: float = DEFAULT_TIMEOUT, **submit_options: Unpack[SubmitOptions]) -> FinishedRun:
     """Submit ``catalog`` inside ``context`` on ``session``'s broker and wait for its report.
 
     The context manager is entered on this thread around ``submit`` only, exactly as a host
