@@ -90,47 +90,99 @@ def check_number(label: str, value: Any, low: float, high: float, *, low_open: b
 
 @dataclass(frozen=True)
 class RunOption:
-    """A per-run setting, declared once: :class:`Settings` reads and checks it, a run stores it
-    (``RunSettings``, ``Run.options``) so every worker applies the submitter's value, the retry policy and
-    Dramatiq's actor options are built from it. Resolved as Dramatiq resolves an actor option
+    """A per-run setting, declared once: the run stores it (``RunSettings``, ``Run.options``) so every worker
+    applies the submitter's value; ``evaljobs run``'s flag, ``Session.submit``'s option and, for a per-pair
+    limit, :class:`Settings`' variable, the retry policy and Dramatiq's actor and message options are built
+    from it. A limit is resolved as Dramatiq resolves an actor option
     (``message.options.get(name, actor.options.get(name, default))``): the run's stored value, else this
     process's setting, else the default (:func:`resolve`)."""
 
     name: str
-    #: ``int`` or ``float``.
+    #: ``int``, ``float``, ``str``, ``bool``, ``tuple`` (provider names) or ``dict`` (the providers file).
     kind: type
-    default: Any
-    #: The environment variable that sets it for a process.
-    env: str
-    low: float
-    high: float
+    default: Any = None
+    #: The environment variable that sets it for a process (None: a run's own, no process setting).
+    env: str | None = None
+    #: Bounds of a number (None: not a number, or checked where it is read).
+    low: float | None = None
+    high: float | None = None
     low_open: bool = False
-    #: ``evaljobs run``'s flag for it (None: the environment only); the flag wins over the environment.
+    #: ``evaljobs run``'s flag for it (None: no flag of its own); the flag wins over the environment.
     flag: str | None = None
     #: The flag's help text, and its own lowest value when stricter than the variable's.
     help: str = ""
     flag_low: float | None = None
+    #: The flag is an on/off switch (``--batch``) though the run stores what it chose (the providers).
+    switch: bool = False
     #: Stored with the run: a worker applies the value the run was submitted with, never its own.
     stored: bool = True
+    #: A per-pair limit: a field of the retry policy and of :class:`Settings`, checked against its bounds.
+    limit: bool = False
     #: The Dramatiq actor option it sets (``max_retries``, ``min_backoff`` …) and the factor to its unit.
     actor_option: str | None = None
     actor_scale: int = 1
+    #: The Dramatiq option each pair message carries for it (its run's value, in Dramatiq's unit:
+    #: ``actor_scale``), ``backstop`` seconds past the value, per pair of the message.
+    message_option: str | None = None
+    backstop: float = 0.0
     #: A key of a providers-file entry that overrides it for that provider's pairs (it wins over the run's).
     providers_key: str | None = None
+    #: A pair evaluated under another value is another answer: ``--reuse`` copies only pairs of runs with
+    #: the same value (``evaljobs.pipeline.reuse.IDENTITY_OPTIONS``).
+    identity: bool = False
+
+    def check(self, value: Any, label: str | None = None) -> None:
+        """Refuse ``value`` (one line, naming ``label``: default the flag, else the variable) when out of
+        this option's bounds; a value of an option without bounds passes."""
+        if self.low is not None and self.high is not None:
+            check_number(label or self.flag or self.env or self.name, value, self.low, self.high,
+                         low_open=self.low_open, integer=self.kind is int)
+
+    def dramatiq_value(self, value: float, pairs: int = 1) -> int:
+        """``value`` as Dramatiq's option wants it: in its unit, ``backstop`` past it, for ``pairs`` pairs."""
+        return int((value + self.backstop) * self.actor_scale * pairs)
 
 
-#: The per-pair limits: what a pair of a run may spend. Their order is the order messages list them in.
+#: Every per-run option, in the order messages, ``RunSettings`` and ``evaljobs run --help`` list them.
 RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("adapter", str, flag="--adapter", help="Host adapter module:callable or entry-point name.",
+              identity=True),
+    RunOption("judge_model", str, flag="--judge-model", identity=True,
+              help="Model for llm_judge criteria (default: the catalog's)."),
+    RunOption("judge_cap", int, low=0, high=1_000_000_000, flag="--judge-cap",
+              help="Most judge calls for this run."),
+    # Dramatiq's time limit on a pair message: the run's, plus 30 s for the pair to record its own
+    # timeout first (evaljobs.pipeline.pairs.BACKSTOP), per pair the message carries.
     RunOption("time_limit", float, 180.0, "EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, low_open=True,
-              flag="--time-limit", help="Seconds per pair.", flag_low=0.1),
-    RunOption("max_retries", int, 3, "EVALJOBS_MAX_RETRIES", 0, 1000, actor_option="max_retries",
+              flag="--time-limit", help="Seconds per pair.", flag_low=0.1, limit=True,
+              message_option="time_limit", actor_scale=1000, backstop=30.0),
+    RunOption("cache", bool, False, flag="--cache",
+              help="Answer repeated provider calls from the shared response cache "
+                   "(TTL: EVALJOBS_CACHE_TTL, 7d)."),
+    #: ``--cache-across-epochs``: the response cache key leaves the epoch out (epochs share answers).
+    RunOption("cache_across_epochs", bool, False, flag="--cache-across-epochs",
+              help="With --cache: let every epoch reuse one cached answer "
+                   "(default: each epoch is its own call)."),
+    #: Fan-out pairs per message (stored when more than one); checked where Settings reads it.
+    RunOption("pairs_per_message", int, 1, "EVALJOBS_PAIRS_PER_MESSAGE"),
+    #: A batch run: the providers whose calls go through their batch APIs (``--batch``, ``batch:``).
+    RunOption("batch", tuple, flag="--batch", switch=True,
+              help="Send the calls through the providers' batch APIs "
+                   "(half price; answers within their window)."),
+    RunOption("batch_judge", tuple, flag="--batch-judge", switch=True,
+              help="Send the LLM judge's calls through batch APIs too."),
+    #: The providers file the run was submitted with (variable names only); None: the worker's own.
+    RunOption("providers", dict),
+    RunOption("max_retries", int, 3, "EVALJOBS_MAX_RETRIES", 0, 1000, limit=True, actor_option="max_retries",
               providers_key="max_retries"),
-    RunOption("min_backoff", float, 0.5, "EVALJOBS_MIN_BACKOFF", 0, MAX_SECONDS, actor_option="min_backoff",
-              actor_scale=1000),
-    RunOption("max_backoff", float, 10.0, "EVALJOBS_MAX_BACKOFF", 0, MAX_SECONDS, actor_option="max_backoff",
-              actor_scale=1000),
-    RunOption("max_rate_limit_waits", int, 50, "EVALJOBS_MAX_RATE_LIMIT_WAITS", 0, 1_000_000),
+    RunOption("min_backoff", float, 0.5, "EVALJOBS_MIN_BACKOFF", 0, MAX_SECONDS, limit=True,
+              actor_option="min_backoff", actor_scale=1000),
+    RunOption("max_backoff", float, 10.0, "EVALJOBS_MAX_BACKOFF", 0, MAX_SECONDS, limit=True,
+              actor_option="max_backoff", actor_scale=1000),
+    RunOption("max_rate_limit_waits", int, 50, "EVALJOBS_MAX_RATE_LIMIT_WAITS", 0, 1_000_000, limit=True),
 )
+#: The per-pair limits: what a pair of a run may spend (the retry policy's fields).
+RUN_LIMITS: tuple[RunOption, ...] = tuple(option for option in RUN_OPTIONS if option.limit)
 _RUN = {option.name: option for option in RUN_OPTIONS}
 
 
@@ -149,7 +201,8 @@ def resolve(name: str, stored: Mapping[str, Any], own: Settings) -> Any:
 _NUMBERS: dict[str, tuple[str, float, float, bool, bool]] = {
     "db_reconnect_seconds": ("EVALJOBS_DB_RECONNECT_SECONDS", 0, MAX_SECONDS, False, False),
     "permit_wait": ("EVALJOBS_PERMIT_WAIT", 0, MAX_SECONDS, False, False),
-    **{o.name: (o.env, o.low, o.high, o.low_open, o.kind is int) for o in RUN_OPTIONS},
+    **{o.name: (str(o.env), float(o.low or 0), float(o.high or 0), o.low_open, o.kind is int)
+       for o in RUN_LIMITS},
     "heartbeat_timeout_ms": ("EVALJOBS_HEARTBEAT_TIMEOUT_MS", 1, MAX_SECONDS * 1000, False, True),
     "maintenance_chance": ("EVALJOBS_MAINTENANCE_CHANCE", 0, 1_000_000, False, True),
     "recover_every": ("EVALJOBS_RECOVER_EVERY", 0, MAX_SECONDS, False, False),
@@ -210,7 +263,7 @@ class Settings:
     middleware: str | None = None  # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
     # Fan-out pairs per message for a fast provider (1: one message per pair); each pair is still
     # its own row and count. BENCHMARKS.md (raw stack) says what it trades.
-    pairs_per_message: int = 1               # EVALJOBS_PAIRS_PER_MESSAGE
+    pairs_per_message: int = _RUN["pairs_per_message"].default  # EVALJOBS_PAIRS_PER_MESSAGE
     # Keep each provider call's raw request and response with its result (redacted; the viewer's
     # transcript shows them). Off by default: they repeat the conversation on every turn.
     store_transcripts: bool = False          # EVALJOBS_STORE_TRANSCRIPTS (on/1/true/yes; run --trace-content)
@@ -321,7 +374,7 @@ class Settings:
         d = cls()
         governor = (env.get("EVALJOBS_GOVERNOR") or "on").strip().lower() not in _FALSE
         run: dict[str, Any] = {o.name: (_int if o.kind is int else _float)(env, o.env, o.default)
-                               for o in RUN_OPTIONS}
+                               for o in RUN_OPTIONS if o.env is not None}
         return cls(
             database_url=_text(env, "EVALJOBS_DATABASE_URL"),
             db_reconnect_seconds=_float(env, "EVALJOBS_DB_RECONNECT_SECONDS", d.db_reconnect_seconds),
@@ -343,7 +396,6 @@ class Settings:
             sim_latency=_float(env, "EVALJOBS_SIM_LATENCY", d.sim_latency),
             sim_jitter=_float(env, "EVALJOBS_SIM_JITTER", d.sim_jitter),
             middleware=_text(env, "EVALJOBS_MIDDLEWARE"),
-            pairs_per_message=_int(env, "EVALJOBS_PAIRS_PER_MESSAGE", d.pairs_per_message),
             store_transcripts=(env.get("EVALJOBS_STORE_TRANSCRIPTS") or "off").strip().lower() not in _FALSE,
             metrics_port=_port(env, "EVALJOBS_METRICS_PORT"),
             metrics_host=env.get("EVALJOBS_METRICS_HOST") or d.metrics_host,
@@ -521,6 +573,7 @@ __all__ = [
     "DEFAULT_QUEUE",
     "MIN_CONTEXT_KEY_BYTES",
     "REDIS_SCHEMES",
+    "RUN_LIMITS",
     "RUN_OPTIONS",
     "RunOption",
     "Settings",

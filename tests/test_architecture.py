@@ -1384,11 +1384,18 @@ def test_a_criterion_named_outside_its_modules_is_found(tmp_path):
 # -- a run option is declared once: evaljobs.config.RUN_OPTIONS ---------------------------------------
 
 def run_option_names(modules: dict[str, Module], table: str = CONFIG_MODULE) -> set[str]:
-    """The names ``RunOption(...)`` entries declare in the configuration module."""
+    """The names the per-pair limits of the table declare (``RunOption(..., limit=True)``).
+
+    The table's other options (``adapter``, ``cache``, ``batch``, ``providers`` …) are words the code uses for
+    other things too (a providers-file key, a function's parameter); that they are declared once is
+    ``tests/test_run_options.py``'s (``RunSettings``, ``Settings``, the flags and ``SubmitOptions`` checked
+    against the table)."""
     module = modules.get(table)
     return {node.args[0].value for node in (module.nodes if module else ())
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RunOption"
-            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            and any(k.arg == "limit" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in node.keywords)}
 
 
 def run_options_listed_by_hand(modules: dict[str, Module], table: str = CONFIG_MODULE) -> list[str]:
@@ -1421,9 +1428,11 @@ def test_run_options_are_listed_only_by_their_table(source):
 
 
 def test_a_run_option_list_kept_by_hand_is_found(tmp_path):
-    files = {"evaljobs/config.py": "OPTIONS = (RunOption('retries', int), RunOption('backoff', float))\n",
+    files = {"evaljobs/config.py": "OPTIONS = (RunOption('retries', int, limit=True), "
+                                   "RunOption('backoff', float, limit=True), RunOption('batch', tuple))\n",
              "evaljobs/store/runs.py": "LIMITS = ('retries', 'backoff')\n"
-                                       "POLICY = dict(retries=1, backoff=2)\nONE = {'retries': 3}\n"}
+                                       "POLICY = dict(retries=1, backoff=2)\nONE = {'retries': 3}\n"
+                                       "CALL = f(retries=1, batch=2)\n"}
     said = "lists the run options retries, backoff by hand: derive them from evaljobs.config.RUN_OPTIONS"
     assert run_options_listed_by_hand(planted_tree(tmp_path, files)) == [
         f"evaljobs/store/runs.py:1: evaljobs.store.runs {said}",

@@ -24,7 +24,7 @@ def _other(option: config.RunOption):
     return option.kind(option.default * 2 + 1)
 
 
-@pytest.mark.parametrize("option", config.RUN_OPTIONS, ids=lambda o: o.name)
+@pytest.mark.parametrize("option", config.RUN_LIMITS, ids=lambda o: o.name)
 def test_a_run_option_travels_from_the_environment_to_the_pairs_policy(option):
     value = _other(option)
     submitter = config.Settings.from_env({option.env: str(value)})
@@ -35,7 +35,7 @@ def test_a_run_option_travels_from_the_environment_to_the_pairs_policy(option):
     run = runtime.RunSettings.from_options(stored)
     worker = RetryPolicy.from_settings(config.Settings())
     applied = dataclasses.replace(worker, **{o.name: o.kind(v) for o, v in
-                                             ((o, stored[o.name]) for o in config.RUN_OPTIONS)})
+                                             ((o, stored[o.name]) for o in config.RUN_LIMITS)})
     assert getattr(applied, option.name) == value
     previous = config.configured()
     config.configure(config.Settings())
@@ -47,7 +47,7 @@ def test_a_run_option_travels_from_the_environment_to_the_pairs_policy(option):
     assert config.resolve(option.name, {option.name: option.default}, submitter) == option.default
 
 
-@pytest.mark.parametrize("option", config.RUN_OPTIONS, ids=lambda o: o.name)
+@pytest.mark.parametrize("option", config.RUN_LIMITS, ids=lambda o: o.name)
 def test_a_run_option_out_of_bounds_is_refused_in_one_line_naming_its_variable(option):
     with pytest.raises(ConfigurationError) as info:
         config.Settings.from_env({option.env: str(option.high * 2)})
@@ -55,14 +55,19 @@ def test_a_run_option_out_of_bounds_is_refused_in_one_line_naming_its_variable(o
 
 
 def test_the_typed_faces_have_a_field_for_every_run_option():
-    names = {o.name for o in config.RUN_OPTIONS}
-    assert names <= {f.name for f in dataclasses.fields(config.Settings)}
-    assert names <= {f.name for f in dataclasses.fields(RetryPolicy)}
-    assert {o.name for o in config.RUN_OPTIONS if o.stored} <= {
-        f.name for f in dataclasses.fields(runtime.RunSettings)}
+    limits = {o.name for o in config.RUN_LIMITS}
+    assert limits <= {f.name for f in dataclasses.fields(RetryPolicy)}
+    # RunSettings is the stored options, in the table's order, and nothing else
+    assert [o.name for o in config.RUN_OPTIONS if o.stored] == [
+        f.name for f in dataclasses.fields(runtime.RunSettings)]
+    # Settings has a field, with the table's default, for every option a variable sets
+    with_variable = [o for o in config.RUN_OPTIONS if o.env]
+    assert limits <= {o.name for o in with_variable}
+    assert all(getattr(config.Settings(), o.name) == o.default for o in with_variable)
+    assert all(getattr(config.Settings.from_env({o.env: str(_other(o))}), o.name) == _other(o)
+               for o in with_variable)
     defaults = RetryPolicy()
-    assert all(getattr(defaults, o.name) == getattr(config.Settings(), o.name) == o.default
-               for o in config.RUN_OPTIONS)
+    assert all(getattr(defaults, o.name) == o.default for o in config.RUN_LIMITS)
 
 
 def test_dramatiqs_actor_options_come_from_the_table():
@@ -107,3 +112,70 @@ def test_a_misspelled_run_option_is_a_type_error_before_the_catalog_is_read(tmp_
     assert str(info.value).startswith("Session.run() got an unexpected option 'time_limt' "
                                       "(did you mean 'time_limit'?)")
     assert "\n" not in str(info.value)
+
+
+def _run_row(options: dict) -> "object":
+    from datetime import datetime, timezone
+
+    from evaljobs.store import RunInfo
+
+    return RunInfo(id="r1", digest="d", catalog_name="c", models=["sim/a"], strategy="fanout",
+                   status="running", expected=1, persisted=0, context=None, options=options,
+                   created_at=datetime.now(timezone.utc), started_at=None, finished_at=None, report=None,
+                   note=None)
+
+
+def test_a_pair_messages_dramatiq_options_come_from_the_table():
+    """``pair_options``: each option with a ``message_option`` (the time limit), the run's value in Dramatiq's
+    unit with its backstop, per pair the message carries; the actors' own from the same declaration."""
+    from evaljobs.pipeline.pairs import BACKSTOP, pair_options
+
+    option = config.run_option("time_limit")
+    assert option.message_option == "time_limit" and BACKSTOP == option.backstop == 30.0
+    assert pair_options("r1", 1, run=_run_row({"time_limit": 5.0})) == {"time_limit": 35_000}
+    assert pair_options("r1", 3, run=_run_row({"time_limit": 5.0})) == {"time_limit": 105_000}
+    assert option.dramatiq_value(180.0) == 210_000
+
+
+def test_run_settings_read_every_stored_option_back():
+    """``RunSettings.from_options`` reads each stored option of the table (a switch off and an empty list
+    are unset); ``to_options`` writes them back."""
+    values = {"adapter": "pkg:make", "judge_model": "sim/judge", "judge_cap": 4, "time_limit": 9.0,
+              "cache": True, "cache_across_epochs": True, "pairs_per_message": 4, "batch": ["openai"],
+              "batch_judge": ["anthropic"], "providers": {"source": "p.yaml", "definition": {}},
+              "max_retries": 2, "min_backoff": 0.1, "max_backoff": 2.0, "max_rate_limit_waits": 9}
+    assert set(values) == {o.name for o in config.RUN_OPTIONS if o.stored}
+    settings = runtime.RunSettings.from_options(values)
+    assert settings.batch == ("openai",) and settings.batch_judge == ("anthropic",)
+    assert runtime.RunSettings.from_options(settings.to_options()) == settings
+    assert runtime.RunSettings.from_options({"cache": False, "batch": []}) == runtime.RunSettings()
+
+
+def test_a_stored_number_out_of_its_bounds_is_refused_naming_its_flag():
+    with pytest.raises(ConfigurationError) as info:
+        runtime.RunSettings(judge_cap=-1)
+    assert str(info.value) == "--judge-cap=-1 must be a whole number at least 0 and at most 1e+09"
+    with pytest.raises(ConfigurationError, match="^--time-limit=0 must be"):
+        runtime.RunSettings(time_limit=0)
+
+
+def test_evaljobs_runs_flags_are_the_tables():
+    """Every option of the table with a flag is a parameter of ``evaljobs run`` built from its declaration
+    (``run_option_flag``) and passed on by name (``run_flags``); ``--reuse`` compares the identity options."""
+    import click
+
+    from evaljobs.cli._options import run_flags, run_option_flag
+    from evaljobs.pipeline.reuse import IDENTITY_OPTIONS
+
+    command = main.get_command(click.Context(main), "run")
+    params = {p.name: p for p in command.params}
+    flagged = [o for o in config.RUN_OPTIONS if o.flag]
+    assert len(flagged) >= 8
+    for option in flagged:
+        built = run_option_flag(option.name)(click.command()(lambda **kw: None)).params[0]
+        param = params[option.name]
+        assert (param.opts, param.is_flag, param.help, type(param.type)) == (
+            built.opts, built.is_flag, built.help, type(built.type)), option.name
+    given = {p: object() for p in params}
+    assert run_flags(given) == {o.name: given[o.name] for o in flagged}
+    assert IDENTITY_OPTIONS == ("adapter", "judge_model", "adapter_version")

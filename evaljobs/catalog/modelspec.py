@@ -22,8 +22,8 @@ import yaml
 
 from evaljobs.catalog.allowance import Allowance, entry_variables
 from evaljobs.catalog.pricing import Price, Usage, cache_saving, cost_of, parse_price
-from evaljobs.config import secret, settings
-from evaljobs.errors import UsageError, suggest
+from evaljobs.config import run_option, secret, settings
+from evaljobs.errors import ConfigurationError, UsageError, suggest
 
 #: Environment variable naming a providers file, used when no path is given.
 PROVIDERS_ENV = "EVALJOBS_PROVIDERS"
@@ -392,9 +392,12 @@ def _provider_entry(source: str, name: Any, entry: Any, base: ProviderConfig | N
     max_retries = base.max_retries if base else None
     if "max_retries" in entry:
         max_retries = entry["max_retries"]
-        if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)
-                                        or max_retries < 0):
-            raise ModelSpecError(f"{where}: max_retries must be an integer >= 0, not {_show(max_retries)}")
+        if max_retries is not None:  # the run option's own bounds (it overrides EVALJOBS_MAX_RETRIES)
+            try:
+                run_option("max_retries").check(max_retries, "max_retries")
+            except ConfigurationError as exc:
+                raise ModelSpecError(f"{where}: {exc}") from None
+            max_retries = int(max_retries)
 
     max_retry_after = base.max_retry_after if base else DEFAULT_MAX_RETRY_AFTER
     if "max_retry_after" in entry:

@@ -302,12 +302,22 @@ def _remember_gate(ctx: click.Context, param: Any, value: str | None) -> str | N
 
 def run_option_flag(name: str) -> Callable[[Callable], Callable]:
     """``evaljobs run``'s flag for a per-run option, as its declaration says (``evaljobs.config.RUN_OPTIONS``:
-    flag, help, lowest value); unset (None), the environment's value applies."""
+    flag, help, kind, lowest value); unset (None, a switch off), the environment's value applies."""
     option = config.run_option(name)
     assert option.flag is not None, f"run option {name!r} has no flag"
+    if option.switch or option.kind is bool:
+        return click.option(option.flag, is_flag=True, help=option.help)
+    if option.kind is str:
+        return click.option(option.flag, default=None, help=option.help)
     low = option.low if option.flag_low is None else option.flag_low
-    kind = click.FloatRange(min=low) if option.kind is float else click.IntRange(min=int(low))
+    kind = click.FloatRange(min=low) if option.kind is float else click.IntRange(min=int(low or 0))
     return click.option(option.flag, type=kind, default=None, help=option.help)
+
+
+def run_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """The values of the per-run options' flags among a command's parameters, by option name (what
+    ``Session.run`` takes): a flag declared in the table reaches the run without another list."""
+    return {o.name: values[o.name] for o in config.RUN_OPTIONS if o.flag and o.name in values}
 
 
 def fail_under_option(fn):

@@ -12,7 +12,7 @@ import click
 
 from evaljobs.cli._options import (allow_code_option, broker_option, db_option, echo, fail_under_option,
                                    finish, import_options, providers_option, sigterm_interrupts, width_option)
-from evaljobs.cli._options import run_option_flag
+from evaljobs.cli._options import run_flags, run_option_flag
 
 #: The strategies (evaljobs.pipeline.strategies.STRATEGIES), written out for the same reason.
 STRATEGIES = ("sequential", "threads", "fanout", "per-model")
@@ -37,9 +37,9 @@ DEFAULT_STRATEGY = "fanout"
     help="Follow the run to its report (default: yes, except fanout/per-model on Redis).",
 )
 @fail_under_option
-@click.option("--adapter", default=None, help="Host adapter module:callable or entry-point name.")
-@click.option("--judge-model", default=None, help="Model for llm_judge criteria (default: the catalog's).")
-@click.option("--judge-cap", type=click.IntRange(min=0), default=None, help="Most judge calls for this run.")
+@run_option_flag("adapter")
+@run_option_flag("judge_model")
+@run_option_flag("judge_cap")
 @click.option(
     "--allow-self-judge",
     is_flag=True,
@@ -47,11 +47,7 @@ DEFAULT_STRATEGY = "fanout"
 )
 @run_option_flag("time_limit")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
-@click.option(
-    "--cache",
-    is_flag=True,
-    help="Answer repeated provider calls from the shared response cache (TTL: EVALJOBS_CACHE_TTL, 7d).",
-)
+@run_option_flag("cache")
 @click.option(
     "--epochs",
     type=click.IntRange(min=1, max=1000),
@@ -80,23 +76,15 @@ DEFAULT_STRATEGY = "fanout"
     default=None,
     help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.",
 )
-@click.option(
-    "--cache-across-epochs",
-    is_flag=True,
-    help="With --cache: let every epoch reuse one cached answer (default: each epoch is its own call).",
-)
+@run_option_flag("cache_across_epochs")
 @click.option(
     "--trace-content",
     is_flag=True,
     help="Keep each provider call's raw request and response (redacted) for the viewer's transcript "
     "(workers on other machines: EVALJOBS_STORE_TRANSCRIPTS=on).",
 )
-@click.option(
-    "--batch",
-    is_flag=True,
-    help="Send the calls through the providers' batch APIs (half price; answers within their window).",
-)
-@click.option("--batch-judge", is_flag=True, help="Send the LLM judge's calls through batch APIs too.")
+@run_option_flag("batch")
+@run_option_flag("batch_judge")
 @import_options
 @db_option
 @broker_option
@@ -109,13 +97,8 @@ def run(
     width,
     wait,
     gate,
-    adapter,
-    judge_model,
-    judge_cap,
     allow_self_judge,
-    time_limit,
     as_json,
-    cache,
     epochs,
     filters,
     tags,
@@ -124,10 +107,7 @@ def run(
     sample,
     seed,
     reuse,
-    cache_across_epochs,
     trace_content,
-    batch,
-    batch_judge,
     catalog_format,
     include_production_only,
     lenient,
@@ -136,6 +116,7 @@ def run(
     db,
     broker,
     providers,
+    **run_options,
 ) -> None:
     """Evaluate CATALOG against each -m MODEL."""
     from evaljobs.api import Selection, Session  # start-up time (see the module docstring)
@@ -165,18 +146,11 @@ def run(
                 include_production_only=include_production_only,
                 grader=grader,
                 fields=fields,
-                adapter=adapter,
-                judge_model=judge_model,
-                judge_cap=judge_cap,
-                time_limit=time_limit,
-                cache=cache,
                 epochs=epochs,
-                cache_across_epochs=cache_across_epochs,
                 selection=selection,
                 reuse=reuse,
                 allow_self_judge=allow_self_judge,
-                batch=batch,
-                batch_judge=batch_judge,
+                **run_flags(run_options),  # --adapter, --time-limit, --cache, --batch …: the table's flags
             )
     finish(info, gate, as_json=as_json)
 

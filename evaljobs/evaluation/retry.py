@@ -9,13 +9,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from evaljobs.config import RUN_OPTIONS, Settings, run_option
+from evaljobs.config import RUN_LIMITS, Settings, run_option
 from evaljobs.config import settings as current_settings
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    # Defaults, variables and bounds: evaljobs.config.RUN_OPTIONS.
+    # Defaults, variables and bounds: evaljobs.config.RUN_OPTIONS (its limits, RUN_LIMITS).
     #: Retries after a transient fault (5xx, timeout, connection reset); permanent faults never retry.
     max_retries: int = run_option("max_retries").default
     min_backoff: float = run_option("min_backoff").default
@@ -32,7 +32,7 @@ class RetryPolicy:
     def from_settings(cls, settings: Settings | None = None) -> "RetryPolicy":
         """The policy ``settings`` ask for (``EVALJOBS_MAX_RETRIES`` …; default: this process's)."""
         settings = settings or current_settings()
-        return cls(**{option.name: getattr(settings, option.name) for option in RUN_OPTIONS})
+        return cls(**{option.name: getattr(settings, option.name) for option in RUN_LIMITS})
 
     def backoff(self, retries: int, rng: random.Random | None = None) -> float:
         """Exponential backoff with full jitter for the ``retries``-th retry (0-based)."""

@@ -324,7 +324,7 @@ def finalize_run(run_id: str) -> None:
 def actor_options(policy: RetryPolicy) -> dict[str, Any]:
     """Dramatiq's actor options (``max_retries``, ``min_backoff`` …, in its units) from the run options that
     set one (``evaljobs.config.RUN_OPTIONS``); a message's own options win, as Dramatiq resolves them."""
-    return {o.actor_option: int(getattr(policy, o.name) * o.actor_scale) for o in config.RUN_OPTIONS
+    return {o.actor_option: o.dramatiq_value(getattr(policy, o.name)) for o in config.RUN_LIMITS
             if o.actor_option}
 
 
@@ -340,7 +340,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         "throws": (InvalidMessage, store.StorageFailed),
     }
     # Each pair message carries its run's (pair_options); this is for a message sent without it.
-    time_limit = int((policy.time_limit + runner.BACKSTOP) * 1000)
+    time_limit = config.run_option("time_limit").dramatiq_value(policy.time_limit)
 
     def make(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor:
         name = fn.__name__

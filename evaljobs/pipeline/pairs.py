@@ -55,8 +55,9 @@ logger = logging.getLogger("evaljobs.pairs")
 IN_PLACE_PERMIT_WAIT = 60.0
 #: Runs whose plans a process keeps (a worker serves a few runs at a time; the oldest is dropped).
 PLANS_KEPT = 32
-#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's.
-BACKSTOP = 30.0
+#: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's
+#: (the ``time_limit`` run option's ``backstop``).
+BACKSTOP = config.run_option("time_limit").backstop
 
 
 class InvalidMessage(Exception):
@@ -85,10 +86,11 @@ def pair_options(run_id: str, pairs: int = 1, run: store.RunInfo | None = None) 
     whose snapshot cannot be loaded must not stop the recovery of the others).
     """
     if run is not None:
-        limit = runtime.policy(runtime.RunSettings.from_options(run.options)).time_limit
+        policy = runtime.policy(runtime.RunSettings.from_options(run.options))
     else:
-        limit = RunPlan.for_run(run_id).policy.time_limit
-    return {"time_limit": int((limit + BACKSTOP) * 1000 * pairs)}
+        policy = RunPlan.for_run(run_id).policy
+    return {o.message_option: o.dramatiq_value(getattr(policy, o.name), pairs) for o in config.RUN_LIMITS
+            if o.message_option}
 
 
 def pair_args(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple:
@@ -157,7 +159,7 @@ class RunPlan:
         own = runtime.policy()
         if policy != own:  # the run's limits win over this process's: said (per plan built), never silently
             differ = [f"{name} {getattr(policy, name):g} (this process: {getattr(own, name):g})"
-                      for name in (o.name for o in config.RUN_OPTIONS)
+                      for name in (o.name for o in config.RUN_LIMITS)
                       if getattr(policy, name) != getattr(own, name)]
             logger.info("run %s: the limits stored with it apply: %s", run.id, ", ".join(differ))
         return cls(run=run, catalog=store.load_snapshot(run.digest), settings=settings,

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from evaljobs import store
+from evaljobs import config, store
 from evaljobs.catalog.digest import scenario_digest
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.result import ERRORED, Result
 
-#: The run options that must be equal for a pair to be reused (with the scenario, model and epoch).
-IDENTITY_OPTIONS = ("adapter", "adapter_version", "judge_model")
+#: The run options that must be equal for a pair to be reused (with the scenario, model and epoch): the
+#: table's (``RunOption.identity``) and the adapter's version the run recorded.
+IDENTITY_OPTIONS = (*(o.name for o in config.RUN_OPTIONS if o.identity), "adapter_version")
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,10 @@ class RunSettings:
     max_rate_limit_waits: int | None = None
 
     def __post_init__(self) -> None:
-        if self.time_limit is not None:  # --time-limit / Session.submit(time_limit=): as EVALJOBS_TIME_LIMIT
-            config.check_number("--time-limit", self.time_limit, 0, config.MAX_SECONDS, low_open=True)
+        for option in config.RUN_OPTIONS:  # --time-limit / submit(time_limit=): as EVALJOBS_TIME_LIMIT
+            value = getattr(self, option.name)
+            if value is not None:
+                option.check(value)
 
     @classmethod
     def limits_of(cls, settings: config.Settings, time_limit: float | None = None) -> dict[str, Any]:
@@ -110,19 +112,14 @@ class RunSettings:
         not what a pair of the run may spend.
         """
         flags = {"time_limit": time_limit}
-        return {o.name: config.resolve(o.name, flags, settings) for o in config.RUN_OPTIONS if o.stored}
+        return {o.name: config.resolve(o.name, flags, settings) for o in config.RUN_LIMITS if o.stored}
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "RunSettings":
+        """The run settings stored in a run's options (``Run.options``): each stored run option, a switch
+        off or an empty list as unset (None)."""
         options = options or {}
-        return cls(adapter=options.get("adapter"), judge_model=options.get("judge_model"),
-                   judge_cap=options.get("judge_cap"), cache=options.get("cache") or None,
-                   cache_across_epochs=options.get("cache_across_epochs") or None,
-                   pairs_per_message=options.get("pairs_per_message"),
-                   batch=tuple(options["batch"]) if options.get("batch") else None,
-                   batch_judge=tuple(options["batch_judge"]) if options.get("batch_judge") else None,
-                   providers=options.get("providers"),
-                   **{o.name: options.get(o.name) for o in config.RUN_OPTIONS if o.stored})
+        return cls(**{o.name: _stored(o, options.get(o.name)) for o in config.RUN_OPTIONS if o.stored})
 
     def to_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -163,6 +160,15 @@ def check_submit_options(options: dict[str, Any], caller: str) -> None:
                             "its options are: " + ", ".join(known))
 
 
+def _stored(option: config.RunOption, value: Any) -> Any:
+    """A stored run option's value as :class:`RunSettings` holds it: off and empty are unset."""
+    if option.kind is bool:
+        return value or None
+    if option.kind is tuple:
+        return tuple(value) if value else None
+    return value
+
+
 def judge_for(settings: RunSettings, allow=None, release=None) -> ProviderJudge:
     """The run's judge, on the providers the run was submitted with (:func:`run_providers`), as its pairs."""
     return ProviderJudge(run_providers(settings), default_model=settings.judge_model, allow=allow,
@@ -189,7 +195,7 @@ def policy(settings: RunSettings | None = None) -> RetryPolicy:
     base = RetryPolicy.from_settings()
     if settings is None:
         return base
-    stored = {o.name: o.kind(getattr(settings, o.name)) for o in config.RUN_OPTIONS
+    stored = {o.name: o.kind(getattr(settings, o.name)) for o in config.RUN_LIMITS
               if o.stored and getattr(settings, o.name) is not None}
     return replace(base, **stored) if stored else base
 
