@@ -109,12 +109,15 @@ class RunOption:
     low_open: bool = False
     #: ``evaljobs run``'s flag for it (None: no flag of its own); the flag wins over the environment.
     flag: str | None = None
-    #: The flag's help text, and its own lowest value when stricter than the variable's.
+    #: The flag's help text and metavar, and its own bounds when stricter than the variable's.
     help: str = ""
     flag_low: float | None = None
+    flag_high: float | None = None
+    metavar: str | None = None
     #: The flag is an on/off switch (``--batch``) though the run stores what it chose (the providers).
     switch: bool = False
-    #: Stored with the run: a worker applies the value the run was submitted with, never its own.
+    #: Stored with the run: a worker applies the value the run was submitted with, never its own. An option
+    #: not stored (``--epochs``, ``--reuse``) says how the run is made: ``Session.submit`` applies it.
     stored: bool = True
     #: A per-pair limit: a field of the retry policy and of :class:`Settings`, checked against its bounds.
     limit: bool = False
@@ -151,6 +154,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               help="Model for llm_judge criteria (default: the catalog's)."),
     RunOption("judge_cap", int, low=0, high=1_000_000_000, flag="--judge-cap",
               help="Most judge calls for this run."),
+    RunOption("allow_self_judge", bool, False, flag="--allow-self-judge", stored=False,
+              help="Let a model under test judge answers (its own included); refused otherwise. "
+                   "Reports say so."),
     # Dramatiq's time limit on a pair message: the run's, plus 30 s for the pair to record its own
     # timeout first (evaljobs.pipeline.pairs.BACKSTOP), per pair the message carries.
     RunOption("time_limit", float, 180.0, "EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, low_open=True,
@@ -159,6 +165,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("cache", bool, False, flag="--cache",
               help="Answer repeated provider calls from the shared response cache "
                    "(TTL: EVALJOBS_CACHE_TTL, 7d)."),
+    #: Pairs per scenario and model (None: the catalog's ``defaults: epochs:``); a column of the run.
+    RunOption("epochs", int, flag="--epochs", flag_low=1, flag_high=1000, stored=False,
+              help="Evaluate each scenario × model pair N times "
+                   "(default: the catalog's defaults.epochs, else 1)."),
+    RunOption("reuse", str, flag="--reuse", metavar="RUN", stored=False,
+              help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them."),
     #: ``--cache-across-epochs``: the response cache key leaves the epoch out (epochs share answers).
     RunOption("cache_across_epochs", bool, False, flag="--cache-across-epochs",
               help="With --cache: let every epoch reuse one cached answer "

@@ -98,8 +98,12 @@ def test_submit_options_are_submits_keyword_options():
     declared = typing.get_type_hints(runtime.SubmitOptions)
     assert list(runtime.SubmitOptions.__annotations__) == list(keywords)
     assert declared == {name: hints[name] for name in keywords}
-    flagged = {o.name for o in config.RUN_OPTIONS if o.flag}
-    assert flagged <= set(keywords)
+    # every option but the selection (six flags: --filter, --tag …) is the table's, with the table's type
+    flagged = [o for o in config.RUN_OPTIONS if o.flag]
+    assert set(keywords) == {o.name for o in flagged} | {"selection"}
+    for option in flagged:
+        expected = bool if option.switch or option.kind is bool else option.kind | None
+        assert declared[option.name] == expected, option.name
 
 
 def test_a_misspelled_run_option_is_a_type_error_before_the_catalog_is_read(tmp_path):
@@ -170,7 +174,7 @@ def test_evaljobs_runs_flags_are_the_tables():
     command = main.get_command(click.Context(main), "run")
     params = {p.name: p for p in command.params}
     flagged = [o for o in config.RUN_OPTIONS if o.flag]
-    assert len(flagged) >= 8
+    assert len(flagged) >= 11
     for option in flagged:
         built = run_option_flag(option.name)(click.command()(lambda **kw: None)).params[0]
         param = params[option.name]

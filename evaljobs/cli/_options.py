@@ -308,9 +308,11 @@ def run_option_flag(name: str) -> Callable[[Callable], Callable]:
     if option.switch or option.kind is bool:
         return click.option(option.flag, is_flag=True, help=option.help)
     if option.kind is str:
-        return click.option(option.flag, default=None, help=option.help)
+        return click.option(option.flag, metavar=option.metavar, default=None, help=option.help)
     low = option.low if option.flag_low is None else option.flag_low
-    kind = click.FloatRange(min=low) if option.kind is float else click.IntRange(min=int(low or 0))
+    high = option.flag_high  # the variable's highest is no flag's: a week of seconds is no help text
+    kind = (click.FloatRange(min=low, max=high) if option.kind is float
+            else click.IntRange(min=int(low or 0), max=None if high is None else int(high)))
     return click.option(option.flag, type=kind, default=None, help=option.help)
 
 

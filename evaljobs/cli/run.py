@@ -40,20 +40,11 @@ DEFAULT_STRATEGY = "fanout"
 @run_option_flag("adapter")
 @run_option_flag("judge_model")
 @run_option_flag("judge_cap")
-@click.option(
-    "--allow-self-judge",
-    is_flag=True,
-    help="Let a model under test judge answers (its own included); refused otherwise. Reports say so.",
-)
+@run_option_flag("allow_self_judge")
 @run_option_flag("time_limit")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @run_option_flag("cache")
-@click.option(
-    "--epochs",
-    type=click.IntRange(min=1, max=1000),
-    default=None,
-    help="Evaluate each scenario × model pair N times (default: the catalog's defaults.epochs, else 1).",
-)
+@run_option_flag("epochs")
 @click.option(
     "--filter",
     "filters",
@@ -70,12 +61,7 @@ DEFAULT_STRATEGY = "fanout"
 )
 @click.option("--sample", type=int, default=None, help="N scenarios drawn at random (with --seed).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --sample.")
-@click.option(
-    "--reuse",
-    metavar="RUN",
-    default=None,
-    help="Copy the pairs unchanged since RUN (an id or 'latest') instead of evaluating them.",
-)
+@run_option_flag("reuse")
 @run_option_flag("cache_across_epochs")
 @click.option(
     "--trace-content",
@@ -97,16 +83,13 @@ def run(
     width,
     wait,
     gate,
-    allow_self_judge,
     as_json,
-    epochs,
     filters,
     tags,
     exclude_tags,
     limit,
     sample,
     seed,
-    reuse,
     trace_content,
     catalog_format,
     include_production_only,
@@ -146,11 +129,8 @@ def run(
                 include_production_only=include_production_only,
                 grader=grader,
                 fields=fields,
-                epochs=epochs,
                 selection=selection,
-                reuse=reuse,
-                allow_self_judge=allow_self_judge,
-                **run_flags(run_options),  # --adapter, --time-limit, --cache, --batch …: the table's flags
+                **run_flags(run_options),  # --adapter, --time-limit, --epochs, --batch …: the table's flags
             )
     finish(info, gate, as_json=as_json)
 

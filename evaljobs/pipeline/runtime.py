@@ -99,7 +99,7 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         for option in config.RUN_OPTIONS:  # --time-limit / submit(time_limit=): as EVALJOBS_TIME_LIMIT
-            value = getattr(self, option.name)
+            value = getattr(self, option.name) if option.stored else None
             if value is not None:
                 option.check(value)
 
