@@ -125,7 +125,8 @@ class RunOption:
     actor_option: str | None = None
     actor_scale: int = 1
     #: The Dramatiq option each pair message carries for it (its run's value, in Dramatiq's unit:
-    #: ``actor_scale``), ``backstop`` seconds past the value, per pair of the message.
+    #: ``actor_scale``), ``backstop`` seconds past the value (time for the pair to record its own
+    #: timeout first), per pair of the message.
     message_option: str | None = None
     backstop: float = 0.0
     #: A key of a providers-file entry that overrides it for that provider's pairs (it wins over the run's).
@@ -157,8 +158,6 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("allow_self_judge", bool, False, flag="--allow-self-judge", stored=False,
               help="Let a model under test judge answers (its own included); refused otherwise. "
                    "Reports say so."),
-    # Dramatiq's time limit on a pair message: the run's, plus 30 s for the pair to record its own
-    # timeout first (evaljobs.pipeline.pairs.BACKSTOP), per pair the message carries.
     RunOption("time_limit", float, 180.0, "EVALJOBS_TIME_LIMIT", 0, MAX_SECONDS, low_open=True,
               flag="--time-limit", help="Seconds per pair.", flag_low=0.1, limit=True,
               message_option="time_limit", actor_scale=1000, backstop=30.0),
