@@ -47,6 +47,9 @@ DATABASE = {
     ("cache", "clear"),
     ("bench",),
     ("view",),
+    ("labels", "export"),
+    ("labels", "import"),
+    ("judge-agreement",),
 }
 BROKER = {
     ("run",),
@@ -66,7 +69,7 @@ PROVIDERS = {("run",), ("catalog", "check"), ("catalog", "convert"), ("worker",)
              ("rerun",), ("recover",), ("providers", "list"), ("providers", "check"), ("cancel",)}
 #: Commands that print data: each has --json (report has --format json). Not here: servers and daemons
 #: (worker, pool, view, mock-provider), init (it writes files), catalog schema (JSON already), catalog
-#: convert (its output is the YAML), bench (it writes JSON files in --out).
+#: convert (its output is the YAML), bench (it writes JSON files in --out), labels export (JSONL already).
 DATA = {
     ("run",),
     ("runs",),
@@ -83,6 +86,7 @@ DATA = {
     ("demo",),
     ("providers", "list"),
     ("providers", "check"),
+    ("judge-agreement",),
 }
 
 #: Where a shared option deliberately ignores its variable, and why.
