@@ -88,7 +88,7 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
-     "evaljobs.redact", "evaljobs.printable", "evaljobs.collector", "evaljobs.telemetry",
+     "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable", "evaljobs.collector", "evaljobs.telemetry",
      "evaljobs.capacity"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),

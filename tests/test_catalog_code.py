@@ -15,7 +15,7 @@ import json
 import pytest
 
 from evaljobs import store
-from evaljobs.evaluation.isolation import is_isolated
+from evaljobs.isolation import is_isolated
 from helpers import WorkerProcess, evaljobs_cli
 
 WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
