@@ -22,7 +22,7 @@ from evaljobs import store
 from evaljobs.catalog import Tool
 from evaljobs.isolation import is_isolated
 from evaljobs.tools import LiveTools
-from helpers import WorkerProcess, evaljobs_cli
+from helpers import WorkerProcess, evaljobs_cli, one_result_on
 
 WORKER_AWS = "worker-aws-secret-0123456789abcdef"
 WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
@@ -103,14 +103,8 @@ def _submit(tmp_path, redis_url, sqlite_url, catalog_text: str, *, worker_args=(
            "EVALJOBS_ALLOW_CODE": "", "EVALJOBS_MAX_RETRIES": "0"}
     worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env, log=tmp_path / "worker.log")
     worker.args += list(worker_args)
-    with worker:
-        ran = evaljobs_cli("run", str(catalog), "-m", "sim/m", "--broker", redis_url, "--db", sqlite_url,
-                           "--wait", "--json", env={**env, **(submitter or SUBMITTER)}, timeout=120)
-    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
-    store.connect(sqlite_url)
-    (run,) = store.list_runs()
-    (result,) = store.list_results(run.id)
-    return result
+    return one_result_on(worker, sqlite_url, str(catalog), "-m", "sim/m", "--broker", redis_url,
+                         env={**env, **(submitter or SUBMITTER)})
 
 
 @pytest.mark.redis
@@ -183,7 +177,7 @@ def test_a_redirect_takes_a_secret_only_where_the_operator_allows(counting, monk
 #: An MCP server that looks for the worker's secrets (written reversed here, so the catalog holds none)
 #: in its environment and in every /proc/*/environ, says which variables it has, and marks that it started.
 PEEKING_SERVER = '''
-import glob, os, pathlib, sys
+import contextlib, glob, os, pathlib, sys
 from mcp.server.mcpserver import MCPServer
 
 pathlib.Path(sys.argv[1]).write_text("started")
@@ -193,16 +187,16 @@ server = MCPServer("peek")
 @server.tool()
 def peek() -> dict:
     """What of the worker's this process can see."""
-    wanted = [w[::-1] for w in ("REVERSED_KEY", "REVERSED_CONTEXT", "REVERSED_AWS")]
-    seen = [os.environ.get("OPENAI_API_KEY") or "", os.environ.get("EVALJOBS_CONTEXT_KEY") or ""]
+    secrets = [w[::-1] for w in ("REVERSED_KEY", "REVERSED_CONTEXT", "REVERSED_AWS")]
+    places = [repr(dict(os.environ)), *environs()]  # its own variables, then every process's it can read
+    return {"leaked": any(secret in place for secret in secrets for place in places),
+            "env": sorted(os.environ), "shop": os.environ.get("SHOP_TOKEN") == "REVERSED_SHOP"[::-1]}
+
+
+def environs():
     for path in glob.glob("/proc/*/environ"):
-        try:
-            seen.append(open(path, "rb").read().decode("utf-8", "replace"))
-        except OSError:
-            pass
-    text = "\\n".join(seen)
-    return {"leaked": any(w in text for w in wanted), "env": sorted(os.environ),
-            "shop": os.environ.get("SHOP_TOKEN") == "REVERSED_SHOP"[::-1]}
+        with contextlib.suppress(OSError):
+            yield pathlib.Path(path).read_bytes().decode("utf-8", "replace")
 
 
 server.run("stdio")

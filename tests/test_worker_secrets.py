@@ -15,8 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evaljobs import store
-from helpers import WorkerProcess, evaljobs_cli
+from helpers import WorkerProcess, evaljobs_cli, one_result_on
 
 pytestmark = [pytest.mark.redis]
 
@@ -83,15 +82,8 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
     worker.args += list(worker_args)
     submitter = {"OPENAI_API_KEY": "sk-submitter-key-0000000000", "AWS_SECRET_ACCESS_KEY": "submitter-aws-00",
                  "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": ""}
-    with worker:
-        ran = evaljobs_cli("run", str(catalog), "-m", model, *run_args, "--providers", str(providers),
-                           "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=submitter,
-                           timeout=120)
-    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
-    store.connect(sqlite_url)
-    (run,) = store.list_runs()
-    (result,) = store.list_results(run.id)
-    return result
+    return one_result_on(worker, sqlite_url, str(catalog), "-m", model, *run_args,
+                         "--providers", str(providers), "--broker", redis_url, env=submitter)
 
 
 @pytest.mark.parametrize("entry, model, said, run_args", [

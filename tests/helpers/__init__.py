@@ -48,7 +48,7 @@ _HOMES = {
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port", "send_json"],
     "viewer": ["Viewer", "finished_run", "viewer_and_browser"],
-    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "wait_until"],
+    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "one_result_on", "wait_until"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
