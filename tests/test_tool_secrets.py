@@ -111,7 +111,8 @@ def _submit(tmp_path, redis_url, sqlite_url, catalog_text: str, *, worker_args=(
 @pytest.mark.parametrize("worker_args, said", [
     ((), "reads AWS_SECRET_ACCESS_KEY, which this process's operator does not allow"),
     # allowed to read it, not to send it there
-    (("--allow-env", "AWS_SECRET_ACCESS_KEY"), "would send this process's AWS_SECRET_ACCESS_KEY to URL"),
+    (("--allow-env", "AWS_SECRET_ACCESS_KEY"),
+     "would send this process's AWS_SECRET_ACCESS_KEY to URL, where its operator does not let"),
 ])
 def test_a_catalogs_http_tool_cannot_send_a_workers_secret_anywhere(tmp_path, redis_url, sqlite_url, counting,
                                                                     worker_args, said):

@@ -34,10 +34,9 @@ from evaljobs.isolation import CODE_HINT
 #: A `${NAME}` reference in a live tool's url, headers or env.
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-_ENV_HINT = ("list it in EVALJOBS_ALLOWED_ENV (`evaljobs worker --allow-env NAME`) to let a catalog's "
-             "tools read it")
-_URL_HINT = ("list the endpoint in EVALJOBS_ALLOWED_BASE_URLS (`evaljobs worker --allow-endpoint URL`) "
-             "to let a catalog's tools send it there")
+_ENV_HINT = "to let them, list it in EVALJOBS_ALLOWED_ENV or pass `evaljobs worker --allow-env NAME`"
+_URL_HINT = ("to let them, list the endpoint in EVALJOBS_ALLOWED_BASE_URLS or pass `evaljobs worker "
+             "--allow-endpoint URL`")
 
 
 class ToolNotAllowed(UsageError):
@@ -93,8 +92,8 @@ def refusal(where: str, kind: str, spec: Any) -> str | None:
                 f"catalog's tools to read ({_ENV_HINT}); nothing was read or sent")
     url = spec.get("url")
     if isinstance(url, str) and not sends_to(names, url):
-        return (f"{where} would send this process's {', '.join(names)} to {shown(url)}, which its "
-                f"operator does not allow ({_URL_HINT}); nothing was sent")
+        return (f"{where} would send this process's {', '.join(names)} to {shown(url)}, where its "
+                f"operator does not let a catalog's tools send it ({_URL_HINT}); nothing was sent")
     return None
 
 
