@@ -12,9 +12,8 @@ server in this test that counts what it receives.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,7 +21,7 @@ from evaljobs import store
 from evaljobs.catalog import Tool
 from evaljobs.isolation import is_isolated
 from evaljobs.tools import LiveTools
-from helpers import WorkerProcess, evaljobs_cli, one_result_on
+from helpers import RecordingServer, WorkerProcess, evaljobs_cli, one_result_on
 
 WORKER_AWS = "worker-aws-secret-0123456789abcdef"
 WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
@@ -30,51 +29,11 @@ CONTEXT_KEY = "context-signing-key-0123456789abcdef-0123456789"
 SHOP_TOKEN = "shop-token-of-the-worker-0123456789"
 
 
-class Counting(ThreadingHTTPServer):
-    """Counts every request and keeps its headers; ``/hop?to=URL`` answers a redirect there."""
-
-    def __init__(self):
-        self.seen: list[dict[str, str]] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Counting
-
-    def do_POST(self):  # noqa: N802 - http.server's naming
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            self.server.seen.append({k.lower(): v for k, v in self.headers.items()})
-        if self.path.startswith("/hop?to="):
-            self.send_response(307)
-            self.send_header("Location", self.path.split("=", 1)[1])
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b'{"stock": 12}')
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def counting():
-    servers = []
-
-    def start() -> Counting:
-        server = Counting()
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    """Starts recording endpoints that answer ``{"stock": 12}``; all stopped at the end of the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda: stack.enter_context(RecordingServer(b'{"stock": 12}'))
 
 
 HTTP_CATALOG = """name: shop
