@@ -46,7 +46,7 @@ from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, con
                                       context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
-from evaljobs.tools import expand_source
+from evaljobs.tools import catalog_refusal, expand_source
 from evaljobs.reports.gate import Verdict
 from evaljobs.reports.build import build_report
 from evaljobs.reports.render import FORMATS, render
@@ -88,6 +88,14 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [text for item in value for text in _strings(item)]
     return []
+
+
+def _refuse_tools(data: Any, source: str) -> None:
+    """One line before any server is started or any run exists: a live tool this process's operator does
+    not allow (a variable, an endpoint, a program: evaljobs.tools.allowance), checked as a worker would."""
+    problem = catalog_refusal(data)
+    if problem:
+        raise UsageError(f"{source}: {problem}")
 
 
 def _check_simulated_models(cat: Catalog, names: Sequence[str]) -> None:
@@ -268,6 +276,7 @@ class Session:
                             lenient=lenient, grader=grader, fields=fields)
         # A catalog with MCP tools and no `mcp` extra: one line now, not a connect timeout per server later.
         require_for_catalog(imported.data, source=str(catalog))
+        _refuse_tools(imported.data, str(catalog))
         if imported.format == "native":
             # MCP tool imports are listed from their servers here, an explicit step: parsing does no I/O.
             return parse_source(expand_source(read_catalog(catalog)), providers=self.providers)
@@ -884,6 +893,7 @@ class Session:
         imported = load_any(str(path), format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         require_for_catalog(imported.data, source=str(path))
+        _refuse_tools(imported.data, str(path))
         source = (read_catalog(path) if imported.format == "native"
                   else CatalogSource(source=str(path), data=imported.data))
         cat = parse_source(expand_source(source), providers=runtime.providers(providers))

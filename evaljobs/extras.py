@@ -51,7 +51,7 @@ def require(extra: str, what: str | None = None, where: str = "") -> None:
         raise MissingExtra(extra, what, where)
 
 
-def _tool_lists(data: Any) -> Iterable[tuple[str, list[Any]]]:
+def tool_lists(data: Any) -> Iterable[tuple[str, list[Any]]]:
     """(scenario label, tools) for raw catalog data or a parsed ``Catalog``."""
     scenarios = getattr(data, "scenarios", None)
     if scenarios is not None and not isinstance(data, dict):  # a parsed Catalog
@@ -72,7 +72,7 @@ def _tool_lists(data: Any) -> Iterable[tuple[str, list[Any]]]:
 def mcp_tool_users(data: Any) -> list[str]:
     """The scenarios of a catalog (raw data or parsed) that use MCP tools, as labels."""
     users: list[str] = []
-    for label, tools in _tool_lists(data):
+    for label, tools in tool_lists(data):
         for tool in tools:
             spec = tool.get("mcp") if isinstance(tool, dict) else getattr(tool, "mcp", None)
             if spec is not None:
@@ -89,4 +89,5 @@ def require_for_catalog(data: Any, source: str = "<catalog>") -> None:
         raise MissingExtra("mcp", f"{users[0]}{more} use MCP tools, which need", where=source)
 
 
-__all__ = ["EXTRAS", "MissingExtra", "installed", "mcp_tool_users", "require", "require_for_catalog"]
+__all__ = ["EXTRAS", "MissingExtra", "installed", "mcp_tool_users", "require", "require_for_catalog",
+           "tool_lists"]

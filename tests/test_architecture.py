@@ -88,8 +88,8 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.clock", "evaljobs.extras", "evaljobs.resources",
-     "evaljobs.redact", "evaljobs.printable", "evaljobs.collector", "evaljobs.telemetry",
-     "evaljobs.capacity"),
+     "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable", "evaljobs.collector",
+     "evaljobs.telemetry", "evaljobs.capacity"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),
     ("evaljobs.evaluation",),

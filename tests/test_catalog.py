@@ -303,7 +303,7 @@ def test_loading_a_catalog_with_mcp_imports_does_no_io_until_the_expansion_step(
         parse_source(source)
 
 
-def test_example_catalog_imports_its_mcp_tools_in_the_expansion_step():
+def test_example_catalog_imports_its_mcp_tools_in_the_expansion_step(allow_code):  # its server: a program
     from evaljobs.tools import expand_source
 
     source = read_catalog(EXAMPLE_MCP)

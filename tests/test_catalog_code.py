@@ -15,8 +15,8 @@ import json
 import pytest
 
 from evaljobs import store
-from evaljobs.evaluation.isolation import is_isolated
-from helpers import WorkerProcess, evaljobs_cli
+from evaljobs.isolation import is_isolated
+from helpers import WorkerProcess, evaljobs_cli, one_result_on
 
 WORKER_KEY = "sk-worker-own-key-0123456789abcdef"
 CONTEXT_KEY = "context-signing-key-0123456789abcdef-0123456789"
@@ -101,14 +101,8 @@ def _submit(tmp_path, redis_url, sqlite_url, worker_args: list[str]):
            "EVALJOBS_GOVERNOR": "off"}
     worker = WorkerProcess(redis_url, sqlite_url, threads=2, env=env)
     worker.args += worker_args
-    with worker:
-        ran = evaljobs_cli("run", str(config), "-m", "sim/m", "--allow-code", "--broker", redis_url,
-                           "--db", sqlite_url, "--wait", "--json", env=env, timeout=120)
-    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
-    store.connect(sqlite_url)
-    (run,) = store.list_runs()
-    (result,) = store.list_results(run.id)
-    return result
+    return one_result_on(worker, sqlite_url, str(config), "-m", "sim/m", "--allow-code",
+                         "--broker", redis_url, env=env)
 
 
 @pytest.mark.redis

@@ -234,6 +234,7 @@ def test_a_live_tool_that_trickles_or_hangs_ends_the_pair_at_the_time_limit(tool
         catalog = catalog.replace('{"x": 1}', '{"seconds": 60}')
     env = _setup(tmp_path, trickle, catalog)
     env["EVALJOBS_SIM_URL"] = sim.url
+    env["EVALJOBS_ALLOW_CODE"] = "1"  # the MCP server is a program the catalog names
     started = time.monotonic()
     done = evaljobs_cli("run", "c.yaml", "-m", "sim/a", "--strategy", strategy, "--time-limit", str(LIMIT),
                         env=env, timeout=HANG, cwd=tmp_path)

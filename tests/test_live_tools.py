@@ -30,6 +30,9 @@ from evaljobs.tools import (LiveToolError,
                                           live_tool_runner,
                                           validate_live_spec)
 
+#: MCP ``command`` servers are a catalog's code: this module's operator opts in (evaljobs.tools.allowance).
+pytestmark = pytest.mark.usefixtures("allow_code")
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = str(ROOT / "examples" / "mcp_tools" / "server.py")
 STDIO = {"command": ["python", SERVER, "--stdio", "--test-tools"], "timeout": 5}
@@ -154,6 +157,8 @@ def test_env_headers_are_resolved_at_call_time_and_never_recorded(http_url, monk
     tool = Tool(name="auth", http={"url": f"{http_url}/echo",
                                    "headers": {"Authorization": "Bearer ${SHOP_TOKEN}"}})
     failing = Tool(name="auth", http={**tool.http, "url": f"{http_url}/fail"})
+    monkeypatch.setenv("EVALJOBS_ALLOWED_ENV", "SHOP_TOKEN")  # the operator lets tools send it there
+    monkeypatch.setenv("EVALJOBS_ALLOWED_BASE_URLS", http_url)
     with LiveTools() as live:
         monkeypatch.delenv("SHOP_TOKEN", raising=False)
         missing = live.call(tool, {})
@@ -272,10 +277,33 @@ def test_mcp_timeout_is_recorded_and_the_session_survives(stdio_live):
     assert time.monotonic() - started < 2.5
     assert slow.error == "MCP tool 'wait' timed out after 0.4s"
     after = stdio_live.call(Tool(name="stats", mcp=STDIO), {}).result
-    assert after["pid"] == before["pid"]  # same server process: not restarted by the timeout
+    assert after["instance"] == before["instance"]  # same server process: not restarted by the timeout
+
+
+def _servers() -> list[int]:
+    """The real pids of the stdio servers this process started (each runs in a PID namespace of its own,
+    where its pid is 1): the example server's processes descended from this one."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if SERVER.encode() not in command or Path(command[0].decode()).name == "unshare":
+            continue
+        pid = int(entry)
+        while pid > 1 and pid != os.getpid():
+            try:
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pid = 0
+        if pid == os.getpid():
+            found.append(int(entry))
+    return found
 
 
 def test_mcp_stdio_session_is_reused_and_reopened_only_when_the_server_dies():
+    others = set(_servers())  # the module's shared session's server
     with LiveTools() as live:
         stats = Tool(name="stats", mcp=STDIO)
         first = live.call(stats, {}).result
@@ -284,21 +312,23 @@ def test_mcp_stdio_session_is_reused_and_reopened_only_when_the_server_dies():
             calls = list(pool.map(lambda i: live.call(stock, {"item": "kettle"}), range(24)))
         last = live.call(stats, {}).result
         assert all(c.error is None and c.result["in_stock"] == 12 for c in calls)
-        assert last["pid"] == first["pid"]  # one server process served every call
+        assert last["instance"] == first["instance"]  # one server process served every call
         assert last["calls"] == first["calls"] + 25
         assert live.sessions_opened == 1
 
-        os.kill(first["pid"], signal.SIGKILL)  # the server crashes between calls
-        _wait_dead(first["pid"])
+        (server,) = set(_servers()) - others
+        os.kill(server, signal.SIGKILL)  # the server crashes between calls
+        _wait_dead(server)
         lost = live.call(stats, {})
         assert lost.error == (f"MCP tool 'stats': the server 'python {SERVER} --stdio --test-tools' closed "
                               f"the connection (it reconnects on the next call)")
         again = live.call(stats, {}).result
-        assert again["pid"] != first["pid"] and again["calls"] == 1
+        assert again["instance"] != first["instance"] and again["calls"] == 1
         assert live.sessions_opened == 2
-        assert _alive(again["pid"])
-    _wait_dead(again["pid"])
-    assert not _alive(again["pid"])  # close() stopped the stdio server
+        (restarted,) = set(_servers()) - others - {server}
+        assert _alive(restarted)
+    _wait_dead(restarted)
+    assert not _alive(restarted)  # close() stopped the stdio server
 
 
 def _wait_dead(pid: int, seconds: float = 5.0) -> None:
@@ -401,6 +431,8 @@ def test_mcp_http_lists_calls_and_reuses_one_connection(mcp_http):
 
 def test_mcp_http_env_headers(mcp_http, monkeypatch):
     monkeypatch.setenv("MCP_TOKEN", "t0ken")
+    monkeypatch.setenv("EVALJOBS_ALLOWED_ENV", "MCP_TOKEN")  # the operator lets tools send it there
+    monkeypatch.setenv("EVALJOBS_ALLOWED_BASE_URLS", f"http://127.0.0.1:{mcp_http.port}")
     spec = {"url": f"http://127.0.0.1:{mcp_http.port}/mcp",
             "headers": {"Authorization": "Bearer ${MCP_TOKEN}"}}
     with LiveTools() as live:

@@ -13,7 +13,8 @@ def sim(simulated_provider):
     return simulated_provider(latency=0.01)
 
 
-def test_mcp_tools_catalog_runs_with_fanout_and_records_tool_calls(sim, sqlite_url, monkeypatch):
+def test_mcp_tools_catalog_runs_with_fanout_and_records_tool_calls(sim, sqlite_url, monkeypatch, allow_code):
+    """The catalog's servers are programs it names: this process's operator opts in (--allow-code)."""
     monkeypatch.chdir(ROOT)  # the catalog starts examples/mcp_tools/server.py by a relative path
     with Session(db=sqlite_url, broker="memory", width=4) as session:
         catalog = session.load("examples/catalogs/tools_mcp.yaml")

@@ -153,7 +153,7 @@ def test_mcp_catalog_without_the_extra_says_which_extra(installed, tmp_path) -> 
     work = tmp_path / "mcp"
     work.mkdir()
     shutil.copy(ROOT / "examples" / "catalogs" / "tools_mcp.yaml", work / "tools_mcp.yaml")
-    env = _clean_env(tmp_path)
+    env = {**_clean_env(tmp_path), "EVALJOBS_ALLOW_CODE": "1"}  # its servers are programs: opted in
     assert (
         subprocess.run(
             [str(installed / "python"), "-c", "import mcp"], cwd=work, env=env, capture_output=True

@@ -10,13 +10,10 @@ API: it must receive nothing unless the worker's operator allowed it.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evaljobs import store
-from helpers import WorkerProcess, evaljobs_cli
+from helpers import RecordingServer, WorkerProcess, evaljobs_cli, one_result_on
 
 pytestmark = [pytest.mark.redis]
 
@@ -32,41 +29,11 @@ ANSWER = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
 
 
-class Anywhere(ThreadingHTTPServer):
-    """An OpenAI-compatible endpoint that counts its requests and keeps the headers it was sent."""
-
-    def __init__(self):
-        self.requests: list[dict[str, str]] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Counted)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Counted(BaseHTTPRequestHandler):
-    server: Anywhere
-
-    def do_POST(self):  # noqa: N802 - http.server's naming
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            self.server.requests.append({k.lower(): v for k, v in self.headers.items()})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
-        self.wfile.write(ANSWER)
-
-    do_GET = do_POST  # noqa: N815
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def anywhere():
-    server = Anywhere()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    """An OpenAI-compatible endpoint that records the headers of every request it is sent."""
+    with RecordingServer(ANSWER, "/v1") as server:
+        yield server
 
 
 def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *, worker_args=(),
@@ -83,15 +50,8 @@ def _submit(tmp_path, redis_url, sqlite_url, providers_text: str, model: str, *,
     worker.args += list(worker_args)
     submitter = {"OPENAI_API_KEY": "sk-submitter-key-0000000000", "AWS_SECRET_ACCESS_KEY": "submitter-aws-00",
                  "ACME_TEAM_TOKEN": "submitter-team-0000", "EVALJOBS_PROVIDERS": ""}
-    with worker:
-        ran = evaljobs_cli("run", str(catalog), "-m", model, *run_args, "--providers", str(providers),
-                           "--broker", redis_url, "--db", sqlite_url, "--wait", "--json", env=submitter,
-                           timeout=120)
-    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
-    store.connect(sqlite_url)
-    (run,) = store.list_runs()
-    (result,) = store.list_results(run.id)
-    return result
+    return one_result_on(worker, sqlite_url, str(catalog), "-m", model, *run_args,
+                         "--providers", str(providers), "--broker", redis_url, env=submitter)
 
 
 @pytest.mark.parametrize("entry, model, said, run_args", [
@@ -113,7 +73,7 @@ def test_a_stored_definition_cannot_send_a_workers_secret_anywhere(tmp_path, red
                                                                    entry, model, said, run_args):
     result = _submit(tmp_path, redis_url, sqlite_url,
                      "providers:\n  " + entry.replace("URL", anywhere.url) + "\n", model, run_args=run_args)
-    assert anywhere.requests == []  # not one request: nothing of the worker's was sent, nor anything else
+    assert anywhere.seen == []  # not one request: nothing of the worker's was sent, nor anything else
     assert result.status == "errored"
     error = result.error or ""
     assert "\n" not in error and said.replace("URL", anywhere.url) in error, error
@@ -129,8 +89,8 @@ def test_an_endpoint_the_operator_allowed_gets_the_workers_key(tmp_path, redis_u
     result = _submit(tmp_path, redis_url, sqlite_url, f"providers:\n  openai: {{base_url: {anywhere.url}}}\n",
                      "openai/gpt-4o-mini", worker_args=["--allow-endpoint", anywhere.url])
     assert result.status == "passed", result.error
-    assert anywhere.requests
-    assert all(h.get("authorization") == f"Bearer {WORKER_KEY}" for h in anywhere.requests)
+    assert anywhere.seen
+    assert all(h.get("authorization") == f"Bearer {WORKER_KEY}" for h in anywhere.seen)
 
 
 def test_a_variable_the_operator_allowed_is_read(tmp_path, redis_url, sqlite_url, anywhere):
@@ -142,7 +102,7 @@ def test_a_variable_the_operator_allowed_is_read(tmp_path, redis_url, sqlite_url
                                  "EVALJOBS_ALLOWED_ENV": "ACME_TEAM_TOKEN",
                                  "EVALJOBS_ALLOWED_BASE_URLS": anywhere.url.rsplit("/v1", 1)[0]})
     assert result.status == "passed", result.error
-    assert [h.get("x-team") for h in anywhere.requests] == ["team-token-0123456789"]
+    assert [h.get("x-team") for h in anywhere.seen] == ["team-token-0123456789"]
 
 
 @pytest.mark.parametrize("url, allowed", [

@@ -421,8 +421,9 @@ def _allowing(fn: Callable, options: list[Callable]) -> Callable:
 
 _ALLOW_CODE = click.option(
     "--allow-code", is_flag=True,
-    help="Run the code a catalog carries (python/javascript assertions, transforms), in a process "
-         "holding no secret (EVALJOBS_ALLOW_CODE=1); refused otherwise. docs/security.md.")
+    help="Run the code a catalog carries (python/javascript assertions, transforms, MCP servers its tools "
+         "start), in a process holding no secret (EVALJOBS_ALLOW_CODE=1); refused otherwise. "
+         "docs/security.md.")
 
 
 def allow_code_option(fn: Callable) -> Callable:
@@ -435,9 +436,11 @@ def worker_allowance_options(fn: Callable) -> Callable:
     return _allowing(fn, [
         click.option("--allow-endpoint", multiple=True, metavar="URL",
                      help="A base URL this worker may send its keys to for a run's stored providers, "
-                          "besides its own providers file's and the presets' (EVALJOBS_ALLOWED_BASE_URLS)."),
+                          "besides its own providers file's and the presets', and the allowed variables to "
+                          "for a catalog's tools (EVALJOBS_ALLOWED_BASE_URLS)."),
         click.option("--allow-env", multiple=True, metavar="NAME",
                      help="A variable a run's stored providers may read here, besides those its own "
-                          "providers file and the presets name (EVALJOBS_ALLOWED_ENV)."),
+                          "providers file and the presets name, and a catalog's tools may read "
+                          "(EVALJOBS_ALLOWED_ENV)."),
         _ALLOW_CODE,
     ])

@@ -26,7 +26,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.transcript import turn_entry
 from evaljobs.providers import ProviderCalls, TransientError
-from evaljobs.tools import live_tool_runner
+from evaljobs.tools import check_tools, live_tool_runner
 
 ADAPTER_GROUP = "evaljobs.adapters"
 
@@ -129,9 +129,12 @@ class ConversationAdapter:
         #: The governance and response cache the pipeline bound (``evaljobs.providers.calls``);
         #: the default calls the provider directly.
         self.calls = calls or ProviderCalls()
+        self._live = tool_runner is None
         self.tool_runner = tool_runner or live_tool_runner(run_canned_tool)
 
     def __call__(self, scenario: Scenario, model: ModelSpec, *, deadline: float | None = None) -> Replay:
+        if self._live:  # a live tool the operator does not allow errors the pair before any request
+            check_tools(scenario.tools)
         client = self.calls.client(self.providers, model, self.version)
         config = self.providers.get(model.provider)
         messages: list[dict[str, Any]] = []

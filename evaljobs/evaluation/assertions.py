@@ -35,7 +35,7 @@ from typing import Any
 from evaljobs.catalog import patterns
 from evaljobs.config import code_environment, settings
 from evaljobs.evaluation import grading_deadline
-from evaljobs.evaluation.isolation import isolated
+from evaljobs.isolation import CODE_HINT, isolated
 
 #: Seconds one JavaScript or Python call may take.
 CALL_TIMEOUT = 10.0
@@ -46,12 +46,6 @@ NODE_HINT = ("install Node.js (https://nodejs.org, or your package manager: apt-
 
 class AssertionRefused(Exception):
     """An assertion that cannot run here (no Node, no jsonschema): one line, naming it and the fix."""
-
-
-#: What a catalog's code is refused with where the operator has not opted in (``--allow-code``).
-CODE_HINT = ("it is code the catalog carries, and this process runs a catalog's code only where its "
-             "operator opted in: pass --allow-code (evaljobs run, worker, pool, catalog check) or set "
-             "EVALJOBS_ALLOW_CODE=1; it then runs in a process that holds no secret (docs/security.md)")
 
 
 def runs_code(item: dict[str, Any]) -> bool:

@@ -21,7 +21,9 @@ A catalog tool may name an endpoint instead of ``returns``::
   the interpreter running evaljobs, so the server sees the same packages);
   relative paths are relative to the working directory.
 * ``${NAME}`` in header (and ``env``) values is read from the environment at
-  call time. Secrets are never recorded: a :class:`ToolCall` holds the name,
+  call time, only if the operator allows it, and sent only to an endpoint it
+  allows; ``command`` servers start only with ``--allow-code``, in a child that
+  holds no secret (:mod:`.allowance`). Secrets are never recorded: a :class:`ToolCall` holds the name,
   arguments, result or error, and the duration — never headers — and error
   messages never show header values or URL query strings.
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS, validate_live_spec
 from evaljobs.tools._common import DEFAULT_TIMEOUT, LiveToolError, resolve_env
+from evaljobs.tools.allowance import ToolNotAllowed, catalog_refusal, check_tools
 from evaljobs.tools.expansion import expand_catalog_tools, expand_mcp_tools, expand_source
 from evaljobs.tools.live import LiveTools, get_live_tools, is_live, live_tool_runner
 
@@ -54,6 +57,9 @@ __all__ = [
     "LiveTools",
     "MCP_IMPORT_KEYS",
     "MCP_KEYS",
+    "ToolNotAllowed",
+    "catalog_refusal",
+    "check_tools",
     "expand_catalog_tools",
     "expand_mcp_tools",
     "expand_source",

@@ -11,11 +11,11 @@ from typing import Any
 from evaljobs.config import secret
 from evaljobs.errors import UsageError, one_line
 from evaljobs.providers.toolcall import OUTPUT_CAP
+from evaljobs.tools.allowance import ENV_REF, ToolNotAllowed, allowance
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class LiveToolError(UsageError):
@@ -31,16 +31,24 @@ class ToolFailed(Exception):
 
 
 def resolve_env(value: str, what: str) -> str:
-    """``${NAME}`` references replaced from the environment (raises naming a missing variable)."""
+    """``${NAME}`` references replaced from the environment (raises naming a missing variable).
+
+    Only a variable the operator allows a catalog's tools (``EVALJOBS_ALLOWED_ENV``) is ever read: the
+    callers check the whole spec first (:func:`evaljobs.tools.allowance.refusal`), this is the backstop.
+    """
+    readable = allowance().readable
 
     def sub(match: re.Match) -> str:
         name = match.group(1)
+        if name not in readable:
+            raise ToolNotAllowed(f"{what} reads {name}, which this process's operator does not allow a "
+                                 "catalog's tools to read (EVALJOBS_ALLOWED_ENV); nothing was read or sent")
         value = secret(name)
         if value is None:
             raise LiveToolError(f"{what} needs the environment variable {name}, which is not set; export it")
         return value
 
-    return _ENV_REF.sub(sub, value)
+    return ENV_REF.sub(sub, value)
 
 
 def body_of(response: Any) -> Any:

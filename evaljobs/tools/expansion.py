@@ -20,6 +20,7 @@ from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.toolspec import MCP_IMPORT_KEYS, is_mcp_import, validate_live_spec
 from evaljobs.errors import suggest
 from evaljobs.tools._common import LiveToolError, describe
+from evaljobs.tools.allowance import refusal
 from evaljobs.tools.live import LiveTools
 
 _TOOL_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
@@ -55,6 +56,9 @@ def expand_mcp_tools(spec: dict[str, Any], *, live: LiveTools | None = None) -> 
     problems = validate_live_spec("mcp", server)
     if problems:
         raise LiveToolError("; ".join(problems))
+    refused = refusal("an MCP tool import", "mcp", server)
+    if refused:  # before the server is started or asked: the operator's rule (evaljobs.tools.allowance)
+        raise LiveToolError(refused)
     if server.get("tool") is not None:
         raise LiveToolError("mcp.tool names one tool: give the entry a 'name' to declare it, or use 'only' "
                             "to import several")

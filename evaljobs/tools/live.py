@@ -4,7 +4,9 @@ A :class:`LiveTools` keeps one ``httpx.Client`` and one MCP session per server
 for the life of the process (see :mod:`.mcp`); failures (timeouts, refused
 connections, error statuses, tool errors) are recorded on the ``ToolCall``
 (``error=...``, graded as ``tool_error``), never raised: one broken tool must
-not abort the conversation.
+not abort the conversation. A tool this process's operator does not allow
+(:mod:`.allowance`) is the exception: :class:`ToolNotAllowed` is raised, so the
+pair errors with its one line and nothing is sent.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.providers import deadline
 from evaljobs.tools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
                                                   describe, exception_text)
+from evaljobs.tools.allowance import ToolNotAllowed, refusal, tool_refusal
 from evaljobs.tools.http import call_http
 from evaljobs.providers.toolcall import ToolCall
 from evaljobs.extras import MissingExtra
@@ -51,6 +54,9 @@ class LiveTools:
 
     def call(self, tool: Tool, arguments: dict[str, Any]) -> ToolCall:
         """Run one tool call against the tool's endpoint; failures are recorded on the ToolCall."""
+        refused = tool_refusal(tool)
+        if refused:  # not a tool error the model may work around: the operator's rule, the pair's error
+            raise ToolNotAllowed(refused)
         started = time.perf_counter()
         result, error = None, None
         try:
@@ -60,6 +66,8 @@ class LiveTools:
                 result = self._call_mcp(tool, arguments)
             else:
                 error = f"tool '{tool.name}' has neither 'http' nor 'mcp'; it is not a live tool"
+        except ToolNotAllowed:
+            raise
         except ToolFailed as exc:
             error = exc.message
         except LiveToolError as exc:
@@ -122,6 +130,9 @@ class LiveTools:
     # -- mcp
 
     def _session(self, spec: dict[str, Any]) -> McpSession:
+        refused = refusal("a catalog's tool", "mcp", spec)
+        if refused:  # before the server is started or connected to, also when only listing its tools
+            raise ToolNotAllowed(refused)
         mcp = _mcp_module()
         LoopThread, McpSession, server_key = mcp.LoopThread, mcp.McpSession, mcp.server_key
         key = server_key(spec)

@@ -5,15 +5,20 @@ held open by a task between calls; the synchronous worker threads call into it
 with ``asyncio.run_coroutine_threadsafe``. Opening a session (let alone
 spawning a stdio server) per call would cost more than the call. ``command``
 starts the server as a subprocess over stdio (a leading ``python``/``python3``
-means the interpreter running evaljobs); ``url`` speaks streamable HTTP.
+means the interpreter running evaljobs), only with ``--allow-code`` and in a
+child holding no secret (:mod:`.allowance`); ``url`` speaks streamable HTTP.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import json
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -25,10 +30,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from evaljobs.config import code_environment
 from evaljobs.errors import one_line
+from evaljobs.isolation import isolated
 from evaljobs.providers import deadline
-from evaljobs.tools._common import (ToolFailed, decoded, describe, exception_text,
-                                                  resolve_env)
+from evaljobs.tools._common import ToolFailed, decoded, describe, exception_text, resolve_env
+from evaljobs.tools.allowance import ToolNotAllowed, refusal
 
 
 def server_key(spec: dict[str, Any]) -> str:
@@ -220,12 +227,26 @@ class McpSession:
 async def mcp_target(spec: dict[str, Any], stack: Any) -> Any:
     """What ``mcp.Client`` connects to: a URL (with headers, a transport) or stdio parameters."""
     if spec.get("command"):
+        refused = refusal("a catalog's tool", "mcp", spec)
+        if refused:  # the caller checked; a program the catalog names never starts without the opt-in
+            raise ToolNotAllowed(refused)
         command = list(spec["command"])
         if command[0] in ("python", "python3"):
             command[0] = sys.executable
-        env = {k: resolve_env(v, f"mcp.env {k!r}") for k, v in (spec.get("env") or {}).items()}
-        return StdioServerParameters(command=command[0], args=command[1:], env=env or None,
-                                     cwd=spec.get("cwd"))
+        program = command[0]
+        found = (shutil.which(program) if os.sep not in program
+                 else os.path.join(spec.get("cwd") or "", program))
+        if not found or not os.path.exists(found):  # said here: behind `unshare` it is only "closed"
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", command[0])
+        # The server is the catalog's code: a child of basics only, a home of its own, and of this
+        # process's variables just the allowed ones its `env` names (SDK defaults are overridden or
+        # hold no secret); in a PID namespace of its own where the system allows (evaljobs.isolation).
+        home = tempfile.mkdtemp(prefix="evaljobs-mcp-")
+        stack.callback(shutil.rmtree, home, True)
+        env = code_environment(home, {k: resolve_env(v, f"mcp.env {k!r}")
+                                      for k, v in (spec.get("env") or {}).items()})
+        command = isolated(command)
+        return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=spec.get("cwd"))
     url = spec["url"]
     headers = {k: resolve_env(v, f"mcp.headers {k!r}") for k, v in (spec.get("headers") or {}).items()}
     if not headers:

@@ -8,8 +8,8 @@ It exposes two tools of an imaginary shop:
 * ``check_stock(item)`` — how many of an item are in stock.
 
 ``--test-tools`` adds two diagnostic tools that the evaljobs tests use:
-``wait(seconds)`` (to exercise timeouts) and ``stats()`` (the server's pid and
-how many calls it served, to prove a client reuses one connection).
+``wait(seconds)`` (to exercise timeouts) and ``stats()`` (the server's pid, a token naming this
+start of it, and how many calls it served, to prove a client reuses one connection).
 
 Run it::
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import uuid
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -32,6 +33,8 @@ ORDERS: dict[str, dict[str, Any]] = {
     "5678": {"order_id": "5678", "status": "delivered", "eta": None, "items": ["teapot"]},
 }
 STOCK: dict[str, int] = {"kettle": 12, "mug": 140, "teapot": 0}
+#: Names this start of the server (``stats``): its pid is 1 wherever it runs in a PID namespace of its own.
+INSTANCE = uuid.uuid4().hex
 
 
 def build_server(*, test_tools: bool = False) -> MCPServer:
@@ -63,10 +66,11 @@ def build_server(*, test_tools: bool = False) -> MCPServer:
             return f"waited {seconds}s"
 
         @server.tool()
-        def stats() -> dict[str, int]:
-            """This server process's id and how many tool calls it served."""
+        def stats() -> dict[str, Any]:
+            """This server process's id (1 in a PID namespace of its own), a token naming this start of it,
+            and how many tool calls it served."""
             calls["count"] += 1
-            return {"pid": os.getpid(), "calls": calls["count"]}
+            return {"pid": os.getpid(), "instance": INSTANCE, "calls": calls["count"]}
 
     return server
 

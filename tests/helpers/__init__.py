@@ -15,6 +15,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.viewer` — ``evaljobs view`` as a process on a free port.
 * :mod:`helpers.parity` — fixed answers for the parity suites (source tool vs evaljobs, same answers).
 * :mod:`helpers.counting` — a counting OpenAI-compatible provider process (a provider we did not write).
+* :mod:`helpers.recording` — a loopback endpoint that records every request's headers ("anywhere").
 * :mod:`helpers.otlp` — an OTLP/HTTP trace receiver (what a collector would be sent, decoded).
 * :mod:`helpers.prometheus` — a real Prometheus server scraping loopback targets, and PromQL.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
@@ -46,9 +47,10 @@ _HOMES = {
     "prometheus": ["PrometheusServer"],
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
+    "recording": ["RecordingServer"],
     "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port", "send_json"],
     "viewer": ["Viewer", "finished_run", "viewer_and_browser"],
-    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "wait_until"],
+    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "one_result_on", "wait_until"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

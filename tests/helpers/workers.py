@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/helpers/workers.py)
 
@@ -80,6 +81,21 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def one_result_on(worker: WorkerProcess, db_url: str, *args: str, env: dict[str, str] | None = None,
+                  timeout: float = 120) -> Any:
+    """``evaljobs run ARGS --db DB_URL --wait --json`` (a submitter) while ``worker`` runs; the one result
+    of the one run the database then holds."""
+    from evaljobs import store  # the benchmark scripts import this module without a database
+
+    with worker:
+        ran = evaljobs_cli("run", *args, "--db", db_url, "--wait", "--json", env=env, timeout=timeout)
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    store.connect(db_url)
+    (run,) = store.list_runs()
+    (result,) = store.list_results(run.id)
+    return result
 
 
 def evaljobs_cli(

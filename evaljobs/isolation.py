@@ -1,8 +1,9 @@
 """Where a catalog's code runs: a child process that holds no secret of the worker's (invariant 20).
 
-A ``python`` or ``javascript`` assertion (or a transform) is code the catalog's author wrote, run on the
-worker of whoever evaluates the catalog. It runs only where the operator opted in (``--allow-code``), and
-then in a child process that
+A ``python`` or ``javascript`` assertion (or a transform), and an MCP server a catalog's tool starts
+(``mcp: {command: …}``), is code the catalog's author wrote, run on the worker of whoever evaluates the
+catalog (this module sits below both evaluation and live tools, which share it). It runs only where the
+operator opted in (``--allow-code``), and then in a child process that
 
 * inherits an environment of basics only (:func:`evaljobs.config.code_environment`): no key under any
   name, whatever the worker's environment holds;
@@ -22,6 +23,11 @@ import tempfile
 from evaljobs.config import code_environment
 
 logger = logging.getLogger(__name__)
+
+#: Why a catalog's code is refused where the operator has not opted in (``--allow-code``).
+CODE_HINT = ("it is code the catalog carries, and this process runs a catalog's code only where its "
+             "operator opted in: pass --allow-code (evaljobs run, worker, pool, catalog check) or set "
+             "EVALJOBS_ALLOW_CODE=1; it then runs in a process that holds no secret (docs/security.md)")
 
 #: A user namespace (no privilege needed) holding a PID namespace and a fresh /proc; the child dies
 #: with ``unshare`` (a killed Node runner takes its code with it).
@@ -56,4 +62,4 @@ def is_isolated() -> bool:
     return bool(_prefix())
 
 
-__all__ = ["is_isolated", "isolated"]
+__all__ = ["CODE_HINT", "is_isolated", "isolated"]
