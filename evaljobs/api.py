@@ -613,21 +613,25 @@ class Session:
             on_note(f"run {new.id}: rerun of {run_id} ({'+'.join(which)}), {new.expected} pairs "
                     f"({new.strategy}, broker {broker})")
         listener, idle = self._follower(new, on_event, progress, poll)
-        if not queued:  # an in-process rerun finishes inside start: the listener hears its events
-            # start-up time: `evaljobs run` needs none of it
-            from evaljobs.pipeline import events
+        self._submitted = new.id  # what an interrupt marks
+        try:
+            if not queued:  # an in-process rerun finishes inside start: the listener hears its events
+                # start-up time: `evaljobs run` needs none of it
+                from evaljobs.pipeline import events
 
-            if listener is not None:
-                events.add_listener(listener)
-            try:
-                return self.start(new)
-            finally:
                 if listener is not None:
-                    events.remove_listener(listener)
-        self.start(new)
-        if not self.follows(new.strategy, wait):
-            return replace(store.get_run(new.id), detached=True)
-        return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
+                    events.add_listener(listener)
+                try:
+                    return self.start(new)
+                finally:
+                    if listener is not None:
+                        events.remove_listener(listener)
+            self.start(new)
+            if not self.follows(new.strategy, wait):
+                return replace(store.get_run(new.id), detached=True)
+            return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
+        except (KeyboardInterrupt, BrokenPipeError):  # as in run: Ctrl-C, or the output was closed
+            raise self._interrupted() from None
 
     def _follower(self, info: store.RunInfo, on_event: Callable[[dict[str, Any]], None] | None,
                   progress: bool, poll: float, *, local_workers: bool | None = None,

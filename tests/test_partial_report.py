@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from evaljobs import store
@@ -19,6 +20,7 @@ from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
+from helpers.workers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,22 +83,97 @@ def test_a_sweep_of_every_run_leaves_a_cancelled_run_alone(tmp_path):
     assert store.get_run(run.id).status == store.CANCELLED
 
 
-def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path, simulated_provider):
-    sim = simulated_provider(latency=0.0)
+#: Where the pipeline's reader says it has gone: ``head`` took its lines and exited, and the group it ran in
+#: closed its own copy of the pipe, so nothing reads the run's output any more.
+_HEAD_GONE = "head-gone"
+
+
+def _held_until_head_is_gone(tmp_path: Path):
+    """The provider's answer to the ``slow`` scenario: given only once ``head`` has exited (the file the
+    pipeline touches then), so the run's next line is written to a pipe nobody reads — every strategy
+    meets a closed output mid-run, whatever the machine's speed (a condition the test controls)."""
+    gone = tmp_path / _HEAD_GONE
+
+    def answers(model: str, messages: list[dict]) -> str | None:
+        if "slow" not in str(messages[-1].get("content") or ""):
+            return None
+        wait_until(gone.exists, timeout=120)
+        return "slow"
+
+    return answers
+
+
+#: After the held scenario: pairs that end only at the pair's time limit (``--time-limit 5``), so the run is
+#: far from done when its output closes: whatever a strategy had in hand then lands, the rest is missing.
+LATE = "".join(f"""\
+  - key: late{n}
+    prompt: "[sim: sleep 60] [sim: say late]"
+    expect: {{contains: [late]}}
+""" for n in range(1, 4))
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "threads", "fanout", "per-model"])
+def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path, simulated_provider,
+                                                                         strategy):
+    sim = simulated_provider(latency=0.0, answers=_held_until_head_is_gone(tmp_path))
     db = f"sqlite:///{tmp_path}/head.db"
     catalog = tmp_path / "partial.yaml"
-    catalog.write_text(CATALOG)
+    catalog.write_text(CATALOG.replace("[sim: sleep 2] ", "") + LATE)  # slow: held (above), not slept
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
     evaljobs = f"{sys.executable} -m evaljobs"
-    # the progress lines go to stderr, here into the pipe: head takes three and closes it mid-run
-    script = (f"{evaljobs} run {catalog} -m sim/a -m sim/b --db {db} --broker memory --width 2 2>&1 "
-              f"| head -3; echo \"status=${{PIPESTATUS[0]}}\" >&2")
+    # the progress lines go to stderr, here into the pipe: head takes three and exits mid-run; the group
+    # then closes its copy of the pipe and says so (the slow answers wait for that)
+    reader = f"{{ head -3; exec 0<&-; touch {tmp_path / _HEAD_GONE}; }}"
+    script = (f"{evaljobs} run {catalog} -m sim/a -m sim/b --db {db} --broker memory --width 2 "
+              f"--time-limit 5 --strategy {strategy} 2>&1 | {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "status=130" in done.stderr, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     store.connect(db)
     (run,) = store.list_runs()
+    assert run.strategy == strategy
     assert run.status == store.INTERRUPTED and run.report is None
+    assert run.persisted < run.expected == 12  # it stopped: late pairs were never taken
     text = _cli("report", run.id, "--format", "table", "--db", db).stdout
-    assert text.startswith(f"PARTIAL REPORT: run is interrupted, {run.persisted}/6 pairs finished; missing")
+    assert text.startswith(f"PARTIAL REPORT: run is interrupted, {run.persisted}/12 pairs finished; missing")
     assert f"resume it with `evaljobs recover {run.id}`" in text.splitlines()[0]
+
+
+def test_a_closed_output_at_the_last_pair_still_leaves_the_finished_run_its_report(tmp_path,
+                                                                                  simulated_provider):
+    """The line that finds the output closed is the run's last pair's: the pair is in, so the run is
+    finished and gets its one report (not an interrupted run with nothing missing)."""
+    sim = simulated_provider(latency=0.0, answers=_held_until_head_is_gone(tmp_path))
+    db = f"sqlite:///{tmp_path}/last.db"
+    catalog = tmp_path / "partial.yaml"
+    catalog.write_text(CATALOG.replace("[sim: sleep 2] ", ""))  # slow, the last pair: held until head exits
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
+    reader = f"{{ head -2; exec 0<&-; touch {tmp_path / _HEAD_GONE}; }}"
+    script = (f"{sys.executable} -m evaljobs run {catalog} -m sim/a --db {db} --strategy sequential 2>&1 "
+              f"| {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "status=130" in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    store.connect(db)
+    (run,) = store.list_runs()
+    assert (run.status, run.persisted) == (store.COMPLETE, 3) and run.report is not None
+
+
+def test_a_closed_output_interrupts_an_in_process_rerun_too(tmp_path, simulated_provider):
+    sim = simulated_provider(latency=0.0, answers=_held_until_head_is_gone(tmp_path))
+    db = f"sqlite:///{tmp_path}/rerun.db"
+    catalog = tmp_path / "partial.yaml"
+    catalog.write_text(CATALOG.replace("[sim: sleep 2] ", "") + LATE)
+    gone = tmp_path / _HEAD_GONE
+    gone.touch()  # the original run is not held
+    with Session(db=db, broker="memory") as session:
+        original = session.run(str(catalog), ["sim/a", "sim/b"], strategy="sequential", time_limit=1)
+    gone.unlink()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
+    reader = f"{{ head -3; exec 0<&-; touch {gone}; }}"
+    script = (f"{sys.executable} -m evaljobs rerun {original.id} --all --db {db} --broker memory 2>&1 "
+              f"| {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "status=130" in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    store.connect(db)
+    rerun = next(run for run in store.list_runs() if run.id != original.id)
+    assert rerun.status == store.INTERRUPTED and rerun.persisted < rerun.expected == 12
