@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,11 @@ def test_a_cancelled_run_has_a_partial_report_and_recover_resumes_it(tmp_path, s
     data = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
     assert data["partial"] == {"status": "cancelled", "finished": 1, "expected": 3,
                                "missing": ["other × sim/a", "slow × sim/a"],
+                               "missing_pairs": [{"scenario_key": "other", "model": "sim/a", "epoch": 0},
+                                                 {"scenario_key": "slow", "model": "sim/a", "epoch": 0}],
                                "resume": f"evaljobs recover {run.id}"}
+    _assert_junit_lists_what_did_not_finish(_cli("report", run.id, "--format", "junit", "--db", db).stdout,
+                                            run.id)
     assert store.get_run(run.id).report is None  # a view: nothing stored
 
     resumed = _cli("recover", run.id, "--db", db, "--broker", "memory")
@@ -71,6 +76,46 @@ def test_a_cancelled_run_has_a_partial_report_and_recover_resumes_it(tmp_path, s
     assert done.status == store.COMPLETE and done.report is not None and "partial" not in done.report
     final = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
     assert final == done.report and final["summary"]["results"] == 3
+
+
+def _assert_junit_lists_what_did_not_finish(xml: str, run_id: str) -> None:
+    """JUnit: the suite says the report is partial; each missing pair is a test case in error (CI shows it
+    red: a run that did not finish never reads as green), the finished one is as it was."""
+    root = ET.fromstring(xml)
+    assert root.get("name") == "evaljobs partial (partial: 1/3 pairs)"
+    assert (root.get("tests"), root.get("errors"), root.get("failures")) == ("3", "2", "0")
+    (suite,) = root.findall("testsuite")
+    assert (suite.get("tests"), suite.get("errors")) == ("3", "2")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["partial"] == (f"run is cancelled, 1/3 pairs finished, 2 missing; "
+                                f"resume it with `evaljobs recover {run_id}`")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    assert list(cases) == ["quick", "other", "slow"]  # the catalog's order, unfinished ones after
+    assert len(cases["quick"]) == 0  # passed
+    for key in ("other", "slow"):
+        (error,) = cases[key]
+        assert (error.tag, error.get("type")) == ("error", "not_finished")
+        assert error.get("message") == ("not finished: run is cancelled; "
+                                        f"resume it with `evaljobs recover {run_id}`")
+
+
+def test_junit_of_a_partial_run_with_epochs_marks_missing_epochs(tmp_path):
+    db = f"sqlite:///{tmp_path}/epochs.db"
+    store.connect(db)
+    run = store.create_run(loads_catalog(CATALOG), ["sim/a"], strategy="fanout", epochs=2)
+    store.mark_running(run.id)
+    store.record_result(run.id, Result("quick", "sim/a", "passed", 1.0, output="quick", epoch=0))
+    store.record_result(run.id, Result("quick", "sim/a", "passed", 1.0, output="quick", epoch=1))
+    store.record_result(run.id, Result("other", "sim/a", "passed", 1.0, output="other", epoch=1))
+    store.interrupt(run.id)
+    root = ET.fromstring(_cli("report", run.id, "--format", "junit", "--db", db).stdout)
+    (suite,) = root.findall("testsuite")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    assert [case.find("error") is not None for case in cases.values()] == [False, False, True]
+    other = {p.get("name"): p.get("value") for p in cases["other"].iter("property")}
+    assert other == {"missing_epochs": "0"}
+    assert cases["slow"].find("error").text.startswith("no result yet (epochs 0, 1): run is interrupted, 3/6")
+    assert (suite.get("tests"), suite.get("errors")) == ("3", "1")
 
 
 def test_a_sweep_of_every_run_leaves_a_cancelled_run_alone(tmp_path):

@@ -29,6 +29,9 @@ def partial_report(run_id: str, build: ReportBuilder) -> dict[str, Any]:
         "finished": len(results),
         "expected": run.expected,
         "missing": [pair_label(*pair, epochs=epochs) for pair in missing],
+        # the same pairs for machines (JUnit lists each as a test case that did not finish)
+        "missing_pairs": [{"scenario_key": key, "model": model, "epoch": epoch}
+                          for key, model, epoch in missing],
         "resume": f"evaljobs recover {run.id}",
     }
     return built
