@@ -134,3 +134,23 @@ def test_the_viewer_compare_page_lists_the_changed_pairs(edited, tmp_path):
     assert run_page.status_code == 200
     order = [key for key in re.findall(r'data-key="(\w+)"', run_page.text) if key in ("zeta", "alpha", "mid")]
     assert list(dict.fromkeys(order)) == ["zeta", "alpha", "mid"], order
+
+
+def test_the_epochs_block_keeps_the_catalogs_own_order_too(tmp_path, simulated_provider):
+    """With epochs the per-pair statistics (JSON ``epochs.pairs``, the HTML section, JUnit's test cases)
+    follow the catalog's order."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/epochs.db"
+    path = tmp_path / "v1.yaml"
+    path.write_text(CATALOG.format(code="41"))
+    with Session(db=db, broker="memory") as session:
+        run = session.submit(str(path), MODELS, strategy="sequential", epochs=2)
+    report = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
+    assert [(p["scenario_key"], p["model"]) for p in report["epochs"]["pairs"]] == [
+        (key, model) for key in ("zeta", "alpha", "mid") for model in MODELS]
+    html = _cli("report", run.id, "--format", "html", "--db", db).stdout
+    section = html.split('id="epoch-pairs"')[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>(\w+)</td><td>sim/fast</td>", section) == ["zeta", "alpha", "mid"], section
+    junit = _cli("report", run.id, "--format", "junit", "--db", db).stdout
+    cases = re.findall(r'<testcase classname="edits\.sim/fast" name="(\w+)"', junit)
+    assert cases == ["zeta", "alpha", "mid"]

@@ -122,12 +122,17 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         if r.details:
             entry.update(judge_entry(r.details))
         add(entry)
+    in_catalog_order = None
     if run.get("scenario_order"):
         # the rows as the catalog lists its scenarios (runs before schema 5: by key); every sum above
         # was taken in key order, so the numbers do not depend on the order the catalog was written in
         position = {key: i for i, key in enumerate(run["scenario_order"])}
         last = len(position)
-        compact.sort(key=lambda entry: position.get(entry["scenario_key"], last))
+
+        def in_catalog_order(entries: list[dict[str, Any]]) -> None:
+            entries.sort(key=lambda entry: position.get(entry["scenario_key"], last))  # stable: by model
+
+        in_catalog_order(compact)
         run = {**run, "order": "catalog"}  # the report says so (compare lists its pairs that way)
     per_model = [_model_block(model, by_model[model]) for model in models]
     report: dict[str, Any] = {
@@ -141,6 +146,8 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     if with_epoch:  # only then: a single-epoch report is what it was before epochs existed
         report["run"]["epochs"] = epochs
         report["epochs"] = epochs_block(ordered, models, epochs, run.get("thresholds"))
+        if in_catalog_order is not None:  # its per-model figures were taken in key order (above)
+            in_catalog_order(report["epochs"]["pairs"])
     return report
 
 
