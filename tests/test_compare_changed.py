@@ -154,3 +154,58 @@ def test_the_epochs_block_keeps_the_catalogs_own_order_too(tmp_path, simulated_p
     junit = _cli("report", run.id, "--format", "junit", "--db", db).stdout
     cases = re.findall(r'<testcase classname="edits\.sim/fast" name="(\w+)"', junit)
     assert cases == ["zeta", "alpha", "mid"]
+
+
+#: Two judges that disagree on the same answer: ``sim/lenient`` passes it, ``sim/strict`` fails it.
+VERDICTS = ('[sim@lenient: say {\\"score\\": 1, \\"reason\\": \\"kind\\"}] '
+            '[sim@strict: say {\\"score\\": 0, \\"reason\\": \\"curt\\"}]')
+JUDGED = f"""\
+name: judged
+scenarios:
+  - key: plain
+    prompt: "Say hello [sim: say hello there]"
+    expect: {{contains: [hello]}}
+  - key: kind
+    prompt: "Say sorry [sim: say sorry about that]"
+    expect:
+      judge: "Apologises. {VERDICTS}"
+"""
+
+
+def test_a_changed_judge_model_is_changed_not_a_regression(tmp_path, simulated_provider):
+    """The same catalog judged by another judge (``--judge-model``): what decided the verdict changed, so the
+    judged pair is "changed" in compare, never a regression; the unjudged pair compares as before."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/judge.db"
+    path = tmp_path / "judged.yaml"
+    path.write_text(JUDGED)
+    with Session(db=db, broker="memory") as session:
+        a = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/lenient")
+        b = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/strict")
+    assert [r.status for r in store.list_results(b.id) if r.scenario_key == "kind"] == ["failed"]
+    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    assert data["summary"]["regressed"] == 0 and data["flipped"] == []
+    assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
+    same = json.loads(_cli("compare", a.id, a.id, "--json", "--db", db).stdout)  # same judge: nothing changed
+    assert same["summary"]["changed"] == 0
+
+
+def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(tmp_path, simulated_provider):
+    """``--reuse`` copies a judged verdict only when the judge that gave it is the one this run would ask: a
+    providers file's ``judge_model`` counts, not only ``--judge-model``."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/reuse.db"
+    path = tmp_path / "judged.yaml"
+    path.write_text(JUDGED)
+    lenient, strict = tmp_path / "lenient.yaml", tmp_path / "strict.yaml"
+    lenient.write_text("judge_model: sim/lenient\n")
+    strict.write_text("judge_model: sim/strict\n")
+    with Session(db=db, broker="memory", providers=str(lenient)) as session:
+        a = session.submit(str(path), ["sim/fast"], strategy="sequential")
+    with Session(db=db, broker="memory", providers=str(strict)) as session:
+        b = session.submit(str(path), ["sim/fast"], strategy="sequential", reuse=a.id)
+        line = session.reuse_note
+    rows = {r.scenario_key: r for r in store.list_results(b.id)}
+    assert rows["plain"].reused_from == a.id  # unjudged and unchanged: copied
+    assert rows["kind"].reused_from is None and rows["kind"].status == "failed"  # judged again, by sim/strict
+    assert line == f"reused 1 of 2 pairs from {a.id} (1 changed, 0 new)"

@@ -34,6 +34,23 @@ def scenario_digest(scenario: Scenario) -> str:
     return digest_of(_scenario_body(scenario))
 
 
+def verdict_digest(scenario: str | None, judge_model: str | None) -> str | None:
+    """What decided a pair's verdict, as one digest: its scenario's digest (conversation, expectations,
+    judge rubric, graders) and, when it was judged, the judge model that judged it — wherever that was
+    named (``--judge-model``, the catalog, the providers file). An unjudged pair's is its scenario's digest,
+    so rows stored before the judge was folded in still compare. None when the scenario's is unknown."""
+    if scenario is None or not judge_model:
+        return scenario
+    return digest_of({"scenario": scenario, "judge_model": judge_model})
+
+
+def judge_model_of(details: Any) -> str | None:
+    """The judge model a pair's stored details name (None: not judged, or not recorded)."""
+    judge = details.get("judge") if isinstance(details, dict) else None
+    model = judge.get("model") if isinstance(judge, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
 def digest_of(body: dict[str, Any]) -> str:
     """``sha256:`` of the canonical JSON of a catalog body."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -119,4 +136,4 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
     }
 
 
-__all__ = ["build_catalog", "digest_of", "scenario_digest"]
+__all__ = ["build_catalog", "digest_of", "judge_model_of", "scenario_digest", "verdict_digest"]

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Sequence, cast
 import peewee
 from peewee import SQL, fn
 
+from evaljobs.catalog.digest import judge_model_of, verdict_digest
 from evaljobs.collector import gc_paused
 from evaljobs.redact import redact_text, redact_value
 from evaljobs.evaluation.result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
@@ -342,7 +343,9 @@ def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_dig
         latency_ms=_float_or_none(result.latency_ms),
         epoch=int(result.epoch),
         reused_from=result.reused_from,
-        scenario_digest=result.scenario_digest or scenario_digest_in(catalog_digest, result.scenario_key),
+        # what decided the verdict: the scenario and, when judged, the judge model (compare: "changed")
+        scenario_digest=result.scenario_digest or verdict_digest(
+            scenario_digest_in(catalog_digest, result.scenario_key), judge_model_of(result.details)),
         cache_read_tokens=int(result.cache_read_tokens or 0),
         cache_write_tokens=int(result.cache_write_tokens or 0),
         reasoning_tokens=None if result.reasoning_tokens is None else int(result.reasoning_tokens),
