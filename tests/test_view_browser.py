@@ -64,7 +64,8 @@ PAIRS = {
     ("hostile", "sim/b"): ("passed", "passed", "I would rather not."),
 }
 FLIPS = {("order-status", "sim/b"): "regressed", ("cancel-order", "sim/a"): "fixed",
-         ("refund", "sim/a"): "regressed", ("invoice", "sim/a"): "changed", ("hostile", "sim/a"): "regressed"}
+         ("refund", "sim/a"): "regressed", ("invoice", "sim/a"): "failed_errored",
+         ("hostile", "sim/a"): "regressed"}
 
 
 def _result(key: str, model: str, status: str, answer: str) -> Result:

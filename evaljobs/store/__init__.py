@@ -60,7 +60,7 @@ from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STA
                                    ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.pages import Cell, RunRow
-from evaljobs.store.partial import partial_report
+from evaljobs.store.partial import STOPPED_STATUSES, Unfinished, partial_report, resume_command, unfinished
 from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
@@ -118,6 +118,10 @@ __all__ = [
     "load_snapshot",
     "forget_snapshots",
     "partial_report",
+    "resume_command",
+    "STOPPED_STATUSES",
+    "Unfinished",
+    "unfinished",
     "resume",
     "scenario_digest_in",
     "count_runs",
