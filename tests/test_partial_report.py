@@ -157,6 +157,18 @@ LATE = "".join(f"""\
 """ for n in range(1, 4))
 
 
+def _through_head(tmp_path: Path, sim, command: str, lines: int) -> None:
+    """``python -m evaljobs COMMAND 2>&1 | head -LINES`` in a real shell: the reader exits mid-run, then its
+    group closes its copy of the pipe and says so (the held answers wait for that). The command exits 130
+    with no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
+    reader = f"{{ head -{lines}; exec 0<&-; touch {tmp_path / _HEAD_GONE}; }}"
+    script = f"{sys.executable} -m evaljobs {command} 2>&1 | {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2"
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "status=130" in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("strategy", ["sequential", "threads", "fanout", "per-model"])
 def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path, simulated_provider,
                                                                          strategy):
@@ -164,16 +176,9 @@ def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path
     db = f"sqlite:///{tmp_path}/head.db"
     catalog = tmp_path / "partial.yaml"
     catalog.write_text(CATALOG.replace("[sim: sleep 2] ", "") + LATE)  # slow: held (above), not slept
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
-    evaljobs = f"{sys.executable} -m evaljobs"
-    # the progress lines go to stderr, here into the pipe: head takes three and exits mid-run; the group
-    # then closes its copy of the pipe and says so (the slow answers wait for that)
-    reader = f"{{ head -3; exec 0<&-; touch {tmp_path / _HEAD_GONE}; }}"
-    script = (f"{evaljobs} run {catalog} -m sim/a -m sim/b --db {db} --broker memory --width 2 "
-              f"--time-limit 5 --strategy {strategy} 2>&1 | {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert "status=130" in done.stderr, done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
+    # the progress lines go to stderr, here into the pipe: head takes three and exits mid-run
+    _through_head(tmp_path, sim, f"run {catalog} -m sim/a -m sim/b --db {db} --broker memory --width 2 "
+                                 f"--time-limit 5 --strategy {strategy}", 3)
     store.connect(db)
     (run,) = store.list_runs()
     assert run.strategy == strategy
@@ -192,12 +197,7 @@ def test_a_closed_output_at_the_last_pair_still_leaves_the_finished_run_its_repo
     db = f"sqlite:///{tmp_path}/last.db"
     catalog = tmp_path / "partial.yaml"
     catalog.write_text(CATALOG.replace("[sim: sleep 2] ", ""))  # slow, the last pair: held until head exits
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
-    reader = f"{{ head -2; exec 0<&-; touch {tmp_path / _HEAD_GONE}; }}"
-    script = (f"{sys.executable} -m evaljobs run {catalog} -m sim/a --db {db} --strategy sequential 2>&1 "
-              f"| {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert "status=130" in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    _through_head(tmp_path, sim, f"run {catalog} -m sim/a --db {db} --strategy sequential", 2)
     store.connect(db)
     (run,) = store.list_runs()
     assert (run.status, run.persisted) == (store.COMPLETE, 3) and run.report is not None
@@ -213,12 +213,7 @@ def test_a_closed_output_interrupts_an_in_process_rerun_too(tmp_path, simulated_
     with Session(db=db, broker="memory") as session:
         original = session.run(str(catalog), ["sim/a", "sim/b"], strategy="sequential", time_limit=1)
     gone.unlink()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
-    reader = f"{{ head -3; exec 0<&-; touch {gone}; }}"
-    script = (f"{sys.executable} -m evaljobs rerun {original.id} --all --db {db} --broker memory 2>&1 "
-              f"| {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2")
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert "status=130" in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    _through_head(tmp_path, sim, f"rerun {original.id} --all --db {db} --broker memory", 3)
     store.connect(db)
     rerun = next(run for run in store.list_runs() if run.id != original.id)
     assert rerun.status == store.INTERRUPTED and rerun.persisted < rerun.expected == 12

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from helpers import Viewer
 from helpers.browser import Browser
-from helpers.layout import hidden, overflow, screenshot, set_width
+from helpers.layout import hidden, open_at, overflow, screenshot
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
@@ -96,13 +96,7 @@ def site(chromium, redis_server, tmp_path_factory):
 
 
 def _open(site, path: str, width: int) -> Browser:
-    browser = site["browser"]
-    set_width(browser, width)
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(site["url"] + path)
-    browser.wait_for("document.body && document.body.dataset.ready")
-    return browser
+    return open_at(site["browser"], site["url"] + path, width)
 
 
 def _rows(browser: Browser, table: str) -> list[list[str]]:

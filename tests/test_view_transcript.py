@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import Viewer
 from helpers.browser import Browser, BrowserError
-from helpers.layout import WIDTHS, hidden, overflow, screenshot, set_width
+from helpers.layout import WIDTHS, hidden, open_at, overflow, screenshot, set_width
 
 from evaljobs import config, store
 from evaljobs.api import Session
@@ -84,13 +84,7 @@ def site(chromium, redis_server, tmp_path_factory, module_simulated_provider):
 
 
 def _open(site, path: str, width: int = 1400) -> Browser:
-    browser = site["browser"]
-    set_width(browser, width)
-    browser.navigate("about:blank")
-    browser.events.clear()
-    browser.navigate(site["url"] + path)
-    browser.wait_for("document.body && document.body.dataset.ready")
-    return browser
+    return open_at(site["browser"], site["url"] + path, width)
 
 
 def _transcript(run: str, key: str, model: str) -> str:
