@@ -835,8 +835,10 @@ class Session:
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
         # rows stored before they carried their scenario's digest: their run's snapshot tells it
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
-                             digests_a=partial(store.scenario_digest_in, base.digest),
-                             digests_b=partial(store.scenario_digest_in, info.digest),
+                             digests_a=partial(store.verdict_digest_in, base.digest,
+                                               judges=store.run_judges(base.options)),
+                             digests_b=partial(store.verdict_digest_in, info.digest,
+                                               judges=store.run_judges(info.options)),
                              order=info.scenario_order or base.scenario_order)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------

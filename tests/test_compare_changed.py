@@ -209,3 +209,7 @@ def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(tmp
     assert rows["plain"].reused_from == a.id  # unjudged and unchanged: copied
     assert rows["kind"].reused_from is None and rows["kind"].status == "failed"  # judged again, by sim/strict
     assert line == f"reused 1 of 2 pairs from {a.id} (1 changed, 0 new)"
+    # and compare says the same of it: another judge (named by the providers file) decided it
+    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
+    assert data["summary"]["regressed"] == 0

@@ -13,8 +13,8 @@ exact test, p < :data:`~evaljobs.reports.variance.SIGNIFICANCE` (0.05); otherwis
 its kind is ``flaky`` and it is not counted as a regression.
 
 A pair whose scenario changed between the two runs — its conversation, expectations, judge rubric or
-graders, or the judge model that judged it: each row carries the digest of what decided its verdict
-(:func:`evaljobs.catalog.digest.verdict_digest`; what ``--reuse`` decides by) — is ``changed``: the
+graders, or the judge model its run judges it with: each row carries the digest of what decides its
+verdict (:func:`evaljobs.catalog.digest.scenario_verdict_digest`) — is ``changed``: the
 catalog was edited, so its verdicts do not compare, and it is never counted as a regression or a fix
 (nor in the per-model pass rates, which compare like with like). A side whose rows carry no digest (stored
 before they were kept) can be given its run's digests by scenario key.
@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
-from evaljobs.catalog.digest import judge_model_of, verdict_digest
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED, Result
 from evaljobs.reports._format import known_sum
 from evaljobs.reports.caching import side_cache
@@ -447,10 +446,9 @@ def _over_epochs(found: list[Outcome], threshold: float | None = None) -> Outcom
                    answered_by=versions or None)
 
 
-def _digest(own: str | None, key: str, digests: Digests | None, judge_model: str | None) -> str | None:
-    """The row's verdict digest, else (a row stored before it was kept) its run's snapshot's digest of the
-    scenario with the judge model the row names folded in, as the store stamps it."""
-    found = own or verdict_digest(digests(key) if digests is not None else None, judge_model)
+def _digest(own: str | None, key: str, digests: Digests | None) -> str | None:
+    """The row's verdict digest, else (a row stored before it was kept) what its run tells of the scenario."""
+    found = own or (digests(key) if digests is not None else None)
     return short_digest(found) if found else None
 
 
@@ -460,7 +458,7 @@ def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple
             key, model = row.scenario_key, row.model
             outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault,
                               passes=int(row.status == PASSED), failures=int(row.status == FAILED),
-                              digest=_digest(row.scenario_digest, key, digests, judge_model_of(row.details)),
+                              digest=_digest(row.scenario_digest, key, digests),
                               answered_by=row.answered_by)
         else:
             key, model = row["scenario_key"], row["model"]
@@ -471,7 +469,7 @@ def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple
                 row.get("fault"),
                 passes=int(row["status"] == PASSED),
                 failures=int(row["status"] == FAILED),
-                digest=_digest(row.get("scenario_digest"), key, digests, judge_model_of(row)),
+                digest=_digest(row.get("scenario_digest"), key, digests),
                 answered_by=row.get("answered_by"),
             )
         if outcome.status not in (PASSED, FAILED, ERRORED):
