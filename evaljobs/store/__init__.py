@@ -62,7 +62,7 @@ from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.pages import Cell, RunRow
 from evaljobs.store.partial import STOPPED_STATUSES, Unfinished, partial_report, resume_command, unfinished
 from evaljobs.store.snapshots import (forget_snapshots, load_snapshot, run_judges, save_snapshot,
-                                      scenario_digest_in, verdict_digest_in)
+                                      verdict_digest_in)
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
 cache_get = cache.get
@@ -124,7 +124,6 @@ __all__ = [
     "Unfinished",
     "unfinished",
     "resume",
-    "scenario_digest_in",
     "run_judges",
     "verdict_digest_in",
     "count_runs",

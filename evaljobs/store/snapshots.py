@@ -8,14 +8,13 @@ import json
 from typing import Any
 
 from evaljobs.catalog import Catalog, catalog_from_body
-from evaljobs.catalog.digest import scenario_digest, scenario_verdict_digest
+from evaljobs.catalog.digest import scenario_verdict_digest
 from evaljobs.store.connections import _connection, _reconnecting
 from evaljobs.store.errors import UnknownSnapshot
 from evaljobs.store.schema import Snapshot, _dumps, _now
 
 _snapshots: dict[str, Catalog] = {}
-#: (catalog digest, scenario key) → the scenario's digest: a snapshot never changes, so once a process.
-_scenario_digests: dict[tuple[str, str], str] = {}
+#: (catalog digest, scenario key, the run's judges) → what decides the verdict (a snapshot never changes).
 _verdict_digests: dict[tuple[str, str, tuple[str | None, str | None]], str] = {}
 
 
@@ -42,20 +41,6 @@ def load_snapshot(digest: str) -> Catalog:
         raise UnknownSnapshot(f"unknown catalog snapshot {digest!r}: the run's catalog was never saved here")
     catalog = catalog_from_body(json.loads(body), source=f"<snapshot {digest[:12]}>")
     return _snapshots.setdefault(digest, catalog)
-
-
-def scenario_digest_in(digest: str, key: str) -> str | None:
-    """The digest of scenario ``key`` of the catalog snapshotted under ``digest`` (None: no such scenario):
-    what each result row is stamped with, and what a row stored before it was tells (invariant 16)."""
-    found = _scenario_digests.get((digest, key))
-    if found is None:
-        catalog = load_snapshot(digest)
-        if key not in catalog:
-            return None
-        if len(_scenario_digests) >= 100_000:
-            _scenario_digests.clear()
-        found = _scenario_digests[(digest, key)] = scenario_digest(catalog.scenario(key))
-    return found
 
 
 #: A run's judges as :func:`verdict_digest_in` takes them: its ``--judge-model`` and its providers file's.
@@ -90,5 +75,4 @@ def verdict_digest_in(digest: str, key: str, judges: Judges = (None, None)) -> s
 def forget_snapshots() -> None:
     """Empty this process's snapshot cache: the next load reads the database again."""
     _snapshots.clear()
-    _scenario_digests.clear()
     _verdict_digests.clear()
