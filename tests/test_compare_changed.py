@@ -72,14 +72,15 @@ def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edite
     assert table.exit_code == 0, table.output  # a catalog edit fails no regression gate
     assert table.stdout.splitlines()[0] == (
         f"compare {a} → {b}: 6 common pairs: 0 regressed, 0 fixed, 0 failed↔errored, "
-        "2 changed (scenario edited, not counted)")
+        "2 changed (scenario or judge changed, not counted)")
     assert "no pair flipped" in table.stdout
 
 
 def test_the_report_against_a_baseline_says_changed(edited, tmp_path):
     db, a, b = edited
     markdown = _cli("report", b, "--baseline", a, "--db", db).stdout
-    assert "0 regressed, 0 fixed" in markdown and "2 changed (scenario edited, not counted)" in markdown
+    assert "0 regressed, 0 fixed" in markdown
+    assert "2 changed (scenario or judge changed, not counted)" in markdown
     assert "**Changed scenarios (2)**" in markdown
     assert "| `alpha` | `sim/fast` | passed → failed |" in markdown
     html = _cli("report", b, "--baseline", a, "--format", "html", "--db", db).stdout

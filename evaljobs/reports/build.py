@@ -436,7 +436,7 @@ def _signed_pp(value: float) -> str:
 
 def _markdown_baseline(comparison: Comparison) -> list[str]:
     c = comparison
-    changed = f", {len(c.changed)} changed (scenario edited, not counted)" if c.changed else ""
+    changed = f", {len(c.changed)} changed (scenario or judge changed, not counted)" if c.changed else ""
     lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
                  f"{len(c.fixed)} fixed, {len(c.failed_errored)} failed↔errored of {len(c.common)} "
                  f"common pairs{changed} · "
@@ -463,8 +463,9 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
     else:
         lines += ["", "No pair flipped."]
     if c.changed:
-        lines += ["", f"**Changed scenarios ({len(c.changed)})**: edited between the runs, so not counted "
-                      "as regressions or fixes", "", "| Scenario | Model | Status |", "|---|---|---|"]
+        lines += ["", f"**Changed scenarios ({len(c.changed)})**: the scenario or its judge changed between "
+                      "the runs, so not counted as regressions or fixes", "", "| Scenario | Model | Status |",
+                  "|---|---|---|"]
         lines += [f"| {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} |"
                   for f in c.changed[:MARKDOWN_FLIPS]]
         if len(c.changed) > MARKDOWN_FLIPS:

@@ -329,7 +329,8 @@ class Comparison:
             only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
                     f"{len(self.only_b)} only in {self.run_b or 'B'}")
         flaky = f", {len(self.flaky)} flaky (not significant)" if self.flaky else ""
-        changed = (f", {len(self.changed)} changed (scenario edited, not counted)" if self.changed else "")
+        changed = (f", {len(self.changed)} changed (scenario or judge changed, not counted)"
+                   if self.changed else "")
         return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
                 f"{len(self.failed_errored)} failed↔errored{changed}{flaky}{only}")
 
@@ -578,8 +579,8 @@ def render_comparison(comparison: Comparison) -> str:
     else:
         out += ["", "no pair flipped"]
     if c.changed:
-        out += ["", f"changed: the scenario was edited between the runs, not counted as regressions or fixes "
-                    f"({len(c.changed)}):"]
+        out += ["", "changed: the scenario or its judge changed between the runs, not counted as regressions "
+                    f"or fixes ({len(c.changed)}):"]
         out += ["  " + line for line in _table(
             ("SCENARIO", "MODEL", "STATUS", "Δ SCORE"),
             [(f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0)) for f in c.changed],
