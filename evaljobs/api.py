@@ -626,21 +626,25 @@ class Session:
             on_note(f"run {new.id}: rerun of {run_id} ({'+'.join(which)}), {new.expected} pairs "
                     f"({new.strategy}, broker {broker})")
         listener, idle = self._follower(new, on_event, progress, poll)
-        if not queued:  # an in-process rerun finishes inside start: the listener hears its events
-            # start-up time: `evaljobs run` needs none of it
-            from evaljobs.pipeline import events
+        self._submitted = new.id  # what an interrupt marks
+        try:
+            if not queued:  # an in-process rerun finishes inside start: the listener hears its events
+                # start-up time: `evaljobs run` needs none of it
+                from evaljobs.pipeline import events
 
-            if listener is not None:
-                events.add_listener(listener)
-            try:
-                return self.start(new)
-            finally:
                 if listener is not None:
-                    events.remove_listener(listener)
-        self.start(new)
-        if not self.follows(new.strategy, wait):
-            return replace(store.get_run(new.id), detached=True)
-        return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
+                    events.add_listener(listener)
+                try:
+                    return self.start(new)
+                finally:
+                    if listener is not None:
+                        events.remove_listener(listener)
+            self.start(new)
+            if not self.follows(new.strategy, wait):
+                return replace(store.get_run(new.id), detached=True)
+            return self.wait(new.id, on_event=listener, idle=idle, timeout=timeout, poll=poll)
+        except (KeyboardInterrupt, BrokenPipeError):  # as in run: Ctrl-C, or the output was closed
+            raise self._interrupted() from None
 
     def _follower(self, info: store.RunInfo, on_event: Callable[[dict[str, Any]], None] | None,
                   progress: bool, poll: float, *, local_workers: bool | None = None,
@@ -872,8 +876,10 @@ class Session:
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
         # rows stored before they carried their scenario's digest: their run's snapshot tells it
         return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
-                             digests_a=partial(store.scenario_digest_in, base.digest),
-                             digests_b=partial(store.scenario_digest_in, info.digest),
+                             digests_a=partial(store.verdict_digest_in, base.digest,
+                                               judges=store.run_judges(base.options)),
+                             digests_b=partial(store.verdict_digest_in, info.digest,
+                                               judges=store.run_judges(info.options)),
                              order=info.scenario_order or base.scenario_order)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------

@@ -235,9 +235,11 @@ def test_cli_compare_shows_exactly_the_flipped_pairs(two_runs) -> None:
     table = _cli(db, "compare", a, b)
     assert table.exit_code == 0
     assert table.stdout.splitlines()[0] == (f"compare {a} → {b}: 8 common pairs: 2 regressed, 2 fixed, "
-                                            "0 failed↔errored, 2 changed (scenario edited, not counted)")
+                                            "0 failed↔errored, 2 changed (scenario or judge changed, "
+                                            "not counted)")
     assert "steady" not in table.stdout
-    changed = table.stdout.split("changed: the scenario was edited between the runs")[1].splitlines()
+    changed = table.stdout.split("changed: the scenario or its judge changed between the runs")[1]
+    changed = changed.splitlines()
     assert [line.split()[:2] for line in changed[2:4]] == [["crashes", "sim/fast"], ["crashes", "sim/smart"]]
 
 

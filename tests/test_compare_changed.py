@@ -72,14 +72,15 @@ def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edite
     assert table.exit_code == 0, table.output  # a catalog edit fails no regression gate
     assert table.stdout.splitlines()[0] == (
         f"compare {a} → {b}: 6 common pairs: 0 regressed, 0 fixed, 0 failed↔errored, "
-        "2 changed (scenario edited, not counted)")
+        "2 changed (scenario or judge changed, not counted)")
     assert "no pair flipped" in table.stdout
 
 
 def test_the_report_against_a_baseline_says_changed(edited, tmp_path):
     db, a, b = edited
     markdown = _cli("report", b, "--baseline", a, "--db", db).stdout
-    assert "0 regressed, 0 fixed" in markdown and "2 changed (scenario edited, not counted)" in markdown
+    assert "0 regressed, 0 fixed" in markdown
+    assert "2 changed (scenario or judge changed, not counted)" in markdown
     assert "**Changed scenarios (2)**" in markdown
     assert "| `alpha` | `sim/fast` | passed → failed |" in markdown
     html = _cli("report", b, "--baseline", a, "--format", "html", "--db", db).stdout
@@ -134,3 +135,82 @@ def test_the_viewer_compare_page_lists_the_changed_pairs(edited, tmp_path):
     assert run_page.status_code == 200
     order = [key for key in re.findall(r'data-key="(\w+)"', run_page.text) if key in ("zeta", "alpha", "mid")]
     assert list(dict.fromkeys(order)) == ["zeta", "alpha", "mid"], order
+
+
+def test_the_epochs_block_keeps_the_catalogs_own_order_too(tmp_path, simulated_provider):
+    """With epochs the per-pair statistics (JSON ``epochs.pairs``, the HTML section, JUnit's test cases)
+    follow the catalog's order."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/epochs.db"
+    path = tmp_path / "v1.yaml"
+    path.write_text(CATALOG.format(code="41"))
+    with Session(db=db, broker="memory") as session:
+        run = session.submit(str(path), MODELS, strategy="sequential", epochs=2)
+    report = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
+    assert [(p["scenario_key"], p["model"]) for p in report["epochs"]["pairs"]] == [
+        (key, model) for key in ("zeta", "alpha", "mid") for model in MODELS]
+    html = _cli("report", run.id, "--format", "html", "--db", db).stdout
+    section = html.split('id="epoch-pairs"')[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>(\w+)</td><td>sim/fast</td>", section) == ["zeta", "alpha", "mid"], section
+    junit = _cli("report", run.id, "--format", "junit", "--db", db).stdout
+    cases = re.findall(r'<testcase classname="edits\.sim/fast" name="(\w+)"', junit)
+    assert cases == ["zeta", "alpha", "mid"]
+
+
+#: Two judges that disagree on the same answer: ``sim/lenient`` passes it, ``sim/strict`` fails it.
+VERDICTS = ('[sim@lenient: say {\\"score\\": 1, \\"reason\\": \\"kind\\"}] '
+            '[sim@strict: say {\\"score\\": 0, \\"reason\\": \\"curt\\"}]')
+JUDGED = f"""\
+name: judged
+scenarios:
+  - key: plain
+    prompt: "Say hello [sim: say hello there]"
+    expect: {{contains: [hello]}}
+  - key: kind
+    prompt: "Say sorry [sim: say sorry about that]"
+    expect:
+      judge: "Apologises. {VERDICTS}"
+"""
+
+
+def test_a_changed_judge_model_is_changed_not_a_regression(tmp_path, simulated_provider):
+    """The same catalog judged by another judge (``--judge-model``): what decided the verdict changed, so the
+    judged pair is "changed" in compare, never a regression; the unjudged pair compares as before."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/judge.db"
+    path = tmp_path / "judged.yaml"
+    path.write_text(JUDGED)
+    with Session(db=db, broker="memory") as session:
+        a = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/lenient")
+        b = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/strict")
+    assert [r.status for r in store.list_results(b.id) if r.scenario_key == "kind"] == ["failed"]
+    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    assert data["summary"]["regressed"] == 0 and data["flipped"] == []
+    assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
+    same = json.loads(_cli("compare", a.id, a.id, "--json", "--db", db).stdout)  # same judge: nothing changed
+    assert same["summary"]["changed"] == 0
+
+
+def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(tmp_path, simulated_provider):
+    """``--reuse`` copies a judged verdict only when the judge that gave it is the one this run would ask: a
+    providers file's ``judge_model`` counts, not only ``--judge-model``."""
+    simulated_provider(latency=0.0)
+    db = f"sqlite:///{tmp_path}/reuse.db"
+    path = tmp_path / "judged.yaml"
+    path.write_text(JUDGED)
+    lenient, strict = tmp_path / "lenient.yaml", tmp_path / "strict.yaml"
+    lenient.write_text("judge_model: sim/lenient\n")
+    strict.write_text("judge_model: sim/strict\n")
+    with Session(db=db, broker="memory", providers=str(lenient)) as session:
+        a = session.submit(str(path), ["sim/fast"], strategy="sequential")
+    with Session(db=db, broker="memory", providers=str(strict)) as session:
+        b = session.submit(str(path), ["sim/fast"], strategy="sequential", reuse=a.id)
+        line = session.reuse_note
+    rows = {r.scenario_key: r for r in store.list_results(b.id)}
+    assert rows["plain"].reused_from == a.id  # unjudged and unchanged: copied
+    assert rows["kind"].reused_from is None and rows["kind"].status == "failed"  # judged again, by sim/strict
+    assert line == f"reused 1 of 2 pairs from {a.id} (1 changed, 0 new)"
+    # and compare says the same of it: another judge (named by the providers file) decided it
+    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
+    assert data["summary"]["regressed"] == 0

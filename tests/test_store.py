@@ -227,7 +227,7 @@ def test_record_result_round_trips_every_field(run: store.RunInfo) -> None:
     assert store.record_result(run.id, result).inserted
     [stored] = store.list_results(run.id)
     # stamped with the digest of the scenario it was graded against (what compare tells an edit by)
-    assert stored.scenario_digest == store.scenario_digest_in(run.digest, "s2")
+    assert stored.scenario_digest == store.verdict_digest_in(run.digest, "s2")
     assert stored.scenario_digest is not None and stored.scenario_digest.startswith("sha256:")
     assert replace(stored, scenario_digest=None) == result
     assert store.is_recorded(run.id, "s2", "m1") and not store.is_recorded(run.id, "s2", "m2")

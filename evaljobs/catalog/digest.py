@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Iterator
 
 from evaljobs.catalog.criteria import value_keys
 from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
@@ -32,6 +32,49 @@ def scenario_digest(scenario: Scenario) -> str:
     """The digest of one scenario's canonical form: equal digests mean the scenario is unchanged
     (``--reuse``)."""
     return digest_of(_scenario_body(scenario))
+
+
+def verdict_digest(scenario: str | None, judge_model: str | None) -> str | None:
+    """What decides a pair's verdict, as one digest: its scenario's digest (conversation, expectations,
+    judge rubric, graders) and, for a judged scenario, the judge model the run judges it with. An unjudged
+    scenario's is its scenario's digest alone. None when the scenario's is unknown."""
+    if scenario is None or not judge_model:
+        return scenario
+    return digest_of({"scenario": scenario, "judge_model": judge_model})
+
+
+def is_judged(scenario: Scenario) -> bool:
+    """Whether an LLM judge takes part in the scenario's verdict (its ``llm_judge`` criterion or gate, or a
+    weighted list's judge entries)."""
+    if scenario.expect.weighted:  # a weighted list calls the judge for each of its judge entries
+        return any(entry.get("kind") == "judge" for entry in _entries(scenario.expect.assertions))
+    criteria = scenario.criteria
+    return bool(scenario.expect.judge) and (criteria is None or "llm_judge" in criteria
+                                            or "llm_judge" in scenario.expect.gates)
+
+
+def _entries(entries: Any) -> Iterator[dict[str, Any]]:
+    for entry in entries:
+        yield entry
+        if entry.get("kind") == "set":
+            yield from _entries(entry.get("assertions") or [])
+
+
+def scenario_verdict_digest(scenario: Scenario, run_judge_model: str | None = None,
+                            default_judge_model: str | None = None) -> str:
+    """:func:`verdict_digest` of ``scenario`` in a run whose ``--judge-model`` is ``run_judge_model`` and
+    whose providers file names ``default_judge_model``: the judge is decided as the run decides it (the run's,
+    else the scenario's own, else the providers file's), from the run's configuration, never from whether
+    the judge happened to be called (a pair that failed a gate first was not judged, and still compares)."""
+    judge = (run_judge_model or scenario.judge_model or default_judge_model) if is_judged(scenario) else None
+    return verdict_digest(scenario_digest(scenario), judge) or ""
+
+
+def judge_model_of(details: Any) -> str | None:
+    """The judge model a pair's stored details name (None: not judged, or not recorded)."""
+    judge = details.get("judge") if isinstance(details, dict) else None
+    model = judge.get("model") if isinstance(judge, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def digest_of(body: dict[str, Any]) -> str:
@@ -119,4 +162,5 @@ def _scenario_body(s: Scenario) -> dict[str, Any]:
     }
 
 
-__all__ = ["build_catalog", "digest_of", "scenario_digest"]
+__all__ = ["build_catalog", "digest_of", "is_judged", "judge_model_of", "scenario_digest",
+           "scenario_verdict_digest", "verdict_digest"]

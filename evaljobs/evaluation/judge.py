@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from evaljobs import telemetry
 from evaljobs.catalog import Scenario
+from evaljobs.catalog.digest import is_judged
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_spec
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.grading import Judge, JudgeVerdict
 from evaljobs.evaluation.replay import Replay
-from evaljobs.evaluation.weighted import walk
 from evaljobs.providers import BatchingClient, ProviderCalls
 from evaljobs.providers import ProviderError, RateLimited
 from evaljobs.governor import Busy
@@ -44,12 +44,7 @@ def judge_model_for(
     return run_judge_model or scenario.judge_model or providers.judge_model
 
 
-def _judged(scenario: Scenario) -> bool:
-    if scenario.expect.weighted:  # a weighted list calls the judge for each of its judge entries
-        return any(entry.get("kind") == "judge" for entry in walk(scenario.expect.assertions))
-    criteria = scenario.criteria
-    return bool(scenario.expect.judge) and (criteria is None or "llm_judge" in criteria
-                                            or "llm_judge" in scenario.expect.gates)
+_judged = is_judged  # one definition, beside the digest that folds the judge in (compare, --reuse)
 
 
 def judge_models(scenarios, run_judge_model: str | None, providers: ProvidersConfig) -> list[str]:

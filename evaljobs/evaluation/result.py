@@ -41,10 +41,11 @@ class Result:
     epoch: int = 0
     #: ``--reuse``: the run whose evaluation this row is a copy of (None: evaluated in this run).
     reused_from: str | None = None
-    #: The digest of the scenario this pair was graded against (``catalog.digest.scenario_digest``: its
-    #: conversation, expectations, judge rubric and graders); the store fills it in. None: a row stored
-    #: before it was kept (its run's snapshot still tells it). ``compare`` reads it: a pair whose scenario
-    #: changed between two runs is "changed", never a regression or a fix.
+    #: What decides this pair's verdict (``catalog.digest.scenario_verdict_digest``): the digest of the
+    #: scenario it was graded against (its conversation, expectations, judge rubric and graders) with, for a
+    #: judged scenario, the judge model its run judges it with; the store fills it in. None: a row stored
+    #: before it was kept (its run's snapshot and options still tell it). ``compare`` reads it: a pair whose
+    #: scenario or judge changed between two runs is "changed", never a regression or a fix.
     scenario_digest: str | None = None
     #: Parts of ``input_tokens`` read from / written to the provider's prompt cache (priced apart).
     cache_read_tokens: int = 0

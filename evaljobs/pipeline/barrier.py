@@ -25,12 +25,18 @@ def record(run_id: str, result: Result, *, on_complete: Callable[[str], object])
         # with this one line; the pair stays missing, for `evaljobs recover` once space is freed.
         events.publish_storage_failed(run_id, str(exc))
         raise
+    closed: BrokenPipeError | None = None
     if recorded.inserted:
-        events.publish_result(run_id, result, recorded, prefetch.carried_releases())
+        try:
+            events.publish_result(run_id, result, recorded, prefetch.carried_releases())
+        except BrokenPipeError as exc:  # an in-process listener's output was closed: the run stops, but
+            closed = exc                # the pair is in, and a run it completed still gets its report
         _observed(result)
     if recorded.completed:
         events.flush_held()  # the run's last result is announced before its finalize is sent
         on_complete(run_id)
+    if closed is not None:
+        raise closed
     return recorded
 
 

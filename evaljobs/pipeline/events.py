@@ -25,7 +25,8 @@ _redis_client = None
 
 
 def add_listener(fn) -> None:
-    """Call ``fn(event)`` synchronously for every event published by this process."""
+    """Call ``fn(event)`` synchronously for every event published by this process. What ``fn`` raises is
+    logged, except a :class:`BrokenPipeError` (its output was closed), which stops the publisher."""
     with _lock:
         _listeners.append(fn)
 
@@ -141,6 +142,10 @@ def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None =
         for listener in listeners:
             try:
                 listener(event)
+            except BrokenPipeError:
+                # the listener's reader went away (`evaljobs run … | head`): not a display bug but a stop,
+                # as Ctrl-C is; it reaches the in-process run that published it, which ends interrupted
+                raise
             except Exception:  # noqa: BLE001 - a display bug must not fail the evaluation
                 logger.exception("event listener failed")
     client = _client()

@@ -9,7 +9,8 @@ the earlier run when all of these are unchanged:
   tools, expectations, threshold, judge model … everything that defines it);
 * the model spec (the exact ``provider/model[@label]`` string);
 * the adapter (the run's ``adapter`` reference and its ``version``);
-* the judge (``--judge-model``);
+* the judge (``--judge-model``); and for a judged pair, the judge model that judged it (its row says
+  which) is the one this run would judge it with — a judge named by the providers file counts too;
 * the epoch (epoch 2 is copied from epoch 2 only);
 
 and the earlier row was a verdict (``passed`` or ``failed``): an ``errored`` row
@@ -25,11 +26,16 @@ the run still has exactly one row per expected pair and one report.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from evaljobs import config, store
-from evaljobs.catalog.digest import scenario_digest
+from evaljobs.catalog import Scenario
+from evaljobs.catalog.digest import judge_model_of, scenario_digest
+from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 from evaljobs.errors import UsageError
+from evaljobs.evaluation.judge import judge_model_for
 from evaljobs.evaluation.result import ERRORED, Result
+from evaljobs.pipeline.run_providers import stored_providers
 
 #: The run options that must be equal for a pair to be reused (with the scenario, model and epoch): the
 #: table's (``RunOption.identity``) and the adapter's version the run recorded.
@@ -115,9 +121,14 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
     )
     n_new = sum(1 for pair in expected if pair not in there)
     n_errored = sum(1 for pair in wanted if there[pair] == ERRORED)
+    judge_of = _judge_of(run)
     copied = calls = 0
     for result in store.list_results(source_id):
         if result.ident not in wanted or result.status == ERRORED:
+            continue
+        judged_by = judge_model_of(result.details)
+        if judged_by is not None and judged_by != judge_of(new_catalog.scenario(result.scenario_key)):
+            n_changed += 1  # its judge changed (the providers file's judge_model): judged again
             continue
         origin = result.reused_from or source_id
         earlier = dict((result.details or {}).get("reused") or {}) if isinstance(result.details, dict) else {}
@@ -132,6 +143,24 @@ def reuse_into(run_id: str, source_id: str) -> Reused:
             calls += saved
     return Reused(source_id, copied, calls, expected=len(expected), changed=n_changed, new=n_new,
                   errored=n_errored)
+
+
+def _judge_of(run: store.RunInfo) -> Callable[[Scenario], str | None]:
+    """The judge model (canonical spec) ``run`` judges a scenario with: its ``--judge-model``, else the
+    scenario's, else its providers file's (what the judge records in each judged row)."""
+    providers = stored_providers(run.options.get("providers"))
+    found: dict[str, str | None] = {}
+
+    def judge(scenario: Scenario) -> str | None:
+        text = judge_model_for(scenario, run.options.get("judge_model"), providers)
+        if text and text not in found:
+            try:
+                found[text] = parse_model_spec(text, providers).spec
+            except ModelSpecError:
+                found[text] = text
+        return found.get(text) if text else None
+
+    return judge
 
 
 __all__ = ["IDENTITY_OPTIONS", "Reused", "latest_of", "nothing_to_reuse", "provider_calls", "reuse_into",

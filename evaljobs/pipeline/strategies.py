@@ -71,8 +71,9 @@ def run_inline(run_id: str, *, width: int = 1, context_providers: Sequence = ())
             try:
                 for _ in pool.map(in_context, pairs):
                     pass
-            except (store.StorageFailed, KeyboardInterrupt):
-                # a full disk: the rest would fail the same way; SIGINT/SIGTERM: take no new pair
+            except (store.StorageFailed, KeyboardInterrupt, BrokenPipeError):
+                # a full disk: the rest would fail the same way; SIGINT/SIGTERM, or the output was closed
+                # (a listener of the run's events, `| head`): take no new pair
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             except RuntimeError as exc:

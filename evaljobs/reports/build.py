@@ -122,12 +122,17 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         if r.details:
             entry.update(judge_entry(r.details))
         add(entry)
+    in_catalog_order = None
     if run.get("scenario_order"):
         # the rows as the catalog lists its scenarios (runs before schema 5: by key); every sum above
         # was taken in key order, so the numbers do not depend on the order the catalog was written in
         position = {key: i for i, key in enumerate(run["scenario_order"])}
         last = len(position)
-        compact.sort(key=lambda entry: position.get(entry["scenario_key"], last))
+
+        def in_catalog_order(entries: list[dict[str, Any]]) -> None:
+            entries.sort(key=lambda entry: position.get(entry["scenario_key"], last))  # stable: by model
+
+        in_catalog_order(compact)
         run = {**run, "order": "catalog"}  # the report says so (compare lists its pairs that way)
     per_model = [_model_block(model, by_model[model]) for model in models]
     report: dict[str, Any] = {
@@ -141,6 +146,8 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     if with_epoch:  # only then: a single-epoch report is what it was before epochs existed
         report["run"]["epochs"] = epochs
         report["epochs"] = epochs_block(ordered, models, epochs, run.get("thresholds"))
+        if in_catalog_order is not None:  # its per-model figures were taken in key order (above)
+            in_catalog_order(report["epochs"]["pairs"])
     return report
 
 
@@ -429,7 +436,7 @@ def _signed_pp(value: float) -> str:
 
 def _markdown_baseline(comparison: Comparison) -> list[str]:
     c = comparison
-    changed = f", {len(c.changed)} changed (scenario edited, not counted)" if c.changed else ""
+    changed = f", {len(c.changed)} changed (scenario or judge changed, not counted)" if c.changed else ""
     lines = ["", f"**Compared with baseline `{_cell(c.run_a or '?')}`**: {len(c.regressed)} regressed, "
                  f"{len(c.fixed)} fixed, {len(c.failed_errored)} failed↔errored of {len(c.common)} "
                  f"common pairs{changed} · "
@@ -456,8 +463,9 @@ def _markdown_baseline(comparison: Comparison) -> list[str]:
     else:
         lines += ["", "No pair flipped."]
     if c.changed:
-        lines += ["", f"**Changed scenarios ({len(c.changed)})**: edited between the runs, so not counted "
-                      "as regressions or fixes", "", "| Scenario | Model | Status |", "|---|---|---|"]
+        lines += ["", f"**Changed scenarios ({len(c.changed)})**: the scenario or its judge changed between "
+                      "the runs, so not counted as regressions or fixes", "", "| Scenario | Model | Status |",
+                  "|---|---|---|"]
         lines += [f"| {_code(f.scenario_key)} | {_code(f.model)} | {f.transition} |"
                   for f in c.changed[:MARKDOWN_FLIPS]]
         if len(c.changed) > MARKDOWN_FLIPS:

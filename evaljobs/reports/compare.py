@@ -13,8 +13,8 @@ exact test, p < :data:`~evaljobs.reports.variance.SIGNIFICANCE` (0.05); otherwis
 its kind is ``flaky`` and it is not counted as a regression.
 
 A pair whose scenario changed between the two runs — its conversation, expectations, judge rubric or
-graders: each row carries the digest of the scenario it was graded against
-(:func:`evaljobs.catalog.digest.scenario_digest`, what ``--reuse`` decides by) — is ``changed``: the
+graders, or the judge model its run judges it with: each row carries the digest of what decides its
+verdict (:func:`evaljobs.catalog.digest.scenario_verdict_digest`) — is ``changed``: the
 catalog was edited, so its verdicts do not compare, and it is never counted as a regression or a fix
 (nor in the per-model pass rates, which compare like with like). A side whose rows carry no digest (stored
 before they were kept) can be given its run's digests by scenario key.
@@ -329,7 +329,8 @@ class Comparison:
             only = (f"; {len(self.only_a)} only in {self.run_a or 'A'}, "
                     f"{len(self.only_b)} only in {self.run_b or 'B'}")
         flaky = f", {len(self.flaky)} flaky (not significant)" if self.flaky else ""
-        changed = (f", {len(self.changed)} changed (scenario edited, not counted)" if self.changed else "")
+        changed = (f", {len(self.changed)} changed (scenario or judge changed, not counted)"
+                   if self.changed else "")
         return (f"{len(self.common)} common pairs: {len(self.regressed)} regressed, {len(self.fixed)} fixed, "
                 f"{len(self.failed_errored)} failed↔errored{changed}{flaky}{only}")
 
@@ -447,6 +448,7 @@ def _over_epochs(found: list[Outcome], threshold: float | None = None) -> Outcom
 
 
 def _digest(own: str | None, key: str, digests: Digests | None) -> str | None:
+    """The row's verdict digest, else (a row stored before it was kept) what its run tells of the scenario."""
     found = own or (digests(key) if digests is not None else None)
     return short_digest(found) if found else None
 
@@ -457,7 +459,8 @@ def _epoch_outcomes(side: Side, digests: Digests | None) -> Iterable[tuple[tuple
             key, model = row.scenario_key, row.model
             outcome = Outcome(row.status, round(float(row.score), 4), _cost(row.cost), row.fault,
                               passes=int(row.status == PASSED), failures=int(row.status == FAILED),
-                              digest=_digest(row.scenario_digest, key, digests), answered_by=row.answered_by)
+                              digest=_digest(row.scenario_digest, key, digests),
+                              answered_by=row.answered_by)
         else:
             key, model = row["scenario_key"], row["model"]
             outcome = Outcome(
@@ -576,8 +579,8 @@ def render_comparison(comparison: Comparison) -> str:
     else:
         out += ["", "no pair flipped"]
     if c.changed:
-        out += ["", f"changed: the scenario was edited between the runs, not counted as regressions or fixes "
-                    f"({len(c.changed)}):"]
+        out += ["", "changed: the scenario or its judge changed between the runs, not counted as regressions "
+                    f"or fixes ({len(c.changed)}):"]
         out += ["  " + line for line in _table(
             ("SCENARIO", "MODEL", "STATUS", "Δ SCORE"),
             [(f.scenario_key, f.model, f.transition, _signed(f.score_delta or 0.0)) for f in c.changed],

@@ -356,7 +356,7 @@ def _baseline(c: Comparison, index: dict[tuple[str, str], int]) -> list[str]:
     if c.changed:
         rows = [['<span class="k-changed">changed</span>', _e(f.scenario_key), _e(f.model), _e(f.transition)]
                 for f in c.changed]
-        out += _table("changed", f"Changed scenarios ({len(c.changed)}): edited between the runs, "
+        out += _table("changed", f"Changed scenarios ({len(c.changed)}): the scenario or its judge changed, "
                                  "not counted as regressions or fixes",
                       ["Change", "Scenario", "Model", "Status"], rows, numeric=[])
     for label, pairs in (("Only in the baseline", c.only_a), ("Only in this run", c.only_b)):
@@ -378,7 +378,7 @@ def _grid(report: dict[str, Any], index: dict[tuple[str, str], int], changes: di
     out = ['<section id="pairs-grid"><h2>Scenarios × models</h2>',
            '<p class="legend"><span class="c p">passed</span> <span class="c f">failed</span> '
            '<span class="c e">errored</span> · <i>italic</i>: cached replay'
-           + (" · ▼ regressed ▲ fixed ◆ failed↔errored ✎ changed (scenario edited) vs baseline"
+           + (" · ▼ regressed ▲ fixed ◆ failed↔errored ✎ changed (scenario or judge) vs baseline"
               if changes else "")
            + " · click a cell for the conversation</p>",
            f'<table id="grid"><thead><tr><th>Scenario</th>{head}</tr></thead><tbody>']

@@ -12,6 +12,14 @@ With epochs (``--epochs N``) there is still one ``<testcase>`` per scenario: it 
 when the scenario's epoch pass rate is under its pass threshold, and the failure body
 (or ``<system-out>`` when it passed) lists every epoch's result and the statistics.
 
+A partial report (a run that did not finish: cancelled, interrupted, still running) says so the way CI
+systems show: each ``<testsuite>`` carries the property ``partial`` (the run's state, what finished and
+the command that resumes it), the ``<testsuites>`` name ends ``(partial: N/M pairs)``, and each
+scenario × model with no result yet is a ``<testcase>`` with
+``<error type="not_finished" message="not finished: …">`` — an error, not a skip: reporters show skipped
+tests as neutral, and a run that did not finish must not read as green. With epochs, a scenario whose
+epochs are only partly in keeps its test case with the property ``missing_epochs``.
+
 Domain code: no Dramatiq, peewee or httpx. ElementTree does the XML escaping;
 characters XML 1.0 cannot carry at all (most C0 controls, lone surrogates) are
 dropped first.
@@ -177,6 +185,56 @@ def _suite_props(report: dict[str, Any], catalog: str, model: str) -> list[tuple
     ]
 
 
+NOT_FINISHED = "not_finished"
+
+
+def _partial_line(partial: dict[str, Any]) -> str:
+    return (f"run is {partial['status']}, {partial['finished']}/{partial['expected']} pairs finished, "
+            f"{len(partial.get('missing') or [])} missing; resume it with `{partial['resume']}`")
+
+
+def _missing_epochs(report: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
+    """(scenario, model) → its epochs with no result yet, in the order the run lists its pairs."""
+    missing: dict[tuple[str, str], list[int]] = {}
+    for pair in (report.get("partial") or {}).get("missing_pairs") or []:
+        missing.setdefault((pair["scenario_key"], pair["model"]), []).append(int(pair.get("epoch") or 0))
+    return missing
+
+
+def _not_finished(suite: ET.Element, classname: str, key: str, epochs: list[int], run_epochs: int,
+                  partial: dict[str, Any]) -> None:
+    """The test case of a scenario × model with no result yet (a partial report)."""
+    case = ET.SubElement(suite, "testcase", classname=classname, name=clean(key), time="0.000")
+    which = f" (epochs {', '.join(map(str, epochs))})" if run_epochs > 1 else ""
+    node = ET.SubElement(case, "error", type=NOT_FINISHED,
+                         message=clean(f"not finished: run is {partial['status']}; "
+                                       f"resume it with `{partial['resume']}`"))
+    node.text = clean(f"no result yet{which}: {_partial_line(partial)}")
+
+
+def _with_not_finished(root: ET.Element, suites: dict[str, ET.Element], report: dict[str, Any],
+                       catalog: str, listed: set[tuple[str, str]]) -> None:
+    """Add the partial report's unfinished pairs (those without a test case) and its ``partial`` property."""
+    partial = report.get("partial")
+    if not partial:
+        return
+    line = _partial_line(partial)
+    run_epochs = int((report.get("epochs") or {}).get("epochs") or 1)
+    for (key, model), epochs in _missing_epochs(report).items():
+        suite = suites.get(model)
+        if suite is None or (key, model) in listed:
+            continue
+        _not_finished(suite, _classname(catalog, clean(model)), key, epochs, run_epochs, partial)
+        for element in (suite, root):
+            element.set("tests", str(int(element.get("tests") or 0) + 1))
+            element.set("errors", str(int(element.get("errors") or 0) + 1))
+    for suite in suites.values():  # suite properties: what every JUnit schema allows and reporters show
+        found = suite.find("properties")
+        if found is not None:
+            ET.SubElement(found, "property", name="partial", value=clean(line))
+    root.set("name", f"{root.get('name')} (partial: {partial['finished']}/{partial['expected']} pairs)")
+
+
 def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None) -> str:
     """The run as JUnit XML. ``results`` (the run's rows) add the grader details; without
     them failures carry only what the report keeps (fault, score, error)."""
@@ -192,9 +250,11 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
                       time=_seconds(sum(r["duration_ms"] for r in rows)))
     stamp = _timestamp(run)
     models = [m["model"] for m in report["models"]]
+    suites: dict[str, ET.Element] = {}
     for index, model in enumerate(models):
         mine = [r for r in rows if r["model"] == model]
-        suite = ET.SubElement(root, "testsuite", name=clean(model), id=str(index), tests=str(len(mine)),
+        suite = suites[model] = ET.SubElement(root, "testsuite", name=clean(model), id=str(index),
+                                              tests=str(len(mine)),
                               failures=str(sum(1 for r in mine if r["status"] == FAILED)),
                               errors=str(sum(1 for r in mine if r["status"] == ERRORED)), skipped="0",
                               time=_seconds(sum(r["duration_ms"] for r in mine)))
@@ -206,6 +266,7 @@ def render_junit(report: dict[str, Any], results: Iterable[Result] | None = None
         for row in mine:
             result = by_pair.get((row["scenario_key"], model))
             _testcase(suite, _classname(catalog, clean(model)), row, result)
+    _with_not_finished(root, suites, report, catalog, {(r["scenario_key"], r["model"]) for r in rows})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -244,9 +305,12 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
         time=_seconds(sum(r["duration_ms"] for r in report["results"])),
     )
     stamp = _timestamp(run)
+    suites: dict[str, ET.Element] = {}
+    unfinished = _missing_epochs(report)
     for index, model in enumerate(m["model"] for m in report["models"]):
         mine = [p for p in pairs if p["model"] == model]
-        suite = ET.SubElement(root, "testsuite", name=clean(model), id=str(index), tests=str(len(mine)),
+        suite = suites[model] = ET.SubElement(root, "testsuite", name=clean(model), id=str(index),
+                                              tests=str(len(mine)),
                               failures=str(sum(1 for p in mine if p in failed)), errors="0", skipped="0",
                               time=_seconds(sum(r["duration_ms"] for k, r in rows.items() if k[1] == model)))
         if stamp:
@@ -288,7 +352,10 @@ def _render_epochs(report: dict[str, Any], results: Iterable[Result] | None) -> 
                 node.text = clean(_clip("\n".join(body), TEXT_CAP * 4))
             else:
                 ET.SubElement(case, "system-out").text = clean(_clip("\n".join(body), TEXT_CAP * 4))
-            if pair["flaky"]:
-                _props(case, [("flaky", "true")])
+            missing = unfinished.get((key, model))
+            if pair["flaky"] or missing:
+                _props(case, [("flaky", "true" if pair["flaky"] else None),
+                              ("missing_epochs", ", ".join(map(str, missing)) if missing else None)])
+    _with_not_finished(root, suites, report, catalog, {(p["scenario_key"], p["model"]) for p in pairs})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

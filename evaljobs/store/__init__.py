@@ -63,8 +63,9 @@ from evaljobs.store.lookup import resolve_run_id
 from evaljobs.store.labels import (BadLabel, LabelInfo, export_labels, import_labels, judged_labels,
                                    labelled_runs, labels_for_run, output_digest, record_label)
 from evaljobs.store.pages import Cell, RunRow
-from evaljobs.store.partial import partial_report
-from evaljobs.store.snapshots import forget_snapshots, load_snapshot, save_snapshot, scenario_digest_in
+from evaljobs.store.partial import STOPPED_STATUSES, Unfinished, partial_report, resume_command, unfinished
+from evaljobs.store.snapshots import (forget_snapshots, load_snapshot, run_judges, save_snapshot,
+                                      verdict_digest_in)
 
 #: The response-cache table's functions under their former names (``evaljobs.store.cache`` is the backend).
 cache_get = cache.get
@@ -123,8 +124,13 @@ __all__ = [
     "load_snapshot",
     "forget_snapshots",
     "partial_report",
+    "resume_command",
+    "STOPPED_STATUSES",
+    "Unfinished",
+    "unfinished",
     "resume",
-    "scenario_digest_in",
+    "run_judges",
+    "verdict_digest_in",
     "count_runs",
     "create_run",
     "get_run",

@@ -25,7 +25,7 @@ from evaljobs.store.runs import RunInfo, _get_row, _pair_list, _pair_set, _pair_
 from evaljobs.store.schema import (COMPLETE, FAILED_RUN, PARTIAL, ResultRow, Run, _datetime, _dumps, _iso,
                                    _json_once, _loads, _now)
 from evaljobs.store.report_text import report_text
-from evaljobs.store.snapshots import load_snapshot, scenario_digest_in
+from evaljobs.store.snapshots import Judges, load_snapshot, run_judges, verdict_digest_in
 
 
 @dataclass
@@ -112,7 +112,8 @@ def _pair_state_query() -> peewee.Query:
 
 
 def _run_facts_query() -> peewee.Query:
-    return (Run.select(Run.digest, Run.catalog_name, Run.models, Run.pairs, Run.expected, Run.epochs)
+    return (Run.select(Run.digest, Run.catalog_name, Run.models, Run.pairs, Run.expected, Run.epochs,
+                       Run.options)
             .where(Run.id == _slot("run_id")))
 
 
@@ -143,6 +144,8 @@ class _RunFacts:
     pairs: str | None
     expected: int
     epochs: int
+    #: Its ``--judge-model`` and its providers file's ``judge_model`` (what each row's digest folds in).
+    judges: Judges = (None, None)
 
 
 _facts: dict[str, _RunFacts] = {}
@@ -154,8 +157,9 @@ def _run_facts(db: peewee.Database, run_id: str) -> _RunFacts:
         row = _compiled(db, _run_facts_query).execute(db, run_id=run_id).fetchone()
         if row is None:
             raise UnknownRun(f"unknown run {run_id!r}: list runs with `evaljobs runs`")
-        digest, catalog_name, models, pairs, expected, epochs = row
-        facts = _RunFacts(digest, catalog_name, tuple(_json_once(models)), pairs, expected, epochs or 1)
+        digest, catalog_name, models, pairs, expected, epochs, options = row
+        facts = _RunFacts(digest, catalog_name, tuple(_json_once(models)), pairs, expected, epochs or 1,
+                          run_judges(_loads(options)))
         if len(_facts) >= 1024:
             _facts.clear()
         _facts[run_id] = facts
@@ -217,7 +221,7 @@ def record_result(run_id: str, result: Result) -> Recorded:
         facts = _run_facts(db, run_id)
     _check_expected(run_id, facts, result)
     with _transaction() as db:
-        if not _insert_result(db, run_id, result, facts.digest):
+        if not _insert_result(db, run_id, result, facts.digest, facts.judges):
             persisted = _compiled(db, _persisted_query).execute(db, run_id=run_id).fetchone()[0]
             return Recorded(inserted=False, completed=False, persisted=persisted, expected=facts.expected)
         persisted = _compiled(db, _bump_persisted_query).execute(db, run_id=run_id).fetchone()[0]
@@ -280,7 +284,7 @@ def record_results(run_id: str, results: Sequence[Result]) -> list[Recorded]:
     with _transaction() as db:
         bump = _compiled(db, _bump_persisted_query)
         for result in results:
-            if _insert_result(db, run_id, result, facts.digest):
+            if _insert_result(db, run_id, result, facts.digest, facts.judges):
                 persisted = bump.execute(db, run_id=run_id).fetchone()[0]
                 recorded.append(Recorded(inserted=True, completed=persisted == facts.expected,
                                          persisted=persisted, expected=facts.expected))
@@ -308,7 +312,8 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
     return value
 
 
-def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_digest: str) -> bool:
+def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_digest: str,
+                   judges: Judges = (None, None)) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted.
 
     The row is stamped with the digest of the scenario it was graded against (the run's snapshot, which
@@ -342,7 +347,9 @@ def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_dig
         latency_ms=_float_or_none(result.latency_ms),
         epoch=int(result.epoch),
         reused_from=result.reused_from,
-        scenario_digest=result.scenario_digest or scenario_digest_in(catalog_digest, result.scenario_key),
+        # what decides the verdict: the scenario and, when judged, the run's judge for it (compare: "changed")
+        scenario_digest=(result.scenario_digest
+                         or verdict_digest_in(catalog_digest, result.scenario_key, judges)),
         cache_read_tokens=int(result.cache_read_tokens or 0),
         cache_write_tokens=int(result.cache_write_tokens or 0),
         reasoning_tokens=None if result.reasoning_tokens is None else int(result.reasoning_tokens),

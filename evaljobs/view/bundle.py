@@ -125,7 +125,7 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
         "run.html",
         p=run_view,
         params=[],
-        sort="key",
+        sort="catalog",
         dir="asc",
         chosen=[],
         fault="",
@@ -138,6 +138,7 @@ def export_run(run_id: str, directory: str | Path) -> list[Path]:
         latency_chart=charts.latency(run_view.models),
         pair_statuses=queries.PAIR_STATUSES,
         live=False,
+        partial=store.unfinished(run_id),  # an exported stopped run says it is partial, as the viewer does
     )
     results = store.list_results(run_id)
     for key in sorted({r.scenario_key for r in results} | {row.key for row in run_view.rows}):

@@ -155,12 +155,21 @@ def _catalog(digest: str):
         return None
 
 
-def _scenario_digest(digest: str, key: str) -> str | None:
-    """Scenario ``key``'s digest in the run's snapshot (None when the snapshot or the scenario is gone)."""
+def _scenario_digest(digest: str, judges: tuple[str | None, str | None], key: str) -> str | None:
+    """What decides scenario ``key``'s verdict in the run (its snapshot's scenario, with the run's judge when
+    judged); None when the snapshot or the scenario is gone."""
     try:
-        return store.scenario_digest_in(digest, key)
+        return store.verdict_digest_in(digest, key, judges)
     except store.UnknownSnapshot:
         return None
+
+
+def _options(run_id: str) -> dict[str, Any]:
+    """A run's options (what its judges are read from: rows stored before they carried their digest)."""
+    try:
+        return store.get_run(run_id).options or {}
+    except store.UnknownRun:
+        return {}
 
 
 catalog_of = _catalog  # the run's catalog snapshot (None when it is gone), for the other page modules
@@ -541,8 +550,8 @@ def compare_page(a: str, b: str) -> ComparePage:
                          {"run": {"id": b, "models": run_b.models}, "results": rows(cells_b),
                           "summary": {"cache": cache_block(cells_b)}},
                          thresholds=_thresholds(run_b.digest),
-                         digests_a=partial(_scenario_digest, run_a.digest),
-                         digests_b=partial(_scenario_digest, run_b.digest),
+                         digests_a=partial(_scenario_digest, run_a.digest, store.run_judges(_options(a))),
+                         digests_b=partial(_scenario_digest, run_b.digest, store.run_judges(_options(b))),
                          order=run_b.scenario_order or run_a.scenario_order)
     lat_a = {m.model: m.p50_ms for m in side_a.models}
     lat_b = {m.model: m.p50_ms for m in side_b.models}

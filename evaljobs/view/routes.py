@@ -192,6 +192,8 @@ class Pages:
             latency_chart=charts.latency(page.models),
             pair_statuses=queries.PAIR_STATUSES,
             live=not page.state.finished,
+            # a run stopped before its report (cancelled, interrupted): what is missing, how to resume it
+            partial=store.unfinished(page.run.id),
         )
 
     def scenario(self, request: Request) -> HTMLResponse:

@@ -21,6 +21,17 @@ def set_width(browser: Any, width: int, *, dark: bool = False) -> None:
                                                               "value": "dark" if dark else "light"}]})
 
 
+def open_at(browser: Any, url: str, width: int) -> Any:
+    """Open ``url`` on a screen ``width`` px wide, with the browser's events cleared, once the page is
+    ready (its ``body[data-ready]``)."""
+    set_width(browser, width)
+    browser.navigate("about:blank")
+    browser.events.clear()
+    browser.navigate(url)
+    browser.wait_for("document.body && document.body.dataset.ready")
+    return browser
+
+
 def overflow(browser: Any) -> list[str]:
     """Why the page scrolls sideways: the page's widths, and the elements that stick out on the right."""
     return browser.evaluate("""(() => {
