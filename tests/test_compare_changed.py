@@ -125,10 +125,10 @@ def test_the_viewer_compare_page_lists_the_changed_pairs(edited, tmp_path):
     finally:
         viewer.close()
     assert page.status_code == 200, page.text
-    changed = page.text.split('<table class="list" id="changed">')[1].split("</table>")[0]
+    changed = re.split(r'<table class="list" id="changed"[^>]*>', page.text)[1].split("</table>")[0]
     assert re.findall(r'data-kind="changed" data-key="(\w+)" data-model="([\w/]+)"', changed) == [
         ("alpha", "sim/fast"), ("alpha", "sim/smart")]
-    flips = page.text.split('<table class="list" id="flips">')[1].split("</table>")[0]
+    flips = re.split(r'<table class="list" id="flips"[^>]*>', page.text)[1].split("</table>")[0]
     assert "No pair flipped." in flips
     assert "0 regressed" in page.text
     # the run page lists the scenarios as the catalog does
