@@ -259,14 +259,14 @@ class Settings:
     # Crashed worker processes a pair may cost before it is recorded errored without running: the
     # variable's text, read as a number by crash_limit() where the crash counter is built.
     max_crashes: str | None = None           # EVALJOBS_MAX_CRASHES
-    # How long a worker process may be silent on Redis before its unacked pairs go to others, and
-    # how many broker commands per million look for such dead workers. Dramatiq's defaults (60 s,
-    # 1000) made a SIGKILLed worker's pairs wait 66-72 s. A live worker refreshes its heartbeat on
-    # every broker command of any of its consumers — its delay-queue consumer polls at least every
-    # 20 ms even while every thread waits on a slow provider call — so 10 s is 500 polls of margin;
-    # 2% maintenance finds a dead worker within about a second of polls. See RELIABILITY.md.
+    # How long a worker process may be silent on Redis before its unacked pairs go to others (Dramatiq's
+    # 60 s made a SIGKILLed worker's pairs wait 66-72 s). A live process beats every fifth of it (2 s)
+    # from its consumers' loops, and each beat hands back the pairs of processes silent for longer
+    # (pipeline/heartbeats.py, no KEYS): 12 s at most after the last beat. Dramatiq's own maintenance
+    # (KEYS on a dead worker's ack sets, on a chance per million commands) is off unless the chance is
+    # set. See RELIABILITY.md.
     heartbeat_timeout_ms: int = 10000        # EVALJOBS_HEARTBEAT_TIMEOUT_MS
-    maintenance_chance: int = 20000          # EVALJOBS_MAINTENANCE_CHANCE (per million broker commands)
+    maintenance_chance: int = 0              # EVALJOBS_MAINTENANCE_CHANCE (per million broker commands)
     recover_every: float = 0.0               # EVALJOBS_RECOVER_EVERY (0: no periodic recovery)
     sim_url: str | None = None               # EVALJOBS_SIM_URL (None: start one in-process)
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY

@@ -33,11 +33,14 @@ class ThreadCommands:
         self._pool = client.connection_pool
         self._local = threading.local()
 
-    def execute(self, *commands: tuple) -> list[Any]:
+    def execute(self, *commands: tuple, timeout: float | None = None) -> list[Any]:
         """Send ``commands`` (each a tuple of arguments) in one round trip; their replies, in order.
 
         An error reply is returned as its exception; a connection error is raised (after the
-        connection is dropped).
+        connection is dropped). ``timeout``: the longest wait (seconds) for each reply; past it the
+        connection is dropped and ``redis.TimeoutError`` raised. Why: a blocking command (``BLMOVE``)
+        waits on a socket that a lost route never closes; without a socket timeout it would wait for
+        TCP to give up (minutes).
         """
         held = getattr(self._local, "held", None)
         # a fork copies this thread's locals, not its socket's owner
@@ -53,6 +56,8 @@ class ThreadCommands:
             )
             replies: list[Any] = []
             for _ in commands:
+                if timeout is not None and not connection.can_read(timeout=timeout):
+                    raise redis.TimeoutError(f"no reply from Redis within {timeout:g} s")
                 try:
                     replies.append(connection.read_response())
                 except redis.ResponseError as error:

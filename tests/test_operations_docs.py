@@ -88,8 +88,10 @@ def test_the_kubernetes_deployment_probes_and_scales_what_its_worker_serves(monk
     assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     trigger = scaled["spec"]["triggers"][0]
     queues = params["queues"] or ("agents",)
-    assert trigger["type"] == "redis" and trigger["metadata"]["listName"] in {f"dramatiq:{q}" for q in queues}
-    assert env["EVALJOBS_BROKER_URL"].split("//", 1)[1].split("/")[0] == trigger["metadata"]["address"]
+    # The backlog (ready + delayed + in flight, issue 44), not the ready list alone; max over instances.
+    assert trigger["type"] == "prometheus"
+    assert trigger["metadata"]["query"] in {f'max(evaljobs_queue_backlog{{queue="{q}"}})' for q in queues}
+    assert int(trigger["metadata"]["threshold"]) == params["processes"] * params["threads"]
 
 
 def test_the_shell_commands_are_real_commands(monkeypatch):

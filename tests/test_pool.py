@@ -25,7 +25,7 @@ from evaljobs.pipeline import broker as evaljobs_broker
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.cli import main
-from evaljobs.workers.pool import PUBLISH_EVERY, STATE_KEY, Pool, read_pools, validate
+from evaljobs.workers.pool import IDLE_POLL, PUBLISH_IDLE, STATE_KEY, Pool, read_pools, validate
 from evaljobs.testing import ManualClock
 from helpers import ROOT, plugin_broker, wait_until
 
@@ -399,8 +399,10 @@ def test_pool_state_in_redis_is_refreshed_and_stale_records_are_dropped(redis_ur
                 record["started"], record["queues"]) == (2, 0, 2, 3, "interactive", 0, ["agents"])
         assert client.hkeys(STATE_KEY) == [b"host:42"]  # the stale and unreadable records are gone
         first = record["updated_at"]
-        clock.advance(PUBLISH_EVERY)  # the record is rewritten every PUBLISH_EVERY s of the pool's clock
-        assert wait_until(lambda: read_pools(client)[0]["updated_at"] > first, 3, 0.01)
+        # An unchanged record is rewritten every PUBLISH_IDLE s of the pool's clock (a changed one after
+        # PUBLISH_EVERY); the controller at rest looks every IDLE_POLL s of real time.
+        clock.advance(PUBLISH_IDLE)
+        assert wait_until(lambda: read_pools(client)[0]["updated_at"] > first, IDLE_POLL + 10, 0.01)
         assert 0 < client.ttl(STATE_KEY) <= 60
     finally:
         pool.stop()

@@ -29,12 +29,13 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.redis import _RedisConsumer
-from dramatiq.common import compute_backoff, current_millis
+from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 
 from evaljobs_middleware.commands import is_noscript, thread_commands
 
 from evaljobs.pipeline import events
+from evaljobs.pipeline.heartbeats import Heart
 
 logger = logging.getLogger(__name__)
 
@@ -43,35 +44,43 @@ PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace"
                        "heartbeat_timeout", "dead_message_ttl")
 
 
-#: Longest pause (ms) between two polls of an idle Redis queue.
-CONSUMER_POLL_MS = 20
+#: Longest pause (ms) of an idle consumer: how long it blocks on its empty queue (``BLMOVE``) or waits for
+#: acks while it holds its whole prefetch, before its loop comes round (to beat, to stop, to hand a due
+#: delayed message over). Dramatiq's own idle consumer backs off up to ``worker_timeout``, 1 s by default.
+CONSUMER_POLL_MS = 1000
+#: How much longer than the block a reply may take before the connection counts as lost (seconds).
+BLOCK_GRACE = 5.0
 
 
 class WakeableConsumer(_RedisConsumer):
-    """Dramatiq's Redis consumer, whose pauses end early when there is something to fetch.
+    """Dramatiq's Redis consumer, which waits for work instead of polling for it.
 
     Dramatiq's consumer sleeps between fetches whenever a fetch brings nothing: when the queue
     is empty, but also when the process already holds ``prefetch`` unacked messages. Both
-    sleeps back off (5, 10, 20 ms …), and Dramatiq acks from the worker threads, so:
+    sleeps back off (5, 10, 20 ms … up to ``worker_timeout``): a message sent while it sleeps
+    waits, and a short ``worker_timeout`` makes an idle worker poll Redis all day long (evaljobs'
+    20 ms poll cost about 120 commands a second per idle worker process). So:
 
-    * a fast pipeline stalls: the threads finish the prefetched messages and sit idle until
-      the consumer's pause runs out (a quarter of the worker threads' time, with a provider
-      that answers at once);
-    * a message sent from this very process (``finalize_run`` after the last pair, a retry)
-      waits for the pause too: on average half a poll between the last result and its report.
-
-    So the pause is an :class:`threading.Event` wait, set by an ack or nack that leaves half
-    the prefetch free and by an enqueue on this queue from this process (see
-    :meth:`WakingRedisBroker.enqueue`). An idle queue is still polled at most
-    ``CONSUMER_POLL_MS`` apart; messages sent by other processes are seen at that pace.
+    * an empty queue is waited on in Redis: ``BLMOVE queue queue LEFT LEFT`` blocks until the list
+      holds an id and then puts it back where it was (the fetch, Dramatiq's script, takes it),
+      for at most ``CONSUMER_POLL_MS`` — less when a delayed message this thread holds is due
+      sooner. A message from any process is seen at once; an idle consumer costs one command a
+      second;
+    * a consumer holding its whole prefetch waits on a :class:`threading.Event`, set by an ack or
+      nack that leaves half the prefetch free and by an enqueue on this queue from this process
+      (see :meth:`WakingRedisBroker.enqueue`): no Redis command, no spin;
+    * its loop beats for the process (:mod:`evaljobs.pipeline.heartbeats`): once a period, not on
+      every command.
     """
 
     def __init__(self, broker, queue_name: str, prefetch: int, timeout: int):
-        # Dramatiq's own pause is cut to a yield (0-1 ms); ours, below, can be woken.
+        # Dramatiq's own pause is cut to a yield (0-1 ms); ours, below, waits in Redis or is woken.
         super().__init__(broker, queue_name, prefetch, 1)
-        self.poll_ms = max(1, min(timeout, CONSUMER_POLL_MS))
+        self.poll_ms = max(1, CONSUMER_POLL_MS)
         self.wake = threading.Event()
-        self._idle = 0
+        self._registered = False
+        #: True after a wait in Redis that ended with the queue still empty.
+        self._empty = False
         #: message_id -> redis_message_id of what this consumer handed out and nobody acked yet.
         self._held: dict[str, str] = {}
 
@@ -134,21 +143,64 @@ class WakeableConsumer(_RedisConsumer):
 
     def __next__(self):
         self._requeue_orphans()
+        self._beat()
         if not self.message_cache and self.outstanding_message_count >= self.prefetch:
             # Full: nothing may be fetched until acks free half the prefetch, and they wake us.
             # (Dramatiq's own loop would come round every 0-1 ms here, burning CPU.)
-            self.wake.wait(self.poll_ms / 1000)
+            self.wake.wait(self._pause())
             self.wake.clear()
             return None
         self.wake.clear()  # before the fetch: a wake-up during it is not lost
+        if self._empty:  # the last wait saw nothing arrive: no fetch until something does
+            self._block(self._pause())
+            return None
         message = super().__next__()
         if message is not None:
-            self._idle = 0
             self._held[message.message_id] = message.options["redis_message_id"]
             return message
-        self._idle, pause_ms = compute_backoff(self._idle, factor=1, max_backoff=self.poll_ms)
-        self.wake.wait(pause_ms / 1000)
+        self._block(self._pause())
         return None
+
+    def _beat(self) -> None:
+        try:
+            self.broker.heart.beat(force=not self._registered)  # the first: before this queue's first fetch
+        except redis.ConnectionError as error:
+            raise ConnectionClosed(error) from None
+        self._registered = True
+
+    def _pause(self) -> float:
+        """Seconds until this loop must come round: ``CONSUMER_POLL_MS``, or sooner for a delayed message
+        this consumer's thread holds (Dramatiq's ``ConsumerThread.delay_queue``, enqueued when due)."""
+        pause = self.poll_ms / 1000
+        delayed = getattr(threading.current_thread(), "delay_queue", None)
+        heap = getattr(delayed, "queue", None)
+        if heap:
+            pause = min(pause, max(0.0, (heap[0].priority - current_millis()) / 1000))
+        return min(pause, self.broker.heart.period)
+
+    def _block(self, seconds: float) -> None:
+        """Wait in Redis until this queue holds a message id, for at most ``seconds``."""
+        self._empty = False
+        if seconds < 0.01 or self.broker.blocking is False:
+            # Due now (a BLMOVE of 0 would block for ever), or a Redis without BLMOVE (before 6.2).
+            self.wake.wait(seconds)
+            return
+        key = f"{self.broker.namespace}:{self.queue_name}"
+        try:
+            reply = thread_commands(self.broker.client).execute(
+                ("BLMOVE", key, key, "LEFT", "LEFT", round(seconds, 3)), timeout=seconds + BLOCK_GRACE
+            )[0]
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            raise ConnectionClosed(error) from None
+        if isinstance(reply, redis.ResponseError):
+            if "unknown command" not in str(reply).lower():
+                raise reply
+            logger.warning("this Redis has no BLMOVE (Redis 6.2+): idle consumers poll every %d ms instead",
+                           self.poll_ms)
+            self.broker.blocking = False
+            self.wake.wait(seconds)
+        else:
+            self._empty = reply is None
 
     def close(self) -> None:
         """Hand back what this process fetched and will no longer run.
@@ -213,12 +265,15 @@ def _take_orphans(broker, queue_name: str) -> list[str]:
 
 
 class WakingRedisBroker(RedisBroker):
-    """Dramatiq's Redis broker with consumers that do not oversleep (see :class:`WakeableConsumer`).
+    """Dramatiq's Redis broker with consumers that wait for work instead of polling for it (see
+    :class:`WakeableConsumer`), and heartbeats that hand a dead process's messages back without ``KEYS``
+    (:mod:`evaljobs.pipeline.heartbeats`; Dramatiq's own maintenance is off unless
+    ``maintenance_chance`` is set).
 
-    Why the poll cap: an idle consumer backs off up to ``worker_timeout`` between polls (5, 10,
-    20, 40 … ms), and ``start_run`` enqueues its pairs while the consumer is backing off: the
-    first pairs started about 90 ms after they were enqueued. ``worker_timeout`` cannot simply
-    be lowered, as every worker thread also wakes that often. An idle poll is one short Lua call.
+    Why: Dramatiq's idle consumer backs off up to ``worker_timeout`` between polls (5, 10, 20, 40 … ms),
+    and ``start_run`` enqueues its pairs while the consumer is backing off: the first pairs started
+    about 90 ms after they were enqueued; polling faster cost Redis ~120 commands a second per idle
+    process. A blocked read is woken by the push itself.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -228,6 +283,20 @@ class WakingRedisBroker(RedisBroker):
         self._consumers_lock = threading.Lock()
         #: queue -> redis message ids a closed consumer could not requeue (Redis was down).
         self.orphans: dict[str, set[str]] = {}
+        self.heart = Heart(self, self._consumed)
+        #: False once Redis answered that it has no BLMOVE: idle consumers then poll.
+        self.blocking: bool | None = None
+
+    def _consumed(self) -> list[str]:
+        with self._consumers_lock:
+            return list(self._consumers)
+
+    def beat(self) -> None:
+        """A sender's beat (throttled): a process that only enqueues is forgotten once it is silent."""
+        try:
+            self.heart.beat()
+        except redis.RedisError as error:  # the enqueue meets the same error, or succeeds: it decides
+            logger.debug("heartbeat not sent: %s", error)
 
     @property
     def consumer_class(self):
@@ -272,6 +341,7 @@ class WakingRedisBroker(RedisBroker):
         return consumer
 
     def enqueue(self, message, *, delay=None):
+        self.beat()
         message = super().enqueue(message, delay=delay)
         if delay is None:
             self.wake(message.queue_name)
@@ -301,6 +371,9 @@ def enqueue_pipelined(broker: RedisBroker, chunk: Iterable[dramatiq.Message]) ->
     dispatch = broker.scripts["dispatch"]
     keys = [broker.namespace]
     sent, calls = [], []
+    beat = getattr(broker, "beat", None)
+    if beat is not None:
+        beat()
     for message in chunk:
         message = message.copy(options={"redis_message_id": str(uuid4())})
         broker.emit_before("enqueue", message, None)

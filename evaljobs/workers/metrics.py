@@ -179,6 +179,10 @@ class FleetCollector(Collector):
             return
         queue_gauge = GaugeMetricFamily("evaljobs_queue_messages", "Messages on each queue, by state.",
                                         labels=["queue", "state"])
+        backlog = GaugeMetricFamily("evaljobs_queue_backlog",
+                                    "Work a queue's workers still have to do: messages ready, delayed "
+                                    "(rate-limit and retry waits) and in flight (fetched, not acked).",
+                                    labels=["queue"])
         import redis
 
         client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
@@ -187,11 +191,13 @@ class FleetCollector(Collector):
             for depth in status.read_queues(client, names):
                 for state in QUEUE_STATES:
                     queue_gauge.add_metric([depth.name, state], getattr(depth, state))
+                backlog.add_metric([depth.name], backlog_of(depth))
         except redis.RedisError as exc:
             logger.warning("metrics: cannot read the queues: %s", store.redact(str(exc)))
         finally:
             client.close()
         yield queue_gauge
+        yield backlog
         yield from self._governor(status, self.settings.governor_url or url)
 
     def _governor(self, status: Any, url: str) -> Iterator[GaugeMetricFamily]:
@@ -214,6 +220,18 @@ class FleetCollector(Collector):
         yield limit
         yield in_flight
         yield waiting
+
+
+def backlog_of(depth: Any) -> int:
+    """Ready + delayed + in flight: what an autoscaler must see (issue 44).
+
+    Why all three: scaling on the ready list alone (Dramatiq's ``dramatiq:QUEUE``) missed the pairs a
+    capped provider sent back to wait in the delay queue — they come back on their own, to a fleet that
+    may have scaled to its minimum meanwhile — and the work in flight, so a busy fleet with an empty
+    ready list looked idle and was scaled down under its running pairs. With ``pairs_per_message`` 1
+    (the default) a message is a pair; ``start_run`` and ``finalize_run`` are one message each per run.
+    """
+    return int(depth.ready) + int(depth.delayed) + int(depth.in_flight)
 
 
 _BUDGET_FIGURES = ("limit", "in_flight_interactive", "in_flight_bulk", "waiting_interactive", "waiting_bulk")
@@ -331,6 +349,7 @@ def serve() -> int:
     return serve_until_stopped(server)
 
 
-__all__ = ["MAX_MODEL_LABELS", "OTHER", "FleetCollector", "LabelFold", "PrometheusObserver", "exposition",
+__all__ = ["MAX_MODEL_LABELS", "OTHER", "FleetCollector", "LabelFold", "PrometheusObserver", "backlog_of",
+           "exposition",
            "fleet_registry", "in_process_registry",
            "make_server", "registry_for", "serve", "serve_in_thread", "start_recording", "stop_recording"]

@@ -23,7 +23,6 @@ class WorkerProcess:
             "EVALJOBS_BROKER_URL": broker_url,
             "EVALJOBS_DATABASE_URL": db_url,
             "EVALJOBS_HEARTBEAT_TIMEOUT_MS": "2500",
-            "EVALJOBS_MAINTENANCE_CHANCE": "250000",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
         })
         self.env.update(env or {})
