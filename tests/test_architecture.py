@@ -6,8 +6,9 @@ to fix rather than surfacing months later as an import cycle at start-up or a
 setting nobody can find:
 
 * lower layers never import higher ones (``LAYERS``, bottom first: config,
-  errors, clock, redact, printable, collector and telemetry · catalog and middleware · providers, the
-  governor, the simulated provider and live tools · evaluation · reports and store
+  errors, clock, redact, printable, collector and telemetry · catalog and middleware · network (the
+  deadline wall, provider errors) · the governor · providers, the simulated provider and live tools ·
+  evaluation · reports and store
   · pipeline · api, workers, the viewer, the starter and bench · cli · the package
   root), and every module has a place in that order;
 * no import cycle between modules (any import counts: module top, function
@@ -91,7 +92,11 @@ LAYERS = (
      "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable", "evaljobs.collector",
      "evaljobs.telemetry", "evaljobs.capacity"),
     ("evaljobs.catalog", "evaljobs_middleware"),
-    ("evaljobs.providers", "evaljobs.governor", "evaljobs.simulated", "evaljobs.tools"),
+    # the deadline wall and the provider errors, below both the governor and the provider client
+    ("evaljobs.network",),
+    # the provider client asks the governor for permits; the governor never imports the client
+    ("evaljobs.governor",),
+    ("evaljobs.providers", "evaljobs.simulated", "evaljobs.tools"),
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
@@ -893,6 +898,32 @@ def test_an_upward_import_or_an_unplaced_module_is_found(tmp_path, path, text, e
     assert len(found) == 1 and found[0].startswith(expected), found
 
 
+#: The provider client, the governor and what both stand on (the deadline wall, the provider errors).
+PROVIDERS_AND_GOVERNOR = {
+    "evaljobs/network/__init__.py": "",
+    "evaljobs/network/deadline.py": "import time\n",
+    "evaljobs/governor/__init__.py": "from evaljobs.network import deadline\n",
+    "evaljobs/providers/__init__.py": "",
+    "evaljobs/providers/calls.py": "from evaljobs.governor import Governor\n",
+}
+
+
+@pytest.mark.parametrize("path, text, expected", [
+    # the governor waits by the pair's deadline, which lives below it, never in the provider client
+    ("evaljobs/governor/facade.py", "from evaljobs.providers import deadline\n",
+     "evaljobs/governor/facade.py:1: evaljobs.governor.facade imports evaljobs.providers, a higher layer "
+     "(evaljobs.governor sits below evaljobs.providers)"),
+    ("evaljobs/network/errors.py", "from evaljobs.governor import Governor\n",
+     "evaljobs/network/errors.py:1: evaljobs.network.errors imports evaljobs.governor, a higher layer "
+     "(evaljobs.network sits below evaljobs.governor)"),
+])
+def test_an_upward_import_between_the_provider_client_and_the_governor_is_found(tmp_path, path, text,
+                                                                                 expected):
+    assert upward_imports(planted_tree(tmp_path, PROVIDERS_AND_GOVERNOR)) == []
+    found = upward_imports(planted_tree(tmp_path / "planted", {**PROVIDERS_AND_GOVERNOR, path: text}))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
 def test_a_module_may_import_its_own_layer_and_below(tmp_path):
     # reports → store is sideways (one layer); store → catalog and config is downward (baseline)
     assert (
@@ -1437,3 +1468,84 @@ def test_a_run_option_list_kept_by_hand_is_found(tmp_path):
     assert run_options_listed_by_hand(planted_tree(tmp_path, files)) == [
         f"evaljobs/store/runs.py:1: evaljobs.store.runs {said}",
         f"evaljobs/store/runs.py:2: evaljobs.store.runs {said}"]
+
+
+# -- wire formats: what differs between them is asked of the format, never decided by its name --------
+
+#: Where a wire format's name may decide something: the formats themselves (the client's side and the
+#: simulated server's side) and the declaration of the names a providers file may use.
+WIRE_MODULES = ("evaljobs.providers.wire", "evaljobs.simulated.wire")
+WIRE_NAMES_DECLARED_IN = "evaljobs.catalog.modelspec"
+
+
+def wire_names(modules: dict[str, Module], declared_in: str = WIRE_NAMES_DECLARED_IN) -> set[str]:
+    """The names in ``WIRE_FORMATS = (…)`` of the declaring module."""
+    for node in modules[declared_in].nodes:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "WIRE_FORMATS"
+                                                for t in node.targets):
+            return {e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)}
+    return set()
+
+
+def wire_name_branches(modules: dict[str, Module], allowed=WIRE_MODULES,
+                       declared_in: str = WIRE_NAMES_DECLARED_IN) -> list[str]:
+    """A comparison with a wire format's name (``wire == "anthropic"``, ``api in ("openai", "azure")``),
+    a ``case "anthropic":``, or a second list of wire names, outside the wire modules: what differs
+    between formats belongs to the format (an attribute or method of ``WireFormat``, or the simulated
+    server's ``ServerWire``), found by ``wire_format(name)``."""
+    names = wire_names(modules, declared_in)
+
+    def named(node: ast.AST | None) -> list[str]:
+        if isinstance(node, ast.Constant) and node.value in names:
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+        return []
+
+    lines = []
+    for name, module in sorted(modules.items()):
+        if any(name == w or name.startswith(w + ".") for w in allowed):
+            continue
+        compared = {id(side) for node in module.nodes if isinstance(node, ast.Compare)
+                    for side in (node.left, *node.comparators)}
+        for node in module.nodes:
+            if isinstance(node, ast.Compare):
+                found = [n for side in (node.left, *node.comparators) for n in named(side)]
+                what = "compares with"
+            elif isinstance(node, ast.MatchValue):
+                found, what = named(node.value), "matches"
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and name != declared_in \
+                    and id(node) not in compared:
+                found = named(node)
+                found, what = (found if len(found) >= 2 else []), "lists"
+            else:
+                continue
+            if found:
+                lines.append(f"{module.shown}:{node.lineno}: {name} {what} the wire format name "
+                             f"{', '.join(repr(n) for n in found)}: ask the format (a WireFormat "
+                             "attribute or method in evaljobs/providers/wire/) instead of its name")
+    return lines
+
+
+def test_no_module_but_the_wire_formats_branches_on_a_wire_name(source):
+    assert wire_names(source) == {"openai", "anthropic", "azure"}
+    assert not (found := wire_name_branches(source)), "\n".join(found)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("if self.wire == 'anthropic': pass\n", "compares with the wire format name 'anthropic'"),
+    ("ok = api not in ('openai', 'azure')\n", "compares with the wire format name 'openai', 'azure'"),
+    ("match api:\n    case 'azure': pass\n", "matches the wire format name 'azure'"),
+    ("BATCH_WIRES = ('openai', 'azure', 'anthropic')\n",
+     "lists the wire format name 'openai', 'azure', 'anthropic'"),
+])
+def test_a_branch_on_a_wire_name_is_found(tmp_path, text, what):
+    files = {"evaljobs/catalog/modelspec.py": "WIRE_FORMATS = ('openai', 'anthropic', 'azure')\n",
+             "evaljobs/providers/wire/anthropic.py": "if wire == 'anthropic':\n    pass\n",
+             "evaljobs/simulated/wire.py": "SERVERS = {'openai': 1, 'anthropic': 2}\n",
+             "evaljobs/providers/batches.py": "wire = 'openai'\n"}
+    assert wire_name_branches(planted_tree(tmp_path, files)) == []
+    planted = {**files, "evaljobs/providers/batches.py": text}
+    found = wire_name_branches(planted_tree(tmp_path / "planted", planted))
+    assert len(found) == 1 and what in found[0], found
+    assert found[0].startswith("evaljobs/providers/batches.py:"), found

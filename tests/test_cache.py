@@ -27,7 +27,7 @@ from evaljobs.cli import Group
 from evaljobs.config import Settings
 from evaljobs.cli.ops import cache as cache_group
 from evaljobs.providers.client import ChatClient
-from evaljobs.providers.errors import PermanentError, TransientError
+from evaljobs.network.errors import PermanentError, TransientError
 from helpers import utc_now
 
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from evaljobs import store
-from evaljobs.providers import deadline
+from evaljobs.network import deadline
 from helpers import ROOT, WorkerProcess
 
 LIMIT = 3.0

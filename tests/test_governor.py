@@ -21,7 +21,7 @@ import redis
 
 from evaljobs.clock import ManualClock
 from evaljobs.governor import BudgetConfig, Busy, Governor, budget_key
-from evaljobs.providers.errors import RateLimited
+from evaljobs.network.errors import RateLimited
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = "sim:model-a"

@@ -235,7 +235,7 @@ def test_one_scan_of_installed_packages_serves_every_group_until_sys_path_change
     assert len(scans) == 2
 
 
-# -- httpx without its command-line client (evaljobs.providers.http_client) -----------------------------
+# -- httpx without its command-line client (evaljobs.network.http_client) -----------------------------
 
 _HTTPX_MAIN = """
 import json, sys

@@ -16,7 +16,7 @@ from helpers import ROOT, Fleet, PrometheusServer, fleet_run, free_port, numbere
 
 from evaljobs import store, telemetry
 from evaljobs.providers.calls import outcome_of
-from evaljobs.providers.errors import PermanentError, RateLimited, TransientError
+from evaljobs.network.errors import PermanentError, RateLimited, TransientError
 
 PAIRS_MODELS = ["stormy/a", "stormy/b"]
 

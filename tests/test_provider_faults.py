@@ -20,7 +20,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES, ChatClient
-from evaljobs.providers.errors import PermanentError
+from evaljobs.network.errors import PermanentError
 from evaljobs.evaluation.result import OUTPUT_CAP
 from helpers import Fleet, fleet_run, observe
 

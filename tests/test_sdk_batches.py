@@ -213,7 +213,7 @@ def _requests(prefix: str, texts: list[str]):
 @pytest.mark.parametrize("wire", ["openai", "anthropic", "azure"])
 def test_our_batch_client_submit_status_results(sim, wire):
     from evaljobs.providers import batches
-    from evaljobs.providers.errors import PermanentError, TransientError
+    from evaljobs.network.errors import PermanentError, TransientError
 
     base = sim.url[: -len("/v1")] if wire == "azure" else sim.url
     with batches.BatchClient(base, api_key="k", wire=wire, api_version="2024-10-21") as client:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from evaljobs.providers.client import ChatClient
-from evaljobs.providers.errors import PermanentError, RateLimited, TransientError
+from evaljobs.network.errors import PermanentError, RateLimited, TransientError
 
 TOOLS_OPENAI = [{"type": "function", "function": {
     "name": "search", "description": "Search the docs",

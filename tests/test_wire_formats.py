@@ -16,7 +16,7 @@ import pytest
 
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.providers.client import ChatClient
-from evaljobs.providers.errors import PermanentError, RateLimited, TransientError
+from evaljobs.network.errors import PermanentError, RateLimited, TransientError
 from evaljobs.providers.wire._common import join_url
 
 KEY = "sk-capture-key-42"
@@ -306,6 +306,23 @@ def test_every_wire_format_a_providers_file_may_name_has_a_module():
     from evaljobs.providers.wire import WIRE_FORMATS, wire_format
 
     assert {wire_format(name).name for name in WIRE_FORMATS} == set(WIRE_FORMATS)
+
+
+@pytest.mark.parametrize("name", ["openai", "anthropic", "azure"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_simulated_provider_speaks_every_wire_format_through_its_table(sim, name, stream):
+    """The server side of each format is looked up in ``SERVER_WIRES`` by the same names as the client's."""
+    from evaljobs.providers.wire import WIRE_FORMATS
+    from evaljobs.simulated.wire import SERVER_WIRES
+
+    assert set(SERVER_WIRES) == set(WIRE_FORMATS) and name in WIRE_FORMATS
+    base = sim.url[: -len("/v1")] if name == "azure" else sim.url
+    with ChatClient(base, api_key=KEY, wire=name, api_version="2024-10-21") as client:
+        done = client.complete("sim", [{"role": "user", "content": "[sim: say Paris]"}], max_tokens=20,
+                               stream=stream)
+        with pytest.raises(PermanentError, match="nope"):
+            client.complete("sim", [{"role": "user", "content": "[sim: status 400 nope]"}], max_tokens=20)
+    assert done.content == "Paris" and done.input_tokens > 0
 
 
 # -- credentials in headers: (issue 39) -------------------------------------------------------------

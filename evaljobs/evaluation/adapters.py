@@ -25,7 +25,7 @@ from evaljobs.catalog.pricing import Usage
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.transcript import turn_entry
-from evaljobs.providers import ProviderCalls, TransientError
+from evaljobs.providers import ProviderCalls, TransientError, wire_format
 from evaljobs.tools import check_tools, live_tool_runner
 
 ADAPTER_GROUP = "evaljobs.adapters"
@@ -117,7 +117,7 @@ def _tool_content(value: Any) -> str:
 class ConversationAdapter:
     """Run the scenario as a chat: model turn → tool calls answered → next turn.
 
-    Provider errors propagate (typed, see ``evaljobs.providers.errors``) so the
+    Provider errors propagate (typed, see ``evaljobs.network.errors``) so the
     caller can decide between retrying and recording an ``errored`` result.
     """
 
@@ -145,9 +145,9 @@ class ConversationAdapter:
         replay = Replay(messages=messages)
         extra = None
         if scenario.seed is not None:
-            if config.api == "anthropic":  # the Messages API has no seed (an unknown field is a 400): noted
-                replay.meta["seed"] = {"value": scenario.seed, "sent": False,
-                                       "reason": "the Anthropic Messages API takes no seed"}
+            unsupported = wire_format(config.api).seed_unsupported  # an unknown field is a 400: noted
+            if unsupported:
+                replay.meta["seed"] = {"value": scenario.seed, "sent": False, "reason": unsupported}
             else:
                 extra = {"seed": scenario.seed}
         started = time.perf_counter()

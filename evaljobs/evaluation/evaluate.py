@@ -18,7 +18,7 @@ from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
 from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
-from evaljobs.providers import deadline as walls
+from evaljobs.network import deadline as walls
 from evaljobs.providers import (InBatch, PermanentError, ProviderError, RateLimited, TransientError,
                                 for_epoch)
 
@@ -57,7 +57,7 @@ def evaluate(
 
     ``time_limit`` is a hard wall for the whole pair: every provider call, tool call and judge
     call of this thread ends by ``deadline`` (a ``time.monotonic()`` instant; default: now +
-    ``time_limit``) through :mod:`evaljobs.providers.deadline`, and whatever fails once it has
+    ``time_limit``) through :mod:`evaljobs.network.deadline`, and whatever fails once it has
     passed is recorded as ``timed out after LIMIT s (ELAPSED s elapsed; …)``, never retried.
     ``pair_started`` (``time.monotonic()``) is when the pair's first attempt began, for that
     elapsed time when retries share one deadline.

@@ -9,7 +9,7 @@ import time
 import weakref
 from typing import Any, Mapping, Protocol
 
-from evaljobs.providers.errors import RateLimited, parse_retry_after
+from evaljobs.network.errors import RateLimited, parse_retry_after
 from evaljobs.governor.budgets import MAX_PAUSE, BudgetConfig, Learned, _Outcome, announced_limit, start_of
 
 log = logging.getLogger("evaljobs.governor")

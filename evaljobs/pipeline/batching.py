@@ -41,14 +41,10 @@ from evaljobs.errors import UsageError
 from evaljobs.pipeline.run_providers import stored_providers
 from evaljobs.providers import batches as api
 from evaljobs.providers import (BatchRequest, ProviderError, RateLimited, TransientError, base_url_for,
-                                current_pair, encode, request_from_json, request_json)
+                                batch_wires, current_pair, encode, request_from_json, request_json)
 from evaljobs.store import batches as stored
 
 logger = logging.getLogger("evaljobs.batching")
-
-#: Providers' wire formats with a batch API.
-BATCH_WIRES = ("openai", "azure", "anthropic")
-
 
 class Sender(Protocol):
     """How this module's work continues: the actors' messages (bound by :func:`bind_sender`)."""
@@ -432,7 +428,7 @@ def batch_providers(providers: ProvidersConfig, models: list[str], *, requested:
     for spec in models:
         name = parse_model_spec(spec, providers).provider
         entry = providers.get(name)
-        if entry.api not in BATCH_WIRES or not entry.batch_api:
+        if entry.api not in batch_wires() or not entry.batch_api:
             continue
         if requested or entry.batch == "on" or (entry.batch == "auto" and lane == "bulk"):
             chosen.append(name)
@@ -453,7 +449,6 @@ def describe(run_id: str) -> list[dict[str, Any]]:
 
 
 __all__ = [
-    "BATCH_WIRES",
     "Sender",
     "StoreLane",
     "batch_providers",

@@ -459,7 +459,7 @@ def _attempt(pair: Pair, state: PairState) -> Outcome:
         return GiveUp(_errored(pair, state, f"{exc.reason} (gave up after {state.attempts} attempts)"))
     except TimeLimitExceeded:
         # Dramatiq's own limit (time limit + 30 s) is only a backstop: the wall in
-        # evaljobs.providers.deadline ends every network wait by the pair's deadline.
+        # evaljobs.network.deadline ends every network wait by the pair's deadline.
         return GiveUp(
             _errored(pair, state, timed_out(policy.time_limit, state.began, "Dramatiq's time limit"))
         )

@@ -13,7 +13,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
-    from evaljobs.providers import attempts, batches, deadline
+    from evaljobs.network import deadline
+    from evaljobs.providers import attempts, batches
     from evaljobs.providers.attempts import run_totals
     from evaljobs.providers.batched import (
         BatchingClient,
@@ -30,15 +31,17 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.providers.calls import ProviderCalls
     from evaljobs.providers.client import ChatClient, close_clients, get_client
     from evaljobs.providers.completion import Completion, RequestedToolCall
-    from evaljobs.providers.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
+    from evaljobs.network.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
                                            TransientError, is_retryable, parse_retry_after)
     from evaljobs.providers.preflight import (ProviderProblems, describe, probe, probe_models, problems,
                                               provider_problems, require_callable)
     from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
+    from evaljobs.providers.wire import batch_wires, wire_format
 
-#: name → the module defining it (``""``: the name is a module of this package).
+#: name → the module defining it (``""``: the name is a module of this package; a dotted name: a module
+#: below this package, :mod:`evaljobs.network`, whose names users import from here).
 _EXPORTS = {
-    "deadline": "",
+    "deadline": "evaljobs.network.deadline",
     "attempts": "",
     "run_totals": "attempts",
     "batches": "",
@@ -61,13 +64,13 @@ _EXPORTS = {
     "get_client": "client",
     "Completion": "completion",
     "RequestedToolCall": "completion",
-    "RETRYABLE": "errors",
-    "PermanentError": "errors",
-    "ProviderError": "errors",
-    "RateLimited": "errors",
-    "TransientError": "errors",
-    "is_retryable": "errors",
-    "parse_retry_after": "errors",
+    "RETRYABLE": "evaljobs.network.errors",
+    "PermanentError": "evaljobs.network.errors",
+    "ProviderError": "evaljobs.network.errors",
+    "RateLimited": "evaljobs.network.errors",
+    "TransientError": "evaljobs.network.errors",
+    "is_retryable": "evaljobs.network.errors",
+    "parse_retry_after": "evaljobs.network.errors",
     "ProviderProblems": "preflight",
     "describe": "preflight",
     "probe": "preflight",
@@ -77,9 +80,12 @@ _EXPORTS = {
     "require_callable": "preflight",
     "OUTPUT_CAP": "toolcall",
     "ToolCall": "toolcall",
+    "batch_wires": "wire",
+    "wire_format": "wire",
 }
 
 __all__ = ["attempts", "run_totals",
+           "batch_wires", "wire_format",
            "BatchingClient", "BatchRequest", "base_url_for", "batches", "current_pair", "encode",
            "request_from_json", "request_json", "InBatch", "for_pair", "OUTPUT_CAP", "RETRYABLE",
            "ChatClient", "Completion",
@@ -97,4 +103,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if not module:
         return importlib.import_module(f"{__name__}.{name}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    if module.endswith(f".{name}"):
+        return importlib.import_module(module)
+    return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)

@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
-from evaljobs.providers.errors import ProviderError, RateLimited
+from evaljobs.network.errors import ProviderError, RateLimited
 
 #: The key of a result's ``details`` holding the pair's attempt counts.
 DETAILS_KEY = "provider_calls"

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from evaljobs.providers.http_client import httpx
+from evaljobs.network.http_client import httpx
 
 #: Bytes kept from each end of a line too long or too broken to parse (to find its custom id).
 KEEP = 64 * 1024

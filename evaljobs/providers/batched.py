@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from evaljobs.providers.cache import _decode, _encode
 from evaljobs.providers.completion import Completion
-from evaljobs.providers.errors import PermanentError
+from evaljobs.network.errors import PermanentError
 
 
 @dataclass(frozen=True)

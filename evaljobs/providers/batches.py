@@ -8,6 +8,9 @@ One interface over both (:class:`BatchClient`): :meth:`~BatchClient.submit` a li
 the batch submitted under a caller's ``key`` — how a submitter that crashed between the provider's
 answer and its own commit learns that the batch exists instead of submitting it twice.
 
+The exchanges below are each wire format's (the ``batch_*`` members of ``WireFormat``, in
+:mod:`evaljobs.providers.wire`); this client sends them, reads the result files and types the errors:
+
 * OpenAI: ``POST /files`` (multipart, purpose ``batch``; one JSONL line per request:
   ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}``), ``POST /batches``
   (``input_file_id``, ``endpoint``, ``completion_window: 24h``, ``metadata: {"evaljobs_key": key}``),
@@ -22,74 +25,35 @@ answer and its own commit learns that the batch exists instead of submitting it 
   results hold the key's custom ids; one still processing cannot be told yet (:data:`UNDECIDED`).
 
 Requests are plain HTTP here (a few per batch, not per pair), on httpx, with the key only in its
-header; failures are the usual typed :class:`~evaljobs.providers.errors.ProviderError`. Result files
+header; failures are the usual typed :class:`~evaljobs.network.errors.ProviderError`. Result files
 are streamed to a temporary file and read a line at a time (:mod:`evaljobs.providers.batch_results`):
 a line that cannot be read, or is over the interactive path's response cap, is its request's error.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import IO, Any
-from urllib.parse import urlsplit
 
+from evaljobs.network.errors import PermanentError, ProviderError, TransientError
+from evaljobs.network.http_client import httpx
+from evaljobs.providers.batch_items import (CANCELLED, ENDED, ERRORED, EXPIRED, OPEN, SUCCEEDED, UNDECIDED,
+                                            BatchItem, BatchStatus)
 from evaljobs.providers.batch_results import KEEP, read_lines, spool
 from evaljobs.providers.batched import BatchRequest
 from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES
-from evaljobs.providers.completion import Completion
-from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
-from evaljobs.providers.http_client import httpx
-from evaljobs.providers.wire import wire_format
-from evaljobs.providers.wire._common import join_url
+from evaljobs.providers.wire import batch_wires, wire_format
 
-#: ``find``'s answer when a batch that may be the one is still processing (ask again later).
-UNDECIDED = "undecided"
-#: Where a batch is: ``open`` (validating, in progress, finalizing, cancelling) or ``ended``.
-OPEN, ENDED = "open", "ended"
-#: What a request of an ended batch came to.
-SUCCEEDED, ERRORED, EXPIRED, CANCELLED = "succeeded", "errored", "expired", "cancelled"
-_OPENAI_OPEN = ("validating", "in_progress", "finalizing", "cancelling")
 DEFAULT_TIMEOUT = 120.0
 #: Batches ``find`` pages through before it gives up (OpenAI lists 100 a page).
 FIND_PAGES = 20
 
 
-@dataclass(frozen=True)
-class BatchStatus:
-    """A batch as the provider reports it now."""
-
-    id: str
-    #: :data:`OPEN` or :data:`ENDED`.
-    state: str
-    #: The provider's own word (``in_progress``, ``completed``, ``expired``, ``ended``, …).
-    provider_status: str
-    total: int
-    #: Requests answered so far (OpenAI counts as they finish; Anthropic only once the batch ends).
-    done: int
-    failed: int
-    created_at: float | None = None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True)
-class BatchItem:
-    """What one request of an ended batch came to."""
-
-    custom_id: str
-    #: :data:`SUCCEEDED`, :data:`ERRORED`, :data:`EXPIRED` or :data:`CANCELLED`.
-    outcome: str
-    completion: Completion | None = None
-    #: Why there is no completion (the provider's error in one line, ``batch_expired``, …).
-    reason: str = ""
-    #: For ``errored``: the typed error a chat call would have raised (retryable or not).
-    error: ProviderError | None = None
-
-
 class BatchClient:
-    """One provider endpoint's batch API; ``wire`` is ``openai``, ``azure`` or ``anthropic``.
+    """One provider endpoint's batch API; ``wire`` names a wire format with one (``batch_wires()``).
+
+    The HTTP, the errors and the result files are handled here; what each request and answer looks like
+    is the wire format's (``WireFormat.batch_*`` in :mod:`evaljobs.providers.wire`).
 
     ``base_url`` is the same as a chat client's (``…/v1`` for OpenAI and Anthropic, the resource
     or ``…/openai/v1`` for Azure). ``transport`` is for tests.
@@ -99,9 +63,9 @@ class BatchClient:
                  api_version: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                  headers: Mapping[str, str] | None = None, transport: httpx.BaseTransport | None = None,
                  max_line_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
-        if wire not in ("openai", "azure", "anthropic"):
+        if wire not in batch_wires():
             raise ValueError(
-                f"wire format {wire!r} has no batch API; batch runs take openai, azure, anthropic"
+                f"wire format {wire!r} has no batch API; batch runs take {', '.join(batch_wires())}"
             )
         self.base_url = base_url.rstrip("/")
         self.wire = wire
@@ -130,29 +94,15 @@ class BatchClient:
         """Create a batch of ``requests`` under ``key`` (kept with it where the API allows: :meth:`find`)."""
         if not requests:
             raise ValueError("a batch needs at least one request")
-        if self.wire == "anthropic":
-            body = {"requests": [{"custom_id": r.custom_id, "params": self._body(r)} for r in requests]}
-            return self._anthropic(self._call("POST", "/messages/batches", json=body))
-        endpoint = "/chat/completions" if self.wire == "azure" else "/v1/chat/completions"
-        lines = "".join(json.dumps({"custom_id": r.custom_id, "method": "POST", "url": endpoint,
-                                    "body": self._body(r)}) + "\n" for r in requests)
-        file = self._call("POST", "/files", data={"purpose": "batch"},
-                          files={"file": (f"evaljobs-{key}.jsonl", lines.encode(), "application/jsonl")})
-        created = self._call("POST", "/batches", json={"input_file_id": file["id"], "endpoint": endpoint,
-                                                        "completion_window": "24h",
-                                                        "metadata": {"evaljobs_key": key}})
-        return self._openai(created)
+        created = self._format.batch_submit(self._call, [(r.custom_id, self._body(r)) for r in requests], key)
+        return self._format.batch_status(created)
 
     def status(self, batch_id: str) -> BatchStatus:
-        if self.wire == "anthropic":
-            return self._anthropic(self._call("GET", f"/messages/batches/{batch_id}"))
-        return self._openai(self._call("GET", f"/batches/{batch_id}"))
+        return self._format.batch_status(self._call("GET", f"{self._format.batches_path}/{batch_id}"))
 
     def cancel(self, batch_id: str) -> BatchStatus:
         """Ask the provider to cancel; requests it already answered keep their answers."""
-        if self.wire == "anthropic":
-            return self._anthropic(self._call("POST", f"/messages/batches/{batch_id}/cancel"))
-        return self._openai(self._call("POST", f"/batches/{batch_id}/cancel"))
+        return self._format.batch_status(self._call("POST", f"{self._format.batches_path}/{batch_id}/cancel"))
 
     def results(self, batch_id: str) -> list[BatchItem]:
         """Every request of an ended batch (a :class:`PermanentError` while it is open)."""
@@ -173,14 +123,9 @@ class BatchClient:
         status = status or self.status(batch_id)
         if status.state != ENDED:
             raise PermanentError(f"batch {batch_id} has not ended yet ({status.provider_status})")
-        if self.wire == "anthropic":
-            urls = [("results", status.raw.get("results_url")
-                     or self._url(f"/messages/batches/{batch_id}/results"))]
-        else:
-            urls = [(name.split("_")[0], self._url(f"/files/{status.raw[name]}/content"))
-                    for name in ("output_file_id", "error_file_id") if status.raw.get(name)]
+        urls = self._format.batch_result_files(status, self._url)
         with ExitStack() as files:
-            spooled = [(what, files.enter_context(self._spool(str(url)))) for what, url in urls]
+            spooled = [(what, files.enter_context(self._spool(url))) for what, url in urls]
             yield (item for what, file in spooled for item in self._items(what, file))
 
     def find(self, key: str, custom_ids: list[str], *, since: float) -> str | None:
@@ -192,20 +137,14 @@ class BatchClient:
         after: str | None = None
         undecided = False
         for _ in range(FIND_PAGES):
-            if self.wire == "anthropic":
-                page = self._call("GET", "/messages/batches", params={"limit": 100, **({"after_id": after}
-                                                                                          if after else {})})
-            else:
-                page = self._call(
-                    "GET", "/batches", params={"limit": 100, **({"after": after} if after else {})}
-                )
+            page = self._call("GET", self._format.batches_path, params=self._format.batch_page_params(after))
             batches = page.get("data") or []
             for raw in batches:
-                status = self._anthropic(raw) if self.wire == "anthropic" else self._openai(raw)
+                status = self._format.batch_status(raw)
                 if status.created_at is not None and status.created_at < since:
                     return UNDECIDED if undecided else None  # newest first: the rest are older
-                if self.wire != "anthropic":
-                    if (raw.get("metadata") or {}).get("evaljobs_key") == key:
+                if self._format.batch_keeps_key:
+                    if self._format.batch_key(raw) == key:
                         return status.id
                     continue
                 if status.total != len(wanted):
@@ -230,12 +169,8 @@ class BatchClient:
                                  extra=request.extra, stream=False)
 
     def _url(self, path: str) -> str:
-        """``path`` under the base URL (Azure's classic resource URL: under ``/openai``, with
-        ``api-version``)."""
-        if self.wire == "azure" and not urlsplit(self.base_url).path.rstrip("/").endswith("/openai/v1"):
-            return join_url(self.base_url, "/openai" + path,
-                            {"api-version": self.api_version} if self.api_version else None)
-        return join_url(self.base_url, path)
+        """``path`` of the batch API under the base URL, as the wire format places it."""
+        return self._format.batch_url(self.base_url, path, self.api_version)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._send(method, self._url(path), **kwargs)
@@ -280,8 +215,7 @@ class BatchClient:
                 continue
             custom_id = line.data.get("custom_id")
             try:
-                yield (self._anthropic_item(line.data) if self.wire == "anthropic"
-                       else self._openai_item(line.data))
+                yield self._format.batch_item(line.data)
             except (ProviderError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
                 text = exc.reason if isinstance(exc, ProviderError) else f"{type(exc).__name__}: {exc}"
                 reason = f"batch_error: {where} is not a readable result ({text})"[:500]
@@ -298,94 +232,6 @@ class BatchClient:
         if response.status_code >= 400:
             raise self._format.error(response.status_code, response.headers, response.content)
         return response
-
-    def _openai(self, raw: dict[str, Any]) -> BatchStatus:
-        counts = raw.get("request_counts") or {}
-        status = str(raw.get("status"))
-        completed, failed = int(counts.get("completed") or 0), int(counts.get("failed") or 0)
-        return BatchStatus(
-            id=str(raw.get("id")),
-            state=OPEN if status in _OPENAI_OPEN else ENDED,
-            provider_status=status,
-            total=int(counts.get("total") or 0),
-            done=completed + failed,
-            failed=failed,
-            created_at=_number(raw.get("created_at")),
-            raw=raw,
-        )
-
-    def _anthropic(self, raw: dict[str, Any]) -> BatchStatus:
-        counts = raw.get("request_counts") or {}
-        total = sum(
-            int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired")
-        )
-        failed = sum(int(counts.get(k) or 0) for k in ("errored", "canceled", "expired"))
-        status = str(raw.get("processing_status"))
-        return BatchStatus(
-            id=str(raw.get("id")),
-            state=ENDED if status == "ended" else OPEN,
-            provider_status=status,
-            total=total,
-            done=total - int(counts.get("processing") or 0),
-            failed=failed,
-            created_at=_stamp(raw.get("created_at")),
-            raw=raw,
-        )
-
-    def _openai_item(self, line: dict[str, Any]) -> BatchItem:
-        custom_id = str(line.get("custom_id"))
-        response, error = line.get("response"), line.get("error")
-        if isinstance(response, dict) and response.get("status_code") == 200:
-            return BatchItem(custom_id, SUCCEEDED, completion=self._completion(response.get("body")))
-        if isinstance(response, dict):
-            status = int(response.get("status_code") or 500)
-            typed = self._format.error(status, {}, json.dumps(response.get("body")).encode())
-            return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
-        code = str((error or {}).get("code") or "batch_error")
-        outcome = {"batch_expired": EXPIRED, "batch_cancelled": CANCELLED}.get(code, ERRORED)
-        reason = f"{code}: {(error or {}).get('message') or ''}".rstrip(": ")
-        return BatchItem(custom_id, outcome, reason=reason,
-                         error=None if outcome != ERRORED else PermanentError(reason))
-
-    def _anthropic_item(self, line: dict[str, Any]) -> BatchItem:
-        custom_id = str(line.get("custom_id"))
-        result = line.get("result") or {}
-        kind = result.get("type")
-        if kind == "succeeded":
-            return BatchItem(custom_id, SUCCEEDED, completion=self._completion(result.get("message")))
-        if kind == "errored":
-            body = result.get("error") or {}
-            error_type = str((body.get("error") or {}).get("type") or "api_error")
-            status = {
-                "invalid_request_error": 400,
-                "authentication_error": 401,
-                "permission_error": 403,
-                "not_found_error": 404,
-                "rate_limit_error": 429,
-                "overloaded_error": 529,
-            }.get(error_type, 500)
-            typed = self._format.error(status, {}, json.dumps(body).encode())
-            return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
-        outcome = CANCELLED if kind == "canceled" else EXPIRED
-        return BatchItem(
-            custom_id, outcome, reason="batch_cancelled" if outcome == CANCELLED else "batch_expired"
-        )
-
-    def _completion(self, body: Any) -> Completion:
-        return self._format.completion(body, 200, 0.0, {})
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _stamp(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 __all__ = ["CANCELLED", "ENDED", "ERRORED", "EXPIRED", "OPEN", "SUCCEEDED", "UNDECIDED", "BatchClient",

@@ -45,7 +45,8 @@ from typing import Any, Iterator, Protocol
 
 from evaljobs.config import Settings, settings as current_settings
 from evaljobs.errors import ConfigurationError
-from evaljobs.providers.client import Completion, RequestedToolCall, request_body
+from evaljobs.providers.completion import Completion, RequestedToolCall
+from evaljobs.providers.wire import request_body
 
 ENV_TTL = "EVALJOBS_CACHE_TTL"
 DEFAULT_TTL = 7 * 24 * 3600.0

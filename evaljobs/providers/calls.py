@@ -25,7 +25,7 @@ from evaljobs.providers.batched import BatchingClient, BatchLane
 from evaljobs.providers.cache import CachingClient, Completer, ResponseCache
 from evaljobs.providers.client import Completion
 from evaljobs.providers.endpoints import client_for
-from evaljobs.providers.errors import ProviderError, RateLimited
+from evaljobs.network.errors import ProviderError, RateLimited
 
 #: How long the first call of a conversation may wait for a permit before the
 #: pair is handed back to the queue (nothing is lost yet). Later turns wait

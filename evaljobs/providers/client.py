@@ -2,7 +2,7 @@
 
 What is sent and how the answer is read belong to a wire format (``evaljobs.providers.wire``:
 OpenAI-compatible, Anthropic Messages, Azure OpenAI); this module owns the HTTP: the pooled
-connections, timeouts (a wall per call: ``evaljobs.providers.deadline``), size caps, SSE streaming
+connections, timeouts (a wall per call: ``evaljobs.network.deadline``), size caps, SSE streaming
 with the time to first token, and turning transport failures into typed errors.
 
 Every failure leaves ``ChatClient.complete`` as a typed ``ProviderError`` whose reason is one
@@ -21,16 +21,16 @@ import time
 import urllib.request
 from typing import Any, Iterator, Mapping
 
-from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
+from evaljobs.network.http_client import httpx  # without its CLI (start-up time)
 from evaljobs.catalog.modelspec import is_credential_header
 from evaljobs.config import secret
 from evaljobs.redact import redact_text, register_secret
-from evaljobs.providers import attempts, deadline
+from evaljobs.network import deadline
+from evaljobs.providers import attempts
 from evaljobs.providers.completion import Completion, RequestedToolCall
-from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
+from evaljobs.network.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.wire import WireFormat, wire_format
 from evaljobs.providers.wire._common import PROVIDER_MESSAGE_CAP, sse_events
-from evaljobs.providers.wire.openai import request_body
 
 logger = logging.getLogger("evaljobs.providers")
 
@@ -524,5 +524,4 @@ __all__ = [
     "RequestedToolCall",
     "close_clients",
     "get_client",
-    "request_body",
 ]

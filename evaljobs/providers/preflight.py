@@ -27,8 +27,8 @@ from evaljobs.catalog.modelspec import (
 )
 from evaljobs.config import secret, settings
 from evaljobs.providers.endpoints import client_for
-from evaljobs.providers.errors import ProviderError
-from evaljobs.providers.wire.azure import needs_api_version
+from evaljobs.network.errors import ProviderError
+from evaljobs.providers.wire import wire_format
 
 
 class _Environment(Mapping[str, str]):
@@ -98,7 +98,8 @@ def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None 
     where = f"provider '{config.name}'"
     fix = f"in {source}" if source and source != "<built-in>" else "in a providers file (--providers FILE)"
     out = []
-    if config.api not in WIRE_FORMATS:
+    wire = wire_format(config.api) if config.api in WIRE_FORMATS else None
+    if wire is None:
         out.append(f"{where} uses wire format {config.api!r}, which evaljobs does not speak; "
                    f"set api to one of {', '.join(WIRE_FORMATS)} {fix}")
     base_url = config.base_url
@@ -108,16 +109,14 @@ def provider_problems(config: ProviderConfig, environ: Mapping[str, str] | None 
     else:
         where_url = "base_url"
     if base_url is None and config.name != "sim":
-        example = "https://RESOURCE.openai.azure.com" if config.api == "azure" else "https://HOST/v1"
+        example = wire.example_base_url if wire else "https://HOST/v1"
         out.append(f"{where} has no base_url; set one {fix}, e.g. base_url: {example}")
     elif base_url is not None:
         problem = url_problem(base_url)
         if problem:
             out.append(f"{where} {where_url} {base_url!r} {problem}")
-        elif config.api == "azure":
-            if needs_api_version(base_url) and not config.api_version:
-                out.append(f"{where} is a classic Azure deployment URL without an api-version; set "
-                           f"api_version (e.g. \"2024-10-21\") {fix}, or use the v1 endpoint …/openai/v1")
+        elif wire and (lacking := wire.endpoint_problem(base_url, config.api_version, fix)):
+            out.append(f"{where} {lacking}")
     if config.api_key_env and not environ.get(config.api_key_env) and not config.header_credential:
         out.append(f"{where} needs its API key in ${config.api_key_env}, which is not set; export it, "
                    f"or name another variable with api_key_env {fix}")
@@ -188,7 +187,7 @@ def probe(providers: ProvidersConfig, model: str | ModelSpec, *, timeout: float 
         client = client_for(providers, spec.provider)
         # No max_tokens for OpenAI-style APIs (reasoning models refuse it); Anthropic requires one.
         completion = client.complete(spec.model, [{"role": "user", "content": PROBE_PROMPT}], timeout=timeout,
-                                     max_tokens=16 if client.wire == "anthropic" else None)
+                                     max_tokens=wire_format(client.wire).probe_max_tokens)
     except ProviderError as exc:
         return Probe(spec.spec, latency_ms=(time.perf_counter() - started) * 1000.0,
                      error=f"{type(exc).__name__}: {exc.reason}")

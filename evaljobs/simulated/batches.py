@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from evaljobs.simulated.wire import server_wire
+
 #: (HTTP status, JSON body) of one answered request, from the chat answer logic.
 Answerer = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]
 
@@ -344,8 +346,8 @@ class BatchDesk:
                 )
             seen.add(custom_id)
         with self._lock:
-            prefix = "batch_sim" if wire == "openai" else "msgbatch_sim"
-            batch = _Batch(f"{prefix}{next(self._ids)}", wire, self.clock(), list(requests), **fields)
+            batch_id = f"{server_wire(wire).batch_prefix}{next(self._ids)}"
+            batch = _Batch(batch_id, wire, self.clock(), list(requests), **fields)
             self._batches[batch.id] = batch
             self._submitted.update(custom_id for custom_id, _ in requests)
             return batch
@@ -391,7 +393,7 @@ class BatchDesk:
         for custom_id, body in batch.requests[:answered]:
             batch.answers[custom_id] = self.answer(batch.wire, body)
         batch.state, batch.outcome, batch.ended = "ended", outcome, self.clock()
-        if batch.wire == "openai":
+        if server_wire(batch.wire).writes_result_files:
             self._openai_files(batch)
 
     def _openai_files(self, batch: _Batch) -> None:

@@ -62,16 +62,7 @@ from evaljobs.simulated.answers import (
 )
 from evaljobs.simulated.batches import BatchDesk, BatchRequestError
 from evaljobs.simulated.directives import DirectiveError, collect_directives
-from evaljobs.simulated.wire import (
-    RequestError,
-    anthropic_body,
-    anthropic_error,
-    anthropic_events,
-    from_anthropic,
-    from_openai,
-    openai_chunks,
-    openai_error,
-)
+from evaljobs.simulated.wire import RequestError, server_wire
 from evaljobs.simulated.http import (
     REASONS,
     Request,
@@ -346,10 +337,11 @@ class SimulatedProvider:
         base = f"http://{request.headers.get('host') or f'{self.host}:{self.port}'}"
         parts = path.strip("/").split("/")[1:]  # without "v1"
         anthropic = parts[:2] == ["messages", "batches"]
+        wire = server_wire("anthropic" if anthropic else "openai")
         try:
             body: Any = None
-            if anthropic and not request.headers.get("anthropic-version"):
-                raise BatchRequestError("anthropic-version: header is required")
+            if wire.required_header and not request.headers.get(wire.required_header):
+                raise BatchRequestError(f"{wire.required_header}: header is required")
             if parts == ["files"] and method == "POST":
                 body = desk.upload(request.headers.get("content-type", ""), request.body)
             elif parts == ["files"] and method == "GET":
@@ -385,8 +377,7 @@ class SimulatedProvider:
             else:
                 raise BatchRequestError(f"no route {method} {path}", 404)
         except BatchRequestError as exc:
-            error = anthropic_error(exc.status, str(exc)) if anthropic else error_body(str(exc))
-            await send_json(writer, exc.status, error, keep_alive=keep_alive)
+            await send_json(writer, exc.status, wire.error(exc.status, str(exc)), keep_alive=keep_alive)
             return keep_alive
         await send_json(writer, 200, body, keep_alive=keep_alive)
         return keep_alive
@@ -405,7 +396,7 @@ class SimulatedProvider:
         """
         call = _Call(wire, False, True, None, False, time.monotonic())
         try:
-            model, messages, tools = from_anthropic(payload) if wire == "anthropic" else from_openai(payload)
+            model, messages, tools = server_wire(wire).read(payload)
         except RequestError as exc:
             self._count(None, "requests")
             self._count(None, "errors", bucket=400)
@@ -461,11 +452,8 @@ class SimulatedProvider:
         if answer.tool_calls:
             message["tool_calls"] = answer.tool_calls
         output_tokens = tokens((content or "") + (json.dumps(answer.tool_calls) if answer.tool_calls else ""))
-        if wire == "anthropic":
-            return anthropic_body(
-                model, sequence, message, finish, input_tokens, output_tokens
-            ), output_tokens
-        return completion_body(model, sequence, message, finish, input_tokens, output_tokens), output_tokens
+        body = server_wire(wire).body(model, sequence, message, finish, input_tokens, output_tokens)
+        return body, output_tokens
 
     def _models_body(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "evaljobs-sim"}
@@ -477,23 +465,20 @@ class SimulatedProvider:
 
     async def _chat(self, request: Request, writer: asyncio.StreamWriter, wire: str) -> bool:
         keep_alive = request.keep_alive
+        served = server_wire(wire)
         try:
             try:
                 payload = json.loads(request.body)
             except ValueError:
                 raise RequestError("request body must be JSON with a string 'model' and a list of message "
                                    "objects 'messages'") from None
-            if wire == "anthropic":
-                if not request.headers.get("anthropic-version"):
-                    raise RequestError("anthropic-version: header is required")
-                model, messages, tools = from_anthropic(payload)
-            else:
-                model, messages, tools = from_openai(payload)
+            if served.required_header and not request.headers.get(served.required_header):
+                raise RequestError(f"{served.required_header}: header is required")
+            model, messages, tools = served.read(payload)
         except RequestError as exc:
             self._count(None, "requests")
             self._count(None, "errors", bucket=400)
-            body = anthropic_error(400, str(exc)) if wire == "anthropic" else error_body(str(exc))
-            await send_json(writer, 400, body, keep_alive=keep_alive)
+            await send_json(writer, 400, served.error(400, str(exc)), keep_alive=keep_alive)
             return keep_alive
         call = _Call(wire, payload.get("stream") is True, keep_alive, tools,
                      bool((payload.get("stream_options") or {}).get("include_usage")), time.monotonic(),
@@ -576,11 +561,7 @@ class SimulatedProvider:
         return await self._respond(answer, model, messages, payload, writer, call)
 
     def _error(self, call: "_Call", status: int, message: str) -> dict[str, Any]:
-        if call.wire == "anthropic":
-            return anthropic_error(status, message)
-        kind = "rate_limit_exceeded" if status == 429 else (
-            "server_error" if status >= 500 else "invalid_request_error")
-        return openai_error(message, kind)
+        return server_wire(call.wire).error(status, message)
 
     async def _respond(self, answer: Answer, model: str, messages: list[dict[str, Any]],
                        payload: dict[str, Any], writer: asyncio.StreamWriter, call: "_Call") -> bool:
@@ -633,11 +614,8 @@ class SimulatedProvider:
         calls_text = json.dumps(answer.tool_calls) if answer.tool_calls else ""
         output_tokens = tokens((content or "") + calls_text)
         if call.stream:
-            if call.wire == "anthropic":
-                events = anthropic_events(model, sequence, reply, finish, input_tokens, output_tokens)
-            else:
-                events = openai_chunks(model, sequence, reply, finish, input_tokens, output_tokens,
-                                       call.include_usage)
+            events = server_wire(call.wire).events(model, sequence, reply, finish, input_tokens,
+                                                   output_tokens, call.include_usage)
             if answer.fault == "truncate":
                 self._count(model, "faults", bucket="truncate")
                 await self._send_stream(writer, events[: len(events) // 2], keep_alive=False, finish=False)
@@ -645,10 +623,7 @@ class SimulatedProvider:
             self._count_completion(model, input_tokens, output_tokens, tool_turn=bool(answer.tool_calls))
             await self._send_stream(writer, events, keep_alive=keep_alive)
             return keep_alive
-        if call.wire == "anthropic":
-            body = anthropic_body(model, sequence, reply, finish, input_tokens, output_tokens)
-        else:
-            body = completion_body(model, sequence, reply, finish, input_tokens, output_tokens)
+        body = server_wire(call.wire).body(model, sequence, reply, finish, input_tokens, output_tokens)
         if answer.fault == "truncate":
             self._count(model, "faults", bucket="truncate")
             data = json.dumps(body).encode()
@@ -689,14 +664,9 @@ class SimulatedProvider:
     def _limit_headers(self, wire: str = "openai") -> dict[str, str]:
         if self.rpm is None:
             return {}
-        remaining = str(max(0, self.rpm - len(self._window)))
-        if wire == "anthropic":
-            reset = time.time() + (self._window[0] + RPM_WINDOW_S - self.clock() if self._window else 0.0)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset))
-            return {"anthropic-ratelimit-requests-limit": str(self.rpm),
-                    "anthropic-ratelimit-requests-remaining": remaining,
-                    "anthropic-ratelimit-requests-reset": stamp}
-        return {"x-ratelimit-limit-requests": str(self.rpm), "x-ratelimit-remaining-requests": remaining}
+        remaining = max(0, self.rpm - len(self._window))
+        reset_in = self._window[0] + RPM_WINDOW_S - self.clock() if self._window else 0.0
+        return server_wire(wire).limit_headers(self.rpm, remaining, reset_in)
 
     async def _send_huge(self, writer: asyncio.StreamWriter, model: str, sequence: int, size: int,
                          input_tokens: int, output_tokens: int, keep_alive: bool) -> None:

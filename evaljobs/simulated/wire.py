@@ -5,14 +5,17 @@ The answer logic works on OpenAI-shaped messages; an Anthropic request is
 translated into that shape on the way in (``from_anthropic``), and every answer
 is rendered in the format it was asked in: a JSON body, OpenAI ``data:`` chunks
 ending in ``data: [DONE]``, or Anthropic's ``message_start … message_stop``
-event stream. The shapes follow the official SDKs' own types (``openai.types.chat``,
+event stream. ``SERVER_WIRES`` holds each format's side of it (a ``ServerWire``): the server asks it,
+never a format's name. The shapes follow the official SDKs' own types (``openai.types.chat``,
 ``anthropic.types``), and the tests run both SDKs against this server.
 """
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Protocol
+
+from evaljobs.simulated.answers import completion_body
 
 #: Anthropic error ``type`` for an HTTP status (what its API sends).
 ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -241,3 +244,95 @@ def anthropic_events(model: str, sequence: int, message: dict[str, Any], finish:
 
 def _pieces(text: str) -> list[str]:
     return [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+
+
+# -- one server side per wire format ------------------------------------------------------------
+
+
+class ServerWire(Protocol):
+    """What the simulated server asks of a wire format (the server's half of ``providers.wire``)."""
+
+    #: The ``api:`` name it serves (Azure OpenAI is served as ``openai``: the same bodies).
+    name: str
+    #: A header every request must carry (the API answers 400 without it), or None.
+    required_header: str | None
+    #: The id prefix of a batch.
+    batch_prefix: str
+    #: Whether an ended batch's answers are written to output and error files (OpenAI's Files API)
+    #: rather than served as one results file on demand (Anthropic's).
+    writes_result_files: bool
+
+    def read(self, payload: Any) -> tuple[str, list[dict[str, Any]], Any]: ...
+
+    def error(self, status: int, message: str) -> dict[str, Any]: ...
+
+    def body(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+             output_tokens: int) -> dict[str, Any]: ...
+
+    def events(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+               output_tokens: int, include_usage: bool) -> list[bytes]: ...
+
+    def limit_headers(self, rpm: int, remaining: int, reset_in: float) -> dict[str, str]: ...
+
+
+class OpenAIServer:
+    name = "openai"
+    required_header: str | None = None
+    batch_prefix = "batch_sim"
+    writes_result_files = True
+
+    def read(self, payload: Any) -> tuple[str, list[dict[str, Any]], Any]:
+        return from_openai(payload)
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kind = "rate_limit_exceeded" if status == 429 else (
+            "server_error" if status >= 500 else "invalid_request_error")
+        return openai_error(message, kind)
+
+    def body(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+             output_tokens: int) -> dict[str, Any]:
+        return completion_body(model, sequence, message, finish, input_tokens, output_tokens)
+
+    def events(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+               output_tokens: int, include_usage: bool) -> list[bytes]:
+        return openai_chunks(model, sequence, message, finish, input_tokens, output_tokens, include_usage)
+
+    def limit_headers(self, rpm: int, remaining: int, reset_in: float) -> dict[str, str]:
+        return {"x-ratelimit-limit-requests": str(rpm), "x-ratelimit-remaining-requests": str(remaining)}
+
+
+class AnthropicServer:
+    name = "anthropic"
+    required_header: str | None = "anthropic-version"
+    batch_prefix = "msgbatch_sim"
+    writes_result_files = False
+
+    def read(self, payload: Any) -> tuple[str, list[dict[str, Any]], Any]:
+        return from_anthropic(payload)
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        return anthropic_error(status, message)
+
+    def body(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+             output_tokens: int) -> dict[str, Any]:
+        return anthropic_body(model, sequence, message, finish, input_tokens, output_tokens)
+
+    def events(self, model: str, sequence: int, message: dict[str, Any], finish: str, input_tokens: int,
+               output_tokens: int, include_usage: bool) -> list[bytes]:
+        return anthropic_events(model, sequence, message, finish, input_tokens, output_tokens)
+
+    def limit_headers(self, rpm: int, remaining: int, reset_in: float) -> dict[str, str]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + reset_in))
+        return {"anthropic-ratelimit-requests-limit": str(rpm),
+                "anthropic-ratelimit-requests-remaining": str(remaining),
+                "anthropic-ratelimit-requests-reset": stamp}
+
+
+#: The server side of every wire format in ``evaljobs.providers.wire`` (``WIRE_FORMATS``), by its name.
+SERVER_WIRES: dict[str, ServerWire] = {"openai": OpenAIServer(), "anthropic": AnthropicServer(),
+                                       "azure": OpenAIServer()}
+
+
+def server_wire(name: str) -> ServerWire:
+    """The server side of the wire format ``name``; ``KeyError`` when there is none."""
+    return SERVER_WIRES[name]

@@ -13,13 +13,13 @@ import json
 import time
 from typing import Any
 
-from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
+from evaljobs.network.http_client import httpx  # without its CLI (start-up time)
 
 from evaljobs.catalog.model import Tool
 from evaljobs.catalog.text import text_of
 from evaljobs.catalog.toolspec import validate_live_spec
 from evaljobs.errors import one_line
-from evaljobs.providers import deadline
+from evaljobs.network import deadline
 from evaljobs.tools._common import LiveToolError, ToolFailed, body_of, public_url, resolve_env
 from evaljobs.tools.allowance import sends_to, tool_variables
 
@@ -44,7 +44,7 @@ def call_http(client: httpx.Client, tool: Tool, arguments: dict[str, Any], defau
         request = {"json": arguments}
     started = time.monotonic()
     # The tool's timeout is a wall for the whole exchange (a server trickling bytes never trips a
-    # per-read timeout), and the pair's deadline cuts it shorter (see evaljobs.providers.deadline).
+    # per-read timeout), and the pair's deadline cuts it shorter (see evaljobs.network.deadline).
     cut = deadline.remaining(timeout)
     carried = sorted(tool_variables(spec))
     try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaljobs.catalog.model import Scenario, Tool
 from evaljobs.catalog.toolspec import validate_live_spec
-from evaljobs.providers import deadline
+from evaljobs.network import deadline
 from evaljobs.tools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolError, ToolFailed,
                                                   describe, exception_text)
 from evaljobs.tools.allowance import ToolNotAllowed, refusal, tool_refusal

@@ -33,7 +33,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from evaljobs.config import code_environment
 from evaljobs.errors import one_line
 from evaljobs.isolation import isolated
-from evaljobs.providers import deadline
+from evaljobs.network import deadline
 from evaljobs.tools._common import ToolFailed, decoded, describe, exception_text, resolve_env
 from evaljobs.tools.allowance import ToolNotAllowed, refusal
 

@@ -1,20 +1,36 @@
-"""Wire formats: how a chat request is written and its answer read, one module per provider API.
+"""Wire formats: how a request is written and its answer read — chat, streamed and batched — one module
+per provider API.
 
-A wire format is a stateless object (see ``WireFormat``) that the one HTTP client
-(``evaljobs.providers.client.ChatClient``) drives: it names the URL and headers,
-writes the JSON body from an OpenAI-shaped conversation, reads a JSON answer or
-an SSE stream back into a ``Completion``, and maps the provider's errors onto
-ours. Adding a format is one module here, its name in ``wire_format`` and in
-``evaljobs.catalog.modelspec.WIRE_FORMATS`` (what a providers file may name), and a
-test against the capture server.
+A wire format is a stateless object (see ``WireFormat``) that the HTTP clients drive: the chat client
+(``evaljobs.providers.client.ChatClient``) asks it for the URL and headers, the JSON body written from
+an OpenAI-shaped conversation, a JSON answer or an SSE stream read back into a ``Completion``, and the
+provider's errors mapped onto ours; the batch client (``evaljobs.providers.batches.BatchClient``) asks
+it where batches live, how one is submitted, what a batch's status and each result line say. What
+differs between providers is asked of the format, never decided by its name
+(``tests/test_architecture.py`` finds a comparison with a wire name outside these modules).
+
+Adding a format:
+
+1. one module here with a class implementing all of ``WireFormat``: subclass ``_common.WireDefaults``
+   (what most formats answer alike; no batch API) or a format it resembles, as ``azure.py`` does
+   ``openai.py``; ``mypy`` checks the class against the Protocol through ``wire_format``'s table;
+2. its name in ``wire_format``'s table and in ``evaljobs.catalog.modelspec.WIRE_FORMATS`` (what a
+   providers file may name);
+3. its server side in ``evaljobs.simulated.wire.SERVER_WIRES`` (a ``ServerWire``: read a request,
+   write an answer, a stream, an error), so the simulated provider speaks it;
+4. a test against the capture server (``tests/test_wire_formats.py``), and its batch API's against
+   the simulated desk (``tests/test_sdk_batches.py``) if it has one.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Mapping, Protocol
 
 from evaljobs.catalog.modelspec import WIRE_FORMATS
+from evaljobs.providers.batch_items import BatchCall, BatchItem, BatchStatus
 from evaljobs.providers.completion import Completion
-from evaljobs.providers.errors import ProviderError
+from evaljobs.network.errors import ProviderError
+from evaljobs.providers.wire._common import request_body
 
 
 class StreamReader(Protocol):
@@ -49,6 +65,46 @@ class WireFormat(Protocol):
 
     def stream_reader(self) -> StreamReader: ...
 
+    # -- what the rest of evaljobs asks of a format (instead of asking its name) --------------------
+
+    #: Why a scenario's ``seed`` is not sent ("" when the API takes one; an unknown field is a 400).
+    seed_unsupported: str
+    #: ``max_tokens`` of the pre-flight probe (None: leave it out; reasoning models refuse it).
+    probe_max_tokens: int | None
+    #: A ``base_url`` to show in the error for a provider that has none.
+    example_base_url: str
+
+    def endpoint_problem(self, base_url: str, api_version: str | None, fix: str) -> str | None:
+        """What a well-formed ``base_url`` still lacks for this format (``fix``: where to mend it)."""
+        ...
+
+    # -- the batch API (driven by ``evaljobs.providers.batches.BatchClient``) -------------------------
+
+    #: Whether the provider API has a batch API (``False``: the methods below are never called, and a
+    #: run calls the provider one request at a time).
+    has_batch_api: bool
+    #: Whether a batch carries our key (``batch_key``); if not, ``find`` matches by the results' custom ids.
+    batch_keeps_key: bool
+    #: Where batches are listed (``GET``); ``{batches_path}/{id}`` is one, ``…/cancel`` cancels it.
+    batches_path: str
+
+    def batch_url(self, base_url: str, path: str, api_version: str | None) -> str: ...
+
+    def batch_submit(self, call: BatchCall, requests: list[tuple[str, dict[str, Any]]],
+                     key: str) -> dict[str, Any]: ...
+
+    def batch_page_params(self, after: str | None) -> dict[str, Any]: ...
+
+    def batch_key(self, raw: dict[str, Any]) -> str | None: ...
+
+    def batch_status(self, raw: dict[str, Any]) -> BatchStatus: ...
+
+    def batch_result_files(
+        self, status: BatchStatus, url_of: Callable[[str], str]
+    ) -> list[tuple[str, str]]: ...
+
+    def batch_item(self, line: dict[str, Any]) -> BatchItem: ...
+
 
 def wire_format(name: str) -> WireFormat:
     """The wire format for an ``api:`` name; ``KeyError`` when there is none."""
@@ -65,4 +121,9 @@ def wire_format(name: str) -> WireFormat:
     return formats[name]
 
 
-__all__ = ["StreamReader", "WIRE_FORMATS", "WireFormat", "wire_format"]
+def batch_wires() -> tuple[str, ...]:
+    """The ``api:`` names whose provider API has a batch API (what ``--batch`` can send through)."""
+    return tuple(name for name in WIRE_FORMATS if wire_format(name).has_batch_api)
+
+
+__all__ = ["StreamReader", "WIRE_FORMATS", "WireFormat", "batch_wires", "request_body", "wire_format"]

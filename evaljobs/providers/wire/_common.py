@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from evaljobs.providers.errors import (
+from evaljobs.network.errors import (
     PermanentError,
     ProviderError,
     RateLimited,
@@ -14,6 +14,40 @@ from evaljobs.providers.errors import (
     parse_retry_after,
 )
 from evaljobs.redact import redact_text
+
+def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A chat request as every wire format receives it (OpenAI's chat body, as it happens), and what the
+    response cache keys on: one key for the same request whatever format carries it."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if extra:
+        body.update(extra)
+    return body
+
+
+class WireDefaults:
+    """What most formats answer alike (a format subclasses this and overrides what differs): a seed is
+    sent, the probe leaves ``max_tokens`` out, any well-formed base URL will do, batch paths sit under
+    the base URL, and there is no batch API until the format says so."""
+
+    seed_unsupported = ""
+    probe_max_tokens: int | None = None
+    example_base_url = "https://HOST/v1"
+    has_batch_api = False
+
+    def endpoint_problem(self, base_url: str, api_version: str | None, fix: str) -> str | None:
+        return None
+
+    def batch_url(self, base_url: str, path: str, api_version: str | None) -> str:
+        return join_url(base_url, path)
+
 
 #: How much of a provider's own error message is kept in a reason.
 PROVIDER_MESSAGE_CAP = 200

@@ -23,10 +23,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
+from collections.abc import Callable
 from typing import Any, Mapping
 
+from evaljobs.providers.batch_items import (CANCELLED, ENDED, ERRORED, EXPIRED, OPEN, SUCCEEDED, BatchCall,
+                                            BatchItem, BatchStatus, stamp)
 from evaljobs.providers.completion import Completion
-from evaljobs.providers.errors import (
+from evaljobs.network.errors import (
     PermanentError,
     ProviderError,
     RateLimited,
@@ -39,6 +42,7 @@ from evaljobs.providers.wire._common import (
     count,
     join_url,
     provider_message,
+    WireDefaults,
     rate_limit_headers,
     text_of,
 )
@@ -50,9 +54,12 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
                 "refusal": "content_filter", "pause_turn": "pause_turn"}
 #: Error types worth sending again; every other type is a permanent failure.
 TRANSIENT_TYPES = ("overloaded_error", "api_error", "timeout_error")
+#: The HTTP status a batch result's error type stands for (a result line carries only the type).
+_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                 "not_found_error": 404, "rate_limit_error": 429, "overloaded_error": 529}
 
 
-class AnthropicWire:
+class AnthropicWire(WireDefaults):
     name = "anthropic"
 
     def url(self, base_url: str, model: str, api_version: str | None) -> str:
@@ -165,6 +172,63 @@ class AnthropicWire:
 
     def stream_reader(self) -> "AnthropicStream":
         return AnthropicStream()
+
+    seed_unsupported = "the Anthropic Messages API takes no seed"
+    #: The Messages API requires ``max_tokens``.
+    probe_max_tokens: int | None = 16
+
+    # -- Message Batches: the requests in one POST, results as a JSONL file at ``results_url`` ----------
+
+    has_batch_api = True
+    #: A Message Batch carries no metadata: ``find`` matches a batch by the custom ids of its results.
+    batch_keeps_key = False
+    batches_path = "/messages/batches"
+
+    def batch_submit(self, call: BatchCall, requests: list[tuple[str, dict[str, Any]]],
+                     key: str) -> dict[str, Any]:
+        """``POST /messages/batches`` with ``requests: [{custom_id, params}]`` (``key`` cannot be kept)."""
+        lines = [{"custom_id": custom_id, "params": body} for custom_id, body in requests]
+        return call("POST", self.batches_path, json={"requests": lines})
+
+    def batch_page_params(self, after: str | None) -> dict[str, Any]:
+        return {"limit": 100, **({"after_id": after} if after else {})}
+
+    def batch_key(self, raw: dict[str, Any]) -> str | None:
+        return None
+
+    def batch_status(self, raw: dict[str, Any]) -> BatchStatus:
+        counts = raw.get("request_counts") or {}
+        total = sum(
+            int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired")
+        )
+        failed = sum(int(counts.get(k) or 0) for k in ("errored", "canceled", "expired"))
+        status = str(raw.get("processing_status"))
+        return BatchStatus(id=str(raw.get("id")), state=ENDED if status == "ended" else OPEN,
+                           provider_status=status, total=total,
+                           done=total - int(counts.get("processing") or 0), failed=failed,
+                           created_at=stamp(raw.get("created_at")), raw=raw)
+
+    def batch_result_files(self, status: BatchStatus, url_of: Callable[[str], str]) -> list[tuple[str, str]]:
+        """The one results file: at the batch's ``results_url``, else where the API keeps it."""
+        return [("results", str(status.raw.get("results_url")
+                                or url_of(f"{self.batches_path}/{status.id}/results")))]
+
+    def batch_item(self, line: dict[str, Any]) -> BatchItem:
+        custom_id = str(line.get("custom_id"))
+        result = line.get("result") or {}
+        kind = result.get("type")
+        if kind == "succeeded":
+            completion = self.completion(result.get("message"), 200, 0.0, {})
+            return BatchItem(custom_id, SUCCEEDED, completion=completion)
+        if kind == "errored":
+            body = result.get("error") or {}
+            error_type = str((body.get("error") or {}).get("type") or "api_error")
+            typed = self.error(_ERROR_STATUS.get(error_type, 500), {}, json.dumps(body).encode())
+            return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
+        outcome = CANCELLED if kind == "canceled" else EXPIRED
+        return BatchItem(
+            custom_id, outcome, reason="batch_cancelled" if outcome == CANCELLED else "batch_expired"
+        )
 
 
 class AnthropicStream:

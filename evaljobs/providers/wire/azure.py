@@ -1,5 +1,8 @@
 """Azure OpenAI: the OpenAI chat body, Azure's URL and ``api-key`` header.
 
+Batches are OpenAI's Batch API through ``/openai/files`` and ``/openai/batches`` (``?api-version=``), or
+under the ``/openai/v1`` base; the lines' endpoint is ``/chat/completions``.
+
 Two endpoint shapes, told apart by the base URL:
 
 * **v1** (``https://RESOURCE.openai.azure.com/openai/v1``): ``{base}/chat/completions``,
@@ -32,6 +35,24 @@ class AzureWire(OpenAIWire):
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"api-key": api_key}
+
+    example_base_url = "https://RESOURCE.openai.azure.com"
+
+    def endpoint_problem(self, base_url: str, api_version: str | None, fix: str) -> str | None:
+        if needs_api_version(base_url) and not api_version:
+            return (f"is a classic Azure deployment URL without an api-version; set "
+                    f"api_version (e.g. \"2024-10-21\") {fix}, or use the v1 endpoint …/openai/v1")
+        return None
+
+    # the batch API: OpenAI's, through /openai/files and /openai/batches (the model is the deployment)
+    batch_endpoint = "/chat/completions"
+
+    def batch_url(self, base_url: str, path: str, api_version: str | None) -> str:
+        """``path`` under the base URL; under a classic resource URL: under ``/openai``, with
+        ``api-version``."""
+        if not urlsplit(base_url).path.rstrip("/").endswith("/openai/v1"):
+            return join_url(base_url, "/openai" + path, {"api-version": api_version} if api_version else None)
+        return join_url(base_url, path)
 
 
 def needs_api_version(base_url: str) -> bool:

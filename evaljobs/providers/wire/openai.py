@@ -8,38 +8,31 @@ simulated provider). Streaming is ``stream: true`` with ``data:`` chunks ending 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Mapping
 
+from evaljobs.providers.batch_items import (CANCELLED, ENDED, ERRORED, EXPIRED, OPEN, SUCCEEDED, BatchCall,
+                                            BatchItem, BatchStatus, number)
 from evaljobs.providers.completion import Completion, RequestedToolCall
-from evaljobs.providers.errors import PermanentError, ProviderError, TransientError
+from evaljobs.network.errors import PermanentError, ProviderError, TransientError
 from evaljobs.providers.wire._common import (
     classify,
     count,
     error_text,
     join_url,
+    WireDefaults,
     provider_message,
     rate_limit_headers,
+    request_body,
     text_of,
 )
 
 
-def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON body of a chat completion request (also what the response cache keys on)."""
-    body: dict[str, Any] = {"model": model, "messages": messages}
-    if tools:
-        body["tools"] = tools
-    if temperature is not None:
-        body["temperature"] = temperature
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    if extra:
-        body.update(extra)
-    return body
+#: A batch's states while it is still open (the rest have ended).
+_OPEN = ("validating", "in_progress", "finalizing", "cancelling")
 
 
-class OpenAIWire:
+class OpenAIWire(WireDefaults):
     name = "openai"
 
     def url(self, base_url: str, model: str, api_version: str | None) -> str:
@@ -72,6 +65,63 @@ class OpenAIWire:
 
     def stream_reader(self) -> "OpenAIStream":
         return OpenAIStream()
+
+    # -- the Batch API: a JSONL file uploaded, a batch of it created, output and error files read back --
+
+    has_batch_api = True
+    #: A batch carries our key in its metadata (``find`` matches on it, without reading results).
+    batch_keeps_key = True
+    #: Where the batches are listed and created (``/batches/{id}``, ``…/cancel`` under it).
+    batches_path = "/batches"
+    #: The endpoint a batch's lines are sent to (the line's ``url``; the batch's ``endpoint``).
+    batch_endpoint = "/v1/chat/completions"
+
+    def batch_submit(self, call: BatchCall, requests: list[tuple[str, dict[str, Any]]],
+                     key: str) -> dict[str, Any]:
+        """``POST /files`` (one JSONL line per request, purpose ``batch``), then ``POST /batches`` of it
+        with ``metadata: {"evaljobs_key": key}``; the created batch as the provider answered."""
+        lines = "".join(json.dumps({"custom_id": custom_id, "method": "POST", "url": self.batch_endpoint,
+                                    "body": body}) + "\n" for custom_id, body in requests)
+        file = call("POST", "/files", data={"purpose": "batch"},
+                    files={"file": (f"evaljobs-{key}.jsonl", lines.encode(), "application/jsonl")})
+        return call("POST", "/batches", json={"input_file_id": file["id"], "endpoint": self.batch_endpoint,
+                                              "completion_window": "24h", "metadata": {"evaljobs_key": key}})
+
+    def batch_page_params(self, after: str | None) -> dict[str, Any]:
+        return {"limit": 100, **({"after": after} if after else {})}
+
+    def batch_key(self, raw: dict[str, Any]) -> str | None:
+        return (raw.get("metadata") or {}).get("evaljobs_key")
+
+    def batch_status(self, raw: dict[str, Any]) -> BatchStatus:
+        counts = raw.get("request_counts") or {}
+        status = str(raw.get("status"))
+        completed, failed = int(counts.get("completed") or 0), int(counts.get("failed") or 0)
+        return BatchStatus(id=str(raw.get("id")), state=OPEN if status in _OPEN else ENDED,
+                           provider_status=status, total=int(counts.get("total") or 0),
+                           done=completed + failed, failed=failed, created_at=number(raw.get("created_at")),
+                           raw=raw)
+
+    def batch_result_files(self, status: BatchStatus, url_of: Callable[[str], str]) -> list[tuple[str, str]]:
+        """``(what, url)`` of the output file and the error file, those the batch has."""
+        return [(name.split("_")[0], url_of(f"/files/{status.raw[name]}/content"))
+                for name in ("output_file_id", "error_file_id") if status.raw.get(name)]
+
+    def batch_item(self, line: dict[str, Any]) -> BatchItem:
+        custom_id = str(line.get("custom_id"))
+        response, error = line.get("response"), line.get("error")
+        if isinstance(response, dict) and response.get("status_code") == 200:
+            completion = self.completion(response.get("body"), 200, 0.0, {})
+            return BatchItem(custom_id, SUCCEEDED, completion=completion)
+        if isinstance(response, dict):
+            status = int(response.get("status_code") or 500)
+            typed = self.error(status, {}, json.dumps(response.get("body")).encode())
+            return BatchItem(custom_id, ERRORED, reason=typed.reason, error=typed)
+        code = str((error or {}).get("code") or "batch_error")
+        outcome = {"batch_expired": EXPIRED, "batch_cancelled": CANCELLED}.get(code, ERRORED)
+        reason = f"{code}: {(error or {}).get('message') or ''}".rstrip(": ")
+        return BatchItem(custom_id, outcome, reason=reason,
+                         error=None if outcome != ERRORED else PermanentError(reason))
 
 
 class OpenAIStream:

@@ -22,7 +22,7 @@ import time
 from typing import Any, Iterable, Iterator, overload
 
 import httpcore
-from evaljobs.providers.http_client import httpx  # without its CLI (start-up time)
+from evaljobs.network.http_client import httpx  # without its CLI (start-up time)
 
 _local = threading.local()
 
@@ -131,7 +131,7 @@ def bounded(transport: httpx.HTTPTransport) -> httpx.HTTPTransport:
     backend = getattr(pool, "_network_backend", None)
     if pool is None or backend is None:
         raise RuntimeError("httpx.HTTPTransport no longer has the httpcore pool evaljobs bounds "
-                           "(evaljobs.providers.deadline): pin httpx/httpcore or update this module")
+                           "(evaljobs.network.deadline): pin httpx/httpcore or update this module")
     if not isinstance(backend, DeadlineBackend):
         pool._network_backend = DeadlineBackend(backend)
     return transport
