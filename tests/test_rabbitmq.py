@@ -1,0 +1,118 @@
+"""RabbitMQ as the broker (``amqp://``): what differs from Redis, on a real rabbitmq-server.
+
+The fan-out, kill -9, lost-messages recovery and poison-pair tests run on both brokers
+(tests/test_fanout_redis.py, tests/test_faults.py, over the ``broker_url`` fixture); here: the
+node restarted mid-run, recovery's refusal to guess about messages a live consumer holds, and the
+settings that fail closed.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from evaljobs import store
+from evaljobs.api import Session
+from evaljobs.config import DEFAULT_QUEUE, Settings
+from evaljobs.errors import ConfigurationError
+from evaljobs.pipeline.broker import BrokerError, make_broker
+from evaljobs.pipeline.recovery import recover
+from evaljobs.redact import redact
+from helpers import (
+    Fleet,
+    WorkerProcess,
+    assert_all_passed,
+    evaljobs_cli,
+    fleet_run,
+    numbered_catalog,
+    observe,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.redis]
+
+
+@pytest.fixture
+def sim(simulated_provider):
+    return simulated_provider(latency=0.2, jitter=0.05)
+
+
+def test_rabbitmq_restarted_mid_run_loses_nothing_and_gives_one_report(rabbitmq_server, amqp_url, sqlite_url,
+                                                                      sim, tmp_path):
+    """Durable queues, persistent messages: what was queued survives the restart; what a worker held
+    unacknowledged is delivered again (a no-op if its result was recorded); the workers reconnect."""
+    catalog, models = numbered_catalog(30, "rabbit-restart"), ["sim/a", "sim/b"]
+    fleet = Fleet(amqp_url, sqlite_url, tmp_path / "logs", count=2, threads=4)
+    recovered: list[str] = []
+    with fleet_run(fleet, catalog, models, db=sqlite_url, broker=amqp_url) as run:
+        assert wait_until(lambda: store.get_run(run.id).persisted >= 12, 90), fleet.log_text()
+        rabbitmq_server.restart()
+        at_restart = store.get_run(run.id).persisted
+        deadline = time.monotonic() + 120
+        # The runbook after a broker incident, as on Redis: `evaljobs recover` until the run ends.
+        while not wait_until(lambda: store.get_run(run.id).report is not None, 10):
+            out = evaljobs_cli("recover", "--db", sqlite_url, "--broker", amqp_url)
+            assert out.returncode == 0, out.stderr
+            recovered += [line for line in out.stdout.splitlines() if line != "nothing to recover"]
+            assert time.monotonic() < deadline, fleet.log_text()
+    assert_all_passed(run.id)
+    observe("rabbitmq-restart", persisted_at_restart=at_restart, recover_actions=len(recovered),
+            **run.observed)
+
+
+def test_recover_leaves_pairs_a_live_consumer_may_hold(rabbitmq_server, amqp_url, sqlite_url, sim, tmp_path):
+    """RabbitMQ shows no other connection the messages a consumer holds: with a worker on the queue,
+    `recover` re-enqueues nothing it cannot see and says why; with none, it re-enqueues the lost pairs."""
+    session = Session(db=sqlite_url, broker=amqp_url)
+    try:
+        run = store.create_run(numbered_catalog(6, "held"), ["sim/a"], strategy="fanout")
+        store.mark_running(run.id)  # its start message lost before it ran: every pair missing
+        binding = session.binding()
+        holder = binding.broker.consume(DEFAULT_QUEUE, prefetch=1, timeout=50)  # a live consumer
+        assert next(holder) is None  # pika sends basic.consume on the first fetch (the queue is empty)
+        try:
+            lines = recover(binding, run.id)
+        finally:
+            holder.close()
+        assert len(lines) == 1 and "consumer(s) of RabbitMQ queue 'agents' may hold them" in lines[0], lines
+        assert rabbitmq_server.ready(DEFAULT_QUEUE) == 0  # nothing was re-enqueued
+        assert recover(binding, run.id) == [f"{run.id}: re-enqueued 6 of 6 missing pairs"]
+        assert recover(binding, run.id) == []  # the pairs are queued now: a healthy run
+        with WorkerProcess(amqp_url, sqlite_url, threads=4, log=tmp_path / "w.log"):
+            info = session.wait(run.id, timeout=60, poll=0.5)
+        assert info.status == "complete" and info.persisted == 6
+    finally:
+        session.close()
+
+
+def test_an_amqp_broker_without_a_state_redis_is_refused_in_one_line(rabbitmq_server, monkeypatch):
+    url = rabbitmq_server.url.replace("guest:guest@", "guest:s3cret-Pa55word@")
+    monkeypatch.delenv("EVALJOBS_REDIS_URL", raising=False)
+    with pytest.raises(ConfigurationError) as raised:
+        Settings.from_env({"EVALJOBS_BROKER_URL": url})
+    message = str(raised.value)
+    assert "EVALJOBS_REDIS_URL=redis://host:port/db" in message and "\n" not in message
+    assert "s3cret-Pa55word" not in message
+    with pytest.raises(BrokerError) as made:  # a --broker flag given beside settings without one
+        make_broker(url, settings=Settings())
+    assert "EVALJOBS_REDIS_URL" in str(made.value) and "s3cret-Pa55word" not in str(made.value)
+    out = evaljobs_cli("worker", "--broker", url)
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "EVALJOBS_REDIS_URL" in out.stderr and "s3cret-Pa55word" not in out.stderr + out.stdout
+
+
+def test_a_refused_amqp_login_is_one_line_without_the_password(rabbitmq_server, redis_url):
+    url = rabbitmq_server.url.replace("guest:guest@", "guest:s3cret-Pa55word@")
+    out = evaljobs_cli("worker", "--broker", url, env={"EVALJOBS_REDIS_URL": redis_url})
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "cannot reach the broker at amqp://guest:***@" in out.stderr and "ACCESS_REFUSED" in out.stderr
+    assert "s3cret-Pa55word" not in out.stderr + out.stdout
+
+
+def test_amqp_passwords_are_redacted():
+    shown = redact("amqp://evaljobs:s3cret-Pa55word@mq.internal:5672/%2F")
+    assert shown == "amqp://evaljobs:***@mq.internal:5672/%2F"
+    assert "s3cret" not in redact("amqps://u:s3cret-Pa55word@mq:5671/prod?heartbeat=30")
+    with pytest.raises(ConfigurationError) as raised:
+        Settings(broker_url="amqp://u:s3cret-Pa55word@mq:5672/", redis_url="http://not-redis")
+    assert "EVALJOBS_REDIS_URL" in str(raised.value) and "s3cret" not in str(raised.value)
