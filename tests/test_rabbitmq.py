@@ -13,6 +13,7 @@ import pytest
 
 from evaljobs import store
 from evaljobs.api import Session
+from evaljobs.catalog import loads_catalog
 from evaljobs.config import DEFAULT_QUEUE, Settings
 from evaljobs.errors import ConfigurationError
 from evaljobs.pipeline.broker import BrokerError, make_broker
@@ -83,6 +84,49 @@ def test_recover_leaves_pairs_a_live_consumer_may_hold(rabbitmq_server, amqp_url
         assert info.status == "complete" and info.persisted == 6
     finally:
         session.close()
+
+
+def test_a_rate_limited_pair_goes_back_through_the_delay_queue(amqp_url, sqlite_url, simulated_provider,
+                                                                tmp_path):
+    """The governor hands a 429'd pair back as a delayed message (RabbitMQ's ``agents.DQ``): it
+    reaches the provider again no sooner than Retry-After, as measured by the provider."""
+    from test_retry_after import RETRY_AFTER, catalog_text, retry_gap
+
+    sim = simulated_provider(latency=0.1, retry_after=RETRY_AFTER)
+    session = Session(db=sqlite_url, broker=amqp_url)
+    try:
+        run = session.submit(loads_catalog(catalog_text(0), source="ra.yaml"), ["sim/a"])
+        with WorkerProcess(amqp_url, sqlite_url, threads=2, log=tmp_path / "w.log",
+                           env={"EVALJOBS_PERMIT_WAIT": "0.5"}):
+            info = session.wait(run.id, timeout=60, poll=0.5)
+    finally:
+        session.close()
+    assert info.status == "complete", (tmp_path / "w.log").read_text()[-3000:]
+    gap, _ = retry_gap(sim)
+    assert gap >= RETRY_AFTER, f"retried {gap:.3f}s after a 429 with Retry-After: 1"
+
+
+def test_a_cancelled_run_is_not_evaluated_further(amqp_url, sqlite_url, simulated_provider, tmp_path):
+    sim = simulated_provider(latency=0.3)
+    session = Session(db=sqlite_url, broker=amqp_url)
+    try:
+        run = session.submit(numbered_catalog(20, "cancelled"), ["sim/a"])
+        with WorkerProcess(amqp_url, sqlite_url, threads=2, log=tmp_path / "w.log"):
+            assert wait_until(lambda: store.get_run(run.id).persisted >= 2, 60)
+            assert session.cancel(run.id).run.status == "cancelled"
+            # every message of the run is taken and dropped: none left ready on the queue
+            assert wait_until(lambda: rabbitmq_ready(amqp_url) == 0, 60)
+        calls, info = len(sim.calls()), store.get_run(run.id)
+    finally:
+        session.close()
+    assert info.status == "cancelled" and info.report is None
+    assert calls < 20 and info.persisted <= calls, (calls, info.persisted)
+
+
+def rabbitmq_ready(url: str) -> int:
+    from evaljobs.pipeline import rabbitmq
+
+    return sum(rabbitmq.ready_counts(url, [DEFAULT_QUEUE]))
 
 
 def test_an_amqp_broker_without_a_state_redis_is_refused_in_one_line(rabbitmq_server, monkeypatch):
