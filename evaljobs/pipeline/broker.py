@@ -165,7 +165,7 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
 
         return rabbitmq.make_broker(url, state, stack)
     raise BrokerError(f"unsupported broker URL '{redact(url)}': use 'memory', 'redis://host:port/db' "
-                      "or 'amqp://user:password@host:port/vhost'")
+                      "or 'amqp://host:port/vhost'")
 
 
 def configure(url: str | None = None, *, queue: str | None = None,

@@ -14,8 +14,13 @@ docs/cli.md.
 import sys
 
 from evaljobs import config
+from evaljobs.errors import ConfigurationError
 
-_settings = config.settings()
+try:
+    _settings = config.settings()
+except ConfigurationError as _refused:  # an amqp:// broker without EVALJOBS_REDIS_URL, a short key, …
+    print(f"error: {_refused}", file=sys.__stderr__ or sys.stderr, flush=True)  # one line, as below
+    sys.exit(2)
 if not (_settings.redis_broker or _settings.amqp_broker):
     # Exit code 2 is Dramatiq's "import failed": its main process stops the other workers and exits 2.
     # Written to the process's own stderr (sys.__stderr__), not to sys.stderr: in a Dramatiq worker

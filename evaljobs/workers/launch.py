@@ -116,7 +116,7 @@ def work(*, broker: str, threads: int | None = None, processes: int | None = Non
                                   f"--min/--max for a fixed worker")
     if not broker.startswith(SHARED_BROKER_SCHEMES):
         raise OptionError("workers need a shared broker: --broker redis://host:port/db or "
-                          "amqp://user:password@host:port/vhost", "--broker")
+                          "amqp://host:port/vhost", "--broker")
     if lane not in ("interactive", "bulk"):
         raise OptionError(f"'{lane}' is not a lane: use interactive or bulk", "--lane")
     # One line now, not a traceback from every worker process (nan passes click's FloatRange).
