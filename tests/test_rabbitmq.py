@@ -160,3 +160,10 @@ def test_amqp_passwords_are_redacted():
     with pytest.raises(ConfigurationError) as raised:
         Settings(broker_url="amqp://u:s3cret-Pa55word@mq:5672/", redis_url="http://not-redis")
     assert "EVALJOBS_REDIS_URL" in str(raised.value) and "s3cret" not in str(raised.value)
+
+
+def test_status_beside_rabbitmq_reads_the_state_redis_and_says_where_queue_depths_are(amqp_url, sqlite_url):
+    out = evaljobs_cli("status", "--db", sqlite_url, "--broker", amqp_url)
+    assert out.returncode == 0, out.stderr
+    assert "RabbitMQ broker: queue depths with `rabbitmqctl list_queues" in out.stdout, out.stdout
+    assert "in-process broker" not in out.stdout and "cannot read" not in out.stdout, out.stdout
