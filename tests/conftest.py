@@ -36,35 +36,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(opt_in)
 
 
-@pytest.fixture(scope="session")
-def redis_server():
+def _session_server(factory: Callable[[], Any]) -> Iterator[Any]:
+    """A server for the whole session; one that cannot start fails the tests that need it, in one line."""
     try:
-        server = RedisServer()
+        server = factory()
     except ServerError as exc:
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    yield from _session_server(RedisServer)
 
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    try:
-        server = PostgresServer()
-    except ServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.close()
+    yield from _session_server(PostgresServer)
 
 
 @pytest.fixture(scope="session")
 def rabbitmq_server():
     """One RabbitMQ node for the session (it takes seconds to start)."""
-    try:
-        server = RabbitmqServer()
-    except ServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.close()
+    yield from _session_server(RabbitmqServer)
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,7 @@ def test_rabbitmq_restarted_mid_run_loses_nothing_and_gives_one_report(rabbitmq_
         at_restart = store.get_run(run.id).persisted
         deadline = time.monotonic() + 120
         # The runbook after a broker incident, as on Redis: `evaljobs recover` until the run ends.
-        while not wait_until(lambda: store.get_run(run.id).report is not None, 10):
+        while not wait_until(lambda: store.get_run(run.id).report is not None, 3):
             out = evaljobs_cli("recover", "--db", sqlite_url, "--broker", amqp_url)
             assert out.returncode == 0, out.stderr
             recovered += [line for line in out.stdout.splitlines() if line != "nothing to recover"]

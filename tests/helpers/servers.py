@@ -49,7 +49,36 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-class RedisServer:
+class _ProcessServer:
+    """What the servers run as a child process share: ``running``, ``restart`` and ``with``."""
+
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisServer(_ProcessServer):
     """``redis-server`` on 127.0.0.1:port with its data in a temp folder.
 
     ``restart()`` keeps the port and the data folder, so with ``appendonly=True``
@@ -96,10 +125,6 @@ class RedisServer:
         self.kill()
         raise ServerError(f"redis-server did not answer PING on port {self.port} within {STARTUP_SECONDS}s")
 
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
@@ -123,19 +148,9 @@ class RedisServer:
             self.process.kill()
             self.process.wait(timeout=15)
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> "RedisServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _pg_binary(name: str) -> str:
@@ -263,7 +278,7 @@ def _rabbitmq_binary() -> str:
                       "rabbitmq-server)")
 
 
-class RabbitmqServer:
+class RabbitmqServer(_ProcessServer):
     """``rabbitmq-server`` on 127.0.0.1:port, its node, data, logs and Erlang cookie in a temp folder.
 
     Its own node name, distribution port and epmd port (``ERL_EPMD_PORT``), so it clashes with no
@@ -326,10 +341,6 @@ class RabbitmqServer:
         self.kill()
         raise ServerError(f"rabbitmq-server did not accept AMQP on port {self.port} within "
                           f"{STARTUP_SECONDS * 2}s:\n{_tail(self.log)}")
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def ping(self) -> bool:
         """An AMQP connection opens (the port alone listens before the node boots its apps)."""
@@ -396,10 +407,6 @@ class RabbitmqServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=15)
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     def close(self) -> None:
         self.stop()
         # epmd (Erlang's port mapper, started by the node on its own port) outlives the node: stop it
@@ -408,9 +415,3 @@ class RabbitmqServer:
             subprocess.run([epmd, "-port", str(self.epmd_port), "-kill"], env=self.env, capture_output=True,
                            timeout=15, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> "RabbitmqServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
