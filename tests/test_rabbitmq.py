@@ -20,6 +20,8 @@ from evaljobs.pipeline.broker import BrokerError, make_broker
 from evaljobs.pipeline.recovery import recover
 from evaljobs.redact import redact
 from helpers import (
+    RETRY_AFTER,
+    CommandProcess,
     Fleet,
     WorkerProcess,
     assert_all_passed,
@@ -27,6 +29,8 @@ from helpers import (
     fleet_run,
     numbered_catalog,
     observe,
+    retry_after_catalog,
+    retry_gap,
     wait_until,
 )
 
@@ -90,12 +94,10 @@ def test_a_rate_limited_pair_goes_back_through_the_delay_queue(amqp_url, sqlite_
                                                                 tmp_path):
     """The governor hands a 429'd pair back as a delayed message (RabbitMQ's ``agents.DQ``): it
     reaches the provider again no sooner than Retry-After, as measured by the provider."""
-    from test_retry_after import RETRY_AFTER, catalog_text, retry_gap
-
     sim = simulated_provider(latency=0.1, retry_after=RETRY_AFTER)
     session = Session(db=sqlite_url, broker=amqp_url)
     try:
-        run = session.submit(loads_catalog(catalog_text(0), source="ra.yaml"), ["sim/a"])
+        run = session.submit(loads_catalog(retry_after_catalog(0), source="ra.yaml"), ["sim/a"])
         with WorkerProcess(amqp_url, sqlite_url, threads=2, log=tmp_path / "w.log",
                            env={"EVALJOBS_PERMIT_WAIT": "0.5"}):
             info = session.wait(run.id, timeout=60, poll=0.5)
@@ -167,3 +169,33 @@ def test_status_beside_rabbitmq_reads_the_state_redis_and_says_where_queue_depth
     assert out.returncode == 0, out.stderr
     assert "RabbitMQ broker: queue depths with `rabbitmqctl list_queues" in out.stdout, out.stdout
     assert "in-process broker" not in out.stdout and "cannot read" not in out.stdout, out.stdout
+
+
+def test_an_elastic_pool_on_rabbitmq_counts_ready_messages_and_finishes_a_run(
+        amqp_url, redis_url, sqlite_url, simulated_provider, tmp_path):
+    """A pool's backlog is RabbitMQ's count of ready messages (queue and .DQ); its state is published in
+    the state Redis, where `evaljobs status` reads it."""
+    import redis as redis_lib
+
+    from evaljobs.workers.status import read_pools
+
+    simulated_provider(latency=0.2)
+    session = Session(db=sqlite_url, broker=amqp_url)
+    try:
+        run = store.create_run(numbered_catalog(9, "pooled"), ["sim/a"], strategy="fanout")
+        store.mark_running(run.id)
+        assert recover(session.binding(), run.id) == [f"{run.id}: re-enqueued 9 of 9 missing pairs"]
+        assert session.binding().broker.backlog([DEFAULT_QUEUE]) == 9  # what the pool grows on
+        client = redis_lib.Redis.from_url(redis_url)
+        log = tmp_path / "pool.log"
+        pool = CommandProcess(amqp_url, sqlite_url, "pool", "--min", "1", "--max", "3", "--idle-seconds", "1",
+                              "--broker", amqp_url, "--db", sqlite_url, log=log).start()
+        try:
+            info = session.wait(run.id, timeout=60, poll=0.5)
+            assert read_pools(client), log.read_text()[-2000:]  # published beside RabbitMQ
+        finally:
+            pool.terminate(15)
+            client.close()
+    finally:
+        session.close()
+    assert info.status == "complete" and info.persisted == 9, log.read_text()[-2000:]

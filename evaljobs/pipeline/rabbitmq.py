@@ -16,6 +16,7 @@ any may be in flight (see :mod:`evaljobs.pipeline.recovery`).
 """
 from __future__ import annotations
 
+import threading
 from typing import Iterator, Sequence
 
 import dramatiq
@@ -46,13 +47,35 @@ class StateRabbitmqBroker(RabbitmqBroker):
 
         self.url = url
         self.client = redis.Redis.from_url(state_url, socket_timeout=5, socket_connect_timeout=5)
+        self._counting = threading.Lock()
+        self._counter: pika.BlockingConnection | None = None
 
     def backlog(self, queues: Sequence[str]) -> int:
-        """Ready messages on ``queues`` and their delay queues (not those held by consumers)."""
-        return sum(ready_counts(self.url, queues))
+        """Ready messages on ``queues`` and their delay queues (not those held by consumers).
+
+        A pool's controller asks every tick (50 ms): one connection is kept for it, not one a tick.
+        """
+        with self._counting:
+            try:
+                if self._counter is None or not self._counter.is_open:
+                    self._counter = pika.BlockingConnection(_parameters(self.url))
+                return sum(ready for ready, _ in _declare_all(self._counter, queues))
+            except (pika.exceptions.AMQPError, OSError):
+                self._drop_counter()
+                raise
+
+    def _drop_counter(self) -> None:
+        counter, self._counter = self._counter, None
+        if counter is not None and counter.is_open:
+            try:
+                counter.close()
+            except (pika.exceptions.AMQPError, OSError):
+                pass
 
     def close(self) -> None:
         super().close()
+        with self._counting:
+            self._drop_counter()
         self.client.close()
 
 
@@ -88,19 +111,25 @@ def _declared(url: str, queues: Sequence[str]) -> list[tuple[int, int]]:
     (nothing is created; a queue never declared counts (0, 0))."""
     connection = pika.BlockingConnection(_parameters(url))
     try:
-        channel = connection.channel()
-        out = []
-        for queue in queues:
-            for name in _queue_names(queue):
-                try:
-                    method = channel.queue_declare(queue=name, passive=True).method
-                    out.append((method.message_count, method.consumer_count))
-                except pika.exceptions.ChannelClosedByBroker:  # 404: never declared
-                    out.append((0, 0))
-                    channel = connection.channel()
-        return out
+        return _declare_all(connection, queues)
     finally:
         connection.close()
+
+
+def _declare_all(connection: pika.BlockingConnection, queues: Sequence[str]) -> list[tuple[int, int]]:
+    channel = connection.channel()
+    out = []
+    for queue in queues:
+        for name in _queue_names(queue):
+            try:
+                method = channel.queue_declare(queue=name, passive=True).method
+                out.append((method.message_count, method.consumer_count))
+            except pika.exceptions.ChannelClosedByBroker:  # 404: never declared
+                out.append((0, 0))
+                channel = connection.channel()
+    if channel.is_open:
+        channel.close()
+    return out
 
 
 def consumers(url: str, queue: str) -> int:
