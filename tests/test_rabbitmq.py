@@ -169,6 +169,7 @@ def test_status_beside_rabbitmq_reads_the_state_redis_and_says_where_queue_depth
     assert out.returncode == 0, out.stderr
     assert "RabbitMQ broker: queue depths with `rabbitmqctl list_queues" in out.stdout, out.stdout
     assert "in-process broker" not in out.stdout and "cannot read" not in out.stdout, out.stdout
+    assert "QUEUE" not in out.stdout  # no empty table of Redis queues beside RabbitMQ
 
 
 def test_an_elastic_pool_on_rabbitmq_counts_ready_messages_and_finishes_a_run(

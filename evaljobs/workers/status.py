@@ -226,11 +226,10 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
             status.notes.append(f"pools: {_one_line(exc)}")
         names = list(dict.fromkeys([queue_name(), *queues,
                                     *(q for pool in status.pools or () for q in pool.get("queues") or ())]))
-        if rabbit:
-            names = []
         try:
-            status.queues = read_queues(client, names)
-            status.workers = read_workers(client, names, window=window)
+            if not rabbit:  # Dramatiq's Redis structures: beside RabbitMQ there are none to read
+                status.queues = read_queues(client, names)
+                status.workers = read_workers(client, names, window=window)
         except redis.RedisError as exc:
             status.notes.append(f"cannot read {store.redact(broker_url)}: {_one_line(exc)}")
             return status
