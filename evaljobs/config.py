@@ -13,6 +13,10 @@ and :func:`child_environment` builds the environment of a worker process.
 Process-wide: :func:`settings` returns this process's settings (built on first
 use); :func:`configure` replaces them (the CLI after parsing flags, a worker at
 boot, a test). Code that takes a ``Settings`` argument should prefer it.
+
+The module stays whole (a little over 600 lines): it is the one place that reads the environment,
+and ``Settings``, the run options it is derived from and the broker URLs' state store
+(:func:`state_redis`) are checked together when settings are built (fail closed, in one line).
 """
 from __future__ import annotations
 
