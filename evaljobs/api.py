@@ -241,8 +241,10 @@ class Session:
         """Raise the broker's own connection error now when its Redis does not answer: a submit that
         cannot start its run creates none (it was left ``pending``, issue 40.17)."""
         binding = self.binding()
-        if binding.owned and binding.url.startswith(config.REDIS_SCHEMES):
-            binding.broker.client.ping()  # type: ignore[attr-defined]  # a RedisBroker (the URL says so)
+        if binding.owned and binding.url.startswith(config.SHARED_BROKER_SCHEMES):
+            # a RedisBroker's client, or the state Redis beside RabbitMQ (whose own publishes are
+            # confirmed: an unreachable RabbitMQ fails the first one)
+            binding.broker.client.ping()  # type: ignore[attr-defined]
 
     def _hold(self, run: store.RunInfo) -> None:
         """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
@@ -673,11 +675,12 @@ class Session:
         info = store.get_run(self.resolve(run_id))
         if info.report is not None or info.status == store.CANCELLED:
             return info
-        if self.broker_url and self.broker_url.startswith(config.REDIS_SCHEMES):
+        state = config.state_redis(self.broker_url)
+        if state:
             # start-up time: only a follower on Redis subscribes to the run's events there
             from evaljobs.pipeline import events
 
-            events.bind_redis(self.broker_url)  # live events come through Redis, else in-process
+            events.bind_redis(state)  # live events come through Redis (the broker's or the state Redis)
         listener, idle = self._follower(info, on_event, progress, poll, local_workers=False)
         return self.wait(info.id, timeout=timeout, poll=poll, on_event=listener, idle=idle)
 
@@ -1104,7 +1107,8 @@ class Session:
         from evaljobs.governor import Governor
         from evaljobs.workers.launch import ping_redis
 
-        url = config.Settings.from_env().governor_url or broker  # read now: a shell may have changed it
+        now = config.Settings.from_env()  # read now: a shell may have changed it
+        url = now.governor_url or config.state_redis(broker, now) or broker
         if not url or not url.startswith(config.REDIS_SCHEMES):
             raise OptionError("the governor's shared state lives in Redis: "
                               "pass --broker redis://… or set EVALJOBS_BROKER_URL", "--broker")

@@ -13,6 +13,10 @@ and :func:`child_environment` builds the environment of a worker process.
 Process-wide: :func:`settings` returns this process's settings (built on first
 use); :func:`configure` replaces them (the CLI after parsing flags, a worker at
 boot, a test). Code that takes a ``Settings`` argument should prefer it.
+
+The module stays whole (a little over 600 lines): it is the one place that reads the environment,
+and ``Settings``, the run options it is derived from and the broker URLs' state store
+(:func:`state_redis`) are checked together when settings are built (fail closed, in one line).
 """
 from __future__ import annotations
 
@@ -27,10 +31,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evaljobs.errors import ConfigurationError
-from evaljobs.redact import password_of, register_secret
+from evaljobs.redact import password_of, redact, register_secret
 
 #: URL schemes that name a Redis server (broker, governor, events).
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+#: URL schemes that name a RabbitMQ server (the broker only: its shared state lives in a Redis).
+AMQP_SCHEMES = ("amqp://", "amqps://")
+#: Broker URLs shared by several machines (``memory`` is one process's own).
+SHARED_BROKER_SCHEMES = REDIS_SCHEMES + AMQP_SCHEMES
 DEFAULT_QUEUE = "agents"
 _FALSE = ("off", "0", "false", "no")
 _TRUE = ("on", "1", "true", "yes")
@@ -246,7 +254,10 @@ class Settings:
     # EVALJOBS_CONTEXT_KEY (None: unsigned); a secret
     context_key: str | None = field(default=None, repr=False)
     governor: bool = True                    # EVALJOBS_GOVERNOR (off/0/false/no)
-    governor_url: str | None = None          # EVALJOBS_GOVERNOR_URL (None: the broker's Redis)
+    governor_url: str | None = None          # EVALJOBS_GOVERNOR_URL (None: the state Redis)
+    # The Redis that holds what is shared beyond a queue (the governor's budgets, run events for
+    # `watch` and the viewer, worker status) when the broker is RabbitMQ; a Redis broker is its own.
+    redis_url: str | None = None             # EVALJOBS_REDIS_URL
     lane: str | None = None                  # EVALJOBS_LANE (interactive | bulk)
     permit_wait: float = 2.0                 # EVALJOBS_PERMIT_WAIT
     cache_ttl: str | None = None             # EVALJOBS_CACHE_TTL (a duration: 3600, 12h, 7d)
@@ -329,10 +340,11 @@ class Settings:
         for name, (label, low, high, low_open, integer) in _NUMBERS.items():
             check_number(label, getattr(self, name), low, high, low_open=low_open, integer=integer)
         register_secret(key)
-        for url in (self.database_url, self.broker_url, self.governor_url):
+        for url in (self.database_url, self.broker_url, self.governor_url, self.redis_url):
             password = password_of(url) if url else None
             if url and password and password not in url.replace(f":{password}@", "@", 1):
                 register_secret(password)  # not one that is also the URL's user, host or database name
+        self._check_state_store()
         if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
             raise ConfigurationError(
                 f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
@@ -356,6 +368,17 @@ class Settings:
                 raise ConfigurationError(
                     f"EVALJOBS_{name.upper()}={value!r} must be a positive number of seconds"
                 )
+
+    def _check_state_store(self) -> None:
+        """Fail closed: a RabbitMQ broker carries messages only; budgets and events need a Redis."""
+        if self.redis_url is not None and not self.redis_url.startswith(REDIS_SCHEMES):
+            raise ConfigurationError(f"EVALJOBS_REDIS_URL={redact(self.redis_url)!r} is not a Redis URL: "
+                                     "use redis://host:port/db")
+        if self.amqp_broker and self.redis_url is None:
+            raise ConfigurationError(
+                f"EVALJOBS_BROKER_URL={redact(self.broker_url or '')!r} is RabbitMQ, which carries only "
+                "the messages: set EVALJOBS_REDIS_URL=redis://host:port/db for the governor's budgets and "
+                "the run events (docs/operations.md, RabbitMQ)")
 
     def crash_limit(self) -> int:
         """Crashed workers a pair may cost before it is recorded errored (``EVALJOBS_MAX_CRASHES``, default 3,
@@ -395,6 +418,7 @@ class Settings:
             context_key=env.get("EVALJOBS_CONTEXT_KEY"),  # set-but-empty is refused, not "unset"
             governor=governor,
             governor_url=_text(env, "EVALJOBS_GOVERNOR_URL"),
+            redis_url=_text(env, "EVALJOBS_REDIS_URL"),
             lane=_text(env, "EVALJOBS_LANE"),
             permit_wait=_float(env, "EVALJOBS_PERMIT_WAIT", d.permit_wait),
             cache_ttl=_text(env, "EVALJOBS_CACHE_TTL"),
@@ -437,12 +461,22 @@ class Settings:
     def redis_broker(self) -> bool:
         return bool(self.broker_url and self.broker_url.startswith(REDIS_SCHEMES))
 
+    @property
+    def amqp_broker(self) -> bool:
+        return bool(self.broker_url and self.broker_url.startswith(AMQP_SCHEMES))
+
+    @property
+    def state_redis(self) -> str | None:
+        """The Redis for shared state beyond a queue: a Redis broker's own, else ``EVALJOBS_REDIS_URL``."""
+        return state_redis(self.broker_url, self)
+
     def environment(self) -> dict[str, str]:
         """These settings as ``EVALJOBS_*`` variables (for a worker process started by this one)."""
         out: dict[str, str] = {}
         names = {"database_url": "EVALJOBS_DATABASE_URL", "broker_url": "EVALJOBS_BROKER_URL",
                  "queue": "EVALJOBS_QUEUE", "providers_path": "EVALJOBS_PROVIDERS",
-                 "governor_url": "EVALJOBS_GOVERNOR_URL", "lane": "EVALJOBS_LANE",
+                 "governor_url": "EVALJOBS_GOVERNOR_URL", "redis_url": "EVALJOBS_REDIS_URL",
+                 "lane": "EVALJOBS_LANE",
                  "sim_url": "EVALJOBS_SIM_URL", "cache_ttl": "EVALJOBS_CACHE_TTL",
                  "middleware": "EVALJOBS_MIDDLEWARE"}
         for attr, name in names.items():
@@ -466,6 +500,16 @@ class Settings:
         if self.allow_code:
             out["EVALJOBS_ALLOW_CODE"] = "1"
         return out
+
+
+def state_redis(broker: str | None, given: Settings | None = None) -> str | None:
+    """The Redis that holds the state shared beyond a queue for ``broker``: the broker itself when it
+    is Redis, ``EVALJOBS_REDIS_URL`` beside a RabbitMQ broker (or any other), None for none."""
+    if broker and broker.startswith(REDIS_SCHEMES):
+        return broker
+    if broker and broker.startswith(AMQP_SCHEMES):
+        return (given or settings()).redis_url
+    return None
 
 
 _lock = threading.Lock()
@@ -583,10 +627,12 @@ def code_environment(home: str, extra: Mapping[str, str] | None = None) -> dict[
 __all__ = [
     "DEFAULT_QUEUE",
     "MIN_CONTEXT_KEY_BYTES",
+    "AMQP_SCHEMES",
     "REDIS_SCHEMES",
     "RUN_LIMITS",
     "RUN_OPTIONS",
     "RunOption",
+    "SHARED_BROKER_SCHEMES",
     "Settings",
     "child_environment",
     "code_environment",
@@ -597,4 +643,5 @@ __all__ = [
     "run_option",
     "secret",
     "settings",
+    "state_redis",
 ]

@@ -19,6 +19,7 @@ from evaljobs.errors import UsageError
 EXTRAS: dict[str, tuple[str, str]] = {
     "mcp": ("mcp", "MCP tools need"),
     "postgres": ("psycopg2", "a postgresql:// database needs"),
+    "rabbitmq": ("pika", "an amqp:// broker (RabbitMQ) needs"),
     "plot": ("matplotlib", "the benchmark plot needs"),
     "metrics": ("prometheus_client", "--metrics-port needs"),
     "otel": ("opentelemetry.sdk", "OTEL_EXPORTER_OTLP_ENDPOINT (tracing) needs"),

@@ -12,7 +12,7 @@ import pytest
 
 from evaljobs.simulated import SimulatedProvider
 from helpers.browser import find_chromium
-from helpers.servers import PostgresServer, RedisServer, ServerError
+from helpers.servers import PostgresServer, RabbitmqServer, RedisServer, ServerError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +22,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in ("redis: needs a real redis-server (started by the test session)",
                  "postgres: needs a real PostgreSQL cluster (started by the test session)",
+                 "rabbitmq: needs a real rabbitmq-server (started by the test session)",
                  "slow: long soak variants, run with --soak"):
         config.addinivalue_line("markers", line)
 
@@ -35,24 +36,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(opt_in)
 
 
-@pytest.fixture(scope="session")
-def redis_server():
+def _session_server(factory: Callable[[], Any]) -> Iterator[Any]:
+    """A server for the whole session; one that cannot start fails the tests that need it, in one line."""
     try:
-        server = RedisServer()
+        server = factory()
     except ServerError as exc:
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    yield from _session_server(RedisServer)
 
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    try:
-        server = PostgresServer()
-    except ServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.close()
+    yield from _session_server(PostgresServer)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server():
+    """One RabbitMQ node for the session (it takes seconds to start)."""
+    yield from _session_server(RabbitmqServer)
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +85,24 @@ def redis_url(redis_server: RedisServer) -> str:
     finally:
         client.close()
     return redis_server.url
+
+
+@pytest.fixture
+def amqp_url(rabbitmq_server: RabbitmqServer, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The session RabbitMQ (restarted if a test stopped it) with the default queue's leftovers deleted,
+    and the session Redis, emptied, as its state store (``EVALJOBS_REDIS_URL``, which it needs)."""
+    from evaljobs.config import DEFAULT_QUEUE
+
+    rabbitmq_server.start()
+    rabbitmq_server.delete_queues(DEFAULT_QUEUE)
+    monkeypatch.setenv("EVALJOBS_REDIS_URL", redis_url)
+    return rabbitmq_server.url
+
+
+@pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """Run the test once on a Redis broker and once on RabbitMQ (its state in the same Redis)."""
+    return request.getfixturevalue("redis_url" if request.param == "redis" else "amqp_url")
 
 
 @pytest.fixture

@@ -241,8 +241,8 @@ def test_a_started_project_says_what_it_wrote_kept_and_what_to_run_next(tmp_path
 
 @pytest.mark.parametrize(("args", "line"), [
     (["worker", "--broker", "memory"],
-     "error: Invalid value for --broker: workers need a shared broker: --broker redis://host:port/db "
-     "(see `evaljobs worker --help`)"),
+     "error: Invalid value for --broker: workers need a shared broker: --broker redis://host:port/db or "
+     "amqp://host:port/vhost (see `evaljobs worker --help`)"),
     (["--broker", "redis://127.0.0.1:1/0", "worker", "--min", "1", "--processes", "2"],
      "error: --processes does not apply to an elastic pool (--min/--max): its members are its threads, "
      "from --min to --max; drop --processes, or drop --min/--max for a fixed worker "
@@ -264,4 +264,5 @@ def test_an_option_the_library_refused_reads_as_clicks_own_refusals(tmp_path, mo
 def test_an_option_error_names_its_option_for_a_caller_of_the_library():
     with pytest.raises(UsageError) as caught:
         Session.work(broker="memory")
-    assert str(caught.value) == "--broker: workers need a shared broker: --broker redis://host:port/db"
+    assert str(caught.value) == ("--broker: workers need a shared broker: --broker redis://host:port/db or "
+                                 "amqp://host:port/vhost")

@@ -53,13 +53,16 @@ def catalog(name: str, keys: list[str], prompts: dict[str, str] | None = None):
 
 
 class Backend:
-    """A Session plus workers: in-process StubBroker threads, or Redis and a worker process."""
+    """A Session plus workers: in-process StubBroker threads, or Redis (or RabbitMQ, its state in Redis) and a
+    worker process."""
 
     def __init__(self, kind: str, db: str, tmp_path: Path, request: pytest.FixtureRequest):
         self.kind = kind
         self.db = db
         self.tmp_path = tmp_path
-        self.redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
+        # the shared broker's URL (named for Redis, the first one): redis:// or amqp://
+        self.redis_url = request.getfixturevalue(f"{'amqp' if kind == 'rabbitmq' else kind}_url") \
+            if kind != "memory" else None
         self.sessions: list[Session] = []
         self.workers: list[WorkerProcess] = []
 
@@ -84,6 +87,8 @@ class Backend:
         binding = session.binding()
         if self.kind == "memory":
             return len(binding.broker.dead_letters)
+        if self.kind == "rabbitmq":
+            return binding.broker.get_queue_message_counts(binding.queue)[2]
         client = redis_lib.Redis.from_url(self.redis_url)
         try:
             return client.zcard(f"{binding.broker.namespace}:{binding.queue}.XQ")
@@ -108,6 +113,10 @@ def sim(simulated_provider, monkeypatch):
     monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
     monkeypatch.delenv("EVALJOBS_CONTEXT_KEY", raising=False)
     return simulated_provider(latency=0.02, retry_after=0.2)
+
+
+#: The RabbitMQ backend, for the test that shows the context middleware on it (CI time: one is enough).
+ON_RABBITMQ = pytest.param("rabbitmq", marks=[pytest.mark.redis, pytest.mark.rabbitmq])
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -158,6 +167,8 @@ def test_adapter_fails_loudly_without_a_domain_and_records_the_domain_it_ran_und
 # -- acceptance ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.redis), ON_RABBITMQ],
+                         indirect=True)
 def test_every_pair_runs_under_the_domain_the_run_was_started_in_even_when_retried(backend, sim):
     """Start → each pair → finalize on worker threads; a retry and a rate-limit re-send keep "acme"."""
     session = backend.session(threads=4)
@@ -286,7 +297,7 @@ def test_forged_altered_unsigned_or_replayed_context_is_rejected_and_never_resto
     assert results[0].details["meta"] == {NAME: "acme"}
     assert sim.stats()["requests"] - requests_before == 1  # none of the rejected messages reached the adapter
     assert backend.dead_letters(session) == len(bad)
-    logs = backend.worker_log() if backend.kind == "redis" else caplog.text
+    logs = backend.worker_log() if backend.kind != "memory" else caplog.text
     assert logs.count("context signature invalid (altered or forged); dead-lettering") >= len(bad), logs
     assert current_domain() is None
 

@@ -1,4 +1,5 @@
-"""Fan-out against the real thing: redis-server, PostgreSQL and `evaljobs worker` processes."""
+"""Fan-out against the real thing: redis-server (or rabbitmq-server, its state in Redis), PostgreSQL and
+`evaljobs worker` processes."""
 from __future__ import annotations
 
 import threading
@@ -23,7 +24,8 @@ def sim(simulated_provider):
 
 
 class CompleteCounter:
-    """Counts `complete` events published by any process, through Redis pub/sub."""
+    """Counts `complete` events published by any process, through Redis pub/sub (the state Redis beside
+    RabbitMQ)."""
 
     def __init__(self, run_id: str):
         self.subscription = events.Subscription(run_id)
@@ -47,21 +49,21 @@ class CompleteCounter:
         self.subscription.close()
 
 
-def run_with_workers(redis_url, db_url, tmp_path, *, pairs_catalog, models, kill_after=None):
-    session = Session(db=db_url, broker=redis_url)
+def run_with_workers(broker_url, db_url, tmp_path, *, pairs_catalog, models, kill_after=None):
+    session = Session(db=db_url, broker=broker_url)
     try:
         session.binding()  # binds events to Redis before we subscribe
         run = store.create_run(pairs_catalog, models, strategy="fanout")
         counter = CompleteCounter(run.id)
         log = tmp_path / "worker.log"
-        first = WorkerProcess(redis_url, db_url, threads=4, log=log).start()
+        first = WorkerProcess(broker_url, db_url, threads=4, log=log).start()
         second = None
         try:
             session.binding().actors.start_run.send(run.id)
             if kill_after is not None:
                 assert wait_until(lambda: store.get_run(run.id).persisted >= kill_after, 60)
                 first.kill()
-                second = WorkerProcess(redis_url, db_url, threads=4, log=log).start()
+                second = WorkerProcess(broker_url, db_url, threads=4, log=log).start()
             info = session.wait(run.id, timeout=120, poll=1.0)
         finally:
             first.terminate(15)
@@ -75,8 +77,8 @@ def run_with_workers(redis_url, db_url, tmp_path, *, pairs_catalog, models, kill
 
 
 @pytest.mark.postgres
-def test_forty_pairs_on_redis_and_postgres_with_worker_processes(redis_url, pg_url, sim, tmp_path):
-    info, counter, log = run_with_workers(redis_url, pg_url, tmp_path, pairs_catalog=catalog(20),
+def test_forty_pairs_on_redis_and_postgres_with_worker_processes(broker_url, pg_url, sim, tmp_path):
+    info, counter, log = run_with_workers(broker_url, pg_url, tmp_path, pairs_catalog=catalog(20),
                                           models=["sim/a", "sim/b"])
     assert info.status == "complete", log.read_text()[-3000:]
     assert info.persisted == 40 and len(store.list_results(info.id)) == 40
@@ -86,8 +88,8 @@ def test_forty_pairs_on_redis_and_postgres_with_worker_processes(redis_url, pg_u
 
 
 @pytest.mark.postgres
-def test_kill_9_mid_run_still_gives_exactly_every_pair_and_one_report(redis_url, pg_url, sim, tmp_path):
-    info, counter, log = run_with_workers(redis_url, pg_url, tmp_path, pairs_catalog=catalog(20, "killed"),
+def test_kill_9_mid_run_still_gives_exactly_every_pair_and_one_report(broker_url, pg_url, sim, tmp_path):
+    info, counter, log = run_with_workers(broker_url, pg_url, tmp_path, pairs_catalog=catalog(20, "killed"),
                                           models=["sim/a", "sim/b"], kill_after=8)
     assert info.status == "complete", log.read_text()[-3000:]
     results = store.list_results(info.id)
@@ -97,21 +99,31 @@ def test_kill_9_mid_run_still_gives_exactly_every_pair_and_one_report(redis_url,
     assert info.report["summary"]["results"] == 40
 
 
-def test_redis_flushed_mid_run_is_recovered(redis_url, sqlite_url, sim, tmp_path):
+def lose_every_message(broker_url: str, request) -> None:
+    """Every queued message gone: Redis flushed, or RabbitMQ's queues purged."""
+    if broker_url.startswith("amqp"):
+        from evaljobs.config import DEFAULT_QUEUE
+
+        request.getfixturevalue("rabbitmq_server").purge_queues(DEFAULT_QUEUE)
+        return
     import redis as redis_lib
 
+    redis_lib.Redis.from_url(broker_url).flushall()
+
+
+def test_redis_flushed_mid_run_is_recovered(broker_url, sqlite_url, sim, tmp_path, request):
     from evaljobs.pipeline.recovery import recover
 
-    session = Session(db=sqlite_url, broker=redis_url)
+    session = Session(db=sqlite_url, broker=broker_url)
     try:
         run = store.create_run(catalog(12, "flushed"), ["sim/a"], strategy="fanout")
         session.binding().actors.start_run.send(run.id)
-        # No worker yet: start_run sits in Redis. Flush Redis: every message is gone.
-        redis_lib.Redis.from_url(redis_url).flushall()
+        # No worker yet: start_run sits in the broker. Lose it: every message is gone.
+        lose_every_message(broker_url, request)
         binding = session.binding()
         assert recover(binding, None)  # re-enqueued the lost pairs
         assert recover(binding, run.id) == []  # a healthy run: nothing to do
-        with WorkerProcess(redis_url, sqlite_url, threads=4, log=tmp_path / "w.log"):
+        with WorkerProcess(broker_url, sqlite_url, threads=4, log=tmp_path / "w.log"):
             info = session.wait(run.id, timeout=60, poll=0.5)
         assert info.status == "complete" and info.persisted == 12
     finally:

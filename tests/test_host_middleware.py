@@ -76,8 +76,9 @@ def test_the_entry_point_group_adds_installed_host_middleware(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("url, shown", [(None, ""),
-                                        ("amqp://bob:S3cretPw@localhost/", " (EVALJOBS_BROKER_URL='amqp://bob:***@localhost/')")],
-                         ids=["unset", "not-redis-with-a-password"])
+                                        ("sqs://bob:S3cretPw@localhost/", " (EVALJOBS_BROKER_URL='sqs://bob:***@localhost/')"),
+                                        ("amqp://bob:S3cretPw@localhost/", "amqp")],
+                         ids=["unset", "not-a-broker-with-a-password", "amqp-without-a-state-redis"])
 def test_plain_dramatiq_cli_without_a_broker_url_exits_with_one_line(tmp_path, url, shown):
     """The line is written to the worker process's own stderr: Dramatiq's log pipe lost it now and then
     on a busy machine (its watcher stops reading when the worker exits). A password never shows."""
@@ -96,10 +97,17 @@ def test_plain_dramatiq_cli_without_a_broker_url_exits_with_one_line(tmp_path, u
     )
     assert done.returncode == 2
     ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert ours == [
-        f"error: evaljobs.workers.boot needs a Redis broker{shown}: set "
-        "EVALJOBS_BROKER_URL=redis://host:port/db (or run `evaljobs worker --broker redis://...`)"
-    ], done.stderr
+    if shown == "amqp":  # RabbitMQ carries only the messages: the budgets and events need a Redis
+        assert ours == [
+            "error: EVALJOBS_BROKER_URL='amqp://bob:***@localhost/' is RabbitMQ, which carries only the "
+            "messages: set EVALJOBS_REDIS_URL=redis://host:port/db for the governor's budgets and the run "
+            "events (docs/operations.md, RabbitMQ)"
+        ], done.stderr
+    else:
+        assert ours == [
+            f"error: evaljobs.workers.boot needs a shared broker{shown}: set EVALJOBS_BROKER_URL="
+            "redis://host:port/db or amqp://… (or run `evaljobs worker --broker redis://...`)"
+        ], done.stderr
     assert "Traceback" not in done.stderr and "S3cretPw" not in done.stderr + done.stdout
 
 

@@ -3,7 +3,8 @@
 ``memory`` (the embedded default) is Dramatiq's in-process ``StubBroker``
 driven by a real :class:`dramatiq.Worker` with ``width`` threads (both as subclasses from
 :mod:`~evaljobs.pipeline.memory_worker`, whose worker stops at once); ``redis://``
-is Dramatiq's Redis broker shared by any number of worker machines. Both get
+is Dramatiq's Redis broker shared by any number of worker machines, and ``amqp://``
+Dramatiq's RabbitMQ broker (:mod:`~evaljobs.pipeline.rabbitmq`). All get
 the same actors and the same middleware, in this order:
 
 1. ``ContextMiddleware`` first. Dramatiq runs ``before_*`` hooks in list order
@@ -46,9 +47,10 @@ from evaljobs_middleware.db import DatabaseConnections
 from evaljobs_middleware.refusals import Refusals
 from evaljobs_middleware.tracecontext import TraceContextProvider
 
-from evaljobs import config, store
+from evaljobs import config, extras, store
 from evaljobs.config import DEFAULT_QUEUE, REDIS_SCHEMES, Settings  # noqa: F401 - DEFAULT_QUEUE: re-exported
 from evaljobs.errors import UsageError
+from evaljobs.redact import redact
 from evaljobs.capacity import thread_start_failed
 from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
@@ -151,7 +153,19 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
 
         return WakingRedisBroker(url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
                                  maintenance_chance=settings.maintenance_chance)
-    raise BrokerError(f"unsupported broker URL '{url}': use 'memory' or 'redis://host:port/db'")
+    if url.startswith(config.AMQP_SCHEMES):
+        state = config.state_redis(url, settings)
+        if state is None:  # fail closed: budgets, events and crash counts need a Redis
+            raise BrokerError(f"the RabbitMQ broker {redact(url)} carries only the messages: set "
+                              "EVALJOBS_REDIS_URL=redis://host:port/db for the governor's budgets and the "
+                              "run events (docs/operations.md, RabbitMQ)")
+        extras.require("rabbitmq")
+        # start-up time: pika only for an amqp:// broker
+        from evaljobs.pipeline import rabbitmq
+
+        return rabbitmq.make_broker(url, state, stack)
+    raise BrokerError(f"unsupported broker URL '{redact(url)}': use 'memory', 'redis://host:port/db' "
+                      "or 'amqp://host:port/vhost'")
 
 
 def configure(url: str | None = None, *, queue: str | None = None,
@@ -163,7 +177,7 @@ def configure(url: str | None = None, *, queue: str | None = None,
     broker = make_broker(url, context_providers=context_providers, settings=settings)
     dramatiq.set_broker(broker)
     bound = actors.declare(broker, queue=queue)
-    events.bind_redis(None if url == "memory" else url)
+    events.bind_redis(config.state_redis(url, settings))
     return Binding(broker=broker, url=url, queue=queue, actors=bound, context=context.current())
 
 

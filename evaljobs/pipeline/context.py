@@ -20,7 +20,7 @@ import threading
 
 from evaljobs import config
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
-from evaljobs.config import REDIS_SCHEMES, Settings
+from evaljobs.config import Settings
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.governor import LANES, Governor, Learned, budget_key
@@ -134,8 +134,7 @@ def _broker_redis_url(settings: Settings) -> str | None:
     bound = events.redis_url()
     if bound:
         return bound
-    url = settings.broker_url or ""
-    return url if url.startswith(REDIS_SCHEMES) else None
+    return settings.state_redis
 
 
 _lock = threading.Lock()

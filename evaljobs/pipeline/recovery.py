@@ -1,12 +1,13 @@
 """Recovery: finish runs whose messages were lost, without disturbing healthy ones.
 
 A run can stall when its messages vanish (Redis flushed or restarted without
-persistence, a message dead-lettered by a bug). Recovery compares what the
-database is missing with what the broker still holds, re-enqueues only the
-pairs nobody will process — with the run's stored host context — and sends
-``finalize_run`` for runs that are complete but have no report. A healthy run
-(every missing pair still has a message) is left untouched, and so is a run a live
-process evaluates in its own memory (its lease: :mod:`evaljobs.pipeline.ownership`).
+persistence, a RabbitMQ queue purged or its node's data lost, a message
+dead-lettered by a bug). Recovery compares what the database is missing with
+what the broker still holds, re-enqueues only the pairs nobody will process —
+with the run's stored host context — and sends ``finalize_run`` for runs that
+are complete but have no report. A healthy run (every missing pair still has a
+message) is left untouched, and so is a run a live process evaluates in its own
+memory (its lease: :mod:`evaljobs.pipeline.ownership`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import threading
 from typing import Iterable
 
 from evaljobs import store
+from evaljobs.config import AMQP_SCHEMES
 from evaljobs.pipeline import ownership
 from evaljobs.pipeline.pairs import pair_args, pair_options
 from evaljobs.store import batches as stored_batches
@@ -28,7 +30,8 @@ def pending_work(binding) -> tuple[set[tuple[str, str, str, int]], set[tuple[str
     queued.
 
     Reads the queue's own message hashes (ready, in flight and delayed) — the
-    queue, not the keyspace.
+    queue, not the keyspace. On RabbitMQ, the ready messages of the queue and its delay queue only:
+    what a live consumer holds is invisible (:func:`_in_flight_unseen`).
     """
     pairs: set[tuple[str, str, str, int]] = set()
     models: set[tuple[str, str]] = set()
@@ -94,11 +97,31 @@ def _queued_bodies(binding) -> Iterable[bytes | str]:
             for message in list(queue.queue):
                 yield message if isinstance(message, (bytes, str)) else message.encode()
         return
+    if is_rabbitmq(binding):
+        # start-up time: pika only on RabbitMQ
+        from evaljobs.pipeline import rabbitmq
+
+        yield from rabbitmq.ready_bodies(binding.url, binding.queue)
+        return
     client = broker.client
     namespace = broker.namespace
     for name in (binding.queue, f"{binding.queue}.DQ"):
         for _, body in client.hscan_iter(f"{namespace}:{name}.msgs", count=500):
             yield body
+
+
+def is_rabbitmq(binding) -> bool:
+    return binding.url.startswith(AMQP_SCHEMES)
+
+
+def _in_flight_unseen(binding) -> int:
+    """Consumers that may hold messages recovery cannot see: on RabbitMQ a message a live worker holds
+    unacknowledged is invisible to other connections (it returns to the queue if that worker dies)."""
+    if not is_rabbitmq(binding):
+        return 0
+    from evaljobs.pipeline import rabbitmq  # start-up time, as above
+
+    return rabbitmq.consumers(binding.url, binding.queue)
 
 
 def _with_context(binding, message, run: store.RunInfo):
@@ -143,6 +166,7 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None,
     if not runs:
         return list(actions)
     pairs, models, starts = pending_work(binding)
+    unseen = _in_flight_unseen(binding)
     actors = binding.actors
     for run in runs:
         if run.status in ("complete", "partial", "failed", "cancelled") and run.report is not None:
@@ -177,6 +201,12 @@ def recover(binding, run_id: str | None = None, *, on_action=None, on_runs=None,
         parked = _recover_batches(binding, run, actions) if (run.options or {}).get("batch") else set()
         lost = [pair for pair in missing if (run.id, *pair) not in pairs and tuple(pair) not in parked]
         if not lost:
+            continue
+        if unseen:
+            # Fail closed: re-enqueueing pairs a live worker holds would evaluate them twice.
+            actions.append(f"{run.id}: {len(lost)} missing pairs have no ready message, but {unseen} "
+                           f"consumer(s) of RabbitMQ queue '{binding.queue}' may hold them: stop the workers "
+                           "and recover again")
             continue
         if run.status == "pending":
             store.mark_running(run.id)
@@ -230,7 +260,8 @@ class PeriodicRecovery:
     def _lock(self) -> bool:
         if self.binding.is_memory:
             return True
-        key = f"{self.binding.broker.namespace}:evaljobs-recovery-lock"
+        # the broker's Redis, or RabbitMQ's state Redis (its ``client``), whose keys have no namespace
+        key = f"{getattr(self.binding.broker, 'namespace', 'dramatiq')}:evaljobs-recovery-lock"
         return bool(self.binding.broker.client.set(key, "1", nx=True, ex=max(1, int(self.interval))))
 
     def _loop(self) -> None:

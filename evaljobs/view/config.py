@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaljobs.config import REDIS_SCHEMES
+from evaljobs.config import state_redis
 from evaljobs.view.streams import StreamLimits
 
 HERE = Path(__file__).resolve().parent
@@ -46,8 +46,8 @@ class ViewConfig:
 
     @property
     def redis_url(self) -> str | None:
-        b = self.broker or ""
-        return b if b.startswith(REDIS_SCHEMES) else None
+        # the broker's Redis, or the state Redis beside RabbitMQ (EVALJOBS_REDIS_URL)
+        return state_redis(self.broker)
 
 
 def is_loopback(host: str) -> bool:

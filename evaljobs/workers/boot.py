@@ -4,7 +4,7 @@ environment.
 This is the module to give Dramatiq's own CLI (``dramatiq evaljobs.workers.boot --processes 2
 --threads 8``), as ``evaljobs worker`` does. Everything comes from the environment
 (:class:`evaljobs.config.Settings`): ``EVALJOBS_BROKER_URL`` (required: a worker process
-consumes the shared Redis broker; without one it exits with a one-line error instead of
+consumes the shared Redis or RabbitMQ broker; without one it exits with a one-line error instead of
 waiting on an in-process broker nothing ever sends to), ``EVALJOBS_DATABASE_URL``,
 ``EVALJOBS_MIDDLEWARE`` (host middleware, ``module:Class,…``) and the rest of the environment list in
 docs/cli.md.
@@ -14,9 +14,14 @@ docs/cli.md.
 import sys
 
 from evaljobs import config
+from evaljobs.errors import ConfigurationError
 
-_settings = config.settings()
-if not _settings.redis_broker:
+try:
+    _settings = config.settings()
+except ConfigurationError as _refused:  # an amqp:// broker without EVALJOBS_REDIS_URL, a short key, …
+    print(f"error: {_refused}", file=sys.__stderr__ or sys.stderr, flush=True)  # one line, as below
+    sys.exit(2)
+if not (_settings.redis_broker or _settings.amqp_broker):
     # Exit code 2 is Dramatiq's "import failed": its main process stops the other workers and exits 2.
     # Written to the process's own stderr (sys.__stderr__), not to sys.stderr: in a Dramatiq worker
     # process that is the pipe to the main process's log watcher, which stops reading when the worker
@@ -26,8 +31,8 @@ if not _settings.redis_broker:
 
     given = f" (EVALJOBS_BROKER_URL={redact(_settings.broker_url)!r})" if _settings.broker_url else ""
     print(
-        f"error: evaljobs.workers.boot needs a Redis broker{given}: set "
-        "EVALJOBS_BROKER_URL=redis://host:port/db (or run `evaljobs worker --broker redis://...`)",
+        f"error: evaljobs.workers.boot needs a shared broker{given}: set "
+        "EVALJOBS_BROKER_URL=redis://host:port/db or amqp://… (or run `evaljobs worker --broker redis://...`)",
         file=sys.__stderr__ or sys.stderr,
         flush=True,
     )

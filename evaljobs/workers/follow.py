@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from evaljobs.config import REDIS_SCHEMES, settings
+from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, settings
 from evaljobs.pipeline.progress import Progress
 from evaljobs.pipeline.strategies import QUEUED
 from evaljobs.redact import redact
@@ -35,6 +35,8 @@ def follow_progress(info: RunInfo, broker: str | None, poll: float, *,
         return progress, None
     if (info.options or {}).get("batch"):  # a batch run waits on its batches, not on workers
         return progress, batch_idle_check(info.id)
+    if broker and broker.startswith(AMQP_SCHEMES):
+        return progress, rabbitmq_idle_check(broker)
     if not (broker and broker.startswith(REDIS_SCHEMES)):
         if local_workers:
             return progress, None
@@ -58,6 +60,27 @@ def batch_idle_check(run_id: str) -> IdleCheck:
         where = ", ".join(sorted({f"{b.provider}/{b.model} ({b.provider_status or b.state})" for b in found}))
         return (f"waiting for {len(found)} provider batch{'es' if len(found) != 1 else ''} "
                 f"({requests} requests: {where}); `evaljobs status` shows their counts")
+
+    return check
+
+
+def rabbitmq_idle_check(broker: str) -> IdleCheck:
+    """:func:`queue_idle_check` on RabbitMQ: ready messages with no consumer (passive declares)."""
+    import pika.exceptions  # start-up time: only a follower on RabbitMQ
+
+    from evaljobs.pipeline import rabbitmq  # start-up time, as above
+
+    queue = settings().queue
+
+    def check() -> str | None:
+        try:
+            ready, consumers = sum(rabbitmq.ready_counts(broker, [queue])), rabbitmq.consumers(broker, queue)
+        except (pika.exceptions.AMQPError, OSError):
+            return None  # the bar goes on from the database
+        if ready and not consumers:
+            return (f"no worker is consuming queue '{queue}': {ready} message(s) ready, none taken; "
+                    f"start one with `evaljobs worker --broker {redact(broker)}`")
+        return None
 
     return check
 
@@ -87,4 +110,4 @@ def queue_idle_check(broker: str) -> IdleCheck:
     return check
 
 
-__all__ = ["IdleCheck", "follow_progress", "batch_idle_check", "queue_idle_check"]
+__all__ = ["IdleCheck", "follow_progress", "batch_idle_check", "queue_idle_check", "rabbitmq_idle_check"]

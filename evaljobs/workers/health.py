@@ -26,7 +26,8 @@ from typing import Any
 import dramatiq
 
 from evaljobs import config, store
-from evaljobs.errors import one_line
+from evaljobs.config import AMQP_SCHEMES, state_redis
+from evaljobs.errors import UsageError, one_line
 from evaljobs.redact import redact_text
 from evaljobs.workers.routes_http import route_server, serve_until_stopped
 
@@ -39,14 +40,23 @@ Check = Callable[[], "str | None"]  # None: fine; else the one-line reason
 
 
 def broker_check(url: str) -> Check:
+    state = state_redis(url) or url  # beside RabbitMQ, its state Redis; RabbitMQ itself is pinged too
+
     def check() -> str | None:
         import redis
 
-        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        if url.startswith(AMQP_SCHEMES):
+            from evaljobs.pipeline import rabbitmq  # start-up time: pika only beside RabbitMQ
+
+            try:
+                rabbitmq.ping(url)
+            except UsageError as exc:
+                return one_line(str(exc))
+        client = redis.Redis.from_url(state, socket_timeout=2, socket_connect_timeout=2)
         try:
             client.ping()
         except redis.RedisError as exc:
-            return f"broker {redact_text(url)}: {one_line(redact_text(str(exc)) or type(exc).__name__)}"
+            return f"broker {redact_text(state)}: {one_line(redact_text(str(exc)) or type(exc).__name__)}"
         finally:
             client.close()
         return None

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from evaljobs import config
+from evaljobs import config, extras
 from evaljobs.capacity import check_workers
-from evaljobs.config import REDIS_SCHEMES, child_environment
+from evaljobs.config import AMQP_SCHEMES, SHARED_BROKER_SCHEMES, child_environment, state_redis
 from evaljobs.errors import OptionError, cannot_listen
 from evaljobs.workers.serve import check_pool_arguments, configure_logging, run_pool
 
@@ -54,6 +54,23 @@ def ping_redis(url: str) -> None:
         client.ping()
     finally:
         client.close()
+
+
+def ping_broker(url: str) -> None:
+    """:func:`ping_redis` for a Redis broker; for RabbitMQ, the server and the state Redis beside it
+    (``EVALJOBS_REDIS_URL``: without one, the settings refused to build already)."""
+    if not url.startswith(AMQP_SCHEMES):
+        ping_redis(url)
+        return
+    state = state_redis(url)
+    if state is None:  # fail closed (a --broker amqp://… flag, no EVALJOBS_REDIS_URL), before connecting
+        raise OptionError("an amqp:// broker carries only the messages: set EVALJOBS_REDIS_URL="
+                          "redis://host:port/db for the governor's budgets and the run events", "--broker")
+    extras.require("rabbitmq")
+    from evaljobs.pipeline import rabbitmq  # start-up time: only an amqp:// worker loads pika
+
+    rabbitmq.ping(url)
+    ping_redis(state)
 
 
 def serve_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str | None,
@@ -97,8 +114,9 @@ def work(*, broker: str, threads: int | None = None, processes: int | None = Non
                 raise OptionError(f"--{name} does not apply to an elastic pool (--min/--max): its members "
                                   f"are its threads, from --min to --max; drop --{name}, or drop "
                                   f"--min/--max for a fixed worker")
-    if not broker.startswith(REDIS_SCHEMES):
-        raise OptionError("workers need a shared broker: --broker redis://host:port/db", "--broker")
+    if not broker.startswith(SHARED_BROKER_SCHEMES):
+        raise OptionError("workers need a shared broker: --broker redis://host:port/db or "
+                          "amqp://host:port/vhost", "--broker")
     if lane not in ("interactive", "bulk"):
         raise OptionError(f"'{lane}' is not a lane: use interactive or bulk", "--lane")
     # One line now, not a traceback from every worker process (nan passes click's FloatRange).
@@ -111,7 +129,7 @@ def work(*, broker: str, threads: int | None = None, processes: int | None = Non
         check_pool_arguments(low, high, idle_seconds, lane, broker, recover_every)
     else:
         check_workers(threads, processes)
-    ping_redis(broker)  # one line now, rather than Dramatiq retrying the connection forever
+    ping_broker(broker)  # one line now, rather than Dramatiq retrying the connection forever
     # a bad setting (a short EVALJOBS_CONTEXT_KEY): one line here, not a traceback per process
     config.settings()
     middleware_refs = host_middleware(middleware)

@@ -364,9 +364,12 @@ class Pool:
                 # Delayed messages are fetched at once and held until due: count them until acked.
                 total += broker.queues[dq_name(queue)].unfinished_tasks
             return total
+        ready = getattr(broker, "backlog", None)  # RabbitMQ's (evaljobs.pipeline.rabbitmq): queue counts
+        if ready is not None:
+            return int(ready(self.queues))
         client = getattr(broker, "client", None)
         if client is None:
-            raise TypeError(f"pools need a Redis or Stub broker, not {type(broker).__name__}")
+            raise TypeError(f"pools need a Redis, RabbitMQ or Stub broker, not {type(broker).__name__}")
         namespace = getattr(broker, "namespace")  # a Redis broker's, found as duck-typed as its client
         pipe = client.pipeline(transaction=False)
         for queue in self.queues:

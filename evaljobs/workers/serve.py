@@ -15,8 +15,9 @@ from typing import Any, Callable, Sequence
 
 from evaljobs import config, store
 from evaljobs.capacity import check_width
-from evaljobs.config import REDIS_SCHEMES
+from evaljobs.config import AMQP_SCHEMES, SHARED_BROKER_SCHEMES
 from evaljobs.errors import UsageError, one_line
+from evaljobs.redact import redact
 from evaljobs.pipeline.broker import configure as bind_broker
 from evaljobs.pipeline.recovery import PeriodicRecovery
 from evaljobs.workers.pool import Pool, validate
@@ -37,8 +38,9 @@ def check_pool_arguments(min: int, max: int, idle_seconds: float, lane: str, bro
         raise UsageError(
             "a pool needs a shared broker: --broker redis://host:port/db (or EVALJOBS_BROKER_URL)"
         )
-    if not broker.startswith(REDIS_SCHEMES):
-        raise UsageError(f"a pool needs a shared broker: --broker redis://host:port/db, not {broker!r}")
+    if not broker.startswith(SHARED_BROKER_SCHEMES):
+        raise UsageError(f"a pool needs a shared broker: --broker redis://host:port/db or amqp://…, "
+                         f"not {redact(broker)!r}")
 
 
 def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str, db: str | None = None,
@@ -61,15 +63,20 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
     try:
         store.connect(db)
         binding = bind_broker(broker)
-        from dramatiq.brokers.redis import RedisBroker  # loaded already: bind_broker made one
+        if broker.startswith(AMQP_SCHEMES):
+            from evaljobs.pipeline import rabbitmq  # loaded already: bind_broker made one
 
+            try:
+                rabbitmq.ping(broker)  # one line (UsageError) when RabbitMQ does not answer
+            except UsageError:
+                binding.broker.close()
+                raise
         try:
-            redis_broker = binding.broker
-            assert isinstance(redis_broker, RedisBroker)  # check_pool_arguments took only redis:// URLs
-            redis_broker.client.ping()
-        except Exception as exc:  # noqa: BLE001 - redis' connection errors: say which URL, in one line
+            # a Redis broker's own client, or the state Redis beside a RabbitMQ broker
+            binding.broker.client.ping()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - connection errors: say which URL, in one line
             binding.broker.close()
-            raise UsageError(f"cannot reach the broker at {broker}: {one_line(exc)}") from None
+            raise UsageError(f"cannot reach the broker at {redact(broker)}: {one_line(exc)}") from None
         return _serve(binding, min, max, idle_seconds, lane, queues, recover_every, poll,
                       stop or threading.Event())
     finally:

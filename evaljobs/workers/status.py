@@ -32,7 +32,7 @@ from typing import Any
 import redis
 
 from evaljobs import config, store
-from evaljobs.config import REDIS_SCHEMES
+from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, state_redis
 from evaljobs.errors import EXIT_USAGE, one_line
 from evaljobs.pipeline.broker import queue_name
 from evaljobs.store import batches as stored_batches
@@ -205,10 +205,17 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
         status.batches = open_batches()
     except store.StoreError as exc:
         status.notes.append(f"runs: {exc}")
-    if not broker_url or broker_url == "memory" or not broker_url.startswith(REDIS_SCHEMES):
+    rabbit = broker_url is not None and broker_url.startswith(AMQP_SCHEMES)
+    if not broker_url or broker_url == "memory" or not (broker_url.startswith(REDIS_SCHEMES) or rabbit):
         status.notes.append("in-process broker: no shared queues (each `evaljobs run` has its own workers)")
         return status
-    client = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+    if rabbit:
+        # RabbitMQ's queue depths are its own (what consumers hold it shows nobody but its admin tools);
+        # the pools and the governor are in the state Redis beside it
+        status.notes.append("RabbitMQ broker: queue depths with `rabbitmqctl list_queues name messages_ready "
+                            "messages_unacknowledged consumers`")
+    client = redis.Redis.from_url(state_redis(broker_url) or broker_url, socket_timeout=5,
+                                  socket_connect_timeout=5)
     try:
         try:
             status.pools = read_pools(client)
@@ -220,14 +227,15 @@ def collect(broker_url: str | None, *, queues: Sequence[str] = (), window: float
         names = list(dict.fromkeys([queue_name(), *queues,
                                     *(q for pool in status.pools or () for q in pool.get("queues") or ())]))
         try:
-            status.queues = read_queues(client, names)
-            status.workers = read_workers(client, names, window=window)
+            if not rabbit:  # Dramatiq's Redis structures: beside RabbitMQ there are none to read
+                status.queues = read_queues(client, names)
+                status.workers = read_workers(client, names, window=window)
         except redis.RedisError as exc:
             status.notes.append(f"cannot read {store.redact(broker_url)}: {_one_line(exc)}")
             return status
     finally:
         client.close()
-    gov_url = governor_url or config.settings().governor_url or broker_url
+    gov_url = governor_url or config.settings().governor_url or state_redis(broker_url) or broker_url
     try:
         status.governor = read_governor(gov_url)
     except Exception as exc:  # noqa: BLE001 - the governor section must not hide the rest

@@ -5,7 +5,8 @@ another test module: a test module is a list of tests, and importing one runs it
 fixtures' module-level set-up and hides where a helper lives. Fixtures (the real
 Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.py``.
 
-* :mod:`helpers.servers` — throwaway ``redis-server`` and PostgreSQL clusters on loopback.
+* :mod:`helpers.servers` — throwaway ``redis-server``, ``rabbitmq-server`` and PostgreSQL on loopback.
+* :mod:`helpers.retry_after` — a pair answered 429 once, and the retry gap its provider measured.
 * :mod:`helpers.workers` — ``evaljobs worker`` processes and the ``evaljobs`` command line.
 * :mod:`helpers.fleet` — a supervised fleet of workers running one run, and the checks
   every fault test ends with.
@@ -45,10 +46,11 @@ _HOMES = {
     "counting": ["CountingServer", "counting_files"],
     "otlp": ["OtlpReceiver", "ReceivedSpan"],
     "prometheus": ["PrometheusServer"],
+    "retry_after": ["RETRY_AFTER", "retry_after_catalog", "retry_gap"],
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "recording": ["RecordingServer"],
-    "servers": ["PostgresServer", "RedisServer", "ServerError", "free_port", "send_json"],
+    "servers": ["PostgresServer", "RabbitmqServer", "RedisServer", "ServerError", "free_port", "send_json"],
     "viewer": ["Viewer", "finished_run", "viewer_and_browser"],
     "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "one_result_on", "wait_until"],
 }
@@ -91,7 +93,11 @@ __all__ = [
     "observe",
     "redis_queue_state",
     "PostgresServer",
+    "RabbitmqServer",
     "RedisServer",
+    "RETRY_AFTER",
+    "retry_after_catalog",
+    "retry_gap",
     "ServerError",
     "free_port",
     "ROOT",

@@ -21,6 +21,7 @@ from typing import Iterator
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import Catalog
+from evaljobs.config import state_redis
 from evaljobs.pipeline import events
 from helpers.workers import WorkerProcess, wait_until
 
@@ -232,7 +233,8 @@ def fleet_run(fleet: Fleet, catalog: Catalog, models: list[str], *, db: str, bro
     with Session(db=db, broker=broker) as session:
         session.binding()  # binds events to Redis before we subscribe
         run = store.create_run(catalog, models, strategy="fanout", options=options, epochs=epochs)
-        handle = FleetRun(run.id, session, Events(broker, run.id))
+        # the broker's Redis, or the state Redis beside RabbitMQ (EVALJOBS_REDIS_URL)
+        handle = FleetRun(run.id, session, Events(state_redis(broker) or broker, run.id))
         try:
             fleet.start()
             session.binding().actors.start_run.send(run.id)

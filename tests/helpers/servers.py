@@ -49,7 +49,36 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-class RedisServer:
+class _ProcessServer:
+    """What the servers run as a child process share: ``running``, ``restart`` and ``with``."""
+
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisServer(_ProcessServer):
     """``redis-server`` on 127.0.0.1:port with its data in a temp folder.
 
     ``restart()`` keeps the port and the data folder, so with ``appendonly=True``
@@ -96,10 +125,6 @@ class RedisServer:
         self.kill()
         raise ServerError(f"redis-server did not answer PING on port {self.port} within {STARTUP_SECONDS}s")
 
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
@@ -123,19 +148,9 @@ class RedisServer:
             self.process.kill()
             self.process.wait(timeout=15)
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> "RedisServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _pg_binary(name: str) -> str:
@@ -250,3 +265,153 @@ class PostgresServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rabbitmq_binary() -> str:
+    for candidate in (shutil.which("rabbitmq-server"), "/usr/lib/rabbitmq/bin/rabbitmq-server"):
+        if candidate and os.path.exists(candidate):
+            # Debian's /usr/sbin wrapper switches to the rabbitmq user and its /var/lib folder: the
+            # script it wraps runs as whoever starts it, with the folders the environment names.
+            lib = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+            return lib if os.path.exists(lib) else candidate
+    raise ServerError("rabbitmq-server not found: install it (scripts/test does: apt-get install -y "
+                      "rabbitmq-server)")
+
+
+class RabbitmqServer(_ProcessServer):
+    """``rabbitmq-server`` on 127.0.0.1:port, its node, data, logs and Erlang cookie in a temp folder.
+
+    Its own node name, distribution port and epmd port (``ERL_EPMD_PORT``), so it clashes with no
+    RabbitMQ or Erlang node on the machine; no config or plugins file of the system's is read.
+    ``restart()`` keeps the port and the data (durable queues and persistent messages survive it).
+    Start-up takes seconds: one server per test session.
+    """
+
+    def __init__(self) -> None:
+        self.binary = _rabbitmq_binary()
+        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="evaljobs-rabbitmq-"))
+        self.node = f"evaljobs{self.port}@localhost"
+        self.log = self.dir / "stdout.log"
+        self.process: subprocess.Popen | None = None
+        (self.dir / "rabbitmq.conf").write_text("loopback_users = none\n")
+        (self.dir / "enabled_plugins").write_text("[].\n")
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir), "LANG": "C.UTF-8",
+            "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port), "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"), "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.dir / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.dir / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(self.dir / "plugins-expand"),
+            "RABBITMQ_PID_FILE": str(self.dir / "rabbitmq.pid"),
+            "RABBITMQ_LOGS": str(self.dir / "log" / "rabbit.log"),
+            # few schedulers: the test machine has two cores and a suite to run beside it
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "+S 2:2 +sbwt none",
+        }
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def start(self) -> None:
+        if self.running:
+            return
+        out = open(self.log, "ab")
+        self.process = subprocess.Popen([self.binary], env=self.env, cwd=self.dir, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        deadline = time.monotonic() + STARTUP_SECONDS * 2
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                logs = f"{_tail(self.log)}\n{_tail(self.dir / 'log' / 'rabbit.log')}"
+                raise ServerError(f"rabbitmq-server exited with {self.process.returncode} on port "
+                                  f"{self.port}:\n{logs}")
+            if self.ping():
+                return
+            time.sleep(0.1)
+        self.kill()
+        raise ServerError(f"rabbitmq-server did not accept AMQP on port {self.port} within "
+                          f"{STARTUP_SECONDS * 2}s:\n{_tail(self.log)}")
+
+    def ping(self) -> bool:
+        """An AMQP connection opens (the port alone listens before the node boots its apps)."""
+        import pika
+        import pika.exceptions
+
+        try:
+            parameters = pika.URLParameters(self.url)
+            parameters.socket_timeout = parameters.blocked_connection_timeout = 2
+            parameters.connection_attempts = 1
+            pika.BlockingConnection(parameters).close()
+            return True
+        except (pika.exceptions.AMQPError, OSError):
+            return False
+
+    def delete_queues(self, *names: str) -> None:
+        """Delete ``names`` and their ``.DQ``/``.XQ`` queues (a test's leftovers), if they exist."""
+        self._each_queue(names, "queue_delete")
+
+    def ready(self, name: str) -> int:
+        """Ready messages of ``name`` and its ``.DQ`` queue (passive declares)."""
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            channel = connection.channel()
+            return sum(channel.queue_declare(queue=queue, passive=True).method.message_count
+                       for queue in (name, f"{name}.DQ"))
+        finally:
+            connection.close()
+
+    def purge_queues(self, *names: str) -> None:
+        """Drop every ready message of ``names`` and their ``.DQ``/``.XQ`` queues (messages lost)."""
+        self._each_queue(names, "queue_purge")
+
+    def _each_queue(self, names, method: str) -> None:
+        import pika
+        import pika.exceptions
+
+        connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            for name in names:
+                for queue in (name, f"{name}.DQ", f"{name}.XQ"):
+                    channel = connection.channel()
+                    try:
+                        getattr(channel, method)(queue)
+                    except pika.exceptions.ChannelClosedByBroker:  # 404: a queue never declared
+                        continue
+                    channel.close()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        """SIGTERM: RabbitMQ shuts down its node (durable data on disk)."""
+        if self.running:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.running:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=15)
+
+    def close(self) -> None:
+        self.stop()
+        # epmd (Erlang's port mapper, started by the node on its own port) outlives the node: stop it
+        epmd = shutil.which("epmd") or next(iter(glob.glob("/usr/lib/erlang/erts-*/bin/epmd")), None)
+        if epmd:
+            subprocess.run([epmd, "-port", str(self.epmd_port), "-kill"], env=self.env, capture_output=True,
+                           timeout=15, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
