@@ -632,6 +632,9 @@ UNREACHABLE = {
     "cache-clear-db": (["cache", "clear", "--db", DEAD_PG], 2, "cannot reach database"),
     "watch-db": (["watch", "r_x", "--db", DEAD_PG], 2, "cannot reach database"),
     "status-db": (["status", "--db", DEAD_PG], 2, "cannot reach database"),
+    "labels-export-db": (["labels", "export", "--db", DEAD_PG], 2, "cannot reach database"),
+    "labels-import-db": (["labels", "import", os.devnull, "--db", DEAD_PG], 2, "cannot reach database"),
+    "judge-agreement-db": (["judge-agreement", "--db", DEAD_PG], 2, "cannot reach database"),
     "bench-redis": (
         [
             "bench",
