@@ -10,7 +10,8 @@ and a pair's MCP calls are made inside :func:`catalog_root` for it. A ``command`
 with its ``cwd`` (as written, relative to the folder) under that folder.
 
 A worker on which the folder does not exist errors the pair in one line naming it (nothing is started
-from some other directory by chance): run the worker from a checkout at the same path.
+from some other directory by chance): run the worker from a checkout at the same path. A server named
+wholly by absolute paths, or given an absolute ``cwd``, needs no folder and starts anywhere.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from evaljobs.tools._common import describe
 from evaljobs.tools.allowance import ToolNotAllowed
 
 _root: ContextVar[str | None] = ContextVar("evaljobs_catalog_root", default=None)
@@ -48,15 +50,26 @@ def rooted(spec: dict[str, Any]) -> dict[str, Any]:
     Raises :class:`ToolNotAllowed` (one line; the pair's error) when the folder does not exist here.
     """
     folder = _root.get()
-    if folder is None or not spec.get("command"):
+    if folder is None or not spec.get("command") or _absolute(spec):
         return spec
     if not os.path.isdir(folder):
-        raise ToolNotAllowed(f"MCP server {spec['command'][0]!r}: the catalog's folder {folder} does not "
+        raise ToolNotAllowed(f"MCP server {describe(spec)}: the catalog's folder {folder} does not "
                              f"exist on this worker, and the catalog's relative paths mean that folder; "
                              f"run the worker from a checkout at the same path")
     out = dict(spec)
     out["cwd"] = os.path.join(folder, spec.get("cwd") or "")
     return out
+
+
+def _absolute(spec: dict[str, Any]) -> bool:
+    """Whether the server needs no folder: an absolute ``cwd``, or a command whose every word is an absolute
+    path, an option (``--stdio``) or a program found on PATH (the first word, without a slash)."""
+    cwd = spec.get("cwd")
+    if cwd:
+        return os.path.isabs(cwd)
+    command = [str(word) for word in spec["command"]]
+    return all(os.path.isabs(word) or word.startswith("-") or (i == 0 and os.sep not in word)
+               for i, word in enumerate(command))
 
 
 __all__ = ["catalog_root", "folder_of", "rooted"]
