@@ -47,6 +47,7 @@ from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, con
 from evaljobs.pipeline.host_middleware import installed
 from evaljobs.pipeline.progress import Progress, follow
 from evaljobs.tools import catalog_refusal, expand_source
+from evaljobs.tools.roots import folder_of
 from evaljobs.reports.gate import Verdict
 from evaljobs.reports.build import build_report
 from evaljobs.reports.render import FORMATS, render
@@ -378,6 +379,9 @@ class Session:
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
         options["adapter_version"] = str(getattr(runtime.adapter(adapter, cache=cache), "version", "") or "")
+        root = folder_of(cat.source)
+        if root is not None:  # what a catalog's relative MCP paths mean, beside the snapshot (.tools.roots)
+            options["catalog_root"] = root
         if self.excluded:
             options["excluded"] = self.excluded
         if chosen:

@@ -444,7 +444,7 @@ def test_mcp_http_env_headers(mcp_http, monkeypatch):
 
 
 def test_the_example_catalog_imports_its_tools_and_passes_against_the_live_server(monkeypatch):
-    monkeypatch.chdir(ROOT)  # the catalog's server command is relative to the repository root
+    monkeypatch.chdir(ROOT / "examples" / "catalogs")  # given as data, not a file: the cwd is its folder
     data = yaml.safe_load((ROOT / "examples" / "catalogs" / "tools_mcp.yaml").read_text())
     providers = load_providers(None)
     with LiveTools() as live:
@@ -467,7 +467,7 @@ def test_the_example_catalog_imports_its_tools_and_passes_against_the_live_serve
     both = scenarios["stock.teapot-then-order"]["tools"]
     assert [t["name"] for t in both] == ["check_stock", "lookup_order"]
     assert scenarios["stock.kettle"]["tools"][0]["mcp"] == {
-        "command": ["python", "examples/mcp_tools/server.py", "--stdio"], "timeout": 10}
+        "command": ["python", "../mcp_tools/server.py", "--stdio"], "timeout": 10}
     assert scenarios["orders.status"]["tools"] == data["groups"][0]["scenarios"][0]["tools"]  # declared: kept
     assert "only" in data["groups"][1]["scenarios"][0]["tools"][0]  # the input is not modified
 
@@ -479,7 +479,7 @@ def test_the_example_catalog_imports_its_tools_and_passes_against_the_live_serve
         "tools_mcp.yaml: group 'orders': scenario 'orders.status': tool #2: mcp.url must be an http:// or "
         "https:// URL, not 'ftp://nope'",
         "tools_mcp.yaml: group 'stock': scenario 'stock.kettle': tool #1: MCP server 'python "
-        "examples/mcp_tools/server.py --stdio' has no tool 'check_stok' (it offers: lookup_order, "
+        "../mcp_tools/server.py --stdio' has no tool 'check_stok' (it offers: lookup_order, "
         "check_stock) (did you mean 'check_stock'?)",
     ]
 

@@ -48,6 +48,7 @@ from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
 from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
 from evaljobs.providers import attempts as provider_attempts
+from evaljobs.tools.roots import catalog_root
 
 logger = logging.getLogger("evaljobs.pairs")
 
@@ -398,7 +399,8 @@ def _attempt(pair: Pair, state: PairState) -> Outcome:
         judge = plan.judge_for(spec)
         while True:
             try:
-                with for_pair(pair.run_id, pair.scenario_key, pair.model, pair.epoch):
+                with for_pair(pair.run_id, pair.scenario_key, pair.model, pair.epoch), \
+                        catalog_root(plan.run.options.get("catalog_root")):
                     return Recorded(evaluate(scenario, spec, adapter, judge=judge, attempts=state.attempts,
                                              raise_retryable=True, time_limit=policy.time_limit,
                                              epoch=pair.epoch,

@@ -9,7 +9,7 @@ A catalog tool may name an endpoint instead of ``returns``::
                headers: {Authorization: "Bearer ${SHOP_TOKEN}"}, timeout: 10}
       - name: check_stock
         mcp: {url: "http://127.0.0.1:8765/mcp"}                # streamable HTTP
-      - mcp: {command: [python, examples/mcp_tools/server.py, --stdio]}
+      - mcp: {command: [python, ../mcp_tools/server.py, --stdio]}
         only: [lookup_order]        # import these tools' schemas from the server
 
 * ``http``: the model's arguments are sent as a JSON body (``GET``/``DELETE``:
@@ -19,7 +19,7 @@ A catalog tool may name an endpoint instead of ``returns``::
   ``tool:``), through the official ``mcp`` SDK. ``command`` starts the
   server as a subprocess over stdio (a leading ``python``/``python3`` means
   the interpreter running evaljobs, so the server sees the same packages);
-  relative paths are relative to the working directory.
+  relative paths are relative to the catalog file's folder (:mod:`.roots`).
 * ``${NAME}`` in header (and ``env``) values is read from the environment at
   call time, only if the operator allows it, and sent only to an endpoint it
   allows; ``command`` servers start only with ``--allow-code``, in a child that

@@ -22,6 +22,7 @@ from evaljobs.errors import suggest
 from evaljobs.tools._common import LiveToolError, describe
 from evaljobs.tools.allowance import refusal
 from evaljobs.tools.live import LiveTools
+from evaljobs.tools.roots import catalog_root, folder_of
 
 _TOOL_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -34,7 +35,8 @@ def expand_source(source: CatalogSource, *, live: LiveTools | None = None) -> Ca
     """
     if not source.has_mcp_imports:
         return source
-    return source.with_data(expand_catalog_tools(source.data, source=source.source, live=live))
+    with catalog_root(folder_of(source.source)):  # its relative paths mean the catalog's folder
+        return source.with_data(expand_catalog_tools(source.data, source=source.source, live=live))
 
 
 def expand_mcp_tools(spec: dict[str, Any], *, live: LiveTools | None = None) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from evaljobs.tools._common import (CONNECT_TIMEOUT, DEFAULT_TIMEOUT, LiveToolEr
                                                   describe, exception_text)
 from evaljobs.tools.allowance import ToolNotAllowed, refusal, tool_refusal
 from evaljobs.tools.http import call_http
+from evaljobs.tools.roots import rooted
 from evaljobs.providers.toolcall import ToolCall
 from evaljobs.extras import MissingExtra
 
@@ -57,6 +58,8 @@ class LiveTools:
         refused = tool_refusal(tool)
         if refused:  # not a tool error the model may work around: the operator's rule, the pair's error
             raise ToolNotAllowed(refused)
+        if tool.mcp is not None:
+            rooted(tool.mcp)  # the catalog's folder missing here: the pair's error too, nothing started
         started = time.perf_counter()
         result, error = None, None
         try:
@@ -82,6 +85,7 @@ class LiveTools:
         problems = validate_live_spec("mcp", spec)
         if problems:
             raise LiveToolError("; ".join(problems))
+        spec = rooted(spec)
         timeout = float(spec.get("timeout") or self.timeout)
         session = self._session(spec)
         try:
@@ -156,6 +160,7 @@ class LiveTools:
         problems = validate_live_spec("mcp", spec)
         if problems:
             raise LiveToolError(f"tool '{tool.name}': " + "; ".join(problems))
+        spec = rooted(spec)  # relative paths: the catalog's folder (.roots), not this process's cwd
         # The tool's own timeout, cut to what is left of the pair's deadline (the session runs
         # on its own event loop thread, out of reach of this thread's network wall).
         timeout = deadline.remaining(float(spec.get("timeout") or self.timeout))
