@@ -13,6 +13,7 @@ import yaml
 
 from evaljobs.catalog.model import CatalogError
 from evaljobs.catalog.text import escape_breaks, show
+from evaljobs.catalog.yaml12 import MAX_INT_DIGITS
 from evaljobs.catalog.yaml12 import FastLoader as _Loader
 from evaljobs.catalog.yaml_bounds import ExpansionBudget
 
@@ -68,7 +69,8 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
                 return None
             if tag == _TAG + "bool":
                 return loader.bool_values[value.lower()]
-            if tag == _TAG + "int" and value.isdigit() and (value[0] != "0" or value == "0"):
+            if (tag == _TAG + "int" and value.isdigit() and (value[0] != "0" or value == "0")
+                    and len(value) <= MAX_INT_DIGITS):  # longer: the constructor refuses it, in one line
                 return int(value)
             if tag == _TAG + "merge":
                 return _MERGE
