@@ -555,7 +555,7 @@ def test_every_typed_option_refuses_a_bad_value_in_one_line(cli, path, option):
     (["run", "CATALOG", "-m", "sim/a", "--judge-cap", "-1"], "--judge-cap"),
     (["run", "CATALOG", "-m", "nope"], "nope"),
     (["run", "CATALOG", "-m", "sim/a", "-m", "sim/a"], "twice"),
-    (["run", "CATALOG", "-m", "sim/fast", "--broker", "amqp://x"], "unsupported broker"),
+    (["run", "CATALOG", "-m", "sim/fast", "--broker", "kafka://x"], "unsupported broker"),
     (["run", "CATALOG", "-m", "sim/a", "--db", "mysql://x"], "unsupported database URL"),
     (["run", "CATALOG", "-m", "sim/a", "--adapter", "no.such.module:fn"], "no.such.module"),
     (["run", "missing.yaml", "-m", "sim/a"], "does not exist"),
