@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import Any, Iterable
 from uuid import uuid4
@@ -51,6 +52,9 @@ PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace"
 #: worker restarted (then it ran again). As ``ConnectionClosed``, Dramatiq retries the ack every second
 #: until Redis answers, and restarts a consumer without a traceback (tests/test_network_faults.py).
 LOST_REDIS = (redis.ConnectionError, redis.TimeoutError)
+
+#: How often (s) a consumer requeues what its worker's ack set holds and no thread has (see ``_reclaim``).
+RECLAIM_SECONDS = 10.0
 
 #: Longest pause (ms) of an idle consumer: how long it blocks on its empty queue (``BLMOVE``) or waits for
 #: acks while it holds its whole prefetch, before its loop comes round (to beat, to stop, to hand a due
@@ -91,7 +95,7 @@ class WakeableConsumer(_RedisConsumer):
         self._empty = False
         #: message_id -> redis_message_id of what this consumer handed out and nobody acked yet.
         self._held: dict[str, str] = {}
-        self._reclaimed = False
+        self._next_reclaim = 0.0  # at once: before this consumer's first fetch
 
     def ack(self, message) -> None:
         held = events.take_held()
@@ -155,7 +159,7 @@ class WakeableConsumer(_RedisConsumer):
             self.wake.set()
 
     def __next__(self):
-        if not self._reclaimed:
+        if time.monotonic() >= self._next_reclaim:
             self._reclaim()
         self._requeue_orphans()
         self._beat()
@@ -264,24 +268,29 @@ class WakeableConsumer(_RedisConsumer):
         Why: a fetch whose reply is lost (a partition: Redis ran the script, moved the messages into
         this worker's ack set, and the answer never came) leaves messages that no thread will run,
         under a heartbeat that stays fresh, so maintenance never hands them back: the run waited for
-        the worker's restart (tests/test_network_faults.py). Run by each consumer before its first
-        fetch — after a lost connection, Dramatiq starts a new one — when no fetch of this queue is in
-        flight in this process (one consumer thread a queue). One ``SMEMBERS`` a consumer start; an id
-        acked meanwhile is left alone (Dramatiq's requeue moves only ids still in the ack set).
+        the worker's restart (tests/test_network_faults.py). Worse, a fetch the client gave up on can
+        still run *after* the partition heals: the kernel keeps retransmitting a closed socket's unsent
+        request, so once is not enough. Run by each consumer before its first fetch (after a lost
+        connection Dramatiq starts a new one) and every ``RECLAIM_SECONDS`` after, on the consumer's
+        thread, so no fetch of this queue by this process is in flight (one consumer thread a queue):
+        what it holds is in hand (handed out, not acked) or in its cache. One ``SMEMBERS`` each time; an
+        id acked meanwhile is left alone (Dramatiq's requeue moves only ids still in the ack set).
         """
         broker = self.broker
         in_hand = set(_in_hand(broker, self.queue_name))  # before the ack set: a later ack is a no-op
+        in_hand.update(dramatiq.Message.decode(data).options["redis_message_id"]
+                       for data in self.message_cache if data is not None)
         key = f"{broker.namespace}:__acks__.{broker.broker_id}.{self.queue_name}"
         try:
             fetched = {member.decode() for member in broker.client.smembers(key)}
             lost = sorted(fetched - in_hand)
             if lost:
                 broker.do_requeue(self.queue_name, *lost)
-                logger.warning("requeued %d message(s) of %s fetched by this worker, whose fetch reply "
-                               "was lost", len(lost), self.queue_name)
+                logger.warning("requeued %d message(s) of %s in this worker's ack set that no thread has "
+                               "(a fetch whose reply was lost)", len(lost), self.queue_name)
         except LOST_REDIS as error:
             raise ConnectionClosed(error) from None
-        self._reclaimed = True
+        self._next_reclaim = time.monotonic() + RECLAIM_SECONDS
 
     def _requeue_orphans(self) -> None:
         ids = _take_orphans(self.broker, self.queue_name)
