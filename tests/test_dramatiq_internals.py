@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from contextlib import contextmanager
 
 import dramatiq
 import pytest
@@ -44,6 +45,26 @@ def _take(consumer, count: int, *, tries: int, ack: bool = True) -> list:
         if len(got) == count:
             break
     return got
+
+
+def _noop(queue: str, number: int) -> dramatiq.Message:
+    return dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={})
+
+
+@contextmanager
+def _queued(redis_url: str, queue: str, count: int):
+    """A broker with ``count`` messages queued on ``queue`` (args 0, 1, …), a raw client, its ack set."""
+    import redis as redis_lib
+
+    broker = make_broker(redis_url)
+    client = redis_lib.Redis.from_url(redis_url)
+    try:
+        for number in range(count):
+            broker.enqueue(_noop(queue, number))
+        yield broker, client, f"dramatiq:__acks__.{broker.broker_id}.{queue}"
+    finally:
+        client.close()
+        broker.close()
 
 
 def _recording_dispatch(broker, calls):
@@ -148,17 +169,8 @@ def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_scr
     cost as much CPU as the round trip): the same dispatch script and arguments as Dramatiq's own calls, so
     messages move from the queue to the ack set and out of it exactly as with Dramatiq's; on a Redis that
     lost its scripts (a restart) each falls back to Dramatiq's own call, which loads them again."""
-    import redis as redis_lib
-
-    broker = make_broker(redis_url)
-    client = redis_lib.Redis.from_url(redis_url)
     queue = "raw-dispatch"
-    acks = f"dramatiq:__acks__.{broker.broker_id}.{queue}"
-    try:
-        for number in range(4):
-            broker.enqueue(
-                dramatiq.Message(queue_name=queue, actor_name="noop", args=(number,), kwargs={}, options={})
-            )
+    with _queued(redis_url, queue, 4) as (broker, client, acks):
         consumer = broker.consume(queue, prefetch=4, timeout=1000)
         got = _take(consumer, 2, tries=200, ack=False)
         assert client.scard(acks) == 4 and client.llen(f"dramatiq:{queue}") == 0  # one fetch took all four
@@ -169,16 +181,11 @@ def test_the_raw_fetch_and_ack_do_what_dramatiqs_own_do_and_reload_a_flushed_scr
         assert client.scard(acks) == 2
         client.script_flush()
         for _ in range(2):
-            broker.enqueue(
-                dramatiq.Message(queue_name=queue, actor_name="noop", args=(9,), kwargs={}, options={})
-            )
+            broker.enqueue(_noop(queue, 9))
         client.script_flush()
         assert len(broker.do_fetch(queue, 5)) == 2  # NOSCRIPT: Dramatiq's own fetch loads the script
         assert client.scard(acks) == 4
         consumer.close()
-    finally:
-        client.close()
-        broker.close()
 
 
 def test_the_thread_commands_packer_writes_what_redis_py_writes():
@@ -343,3 +350,33 @@ def test_what_a_consumer_held_when_redis_went_away_is_requeued_once_it_is_back(d
         finally:
             client.close()
             broker.close()
+
+
+@pytest.mark.redis
+def test_a_fetch_whose_reply_was_lost_is_requeued_by_the_next_consumer_of_the_live_worker(redis_url,
+                                                                                          monkeypatch):
+    """A partition can swallow a fetch's reply after Redis ran it: the messages sit in this worker's ack set
+    and no thread has them, under a heartbeat that stays fresh (so maintenance never hands them back). The
+    next consumer of the queue (Dramatiq starts one after the lost connection) requeues them first; what a
+    thread still runs (handed out, not yet acked) is left alone (tests/test_network_faults.py)."""
+    queue = "lost-reply"
+    with _queued(redis_url, queue, 3) as (broker, client, acks):
+        running = _take(broker.consume(queue, prefetch=1, timeout=1000), 1, tries=200, ack=False)
+        assert len(running) == 1  # a thread runs it; its consumer then lost its connection
+        broker.do_fetch(queue, 1)  # Redis ran the fetch; its reply never came back
+        assert client.scard(acks) == 2 and client.llen(f"dramatiq:{queue}") == 1
+        consumer = broker.consume(queue, prefetch=5, timeout=1000)
+        got = _take(consumer, 2, tries=200)
+        assert sorted(proxy.args[0] for proxy in got) == [1, 2]  # the lost one and the one never fetched
+        assert client.smembers(acks) == {running[0].options["redis_message_id"].encode()}
+        consumer.ack(running[0])  # the predecessor's message is acked through the new consumer
+        assert client.scard(acks) == 0
+        # A fetch the client gave up on, run by Redis later (a retransmitted request, after the heal):
+        # the live consumer requeues it at its next reclaim (every RECLAIM_SECONDS; here at once).
+        broker.enqueue(_noop(queue, 3))
+        broker.do_fetch(queue, 1)
+        monkeypatch.setattr(internals, "RECLAIM_SECONDS", 0.0)
+        consumer._next_reclaim = 0.0
+        assert [proxy.args[0] for proxy in _take(consumer, 1, tries=200)] == [3]
+        assert client.scard(acks) == 0
+        consumer.close()

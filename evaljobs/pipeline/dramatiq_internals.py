@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import Any, Iterable
 from uuid import uuid4
@@ -43,6 +44,17 @@ logger = logging.getLogger(__name__)
 PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace", "broker_id",
                        "heartbeat_timeout", "dead_message_ttl")
 
+
+#: What a lost Redis raises: a refused or reset connection, and a reply that never came. The second is what
+#: a partition looks like (packets vanish; redis-py's socket timeout runs out); it is no ``ConnectionError``:
+#: Dramatiq turns only ``ConnectionError`` into its ``ConnectionClosed``, so a timed-out ack was logged as
+#: "You've found a bug in Dramatiq" and dropped, leaving the message in this live worker's ack set until the
+#: worker restarted (then it ran again). As ``ConnectionClosed``, Dramatiq retries the ack every second
+#: until Redis answers, and restarts a consumer without a traceback (tests/test_network_faults.py).
+LOST_REDIS = (redis.ConnectionError, redis.TimeoutError)
+
+#: How often (s) a consumer requeues what its worker's ack set holds and no thread has (see ``_reclaim``).
+RECLAIM_SECONDS = 10.0
 
 #: Longest pause (ms) of an idle consumer: how long it blocks on its empty queue (``BLMOVE``) or waits for
 #: acks while it holds its whole prefetch, before its loop comes round (to beat, to stop, to hand a due
@@ -83,11 +95,13 @@ class WakeableConsumer(_RedisConsumer):
         self._empty = False
         #: message_id -> redis_message_id of what this consumer handed out and nobody acked yet.
         self._held: dict[str, str] = {}
+        self._next_reclaim = 0.0  # at once: before this consumer's first fetch
 
     def ack(self, message) -> None:
         held = events.take_held()
         try:
             self._ack(message, held)
+            _in_hand(self.broker, self.queue_name).discard(message.options["redis_message_id"])
         finally:
             self._held.pop(message.message_id, None)
             self._freed()
@@ -111,7 +125,7 @@ class WakeableConsumer(_RedisConsumer):
         commands += [("PUBLISH", name, payload) for name, payload in held]
         try:
             replies = thread_commands(broker.client).execute(*commands)
-        except redis.ConnectionError as error:
+        except LOST_REDIS as error:
             if held:
                 events.restore_held(held)  # Dramatiq retries the ack once Redis answers: they go with it
             raise ConnectionClosed(error) from None
@@ -129,6 +143,9 @@ class WakeableConsumer(_RedisConsumer):
     def nack(self, message) -> None:
         try:
             super().nack(message)
+            _in_hand(self.broker, self.queue_name).discard(message.options["redis_message_id"])
+        except redis.TimeoutError as error:  # Dramatiq's nack converts a ConnectionError itself
+            raise ConnectionClosed(error) from None
         finally:
             self._held.pop(message.message_id, None)
             self._freed()
@@ -142,6 +159,8 @@ class WakeableConsumer(_RedisConsumer):
             self.wake.set()
 
     def __next__(self):
+        if time.monotonic() >= self._next_reclaim:
+            self._reclaim()
         self._requeue_orphans()
         self._beat()
         if not self.message_cache and self.outstanding_message_count >= self.prefetch:
@@ -154,9 +173,13 @@ class WakeableConsumer(_RedisConsumer):
         if self._empty:  # the last wait saw nothing arrive: no fetch until something does
             self._block(self._pause())
             return None
-        message = super().__next__()
+        try:
+            message = super().__next__()
+        except redis.TimeoutError as error:  # Dramatiq's fetch converts a ConnectionError itself
+            raise ConnectionClosed(error) from None
         if message is not None:
             self._held[message.message_id] = message.options["redis_message_id"]
+            _in_hand(self.broker, self.queue_name).add(message.options["redis_message_id"])
             return message
         self._block(self._pause())
         return None
@@ -164,7 +187,7 @@ class WakeableConsumer(_RedisConsumer):
     def _beat(self) -> None:
         try:
             self.broker.heart.beat(force=not self._registered)  # the first: before this queue's first fetch
-        except redis.ConnectionError as error:
+        except LOST_REDIS as error:
             raise ConnectionClosed(error) from None
         self._registered = True
 
@@ -227,16 +250,47 @@ class WakeableConsumer(_RedisConsumer):
         ]
         if self.queue_name.endswith(".DQ"):
             ids += self._held.values()
+            _in_hand(self.broker, self.queue_name).difference_update(self._held.values())
             self._held.clear()
         try:
             if ids:
                 self.broker.do_requeue(self.queue_name, *ids)
-        except redis.ConnectionError as error:
+        except LOST_REDIS as error:
             _stash_orphans(self.broker, self.queue_name, ids)
             # As Dramatiq's ack/nack do: the consumer thread's close() expects its own error type.
             raise ConnectionClosed(error) from None
         finally:
             super().close()
+
+    def _reclaim(self) -> None:
+        """Requeue what this worker's ack set holds for this queue and no thread of this process has in hand.
+
+        Why: a fetch whose reply is lost (a partition: Redis ran the script, moved the messages into
+        this worker's ack set, and the answer never came) leaves messages that no thread will run,
+        under a heartbeat that stays fresh, so maintenance never hands them back: the run waited for
+        the worker's restart (tests/test_network_faults.py). Worse, a fetch the client gave up on can
+        still run *after* the partition heals: the kernel keeps retransmitting a closed socket's unsent
+        request, so once is not enough. Run by each consumer before its first fetch (after a lost
+        connection Dramatiq starts a new one) and every ``RECLAIM_SECONDS`` after, on the consumer's
+        thread, so no fetch of this queue by this process is in flight (one consumer thread a queue):
+        what it holds is in hand (handed out, not acked) or in its cache. One ``SMEMBERS`` each time; an
+        id acked meanwhile is left alone (Dramatiq's requeue moves only ids still in the ack set).
+        """
+        broker = self.broker
+        in_hand = set(_in_hand(broker, self.queue_name))  # before the ack set: a later ack is a no-op
+        in_hand.update(dramatiq.Message.decode(data).options["redis_message_id"]
+                       for data in self.message_cache if data is not None)
+        key = f"{broker.namespace}:__acks__.{broker.broker_id}.{self.queue_name}"
+        try:
+            fetched = {member.decode() for member in broker.client.smembers(key)}
+            lost = sorted(fetched - in_hand)
+            if lost:
+                broker.do_requeue(self.queue_name, *lost)
+                logger.warning("requeued %d message(s) of %s in this worker's ack set that no thread has "
+                               "(a fetch whose reply was lost)", len(lost), self.queue_name)
+        except LOST_REDIS as error:
+            raise ConnectionClosed(error) from None
+        self._next_reclaim = time.monotonic() + RECLAIM_SECONDS
 
     def _requeue_orphans(self) -> None:
         ids = _take_orphans(self.broker, self.queue_name)
@@ -244,9 +298,20 @@ class WakeableConsumer(_RedisConsumer):
             return
         try:
             self.broker.do_requeue(self.queue_name, *ids)
-        except redis.ConnectionError as error:
+        except LOST_REDIS as error:
             _stash_orphans(self.broker, self.queue_name, ids)
             raise ConnectionClosed(error) from None
+
+
+def _in_hand(broker, queue_name: str) -> set[str]:
+    """The redis message ids of ``queue_name`` this process's consumers handed out and nobody acked yet.
+
+    Per broker, not per consumer: a restarted consumer's predecessor's messages are still running."""
+    in_hand = getattr(broker, "in_hand", None)
+    if in_hand is None:
+        return set()
+    with broker._consumers_lock:
+        return in_hand.setdefault(queue_name, set())
 
 
 def _stash_orphans(broker, queue_name: str, ids) -> None:
@@ -283,6 +348,8 @@ class WakingRedisBroker(RedisBroker):
         self._consumers_lock = threading.Lock()
         #: queue -> redis message ids a closed consumer could not requeue (Redis was down).
         self.orphans: dict[str, set[str]] = {}
+        #: queue -> redis message ids handed out by this process's consumers, not yet acked (see _reclaim).
+        self.in_hand: dict[str, set[str]] = {}
         self.heart = Heart(self, self._consumed)
         #: False once Redis answered that it has no BLMOVE: idle consumers then poll.
         self.blocking: bool | None = None

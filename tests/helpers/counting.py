@@ -21,10 +21,11 @@ class CountingServer:
     """The counting provider (``cap`` requests at once, 429 beyond; ``announce``: OpenAI's
     ``x-ratelimit-*`` headers) as a process of its own."""
 
-    def __init__(self, *, cap: int, latency: float, announce: bool = False):
+    def __init__(self, *, cap: int, latency: float, announce: bool = False, host: str = "127.0.0.1"):
+        self.host = host  # a loopback address: another network namespace's worker routes to it
         self.port = free_port()
         args = [sys.executable, str(SERVER), "--port", str(self.port), "--cap", str(cap),
-                "--latency", str(latency)]
+                "--latency", str(latency), "--host", host]
         self.proc = subprocess.Popen(args + (["--announce"] if announce else []), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
@@ -40,11 +41,11 @@ class CountingServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def counts(self) -> dict[str, int]:
         """``requests``, ``rate_limited``, ``answered`` and ``max_in_flight``, as the server counted them."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/counts", timeout=5) as response:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/counts", timeout=5) as response:
             return json.loads(response.read())
 
     def stop(self) -> None:

@@ -107,12 +107,13 @@ def handler_for(provider: CountingProvider) -> type[BaseHTTPRequestHandler]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--cap", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--announce", action="store_true")
     args = parser.parse_args()
     provider = CountingProvider(args.cap, args.latency, args.announce)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(provider))
+    server = ThreadingHTTPServer((args.host, args.port), handler_for(provider))
     server.daemon_threads = True
     print(f"counting provider on port {args.port}", flush=True)
     server.serve_forever()

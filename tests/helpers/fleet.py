@@ -90,7 +90,7 @@ class Fleet:
     """
 
     def __init__(self, broker_url: str, db_url: str, logs: Path, *, count: int = 1, threads: int = 4,
-                 env: dict[str, str] | None = None, verbose: bool = False):
+                 env: dict[str, str] | None = None, verbose: bool = False, prefix: list[str] | None = None):
         logs.mkdir(parents=True, exist_ok=True)
         self.logs = logs
         self._spawned = 0
@@ -98,7 +98,7 @@ class Fleet:
         def make() -> WorkerProcess:
             self._spawned += 1
             return WorkerProcess(broker_url, db_url, threads=threads, env={**FAST, **(env or {})},
-                                 log=logs / f"worker-{self._spawned:03d}.log", verbose=verbose)
+                                 log=logs / f"worker-{self._spawned:03d}.log", verbose=verbose, prefix=prefix)
 
         self.make = make
         self.workers = [make() for _ in range(count)]

@@ -85,13 +85,14 @@ class RedisServer(_ProcessServer):
     the data survives a restart (and a ``kill()`` up to the last fsync).
     """
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(self, *, appendonly: bool = False, port: int | None = None, host: str = "127.0.0.1") -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServerError("redis-server not found on PATH: install it (scripts/test does: "
                               "apt-get install -y redis-server)")
         self.binary = binary
         self.appendonly = appendonly
+        self.host = host  # also listened on (a loopback address another network namespace routes to)
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="evaljobs-redis-"))
         self.log = self.dir / "redis.log"
@@ -104,12 +105,13 @@ class RedisServer(_ProcessServer):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         if self.running:
             return
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        listen = sorted({"127.0.0.1", self.host})
+        args = [self.binary, "--port", str(self.port), "--bind", *listen, "--save", "",
                 "--appendonly", "yes" if self.appendonly else "no", "--dir", str(self.dir),
                 "--logfile", str(self.log), "--daemonize", "no", "--protected-mode", "no"]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -172,7 +174,8 @@ class PostgresServer:
     owned by ``postgres`` and the server binaries run through ``runuser``.
     """
 
-    def __init__(self, *, port: int | None = None) -> None:
+    def __init__(self, *, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host  # also listened on (a loopback address another network namespace routes to)
         self.initdb = _pg_binary("initdb")
         self.pg_ctl = _pg_binary("pg_ctl")
         self.port = port or free_port()
@@ -197,14 +200,17 @@ class PostgresServer:
             os.chown(self.dir, user.pw_uid, user.pw_gid)
         self._run([self.initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
                    "--locale=C", "--no-sync"], "initdb")
+        listen = ",".join(sorted({"127.0.0.1", self.host}))
         with open(self.data / "postgresql.conf", "a") as conf:
-            conf.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+            conf.write(f"\nport = {self.port}\nlisten_addresses = '{listen}'\n"
                        f"unix_socket_directories = '{self.dir}'\nfsync = off\nsynchronous_commit = off\n"
                        "full_page_writes = off\nmax_connections = 200\n")
+        with open(self.data / "pg_hba.conf", "a") as hba:  # a worker in a network namespace: 127.x.y.2
+            hba.write("\nhost all all 127.0.0.0/8 trust\n")
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
     def _run(self, args: list[str], what: str) -> None:
         if self._as_postgres:
@@ -248,7 +254,7 @@ class PostgresServer:
     def create_database(self, name: str) -> str:
         """Create database ``name`` and return its URL."""
         self._admin(f'CREATE DATABASE "{name}"')
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+        return f"postgresql://postgres@{self.host}:{self.port}/{name}"
 
     def drop_database(self, name: str) -> None:
         """Drop ``name``, disconnecting whoever still uses it (a pool the test left open)."""

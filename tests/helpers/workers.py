@@ -17,7 +17,10 @@ class WorkerProcess:
     """``evaljobs worker`` in its own process group, so a test can SIGKILL the whole worker."""
 
     def __init__(self, broker_url: str, db_url: str, *, threads: int = 4, processes: int = 1,
-                 env: dict[str, str] | None = None, log: Path | None = None, verbose: bool = False):
+                 env: dict[str, str] | None = None, log: Path | None = None, verbose: bool = False,
+                 prefix: list[str] | None = None):
+        """``prefix`` runs the worker through a command, e.g. ``ip netns exec NS`` (``Machine.command()``):
+        it must exec the worker in the same process, so that killing its group kills the worker."""
         self.env = dict(os.environ)
         self.env.update({
             "EVALJOBS_BROKER_URL": broker_url,
@@ -26,7 +29,7 @@ class WorkerProcess:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
         })
         self.env.update(env or {})
-        self.args = [sys.executable, "-m", "evaljobs", "worker", "--threads", str(threads),
+        self.args = [*(prefix or []), sys.executable, "-m", "evaljobs", "worker", "--threads", str(threads),
                      "--processes", str(processes)] + (["--verbose"] if verbose else [])
         self.log = log
         self.proc: subprocess.Popen | None = None
