@@ -18,14 +18,13 @@ short delegation to the package that does the work, and docs/api.md is generated
 """
 from __future__ import annotations
 
+import importlib
 import json
-import os
 import threading
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evaljobs_middleware.context import ContextError, discover_providers
 
@@ -36,9 +35,9 @@ from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source,
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, OptionError, UsageError, cannot_listen
+from evaljobs.errors import Interrupted, UsageError
 from evaljobs.redact import redact
-from evaljobs.evaluation.assertions import code_refused, refusal
+from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, ownership, runtime, strategies
@@ -57,12 +56,17 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
     import dramatiq
     from typing_extensions import Unpack  # typing's own from Python 3.11
 
-    from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
-
     from evaljobs.bench import BenchRun
     from evaljobs.reports.compare import Comparison
-    from evaljobs.view import Exported
-    from evaljobs.starter import StartedProject
+    # exported below (_LAZY), loaded on first use (start-up time)
+    from evaljobs.checks import (CatalogCheck, ConvertedCatalog, ProviderCheck, ProviderList, catalog_schema,
+                                 check_catalog, check_providers_live, convert_catalog, list_providers)
+    from evaljobs.fleet import (governor_budgets, serve_pool, serve_simulated_provider,
+                                upgrade_schema, work)
+    from evaljobs.labels import JudgeAgreement, export_labels, human_review, import_labels, judge_agreement
+    from evaljobs.starter import start_project
+    from evaljobs.view import export_bundle as export_run, serve_viewer
+    from evaljobs.workers.serve import run_pool
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
 # `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
 from evaljobs.extras import require_for_catalog
@@ -220,7 +224,8 @@ class Session:
 
     # -- context -------------------------------------------------------------------------------
     @property
-    def context_providers(self) -> list[Any]:
+    def _context(self) -> list[Any]:
+        """The host's context providers (entry points, found on first use) and the built-in trace context."""
         if self._context_providers is None:
             self._context_providers = discover_providers(
                 CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP)
@@ -375,7 +380,7 @@ class Session:
                                        pairs_per_message=per_message if per_message > 1 else None,
                                        batch=batched or None, batch_judge=judged or None,
                                        providers=stored_providers)
-        context = capture_context(self.context_providers)
+        context = capture_context(self._context)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
         options["adapter_version"] = str(getattr(runtime.adapter(adapter, cache=cache), "version", "") or "")
@@ -399,7 +404,7 @@ class Session:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
             return store.get_run(run.id)
-        return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
+        return strategies.run_inline(run.id, width=self.width, context_providers=self._context)
 
     def follows(self, strategy: str, wait: bool | None = None) -> bool:
         """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
@@ -602,7 +607,7 @@ class Session:
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
             return reruns.start(run, binding=self.binding())
-        return reruns.start(run, width=self.width, context_providers=self.context_providers)
+        return reruns.start(run, width=self.width, context_providers=self._context)
 
     def rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
               batch: bool | None = None, wait: bool | None = None,
@@ -751,10 +756,6 @@ class Session:
     def results(self, run_id: str) -> list[Result]:
         return store.list_results(run_id)
 
-    def missing(self, run_id: str) -> list[tuple[str, str, int]]:
-        """The (scenario, model, epoch) pairs of ``run_id`` with no persisted result yet."""
-        return store.missing_pairs(run_id)
-
     def compare(self, baseline_id: str, run_id: str, *,
                 on_note: Callable[[str], None] | None = None) -> Comparison:
         """What changed from ``baseline_id`` to ``run_id``: flipped pairs, score and cost deltas.
@@ -785,8 +786,10 @@ class Session:
             base, base_side = self._side(baseline)
             comparison = self._compare(base, base_side, info, report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
-        human = self.human_review(run_id) if format in ("md", "table", "json") else None
-        agreement = _agreement_of([run_id]) if human else None
+        from evaljobs import labels  # start-up time: the reviewers' labels, for a report only
+
+        human = labels.human_review(run_id) if format in ("md", "table", "json") else None
+        agreement = labels.agreement_of([run_id]) if human else None
         if human and format == "json":
             report = {**report, "human": human, "judge_agreement": agreement.to_dict()["agreements"]
                       if agreement else []}
@@ -800,18 +803,6 @@ class Session:
                 text += "\n## Judge agreement with the reviewers\n\n" + agreement.render()
                 text += "".join(f"\n{line}\n" for line in agreement.warnings)
         return text
-
-    @staticmethod
-    def human_review(run_id: str) -> dict[str, Any] | None:
-        """The reviewers' labels of a run as the report's ``human`` block (None: nobody reviewed it):
-        counts, disagreements with the machine, and the pass rate with the human verdicts preferred."""
-        labels = store.labels_for_run(run_id)
-        if not labels:
-            return None
-        # start-up time: only a report with reviewers' labels
-        from evaljobs.reports.human import human_review
-
-        return human_review(store.list_results(run_id), {k: v.as_dict() for k, v in labels.items()}, run_id)
 
     def render_report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
                       flaky: bool = False, on_note: Callable[[str], None] | None = None,
@@ -834,8 +825,10 @@ class Session:
             if info.report is None:
                 raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
             return RenderedReport(text=flaky_text(info.report), run=info)
+        from evaljobs import labels  # start-up time: the reviewers' labels, for a report only
+
         return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info,
-                              human=self.human_review(run_id) if prefer_human else None)
+                              human=labels.human_review(run_id) if prefer_human else None)
 
     def demo(self, *, format: str = "table", html: str | Path | None = None, progress: bool = False,
              on_note: Callable[[str], None] | None = None) -> "DemoRun":
@@ -890,67 +883,6 @@ class Session:
                              order=info.scenario_order or base.scenario_order)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------
-    @staticmethod
-    def check_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
-                      include_production_only: bool = False, lenient: bool = False,
-                      grader: str | None = None,
-                      fields: Sequence[str] | dict[str, str] | None = None) -> "CatalogCheck":
-        """Validate a catalog (native or imported) without running it: what ``evaljobs catalog check`` prints.
-
-        A static method: checking a catalog opens no database and binds no broker. Live MCP
-        tools are listed from their servers, as a run would (an explicit step: parsing does no
-        I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
-        """
-        if not Path(path).exists():
-            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
-        imported = load_any(str(path), format=format, include_production_only=include_production_only,
-                            lenient=lenient, grader=grader, fields=fields)
-        require_for_catalog(imported.data, source=str(path))
-        _refuse_tools(imported.data, str(path))
-        source = (read_catalog(path) if imported.format == "native"
-                  else CatalogSource(source=str(path), data=imported.data))
-        cat = parse_source(expand_source(source), providers=runtime.providers(providers))
-        problem = code_refused([a for s in cat.scenarios for a in s.expect.assertions])
-        if problem:  # checked as a run would be: a catalog's code runs only where the operator opted in
-            raise UsageError(f"{path}: {problem}")
-        return CatalogCheck(path=str(path), format=imported.format, name=cat.name,
-                            scenarios=len(cat.scenarios),
-                            excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
-                            warnings=list(imported.warnings))
-
-    @staticmethod
-    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None,
-                             timeout: float = 30.0,
-                             on_probe: Callable[[Any], None] | None = None) -> "ProviderCheck":
-        """One minimal real call per model (``evaljobs providers check``): its latency, or the exact error.
-
-        Without ``models``, the first priced model of each provider that is ready (its key set).
-        ``on_probe(probe)`` is told each outcome as it comes (a slow provider shows the rest first).
-        An unknown provider in ``models`` is a ``UsageError``; the returned check's ``verdict()``
-        fails when a call failed or no provider was ready to call.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.providers import close_clients, probe, probe_models
-
-        config_ = runtime.providers(providers)
-        notes: list[str] = []
-        if models:
-            try:
-                specs = [parse_model_spec(text, config_).spec for text in models]
-            except ModelSpecError as exc:
-                raise UsageError(str(exc)) from None
-        else:
-            specs, notes = probe_models(config_)
-        probes = []
-        try:
-            for spec in specs:
-                probes.append(probe(config_, spec, timeout=timeout))
-                if on_probe is not None:
-                    on_probe(probes[-1])
-        finally:
-            close_clients()
-        return ProviderCheck(probes=probes, notes=notes)
-
     def clear_cache(self, older_than: float | str | None = None) -> int:
         """Delete cached provider answers (all, or those written more than ``older_than`` ago).
 
@@ -977,261 +909,6 @@ class Session:
 
     # -- operations: workers, servers, the schema, providers and catalogs (the CLI's other commands) --
     # Static methods: each opens what it needs (a worker or a viewer is not a session of its own).
-
-    @staticmethod
-    def work(*, broker: str, threads: int | None = None, processes: int | None = None,
-             min: int | None = None, max: int | None = None, idle_seconds: float = 30.0, lane: str = "bulk",
-             queues: Sequence[str] = (), recover_every: float = 0.0, db: str | None = None,
-             providers: str | None = None, middleware: Sequence[str] = (), verbose: bool = False,
-             metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
-             health_port: int | None = None, log_format: str = "text") -> dict[str, Any]:
-        """Serve Dramatiq workers on ``broker`` (Redis) until stopped (``evaljobs worker``).
-
-        Everything is checked first, each problem one line (a ``UsageError``): options a pool would
-        ignore, the broker and lane, sizes the machine cannot start, taken ports, host middleware,
-        a broker that does not answer. With ``min``/``max`` an elastic pool is served in this
-        process and its final state returned; otherwise this process becomes ``processes`` Dramatiq
-        processes of ``threads`` threads (``exec``: a supervisor's signals reach them) and never returns.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.launch import Serving, work
-
-        return work(broker=broker, threads=threads, processes=processes, min=min, max=max,
-                    idle_seconds=idle_seconds, lane=lane, queues=queues, recover_every=recover_every, db=db,
-                    providers=providers, middleware=middleware, verbose=verbose,
-                    serving=Serving(metrics_port, metrics_host, health_port, log_format))
-
-    @staticmethod
-    def serve_pool(*, min: int = 1, max: int = 16, idle_seconds: float = 30.0, lane: str = "bulk",
-                   broker: str | None = None, db: str | None = None, queues: Sequence[str] = (),
-                   providers: str | None = None, recover_every: float = 0.0, metrics_port: int | None = None,
-                   metrics_host: str = "127.0.0.1", health_port: int | None = None,
-                   log_format: str = "text") -> dict[str, Any]:
-        """Serve an elastic pool with its logs, metrics and probes until SIGTERM/SIGINT (``evaljobs pool``).
-
-        The arguments are checked before anything is contacted; returns the pool's final state.
-        :meth:`pool` serves one on this session's broker, for a host that holds a session.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.launch import Serving, serve_pool
-
-        return serve_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
-                          queues=queues, providers=providers, recover_every=recover_every,
-                          serving=Serving(metrics_port, metrics_host, health_port, log_format))
-
-    @staticmethod
-    def serve_simulated_provider(*, host: str = "127.0.0.1", port: int = 8765, latency: float = 0.2,
-                                 jitter: float = 0.0, max_concurrent: int | None = None,
-                                 rpm: int | None = None, error_rate: float = 0.0, batch_delay: float = 0.0,
-                                 batch_window: float | None = None,
-                                 on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve the simulated provider until Ctrl-C or SIGTERM (``evaljobs mock-provider``).
-
-        ``on_ready(url)`` is told its address once it listens; a port in use is one ``UsageError``.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.simulated import SimulatedProvider
-
-        provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
-                                     max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate,
-                                     batch_delay=batch_delay, batch_window=batch_window)
-        try:
-            provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
-        except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
-
-    @staticmethod
-    def start_project(directory: str | os.PathLike[str] = ".", *, force: bool = False,
-                      repo_root: str | os.PathLike[str] | None = None) -> "StartedProject":
-        """Write a starter project into ``directory`` (``evaljobs init``): a commented catalog, its JSON
-        Schema, ``providers.yaml`` and a CI workflow at the repository's root. Existing files are kept
-        unless ``force``; the result lists what was written or kept, notes, and the next commands."""
-        # start-up time: the catalog schema and the templates, for `init` only
-        from evaljobs.starter import start_project
-
-        return start_project(directory, force=force, repo_root=repo_root)
-
-    @staticmethod
-    def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
-                     port: int = 8700, token: str | None = None, open_browser: bool = False,
-                     log_format: str = "text", on_ready: Callable[[str], None] | None = None,
-                     read_only: bool = False, reviewer: str | None = None) -> None:
-        """Serve the web viewer until Ctrl-C or SIGTERM (``evaljobs view``).
-
-        ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
-        read the database every second). Anything but a loopback ``host`` needs a ``token``. ``on_ready``
-        is told the address once the port is bound (never the token); see :func:`evaljobs.view.serve_viewer`.
-        ``read_only``: no labels are taken; ``reviewer``: the name of a label whose reviewer gave none.
-        """
-        # the `view` extra (Starlette, uvicorn, Jinja2), loaded only by the viewer's callers
-        from evaljobs.view import serve_viewer
-
-        serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
-                     log_format=log_format, on_ready=on_ready, read_only=read_only, reviewer=reviewer)
-
-    @staticmethod
-    def export_run(run_id: str, directory: str, *, db: str | None = None, broker: str | None = None,
-                   host: str = "127.0.0.1", port: int = 8700, token: str | None = None) -> "Exported":
-        """Write one run (an id, a prefix or ``latest``) as a static, self-contained folder of the
-        viewer's pages, CSV and JSONL (``evaljobs view --export``); returns the run and the files."""
-        # the `view` extra (Jinja2), loaded only by the viewer's callers
-        from evaljobs.view import export_bundle
-
-        return export_bundle(run_id, directory, db=db, broker=broker, host=host, port=port, token=token)
-
-    @classmethod
-    def benchmark(cls, catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
-                  cell_timeout: float, broker: str = "memory", db: str | None = None,
-                  simulate: str | None = None, out: str | None = None, processes: int = 1,
-                  worker_env: Sequence[str] = (), governor: bool | None = None, providers: str | None = None,
-                  echo: Callable[[str], None] = lambda line: None) -> "BenchRun":
-        """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
-        (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
-        ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
-        one-line ``UsageError`` before anything runs. Each cell is a fresh run of a session of this class;
-        ``echo`` is told each cell's progress. Returns the result, its table and the files written
-        (bench.json, .csv, .md and, with matplotlib, .png) — see :func:`evaljobs.bench.benchmark`.
-        """
-        # start-up time: the benchmark's engine, meters and renderers, for `bench` only
-        from evaljobs.bench import benchmark
-
-        return benchmark(catalog, models, sessions=cls, strategies=strategies, widths=widths, repeat=repeat,
-                         broker=broker, db=db, simulate=simulate, out=out, processes=processes,
-                         cell_timeout=cell_timeout, worker_env=worker_env, governor=governor,
-                         providers=providers, echo=echo)
-
-    @staticmethod
-    def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:
-        """The provider governor's shared budgets, one row each (``evaljobs governor``).
-
-        Read from the governor's Redis (``EVALJOBS_GOVERNOR_URL``, else ``broker``): without one, or
-        when it does not answer, one line (never a silent empty local governor).
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.governor import Governor
-        from evaljobs.workers.launch import ping_redis
-
-        now = config.Settings.from_env()  # read now: a shell may have changed it
-        url = now.governor_url or config.state_redis(broker, now) or broker
-        if not url or not url.startswith(config.REDIS_SCHEMES):
-            raise OptionError("the governor's shared state lives in Redis: "
-                              "pass --broker redis://… or set EVALJOBS_BROKER_URL", "--broker")
-        ping_redis(url)
-        governor = Governor(url)
-        try:
-            return governor.stats()
-        finally:
-            governor.close()
-
-    @staticmethod
-    def export_labels(runs: Sequence[str] = (), *, db: str | None = None) -> list[dict[str, Any]]:
-        """Reviewers' labels (all, or those given in ``runs``: ids, prefixes or ``latest``) as plain dicts,
-        oldest first (``evaljobs labels export``: one JSON object a line)."""
-        store.connect(db, create=False)
-        return store.export_labels([store.resolve_run_id(r) for r in runs])
-
-    @staticmethod
-    def judge_agreement(runs: Sequence[str] = (), *, db: str | None = None,
-                        min_kappa: float | None = None) -> "JudgeAgreement":
-        """How far each judge model agrees with the reviewers, per rubric (``evaljobs judge-agreement``):
-        over the judged, labelled results of ``runs`` (ids, prefixes, ``latest``; default: every run a
-        label was given in). A gating judge under ``min_kappa`` (default ``MIN_KAPPA``) is a warning."""
-        store.connect(db, create=False)
-        return _agreement_of([store.resolve_run_id(r) for r in runs] or store.labelled_runs(), min_kappa)
-
-    @staticmethod
-    def import_labels(path: str | Path, *, db: str | None = None) -> int:
-        """Keep the labels of a JSONL export (``evaljobs labels import``); returns how many.
-
-        A line that is not a label is one error naming the file and line; nothing is kept then.
-        """
-        source = Path(path)
-        try:
-            text = source.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{source}: cannot read labels: {exc}") from None
-        items = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{source}:{number}: not JSON ({exc.msg}): one label a line") from None
-            if not isinstance(item, dict):
-                raise UsageError(f"{source}:{number}: not a JSON object: one label a line")
-            items.append((f"{source}:{number}", item))
-        store.connect(db)
-        return store.import_labels(items)
-
-    @staticmethod
-    def upgrade_schema(db: str | None = None, *,
-                       stage: "Callable[[str], ContextManager[Any]] | None" = None) -> list[str]:
-        """Create or upgrade the database's schema (``evaljobs db upgrade``): the changes made, if any.
-
-        ``stage(label)`` wraps the work, its label naming the database with its password masked: an
-        upgrade may wait on a lock or a long ALTER, and a command silent for a minute looks hung.
-        """
-        label = f"db upgrade: {redact(db or config.settings().database_url or store.DEFAULT_URL)}"
-        with stage(label) if stage is not None else nullcontext():
-            store.connect(db)
-            return store.upgrade()
-
-    @staticmethod
-    def list_providers(providers: str | None = None) -> "ProviderList":
-        """Every provider, preset or from ``providers`` (``evaljobs providers list``): configuration
-        only, never a key (only whether its variable is set)."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.providers import describe
-
-        config_ = runtime.providers(providers)
-        return ProviderList(rows=describe(config_), source=str(config_.source))
-
-    @staticmethod
-    def catalog_schema() -> str:
-        """The catalog JSON Schema (``evaljobs catalog schema``), for editors."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.catalog.schema import catalog_schema_json
-
-        return catalog_schema_json()
-
-    @staticmethod
-    def convert_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
-                        include_production_only: bool = False, lenient: bool = False,
-                        grader: str | None = None, fields: Sequence[str] | dict[str, str] | None = None,
-                        on_warning: Callable[[str], None] | None = None,
-                        stage: "Callable[[str, int], ContextManager[Any]] | None" = None,
-                        ) -> "ConvertedCatalog":
-        """An imported catalog as native YAML (``evaljobs catalog convert``), checked first: a catalog
-        that would not load is never written.
-
-        ``on_warning`` is told what the import left out as soon as it is read; ``stage(label,
-        scenarios)`` wraps the check and the writing (a 20,000-sample file takes about a minute).
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.catalog import parse_catalog
-        from evaljobs.catalog.importers import dump_native
-
-        if not Path(path).exists():
-            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
-        imported = load_any(str(path), format=format, include_production_only=include_production_only,
-                            lenient=lenient, grader=grader, fields=fields)
-        for warning in imported.warnings:
-            if on_warning is not None:
-                on_warning(warning)
-        config_ = runtime.providers(providers)
-        count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
-                                                                for g in imported.data.get("groups") or [])
-
-        def step(label: str) -> "ContextManager[Any]":
-            return stage(label, count) if stage is not None else nullcontext()
-
-        with step(f"convert: checking {count} scenarios from {imported.format}"):
-            parse_catalog(imported.data, source=str(path), providers=config_)
-        with step(f"convert: writing {count} scenarios as YAML"):
-            text = dump_native(imported.data)
-        return ConvertedCatalog(text=text, scenarios=count, format=imported.format,
-                                excluded=imported.excluded)
 
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
@@ -1276,64 +953,6 @@ class Session:
 
 
 @dataclass
-class CatalogCheck:
-    """What :meth:`Session.check_catalog` found: the catalog's name, size, digest and how it was imported."""
-
-    path: str
-    format: str
-    name: str
-    scenarios: int
-    excluded: int
-    digest: str
-    counts: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON ``catalog check --json`` prints (warnings go to stderr, not here)."""
-        return {"path": self.path, "format": self.format, "name": self.name, "scenarios": self.scenarios,
-                "excluded": self.excluded, "digest": self.digest, "counts": self.counts}
-
-
-@dataclass
-class ProviderCheck:
-    """What :meth:`Session.check_providers_live` found: one probe per model, and notes on the choice."""
-
-    probes: list[Any] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[Any]:
-        return [p for p in self.probes if p.error is not None]
-
-    def verdict(self) -> Verdict:
-        if not self.probes:
-            return Verdict.failed("no provider is ready to call (see `evaljobs providers list`); "
-                                  "pass -m provider/model")
-        if self.failed:
-            n = len(self.probes)
-            return Verdict.failed(f"{len(self.failed)} of {n} model{'s' if n != 1 else ''} failed")
-        return Verdict(True)
-
-
-@dataclass
-class ProviderList:
-    """What :meth:`Session.list_providers` found: one row per provider, and the file they came from."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    source: str = ""
-
-
-@dataclass
-class ConvertedCatalog:
-    """What :meth:`Session.convert_catalog` made: the native YAML, and what it was converted from."""
-
-    text: str
-    scenarios: int
-    format: str
-    excluded: int = 0
-
-
-@dataclass
 class Recovery:
     """What :meth:`Session.recover` did: one line per action, and the runs it touched (as they are now)."""
 
@@ -1373,7 +992,8 @@ class RenderedReport:
 
     text: str
     run: store.RunInfo
-    #: With ``prefer_human``: the reviewers' labels (``Session.human_review``), None when nobody reviewed.
+    #: With ``prefer_human``: the reviewers' labels (:func:`evaljobs.labels.human_review`), None when
+    #: nobody reviewed.
     human: dict[str, Any] | None = None
 
     def verdict(self, threshold: float | None = None, mode: str = "point") -> Verdict:
@@ -1390,38 +1010,6 @@ class RenderedReport:
         from evaljobs.reports.human import hold_preferring_human
 
         return hold_preferring_human(self.human, threshold)
-
-
-def _agreement_of(ids: Sequence[str], min_kappa: float | None = None) -> "JudgeAgreement":
-    """:meth:`Session.judge_agreement` over resolved run ids, on the store already connected."""
-    # start-up time: only judge agreement
-    from evaljobs.reports.agreement import MIN_KAPPA, Judged, agreements
-
-    runs = list(dict.fromkeys(ids))
-    items = [Judged(**item) for run_id in runs for item in store.judged_labels(run_id)]
-    floor = MIN_KAPPA if min_kappa is None else min_kappa
-    return JudgeAgreement(runs=runs, agreements=agreements(items, min_kappa=floor))
-
-
-@dataclass
-class JudgeAgreement:
-    """What :meth:`Session.judge_agreement` found: per judge model and rubric, an ``Agreement``."""
-
-    runs: list[str]
-    agreements: list[Any]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for a in self.agreements for w in a.warnings]
-
-    def render(self) -> str:
-        # start-up time: only judge-agreement
-        from evaljobs.reports.agreement import render_agreements
-
-        return render_agreements(self.agreements)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "agreements": [a.to_dict() for a in self.agreements]}
 
 
 @dataclass
@@ -1457,17 +1045,68 @@ DEMO_MODELS = ("sim/fast", "sim/smart")
 #: The formats :meth:`Session.report` renders.
 REPORT_FORMATS = FORMATS
 
+def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
+              cell_timeout: float, broker: str = "memory", db: str | None = None,
+              simulate: str | None = None, out: str | None = None, processes: int = 1,
+              worker_env: Sequence[str] = (), governor: bool | None = None, providers: str | None = None,
+              echo: Callable[[str], None] = lambda line: None) -> "BenchRun":
+    """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
+    (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
+    ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
+    one-line ``UsageError`` before anything runs. Each cell is a fresh run of a :class:`Session`;
+    ``echo`` is told each cell's progress. Returns the result, its table and the files written
+    (bench.json, .csv, .md and, with matplotlib, .png) — see :func:`evaljobs.bench.benchmark`.
+    """
+    # start-up time: the benchmark's engine, meters and renderers, for `bench` only
+    from evaljobs import bench
+
+    return bench.benchmark(catalog, models, sessions=Session, strategies=strategies, widths=widths,
+                           repeat=repeat, broker=broker, db=db, simulate=simulate, out=out,
+                           processes=processes, cell_timeout=cell_timeout, worker_env=worker_env,
+                           governor=governor, providers=providers, echo=echo)
+
+
+#: Functions that need no session, each from the module that owns it, loaded on first use (PEP 562):
+#: `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
+_LAZY = {
+    "run_pool": ("evaljobs.workers.serve", "run_pool"),
+    "work": ("evaljobs.fleet", "work"),
+    "serve_pool": ("evaljobs.fleet", "serve_pool"),
+    "serve_simulated_provider": ("evaljobs.fleet", "serve_simulated_provider"),
+    "governor_budgets": ("evaljobs.fleet", "governor_budgets"),
+    "upgrade_schema": ("evaljobs.fleet", "upgrade_schema"),
+    "start_project": ("evaljobs.starter", "start_project"),
+    "serve_viewer": ("evaljobs.view", "serve_viewer"),
+    "export_run": ("evaljobs.view", "export_bundle"),
+    "check_catalog": ("evaljobs.checks", "check_catalog"),
+    "convert_catalog": ("evaljobs.checks", "convert_catalog"),
+    "catalog_schema": ("evaljobs.checks", "catalog_schema"),
+    "list_providers": ("evaljobs.checks", "list_providers"),
+    "check_providers_live": ("evaljobs.checks", "check_providers_live"),
+    "CatalogCheck": ("evaljobs.checks", "CatalogCheck"),
+    "ProviderCheck": ("evaljobs.checks", "ProviderCheck"),
+    "ProviderList": ("evaljobs.checks", "ProviderList"),
+    "ConvertedCatalog": ("evaljobs.checks", "ConvertedCatalog"),
+    "export_labels": ("evaljobs.labels", "export_labels"),
+    "import_labels": ("evaljobs.labels", "import_labels"),
+    "judge_agreement": ("evaljobs.labels", "judge_agreement"),
+    "human_review": ("evaljobs.labels", "human_review"),
+    "JudgeAgreement": ("evaljobs.labels", "JudgeAgreement"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``run_pool``, exported here and imported on first use (start-up time)."""
-    if name == "run_pool":
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.serve import run_pool
-
-        return run_pool
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The names of :data:`_LAZY`, imported on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(module), attr)
 
 
-__all__ = ["Session", "Selection", "Recovery", "CatalogCheck", "ProviderCheck", "RunDetail", "Cancellation",
-           "RenderedReport", "DemoRun", "ProviderList", "ConvertedCatalog", "Verdict", "UsageError",
-           "CatalogError", "capture_context", "rerun_selection", "render_run", "run_pool", "REPORT_FORMATS",
-           "DEMO_MODELS"]
+__all__ = ["Session", "Selection", "Recovery", "RunDetail", "Cancellation", "RenderedReport", "DemoRun",
+           "Verdict", "UsageError", "CatalogError", "capture_context", "rerun_selection", "render_run",
+           "REPORT_FORMATS", "DEMO_MODELS", "run_pool", "work", "serve_pool", "serve_simulated_provider",
+           "benchmark", "governor_budgets", "upgrade_schema", "start_project", "serve_viewer", "export_run",
+           "check_catalog", "convert_catalog", "catalog_schema", "list_providers", "check_providers_live",
+           "CatalogCheck", "ProviderCheck", "ProviderList", "ConvertedCatalog", "export_labels",
+           "import_labels", "judge_agreement", "human_review", "JudgeAgreement"]

@@ -100,8 +100,10 @@ LAYERS = (
     ("evaljobs.evaluation",),
     ("evaljobs.reports", "evaljobs.store"),
     ("evaljobs.pipeline",),
-    # the benchmark drives sessions (``Session.benchmark`` hands it the class) and starts workers
-    ("evaljobs.api", "evaljobs.workers", "evaljobs.view", "evaljobs.starter", "evaljobs.bench"),
+    # the benchmark drives sessions (``api.benchmark`` hands it the class) and starts workers; the operations
+    # that need no session (fleet, checks, labels) sit beside the Session that re-exports them
+    ("evaljobs.api", "evaljobs.fleet", "evaljobs.checks", "evaljobs.labels", "evaljobs.workers",
+     "evaljobs.view", "evaljobs.starter", "evaljobs.bench"),
     ("evaljobs.cli", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),
 )
@@ -717,7 +719,7 @@ CLI_PUBLIC_API = ("evaljobs.api", "evaljobs.errors", "evaljobs.config", "evaljob
 CLI_NOT_YET_ON_THE_API: frozenset[str] = frozenset()
 #: Packages whose face a command may take constants from (UPPER_CASE names, ``from PACKAGE import
 #: NAME``): the benchmark's defaults, shown in ``evaljobs bench --help``. What it runs is
-#: ``Session.benchmark``.
+#: ``evaljobs.api.benchmark``.
 CLI_CONSTANTS_FROM = ("evaljobs.bench",)
 _CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
