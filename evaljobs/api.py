@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evaljobs_middleware.context import ContextError, discover_providers
 
-from evaljobs import config, store
+from evaljobs import config, pipeline, reports, store, workers
 from evaljobs.capacity import check_width
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
 
     from evaljobs.bench import BenchRun
     from evaljobs.reports.compare import Comparison
-    # exported below (_LAZY), loaded on first use (start-up time)
+    # exported below (_EXPORTS), loaded on first use (start-up time)
     from evaljobs.checks import (CatalogCheck, ConvertedCatalog, ProviderCheck, ProviderList, catalog_schema,
                                  check_catalog, check_providers_live, convert_catalog, list_providers)
     from evaljobs.fleet import (governor_budgets, serve_pool, serve_simulated_provider,
@@ -344,9 +344,7 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
-        if reuse:
-            from evaljobs.pipeline import reuse as reusing  # start-up time: only a run that reuses
-        source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
+        source = pipeline.reuse.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -398,7 +396,7 @@ class Session:
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
-        self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
+        self.reuse_note = pipeline.reuse.reuse_line(run.id, source, cat.name) if reuse else None
         self._hold(run)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
@@ -452,9 +450,7 @@ class Session:
                                                     on_note, on_event, idle, on_submit)
         if inline and on_event is not None:
             # the in-process strategies finish inside submit: the listener hears their events
-            from evaljobs.pipeline import events  # start-up time: only a followed inline run
-
-            events.add_listener(on_event)
+            pipeline.events.add_listener(on_event)
         self._submitted = None
         try:
             info = self.submit(catalog, models, strategy=strategy, **options)
@@ -471,7 +467,7 @@ class Session:
             raise self._interrupted() from None
         finally:
             if inline and on_event is not None:
-                events.remove_listener(on_event)
+                pipeline.events.remove_listener(on_event)
 
     def _guide(self, catalog: Catalog, models: Sequence[str], strategy: str, wait: bool | None,
                options: runtime.SubmitOptions, progress: bool, on_note: Callable[[str], None] | None,
@@ -501,11 +497,8 @@ class Session:
         def submitted(info: store.RunInfo) -> None:
             if bar is not None and not inline and self.follows(strategy, wait):
                 # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
-                # start-up time: only a command that shows a bar loads it
-                from evaljobs.workers.follow import follow_progress
-
-                shown, check = follow_progress(info, self.binding().url, 5.0,
-                                               local_workers=self.binding().is_memory)
+                shown, check = workers.follow.follow_progress(info, self.binding().url, 5.0,
+                                                              local_workers=self.binding().is_memory)
                 bar.catchup_note = shown.catchup_note
                 checks.append(check)
             if self.reuse_note:
@@ -573,24 +566,19 @@ class Session:
         strategy (:mod:`evaljobs.pipeline.rerun`; ``batch`` True/False: a batch run or not, None: as the
         original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline import rerun as reruns
-
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
         if original.strategy in strategies.QUEUED:
             self._check_broker()
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
-            chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
+            chosen = {model for _, model, _ in pipeline.rerun.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        if reuse:
-            from evaljobs.pipeline import reuse as reusing  # start-up time: only a rerun that reuses
-        source = reusing.source_of(reuse, original.catalog_name) if reuse else None
+        source = pipeline.reuse.source_of(reuse, original.catalog_name) if reuse else None
         try:  # a providers file given to this session replaces the one stored with the original run
             given = storable_definition(self.providers) if self.providers_path else None
         except ModelSpecError as exc:
             raise UsageError(str(exc)) from None
-        new = reruns.create_rerun(run_id, which, batch=batch, providers=given)
-        self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
+        new = pipeline.rerun.create_rerun(run_id, which, batch=batch, providers=given)
+        self.reuse_note = pipeline.reuse.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
@@ -600,14 +588,11 @@ class Session:
         return once ``start_run`` is sent (on the in-process broker, this
         session's workers evaluate it: :meth:`wait` for it).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline import rerun as reruns
-
         self._hold(run)
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
-            return reruns.start(run, binding=self.binding())
-        return reruns.start(run, width=self.width, context_providers=self._context)
+            return pipeline.rerun.start(run, binding=self.binding())
+        return pipeline.rerun.start(run, width=self.width, context_providers=self._context)
 
     def rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
               batch: bool | None = None, wait: bool | None = None,
@@ -640,16 +625,13 @@ class Session:
         self._submitted = new.id  # what an interrupt marks
         try:
             if not queued:  # an in-process rerun finishes inside start: the listener hears its events
-                # start-up time: `evaljobs run` needs none of it
-                from evaljobs.pipeline import events
-
                 if listener is not None:
-                    events.add_listener(listener)
+                    pipeline.events.add_listener(listener)
                 try:
                     return self.start(new)
                 finally:
                     if listener is not None:
-                        events.remove_listener(listener)
+                        pipeline.events.remove_listener(listener)
             self.start(new)
             if not self.follows(new.strategy, wait):
                 return replace(store.get_run(new.id), detached=True)
@@ -663,11 +645,8 @@ class Session:
         """What follows ``info``: ``on_event`` as given, or (``progress``) the bar and its idle check."""
         if not progress:
             return on_event, None
-        # start-up time: only a command that shows a bar loads it
-        from evaljobs.workers.follow import follow_progress
-
         local = self.binding().is_memory if local_workers is None else local_workers
-        return follow_progress(info, self.broker_url, poll, local_workers=local)
+        return workers.follow.follow_progress(info, self.broker_url, poll, local_workers=local)
 
     def watch(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
               on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -686,10 +665,7 @@ class Session:
             return info
         state = config.state_redis(self.broker_url)
         if state:
-            # start-up time: only a follower on Redis subscribes to the run's events there
-            from evaljobs.pipeline import events
-
-            events.bind_redis(state)  # live events come through Redis (the broker's or the state Redis)
+            pipeline.events.bind_redis(state)  # live events: the broker's Redis or the state Redis
         listener, idle = self._follower(info, on_event, progress, poll, local_workers=False)
         return self.wait(info.id, timeout=timeout, poll=poll, on_event=listener, idle=idle)
 
@@ -699,10 +675,7 @@ class Session:
         Its pending pairs are not evaluated; what already finished is kept. The batches are asked
         to cancel at their providers (:func:`evaljobs.pipeline.batching.cancel_run`).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline.batching import cancel_run
-
-        info, asked = cancel_run(self.resolve(run_id))
+        info, asked = batching.cancel_run(self.resolve(run_id))
         return Cancellation(run=info, batches=asked)
 
     def recover(self, run_id: str | None = None, *, wait: bool | None = None,
@@ -724,10 +697,8 @@ class Session:
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline.recovery import recover as recover_runs
-
-        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs, held=self._held)
+        actions = pipeline.recovery.recover(binding, run_id, on_action=on_action, on_runs=on_runs,
+                                            held=self._held)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
         if wait if wait is not None else binding.is_memory:
@@ -795,10 +766,7 @@ class Session:
                       if agreement else []}
         text = render(report, format, results=results, comparison=comparison)
         if human and format in ("md", "table"):
-            # start-up time: only a report with reviewers' labels
-            from evaljobs.reports.human import human_markdown
-
-            text += human_markdown(human)
+            text += reports.human.human_markdown(human)
             if agreement and agreement.agreements:
                 text += "\n## Judge agreement with the reviewers\n\n" + agreement.render()
                 text += "".join(f"\n{line}\n" for line in agreement.warnings)
@@ -819,12 +787,9 @@ class Session:
         baseline = self.resolve(baseline) if baseline else None
         info = store.get_run(run_id)
         if flaky:
-            # start-up time: only the flaky list needs it
-            from evaljobs.reports.variance import flaky_text
-
             if info.report is None:
                 raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
-            return RenderedReport(text=flaky_text(info.report), run=info)
+            return RenderedReport(text=reports.variance.flaky_text(info.report), run=info)
         from evaljobs import labels  # start-up time: the reviewers' labels, for a report only
 
         return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info,
@@ -869,13 +834,10 @@ class Session:
         if base.digest != info.digest and on_note is not None:
             on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
                     "pairs are matched by scenario key and model")
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.reports.compare import compare as compare_sides
-
         # unfinished
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
         # rows stored before they carried their scenario's digest: their run's snapshot tells it
-        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
+        return reports.compare.compare(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
                              digests_a=partial(store.verdict_digest_in, base.digest,
                                                judges=store.run_judges(base.options)),
                              digests_b=partial(store.verdict_digest_in, info.digest,
@@ -902,10 +864,8 @@ class Session:
         Returns a :class:`evaljobs.workers.status.Status`; its ``verdict()`` says whether the
         broker could be read (a monitoring script must see an outage in the exit code).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.status import collect
-
-        return collect(self.broker_url if self._host_broker is None else None, queues=queues, window=window)
+        return workers.status.collect(self.broker_url if self._host_broker is None else None, queues=queues,
+                                      window=window)
 
     # -- operations: workers, servers, the schema, providers and catalogs (the CLI's other commands) --
     # Static methods: each opens what it needs (a worker or a viewer is not a session of its own).
@@ -915,10 +875,7 @@ class Session:
              queues: Sequence[str] = (), recover_every: float = 0.0,
              stop: threading.Event | None = None) -> dict[str, Any]:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.serve import run_pool
-
-        return run_pool(
+        return workers.serve.run_pool(
             min=min,
             max=max,
             idle_seconds=idle_seconds,
@@ -1006,10 +963,7 @@ class RenderedReport:
         # a run with nothing to hold (interrupted, all errored, no report) and --gate ci keep the machine's
         if self.human is None or mode != "point" or self.run.report is None or self.run.status == "failed":
             return machine
-        # start-up time: only --prefer-human
-        from evaljobs.reports.human import hold_preferring_human
-
-        return hold_preferring_human(self.human, threshold)
+        return reports.human.hold_preferring_human(self.human, threshold)
 
 
 @dataclass
@@ -1068,7 +1022,7 @@ def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: s
 
 #: Functions that need no session, each from the module that owns it, loaded on first use (PEP 562):
 #: `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
-_LAZY = {
+_EXPORTS = {
     "run_pool": ("evaljobs.workers.serve", "run_pool"),
     "work": ("evaljobs.fleet", "work"),
     "serve_pool": ("evaljobs.fleet", "serve_pool"),
@@ -1096,10 +1050,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The names of :data:`_LAZY`, imported on first use."""
-    if name not in _LAZY:
+    """The names of :data:`_EXPORTS`, imported on first use."""
+    if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attr = _LAZY[name]
+    module, attr = _EXPORTS[name]
     return getattr(importlib.import_module(module), attr)
 
 
