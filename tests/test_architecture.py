@@ -102,8 +102,8 @@ LAYERS = (
     ("evaljobs.pipeline",),
     # the benchmark drives sessions (``api.benchmark`` hands it the class) and starts workers; the operations
     # that need no session (fleet, checks, labels) sit beside the Session that re-exports them
-    ("evaljobs.api", "evaljobs.fleet", "evaljobs.checks", "evaljobs.labels", "evaljobs.workers",
-     "evaljobs.view", "evaljobs.starter", "evaljobs.bench"),
+    ("evaljobs.api", "evaljobs.fleet", "evaljobs.checks", "evaljobs.labels", "evaljobs.outcomes",
+     "evaljobs.workers", "evaljobs.view", "evaljobs.starter", "evaljobs.bench"),
     ("evaljobs.cli", "evaljobs.testing"),
     ("evaljobs", "evaljobs.__main__"),
 )
