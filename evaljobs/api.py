@@ -18,27 +18,26 @@ short delegation to the package that does the work, and docs/api.md is generated
 """
 from __future__ import annotations
 
+import importlib
 import json
-import os
 import threading
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evaljobs_middleware.context import ContextError, discover_providers
 
-from evaljobs import config, store
+from evaljobs import config, pipeline, reports, store, workers
 from evaljobs.capacity import check_width
 from evaljobs.clock import shield_from_frozen_time
 from evaljobs.catalog import Catalog, CatalogError, CatalogSource, parse_source, read_catalog
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec, storable_definition
 from evaljobs.catalog.subset import Selection, select, selection_note
-from evaljobs.errors import Interrupted, OptionError, UsageError, cannot_listen
+from evaljobs.errors import Interrupted, UsageError
 from evaljobs.redact import redact
-from evaljobs.evaluation.assertions import code_refused, refusal
+from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.pipeline import batching, ownership, runtime, strategies
@@ -57,15 +56,22 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
     import dramatiq
     from typing_extensions import Unpack  # typing's own from Python 3.11
 
-    from evaljobs.workers.serve import run_pool  # exported below, loaded on first use (start-up time)
-
     from evaljobs.bench import BenchRun
     from evaljobs.reports.compare import Comparison
-    from evaljobs.view import Exported
-    from evaljobs.starter import StartedProject
+    # exported below (_EXPORTS), loaded on first use (start-up time)
+    from evaljobs.checks import (CatalogCheck, ConvertedCatalog, ProviderCheck, ProviderList, catalog_schema,
+                                 check_catalog, check_providers_live, convert_catalog, list_providers)
+    from evaljobs.fleet import (governor_budgets, serve_pool, serve_simulated_provider,
+                                upgrade_schema, work)
+    from evaljobs.labels import JudgeAgreement, export_labels, human_review, import_labels, judge_agreement
+    from evaljobs.starter import start_project
+    from evaljobs.view import export_bundle as export_run, serve_viewer
+    from evaljobs.workers.serve import run_pool
 # Reruns, recovery, reuse, comparisons and worker pools are imported by the methods that use them:
 # `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
 from evaljobs.extras import require_for_catalog
+from evaljobs.outcomes import (Cancellation, DemoRun, Recovery, RenderedReport, RunDetail, render_run,
+                               rerun_selection)
 
 
 
@@ -220,7 +226,8 @@ class Session:
 
     # -- context -------------------------------------------------------------------------------
     @property
-    def context_providers(self) -> list[Any]:
+    def _context(self) -> list[Any]:
+        """The host's context providers (entry points, found on first use) and the built-in trace context."""
         if self._context_providers is None:
             self._context_providers = discover_providers(
                 CONTEXT_PROVIDER_GROUP, installed(CONTEXT_PROVIDER_GROUP)
@@ -340,9 +347,7 @@ class Session:
             runtime.adapter(adapter, cache=cache)  # fail now, not on a worker
         cat, chosen = select(self.load(catalog), selection or Selection())
         _check_simulated_models(cat, [spec.model for spec in parsed if spec.provider == "sim"])
-        if reuse:
-            from evaljobs.pipeline import reuse as reusing  # start-up time: only a run that reuses
-        source = reusing.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
+        source = pipeline.reuse.source_of(reuse, cat.name) if reuse else None  # 'latest': an earlier run
         try:  # no self-judging: a judged catalog needs a judge model before anything is created
             require_judge_models(cat.scenarios, judge_model, self.providers)
         except JudgeModelMissing as exc:
@@ -376,7 +381,7 @@ class Session:
                                        pairs_per_message=per_message if per_message > 1 else None,
                                        batch=batched or None, batch_judge=judged or None,
                                        providers=stored_providers)
-        context = capture_context(self.context_providers)
+        context = capture_context(self._context)
         options = settings.to_options()
         # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
         options["adapter_version"] = str(getattr(runtime.adapter(adapter, cache=cache), "version", "") or "")
@@ -394,13 +399,13 @@ class Session:
         run = store.create_run(cat, specs, strategy=strategy, context=context, options=options,
                                epochs=epochs if epochs is not None else cat.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
-        self.reuse_note = reusing.reuse_line(run.id, source, cat.name) if reuse else None
+        self.reuse_note = pipeline.reuse.reuse_line(run.id, source, cat.name) if reuse else None
         self._hold(run)
         if strategy in strategies.QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
             return store.get_run(run.id)
-        return strategies.run_inline(run.id, width=self.width, context_providers=self.context_providers)
+        return strategies.run_inline(run.id, width=self.width, context_providers=self._context)
 
     def follows(self, strategy: str, wait: bool | None = None) -> bool:
         """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
@@ -448,9 +453,7 @@ class Session:
                                                     on_note, on_event, idle, on_submit)
         if inline and on_event is not None:
             # the in-process strategies finish inside submit: the listener hears their events
-            from evaljobs.pipeline import events  # start-up time: only a followed inline run
-
-            events.add_listener(on_event)
+            pipeline.events.add_listener(on_event)
         self._submitted = None
         try:
             info = self.submit(catalog, models, strategy=strategy, **options)
@@ -467,7 +470,7 @@ class Session:
             raise self._interrupted() from None
         finally:
             if inline and on_event is not None:
-                events.remove_listener(on_event)
+                pipeline.events.remove_listener(on_event)
 
     def _guide(self, catalog: Catalog, models: Sequence[str], strategy: str, wait: bool | None,
                options: runtime.SubmitOptions, progress: bool, on_note: Callable[[str], None] | None,
@@ -497,11 +500,8 @@ class Session:
         def submitted(info: store.RunInfo) -> None:
             if bar is not None and not inline and self.follows(strategy, wait):
                 # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
-                # start-up time: only a command that shows a bar loads it
-                from evaljobs.workers.follow import follow_progress
-
-                shown, check = follow_progress(info, self.binding().url, 5.0,
-                                               local_workers=self.binding().is_memory)
+                shown, check = workers.follow.follow_progress(info, self.binding().url, 5.0,
+                                                              local_workers=self.binding().is_memory)
                 bar.catchup_note = shown.catchup_note
                 checks.append(check)
             if self.reuse_note:
@@ -569,24 +569,19 @@ class Session:
         strategy (:mod:`evaljobs.pipeline.rerun`; ``batch`` True/False: a batch run or not, None: as the
         original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline import rerun as reruns
-
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
         if original.strategy in strategies.QUEUED:
             self._check_broker()
         if not (original.options or {}).get("adapter"):  # a host adapter makes its own calls
-            chosen = {model for _, model, _ in reruns.select_pairs(run_id, sorted(set(which)))}
+            chosen = {model for _, model, _ in pipeline.rerun.select_pairs(run_id, sorted(set(which)))}
             check_providers([m for m in original.models if m in chosen], self.providers)
-        if reuse:
-            from evaljobs.pipeline import reuse as reusing  # start-up time: only a rerun that reuses
-        source = reusing.source_of(reuse, original.catalog_name) if reuse else None
+        source = pipeline.reuse.source_of(reuse, original.catalog_name) if reuse else None
         try:  # a providers file given to this session replaces the one stored with the original run
             given = storable_definition(self.providers) if self.providers_path else None
         except ModelSpecError as exc:
             raise UsageError(str(exc)) from None
-        new = reruns.create_rerun(run_id, which, batch=batch, providers=given)
-        self.reuse_note = reusing.reuse_line(new.id, source, original.catalog_name) if reuse else None
+        new = pipeline.rerun.create_rerun(run_id, which, batch=batch, providers=given)
+        self.reuse_note = pipeline.reuse.reuse_line(new.id, source, original.catalog_name) if reuse else None
         return new
 
     def start(self, run: store.RunInfo) -> store.RunInfo:
@@ -596,14 +591,11 @@ class Session:
         return once ``start_run`` is sent (on the in-process broker, this
         session's workers evaluate it: :meth:`wait` for it).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline import rerun as reruns
-
         self._hold(run)
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
-            return reruns.start(run, binding=self.binding())
-        return reruns.start(run, width=self.width, context_providers=self.context_providers)
+            return pipeline.rerun.start(run, binding=self.binding())
+        return pipeline.rerun.start(run, width=self.width, context_providers=self._context)
 
     def rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
               batch: bool | None = None, wait: bool | None = None,
@@ -636,16 +628,13 @@ class Session:
         self._submitted = new.id  # what an interrupt marks
         try:
             if not queued:  # an in-process rerun finishes inside start: the listener hears its events
-                # start-up time: `evaljobs run` needs none of it
-                from evaljobs.pipeline import events
-
                 if listener is not None:
-                    events.add_listener(listener)
+                    pipeline.events.add_listener(listener)
                 try:
                     return self.start(new)
                 finally:
                     if listener is not None:
-                        events.remove_listener(listener)
+                        pipeline.events.remove_listener(listener)
             self.start(new)
             if not self.follows(new.strategy, wait):
                 return replace(store.get_run(new.id), detached=True)
@@ -659,11 +648,8 @@ class Session:
         """What follows ``info``: ``on_event`` as given, or (``progress``) the bar and its idle check."""
         if not progress:
             return on_event, None
-        # start-up time: only a command that shows a bar loads it
-        from evaljobs.workers.follow import follow_progress
-
         local = self.binding().is_memory if local_workers is None else local_workers
-        return follow_progress(info, self.broker_url, poll, local_workers=local)
+        return workers.follow.follow_progress(info, self.broker_url, poll, local_workers=local)
 
     def watch(self, run_id: str, *, timeout: float | None = None, poll: float = 5.0,
               on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -682,10 +668,7 @@ class Session:
             return info
         state = config.state_redis(self.broker_url)
         if state:
-            # start-up time: only a follower on Redis subscribes to the run's events there
-            from evaljobs.pipeline import events
-
-            events.bind_redis(state)  # live events come through Redis (the broker's or the state Redis)
+            pipeline.events.bind_redis(state)  # live events: the broker's Redis or the state Redis
         listener, idle = self._follower(info, on_event, progress, poll, local_workers=False)
         return self.wait(info.id, timeout=timeout, poll=poll, on_event=listener, idle=idle)
 
@@ -695,10 +678,7 @@ class Session:
         Its pending pairs are not evaluated; what already finished is kept. The batches are asked
         to cancel at their providers (:func:`evaljobs.pipeline.batching.cancel_run`).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline.batching import cancel_run
-
-        info, asked = cancel_run(self.resolve(run_id))
+        info, asked = batching.cancel_run(self.resolve(run_id))
         return Cancellation(run=info, batches=asked)
 
     def recover(self, run_id: str | None = None, *, wait: bool | None = None,
@@ -720,10 +700,8 @@ class Session:
         binding = self.binding()
         if binding.is_memory:
             self._ensure_local_worker()
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.pipeline.recovery import recover as recover_runs
-
-        actions = recover_runs(binding, run_id, on_action=on_action, on_runs=on_runs, held=self._held)
+        actions = pipeline.recovery.recover(binding, run_id, on_action=on_action, on_runs=on_runs,
+                                            held=self._held)
         touched = list(dict.fromkeys(line.split(":", 1)[0] for line in actions))  # lines are "RUN: what"
         runs = [store.get_run(rid) for rid in touched]
         if wait if wait is not None else binding.is_memory:
@@ -751,10 +729,6 @@ class Session:
 
     def results(self, run_id: str) -> list[Result]:
         return store.list_results(run_id)
-
-    def missing(self, run_id: str) -> list[tuple[str, str, int]]:
-        """The (scenario, model, epoch) pairs of ``run_id`` with no persisted result yet."""
-        return store.missing_pairs(run_id)
 
     def compare(self, baseline_id: str, run_id: str, *,
                 on_note: Callable[[str], None] | None = None) -> Comparison:
@@ -786,33 +760,20 @@ class Session:
             base, base_side = self._side(baseline)
             comparison = self._compare(base, base_side, info, report, on_note)
         results = store.list_results(run_id) if format in ("junit", "html") else ()
-        human = self.human_review(run_id) if format in ("md", "table", "json") else None
-        agreement = _agreement_of([run_id]) if human else None
+        from evaljobs import labels  # start-up time: the reviewers' labels, for a report only
+
+        human = labels.human_review(run_id) if format in ("md", "table", "json") else None
+        agreement = labels.agreement_of([run_id]) if human else None
         if human and format == "json":
             report = {**report, "human": human, "judge_agreement": agreement.to_dict()["agreements"]
                       if agreement else []}
         text = render(report, format, results=results, comparison=comparison)
         if human and format in ("md", "table"):
-            # start-up time: only a report with reviewers' labels
-            from evaljobs.reports.human import human_markdown
-
-            text += human_markdown(human)
+            text += reports.human.human_markdown(human)
             if agreement and agreement.agreements:
                 text += "\n## Judge agreement with the reviewers\n\n" + agreement.render()
                 text += "".join(f"\n{line}\n" for line in agreement.warnings)
         return text
-
-    @staticmethod
-    def human_review(run_id: str) -> dict[str, Any] | None:
-        """The reviewers' labels of a run as the report's ``human`` block (None: nobody reviewed it):
-        counts, disagreements with the machine, and the pass rate with the human verdicts preferred."""
-        labels = store.labels_for_run(run_id)
-        if not labels:
-            return None
-        # start-up time: only a report with reviewers' labels
-        from evaljobs.reports.human import human_review
-
-        return human_review(store.list_results(run_id), {k: v.as_dict() for k, v in labels.items()}, run_id)
 
     def render_report(self, run_id: str, format: str = "md", *, baseline: str | None = None,
                       flaky: bool = False, on_note: Callable[[str], None] | None = None,
@@ -829,14 +790,13 @@ class Session:
         baseline = self.resolve(baseline) if baseline else None
         info = store.get_run(run_id)
         if flaky:
-            # start-up time: only the flaky list needs it
-            from evaljobs.reports.variance import flaky_text
-
             if info.report is None:
                 raise UsageError(f"run {run_id} has no report yet ({info.status}): wait for it")
-            return RenderedReport(text=flaky_text(info.report), run=info)
+            return RenderedReport(text=reports.variance.flaky_text(info.report), run=info)
+        from evaljobs import labels  # start-up time: the reviewers' labels, for a report only
+
         return RenderedReport(text=self.report(run_id, format, baseline=baseline, on_note=on_note), run=info,
-                              human=self.human_review(run_id) if prefer_human else None)
+                              human=labels.human_review(run_id) if prefer_human else None)
 
     def demo(self, *, format: str = "table", html: str | Path | None = None, progress: bool = False,
              on_note: Callable[[str], None] | None = None) -> "DemoRun":
@@ -877,13 +837,10 @@ class Session:
         if base.digest != info.digest and on_note is not None:
             on_note(f"{base.id} ran catalog {base.digest[:19]}, {info.id} ran {info.digest[:19]}; "
                     "pairs are matched by scenario key and model")
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.reports.compare import compare as compare_sides
-
         # unfinished
         thresholds = {s.key: s.pass_threshold for s in store.load_snapshot(info.digest).scenarios}
         # rows stored before they carried their scenario's digest: their run's snapshot tells it
-        return compare_sides(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
+        return reports.compare.compare(base_side, side, run_a=base.id, run_b=info.id, thresholds=thresholds,
                              digests_a=partial(store.verdict_digest_in, base.digest,
                                                judges=store.run_judges(base.options)),
                              digests_b=partial(store.verdict_digest_in, info.digest,
@@ -891,67 +848,6 @@ class Session:
                              order=info.scenario_order or base.scenario_order)
 
     # -- catalogs, the cache and the fleet ----------------------------------------------------------
-    @staticmethod
-    def check_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
-                      include_production_only: bool = False, lenient: bool = False,
-                      grader: str | None = None,
-                      fields: Sequence[str] | dict[str, str] | None = None) -> "CatalogCheck":
-        """Validate a catalog (native or imported) without running it: what ``evaljobs catalog check`` prints.
-
-        A static method: checking a catalog opens no database and binds no broker. Live MCP
-        tools are listed from their servers, as a run would (an explicit step: parsing does no
-        I/O); a catalog with MCP tools and no ``mcp`` extra is one line before any server is asked.
-        """
-        if not Path(path).exists():
-            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
-        imported = load_any(str(path), format=format, include_production_only=include_production_only,
-                            lenient=lenient, grader=grader, fields=fields)
-        require_for_catalog(imported.data, source=str(path))
-        _refuse_tools(imported.data, str(path))
-        source = ((imported.native or read_catalog(path)) if imported.format == "native"
-                  else CatalogSource(source=str(path), data=imported.data))
-        cat = parse_source(expand_source(source), providers=runtime.providers(providers))
-        problem = code_refused([a for s in cat.scenarios for a in s.expect.assertions])
-        if problem:  # checked as a run would be: a catalog's code runs only where the operator opted in
-            raise UsageError(f"{path}: {problem}")
-        return CatalogCheck(path=str(path), format=imported.format, name=cat.name,
-                            scenarios=len(cat.scenarios),
-                            excluded=imported.excluded, digest=cat.digest, counts=dict(imported.counts or {}),
-                            warnings=list(imported.warnings))
-
-    @staticmethod
-    def check_providers_live(models: Sequence[str] = (), *, providers: str | None = None,
-                             timeout: float = 30.0,
-                             on_probe: Callable[[Any], None] | None = None) -> "ProviderCheck":
-        """One minimal real call per model (``evaljobs providers check``): its latency, or the exact error.
-
-        Without ``models``, the first priced model of each provider that is ready (its key set).
-        ``on_probe(probe)`` is told each outcome as it comes (a slow provider shows the rest first).
-        An unknown provider in ``models`` is a ``UsageError``; the returned check's ``verdict()``
-        fails when a call failed or no provider was ready to call.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.providers import close_clients, probe, probe_models
-
-        config_ = runtime.providers(providers)
-        notes: list[str] = []
-        if models:
-            try:
-                specs = [parse_model_spec(text, config_).spec for text in models]
-            except ModelSpecError as exc:
-                raise UsageError(str(exc)) from None
-        else:
-            specs, notes = probe_models(config_)
-        probes = []
-        try:
-            for spec in specs:
-                probes.append(probe(config_, spec, timeout=timeout))
-                if on_probe is not None:
-                    on_probe(probes[-1])
-        finally:
-            close_clients()
-        return ProviderCheck(probes=probes, notes=notes)
-
     def clear_cache(self, older_than: float | str | None = None) -> int:
         """Delete cached provider answers (all, or those written more than ``older_than`` ago).
 
@@ -971,278 +867,18 @@ class Session:
         Returns a :class:`evaljobs.workers.status.Status`; its ``verdict()`` says whether the
         broker could be read (a monitoring script must see an outage in the exit code).
         """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.status import collect
-
-        return collect(self.broker_url if self._host_broker is None else None, queues=queues, window=window)
+        return workers.status.collect(self.broker_url if self._host_broker is None else None, queues=queues,
+                                      window=window)
 
     # -- operations: workers, servers, the schema, providers and catalogs (the CLI's other commands) --
     # Static methods: each opens what it needs (a worker or a viewer is not a session of its own).
-
-    @staticmethod
-    def work(*, broker: str, threads: int | None = None, processes: int | None = None,
-             min: int | None = None, max: int | None = None, idle_seconds: float = 30.0, lane: str = "bulk",
-             queues: Sequence[str] = (), recover_every: float = 0.0, db: str | None = None,
-             providers: str | None = None, middleware: Sequence[str] = (), verbose: bool = False,
-             metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
-             health_port: int | None = None, log_format: str = "text") -> dict[str, Any]:
-        """Serve Dramatiq workers on ``broker`` (Redis) until stopped (``evaljobs worker``).
-
-        Everything is checked first, each problem one line (a ``UsageError``): options a pool would
-        ignore, the broker and lane, sizes the machine cannot start, taken ports, host middleware,
-        a broker that does not answer. With ``min``/``max`` an elastic pool is served in this
-        process and its final state returned; otherwise this process becomes ``processes`` Dramatiq
-        processes of ``threads`` threads (``exec``: a supervisor's signals reach them) and never returns.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.launch import Serving, work
-
-        return work(broker=broker, threads=threads, processes=processes, min=min, max=max,
-                    idle_seconds=idle_seconds, lane=lane, queues=queues, recover_every=recover_every, db=db,
-                    providers=providers, middleware=middleware, verbose=verbose,
-                    serving=Serving(metrics_port, metrics_host, health_port, log_format))
-
-    @staticmethod
-    def serve_pool(*, min: int = 1, max: int = 16, idle_seconds: float = 30.0, lane: str = "bulk",
-                   broker: str | None = None, db: str | None = None, queues: Sequence[str] = (),
-                   providers: str | None = None, recover_every: float = 0.0, metrics_port: int | None = None,
-                   metrics_host: str = "127.0.0.1", health_port: int | None = None,
-                   log_format: str = "text") -> dict[str, Any]:
-        """Serve an elastic pool with its logs, metrics and probes until SIGTERM/SIGINT (``evaljobs pool``).
-
-        The arguments are checked before anything is contacted; returns the pool's final state.
-        :meth:`pool` serves one on this session's broker, for a host that holds a session.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.launch import Serving, serve_pool
-
-        return serve_pool(min=min, max=max, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
-                          queues=queues, providers=providers, recover_every=recover_every,
-                          serving=Serving(metrics_port, metrics_host, health_port, log_format))
-
-    @staticmethod
-    def serve_simulated_provider(*, host: str = "127.0.0.1", port: int = 8765, latency: float = 0.2,
-                                 jitter: float = 0.0, max_concurrent: int | None = None,
-                                 rpm: int | None = None, error_rate: float = 0.0, batch_delay: float = 0.0,
-                                 batch_window: float | None = None,
-                                 on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve the simulated provider until Ctrl-C or SIGTERM (``evaljobs mock-provider``).
-
-        ``on_ready(url)`` is told its address once it listens; a port in use is one ``UsageError``.
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.simulated import SimulatedProvider
-
-        provider = SimulatedProvider(host=host, port=port, latency=latency, jitter=jitter,
-                                     max_concurrent=max_concurrent, rpm=rpm, error_rate=error_rate,
-                                     batch_delay=batch_delay, batch_window=batch_window)
-        try:
-            provider.serve_forever(on_ready=None if on_ready is None else lambda p: on_ready(p.url))
-        except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
-
-    @staticmethod
-    def start_project(directory: str | os.PathLike[str] = ".", *, force: bool = False,
-                      repo_root: str | os.PathLike[str] | None = None) -> "StartedProject":
-        """Write a starter project into ``directory`` (``evaljobs init``): a commented catalog, its JSON
-        Schema, ``providers.yaml`` and a CI workflow at the repository's root. Existing files are kept
-        unless ``force``; the result lists what was written or kept, notes, and the next commands."""
-        # start-up time: the catalog schema and the templates, for `init` only
-        from evaljobs.starter import start_project
-
-        return start_project(directory, force=force, repo_root=repo_root)
-
-    @staticmethod
-    def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
-                     port: int = 8700, token: str | None = None, open_browser: bool = False,
-                     log_format: str = "text", on_ready: Callable[[str], None] | None = None,
-                     read_only: bool = False, reviewer: str | None = None) -> None:
-        """Serve the web viewer until Ctrl-C or SIGTERM (``evaljobs view``).
-
-        ``broker``: a Redis URL to follow runs by their events and show the fleet (``memory`` or None:
-        read the database every second). Anything but a loopback ``host`` needs a ``token``. ``on_ready``
-        is told the address once the port is bound (never the token); see :func:`evaljobs.view.serve_viewer`.
-        ``read_only``: no labels are taken; ``reviewer``: the name of a label whose reviewer gave none.
-        """
-        # the `view` extra (Starlette, uvicorn, Jinja2), loaded only by the viewer's callers
-        from evaljobs.view import serve_viewer
-
-        serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
-                     log_format=log_format, on_ready=on_ready, read_only=read_only, reviewer=reviewer)
-
-    @staticmethod
-    def export_run(run_id: str, directory: str, *, db: str | None = None, broker: str | None = None,
-                   host: str = "127.0.0.1", port: int = 8700, token: str | None = None) -> "Exported":
-        """Write one run (an id, a prefix or ``latest``) as a static, self-contained folder of the
-        viewer's pages, CSV and JSONL (``evaljobs view --export``); returns the run and the files."""
-        # the `view` extra (Jinja2), loaded only by the viewer's callers
-        from evaljobs.view import export_bundle
-
-        return export_bundle(run_id, directory, db=db, broker=broker, host=host, port=port, token=token)
-
-    @classmethod
-    def benchmark(cls, catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
-                  cell_timeout: float, broker: str = "memory", db: str | None = None,
-                  simulate: str | None = None, out: str | None = None, processes: int = 1,
-                  worker_env: Sequence[str] = (), governor: bool | None = None, providers: str | None = None,
-                  echo: Callable[[str], None] = lambda line: None) -> "BenchRun":
-        """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
-        (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
-        ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
-        one-line ``UsageError`` before anything runs. Each cell is a fresh run of a session of this class;
-        ``echo`` is told each cell's progress. Returns the result, its table and the files written
-        (bench.json, .csv, .md and, with matplotlib, .png) — see :func:`evaljobs.bench.benchmark`.
-        """
-        # start-up time: the benchmark's engine, meters and renderers, for `bench` only
-        from evaljobs.bench import benchmark
-
-        return benchmark(catalog, models, sessions=cls, strategies=strategies, widths=widths, repeat=repeat,
-                         broker=broker, db=db, simulate=simulate, out=out, processes=processes,
-                         cell_timeout=cell_timeout, worker_env=worker_env, governor=governor,
-                         providers=providers, echo=echo)
-
-    @staticmethod
-    def governor_budgets(broker: str | None = None) -> list[dict[str, Any]]:
-        """The provider governor's shared budgets, one row each (``evaljobs governor``).
-
-        Read from the governor's Redis (``EVALJOBS_GOVERNOR_URL``, else ``broker``): without one, or
-        when it does not answer, one line (never a silent empty local governor).
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.governor import Governor
-        from evaljobs.workers.launch import ping_redis
-
-        now = config.Settings.from_env()  # read now: a shell may have changed it
-        url = now.governor_url or config.state_redis(broker, now) or broker
-        if not url or not url.startswith(config.REDIS_SCHEMES):
-            raise OptionError("the governor's shared state lives in Redis: "
-                              "pass --broker redis://… or set EVALJOBS_BROKER_URL", "--broker")
-        ping_redis(url)
-        governor = Governor(url)
-        try:
-            return governor.stats()
-        finally:
-            governor.close()
-
-    @staticmethod
-    def export_labels(runs: Sequence[str] = (), *, db: str | None = None) -> list[dict[str, Any]]:
-        """Reviewers' labels (all, or those given in ``runs``: ids, prefixes or ``latest``) as plain dicts,
-        oldest first (``evaljobs labels export``: one JSON object a line)."""
-        store.connect(db, create=False)
-        return store.export_labels([store.resolve_run_id(r) for r in runs])
-
-    @staticmethod
-    def judge_agreement(runs: Sequence[str] = (), *, db: str | None = None,
-                        min_kappa: float | None = None) -> "JudgeAgreement":
-        """How far each judge model agrees with the reviewers, per rubric (``evaljobs judge-agreement``):
-        over the judged, labelled results of ``runs`` (ids, prefixes, ``latest``; default: every run a
-        label was given in). A gating judge under ``min_kappa`` (default ``MIN_KAPPA``) is a warning."""
-        store.connect(db, create=False)
-        return _agreement_of([store.resolve_run_id(r) for r in runs] or store.labelled_runs(), min_kappa)
-
-    @staticmethod
-    def import_labels(path: str | Path, *, db: str | None = None) -> int:
-        """Keep the labels of a JSONL export (``evaljobs labels import``); returns how many.
-
-        A line that is not a label is one error naming the file and line; nothing is kept then.
-        """
-        source = Path(path)
-        try:
-            text = source.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{source}: cannot read labels: {exc}") from None
-        items = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{source}:{number}: not JSON ({exc.msg}): one label a line") from None
-            if not isinstance(item, dict):
-                raise UsageError(f"{source}:{number}: not a JSON object: one label a line")
-            items.append((f"{source}:{number}", item))
-        store.connect(db)
-        return store.import_labels(items)
-
-    @staticmethod
-    def upgrade_schema(db: str | None = None, *,
-                       stage: "Callable[[str], ContextManager[Any]] | None" = None) -> list[str]:
-        """Create or upgrade the database's schema (``evaljobs db upgrade``): the changes made, if any.
-
-        ``stage(label)`` wraps the work, its label naming the database with its password masked: an
-        upgrade may wait on a lock or a long ALTER, and a command silent for a minute looks hung.
-        """
-        label = f"db upgrade: {redact(db or config.settings().database_url or store.DEFAULT_URL)}"
-        with stage(label) if stage is not None else nullcontext():
-            store.connect(db)
-            return store.upgrade()
-
-    @staticmethod
-    def list_providers(providers: str | None = None) -> "ProviderList":
-        """Every provider, preset or from ``providers`` (``evaljobs providers list``): configuration
-        only, never a key (only whether its variable is set)."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.providers import describe
-
-        config_ = runtime.providers(providers)
-        return ProviderList(rows=describe(config_), source=str(config_.source))
-
-    @staticmethod
-    def catalog_schema() -> str:
-        """The catalog JSON Schema (``evaljobs catalog schema``), for editors."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.catalog.schema import catalog_schema_json
-
-        return catalog_schema_json()
-
-    @staticmethod
-    def convert_catalog(path: str | Path, *, providers: str | None = None, format: str | None = None,
-                        include_production_only: bool = False, lenient: bool = False,
-                        grader: str | None = None, fields: Sequence[str] | dict[str, str] | None = None,
-                        on_warning: Callable[[str], None] | None = None,
-                        stage: "Callable[[str, int], ContextManager[Any]] | None" = None,
-                        ) -> "ConvertedCatalog":
-        """An imported catalog as native YAML (``evaljobs catalog convert``), checked first: a catalog
-        that would not load is never written.
-
-        ``on_warning`` is told what the import left out as soon as it is read; ``stage(label,
-        scenarios)`` wraps the check and the writing (a 20,000-sample file takes about a minute).
-        """
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.catalog import parse_catalog
-        from evaljobs.catalog.importers import dump_native
-
-        if not Path(path).exists():
-            raise OptionError(f"catalog file '{path}' does not exist", "PATH")
-        imported = load_any(str(path), format=format, include_production_only=include_production_only,
-                            lenient=lenient, grader=grader, fields=fields)
-        for warning in imported.warnings:
-            if on_warning is not None:
-                on_warning(warning)
-        config_ = runtime.providers(providers)
-        count = len(imported.data.get("scenarios") or []) + sum(len(g.get("scenarios") or [])
-                                                                for g in imported.data.get("groups") or [])
-
-        def step(label: str) -> "ContextManager[Any]":
-            return stage(label, count) if stage is not None else nullcontext()
-
-        with step(f"convert: checking {count} scenarios from {imported.format}"):
-            parse_catalog(imported.data, source=str(path), providers=config_)
-        with step(f"convert: writing {count} scenarios as YAML"):
-            text = dump_native(imported.data)
-        return ConvertedCatalog(text=text, scenarios=count, format=imported.format,
-                                excluded=imported.excluded)
 
     # -- pools --------------------------------------------------------------------------------------
     def pool(self, *, min: int, max: int, idle_seconds: float = 30.0, lane: str = "bulk",
              queues: Sequence[str] = (), recover_every: float = 0.0,
              stop: threading.Event | None = None) -> dict[str, Any]:
         """Serve an elastic worker pool on this session's broker (Redis) until ``stop`` or SIGTERM/SIGINT."""
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.serve import run_pool
-
-        return run_pool(
+        return workers.serve.run_pool(
             min=min,
             max=max,
             idle_seconds=idle_seconds,
@@ -1276,199 +912,74 @@ class Session:
         self.close()
 
 
-@dataclass
-class CatalogCheck:
-    """What :meth:`Session.check_catalog` found: the catalog's name, size, digest and how it was imported."""
-
-    path: str
-    format: str
-    name: str
-    scenarios: int
-    excluded: int
-    digest: str
-    counts: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON ``catalog check --json`` prints (warnings go to stderr, not here)."""
-        return {"path": self.path, "format": self.format, "name": self.name, "scenarios": self.scenarios,
-                "excluded": self.excluded, "digest": self.digest, "counts": self.counts}
-
-
-@dataclass
-class ProviderCheck:
-    """What :meth:`Session.check_providers_live` found: one probe per model, and notes on the choice."""
-
-    probes: list[Any] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[Any]:
-        return [p for p in self.probes if p.error is not None]
-
-    def verdict(self) -> Verdict:
-        if not self.probes:
-            return Verdict.failed("no provider is ready to call (see `evaljobs providers list`); "
-                                  "pass -m provider/model")
-        if self.failed:
-            n = len(self.probes)
-            return Verdict.failed(f"{len(self.failed)} of {n} model{'s' if n != 1 else ''} failed")
-        return Verdict(True)
-
-
-@dataclass
-class ProviderList:
-    """What :meth:`Session.list_providers` found: one row per provider, and the file they came from."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    source: str = ""
-
-
-@dataclass
-class ConvertedCatalog:
-    """What :meth:`Session.convert_catalog` made: the native YAML, and what it was converted from."""
-
-    text: str
-    scenarios: int
-    format: str
-    excluded: int = 0
-
-
-@dataclass
-class Recovery:
-    """What :meth:`Session.recover` did: one line per action, and the runs it touched (as they are now)."""
-
-    actions: list[str] = field(default_factory=list)
-    runs: list[store.RunInfo] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON ``recover --json`` prints: the actions, and each touched run's state."""
-        return {"actions": self.actions,
-                "runs": [{"id": info.id, "status": info.status, "persisted": info.persisted,
-                          "expected": info.expected, "report": info.report is not None}
-                         for info in self.runs]}
-
-
-@dataclass
-class RunDetail:
-    """What :meth:`Session.show` read: the run, each of its results, and the pairs with none yet."""
-
-    run: store.RunInfo
-    results: list[Result] = field(default_factory=list)
-    #: (scenario, model, epoch) of each pair with no persisted result.
-    missing: list[tuple[str, str, int]] = field(default_factory=list)
-
-
-@dataclass
-class Cancellation:
-    """What :meth:`Session.cancel` did: the run as it is now, and how many provider batches were asked
-    to cancel."""
-
-    run: store.RunInfo
-    batches: int = 0
-
-
-@dataclass
-class RenderedReport:
-    """What :meth:`Session.render_report` made: the text, and the run it is the report of."""
-
-    text: str
-    run: store.RunInfo
-    #: With ``prefer_human``: the reviewers' labels (``Session.human_review``), None when nobody reviewed.
-    human: dict[str, Any] | None = None
-
-    def verdict(self, threshold: float | None = None, mode: str = "point") -> Verdict:
-        """The exit of ``evaljobs report``: a gate only when given a ``threshold``
-        (:meth:`RunInfo.gate` then decides); without one, rendering is all it does. With
-        ``prefer_human`` and reviewed results, the pass rate holds each one's human verdict instead."""
-        if threshold is None:
-            return Verdict(True)
-        machine = self.run.gate(threshold, mode)
-        # a run with nothing to hold (interrupted, all errored, no report) and --gate ci keep the machine's
-        if self.human is None or mode != "point" or self.run.report is None or self.run.status == "failed":
-            return machine
-        # start-up time: only --prefer-human
-        from evaljobs.reports.human import hold_preferring_human
-
-        return hold_preferring_human(self.human, threshold)
-
-
-def _agreement_of(ids: Sequence[str], min_kappa: float | None = None) -> "JudgeAgreement":
-    """:meth:`Session.judge_agreement` over resolved run ids, on the store already connected."""
-    # start-up time: only judge agreement
-    from evaljobs.reports.agreement import MIN_KAPPA, Judged, agreements
-
-    runs = list(dict.fromkeys(ids))
-    items = [Judged(**item) for run_id in runs for item in store.judged_labels(run_id)]
-    floor = MIN_KAPPA if min_kappa is None else min_kappa
-    return JudgeAgreement(runs=runs, agreements=agreements(items, min_kappa=floor))
-
-
-@dataclass
-class JudgeAgreement:
-    """What :meth:`Session.judge_agreement` found: per judge model and rubric, an ``Agreement``."""
-
-    runs: list[str]
-    agreements: list[Any]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for a in self.agreements for w in a.warnings]
-
-    def render(self) -> str:
-        # start-up time: only judge-agreement
-        from evaljobs.reports.agreement import render_agreements
-
-        return render_agreements(self.agreements)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "agreements": [a.to_dict() for a in self.agreements]}
-
-
-@dataclass
-class DemoRun:
-    """What :meth:`Session.demo` made: the finished run, its report text and where its HTML was written."""
-
-    run: store.RunInfo
-    text: str
-    html_path: Path
-
-
-def rerun_selection(which: Sequence[str]) -> list[str]:
-    """``which`` checked as a rerun's selection: at least one of ``errored``/``failed``, or ``all`` alone."""
-    chosen = list(dict.fromkeys(which))
-    if not chosen:
-        raise UsageError("say what to rerun: --errored, --failed (both may be given) or --all")
-    if "all" in chosen and len(chosen) > 1:
-        raise UsageError("--all already includes every pair: give it alone")
-    return chosen
-
-
-def render_run(info: store.RunInfo, format: str = "table") -> str:
-    """A finished run's report as ``format`` (``table`` or ``json``: what ``run``, ``rerun`` and
-    ``watch`` print), from its stored report alone; :meth:`Session.report` renders every format."""
-    if info.report is None:
-        raise UsageError(f"run {info.id} has no report yet ({info.status})")
-    return render(info.report, format)
-
-
 #: The simulated models ``evaljobs demo`` runs the bundled catalog against.
 DEMO_MODELS = ("sim/fast", "sim/smart")
 
 #: The formats :meth:`Session.report` renders.
 REPORT_FORMATS = FORMATS
 
+def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: str, repeat: int,
+              cell_timeout: float, broker: str = "memory", db: str | None = None,
+              simulate: str | None = None, out: str | None = None, processes: int = 1,
+              worker_env: Sequence[str] = (), governor: bool | None = None, providers: str | None = None,
+              echo: Callable[[str], None] = lambda line: None) -> "BenchRun":
+    """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
+    (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
+    ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
+    one-line ``UsageError`` before anything runs. Each cell is a fresh run of a :class:`Session`;
+    ``echo`` is told each cell's progress. Returns the result, its table and the files written
+    (bench.json, .csv, .md and, with matplotlib, .png) — see :func:`evaljobs.bench.benchmark`.
+    """
+    # start-up time: the benchmark's engine, meters and renderers, for `bench` only
+    from evaljobs import bench
+
+    return bench.benchmark(catalog, models, sessions=Session, strategies=strategies, widths=widths,
+                           repeat=repeat, broker=broker, db=db, simulate=simulate, out=out,
+                           processes=processes, cell_timeout=cell_timeout, worker_env=worker_env,
+                           governor=governor, providers=providers, echo=echo)
+
+
+#: Functions that need no session, each from the module that owns it, loaded on first use (PEP 562):
+#: `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
+_EXPORTS = {
+    "run_pool": ("evaljobs.workers.serve", "run_pool"),
+    "work": ("evaljobs.fleet", "work"),
+    "serve_pool": ("evaljobs.fleet", "serve_pool"),
+    "serve_simulated_provider": ("evaljobs.fleet", "serve_simulated_provider"),
+    "governor_budgets": ("evaljobs.fleet", "governor_budgets"),
+    "upgrade_schema": ("evaljobs.fleet", "upgrade_schema"),
+    "start_project": ("evaljobs.starter", "start_project"),
+    "serve_viewer": ("evaljobs.view", "serve_viewer"),
+    "export_run": ("evaljobs.view", "export_bundle"),
+    "check_catalog": ("evaljobs.checks", "check_catalog"),
+    "convert_catalog": ("evaljobs.checks", "convert_catalog"),
+    "catalog_schema": ("evaljobs.checks", "catalog_schema"),
+    "list_providers": ("evaljobs.checks", "list_providers"),
+    "check_providers_live": ("evaljobs.checks", "check_providers_live"),
+    "CatalogCheck": ("evaljobs.checks", "CatalogCheck"),
+    "ProviderCheck": ("evaljobs.checks", "ProviderCheck"),
+    "ProviderList": ("evaljobs.checks", "ProviderList"),
+    "ConvertedCatalog": ("evaljobs.checks", "ConvertedCatalog"),
+    "export_labels": ("evaljobs.labels", "export_labels"),
+    "import_labels": ("evaljobs.labels", "import_labels"),
+    "judge_agreement": ("evaljobs.labels", "judge_agreement"),
+    "human_review": ("evaljobs.labels", "human_review"),
+    "JudgeAgreement": ("evaljobs.labels", "JudgeAgreement"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``run_pool``, exported here and imported on first use (start-up time)."""
-    if name == "run_pool":
-        # start-up time: `evaljobs run` needs none of it
-        from evaljobs.workers.serve import run_pool
-
-        return run_pool
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The names of :data:`_EXPORTS`, imported on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    return getattr(importlib.import_module(module), attr)
 
 
-__all__ = ["Session", "Selection", "Recovery", "CatalogCheck", "ProviderCheck", "RunDetail", "Cancellation",
-           "RenderedReport", "DemoRun", "ProviderList", "ConvertedCatalog", "Verdict", "UsageError",
-           "CatalogError", "capture_context", "rerun_selection", "render_run", "run_pool", "REPORT_FORMATS",
-           "DEMO_MODELS"]
+__all__ = ["Session", "Selection", "Recovery", "RunDetail", "Cancellation", "RenderedReport", "DemoRun",
+           "Verdict", "UsageError", "CatalogError", "capture_context", "rerun_selection", "render_run",
+           "REPORT_FORMATS", "DEMO_MODELS", "run_pool", "work", "serve_pool", "serve_simulated_provider",
+           "benchmark", "governor_budgets", "upgrade_schema", "start_project", "serve_viewer", "export_run",
+           "check_catalog", "convert_catalog", "catalog_schema", "list_providers", "check_providers_live",
+           "CatalogCheck", "ProviderCheck", "ProviderList", "ConvertedCatalog", "export_labels",
+           "import_labels", "judge_agreement", "human_review", "JudgeAgreement"]

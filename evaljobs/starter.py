@@ -18,7 +18,7 @@ and left alone, so running ``init`` twice, or in a project that already has a
 
 The templates are package data (``evaljobs/data/init/``, read through :mod:`evaljobs.resources`);
 this module is ``init``'s loader of them; ``evaljobs init`` reaches it through
-:meth:`evaljobs.api.Session.start_project`.
+:func:`evaljobs.api.start_project`.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from evaljobs import config, store
+from evaljobs import api, config, store
 from evaljobs.api import REPORT_FORMATS, Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.cli import main
@@ -142,12 +142,12 @@ def test_the_gate_decides_the_exit_a_cli_only_maps(session):
 def test_check_catalog_clear_cache_and_status_are_library_calls(session, sqlite_url, tmp_path):
     path = tmp_path / "api.yaml"
     path.write_text(CATALOG)
-    checked = Session.check_catalog(path)  # no database, no broker
+    checked = api.check_catalog(path)  # no database, no broker
     assert (checked.format, checked.name, checked.scenarios, checked.excluded) == ("native", "api", 3, 0)
     assert checked.digest == loads_catalog(CATALOG, source=str(path)).digest
     assert checked.to_dict()["digest"] == checked.digest
     with pytest.raises(UsageError, match="does not exist"):
-        Session.check_catalog(tmp_path / "nowhere.yaml")
+        api.check_catalog(tmp_path / "nowhere.yaml")
     for key in ("k1", "k2"):
         store.cache.put(key, "answer", provider="sim", model="a")
     assert session.clear_cache(3600.0) == 0  # both were written just now

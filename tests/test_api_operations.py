@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from evaljobs import view
+from evaljobs import api, view
 from evaljobs.api import ConvertedCatalog, ProviderList, Session
 from evaljobs.errors import EvaljobsError, UsageError
 
@@ -28,7 +28,7 @@ def taken_port():
 @pytest.mark.parametrize("option", ["threads", "processes"])
 def test_an_elastic_pool_refuses_the_sizes_it_would_ignore_before_contacting_anything(option):
     with pytest.raises(UsageError, match=f"--{option} does not apply to an elastic pool"):
-        Session.work(broker="redis://127.0.0.1:1/0", min=1, max=2, **{option: 3})
+        api.work(broker="redis://127.0.0.1:1/0", min=1, max=2, **{option: 3})
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -40,14 +40,14 @@ def test_an_elastic_pool_refuses_the_sizes_it_would_ignore_before_contacting_any
 ])
 def test_a_worker_the_machine_should_not_start_is_one_line(arguments, message):
     with pytest.raises(UsageError, match=message):
-        Session.work(**arguments)
+        api.work(**arguments)
 
 
 @pytest.mark.redis
 @pytest.mark.parametrize("option", ["metrics_port", "health_port"])
 def test_a_taken_port_is_refused_before_the_worker_forks(redis_url, taken_port, option):
     with pytest.raises(UsageError) as caught:
-        Session.work(broker=redis_url, **{option: taken_port})
+        api.work(broker=redis_url, **{option: taken_port})
     flag = "--" + option.replace("_", "-")
     assert str(caught.value).startswith(f"{flag}: cannot listen on 127.0.0.1:{taken_port}")
 
@@ -55,12 +55,12 @@ def test_a_taken_port_is_refused_before_the_worker_forks(redis_url, taken_port, 
 @pytest.mark.redis
 def test_a_host_middleware_that_cannot_be_loaded_is_one_line(redis_url):
     with pytest.raises(UsageError, match="^--middleware: "):
-        Session.work(broker=redis_url, middleware=["no_such_module_here:Nothing"])
+        api.work(broker=redis_url, middleware=["no_such_module_here:Nothing"])
 
 
 def test_a_pool_without_a_shared_broker_is_refused():
     with pytest.raises(UsageError, match="a pool needs a shared broker"):
-        Session.serve_pool(min=1, max=2, broker=None)
+        api.serve_pool(min=1, max=2, broker=None)
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def test_a_pool_without_a_shared_broker_is_refused():
 def test_the_simulated_provider_on_a_taken_port_is_one_line(taken_port):
     told = []
     with pytest.raises(UsageError, match=f"cannot listen on 127.0.0.1:{taken_port}"):
-        Session.serve_simulated_provider(port=taken_port, on_ready=told.append)
+        api.serve_simulated_provider(port=taken_port, on_ready=told.append)
     assert told == [], "never ready: nothing listened"
 
 
@@ -89,7 +89,7 @@ def test_the_viewer_beyond_loopback_needs_a_token_even_to_export(tmp_path, sqlit
 
 def test_the_viewer_on_a_taken_port_is_one_line_and_never_ready(tmp_path, taken_port):
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    Session.upgrade_schema(db)  # a database to show
+    api.upgrade_schema(db)  # a database to show
     told = []
     with pytest.raises(UsageError, match=f"cannot listen on 127.0.0.1:{taken_port}"):
         view.serve_viewer(db=db, broker="memory", port=taken_port, on_ready=told.append)
@@ -103,7 +103,7 @@ def test_the_governor_without_redis_is_one_line(monkeypatch):
     monkeypatch.delenv("EVALJOBS_GOVERNOR_URL", raising=False)
     for broker in (None, "memory"):
         with pytest.raises(UsageError, match="the governor's shared state lives in Redis"):
-            Session.governor_budgets(broker)
+            api.governor_budgets(broker)
 
 
 @pytest.mark.redis
@@ -111,13 +111,13 @@ def test_the_governor_lists_the_budgets_it_has_seen(redis_url, monkeypatch):
     from evaljobs.governor import Governor
 
     monkeypatch.delenv("EVALJOBS_GOVERNOR_URL", raising=False)
-    assert Session.governor_budgets(redis_url) == []
+    assert api.governor_budgets(redis_url) == []
     governor = Governor(redis_url)
     try:
         governor.acquire("sim/api-test", "bulk").release(latency=0.1)
     finally:
         governor.close()
-    rows = Session.governor_budgets(redis_url)
+    rows = api.governor_budgets(redis_url)
     assert [row["budget"] for row in rows] == ["sim/api-test"] and rows[0]["admitted"] == 1
 
 
@@ -133,11 +133,11 @@ def test_the_schema_upgrade_names_the_database_without_its_password_and_is_idemp
         labels.append(label)
         yield
 
-    first = Session.upgrade_schema(db, stage=stage)
-    assert Session.upgrade_schema(db) == [] and isinstance(first, list)
+    first = api.upgrade_schema(db, stage=stage)
+    assert api.upgrade_schema(db) == [] and isinstance(first, list)
     assert labels == [f"db upgrade: {db}"]
     with pytest.raises(EvaljobsError, match="cannot reach database"):  # nothing listens on port 1
-        Session.upgrade_schema("postgresql://evals:hunter2@127.0.0.1:1/evals", stage=stage)
+        api.upgrade_schema("postgresql://evals:hunter2@127.0.0.1:1/evals", stage=stage)
     assert labels[-1] == "db upgrade: postgresql://evals:***@127.0.0.1:1/evals"
 
 
@@ -146,18 +146,18 @@ def test_providers_are_listed_from_configuration_never_with_a_key(tmp_path, monk
     path.write_text("providers:\n  acme:\n    api: openai\n    base_url: https://acme.example/v1\n"
                     "    api_key_env: ACME_TEST_KEY\n")
     monkeypatch.delenv("ACME_TEST_KEY", raising=False)
-    listed = Session.list_providers(str(path))
+    listed = api.list_providers(str(path))
     assert isinstance(listed, ProviderList) and listed.source == str(path)
     acme = next(row for row in listed.rows if row["name"] == "acme")
     assert (acme["key"], acme["ready"], acme["origin"]) == ("missing", False, "file")
     monkeypatch.setenv("ACME_TEST_KEY", "sk-secret-value")
-    acme = next(row for row in Session.list_providers(str(path)).rows if row["name"] == "acme")
+    acme = next(row for row in api.list_providers(str(path)).rows if row["name"] == "acme")
     assert (acme["key"], acme["ready"]) == ("set", True)
-    assert "sk-secret-value" not in json.dumps(Session.list_providers(str(path)).rows)
+    assert "sk-secret-value" not in json.dumps(api.list_providers(str(path)).rows)
 
 
 def test_the_catalog_schema_is_json_schema():
-    schema = json.loads(Session.catalog_schema())
+    schema = json.loads(api.catalog_schema())
     assert schema["$schema"].startswith("https://json-schema.org/") and "scenarios" in schema["properties"]
 
 
@@ -171,7 +171,7 @@ def test_a_converted_catalog_loads_as_the_native_catalog_it_claims_to_be(tmp_pat
         stages.append((label, scenarios))
         yield
 
-    converted = Session.convert_catalog(samples, grader="match", stage=stage)
+    converted = api.convert_catalog(samples, grader="match", stage=stage)
     assert isinstance(converted, ConvertedCatalog)
     assert (converted.format, converted.scenarios) == ("jsonl", 2)
     assert stages == [
@@ -180,12 +180,12 @@ def test_a_converted_catalog_loads_as_the_native_catalog_it_claims_to_be(tmp_pat
     ]
     native = tmp_path / "native.yaml"
     native.write_text(converted.text)
-    assert Session.check_catalog(native).scenarios == 2
+    assert api.check_catalog(native).scenarios == 2
 
 
 def test_converting_a_missing_catalog_is_one_line(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
-        Session.convert_catalog(tmp_path / "nope.yaml")
+        api.convert_catalog(tmp_path / "nope.yaml")
 
 
 def test_the_cache_age_is_read_as_the_command_takes_it(sqlite_url):
@@ -217,7 +217,7 @@ def test_a_benchmark_with_a_bad_option_is_refused_before_it_runs(tmp_path, argum
     options = {"strategies": "sequential", "widths": "1", "repeat": 1, "cell_timeout": 60.0,
                "out": str(tmp_path / "out"), **arguments}
     with pytest.raises(UsageError, match=message):
-        Session.benchmark(str(catalog), ["sim/a"], **options)
+        api.benchmark(str(catalog), ["sim/a"], **options)
     assert not (tmp_path / "out").exists(), "nothing ran, nothing written"
 
 
@@ -263,6 +263,6 @@ def test_an_option_the_library_refused_reads_as_clicks_own_refusals(tmp_path, mo
 
 def test_an_option_error_names_its_option_for_a_caller_of_the_library():
     with pytest.raises(UsageError) as caught:
-        Session.work(broker="memory")
+        api.work(broker="memory")
     assert str(caught.value) == ("--broker: workers need a shared broker: --broker redis://host:port/db or "
                                  "amqp://host:port/vhost")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evaljobs import api
 from evaljobs.api import Session
 from evaljobs.catalog import CatalogError, criterion_names, gateable_names, loads_catalog
 from evaljobs.catalog import criteria as catalog_criteria
@@ -95,6 +96,6 @@ def test_a_run_reports_and_shows_the_new_criterion(word_limit, tmp_path: Path, s
     rows = [row for row in report["criteria"] if row["criterion"] == "word_limit"]
     assert [(row["model"], row["total"]) for row in rows] == [("sim/fast", 1)]
     assert "| word_limit | `sim/fast` |" in render_markdown(report)
-    exported = Session.export_run(run.id, str(tmp_path / "bundle"), db=db, broker="memory")
+    exported = api.export_run(run.id, str(tmp_path / "bundle"), db=db, broker="memory")
     pages = [p.read_text() for p in exported.files if p.parent.name == "scenarios"]
     assert pages and "<li>words ≤ 2</li>" in pages[0]

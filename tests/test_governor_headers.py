@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from evaljobs import api
 from evaljobs.api import Session
 from evaljobs.clock import ManualClock
 from evaljobs.governor import BudgetConfig, Busy, Governor
@@ -114,7 +115,7 @@ def test_worker_processes_share_the_announced_limit(tmp_path, counting_server, m
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     server: CountingServer = counting_server(cap=8, latency=0.05, announce=True)
     catalog, providers = counting_files(tmp_path, server, scenarios=48, provider="announcing")
-    run = Session.benchmark(str(catalog), ["announcing/m1"], providers=str(providers),
+    run = api.benchmark(str(catalog), ["announcing/m1"], providers=str(providers),
                             out=str(tmp_path / "o"), strategies="fanout", widths="8", repeat=1,
                             cell_timeout=120.0, governor=True, broker=redis_url, processes=2)
     counts = server.counts()

@@ -30,7 +30,7 @@ WORKER_READY_TIMEOUT = 60.0
 
 #: What makes the sessions a benchmark drives: :class:`evaljobs.api.Session`, or a class taking the same
 #: arguments (``db``, ``broker``, ``width``, ``providers``, ``queue``). The benchmark sits below the API it
-#: measures: ``Session.benchmark`` (and a script) hands the class over, nothing here imports it.
+#: measures: ``evaljobs.api.benchmark`` (and a script) hands the class over, nothing here imports it.
 SessionFactory = Callable[..., Any]
 
 

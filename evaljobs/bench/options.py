@@ -64,7 +64,7 @@ def benchmark(catalog: str, models: Sequence[str], *, sessions: SessionFactory, 
               providers: str | None = None, echo: Callable[[str], None] = lambda line: None) -> BenchRun:
     """Check the options, run every (strategy, width) cell, and write the outputs to ``out``
     (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress. Each cell is a run of a
-    ``sessions`` session (``Session.benchmark`` passes its class)."""
+    ``sessions`` session (``evaljobs.api.benchmark`` passes the Session class)."""
     if not Path(catalog).exists():
         raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
     if broker.startswith(REDIS_SCHEMES):

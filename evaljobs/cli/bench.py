@@ -1,6 +1,6 @@
 """``evaljobs bench``: run a catalog per (strategy, width) and say which shape and width to use.
 
-A thin shell over :meth:`evaljobs.api.Session.benchmark`; its errors (one line, exit 2) are mapped in
+A thin shell over :func:`evaljobs.api.benchmark`; its errors (one line, exit 2) are mapped in
 :mod:`evaljobs.cli._options`. The defaults shown in ``--help`` are the benchmark package's constants
 (its face loads lazily: they cost nothing); the API and the engine load inside the command
 (start-up time of ``evaljobs --help``).
@@ -49,9 +49,9 @@ def bench(catalog, models, strategies, widths, repeat, broker, db, simulate, out
     recommended default width and the knee where adding width stops helping.
     Without --simulate the runs go to the models' real provider (and cost money).
     """
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    done = Session.benchmark(
+    done = api.benchmark(
         catalog,
         models,
         strategies=strategies,

@@ -28,9 +28,9 @@ def catalog() -> None:
 @catalog.command("schema")
 def catalog_schema() -> None:
     """Print the catalog JSON Schema (for editors: evaljobs catalog schema > catalog.schema.json)."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    click.echo(Session.catalog_schema(), nl=False)
+    click.echo(api.catalog_schema(), nl=False)
 
 
 @catalog.command("check")
@@ -42,9 +42,9 @@ def catalog_schema() -> None:
 def catalog_check(path, catalog_format, include_production_only, lenient, grader, fields, as_json,
                   providers) -> None:
     """Validate a catalog (native or imported) and print its digest and what was imported how."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    checked = Session.check_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
+    checked = api.check_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
                                     include_production_only=include_production_only, grader=grader,
                                     fields=fields)
     for warning in checked.warnings:
@@ -74,12 +74,12 @@ def catalog_convert(path, output, catalog_format, include_production_only, lenie
                     providers) -> None:
     """Convert an ActiveAgent, promptfoo, OpenAI evals registry file or JSONL samples to the native YAML
     format."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
     def show(text: str, scenarios: int):  # on stderr: stdout may be the YAML itself
         return (stage if scenarios >= LARGE_CATALOG else quiet_stage)(text)
 
-    converted = Session.convert_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
+    converted = api.convert_catalog(path, providers=providers, format=catalog_format, lenient=lenient,
                                         include_production_only=include_production_only, grader=grader,
                                         fields=fields, on_warning=_warn, stage=show)
     text, count = converted.text, converted.scenarios

@@ -1,6 +1,6 @@
 """``evaljobs db upgrade``: create or upgrade the schema.
 
-A thin shell over :meth:`evaljobs.api.Session.upgrade_schema`, imported inside the command
+A thin shell over :func:`evaljobs.api.upgrade_schema`, imported inside the command
 (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ def db() -> None:
 @db_option
 def db_upgrade(as_json, db) -> None:
     """Create or upgrade the schema (says on stderr which database, and how long it took)."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    done = Session.upgrade_schema(db, stage=stage)
+    done = api.upgrade_schema(db, stage=stage)
     if as_json:
         click.echo(json.dumps({"changes": done}))
         return

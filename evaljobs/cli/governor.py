@@ -1,6 +1,6 @@
 """``evaljobs governor``: the provider governor's shared budgets, read from its Redis.
 
-A thin shell over :meth:`evaljobs.api.Session.governor_budgets`, imported inside the command
+A thin shell over :func:`evaljobs.api.governor_budgets`, imported inside the command
 (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ import click
                    "another).")
 def governor(as_json, broker) -> None:
     """Show the provider governor: per deployment budget, limit, in flight, waiting, admitted, 429s, waits."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    rows = Session.governor_budgets(broker)
+    rows = api.governor_budgets(broker)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

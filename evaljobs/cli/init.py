@@ -1,6 +1,6 @@
 """``evaljobs init [DIR]``: a starter catalog, its schema, providers.yaml and a CI workflow.
 
-One call to :meth:`evaljobs.api.Session.start_project` (``init``'s templates and their loader),
+One call to :func:`evaljobs.api.start_project` (``init``'s templates and their loader),
 then printing what it did.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ def init(directory: str, force: bool, repo_root: str | None) -> None:
     way it is installed here. Never overwrites a file unless --force; prints what it wrote and the
     next three commands.
     """
-    from evaljobs.api import Session  # start-up time: the catalog schema and the templates
+    from evaljobs import api  # start-up time: the catalog schema and the templates
 
-    started = Session.start_project(directory, force=force, repo_root=repo_root)
+    started = api.start_project(directory, force=force, repo_root=repo_root)
     for item in started.written:
         note = "  (exists: kept; --force overwrites)" if item.action == "kept" else ""
         click.echo(f"{item.action:<9} {click.format_filename(str(item.path))}{note}")

@@ -1,6 +1,6 @@
 """``evaljobs labels export|import``: reviewers' labels as JSON Lines, to keep beside the catalog.
 
-A thin shell over :meth:`evaljobs.api.Session.export_labels` and :meth:`~evaljobs.api.Session.import_labels`,
+A thin shell over :func:`evaljobs.api.export_labels` and :func:`~evaljobs.api.import_labels`,
 imported inside each command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ def labels() -> None:
               help="Write to this file (default: standard output).")
 def labels_export(db, runs, output) -> None:
     """Write the labels given in RUNS (ids, prefixes, latest; default: all), one JSON object a line."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in Session.export_labels(runs, db=db))
+    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in api.export_labels(runs, db=db))
     if output is None:
         click.echo(text, nl=False)
         return
@@ -40,9 +40,9 @@ def labels_export(db, runs, output) -> None:
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
 def labels_import(db, path) -> None:
     """Keep the labels of PATH (a `labels export`); a label for the same pair replaces the one kept."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    click.echo(f"imported {Session.import_labels(path, db=db)} labels from {click.format_filename(path)}")
+    click.echo(f"imported {api.import_labels(path, db=db)} labels from {click.format_filename(path)}")
 
 
 @click.command("judge-agreement")
@@ -57,9 +57,9 @@ def judge_agreement(db, runs, min_kappa, as_json) -> None:
     Also the kappa's 95% interval and the threshold that would agree best. RUNS: ids, prefixes or latest
     (default: every run a label was given in). A judge that decides a gate on a rubric under --min-kappa
     is a warning on stderr."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    found = Session.judge_agreement(runs, db=db, min_kappa=min_kappa)
+    found = api.judge_agreement(runs, db=db, min_kappa=min_kappa)
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -1,6 +1,6 @@
 """``evaljobs mock-provider``: serve the simulated provider (for demos, tests and benchmarks).
 
-A thin shell over :meth:`evaljobs.api.Session.serve_simulated_provider`, imported inside the
+A thin shell over :func:`evaljobs.api.serve_simulated_provider`, imported inside the
 command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
@@ -39,9 +39,9 @@ def mock_provider(
     host, port, latency, jitter, max_concurrent, rpm, error_rate, batch_delay, batch_window
 ) -> None:
     """Serve the simulated OpenAI-compatible provider (for demos, tests, benchmarks)."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    Session.serve_simulated_provider(
+    api.serve_simulated_provider(
         host=host, port=port, latency=latency, jitter=jitter, max_concurrent=max_concurrent, rpm=rpm,
         error_rate=error_rate, batch_delay=batch_delay, batch_window=batch_window,
         on_ready=lambda url: click.echo(

@@ -1,6 +1,6 @@
 """``evaljobs pool``: an elastic worker pool (``--min --max --idle-seconds --lane``) in one process.
 
-A thin shell over :meth:`evaljobs.api.Session.serve_pool` (imported inside the
+A thin shell over :func:`evaljobs.api.serve_pool` (imported inside the
 command: start-up time of ``evaljobs --help``). Supervisors run it as ``evaljobs pool`` or
 ``python -m evaljobs pool``.
 """
@@ -41,9 +41,9 @@ from evaljobs.cli._options import (
 def pool_worker(min_, max_, idle_seconds, lane, queues, recover_every, db, broker, providers, metrics_port,
                 metrics_host, health_port, log_format) -> None:
     """Run an elastic worker pool: between --min and --max members, following the queue's backlog."""
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
-    Session.serve_pool(min=min_, max=max_, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
+    api.serve_pool(min=min_, max=max_, idle_seconds=idle_seconds, lane=lane, broker=broker, db=db,
                        queues=queues, providers=providers, recover_every=recover_every,
                        metrics_port=metrics_port, metrics_host=metrics_host, health_port=health_port,
                        log_format=log_format)

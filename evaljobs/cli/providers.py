@@ -25,9 +25,9 @@ def providers_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per provider instead of a table.")
 def providers_list(providers, as_json) -> None:
     """Every provider: wire format, base URL, key variable (set or not, never the key), streaming, prices."""
-    from evaljobs.api import Session  # start-up time of `evaljobs --help`
+    from evaljobs import api  # start-up time of `evaljobs --help`
 
-    listed = Session.list_providers(providers)
+    listed = api.list_providers(providers)
     rows = listed.rows
     if as_json:
         for row in rows:
@@ -68,7 +68,7 @@ def providers_check(models, providers, timeout, as_json) -> None:
 
     Exits 1 when any call failed, 2 when a model names no known provider.
     """
-    from evaljobs.api import Session  # start-up time of `evaljobs --help`
+    from evaljobs import api  # start-up time of `evaljobs --help`
 
     def show(outcome) -> None:
         if as_json:
@@ -82,7 +82,7 @@ def providers_check(models, providers, timeout, as_json) -> None:
             ttft = f", first token {outcome.ttft_ms:.0f} ms" if outcome.ttft_ms is not None else ""
             click.echo(f"{outcome.model}  ok  {outcome.latency_ms:.0f} ms{ttft}  {outcome.answer!r}")
 
-    checked = Session.check_providers_live(models, providers=providers, timeout=timeout, on_probe=show)
+    checked = api.check_providers_live(models, providers=providers, timeout=timeout, on_probe=show)
     for note in checked.notes:
         click.echo(f"note: {note}", err=True)
     conclude(checked.verdict())

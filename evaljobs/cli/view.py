@@ -1,6 +1,6 @@
 """``evaljobs view``: serve the web viewer (runs, a run, a scenario, compare, fleet).
 
-A thin shell over :meth:`evaljobs.api.Session.serve_viewer` and :meth:`~evaljobs.api.Session.export_run`:
+A thin shell over :func:`evaljobs.api.serve_viewer` and :func:`~evaljobs.api.export_run`:
 Starlette, uvicorn and Jinja2 are imported only when the command runs, so ``evaljobs --help`` stays fast
 and works without the ``view`` extra.
 """
@@ -42,13 +42,13 @@ def view(db, broker, port, host, token, open_browser, read_only, reviewer, expor
     With --export DIR, write one run (--run) as a static, self-contained folder instead: the run, each
     scenario, each pair's transcript, the results as CSV and JSONL. Open DIR/index.html from disk.
     """
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
     if export_dir is not None:
-        done = Session.export_run(run_id, export_dir, db=db, broker=broker, host=host, port=port, token=token)
+        done = api.export_run(run_id, export_dir, db=db, broker=broker, host=host, port=port, token=token)
         click.echo(f"wrote run {done.run_id} to {export_dir}/ ({len(done.files)} files): open "
                    f"{click.format_filename(export_dir)}/index.html")
         return
-    Session.serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
+    api.serve_viewer(db=db, broker=broker, host=host, port=port, token=token, open_browser=open_browser,
                  log_format=log_format, on_ready=lambda line: click.echo(line, err=True), read_only=read_only,
                  reviewer=reviewer)

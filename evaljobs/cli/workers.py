@@ -1,6 +1,6 @@
 """``evaljobs worker``: Dramatiq workers with evaljobs' broker and middleware, or an elastic pool.
 
-Options → :meth:`evaljobs.api.Session.work` (which checks everything, then execs Dramatiq or
+Options → :func:`evaljobs.api.work` (which checks everything, then execs Dramatiq or
 serves a pool in this process) — imported inside the command (start-up time of ``evaljobs --help``).
 """
 from __future__ import annotations
@@ -44,12 +44,12 @@ def worker(threads, processes, queues, recover_every, min_, max_, idle_seconds, 
 
     With --min/--max the worker is an elastic pool that follows the queue's backlog.
     """
-    from evaljobs.api import Session  # start-up time (see the module docstring)
+    from evaljobs import api  # start-up time (see the module docstring)
 
     given = click.get_current_context().get_parameter_source
     explicit = {name: value if given(name) is not click.core.ParameterSource.DEFAULT else None
                 for name, value in (("threads", threads), ("processes", processes))}
-    Session.work(broker=broker, threads=explicit["threads"], processes=explicit["processes"], min=min_,
+    api.work(broker=broker, threads=explicit["threads"], processes=explicit["processes"], min=min_,
                  max=max_, idle_seconds=idle_seconds, lane=lane, queues=queues, recover_every=recover_every,
                  db=db, providers=providers, middleware=middleware, verbose=verbose,
                  metrics_port=metrics_port, metrics_host=metrics_host, health_port=health_port,
