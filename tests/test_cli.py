@@ -88,7 +88,7 @@ def test_unknown_provider_and_bad_options(cli):
     assert result.exit_code == 2 and "twice" in result.output
     result = cli("run", "missing.yaml", "-m", "sim/a")
     assert result.exit_code == 2 and "does not exist" in result.output
-    result = cli("run", SUPPORT, "-m", "sim/fast", "--broker", "amqp://x")
+    result = cli("run", SUPPORT, "-m", "sim/fast", "--broker", "kafka://x")
     assert result.exit_code == 2 and "unsupported broker" in result.output
     result = cli("show", "r_nope")
     assert result.exit_code == 2 and "r_nope" in result.output
