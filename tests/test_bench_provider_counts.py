@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.servers import send_json
 
+from evaljobs import bench
 from evaljobs.api import Session
 from evaljobs.providers import ChatClient, ProviderError, attempts
 from helpers import CountingServer, counting_files
@@ -51,7 +53,8 @@ def _bench(sessions: type[Session], catalog: Path, providers: Path, out: Path, *
     values: dict[str, Any] = dict(strategies="threads,fanout", widths="2,16", repeat=1, cell_timeout=120.0,
                                   governor=False)
     values.update(options)
-    return sessions.benchmark(str(catalog), ["counted/m1"], providers=str(providers), out=str(out), **values)
+    return bench.benchmark(str(catalog), ["counted/m1"], sessions=sessions, providers=str(providers),
+                           out=str(out), **values)
 
 
 def _assert_cells_are_the_servers_counts(run, seen: dict[str, dict[str, int]]) -> None:
@@ -121,12 +124,7 @@ def scripted_provider():
             status = {"429": 429, "500": 500}.get(what, 200)
             answer = ({"choices": [{"message": {"role": "assistant", "content": "ok"}}]} if status == 200
                       else {"error": {"message": what}})
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, answer)
 
         def log_message(self, *args):
             pass
