@@ -1,29 +1,18 @@
 """Reviewers' labels, needing no session: exported, imported, held against the judges
 (``evaljobs labels …``, ``evaljobs judge-agreement``), and a run's ``human`` block for its report.
 
-Re-exported by :mod:`evaljobs.api`; :meth:`evaljobs.api.Session.report` reads it for a
-run with labels.
+Re-exported by :mod:`evaljobs.api`. A run's ``human`` block and the judges' agreement are
+:mod:`evaljobs.reporting`'s (a report reads them), named here too.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from evaljobs import store
 from evaljobs.errors import UsageError
-from evaljobs.reports import human
-from evaljobs.reports.agreement import MIN_KAPPA, Judged, agreements, render_agreements
-
-
-def human_review(run_id: str) -> dict[str, Any] | None:
-    """The reviewers' labels of a run as the report's ``human`` block (None: nobody reviewed it):
-    counts, disagreements with the machine, and the pass rate with the human verdicts preferred."""
-    labels = store.labels_for_run(run_id)
-    if not labels:
-        return None
-    return human.human_review(store.list_results(run_id), {k: v.as_dict() for k, v in labels.items()}, run_id)
+from evaljobs.reporting import JudgeAgreement, agreement_of, human_review
 
 
 def export_labels(runs: Sequence[str] = (), *, db: str | None = None) -> list[dict[str, Any]]:
@@ -65,32 +54,6 @@ def import_labels(path: str | Path, *, db: str | None = None) -> int:
         items.append((f"{source}:{number}", item))
     store.connect(db)
     return store.import_labels(items)
-
-
-def agreement_of(ids: Sequence[str], min_kappa: float | None = None) -> "JudgeAgreement":
-    """:func:`judge_agreement` over resolved run ids, on the store already connected."""
-    runs = list(dict.fromkeys(ids))
-    items = [Judged(**item) for run_id in runs for item in store.judged_labels(run_id)]
-    floor = MIN_KAPPA if min_kappa is None else min_kappa
-    return JudgeAgreement(runs=runs, agreements=agreements(items, min_kappa=floor))
-
-
-@dataclass
-class JudgeAgreement:
-    """What :func:`judge_agreement` found: per judge model and rubric, an ``Agreement``."""
-
-    runs: list[str]
-    agreements: list[Any]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for a in self.agreements for w in a.warnings]
-
-    def render(self) -> str:
-        return render_agreements(self.agreements)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "agreements": [a.to_dict() for a in self.agreements]}
 
 
 __all__ = ["human_review", "export_labels", "judge_agreement", "import_labels", "JudgeAgreement"]

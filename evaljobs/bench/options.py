@@ -62,9 +62,13 @@ def benchmark(catalog: str, models: Sequence[str], *, sessions: SessionFactory, 
               simulate: str | None = None, out: str | None = None, processes: int = 1,
               cell_timeout: float, worker_env: Sequence[str] = (), governor: bool | None = None,
               providers: str | None = None, echo: Callable[[str], None] = lambda line: None) -> BenchRun:
-    """Check the options, run every (strategy, width) cell, and write the outputs to ``out``
-    (default ``.evaljobs/bench/<time>``); ``echo`` is told each cell's progress. Each cell is a run of a
-    ``sessions`` session (``evaljobs.api.benchmark`` passes the Session class)."""
+    """Run ``catalog`` once per (strategy, width) cell and say which shape and width to use
+    (``evaljobs bench``): options as the command takes them (``strategies="fanout,threads"``,
+    ``widths="1,8"``, ``simulate="latency=4.6"``, ``worker_env=["NAME=VALUE"]``), each bad one a
+    one-line ``UsageError`` before anything runs. Each cell is a fresh run of a ``sessions`` session
+    (``evaljobs.api.benchmark`` passes the Session class); ``echo`` is told each cell's progress.
+    Returns the result, its table and the files written to ``out`` (default ``.evaljobs/bench/<time>``:
+    bench.json, .csv, .md and, with matplotlib, .png)."""
     if not Path(catalog).exists():
         raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
     if broker.startswith(REDIS_SCHEMES):

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable
+from typing import Callable, Iterable
 
 from evaljobs import store
-from evaljobs.errors import UsageError
+from evaljobs.errors import Interrupted, UsageError
+from evaljobs.pipeline.strategies import QUEUED
 
 logger = logging.getLogger("evaljobs.ownership")
+
+#: How long (ms) a pair already in hand may take to land when a run is interrupted; past it the
+#: process exits without it (the pair is missing, and ``recover`` evaluates it again).
+STOP_GRACE_MS = 1000
 
 
 class RunOwned(UsageError):
@@ -91,3 +96,27 @@ def check(run_id: str) -> None:
 
 
 __all__ = ["RunOwned", "check", "hold", "release"]
+
+
+def interrupt(run_id: str | None, *, remote: bool, stop: Callable[[], None]) -> Interrupted:
+    """Stop taking new pairs of ``run_id``, keep what finished, and say how to go on (one line).
+
+    The run's pairs are done by this process when its strategy is in-process or its broker is the
+    in-process one: ``stop`` stops them (a pair in hand gets :data:`STOP_GRACE_MS` to land), and the
+    run is marked ``interrupted`` for ``recover`` to resume. On a ``remote`` broker (Redis, RabbitMQ) the
+    workers elsewhere go on with a queued run: only the following stops, and the line says how to
+    follow again. ``run_id`` None: interrupted before the run existed.
+    """
+    if run_id is None:
+        return Interrupted("interrupted before a run was created: nothing to resume")
+    info = store.get_run(run_id)
+    if remote and info.strategy in QUEUED:
+        return Interrupted(f"stopped following run {run_id} ({info.persisted}/{info.expected} pairs so far); "
+                           f"its workers go on: `evaljobs watch {run_id}`")
+    stop()
+    store.interrupt(run_id)
+    info = store.get_run(run_id)
+    if info.status != store.INTERRUPTED:  # its last pair landed while it stopped: it is finished
+        return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): "
+                           f"`evaljobs show {run_id}`")
+    return Interrupted(store.resume_line(info))

@@ -134,6 +134,22 @@ class SubmitOptions(TypedDict, total=False):
     mistyped option where ``**options: Any`` let it past; :func:`check_submit_options` refuses it at
     run time, before a catalog is read. ``tests/test_run_options.py`` keeps it in step with ``submit``'s
     signature and with ``evaljobs.config.RUN_OPTIONS``.
+
+    ``adapter``: a host adapter (``module:callable`` or an entry-point name) makes the model calls.
+    ``judge_model``, ``judge_cap``: the judge of judged criteria, and a cap on its calls.
+    ``time_limit``: seconds per pair (default: the settings').
+    ``cache``: answer repeated provider calls from the shared response cache
+    (``evaljobs.providers.cache``).
+    ``epochs``: evaluate each scenario × model pair that many times, each epoch a pair of its own
+    (default: the catalog's ``defaults: epochs:``, else 1). With ``cache``, each epoch has its
+    own cache entries unless ``cache_across_epochs``.
+    ``selection``: run only some scenarios (:mod:`evaljobs.catalog.subset`); the run records it and an
+    empty selection is a one-line error before anything is created.
+    ``reuse``: a run id, a prefix or ``latest``: its unchanged pairs are copied instead of evaluated
+    (:mod:`evaljobs.pipeline.reuse`).
+    ``allow_self_judge``: let a model under test be a judge model too (refused otherwise: a model
+    grading its own answers is not a verdict); the run and its report record it.
+    ``batch``, ``batch_judge``: the model's, the judge's calls via batch APIs (:mod:`.pipeline.batching`).
     """
 
     adapter: str | None

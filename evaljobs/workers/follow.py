@@ -1,18 +1,23 @@
 """Following a run from a command: the progress bar, and what it says when nothing moves.
 
 ``Session.run``, ``Session.rerun`` and ``Session.watch`` share it (the CLI's ``run``, ``rerun``
-and ``watch`` only pass ``progress=True``). Why: a run enqueued on Redis with no worker consuming
-its queue used to show a bar at 0/N with "ETA 0.0s" forever; a ``watch`` without Redis sees no
-events from workers elsewhere and moved in 5-second jumps without saying why. The bar now says
+and ``watch`` only pass ``progress=True``); :func:`guide` is what ``run`` tells a person besides the
+bar. Why: a run enqueued on Redis with no worker consuming its queue used to show a bar at 0/N with
+"ETA 0.0s" forever; a ``watch`` without Redis sees no events from workers elsewhere and moved in
+5-second jumps without saying why. The bar now says
 both, once, as notes. It sits with the workers because what it asks when nothing moves is
 whether any worker takes the run's messages (:func:`evaljobs.workers.status.read_queues`).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Protocol, Sequence
 
+from evaljobs.catalog import Catalog
+from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, settings
+from evaljobs.pipeline.broker import Binding
 from evaljobs.pipeline.progress import Progress
+from evaljobs.pipeline.runtime import SubmitOptions
 from evaljobs.pipeline.strategies import QUEUED
 from evaljobs.redact import redact
 from evaljobs.store import RunInfo, batches
@@ -47,6 +52,67 @@ def follow_progress(info: RunInfo, broker: str | None, poll: float, *,
         )
         return progress, None
     return progress, queue_idle_check(broker)
+
+
+class Guided(Protocol):
+    """What :func:`guide` reads of the session it guides (:class:`evaljobs.api.Session`)."""
+
+    import_warnings: list[str]
+    excluded: int
+    reuse_note: str | None
+
+    def follows(self, strategy: str, wait: bool | None = None) -> bool: ...
+
+    def binding(self) -> Binding: ...
+
+
+def guide(session: Guided, catalog: Catalog, models: Sequence[str], strategy: str, wait: bool | None,
+          options: SubmitOptions, progress: bool, on_note: Callable[[str], None] | None,
+          on_event: Callable[[dict[str, Any]], None] | None, idle: IdleCheck | None,
+          on_submit: Callable[[RunInfo], None] | None) -> tuple[Any, Any, Any]:
+    """What :meth:`evaljobs.api.Session.run` tells a person: the import's and the selection's notes now,
+    the bar, and (once the run exists) what the bar asks when nothing moves and the run's line.
+
+    Returns the run's ``on_event``, ``idle`` and ``on_submit``: those given, or the guide's own.
+    """
+    note = on_note if on_note is not None else (lambda line: None)
+    for warning in session.import_warnings:
+        note(f"warning: {warning}")
+    if session.excluded:
+        note(f"note: {session.excluded} production_only scenarios left out "
+             f"(--include-production-only keeps them)")
+    chosen_catalog, chosen = select(catalog, options.get("selection") or Selection())
+    if chosen:  # an empty selection stopped in select: no run is created
+        note(f"selected {selection_note(chosen)}")
+    inline = strategy not in QUEUED
+    epochs = options.get("epochs")
+    bar = (Progress(len(chosen_catalog.scenarios) * len(models)
+                    * (epochs if epochs is not None else chosen_catalog.epochs)) if progress else None)
+    checks: list[IdleCheck | None] = []  # known once the run exists (a batch run's)
+
+    def asked() -> str | None:
+        check = checks[0] if checks else None
+        return check() if check is not None else None
+
+    def submitted(info: RunInfo) -> None:
+        if bar is not None and not inline and session.follows(strategy, wait):
+            # on Redis with no worker taking the messages, the bar says so (not "ETA 0.0s")
+            shown, check = follow_progress(info, session.binding().url, 5.0,
+                                           local_workers=session.binding().is_memory)
+            bar.catchup_note = shown.catchup_note
+            checks.append(check)
+        if session.reuse_note:
+            note(session.reuse_note)
+        times = f" × {info.epochs} epochs" if info.epochs > 1 else ""
+        broker_text = redact(session.binding().url) if not inline else "none"
+        note(f"run {info.id}: {len(chosen_catalog.scenarios)} scenarios × {len(models)} models{times} "
+             f"= {info.expected} pairs ({strategy}, broker {broker_text})")
+        if on_submit is not None:
+            on_submit(info)
+
+    if bar is None:
+        return on_event, idle, submitted
+    return bar, (asked if not inline else None), submitted
 
 
 def batch_idle_check(run_id: str) -> IdleCheck:
@@ -110,4 +176,5 @@ def queue_idle_check(broker: str) -> IdleCheck:
     return check
 
 
-__all__ = ["IdleCheck", "follow_progress", "batch_idle_check", "queue_idle_check", "rabbitmq_idle_check"]
+__all__ = ["Guided", "IdleCheck", "follow_progress", "guide", "batch_idle_check", "queue_idle_check",
+           "rabbitmq_idle_check"]
