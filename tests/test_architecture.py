@@ -58,7 +58,7 @@ setting nobody can find:
   (``evaljobs/catalog/criteria/``) and its grading half (``evaljobs/evaluation/graders/``);
   a criterion the registry handles whole is named nowhere else (``CRITERION_NAMED_ELSEWHERE``
   lists the exceptions, with why; it only shrinks);
-* a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/config.py``): no other
+* a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/run_options.py``): no other
   module keeps a tuple, list, set or mapping of them, or passes them one keyword each.
 
 Each checker is a plain function of a source tree, so every rule is also shown
@@ -79,6 +79,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: import name → folder on disk (setup.cfg's package_dir maps evaljobs_middleware to middleware/).
 SOURCES = {"evaljobs": ROOT / "evaljobs", "evaljobs_middleware": ROOT / "middleware"}
 CONFIG_MODULE = "evaljobs.config"
+#: Where the per-run options are declared (``RUN_OPTIONS``).
+RUN_OPTIONS_MODULE = "evaljobs.run_options"
 #: Libraries that do I/O (broker, database, network); pure domain code never imports them.
 IO_LIBRARIES = ("dramatiq", "redis", "peewee", "httpx", "mcp")
 #: The pure parts: a module is one of them if its name is, or starts with, one of these.
@@ -88,8 +90,8 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 #: layer and the ones below it; the longest matching prefix places a module, except that the
 #: package root (``evaljobs/__init__.py``, ``__main__``) places only itself.
 LAYERS = (
-    ("evaljobs.errors", "evaljobs.config", "evaljobs.lazy", "evaljobs.clock", "evaljobs.extras",
-     "evaljobs.resources", "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable",
+    ("evaljobs.errors", "evaljobs.config", "evaljobs.run_options", "evaljobs.lazy", "evaljobs.clock",
+     "evaljobs.extras", "evaljobs.resources", "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable",
      "evaljobs.collector", "evaljobs.telemetry", "evaljobs.capacity"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     # the deadline wall and the provider errors, below both the governor and the provider client
@@ -1454,9 +1456,9 @@ def test_a_criterion_named_outside_its_modules_is_found(tmp_path):
         "CRITERION_NAMED_ELSEWHERE"]
 
 
-# -- a run option is declared once: evaljobs.config.RUN_OPTIONS ---------------------------------------
+# -- a run option is declared once: evaljobs.run_options.RUN_OPTIONS ---------------------------------
 
-def run_option_names(modules: dict[str, Module], table: str = CONFIG_MODULE) -> set[str]:
+def run_option_names(modules: dict[str, Module], table: str = RUN_OPTIONS_MODULE) -> set[str]:
     """The names the per-pair limits of the table declare (``RunOption(..., limit=True)``).
 
     The table's other options (``adapter``, ``cache``, ``batch``, ``providers`` …) are words the code uses for
@@ -1471,7 +1473,7 @@ def run_option_names(modules: dict[str, Module], table: str = CONFIG_MODULE) -> 
                     for k in node.keywords)}
 
 
-def run_options_listed_by_hand(modules: dict[str, Module], table: str = CONFIG_MODULE) -> list[str]:
+def run_options_listed_by_hand(modules: dict[str, Module], table: str = RUN_OPTIONS_MODULE) -> list[str]:
     """A tuple, list, set or mapping of two or more run options, or a call passing two or more of them by
     keyword, outside the table: a list kept in step by hand (``_STORED_LIMITS``, a ``limits_of`` dict, a
     policy built field by field) instead of one derived from ``RUN_OPTIONS``."""
@@ -1491,7 +1493,8 @@ def run_options_listed_by_hand(modules: dict[str, Module], table: str = CONFIG_M
                 continue
             if len(listed) >= 2:
                 lines.append(f"{module.shown}:{node.lineno}: {name} lists the run options "
-                             f"{', '.join(listed)} by hand: derive them from evaljobs.config.RUN_OPTIONS")
+                             f"{', '.join(listed)} by hand: derive them from "
+                             "evaljobs.run_options.RUN_OPTIONS")
     return lines
 
 
@@ -1501,12 +1504,13 @@ def test_run_options_are_listed_only_by_their_table(source):
 
 
 def test_a_run_option_list_kept_by_hand_is_found(tmp_path):
-    files = {"evaljobs/config.py": "OPTIONS = (RunOption('retries', int, limit=True), "
+    files = {"evaljobs/run_options.py": "OPTIONS = (RunOption('retries', int, limit=True), "
                                    "RunOption('backoff', float, limit=True), RunOption('batch', tuple))\n",
              "evaljobs/store/runs.py": "LIMITS = ('retries', 'backoff')\n"
                                        "POLICY = dict(retries=1, backoff=2)\nONE = {'retries': 3}\n"
                                        "CALL = f(retries=1, batch=2)\n"}
-    said = "lists the run options retries, backoff by hand: derive them from evaljobs.config.RUN_OPTIONS"
+    said = ("lists the run options retries, backoff by hand: derive them from "
+            "evaljobs.run_options.RUN_OPTIONS")
     assert run_options_listed_by_hand(planted_tree(tmp_path, files)) == [
         f"evaljobs/store/runs.py:1: evaljobs.store.runs {said}",
         f"evaljobs/store/runs.py:2: evaljobs.store.runs {said}"]
