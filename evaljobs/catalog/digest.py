@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any, Iterator
 
+from evaljobs.catalog.criteria import criteria as criteria_table
 from evaljobs.catalog.criteria import value_keys
 from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
 from evaljobs.catalog.toolspec import LIVE_KINDS
@@ -44,13 +45,14 @@ def verdict_digest(scenario: str | None, judge_model: str | None) -> str | None:
 
 
 def is_judged(scenario: Scenario) -> bool:
-    """Whether an LLM judge takes part in the scenario's verdict (its ``llm_judge`` criterion or gate, or a
-    weighted list's judge entries)."""
+    """Whether an LLM judge takes part in the scenario's verdict (a judged criterion it expects and grades
+    or gates, ``Criterion.judged``, or a weighted list's judge entries)."""
     if scenario.expect.weighted:  # a weighted list calls the judge for each of its judge entries
         return any(entry.get("kind") == "judge" for entry in _entries(scenario.expect.assertions))
-    criteria = scenario.criteria
-    return bool(scenario.expect.judge) and (criteria is None or "llm_judge" in criteria
-                                            or "llm_judge" in scenario.expect.gates)
+    expect, criteria = scenario.expect, scenario.criteria
+    return any(c.judged and c.present(expect)
+               and (criteria is None or c.name in criteria or c.name in expect.gates)
+               for c in criteria_table())
 
 
 def _entries(entries: Any) -> Iterator[dict[str, Any]]:

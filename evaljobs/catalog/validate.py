@@ -32,6 +32,7 @@ from evaljobs.catalog.criteria import (
     gateable_names,
     present_criteria,
     value_keys,
+    weighted_conflicts,
 )
 from evaljobs.catalog.criteria import criterion as criterion_named
 from evaljobs.catalog.criteria import version as criteria_version
@@ -741,22 +742,8 @@ class _Context:
                 f"expect.threshold must be a number from 0 to 1, not {show(threshold)}",
             )
             threshold = None
-        mixed = [
-            k
-            for k in (
-                "contains",
-                "not_contains",
-                "regex",
-                "tools",
-                "judge",
-                "patterns",
-                "forbidden_patterns",
-                "ideal",
-                *(key.name for key in value_keys()),
-                "gate",
-            )
-            if weighted and raw.get(k) not in (None, [])
-        ]  # empty lists: a snapshot's body writes them
+        # the keys of every criterion but the one grading weighted lists; empty lists: a snapshot's body
+        mixed = [k for k in (*weighted_conflicts(), "gate") if weighted and raw.get(k) not in (None, [])]
         if mixed:
             self.add(
                 path + ("weighted",),

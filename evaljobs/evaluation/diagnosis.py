@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from evaljobs.evaluation.graders import graders
+
 _REFUSED_VERBS = "have|access|retrieve|look up|query|check|view|search"
 CAPABILITY_REFUSALS = tuple(
     re.compile(p, re.IGNORECASE)
@@ -52,10 +54,11 @@ def _excerpt(text: str, patterns, before: int, length: int) -> str | None:
 
 
 def rule_mean(scores: dict[str, float]) -> float | None:
-    """ActiveAgent's ``Scorer.mean`` over evaljobs' criteria: its scores have no ``response_present`` (an
-    empty answer is a run_error before any score), and its ``forbidden_content`` is 0 on any hit."""
-    values = [(0.0 if v < 1.0 else 1.0) if c == "not_contains" else v
-              for c, v in scores.items() if c != "response_present"]
+    """ActiveAgent's ``Scorer.mean`` over evaljobs' criteria: a check (an empty answer) never adds a score,
+    and a criterion ActiveAgent scores all or nothing (``Grader.all_or_nothing``: its
+    ``forbidden_content``) is 0 on any miss."""
+    strict = {g.name for g in graders() if g.all_or_nothing}
+    values = [(0.0 if v < 1.0 else 1.0) if c in strict else v for c, v in scores.items()]
     return round(sum(values) / len(values), 3) if values else None
 
 

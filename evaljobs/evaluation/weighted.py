@@ -29,17 +29,12 @@ from typing import Any
 
 from evaljobs.evaluation import promptfoo_checks
 from evaljobs.evaluation.assertions import builtin_checks
+from evaljobs.evaluation.graders import graders
 
 #: ``evaluate(entry) -> Outcome | None`` for one entry that is not a ``set`` (``None``: not graded, e.g.
 #: the run's judge-call cap is reached; the entry then counts neither in the score nor in the verdict).
 Evaluate = Callable[[dict], "Outcome | None"]
 
-#: The fault a failed native check stands for (the same faults as the native criteria).
-_CHECK_FAULTS = (
-    ("not_contains", "forbidden_content"),
-    ("contains", "missing_content"),
-    ("regex", "regex_mismatch"),
-)
 
 
 @dataclass
@@ -111,7 +106,9 @@ def fault_of(entry: dict) -> str:
     """The fault a failed entry stands for: a native check's own, else ``assertion_failed``."""
     if entry.get("kind") == "builtin":
         checks = entry.get("expect") or {}
-        return next((f for name, f in _CHECK_FAULTS if checks.get(name)), "assertion_failed")
+        # the fault of the criterion of the same name, the most mechanical first (the graders' gate order)
+        ranked = sorted(graders(), key=lambda g: g.gate_rank)
+        return next((g.fault for g in ranked if checks.get(g.name)), "assertion_failed")
     return "assertion_failed"
 
 

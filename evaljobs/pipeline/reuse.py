@@ -30,6 +30,7 @@ from typing import Callable
 
 from evaljobs import config, store
 from evaljobs.catalog import Scenario
+from evaljobs.catalog.criteria import judged_names
 from evaljobs.catalog.digest import judge_model_of, scenario_digest
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 from evaljobs.errors import UsageError
@@ -94,11 +95,12 @@ def nothing_to_reuse(run_id: str, why: str) -> Reused:
 
 
 def provider_calls(result: Result) -> int:
-    """The provider calls a result cost: its model turns, plus one judge call when it was judged."""
+    """The provider calls a result cost: its model turns, plus one judge call per judged criterion it was
+    scored on."""
     details = result.details or {}
     turns = details.get("turns") if isinstance(details, dict) else None
     calls = int(turns) if isinstance(turns, int) and turns > 0 else 1
-    return calls + (1 if "llm_judge" in (result.scores or {}) else 0)
+    return calls + len(judged_names().intersection(result.scores or {}))
 
 
 def reuse_into(run_id: str, source_id: str) -> Reused:

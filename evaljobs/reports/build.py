@@ -25,6 +25,7 @@ from evaljobs.reports._format import (
 )
 from evaljobs.reports.caching import cache_block, cache_note
 from evaljobs.reports.headline import headline, ranking as verdict_ranking
+from evaljobs.catalog.criteria import judged_names
 from evaljobs.catalog.subset import selection_note
 from evaljobs.reports.rows import ReportRow, short_digest
 from evaljobs.reports.variance import (epochs_block, markdown_lines as _epoch_markdown, pass_rate,
@@ -72,8 +73,9 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
     with_epoch = epochs > 1
     by_model: dict[str, list[Any]] = {model: [] for model in models}
     criteria: dict[str, dict[str, list[float]]] = {}
-    # per model, each llm_judge criterion's own pass (its threshold, its pass)
-    judged: dict[str, list[bool]] = {}
+    # per judged criterion (``Criterion.judged``) and model, each judgement's own pass (threshold, pass)
+    judged: dict[str, dict[str, list[bool]]] = {}
+    judge_criteria = judged_names()
     compact: list[dict[str, Any]] = []
     add = compact.append
     # Each pair's entry; round(float(x), 4 or 6) once per distinct score and cost (round() with digits goes
@@ -85,9 +87,10 @@ def build_report(run: dict[str, Any], results: "list[Result] | list[ReportRow]")
         by_model[model].append(r)
         for name, value in r.scores.items():
             criteria.setdefault(name, {}).setdefault(model, []).append(float(value))
-            if name == "llm_judge":  # as the grader decided it; rows stored before it did: score >= 1
+            if name in judge_criteria:  # as the grader decided it; rows stored before it did: score >= 1
                 decision = judgement_passed(r.details)
-                judged.setdefault(model, []).append(value >= CRITERION_PASS if decision is None else decision)
+                judged.setdefault(name, {}).setdefault(model, []).append(
+                    value >= CRITERION_PASS if decision is None else decision)
         score, cost = r.score, r.cost
         if score:
             rounded = score4.get(score)
@@ -298,7 +301,7 @@ def _model_block(model: str, results: list[Any]) -> dict[str, Any]:
 
 
 def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]],
-              judged: dict[str, list[bool]]) -> list[dict[str, Any]]:
+              judged: dict[str, dict[str, list[bool]]]) -> list[dict[str, Any]]:
     """One row per criterion × model, from the scores collected per criterion and model in row order."""
     rows = []
     for name in sorted(collected):
@@ -313,7 +316,7 @@ def _criteria(models: list[str], collected: dict[str, dict[str, list[float]]],
                 "mean": round(sum(scores) / len(scores), 4),
                 "min": round(min(scores), 4),
                 "max": round(max(scores), 4),
-                "passed": (sum(judged[model]) if name == "llm_judge" and model in judged
+                "passed": (sum(judged[name][model]) if model in judged.get(name, {})
                            else sum([1 for s in scores if s >= CRITERION_PASS])),
                 "total": len(scores),
             })

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
 from evaljobs import store
+from evaljobs.catalog.criteria import judged_names
 from evaljobs.errors import UsageError
 from evaljobs.evaluation.result import PASSED, Result
 from evaljobs.reports.agreement import Agreement, Judged, agreements
@@ -74,7 +75,8 @@ def reasons_of(r: Result, epochs: list[Result]) -> list[str]:
     """Why ``r`` is worth a human look (``REASONS``), given every epoch of its pair."""
     found = []
     judge = _judge(r)
-    others = {k: v for k, v in (r.scores or {}).items() if k != "llm_judge"}
+    judged = judged_names()
+    others = {k: v for k, v in (r.scores or {}).items() if k not in judged}
     if judge and isinstance(judge.get("passed"), bool) and others:
         if judge["passed"] != all(v >= 1.0 for v in others.values()):
             found.append(REASONS[0])

@@ -23,6 +23,9 @@ Code outside the package (a plugin, a test) registers at run time instead:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from evaljobs.catalog.criteria import (
     assertions,
     contains,
@@ -87,6 +90,37 @@ def gateable_names() -> tuple[str, ...]:
     return tuple(c.name for c in _TABLE.values() if c.gateable)
 
 
+def judged_names() -> frozenset[str]:
+    """The criteria whose score is an LLM judge's (``Criterion.judged``): a result scored on one was
+    judged."""
+    return frozenset(c.name for c in _TABLE.values() if c.judged)
+
+
+def judge_criteria_named(names: Iterable[str]) -> bool:
+    """Whether ``names`` (a result's scores, a scenario's criteria or gates) name a judged criterion."""
+    judged = judged_names()
+    return any(name in judged for name in names)
+
+
+def enabled_by_keys(expect: Mapping[str, Any]) -> tuple[str, ...]:
+    """The gateable criteria a raw (not yet validated) ``expect`` mapping enables through their keys
+    (``Criterion.enabled_by``), in criterion order: what an importer gates for a foreign format that gates
+    everything it expects."""
+    return tuple(c.name for c in _TABLE.values() if c.gateable and any(expect.get(k) for k in c.enabled_by))
+
+
+def gated_alone() -> tuple[str, ...]:
+    """The criteria ``expect.gate`` may name though no expectation enables them (checks of the answer
+    itself: it is not empty, its tool calls succeeded)."""
+    return tuple(c.name for c in _TABLE.values() if c.gateable and c.gate_alone)
+
+
+def weighted_conflicts() -> tuple[str, ...]:
+    """The ``expect`` keys a weighted ``expect`` may not set: those enabling a criterion other than the one
+    that grades weighted lists (``Criterion.grades_weighted``)."""
+    return tuple(k for c in _TABLE.values() if not c.grades_weighted for k in c.enabled_by)
+
+
 def version() -> int:
     """Changes whenever a criterion is registered or removed: what is derived from the table may be cached
     per version."""
@@ -127,7 +161,11 @@ __all__ = [
     "criteria",
     "criterion",
     "criterion_names",
+    "enabled_by_keys",
     "gateable_names",
+    "gated_alone",
+    "judge_criteria_named",
+    "judged_names",
     "positive_int",
     "present_criteria",
     "register",
@@ -136,4 +174,5 @@ __all__ = [
     "value_criterion",
     "value_keys",
     "version",
+    "weighted_conflicts",
 ]

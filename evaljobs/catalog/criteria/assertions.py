@@ -4,4 +4,5 @@ from __future__ import annotations
 
 from evaljobs.catalog.criteria.base import Criterion
 
-CRITERION = Criterion("assertions", present=lambda e: any(a.get("kind") != "refused" for a in e.assertions))
+CRITERION = Criterion("assertions", present=lambda e: any(a.get("kind") != "refused" for a in e.assertions),
+                      enabled_by=("assertions",), grades_weighted=True)

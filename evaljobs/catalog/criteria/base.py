@@ -89,6 +89,16 @@ class Criterion:
     gate_alone: bool = False
     #: Its label in reports: the line the viewer's scenario page shows for the expectation.
     show: Callable[[Expect], Shown | None] = field(default=_nothing)
+    #: The keys of ``expect`` whose values enable it (an importer building a gate list from a foreign
+    #: format's expectations asks these; a weighted ``expect`` may set none of them but its own).
+    enabled_by: tuple[str, ...] = ()
+    #: Its score is an LLM judge's: a scenario grading it needs a judge model (the verdict digest names the
+    #: judge), a result scored on it cost one judge call, and it passes on the judge's own decision
+    #: (``details.judge.passed``), not on its score alone.
+    judged: bool = False
+    #: It grades a weighted ``expect`` (promptfoo's assertion lists) alone: the keys of the other criteria
+    #: may not be set beside ``weighted: true``.
+    grades_weighted: bool = False
 
 
 def value_criterion(name: str, *, description: str, schema: dict[str, Any],
@@ -105,7 +115,7 @@ def value_criterion(name: str, *, description: str, schema: dict[str, Any],
         return None if value is None else Shown(label(value))
 
     key = Key(name, schema, description, check, always_in_body=always_in_body)
-    return Criterion(name=name, present=present, keys=(key,), show=shown)
+    return Criterion(name=name, present=present, keys=(key,), show=shown, enabled_by=(name,))
 
 
 T = TypeVar("T")

@@ -9,4 +9,5 @@ def _show(expect: Expect) -> Shown | None:
     return Shown("contains: ", expect.contains) if expect.contains else None
 
 
-CRITERION = Criterion("contains", present=lambda e: bool(e.contains or e.patterns), show=_show)
+CRITERION = Criterion("contains", present=lambda e: bool(e.contains or e.patterns), show=_show,
+                      enabled_by=("contains", "patterns"))

@@ -14,4 +14,4 @@ def _show(expect: Expect) -> Shown | None:
     return Shown("calls: ", calls)
 
 
-CRITERION = Criterion("expected_tools", present=lambda e: bool(e.tools), show=_show)
+CRITERION = Criterion("expected_tools", present=lambda e: bool(e.tools), show=_show, enabled_by=("tools",))

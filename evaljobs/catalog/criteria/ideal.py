@@ -3,4 +3,4 @@ from __future__ import annotations
 
 from evaljobs.catalog.criteria.base import Criterion
 
-CRITERION = Criterion("ideal", present=lambda e: bool(e.ideal))
+CRITERION = Criterion("ideal", present=lambda e: bool(e.ideal), enabled_by=("ideal",))

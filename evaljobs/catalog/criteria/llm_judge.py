@@ -10,4 +10,5 @@ def _show(expect: Expect) -> Shown | None:
     return Shown("judge rubric (the judge prompt's RUBRIC): ", block=expect.judge) if expect.judge else None
 
 
-CRITERION = Criterion("llm_judge", present=lambda e: e.judge is not None, show=_show)
+CRITERION = Criterion("llm_judge", present=lambda e: e.judge is not None, show=_show, enabled_by=("judge",),
+                      judged=True)

@@ -10,4 +10,4 @@ def _show(expect: Expect) -> Shown | None:
 
 
 CRITERION = Criterion("not_contains", present=lambda e: bool(e.not_contains or e.forbidden_patterns),
-                      show=_show)
+                      show=_show, enabled_by=("not_contains", "forbidden_patterns"))

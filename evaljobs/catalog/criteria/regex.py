@@ -9,4 +9,4 @@ def _show(expect: Expect) -> Shown | None:
     return Shown("matches: ", expect.regex) if expect.regex else None
 
 
-CRITERION = Criterion("regex", present=lambda e: bool(e.regex), show=_show)
+CRITERION = Criterion("regex", present=lambda e: bool(e.regex), show=_show, enabled_by=("regex",))

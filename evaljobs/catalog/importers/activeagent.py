@@ -74,7 +74,8 @@ import copy
 from typing import Any
 
 from evaljobs.catalog import patterns
-from evaljobs.catalog.criteria import criterion_names
+from evaljobs.catalog.criteria import (criterion_names, enabled_by_keys, gated_alone, judge_criteria_named,
+                                       judged_names)
 from evaljobs.catalog.model import DIAGNOSES
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
 
@@ -426,8 +427,8 @@ def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[li
             problems.unsupported(path, where, f"criterion {item!r} is not one evaljobs grades "
                                               f"(known: {', '.join(criterion_names())})",
                                  "use a known criterion (write rubric points into 'judge')")
-    if rubrics and out and "llm_judge" not in out:
-        out.append("llm_judge")
+    if rubrics and out and not judge_criteria_named(out):
+        out.extend(sorted(judged_names()))
     return out, "\n".join(rubrics) or None
 
 
@@ -494,13 +495,8 @@ def _activeagent_semantics(expect: dict[str, Any]) -> None:
                 expect.pop(name)
     if expect.get("tools"):
         expect["tools_match"] = "any"
-    gates = ["response_present", "tools_succeeded"]
-    for criterion, keys in (("expected_tools", ("tools",)), ("contains", ("contains", "patterns")),
-                            ("not_contains", ("not_contains", "forbidden_patterns")), ("regex", ("regex",)),
-                            ("llm_judge", ("judge",))):
-        if any(expect.get(k) for k in keys):
-            gates.append(criterion)
-    expect["gate"] = gates
+    # every check of the answer itself (not empty, tool calls succeeded) and every criterion it expects
+    expect["gate"] = [*gated_alone(), *enabled_by_keys(expect)]
     expect["diagnose"] = list(DIAGNOSES)  # ActiveAgent's missing_capability and ungrounded_answer readings
 
 

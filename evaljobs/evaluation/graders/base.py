@@ -80,6 +80,9 @@ class Grader:
     #: ``blamed(grading)``: whether a scenario failing on its mean score, with no gate failed, is blamed on
     #: this criterion (the first one in ``gate_rank`` order; none: the fault is ``low_quality``).
     blamed: Callable[[Grading], bool] | None = None
+    #: ActiveAgent's ``Scorer.mean`` counts this criterion all or nothing (its ``forbidden_content`` is 0 on
+    #: any hit), where evaljobs scores the fraction (``expect.diagnose``'s readings use ActiveAgent's mean).
+    all_or_nothing: bool = False
 
 
 def scored_below_one(name: str) -> Callable[[Grading], bool]:

@@ -17,4 +17,4 @@ def _grade(grading: Grading) -> None:
 
 
 GRADER = Grader("not_contains", _grade, fault="forbidden_content", gate_rank=60,
-                blamed=scored_below_one("not_contains"))
+                blamed=scored_below_one("not_contains"), all_or_nothing=True)
