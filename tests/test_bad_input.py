@@ -318,8 +318,8 @@ CORPUS = {
         "name: x\nscenarios:\n  - key: a\n    prompt: hi\n    expect: [contains]\n",
         [
             "bad.yaml:5: scenario 'a': expect must be a mapping (contains, not_contains, regex, tools, "
-            "judge, max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, gate, ideal, "
-            "ideal_grader, reference, assertions, weighted, threshold, diagnose), not a list"
+            "judge, max_latency_ms, token_budget, patterns, forbidden_patterns, tools_match, reference, "
+            "ideal, ideal_grader, assertions, gate, weighted, threshold, diagnose), not a list"
         ],
     ),
     "same-field-twice": (

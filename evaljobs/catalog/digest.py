@@ -11,8 +11,8 @@ import json
 from typing import Any, Iterator
 
 from evaljobs.catalog.criteria import criteria as criteria_table
-from evaljobs.catalog.criteria import value_keys
-from evaljobs.catalog.model import Catalog, Expect, Scenario, Tool
+from evaljobs.catalog.criteria import expect_body, value_keys
+from evaljobs.catalog.model import SET_ENTRIES, Catalog, Expect, Scenario, Tool
 from evaljobs.catalog.toolspec import LIVE_KINDS
 
 
@@ -59,7 +59,7 @@ def _entries(entries: Any) -> Iterator[dict[str, Any]]:
     for entry in entries:
         yield entry
         if entry.get("kind") == "set":
-            yield from _entries(entry.get("assertions") or [])
+            yield from _entries(entry.get(SET_ENTRIES) or [])
 
 
 def scenario_verdict_digest(scenario: Scenario, run_judge_model: str | None = None,
@@ -94,36 +94,17 @@ def _tool_body(t: Tool) -> dict[str, Any]:
     return body
 
 
-def _judge_body(e: Expect) -> Any:
-    """The rubric as written when the judge keeps its defaults (catalogs keep their digest), else the
-    ``{rubric, threshold, gate}`` form."""
-    if e.judge is None or (e.judge_threshold is None and e.judge_gate):
-        return e.judge
-    out: dict[str, Any] = {"rubric": e.judge}
-    if e.judge_threshold is not None:
-        out["threshold"] = e.judge_threshold
-    if not e.judge_gate:
-        out["gate"] = False
-    return out
-
-
 def _expect_body(e: Expect) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "contains": list(e.contains), "not_contains": list(e.not_contains), "regex": list(e.regex),
-        "tools": [{"name": t.name, "arguments": t.arguments} for t in e.tools],
-        "judge": _judge_body(e)}
-    for key in value_keys():  # the criteria's own keys: those always written, else only when set
+    """The criteria's keys (``Criterion.body``; a key criteria declare whole, ``Key``, always when it always
+    was, else only when set), then how they combine: later fields only when set, so catalogs that do not use
+    them keep their digest."""
+    body = expect_body(e)
+    for key in value_keys():
         if key.always_in_body or e.value(key.name) is not None:
             body[key.name] = e.value(key.name)
-    # Later fields only when set: catalogs that do not use them keep their digest.
-    optional = {"patterns": list(e.patterns), "forbidden_patterns": list(e.forbidden_patterns),
-                "tools_match": e.tools_match if e.tools_match != "all" else None,
-                "gate": list(e.gates), "ideal": list(e.ideal),
-                "ideal_grader": e.ideal_grader if e.ideal else None, "reference": e.reference,
-                "assertions": [dict(a) for a in e.assertions],
-                # Grading rules: without them a snapshot read back (a worker process, a rerun, show)
-                # graded the scenario another way than the run that stored it.
-                "weighted": e.weighted or None, "diagnose": list(e.diagnose)}
+    # Grading rules: without them a snapshot read back (a worker process, a rerun, show) graded the scenario
+    # another way than the run that stored it.
+    optional = {"gate": list(e.gates), "weighted": e.weighted or None, "diagnose": list(e.diagnose)}
     body.update({k: v for k, v in optional.items() if v})
     if e.threshold is not None:  # 0 is a threshold (it never fails), not "no threshold"
         body["threshold"] = e.threshold

@@ -78,6 +78,9 @@ ASSERTION_KINDS = (
 )
 
 
+#: The key of a ``set`` assertion entry that holds its own entries (promptfoo's assert-set).
+SET_ENTRIES = "assertions"
+
 ROLES = ("system", "user", "assistant", "tool")
 
 

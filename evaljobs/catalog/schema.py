@@ -18,18 +18,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evaljobs.catalog.criteria import criterion_names, gateable_names, value_keys
+from evaljobs.catalog.criteria import criterion_names, expect_fields, gateable_names, value_keys
 from evaljobs.catalog.model import (
-    ASSERTION_KINDS,
     DIAGNOSES,
-    IDEAL_GRADER_ARGUMENTS,
-    IDEAL_GRADERS,
     ROLES,
 )
 from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, MCP_KEYS
 from evaljobs.catalog.validate import (
     _CATALOG_KEYS,
-    _EXPECTED_TOOL_KEYS,
     _GROUP_KEYS,
     _KEY_RE,
     _MAX_INT,
@@ -67,25 +63,10 @@ _DESCRIPTIONS = {
     "tags": "Labels for filtering and reports.",
     "notes": "Free text.",
     "group": "The group this scenario belongs to.",
-    "contains": "Strings the answer must contain (case-insensitive).",
-    "not_contains": "Strings the answer must not contain.",
-    "regex": "Patterns the answer must match.",
-    "judge": "A rubric an LLM judge scores the answer against, or {rubric, threshold (default: "
-    "pass_threshold), gate (default true)}.",
     "weights": (
         "How much each criterion counts in the score, e.g. {contains: 2, llm_judge: 1} (default 1 each)."
     ),
-    "patterns": "Regular expressions the answer must match (each counts like a `contains` string).",
-    "forbidden_patterns": "Regular expressions the answer must not match.",
-    "tools_match": "'all': every expected tool must be called; 'any': one of them.",
     "gate": "true (every expectation here fails the scenario on its own) or the criteria that do.",
-    "ideal": "Reference answers, compared with `ideal_grader`.",
-    "ideal_grader": "How `ideal` answers are compared.",
-    "reference": "The LLM judge's reference answer (needs `judge`).",
-    "assertions": (
-        "Imported assertions (builtin, javascript, python, json_schema, cost; judge, latency, set when "
-        "weighted)."
-    ),
     "weighted": (
         "true: graded by `assertions` alone, as promptfoo combines a test's assertions (weighted mean score)."
     ),
@@ -130,6 +111,12 @@ def _object(keys: tuple[str, ...], properties: dict[str, Any], required: tuple[s
     if required:
         out["required"] = list(required)
     return out
+
+
+def _criteria_fields() -> dict[str, Any]:
+    """The ``expect`` keys criteria read themselves (``Criterion.fields``), with their schemas."""
+    return {f.name: {**f.schema, "description": f.description}
+            for f in (*expect_fields(later=False), *expect_fields(later=True))}
 
 
 def _criteria_keys(*, settings_only: bool = False) -> dict[str, Any]:
@@ -205,51 +192,11 @@ def catalog_schema() -> dict[str, Any]:
     }, required=("mcp",), title="MCP tool import")
     mcp_import["description"] = "Import an MCP server's tools (their schemas are listed from the server)."
 
-    expected_tool = {"anyOf": [
-        nonempty,
-        _object(_EXPECTED_TOOL_KEYS, {"name": nonempty, "arguments": _with_null({"type": "object"})},
-                required=("name",))]}
     expect = _object(
         _expect_keys(),
         {
-            "contains": strings,
-            "not_contains": strings,
-            "regex": strings,
-            "tools": _with_null({"anyOf": [expected_tool, {"type": "array", "items": expected_tool}]}),
-            "judge": _with_null(
-                {
-                    "anyOf": [
-                        nonempty,
-                        _object(
-                            ("rubric", "threshold", "gate"),
-                            {
-                                "rubric": {
-                                    **nonempty,
-                                    "description": "What the judge scores the answer against.",
-                                },
-                                "threshold": {
-                                    "type": "number",
-                                    "minimum": 0,
-                                    "maximum": 1,
-                                    "description": (
-                                        "The judge score this criterion needs (default: pass_threshold)."
-                                    ),
-                                },
-                                "gate": {
-                                    "type": "boolean",
-                                    "description": "false: a failed judgement only lowers the score.",
-                                },
-                            },
-                            required=("rubric",),
-                            title="Judge",
-                        ),
-                    ]
-                }
-            ),
+            **_criteria_fields(),
             **_criteria_keys(),
-            "patterns": strings,
-            "forbidden_patterns": strings,
-            "tools_match": _with_null({"enum": ["all", "any"]}),
             "gate": _with_null(
                 {
                     "anyOf": [
@@ -257,29 +204,6 @@ def catalog_schema() -> dict[str, Any]:
                         {"enum": list(gateable)},
                         {"type": "array", "items": {"enum": list(gateable)}},
                     ]
-                }
-            ),
-            "ideal": strings,
-            "ideal_grader": _with_null(
-                {
-                    "anyOf": [
-                        {"enum": [g for g in IDEAL_GRADERS if g not in IDEAL_GRADER_ARGUMENTS]},
-                        {"type": "string", "pattern": f"^({'|'.join(IDEAL_GRADER_ARGUMENTS)}):."},
-                    ]
-                }
-            ),
-            "reference": _with_null(nonempty),
-            "assertions": _with_null(
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["kind"],
-                        "properties": {
-                            "kind": {"enum": list(ASSERTION_KINDS)},
-                            "weight": {"type": "number", "minimum": 0},
-                        },
-                    },
                 }
             ),
             "weighted": _with_null({"type": "boolean"}),

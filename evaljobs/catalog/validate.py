@@ -30,16 +30,17 @@ from evaljobs.catalog.criteria import (
     ValueProblem,
     criterion_names,
     gateable_names,
+    expect_keys,
     present_criteria,
+    read_expect,
     value_keys,
     weighted_conflicts,
 )
 from evaljobs.catalog.criteria import criterion as criterion_named
 from evaljobs.catalog.criteria import version as criteria_version
-from evaljobs.catalog.criteria.base import MAX_INT, is_int
+from evaljobs.catalog.criteria.base import MAX_INT, is_int, score_threshold
 from evaljobs.catalog.digest import build_catalog
 from evaljobs.catalog.model import (
-    ASSERTION_KINDS,
     DEFAULT_MAX_TURNS,
     DEFAULT_PASS_THRESHOLD,
     DIAGNOSES,
@@ -47,14 +48,11 @@ from evaljobs.catalog.model import (
     Catalog,
     CatalogError,
     Expect,
-    ExpectedTool,
     Scenario,
     Tool,
-    ideal_grader_problem,
     scalar_key,
 )
 from evaljobs.catalog.modelspec import ModelSpecError, ProvidersConfig, parse_model_spec
-from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.catalog.text import did_you_mean, escape_breaks, kind_of, quote_hint, show
 from evaljobs.catalog.toolspec import LIVE_KINDS, MCP_IMPORT_NOT_EXPANDED, is_mcp_import, validate_live_spec
 from evaljobs.collector import gc_paused
@@ -142,12 +140,9 @@ _OWN_SETTING_KEYS = ("system", "temperature", "max_turns", "criteria", "pass_thr
 _GROUP_KEYS = ("name", "tags", "defaults", "scenarios")
 _OWN_SCENARIO_KEYS = ("key", "prompt", "messages", "tools", "expect", "tags", "notes", "group")
 _TOOL_KEYS = ("name", "description", "parameters", "returns", "returns_by", "http", "mcp")
-#: The keys of ``expect`` the walk below validates; the keys criteria declare whole (``value_keys``) come
-#: between the two parts (``_expect_keys``).
-_WALKED_EXPECT_KEYS = ("contains", "not_contains", "regex", "tools", "judge")
-_LATER_EXPECT_KEYS = ("patterns", "forbidden_patterns", "tools_match", "gate", "ideal", "ideal_grader",
-                      "reference", "assertions", "weighted", "threshold", "diagnose")
-_EXPECTED_TOOL_KEYS = ("name", "arguments")
+#: The keys of ``expect`` that are no criterion's (they say how the criteria combine); the criteria's own
+#: come first (``expect_keys``).
+_OWN_EXPECT_KEYS = ("gate", "weighted", "threshold", "diagnose")
 _MESSAGE_KEYS = ("role", "content", "name")
 
 _BASE_SETTINGS: dict[str, Any] = {"system": None, "temperature": None, "max_turns": DEFAULT_MAX_TURNS,
@@ -172,7 +167,7 @@ def _expect_keys() -> tuple[str, ...]:
 def _key_lists(version: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """The settings, scenario and expect keys for one version of the criteria's table (asked per scenario)."""
     settings = _OWN_SETTING_KEYS + tuple(k.name for k in value_keys(settings_only=True)) + ("weights",)
-    expect = _WALKED_EXPECT_KEYS + tuple(k.name for k in value_keys()) + _LATER_EXPECT_KEYS
+    expect = expect_keys() + _OWN_EXPECT_KEYS
     return settings, _OWN_SCENARIO_KEYS + settings, expect
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
@@ -241,9 +236,10 @@ def _check_max_turns(name: str, value: Any) -> int:
 
 
 def _check_threshold(name: str, value: Any) -> float:
-    if not _is_number(value) or not (0 <= value <= 1):
-        raise _Bad(f"{name} must be a number from 0 to 1 (the score needed to pass), not {show(value)}")
-    return float(value)
+    try:
+        return score_threshold(name, value)
+    except ValueProblem as exc:
+        raise _Bad(str(exc)) from None
 
 
 def _check_criteria(name: str, value: Any) -> tuple[str, ...]:
@@ -689,45 +685,7 @@ class _Context:
             if name in explicit and explicit[name] != own[name]:
                 self.add(path + (name,), where, f"{name} is set both on the scenario ({explicit[name]}) and "
                                                 f"in expect ({own[name]}); keep one")
-        regexes = self.strings(path + ("regex",), where, "expect.regex", raw.get("regex"))
-        for pattern in regexes:
-            trouble = pattern_problem(pattern)
-            if trouble:
-                self.add(path + ("regex",), where, f"expect.regex {pattern!r} {trouble}; "
-                                                   f"fix the pattern (escape special characters with \\)")
-        judge, judge_threshold, judge_gate = self.judge(path + ("judge",), where, raw.get("judge"))
-        if raw.get("gate") is False:  # "gate: false": nothing is a gate, the judge neither
-            judge_gate = False
-        contains = self.strings(path + ("contains",), where, "expect.contains", raw.get("contains"))
-        not_contains = self.strings(path + ("not_contains",), where, "expect.not_contains",
-                                    raw.get("not_contains"))
-        patterns = self.strings(path + ("patterns",), where, "expect.patterns", raw.get("patterns"))
-        forbidden = self.strings(path + ("forbidden_patterns",), where, "expect.forbidden_patterns",
-                                 raw.get("forbidden_patterns"))
-        tools_match = raw.get("tools_match", "all")
-        if tools_match not in ("all", "any"):
-            self.add(path + ("tools_match",), where,
-                     f"expect.tools_match must be 'all' (every expected tool) or 'any' (one of them), "
-                     f"not {show(tools_match)}")
-            tools_match = "all"
-        ideal = self.strings(path + ("ideal",), where, "expect.ideal", raw.get("ideal"))
-        grader = raw.get("ideal_grader", "includes")
-        problem = ideal_grader_problem(grader)
-        if problem:
-            self.add(path + ("ideal_grader",), where, f"expect.ideal_grader {problem}")
-            grader = "includes"
-        reference = raw.get("reference")
-        if reference is not None and (not isinstance(reference, str) or not reference.strip()):
-            self.add(
-                path + ("reference",),
-                where,
-                f"expect.reference must be the reference answer (a non-empty string), not {show(reference)}",
-            )
-            reference = None
-        if reference is not None and judge is None:
-            self.add(path + ("reference",), where, "expect.reference is the LLM judge's reference answer; "
-                                                   "add expect.judge (the rubric) or remove it")
-        assertions = self.assertions(path + ("assertions",), where, raw.get("assertions"))
+        fields = read_expect(self, path, where, raw, declared)
         weighted, threshold = raw.get("weighted", False), raw.get("threshold")
         if not isinstance(weighted, bool):
             self.add(
@@ -755,54 +713,13 @@ class _Context:
             self.add(path + ("threshold",), where, "expect.threshold applies to a weighted assertion list; "
                                                    "add 'weighted: true' or use pass_threshold")
         out = Expect(
-            contains=tuple(sorted(contains)),
-            not_contains=tuple(sorted(not_contains)),
-            regex=tuple(sorted(regexes)),
-            tools=self.expected_tools(path + ("tools",), where, raw.get("tools"), declared),
-            judge=judge,
-            judge_threshold=judge_threshold,
-            judge_gate=judge_gate,
-            patterns=tuple(sorted(patterns)),
-            forbidden_patterns=tuple(sorted(forbidden)),
-            tools_match=tools_match,
-            ideal=tuple(ideal),
-            ideal_grader=grader,
-            reference=reference,
-            assertions=assertions,
+            **fields,
             weighted=weighted,
             threshold=float(threshold) if threshold is not None else None,
             diagnose=self.diagnose(path + ("diagnose",), where, raw.get("diagnose")),
             values={key.name: own.get(key.name, effective.get(key.name)) for key in value_keys()},
         )
         return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
-
-    def judge(self, path: tuple, where: str, raw: Any) -> tuple[str | None, float | None, bool]:
-        """``judge: RUBRIC`` or ``judge: {rubric: RUBRIC, threshold: 0..1, gate: false}`` -> (rubric,
-        threshold, gate). The judged criterion passes on its own threshold (default: the scenario's
-        ``pass_threshold``) and is a gate unless ``gate: false``."""
-        if raw is None:
-            return None, None, True
-        if isinstance(raw, dict):
-            self.unknown_keys(path, f"{where}: expect.judge", raw, ("rubric", "threshold", "gate"))
-            rubric, threshold, gate = raw.get("rubric"), raw.get("threshold"), raw.get("gate", True)
-            if threshold is not None:
-                try:
-                    threshold = _check_threshold("expect.judge.threshold", threshold)
-                except _Bad as exc:
-                    self.add(path + ("threshold",), where, exc.message)
-                    threshold = None
-            if not isinstance(gate, bool):
-                self.add(
-                    path + ("gate",), where, f"expect.judge.gate must be true or false, not {show(gate)}"
-                )
-                gate = True
-        else:
-            rubric, threshold, gate = raw, None, True
-        if not isinstance(rubric, str) or not rubric.strip():
-            name = "expect.judge.rubric" if isinstance(raw, dict) else "expect.judge"
-            self.add(path, where, f"{name} must be a non-empty rubric string, not {show(rubric)}")
-            return None, None, True
-        return rubric, threshold, gate
 
     def diagnose(self, path: tuple, where: str, raw: Any) -> tuple[str, ...]:
         names = self.strings(path, where, "expect.diagnose", raw)
@@ -846,77 +763,6 @@ class _Context:
             elif item not in out:
                 out.append(item)
         return tuple(c for c in gateable if c in out)
-
-    def assertions(
-        self, path: tuple, where: str, raw: Any, what: str = "expect.assertions"
-    ) -> tuple[dict[str, Any], ...]:
-        if raw is None:
-            return ()
-        if not isinstance(raw, list):
-            self.add(path, where, f"{what} must be a list of assertions, not {kind_of(raw)}")
-            return ()
-        out = []
-        for i, item in enumerate(raw):
-            if not isinstance(item, dict) or item.get("kind") not in ASSERTION_KINDS:
-                self.add(path + (i,), where, f"{what}[{i}] must be a mapping with 'kind' "
-                                             f"({', '.join(ASSERTION_KINDS)}), not {show(item)}")
-                continue
-            weight = item.get("weight", 1)
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-                self.add(path + (i, "weight"), where, f"{what}[{i}].weight must be a number >= 0, "
-                                                      f"not {show(weight)}")
-                continue
-            limit = item.get("max_usd")
-            if item["kind"] == "cost" and (isinstance(limit, bool) or not isinstance(limit, (int, float))
-                                           or not limit >= 0):
-                self.add(path + (i, "max_usd"), where, f"{what}[{i}].max_usd must be a number of USD >= 0 "
-                                                       f"(the most the call may cost), not {show(limit)}")
-                continue
-            if item["kind"] == "set":  # a nested list: its entries follow the same rules
-                self.assertions(path + (i, "assertions"), where, item.get("assertions") or [],
-                                f"{what}[{i}].assertions")
-            value = self.json_value(path + (i,), where, f"{what}[{i}]", item)
-            if isinstance(value, dict):
-                out.append(value)
-        return tuple(out)
-
-    def expected_tools(self, path: tuple, where: str, raw: Any,
-                       declared: list[str]) -> tuple[ExpectedTool, ...]:
-        if raw is None:
-            return ()
-        items = [raw] if isinstance(raw, (str, dict)) else raw
-        if not isinstance(items, list):
-            self.add(path, where, f"expect.tools must be a list of tool names or {{name, arguments}}, "
-                                  f"not {kind_of(raw)}")
-            return ()
-        out: list[ExpectedTool] = []
-        for i, item in enumerate(items):
-            ipath = path + (i,) if isinstance(raw, list) else path
-            arguments: Any = {}
-            if isinstance(item, dict):
-                self.unknown_keys(ipath, f"{where}: expect.tools[{i}]", item, _EXPECTED_TOOL_KEYS)
-                name, arguments = item.get("name"), item.get("arguments")
-                if arguments is None:
-                    arguments = {}
-                elif not isinstance(arguments, dict):
-                    self.add(ipath + ("arguments",), where,
-                             f"expect.tools[{i}].arguments must be a mapping, not {kind_of(arguments)}")
-                    continue
-                arguments = self.json_value(ipath + ("arguments",), where, f"expect.tools[{i}].arguments",
-                                            arguments)
-            else:
-                name = item
-            if not isinstance(name, str) or not name:
-                self.add(ipath, where, f"expect.tools[{i}] needs a tool name, not {show(name)}")
-                continue
-            if name not in declared:
-                have = f"declared: {', '.join(declared)}" if declared else "the scenario declares no tools"
-                self.add(ipath, where,
-                         f"expect.tools: {name!r} is not one of this scenario's tools ({have}); "
-                         f"declare it under 'tools' or fix the name{did_you_mean(name, declared, '')}")
-                continue
-            out.append(ExpectedTool(name=name, arguments=arguments if isinstance(arguments, dict) else {}))
-        return tuple(out)
 
     def strings(self, path: tuple, where: str, what: str, raw: Any) -> tuple[str, ...]:
         """A string or a list of non-empty strings, de-duplicated (order kept)."""

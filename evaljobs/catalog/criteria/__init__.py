@@ -41,11 +41,14 @@ from evaljobs.catalog.criteria import (
 )
 from evaljobs.catalog.criteria.base import (
     POSITIVE_INT,
+    STRINGS,
     Criterion,
+    Field,
     Key,
     Shown,
     Table,
     ValueProblem,
+    Walk,
     positive_int,
     value_criterion,
 )
@@ -142,6 +145,36 @@ def value_keys(*, settings_only: bool = False) -> tuple[Key, ...]:
 _KEYS: dict[tuple[int, bool], tuple[Key, ...]] = {}
 
 
+def expect_fields(*, later: bool) -> tuple[Field, ...]:
+    """The ``expect`` keys criteria read themselves (``Criterion.fields``), in criterion order: those listed
+    before the keys the registry handles whole, or (``later``) after them."""
+    return tuple(f for c in _TABLE.values() for f in c.fields if f.later == later)
+
+
+def expect_keys() -> tuple[str, ...]:
+    """Every ``expect`` key a criterion owns, in the order messages and the schema list them."""
+    return tuple(f.name for f in expect_fields(later=False)) + tuple(k.name for k in value_keys()) \
+        + tuple(f.name for f in expect_fields(later=True))
+
+
+def read_expect(walk: Walk, path: tuple, where: str, raw: Mapping[str, Any],
+                declared: list[str]) -> dict[str, Any]:
+    """The :class:`Expect` fields every criterion reads from a raw ``expect`` (``Criterion.read``),
+    problems reported to ``walk``."""
+    out: dict[str, Any] = {}
+    for c in _TABLE.values():
+        out.update(c.read(walk, path, where, raw, declared))
+    return out
+
+
+def expect_body(expect: Expect) -> dict[str, Any]:
+    """What the criteria write of ``expect`` in the canonical body (``Criterion.body``), in key order."""
+    out: dict[str, Any] = {}
+    for c in _TABLE.values():
+        out.update(c.body(expect))
+    return out
+
+
 def present_criteria(expect: Expect) -> tuple[str, ...]:
     """The gateable criteria this block of expectations enables, in criterion order."""
     return tuple(c.name for c in _TABLE.values() if c.gateable and c.present(expect))
@@ -154,20 +187,27 @@ def shown(expect: Expect) -> list[Shown]:
 
 __all__ = [
     "POSITIVE_INT",
+    "STRINGS",
     "Criterion",
+    "Field",
     "Key",
     "Shown",
     "ValueProblem",
+    "Walk",
     "criteria",
     "criterion",
     "criterion_names",
     "enabled_by_keys",
+    "expect_body",
+    "expect_fields",
+    "expect_keys",
     "gateable_names",
     "gated_alone",
     "judge_criteria_named",
     "judged_names",
     "positive_int",
     "present_criteria",
+    "read_expect",
     "register",
     "shown",
     "unregister",

@@ -6,9 +6,9 @@ Plain data and pure functions (no grading: the grade function is attached by
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from evaljobs.catalog.model import Expect
 from evaljobs.catalog.text import show
@@ -17,6 +17,9 @@ from evaljobs.catalog.text import show
 MAX_INT = 2**63 - 1
 #: The JSON Schema of a whole number >= 1 (within ``MAX_INT``).
 POSITIVE_INT: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+#: The JSON Schema of a non-empty string, and of one or a list of them, or null (``expect.contains``, …).
+NONEMPTY: dict[str, Any] = {"type": "string", "minLength": 1, "pattern": r"\S"}
+STRINGS: dict[str, Any] = {"anyOf": [NONEMPTY, {"type": "array", "items": NONEMPTY}, {"type": "null"}]}
 
 
 class ValueProblem(ValueError):
@@ -33,6 +36,58 @@ def positive_int(name: str, value: Any) -> int:
     if not is_int(value) or value < 1:
         raise ValueProblem(f"{name} must be a positive integer, not {show(value)}")
     return value
+
+
+def score_threshold(name: str, value: Any) -> float:
+    """``value`` as a float when it is a number from 0 to 1 (a score needed to pass), else
+    :class:`ValueProblem`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueProblem(f"{name} must be a number from 0 to 1 (the score needed to pass), "
+                           f"not {show(value)}")
+    return float(value)
+
+
+class Walk(Protocol):
+    """What a criterion reading its own ``expect`` keys (``Criterion.read``) asks of the catalog walk
+    (:mod:`evaljobs.catalog.validate`): where to report a problem, and the readers of shapes every part of a
+    catalog shares. ``path`` locates the value in the file (its line), ``where`` names the scenario."""
+
+    def add(self, path: tuple, where: str, what: str) -> None:
+        """Report one problem (one line)."""
+
+    def unknown_keys(self, path: tuple, where: str, raw: dict, valid: tuple[str, ...],
+                     what: str = "key") -> None:
+        """Report each key of ``raw`` not in ``valid`` (with a did-you-mean)."""
+
+    def strings(self, path: tuple, where: str, what: str, raw: Any) -> tuple[str, ...]:
+        """A string or a list of non-empty strings, de-duplicated (order kept)."""
+        return ()
+
+    def json_value(self, path: tuple, where: str, what: str, value: Any) -> Any:
+        """``value`` when it is plain JSON data (reported otherwise)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A key of ``expect`` a criterion reads itself (``Criterion.read``), onto a typed field of
+    :class:`Expect`: its value needs the whole scenario (the declared tools), or more than one key's."""
+
+    name: str
+    #: Its JSON Schema (``null``, "not set", included).
+    schema: dict[str, Any]
+    #: One sentence for the schema (editors show it while typing).
+    description: str
+    #: Listed after the keys criteria declare whole (``Key``), as the keys added later always were.
+    later: bool = False
+
+
+def _read_nothing(walk: Walk, path: tuple, where: str, raw: Mapping[str, Any],
+                  declared: list[str]) -> dict[str, Any]:
+    return {}
+
+
+def _no_body(expect: Expect) -> dict[str, Any]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -99,6 +154,16 @@ class Criterion:
     #: It grades a weighted ``expect`` (promptfoo's assertion lists) alone: the keys of the other criteria
     #: may not be set beside ``weighted: true``.
     grades_weighted: bool = False
+    #: The keys of ``expect`` it reads itself (``Field``), besides the ones the registry handles (``keys``).
+    fields: tuple[Field, ...] = ()
+    #: ``read(walk, path, where, raw_expect, declared_tools) -> {Expect field: value}``: its ``fields``
+    #: validated, problems reported to ``walk``.
+    read: Callable[[Walk, tuple, str, Mapping[str, Any], list[str]], dict[str, Any]] = field(
+        default=_read_nothing)
+    #: ``body(expect) -> {key: value}``: what it writes of its ``fields`` in the canonical body (so the
+    #: digest); a key that was always there is always written, a key added later only when set (catalogs
+    #: that do not use it keep their digest).
+    body: Callable[[Expect], dict[str, Any]] = field(default=_no_body)
 
 
 def value_criterion(name: str, *, description: str, schema: dict[str, Any],
@@ -163,5 +228,5 @@ class Table(Generic[T]):
         return self._values
 
 
-__all__ = ["MAX_INT", "POSITIVE_INT", "Criterion", "Key", "Shown", "Table", "ValueProblem", "is_int",
-           "positive_int", "value_criterion"]
+__all__ = ["MAX_INT", "NONEMPTY", "POSITIVE_INT", "STRINGS", "Criterion", "Field", "Key", "Shown", "Table",
+           "ValueProblem", "Walk", "is_int", "positive_int", "score_threshold", "value_criterion"]
