@@ -32,9 +32,11 @@ import tempfile
 import threading
 from typing import Any
 
-from evaljobs.catalog import patterns
+from evaljobs.catalog.model import SET_ENTRIES
 from evaljobs.config import code_environment, settings
 from evaljobs.evaluation import grading_deadline
+from evaljobs.evaluation.graders import graders
+from evaljobs.evaluation.refused import AssertionRefused
 from evaljobs.isolation import CODE_HINT, isolated
 
 #: Seconds one JavaScript or Python call may take.
@@ -42,10 +44,6 @@ CALL_TIMEOUT = 10.0
 
 NODE_HINT = ("install Node.js (https://nodejs.org, or your package manager: apt-get install nodejs) so that "
              "'node' is on PATH")
-
-
-class AssertionRefused(Exception):
-    """An assertion that cannot run here (no Node, no jsonschema): one line, naming it and the fix."""
 
 
 def runs_code(item: dict[str, Any]) -> bool:
@@ -436,10 +434,8 @@ def _json_schema(output: Any, schema: Any) -> tuple[bool, float, str]:
 
 def builtin_checks(text: str, expect: dict[str, Any]) -> tuple[bool, float, str]:
     """A promptfoo built-in assertion (already mapped to native checks) on a transformed output."""
-    lowered = text.lower()
-    failures = [f"missing {c!r}" for c in expect.get("contains") or [] if c.lower() not in lowered]
-    failures += [f"forbidden {c!r}" for c in expect.get("not_contains") or [] if c.lower() in lowered]
-    failures += [f"no match for /{r}/" for r in expect.get("regex") or [] if not patterns.search(r, text)]
+    failures = [failure for g in graders() if g.text_check is not None and expect.get(g.name)
+                for failure in g.text_check(text, expect[g.name])]
     return (not failures, 0.0 if failures else 1.0, "; ".join(failures) or "ok")
 
 
@@ -461,7 +457,7 @@ def _every(assertions):
     for item in assertions:
         yield item
         if item.get("kind") == "set":
-            yield from _every(item.get("assertions") or [])
+            yield from _every(item.get(SET_ENTRIES) or [])
 
 
 def code_refused(assertions) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.evaluation.refused import AssertionRefused
 from evaljobs.evaluation.replay import Replay
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from evaljobs.catalog import Scenario
-from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.catalog.criteria import weighted_criterion
+from evaljobs.evaluation.refused import AssertionRefused
 from evaljobs.evaluation.cost_check import cost_check
 from evaljobs.evaluation.graders import Grader, Grading, Stop, grader, graders
 from evaljobs.evaluation.graders import pattern_matches as pattern_matches  # where callers found it
@@ -270,10 +271,9 @@ def _grade_weighted(scenario: Scenario, replay: Replay, judge: Judge | None,
         details["not_gradable" if exc.fault == "not_gradable" else "error"] = [str(exc)]
         return Grades(status=ERRORED, score=0.0, fault=exc.fault, details=details)
     score = round(verdict.score, 6)
-    details["assertions"] = [o.as_detail() for o in verdict.children]
+    criterion = weighted_criterion()  # the list's score and outcomes are its criterion's
+    details[criterion] = [o.as_detail() for o in verdict.children]
     details["weighted"] = {"threshold": expect.threshold, "reason": verdict.reason}
     if verdict.passed:
-        return Grades(status=PASSED, score=score, scores={"assertions": score}, details=details)
-    return Grades(
-        status=FAILED, score=score, scores={"assertions": score}, fault=verdict.fault, details=details
-    )
+        return Grades(status=PASSED, score=score, scores={criterion: score}, details=details)
+    return Grades(status=FAILED, score=score, scores={criterion: score}, fault=verdict.fault, details=details)

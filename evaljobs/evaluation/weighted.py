@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaljobs.catalog.model import SET_ENTRIES
 from evaljobs.evaluation import promptfoo_checks
 from evaljobs.evaluation.assertions import builtin_checks
 from evaljobs.evaluation.graders import graders
@@ -53,7 +54,7 @@ class Outcome:
         out: dict[str, Any] = {"assertion": self.label, "pass": self.passed, "score": round(self.score, 6),
                                "weight": self.weight, "reason": self.reason[:500]}
         if self.children:
-            out["assertions"] = [c.as_detail() for c in self.children]
+            out[SET_ENTRIES] = [c.as_detail() for c in self.children]  # as a set holds its entries
         return out
 
 
@@ -69,7 +70,7 @@ def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "
         weight = float(entry.get("weight", 1))
         outcome: Outcome | None
         if entry.get("kind") == "set":
-            outcome = combine(entry.get("assertions") or [], entry.get("threshold"), evaluate,
+            outcome = combine(entry.get(SET_ENTRIES) or [], entry.get("threshold"), evaluate,
                               entry.get("label") or "assert-set")
         else:
             outcome = evaluate(entry)
@@ -117,7 +118,7 @@ def walk(entries):
     for entry in entries:
         yield entry
         if entry.get("kind") == "set":
-            yield from walk(entry.get("assertions") or [])
+            yield from walk(entry.get(SET_ENTRIES) or [])
 
 
 __all__ = ["Outcome", "check_outcome", "combine", "fault_of", "walk"]

@@ -26,12 +26,13 @@ dropped first.
 """
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Any, Iterable
 
+from evaljobs.evaluation.graders import as_json as _json
+from evaljobs.evaluation.graders import graders
 from evaljobs.evaluation.result import ERRORED, FAILED, Result
 from evaljobs.reports._format import cost_line, pct
 from evaljobs.reports.caching import cache_note
@@ -53,10 +54,6 @@ def _clip(text: str, limit: int = TEXT_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + f"…[{len(text) - limit} more characters]"
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
 def grade_lines(result: Result) -> list[str]:
     """The grader's account of one pair, one fact per line (also useful in logs)."""
     lines = [f"status: {result.status}  score: {result.score:.3f}  fault: {result.fault or '-'}"]
@@ -66,27 +63,10 @@ def grade_lines(result: Result) -> list[str]:
         scores = sorted(result.scores.items())
         lines.append("scores: " + ", ".join(f"{name}={value:.3f}" for name, value in scores))
     details = result.details or {}
-    for key, label in (("missing", "missing"), ("forbidden", "forbidden"),
-                       ("unmatched_regex", "unmatched regex")):
-        if details.get(key):
-            lines.append(f"{label}: " + ", ".join(_json(item) for item in details[key]))
-    for wanted in details.get("expected_tools_not_called") or []:
-        args = wanted.get("arguments") if isinstance(wanted, dict) else None
-        name = wanted.get("name") if isinstance(wanted, dict) else wanted
-        lines.append(f"expected tool not called: {name}" + (f" {_json(args)}" if args else ""))
+    for grader in graders():  # each criterion says what its details tell of the answer
+        lines.extend(grader.explain(details))
     if details.get("failed_gates"):
         lines.append("failed gates: " + ", ".join(details["failed_gates"]))
-    if isinstance(details.get("ideal"), dict):
-        ideal = details["ideal"]
-        lines.append(
-            f"reference answer ({ideal.get('grader')}): "
-            + ", ".join(_json(i) for i in ideal.get("expected") or [])
-        )
-    for outcome in details.get("assertions") or [] if isinstance(details.get("assertions"), list) else []:
-        lines.append(
-            f"assertion {'passed' if outcome.get('pass') else 'failed'}: {outcome.get('assertion')}: "
-            f"{outcome.get('reason') or ''}".rstrip()
-        )
     if isinstance(details.get("weighted"), dict):  # a promptfoo test graded by weight
         lines.append(f"weighted assertions: {details['weighted'].get('reason')}")
     for name, quote in (
@@ -95,8 +75,6 @@ def grade_lines(result: Result) -> list[str]:
         lines.append(f"{name.replace('_', ' ')}: {quote}")
     for reason in details.get("not_gradable") or []:
         lines.append(f"not gradable: {reason}")
-    for failed in details.get("tool_errors") or []:
-        lines.append(f"tool error: {failed.get('name')}: {failed.get('error')}")
     judge = details.get("judge")
     if isinstance(judge, dict):
         score = "-" if judge.get("score") is None else f"{float(judge['score']):.3f}"

@@ -118,6 +118,12 @@ def gated_alone() -> tuple[str, ...]:
     return tuple(c.name for c in _TABLE.values() if c.gateable and c.gate_alone)
 
 
+def weighted_criterion() -> str:
+    """The criterion a weighted ``expect`` is graded under (``Criterion.grades_weighted``): its score and its
+    details (each entry's outcome) are the list's."""
+    return next(c.name for c in _TABLE.values() if c.grades_weighted)
+
+
 def weighted_conflicts() -> tuple[str, ...]:
     """The ``expect`` keys a weighted ``expect`` may not set: those enabling a criterion other than the one
     that grades weighted lists (``Criterion.grades_weighted``)."""
@@ -215,4 +221,5 @@ __all__ = [
     "value_keys",
     "version",
     "weighted_conflicts",
+    "weighted_criterion",
 ]

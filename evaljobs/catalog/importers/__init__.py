@@ -30,9 +30,9 @@ from evaljobs.catalog.importers.shared import (
     suggest_key,
     text_of,
 )
-from evaljobs.catalog.criteria import value_keys
+from evaljobs.catalog.criteria import criteria, weighted_conflicts
 from evaljobs.catalog.load import CatalogSource, reads_catalog
-from evaljobs.catalog.model import CatalogError
+from evaljobs.catalog.model import SET_ENTRIES, CatalogError
 from evaljobs.catalog.yaml12 import SafeDumper
 
 FORMATS = ("native", "activeagent-suite", "activeagent-catalog", "promptfoo", "openai-evals", "jsonl")
@@ -183,7 +183,7 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
         for a in items:
             kind = a.get("kind") if isinstance(a, dict) else None
             if kind == "set":
-                entries(a.get("assertions") if isinstance(a.get("assertions"), list) else [])
+                entries(a.get(SET_ENTRIES) if isinstance(a.get(SET_ENTRIES), list) else [])
             elif kind == "refused":
                 refused += 1
             elif kind in ("judge", "latency") or (
@@ -193,7 +193,9 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
             elif kind is not None:
                 external += 1
 
-    value_names = {k.name for k in value_keys()}  # a criterion's value counts as one expectation
+    # a weighted list's entries are walked; each other criterion's key counts its values (a list's items)
+    walked = {k for c in criteria() if c.grades_weighted for k in c.enabled_by}
+    counted = set(weighted_conflicts())
     raw_groups = data.get("groups")
     groups = raw_groups if isinstance(raw_groups, list) else []
     lists = [data.get("scenarios")] + [g.get("scenarios") for g in groups if isinstance(g, dict)]
@@ -203,13 +205,10 @@ def _native_counts(data: dict[str, Any]) -> dict[str, int]:
             if not isinstance(expect, dict):
                 continue
             for key, value in expect.items():
-                if key in ("assertions",) and isinstance(value, list):
+                if key in walked and isinstance(value, list):
                     entries(value)
-                elif key in ("contains", "not_contains", "regex", "tools", "patterns", "forbidden_patterns",
-                             "ideal"):
+                elif key in counted and value is not None:
                     total += len(value) if isinstance(value, list) else 1
-                elif (key == "judge" or key in value_names) and value is not None:
-                    total += 1
     return {
         "assertions": total + external + refused,
         "mapped": total,

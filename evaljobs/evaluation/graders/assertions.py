@@ -2,8 +2,10 @@
 chain or by an external runtime (the injected runner)."""
 from __future__ import annotations
 
+from typing import Any
+
 from evaljobs.catalog.criteria import criteria
-from evaljobs.evaluation.assertions import AssertionRefused
+from evaljobs.evaluation.refused import AssertionRefused
 from evaljobs.evaluation.cost_check import cost_check
 from evaljobs.evaluation.graders.base import Grader, Grading, Stop, fraction, scored_below_one
 
@@ -39,5 +41,11 @@ def _grade(grading: Grading) -> None:
         details["assertions"] = outcomes
 
 
+def _explain(details: dict[str, Any]) -> list[str]:
+    outcomes = details.get("assertions")
+    return [f"assertion {'passed' if o.get('pass') else 'failed'}: {o.get('assertion')}: "
+            f"{o.get('reason') or ''}".rstrip() for o in (outcomes if isinstance(outcomes, list) else [])]
+
+
 GRADER = Grader("assertions", _grade, fault="assertion_failed", gate_rank=100,
-                blamed=scored_below_one("assertions"))
+                blamed=scored_below_one("assertions"), explain=_explain)

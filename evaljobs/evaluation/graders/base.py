@@ -5,8 +5,9 @@ The half of a criterion that grades (the catalog half is
 """
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,13 @@ class Grader:
     #: ActiveAgent's ``Scorer.mean`` counts this criterion all or nothing (its ``forbidden_content`` is 0 on
     #: any hit), where evaljobs scores the fraction (``expect.diagnose``'s readings use ActiveAgent's mean).
     all_or_nothing: bool = False
+    #: ``text_check(text, values) -> failures``: a promptfoo built-in assertion mapped to this criterion's key
+    #: (``{kind: builtin, expect: {contains: [...]}}``) checks a transformed output with it, one phrase per
+    #: failure (None: it maps to no built-in assertion).
+    text_check: Callable[[str, Sequence[str]], list[str]] | None = None
+    #: ``explain(details) -> lines``: what its details say of a failed answer, one fact per line (the
+    #: JUnit failure message and logs: :func:`evaljobs.reports.junit.grade_lines`).
+    explain: Callable[[dict[str, Any]], list[str]] = field(default=lambda details: [])
 
 
 def scored_below_one(name: str) -> Callable[[Grading], bool]:
@@ -101,6 +109,19 @@ def value_grader(name: str, passes: Callable[[Replay, Any], bool], *, fault: str
             grading.scores[name] = 1.0 if passes(grading.replay, value) else 0.0
 
     return Grader(name, grade, fault=fault, gate_rank=gate_rank)
+
+
+def as_json(value: Any) -> str:
+    """A detail's value in an explanation line."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def listed(key: str, label: str) -> Callable[[dict[str, Any]], list[str]]:
+    """``explain`` for a criterion whose details list what failed under ``key``: one line, ``label: …``."""
+    def explain(details: dict[str, Any]) -> list[str]:
+        items = details.get(key)
+        return [f"{label}: " + ", ".join(as_json(item) for item in items)] if items else []
+    return explain
 
 
 def fraction(hits: int, total: int) -> float:
@@ -122,4 +143,5 @@ def pattern_matches(text: str, pattern: str) -> bool:
         return False
 
 
-__all__ = ["Grader", "Grading", "Stop", "fraction", "pattern_matches", "scored_below_one", "value_grader"]
+__all__ = ["Grader", "Grading", "Stop", "as_json", "fraction", "listed", "pattern_matches",
+           "scored_below_one", "value_grader"]

@@ -1,7 +1,10 @@
 """``contains``: the fraction of expected strings (case-insensitive) and patterns the answer has."""
 from __future__ import annotations
 
-from evaljobs.evaluation.graders.base import Grader, Grading, fraction, pattern_matches, scored_below_one
+from collections.abc import Sequence
+
+from evaljobs.evaluation.graders.base import (Grader, Grading, fraction, listed, pattern_matches,
+                                             scored_below_one)
 
 
 def _grade(grading: Grading) -> None:
@@ -16,5 +19,11 @@ def _grade(grading: Grading) -> None:
             details["missing"] = missing
 
 
+def _missing(text: str, wanted: Sequence[str]) -> list[str]:
+    lowered = text.lower()
+    return [f"missing {c!r}" for c in wanted if c.lower() not in lowered]
+
+
 GRADER = Grader("contains", _grade, fault="missing_content", gate_rank=70,
-                blamed=scored_below_one("contains"))
+                blamed=scored_below_one("contains"), text_check=_missing,
+                explain=listed("missing", "missing"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaljobs.evaluation.graders.base import Grader, Grading, fraction, scored_below_one
+from evaljobs.evaluation.graders.base import Grader, Grading, as_json, fraction, scored_below_one
 
 
 def _tool_matches(expected_args: dict[str, Any], actual_args: dict[str, Any]) -> bool:
@@ -36,5 +36,14 @@ def _grade(grading: Grading) -> None:
             details["expected_tools_not_called"] = not_called
 
 
+def _explain(details: dict[str, Any]) -> list[str]:
+    lines = []
+    for wanted in details.get("expected_tools_not_called") or []:
+        args = wanted.get("arguments") if isinstance(wanted, dict) else None
+        name = wanted.get("name") if isinstance(wanted, dict) else wanted
+        lines.append(f"expected tool not called: {name}" + (f" {as_json(args)}" if args else ""))
+    return lines
+
+
 GRADER = Grader("expected_tools", _grade, fault="expected_tool_not_called", gate_rank=40,
-                blamed=scored_below_one("expected_tools"))
+                blamed=scored_below_one("expected_tools"), explain=_explain)

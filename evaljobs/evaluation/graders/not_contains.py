@@ -1,7 +1,10 @@
 """``not_contains``: the fraction of forbidden strings (case-insensitive) and patterns the answer avoids."""
 from __future__ import annotations
 
-from evaljobs.evaluation.graders.base import Grader, Grading, fraction, pattern_matches, scored_below_one
+from collections.abc import Sequence
+
+from evaljobs.evaluation.graders.base import (Grader, Grading, fraction, listed, pattern_matches,
+                                             scored_below_one)
 
 
 def _grade(grading: Grading) -> None:
@@ -16,5 +19,11 @@ def _grade(grading: Grading) -> None:
             details["forbidden"] = found
 
 
+def _forbidden(text: str, forbidden: Sequence[str]) -> list[str]:
+    lowered = text.lower()
+    return [f"forbidden {c!r}" for c in forbidden if c.lower() in lowered]
+
+
 GRADER = Grader("not_contains", _grade, fault="forbidden_content", gate_rank=60,
-                blamed=scored_below_one("not_contains"), all_or_nothing=True)
+                blamed=scored_below_one("not_contains"), all_or_nothing=True, text_check=_forbidden,
+                explain=listed("forbidden", "forbidden"))

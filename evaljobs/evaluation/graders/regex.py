@@ -1,8 +1,10 @@
 """``regex``: the fraction of patterns the answer matches."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from evaljobs.catalog import patterns
-from evaljobs.evaluation.graders.base import Grader, Grading, fraction, scored_below_one
+from evaljobs.evaluation.graders.base import Grader, Grading, fraction, listed, scored_below_one
 
 
 def _grade(grading: Grading) -> None:
@@ -14,4 +16,9 @@ def _grade(grading: Grading) -> None:
             details["unmatched_regex"] = unmatched
 
 
-GRADER = Grader("regex", _grade, fault="regex_mismatch", gate_rank=80, blamed=scored_below_one("regex"))
+def _unmatched(text: str, regexes: Sequence[str]) -> list[str]:
+    return [f"no match for /{r}/" for r in regexes if not patterns.search(r, text)]
+
+
+GRADER = Grader("regex", _grade, fault="regex_mismatch", gate_rank=80, blamed=scored_below_one("regex"),
+                text_check=_unmatched, explain=listed("unmatched_regex", "unmatched regex"))

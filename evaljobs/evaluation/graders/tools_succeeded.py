@@ -2,6 +2,8 @@
 the scenario fails on its mean); the criterion is scored only as a gate, on a conversation with tool calls."""
 from __future__ import annotations
 
+from typing import Any
+
 from evaljobs.evaluation.graders.base import Grader, Grading
 
 
@@ -13,5 +15,10 @@ def _grade(grading: Grading) -> None:
         grading.scores["tools_succeeded"] = 0.0 if tool_errors else 1.0
 
 
+def _explain(details: dict[str, Any]) -> list[str]:
+    return [f"tool error: {failed.get('name')}: {failed.get('error')}"
+            for failed in details.get("tool_errors") or []]
+
+
 GRADER = Grader("tools_succeeded", _grade, fault="tool_error", gate_rank=20,
-                blamed=lambda grading: bool(grading.tool_errors))
+                blamed=lambda grading: bool(grading.tool_errors), explain=_explain)
