@@ -57,7 +57,9 @@ setting nobody can find:
 * a criterion is declared in two modules named for it, its catalog half
   (``evaljobs/catalog/criteria/``) and its grading half (``evaljobs/evaluation/graders/``);
   a criterion the registry handles whole is named nowhere else (``CRITERION_NAMED_ELSEWHERE``
-  lists the exceptions, with why; it only shrinks);
+  lists the exceptions, with why; it only shrinks), and no criterion's name is compared, matched,
+  looked up or listed outside its two modules and the two tables (``CRITERION_HOMONYMS``: a foreign
+  format's words spelled alike, with why; it only shrinks);
 * a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/run_options.py``): no other
   module keeps a tuple, list, set or mapping of them, or passes them one keyword each.
 
@@ -1454,6 +1456,131 @@ def test_a_criterion_named_outside_its_modules_is_found(tmp_path):
         "criteria's table (evaljobs.catalog.criteria) instead",
         "evaljobs/store/runs.py: evaljobs.store.runs no longer names 'other': take it off "
         "CRITERION_NAMED_ELSEWHERE"]
+
+
+#: Modules whose own words are spelled like a criterion (a foreign format's, a form's), each with the names
+#: it may compare, look up or list and why: only shrinks. What branches on a criterion asks the tables.
+CRITERION_HOMONYMS = {
+    # ActiveAgent's own expectation keys (contains, not_contains, regex) and criterion type (llm_judge),
+    # read from its files and mapped onto ours
+    "evaljobs.catalog.importers.activeagent": frozenset({"contains", "not_contains", "regex", "llm_judge"}),
+    # OpenAI evals' sample field `ideal`; the import counts' `assertions` (source assertions imported)
+    "evaljobs.catalog.importers.jsonl": frozenset({"ideal", "assertions"}),
+    # promptfoo's assertion types (contains, regex) and assert-set list (assertions), mapped onto ours; the
+    # key its latency assertion maps to; the import counts
+    "evaljobs.catalog.importers.promptfoo_assertions": frozenset({"contains", "regex", "assertions",
+                                                                  "max_latency_ms"}),
+    "evaljobs.catalog.importers.promptfoo_tests": frozenset({"contains", "regex"}),
+    # the import counts' `assertions`, also a JSON key of `catalog check --json`
+    "evaljobs.catalog.importers.shared": frozenset({"assertions"}),
+    "evaljobs.catalog.importers.openai_evals": frozenset({"assertions"}),
+    "evaljobs.catalog.importers.promptfoo": frozenset({"assertions"}),
+    "evaljobs.cli.catalog": frozenset({"assertions"}),
+    # the search form's `regex` switch (?regex=1)
+    "evaljobs.view.routes": frozenset({"regex"}),
+}
+
+
+def _spelled(node: ast.AST | None, names: set[str]) -> list[str]:
+    """The criterion names a node spells: a string constant, or the constants of a tuple, list or set."""
+    if isinstance(node, ast.Constant) and node.value in names:
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+    return []
+
+
+def _constant(node: ast.AST) -> ast.AST | None:
+    """The node when it is a constant (a key looked up, an attribute asked by name), else None."""
+    return node if isinstance(node, ast.Constant) else None
+
+
+def criteria_branched_on(modules: dict[str, Module], allowed=CRITERION_HOMONYMS) -> list[str]:
+    """A criterion's name, as a string, in a comparison (``name == "llm_judge"``, ``in ("contains", …)``), a
+    ``case``, a key looked up (``scores["llm_judge"]``, ``.get("ideal")``, ``.pop``, ``.setdefault``), an
+    attribute asked by name (``getattr(x, "regex")``) or a list of two or more of them, outside the
+    criterion's two modules and the two tables: code that decides by a criterion's name instead of asking
+    the criterion (``Criterion.judged``, ``enabled_by``, ``fields``; ``Grader.explain``, ``text_check`` …)."""
+    names = set(_criterion_modules(modules, CRITERION_PACKAGES[0]))
+    lines = []
+    for name, module in sorted(modules.items()):
+        if name in CRITERION_PACKAGES:
+            continue
+        own = {n for n in names for package in CRITERION_PACKAGES if name == f"{package}.{n}"}
+        compared = {id(side) for node in module.nodes if isinstance(node, ast.Compare)
+                    for side in (node.left, *node.comparators)}
+        for node in module.nodes:
+            if isinstance(node, ast.Compare):
+                found, what = [n for side in (node.left, *node.comparators) for n in _spelled(side, names)], \
+                    "compares with"
+            elif isinstance(node, ast.MatchValue):
+                found, what = _spelled(node.value, names), "matches"
+            elif isinstance(node, ast.Subscript):
+                found, what = _spelled(_constant(node.slice), names), "looks up"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("get", "pop", "setdefault") and node.args:
+                found, what = _spelled(_constant(node.args[0]), names), "looks up"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1:
+                found, what = _spelled(_constant(node.args[1]), names), "asks the attribute"
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in compared:
+                found, what = _spelled(node, names), "lists"
+                found = found if len(found) >= 2 else []
+            else:
+                continue
+            found = [n for n in found if n not in own and n not in allowed.get(name, ())]
+            if found:
+                lines.append(f"{module.shown}:{node.lineno}: {name} {what} the criterion name "
+                             f"{', '.join(repr(n) for n in found)}: ask the criteria's tables "
+                             f"(evaljobs.catalog.criteria, evaljobs.evaluation.graders) instead")
+    for name, spelled in sorted(allowed.items()):
+        module = modules.get(name)
+        if module is not None:
+            gone = sorted(spelled - {n for n in spelled if any(_named(node) == n for node in module.nodes)})
+            if gone:
+                lines.append(f"{module.shown}: {name} no longer spells {', '.join(gone)}: take it off "
+                             f"CRITERION_HOMONYMS")
+    return lines
+
+
+def test_no_module_decides_by_a_criterions_name(source):
+    assert {"llm_judge", "contains", "ideal", "assertions"} <= set(
+        _criterion_modules(source, CRITERION_PACKAGES[0]))
+    assert not (found := criteria_branched_on(source)), "\n".join(found)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("if name == 'word_limit':\n    pass\n", "compares with the criterion name 'word_limit'"),
+    ("ok = key in ('word_limit', 'other')\n", "compares with the criterion name 'word_limit'"),
+    ("match name:\n    case 'word_limit':\n        pass\n", "matches the criterion name 'word_limit'"),
+    ("x = scores['word_limit']\n", "looks up the criterion name 'word_limit'"),
+    ("x = expect.get('word_limit')\n", "looks up the criterion name 'word_limit'"),
+    ("x = getattr(expect, 'word_limit')\n", "asks the attribute the criterion name 'word_limit'"),
+    ("GATES = ['word_limit', 'shouting']\n", "lists the criterion name 'word_limit', 'shouting'"),
+])
+def test_a_branch_on_a_criterions_name_is_found(tmp_path, text, what):
+    files = {"evaljobs/catalog/criteria/__init__.py": "TABLE = ('word_limit', 'shouting')\n",
+             "evaljobs/catalog/criteria/base.py": "", "evaljobs/evaluation/graders/base.py": "",
+             "evaljobs/evaluation/graders/__init__.py": "if name == 'shouting':\n    pass\n",
+             **{f"evaljobs/{half}/{n}.py": f"if name == {n!r}:\n    x = details[{n!r}]\n"
+                for half in ("catalog/criteria", "evaluation/graders") for n in ("word_limit", "shouting")},
+             # spelling a name is not deciding by it: a score written under it, a message naming it
+             "evaljobs/reports/render.py": "SCORES = {'word_limit': 1.0}\nTEXT = 'word_limit failed'\n",
+             "evaljobs/view/routes.py": "REGEX = query.get('shouting') == '1'\n"}
+    homonyms = {"evaljobs.view.routes": frozenset({"shouting"})}
+    assert criteria_branched_on(planted_tree(tmp_path, files), allowed=homonyms) == []
+    planted = planted_tree(tmp_path / "planted", {**files, "evaljobs/reports/render.py": text})
+    found = criteria_branched_on(planted, allowed=homonyms)
+    assert len(found) == 1 and found[0].startswith("evaljobs/reports/render.py:") and what in found[0], found
+
+
+def test_a_homonym_no_longer_spelled_must_be_taken_off(tmp_path):
+    files = {"evaljobs/catalog/criteria/word_limit.py": "", "evaljobs/evaluation/graders/word_limit.py": "",
+             "evaljobs/view/routes.py": "X = 1\n"}
+    assert criteria_branched_on(planted_tree(tmp_path, files),
+                                allowed={"evaljobs.view.routes": frozenset({"word_limit"})}) == [
+        "evaljobs/view/routes.py: evaljobs.view.routes no longer spells word_limit: take it off "
+        "CRITERION_HOMONYMS"]
 
 
 # -- a run option is declared once: evaljobs.run_options.RUN_OPTIONS ---------------------------------

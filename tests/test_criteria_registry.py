@@ -13,7 +13,8 @@ from evaljobs import api
 from evaljobs.api import Session
 from evaljobs.catalog import CatalogError, criterion_names, gateable_names, loads_catalog
 from evaljobs.catalog import criteria as catalog_criteria
-from evaljobs.catalog.criteria import POSITIVE_INT, positive_int, value_criterion
+from evaljobs.catalog.criteria import (POSITIVE_INT, enabled_by_keys, expect_keys, positive_int,
+                                       value_criterion)
 from evaljobs.catalog.schema import catalog_schema
 from evaljobs.evaluation import graders
 from evaljobs.evaluation.grading import grade
@@ -73,6 +74,17 @@ def test_validation_and_the_digest_read_the_new_key(word_limit):
         catalog_criteria.register(value_criterion(
             "word_limit", description="The answer may have at most this many words.", schema=POSITIVE_INT,
             check=positive_int, label=lambda words: f"words ≤ {words}"))
+
+
+def test_weighted_lists_and_importers_ask_the_table_for_the_new_key(word_limit):
+    # a weighted expect is graded by its assertions alone: the new criterion's key is refused beside it
+    weighted = CATALOG.replace("{contains: [x], word_limit: 2}",
+                               "{weighted: true, assertions: [{kind: builtin}], word_limit: 2}")
+    with pytest.raises(CatalogError, match=r"write word_limit as assertions entries or drop 'weighted'"):
+        loads_catalog(weighted)
+    # an importer gating everything a foreign format expects (ActiveAgent) gates it too
+    assert enabled_by_keys({"contains": ["x"], "word_limit": 2}) == ("contains", "word_limit")
+    assert "word_limit" in expect_keys()
 
 
 def test_grading_applies_the_new_grader(word_limit):

@@ -2,11 +2,14 @@
 
 A criterion is declared once, in two halves because the catalog must not import
 grading: here, what a catalog knows of it (a :class:`Criterion`: its name, the
-keys it owns with their JSON Schema and validation, whether ``expect.gate`` may
-name it, when the expectations enable it, its label in reports); in
+keys it owns with their JSON Schema and validation — handled whole, ``keys``, or
+read by the criterion itself, ``fields``/``read``/``body`` —, the ``expect`` keys
+that enable it, whether ``expect.gate`` may name it, whether an LLM judge scores
+it, whether it grades weighted lists, its label in reports); in
 :mod:`evaljobs.evaluation.graders`, its grade function, registered under the same
-name. The validator, the schema, the digest, the importers, grading and the viewer
-read this table; none of them lists criteria.
+name. The validator, the schema, the digest, the importers, grading, the reports,
+the store and the viewer read this table; none of them lists criteria or decides
+by a criterion's name (``tests/test_architecture.py`` checks).
 
 Adding a criterion shaped like ``token_budget`` (one value, set in ``expect`` or as a
 setting):
