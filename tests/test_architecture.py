@@ -60,8 +60,9 @@ setting nobody can find:
   lists the exceptions, with why; it only shrinks), and no criterion's name is compared, matched,
   looked up or listed outside its two modules and the two tables (``CRITERION_HOMONYMS``: a foreign
   format's words spelled alike, with why; it only shrinks);
-* a per-pair run option is declared once (``RUN_OPTIONS`` in ``evaljobs/run_options.py``): no other
-  module keeps a tuple, list, set or mapping of them, or passes them one keyword each.
+* a run option is declared once (``RUN_OPTIONS`` in ``evaljobs/run_options.py``): no other module
+  builds a ``RunOption``, and none keeps a tuple, list, set or mapping of the per-pair ones, or passes
+  them one keyword each.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -954,6 +955,10 @@ PROVIDERS_AND_GOVERNOR = {
     ("evaljobs/network/errors.py", "from evaljobs.governor import Governor\n",
      "evaljobs/network/errors.py:1: evaljobs.network.errors imports evaljobs.governor, a higher layer "
      "(evaljobs.network sits below evaljobs.governor)"),
+    # the deadline wall stands below the provider client too (no late import dodges it: any import counts)
+    ("evaljobs/network/deadline.py", "def f():\n    from evaljobs.providers import calls\n",
+     "evaljobs/network/deadline.py:2: evaljobs.network.deadline imports evaljobs.providers.calls, a higher "
+     "layer (evaljobs.network sits below evaljobs.providers)"),
 ])
 def test_an_upward_import_between_the_provider_client_and_the_governor_is_found(tmp_path, path, text,
                                                                                  expected):
@@ -1623,6 +1628,29 @@ def run_options_listed_by_hand(modules: dict[str, Module], table: str = RUN_OPTI
                              f"{', '.join(listed)} by hand: derive them from "
                              "evaljobs.run_options.RUN_OPTIONS")
     return lines
+
+
+def run_options_declared_elsewhere(modules: dict[str, Module], table: str = RUN_OPTIONS_MODULE) -> list[str]:
+    """A ``RunOption(…)`` built outside the table: a second declaration of a run option (its default, flag
+    or variable kept somewhere else)."""
+    return [f"{module.shown}:{node.lineno}: {name} declares a run option: add it to "
+            f"evaljobs.run_options.RUN_OPTIONS instead"
+            for name, module in sorted(modules.items()) if name != table for node in module.nodes
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+            and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) == "RunOption"]
+
+
+def test_run_options_are_declared_only_in_their_table(source):
+    assert not (found := run_options_declared_elsewhere(source)), "\n".join(found)
+
+
+def test_a_run_option_declared_outside_the_table_is_found(tmp_path):
+    files = {"evaljobs/run_options.py": "OPTIONS = (RunOption('retries', int, limit=True),)\n",
+             "evaljobs/pipeline/runtime.py": "from evaljobs import run_options\n"
+                                             "EXTRA = run_options.RunOption('seed', int)\n"}
+    assert run_options_declared_elsewhere(planted_tree(tmp_path, files)) == [
+        "evaljobs/pipeline/runtime.py:2: evaljobs.pipeline.runtime declares a run option: add it to "
+        "evaljobs.run_options.RUN_OPTIONS instead"]
 
 
 def test_run_options_are_listed_only_by_their_table(source):
