@@ -701,7 +701,8 @@ class _Context:
             )
             threshold = None
         # the keys of every criterion but the one grading weighted lists; empty lists: a snapshot's body
-        mixed = [k for k in (*weighted_conflicts(), "gate") if weighted and raw.get(k) not in (None, [])]
+        conflicts = (*weighted_conflicts(), "gate") if weighted else ()
+        mixed = [k for k in conflicts if raw.get(k) not in (None, [])]
         if mixed:
             self.add(
                 path + ("weighted",),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence, cast
 import peewee
 from peewee import SQL, fn
 
-from evaljobs.catalog.criteria import judge_criteria_named
+from evaljobs.catalog.criteria import judged_names
 from evaljobs.collector import gc_paused
 from evaljobs.redact import redact_text, redact_value
 from evaljobs.evaluation.result import ERRORED, FAILED, OUTPUT_CAP, PASSED, Result
@@ -542,12 +542,13 @@ def _report_results(run_id: str, *, batched: bool = False) -> list[ReportRow]:
     new, row_type = tuple.__new__, _ROW
     results = [new(row_type, row[:-2] + (parsed[row[-2]], None, row[-1])) for row in rows]
     reused, judged = [], []
+    judge_criteria = judged_names()
     for i, r in enumerate(results):
         if r.reused_from:
             reused.append(i)
         # the judge's prompt, raw answer, score and reason go into the report: read ``details`` only
         # for the pairs a judge was asked about (runs without a judge read nothing more)
-        if r.fault == "judge_unavailable" or judge_criteria_named(r.scores):
+        if r.fault == "judge_unavailable" or not judge_criteria.isdisjoint(r.scores):
             judged.append(i)
     _add_details(run_id, results, "reused", reused, ResultRow.reused_from.is_null(False))
     _add_details(run_id, results, "judge", judged)

@@ -26,7 +26,7 @@ Code outside the package (a plugin, a test) registers at run time instead:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from evaljobs.catalog.criteria import (
@@ -100,12 +100,6 @@ def judged_names() -> frozenset[str]:
     """The criteria whose score is an LLM judge's (``Criterion.judged``): a result scored on one was
     judged."""
     return frozenset(c.name for c in _TABLE.values() if c.judged)
-
-
-def judge_criteria_named(names: Iterable[str]) -> bool:
-    """Whether ``names`` (a result's scores, a scenario's criteria or gates) name a judged criterion."""
-    judged = judged_names()
-    return any(name in judged for name in names)
 
 
 def enabled_by_keys(expect: Mapping[str, Any]) -> tuple[str, ...]:
@@ -212,7 +206,6 @@ __all__ = [
     "expect_keys",
     "gateable_names",
     "gated_alone",
-    "judge_criteria_named",
     "judged_names",
     "positive_int",
     "present_criteria",

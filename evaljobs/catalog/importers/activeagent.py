@@ -74,8 +74,7 @@ import copy
 from typing import Any
 
 from evaljobs.catalog import patterns
-from evaljobs.catalog.criteria import (criterion_names, enabled_by_keys, gated_alone, judge_criteria_named,
-                                       judged_names)
+from evaljobs.catalog.criteria import criterion_names, enabled_by_keys, gated_alone, judged_names
 from evaljobs.catalog.model import DIAGNOSES
 from evaljobs.catalog.importers.shared import Problems, check_keys, key_part, render, strings
 
@@ -427,7 +426,7 @@ def _criteria(problems: Problems, path: tuple, where: str, raw: Any) -> tuple[li
             problems.unsupported(path, where, f"criterion {item!r} is not one evaljobs grades "
                                               f"(known: {', '.join(criterion_names())})",
                                  "use a known criterion (write rubric points into 'judge')")
-    if rubrics and out and not judge_criteria_named(out):
+    if rubrics and out and judged_names().isdisjoint(out):
         out.extend(sorted(judged_names()))
     return out, "\n".join(rubrics) or None
 
