@@ -4,7 +4,9 @@ The grading half of a criterion (the catalog half — name, keys, schema, valida
 gate, label — is :mod:`evaljobs.catalog.criteria`; the catalog must not import
 grading). A :class:`Grader` names its criterion, grades a :class:`Grading` (adds
 its score and details, or raises :class:`Stop`), and says which fault its failure
-stands for and where it comes among failed gates.
+stands for, where it comes among failed gates, what its details say of a failed
+answer (``explain``: JUnit's failure message) and, when a promptfoo built-in
+assertion maps to its key, how that checks a transformed output (``text_check``).
 
 The table's order is the order an answer is graded in: the judge last (a judge
 call costs; an answer that cannot be graded otherwise is not worth one).
