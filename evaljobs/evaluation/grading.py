@@ -14,9 +14,8 @@ from evaljobs.catalog import Scenario
 from evaljobs.catalog.criteria import weighted_criterion
 from evaljobs.evaluation.refused import AssertionRefused
 from evaljobs.evaluation.cost_check import cost_check
-from evaljobs.evaluation.graders import Grader, Grading, Stop, grader, graders
+from evaljobs.evaluation.graders import Grader, Grading, Stop, grader, graders, judgement_passes
 from evaljobs.evaluation.graders import pattern_matches as pattern_matches  # where callers found it
-from evaljobs.evaluation.graders.llm_judge import judgement_passes
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, FAILED, PASSED
 from evaljobs.evaluation.weighted import Outcome, check_outcome, combine, fault_of, walk

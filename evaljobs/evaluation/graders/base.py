@@ -124,6 +124,14 @@ def listed(key: str, label: str) -> Callable[[dict[str, Any]], list[str]]:
     return explain
 
 
+def judgement_passes(verdict: Any, score: float, threshold: float | None) -> bool:
+    """promptfoo's llm-rubric rule, for a judged criterion and a weighted list's judge entries alike: the
+    judge's ``pass`` (true when it gave none), and, with a threshold, the score reaching it. ``verdict`` is a
+    :class:`evaljobs.evaluation.grading.JudgeVerdict`."""
+    passed = verdict.passed is not False
+    return passed and (threshold is None or score >= threshold)
+
+
 def fraction(hits: int, total: int) -> float:
     return hits / total if total else 1.0
 
@@ -143,5 +151,5 @@ def pattern_matches(text: str, pattern: str) -> bool:
         return False
 
 
-__all__ = ["Grader", "Grading", "Stop", "as_json", "fraction", "listed", "pattern_matches",
-           "scored_below_one", "value_grader"]
+__all__ = ["Grader", "Grading", "Stop", "as_json", "fraction", "judgement_passes", "listed",
+           "pattern_matches", "scored_below_one", "value_grader"]

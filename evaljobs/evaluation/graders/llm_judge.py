@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from evaljobs.catalog import Scenario
-from evaljobs.evaluation.graders.base import Grader, Grading, Stop
+from evaljobs.evaluation.graders.base import Grader, Grading, Stop, judgement_passes
 
 
 def judge_threshold(scenario: Scenario) -> float:
@@ -14,13 +14,6 @@ def judge_threshold(scenario: Scenario) -> float:
     ``pass_threshold``."""
     threshold = scenario.expect.judge_threshold
     return scenario.pass_threshold if threshold is None else threshold
-
-
-def judgement_passes(verdict: Any, score: float, threshold: float | None) -> bool:
-    """promptfoo's llm-rubric rule: the judge's ``pass`` (true when it gave none), and, with a threshold,
-    the score reaching it. ``verdict`` is a :class:`evaljobs.evaluation.grading.JudgeVerdict`."""
-    passed = verdict.passed is not False
-    return passed and (threshold is None or score >= threshold)
 
 
 def _grade(grading: Grading) -> None:
