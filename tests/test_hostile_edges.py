@@ -5,6 +5,7 @@ Each test here is a row of RELIABILITY.md's "Hostile edges" table.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -376,8 +377,9 @@ def test_a_sigkilled_workers_pair_is_redelivered_with_the_default_heartbeat(redi
         assert [r.status for r in results] == ["passed"], results
         assert sim.stats()["requests"] == 2
     log = (tmp_path / "survivor.log").read_text()
-    assert (f"handed back 1 unacked message(s) of 1 worker process(es) silent for more than {timeout_ms} ms"
-            in log), log[-3000:]
+    # of 1 or 2 processes: the `run` that submitted (it beat as it enqueued) may be reaped in the same beat
+    assert re.search(rf"handed back 1 unacked message\(s\) of [12] worker process\(es\) silent for more than "
+                     rf"{timeout_ms} ms", log), log[-3000:]
     # The rule, not a race: the hand-back came after the dead process was silent for the timeout (seen
     # after it happened), and the provider call after the scout window the dead call had opened.
     assert handed_back * 1000 - last_beat_ms >= timeout_ms
