@@ -77,14 +77,14 @@ def short_leases(tmp_path, monkeypatch) -> Path:
     ids=["200-pairs", "soak-2000-pairs"],
 )
 def test_workers_sigkilled_every_second_lose_and_double_nothing(
-    redis_url, pg_url, sim, short_leases, tmp_path, scenarios, seconds
+    broker_url, pg_url, sim, short_leases, tmp_path, scenarios, seconds
 ):
     catalog, models = numbered_catalog(scenarios, "killed"), ["sim/a", "sim/b"]
     # Deliberate kills also count against the pairs in flight (see evaljobs.pipeline.crash_counting): far
     # above what a pair meets here, so the test shows that killed work is redone, never given up on.
     # verbose: each provider call is a log line, which is how the test tells a worker at work.
     fleet = Fleet(
-        redis_url,
+        broker_url,
         pg_url,
         tmp_path / "logs",
         count=2,
@@ -92,7 +92,7 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(
         env={"EVALJOBS_MAX_CRASHES": "25"},
         verbose=True,
     )
-    with fleet_run(fleet, catalog, models, db=pg_url, broker=redis_url) as run:
+    with fleet_run(fleet, catalog, models, db=pg_url, broker=broker_url) as run:
         started = last_kill = time.monotonic()
         while store.get_run(run.id).report is None and time.monotonic() - started < seconds:
             time.sleep(0.2)
@@ -102,7 +102,8 @@ def test_workers_sigkilled_every_second_lose_and_double_nothing(
         elapsed = time.monotonic() - started
     assert_all_passed(run.id)
     assert fleet.kills >= 3, "the run finished before the workers were killed: nothing was tested"
-    observe("sigkill-workers", kills=fleet.kills, seconds=f"{elapsed:.0f}", **run.observed)
+    broker = "rabbitmq" if broker_url.startswith("amqp") else "redis"
+    observe(f"sigkill-workers-{broker}", kills=fleet.kills, seconds=f"{elapsed:.0f}", **run.observed)
 
 
 # -- graceful shutdown ----------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ server): the provider's request count equals the attempts the results record, so
 twice behind the report's back. Each prints one ``RELIABILITY`` line (``pytest -s … | grep
 RELIABILITY``); RELIABILITY.md tabulates them.
 
-A broker other than Redis (RabbitMQ) plugs in through :data:`BACKENDS`: a link named for it on the
-machine, its server listening on :meth:`Machine.server_host`, its URL as the fleet's broker.
+RabbitMQ is one of :data:`BACKENDS`: a link named for it on the machine, a ``rabbitmq-server`` of this
+module listening on :meth:`Machine.server_host`; when it is the service cut, it is the fleet's broker
+(its state, the governor and the run events, on the Redis the machine still reaches).
 """
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ import pytest
 
 from evaljobs import store
 from evaljobs.catalog import load_catalog
+from evaljobs.config import DEFAULT_QUEUE
 from helpers import (
     CountingServer,
     Fleet,
     PostgresServer,
+    RabbitmqServer,
     RedisServer,
     counting_files,
     fleet_run,
@@ -40,8 +43,8 @@ from helpers.workers import wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
-#: The services a worker machine reaches over a link of its own (a RabbitMQ broker adds "rabbitmq").
-BACKENDS = ["redis", "postgres"]
+#: The services a worker machine reaches over a link of its own; RabbitMQ is the broker when it is cut.
+BACKENDS = ["redis", "postgres", "rabbitmq"]
 #: How long a partition lasts (the issue's figure).
 PARTITION_SECONDS = 20.0
 #: The provider's answer time: slow enough that a run of PAIRS spans the fault.
@@ -75,6 +78,14 @@ def servers(machine):
     yield {"redis": redis_server, "postgres": postgres}
     redis_server.close()
     postgres.close()
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(machine):
+    """A RabbitMQ node where the machine's "rabbitmq" link leads, started only for the tests that use it."""
+    server = RabbitmqServer(host=machine.server_host("rabbitmq"))
+    yield server
+    server.close()
 
 
 @pytest.fixture
@@ -114,18 +125,40 @@ def provider(network, tmp_path, monkeypatch, request):
     server.stop()
 
 
-def _fleet(network: Machine, urls: dict, logs: Path) -> Fleet:
-    return Fleet(urls["redis"], urls["postgres"], logs, count=1, threads=4, prefix=network.command())
+def _broker(request: pytest.FixtureRequest, urls: dict, broker: str) -> str:
+    """The broker URL the fleet and the test use: the Redis, or this module's RabbitMQ (its queue emptied,
+    its state in the Redis: ``EVALJOBS_REDIS_URL``, set before the workers copy the environment)."""
+    if broker == "redis":
+        return urls["redis"]
+    server = request.getfixturevalue("rabbitmq")
+    server.delete_queues(DEFAULT_QUEUE)
+    request.getfixturevalue("monkeypatch").setenv("EVALJOBS_REDIS_URL", urls["redis"])
+    return server.url
 
 
-def _settled(fleet: Fleet, redis_url: str) -> None:
-    """Every message acked while the worker still runs: none is left in its ack set, to run again at its
-    restart, and no ack was given up ("You've found a bug in Dramatiq": a timed-out ack)."""
-    assert wait_until(lambda: redis_queue_state(redis_url)["unacked"] == 0, 60), (
-        f"{redis_queue_state(redis_url)['unacked']} message(s) stay unacked in a live worker\n"
-        f"{fleet.log_text()}")
+def _fleet(network: Machine, urls: dict, broker: str, logs: Path) -> Fleet:
+    return Fleet(broker, urls["postgres"], logs, count=1, threads=4, prefix=network.command())
+
+
+def _settled(fleet: Fleet, urls: dict, broker: str) -> None:
+    """Every message acked while the worker still runs: none is left in its ack set (Redis), to run again
+    at its restart, and no ack was given up ("You've found a bug in Dramatiq": a timed-out ack). On
+    RabbitMQ, what the live worker holds is invisible to another connection: :func:`_drained` checks
+    the queue once the worker has stopped."""
+    if broker == urls["redis"]:
+        assert wait_until(lambda: redis_queue_state(broker)["unacked"] == 0, 60), (
+            f"{redis_queue_state(broker)['unacked']} message(s) stay unacked in a live worker\n"
+            f"{fleet.log_text()}")
     logs = "".join(path.read_text(errors="replace") for path in fleet.logs.glob("*.log"))
     assert "You've found a bug in Dramatiq" not in logs, logs[-3000:]
+
+
+def _drained(request: pytest.FixtureRequest, urls: dict, broker: str) -> None:
+    """After the workers stopped: nothing left on the RabbitMQ queues (a message the worker held unacked
+    is ready again once its connection closed), so nothing would run again at a restart."""
+    if broker != urls["redis"]:
+        left = request.getfixturevalue("rabbitmq").ready(DEFAULT_QUEUE)
+        assert left == 0, f"{left} message(s) left on RabbitMQ after the run completed"
 
 
 def _provider_matches_attempts(run_id: str, server: CountingServer) -> dict:
@@ -136,12 +169,14 @@ def _provider_matches_attempts(run_id: str, server: CountingServer) -> dict:
     return {"provider_requests": sent, "recorded_attempts": attempts}
 
 
-@pytest.mark.parametrize("service", BACKENDS)
+@pytest.mark.parametrize("service", [pytest.param(name, marks=pytest.mark.rabbitmq) if name == "rabbitmq"
+                                     else name for name in BACKENDS])
 def test_a_worker_cut_off_from_a_backend_for_20_s_resumes_and_loses_nothing(network, urls, provider, tmp_path,
-                                                                            service):
+                                                                            service, request):
     server, catalog = provider
-    fleet = _fleet(network, urls, tmp_path / "logs")
-    with fleet_run(fleet, catalog, ["counted/m"], db=urls["postgres"], broker=urls["redis"]) as run:
+    broker = _broker(request, urls, "rabbitmq" if service == "rabbitmq" else "redis")
+    fleet = _fleet(network, urls, broker, tmp_path / "logs")
+    with fleet_run(fleet, catalog, ["counted/m"], db=urls["postgres"], broker=broker) as run:
         assert wait_until(lambda: store.get_run(run.id).persisted >= 8, 120), fleet.log_text()
         network.cut(service)
         cut_at = time.monotonic()
@@ -156,7 +191,8 @@ def test_a_worker_cut_off_from_a_backend_for_20_s_resumes_and_loses_nothing(netw
         resumed_at = time.monotonic()
         assert wait_until(lambda: store.get_run(run.id).report is not None, FINISH_WITHIN), fleet.log_text()
         finished_at = time.monotonic()
-        _settled(fleet, urls["redis"])
+        _settled(fleet, urls, broker)
+    _drained(request, urls, broker)
     counted = _provider_matches_attempts(run.id, server)
     observe(f"netns-cut-{service}", seconds_cut=f"{healed_at - cut_at:.1f}", persisted_at_cut=at_cut,
             persisted_at_heal=at_heal.persisted, resumed_after_heal=f"{resumed_at - healed_at:.1f}",
@@ -164,17 +200,20 @@ def test_a_worker_cut_off_from_a_backend_for_20_s_resumes_and_loses_nothing(netw
 
 
 @pytest.mark.parametrize("provider", [SLOW_LINK_PAIRS], indirect=True, ids=[f"{SLOW_LINK_PAIRS}-pairs"])
+@pytest.mark.parametrize("broker_name", ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
 def test_a_worker_behind_300_ms_and_5_percent_loss_finishes_every_pair_once(network, urls, provider,
-                                                                             tmp_path):
+                                                                             tmp_path, broker_name, request):
     server, catalog = provider
+    broker = _broker(request, urls, broker_name)
     network.impair(delay=0.15, loss=0.05)  # each way, on every link: +300 ms a round trip
-    fleet = _fleet(network, urls, tmp_path / "logs")
+    fleet = _fleet(network, urls, broker, tmp_path / "logs")
     started = time.monotonic()
-    with fleet_run(fleet, catalog, ["counted/m"], db=urls["postgres"], broker=urls["redis"]) as run:
+    with fleet_run(fleet, catalog, ["counted/m"], db=urls["postgres"], broker=broker) as run:
         finished = wait_until(lambda: store.get_run(run.id).report is not None, FINISH_WITHIN * 2)
         assert finished, fleet.log_text()
         elapsed = time.monotonic() - started
-        _settled(fleet, urls["redis"])
+        _settled(fleet, urls, broker)
+    _drained(request, urls, broker)
     counted = _provider_matches_attempts(run.id, server)
-    observe("netns-latency-loss", rtt_added_ms=300, loss_each_way="5%", seconds=f"{elapsed:.1f}", **counted,
-            **run.observed)
+    observe(f"netns-latency-loss-{broker_name}", rtt_added_ms=300, loss_each_way="5%",
+            seconds=f"{elapsed:.1f}", **counted, **run.observed)

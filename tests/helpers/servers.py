@@ -290,22 +290,26 @@ class RabbitmqServer(_ProcessServer):
     Its own node name, distribution port and epmd port (``ERL_EPMD_PORT``), so it clashes with no
     RabbitMQ or Erlang node on the machine; no config or plugins file of the system's is read.
     ``restart()`` keeps the port and the data (durable queues and persistent messages survive it).
-    Start-up takes seconds: one server per test session.
+    Start-up takes seconds: one server per test session. ``host``: also listened on (a loopback address
+    another network namespace routes to), as :class:`PostgresServer`'s.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1") -> None:
         self.binary = _rabbitmq_binary()
+        self.host = host
         self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="evaljobs-rabbitmq-"))
         self.node = f"evaljobs{self.port}@localhost"
         self.log = self.dir / "stdout.log"
         self.process: subprocess.Popen | None = None
-        (self.dir / "rabbitmq.conf").write_text("loopback_users = none\n")
+        # "default" replaces RabbitMQ's own 5672; a second listener on the link's address, if any
+        listeners = f"listeners.tcp.default = 127.0.0.1:{self.port}\n" + (
+            f"listeners.tcp.link = {host}:{self.port}\n" if host != "127.0.0.1" else "")
+        (self.dir / "rabbitmq.conf").write_text("loopback_users = none\n" + listeners)
         (self.dir / "enabled_plugins").write_text("[].\n")
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir), "LANG": "C.UTF-8",
-            "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-            "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_NODENAME": self.node, "RABBITMQ_DIST_PORT": str(self.dist_port),
             "ERL_EPMD_PORT": str(self.epmd_port), "ERL_EPMD_ADDRESS": "127.0.0.1",
             "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"), "RABBITMQ_LOG_BASE": str(self.dir / "log"),
             "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq"),
@@ -326,7 +330,7 @@ class RabbitmqServer(_ProcessServer):
 
     @property
     def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
     def start(self) -> None:
         if self.running:
