@@ -13,7 +13,7 @@ in Redis.
 Other brokers (the in-process ``StubBroker``) enqueue one by one as before; so
 does a Redis broker whose internals this module does not recognise (a newer
 Dramatiq), rather than guessing. The Dramatiq internals this relies on are in
-:mod:`evaljobs.pipeline.dramatiq_internals`, pinned by a test.
+:mod:`evaljobs.on_demand.dramatiq_internals`, pinned by a test.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import sys
 from typing import Sequence
 
 import dramatiq
+
+from evaljobs.pipeline import on_demand
 
 logger = logging.getLogger("evaljobs.enqueue")
 
@@ -35,12 +37,10 @@ def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) 
     # not loaded: not a Redis broker (start-up time)
     redis_brokers = sys.modules.get("dramatiq.brokers.redis")
     if redis_brokers is not None and isinstance(broker, redis_brokers.RedisBroker):
-        # start-up time: only on Redis
-        from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
-
-        if pipelinable(broker):
+        internals = on_demand.dramatiq_internals  # loaded already: the broker is a Redis one
+        if internals.pipelinable(broker):
             for start in range(0, len(messages), CHUNK):
-                enqueue_pipelined(broker, messages[start:start + CHUNK])
+                internals.enqueue_pipelined(broker, messages[start:start + CHUNK])
             return
     for message in messages:
         broker.enqueue(message)
