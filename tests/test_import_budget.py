@@ -54,8 +54,8 @@ EMBEDDED_RUN_FORBIDDEN = (
 )
 #: Nor what only other commands, other catalog formats or other report formats use: the converters of
 #: foreign catalogs, reruns, recovery, reuse, comparisons, the JUnit (xml.etree) and HTML renderers, the
-#: worker pool, and ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
-#: `expect.diagnose`.
+#: worker pool, ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
+#: `expect.diagnose`, and what is listed below.
 EMBEDDED_RUN_UNUSED = (
     "evaljobs.catalog.importers.activeagent",
     "evaljobs.catalog.importers.promptfoo",
@@ -71,6 +71,19 @@ EMBEDDED_RUN_UNUSED = (
     "evaljobs.workers.serve",
     "evaljobs.workers.pool",
     "evaljobs.evaluation.diagnosis",
+    # issue 42 (start-up): the viewer's queries and the reviewers' labels (the store's face loads them on
+    # first use), promptfoo's assertions for a catalog without any, the OpenAI evals importer, the
+    # brokers' and the fleet's modules for another broker, and the viewer itself
+    "evaljobs.store.pages",
+    "evaljobs.store.labels",
+    "evaljobs.evaluation.promptfoo_checks",
+    "evaljobs.catalog.importers.openai_evals",
+    "evaljobs.pipeline.rabbitmq",
+    "evaljobs.pipeline.dramatiq_internals",
+    "pika",
+    "evaljobs.workers.status",
+    "evaljobs.workers.metrics",
+    "evaljobs.view",
     # httpx's command-line client, and pygments it imports when installed (pytest brings it)
     "pygments",
     "rich",

@@ -34,8 +34,8 @@ from typing import Any
 
 from evaljobs.catalog import patterns
 from evaljobs.config import code_environment, settings
+from evaljobs import evaluation
 from evaljobs.evaluation import grading_deadline
-from evaljobs.evaluation.promptfoo_checks import check as promptfoo_check
 from evaljobs.isolation import CODE_HINT, isolated
 
 #: Seconds one JavaScript or Python call may take.
@@ -394,7 +394,7 @@ class ProcessRunner:
                     python=True,
                 )
             if kind == "promptfoo":  # its own not- handling (promptfoo's inverse) is in the check
-                return promptfoo_check(assertion, _as_text(output))
+                return evaluation.promptfoo_checks.check(assertion, _as_text(output))
             if kind == "json_schema":
                 passed, score, reason = _json_schema(output, assertion.get("schema"))
             elif kind == "builtin":
