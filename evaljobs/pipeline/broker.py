@@ -4,7 +4,7 @@
 driven by a real :class:`dramatiq.Worker` with ``width`` threads (both as subclasses from
 :mod:`~evaljobs.pipeline.memory_worker`, whose worker stops at once); ``redis://``
 is Dramatiq's Redis broker shared by any number of worker machines, and ``amqp://``
-Dramatiq's RabbitMQ broker (:mod:`~evaljobs.on_demand.rabbitmq`). All get
+Dramatiq's RabbitMQ broker (:mod:`~evaljobs.pipeline.rabbitmq`). All get
 the same actors and the same middleware, in this order:
 
 1. ``ContextMiddleware`` first. Dramatiq runs ``before_*`` hooks in list order
@@ -217,7 +217,7 @@ def start_memory_worker(binding: Binding, width: int) -> dramatiq.Worker:
     return worker
 
 
-#: Names this module re-exported from :mod:`evaljobs.on_demand.dramatiq_internals` (still importable
+#: Names this module re-exported from :mod:`evaljobs.pipeline.dramatiq_internals` (still importable
 #: from here; loaded on first use, as they load the Redis client).
 _INTERNALS = {"CONSUMER_POLL_MS": "CONSUMER_POLL_MS", "_WakeableConsumer": "WakeableConsumer",
               "_RedisBroker": "WakingRedisBroker"}

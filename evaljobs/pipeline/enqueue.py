@@ -13,7 +13,7 @@ in Redis.
 Other brokers (the in-process ``StubBroker``) enqueue one by one as before; so
 does a Redis broker whose internals this module does not recognise (a newer
 Dramatiq), rather than guessing. The Dramatiq internals this relies on are in
-:mod:`evaljobs.on_demand.dramatiq_internals`, pinned by a test.
+:mod:`evaljobs.pipeline.dramatiq_internals`, pinned by a test.
 """
 from __future__ import annotations
 

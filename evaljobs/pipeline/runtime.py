@@ -195,7 +195,7 @@ def judge_for(settings: RunSettings, allow=None, release=None) -> ProviderJudge:
 def calls(cache: bool = False, batch: tuple[str, ...] = (), kind: str = "") -> ProviderCalls:
     """How this process's provider calls are made: governed by the worker context, and answered
     from the store's response cache for a run with ``--cache``; a batch run's calls to the
-    providers in ``batch`` through their batch APIs (:mod:`evaljobs.on_demand.batching`)."""
+    providers in ``batch`` through their batch APIs (:mod:`evaljobs.pipeline.batching`)."""
     lane = None
     if batch:
         lane = on_demand.batching.StoreLane()  # only batch runs load batching

@@ -6,7 +6,7 @@ bar. Why: a run enqueued on Redis with no worker consuming its queue used to sho
 "ETA 0.0s" forever; a ``watch`` without Redis sees no events from workers elsewhere and moved in
 5-second jumps without saying why. The bar now says
 both, once, as notes. It sits with the workers because what it asks when nothing moves is
-whether any worker takes the run's messages (:func:`evaljobs.on_demand.status.read_queues`).
+whether any worker takes the run's messages (:func:`evaljobs.workers.status.read_queues`).
 """
 from __future__ import annotations
 
