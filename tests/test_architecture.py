@@ -124,7 +124,7 @@ LATE_IMPORTS_FREE = ("evaljobs.cli",)
 #: How many in-function imports of our own modules there may be outside ``LATE_IMPORTS_FREE``: start-up
 #: laziness is one mechanism (``evaljobs/lazy.py``: a face's PEP 562 ``__getattr__``), not a late import
 #: at each place of use. A ratchet (issue 41: 118 before the faces, 20 the target): it only goes down.
-MAX_LATE_IMPORTS = 79
+MAX_LATE_IMPORTS = 7
 KEPT_WHOLE = re.compile(r"\b(stays?|kept|keep) whole\b", re.IGNORECASE)
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 _ENV_WRITERS = {"putenv", "unsetenv"}

@@ -13,12 +13,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import click
 import click.testing
 
 from evaljobs.cli import COMMANDS, load_command, main
+from helpers.counting_provider import CountingProvider, handler_for
 
 #: Runs the evaljobs console entry point with ARGS, then writes the imported modules to $MODULES_OUT.
 _RUNNER = """
@@ -54,8 +57,8 @@ EMBEDDED_RUN_FORBIDDEN = (
 )
 #: Nor what only other commands, other catalog formats or other report formats use: the converters of
 #: foreign catalogs, reruns, recovery, reuse, comparisons, the JUnit (xml.etree) and HTML renderers, the
-#: worker pool, and ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
-#: `expect.diagnose`.
+#: worker pool, ActiveAgent's diagnosis heuristics (regexes compiled at import) for a catalog without
+#: `expect.diagnose`, and what is listed below.
 EMBEDDED_RUN_UNUSED = (
     "evaljobs.catalog.importers.activeagent",
     "evaljobs.catalog.importers.promptfoo",
@@ -71,6 +74,19 @@ EMBEDDED_RUN_UNUSED = (
     "evaljobs.workers.serve",
     "evaljobs.workers.pool",
     "evaljobs.evaluation.diagnosis",
+    # issue 42 (start-up): the viewer's queries and the reviewers' labels (the store's face loads them on
+    # first use), promptfoo's assertions for a catalog without any, the OpenAI evals importer, the
+    # brokers' and the fleet's modules for another broker, and the viewer itself
+    "evaljobs.store.pages",
+    "evaljobs.store.labels",
+    "evaljobs.evaluation.promptfoo_checks",
+    "evaljobs.catalog.importers.openai_evals",
+    "evaljobs.pipeline.rabbitmq",
+    "evaljobs.pipeline.dramatiq_internals",
+    "pika",
+    "evaljobs.workers.status",
+    "evaljobs.workers.metrics",
+    "evaljobs.view",
     # httpx's command-line client, and pygments it imports when installed (pytest brings it)
     "pygments",
     "rich",
@@ -131,6 +147,32 @@ def test_a_run_on_the_embedded_default_loads_neither_redis_nor_psycopg2(tmp_path
     assert {"evaljobs.pipeline.actors", "evaljobs.store", "sqlite3", "peewee", "httpx"} <= modules
     assert _offenders(modules, EMBEDDED_RUN_FORBIDDEN, importtime) == []
     assert _offenders(modules, EMBEDDED_RUN_UNUSED, importtime) == []
+
+
+def test_a_run_against_a_real_provider_loads_no_simulator(tmp_path):
+    """The simulator (its HTTP server, answers and batch desk) loads when a ``sim/`` model is asked for,
+    not for a run whose models are a provider's — here one we did not write, on loopback."""
+    provider = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(CountingProvider(cap=4, latency=0.0,
+                                                                                  announce=False)))
+    provider.daemon_threads = True
+    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "providers.yaml").write_text(
+            f"providers:\n  counting:\n    api: openai\n    base_url: http://127.0.0.1:{provider.server_port}/v1\n",
+            encoding="utf-8")
+        (tmp_path / "one.yaml").write_text(
+            "name: one\nscenarios:\n  - key: hello\n    prompt: \"Say ok\"\n"
+            "    expect: {contains: [\"ok\"]}\n", encoding="utf-8")
+        code, modules, importtime = _run(tmp_path, "run", "one.yaml", "-m", "counting/any",
+                                         "--providers", "providers.yaml",
+                                         env={"EVALJOBS_DATABASE_URL": f"sqlite:///{tmp_path}/run.db"})
+    finally:
+        provider.shutdown()
+        provider.server_close()
+    assert code == 0, importtime[-3000:]
+    assert {"evaljobs.pipeline.actors", "httpx"} <= modules  # it ran, through the provider client
+    assert _offenders(modules, ("evaljobs.simulated.server", "evaljobs.simulated.answers",
+                                "evaljobs.simulated.batches"), importtime) == []
 
 
 def test_the_command_table_matches_the_commands():

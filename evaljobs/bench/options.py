@@ -15,7 +15,9 @@ from typing import Any, Callable, Sequence
 from evaljobs.bench.engine import run_bench
 from evaljobs.bench.model import BenchResult, BenchSpec, SessionFactory, parse_strategies, parse_widths
 from evaljobs.bench.render import render_table, write_outputs
+from evaljobs import workers
 from evaljobs.config import REDIS_SCHEMES
+from evaljobs.simulated import parse_simulate_options
 from evaljobs.errors import OptionError, UsageError
 
 
@@ -34,9 +36,6 @@ def parse_simulate(text: str | None) -> dict[str, Any] | None:
     the benchmark starts one provider on a free loopback port, whatever was asked)."""
     if text is None:
         return None
-    # start-up time: only a simulated benchmark reads the simulator's options
-    from evaljobs.simulated import parse_simulate_options
-
     try:
         options = parse_simulate_options(text)
     except ValueError as exc:
@@ -72,10 +71,7 @@ def benchmark(catalog: str, models: Sequence[str], *, sessions: SessionFactory, 
     if not Path(catalog).exists():
         raise OptionError(f"catalog file '{catalog}' does not exist", "CATALOG")
     if broker.startswith(REDIS_SCHEMES):
-        # start-up time: only a benchmark on Redis pings it
-        from evaljobs.workers.launch import ping_redis
-
-        ping_redis(broker)  # one line now, rather than a worker process failing to start
+        workers.launch.ping_redis(broker)  # one line now, rather than a worker process failing to start
     spec = BenchSpec(catalog=catalog, models=list(models), strategies=parse_strategies(strategies),
                      widths=parse_widths(widths), repeat=repeat, broker=broker, db=db,
                      simulate=parse_simulate(simulate), providers=providers, processes=processes,

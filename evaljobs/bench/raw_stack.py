@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from evaljobs import bench  # the faces only: a raw-stack worker (`serve`) loads none of evaljobs' code
+
 #: How long a worker process may take to say it is ready.
 READY_TIMEOUT = 60.0
 _READY = "raw-stack worker ready"
@@ -168,9 +170,6 @@ def measure_raw_stack(
     import redis
     from dramatiq.brokers.redis import RedisBroker
 
-    # the raw-stack workers (`serve`) load none of evaljobs
-    from evaljobs.bench.meter import ProcessMeter
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     db = out / "raw-stack.db"
@@ -187,7 +186,7 @@ def measure_raw_stack(
         rounds: list[dict[str, Any]] = []
         for index in range(repeat + 1):
             run_id = secrets.token_hex(6)
-            meter = ProcessMeter(lambda: [p.pid for p in procs])
+            meter = bench.ProcessMeter(lambda: [p.pid for p in procs])
             meter.start()
             started = time.perf_counter()
             for i in range(pairs):
@@ -224,9 +223,8 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
     """For each width: the raw stack, then evaljobs' fan-out cell (``evaljobs bench``, run as the
     command, with ``EVALJOBS_PAIRS_PER_MESSAGE`` set) once per ``pairs_per_message``, same Redis and
     provider settings (zero latency), back to back, so the ratio is of one moment of the machine."""
-    # the raw-stack workers (`serve`) load none of evaljobs
+    # the driver only: the raw-stack workers (`serve`) load none of evaljobs' code
     from evaljobs import config
-    from evaljobs.bench.render import load_result
     from evaljobs.catalog import load_catalog
     from evaljobs.simulated import SimulatedProvider
 
@@ -249,7 +247,7 @@ def compare(catalog: str, broker_url: str, *, widths: tuple[int, ...] = (2, 8), 
                             "--broker", broker_url, "--simulate", "latency=0", "--processes", str(processes),
                             "--out", str(cell_out), "--governor" if governor else "--no-governor"],
                            env=env, check=True, stdout=subprocess.DEVNULL)
-            result = load_result(cell_out / "bench.json")
+            result = bench.load_result(cell_out / "bench.json")
             cell = result.cells[0]
             rows.append({"width": width, "processes": processes, "pairs": pairs, "pairs_per_message": batch,
                          "raw_stack_wall_s": raw["wall_s"], "raw_stack_pairs_per_s": raw["pairs_per_s"],

@@ -34,6 +34,7 @@ from typing import Any
 
 from evaljobs.catalog.model import SET_ENTRIES
 from evaljobs.config import code_environment, settings
+from evaljobs import evaluation
 from evaljobs.evaluation import grading_deadline
 from evaljobs.evaluation.graders import graders
 from evaljobs.evaluation.refused import AssertionRefused
@@ -391,8 +392,7 @@ class ProcessRunner:
                     python=True,
                 )
             if kind == "promptfoo":  # its own not- handling (promptfoo's inverse) is in the check
-                from evaljobs.evaluation.promptfoo_checks import check  # start-up time: promptfoo's only
-                return check(assertion, _as_text(output))
+                return evaluation.promptfoo_checks.check(assertion, _as_text(output))
             if kind == "json_schema":
                 passed, score, reason = _json_schema(output, assertion.get("schema"))
             elif kind == "builtin":

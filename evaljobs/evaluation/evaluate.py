@@ -15,6 +15,7 @@ from evaljobs.catalog import Scenario
 from evaljobs.catalog import patterns
 from evaljobs.catalog.modelspec import ModelSpec
 from evaljobs.evaluation.adapters import Adapter, DeadlineExceeded, call_adapter
+from evaljobs.evaluation.assertions import process_runner
 from evaljobs.evaluation.grading import Judge, grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import ERRORED, Result
@@ -110,11 +111,7 @@ def _evaluate(
 
     try:
         runner = None
-        if scenario.expect.assertions:
-            from evaljobs.evaluation.assertions import (
-                process_runner,  # lazy: only imported suites carry external assertions
-            )
-
+        if scenario.expect.assertions:  # only imported suites carry external assertions
             runner = process_runner()
         grades = grade(scenario, replay, judge, runner)
     except InBatch:

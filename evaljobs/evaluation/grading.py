@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from evaljobs import evaluation
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.criteria import weighted_criterion
 from evaljobs.evaluation.refused import AssertionRefused
@@ -163,15 +164,16 @@ def _diagnose(
     answer = replay.answer or ""
     if not scenario.expect.diagnose or not answer.strip():
         return set()
-    # Imported by the scenarios that ask for a heuristic (its regexes compile at import: start-up time).
-    from evaljobs.evaluation.diagnosis import missing_capability, ungrounded_answer
-
+    # Loaded by the scenarios that ask for a heuristic (its regexes compile at import: start-up time).
+    diagnosis = evaluation.diagnosis
     called = [c.name for c in replay.tool_calls]
     found = {}
     if "missing_capability" in scenario.expect.diagnose:
-        found["missing_capability"] = missing_capability(answer, called, scores, scenario.pass_threshold)
+        found["missing_capability"] = diagnosis.missing_capability(answer, called, scores,
+                                                                   scenario.pass_threshold)
     if "ungrounded_answer" in scenario.expect.diagnose:
-        found["ungrounded_answer"] = ungrounded_answer(answer, [t.name for t in scenario.tools], called)
+        found["ungrounded_answer"] = diagnosis.ungrounded_answer(answer, [t.name for t in scenario.tools],
+                                                                 called)
     fired = {name: quote for name, quote in found.items() if quote is not None}
     if fired:
         details["diagnosis"] = fired

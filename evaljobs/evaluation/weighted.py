@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaljobs import evaluation
 from evaljobs.catalog.model import SET_ENTRIES
-from evaljobs.evaluation import promptfoo_checks
 from evaljobs.evaluation.assertions import builtin_checks
 from evaljobs.evaluation.graders import graders
 
@@ -96,7 +96,7 @@ def combine(entries, threshold: float | None, evaluate: Evaluate, label: str = "
 def check_outcome(entry: dict, text: str) -> Outcome:
     """A ``builtin`` or ``promptfoo`` entry without transforms: checked in this process."""
     if entry.get("kind") == "promptfoo":
-        passed, score, reason = promptfoo_checks.check(entry, text)
+        passed, score, reason = evaluation.promptfoo_checks.check(entry, text)  # loaded by promptfoo's only
     else:
         passed, score, reason = builtin_checks(text, entry.get("expect") or {})
     return Outcome(label=entry.get("label") or "builtin", passed=passed, score=score, reason=reason,

@@ -56,6 +56,7 @@ from evaljobs.pipeline import actors, context, events
 from evaljobs.pipeline.context import WorkerContext
 from evaljobs.pipeline.host_middleware import host_middleware, installed, references
 from evaljobs.pipeline.memory_worker import MemoryBroker, MemoryWorker
+from evaljobs.pipeline import on_demand
 CONTEXT_PROVIDER_GROUP = "evaljobs.context_providers"
 
 
@@ -147,12 +148,11 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
         # Dramatiq's private parts (a consumer subclass, the pipelined enqueue) live in one module, pinned
-        # by tests/test_dramatiq_internals.py; imported here, so the memory broker never loads the Redis
+        # by tests/test_dramatiq_internals.py; loaded here, so the memory broker never loads the Redis
         # client (start-up time).
-        from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker
-
-        return WakingRedisBroker(url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
-                                 maintenance_chance=settings.maintenance_chance)
+        return on_demand.dramatiq_internals.WakingRedisBroker(
+            url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
+            maintenance_chance=settings.maintenance_chance)
     if url.startswith(config.AMQP_SCHEMES):
         state = config.state_redis(url, settings)
         if state is None:  # fail closed: budgets, events and crash counts need a Redis
@@ -160,10 +160,7 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
                               "EVALJOBS_REDIS_URL=redis://host:port/db for the governor's budgets and the "
                               "run events (docs/operations.md, RabbitMQ)")
         extras.require("rabbitmq")
-        # start-up time: pika only for an amqp:// broker
-        from evaljobs.pipeline import rabbitmq
-
-        return rabbitmq.make_broker(url, state, stack)
+        return on_demand.rabbitmq.make_broker(url, state, stack)  # pika only for an amqp:// broker
     raise BrokerError(f"unsupported broker URL '{redact(url)}': use 'memory', 'redis://host:port/db' "
                       "or 'amqp://host:port/vhost'")
 
@@ -228,8 +225,5 @@ _INTERNALS = {"CONSUMER_POLL_MS": "CONSUMER_POLL_MS", "_WakeableConsumer": "Wake
 
 def __getattr__(name: str):
     if name in _INTERNALS:
-        # start-up time: Dramatiq's internals only when asked for
-        from evaljobs.pipeline import dramatiq_internals
-
-        return getattr(dramatiq_internals, _INTERNALS[name])
+        return getattr(on_demand.dramatiq_internals, _INTERNALS[name])  # the Redis client only when asked for
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

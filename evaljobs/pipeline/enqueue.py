@@ -23,6 +23,8 @@ from typing import Sequence
 
 import dramatiq
 
+from evaljobs.pipeline import on_demand
+
 logger = logging.getLogger("evaljobs.enqueue")
 
 #: Messages per pipeline: large enough to amortise the round trip, small enough that a failure
@@ -35,12 +37,10 @@ def enqueue_many(broker: dramatiq.Broker, messages: Sequence[dramatiq.Message]) 
     # not loaded: not a Redis broker (start-up time)
     redis_brokers = sys.modules.get("dramatiq.brokers.redis")
     if redis_brokers is not None and isinstance(broker, redis_brokers.RedisBroker):
-        # start-up time: only on Redis
-        from evaljobs.pipeline.dramatiq_internals import enqueue_pipelined, pipelinable
-
-        if pipelinable(broker):
+        internals = on_demand.dramatiq_internals  # loaded already: the broker is a Redis one
+        if internals.pipelinable(broker):
             for start in range(0, len(messages), CHUNK):
-                enqueue_pipelined(broker, messages[start:start + CHUNK])
+                internals.enqueue_pipelined(broker, messages[start:start + CHUNK])
             return
     for message in messages:
         broker.enqueue(message)

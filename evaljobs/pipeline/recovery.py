@@ -18,7 +18,7 @@ from typing import Iterable
 
 from evaljobs import store
 from evaljobs.config import AMQP_SCHEMES
-from evaljobs.pipeline import ownership
+from evaljobs.pipeline import on_demand, ownership
 from evaljobs.pipeline.pairs import pair_args, pair_options
 from evaljobs.store import batches as stored_batches
 
@@ -98,10 +98,7 @@ def _queued_bodies(binding) -> Iterable[bytes | str]:
                 yield message if isinstance(message, (bytes, str)) else message.encode()
         return
     if is_rabbitmq(binding):
-        # start-up time: pika only on RabbitMQ
-        from evaljobs.pipeline import rabbitmq
-
-        yield from rabbitmq.ready_bodies(binding.url, binding.queue)
+        yield from on_demand.rabbitmq.ready_bodies(binding.url, binding.queue)  # pika only on RabbitMQ
         return
     client = broker.client
     namespace = broker.namespace
@@ -119,9 +116,7 @@ def _in_flight_unseen(binding) -> int:
     unacknowledged is invisible to other connections (it returns to the queue if that worker dies)."""
     if not is_rabbitmq(binding):
         return 0
-    from evaljobs.pipeline import rabbitmq  # start-up time, as above
-
-    return rabbitmq.consumers(binding.url, binding.queue)
+    return on_demand.rabbitmq.consumers(binding.url, binding.queue)  # pika only on RabbitMQ, as above
 
 
 def _with_context(binding, message, run: store.RunInfo):

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
 
 from evaljobs import store
+from evaljobs.pipeline import on_demand, runtime
 from evaljobs.evaluation.result import ERRORED, FAILED
 from evaljobs.pipeline.strategies import QUEUED, run_inline
 
@@ -71,10 +72,10 @@ def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None
         options.pop("batch", None)
         options.pop("batch_judge", None)
     elif batch and not options.get("batch"):
-        from evaljobs.pipeline import batching, runtime  # only a rerun that asks pays for them
-
-        options["batch"] = list(batching.choose(runtime.providers(), models, True, original.strategy,
-                                                plain=not (options.get("adapter") or options.get("cache"))))
+        # only a rerun that asks loads batching
+        options["batch"] = list(on_demand.batching.choose(
+            runtime.providers(), models, True, original.strategy,
+            plain=not (options.get("adapter") or options.get("cache"))))
         options.pop("pairs_per_message", None)  # a batch run's pairs go one a message
     if providers is not None:  # `rerun --providers FILE`: the new run travels with that file
         options["providers"] = providers

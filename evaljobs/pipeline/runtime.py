@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from evaljobs import config
-from evaljobs.pipeline import context
+from evaljobs.pipeline import context, on_demand
 from evaljobs.pipeline.run_providers import providers, stored_providers
 from evaljobs.evaluation.adapters import Adapter, load_adapter
 from evaljobs.evaluation.judge import ProviderJudge
@@ -198,9 +198,7 @@ def calls(cache: bool = False, batch: tuple[str, ...] = (), kind: str = "") -> P
     providers in ``batch`` through their batch APIs (:mod:`evaljobs.pipeline.batching`)."""
     lane = None
     if batch:
-        from evaljobs.pipeline.batching import StoreLane  # only batch runs pay for it
-
-        lane = StoreLane()
+        lane = on_demand.batching.StoreLane()  # only batch runs load batching
     return ProviderCalls(governance=context.current(),
                          cache=ResponseCache(store_cache, default_ttl()) if cache else None,
                          batch=lane, batch_providers=frozenset(batch), batch_kind=kind)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 
+from evaljobs import simulated
 from evaljobs.catalog.modelspec import ProvidersConfig
 from evaljobs.config import Settings, settings as current_settings
 from evaljobs.errors import UsageError
 from evaljobs.providers.client import ChatClient, get_client
-from evaljobs.simulated import SimulatedProvider
 
 
 class EndpointError(UsageError):
@@ -32,7 +32,8 @@ def simulated_provider_url(settings: Settings | None = None) -> str:
         return settings.sim_url
     with _sim_lock:
         if _sim_url is None:
-            provider = SimulatedProvider(latency=settings.sim_latency, jitter=settings.sim_jitter)
+            # the simulator's server loads here: a run against real providers never loads it
+            provider = simulated.SimulatedProvider(latency=settings.sim_latency, jitter=settings.sim_jitter)
             provider.start()
             _sim_url = provider.url
         return _sim_url

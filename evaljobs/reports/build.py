@@ -12,6 +12,7 @@ from collections import Counter
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
+from evaljobs import reports
 from evaljobs.reports._format import cell as _cell, code as _code, short as _short, text as _text
 from evaljobs.reports.judged import (decided, epochs_note, judge_entry, judged_groups, judgement_passed,
                                      markdown_judge)
@@ -364,9 +365,9 @@ def render_markdown(report: dict[str, Any], *, baseline: "dict[str, Any] | Compa
     """
     sections = [_markdown_head(report), _epoch_markdown(report, _code)]
     if baseline is not None:
-        # start-up time: only with a baseline
-        from evaljobs.reports.compare import Comparison, compare
-        comparison = baseline if isinstance(baseline, Comparison) else compare(baseline, report)
+        compared = reports.compare  # loaded only with a baseline
+        comparison = (baseline if isinstance(baseline, compared.Comparison)
+                      else compared.compare(baseline, report))
         sections.append(_markdown_baseline(comparison))
     sections.append(_markdown_failures(report))
     text = "\n".join(line for section in [*sections, _markdown_details(report)] for line in section) + "\n"

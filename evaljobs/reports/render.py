@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape as html_escape
 from typing import TYPE_CHECKING, Any, Iterable
 
+from evaljobs import reports
 from evaljobs.errors import UsageError
 from evaljobs.printable import printable
 from evaljobs.reports.build import render_json, render_markdown, render_table
@@ -60,21 +61,15 @@ def _render(report: dict[str, Any], format: str, *, results: Iterable[Result],
         return render_json({**report, "comparison": comparison.to_dict()} if comparison else report)
     if format == "md":
         return render_markdown(report, baseline=comparison)
-    # The comparison, JUnit (xml.etree) and HTML renderers are imported by the formats that use them:
-    # `evaljobs run` prints a table and pays for none of them (start-up time).
+    # The comparison, JUnit (xml.etree) and HTML renderers are loaded by the formats that use them
+    # (the reports face): `evaljobs run` prints a table and pays for none of them (start-up time).
     if format == "table":
         if comparison is None:
             return render_table(report)
-        # start-up time: only the renderer asked for
-        from evaljobs.reports.compare import render_comparison
-        return render_table(report) + "\n" + render_comparison(comparison)
+        return render_table(report) + "\n" + reports.compare.render_comparison(comparison)
     if format == "junit":
-        # start-up time: only the renderer asked for
-        from evaljobs.reports.junit import render_junit
-        return render_junit(report, list(results))
-    # start-up time: only the renderer asked for
-    from evaljobs.reports.html import render_html
-    return render_html(report, list(results), baseline=comparison)
+        return reports.junit.render_junit(report, list(results))
+    return reports.html.render_html(report, list(results), baseline=comparison)
 
 
 __all__ = ["render", "FORMATS"]

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from evaljobs.simulated.judge import judge_answer
 from evaljobs.simulated.directives import (
     ACTIONS,
     STEP_ACTIONS,
@@ -144,8 +145,7 @@ def _step_answer(directives: list[Directive], model: str, messages: list[dict[st
         calls = [_tool_call(d, first_id + i) for i, d in enumerate(step)]
         return Answer(tool_calls=calls, finish_reason="tool_calls")
     if not steps:
-        from evaljobs.simulated.judge import judge_answer  # a judge request gets a real, deterministic grade
-
+        # a judge request gets a real, deterministic grade
         verdict = judge_answer(messages)
         if verdict is not None:
             return Answer(content=verdict)

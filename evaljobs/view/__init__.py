@@ -1,8 +1,9 @@
 """``evaljobs view``: a local web app over the store, the run events and the fleet; its one write is a
 reviewer's label on a pair (``--read-only``: none).
 
-Importing this package imports no web stack; :func:`serve` and
-:func:`evaljobs.view.app.create_app` do (the ``view`` extra: Starlette, uvicorn, Jinja2).
+Importing this package imports no web stack: its ``app`` and ``bundle`` modules load on first use
+(:mod:`evaljobs.lazy`), once :func:`check_installed` has found the ``view`` extra (Starlette, uvicorn,
+Jinja2) — a missing one is one line, not a traceback.
 
 The viewer is a shell over the store, beside the CLI: ``evaljobs view`` is one call to
 :func:`serve_viewer` (or :func:`export_bundle` for ``--export``), which checks every setting and
@@ -21,9 +22,20 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
+from evaljobs import pipeline, store, workers
 from evaljobs.config import settings
 from evaljobs.errors import UsageError, cannot_listen
+from evaljobs.lazy import submodules
 from evaljobs.view.config import ViewConfig, is_loopback
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads on first use (below)
+    from evaljobs.view import app as app
+    from evaljobs.view import bundle as bundle
+
+#: The modules that import the web stack: loaded after check_installed (serve, export_bundle).
+_web = submodules(__name__, ("app", "bundle"))
+__getattr__ = _web
 
 logger = logging.getLogger("evaljobs.view")
 
@@ -70,14 +82,8 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
     check_config(config)
     import uvicorn  # the optional 'view' extra (checked just above)
 
-    # start-up time: only when serving
-    from evaljobs.view.app import create_app
-
     if config.redis_url:
-        # start-up time: only when serving
-        from evaljobs.pipeline import events
-
-        events.bind_redis(config.redis_url)
+        pipeline.events.bind_redis(config.redis_url)
     # Bound here, not by uvicorn, so a busy port is an OSError the command reports in one line.
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -89,14 +95,9 @@ def serve(config: ViewConfig, *, on_ready=None, log_format: str = "text") -> Non
         raise
     json_logs: dict[str, Any] = {}
     if log_format == "json":
-        import logging
-
-        # only with --log-format json
-        from evaljobs.workers.logs import use_json_logs
-
-        use_json_logs(logging.INFO)
+        workers.logs.use_json_logs(logging.INFO)
         json_logs = {"log_config": None}  # uvicorn's own loggers then go to the JSON root handler
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=config.port,
+    server = uvicorn.Server(uvicorn.Config(_web("app").create_app(config), host=config.host, port=config.port,
                                            log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=2, **json_logs))
     if on_ready is not None:
@@ -125,9 +126,6 @@ class Exported:
 
 def refuse_a_missing_file(url: str) -> None:
     """The viewer only reads: a SQLite URL naming no file is a typo, not a database to create."""
-    # start-up time: `import evaljobs.view` connects to nothing
-    from evaljobs import store
-
     store.refuse_a_missing_file(url, "the viewer")
 
 
@@ -174,9 +172,6 @@ def write_token_file(config: ViewConfig) -> Path | None:
 
 
 def _open_store(db: str | None, config: ViewConfig) -> None:
-    # start-up time: `import evaljobs.view` (a ViewConfig, url_of) connects to nothing
-    from evaljobs import store
-
     check_installed()  # a ViewError is a UsageError: one line and exit 2
     check_config(config)
     refuse_a_missing_file(db or settings().database_url or store.DEFAULT_URL)
@@ -191,12 +186,9 @@ def export_bundle(run_id: str, directory: str, *, db: str | None = None, broker:
     The settings are checked as for serving (an export asked with an unsafe ``host`` is refused alike).
     """
     _open_store(db, _config(broker, host, port, token))
-    # start-up time: only --export builds pages here
-    from evaljobs import store
-    from evaljobs.view.bundle import export_run
-
     resolved = store.resolve_run_id(run_id)
-    return Exported(run_id=resolved, directory=directory, files=export_run(resolved, directory))
+    files = _web("bundle").export_run(resolved, directory)
+    return Exported(run_id=resolved, directory=directory, files=files)
 
 
 def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str = "127.0.0.1",
@@ -219,10 +211,8 @@ def serve_viewer(*, db: str | None = None, broker: str | None = None, host: str 
     config = _config(broker, host, port, token, read_only=read_only, reviewer=reviewer)
     _open_store(db, config)
     if config.redis_url:
-        # start-up time: only a viewer with a broker pings it
-        from evaljobs.workers.launch import ping_redis
-
-        ping_redis(config.redis_url)  # the fleet and live pages need it: one line now if it is down
+        # the fleet and live pages need it: one line now if it is down
+        workers.launch.ping_redis(config.redis_url)
     url = url_of(config)
     token_file = write_token_file(config)
     if token_file is not None:

@@ -21,7 +21,16 @@ import re
 from typing import Sequence
 from urllib.parse import parse_qsl, urlencode
 
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from evaljobs.view import live, routes
 from evaljobs.view.config import HERE, ViewConfig
+from evaljobs.view.metrics import MetricsPage
+from evaljobs.view.review import Review
+from evaljobs.view.runids import CanonicalRuns
 
 COOKIE = "evaljobs_view"
 #: The only paths a write may go to (a POST anywhere else is refused before any route runs).
@@ -188,18 +197,6 @@ async def _plain(send, status: int, text: str, extra: Sequence[tuple[bytes, byte
 
 def create_app(config: ViewConfig):
     """The Starlette app for ``config`` (the store must already be connected)."""
-    # The optional 'view' extra, imported only when the viewer runs (never by `evaljobs --help`).
-    from starlette.applications import Starlette
-    from starlette.middleware import Middleware
-    from starlette.routing import Mount, Route
-    from starlette.staticfiles import StaticFiles
-
-    # start-up time: only when serving
-    from evaljobs.view import live, routes
-    from evaljobs.view.metrics import MetricsPage
-    from evaljobs.view.review import Review
-    from evaljobs.view.runids import CanonicalRuns
-
     pages = routes.Pages(config)
     review = Review(config, pages._render)
     streams = live.Streams(config, pages.templates)

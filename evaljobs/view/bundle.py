@@ -21,6 +21,8 @@ from evaljobs.errors import UsageError
 from evaljobs.view import charts, queries
 from evaljobs.view.config import HERE
 from evaljobs.view.exports import csv_text, jsonl_text
+from evaljobs.view.routes import environment
+from evaljobs.view.transcript import transcript_page
 
 #: No script of any kind, no connection, images only inline; the stylesheet from the bundle's folder.
 BUNDLE_CSP = "default-src 'none'; style-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -94,10 +96,6 @@ def _rewrite(page: str, links: _Links, depth: int) -> str:
 
 def export_run(run_id: str, directory: str | Path) -> list[Path]:
     """Write ``run_id``'s bundle into ``directory`` (created; files of an earlier bundle are replaced)."""
-    # start-up time: only `evaljobs view --export` builds pages here
-    from evaljobs.view.routes import environment
-    from evaljobs.view.transcript import transcript_page
-
     target = Path(directory)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{directory}: exists and is not a folder; give a folder for the bundle")

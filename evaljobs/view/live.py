@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from evaljobs import store
+from evaljobs import store, workers
 from evaljobs.pipeline import events
 from evaljobs.store import pages as store_pages
 from evaljobs.view.config import ViewConfig
@@ -138,9 +138,7 @@ def _piece(run_id: str, after: int) -> list[store_pages.Cell]:
 
 
 def fleet_status(config: ViewConfig):
-    from evaljobs.workers.status import collect  # the fleet page only: it imports the Redis client
-
-    return collect(config.broker or None)
+    return workers.status.collect(config.broker or None)  # the fleet page only: it loads the Redis client
 
 
 class Streams:

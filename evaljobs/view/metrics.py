@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from evaljobs import config, extras
+from evaljobs import config, extras, workers
 from evaljobs.view.config import ViewConfig
 
 
@@ -27,9 +27,7 @@ class MetricsPage:
         if not extras.installed("metrics"):
             return PlainTextResponse("/metrics needs the 'metrics' extra: pip install 'evaljobs[metrics]'\n",
                                      status_code=404)
-        # the optional 'metrics' extra (checked just above)
-        from evaljobs.workers import metrics
-
+        metrics = workers.metrics  # the optional 'metrics' extra (checked just above)
         with self._lock:
             if self._registry is None:
                 self._registry = metrics.fleet_registry(config.settings(), broker_url=self.view.redis_url)

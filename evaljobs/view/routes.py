@@ -20,6 +20,10 @@ from evaljobs.reports import cache_note, signed_money
 from evaljobs.store import pages as store_pages
 from evaljobs.view import charts, queries, search
 from evaljobs.view.config import HERE, ViewConfig
+from evaljobs.view.exports import csv_text, jsonl_text
+from evaljobs.view.live import fleet_status
+from evaljobs.view.markdown import render as markdown
+from evaljobs.view.transcript import diff_page, transcript_page
 
 
 def _pct(value: float | None) -> str:
@@ -75,9 +79,6 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    # start-up time: markdown-it-py only once the templates are built
-    from evaljobs.view.markdown import render as markdown
-
     env.filters.update(
         pct=_pct,
         money=_money,
@@ -209,8 +210,6 @@ class Pages:
     def transcript(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         # start-up time: the transcript pages only
-        from evaljobs.view.transcript import transcript_page
-
         p = request.query_params
         key, model = p.get("key") or "", p.get("model") or ""
         if not key or not model:
@@ -227,8 +226,6 @@ class Pages:
     def diff(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         # start-up time: the transcript pages only
-        from evaljobs.view.transcript import diff_page
-
         p = request.query_params
         key, left, right = p.get("key") or "", p.get("a") or "", p.get("b") or ""
         if not key or not left or not right:
@@ -243,8 +240,6 @@ class Pages:
         """``/runs/RUN/results.csv`` or ``.jsonl``: every result of the run, as a download."""
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         # start-up time: the downloads only
-        from evaljobs.view.exports import csv_text, jsonl_text
-
         run_id, fmt = request.path_params["run_id"], request.path_params["fmt"]
         if fmt not in ("csv", "jsonl"):
             raise HTTPException(404, f"no export as .{fmt}: results.csv or results.jsonl")
@@ -283,7 +278,5 @@ class Pages:
     def fleet(self, request: Request) -> HTMLResponse:
         store.hold_connection()  # this pool thread keeps its SQLite connection (see live.held)
         # start-up time: the fleet page only
-        from evaljobs.view.live import fleet_status
-
         return self._render(request, "fleet.html", status=fleet_status(self.config),
                             broker=store.redact(self.config.broker) if self.config.broker else "memory")

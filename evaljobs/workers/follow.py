@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from evaljobs import pipeline
 from evaljobs.catalog import Catalog
 from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, settings
@@ -21,6 +22,7 @@ from evaljobs.pipeline.runtime import SubmitOptions
 from evaljobs.pipeline.strategies import QUEUED
 from evaljobs.redact import redact
 from evaljobs.store import RunInfo, batches
+from evaljobs.workers import on_demand
 
 #: What a follower asks, at a database read that found nothing new, why nothing moves (or None).
 IdleCheck = Callable[[], "str | None"]
@@ -134,8 +136,7 @@ def rabbitmq_idle_check(broker: str) -> IdleCheck:
     """:func:`queue_idle_check` on RabbitMQ: ready messages with no consumer (passive declares)."""
     import pika.exceptions  # start-up time: only a follower on RabbitMQ
 
-    from evaljobs.pipeline import rabbitmq  # start-up time, as above
-
+    rabbitmq = pipeline.rabbitmq  # loads pika, as above
     queue = settings().queue
 
     def check() -> str | None:
@@ -155,9 +156,7 @@ def queue_idle_check(broker: str) -> IdleCheck:
     """At a read with no new result: say so when the run's queue has work that no worker takes."""
     import redis  # start-up time: only a command following a run on Redis loads the client
 
-    # start-up time: the status collector is loaded by a follower on Redis only
-    from evaljobs.workers.status import read_queues
-
+    read_queues = on_demand.status.read_queues  # the status collector: a follower on Redis only
     queue = settings().queue
 
     def check() -> str | None:

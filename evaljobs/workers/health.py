@@ -25,7 +25,7 @@ from typing import Any
 
 import dramatiq
 
-from evaljobs import config, store
+from evaljobs import config, pipeline, store
 from evaljobs.config import AMQP_SCHEMES, state_redis
 from evaljobs.errors import UsageError, one_line
 from evaljobs.redact import redact_text
@@ -46,10 +46,8 @@ def broker_check(url: str) -> Check:
         import redis
 
         if url.startswith(AMQP_SCHEMES):
-            from evaljobs.pipeline import rabbitmq  # start-up time: pika only beside RabbitMQ
-
             try:
-                rabbitmq.ping(url)
+                pipeline.rabbitmq.ping(url)  # pika only beside RabbitMQ
             except UsageError as exc:
                 return one_line(str(exc))
         client = redis.Redis.from_url(state, socket_timeout=2, socket_connect_timeout=2)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from evaljobs import config, extras
+from evaljobs import config, extras, pipeline
 from evaljobs.capacity import check_workers
 from evaljobs.config import AMQP_SCHEMES, SHARED_BROKER_SCHEMES, child_environment, state_redis
 from evaljobs.errors import OptionError, cannot_listen
+from evaljobs.pipeline.host_middleware import MiddlewareError, load, references
 from evaljobs.workers.serve import check_pool_arguments, configure_logging, run_pool
 
 #: A fixed worker's threads and processes when they are not given.
@@ -67,9 +68,7 @@ def ping_broker(url: str) -> None:
         raise OptionError("an amqp:// broker carries only the messages: set EVALJOBS_REDIS_URL="
                           "redis://host:port/db for the governor's budgets and the run events", "--broker")
     extras.require("rabbitmq")
-    from evaljobs.pipeline import rabbitmq  # start-up time: only an amqp:// worker loads pika
-
-    rabbitmq.ping(url)
+    pipeline.rabbitmq.ping(url)  # only an amqp:// worker loads pika
     ping_redis(state)
 
 
@@ -82,8 +81,6 @@ def serve_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: st
     """
     check_pool_arguments(min, max, idle_seconds, lane, broker, recover_every)
     if serving.metrics_port:
-        from evaljobs import extras  # the optional metrics extra: only when asked for
-
         extras.require("metrics")
         _check_port(serving.metrics_host, serving.metrics_port, "--metrics-port")
     if serving.health_port:
@@ -180,8 +177,6 @@ def _ops_settings(serving: Serving, processes: int) -> dict[str, str]:
     """The worker processes' variables for metrics, probes and logs; checks the ports are free now."""
     out = {"EVALJOBS_LOG_FORMAT": serving.log_format, "EVALJOBS_METRICS_HOST": serving.metrics_host}
     if serving.metrics_port:
-        from evaljobs import extras  # the optional metrics extra: only when asked for
-
         extras.require("metrics")
         _check_port(serving.metrics_host, serving.metrics_port, "--metrics-port")
         # prometheus_client's multiprocess mode: every worker process writes its values here and
@@ -218,8 +213,6 @@ def _check_port(host: str, port: int, option: str) -> None:
 def host_middleware(given: Sequence[str]) -> str | None:
     """``--middleware`` references and the configured ones, each loaded once now (a bad one is one line
     here, not in every process); they become this process's settings (an in-process pool uses them)."""
-    from evaljobs.pipeline.host_middleware import MiddlewareError, load, references  # only when serving
-
     refs = references(config.settings().middleware) + [r.strip() for r in given if r.strip()]
     for reference in refs:
         try:

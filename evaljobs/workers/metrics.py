@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from evaljobs import config, store, telemetry
 from evaljobs.config import REDIS_SCHEMES, Settings
 from evaljobs.pipeline.broker import queue_name
+from evaljobs.workers import status
 from evaljobs.workers.routes_http import Answer, route_server, serve_until_stopped
 
 logger = logging.getLogger("evaljobs.workers.metrics")
@@ -161,8 +162,6 @@ class FleetCollector(Collector):
         self.broker_url = broker_url or settings.broker_url or ""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from evaljobs.workers import status  # the status readers (redis) only when scraped
-
         runs = GaugeMetricFamily("evaljobs_runs", "Runs pending or running (from the database).",
                                  labels=["status"])
         try:

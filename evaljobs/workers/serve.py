@@ -13,13 +13,14 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evaljobs import config, store
+from evaljobs import config, extras, pipeline, store
 from evaljobs.capacity import check_width
 from evaljobs.config import AMQP_SCHEMES, SHARED_BROKER_SCHEMES
 from evaljobs.errors import UsageError, one_line
 from evaljobs.redact import redact
 from evaljobs.pipeline.broker import configure as bind_broker
 from evaljobs.pipeline.recovery import PeriodicRecovery
+from evaljobs.workers import health, logs, on_demand
 from evaljobs.workers.pool import Pool, validate
 
 logger = logging.getLogger("evaljobs.workers.serve")
@@ -64,10 +65,8 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
         store.connect(db)
         binding = bind_broker(broker)
         if broker.startswith(AMQP_SCHEMES):
-            from evaljobs.pipeline import rabbitmq  # loaded already: bind_broker made one
-
             try:
-                rabbitmq.ping(broker)  # one line (UsageError) when RabbitMQ does not answer
+                pipeline.rabbitmq.ping(broker)  # one line (UsageError) when RabbitMQ does not answer
             except UsageError:
                 binding.broker.close()
                 raise
@@ -86,19 +85,11 @@ def run_pool(*, min: int, max: int, idle_seconds: float, lane: str, broker: str,
 def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: Sequence[str],
            recover_every: float, poll: float, stop: threading.Event) -> dict:
     if config.settings().otlp_endpoint:
-        # the optional 'otel' extra (required just below)
-        from evaljobs import extras
-
-        extras.require("otel")
-        # the optional 'otel' extra
-        from evaljobs.workers import tracing
-
-        binding.broker.add_middleware(tracing.start(config.settings()))
+        extras.require("otel")  # the optional 'otel' extra, which on_demand.tracing loads
+        binding.broker.add_middleware(on_demand.tracing.start(config.settings()))
     if config.settings().log_format == "json":
-        # only with --log-format json
-        from evaljobs.workers.logs import LogContext
-
-        binding.broker.add_middleware(LogContext())  # each line names the run and pair of its message
+        # each line names the run and pair of its message
+        binding.broker.add_middleware(logs.LogContext())
     pool = Pool(min, max, idle_seconds, lane, broker=binding.broker, queues=tuple(queues) or (binding.queue,),
                 poll=poll)
     exposition = probes = recovery = None
@@ -122,9 +113,7 @@ def _serve(binding, min: int, max: int, idle_seconds: float, lane: str, queues: 
         if exposition is not None:
             exposition.shutdown()
             exposition.server_close()
-            from evaljobs.workers import metrics  # the optional metrics extra, as above
-
-            metrics.stop_recording()
+            on_demand.metrics.stop_recording()
         if recovery is not None:
             recovery.stop()
         restore_signals()
@@ -137,8 +126,7 @@ def _serve_metrics(queues: tuple[str, ...], broker_url: str) -> Any:
     settings = config.settings()
     if settings.metrics_port is None:
         return None
-    from evaljobs.workers import metrics  # the metrics extra, only when asked for
-
+    metrics = on_demand.metrics  # the metrics extra (prometheus_client), loaded only when asked for
     registry = metrics.in_process_registry(settings, queues=queues, broker_url=broker_url)
     try:
         server = metrics.make_server(settings.metrics_host, settings.metrics_port, lambda: registry)
@@ -155,9 +143,6 @@ def _serve_health(pool: Pool, broker_url: str) -> Any:
     settings = config.settings()
     if settings.health_port is None:
         return None
-    # start-up time: only with --health-port
-    from evaljobs.workers import health
-
     def members() -> str | None:
         state = pool.state()
         return None if state["members"] >= state["min"] else \
@@ -175,10 +160,7 @@ def _serve_health(pool: Pool, broker_url: str) -> Any:
 def configure_logging(log_format: str = "text") -> None:
     """Dramatiq-style log lines on stderr (or JSON), without one per member start/stop or provider call."""
     if log_format == "json":
-        # only with --log-format json
-        from evaljobs.workers.logs import use_json_logs
-
-        use_json_logs(level=logging.INFO)
+        logs.use_json_logs(level=logging.INFO)
     else:
         logging.basicConfig(
             level=logging.INFO,

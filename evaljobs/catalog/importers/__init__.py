@@ -34,6 +34,19 @@ from evaljobs.catalog.criteria import criteria, weighted_conflicts
 from evaljobs.catalog.load import CatalogSource, reads_catalog
 from evaljobs.catalog.model import SET_ENTRIES, CatalogError
 from evaljobs.catalog.yaml12 import SafeDumper
+from evaljobs.lazy import submodules
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads on first use (below)
+    from evaljobs.catalog.importers import activeagent as activeagent
+    from evaljobs.catalog.importers import jsonl as jsonl
+    from evaljobs.catalog.importers import openai_evals as openai_evals
+    from evaljobs.catalog.importers import promptfoo as promptfoo
+
+#: The converters, each loaded when its format is read (:mod:`evaljobs.lazy`): a native catalog (every
+#: `evaljobs run` of one) loads none of them (start-up time, tests/test_import_budget.py).
+_converter = submodules(__name__, ("activeagent", "jsonl", "openai_evals", "promptfoo"))
+__getattr__ = _converter
 
 FORMATS = ("native", "activeagent-suite", "activeagent-catalog", "promptfoo", "openai-evals", "jsonl")
 
@@ -51,9 +64,7 @@ def detect_format(data: Any, path: str) -> str:
             return "promptfoo"
         if "name" in data and ("scenarios" in data or "groups" in data):
             return "native"
-        # start-up time: only a file that is none of the formats above
-        from evaljobs.catalog.importers.openai_evals import is_registry
-        if is_registry(data):
+        if _converter("openai_evals").is_registry(data):
             return "openai-evals"
         shown = ", ".join(repr(k) for k in list(data)[:6]) or "none"
     elif isinstance(data, list) and data and all(isinstance(d, dict) and "input" in d for d in data):
@@ -96,19 +107,14 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
     is_jsonl = format == "jsonl" or (format is None and source.lower().endswith(".jsonl"))
     if fields and not is_jsonl:
         raise CatalogError([f"{source}: --field applies to JSONL samples (OpenAI evals, Inspect) only"])
-    # Each converter is imported when its format is read: a native catalog (every `evaljobs run`
-    # of one) loads none of them (start-up time, tests/test_import_budget.py).
     if is_jsonl:
-        # start-up time: only the importer this file needs
-        from evaljobs.catalog.importers.jsonl import convert_jsonl
         chosen_by = None
         if grader is None:  # the samples do not say; an OpenAI evals registry they sit in may
-            # start-up time: only for JSONL samples
-            from evaljobs.catalog.importers.openai_evals import grader_from_registry
-            found = grader_from_registry(source)
+            found = _converter("openai_evals").grader_from_registry(source)
             if found is not None:
                 grader, chosen_by = found
-        return convert_jsonl(text, source, lenient=lenient, grader=grader, fields=fields, chosen_by=chosen_by)
+        return _converter("jsonl").convert_jsonl(text, source, lenient=lenient, grader=grader, fields=fields,
+                                                 chosen_by=chosen_by)
     if format is None and source.lower().endswith(".csv"):  # read as YAML it gives a puzzling syntax error
         raise CatalogError(
             [
@@ -133,24 +139,18 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
                                 f"not {kind(data)}")])
         return ImportResult(data=data, format=fmt, counts=_native_counts(data), native=native)
     if fmt == "activeagent-suite":
-        # start-up time: only the importer this file needs
-        from evaljobs.catalog.importers.activeagent import convert_suite
-        out, excluded = convert_suite(data, problems, include_production_only=include_production_only)
+        out, excluded = _converter("activeagent").convert_suite(
+            data, problems, include_production_only=include_production_only)
     elif fmt == "activeagent-catalog":
-        # start-up time: only the importer this file needs
-        from evaljobs.catalog.importers.activeagent import convert_catalog
-        out, excluded = convert_catalog(data, problems, include_production_only=include_production_only)
+        out, excluded = _converter("activeagent").convert_catalog(
+            data, problems, include_production_only=include_production_only)
     elif fmt == "promptfoo":
-        # start-up time: only the importer this file needs
-        from evaljobs.catalog.importers.promptfoo import convert_promptfoo
-        out, excluded = convert_promptfoo(data, problems), 0
+        out, excluded = _converter("promptfoo").convert_promptfoo(data, problems), 0
     elif fmt == "openai-evals":
-        # start-up time: only the importer this file needs
-        from evaljobs.catalog.importers.openai_evals import convert_registry
         if not isinstance(data, dict):
             raise CatalogError([(f"{source}: an OpenAI evals registry file must be a mapping of eval names, "
                                  f"not {kind(data)}")])
-        out, excluded = convert_registry(data, source, problems, grader), 0
+        out, excluded = _converter("openai_evals").convert_registry(data, source, problems, grader), 0
     else:  # pragma: no cover - FORMATS is checked above
         raise CatalogError([f"{source}: unknown format {fmt!r}"])
     problems.raise_if_any()

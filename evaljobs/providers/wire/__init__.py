@@ -31,6 +31,9 @@ from evaljobs.providers.batch_items import BatchCall, BatchItem, BatchStatus
 from evaljobs.providers.completion import Completion
 from evaljobs.network.errors import ProviderError
 from evaljobs.providers.wire._common import request_body
+from evaljobs.providers.wire.anthropic import AnthropicWire
+from evaljobs.providers.wire.azure import AzureWire
+from evaljobs.providers.wire.openai import OpenAIWire
 
 
 class StreamReader(Protocol):
@@ -106,19 +109,18 @@ class WireFormat(Protocol):
     def batch_item(self, line: dict[str, Any]) -> BatchItem: ...
 
 
+#: Each ``api:`` name's format (stateless objects, made once). Every run's chat client asks for one
+#: (ChatClient), so the three modules load with this package rather than on first use.
+_FORMATS: dict[str, WireFormat] = {
+    "openai": OpenAIWire(),
+    "anthropic": AnthropicWire(),
+    "azure": AzureWire(),
+}
+
+
 def wire_format(name: str) -> WireFormat:
     """The wire format for an ``api:`` name; ``KeyError`` when there is none."""
-    # The formats import this package's Protocol and helpers, so they are imported on first use.
-    from evaljobs.providers.wire.anthropic import AnthropicWire
-    from evaljobs.providers.wire.azure import AzureWire
-    from evaljobs.providers.wire.openai import OpenAIWire
-
-    formats: dict[str, WireFormat] = {
-        "openai": OpenAIWire(),
-        "anthropic": AnthropicWire(),
-        "azure": AzureWire(),
-    }
-    return formats[name]
+    return _FORMATS[name]
 
 
 def batch_wires() -> tuple[str, ...]:
