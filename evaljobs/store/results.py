@@ -313,6 +313,21 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
     return value
 
 
+def _stored_json(value: Any) -> str:
+    """``_dumps(redact_value(_capped(value)))``, without walking ``value`` twice when neither changes it.
+
+    Every pair stores two such columns, and at zero latency the walks were a visible share of a
+    pair's CPU (BENCHMARKS.md, issue 42). A string's JSON is at least as long as the string, so a
+    text no longer than the cap holds no string to cap; and ``redact_value`` hands back the value
+    itself when no secret is registered. Otherwise it takes the long way, so the text is the same.
+    """
+    text = _dumps(value)
+    if len(text) > OUTPUT_CAP:
+        return _dumps(redact_value(_capped(value)))
+    redacted = redact_value(value)
+    return text if redacted is value else _dumps(redacted)
+
+
 def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_digest: str,
                    judges: Judges = (None, None)) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on the unique constraint; True if a row was inserted.
@@ -334,14 +349,14 @@ def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_dig
         scores=_dumps(result.scores),
         fault=result.fault,
         output=redact_value(result.output or ""),
-        tool_calls=_dumps(redact_value(_capped(result.tool_calls))),
+        tool_calls=_stored_json(result.tool_calls),
         duration_ms=int(round(result.duration_ms or 0)),
         input_tokens=int(result.input_tokens or 0),
         output_tokens=int(result.output_tokens or 0),
         cost=None if result.cost is None else float(result.cost),
         attempts=int(result.attempts),
         error=redact_text(result.error) if result.error else result.error,
-        details=_dumps(redact_value(_capped(result.details))),
+        details=_stored_json(result.details),
         cached=bool(result.cached),
         created_at=_now(),
         ttft_ms=_float_or_none(result.ttft_ms),
