@@ -314,13 +314,8 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
 
 
 def _stored_json(value: Any) -> str:
-    """``_dumps(redact_value(_capped(value)))``, without walking ``value`` twice when neither changes it.
-
-    Every pair stores two such columns, and at zero latency the walks were a visible share of a
-    pair's CPU (BENCHMARKS.md, issue 42). A string's JSON is at least as long as the string, so a
-    text no longer than the cap holds no string to cap; and ``redact_value`` hands back the value
-    itself when no secret is registered. Otherwise it takes the long way, so the text is the same.
-    """
+    """``_dumps(redact_value(_capped(value)))``, skipping walks that change nothing: a JSON text under the
+    cap holds no longer string; ``redact_value`` returns the value itself when no secret is registered."""
     text = _dumps(value)
     if len(text) > OUTPUT_CAP:
         return _dumps(redact_value(_capped(value)))
