@@ -314,13 +314,11 @@ def _capped(value: Any, cap: int = OUTPUT_CAP) -> Any:
 
 
 def _stored_json(value: Any) -> str:
-    """``_dumps(redact_value(_capped(value)))``, skipping walks that change nothing: a JSON text under the
-    cap holds no longer string; ``redact_value`` returns the value itself when no secret is registered."""
+    """``_dumps(redact_value(_capped(value)))``; a JSON text under the cap has no string to cap."""
     text = _dumps(value)
-    if len(text) > OUTPUT_CAP:
-        return _dumps(redact_value(_capped(value)))
-    redacted = redact_value(value)
-    return text if redacted is value else _dumps(redacted)
+    if len(text) <= OUTPUT_CAP and redact_value(value) is value:
+        return text
+    return _dumps(redact_value(_capped(value)))
 
 
 def _insert_result(db: peewee.Database, run_id: str, result: Result, catalog_digest: str,
