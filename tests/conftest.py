@@ -5,14 +5,20 @@ classes) is in ``tests/helpers/``.
 """
 from __future__ import annotations
 
+import os
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from evaljobs.simulated import SimulatedProvider
 from helpers.browser import find_chromium
+from helpers.cli import Cli
 from helpers.servers import PostgresServer, RabbitmqServer, RedisServer, ServerError
+
+#: ``EVALJOBS_*`` variables of the shell that started pytest: the ``cli`` fixture's commands do not see them.
+_OUTER_EVALJOBS_VARIABLES = tuple(name for name in os.environ if name.startswith("EVALJOBS_"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -211,15 +217,94 @@ def module_simulated_provider() -> Iterator[Callable[..., SimulatedProvider]]:
     providers.stop_all()
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider: Callable[..., SimulatedProvider],
-        request: pytest.FixtureRequest) -> SimulatedProvider:
-    """The simulated provider a module's tests share, with the module's ``SIM_OPTIONS`` (default: no latency).
+def _sim_options(module: Any) -> dict[str, Any]:
+    return dict(getattr(module, "SIM_OPTIONS", {"latency": 0.0}))
 
-    One definition for every module that needs one provider for all its tests; a test that needs
-    ``EVALJOBS_SIM_URL`` sets it (``monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)``).
+
+@pytest.fixture(scope="module")
+def module_sim(module_simulated_provider: Callable[..., SimulatedProvider],
+               request: pytest.FixtureRequest) -> SimulatedProvider:
+    """The provider ``sim`` returns in a module without ``SIM_PER_TEST``, for module-scoped fixtures that
+    need it (``sim`` itself is per test, since it sets the environment)."""
+    options = _sim_options(request.module)
+    options.pop("export", None)
+    return module_simulated_provider(**options)
+
+
+@pytest.fixture
+def sim(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> SimulatedProvider:
+    """The simulated provider of a test module: the ONE ``sim`` fixture (tests/test_architecture.py
+    refuses a module-local one). A module tunes it with two module constants:
+
+    * ``SIM_OPTIONS``: the provider's options (default: no latency); ``export=False`` leaves
+      ``EVALJOBS_SIM_URL`` alone (a provider reached only through a providers file or a client).
+    * ``SIM_PER_TEST = True``: a fresh provider for each test (its counters, its 429s, its batches are the
+      test's own), instead of one the module's tests share (:func:`module_sim`).
+
+    ``EVALJOBS_SIM_URL`` points at it for the test, so the ``sim/...`` models of this process and of the
+    worker processes the test starts (they inherit the environment) talk to it.
     """
-    return module_simulated_provider(**getattr(request.module, "SIM_OPTIONS", {"latency": 0.0}))
+    options = _sim_options(request.module)
+    export = options.pop("export", True)
+    if getattr(request.module, "SIM_PER_TEST", False):
+        factory = request.getfixturevalue("simulated_provider")
+        return factory(export=export, **options)
+    provider: SimulatedProvider = request.getfixturevalue("module_sim")
+    if export:
+        monkeypatch.setenv("EVALJOBS_SIM_URL", provider.url)
+    return provider
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """evaljobs' command line, run in this process: ``cli("run", catalog, "-m", "sim/fast")`` (see
+    :class:`helpers.cli.Cli`); the ONE place a test builds click's ``CliRunner`` (tests/test_architecture.py).
+
+    A clean environment: no ``EVALJOBS_*`` variable from the shell that started pytest, no broker and no
+    providers file unless the test sets one, and a database of the test's own (``cli.db``) unless
+    ``EVALJOBS_DATABASE_URL`` is set already.
+    """
+    for name in _OUTER_EVALJOBS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name in ("EVALJOBS_BROKER_URL", "EVALJOBS_PROVIDERS"):
+        if name not in os.environ:
+            # set-then-delete: removed again afterwards even if a command sets it
+            # (Session(providers=...) exports EVALJOBS_PROVIDERS for its in-process workers)
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
+    if "EVALJOBS_DATABASE_URL" not in os.environ:
+        monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cli.db")
+    return Cli(os.environ["EVALJOBS_DATABASE_URL"])
+
+
+@pytest.fixture
+def session(sqlite_url: str, sim: SimulatedProvider) -> Iterator[Any]:
+    """A :class:`~evaljobs.api.Session` on the in-process broker (4 worker threads) and the test's SQLite
+    database, its ``sim/...`` models answered by ``sim``."""
+    from evaljobs.api import Session
+
+    with Session(db=sqlite_url, broker="memory", width=4) as opened:
+        yield opened
+
+
+@pytest.fixture
+def oai(sim: SimulatedProvider) -> Iterator[Any]:
+    """The OpenAI SDK's client on ``sim`` (no retries: the test sees every answer)."""
+    import openai
+
+    client = openai.OpenAI(base_url=sim.url, api_key="sk-test", max_retries=0)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ant(sim: SimulatedProvider) -> Iterator[Any]:
+    """The Anthropic SDK's client on ``sim`` (no retries)."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=sim.url[: -len("/v1")], api_key="sk-ant-test", max_retries=0)
+    yield client
+    client.close()
 
 
 @pytest.fixture(params=["redis", "local"])

@@ -9,12 +9,10 @@ import json
 import os
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import api, config, store
 from evaljobs.api import REPORT_FORMATS, Session
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.errors import UsageError
 from evaljobs.pipeline import runtime
 from helpers import abc_catalog_yaml, free_port
@@ -24,13 +22,6 @@ CATALOG = abc_catalog_yaml("api", failing="b")
 
 #: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
 SIM_OPTIONS = dict(latency=0.0)
-
-
-@pytest.fixture
-def session(sqlite_url, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    with Session(db=sqlite_url, broker="memory", width=4) as opened:
-        yield opened
 
 
 def test_recover_on_the_memory_broker_evaluates_the_lost_pairs_and_waits(session, sqlite_url):
@@ -43,12 +34,11 @@ def test_recover_on_the_memory_broker_evaluates_the_lost_pairs_and_waits(session
     assert session.recover(lost.id).actions == []  # nothing left to do
 
 
-def test_recover_command_on_the_memory_broker_finishes_the_run(sqlite_url, sim, monkeypatch):
+def test_recover_command_on_the_memory_broker_finishes_the_run(cli, sqlite_url, sim, monkeypatch):
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     store.connect(sqlite_url)
     lost = store.create_run(loads_catalog(CATALOG, source="api.yaml"), ["sim/a"], strategy="fanout")
-    result = CliRunner().invoke(main, ["recover", lost.id, "--db", sqlite_url, "--broker", "memory"],
-                                catch_exceptions=False)
+    result = cli("recover", lost.id, "--db", sqlite_url, "--broker", "memory")
     assert result.exit_code == 0, result.output
     assert f"{lost.id}: re-enqueued 3 of 3 missing pairs" in result.output
     assert f"{lost.id}: complete, 3/3 pairs, report ready" in result.output

@@ -251,13 +251,11 @@ def test_a_started_project_says_what_it_wrote_kept_and_what_to_run_next(tmp_path
      "error: Invalid value for PATH: catalog file 'nope.yaml' does not exist "
      "(see `evaljobs catalog check --help`)"),
 ])
-def test_an_option_the_library_refused_reads_as_clicks_own_refusals(tmp_path, monkeypatch, args, line):
-    from click.testing import CliRunner
+def test_an_option_the_library_refused_reads_as_clicks_own_refusals(cli, tmp_path, monkeypatch, args, line):
 
-    from evaljobs.cli import main
 
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, args)
+    result = cli(*args)
     assert (result.exit_code, result.output) == (2, line + "\n")
 
 

@@ -25,13 +25,6 @@ CATALOG = abc_catalog_yaml("apiruns", failing="b")
 SIM_OPTIONS = dict(latency=0.0)
 
 
-@pytest.fixture
-def session(sqlite_url, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    with Session(db=sqlite_url, broker="memory", width=4) as opened:
-        yield opened
-
-
 def _catalog():
     return loads_catalog(CATALOG, source="apiruns.yaml")
 

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -499,19 +498,10 @@ def _typed_options() -> list[tuple[tuple[str, ...], str]]:
 
 
 @pytest.fixture
-def cli(tmp_path, monkeypatch):
+def cli(cli, tmp_path, monkeypatch):
+    """The shared ``cli`` (tests/conftest.py), on ``cli.db`` in the test's folder (the tests read it back)."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cli.db")
-    for name in ("EVALJOBS_BROKER_URL", "EVALJOBS_PROVIDERS"):
-        # set-then-delete so the variable is removed again afterwards even if a command sets it
-        # (Session(providers=...) exports EVALJOBS_PROVIDERS for in-process workers)
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
-    return invoke
+    return cli
 
 
 def assert_one_error_line(

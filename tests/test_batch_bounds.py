@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from helpers import ROOT
 from helpers.servers import send_json
 from helpers.workers import wait_until
@@ -29,7 +28,6 @@ from helpers.workers import wait_until
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog.modelspec import load_providers
-from evaljobs.cli import main
 from evaljobs.pipeline.batching import batch_providers, cancel_run
 from evaljobs.providers.client import DEFAULT_MAX_RESPONSE_BYTES
 from evaljobs.store import batches as stored
@@ -295,11 +293,10 @@ def test_a_300_mb_result_file_is_read_in_bounded_memory(hostile, tmp_path, sqlit
 # -- 5. a provider with no batch API ------------------------------------------------------------------
 
 
-def test_batch_with_only_providers_without_a_batch_api_is_refused_in_one_line(tmp_path, sqlite_url):
+def test_batch_with_only_providers_without_a_batch_api_is_refused_in_one_line(cli, tmp_path, sqlite_url):
     """Was: ``-m ollama/llama3 --batch`` printed nothing for over 10 minutes, its batch ``submitting``."""
     (tmp_path / "catalog.yaml").write_text(CATALOG, encoding="utf-8")
-    out = CliRunner().invoke(main, ["run", str(tmp_path / "catalog.yaml"), "-m", "ollama/llama3", "--batch",
-                                    "--db", sqlite_url])
+    out = cli("run", str(tmp_path / "catalog.yaml"), "-m", "ollama/llama3", "--batch", "--db", sqlite_url)
     assert out.exit_code == 2 and "Traceback" not in out.output
     (line,) = out.output.strip().splitlines()
     assert "--batch: none of the models' providers (ollama) has a batch API" in line

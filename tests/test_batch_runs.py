@@ -136,7 +136,7 @@ def test_batch_needs_a_batch_api_and_the_fanout_strategy(simulated_provider, db_
         assert store.list_runs() == []
 
 
-def test_cancel_cancels_the_open_batches(simulated_provider, db_url, catalog, quick, monkeypatch):
+def test_cancel_cancels_the_open_batches(cli, simulated_provider, db_url, catalog, quick, monkeypatch):
     sim = simulated_provider(batch_delay=3600)
     monkeypatch.setenv("EVALJOBS_BATCH_SIZE", "4")  # the four first turns go as one batch, at once
     monkeypatch.setenv("EVALJOBS_BATCH_WAIT", "3600")
@@ -154,13 +154,11 @@ def test_cancel_cancels_the_open_batches(simulated_provider, db_url, catalog, qu
     assert sim.stats()["batches"]["cancel_requests"] >= 1
     assert sim.stats()["batches"]["open"] == 0
     # The command: one line; a second cancel finds nothing left to cancel; an unknown run is one error line.
-    from click.testing import CliRunner
 
-    from evaljobs.cli import main
 
-    again = CliRunner().invoke(main, ["cancel", info.id, "--db", db_url])
+    again = cli("cancel", info.id, "--db", db_url)
     assert (again.exit_code, again.output.strip()) == (0, f"run {info.id}: cancelled")
-    unknown = CliRunner().invoke(main, ["cancel", "r_nope", "--db", db_url])
+    unknown = cli("cancel", "r_nope", "--db", db_url)
     assert unknown.exit_code == 2 and "r_nope" in unknown.output and "Traceback" not in unknown.output
 
 
@@ -410,12 +408,10 @@ def test_batch_judge_parks_the_judge_calls_too_same_verdicts_at_the_batch_price(
         assert batched[key].cost == pytest.approx(twin.cost / 2)
 
 
-def test_a_rerun_chooses_its_mode_no_batch_and_batch(simulated_provider, db_url, catalog, quick):
+def test_a_rerun_chooses_its_mode_no_batch_and_batch(cli, simulated_provider, db_url, catalog, quick):
     """``rerun --errored --no-batch`` takes expired batch pairs again one call at a time; ``rerun --batch``
     makes a rerun of an interactive run a batch run."""
-    from click.testing import CliRunner
 
-    from evaljobs.cli import main
 
     sim = simulated_provider(batch_delay=3600, batch_window=0.1)  # every batch expires unanswered
     with Session(db=db_url, broker="memory", width=1) as session:
@@ -431,7 +427,7 @@ def test_a_rerun_chooses_its_mode_no_batch_and_batch(simulated_provider, db_url,
     assert sim.stats()["requests"] - calls == 5  # one call a turn: three pairs of one, the tool pair's two
     sim.batches.window = None
     sim.batches.delay = 0
-    out = CliRunner().invoke(main, ["rerun", again.id, "--errored", "--batch", "--db", db_url, "--json"])
+    out = cli("rerun", again.id, "--errored", "--batch", "--db", db_url, "--json")
     assert out.exit_code == 1, out.output  # its one pair errored again (refused by the provider), in a batch
     batched = store.list_runs()[0]
     assert batched.options.get("rerun_of") == again.id and batched.options.get("batch") == ["sim"]

@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs.api import Session
 from evaljobs.bench import (BenchError,
@@ -27,7 +26,6 @@ from evaljobs.bench import (BenchError,
                             strategy_widths,
                             summarize,
                             write_outputs)
-from evaljobs.cli import main
 from helpers import abc_catalog_yaml
 
 TINY = abc_catalog_yaml("tiny", failing="c")
@@ -247,27 +245,10 @@ def tiny_catalog(tmp_path):
     return path
 
 
-def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog, tmp_path):
+def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(cli, tiny_catalog, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        main,
-        [
-            "bench",
-            str(tiny_catalog),
-            "-m",
-            "sim/fast",
-            "--strategies",
-            "threads,fanout",
-            "--widths",
-            "1,2",
-            "--repeat",
-            "1",
-            "--simulate",
-            "latency=0.01",
-            "--out",
-            str(out),
-        ],
-    )
+    result = cli("bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads,fanout", "--widths",
+                 "1,2", "--repeat", "1", "--simulate", "latency=0.01", "--out", str(out))
     assert result.exit_code == 0, result.output
     table = result.stdout
     assert table.splitlines()[0].split()[:3] == ["strategy", "width", "wall"]
@@ -297,55 +278,23 @@ def test_bench_command_on_a_tiny_grid_writes_table_json_csv_and_png(tiny_catalog
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bench_without_matplotlib_still_writes_json_and_csv(tiny_catalog, tmp_path, monkeypatch):
+def test_bench_without_matplotlib_still_writes_json_and_csv(cli, tiny_catalog, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        main,
-        [
-            "bench",
-            str(tiny_catalog),
-            "-m",
-            "sim/fast",
-            "--strategies",
-            "sequential",
-            "--repeat",
-            "1",
-            "--simulate",
-            "latency=0",
-            "--out",
-            str(out),
-        ],
-    )
+    result = cli("bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "sequential", "--repeat", "1",
+                 "--simulate", "latency=0", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "no plot: matplotlib is not installed" in result.stderr
     assert (out / "bench.json").exists() and (out / "bench.csv").exists() and not (out / "bench.png").exists()
 
 
-def test_provider_errors_show_in_the_cell(tiny_catalog, tmp_path, monkeypatch):
+def test_provider_errors_show_in_the_cell(cli, tiny_catalog, tmp_path, monkeypatch):
     """A provider limited to one call in flight answers 429 to a width of 3: the error rate says so."""
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        main,
-        [
-            "bench",
-            str(tiny_catalog),
-            "-m",
-            "sim/fast",
-            "--strategies",
-            "threads",
-            "--widths",
-            "3",
-            "--repeat",
-            "1",
-            "--no-governor",
-            "--simulate",
-            "latency=0.2,max_concurrent=1,retry_after=0.05",
-            "--out",
-            str(out),
-        ],
-    )
+    result = cli("bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "threads", "--widths", "3",
+                 "--repeat", "1", "--no-governor", "--simulate",
+                 "latency=0.2,max_concurrent=1,retry_after=0.05", "--out", str(out))
     assert result.exit_code == 0, result.output
     (c,) = json.loads((out / "bench.json").read_text())["cells"]
     assert c["rate_limited"] >= 1 and c["error_rate"] > 0 and c["retries"] >= 1
@@ -357,9 +306,9 @@ def test_provider_errors_show_in_the_cell(tiny_catalog, tmp_path, monkeypatch):
     (["--processes", "2"], "--processes needs a Redis broker"),
     (["--worker-env", "oops"], "--worker-env 'oops' is not NAME=VALUE"),
 ])
-def test_usage_errors_are_one_line(tiny_catalog, tmp_path, args, message):
-    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--repeat", "1",
-                                        "--simulate", "latency=0", "--out", str(tmp_path / "o"), *args])
+def test_usage_errors_are_one_line(cli, tiny_catalog, tmp_path, args, message):
+    result = cli("bench", str(tiny_catalog), "-m", "sim/fast", "--repeat", "1", "--simulate", "latency=0",
+                 "--out", str(tmp_path / "o"), *args)
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -372,11 +321,10 @@ def test_enqueue_measurement_counts_every_pair_on_the_memory_broker(tmp_path):
 
 
 @pytest.mark.redis
-def test_fanout_cells_on_redis_measure_the_worker_processes(tiny_catalog, tmp_path, redis_url):
+def test_fanout_cells_on_redis_measure_the_worker_processes(cli, tiny_catalog, tmp_path, redis_url):
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "fanout",
-                                        "--widths", "2", "--repeat", "1", "--simulate", "latency=0.01",
-                                        "--broker", redis_url, "--out", str(out)])
+    result = cli("bench", str(tiny_catalog), "-m", "sim/fast", "--strategies", "fanout", "--widths", "2",
+                 "--repeat", "1", "--simulate", "latency=0.01", "--broker", redis_url, "--out", str(out))
     assert result.exit_code == 0, result.output + (out / "workers.log").read_text(errors="replace")[-2000:]
     data = json.loads((out / "bench.json").read_text())
     (c,) = data["cells"]

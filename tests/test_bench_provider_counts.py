@@ -10,14 +10,13 @@ counting below attributes to its own run id, not to a cell).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.servers import send_json
+from helpers.servers import send_json, serving, url_of
 
 from evaljobs import bench
 from evaljobs.api import Session
@@ -135,12 +134,8 @@ def scripted_provider():
         def handle_error(self, request, client_address):
             pass  # the slow answer's client gave up: its broken pipe is expected
 
-    server = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(Handler, Server) as server:
+        yield url_of(server)
 
 
 def test_the_attempt_log_counts_every_kind_of_answer(scripted_provider):

@@ -10,7 +10,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
@@ -151,7 +150,7 @@ def test_ttl_and_durations():
         default_ttl(Settings.from_env({"EVALJOBS_CACHE_TTL": "soon"}))
 
 
-def test_cache_clear_command(sqlite_url, sim, client, monkeypatch):
+def test_cache_clear_command(cli, sqlite_url, sim, client, monkeypatch):
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", sqlite_url)
     store.connect(sqlite_url)
     caching = CachingClient(client, "sim", backend=STORE)
@@ -162,13 +161,12 @@ def test_cache_clear_command(sqlite_url, sim, client, monkeypatch):
         store.CacheEntry.update(created_at=utc_now() - timedelta(days=3)).where(
             store.CacheEntry.key == cache_key("sim", "fast", request_body("fast", ask(old)))).execute()
     group = Group(commands={"cache": cache_group})
-    runner = CliRunner()
-    result = runner.invoke(group, ["cache", "clear", "--older-than", "2d"], catch_exceptions=False)
+    result = cli("cache", "clear", "--older-than", "2d", command=group)
     assert result.exit_code == 0 and result.output.strip() == "removed 1 cached answer older than 2d"
     assert is_cached(caching.complete("fast", ask(new))) and not is_cached(caching.complete("fast", ask(old)))
-    result = runner.invoke(group, ["cache", "clear"], catch_exceptions=False)
+    result = cli("cache", "clear", command=group)
     assert result.output.strip() == "removed 2 cached answers"
-    bad = runner.invoke(group, ["cache", "clear", "--older-than", "yesterday"], catch_exceptions=False)
+    bad = cli("cache", "clear", "--older-than", "yesterday", command=group)
     assert bad.exit_code == 2 and bad.output.strip() == (
         "error: --older-than 'yesterday' is not a duration: use seconds or a number with s, m, h, d or w "
         "(e.g. 12h, 7d)")

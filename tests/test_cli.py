@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs.cli import main
 from helpers import ROOT
@@ -19,16 +18,9 @@ SIM_OPTIONS = dict(latency=0.005)
 
 
 @pytest.fixture
-def cli(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cli.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
-    return invoke
+def cli(cli, sim):
+    """The shared ``cli`` (tests/conftest.py) with the module's simulated provider."""
+    return cli
 
 
 def run_id_from(output: str) -> str:

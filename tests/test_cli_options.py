@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import click
-from click.testing import CliRunner
 
 from evaljobs.cli import main
 
@@ -103,16 +102,15 @@ def _with(option: str) -> set[tuple[str, ...]]:
     return {path for path, command in COMMANDS.items() if option in _options(command)}
 
 
-def test_every_help_works_and_lists_its_options() -> None:
-    runner = CliRunner()
+def test_every_help_works_and_lists_its_options(cli) -> None:
     assert len(COMMANDS) >= 24, sorted(COMMANDS)  # the walk found the whole tree (groups included)
     for path, command in sorted(COMMANDS.items()):
-        result = runner.invoke(main, [*path, "--help"])
+        result = cli(*path, "--help")
         assert result.exit_code == 0, (path, result.output)
         for option, param in _options(command).items():
             if option.startswith("--") and not param.hidden:
                 assert option in result.output, (path, option)
-    top = runner.invoke(main, ["--help"])
+    top = cli("--help")
     assert top.exit_code == 0 and "--db URL" in top.output and "--broker URL" in top.output
 
 
@@ -138,46 +136,43 @@ def test_a_shared_option_reads_one_variable() -> None:
             assert _options(COMMANDS[path])[option].envvar == envvar, (path, option)
 
 
-def test_global_db_before_the_subcommand(tmp_path) -> None:
-    runner = CliRunner()
+def test_global_db_before_the_subcommand(cli, tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/global.db"
-    missing = runner.invoke(main, ["--db", url, "runs", "--json"], env={"EVALJOBS_DATABASE_URL": None})
+    missing = cli("--db", url, "runs", "--json", env={"EVALJOBS_DATABASE_URL": None})
     assert missing.exit_code == 2 and "no database at" in missing.output, missing.output  # `runs` only reads
     assert not (tmp_path / "global.db").exists()
-    equals = runner.invoke(main, [f"--db={url}", "db", "upgrade", "--json"])
+    equals = cli(f"--db={url}", "db", "upgrade", "--json")
     assert equals.exit_code == 0 and isinstance(json.loads(equals.stdout)["changes"], list), equals.output
-    listed = runner.invoke(main, ["--db", url, "runs", "--json"], env={"EVALJOBS_DATABASE_URL": None})
+    listed = cli("--db", url, "runs", "--json", env={"EVALJOBS_DATABASE_URL": None})
     assert listed.exit_code == 0 and json.loads(listed.stdout) == [], listed.output
     own = tmp_path / "own.db"
-    wins = runner.invoke(main, ["--db", url, "db", "upgrade", "--db", f"sqlite:///{own}", "--json"])
+    wins = cli("--db", url, "db", "upgrade", "--db", f"sqlite:///{own}", "--json")
     assert wins.exit_code == 0 and own.exists(), wins.output  # the command's own --db wins
-    wrong = runner.invoke(main, ["--db", url, "init", str(tmp_path / "x")])
+    wrong = cli("--db", url, "init", str(tmp_path / "x"))
     assert wrong.exit_code == 2 and "--db does not apply to `evaljobs init`" in wrong.output
     assert "Traceback" not in wrong.output and not (tmp_path / "x").exists()
-    dangling = runner.invoke(main, ["--broker"])
+    dangling = cli("--broker")
     assert dangling.exit_code == 2 and "--broker needs a value" in dangling.output
 
 
-def test_global_broker_before_the_subcommand(tmp_path) -> None:
+def test_global_broker_before_the_subcommand(cli, tmp_path) -> None:
     """`evaljobs --broker memory recover` reaches recover's own --broker (here with --json)."""
-    runner = CliRunner()
     url = f"sqlite:///{tmp_path}/broker.db"
-    done = runner.invoke(main, ["--broker", "memory", "--db", url, "recover", "--json"])
+    done = cli("--broker", "memory", "--db", url, "recover", "--json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout) == {"actions": [], "runs": []}
-    bad = runner.invoke(main, ["--broker", "memory", "catalog", "schema"])
+    bad = cli("--broker", "memory", "catalog", "schema")
     assert bad.exit_code == 2 and "--broker does not apply to `evaljobs catalog schema`" in bad.output
 
 
-def test_json_outputs_parse(tmp_path) -> None:
+def test_json_outputs_parse(cli, tmp_path) -> None:
     """The --json added for this issue print one JSON document on stdout (messages stay on stderr)."""
-    runner = CliRunner()
     url = f"sqlite:///{tmp_path}/json.db"
     env = {"EVALJOBS_DATABASE_URL": url}
-    cleared = runner.invoke(main, ["cache", "clear", "--json"], env=env)
+    cleared = cli("cache", "clear", "--json", env=env)
     assert cleared.exit_code == 0 and json.loads(cleared.stdout) == {"removed": 0, "older_than": None}
     support = "examples/catalogs/support.yaml"
-    checked = runner.invoke(main, ["catalog", "check", support, "--json"], env=env)
+    checked = cli("catalog", "check", support, "--json", env=env)
     assert checked.exit_code == 0, checked.output
     data = json.loads(checked.stdout)
     assert data["format"] == "native" and data["scenarios"] == 14 and data["digest"].startswith("sha256:")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
@@ -209,14 +208,14 @@ def two_runs(tmp_path, sim, monkeypatch):
     return db, a.id, b.id
 
 
-def _cli(db: str, *args: str):
+def _cli(cli, db: str, *args: str):
     group = Group(name="evaljobs", commands={"compare": compare_command})
-    return CliRunner().invoke(group, [*args, "--db", db], catch_exceptions=False)
+    return cli(*args, "--db", db, command=group)
 
 
-def test_cli_compare_shows_exactly_the_flipped_pairs(two_runs) -> None:
+def test_cli_compare_shows_exactly_the_flipped_pairs(cli, two_runs) -> None:
     db, a, b = two_runs
-    result = _cli(db, "compare", a, b, "--json")
+    result = _cli(cli, db, "compare", a, b, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert {(f["scenario_key"], f["model"]): f["kind"] for f in data["flipped"]} == {
@@ -232,7 +231,7 @@ def test_cli_compare_shows_exactly_the_flipped_pairs(two_runs) -> None:
     assert (data["run_a"], data["run_b"]) == (a, b)
     assert "note: " in result.stderr and "different" not in result.stdout  # catalogs differ: said on stderr
 
-    table = _cli(db, "compare", a, b)
+    table = _cli(cli, db, "compare", a, b)
     assert table.exit_code == 0
     assert table.stdout.splitlines()[0] == (f"compare {a} → {b}: 8 common pairs: 2 regressed, 2 fixed, "
                                             "0 failed↔errored, 2 changed (scenario or judge changed, "
@@ -243,25 +242,25 @@ def test_cli_compare_shows_exactly_the_flipped_pairs(two_runs) -> None:
     assert [line.split()[:2] for line in changed[2:4]] == [["crashes", "sim/fast"], ["crashes", "sim/smart"]]
 
 
-def test_cli_compare_gate_and_errors(two_runs) -> None:
+def test_cli_compare_gate_and_errors(cli, two_runs) -> None:
     db, a, b = two_runs
-    gated = _cli(db, "compare", a, b, "--fail-on-regression")
+    gated = _cli(cli, db, "compare", a, b, "--fail-on-regression")
     assert gated.exit_code == 1
     assert f"FAIL: 2 pairs regressed from {a} to {b}" in gated.stderr
-    improved = _cli(db, "compare", a, a, "--fail-on-regression")
+    improved = _cli(cli, db, "compare", a, a, "--fail-on-regression")
     assert improved.exit_code == 0 and "no pair flipped" in improved.stdout
-    missing = _cli(db, "compare", a, "r_nope")
+    missing = _cli(cli, db, "compare", a, "r_nope")
     assert missing.exit_code == 2
     assert missing.stderr.strip() == "error: unknown run 'r_nope': list runs with `evaljobs runs`"
 
 
-def test_cli_compare_reads_rows_of_a_run_without_report(two_runs) -> None:
+def test_cli_compare_reads_rows_of_a_run_without_report(cli, two_runs) -> None:
     db, a, _ = two_runs
     store.connect(db)
     catalog = store.load_snapshot(store.get_run(a).digest)
     pending = store.create_run(catalog, ["sim/fast"], strategy="sequential")
     store.record_result(pending.id, Result("steady", "sim/fast", "failed", 0.0, fault="missing_content"))
-    result = _cli(db, "compare", a, pending.id, "--json")
+    result = _cli(cli, db, "compare", a, pending.id, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [(f["scenario_key"], f["kind"]) for f in data["flipped"]] == [("steady", REGRESSED)]

@@ -12,11 +12,9 @@ import re
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.cli import main
 from helpers import Viewer
 
 #: Written out of key order on purpose: zeta, alpha, mid.
@@ -52,13 +50,10 @@ def edited(tmp_path, simulated_provider):
     return db, a.id, b.id
 
 
-def _cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
-
-def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edited):
+def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(cli, edited):
     db, a, b = edited
-    data = json.loads(_cli("compare", a, b, "--json", "--db", db).stdout)
+    data = json.loads(cli("compare", a, b, "--json", "--db", db).stdout)
     assert data["flipped"] == [] and data["summary"]["regressed"] == 0
     assert data["summary"]["changed"] == 2
     assert [(c["scenario_key"], c["model"], c["kind"], c["before"]["status"], c["after"]["status"])
@@ -68,7 +63,7 @@ def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edite
     assert {m["model"]: (m["pairs"], m["regressed"], m["changed"], m["pass_rate_delta"])
             for m in data["models"]} == {"sim/fast": (2, 0, 1, 0.0), "sim/smart": (2, 0, 1, 0.0)}
 
-    table = _cli("compare", a, b, "--db", db, "--fail-on-regression")
+    table = cli("compare", a, b, "--db", db, "--fail-on-regression")
     assert table.exit_code == 0, table.output  # a catalog edit fails no regression gate
     assert table.stdout.splitlines()[0] == (
         f"compare {a} → {b}: 6 common pairs: 0 regressed, 0 fixed, 0 failed↔errored, "
@@ -76,26 +71,26 @@ def test_compare_lists_an_edited_scenario_as_changed_never_as_a_regression(edite
     assert "no pair flipped" in table.stdout
 
 
-def test_the_report_against_a_baseline_says_changed(edited, tmp_path):
+def test_the_report_against_a_baseline_says_changed(cli, edited, tmp_path):
     db, a, b = edited
-    markdown = _cli("report", b, "--baseline", a, "--db", db).stdout
+    markdown = cli("report", b, "--baseline", a, "--db", db).stdout
     assert "0 regressed, 0 fixed" in markdown
     assert "2 changed (scenario or judge changed, not counted)" in markdown
     assert "**Changed scenarios (2)**" in markdown
     assert "| `alpha` | `sim/fast` | passed → failed |" in markdown
-    html = _cli("report", b, "--baseline", a, "--format", "html", "--db", db).stdout
+    html = cli("report", b, "--baseline", a, "--format", "html", "--db", db).stdout
     section = html.split('<section id="changed">')[1].split("</section>")[0]
     assert "Changed scenarios (2)" in section and section.count('class="k-changed"') == 2
     assert '<section id="flipped">' not in html
 
 
-def test_reports_keep_the_catalogs_own_order(edited):
+def test_reports_keep_the_catalogs_own_order(cli, edited):
     db, _, b = edited
-    report = json.loads(_cli("report", b, "--format", "json", "--db", db).stdout)
+    report = json.loads(cli("report", b, "--format", "json", "--db", db).stdout)
     assert [r["scenario_key"] for r in report["results"]] == ["zeta", "zeta", "alpha", "alpha", "mid", "mid"]
     assert report["run"]["order"] == "catalog"
-    table = _cli("report", b, "--format", "table", "--db", db).stdout
-    html = _cli("report", b, "--format", "html", "--db", db).stdout
+    table = cli("report", b, "--format", "table", "--db", db).stdout
+    html = cli("report", b, "--format", "html", "--db", db).stdout
     grid = html.split('<table id="grid">')[1].split("</table>")[0]
     assert re.findall(r"<tr><th>(\w+)</th>", grid) == ["Scenario", "zeta", "alpha", "mid"]
     assert "alpha × sim/fast" in table
@@ -137,7 +132,7 @@ def test_the_viewer_compare_page_lists_the_changed_pairs(edited, tmp_path):
     assert list(dict.fromkeys(order)) == ["zeta", "alpha", "mid"], order
 
 
-def test_the_epochs_block_keeps_the_catalogs_own_order_too(tmp_path, simulated_provider):
+def test_the_epochs_block_keeps_the_catalogs_own_order_too(cli, tmp_path, simulated_provider):
     """With epochs the per-pair statistics (JSON ``epochs.pairs``, the HTML section, JUnit's test cases)
     follow the catalog's order."""
     simulated_provider(latency=0.0)
@@ -146,13 +141,13 @@ def test_the_epochs_block_keeps_the_catalogs_own_order_too(tmp_path, simulated_p
     path.write_text(CATALOG.format(code="41"))
     with Session(db=db, broker="memory") as session:
         run = session.submit(str(path), MODELS, strategy="sequential", epochs=2)
-    report = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
+    report = json.loads(cli("report", run.id, "--format", "json", "--db", db).stdout)
     assert [(p["scenario_key"], p["model"]) for p in report["epochs"]["pairs"]] == [
         (key, model) for key in ("zeta", "alpha", "mid") for model in MODELS]
-    html = _cli("report", run.id, "--format", "html", "--db", db).stdout
+    html = cli("report", run.id, "--format", "html", "--db", db).stdout
     section = html.split('id="epoch-pairs"')[1].split("</table>")[0]
     assert re.findall(r"<tr><td>(\w+)</td><td>sim/fast</td>", section) == ["zeta", "alpha", "mid"], section
-    junit = _cli("report", run.id, "--format", "junit", "--db", db).stdout
+    junit = cli("report", run.id, "--format", "junit", "--db", db).stdout
     cases = re.findall(r'<testcase classname="edits\.sim/fast" name="(\w+)"', junit)
     assert cases == ["zeta", "alpha", "mid"]
 
@@ -173,7 +168,7 @@ scenarios:
 """
 
 
-def test_a_changed_judge_model_is_changed_not_a_regression(tmp_path, simulated_provider):
+def test_a_changed_judge_model_is_changed_not_a_regression(cli, tmp_path, simulated_provider):
     """The same catalog judged by another judge (``--judge-model``): what decided the verdict changed, so the
     judged pair is "changed" in compare, never a regression; the unjudged pair compares as before."""
     simulated_provider(latency=0.0)
@@ -184,14 +179,15 @@ def test_a_changed_judge_model_is_changed_not_a_regression(tmp_path, simulated_p
         a = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/lenient")
         b = session.submit(str(path), ["sim/fast"], strategy="sequential", judge_model="sim/strict")
     assert [r.status for r in store.list_results(b.id) if r.scenario_key == "kind"] == ["failed"]
-    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    data = json.loads(cli("compare", a.id, b.id, "--json", "--db", db).stdout)
     assert data["summary"]["regressed"] == 0 and data["flipped"] == []
     assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
-    same = json.loads(_cli("compare", a.id, a.id, "--json", "--db", db).stdout)  # same judge: nothing changed
+    same = json.loads(cli("compare", a.id, a.id, "--json", "--db", db).stdout)  # same judge: nothing changed
     assert same["summary"]["changed"] == 0
 
 
-def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(tmp_path, simulated_provider):
+def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(cli, tmp_path,
+                                                                             simulated_provider):
     """``--reuse`` copies a judged verdict only when the judge that gave it is the one this run would ask: a
     providers file's ``judge_model`` counts, not only ``--judge-model``."""
     simulated_provider(latency=0.0)
@@ -211,6 +207,6 @@ def test_reuse_judges_again_a_pair_whose_judge_changed_in_the_providers_file(tmp
     assert rows["kind"].reused_from is None and rows["kind"].status == "failed"  # judged again, by sim/strict
     assert line == f"reused 1 of 2 pairs from {a.id} (1 changed, 0 new)"
     # and compare says the same of it: another judge (named by the providers file) decided it
-    data = json.loads(_cli("compare", a.id, b.id, "--json", "--db", db).stdout)
+    data = json.loads(cli("compare", a.id, b.id, "--json", "--db", db).stdout)
     assert [(c["scenario_key"], c["kind"]) for c in data["changed"]] == [("kind", "changed")]
     assert data["summary"]["regressed"] == 0

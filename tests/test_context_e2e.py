@@ -105,14 +105,18 @@ class Backend:
             session.close()
 
 
-@pytest.fixture
-def sim(simulated_provider, monkeypatch):
-    # Short Retry-After so a rate-limited pair is re-sent quickly; worker processes inherit the URL.
+#: A provider per test (its 429 counters are the test's); a short Retry-After so a rate-limited pair is
+#: re-sent quickly (the ``sim`` fixture in tests/conftest.py; worker processes inherit its URL).
+SIM_OPTIONS = dict(latency=0.02, retry_after=0.2)
+SIM_PER_TEST = True
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch):
     monkeypatch.setenv("EVALJOBS_MAX_RETRIES", "2")
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
     monkeypatch.delenv("EVALJOBS_CONTEXT_KEY", raising=False)
-    return simulated_provider(latency=0.02, retry_after=0.2)
 
 
 #: The RabbitMQ backend, for the test that shows the context middleware on it (CI time: one is enough).

@@ -15,9 +15,10 @@ from evaljobs import store
 from evaljobs.catalog import CatalogError, loads_catalog, parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
-from evaljobs.pipeline import broker, events
+from evaljobs.pipeline import broker
 from evaljobs.pipeline.rerun import select_pairs
 from evaljobs.providers.cache import cache_key, for_epoch
+from helpers import counted_completes
 from helpers.database import utc_now
 
 
@@ -195,14 +196,7 @@ def memory(tmp_path, sim, monkeypatch):
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     store.connect(f"sqlite:///{tmp_path}/epochs.db")
     binding = broker.configure("memory")
-    completes: list[str] = []
-    original = events.publish_complete
-
-    def counting(run_id, report):
-        completes.append(run_id)
-        original(run_id, report)
-
-    monkeypatch.setattr(events, "publish_complete", counting)
+    completes = counted_completes(monkeypatch)
     worker = dramatiq.Worker(binding.broker, worker_threads=4, worker_timeout=20)
     worker.start()
     yield binding, completes

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evaljobs.pipeline import barrier, events
+from evaljobs.pipeline import barrier
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
-from helpers import plugin_broker, wait_until
+from helpers import counted_completes, plugin_broker, wait_until
 
 #: Three scenarios (a tool call among them), shared with tests/test_batch_runs.py.
 CATALOG = (Path(__file__).parent / "data" / "fan.yaml").read_text(encoding="utf-8")
@@ -37,14 +37,7 @@ def env(sim, monkeypatch, request):
     monkeypatch.setenv("EVALJOBS_MAX_RETRIES", "2")
     monkeypatch.setenv("EVALJOBS_MIN_BACKOFF", "0.01")
     monkeypatch.setenv("EVALJOBS_MAX_BACKOFF", "0.05")
-    completes: list[str] = []
-    original = events.publish_complete
-
-    def counting(run_id, report):
-        completes.append(run_id)
-        original(run_id, report)
-
-    monkeypatch.setattr(events, "publish_complete", counting)
+    completes = counted_completes(monkeypatch)
     return plugin_broker(request), completes
 
 

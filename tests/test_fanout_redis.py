@@ -18,9 +18,10 @@ def catalog(n: int, name: str = "wide"):
     return numbered_catalog(n, name)
 
 
-@pytest.fixture
-def sim(simulated_provider):
-    return simulated_provider(latency=0.15)
+#: A provider per test (the ``sim`` fixture in tests/conftest.py), which worker processes reach through
+#: EVALJOBS_SIM_URL.
+SIM_OPTIONS = dict(latency=0.15)
+SIM_PER_TEST = True
 
 
 class CompleteCounter:

@@ -47,10 +47,10 @@ from helpers import (
 pytestmark = [pytest.mark.redis]
 
 
-@pytest.fixture
-def sim(simulated_provider):
-    """The simulated provider every worker started by the test talks to (through EVALJOBS_SIM_URL)."""
-    return simulated_provider(latency=0.2, jitter=0.05)
+#: A provider per test (the ``sim`` fixture in tests/conftest.py), which worker processes reach through
+#: EVALJOBS_SIM_URL.
+SIM_OPTIONS = dict(latency=0.2, jitter=0.05)
+SIM_PER_TEST = True
 
 
 # -- worker processes SIGKILLed repeatedly ---------------------------------------------------------------

@@ -15,28 +15,21 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 from helpers import ROOT
 
-from evaljobs.cli import main
 from evaljobs.cli.runs import when
 from evaljobs.starter import init_project
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report, render_markdown, render_table
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
 
 
 @pytest.fixture
-def cli(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+def cli(cli, tmp_path, sim, monkeypatch):
+    """The shared ``cli`` (tests/conftest.py) with the module's simulated provider, on ``first.db``."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/first.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, list(args), catch_exceptions=False)
+    return cli
 
 
 @pytest.mark.parametrize(("args", "command"), [

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from helpers import Fleet, RedisServer, free_port, wait_until
+from helpers import Fleet, RedisServer, free_port, pool_thread, wait_until
 
 from evaljobs.workers.health import consumers_check, readiness
 
@@ -51,20 +50,10 @@ def test_a_worker_is_ready_once_its_processes_consume_and_not_while_redis_is_dow
 
 @pytest.mark.redis
 def test_a_pool_answers_the_probes(redis_url, sqlite_url):
-    from evaljobs.workers.serve import run_pool
-
     port = free_port()
-    stop = threading.Event()
-    arguments = {"min": 1, "max": 2, "idle_seconds": 5, "lane": "bulk", "broker": redis_url, "db": sqlite_url,
-                 "stop": stop, "health_port": port}
-    pool = threading.Thread(target=run_pool, kwargs=arguments, daemon=True)
-    pool.start()
-    try:
+    with pool_thread(redis_url, sqlite_url, health_port=port):
         assert wait_until(lambda: probe(port, "/readyz")[0] == 200, 60), probe(port, "/readyz")
         assert probe(port, "/livez") == (200, "ok\n")
-    finally:
-        stop.set()
-        pool.join(30)
 
 
 def test_a_stale_or_missing_process_is_not_ready(tmp_path):

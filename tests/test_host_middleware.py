@@ -136,14 +136,12 @@ def test_evaljobs_worker_middleware_option_on_real_worker_processes(
 
 
 @pytest.mark.redis
-def test_evaljobs_worker_rejects_a_bad_middleware_in_one_line_before_starting(redis_url):
-    from click.testing import CliRunner
+def test_evaljobs_worker_rejects_a_bad_middleware_in_one_line_before_starting(cli, redis_url):
 
-    from evaljobs.cli import main
 
     previous = config.settings()
     try:
-        result = CliRunner().invoke(main, ["worker", "--broker", redis_url, "--middleware", "nowhere:Thing"])
+        result = cli("worker", "--broker", redis_url, "--middleware", "nowhere:Thing")
     finally:
         config.configure(previous)
     assert result.exit_code == 2

@@ -12,13 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from helpers import ROOT
 
 from evaljobs import config
 from evaljobs.capacity import check_width, thread_limit
 from evaljobs.catalog import CatalogError
-from evaljobs.cli import main
 from evaljobs.errors import ConfigurationError, UsageError
 
 CATALOG = """\
@@ -194,12 +192,12 @@ def test_a_json_integer_of_5000_digits_is_one_line(tmp_path):
 # --------------------------------------------------------------------------- init: regular files inside its
 # folder
 
-def test_init_refuses_a_dangling_catalog_symlink_and_writes_nothing_outside(tmp_path):
+def test_init_refuses_a_dangling_catalog_symlink_and_writes_nothing_outside(cli, tmp_path):
     project, outside = tmp_path / "project", tmp_path / "outside"
     project.mkdir()
     outside.mkdir()
     (project / "catalog.yaml").symlink_to(outside / "victim.yaml")
-    result = CliRunner().invoke(main, ["init", str(project)])
+    result = cli("init", str(project))
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "catalog.yaml: is a symbolic link" in lines[0], result.output
@@ -207,25 +205,25 @@ def test_init_refuses_a_dangling_catalog_symlink_and_writes_nothing_outside(tmp_
 
 
 @pytest.mark.parametrize("force", [False, True])
-def test_init_never_writes_through_a_linked_folder(force, tmp_path):
+def test_init_never_writes_through_a_linked_folder(cli, force, tmp_path):
     project, outside = tmp_path / "project", tmp_path / "outside"
     project.mkdir()
     outside.mkdir()
     (project / ".github").symlink_to(outside, target_is_directory=True)
-    result = CliRunner().invoke(main, ["init", str(project), *(["--force"] if force else [])])
+    result = cli("init", str(project), *(["--force"] if force else []))
     assert result.exit_code == 2 and "links out of" in result.output, result.output
     assert list(outside.iterdir()) == []
 
 
-def test_init_with_force_replaces_a_link_to_a_file_by_refusing_it(tmp_path):
+def test_init_with_force_replaces_a_link_to_a_file_by_refusing_it(cli, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     target = tmp_path / "shared.yaml"
     target.write_text("mine\n", encoding="utf-8")
     (project / "catalog.yaml").symlink_to(target)
-    kept = CliRunner().invoke(main, ["init", str(project)])  # exists (through the link): kept, not written
+    kept = cli("init", str(project))  # exists (through the link): kept, not written
     assert kept.exit_code == 0 and "kept" in kept.output
-    forced = CliRunner().invoke(main, ["init", str(project), "--force"])
+    forced = cli("init", str(project), "--force")
     assert forced.exit_code == 2 and "is a symbolic link" in forced.output
     assert target.read_text(encoding="utf-8") == "mine\n"
 

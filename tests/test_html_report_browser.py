@@ -14,6 +14,7 @@ import pytest
 from evaljobs.reports.html import render_html
 from evaljobs.reports.build import build_report
 from evaljobs.evaluation.result import Result
+from helpers import ORDER_LOOKUP, claimed_cancel, shipped_order
 from helpers.browser import Browser, BrowserError, Node
 
 XSS = ('<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
@@ -36,21 +37,13 @@ def _messages(question: str, answer: str, call: bool = False) -> list[dict]:
     messages = [{"role": "system", "content": "You are Acme's support agent. " * 5},
                 {"role": "user", "content": question}]
     if call:
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-                         {"id": "call_1", "type": "function",
-                          "function": {"name": "lookup_order", "arguments": "{\"order_id\": \"1234\"}"}}]},
-                     {"role": "tool", "tool_call_id": "call_1", "content": "{\"status\": \"shipped\"}"}]
+        messages += ORDER_LOOKUP
     return messages + [{"role": "assistant", "content": answer}]
 
 
 def results() -> list[Result]:
     rows = [
-        Result(
-            "order-status",
-            "sim/fast",
-            "passed",
-            1.0,
-            scores={"contains": 1.0, "expected_tools": 1.0},
+        shipped_order(
             output="Order 1234 has shipped.",
             duration_ms=120,
             input_tokens=90,
@@ -69,22 +62,8 @@ def results() -> list[Result]:
                 "messages": _messages("Where is order 1234?", "Order 1234 has shipped.", call=True),
             },
         ),
-        Result(
-            "cancel-order",
-            "sim/fast",
-            "failed",
-            0.333,
-            scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
-            fault="expected_tool_not_called",
-            output="Sure, consider it done!",
-            duration_ms=80,
-            details={
-                "turns": 1,
-                "missing": ["cancelled"],
-                "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
-                "messages": _messages("Please cancel order 5678.", "Sure, consider it done!"),
-            },
-        ),
+        claimed_cancel(duration_ms=80,
+                       messages=_messages("Please cancel order 5678.", "Sure, consider it done!")),
         Result.errored("refund-policy", "sim/fast", "HTTP 400 from sim: simulated bad request", attempts=2),
         Result(
             "xss",

@@ -189,14 +189,13 @@ def test_the_command_table_matches_the_commands():
     assert main.get_command(click.Context(main), "no-such-command") is None
 
 
-def test_help_lists_what_an_eagerly_built_group_lists():
+def test_help_lists_what_an_eagerly_built_group_lists(cli):
     eager = click.Group("main", help=main.help, params=main.params,
                         context_settings={"help_option_names": ["-h", "--help"]})
     for name in COMMANDS:
         eager.add_command(load_command(name), name)
-    runner = click.testing.CliRunner()
-    lazy_help = runner.invoke(main, ["--help"], prog_name="evaljobs").output
-    eager_help = runner.invoke(eager, ["--help"], prog_name="evaljobs").output
+    lazy_help = cli("--help", prog_name="evaljobs").output
+    eager_help = cli("--help", command=eager, prog_name="evaljobs").output
     assert lazy_help == eager_help
     assert all(name in lazy_help for name in COMMANDS)
 

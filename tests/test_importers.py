@@ -720,13 +720,11 @@ def test_unreadable_and_empty_files_are_one_line_errors(tmp_path):
     assert _errors(broken)[0].startswith(f"{broken}:3: YAML syntax error: ")
 
 
-def test_report_says_how_many_production_only_scenarios_were_left_out(tmp_path, simulated_provider):
-    from click.testing import CliRunner
+def test_report_says_how_many_production_only_scenarios_were_left_out(cli, tmp_path, simulated_provider):
 
-    from evaljobs.cli import main
 
     simulated_provider(latency=0.0)
-    result = CliRunner().invoke(main, ["run", str(IMPORTS / "activeagent_suite.yaml"), "-m", "sim/a",
-                                       "--strategy", "sequential", "--db", f"sqlite:///{tmp_path}/x.db"])
+    result = cli("run", str(IMPORTS / "activeagent_suite.yaml"), "-m", "sim/a", "--strategy", "sequential",
+                 "--db", f"sqlite:///{tmp_path}/x.db")
     assert result.exit_code == 0, result.output
     assert "1 production_only scenario left out" in result.output

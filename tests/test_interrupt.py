@@ -16,13 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
 from evaljobs.errors import Interrupted
-from evaljobs.cli import main
 from helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +53,7 @@ _DEFAULT_SIGINT_THEN_EXEC = (
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_resume(
-    tmp_path, sqlite_url, simulated_provider, signum
+    cli, tmp_path, sqlite_url, simulated_provider, signum
 ):
     sim = simulated_provider(latency=0.0)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALJOBS_SIM_URL": sim.url}
@@ -107,7 +105,7 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
     assert run.status == store.INTERRUPTED and len(QUICK) <= run.persisted < 6
     assert {r.scenario_key for r in store.list_results(run.id)} >= set(QUICK)
 
-    watched = CliRunner().invoke(main, ["watch", run.id, "--db", sqlite_url], catch_exceptions=False)
+    watched = cli("watch", run.id, "--db", sqlite_url)
     assert watched.exit_code == 130  # watch stops at once on an interrupted run and says how to resume
     assert f"resume it with `evaljobs recover {run.id}`" in watched.output
 
@@ -116,9 +114,7 @@ def test_a_signal_keeps_what_finished_marks_the_run_interrupted_and_says_how_to_
 
     if signum == signal.SIGINT:  # resumed: what was kept stays, the rest is evaluated, one report
         kept = {(r.scenario_key, r.model, r.epoch): r.created_at for r in _rows(run.id)}
-        recovered = CliRunner().invoke(
-            main, ["recover", run.id, "--db", sqlite_url, "--broker", "memory"], catch_exceptions=False
-        )
+        recovered = cli("recover", run.id, "--db", sqlite_url, "--broker", "memory")
         assert recovered.exit_code == 0, recovered.output
         assert f"{run.id}: resuming the interrupted run" in recovered.output
         done = store.get_run(run.id)

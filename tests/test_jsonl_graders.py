@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from evaljobs.catalog import CatalogError, parse_catalog
 from evaljobs.catalog.importers import load_any
 from evaljobs.catalog.importers.jsonl import FACT_RUBRIC
-from evaljobs.cli import main
 from evaljobs.evaluation.grading import grade
 from evaljobs.evaluation.replay import Replay
 from evaljobs.evaluation.result import FAILED, PASSED
@@ -104,14 +102,9 @@ def test_grader_is_for_jsonl_and_registry_files_only():
 
 
 @pytest.mark.usefixtures("allow_code")  # its imported suites carry python/javascript assertions
-def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_path):
-    runner = (
-        CliRunner(mix_stderr=False)
-        if "mix_stderr" in CliRunner.__init__.__code__.co_varnames
-        else CliRunner()
-    )
+def test_convert_states_the_grader_and_check_counts_what_was_imported_how(cli, tmp_path):
     out = tmp_path / "fuzzy.yaml"
-    done = runner.invoke(main, ["catalog", "convert", str(FUZZY), "--grader", "fuzzy_match", "-o", str(out)])
+    done = cli("catalog", "convert", FUZZY, "--grader", "fuzzy_match", "-o", out)
     assert done.exit_code == 0, done.output
     converted = yaml.safe_load(out.read_text())
     assert "graded with fuzzy_match" in converted["description"]
@@ -122,7 +115,7 @@ def test_convert_states_the_grader_and_check_counts_what_was_imported_how(tmp_pa
     }
 
     def check(*args: str) -> str:
-        result = runner.invoke(main, ["catalog", "check", *args])
+        result = cli("catalog", "check", *args)
         assert result.exit_code == 0, result.output
         return result.stdout.splitlines()[-1]
 

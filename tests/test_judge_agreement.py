@@ -8,11 +8,9 @@ import json
 import math
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.agreement import cohen_kappa
 from evaljobs.reports.build import build_report
@@ -53,9 +51,9 @@ def judged(tmp_path):
     return url, run.id
 
 
-def test_kappa_matrix_and_best_threshold_of_200_labelled_pairs(judged):
+def test_kappa_matrix_and_best_threshold_of_200_labelled_pairs(cli, judged):
     url, run = judged
-    done = CliRunner().invoke(main, ["judge-agreement", "--db", url, "--json"])
+    done = cli("judge-agreement", "--db", url, "--json")
     assert done.exit_code == 0, done.output
     found = json.loads(done.output)
     assert found["runs"] == [run] and len(found["agreements"]) == 1
@@ -71,7 +69,7 @@ def test_kappa_matrix_and_best_threshold_of_200_labelled_pairs(judged):
     # raising the threshold past 0.65 turns the 20 judge-passes the reviewer failed into agreements
     assert a["best_threshold"] == pytest.approx(0.725) and a["best_agreement"] == pytest.approx(190 / 200)
     assert a["warnings"] == []
-    text = CliRunner().invoke(main, ["judge-agreement", run, "--db", url, "--min-kappa", "0.8"])
+    text = cli("judge-agreement", run, "--db", url, "--min-kappa", "0.8")
     assert text.exit_code == 0
     assert "| judge/x |" in text.output and "| 200 | 90 | 20 | 10 | 80 | 85.0% | 0.700 (" in text.output
     warnings = [line for line in text.output.splitlines() if line.startswith("warning:")]
@@ -86,12 +84,12 @@ def test_cohen_kappa_matches_a_published_example():
     assert cohen_kappa([[10, 0], [0, 0]]) == (None, None), "all one class: chance agreement is total"
 
 
-def test_the_report_and_the_review_page_show_the_agreement(judged):
+def test_the_report_and_the_review_page_show_the_agreement(cli, judged):
     url, run = judged
-    md = CliRunner().invoke(main, ["report", run, "--db", url])
+    md = cli("report", run, "--db", url)
     assert md.exit_code == 0 and "## Judge agreement with the reviewers" in md.output
     assert "| 200 | 90 | 20 | 10 | 80 | 85.0% | 0.700 (" in md.output
-    as_json = json.loads(CliRunner().invoke(main, ["report", run, "--db", url, "--format", "json"]).output)
+    as_json = json.loads(cli("report", run, "--db", url, "--format", "json").output)
     assert as_json["judge_agreement"][0]["kappa"] == pytest.approx(0.7)
     from evaljobs.view.review import review_page
 

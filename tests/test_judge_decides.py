@@ -118,9 +118,8 @@ def test_the_starter_no_longer_passes_a_low_judge_score(tmp_path):
         assert (result.status, result.fault) == (FAILED, "low_quality"), scenario.key
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 def test_the_starters_judged_scenario_run_with_a_low_judge_score_fails(tmp_path, sim, monkeypatch):

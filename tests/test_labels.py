@@ -12,12 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 
@@ -89,14 +87,14 @@ def test_a_schema_5_database_gains_the_label_table(tmp_path):
     assert store.upgrade() == ["created table label", f"recorded schema version {store.LABELS_SCHEMA}"]
 
 
-def test_labels_export_and_import_as_jsonl_through_the_cli(tmp_path):
+def test_labels_export_and_import_as_jsonl_through_the_cli(cli, tmp_path):
     source = f"sqlite:///{tmp_path}/a.db"
     store.connect(source)
     run = _run(ANSWERS)
     store.record_label(run, "greet", "m1", 0, verdict="pass", comment="fine\nreally", reviewer="ana")
     store.record_label(run, "bye", "m2", 0, verdict="fail", score=0.1, reviewer="bo")
     out = tmp_path / "labels.jsonl"
-    done = CliRunner().invoke(main, ["labels", "export", "--db", source, "-o", str(out)])
+    done = cli("labels", "export", "--db", source, "-o", str(out))
     assert done.exit_code == 0, done.output
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [(x["scenario_key"], x["model"], x["verdict"], x["reviewer"]) for x in lines] == [
@@ -105,7 +103,7 @@ def test_labels_export_and_import_as_jsonl_through_the_cli(tmp_path):
     target = f"sqlite:///{tmp_path}/b.db"
     store.connect(target)
     again = _run(ANSWERS)
-    done = CliRunner().invoke(main, ["labels", "import", "--db", target, str(out)])
+    done = cli("labels", "import", "--db", target, str(out))
     assert done.exit_code == 0 and "imported 2 labels" in done.output, done.output
     store.connect(target)
     found = store.labels_for_run(again)
@@ -114,7 +112,7 @@ def test_labels_export_and_import_as_jsonl_through_the_cli(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(out.read_text(encoding="utf-8") + '{"run_id": "r_x", "verdict": "meh"}\n',
                    encoding="utf-8")
-    done = CliRunner().invoke(main, ["labels", "import", "--db", target, str(bad)])
+    done = cli("labels", "import", "--db", target, str(bad))
     assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1, done.output
     assert "bad.jsonl:3" in done.output and "missing scenario_key" in done.output
 
@@ -234,24 +232,23 @@ def test_a_token_viewer_writes_for_its_session_and_read_only_refuses_every_write
         viewer.close()
 
 
-def test_the_report_shows_both_verdicts_and_the_gate_prefers_the_human_only_when_asked(labelled_db):
+def test_the_report_shows_both_verdicts_and_the_gate_prefers_the_human_only_when_asked(cli, labelled_db):
     url, run = labelled_db  # every result failed by the machine
     for key, model in [("greet", "m1"), ("bye", "m1"), ("greet", "m2")]:
         store.record_label(run, key, model, 0, verdict="pass", comment="a | pipe", reviewer="ana")
-    runner = CliRunner()
-    md = runner.invoke(main, ["report", run, "--db", url])
+    md = cli("report", run, "--db", url)
     assert md.exit_code == 0 and "## Human review" in md.output, md.output
     assert "3 of 4 results reviewed" in md.output and "disagrees with the machine on 3" in md.output
     assert "| greet | m1 | 0 | failed | pass | ana |" in md.output
-    as_json = json.loads(runner.invoke(main, ["report", run, "--db", url, "--format", "json"]).output)
+    as_json = json.loads(cli("report", run, "--db", url, "--format", "json").output)
     assert as_json["summary"]["pass_rate"] == 0.0, "the machine's figure is left as it was"
     assert (as_json["human"]["labelled"], as_json["human"]["preferred_pass_rate"]) == (3, 0.75)
-    machine = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.7"])
+    machine = cli("report", run, "--db", url, "--fail-under", "0.7")
     assert machine.exit_code == 1 and "FAIL: pass rate 0.0%" in machine.output
-    human = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.7", "--prefer-human"])
+    human = cli("report", run, "--db", url, "--fail-under", "0.7", "--prefer-human")
     assert human.exit_code == 0
     assert "OK: pass rate 75.0% with 3 reviewed results' human verdicts" in human.output
-    stricter = runner.invoke(main, ["report", run, "--db", url, "--fail-under", "0.8", "--prefer-human"])
+    stricter = cli("report", run, "--db", url, "--fail-under", "0.8", "--prefer-human")
     assert stricter.exit_code == 1 and "(--prefer-human)" in stricter.output
 
 

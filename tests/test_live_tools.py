@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,6 +29,7 @@ from evaljobs.tools import (LiveToolError,
                                           expand_mcp_tools,
                                           live_tool_runner,
                                           validate_live_spec)
+from helpers import serving, url_of
 
 #: MCP ``command`` servers are a catalog's code: this module's operator opts in (evaljobs.tools.allowance).
 pytestmark = pytest.mark.usefixtures("allow_code")
@@ -95,14 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def http_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    SLOW_RELEASE.set()
-    server.shutdown()
-    server.server_close()
+    with serving(_Handler) as server:
+        yield url_of(server, "")
+        SLOW_RELEASE.set()
 
 
 def test_http_tool_posts_arguments_as_json_and_returns_the_json_body(http_url):

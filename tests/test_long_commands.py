@@ -6,9 +6,7 @@ import io
 import json
 import threading
 
-from click.testing import CliRunner
 
-from evaljobs.cli import main
 from evaljobs.cli._stages import stage
 from evaljobs.cli.catalog import LARGE_CATALOG
 
@@ -49,41 +47,38 @@ def test_a_stage_in_a_log_is_one_line() -> None:
     assert "work: breaks… stopped after" in failing.getvalue()
 
 
-def test_convert_of_a_large_file_reports_its_stages(tmp_path) -> None:
+def test_convert_of_a_large_file_reports_its_stages(cli, tmp_path) -> None:
     samples = tmp_path / "big.jsonl"
     samples.write_text("".join(json.dumps({"input": f"question {i}", "ideal": f"answer {i}"}) + "\n"
                                for i in range(LARGE_CATALOG)), encoding="utf-8")
-    result = CliRunner().invoke(main, ["catalog", "convert", str(samples), "--grader", "includes",
-                                       "-o", str(tmp_path / "big.yaml")])
+    result = cli("catalog", "convert", str(samples), "--grader", "includes", "-o", str(tmp_path / "big.yaml"))
     assert result.exit_code == 0, result.output
     assert f"convert: checking {LARGE_CATALOG} scenarios from jsonl… done in" in result.stderr
     assert f"convert: writing {LARGE_CATALOG} scenarios as YAML… done in" in result.stderr
-    to_stdout = CliRunner().invoke(main, ["catalog", "convert", str(samples), "--grader", "includes"])
+    to_stdout = cli("catalog", "convert", str(samples), "--grader", "includes")
     assert to_stdout.exit_code == 0 and "convert:" not in to_stdout.stdout  # stdout stays the YAML
     small = tmp_path / "small.jsonl"
     small.write_text(json.dumps({"input": "q", "ideal": "a"}) + "\n", encoding="utf-8")
-    quiet = CliRunner().invoke(main, ["catalog", "convert", str(small), "--grader", "match",
-                                      "-o", str(tmp_path / "small.yaml")])
+    quiet = cli("catalog", "convert", str(small), "--grader", "match", "-o", str(tmp_path / "small.yaml"))
     assert quiet.exit_code == 0 and "convert:" not in quiet.output
 
 
-def test_recover_and_db_upgrade_say_what_they_are_doing(tmp_path) -> None:
+def test_recover_and_db_upgrade_say_what_they_are_doing(cli, tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/long.db"
-    runner = CliRunner()
-    upgraded = runner.invoke(main, ["db", "upgrade", "--db", url])
+    upgraded = cli("db", "upgrade", "--db", url)
     assert upgraded.exit_code == 0 and f"db upgrade: {url}… done in" in upgraded.stderr, upgraded.output
-    recovered = runner.invoke(main, ["recover", "--db", url, "--broker", "memory"])
+    recovered = cli("recover", "--db", url, "--broker", "memory")
     assert recovered.exit_code == 0, recovered.output
     assert "recover: checking 0 runs" in recovered.stderr and "nothing to recover" in recovered.stdout
-    as_json = runner.invoke(main, ["recover", "--db", url, "--broker", "memory", "--json"])
+    as_json = cli("recover", "--db", url, "--broker", "memory", "--json")
     assert as_json.exit_code == 0 and json.loads(as_json.stdout) == {"actions": [], "runs": []}, (
         as_json.output
     )
 
 
-def test_db_upgrade_names_a_postgres_database_without_its_password(tmp_path) -> None:
+def test_db_upgrade_names_a_postgres_database_without_its_password(cli, tmp_path) -> None:
     """The stage line names the database; a password in its URL is masked (the URL need not answer)."""
     url = "postgresql://evaljobs:hunter2-secret@127.0.0.1:1/evaljobs"
-    done = CliRunner().invoke(main, ["db", "upgrade", "--db", url])
+    done = cli("db", "upgrade", "--db", url)
     assert done.exit_code != 0
     assert "db upgrade: postgresql://evaljobs:" in done.stderr and "hunter2-secret" not in done.output

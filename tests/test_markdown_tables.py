@@ -57,16 +57,6 @@ def assert_tables_render(text: str) -> int:
     return len(found)
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
-
-
-@pytest.fixture
-def session(sqlite_url, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    with Session(db=sqlite_url, broker="memory", width=4) as opened:
-        yield opened
 
 
 def _run(session: Session, catalog: Path, models: list[str], **options) -> str:

@@ -14,9 +14,10 @@ from evaljobs.api import Session
 from helpers import ROOT, WorkerProcess
 
 
-@pytest.fixture
-def sim(simulated_provider):
-    return simulated_provider(latency=0.01)
+#: A provider per test (the ``sim`` fixture in tests/conftest.py), which worker processes reach through
+#: EVALJOBS_SIM_URL.
+SIM_OPTIONS = dict(latency=0.01)
+SIM_PER_TEST = True
 
 
 def test_mcp_tools_catalog_runs_with_fanout_and_records_tool_calls(sim, sqlite_url, monkeypatch, allow_code):

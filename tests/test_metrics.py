@@ -12,7 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from helpers import ROOT, Fleet, PrometheusServer, fleet_run, free_port, numbered_catalog, wait_until
+from helpers import (ROOT, Fleet, PrometheusServer, fleet_run, free_port, numbered_catalog, pool_thread,
+                     wait_until)
 
 from evaljobs import store, telemetry
 from evaljobs.providers.calls import outcome_of
@@ -106,19 +107,11 @@ def test_cost_and_tokens_carry_the_same_provider_and_model_labels():
 
 def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, simulated_provider):
     """An elastic pool is one process: its members' counts are served from memory, with the fleet gauges."""
-    import threading
-
     from evaljobs.api import Session
-    from evaljobs.workers.serve import run_pool
 
     simulated_provider(latency=0.01)
     port = free_port()
-    stop = threading.Event()
-    arguments = {"min": 1, "max": 2, "idle_seconds": 5, "lane": "bulk", "broker": redis_url, "db": sqlite_url,
-                 "stop": stop, "metrics_port": port}
-    pool = threading.Thread(target=run_pool, kwargs=arguments, daemon=True)
-    pool.start()
-    try:
+    with pool_thread(redis_url, sqlite_url, metrics_port=port):
         with Session(db=sqlite_url, broker=redis_url) as session:
             info = session.submit(numbered_catalog(3, "pool-metrics"), ["sim/a"])
             assert session.wait(info.id, timeout=120, poll=0.2).status == "complete"
@@ -134,9 +127,6 @@ def test_a_pool_serves_its_metrics_in_process(redis_url, sqlite_url, simulated_p
         assert wait_until(lambda: counted in scrape(), 30), scrape()
         text = scrape()
         assert 'evaljobs_runs{status="running"}' in text and "evaljobs_governor_limit" in text
-    finally:
-        stop.set()
-        pool.join(30)
     assert not telemetry.watched()  # the pool stopped counting when it stopped
 
 

@@ -18,16 +18,15 @@ import threading
 
 import pytest
 import redis as redis_lib
-from click.testing import CliRunner
 
 from evaljobs.pipeline import events
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import Group, main
+from evaljobs.cli import Group
 from evaljobs.cli.ops import status as status_command, watch as watch_command
 from evaljobs.workers.status import active_runs
-from helpers import WorkerProcess, full_scans, populate, sql_log
+from helpers import WorkerProcess, assert_no_full_scans, full_scans, populate
 
 SCANS = {"SCAN", "KEYS", "HSCAN", "SSCAN", "ZSCAN"}
 
@@ -53,15 +52,7 @@ def test_listing_results_and_progress_uses_indexes_only(db_url):
         "pair_statuses": lambda: store.pair_statuses(running),
         "status: active runs": lambda: active_runs(),
     }
-    results = {}
-    for name, call in calls.items():
-        with sql_log() as statements:
-            results[name] = call()
-        selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
-        assert selects, f"{name}: no SELECT captured"
-        with db.connection_context():
-            for sql, params in selects:
-                assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
+    results = assert_no_full_scans(db, calls)
     # The calls did their job on the populated database (the plans above are for real work).
     assert len(results["list_results"]) == 49 and results["missing_pairs"] == [("s00", "m1", 0)]
     assert results["progress"]["persisted"] == 49 and results["missing_pairs of a rerun"] == [
@@ -127,7 +118,7 @@ SIM_OPTIONS = dict(latency=0.05, jitter=0.02)
 
 
 @pytest.mark.redis
-def test_show_watch_status_and_wait_never_scan_redis(redis_url, sqlite_url, sim, tmp_path, monkeypatch):
+def test_show_watch_status_and_wait_never_scan_redis(cli, redis_url, sqlite_url, sim, tmp_path, monkeypatch):
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", sqlite_url)
     monitor = Monitor(redis_url).start()
@@ -136,7 +127,6 @@ def test_show_watch_status_and_wait_never_scan_redis(redis_url, sqlite_url, sim,
     probe.close()
     session = Session(db=sqlite_url, broker=redis_url)
     ops = Group(commands={"status": status_command, "watch": watch_command})
-    runner = CliRunner()
     lines = ["name: watched", "scenarios:"] + [
         f'  - key: s{i:02d}\n    prompt: "[sim: say {i}]"\n    expect: {{contains: ["{i}"]}}'
         for i in range(16)]
@@ -149,12 +139,11 @@ def test_show_watch_status_and_wait_never_scan_redis(redis_url, sqlite_url, sim,
             waiter = threading.Thread(
                 target=lambda: waited.append(session.wait(run.id, timeout=90, poll=0.5)))
             waiter.start()
-            during = runner.invoke(ops, ["status", "--broker", redis_url], catch_exceptions=False)
-            watched = runner.invoke(ops, ["watch", run.id, "--broker", redis_url, "--timeout", "90"],
-                                    catch_exceptions=False)
+            during = cli("status", "--broker", redis_url, command=ops)
+            watched = cli("watch", run.id, "--broker", redis_url, "--timeout", "90", command=ops)
             waiter.join(90)
-            shown = runner.invoke(main, ["show", run.id], catch_exceptions=False)
-            after = runner.invoke(ops, ["status", "--json", "--broker", redis_url], catch_exceptions=False)
+            shown = cli("show", run.id)
+            after = cli("status", "--json", "--broker", redis_url, command=ops)
         finally:
             worker.kill()  # the run is over: no need for a graceful stop
     finally:

@@ -12,11 +12,9 @@ import re
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
-from evaljobs.cli import main
 
 # Each scenario's answer goes astray at random (deterministically per conversation and ask): its epochs
 # disagree, so "every epoch a row" and "a scenario over its epochs" are different numbers.
@@ -34,32 +32,26 @@ def env(tmp_path, simulated_provider, monkeypatch):
     return tmp_path
 
 
-def cli(*args: str) -> str:
-    done = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert done.exit_code == 0, done.output
-    return done.stdout
-
-
 def _pct(rate: float) -> str:
     return f"{rate * 100:.1f}%"
 
 
-def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
+def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(cli, env):
     for _ in range(2):
-        cli("run", str(env / "catalog.yaml"), "-m", "sim/a", "-m", "sim/b", "--epochs", "3", "--strategy",
-            "sequential")
+        cli.ok("run", str(env / "catalog.yaml"), "-m", "sim/a", "-m", "sim/b", "--epochs", "3", "--strategy",
+               "sequential")
     b, a = (r.id for r in store.list_runs()[:2])
-    reports = {run: json.loads(cli("report", run, "--format", "json")) for run in (a, b)}
+    reports = {run: json.loads(cli.ok("report", run, "--format", "json").stdout) for run in (a, b)}
     rates = {run: {m["model"]: m["pass_rate"] for m in rep["models"]} for run, rep in reports.items()}
     flaky = [p for rep in reports.values() for p in rep["epochs"]["pairs"] if p["flaky"]]
     assert flaky, "the epochs disagree somewhere: the two definitions differ on this run"
     for run, rep in reports.items():
         # the report's own blocks agree: the model block and the epochs block are one definition
         assert rates[run] == {m["model"]: m["pass_rate"] for m in rep["epochs"]["models"]}
-        table = cli("report", run, "--format", "table")
-        md = cli("report", run, "--format", "md")
-        html = cli("report", run, "--format", "html")
-        junit = cli("report", run, "--format", "junit")
+        table = cli.ok("report", run, "--format", "table").stdout
+        md = cli.ok("report", run, "--format", "md").stdout
+        html = cli.ok("report", run, "--format", "html").stdout
+        junit = cli.ok("report", run, "--format", "junit").stdout
         scenarios = {m["model"]: m for m in rep["epochs"]["models"]}
         for model, rate in rates[run].items():
             assert re.search(rf"^{re.escape(model)}\s.*\s{re.escape(_pct(rate))}\s", table, re.MULTILINE), (
@@ -81,11 +73,11 @@ def test_an_epoch_run_shows_one_pass_rate_everywhere_and_flips_over_epochs(env):
             assert f'<property name="pass_rate" value="{_pct(rate)}" />' in properties, properties
 
     # compare: PASS A / PASS B are those very numbers; "scenarios passed" is its own column
-    compared = json.loads(cli("compare", a, b, "--json"))
+    compared = json.loads(cli.ok("compare", a, b, "--json").stdout)
     for m in compared["models"]:
         assert (m["pass_rate_a"], m["pass_rate_b"]) == (rates[a][m["model"]], rates[b][m["model"]])
         assert m["trials_a"] == m["trials_b"] == 8 * 3
-    text = cli("compare", a, b)
+    text = cli.ok("compare", a, b).stdout
     assert "SCEN A" in text
     for model in ("sim/a", "sim/b"):
         row = next(line for line in text.splitlines() if line.startswith(model))

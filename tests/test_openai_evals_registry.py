@@ -12,12 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs.catalog import CatalogError, loads_catalog, parse_catalog
 from evaljobs.catalog.importers import dump_native, load_any
 from evaljobs.catalog.importers.jsonl import FACT_RUBRIC
-from evaljobs.cli import main
 
 REGISTRY = Path(__file__).parent / "data" / "openai_evals" / "registry"
 
@@ -208,30 +206,27 @@ def test_a_yaml_copied_alone_finds_its_samples_next_to_it(tmp_path):
     assert {s["expect"]["ideal_grader"] for s in imported.data["groups"][0]["scenarios"]} == {"fuzzy_match"}
 
 
-def test_run_takes_the_registry_yaml_and_grader(tmp_path, simulated_provider):
+def test_run_takes_the_registry_yaml_and_grader(cli, tmp_path, simulated_provider):
     simulated_provider()
     db = f"sqlite:///{tmp_path}/runs.db"
-    runner = CliRunner()
-    done = runner.invoke(main, ["run", str(REGISTRY / "evals" / "test-basic.yaml"), "-m", "sim/a",
-                                "--strategy", "sequential", "--db", db, "--json"])
+    done = cli("run", str(REGISTRY / "evals" / "test-basic.yaml"), "-m", "sim/a", "--strategy", "sequential",
+               "--db", db, "--json")
     # the simulated answers fail these evals: a gate exit, no error
     assert done.exit_code in (0, 1), done.output
     report = json.loads(done.stdout)
     assert report["summary"]["expected"] == 9 and report["summary"]["errored"] == 0
     samples = REGISTRY / "data" / "test_match" / "samples.jsonl"
-    plain = runner.invoke(main, ["run", str(samples), "-m", "sim/a", "--strategy", "sequential", "--db", db,
-                                 "--grader", "inspect_match", "--json"])
+    plain = cli("run", str(samples), "-m", "sim/a", "--strategy", "sequential", "--db", db, "--grader",
+                "inspect_match", "--json")
     assert plain.exit_code in (0, 1), plain.output
     assert json.loads(plain.stdout)["summary"]["expected"] == 3
-    wrong = runner.invoke(
-        main, ["run", str(samples), "-m", "sim/a", "--db", db, "--grader", "inspect_answer:x"]
-    )
+    wrong = cli("run", str(samples), "-m", "sim/a", "--db", db, "--grader", "inspect_answer:x")
     assert wrong.exit_code != 0
     assert "inspect_answer takes letter, word or line, not 'x'" in wrong.output
 
 
-def test_convert_names_every_format_it_converts():
+def test_convert_names_every_format_it_converts(cli):
     """`catalog convert --help` said 'an ActiveAgent, promptfoo or JSONL catalog', leaving out the OpenAI
     evals registry files it converts too."""
-    shown = CliRunner().invoke(main, ["catalog", "convert", "--help"]).output
+    shown = cli("catalog", "convert", "--help").output
     assert "OpenAI evals registry file" in " ".join(shown.split())

@@ -14,12 +14,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from helpers.workers import wait_until
 
@@ -40,11 +38,8 @@ scenarios:
 """
 
 
-def _cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
-
-def test_a_cancelled_run_has_a_partial_report_and_recover_resumes_it(tmp_path, simulated_provider):
+def test_a_cancelled_run_has_a_partial_report_and_recover_resumes_it(cli, tmp_path, simulated_provider):
     simulated_provider(latency=0.0)
     db = f"sqlite:///{tmp_path}/cancel.db"
     store.connect(db)
@@ -54,27 +49,27 @@ def test_a_cancelled_run_has_a_partial_report_and_recover_resumes_it(tmp_path, s
     with Session(db=db) as session:
         assert session.cancel(run.id).run.status == store.CANCELLED
 
-    markdown = _cli("report", run.id, "--db", db)
+    markdown = cli("report", run.id, "--db", db)
     assert markdown.exit_code == 0, markdown.output
     assert markdown.stdout.startswith(
         "> **PARTIAL REPORT: run is cancelled, 1/3 pairs finished; missing (2): other × sim/a, "
         f"slow × sim/a; resume it with `evaljobs recover {run.id}`**")
-    data = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
+    data = json.loads(cli("report", run.id, "--format", "json", "--db", db).stdout)
     assert data["partial"] == {"status": "cancelled", "finished": 1, "expected": 3,
                                "missing": ["other × sim/a", "slow × sim/a"],
                                "missing_pairs": [{"scenario_key": "other", "model": "sim/a", "epoch": 0},
                                                  {"scenario_key": "slow", "model": "sim/a", "epoch": 0}],
                                "resume": f"evaljobs recover {run.id}"}
-    _assert_junit_lists_what_did_not_finish(_cli("report", run.id, "--format", "junit", "--db", db).stdout,
+    _assert_junit_lists_what_did_not_finish(cli("report", run.id, "--format", "junit", "--db", db).stdout,
                                             run.id)
     assert store.get_run(run.id).report is None  # a view: nothing stored
 
-    resumed = _cli("recover", run.id, "--db", db, "--broker", "memory")
+    resumed = cli("recover", run.id, "--db", db, "--broker", "memory")
     assert resumed.exit_code == 0, resumed.output
     assert f"{run.id}: resuming the cancelled run" in resumed.output
     done = store.get_run(run.id)
     assert done.status == store.COMPLETE and done.report is not None and "partial" not in done.report
-    final = json.loads(_cli("report", run.id, "--format", "json", "--db", db).stdout)
+    final = json.loads(cli("report", run.id, "--format", "json", "--db", db).stdout)
     assert final == done.report and final["summary"]["results"] == 3
 
 
@@ -99,7 +94,7 @@ def _assert_junit_lists_what_did_not_finish(xml: str, run_id: str) -> None:
                                         f"resume it with `evaljobs recover {run_id}`")
 
 
-def test_junit_of_a_partial_run_with_epochs_marks_missing_epochs(tmp_path):
+def test_junit_of_a_partial_run_with_epochs_marks_missing_epochs(cli, tmp_path):
     db = f"sqlite:///{tmp_path}/epochs.db"
     store.connect(db)
     run = store.create_run(loads_catalog(CATALOG), ["sim/a"], strategy="fanout", epochs=2)
@@ -108,7 +103,7 @@ def test_junit_of_a_partial_run_with_epochs_marks_missing_epochs(tmp_path):
     store.record_result(run.id, Result("quick", "sim/a", "passed", 1.0, output="quick", epoch=1))
     store.record_result(run.id, Result("other", "sim/a", "passed", 1.0, output="other", epoch=1))
     store.interrupt(run.id)
-    root = ET.fromstring(_cli("report", run.id, "--format", "junit", "--db", db).stdout)
+    root = ET.fromstring(cli("report", run.id, "--format", "junit", "--db", db).stdout)
     (suite,) = root.findall("testsuite")
     cases = {case.get("name"): case for case in suite.findall("testcase")}
     assert [case.find("error") is not None for case in cases.values()] == [False, False, True]
@@ -118,12 +113,12 @@ def test_junit_of_a_partial_run_with_epochs_marks_missing_epochs(tmp_path):
     assert (suite.get("tests"), suite.get("errors")) == ("3", "1")
 
 
-def test_a_sweep_of_every_run_leaves_a_cancelled_run_alone(tmp_path):
+def test_a_sweep_of_every_run_leaves_a_cancelled_run_alone(cli, tmp_path):
     db = f"sqlite:///{tmp_path}/sweep.db"
     store.connect(db)
     run = store.create_run(loads_catalog(CATALOG), ["sim/a"], strategy="fanout")
     store.cancel(run.id)
-    swept = _cli("recover", "--db", db, "--broker", "memory")
+    swept = cli("recover", "--db", db, "--broker", "memory")
     assert swept.exit_code == 0 and run.id not in swept.stdout
     assert store.get_run(run.id).status == store.CANCELLED
 
@@ -170,7 +165,7 @@ def _through_head(tmp_path: Path, sim, command: str, lines: int) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "threads", "fanout", "per-model"])
-def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path, simulated_provider,
+def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(cli, tmp_path, simulated_provider,
                                                                          strategy):
     sim = simulated_provider(latency=0.0, answers=_held_until_head_is_gone(tmp_path))
     db = f"sqlite:///{tmp_path}/head.db"
@@ -184,7 +179,7 @@ def test_a_closed_output_interrupts_the_run_which_gets_a_partial_report(tmp_path
     assert run.strategy == strategy
     assert run.status == store.INTERRUPTED and run.report is None
     assert run.persisted < run.expected == 12  # it stopped: late pairs were never taken
-    text = _cli("report", run.id, "--format", "table", "--db", db).stdout
+    text = cli("report", run.id, "--format", "table", "--db", db).stdout
     assert text.startswith(f"PARTIAL REPORT: run is interrupted, {run.persisted}/12 pairs finished; missing")
     assert f"resume it with `evaljobs recover {run.id}`" in text.splitlines()[0]
 

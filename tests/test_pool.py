@@ -19,12 +19,10 @@ import time
 import dramatiq
 import pytest
 import redis as redis_lib
-from click.testing import CliRunner
 
 from evaljobs.pipeline import broker as evaljobs_broker
 from evaljobs.pipeline import events
 from evaljobs import store
-from evaljobs.cli import main
 from evaljobs.workers.pool import IDLE_POLL, PUBLISH_IDLE, STATE_KEY, Pool, read_pools, validate
 from evaljobs.testing import ManualClock
 from helpers import ROOT, plugin_broker, wait_until
@@ -118,9 +116,9 @@ def test_invalid_arguments_raise_one_line_value_errors(args, fault):
     (["--min", "two"], "--min"),
     (["--broker", "memory"], "redis://"),
 ])
-def test_cli_gives_one_line_error_and_exit_2(argv, fault):
+def test_cli_gives_one_line_error_and_exit_2(cli, argv, fault):
     broker = [] if "--broker" in argv else ["--broker", "redis://x:1/0"]
-    result = CliRunner().invoke(main, ["pool", *argv, *broker])
+    result = cli("pool", *argv, *broker)
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and fault in lines[0], result.output

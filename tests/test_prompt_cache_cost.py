@@ -24,13 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.catalog.pricing import Usage
-from evaljobs.cli import main
 from evaljobs.providers.client import close_clients
 from helpers.database import utc_now
 
@@ -127,22 +125,16 @@ def env(tmp_path, billing, monkeypatch):
     close_clients()
 
 
-def cli(*args: str) -> str:
-    done = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert done.exit_code == 0, done.output
-    return done.output
-
-
-def run(env, *models: str) -> str:
+def run(cli, env, *models: str) -> str:
     args = ["run", str(env / "catalog.yaml"), "--broker", "memory", "--strategy", "sequential"]
     for model in models:
         args += ["-m", model]
-    cli(*args)
+    cli.ok(*args)
     return store.list_runs()[0].id
 
 
-def test_cached_pairs_cost_what_the_price_pages_say_and_reports_show_the_saving(env, billing):
-    run_id = run(env, "openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022")
+def test_cached_pairs_cost_what_the_price_pages_say_and_reports_show_the_saving(cli, env, billing):
+    run_id = run(cli, env, "openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022")
     assert sorted(billing.paths) == ["/v1/chat/completions", "/v1/messages"]
     rows = {r.model: r for r in store.list_results(run_id)}
     gpt, claude = rows["openai/gpt-4o-mini"], rows["anthropic/claude-3-5-haiku-20241022"]
@@ -159,7 +151,7 @@ def test_cached_pairs_cost_what_the_price_pages_say_and_reports_show_the_saving(
     assert gpt.answered_by == "gpt-4o-mini-2024-07-18 (fp_aaaa1111)"
     assert claude.answered_by == "claude-3-5-haiku-20241022"
 
-    report = json.loads(cli("report", run_id, "--format", "json"))
+    report = json.loads(cli.ok("report", run_id, "--format", "json").output)
     models = {m["model"]: m for m in report["models"]}
     assert models["openai/gpt-4o-mini"]["cache"] == {
         "pairs": 1, "input_tokens": 12_000, "read_tokens": 10_240, "write_tokens": 0,
@@ -170,34 +162,34 @@ def test_cached_pairs_cost_what_the_price_pages_say_and_reports_show_the_saving(
     assert report["summary"]["cost"] == pytest.approx(OPENAI_COST + ANTHROPIC_COST)
     note = "prompt cache: 20,240 of 24,050 input tokens read, 2,000 written; saved $0.0076"
     for fmt in ("table", "md", "html"):
-        assert note in cli("report", run_id, "--format", fmt), fmt
-    junit = cli("report", run_id, "--format", "junit")
+        assert note in cli.ok("report", run_id, "--format", fmt).output, fmt
+    junit = cli.ok("report", run_id, "--format", "junit").output
     assert ('<property name="prompt_cache" value="prompt cache: 10,240 of 12,000 input tokens read; '
             'saved $0.0008" />') in junit
 
 
-def test_cached_tokens_without_a_cache_price_are_an_unknown_cost(env):
-    run_id = run(env, "lab/gpt-4o-mini")
+def test_cached_tokens_without_a_cache_price_are_an_unknown_cost(cli, env):
+    run_id = run(cli, env, "lab/gpt-4o-mini")
     (row,) = store.list_results(run_id)
     assert row.cache_read_tokens == 10_240 and row.cost is None and row.cache_saving is None
-    table = cli("report", run_id, "--format", "table")
+    table = cli.ok("report", run_id, "--format", "table").output
     assert "saving unknown (no cache price known)" in table and "cost unknown for 1 pair" in table
 
 
-def test_compare_shows_the_cache_and_a_changed_model_version(env, billing):
-    before = run(env, "openai/gpt-4o-mini")
+def test_compare_shows_the_cache_and_a_changed_model_version(cli, env, billing):
+    before = run(cli, env, "openai/gpt-4o-mini")
     billing.fingerprint = "fp_bbbb2222"  # the provider moved the model to another backend
-    after = run(env, "openai/gpt-4o-mini")
-    text = cli("compare", before, after)
+    after = run(cli, env, "openai/gpt-4o-mini")
+    text = cli.ok("compare", before, after).output
     assert ("model version changed: openai/gpt-4o-mini answered as gpt-4o-mini-2024-07-18 (fp_aaaa1111) in "
             f"{before}, as gpt-4o-mini-2024-07-18 (fp_bbbb2222) in {after}") in text
     assert f"{after}: prompt cache: 10,240 of 12,000 input tokens read; saved $0.0008" in text
-    data = json.loads(cli("compare", before, after, "--json"))
+    data = json.loads(cli.ok("compare", before, after, "--json").output)
     assert data["model_versions"] == [{"model": "openai/gpt-4o-mini",
                                        "a": ["gpt-4o-mini-2024-07-18 (fp_aaaa1111)"],
                                        "b": ["gpt-4o-mini-2024-07-18 (fp_bbbb2222)"]}]
     assert data["summary"]["cache_b"]["saved"] == OPENAI_SAVED
-    same = json.loads(cli("compare", after, after, "--json"))
+    same = json.loads(cli.ok("compare", after, after, "--json").output)
     assert "model_versions" not in same
 
     # The viewer says the same: the cache and its saving, who answered, the version change.
@@ -265,9 +257,9 @@ def test_a_schema_5_database_learns_the_cache_columns_and_reads_old_rows_back(db
         None, 7, None, "m1-2025 (fp_1)", 3)
 
 
-def test_a_catalog_seed_is_sent_where_the_api_takes_one_and_noted_where_not(env, billing):
+def test_a_catalog_seed_is_sent_where_the_api_takes_one_and_noted_where_not(cli, env, billing):
     (env / "catalog.yaml").write_text(CATALOG.replace("scenarios:", "defaults: {seed: 42}\nscenarios:"))
-    run_id = run(env, "openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022")
+    run_id = run(cli, env, "openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022")
     sent = {("messages" if "max_tokens" in body else "chat"): body for body in billing.bodies}
     assert sent["chat"]["seed"] == 42 and "seed" not in sent["messages"]
     rows = {r.model: r for r in store.list_results(run_id)}

@@ -12,10 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs.catalog.importers.promptfoo_templates import FILTERS, render_template
-from evaljobs.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 NUNJUCKS = ROOT / ".cache" / "promptfoo" / "node_modules" / "nunjucks"
@@ -103,18 +101,12 @@ def test_load_of_a_var_that_is_not_json_cannot_be_rendered():
 # --------------------------------------------------------------------------- --lenient
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
 
 
 @pytest.fixture
-def cli(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
-    monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cli.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, list(args), catch_exceptions=False)
+def cli(cli, sim):
+    """The shared ``cli`` (tests/conftest.py) with the module's simulated provider."""
+    return cli
 
 
 def test_lenient_makes_a_test_that_lost_an_assertion_not_gradable_and_says_so(tmp_path, cli):

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 import tracemalloc
 from email.utils import format_datetime
 from datetime import datetime, timedelta, timezone
@@ -24,6 +24,7 @@ from evaljobs.providers import (ChatClient,
                                 get_client,
                                 is_retryable,
                                 parse_retry_after)
+from helpers import serving, url_of
 
 SECRET = "sk-test-SECRET123"
 
@@ -319,12 +320,8 @@ def header_echo():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as server:
+        yield url_of(server)
 
 
 def test_get_client_is_one_pooled_client_per_endpoint(header_echo, monkeypatch):
@@ -415,12 +412,8 @@ class _RecordingHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def recording_server():
     _RecordingHandler.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(_RecordingHandler) as server:
+        yield server
 
 
 @pytest.mark.parametrize("no_proxy", [None, "provider.invalid"])

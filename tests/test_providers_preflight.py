@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 from playhouse.migrate import PostgresqlMigrator, SqliteMigrator, migrate
 
 from evaljobs import store
 from evaljobs.api import Session, UsageError, check_providers
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.catalog.modelspec import load_providers
 from evaljobs.providers.client import close_clients
 from evaljobs.providers.preflight import problems
@@ -44,8 +42,6 @@ def env(tmp_path, sim, monkeypatch):
     close_clients()
 
 
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def providers_file(path, text: str) -> str:
@@ -94,7 +90,7 @@ def test_api_check_providers_raises_usage_error_with_problems(env, monkeypatch):
     check_providers(["openai/gpt-4o-mini", "sim/fast"])  # nothing to say
 
 
-def test_run_with_unusable_providers_exits_2_one_line_each_and_creates_no_run(env):
+def test_run_with_unusable_providers_exits_2_one_line_each_and_creates_no_run(cli, env):
     path = providers_file(env, 'providers:\n  files: {base_url: "file:///tmp/x"}\n')
     result = cli("run", SUPPORT, "-m", "openai/gpt-4o-mini", "-m", "files/m", "-m", "sim/fast",
                  "--providers", path, "--strategy", "sequential")
@@ -105,7 +101,7 @@ def test_run_with_unusable_providers_exits_2_one_line_each_and_creates_no_run(en
     assert store.list_runs() == []
 
 
-def test_a_judge_model_named_only_by_the_providers_file_is_checked_too(env):
+def test_a_judge_model_named_only_by_the_providers_file_is_checked_too(cli, env):
     # The judge is called by evaljobs whatever the adapter; its provider must be usable before a run exists.
     path = providers_file(
         env,
@@ -123,7 +119,7 @@ def test_a_judge_model_named_only_by_the_providers_file_is_checked_too(env):
     assert store.list_runs() == []
 
 
-def test_bench_checks_providers_before_any_cell(env):
+def test_bench_checks_providers_before_any_cell(cli, env):
     result = cli("bench", SUPPORT, "-m", "anthropic/claude-haiku-4-5", "--widths", "1", "--repeat", "1",
                  "--out", str(env / "bench"))
     assert result.exit_code == 2, result.output
@@ -135,7 +131,7 @@ def test_bench_checks_providers_before_any_cell(env):
 # -- providers list / check ------------------------------------------------------------------------
 
 
-def test_providers_list_shows_presets_and_file_entries_never_the_key(env, sim, monkeypatch):
+def test_providers_list_shows_presets_and_file_entries_never_the_key(cli, env, sim, monkeypatch):
     monkeypatch.setenv("PF_KEY", SECRET)
     path = providers_file(env, f'providers:\n  mine: {{base_url: "{sim.url}", api_key_env: PF_KEY, '
                                f'api: anthropic}}\n')
@@ -156,7 +152,7 @@ def test_providers_list_shows_presets_and_file_entries_never_the_key(env, sim, m
     assert mine["ready"] is True and mine["origin"] == "file" and SECRET not in json.dumps(listed)
 
 
-def test_providers_check_reports_latency_or_the_exact_error(env, sim, monkeypatch):
+def test_providers_check_reports_latency_or_the_exact_error(cli, env, sim, monkeypatch):
     monkeypatch.setenv("PF_KEY", SECRET)
     dead = f"http://127.0.0.1:{free_port()}/v1"
     path = providers_file(env, f"""
@@ -181,7 +177,7 @@ providers:
 # -- rerun --providers, and its exit code ---------------------------------------------------------------
 
 
-def test_rerun_takes_providers_and_exits_1_when_every_pair_errored(env, sim):
+def test_rerun_takes_providers_and_exits_1_when_every_pair_errored(cli, env, sim):
     dead = f"http://127.0.0.1:{free_port()}/v1"
     broken = providers_file(env, f'providers:\n  flaky: {{base_url: "{dead}"}}\n')
     fixed = providers_file(env, f'providers:\n  flaky: {{base_url: "{sim.url}"}}\n')

@@ -37,9 +37,10 @@ from helpers import (
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.redis]
 
 
-@pytest.fixture
-def sim(simulated_provider):
-    return simulated_provider(latency=0.2, jitter=0.05)
+#: A provider per test (the ``sim`` fixture in tests/conftest.py), which worker processes reach through
+#: EVALJOBS_SIM_URL.
+SIM_OPTIONS = dict(latency=0.2, jitter=0.05)
+SIM_PER_TEST = True
 
 
 def test_rabbitmq_restarted_mid_run_loses_nothing_and_gives_one_report(rabbitmq_server, amqp_url, sqlite_url,

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import catalog_from_body
-from evaljobs.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every real file an import reads, in tests/data and examples/imports, and what its load needs (JSONL samples
@@ -61,24 +59,25 @@ def _options(load: dict) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.0)
 
 
 @pytest.fixture
-def env(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+def env(cli, tmp_path, sim, monkeypatch):
+    """The shared ``cli``'s clean environment with the module's provider, in ``back.db``."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/back.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
-    monkeypatch.delenv("EVALJOBS_PROVIDERS", raising=False)
     return tmp_path
 
 
-def cli(*args: str, ok=(0,)):
-    done = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert done.exit_code in ok, f"{' '.join(args)}: {done.output[-3000:]}"
-    return done
+@pytest.fixture
+def cli(cli):
+    """The shared ``cli`` (tests/conftest.py), asserting the command succeeded."""
+
+    def invoke(*args: str, ok=(0,)):
+        done = cli(*args)
+        assert done.exit_code in ok, f"{' '.join(args)}: {done.output[-3000:]}"
+        return done
+
+    return invoke
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -92,7 +91,7 @@ def test_every_import_reads_back_from_its_snapshot(name, tmp_path):
 
 
 @pytest.mark.usefixtures("allow_code")  # its imported suites carry python/javascript assertions
-def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(env):
+def test_a_run_of_every_import_shows_reports_reruns_compares_and_serves(cli, env):
     runs = {}
     for name, load in FILES.items():
         cli(

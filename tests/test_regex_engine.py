@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,6 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import CatalogError, loads_catalog, patterns
 from evaljobs.catalog.importers.promptfoo_assertions import JSON_REGEX, _nowhere
-from evaljobs.cli import main
 
 
 def catalog(answer: str, pattern: str) -> str:
@@ -103,10 +101,10 @@ def test_a_deadline_already_past_cuts_the_match_at_once():
     ("[a&&b]", "is ambiguous (Possible set intersection"),
     ("(unclosed", "does not compile"),
 ])
-def test_a_pattern_the_engine_would_read_differently_is_one_catalog_line(pattern, says, tmp_path):
+def test_a_pattern_the_engine_would_read_differently_is_one_catalog_line(cli, pattern, says, tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(catalog("hi", pattern), encoding="utf-8")
-    result = CliRunner().invoke(main, ["catalog", "check", str(path)])
+    result = cli("catalog", "check", str(path))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert "c.yaml:5" in lines[0] and f"expect.regex {pattern!r} {says}" in lines[0], lines[0]

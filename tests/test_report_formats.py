@@ -8,7 +8,6 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
@@ -20,7 +19,7 @@ from evaljobs.reports.html import render_html
 from evaljobs.reports.junit import render_junit
 from evaljobs.reports.build import MARKDOWN_LIMIT, build_report, render_markdown
 from evaljobs.evaluation.result import Result
-from helpers import ROOT
+from helpers import ORDER_LOOKUP, ROOT, claimed_cancel, shipped_order
 
 SUPPORT = str(ROOT / "examples/catalogs/support.yaml")
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
@@ -36,18 +35,10 @@ def crafted() -> list[Result]:
                  "error": None, "duration_ms": 1.5}
     messages = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Where is order 1234?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": "lookup_order", "arguments": "{\"order_id\": \"1234\"}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "{\"status\": \"shipped\"}"},
+                *ORDER_LOOKUP,
                 {"role": "assistant", "content": "It has shipped."}]
     return [
-        Result(
-            "order-status",
-            "sim/fast",
-            "passed",
-            1.0,
-            scores={"contains": 1.0, "expected_tools": 1.0},
+        shipped_order(
             output="It has shipped.",
             tool_calls=[tool_call],
             duration_ms=1200,
@@ -56,23 +47,9 @@ def crafted() -> list[Result]:
             output_tokens=12,
             details={"turns": 2, "messages": messages},
         ),
-        Result(
-            "cancel-order",
-            "sim/fast",
-            "failed",
-            0.333,
-            scores={"response_present": 1.0, "contains": 0.0, "expected_tools": 0.0},
-            fault="expected_tool_not_called",
-            output="Sure, consider it done!",
-            duration_ms=800,
-            details={
-                "missing": ["cancelled"],
-                "turns": 1,
-                "expected_tools_not_called": [{"name": "cancel_order", "arguments": {"order_id": "5678"}}],
-                "judge": {"score": 0.2, "reason": "claims success without acting"},
-                "messages": messages[:2] + [{"role": "assistant", "content": "Sure, consider it done!"}],
-            },
-        ),
+        claimed_cancel(duration_ms=800,
+                       messages=messages[:2] + [{"role": "assistant", "content": "Sure, consider it done!"}],
+                       judge={"score": 0.2, "reason": "claims success without acting"}),
         Result.errored(
             "refund-policy", "sim/fast", "HTTP 400: bad request\nsecond line", attempts=3, duration_ms=50
         ),
@@ -404,11 +381,11 @@ SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, sim):
+def runs(tmp_path_factory, module_sim):
     """Three finished runs of the support catalog (the tests only add runs, never change these)."""
     db = f"sqlite:///{tmp_path_factory.mktemp('reports')}/reports.db"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EVALJOBS_SIM_URL", sim.url)
+        patch.setenv("EVALJOBS_SIM_URL", module_sim.url)
         with Session(db=db, broker="memory") as session:
             fast = session.submit(SUPPORT, ["sim/fast"], strategy="sequential")
             both = session.submit(SUPPORT, ["sim/fast", "sim/smart"], strategy="sequential")
@@ -416,14 +393,14 @@ def runs(tmp_path_factory, sim):
     return db, fast.id, both.id, smart.id
 
 
-def _cli(db: str, *args: str):
+def _cli(cli, db: str, *args: str):
     group = Group(name="evaljobs", commands={"report": report_command, "compare": compare_command})
-    return CliRunner().invoke(group, [*args, "--db", db], catch_exceptions=False)
+    return cli(*args, "--db", db, command=group)
 
 
-def test_cli_report_every_format(runs, tmp_path) -> None:
+def test_cli_report_every_format(cli, runs, tmp_path) -> None:
     db, _, both, _ = runs
-    junit = _cli(db, "report", both, "--format", "junit", "-o", str(tmp_path / "ci/junit.xml"))
+    junit = _cli(cli, db, "report", both, "--format", "junit", "-o", str(tmp_path / "ci/junit.xml"))
     assert junit.exit_code == 0 and f"wrote {tmp_path / 'ci/junit.xml'}" in junit.stderr
     root = ET.parse(tmp_path / "ci/junit.xml").getroot()
     # sim/fast's `tone` fails on its judge score (0.21 under 0.7): it passed while the judge was averaged.
@@ -434,39 +411,39 @@ def test_cli_report_every_format(runs, tmp_path) -> None:
         and "expected tool not called: cancel_order" in failure.text
     )
 
-    html = _cli(db, "report", both, "--format", "html")
+    html = _cli(cli, db, "report", both, "--format", "html")
     assert html.exit_code == 0 and html.stdout.startswith("<!DOCTYPE html>")
     data = _pairs(html.stdout)
     assert len(data) == 28 and all(p["messages"] for p in data)
 
-    md = _cli(db, "report", both)
+    md = _cli(cli, db, "report", both)
     assert md.stdout.startswith("### evaljobs · support — best: `sim/smart`")
-    as_json = json.loads(_cli(db, "report", both, "--format", "json").stdout)
+    as_json = json.loads(_cli(cli, db, "report", both, "--format", "json").stdout)
     assert as_json["summary"]["results"] == 28 and "comparison" not in as_json
-    table = _cli(db, "report", both, "--format", "table")
+    table = _cli(cli, db, "report", both, "--format", "table")
     assert "verdict: 1. sim/smart" in table.stdout
 
 
-def test_cli_report_with_baseline(runs) -> None:
+def test_cli_report_with_baseline(cli, runs) -> None:
     db, fast, _, smart = runs
     # fast → smart under the same model name is impossible, so compare the sim/smart run against the
     # sim/fast one: no pair in common, every pair one-sided.
-    md = _cli(db, "report", smart, "--baseline", fast)
+    md = _cli(cli, db, "report", smart, "--baseline", fast)
     assert md.exit_code == 0
     assert (
         f"**Compared with baseline `{fast}`**: 0 regressed, 0 fixed, 0 failed↔errored of 0 common pairs"
         in md.stdout
     )
     assert "Only in the baseline (14)" in md.stdout and "Only in this run (14)" in md.stdout
-    as_json = json.loads(_cli(db, "report", smart, "--baseline", fast, "--format", "json").stdout)
+    as_json = json.loads(_cli(cli, db, "report", smart, "--baseline", fast, "--format", "json").stdout)
     assert as_json["comparison"]["summary"]["only_a"] == 14
-    table = _cli(db, "report", smart, "--baseline", fast, "--format", "table")
+    table = _cli(cli, db, "report", smart, "--baseline", fast, "--format", "table")
     assert f"compare {fast} → {smart}: 0 common pairs" in table.stdout
-    html = _cli(db, "report", smart, "--baseline", fast, "--format", "html")
+    html = _cli(cli, db, "report", smart, "--baseline", fast, "--format", "html")
     assert f"Compared with baseline {fast}" in html.stdout
 
 
-def test_cli_report_baseline_flips(runs, tmp_path) -> None:
+def test_cli_report_baseline_flips(cli, runs, tmp_path) -> None:
     db, fast, both, _ = runs
     store.connect(db)
     catalog = store.load_snapshot(store.get_run(fast).digest)
@@ -475,24 +452,24 @@ def test_cli_report_baseline_flips(runs, tmp_path) -> None:
     for key in catalog.keys:
         store.record_result(earlier.id, Result(key, "sim/fast", "passed", 1.0))
     store.finalize(earlier.id, build_report)
-    md = _cli(db, "report", both, "--baseline", earlier.id)
+    md = _cli(cli, db, "report", both, "--baseline", earlier.id)
     assert "4 regressed, 0 fixed" in md.stdout and "**Flipped pairs (4)**" in md.stdout
     for key in ("cancel-order", "double-charge", "internal-notes", "tone"):
         assert f"| regressed | `{key}` | `sim/fast` | passed → failed |" in md.stdout
-    gate = _cli(db, "compare", earlier.id, both, "--fail-on-regression")
+    gate = _cli(cli, db, "compare", earlier.id, both, "--fail-on-regression")
     assert gate.exit_code == 1
 
 
-def test_cli_report_gate_and_one_line_errors(runs, tmp_path) -> None:
+def test_cli_report_gate_and_one_line_errors(cli, runs, tmp_path) -> None:
     db, fast, _, _ = runs
     out = str(tmp_path / "r.html")
-    assert _cli(db, "report", fast, "--format", "html", "-o", out, "--fail-under", "0.7").exit_code == 0
-    failing = _cli(db, "report", fast, "--format", "junit", "-o", out, "--fail-under", "90%")
+    assert _cli(cli, db, "report", fast, "--format", "html", "-o", out, "--fail-under", "0.7").exit_code == 0
+    failing = _cli(cli, db, "report", fast, "--format", "junit", "-o", out, "--fail-under", "90%")
     assert failing.exit_code == 1 and "FAIL: pass rate 71.4% is under --fail-under 90.0%" in failing.stderr
-    unknown = _cli(db, "report", "r_missing")
+    unknown = _cli(cli, db, "report", "r_missing")
     assert unknown.exit_code == 2 and unknown.stderr.strip() == (
         "error: unknown run 'r_missing': list runs with `evaljobs runs`")
-    bad_baseline = _cli(db, "report", fast, "--format", "junit", "--baseline", fast)
+    bad_baseline = _cli(cli, db, "report", fast, "--format", "junit", "--baseline", fast)
     assert bad_baseline.exit_code == 2
     assert bad_baseline.stderr.strip().splitlines() == [
         "error: --baseline does not apply to --format junit: use md, html, table or json"]
@@ -500,9 +477,9 @@ def test_cli_report_gate_and_one_line_errors(runs, tmp_path) -> None:
     pending = store.create_run(
         store.load_snapshot(store.get_run(fast).digest), ["sim/fast"], strategy="fanout"
     )
-    no_report = _cli(db, "report", pending.id)  # a run with no report yet: its partial report
+    no_report = _cli(cli, db, "report", pending.id)  # a run with no report yet: its partial report
     assert no_report.exit_code == 0, no_report.output
     assert no_report.stdout.startswith("> **PARTIAL REPORT: run is pending, 0/14 pairs finished; "
                                        "missing (14)")
-    unwritable = _cli(db, "report", fast, "-o", str(tmp_path / "r.html" / "x.md"))
+    unwritable = _cli(cli, db, "report", fast, "-o", str(tmp_path / "r.html" / "x.md"))
     assert unwritable.exit_code == 2 and "cannot write" in unwritable.stderr

@@ -11,7 +11,6 @@ import re
 import uuid
 
 import pytest
-from click.testing import CliRunner
 
 from acme_host import current_domain, publishing_domain
 from acme_host.context import NAME, provider as domain_provider
@@ -201,27 +200,26 @@ def test_inline_rerun_restores_the_context_in_process(session, sim):
     assert current_domain() is None  # cleared afterwards
 
 
-def test_rerun_command(session, sim, tmp_path):
+def test_rerun_command(cli, session, sim, tmp_path):
     with publishing_domain("acme-cli"):
         first = session.submit(flaky_catalog(), ["sim/a"], adapter="acme")
     first = session.wait(first.id, timeout=60)
     group = Group(commands={"rerun": rerun_command})
-    runner = CliRunner()
 
-    def cli(*args):
-        return runner.invoke(group, ["rerun", *args], catch_exceptions=False)
+    def rerun(*args):
+        return cli("rerun", *args, command=group)
 
-    done = cli(first.id, "--failed", "--broker", "memory", "--width", "2", "--fail-under", "0.5")
+    done = rerun(first.id, "--failed", "--broker", "memory", "--width", "2", "--fail-under", "0.5")
     assert done.exit_code == 1, done.output  # the one failing pair fails again: 0% < 50%
     assert f"rerun of {first.id} (failed), 1 pairs (fanout, broker memory)" in done.output
     assert "k2 × sim/a  failed" in done.output and "FAIL: pass rate 0.0%" in done.output
-    assert cli(first.id).exit_code == 2
-    assert "say what to rerun" in cli(first.id).output
-    both = cli(first.id, "--all", "--failed")
+    assert rerun(first.id).exit_code == 2
+    assert "say what to rerun" in rerun(first.id).output
+    both = rerun(first.id, "--all", "--failed")
     assert both.exit_code == 2 and "--all already includes every pair" in both.output
     rerun_run = next(r for r in store.list_runs() if r.options.get("rerun_of") == first.id)
-    nothing = cli(rerun_run.id, "--errored")
+    nothing = rerun(rerun_run.id, "--errored")
     assert nothing.exit_code == 2 and "has no errored pairs" in nothing.output
     assert "Traceback" not in nothing.output and nothing.output.count("\n") == 1
-    unknown = cli("r_nope", "--all")
+    unknown = rerun("r_nope", "--all")
     assert unknown.exit_code == 2 and "unknown run 'r_nope'" in unknown.output

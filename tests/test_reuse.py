@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
-from evaljobs.cli import main
 
 
 def catalog_body(changed: bool = False, added: bool = False) -> dict:
@@ -121,12 +119,8 @@ def test_reuse_is_per_epoch_and_never_copies_an_errored_pair(env, sim):
             session.submit(write("v1.yaml"), ["sim/a"], strategy="sequential", reuse="r_nope00000000")
 
 
-def test_cli_run_and_rerun_take_reuse(env, sim):
+def test_cli_run_and_rerun_take_reuse(cli, env, sim):
     db, write = env
-    runner = CliRunner()
-
-    def cli(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
 
     assert cli("run", write("v1.yaml"), "-m", "sim/a", "--strategy", "sequential").exit_code == 0
     sim.reset_stats()
@@ -139,14 +133,13 @@ def test_cli_run_and_rerun_take_reuse(env, sim):
     )
 
 
-def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what_it_did(env, sim):
+def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what_it_did(cli, env, sim):
     """Before: 'latest' was the newest run of any catalog, so a run of another catalog in between made
     --reuse reuse nothing, and nothing was said."""
     _, write = env
-    runner = CliRunner()
 
-    def cli(*args):
-        done = runner.invoke(main, [*args, "--strategy", "sequential"], catch_exceptions=False)
+    def sequential(*args):
+        done = cli(*args, "--strategy", "sequential")
         assert done.exit_code == 0, done.output
         return done
 
@@ -158,18 +151,18 @@ def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what
     body["name"] = "other"
     with open(other, "w") as handle:
         json.dump(body, handle)
-    never = lines(cli("run", write("v1.yaml"), "-m", "sim/a", "--reuse", "latest"))
+    never = lines(sequential("run", write("v1.yaml"), "-m", "sim/a", "--reuse", "latest"))
     assert never == ["--reuse: no earlier run of catalog 'reuse'; evaluating all 5 pairs"]
     first = store.list_runs()[0].id
-    cli("run", other, "-m", "sim/a")  # the newest run is now of another catalog
+    sequential("run", other, "-m", "sim/a")  # the newest run is now of another catalog
     sim.reset_stats()
-    again = cli(
+    again = sequential(
         "run", write("v2.yaml", changed=True, added=True), "-m", "sim/a", "-m", "sim/b", "--reuse", "latest"
     )
     assert lines(again) == [f"reused 4 of 12 pairs from {first} (1 changed, 7 new)"]
     assert requests(sim) == 2 + 7  # s2 (changed) and s9 (new) for sim/a; every sim/b pair (7 calls: a tool)
     # A run whose judge (an identity option) differs is not comparable: one line, everything evaluated.
-    judged = cli(
+    judged = sequential(
         "run",
         write("v2.yaml", changed=True, added=True),
         "-m",
@@ -185,7 +178,7 @@ def test_reuse_latest_is_the_latest_run_of_the_same_catalog_and_always_says_what
     ]
     # rerun --reuse latest: the latest run of the rerun's catalog (the judged one: not comparable), said the
     # same way.
-    rerun = runner.invoke(main, ["rerun", first, "--all", "--reuse", "latest"], catch_exceptions=False)
+    rerun = cli("rerun", first, "--all", "--reuse", "latest")
     assert rerun.exit_code == 0, rerun.output
     assert [line for line in rerun.stderr.splitlines() if "reuse" in line] == [
         f"--reuse: {judged_id} is not comparable (its judge_model differs); evaluating all 5 pairs"]

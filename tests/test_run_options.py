@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import config
 from evaljobs.cli import main
@@ -75,11 +74,11 @@ def test_dramatiqs_actor_options_come_from_the_table():
     assert actor_options(policy) == {"max_retries": 7, "min_backoff": 1500, "max_backoff": 20000}
 
 
-def test_the_run_flag_is_the_tables():
+def test_the_run_flag_is_the_tables(cli):
     option = config.run_option("time_limit")
-    help_text = CliRunner().invoke(main, ["run", "--help"]).output
+    help_text = cli("run", "--help").output
     assert f"{option.flag} FLOAT RANGE" in help_text and option.help in help_text
-    refused = CliRunner().invoke(main, ["run", "x.yaml", "-m", "sim/fast", option.flag, "0.01"])
+    refused = cli("run", "x.yaml", "-m", "sim/fast", option.flag, "0.01")
     assert refused.exit_code == 2 and "0.01 is not in the range x>=0.1" in refused.output
 
 

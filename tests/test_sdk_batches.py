@@ -15,24 +15,10 @@ import openai
 import pytest
 
 
-@pytest.fixture()
-def sim(simulated_provider):
-    # A batch ends only when the test ends it (a delay no test waits for).
-    return simulated_provider(batch_delay=3600, export=False)
-
-
-@pytest.fixture()
-def oai(sim):
-    client = openai.OpenAI(base_url=sim.url, api_key="sk-test", max_retries=0)
-    yield client
-    client.close()
-
-
-@pytest.fixture()
-def ant(sim):
-    client = anthropic.Anthropic(base_url=sim.url[: -len("/v1")], api_key="sk-ant-test", max_retries=0)
-    yield client
-    client.close()
+#: A provider per test, reached by the SDK clients only (the ``sim`` fixture in tests/conftest.py); a batch
+#: ends only when the test ends it (a delay no test waits for).
+SIM_OPTIONS = dict(batch_delay=3600, export=False)
+SIM_PER_TEST = True
 
 
 def _openai_lines(prompts: dict[str, str], url: str = "/v1/chat/completions") -> bytes:

@@ -34,20 +34,6 @@ TWO_CALLS = (
 SIM_OPTIONS = dict(stream_interval=0.001)
 
 
-@pytest.fixture()
-def oai(sim):
-    client = openai.OpenAI(base_url=sim.url, api_key="sk-test", max_retries=0)
-    yield client
-    client.close()
-
-
-@pytest.fixture()
-def ant(sim):
-    client = anthropic.Anthropic(base_url=sim.url[: -len("/v1")], api_key="sk-ant-test", max_retries=0)
-    yield client
-    client.close()
-
-
 # -- OpenAI SDK -------------------------------------------------------------------------------------
 
 

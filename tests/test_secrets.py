@@ -19,7 +19,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.api import Session
@@ -198,20 +197,17 @@ class QueueWatcher:
         self.client.close()
 
 
-def command_outputs(run_id: str, db_url: str) -> dict[str, str]:
+def command_outputs(cli, run_id: str, db_url: str) -> dict[str, str]:
     """What `evaljobs show/runs/report` print, in every format `report` offers."""
-    runner = CliRunner()
     outputs = {}
     report_command = main.commands["report"]
     formats = next(p for p in report_command.params if p.name == "fmt").type.choices
     for fmt in formats:
-        result = runner.invoke(
-            main, ["report", run_id, "--format", fmt, "--db", db_url], catch_exceptions=False
-        )
+        result = cli("report", run_id, "--format", fmt, "--db", db_url)
         assert result.exit_code == 0, result.output
         outputs[f"report --format {fmt}"] = result.output
     for args in (["show", run_id, "--json"], ["show", run_id], ["runs", "--json"]):
-        result = runner.invoke(main, [*args, "--db", db_url], catch_exceptions=False)
+        result = cli(*args, "--db", db_url)
         assert result.exit_code == 0, result.output
         outputs[" ".join(args[:1] + args[2:])] = result.output
     return outputs
@@ -264,7 +260,7 @@ def secrets_catalog():
     return loads_catalog(text, source="secrets.yaml")
 
 
-def test_the_api_key_appears_nowhere_after_a_run(redis_url, db_url, providers, tmp_path, caplog):
+def test_the_api_key_appears_nowhere_after_a_run(cli, redis_url, db_url, providers, tmp_path, caplog):
     key, echoer = providers
     catalog, models = secrets_catalog(), ["keyed/m", "echoer/m"]
     fleet = Fleet(redis_url, db_url, tmp_path / "logs", count=1, threads=4)
@@ -307,7 +303,7 @@ def test_the_api_key_appears_nowhere_after_a_run(redis_url, db_url, providers, t
     places.update({f"event {i}": data for i, data in enumerate(seen.raw)})
     places.update(renderings(run.id))
     places.update(renderings(inline.id))
-    places.update(command_outputs(run.id, db_url))
+    places.update(command_outputs(cli, run.id, db_url))
     places.update({f"log {path.name}": path.read_bytes() for path in (tmp_path / "logs").glob("*.log")})
     places["this process's log"] = caplog.text
     for run_id in (run.id, inline.id):

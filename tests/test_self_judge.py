@@ -13,11 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
-from evaljobs.cli import main
 from evaljobs.starter import next_commands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,27 +29,22 @@ scenarios:
 """
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture
-def env(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+def env(cli, tmp_path, sim, monkeypatch):
+    """The catalog, on the shared ``cli``'s clean environment with the module's provider, in ``self.db``."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/self.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
-    monkeypatch.delenv("EVALJOBS_PROVIDERS", raising=False)
     path = tmp_path / "catalog.yaml"
     path.write_text(CATALOG.replace("TAG", uuid.uuid4().hex[:6]))
     return path
 
 
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
-def test_a_model_judging_its_own_answers_is_refused_before_the_run(env):
+def test_a_model_judging_its_own_answers_is_refused_before_the_run(cli, env):
     for extra in (["-m", "sim/fast", "--judge-model", "sim/fast"], ["-m", "sim/judge"]):
         done = cli("run", str(env), "--strategy", "sequential", *extra)
         assert done.exit_code == 2, done.output
@@ -66,7 +59,7 @@ def test_a_model_judging_its_own_answers_is_refused_before_the_run(env):
     assert store.list_runs() == []  # nothing was created
 
 
-def test_allow_self_judge_runs_and_every_report_says_so(env):
+def test_allow_self_judge_runs_and_every_report_says_so(cli, env):
     done = cli("run", str(env), "--strategy", "sequential", "-m", "sim/fast", "--judge-model", "sim/fast",
                "--allow-self-judge")
     assert done.exit_code == 0, done.output

@@ -5,7 +5,6 @@ import json
 
 import pytest
 import redis as redis_lib
-from click.testing import CliRunner
 
 from evaljobs.pipeline import broker, events
 from evaljobs import store
@@ -59,7 +58,7 @@ def test_memory_broker_shows_active_runs_and_says_there_are_no_shared_queues(db)
 
 
 @pytest.mark.redis
-def test_redis_queue_depths_workers_governor_and_pools(db, redis_url):
+def test_redis_queue_depths_workers_governor_and_pools(cli, db, redis_url):
     running, _, _ = runs_in_every_state()
     binding = broker.configure(redis_url)
     client = redis_lib.Redis.from_url(redis_url)
@@ -102,7 +101,7 @@ def test_redis_queue_depths_workers_governor_and_pools(db, redis_url):
         assert "sim:fast" in text and "box:42" in text
 
         group = Group(commands={"status": status_command})
-        out = CliRunner().invoke(group, ["status", "--json", "--broker", redis_url], catch_exceptions=False)
+        out = cli("status", "--json", "--broker", redis_url, command=group)
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
         assert data["queues"][0] == {"name": "agents", "ready": 3, "in_flight": 1, "delayed": 1,
@@ -128,11 +127,11 @@ def test_workers_outside_the_window_are_not_listed(db, redis_url):
     client.close()
 
 
-def test_unreachable_redis_still_shows_the_runs_and_says_what_failed(db):
+def test_unreachable_redis_still_shows_the_runs_and_says_what_failed(cli, db):
     running, _, _ = runs_in_every_state()
     url = f"redis://127.0.0.1:{free_port()}/0"
     group = Group(commands={"status": status_command})
-    out = CliRunner().invoke(group, ["status", "--broker", url], catch_exceptions=False)
+    out = cli("status", "--broker", url, command=group)
     assert out.exit_code == 2, out.output  # what it could read is shown, and a monitor still sees the outage
     assert running.id in out.output
     assert f"note: cannot read {url}:" in out.output and "Traceback" not in out.output

@@ -4,12 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.catalog import parse_catalog
 from evaljobs.catalog.subset import EmptySelection, Selection, select, selection_note
-from evaljobs.cli import main
 
 BODY = {
     "name": "shop",
@@ -83,16 +81,12 @@ def test_an_empty_selection_is_one_line():
 SIM_OPTIONS = dict(latency=0.0)
 
 
-def test_run_records_the_selection_and_the_report_says_so(tmp_path, sim, monkeypatch):
+def test_run_records_the_selection_and_the_report_says_so(cli, tmp_path, sim, monkeypatch):
     path = tmp_path / "shop.yaml"
     path.write_text(json.dumps(BODY))
     db = f"sqlite:///{tmp_path}/subsets.db"
     monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", db)
-    runner = CliRunner()
-
-    def cli(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
 
     empty = cli("run", str(path), "-m", "sim/a", "--strategy", "sequential", "--filter", "nope-*")
     assert (

@@ -9,28 +9,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from evaljobs.workers import supervision
-from helpers import ROOT, wait_until
-
-BIN = Path(sys.executable).parent
-
-
-def ctl(env, *args) -> str:
-    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(ROOT / "scripts/supervisord.conf"), *args],
-                         env=env, capture_output=True, text=True, timeout=30)
-    return out.stdout + out.stderr
-
-
-def main_pid(env) -> int | None:
-    text = ctl(env, "pid", "evaljobs-worker").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
+from helpers import wait_until
+from helpers.supervisor import BIN, ctl, supervisord, worker_pid
 
 def children(pid: int) -> list[int]:
     found = []
@@ -60,11 +46,9 @@ def test_worker_processes_exit_when_supervisord_sigkills_the_main_process(redis_
     home.mkdir()
     env = dict(os.environ, EVALJOBS_HOME=str(home), EVALJOBS_BIN=str(BIN / "evaljobs"),
                EVALJOBS_BROKER_URL=redis_url, EVALJOBS_DATABASE_URL=sqlite_url)
-    supervisor = subprocess.Popen([str(BIN / "supervisord"), "-c", str(ROOT / "scripts/supervisord.conf")],
-                                  env=env, cwd=ROOT, start_new_session=True)
-    try:
-        assert wait_until(lambda: main_pid(env) is not None, 30), ctl(env, "status")
-        first = main_pid(env)
+    with supervisord(env):
+        assert wait_until(lambda: worker_pid(env) is not None, 30), ctl(env, "status")
+        first = worker_pid(env)
         log = home / "worker.log"
         assert wait_until(
             lambda: log.exists() and "Worker process is ready" in log.read_text(errors="replace"), 60
@@ -76,13 +60,7 @@ def test_worker_processes_exit_when_supervisord_sigkills_the_main_process(redis_
 
         assert wait_until(lambda: not any(alive(kid) for kid in kids), 60), \
             f"worker processes {kids} outlived their main process:\n{log.read_text(errors='replace')[-3000:]}"
-        assert wait_until(lambda: (main_pid(env) or first) != first, 30), ctl(env, "status")  # restarted
-    finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            supervisor.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(supervisor.pid, signal.SIGKILL)
+        assert wait_until(lambda: (worker_pid(env) or first) != first, 30), ctl(env, "status")  # restarted
 
 
 def _grandchild(force_watchdog: bool, ready) -> None:

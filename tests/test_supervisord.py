@@ -4,32 +4,17 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import loads_catalog
-from helpers import ROOT, wait_until
+from helpers import wait_until
+from helpers.supervisor import BIN, ctl, supervisord, worker_pid
 
 pytestmark = [pytest.mark.redis]
-
-BIN = Path(sys.executable).parent
-
-
-def ctl(env, *args) -> str:
-    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(ROOT / "scripts/supervisord.conf"), *args],
-                         env=env, capture_output=True, text=True, timeout=30)
-    return out.stdout + out.stderr
-
-
-def worker_pid(env) -> int | None:
-    text = ctl(env, "pid", "evaljobs-worker")
-    return int(text.strip()) if text.strip().isdigit() and int(text.strip()) > 0 else None
 
 
 def test_supervisord_restarts_a_killed_worker_and_the_run_completes(redis_url, sqlite_url, tmp_path,
@@ -48,9 +33,7 @@ def test_supervisord_restarts_a_killed_worker_and_the_run_completes(redis_url, s
     env = dict(os.environ, EVALJOBS_HOME=str(home), EVALJOBS_BIN=str(BIN / "evaljobs"),
                EVALJOBS_BROKER_URL=redis_url, EVALJOBS_DATABASE_URL=sqlite_url, EVALJOBS_SIM_URL=sim.url,
                EVALJOBS_HEARTBEAT_TIMEOUT_MS="2500", EVALJOBS_MAINTENANCE_CHANCE="250000")
-    supervisor = subprocess.Popen([str(BIN / "supervisord"), "-c", str(ROOT / "scripts/supervisord.conf")],
-                                  env=env, cwd=ROOT, start_new_session=True)
-    try:
+    with supervisord(env):
         assert wait_until(lambda: worker_pid(env) is not None, 20), ctl(env, "status")
         first = worker_pid(env)
         monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
@@ -70,9 +53,3 @@ def test_supervisord_restarts_a_killed_worker_and_the_run_completes(redis_url, s
         assert time.monotonic() - started < 30
         log = (home / "worker.log").read_text(errors="replace")
         assert "Worker process is ready for action" in log or "ready" in log.lower()
-    finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            supervisor.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(supervisor.pid, signal.SIGKILL)

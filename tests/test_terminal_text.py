@@ -15,14 +15,13 @@ import re
 import sqlite3
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from evaljobs.printable import printable
-from helpers import send_json
+from helpers import send_json, serving, url_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIL = ("boom \x1b]0;pwned-title\x07 \x1b]52;c;ZXZpbA==\x07\x1b[2J\x1b[H\x1b[32mALL PAIRS PASSED\x1b[0m "
@@ -41,11 +40,8 @@ def evil_provider():
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as server:
+        yield url_of(server)
 
 
 def _evaljobs(*args: str, cwd: Path) -> subprocess.CompletedProcess:

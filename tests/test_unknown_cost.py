@@ -12,14 +12,12 @@ import uuid
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.bench.analysis import recommend, summarize
 from evaljobs.bench.model import BenchResult, BenchSpec, Measurement
 from evaljobs.bench.render import render_table as bench_table
-from evaljobs.cli import main
 
 CATALOG = """
 name: unpriced-TAG
@@ -37,16 +35,14 @@ scenarios:
 """
 
 
-@pytest.fixture(scope="module")
-def sim(module_simulated_provider):
-    return module_simulated_provider(latency=0.001)
+#: The options of this module's simulated provider (the ``sim`` fixture in tests/conftest.py).
+SIM_OPTIONS = dict(latency=0.001)
 
 
 @pytest.fixture
-def env(tmp_path, sim, monkeypatch):
-    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)
+def env(cli, tmp_path, sim, monkeypatch):
+    """Catalog and providers file, on the shared ``cli``'s clean environment, in ``cost.db``."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/cost.db")
-    monkeypatch.delenv("EVALJOBS_BROKER_URL", raising=False)
     providers = tmp_path / "providers.yaml"
     providers.write_text(
         f'providers:\n  lab: {{api: openai, base_url: "{sim.url}", api_key_env: null, stream: false}}\n'
@@ -57,11 +53,9 @@ def env(tmp_path, sim, monkeypatch):
     return tmp_path
 
 
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def _run(env, *extra: str) -> str:
+def _run(cli, env, *extra: str) -> str:
     done = cli(
         "run",
         str(env / "catalog.yaml"),
@@ -79,8 +73,8 @@ def _run(env, *extra: str) -> str:
     )
 
 
-def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_everywhere(env):
-    run_id = _run(env)
+def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_everywhere(cli, env):
+    run_id = _run(cli, env)
     rows = store.list_results(run_id)
     assert {r.scenario_key: (r.status, r.fault) for r in rows} == {"kind": ("passed", None),
                                                                    "curt": ("failed", "low_quality")}
@@ -103,7 +97,7 @@ def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_ev
     assert all(r["judge"]["score"] is not None for r in data["results"])
 
     # A second run, compared: the cost difference is unknown, not +$0.
-    again = _run(env)
+    again = _run(cli, env)
     compared = cli("compare", run_id, again)
     assert compared.exit_code == 0, compared.output
     assert "cost unknown (common pairs)" in compared.output and "+$0.0000" not in compared.output
@@ -130,8 +124,8 @@ def test_a_judged_run_without_prices_completes_with_verdicts_and_cost_unknown_ev
         viewer.close()
 
 
-def test_a_judge_cap_on_an_unpriced_judge_counts_calls_and_never_crashes(env):
-    run_id = _run(env, "--judge-cap", "1")
+def test_a_judge_cap_on_an_unpriced_judge_counts_calls_and_never_crashes(cli, env):
+    run_id = _run(cli, env, "--judge-cap", "1")
     rows = store.list_results(run_id)
     judged = [r for r in rows if isinstance(r.details.get("judge"), dict)]
     assert len(judged) == 1 and all(r.status != "errored" for r in rows)

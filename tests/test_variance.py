@@ -10,11 +10,9 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.catalog import parse_catalog
-from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import render_markdown, render_table
 from evaljobs.reports.compare import FLAKY, REGRESSED, SAME, compare, render_comparison
@@ -88,18 +86,9 @@ def crafted_run(statuses=CRAFTED, epochs=5):
     for (key, model), per_epoch in statuses.items():
         for epoch, status in enumerate(per_epoch):
             score = 1.0 if status == P else 0.0
-            store.record_result(
-                run.id,
-                Result(
-                    key,
-                    model,
-                    status,
-                    score=score,
-                    epoch=epoch,
-                    duration_ms=10,
-                    fault=None if status == P else "missing_content",
-                ),
-            )
+            fault = None if status == P else "missing_content"
+            result = Result(key, model, status, score=score, epoch=epoch, duration_ms=10, fault=fault)
+            store.record_result(run.id, result)
     store.finalize(run.id, build_report)
     return store.get_run(run.id)
 
@@ -195,13 +184,9 @@ def test_compare_does_not_call_a_flaky_flip_a_regression_unless_significant(db):
     assert c.to_dict()["summary"]["flaky"] == 1
 
 
-def test_gate_ci_judges_the_wilson_lower_bound(db, monkeypatch):
+def test_gate_ci_judges_the_wilson_lower_bound(cli, db, monkeypatch):
     info = crafted_run()
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", db)
-    runner = CliRunner()
-
-    def cli(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
 
     point = cli("report", info.id, "--format", "json", "--fail-under", "0.6")
     assert point.exit_code == 0 and "OK: pass rate 70.0% meets --fail-under 60.0%" in point.output

@@ -11,16 +11,14 @@ import threading
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
 from evaljobs import store
 from evaljobs.store import pages as store_pages
 from evaljobs.catalog import loads_catalog
-from evaljobs.cli import main
 from evaljobs.evaluation.result import Result
 from evaljobs.view import queries
 from evaljobs.reports.build import build_report
-from helpers import ROOT, Viewer, full_scans, populate, sql_log, utc_now
+from helpers import ROOT, Viewer, assert_no_full_scans, populate, utc_now
 
 
 def test_viewer_reads_use_indexes_only(db_url):
@@ -48,15 +46,7 @@ def test_viewer_reads_use_indexes_only(db_url):
         "compare page": lambda: queries.compare_page(ids[1], ids[2]),
         "scenario page": lambda: queries.scenario_page(done, "s03", baseline=ids[51]),
     }
-    results = {}
-    for name, call in calls.items():
-        with sql_log() as statements:
-            results[name] = call()
-        selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
-        assert selects, f"{name}: no SELECT captured"
-        with db.connection_context():
-            for sql, params in selects:
-                assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
+    results = assert_no_full_scans(db, calls)
     assert len(results["runs"]) == 50 and len(results["runs by status"]) == 11
     assert len(results["runs by catalog, model and date"]) == 50
     assert len(results["cells"]) == 50 and results["state"].persisted == 49
@@ -156,12 +146,11 @@ def test_the_guard_checks_the_token_host_and_method_on_every_request(viewed, tmp
         open_viewer.close()
 
 
-def test_the_command_fails_closed_with_one_line(viewed, monkeypatch):
-    runner = CliRunner()
-    beyond = runner.invoke(main, ["view", "--db", viewed, "--host", "0.0.0.0"])
+def test_the_command_fails_closed_with_one_line(cli, viewed, monkeypatch):
+    beyond = cli("view", "--db", viewed, "--host", "0.0.0.0")
     assert beyond.exit_code == 2
     assert beyond.output.strip().count("\n") == 0 and "--token" in beyond.output
-    empty = runner.invoke(main, ["view", "--db", viewed, "--host", "0.0.0.0", "--token", "  "])
+    empty = cli("view", "--db", viewed, "--host", "0.0.0.0", "--token", "  ")
     assert empty.exit_code == 2 and "token is empty" in empty.output
     import importlib.util
 
@@ -169,7 +158,7 @@ def test_the_command_fails_closed_with_one_line(viewed, monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
     )
-    missing = runner.invoke(main, ["view", "--db", viewed])
+    missing = cli("view", "--db", viewed)
     assert missing.exit_code == 2 and "pip install 'evaljobs[view]'" in missing.output
 
 

@@ -13,21 +13,19 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 
 from evaljobs import store
 from evaljobs.catalog import CatalogError, loads_catalog
-from evaljobs.cli import main
 from evaljobs.view import url_of
 from evaljobs.view.config import ViewConfig
 
 
 @pytest.mark.parametrize("key", ["..", "../etc", "z/../victim", "./a", "a//b", "/a", "a/"])
-def test_a_scenario_key_a_browser_would_resolve_elsewhere_is_one_catalog_line(key, tmp_path):
+def test_a_scenario_key_a_browser_would_resolve_elsewhere_is_one_catalog_line(cli, key, tmp_path):
     path = tmp_path / "keys.yaml"
     path.write_text(f'name: keys\nscenarios:\n  - key: "{key}"\n    prompt: hi\n', encoding="utf-8")
-    result = CliRunner().invoke(main, ["catalog", "check", str(path)])
+    result = cli("catalog", "check", str(path))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert "keys.yaml:3" in lines[0] and f"key '{key}' has an empty, '.' or '..' part" in lines[0]

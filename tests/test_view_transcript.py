@@ -19,14 +19,12 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from helpers import Viewer
 from helpers.browser import Browser
 from helpers.layout import WIDTHS, hidden, overflow, screenshot, set_width
 
 from evaljobs import config, store
 from evaljobs.api import Session
-from evaljobs.cli import main
 from evaljobs.starter import init_project
 
 SECRET = "sk-live-0123456789abcdefSECRET"
@@ -226,13 +224,10 @@ def test_transcript_and_diff_fit_every_screen(site, width) -> None:
         screenshot(browser, shots / f"{name}-{width}.png", width)
 
 
-def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp_path) -> None:
+def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(cli, site,
+                                                                       tmp_path) -> None:
     out = tmp_path / "bundle"
-    result = CliRunner().invoke(
-        main,
-        ["view", "--db", site["db"], "--export", str(out), "--run", site["kept"]],
-        catch_exceptions=False,
-    )
+    result = cli("view", "--db", site["db"], "--export", str(out), "--run", site["kept"])
     assert result.exit_code == 0, result.output
     assert f"wrote run {site['kept']} to {out}/" in result.output
     pages = sorted(p for p in out.rglob("*.html"))
@@ -279,14 +274,15 @@ def test_an_exported_run_opens_from_disk_with_no_network_and_no_script(site, tmp
     )
 
 
-def test_an_export_replaces_an_earlier_bundle_and_never_mixes_into_another_folder(site, tmp_path) -> None:
+def test_an_export_replaces_an_earlier_bundle_and_never_mixes_into_another_folder(cli, site,
+                                                                                  tmp_path) -> None:
     """Exporting the one-model run where the two-model run was exported left the other run's five extra
     transcripts in the folder: published, the bundle carried a run nobody chose to share. An earlier
     bundle is replaced whole; a folder holding anything else is refused, and nothing in it is touched."""
     out = tmp_path / "bundle"
 
     def export(run: str, folder: Path):
-        return CliRunner().invoke(main, ["view", "--db", site["db"], "--export", str(folder), "--run", run])
+        return cli("view", "--db", site["db"], "--export", str(folder), "--run", run)
 
     assert export(site["kept"], out).exit_code == 0
     assert len(list((out / "transcripts").glob("*.html"))) == 10

@@ -12,7 +12,6 @@ import threading
 from collections import Counter
 
 import pytest
-from click.testing import CliRunner
 
 from evaljobs.pipeline import broker, events
 from evaljobs import store
@@ -217,15 +216,11 @@ def test_follow_returns_on_timeout_and_on_cancel(tmp_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, tmp_path):
+def cli(cli, monkeypatch, tmp_path):
+    """The shared ``cli`` (tests/conftest.py) running ``watch`` in a group of its own, on ``watch.db``."""
     monkeypatch.setenv("EVALJOBS_DATABASE_URL", f"sqlite:///{tmp_path}/watch.db")
     group = Group(commands={"watch": watch})  # as the lead registers it on `evaljobs`
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(group, list(args), catch_exceptions=False)
-
-    return invoke
+    return lambda *args: cli(*args, command=group)
 
 
 def finished_run(pass_rate_of: int, total: int = 4) -> store.RunInfo:

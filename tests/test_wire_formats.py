@@ -345,12 +345,11 @@ def test_a_credential_in_headers_is_sent_on_every_wire_format(capture, wire, hea
     assert only(capture)["headers"][header.lower()] == "hdr-secret-7"
 
 
-def test_azure_full_deployment_url_with_a_header_key_needs_no_azure_variable(capture, tmp_path, monkeypatch):
+def test_azure_full_deployment_url_with_a_header_key_needs_no_azure_variable(cli, capture, tmp_path,
+                                                                             monkeypatch):
     """`api-key: ${AZURE_KEY}` satisfies pre-flight; the full …/chat/completions?api-version URL works;
     the key is scrubbed from what is printed when the provider echoes it."""
-    from click.testing import CliRunner
 
-    from evaljobs.cli import main
     from evaljobs.providers.client import close_clients
     from evaljobs.providers.preflight import problems
 
@@ -364,16 +363,16 @@ def test_azure_full_deployment_url_with_a_header_key_needs_no_azure_variable(cap
     assert problems(providers, ["azure/dep-1"]) == []
     try:
         check = ["providers", "check", "--providers", str(path), "-m", "azure/dep-1"]
-        result = CliRunner().invoke(main, check, catch_exceptions=False)
+        result = cli(*check)
         assert result.exit_code == 0, result.output
         request = only(capture)
         assert (request["path"], request["query"]) == ("/openai/deployments/dep-1/chat/completions",
                                                        "api-version=2024-10-21")
         assert request["headers"]["api-key"] == "azure-header-secret-99"
-        listed = CliRunner().invoke(main, ["providers", "list", "--providers", str(path)]).output
+        listed = cli("providers", "list", "--providers", str(path)).output
         assert "header:api-key" in listed and "azure-header-secret-99" not in listed
         capture.replies.append((401, {}, b'{"error": {"message": "bad key azure-header-secret-99"}}'))
-        failed = CliRunner().invoke(main, check, catch_exceptions=False)
+        failed = cli(*check)
         assert failed.exit_code == 1 and "bad key ***" in failed.output
         assert "azure-header-secret-99" not in failed.output
     finally:

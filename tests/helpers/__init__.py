@@ -19,6 +19,10 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.recording` — a loopback endpoint that records every request's headers ("anywhere").
 * :mod:`helpers.otlp` — an OTLP/HTTP trace receiver (what a collector would be sent, decoded).
 * :mod:`helpers.prometheus` — a real Prometheus server scraping loopback targets, and PromQL.
+* :mod:`helpers.cli` — the ``evaljobs`` command line in the test's process (the ``cli`` fixture).
+* :mod:`helpers.events` — the ``complete`` events a run publishes, counted.
+* :mod:`helpers.results` — results of the support catalog that the report tests render.
+* :mod:`helpers.supervisor` — supervisord on scripts/supervisord.conf, and supervisorctl.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
 import importlib
@@ -29,7 +33,7 @@ from typing import Any
 # importing pytest through `helpers.stub`.
 _HOMES = {
     "catalogs": ["abc_catalog_yaml", "numbered_catalog"],
-    "database": ["full_scans", "populate", "postgres_rows", "sql_log", "utc_now"],
+    "database": ["assert_no_full_scans", "full_scans", "populate", "postgres_rows", "sql_log", "utc_now"],
     "fleet": [
         "FAST",
         "Events",
@@ -44,15 +48,19 @@ _HOMES = {
         "redis_queue_state",
     ],
     "counting": ["CountingServer", "counting_files"],
+    "events": ["counted_completes"],
     "otlp": ["OtlpReceiver", "ReceivedSpan"],
     "prometheus": ["PrometheusServer"],
     "retry_after": ["RETRY_AFTER", "retry_after_catalog", "retry_gap"],
     "stub": ["StubBinding", "plugin_broker"],
     "parity": ["disagreements", "expand", "run_evaljobs", "say", "write_jsonl"],
     "recording": ["RecordingServer"],
-    "servers": ["PostgresServer", "RabbitmqServer", "RedisServer", "ServerError", "free_port", "send_json"],
+    "results": ["ORDER_LOOKUP", "claimed_cancel", "shipped_order"],
+    "servers": ["PostgresServer", "RabbitmqServer", "RedisServer", "ServerError", "free_port", "send_json",
+                "serving", "url_of"],
     "viewer": ["Viewer", "finished_run", "viewer_and_browser"],
-    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "one_result_on", "wait_until"],
+    "workers": ["ROOT", "CommandProcess", "WorkerProcess", "evaljobs_cli", "one_result_on", "pool_thread",
+                "wait_until"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -11,6 +11,7 @@ import logging
 import re
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
 
 import peewee
 
@@ -104,6 +105,21 @@ def full_scans(db, sql: str, params: tuple) -> list[str]:
                 and not re.search(r"USING (COVERING )?INDEX|USING INTEGER PRIMARY KEY", line)]
     plan = [row[0] for row in db.execute_sql("EXPLAIN " + sql, params)]
     return [line.strip() for line in plan if re.search(r"Seq Scan on (run|result)\b", line)]
+
+
+def assert_no_full_scans(db, calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Run each named call, check that every SELECT it sent reads no whole ``run`` or ``result`` table, and
+    return what each call returned (so the test can check they did real work)."""
+    results = {}
+    for name, call in calls.items():
+        with sql_log() as statements:
+            results[name] = call()
+        selects = [(sql, params) for sql, params in statements if sql.lstrip().upper().startswith("SELECT")]
+        assert selects, f"{name}: no SELECT captured"
+        with db.connection_context():
+            for sql, params in selects:
+                assert full_scans(db, sql, params) == [], f"{name} scans a whole table: {sql}"
+    return results
 
 
 def postgres_rows(db_url: str) -> dict[str, str]:

@@ -14,8 +14,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 
 STARTUP_SECONDS = 30.0
 
@@ -30,6 +34,26 @@ def send_json(handler, status: int, payload: object) -> None:
     handler.send_header("content-length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler],
+            server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
+    """An HTTP server of the test's own (``handler`` answers) on a free loopback port, serving from a thread
+    until the block ends (``http://127.0.0.1:{server.server_address[1]}``)."""
+    server = server_class(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def url_of(server: ThreadingHTTPServer, path: str = "/v1") -> str:
+    """The base URL of a :func:`serving` server (an OpenAI-style ``/v1`` unless told)."""
+    return f"http://127.0.0.1:{server.server_address[1]}{path}"
 
 
 class ServerError(RuntimeError):

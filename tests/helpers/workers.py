@@ -6,9 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/helpers/workers.py)
 
@@ -108,3 +110,21 @@ def evaljobs_cli(
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full_env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def pool_thread(broker: str, db: str, **options: Any) -> Iterator[None]:
+    """An elastic pool (``run_pool``: 1 to 2 workers on the bulk lane) in a thread of this process, with
+    ``options`` (its ``health_port``, ``metrics_port``); stopped and joined at the end."""
+    from evaljobs.workers.serve import run_pool
+
+    stop = threading.Event()
+    arguments = {"min": 1, "max": 2, "idle_seconds": 5, "lane": "bulk", "broker": broker, "db": db,
+                 "stop": stop, **options}
+    pool = threading.Thread(target=run_pool, kwargs=arguments, daemon=True)
+    pool.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        pool.join(30)
