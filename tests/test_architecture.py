@@ -1750,3 +1750,112 @@ def test_a_branch_on_a_wire_name_is_found(tmp_path, text, what):
     found = wire_name_branches(planted_tree(tmp_path / "planted", planted))
     assert len(found) == 1 and what in found[0], found
     assert found[0].startswith("evaljobs/providers/batches.py:"), found
+
+
+# -- the tests' own shape: one `sim` fixture, one CLI runner -------------------------------------------
+
+#: Where the shared ``sim`` fixture and the one ``CliRunner`` of the tests live.
+SHARED_SIM = "tests/conftest.py"
+SHARED_CLI_RUNNER = "tests/helpers/cli.py"
+
+
+def _test_sources(tests: Path):
+    for path in sorted(tests.rglob("*.py")):
+        shown = path.relative_to(tests.parent).as_posix()
+        yield shown, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _is_fixture(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (isinstance(target, ast.Attribute) and target.attr == "fixture") or (
+        isinstance(target, ast.Name) and target.id == "fixture")
+
+
+def _fixture_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    for decorator in node.decorator_list:
+        if _is_fixture(decorator):
+            named = [k.value for k in getattr(decorator, "keywords", []) if k.arg == "name"]
+            if named and isinstance(named[0], ast.Constant):
+                return str(named[0].value)
+            return node.name
+    return None
+
+
+def local_sim_fixtures(tests: Path) -> list[str]:
+    """A ``sim`` fixture defined anywhere but tests/conftest.py (a module tunes the shared one instead)."""
+    lines = []
+    for shown, tree in _test_sources(tests):
+        if shown == SHARED_SIM:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _fixture_name(node) == "sim":
+                lines.append(f"{shown}:{node.lineno}: defines its own `sim` fixture: use the one in "
+                             f"{SHARED_SIM} (SIM_OPTIONS, SIM_PER_TEST = True)")
+    return lines
+
+
+def cli_runners_outside_the_fixture(tests: Path) -> list[str]:
+    """click's ``CliRunner`` named anywhere but tests/helpers/cli.py (the ``cli`` fixture's)."""
+    lines = []
+    for shown, tree in _test_sources(tests):
+        if shown == SHARED_CLI_RUNNER:
+            continue
+        for node in ast.walk(tree):
+            named = ((isinstance(node, ast.Name) and node.id == "CliRunner")
+                     or (isinstance(node, ast.Attribute) and node.attr == "CliRunner")
+                     or (isinstance(node, ast.alias) and node.name == "CliRunner"))
+            if named:
+                lines.append(f"{shown}:{getattr(node, 'lineno', '?')}: builds click's CliRunner: use the "
+                             f"`cli` fixture (tests/conftest.py, {SHARED_CLI_RUNNER})")
+    return lines
+
+
+def untype_checked_sources(pyproject: Path, sources: dict[str, Path]) -> list[str]:
+    """A source tree of ours (``SOURCES``) that mypy's ``files`` leaves out."""
+    import tomllib
+
+    mypy = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("mypy", {})
+    files = mypy.get("files", [])
+    checked = {Path(name).parts[0] for name in ([files] if isinstance(files, str) else files)}
+    return [f"{pyproject.name}: [tool.mypy] files leaves out {path.name}/ (add \"{path.name}\")"
+            for path in sources.values() if path.name not in checked]
+
+
+def test_one_sim_fixture():
+    assert not (found := local_sim_fixtures(ROOT / "tests")), "\n".join(found)
+
+
+def test_one_cli_runner():
+    assert not (found := cli_runners_outside_the_fixture(ROOT / "tests")), "\n".join(found)
+
+
+def test_every_source_tree_is_type_checked():
+    assert not (found := untype_checked_sources(ROOT / "pyproject.toml", SOURCES)), "\n".join(found)
+
+
+def test_a_local_sim_fixture_and_a_cli_runner_are_found(tmp_path):
+    tests = tmp_path / "tests"
+    shared = {"tests/conftest.py": "import pytest\n@pytest.fixture\ndef sim():\n    pass\n",
+              "tests/helpers/cli.py": "from click.testing import CliRunner\nRUNNER = CliRunner()\n",
+              "tests/test_a.py": "SIM_OPTIONS = {}\ndef test_a(sim, cli):\n    cli('--help')\n"}
+    plant(tmp_path, shared)
+    assert local_sim_fixtures(tests) == [] and cli_runners_outside_the_fixture(tests) == []
+    plant(tmp_path, {
+        "tests/test_b.py": "import pytest\n@pytest.fixture(scope='module')\ndef sim():\n    pass\n",
+        "tests/c/test_c.py": "from pytest import fixture\n@fixture(name='sim')\ndef provider():\n    pass\n",
+        "tests/test_d.py": "import click.testing\ndef test_d():\n    click.testing.CliRunner()\n",
+        "tests/test_e.py": "def test_e():\n    from click.testing import CliRunner\n"})
+    assert [line.split(": ")[0] for line in local_sim_fixtures(tests)] == [
+        "tests/c/test_c.py:3", "tests/test_b.py:3"]
+    assert [line.split(": ")[0] for line in cli_runners_outside_the_fixture(tests)] == [
+        "tests/test_d.py:3", "tests/test_e.py:2"]
+
+
+def test_a_source_tree_mypy_does_not_check_is_found(tmp_path):
+    sources = {"evaljobs": tmp_path / "evaljobs", "evaljobs_middleware": tmp_path / "middleware"}
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.mypy]\nfiles = ["evaljobs", "middleware"]\n')
+    assert untype_checked_sources(pyproject, sources) == []
+    pyproject.write_text('[tool.mypy]\nfiles = ["evaljobs"]\n')
+    assert untype_checked_sources(pyproject, sources) == [
+        'pyproject.toml: [tool.mypy] files leaves out middleware/ (add "middleware")']
