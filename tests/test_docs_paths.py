@@ -202,7 +202,9 @@ def test_every_cited_path_and_module_exists() -> None:
 
 
 def test_the_checker_finds_a_missing_path_and_a_stale_module(tmp_path: Path) -> None:
-    """A tree of its own: what exists passes, each kind of dangling citation is named with its line."""
+    """A tree of its own: what exists passes, each kind of dangling citation is named with its line.
+
+    Its test paths name no real test module, so moving the real ones (issue 41) leaves them alone."""
     (tmp_path / "evaljobs" / "store").mkdir(parents=True)
     (tmp_path / "evaljobs" / "__init__.py").write_text("")
     (tmp_path / "evaljobs" / "store" / "__init__.py").write_text("from .runs import get_run\n")
@@ -215,13 +217,13 @@ def test_the_checker_finds_a_missing_path_and_a_stale_module(tmp_path: Path) -> 
     )
     (tmp_path / "scripts").mkdir()
     # a shell script: its comments are checked, its commands are not
-    bench = "#!/usr/bin/env bash\n# tests/test_bench.py\necho docs/x.md\n"
+    bench = "#!/usr/bin/env bash\n# tests/test_planted_bench.py\necho docs/x.md\n"
     (tmp_path / "scripts" / "bench").write_text(bench)
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_store.py").write_text("")
+    (tmp_path / "tests" / "test_planted_store.py").write_text("")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "internals.md").write_text(
-        "The store: `evaljobs/store/` and `tests/test_store*.py`, from https://example.com/evaljobs/x.py.\n"
+        "The store: `evaljobs/store/` and `tests/test_planted*.py`, from https://example.com/evaljobs/x.py.\n"
         "The design is in DESIGN.md; the governor in `evaljobs/governor/limits.py`.\n"
         "## Invariants\n\n1. **One**\n2. **Two**\n\n## Next\n"
         "Hosts register under `evaljobs.adapters`; recovery is `evaljobs.recovery.PeriodicRecovery`.\n"
@@ -231,7 +233,7 @@ def test_the_checker_finds_a_missing_path_and_a_stale_module(tmp_path: Path) -> 
         "docs/internals.md:2: DESIGN.md does not exist",
         "docs/internals.md:2: evaljobs/governor/limits.py does not exist",
         "evaljobs/store/runs.py:2: invariant 3 is not in docs/internals.md (it lists 2)",
-        "scripts/bench:2: tests/test_bench.py does not exist",
+        "scripts/bench:2: tests/test_planted_bench.py does not exist",
         "docs/internals.md:9: evaljobs.recovery.PeriodicRecovery: evaljobs defines no 'recovery'",
         "evaljobs/store/runs.py:4: evaljobs/providers/governor.py does not exist",
         "evaljobs/store/runs.py:4: tests/test_gone*.py does not exist",
