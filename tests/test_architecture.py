@@ -1859,3 +1859,38 @@ def test_a_source_tree_mypy_does_not_check_is_found(tmp_path):
     pyproject.write_text('[tool.mypy]\nfiles = ["evaljobs"]\n')
     assert untype_checked_sources(pyproject, sources) == [
         'pyproject.toml: [tool.mypy] files leaves out middleware/ (add "middleware")']
+
+
+# -- the tests mirror the packages -----------------------------------------------------------------------
+
+#: Folders of tests/ that name no package: what the tests share, their data, and the end-to-end suites that
+#: cross every package (the public API, docs, README, packaging, this module).
+TEST_FOLDERS_BESIDES_PACKAGES = {"helpers": "what tests share", "data": "the tests' data files",
+                                 "system": "end-to-end suites that cross every package"}
+
+
+def tests_outside_package_folders(tests: Path, sources: dict[str, Path]) -> list[str]:
+    """A test module at the root of tests/ (only conftest.py is), or a folder that names no package
+    (``evaljobs``' subpackages, ``middleware``, and ``TEST_FOLDERS_BESIDES_PACKAGES``)."""
+    packages = {path.parent.name for path in sources["evaljobs"].glob("*/__init__.py")}
+    packages.add(sources["evaljobs_middleware"].name)
+    lines = [f"tests/{path.name}: a module at the root of tests/: move it to the folder of the package it "
+             "tests (tests/<package>/, tests/system/ for an end-to-end suite, tests/helpers/ for shared code)"
+             for path in sorted(tests.glob("*.py")) if path.name != "conftest.py"]
+    lines += [f"tests/{path.name}/: names no package ({', '.join(sorted(packages))}; or "
+              f"{', '.join(TEST_FOLDERS_BESIDES_PACKAGES)})"
+              for path in sorted(tests.iterdir()) if path.is_dir() and not path.name.startswith((".", "_"))
+              and path.name not in packages and path.name not in TEST_FOLDERS_BESIDES_PACKAGES]
+    return lines
+
+
+def test_a_test_module_outside_a_package_folder_is_found(tmp_path):
+    sources = plant(tmp_path, {"evaljobs/__init__.py": "", "evaljobs/store/__init__.py": "",
+                               "middleware/__init__.py": "", "tests/conftest.py": "",
+                               "tests/store/test_store.py": "", "tests/middleware/test_crashes.py": "",
+                               "tests/system/test_readme.py": "", "tests/helpers/__init__.py": ""})
+    assert tests_outside_package_folders(tmp_path / "tests", sources) == []
+    plant(tmp_path, {"tests/test_flat.py": "", "tests/recorder.py": "", "tests/stores/test_x.py": ""})
+    found = tests_outside_package_folders(tmp_path / "tests", sources)
+    assert [line.split(":")[0] for line in found] == [
+        "tests/recorder.py", "tests/test_flat.py", "tests/stores/"]
