@@ -1869,7 +1869,7 @@ TEST_FOLDERS_BESIDES_PACKAGES = {"helpers": "what tests share", "data": "the tes
                                  "system": "end-to-end suites that cross every package"}
 
 
-def tests_outside_package_folders(tests: Path, sources: dict[str, Path]) -> list[str]:
+def stray_test_modules(tests: Path, sources: dict[str, Path]) -> list[str]:
     """A test module at the root of tests/ (only conftest.py is), or a folder that names no package
     (``evaljobs``' subpackages, ``middleware``, and ``TEST_FOLDERS_BESIDES_PACKAGES``)."""
     packages = {path.parent.name for path in sources["evaljobs"].glob("*/__init__.py")}
@@ -1889,8 +1889,8 @@ def test_a_test_module_outside_a_package_folder_is_found(tmp_path):
                                "middleware/__init__.py": "", "tests/conftest.py": "",
                                "tests/store/test_store.py": "", "tests/middleware/test_crashes.py": "",
                                "tests/system/test_readme.py": "", "tests/helpers/__init__.py": ""})
-    assert tests_outside_package_folders(tmp_path / "tests", sources) == []
+    assert stray_test_modules(tmp_path / "tests", sources) == []
     plant(tmp_path, {"tests/test_flat.py": "", "tests/recorder.py": "", "tests/stores/test_x.py": ""})
-    found = tests_outside_package_folders(tmp_path / "tests", sources)
+    found = stray_test_modules(tmp_path / "tests", sources)
     assert [line.split(":")[0] for line in found] == [
         "tests/recorder.py", "tests/test_flat.py", "tests/stores/"]
