@@ -1759,10 +1759,13 @@ SHARED_SIM = "tests/conftest.py"
 SHARED_CLI_RUNNER = "tests/helpers/cli.py"
 
 
-def _test_sources(tests: Path):
+def _test_nodes(tests: Path, but: str):
+    """(file as shown, node) for every node of every module under ``tests`` but the one shown as ``but``."""
     for path in sorted(tests.rglob("*.py")):
         shown = path.relative_to(tests.parent).as_posix()
-        yield shown, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        if shown != but:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+                yield shown, node
 
 
 def _is_fixture(decorator: ast.expr) -> bool:
@@ -1783,40 +1786,32 @@ def _fixture_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
 
 def local_sim_fixtures(tests: Path) -> list[str]:
     """A ``sim`` fixture defined anywhere but tests/conftest.py (a module tunes the shared one instead)."""
-    lines = []
-    for shown, tree in _test_sources(tests):
-        if shown == SHARED_SIM:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _fixture_name(node) == "sim":
-                lines.append(f"{shown}:{node.lineno}: defines its own `sim` fixture: use the one in "
-                             f"{SHARED_SIM} (SIM_OPTIONS, SIM_PER_TEST = True)")
-    return lines
+    return [f"{shown}:{node.lineno}: defines its own `sim` fixture: use the one in {SHARED_SIM} "
+            "(SIM_OPTIONS, SIM_PER_TEST = True)"
+            for shown, node in _test_nodes(tests, but=SHARED_SIM)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _fixture_name(node) == "sim"]
+
+
+def _names_cli_runner(node: ast.AST) -> bool:
+    return ((isinstance(node, ast.Name) and node.id == "CliRunner")
+            or (isinstance(node, ast.Attribute) and node.attr == "CliRunner")
+            or (isinstance(node, ast.alias) and node.name == "CliRunner"))
 
 
 def cli_runners_outside_the_fixture(tests: Path) -> list[str]:
     """click's ``CliRunner`` named anywhere but tests/helpers/cli.py (the ``cli`` fixture's)."""
-    lines = []
-    for shown, tree in _test_sources(tests):
-        if shown == SHARED_CLI_RUNNER:
-            continue
-        for node in ast.walk(tree):
-            named = ((isinstance(node, ast.Name) and node.id == "CliRunner")
-                     or (isinstance(node, ast.Attribute) and node.attr == "CliRunner")
-                     or (isinstance(node, ast.alias) and node.name == "CliRunner"))
-            if named:
-                lines.append(f"{shown}:{getattr(node, 'lineno', '?')}: builds click's CliRunner: use the "
-                             f"`cli` fixture (tests/conftest.py, {SHARED_CLI_RUNNER})")
-    return lines
+    return [f"{shown}:{getattr(node, 'lineno', '?')}: builds click's CliRunner: use the `cli` fixture "
+            f"(tests/conftest.py, {SHARED_CLI_RUNNER})"
+            for shown, node in _test_nodes(tests, but=SHARED_CLI_RUNNER) if _names_cli_runner(node)]
 
 
 def untype_checked_sources(pyproject: Path, sources: dict[str, Path]) -> list[str]:
     """A source tree of ours (``SOURCES``) that mypy's ``files`` leaves out."""
-    import tomllib
-
-    mypy = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("mypy", {})
-    files = mypy.get("files", [])
-    checked = {Path(name).parts[0] for name in ([files] if isinstance(files, str) else files)}
+    # tomllib is 3.11+, and the tests also run on 3.10: the one line is read as TOML writes it.
+    text = pyproject.read_text(encoding="utf-8")
+    section = re.search(r"^\[tool\.mypy\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    files = re.search(r"^files\s*=\s*(.*)$", section.group(1), re.M) if section else None
+    checked = {Path(name).parts[0] for name in re.findall(r'"([^"]+)"', files.group(1))} if files else set()
     return [f"{pyproject.name}: [tool.mypy] files leaves out {path.name}/ (add \"{path.name}\")"
             for path in sources.values() if path.name not in checked]
 
