@@ -565,7 +565,7 @@ def benchmark(catalog: str, models: Sequence[str], *, strategies: str, widths: s
 
 
 #: Functions that need no session, each from the module that owns it, loaded on first use (PEP 562):
-#: `evaljobs run` needs none of them (start-up time, tests/test_import_budget.py).
+#: `evaljobs run` needs none of them (start-up time, tests/cli/test_import_budget.py).
 _EXPORTS = {
     **dict.fromkeys(("work", "serve_pool", "serve_simulated_provider", "governor_budgets", "upgrade_schema"),
                     "evaljobs.fleet"),

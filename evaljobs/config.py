@@ -5,7 +5,7 @@ Why one place: a worker evaluates thousands of pairs, and a setting read from
 matter? which flag wins?). :class:`Settings` is built once — from the
 environment, then command-line flags and files on top (:meth:`Settings.replace`)
 — and passed down. No other module reads or writes ``os.environ``
-(``tests/test_architecture.py`` checks it); the two exceptions are here too:
+(``tests/system/test_architecture.py`` checks it); the two exceptions are here too:
 :func:`secret` reads a named API-key or header variable at call time (so a
 rotated key is picked up without a restart and never lands in ``Settings``),
 and :func:`child_environment` builds the environment of a worker process.

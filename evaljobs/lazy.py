@@ -23,7 +23,7 @@ Two more places use the same loader:
   ``__getattr__ = _web``, then ``_web("app").create_app(...)`` (:mod:`evaljobs.view`, the catalog
   importers' table of converters in :mod:`evaljobs.catalog.importers`).
 
-What is left as an import inside a function (``tests/test_architecture.py`` counts them, each with its
+What is left as an import inside a function (``tests/system/test_architecture.py`` counts them, each with its
 reason) is an optional extra whose ``ImportError`` is the message, a plugin loaded before the package,
 and a process that must load none of evaljobs.
 """

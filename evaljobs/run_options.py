@@ -6,7 +6,7 @@ flag, whether the run stores it, its bounds, and what Dramatiq, the retry policy
 providers file and ``--reuse`` make of it. :class:`evaljobs.config.Settings` (the one
 reader of the environment), ``RunSettings``, the stored limits, the CLI's flags and
 Dramatiq's actor and message options are derived from this table; nothing else lists
-the options (``tests/test_architecture.py`` checks it).
+the options (``tests/system/test_architecture.py`` checks it).
 """
 from __future__ import annotations
 

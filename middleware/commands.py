@@ -23,7 +23,7 @@ import weakref
 from typing import Any
 
 # redis is imported where it is used: the crash counter imports this module, and a process on the
-# in-process broker never loads the Redis client (start-up time; tests/test_import_budget.py).
+# in-process broker never loads the Redis client (start-up time; tests/cli/test_import_budget.py).
 
 
 class ThreadCommands:

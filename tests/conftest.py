@@ -233,7 +233,7 @@ def module_sim(module_simulated_provider: Callable[..., SimulatedProvider],
 
 @pytest.fixture
 def sim(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> SimulatedProvider:
-    """The simulated provider of a test module: the ONE ``sim`` fixture (tests/test_architecture.py
+    """The simulated provider of a test module: the ONE ``sim`` fixture (tests/system/test_architecture.py
     refuses a module-local one). A module tunes it with two module constants:
 
     * ``SIM_OPTIONS``: the provider's options (default: no latency); ``export=False`` leaves
@@ -258,7 +258,8 @@ def sim(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Simu
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
     """evaljobs' command line, run in this process: ``cli("run", catalog, "-m", "sim/fast")`` (see
-    :class:`helpers.cli.Cli`); the ONE place a test builds click's ``CliRunner`` (tests/test_architecture.py).
+    :class:`helpers.cli.Cli`); the ONE place a test builds click's ``CliRunner``
+    (tests/system/test_architecture.py).
 
     A clean environment: no ``EVALJOBS_*`` variable from the shell that started pytest, no broker and no
     providers file unless the test sets one, and a database of the test's own (``cli.db``) unless

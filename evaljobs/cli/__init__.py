@@ -8,7 +8,7 @@ modules import only :mod:`evaljobs.cli._options` from here, never this package.
 A command's module is imported only when that command runs (or its own
 ``--help`` is asked for): ``evaljobs --help`` lists the commands from
 :data:`COMMANDS`, so it loads click and ``_options`` and nothing else
-(start-up time; ``tests/test_cli.py`` checks the table against the commands).
+(start-up time; ``tests/cli/test_cli.py`` checks the table against the commands).
 """
 from __future__ import annotations
 

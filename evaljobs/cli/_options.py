@@ -279,7 +279,7 @@ def import_options(fn: Callable) -> Callable:
     """--format / --include-production-only / --lenient / --grader / --field for commands that read
     catalogs."""
     # catalog.importers.FORMATS, sorted, written out: importing the importers costs `evaljobs --help` about
-    # half a second (tests/test_cli.py checks that the two lists agree).
+    # half a second (tests/cli/test_cli.py checks that the two lists agree).
     formats = ("activeagent-catalog", "activeagent-suite", "jsonl", "native", "openai-evals", "promptfoo")
     fn = click.option("--field", "fields", multiple=True, metavar="NAME=FIELD",
                       help="JSONL: take a sample's input/target/id/metadata from another field, as Inspect's "

@@ -125,7 +125,7 @@ def bounded(transport: httpx.HTTPTransport) -> httpx.HTTPTransport:
 
     httpx does not take a network backend, so this sets the one attribute of its httpcore pool
     (``ConnectionPool``/``HTTPProxy``: ``_network_backend``, read when each connection opens);
-    ``tests/test_deadlines.py`` pins it against the installed httpx and httpcore.
+    ``tests/network/test_deadlines.py`` pins it against the installed httpx and httpcore.
     """
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)

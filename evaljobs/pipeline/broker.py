@@ -148,8 +148,8 @@ def make_broker(url: str, *, context_providers: Sequence | None = None,
         # How long a silent worker counts as alive, and how often (per million commands) the broker
         # looks for dead workers' unacked messages to requeue. Tests shorten both.
         # Dramatiq's private parts (a consumer subclass, the pipelined enqueue) live in one module, pinned
-        # by tests/test_dramatiq_internals.py; loaded here, so the memory broker never loads the Redis
-        # client (start-up time).
+        # by tests/pipeline/test_dramatiq_internals.py; loaded here, so the memory broker never loads the
+        # Redis client (start-up time).
         return on_demand.dramatiq_internals.WakingRedisBroker(
             url=url, middleware=stack, heartbeat_timeout=settings.heartbeat_timeout_ms,
             maintenance_chance=settings.maintenance_chance)

@@ -13,7 +13,7 @@ Two speed-ups lean on Dramatiq's Redis broker internals:
   of the ``dispatch`` Lua script (``command, timestamp, queue, broker_id, heartbeat_timeout,
   dead_message_ttl, maintenance, max_unpack, redis_message_id, encoded message``).
 
-``tests/test_dramatiq_internals.py`` pins each of these against the installed Dramatiq on a
+``tests/pipeline/test_dramatiq_internals.py`` pins each of these against the installed Dramatiq on a
 real Redis (the dispatch arguments are compared with those of Dramatiq's own ``enqueue``), so
 an upgrade that changes them fails in CI, not silently in production.
 """
@@ -50,7 +50,7 @@ PIPELINE_ATTRIBUTES = ("_should_do_maintenance", "_max_unpack_size", "namespace"
 #: Dramatiq turns only ``ConnectionError`` into its ``ConnectionClosed``, so a timed-out ack was logged as
 #: "You've found a bug in Dramatiq" and dropped, leaving the message in this live worker's ack set until the
 #: worker restarted (then it ran again). As ``ConnectionClosed``, Dramatiq retries the ack every second
-#: until Redis answers, and restarts a consumer without a traceback (tests/test_network_faults.py).
+#: until Redis answers, and restarts a consumer without a traceback (tests/network/test_network_faults.py).
 LOST_REDIS = (redis.ConnectionError, redis.TimeoutError)
 
 #: How often (s) a consumer requeues what its worker's ack set holds and no thread has (see ``_reclaim``).
@@ -268,7 +268,7 @@ class WakeableConsumer(_RedisConsumer):
         Why: a fetch whose reply is lost (a partition: Redis ran the script, moved the messages into
         this worker's ack set, and the answer never came) leaves messages that no thread will run,
         under a heartbeat that stays fresh, so maintenance never hands them back: the run waited for
-        the worker's restart (tests/test_network_faults.py). Worse, a fetch the client gave up on can
+        the worker's restart (tests/network/test_network_faults.py). Worse, a fetch the client gave up on can
         still run *after* the partition heals: the kernel keeps retransmitting a closed socket's unsent
         request, so once is not enough. Run by each consumer before its first fetch (after a lost
         connection Dramatiq starts a new one) and every ``RECLAIM_SECONDS`` after, on the consumer's

@@ -18,7 +18,7 @@ A stop also keeps the work it did not start: Dramatiq requeues a stopping worker
 messages through its consumer, and the stub consumer's ``requeue`` does nothing — here it puts
 them back on the broker's queue (:class:`_RequeueingConsumer`).
 
-Dramatiq internals used (pinned by ``tests/test_memory_worker.py``): ``Worker.work_queue`` is
+Dramatiq internals used (pinned by ``tests/pipeline/test_memory_worker.py``): ``Worker.work_queue`` is
 created in ``__init__`` and handed to the threads in ``start``; ``StubBroker.declare_queue`` and
 ``consume`` (repeated by :class:`MemoryBroker` with wakeable queues and a requeueing
 ``_StubConsumer``, whose ``queue`` and ``ack`` it uses); the threads' ``running``.

@@ -20,7 +20,7 @@ sleeps (:func:`evaljobs.pipeline.strategies.settle`); the Dramatiq actor sends
 the pair back with a delay or raises ``dramatiq.Retry``; a message carrying
 several pairs sends a turned-away pair on as a message of its own
 (:mod:`evaljobs.pipeline.actors`). No other module retries or sleeps on a
-provider's behalf (``tests/test_architecture.py`` checks).
+provider's behalf (``tests/system/test_architecture.py`` checks).
 """
 from __future__ import annotations
 

@@ -132,8 +132,8 @@ class SubmitOptions(TypedDict, total=False):
 
     Why a ``TypedDict``: ``run(**options: Unpack[SubmitOptions])`` lets mypy refuse a misspelled or
     mistyped option where ``**options: Any`` let it past; :func:`check_submit_options` refuses it at
-    run time, before a catalog is read. ``tests/test_run_options.py`` keeps it in step with ``submit``'s
-    signature and with ``evaljobs.config.RUN_OPTIONS``.
+    run time, before a catalog is read. ``tests/pipeline/test_run_options.py`` keeps it in step with
+    ``submit``'s signature and with ``evaljobs.config.RUN_OPTIONS``.
 
     ``adapter``: a host adapter (``module:callable`` or an entry-point name) makes the model calls.
     ``judge_model``, ``judge_cap``: the judge of judged criteria, and a cap on its calls.

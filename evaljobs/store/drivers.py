@@ -12,7 +12,7 @@ created afterwards — ours or a host's own in the same process — attaches the
 driver first (``PostgresqlDatabase.init`` is wrapped), as peewee picks and builds
 its driver adapter there.
 
-``tests/test_import_budget.py`` pins this against the installed peewee: a
+``tests/cli/test_import_budget.py`` pins this against the installed peewee: a
 peewee imported this way and then attached has the same driver state as one
 imported normally. If peewee was imported before evaljobs (by a host), nothing
 is hidden and attaching does nothing.

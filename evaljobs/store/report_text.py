@@ -8,7 +8,7 @@ distinct value by the standard encoder and reused; the first part is two escaped
 int. Only an entry of exactly the shape ``build_report`` makes, with values of exactly the types
 it puts there, takes this path; anything else (the other sections, a reused or judged entry, a
 value of another type) goes through the standard encoder, so the text is the same in every case.
-``tests/test_finalize_fast.py`` compares the two on crafted entries.
+``tests/store/test_finalize_fast.py`` compares the two on crafted entries.
 """
 from __future__ import annotations
 

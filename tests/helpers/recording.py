@@ -1,6 +1,6 @@
 """A loopback HTTP endpoint that records what reaches it: "anywhere", where a hostile run would send a
-worker's secrets (tests/test_worker_secrets.py, tests/test_tool_secrets.py). A server we did not write
-counts the requests, not evaljobs' own counters."""
+worker's secrets (tests/providers/test_worker_secrets.py, tests/tools/test_tool_secrets.py). A server we did
+not write counts the requests, not evaljobs' own counters."""
 from __future__ import annotations
 
 import threading

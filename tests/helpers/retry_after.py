@@ -1,7 +1,7 @@
 """A pair answered 429 with ``Retry-After`` once, and the gap the provider measured before its retry.
 
-Shared by tests/test_retry_after.py (the in-process broker) and tests/test_rabbitmq.py (the hand-back
-through RabbitMQ's delay queue).
+Shared by tests/pipeline/test_retry_after.py (the in-process broker) and tests/pipeline/test_rabbitmq.py (the
+hand-back through RabbitMQ's delay queue).
 """
 from __future__ import annotations
 

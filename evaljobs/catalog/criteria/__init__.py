@@ -9,7 +9,7 @@ it, whether it grades weighted lists, its label in reports); in
 :mod:`evaljobs.evaluation.graders`, its grade function, registered under the same
 name. The validator, the schema, the digest, the importers, grading, the reports,
 the store and the viewer read this table; none of them lists criteria or decides
-by a criterion's name (``tests/test_architecture.py`` checks).
+by a criterion's name (``tests/system/test_architecture.py`` checks).
 
 Adding a criterion shaped like ``token_budget`` (one value, set in ``expect`` or as a
 setting):

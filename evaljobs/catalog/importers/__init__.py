@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads 
     from evaljobs.catalog.importers import promptfoo as promptfoo
 
 #: The converters, each loaded when its format is read (:mod:`evaljobs.lazy`): a native catalog (every
-#: `evaljobs run` of one) loads none of them (start-up time, tests/test_import_budget.py).
+#: `evaljobs run` of one) loads none of them (start-up time, tests/cli/test_import_budget.py).
 _converter = submodules(__name__, ("activeagent", "jsonl", "openai_evals", "promptfoo"))
 __getattr__ = _converter
 

@@ -7,7 +7,7 @@ an OpenAI-shaped conversation, a JSON answer or an SSE stream read back into a `
 provider's errors mapped onto ours; the batch client (``evaljobs.providers.batches.BatchClient``) asks
 it where batches live, how one is submitted, what a batch's status and each result line say. What
 differs between providers is asked of the format, never decided by its name
-(``tests/test_architecture.py`` finds a comparison with a wire name outside these modules).
+(``tests/system/test_architecture.py`` finds a comparison with a wire name outside these modules).
 
 Adding a format:
 
@@ -18,8 +18,8 @@ Adding a format:
    providers file may name);
 3. its server side in ``evaljobs.simulated.wire.SERVER_WIRES`` (a ``ServerWire``: read a request,
    write an answer, a stream, an error), so the simulated provider speaks it;
-4. a test against the capture server (``tests/test_wire_formats.py``), and its batch API's against
-   the simulated desk (``tests/test_sdk_batches.py``) if it has one.
+4. a test against the capture server (``tests/providers/test_wire_formats.py``), and its batch API's against
+   the simulated desk (``tests/simulated/test_sdk_batches.py``) if it has one.
 """
 from __future__ import annotations
 
