@@ -62,7 +62,11 @@ setting nobody can find:
   format's words spelled alike, with why; it only shrinks);
 * a run option is declared once (``RUN_OPTIONS`` in ``evaljobs/run_options.py``): no other module
   builds a ``RunOption``, and none keeps a tuple, list, set or mapping of the per-pair ones, or passes
-  them one keyword each.
+  them one keyword each;
+* the tests mirror the packages: no test module at the root of ``tests/`` (only ``conftest.py``), each
+  folder of ``tests/`` names a package of evaljobs (or ``middleware``, ``system``, ``helpers``, ``data``),
+  and one ``sim`` fixture and one click ``CliRunner`` serve them all (tests/conftest.py,
+  tests/helpers/cli.py); mypy's ``files`` covers every source tree.
 
 Each checker is a plain function of a source tree, so every rule is also shown
 to fail on a violation planted in ``tmp_path`` — a rule that cannot fail proves
@@ -1877,6 +1881,10 @@ def stray_test_modules(tests: Path, sources: dict[str, Path]) -> list[str]:
               for path in sorted(tests.iterdir()) if path.is_dir() and not path.name.startswith((".", "_"))
               and path.name not in packages and path.name not in TEST_FOLDERS_BESIDES_PACKAGES]
     return lines
+
+
+def test_tests_mirror_the_packages():
+    assert not (found := stray_test_modules(ROOT / "tests", SOURCES)), "\n".join(found)
 
 
 def test_a_test_module_outside_a_package_folder_is_found(tmp_path):
