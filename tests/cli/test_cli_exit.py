@@ -16,9 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
 
-from evaljobs.cli import main
 from evaljobs.cli._options import GC_YOUNG
 
 PROBE = """
@@ -49,7 +47,7 @@ def test_a_run_exits_with_its_heap_frozen_and_its_results_stored(tmp_path: Path)
             ("complete", 1, 1)]
 
 
-def test_a_caller_embedding_the_cli_keeps_its_threshold() -> None:
+def test_a_caller_embedding_the_cli_keeps_its_threshold(cli) -> None:
     before = gc.get_threshold()
-    assert CliRunner().invoke(main, ["--version"]).exit_code == 0
+    assert cli("--version", catch_exceptions=True).exit_code == 0
     assert gc.get_threshold() == before
