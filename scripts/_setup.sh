@@ -31,7 +31,7 @@ setup_venv() {
     # round trip to the index on every fresh virtualenv.
     local also=()
     for path in ${EVALJOBS_ALSO_INSTALL:-}; do also+=(-e "$path"); done
-    "$VENV/bin/python" -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}" "${also[@]}"
+    "$VENV/bin/python" -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}" ${also[@]+"${also[@]}"}
     touch "$STAMP"
   fi
 }
