@@ -7,28 +7,34 @@ PYTHON="${PYTHON:-python3}"
 EXTRAS="${EVALJOBS_EXTRAS:-}"
 VENV="${EVALJOBS_VENV:-.venv}"   # scripts/test --python 3.10 uses .venv-3.10
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "setup: creating $VENV with $("$PYTHON" --version 2>&1)" >&2
-  "$PYTHON" -m venv "$VENV"
-fi
-STAMP="$VENV/.evaljobs-installed${EXTRAS:+-$EXTRAS}"
-if [ -z "$EXTRAS" ]; then
-  # No extras asked for: any install (with extras or not) newer than the metadata will do,
-  # so scripts/demo after scripts/test does not reinstall.
-  for stamp in "$VENV"/.evaljobs-installed*; do
-    if [ -f "$stamp" ] && [ "$stamp" -nt setup.cfg ] && [ "$stamp" -nt pyproject.toml ]; then
-      STAMP="$stamp"
-      break
-    fi
-  done
-fi
-if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "setup: installing evaljobs${EXTRAS:+[$EXTRAS]} into $VENV" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}"
-  touch "$STAMP"
-fi
-
+setup_venv() {
+  # The virtualenv with evaljobs (and EVALJOBS_ALSO_INSTALL, editable, in the same pip call: one
+  # resolve, one install step) installed; a stamp newer than the metadata skips it.
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "setup: creating $VENV with $("$PYTHON" --version 2>&1)" >&2
+    "$PYTHON" -m venv "$VENV"
+  fi
+  STAMP="$VENV/.evaljobs-installed${EXTRAS:+-$EXTRAS}"
+  if [ -z "$EXTRAS" ]; then
+    # No extras asked for: any install (with extras or not) newer than the metadata will do,
+    # so scripts/demo after scripts/test does not reinstall.
+    for stamp in "$VENV"/.evaljobs-installed*; do
+      if [ -f "$stamp" ] && [ "$stamp" -nt setup.cfg ] && [ "$stamp" -nt pyproject.toml ]; then
+        STAMP="$stamp"
+        break
+      fi
+    done
+  fi
+  if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+    echo "setup: installing evaljobs${EXTRAS:+[$EXTRAS]}${EVALJOBS_ALSO_INSTALL:+ and $EVALJOBS_ALSO_INSTALL} into $VENV" >&2
+    # The pip the virtualenv came with (pip >= 21.3 installs editable pyproject projects): no upgrade
+    # round trip to the index on every fresh virtualenv.
+    local also=()
+    for path in ${EVALJOBS_ALSO_INSTALL:-}; do also+=(-e "$path"); done
+    "$VENV/bin/python" -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}" ${also[@]+"${also[@]}"}
+    touch "$STAMP"
+  fi
+}
 _apt_updated=0
 apt_install() {
   # apt_install PACKAGE... — install Debian packages when we are allowed to (root or sudo).
@@ -45,3 +51,8 @@ apt_install() {
   echo "setup: apt-get install $*" >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
+
+# scripts/test calls setup_venv itself, beside its other set-up steps (EVALJOBS_SETUP_LATER=1).
+if [ -z "${EVALJOBS_SETUP_LATER:-}" ]; then
+  setup_venv
+fi

@@ -15,6 +15,7 @@ import pytest
 from evaljobs.simulated import SimulatedProvider
 from helpers.browser import find_chromium
 from helpers.cli import Cli
+from helpers.schedule import slowest_first
 from helpers.servers import PostgresServer, RabbitmqServer, RedisServer, ServerError
 
 #: ``EVALJOBS_*`` variables of the shell that started pytest: the ``cli`` fixture's commands do not see them.
@@ -34,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The slowest modules first (helpers/schedule.py): scripts/test's xdist workers take whole modules
+    # in this order, so neither is left running a long module alone at the end.
+    items[:] = slowest_first(items)
     if config.getoption("--soak"):
         return
     opt_in = pytest.mark.skip(reason="soak variant: run with --soak")

@@ -9,7 +9,10 @@ inspect_ai/examples/popularity.py maps it: ``input=question``,
 once per answer (written to pass and to fail: exact, spaced, punctuated, in a sentence, other case, a
 prefix, a refusal, an ``ANSWER:`` line), the answer in a simulated-provider directive; Inspect reaches
 the simulated provider on loopback as an OpenAI-compatible model (``openai-api/sim/...``), evaljobs runs
-the same file through its real pipeline. Every scorer of the task — ``includes()``, ``match()``,
+the same file through its real pipeline. The verdicts depend on the answer and the target alone, so
+each dataset keeps the first sample of each distinct target (popularity's 25 samples have two: " Yes"
+and " No"), and one ``inspect eval`` evaluates the three datasets' tasks (its start-up is paid once).
+Every scorer of the task — ``includes()``, ``match()``,
 ``exact()``, ``answer("word")``, ``pattern(...)`` — is compared with its evaljobs grader; a disagreement
 fails the suite unless it is in KNOWN below and in docs/catalogs.md's known differences, with its reason
 (none is, today).
@@ -26,7 +29,8 @@ import pytest
 from helpers import disagreements, expand, run_evaljobs, write_jsonl
 
 DATA = Path(__file__).parents[1] / "data" / "inspect"
-#: Samples of each dataset used (the first N): with ~12 answers each, a few hundred per dataset.
+#: Samples of each dataset read (the first N), of which the first of each distinct target is used: with
+#: ~17 answers each, up to a few hundred copies per dataset.
 SAMPLES_PER_DATASET = 25
 PATTERN = r"answer is ([^.\n]+)"
 #: Sample copies whose verdicts may differ, with the reason (listed in docs/catalogs.md too): none.
@@ -51,64 +55,90 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import FieldSpec, json_dataset
 from inspect_ai.scorer import answer, exact, includes, match, pattern
 from inspect_ai.solver import generate
-
+'''
+DATASET_TASK = '''
 
 @task
-def parity():
+def parity_{name}():
     return Task(dataset=json_dataset({dataset!r}, FieldSpec(input={input!r}, target={target!r})),
                 solver=[generate()], scorer=[{scorers}])
 '''
 
 
-def _answered_dataset(tmp_path: Path, name: str) -> Path:
-    """The dataset's first samples, each copied once per fixed answer (ids KEY-vN)."""
+def _answered_dataset(folder: Path, name: str) -> Path:
+    """The dataset's first samples, the first of each distinct target (samples with the same target get
+    the same answers, so the same verdicts), each copied once per fixed answer (ids KEY-vN)."""
     fields = DATASETS[name]
     input_field, target_field = fields.get("input", "input"), fields.get("target", "target")
     lines = (DATA / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()][:SAMPLES_PER_DATASET]
-    keyed = [(str(r.get("id", number)), r) for number, r in enumerate(records, 1)]
-    rows = expand(keyed, input_field, lambda r: r[target_field] if isinstance(r[target_field], str)
-                  else r[target_field][0])
-    return write_jsonl(tmp_path / f"{name}-answered.jsonl", [record for _, _, record in rows])
+
+    def reference(record: dict) -> str:
+        target = record[target_field]
+        return target if isinstance(target, str) else target[0]
+
+    keyed: list[tuple[str, dict]] = []
+    targets: set[str] = set()
+    for number, record in enumerate(records, 1):
+        if reference(record) not in targets:
+            targets.add(reference(record))
+            keyed.append((str(record.get("id", number)), record))
+    rows = expand(keyed, input_field, reference)
+    return write_jsonl(folder / f"{name}-answered.jsonl", [record for _, _, record in rows])
 
 
-def _inspect_verdicts(tmp_path: Path, dataset: Path, fields: dict[str, str], sim_url: str,
-                      ) -> dict[str, dict[str, str]]:
-    """Run the real `inspect eval` on the dataset: {score name: {sample id: "passed"/"failed"/other}}."""
-    task = tmp_path / "parity_task.py"
-    task.write_text(TASK.format(dataset=str(dataset), input=fields.get("input", "input"),
-                                target=fields.get("target", "target"),
-                                scorers=", ".join(call for call, _ in SCORERS.values())), encoding="utf-8")
-    logs = tmp_path / "inspect-logs"
+def _inspect_verdicts(folder: Path, datasets: dict[str, Path], sim_url: str,
+                      ) -> dict[str, dict[str, dict[str, str]]]:
+    """Run the real `inspect eval` once, a task per dataset: {dataset: {score name: {sample id:
+    "passed"/"failed"/other}}}, with the completions under "_completions"."""
+    task = folder / "parity_task.py"
+    scorers = ", ".join(call for call, _ in SCORERS.values())
+    task.write_text(TASK + "".join(
+        DATASET_TASK.format(name=name, dataset=str(path), input=DATASETS[name].get("input", "input"),
+                            target=DATASETS[name].get("target", "target"), scorers=scorers)
+        for name, path in datasets.items()), encoding="utf-8")
+    logs = folder / "inspect-logs"
     env = {**os.environ, "SIM_BASE_URL": sim_url, "SIM_API_KEY": "parity", "INSPECT_LOG_DIR": str(logs),
            "INSPECT_DISPLAY": "none"}
     inspect = Path(sys.executable).parent / "inspect"
     done = subprocess.run([str(inspect), "eval", task.name, "--model", "openai-api/sim/parity",
                            "--log-format", "json", "--log-dir", str(logs), "--display", "none",
-                           "--max-connections", "8"],
-                          check=False, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                           "--max-connections", "8", "--max-tasks", str(len(datasets))],
+                          check=False, env=env, cwd=folder, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text(encoding="utf-8"))
-    assert log["status"] == "success", log.get("error")
-    verdicts: dict[str, dict[str, str]] = {name: {} for name in SCORERS}
-    completions: dict[str, str] = {}
-    for sample in log["samples"]:
-        completions[str(sample["id"])] = sample["output"]["completion"]
-        for name, score in sample["scores"].items():
-            value = score["value"]
-            verdicts[name][str(sample["id"])] = {"C": "passed", "I": "failed"}.get(value, f"value {value!r}")
-    verdicts["_completions"] = completions
-    return verdicts
+    by_dataset: dict[str, dict[str, dict[str, str]]] = {}
+    for log_file in logs.glob("*.json"):
+        log = json.loads(log_file.read_text(encoding="utf-8"))
+        assert log["status"] == "success", log.get("error")
+        verdicts: dict[str, dict[str, str]] = {name: {} for name in SCORERS}
+        completions: dict[str, str] = {}
+        for sample in log["samples"]:
+            completions[str(sample["id"])] = sample["output"]["completion"]
+            for name, score in sample["scores"].items():
+                value = score["value"]
+                verdict = {"C": "passed", "I": "failed"}.get(value, f"value {value!r}")
+                verdicts[name][str(sample["id"])] = verdict
+        verdicts["_completions"] = completions
+        by_dataset[log["eval"]["task"].removeprefix("parity_")] = verdicts
+    assert sorted(by_dataset) == sorted(datasets), sorted(by_dataset)
+    return by_dataset
+
+
+@pytest.fixture(scope="module")
+def inspects(module_simulated_provider, tmp_path_factory):
+    """(the simulated provider, the answered datasets, Inspect's verdicts on them): one `inspect eval`."""
+    sim = module_simulated_provider()  # SIM_BASE_URL for Inspect; each test sets EVALJOBS_SIM_URL
+    folder = tmp_path_factory.mktemp("inspect-parity")
+    datasets = {name: _answered_dataset(folder, name) for name in DATASETS}
+    return sim, datasets, _inspect_verdicts(folder, datasets, sim.url)
 
 
 @pytest.mark.parametrize("name", list(DATASETS))
-def test_inspect_scorers_and_evaljobs_graders_agree_verdict_by_verdict(name, tmp_path, sqlite_url,
-                                                                      simulated_provider):
-    sim = simulated_provider()  # EVALJOBS_SIM_URL for evaljobs; SIM_BASE_URL for Inspect: one server
-    fields = DATASETS[name]
-    dataset = _answered_dataset(tmp_path, name)
-    theirs = _inspect_verdicts(tmp_path, dataset, fields, sim.url)
+def test_inspect_scorers_and_evaljobs_graders_agree_verdict_by_verdict(name, inspects, sqlite_url,
+                                                                      monkeypatch):
+    sim, datasets, verdicts = inspects
+    monkeypatch.setenv("EVALJOBS_SIM_URL", sim.url)  # one server for both tools
+    fields, dataset, theirs = DATASETS[name], datasets[name], verdicts[name]
     field_args = [f"{k}={v}" for k, v in fields.items()]
     summary = {}
     for score_name, (_, grader) in SCORERS.items():

@@ -25,6 +25,8 @@ from evaljobs.config import state_redis
 from evaljobs.pipeline import events
 from helpers.workers import WorkerProcess, wait_until
 
+#: The type of :meth:`Events.drain`'s marker event (the tests' own; evaljobs publishes none such).
+BARRIER = "test-barrier"
 #: Worker settings for every fault test: short backoffs so retries do not dominate the run time.
 FAST = {"EVALJOBS_MIN_BACKOFF": "0.05", "EVALJOBS_MAX_BACKOFF": "0.3"}
 
@@ -43,6 +45,7 @@ class Events:
         self.results = 0
         self.reconnects = 0
         self.raw: list[bytes] = []
+        self._barriers: set[str] = set()
         self._subscribed = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -70,11 +73,37 @@ class Events:
 
     def _count(self, data: bytes) -> None:
         self.raw.append(data)
-        kind = json.loads(data).get("type")
+        event = json.loads(data)
+        kind = event.get("type")
         if kind == "complete":
             self.completes += 1
         elif kind == "result":
             self.results += 1
+        elif kind == BARRIER:
+            self._barriers.add(event.get("token"))
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Return once every event published before this call has been counted: a marker published now
+        on the run's channel comes to this subscriber after them (Redis delivers a channel's messages in
+        the order it ran the PUBLISH commands). Published again while the subscriber reconnects."""
+        import uuid
+
+        import redis as redis_lib
+
+        token = uuid.uuid4().hex
+        client = redis_lib.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    client.publish(self.channel, json.dumps({"type": BARRIER, "token": token}))
+                except (redis_lib.RedisError, OSError):
+                    pass
+                if wait_until(lambda: token in self._barriers, 1.0, interval=0.01):
+                    return
+                assert time.monotonic() < deadline, f"the subscriber to {self.channel} got no marker"
+        finally:
+            client.close()
 
     def close(self) -> None:
         self._stop.set()
@@ -203,7 +232,7 @@ def assert_every_pair_once(run_id: str, catalog: Catalog, models: list[str], see
     assert info.persisted == len(expected) == info.expected
     assert info.report["summary"]["results"] == len(expected)
     assert wait_until(lambda: seen.completes >= 1, 10), "no `complete` event reached this process"
-    time.sleep(0.5)  # a second `complete` would arrive within this
+    seen.drain()  # the workers have stopped: a second `complete` they published has been counted now
     assert seen.completes == 1
     return {"expected": len(expected), "persisted": len(pairs), "duplicated": duplicated,
             "reports": 1 if info.report else 0, "complete_events": seen.completes,

@@ -32,7 +32,7 @@ def test_context_middleware_comes_before_every_middleware_that_enqueues_in_an_af
 
 
 @pytest.mark.redis
-def test_an_idle_consumer_waits_in_redis_and_takes_another_process_message_at_once(redis_url, monkeypatch):
+def test_an_idle_consumer_waits_in_redis_and_takes_another_process_message_at_once(redis_url):
     """An idle consumer blocks on its empty queue in Redis (BLMOVE) instead of polling it: a message sent
     by another process (no wake-up from this one) is fetched long before its pause would end.
 
@@ -40,14 +40,16 @@ def test_an_idle_consumer_waits_in_redis_and_takes_another_process_message_at_on
     and polling every 20 ms instead cost ~120 commands a second per idle worker process."""
     from evaljobs.pipeline.broker import make_broker
 
-    # An unwoken consumer would come round after 60 s: a fetch within 20 s can only be Redis waking it
-    # (no latency is measured, so a loaded machine's stalls cannot fail it).
-    monkeypatch.setattr("evaljobs.pipeline.dramatiq_internals.CONSUMER_POLL_MS", 60_000)
     broker = make_broker(redis_url, settings=QUIET)
     other = make_broker(redis_url)  # another worker machine
     try:
         consumer = broker.consume("idle-wait", prefetch=4, timeout=1000)
-        assert next(consumer) is None  # the first pass: the fetch finds nothing, then a wait
+        # The first pass: the fetch finds nothing, then a wait that ends with the queue still empty (the
+        # default poll, a second: at 60 s this pass alone took a minute).
+        assert next(consumer) is None and consumer._empty
+        # From now on an unwoken consumer would come round after 60 s: a fetch within 20 s can only be
+        # Redis waking it (no latency is measured, so a loaded machine's stalls cannot fail it).
+        consumer.poll_ms = 60_000
         got = _next_in_thread(consumer, idle_first=0.3)
         other.enqueue(_message("idle-wait"))  # no wake-up: another process sent it
         got.result(timeout=20)
