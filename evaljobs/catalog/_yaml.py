@@ -7,7 +7,7 @@ catalogs of 10,000 scenarios); see :func:`load_yaml`. YAML 1.2 scalars
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -23,19 +23,32 @@ _NO_KEY = object()
 _MERGE = object()
 
 
-class _Frame:
-    __slots__ = ("obj", "path", "line", "is_map", "key", "key_line", "merges", "anchor")
+class LinesNeeded(Exception):
+    """A duplicate key met while only some lines are kept: its message names the first one's line."""
 
-    def __init__(self, obj: Any, path: tuple, line: int, anchor: str | None):
+
+class _Frame:
+    __slots__ = ("obj", "path", "line", "is_map", "key", "key_line", "merges", "anchor", "keep")
+
+    def __init__(self, obj: Any, path: tuple, line: int, anchor: str | None, keep: bool):
         self.obj, self.path, self.line, self.anchor = obj, path, line, anchor
         self.is_map = isinstance(obj, dict)
+        #: Whether the lines of this collection's keys or items are recorded.
+        self.keep = keep
         self.key: Any = _NO_KEY
         self.key_line = 0
         self.merges: list[tuple[Any, int]] = []
 
 
-def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tuple, int]]:
+def load_yaml(text: str, source: str, problems: list[str],
+              lines_of: Callable[[tuple], bool] | None = None) -> tuple[Any, dict[tuple, int]]:
     """Plain data from the YAML event stream, plus ``{path: line}`` for every key and list item.
+
+    With ``lines_of``, only the items of the lists whose path it accepts get a line (a catalog's
+    scenarios: 100,000 of them have 900,000 keys and items, whose lines take more memory and time than
+    the scenarios; messages need them, a valid catalog does not), and a duplicate key raises
+    :class:`LinesNeeded` instead of being reported without its first line: read again without
+    ``lines_of``. Everything else, messages included, is the same.
 
     PyYAML's own composer + constructor build a node tree and then walk it
     with generic, generator-based machinery: about 10x slower than this, which
@@ -97,7 +110,8 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
             root.append(value)
             return
         if not frame.is_map:
-            lines[frame.path + (len(frame.obj),)] = line
+            if frame.keep:
+                lines[frame.path + (len(frame.obj),)] = line
             frame.obj.append(value)
         elif frame.key is _NO_KEY:
             if isinstance(value, (dict, list, set, frozenset)):  # `!!set x: 1` builds a set key
@@ -109,13 +123,15 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
             if key is _MERGE:
                 frame.merges.append((value, frame.key_line))
                 return
-            path = frame.path + (key,)
             if key in frame.obj:
+                if not frame.keep:
+                    raise LinesNeeded
                 problems.append(escape_breaks(
                     f"{source}:{frame.key_line}: duplicate key {show(key)} in the same mapping "
-                    f"(first at line {lines.get(path, '?')}); remove one: only the last would be used"))
-            else:
-                lines[path] = frame.key_line
+                    f"(first at line {lines.get(frame.path + (key,), '?')}); remove one: only the last "
+                    f"would be used"))
+            elif frame.keep:
+                lines[frame.path + (key,)] = frame.key_line
             frame.obj[key] = value
 
     def merge(frame: _Frame) -> None:
@@ -146,8 +162,10 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
                         raise fatal(line, "a YAML set (!!set) is not JSON data; write a list instead")
                     raise fatal(line, f"YAML tag {event.tag.replace(_TAG, '!!')} is not supported: a catalog "
                                       f"holds JSON-like data; write {name} without the tag")
-                frame = _Frame({} if kind is yaml.MappingStartEvent else [], child_path(line, name), line,
-                               event.anchor)
+                path = child_path(line, name)
+                is_map = kind is yaml.MappingStartEvent
+                frame = _Frame({} if is_map else [], path, line, event.anchor,
+                               lines_of is None or (not is_map and lines_of(path)))
                 if event.anchor is not None:
                     anchors[event.anchor] = frame.obj
                     open_anchors.add(event.anchor)
@@ -193,4 +211,4 @@ def yaml_error(source: str, exc: yaml.YAMLError) -> str:
     return escape_breaks(text)
 
 
-__all__ = ["load_yaml", "yaml_error"]
+__all__ = ["LinesNeeded", "load_yaml", "yaml_error"]
