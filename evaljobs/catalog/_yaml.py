@@ -21,6 +21,8 @@ _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
 _NO_KEY = object()
 _MERGE = object()
+#: The longest text read once and shared (keys, tags, roles: the texts a catalog repeats).
+_SHARED_TEXT = 32
 
 
 class LinesNeeded(Exception):
@@ -37,7 +39,7 @@ class _Frame:
         self.keep = keep
         self.key: Any = _NO_KEY
         self.key_line = 0
-        self.merges: list[tuple[Any, int]] = []
+        self.merges: list[tuple[Any, int]] | None = None
 
 
 def load_yaml(text: str, source: str, problems: list[str],
@@ -60,6 +62,10 @@ def load_yaml(text: str, source: str, problems: list[str],
     loader = _Loader(text)
     resolvers = loader.yaml_implicit_resolvers
     wildcard = resolvers.get(None, [])
+    # The resolvers to try by a plain scalar's first character (the wildcard's last), made once.
+    candidates = {first: entries + wildcard for first, entries in resolvers.items() if first is not None}
+    # Each short text once: 100,000 scenarios write 'key', 'prompt', 'expect' and their tags 100,000 times.
+    texts: dict[str, str] = {}
     lines: dict[tuple, int] = {}
     anchors: dict[str, Any] = {}
     open_anchors: set[str] = set()
@@ -73,7 +79,7 @@ def load_yaml(text: str, source: str, problems: list[str],
     def scalar(event: Any) -> Any:
         tag, value = event.tag, event.value
         if tag is None and event.implicit[0]:
-            for tag, regexp in resolvers.get(value[:1], []) + wildcard:
+            for tag, regexp in candidates.get(value[:1], wildcard):
                 if regexp.match(value):
                     break
             else:
@@ -103,6 +109,8 @@ def load_yaml(text: str, source: str, problems: list[str],
         return parent.path + (parent.key,)
 
     def add(value: Any, line: int) -> None:
+        if type(value) is str and len(value) <= _SHARED_TEXT:
+            value = texts.setdefault(value, value)
         frame = stack[-1] if stack else None
         if value is _MERGE and (frame is None or not frame.is_map or frame.key is not _NO_KEY):
             raise fatal(line, "'<<' is YAML's merge key; quote it (\"<<\") to use it as text")
@@ -121,7 +129,7 @@ def load_yaml(text: str, source: str, problems: list[str],
         else:
             key, frame.key = frame.key, _NO_KEY
             if key is _MERGE:
-                frame.merges.append((value, frame.key_line))
+                frame.merges = (frame.merges or []) + [(value, frame.key_line)]
                 return
             if key in frame.obj:
                 if not frame.keep:
@@ -136,7 +144,7 @@ def load_yaml(text: str, source: str, problems: list[str],
 
     def merge(frame: _Frame) -> None:
         """``<<: *anchor`` (or a list of them): explicit keys win, then earlier sources."""
-        for value, line in frame.merges:
+        for value, line in frame.merges or ():
             sources = value if isinstance(value, list) else [value]
             for item in sources:
                 if not isinstance(item, dict):
@@ -145,8 +153,10 @@ def load_yaml(text: str, source: str, problems: list[str],
                     frame.obj.setdefault(key, item_value)
 
     try:
-        get_event = ExpansionBudget(source).wrap(loader.get_event)  # alias bombs stop here, in one line
+        get_event = loader.get_event
+        charge = ExpansionBudget(source).charge  # alias bombs stop here, in one line
         while (event := get_event()) is not None:
+            charge(event)
             kind = type(event)
             line = event.start_mark.line + 1
             if kind is yaml.ScalarEvent:

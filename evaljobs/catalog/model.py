@@ -136,7 +136,7 @@ class ExpectedTool:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expect:
     contains: tuple[str, ...] = ()
     not_contains: tuple[str, ...] = ()
@@ -186,7 +186,7 @@ class Expect:
         return self.values.get(key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scenario:
     key: str
     #: The conversation to send, without the system prompt (that is ``system``).
