@@ -10,9 +10,18 @@ the others when a message names them, so every message names the same line as be
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from evaljobs.catalog import CatalogError, loads_catalog, read_catalog, reads_catalog
+from evaljobs.catalog import (
+    CatalogError,
+    loads_catalog,
+    parse_catalog,
+    parse_source,
+    read_catalog,
+    reads_catalog,
+)
 from evaljobs.catalog.digest import digest_of
 from evaljobs.catalog.importers import load_any
 from evaljobs.checks import check_catalog
@@ -86,3 +95,19 @@ def test_loading_a_catalog_builds_no_body_until_one_is_asked_for():
     assert catalog.body is body
     assert [s["key"] for s in body["scenarios"]] == ["a", "g.a", "g.b"]
     assert digest_of(body) == catalog.digest  # the digest hashed in pieces is the body's
+
+
+#: The example catalogs (but the one whose tools are listed from a live MCP server when it is run).
+EXAMPLES = sorted(p for p in (Path(__file__).parent.parent / "examples" / "catalogs").glob("*.yaml")
+                  if p.name != "tools_mcp.yaml")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_digest_hashed_in_pieces_is_the_digest_of_the_whole_body(path):
+    # what reuse and compare rely on: the digest is still sha256 of the body's canonical JSON
+    source = read_catalog(path)
+    catalog = parse_source(source)
+    assert catalog.digest == digest_of(catalog.body)
+    data = dict(source.data, defaults={**(source.data.get("defaults") or {}), "epochs": 3})
+    epochs = parse_catalog(data, source=str(path))  # the body has a key before "name" ("defaults")
+    assert epochs.digest == digest_of(epochs.body) != catalog.digest
