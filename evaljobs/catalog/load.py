@@ -40,7 +40,8 @@ class CatalogSource:
     source: str
     #: The plain data (a mapping for any usable catalog).
     data: Any
-    #: ``{path into data: 1-based line}``, e.g. ``("scenarios", 0, "max_turns") -> 9``.
+    #: ``{path into data: 1-based line}``, e.g. ``("scenarios", 0, "max_turns") -> 9``; only the
+    #: scenarios' own, e.g. ``("scenarios", 0) -> 7``, while :attr:`text` is set.
     lines: dict[tuple, int] = field(default_factory=dict, compare=False)
     #: Problems found while reading (duplicate keys), reported with validation's.
     problems: tuple[str, ...] = ()
