@@ -129,9 +129,12 @@ def parse_source(source: CatalogSource, *, providers: ProvidersConfig | None = N
     try:
         catalog = parse_catalog(source.data, source=source.source, lines=source.lines, providers=providers)
     except CatalogError as exc:
-        if source.text is not None:  # the messages name lines this source did not keep: again, with them
-            return parse_source(source.with_every_line(), providers=providers)
-        raise CatalogError(list(source.problems) + exc.problems) from None
+        if source.text is None:
+            raise CatalogError(list(source.problems) + exc.problems) from None
+        catalog = None
+    if catalog is None:  # the messages name lines this source did not keep: again, with them (out of the
+        # handler, so the first attempt's traceback and the scenarios it built are freed first)
+        return parse_source(source.with_every_line(), providers=providers)
     if source.problems:
         raise CatalogError(list(source.problems))
     return catalog
