@@ -98,7 +98,7 @@ def test_loading_a_catalog_builds_no_body_until_one_is_asked_for():
 
 
 #: The example catalogs (but the one whose tools are listed from a live MCP server when it is run).
-EXAMPLES = sorted(p for p in (Path(__file__).parent.parent / "examples" / "catalogs").glob("*.yaml")
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples" / "catalogs").glob("*.yaml")
                   if p.name != "tools_mcp.yaml")
 
 
