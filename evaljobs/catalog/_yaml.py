@@ -7,7 +7,7 @@ catalogs of 10,000 scenarios); see :func:`load_yaml`. YAML 1.2 scalars
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -21,21 +21,36 @@ _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
 _NO_KEY = object()
 _MERGE = object()
+#: The longest text read once and shared (keys, tags, roles: the texts a catalog repeats).
+_SHARED_TEXT = 32
+
+
+class LinesNeeded(Exception):
+    """A duplicate key met while only some lines are kept: its message names the first one's line."""
 
 
 class _Frame:
-    __slots__ = ("obj", "path", "line", "is_map", "key", "key_line", "merges", "anchor")
+    __slots__ = ("obj", "path", "line", "is_map", "key", "key_line", "merges", "anchor", "keep")
 
-    def __init__(self, obj: Any, path: tuple, line: int, anchor: str | None):
+    def __init__(self, obj: Any, path: tuple, line: int, anchor: str | None, keep: bool):
         self.obj, self.path, self.line, self.anchor = obj, path, line, anchor
         self.is_map = isinstance(obj, dict)
+        #: Whether the lines of this collection's keys or items are recorded.
+        self.keep = keep
         self.key: Any = _NO_KEY
         self.key_line = 0
-        self.merges: list[tuple[Any, int]] = []
+        self.merges: list[tuple[Any, int]] | None = None
 
 
-def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tuple, int]]:
+def load_yaml(text: str, source: str, problems: list[str],
+              lines_of: Callable[[tuple], bool] | None = None) -> tuple[Any, dict[tuple, int]]:
     """Plain data from the YAML event stream, plus ``{path: line}`` for every key and list item.
+
+    With ``lines_of``, only the items of the lists whose path it accepts get a line (a catalog's
+    scenarios: 100,000 of them have 900,000 keys and items, whose lines take more memory and time than
+    the scenarios; messages need them, a valid catalog does not), and a duplicate key raises
+    :class:`LinesNeeded` instead of being reported without its first line: read again without
+    ``lines_of``. Everything else, messages included, is the same.
 
     PyYAML's own composer + constructor build a node tree and then walk it
     with generic, generator-based machinery: about 10x slower than this, which
@@ -47,6 +62,10 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
     loader = _Loader(text)
     resolvers = loader.yaml_implicit_resolvers
     wildcard = resolvers.get(None, [])
+    # The resolvers to try by a plain scalar's first character (the wildcard's last), made once.
+    candidates = {first: entries + wildcard for first, entries in resolvers.items() if first is not None}
+    # Each short text once: 100,000 scenarios write 'key', 'prompt', 'expect' and their tags 100,000 times.
+    texts: dict[str, str] = {}
     lines: dict[tuple, int] = {}
     anchors: dict[str, Any] = {}
     open_anchors: set[str] = set()
@@ -60,7 +79,7 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
     def scalar(event: Any) -> Any:
         tag, value = event.tag, event.value
         if tag is None and event.implicit[0]:
-            for tag, regexp in resolvers.get(value[:1], []) + wildcard:
+            for tag, regexp in candidates.get(value[:1], wildcard):
                 if regexp.match(value):
                     break
             else:
@@ -90,6 +109,8 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
         return parent.path + (parent.key,)
 
     def add(value: Any, line: int) -> None:
+        if type(value) is str and len(value) <= _SHARED_TEXT:
+            value = texts.setdefault(value, value)
         frame = stack[-1] if stack else None
         if value is _MERGE and (frame is None or not frame.is_map or frame.key is not _NO_KEY):
             raise fatal(line, "'<<' is YAML's merge key; quote it (\"<<\") to use it as text")
@@ -97,7 +118,8 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
             root.append(value)
             return
         if not frame.is_map:
-            lines[frame.path + (len(frame.obj),)] = line
+            if frame.keep:
+                lines[frame.path + (len(frame.obj),)] = line
             frame.obj.append(value)
         elif frame.key is _NO_KEY:
             if isinstance(value, (dict, list, set, frozenset)):  # `!!set x: 1` builds a set key
@@ -107,20 +129,22 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
         else:
             key, frame.key = frame.key, _NO_KEY
             if key is _MERGE:
-                frame.merges.append((value, frame.key_line))
+                frame.merges = (frame.merges or []) + [(value, frame.key_line)]
                 return
-            path = frame.path + (key,)
             if key in frame.obj:
+                if not frame.keep:
+                    raise LinesNeeded
                 problems.append(escape_breaks(
                     f"{source}:{frame.key_line}: duplicate key {show(key)} in the same mapping "
-                    f"(first at line {lines.get(path, '?')}); remove one: only the last would be used"))
-            else:
-                lines[path] = frame.key_line
+                    f"(first at line {lines.get(frame.path + (key,), '?')}); remove one: only the last "
+                    f"would be used"))
+            elif frame.keep:
+                lines[frame.path + (key,)] = frame.key_line
             frame.obj[key] = value
 
     def merge(frame: _Frame) -> None:
         """``<<: *anchor`` (or a list of them): explicit keys win, then earlier sources."""
-        for value, line in frame.merges:
+        for value, line in frame.merges or ():
             sources = value if isinstance(value, list) else [value]
             for item in sources:
                 if not isinstance(item, dict):
@@ -129,8 +153,10 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
                     frame.obj.setdefault(key, item_value)
 
     try:
-        get_event = ExpansionBudget(source).wrap(loader.get_event)  # alias bombs stop here, in one line
+        get_event = loader.get_event
+        charge = ExpansionBudget(source).charge  # alias bombs stop here, in one line
         while (event := get_event()) is not None:
+            charge(event)
             kind = type(event)
             line = event.start_mark.line + 1
             if kind is yaml.ScalarEvent:
@@ -146,8 +172,10 @@ def load_yaml(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tu
                         raise fatal(line, "a YAML set (!!set) is not JSON data; write a list instead")
                     raise fatal(line, f"YAML tag {event.tag.replace(_TAG, '!!')} is not supported: a catalog "
                                       f"holds JSON-like data; write {name} without the tag")
-                frame = _Frame({} if kind is yaml.MappingStartEvent else [], child_path(line, name), line,
-                               event.anchor)
+                path = child_path(line, name)
+                is_map = kind is yaml.MappingStartEvent
+                frame = _Frame({} if is_map else [], path, line, event.anchor,
+                               lines_of is None or (not is_map and lines_of(path)))
                 if event.anchor is not None:
                     anchors[event.anchor] = frame.obj
                     open_anchors.add(event.anchor)
@@ -193,4 +221,4 @@ def yaml_error(source: str, exc: yaml.YAMLError) -> str:
     return escape_breaks(text)
 
 
-__all__ = ["load_yaml", "yaml_error"]
+__all__ = ["LinesNeeded", "load_yaml", "yaml_error"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from evaljobs.catalog._yaml import load_yaml, yaml_error
+from evaljobs.catalog._yaml import LinesNeeded, load_yaml, yaml_error
 from evaljobs.catalog.model import Catalog, CatalogError
 from evaljobs.catalog.modelspec import ProvidersConfig
 from evaljobs.catalog.text import escape_breaks
@@ -40,10 +40,15 @@ class CatalogSource:
     source: str
     #: The plain data (a mapping for any usable catalog).
     data: Any
-    #: ``{path into data: 1-based line}``, e.g. ``("scenarios", 0, "max_turns") -> 9``.
+    #: ``{path into data: 1-based line}``, e.g. ``("scenarios", 0, "max_turns") -> 9``; only the
+    #: scenarios' own, e.g. ``("scenarios", 0) -> 7``, while :attr:`text` is set.
     lines: dict[tuple, int] = field(default_factory=dict, compare=False)
     #: Problems found while reading (duplicate keys), reported with validation's.
     problems: tuple[str, ...] = ()
+    #: Set when ``lines`` holds only the scenarios' own lines: the text the others are read from again
+    #: when a message needs them (:meth:`with_every_line`). Most catalogs are valid, and every line of a
+    #: 100,000-scenario catalog took more memory than its scenarios.
+    text: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_mcp_imports(self) -> bool:
@@ -53,6 +58,14 @@ class CatalogSource:
     def with_data(self, data: Any) -> CatalogSource:
         """The same source with ``data`` replaced (e.g. MCP imports expanded)."""
         return dataclasses.replace(self, data=data)
+
+    def with_every_line(self) -> CatalogSource:
+        """The same source with the line of every key and list item (read again from its text)."""
+        if self.text is None:
+            return self
+        with gc_paused():
+            _, lines = load_yaml(self.text, self.source, [])
+        return dataclasses.replace(self, lines=lines, text=None)
 
 
 def read_catalog(path: str | os.PathLike) -> CatalogSource:
@@ -74,23 +87,41 @@ def reads_catalog(text: str, *, source: str = "<catalog>") -> CatalogSource:
     if not text.strip():
         raise CatalogError([_empty(source)])
     problems: list[str] = []
+    kept: str | None = text  # lines of the scenarios only, until a message needs the others
     with gc_paused():
         if source.lower().endswith(".json"):
             data = _load_json(text, source)
             try:  # JSON is YAML: read it again only for line numbers and duplicate keys
-                _, lines = load_yaml(text, source, problems)
+                _, lines, kept = _lines_read(text, source, problems)
             except (yaml.YAMLError, CatalogError, RecursionError):
-                lines = {}
+                lines, kept = {}, None
         else:
             try:
-                data, lines = load_yaml(text, source, problems)
+                data, lines, kept = _lines_read(text, source, problems)
             except yaml.YAMLError as exc:
                 raise CatalogError([yaml_error(source, exc)]) from None
             except RecursionError:
                 raise CatalogError([f"{source}: YAML is nested too deeply"]) from None
             if data is None:
                 raise CatalogError([_empty(source)])
-    return CatalogSource(source=source, data=data, lines=lines, problems=tuple(problems))
+    return CatalogSource(source=source, data=data, lines=lines, problems=tuple(problems), text=kept)
+
+
+def _lines_read(text: str, source: str, problems: list[str]) -> tuple[Any, dict[tuple, int], str | None]:
+    """``load_yaml`` keeping the scenarios' lines only (and the text, to read the others when needed);
+    every line at once when the file has a duplicate key (its message names the first one's line)."""
+    try:
+        data, lines = load_yaml(text, source, problems, lines_of=_scenario_list)
+        return data, lines, text
+    except LinesNeeded:
+        problems.clear()
+        data, lines = load_yaml(text, source, problems)
+        return data, lines, None
+
+
+def _scenario_list(path: tuple) -> bool:
+    """Whether ``path`` is a list of scenarios (their lines are :attr:`Scenario.line`)."""
+    return path == ("scenarios",) or (len(path) == 3 and path[0] == "groups" and path[2] == "scenarios")
 
 
 def parse_source(source: CatalogSource, *, providers: ProvidersConfig | None = None) -> Catalog:
@@ -98,7 +129,12 @@ def parse_source(source: CatalogSource, *, providers: ProvidersConfig | None = N
     try:
         catalog = parse_catalog(source.data, source=source.source, lines=source.lines, providers=providers)
     except CatalogError as exc:
-        raise CatalogError(list(source.problems) + exc.problems) from None
+        if source.text is None:
+            raise CatalogError(list(source.problems) + exc.problems) from None
+        catalog = None
+    if catalog is None:  # the messages name lines this source did not keep: again, with them (out of the
+        # handler, so the first attempt's traceback and the scenarios it built are freed first)
+        return parse_source(source.with_every_line(), providers=providers)
     if source.problems:
         raise CatalogError(list(source.problems))
     return catalog

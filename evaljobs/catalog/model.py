@@ -8,7 +8,7 @@ and :mod:`evaljobs.catalog.validate`; the canonical digest is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from evaljobs.catalog.patterns import problem as pattern_problem
 from evaljobs.errors import UsageError
@@ -136,7 +136,7 @@ class ExpectedTool:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expect:
     contains: tuple[str, ...] = ()
     not_contains: tuple[str, ...] = ()
@@ -186,7 +186,7 @@ class Expect:
         return self.values.get(key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scenario:
     key: str
     #: The conversation to send, without the system prompt (that is ``system``).
@@ -237,8 +237,11 @@ class Catalog:
     name: str
     scenarios: tuple[Scenario, ...]
     digest: str
-    #: The canonical, normalized catalog body: what is snapshotted and what the digest covers.
-    body: dict[str, Any]
+    #: Builds :attr:`body` when it is first asked for (:func:`evaljobs.catalog.digest.build_catalog`
+    #: gives it): checking a catalog needs only its digest, and the body of 100,000 scenarios took more
+    #: memory than the scenarios themselves. The body follows from the fields, so it takes no part in
+    #: equality.
+    make_body: Callable[[], dict[str, Any]] = field(compare=False, repr=False)
     source: str = field(default="<catalog>", compare=False)
     description: str = ""
     #: ``defaults: epochs:``: how many times a run evaluates each pair unless ``--epochs`` says otherwise.
@@ -250,6 +253,16 @@ class Catalog:
     def __post_init__(self) -> None:
         # Workers look up one scenario per message in catalogs of 10,000: index once.
         object.__setattr__(self, "_index", {s.key: s for s in self.scenarios})
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The canonical, normalized catalog body: what is snapshotted and what the digest covers
+        (built on first use, then kept)."""
+        body: dict[str, Any] | None = self.__dict__.get("_body")
+        if body is None:
+            body = self.make_body()
+            object.__setattr__(self, "_body", body)
+        return body
 
     @property
     def order(self) -> tuple[str, ...]:

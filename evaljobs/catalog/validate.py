@@ -305,7 +305,8 @@ class _Context:
         self.lines = lines
         self.providers = providers
         self.problems: list[str] = []
-        self.keys: dict[str, tuple[int | None, str]] = {}
+        #: Each scenario key's line (its ``where`` follows from the key: 100,000 of them are kept).
+        self.keys: dict[str, int | None] = {}
         self.group_names: dict[str, int | None] = {}
 
     # -- reporting
@@ -432,12 +433,12 @@ class _Context:
             where = f"scenario '{key}'"
             line = self.line(path)
             if key in self.keys:
-                first_line, first_where = self.keys[key]
-                first = f"line {first_line}" if first_line else first_where
+                first_line = self.keys[key]
+                first = f"line {first_line}" if first_line else where  # the first's where is this one
                 self.add(path, where, f"duplicate key (first defined at {first}); "
                                       f"scenario keys must be unique across the catalog: rename one")
             else:
-                self.keys[key] = (line, where)
+                self.keys[key] = line
         self.unknown_keys(path, where, raw, _scenario_keys())
 
         effective = dict(settings)
@@ -718,9 +719,13 @@ class _Context:
             weighted=weighted,
             threshold=float(threshold) if threshold is not None else None,
             diagnose=self.diagnose(path + ("diagnose",), where, raw.get("diagnose")),
-            values={key.name: own.get(key.name, effective.get(key.name)) for key in value_keys()},
+            values={name: value for name, value in ((key.name, own.get(key.name, effective.get(key.name)))
+                                                    for key in value_keys()) if value is not None},
         )
-        return replace(out, gates=self.gates(path + ("gate",), where, raw.get("gate"), out))
+        gate = raw.get("gate")
+        if gate is None or gate is False:  # no gates: the expectation is complete (most scenarios)
+            return out
+        return replace(out, gates=self.gates(path + ("gate",), where, gate, out))
 
     def diagnose(self, path: tuple, where: str, raw: Any) -> tuple[str, ...]:
         names = self.strings(path, where, "expect.diagnose", raw)

@@ -52,11 +52,14 @@ class ExpansionBudget:
 
     def charge(self, event: Any) -> None:
         kind = type(event)
-        if kind is yaml.ScalarEvent:
-            size = (1, len(event.value) + 2)
+        if kind is yaml.ScalarEvent:  # most events: _add inlined
+            chars = len(event.value) + 2
             if event.anchor is not None:
-                self._sizes[event.anchor] = size
-            self._add(size, event)
+                self._sizes[event.anchor] = (1, chars)
+            self.nodes += 1
+            self.chars += chars
+            if self.nodes > self.max_nodes or self.chars > self.max_chars:
+                self._add((0, 0), event)
         elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
             self._open.append((event.anchor, self.nodes, self.chars))
             self._add((1, 2), event)

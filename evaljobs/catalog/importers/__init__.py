@@ -132,6 +132,8 @@ def load_any(path: str | os.PathLike, *, format: str | None = None, include_prod
         raise CatalogError(
             [f"{source}: --grader applies to JSONL samples and OpenAI evals registry files only"]
         )
+    if native is not None and fmt != "native":  # an import's messages may name any line: read them all
+        lines = native.with_every_line().lines
     problems = Problems(source, lines, lenient)
     if fmt == "native":
         if not isinstance(data, dict):
