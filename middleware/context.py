@@ -39,7 +39,6 @@ import hashlib
 import hmac
 import json
 import threading
-from importlib import metadata
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 from dramatiq.broker import Broker, MessageProxy
@@ -184,8 +183,12 @@ def discover_providers(group: str, entry_points: Iterable[Any] | None = None) ->
     ``entry_points``: the group's entry points when the caller has them already
     (an application that scans installed distributions once for several groups).
     """
+    if entry_points is None:
+        from importlib import metadata  # noqa: PLC0415 - callers that scanned already need not import it
+
+        entry_points = metadata.entry_points(group=group)
     providers: list[Provider] = []
-    for entry_point in metadata.entry_points(group=group) if entry_points is None else entry_points:
+    for entry_point in entry_points:
         where = f"context provider entry point {entry_point.name!r} ({entry_point.value}) in group {group!r}"
         try:
             obj = entry_point.load()

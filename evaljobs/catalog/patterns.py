@@ -21,6 +21,11 @@ matched here, with the ``regex`` library:
 * **one check at load time**: :func:`problem` says why a pattern cannot be used (``re``
   refuses it — the semantics catalogs are written for — or the engine does), so
   ``catalog check`` refuses it in one line naming the file, line and value.
+
+The library is imported on the first pattern compiled (:func:`_engine`), not with this module: a
+catalog with no pattern (``contains`` and the like) never needs it, and its import is about 15 ms
+of a one-scenario ``evaljobs run`` (issue 42, start-up). ``error`` is the library's own class,
+looked up on first use.
 """
 from __future__ import annotations
 
@@ -32,10 +37,13 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-
-import regex
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from evaljobs.errors import EvaljobsError
+
+if TYPE_CHECKING:
+    import regex
 
 #: The longest one pattern may run on one answer when the pair has no deadline (or more left).
 MAX_MATCH_SECONDS = 5.0
@@ -43,9 +51,8 @@ MAX_MATCH_SECONDS = 5.0
 INLINE_SECONDS = 0.05
 #: Helper threads for the rare match that needs more (each ends by its own CPU bound).
 HELPER_THREADS = 4
-IGNORECASE = regex.IGNORECASE
-#: What the engine raises for a pattern it cannot compile (not a subclass of ``re.error``).
-error = regex.error
+#: ``regex.IGNORECASE``: the library keeps ``re``'s flag values.
+IGNORECASE = int(re.IGNORECASE)
 
 _local = threading.local()
 
@@ -79,9 +86,23 @@ def _timeout() -> float:
     return max(0.001, min(MAX_MATCH_SECONDS, deadline - time.monotonic()))
 
 
+def _engine() -> ModuleType:
+    """The ``regex`` library, imported on the first pattern compiled (see the module's docstring)."""
+    import regex  # noqa: PLC0415 - a third-party library only catalogs with patterns need
+
+    return regex
+
+
+def __getattr__(name: str) -> Any:
+    """``error``: what the engine raises for a pattern it cannot compile (not a subclass of ``re.error``)."""
+    if name == "error":
+        return _engine().error
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @functools.lru_cache(maxsize=2048)
 def _compiled(pattern: str, flags: int) -> regex.Pattern[str]:
-    return regex.compile(pattern, flags)
+    return _engine().compile(pattern, flags)
 
 
 def problem(pattern: str) -> str | None:
@@ -100,7 +121,7 @@ def problem(pattern: str) -> str | None:
         return f"does not compile: {exc}"
     try:
         _compiled(pattern, 0)
-    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
+    except (_engine().error, RecursionError, OverflowError, ValueError) as exc:
         return f"is refused by the regex engine: {exc}"
     return None
 
@@ -157,5 +178,5 @@ def _helpers() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
-__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "current_deadline", "deadline_scope", "error",
-           "find", "problem", "search"]
+__all__ = ["IGNORECASE", "MAX_MATCH_SECONDS", "PatternTimeout", "current_deadline", "deadline_scope",  # noqa: F822
+           "error", "find", "problem", "search"]  # error: the module's __getattr__

@@ -14,11 +14,10 @@ import pkgutil
 import time
 import types
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from evaljobs import config as settings_module
-from evaljobs import telemetry
+from evaljobs import entry_points, telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.catalog.pricing import Usage
@@ -259,9 +258,10 @@ def load_adapter(reference: str | None, providers: ProvidersConfig, *,
         except (ImportError, AttributeError, ValueError) as exc:  # ValueError: not module:name
             raise AdapterError(f"cannot load adapter '{reference}': {exc}") from None
     else:
-        found = [ep for ep in entry_points(group=ADAPTER_GROUP) if ep.name == reference]
+        registered = entry_points.installed(ADAPTER_GROUP)
+        found = [ep for ep in registered if ep.name == reference]
         if not found:
-            names = sorted(ep.name for ep in entry_points(group=ADAPTER_GROUP))
+            names = sorted(ep.name for ep in registered)
             raise AdapterError(f"unknown adapter '{reference}': use module:callable or one of the "
                                f"'{ADAPTER_GROUP}' entry points ({', '.join(names) or 'none installed'})")
         try:

@@ -99,7 +99,8 @@ PURE_MODULES = ("evaljobs.catalog", "evaljobs.evaluation.grading", "evaljobs.rep
 LAYERS = (
     ("evaljobs.errors", "evaljobs.config", "evaljobs.run_options", "evaljobs.lazy", "evaljobs.clock",
      "evaljobs.extras", "evaljobs.resources", "evaljobs.isolation", "evaljobs.redact", "evaljobs.printable",
-     "evaljobs.collector", "evaljobs.telemetry", "evaljobs.capacity"),
+     "evaljobs.collector", "evaljobs.telemetry", "evaljobs.capacity",
+     "evaljobs.entry_points"),
     ("evaljobs.catalog", "evaljobs_middleware"),
     # the deadline wall and the provider errors, below both the governor and the provider client
     ("evaljobs.network",),
