@@ -276,12 +276,13 @@ class Session:
             # the in-process strategies finish inside start: the listener hears their events
             pipeline.events.add_listener(on_event)
         try:
-            info = start()
-            if inline:
-                return info
-            if not self.follows(strategy, wait):
-                return replace(info, detached=True)
-            return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
+            with store.holding():  # SQLite: one connection for the run, not one (closed, checkpointed) a call
+                info = start()
+                if inline:
+                    return info
+                if not self.follows(strategy, wait):
+                    return replace(info, detached=True)
+                return self.wait(info.id, on_event=on_event, idle=idle, timeout=timeout, poll=poll)
         # SIGINT (and SIGTERM, which the CLI turns into one), or the reader of our output went away
         # (`evaljobs run … 2>&1 | head -3`): the same stop, the run kept and marked interrupted
         except (KeyboardInterrupt, BrokenPipeError):

@@ -151,14 +151,16 @@ def hold_connection() -> None:
 
 @contextmanager
 def holding() -> Iterator[None]:
-    """:func:`hold_connection` for the duration of a block, then close this thread's connection."""
+    """:func:`hold_connection` for the duration of a block, then close this thread's connection (unless an
+    enclosing block or the thread's own :func:`hold_connection` holds it still)."""
+    outer = getattr(_held, "db", None)
     hold_connection()
     try:
         yield
     finally:
-        _held.db = None
+        _held.db = outer
         db = database.obj
-        if db is not None and not db.is_closed() and not db.in_transaction():
+        if db is not None and db is not outer and not db.is_closed() and not db.in_transaction():
             db.close()
 
 

@@ -182,6 +182,31 @@ def test_run_tells_its_notes_and_shows_a_bar_when_asked(session, tmp_path, capsy
     assert [r.id for r in session.runs(limit=5)] == [info.id]
 
 
+def test_a_run_keeps_one_sqlite_connection_on_the_callers_thread(session, monkeypatch):
+    """Issue 42 (start-up): the caller's store calls during a run share one SQLite connection instead of
+    opening and closing one each (each close of the last connection checkpoints the WAL), and it is
+    closed when the run returns."""
+    import sqlite3
+    import threading
+
+    import peewee
+
+    opened: list[sqlite3.Connection] = []
+    connect = sqlite3.connect
+
+    def counting_connect(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        if threading.current_thread() is threading.main_thread():
+            opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(peewee.sqlite3, "connect", counting_connect)
+    info = _finished(session)
+    assert info.report is not None and info.expected == 3
+    assert len(opened) == 1
+    assert store.database.obj.is_closed()  # the caller's connection, closed when the run returned
+
+
 def test_demo_runs_the_bundled_catalog_and_writes_its_html(session, tmp_path):
     notes: list[str] = []
     done = session.demo(html=tmp_path / "out" / "demo.html", on_note=notes.append)
