@@ -25,7 +25,8 @@ import pytest
 
 from evaljobs import store
 from evaljobs.evaluation import promptfoo_checks
-from helpers import ROOT, WorkerProcess
+from helpers.paths import CHILD_PYTHONPATH
+from helpers import WorkerProcess
 
 #: "Did not hang": far above the limits used here, far below a hang (the issue saw > 60 s a pair).
 HANG = 120.0
@@ -36,7 +37,7 @@ ELAPSED = re.compile(r"^timed out after 3 s \((\d+\.\d+) s elapsed; grading: ")
 def evaljobs_run(catalog: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``python -m evaljobs run CATALOG -m sim/a ARGS`` in a real process on the in-process broker."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    full["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    full["PYTHONPATH"] = CHILD_PYTHONPATH
     full["EVALJOBS_DATABASE_URL"] = f"sqlite:///{catalog.parent}/evaljobs.db"
     full.update(env)
     return subprocess.run([sys.executable, "-m", "evaljobs", "run", str(catalog), "-m", "sim/a", *args],

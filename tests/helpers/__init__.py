@@ -7,6 +7,7 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 
 * :mod:`helpers.servers` — throwaway ``redis-server``, ``rabbitmq-server`` and PostgreSQL on loopback.
 * :mod:`helpers.retry_after` — a pair answered 429 once, and the retry gap its provider measured.
+* :mod:`helpers.paths` — the ``PYTHONPATH`` a child process finds the tests' own modules on.
 * :mod:`helpers.workers` — ``evaljobs worker`` processes and the ``evaljobs`` command line.
 * :mod:`helpers.fleet` — a supervised fleet of workers running one run, and the checks
   every fault test ends with.

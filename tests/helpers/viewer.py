@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from helpers.paths import CHILD_PYTHONPATH
 from helpers.servers import free_port
 from helpers.workers import ROOT
 
@@ -18,7 +19,7 @@ class Viewer:
     def __init__(self, db_url: str, broker: str, log: Path, *, extra: list[str] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH,
                    EVALJOBS_HEARTBEAT_TIMEOUT_MS="3000")
         self.log = log
         self._out = open(log, "ab")

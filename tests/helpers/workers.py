@@ -11,6 +11,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+from helpers.paths import CHILD_PYTHONPATH
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/helpers/workers.py)
 
@@ -28,7 +29,7 @@ class WorkerProcess:
             "EVALJOBS_BROKER_URL": broker_url,
             "EVALJOBS_DATABASE_URL": db_url,
             "EVALJOBS_HEARTBEAT_TIMEOUT_MS": "2500",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+            "PYTHONPATH": CHILD_PYTHONPATH,
         })
         self.env.update(env or {})
         self.args = [*(prefix or []), sys.executable, "-m", "evaljobs", "worker", "--threads", str(threads),
@@ -106,7 +107,7 @@ def evaljobs_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:
     """The real command line, in a subprocess (as an operator would run it)."""
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    full_env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full_env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)

@@ -25,6 +25,7 @@ import pytest
 
 from evaljobs import store
 from evaljobs.network import deadline
+from helpers.paths import CHILD_PYTHONPATH
 from helpers import ROOT, WorkerProcess
 
 LIMIT = 3.0
@@ -94,7 +95,7 @@ def trickle():
 def evaljobs_cli(*args: str, env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     """``python -m evaljobs ARGS`` in a real process, with only the settings in ``env``."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    full["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    full["PYTHONPATH"] = CHILD_PYTHONPATH
     full.update(env)
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evaljobs import store
+from helpers.paths import CHILD_PYTHONPATH
 from helpers import send_json, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def _setup(tmp_path: Path, provider: GatedProvider) -> tuple[Path, Path, str, di
     providers.write_text(f"providers:\n  counting:\n    base_url: {provider.url}\n")
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), EVALJOBS_GOVERNOR="off")
+    env.update(PYTHONPATH=CHILD_PYTHONPATH, EVALJOBS_GOVERNOR="off")
     return catalog, providers, db, env
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from evaljobs import config
 from evaljobs.errors import ConfigurationError
-from helpers import ROOT, RedisServer, WorkerProcess, postgres_rows, wait_until
+from helpers.paths import CHILD_PYTHONPATH
+from helpers import RedisServer, WorkerProcess, postgres_rows, wait_until
 
 GOOD_KEY = "k" * 32
 CATALOG = """
@@ -30,7 +31,7 @@ scenarios:
 def evaljobs(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m evaljobs ARGS`` in a real process (settings are read there, from ``env``)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    full["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    full["PYTHONPATH"] = CHILD_PYTHONPATH
     full.update(env)
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
@@ -413,7 +414,7 @@ def _check_limited(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProc
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    env["PYTHONPATH"] = CHILD_PYTHONPATH
     done = subprocess.run([sys.executable, "-c", LIMITED, *args], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

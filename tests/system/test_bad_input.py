@@ -25,6 +25,7 @@ from evaljobs import store
 from evaljobs.api import Session
 from evaljobs.catalog import Catalog, CatalogError, load_catalog, loads_catalog
 from evaljobs.cli import main
+from helpers.paths import CHILD_PYTHONPATH
 from helpers import FAST, ROOT, WorkerProcess, free_port, numbered_catalog, redis_queue_state, wait_until
 
 # --------------------------------------------------------------------------- catalogs: fuzzed text
@@ -701,7 +702,7 @@ def unreachable_outcomes(tmp_path_factory):
     busy = socket.create_server(("127.0.0.1", 0))
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        PYTHONPATH=CHILD_PYTHONPATH,
         EVALJOBS_MAX_RETRIES="1",
         EVALJOBS_MIN_BACKOFF="0.01",
         EVALJOBS_MAX_BACKOFF="0.02",

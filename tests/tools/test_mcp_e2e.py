@@ -11,6 +11,7 @@ import pytest
 
 from evaljobs import store
 from evaljobs.api import Session
+from helpers.paths import CHILD_PYTHONPATH
 from helpers import ROOT, WorkerProcess
 
 
@@ -43,7 +44,7 @@ def test_mcp_tools_catalog_runs_with_fanout_and_records_tool_calls(sim, sqlite_u
 
 def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("EVALJOBS_")}
-    full["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    full["PYTHONPATH"] = CHILD_PYTHONPATH
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "evaljobs", *args], env=full, cwd=cwd, capture_output=True,
                           text=True, timeout=180)

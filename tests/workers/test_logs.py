@@ -6,6 +6,7 @@ import logging
 import sys
 
 import pytest
+from helpers.paths import CHILD_PYTHONPATH
 from helpers import Fleet, Viewer, fleet_run, numbered_catalog
 
 from evaljobs import store
@@ -91,7 +92,7 @@ def test_a_pool_logs_json(redis_url, sqlite_url, tmp_path):
     from helpers import ROOT, wait_until
 
     log = tmp_path / "pool.log"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     with log.open("wb") as out:
         argv = [sys.executable, "-m", "evaljobs", "pool", "--broker", redis_url, "--db", sqlite_url,
                 "--min", "1", "--max", "2", "--log-format", "json"]
@@ -115,7 +116,7 @@ def test_a_worker_whose_redis_stops_logs_only_json(sqlite_url, tmp_path):
     from helpers import ROOT, RedisServer, wait_until
 
     log = tmp_path / "worker.log"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    env = dict(os.environ, PYTHONPATH=CHILD_PYTHONPATH)
     with RedisServer() as redis_server, log.open("wb") as out:
         argv = [sys.executable, "-m", "evaljobs", "worker", "--broker", redis_server.url, "--db", sqlite_url,
                 "--processes", "1", "--threads", "2", "--log-format", "json"]
