@@ -136,6 +136,19 @@ _held = threading.local()
 _sqlite_writers = threading.RLock()
 
 
+def _fresh_locks_after_fork() -> None:
+    """A forked child starts with the store's locks free. A lock another thread of the parent held at
+    the fork (a lease renewal retrying through a lost database holds ``_bind_lock``) would stay held in
+    the child for ever, with no thread left to release it: its first ``connect`` would hang. The
+    logging module does the same for its own locks."""
+    global _bind_lock, _sqlite_writers
+    _bind_lock = threading.RLock()
+    _sqlite_writers = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
 def hold_connection() -> None:
     """Let this thread keep its SQLite connection open across store calls and messages.
 

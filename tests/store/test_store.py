@@ -456,3 +456,38 @@ def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_pa
         for process in processes:
             process.join(60)
         assert [answers.get(timeout=10) for _ in processes] == ["ok"] * 4, f"trial {trial}"
+
+
+def _connect_and_tell(url: str, answers) -> None:
+    try:
+        store.connect(url)
+        answers.put("ok")
+    except BaseException as exc:  # noqa: BLE001 - told to the test, whatever it is
+        answers.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_child_forked_while_another_thread_holds_the_stores_lock_still_connects(tmp_path):
+    """A thread of the parent inside the store's binding lock at the fork (a lease renewal retrying
+    through a lost database) left the child's lock held for ever: its first connect hung."""
+    from evaljobs.store import connections
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with connections._bind_lock:
+            inside.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(10)
+        child = context.Process(target=_connect_and_tell, args=(f"sqlite:///{tmp_path}/forked.db", answers))
+        child.start()
+        child.join(30)
+        assert answers.get(timeout=5) == "ok"
+    finally:
+        release.set()
+        holder.join()
