@@ -444,8 +444,13 @@ def _connect_at_once(url: str, barrier, answers) -> None:
 def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_path):
     """Each process's first connection switches the file to WAL; SQLite refuses that at once ("database
     is locked", no busy handler) while another process does the same. Worker processes starting
-    together on a new database failed about one connect in 25; they wait it out now."""
-    context = multiprocessing.get_context("fork")
+    together on a new database failed about one connect in 25; they wait it out now.
+
+    The processes come from a fork server (a fresh single-threaded interpreter with this module
+    loaded), as worker processes start fresh: forked from the pytest worker they would also inherit
+    whatever threads earlier tests of that worker left running."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     answers = context.Queue()
     for trial in range(15):
         url = f"sqlite:///{tmp_path}/new{trial}.db"
@@ -455,7 +460,9 @@ def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_pa
             process.start()
         for process in processes:
             process.join(60)
-        assert [answers.get(timeout=10) for _ in processes] == ["ok"] * 4, f"trial {trial}"
+        exits = [process.exitcode for process in processes]
+        told = [answers.get(timeout=10) for _ in processes]
+        assert told == ["ok"] * 4, f"trial {trial}, exit codes {exits}"
 
 
 def _connect_and_tell(url: str, answers) -> None:
