@@ -90,7 +90,11 @@ def bound() -> Actors:
 
 def persist(run_id: str, result: Result) -> store.Recorded:
     """Record one result (the barrier) and, if it completed the run, send finalize — after commit."""
-    return barrier.record(run_id, result, on_complete=lambda rid: bound().finalize_run.send(rid))
+    return barrier.record(run_id, result, on_complete=_finalize)
+
+
+def _finalize(run_id: str) -> None:
+    bound().finalize_run.send(run_id)
 
 
 def start_run(run_id: str) -> None:
@@ -168,6 +172,8 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
         raise InvalidMessage(str(exc)) from None
     pair = Pair(run_id, scenario_key, model, epoch)
     runner.check(pair, run)
+    if recorded:
+        barrier.resume(run, on_complete=_finalize)
     if run.status == "cancelled" or recorded:
         return recorded
     state = _message_state(rl, busy)
@@ -218,6 +224,8 @@ def evaluate_pairs(run_id: str, pairs: list) -> bool:
     if run.status == "cancelled":
         return False
     done = store.recorded_among(run_id, wanted)
+    if len(done) == len(wanted):
+        barrier.resume(run, on_complete=_finalize)
     retries = _message_state().retries
     results: list[Result] = []
     try:
@@ -234,7 +242,7 @@ def evaluate_pairs(run_id: str, pairs: list) -> bool:
                 _send_back(pair, state, outcome.delay if isinstance(outcome, HandBack) else outcome.backoff)
     finally:  # what was evaluated is kept, also when the batch is cut short (a time limit, a crash of code)
         if results:
-            barrier.record_many(run_id, results, on_complete=lambda rid: bound().finalize_run.send(rid))
+            barrier.record_many(run_id, results, on_complete=_finalize)
     return len(done) + len(results) == len(wanted)
 
 
@@ -245,9 +253,11 @@ def evaluate_model(run_id: str, model: str) -> None:
         raise InvalidMessage(f"model '{model}' is not part of run {run_id} (models: {', '.join(run.models)})")
     if run.status == "cancelled":
         return
-    for key, pair_model, epoch in store.missing_pairs(run_id):
-        if pair_model == model:
-            persist(run_id, settle(Pair(run_id, key, pair_model, epoch)))
+    missing = [(key, epoch) for key, pair_model, epoch in store.missing_pairs(run_id) if pair_model == model]
+    if not missing:
+        barrier.resume(store.get_run(run_id), on_complete=_finalize)
+    for key, epoch in missing:
+        persist(run_id, settle(Pair(run_id, key, model, epoch)))
 
 
 def pair_abandoned(message: dict, retries: dict) -> None:
@@ -275,6 +285,8 @@ def pair_abandoned(message: dict, retries: dict) -> None:
         return
     run_id = str(args[0])
     done = store.recorded_among(run_id, wanted)
+    if len(done) == len(wanted):
+        barrier.resume(store.get_run(run_id), on_complete=_finalize)
     for key, model, epoch in wanted:
         if (key, model, epoch) not in done:
             try:

@@ -62,6 +62,18 @@ def record_many(run_id: str, results: Sequence[Result], *,
     return recorded
 
 
+def resume(run: store.RunInfo, *, on_complete: Callable[[str], object]) -> None:
+    """Send a run's finalize again when a redelivered message finds its pair recorded and the run full.
+
+    ``completed`` is true for exactly one commit per run, and the finalize goes out after it: a worker
+    killed between that commit and its send leaves every pair in and no report. Its message comes back
+    (never acknowledged), finds its pair recorded and would return — so whoever finds a run with every
+    pair persisted but not finalized sends the finalize again (finalizing twice is harmless).
+    """
+    if run.status == "running" and run.expected and run.persisted >= run.expected:
+        on_complete(run.id)
+
+
 def _observed(result: Result) -> None:
     """Report a newly recorded pair to the process's observers (metrics), after its commit."""
     if telemetry.watched():

@@ -79,6 +79,9 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
         run_id, pairs = message.args[:2]
         wanted = batch_pairs(run_id, pairs)
         done = store.recorded_among(run_id, wanted)
+        if len(done) == len(wanted):
+            finalize = broker.get_actor("finalize_run")
+            barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
         single = broker.get_actor("evaluate_scenario")
         for key, model, epoch in wanted:
             if (key, model, epoch) not in done:
@@ -86,9 +89,10 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
         return
     run_id, scenario_key, model = message.args[:3]
     epoch = message_epoch(message)
-    if store.is_recorded(run_id, scenario_key, model, epoch):
-        return
     finalize = broker.get_actor("finalize_run")
+    if store.is_recorded(run_id, scenario_key, model, epoch):
+        barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
+        return
     try:
         barrier.record(run_id, crashed_result(scenario_key, model, count, epoch),
                        on_complete=lambda rid: finalize.send(rid))

@@ -12,6 +12,7 @@ from evaljobs.evaluation.adapters import load_adapter
 from evaljobs.providers.cache import ResponseCache, is_cached
 from evaljobs.providers.calls import ProviderCalls
 from evaljobs.governor import Governor, budget_key
+from helpers.servers import RedisServer
 
 
 def catalog(n: int):
@@ -163,19 +164,23 @@ def test_load_adapter_hands_the_calls_to_conversation_adapters_and_subclasses():
 
 @pytest.mark.redis
 def test_an_unbounded_provider_takes_no_permit_and_no_redis_round_trip(
-    tmp_path, simulated_provider, redis_url, sqlite_url, monkeypatch
+    tmp_path, simulated_provider, sqlite_url, monkeypatch
 ):
     import redis
 
     providers = tmp_path / "providers.yaml"
     providers.write_text("providers:\n  sim:\n    governor: {unbounded: true}\n")
     simulated_provider(latency=0.01)
-    monkeypatch.setenv("EVALJOBS_GOVERNOR_URL", redis_url)
-    client = redis.Redis.from_url(redis_url)
-    before = client.info("stats")["total_commands_processed"]
-    with Session(db=sqlite_url, broker="memory", width=8, providers=str(providers)) as session:
-        run = session.submit(catalog(20), ["sim/a"], strategy="fanout")
-        info = session.wait(run.id, timeout=60, poll=0.5)
-    assert info.status == "complete" and info.persisted == 20
-    assert client.info("stats")["total_commands_processed"] - before == 1  # this INFO: no governor traffic
+    # A Redis of its own: the session's server counts every client's commands, and a thread an earlier
+    # test left behind in this pytest worker may still talk to it.
+    with RedisServer() as server:
+        monkeypatch.setenv("EVALJOBS_GOVERNOR_URL", server.url)
+        client = redis.Redis.from_url(server.url)
+        before = client.info("stats")["total_commands_processed"]
+        with Session(db=sqlite_url, broker="memory", width=8, providers=str(providers)) as session:
+            run = session.submit(catalog(20), ["sim/a"], strategy="fanout")
+            info = session.wait(run.id, timeout=60, poll=0.5)
+        assert info.status == "complete" and info.persisted == 20
+        assert client.info("stats")["total_commands_processed"] - before == 1  # only this INFO
+        client.close()
     assert runtime.governor().stats() == []

@@ -16,6 +16,7 @@ from evaljobs.pipeline import barrier
 from evaljobs import store
 from evaljobs.catalog import loads_catalog
 from evaljobs.evaluation.replay import Replay
+from evaljobs.pipeline.crash_counting import crashed_result, give_up
 from helpers import counted_completes, plugin_broker, wait_until
 
 #: Three scenarios (a tool call among them), shared with tests/pipeline/test_batch_runs.py.
@@ -109,6 +110,49 @@ def test_finalize_sent_twice_makes_one_report(env):
     join(binding)
     assert store.get_run(run.id).report == report
     assert completes == [run.id]
+
+
+def _recorded_without_a_finalize(run) -> list[tuple[str, str]]:
+    """Every pair of ``run`` recorded the way the workers do it, but no finalize sent: the worker that
+    recorded the last pair was killed between its commit and its send."""
+    pairs = [(key, model) for key in store.load_snapshot(run.digest).keys for model in MODELS]
+    store.mark_running(run.id)
+    for key, model in pairs:
+        store.record_result(run.id, crashed_result(key, model, 1))
+    info = store.get_run(run.id)
+    assert (info.status, info.persisted, info.report) == ("running", 6, None)
+    return pairs
+
+
+@pytest.mark.parametrize("shape", ["evaluate_scenario", "evaluate_pairs", "evaluate_model"])
+def test_a_redelivered_message_finalizes_a_run_whose_last_recorder_died_before_sending(env, shape):
+    binding, completes = env
+    run = make_run(strategy="per-model" if shape == "evaluate_model" else "fanout")
+    pairs = _recorded_without_a_finalize(run)
+    key, model = pairs[-1]
+    # The killed worker's message comes back (it was never acknowledged) and finds its pair recorded.
+    if shape == "evaluate_scenario":
+        binding.actors.evaluate_scenario.send(run.id, key, model)
+    elif shape == "evaluate_pairs":
+        binding.actors.evaluate_pairs.send(run.id, [[key, model, 0], [pairs[0][0], pairs[0][1], 0]])
+    else:
+        binding.actors.evaluate_model.send(run.id, model)
+    join(binding)
+    info = store.get_run(run.id)
+    assert info.status == "failed" and info.report["summary"]["results"] == 6  # every row errored
+    assert completes == [run.id]
+    binding.actors.evaluate_scenario.send(run.id, key, model)  # once finalized: nothing more
+    join(binding)
+    assert completes == [run.id]
+
+
+def test_a_pair_given_up_after_crashes_finalizes_a_full_run(env):
+    binding, completes = env
+    run = make_run()
+    key, model = _recorded_without_a_finalize(run)[-1]
+    give_up(binding.broker, binding.actors.evaluate_scenario.message(run.id, key, model), 3)
+    join(binding)
+    assert store.get_run(run.id).report is not None and completes == [run.id]
 
 
 def always_raises_on_c(scenario, model):
