@@ -50,3 +50,14 @@ def test_one_round_of_the_pairs_workload_on_its_own_redis_prints_pairs_per_secon
     port = int(re.search(r"redis-server redis://127\.0\.0\.1:(\d+)/0", done.stdout).group(1))
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_one_run_of_the_width16_timeline_prints_each_phase_and_the_floor(tmp_path):
+    timeline = GUARD.with_name("bench_timeline")
+    done = subprocess.run([sys.executable, str(timeline), "--runs", "1"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("this "))
+    for phase in ("first request", "rounds", "last answer", "report", "exit", "429s", "floor"):
+        assert phase in line, line
+    assert "| this | 1 |" in done.stdout
