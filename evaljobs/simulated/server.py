@@ -47,7 +47,7 @@ import re
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from evaljobs import clock as clocks
 from evaljobs.simulated.options import check_options
@@ -60,7 +60,7 @@ from evaljobs.simulated.answers import (
     prompt_tokens,
     tokens,
 )
-from evaljobs.simulated.batches import BatchDesk, BatchRequestError
+from evaljobs.simulated import on_demand
 from evaljobs.simulated.directives import DirectiveError, collect_directives
 from evaljobs.simulated.wire import RequestError, server_wire
 from evaljobs.simulated.http import (
@@ -72,6 +72,9 @@ from evaljobs.simulated.http import (
     send,
     send_json,
 )
+
+if TYPE_CHECKING:
+    from evaljobs.simulated.batches import BatchDesk
 
 DEFAULT_MODELS = ("sim", "fast", "smart", "tool")
 RPM_WINDOW_S = 60.0
@@ -131,8 +134,19 @@ class SimulatedProvider:
         self._stop_event: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._startup_error: BaseException | None = None
-        #: The batch APIs (OpenAI Batch, Anthropic Message Batches); each request answered like a chat call.
-        self.batches = BatchDesk(self._batch_answer, delay=batch_delay, window=batch_window)
+        self._batch_delay, self._batch_window = float(batch_delay), batch_window
+        self._batches: BatchDesk | None = None
+
+    @property
+    def batches(self) -> BatchDesk:
+        """The batch APIs (OpenAI Batch, Anthropic Message Batches); each request answered like a chat call.
+        Made on first use: a run that sends no batch request loads none of it (start-up time)."""
+        if self._batches is None:
+            with self._lock:
+                if self._batches is None:
+                    self._batches = on_demand.batches.BatchDesk(self._batch_answer, delay=self._batch_delay,
+                                                                window=self._batch_window)
+        return self._batches
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -235,7 +249,7 @@ class SimulatedProvider:
                               "max_concurrent": self.max_concurrent, "rpm": self.rpm,
                               "error_rate": self.error_rate, "seed": self.seed,
                               "retry_after": self.retry_after, "stream_interval": self.stream_interval,
-                              "batch_delay": self.batches.delay, "batch_window": self.batches.window}
+                              "batch_delay": self._batch_delay, "batch_window": self._batch_window}
         snapshot["batches"] = self.batches.stats()
         return snapshot
 
@@ -331,6 +345,7 @@ class SimulatedProvider:
     async def _batch_route(self, request: Request, path: str, writer: asyncio.StreamWriter) -> bool:
         """The batch APIs: OpenAI's files and batches (Azure's paths too), Anthropic's message batches."""
         desk, method, keep_alive = self.batches, request.method, request.keep_alive
+        BatchRequestError = on_demand.batches.BatchRequestError  # loaded with the desk (first batch request)
         query = urllib.parse.parse_qs(request.path.partition("?")[2])
         after = next(iter(query.get("after") or query.get("after_id") or []), None)
         limit = int((query.get("limit") or ["20"])[0]) if (query.get("limit") or ["20"])[0].isdigit() else 20
@@ -700,7 +715,7 @@ def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
     except ValueError:
-        raise BatchRequestError("request body must be JSON") from None
+        raise on_demand.batches.BatchRequestError("request body must be JSON") from None
 
 
 @dataclass(frozen=True)
