@@ -6,6 +6,7 @@ classes) is in ``tests/helpers/``.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -168,6 +169,30 @@ def _settings_follow_the_environment(monkeypatch):
             config.configure()
 
         setattr(monkeypatch, name, changed)
+
+
+@pytest.fixture(autouse=True)
+def _no_lease_outlives_its_test() -> Iterator[None]:
+    """Fail a test that ends with a run lease its process took still held.
+
+    The process's ``evaljobs-leases`` thread (evaljobs/pipeline/ownership.py) renews it for the rest of the
+    pytest worker: against the database the test dropped (``retrying renew`` warnings, holding the store's
+    lock while a later test forks), or another test's. Torn down after the test's other fixtures (a
+    ``Session`` fixture has closed, its database is dropped). Leases of a wider fixture, taken before the
+    test, are not the test's. Looked at only if something imported the module (nothing else holds one).
+    """
+    module = sys.modules.get("evaljobs.pipeline.ownership")
+    before = module.held() if module is not None else frozenset()
+    yield
+    module = sys.modules.get("evaljobs.pipeline.ownership")
+    leaked = sorted(module.held() - before) if module is not None else []
+    if leaked:
+        from evaljobs import store
+
+        with store.without_waiting():
+            module.release(leaked)  # no later test inherits its renewal (its database may be gone)
+        pytest.fail(f"the test left the leases of {', '.join(leaked)} held: close the Session (or give up "
+                    "what it holds) before the test ends", pytrace=False)
 
 
 @pytest.fixture

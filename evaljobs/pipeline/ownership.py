@@ -61,6 +61,10 @@ class _Keeper:
             except store.StoreError as exc:  # the lease lapses by itself; a stop must not fail on it
                 logger.debug("cannot give up the leases of %s: %s", ", ".join(ids), exc)
 
+    def held(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._held)
+
     def _renew(self) -> None:
         while True:
             with self._lock:
@@ -88,6 +92,15 @@ def release(run_ids: Iterable[str]) -> None:
     _keeper.release(run_ids)
 
 
+def held() -> frozenset[str]:
+    """The runs whose leases this process holds (what its ``evaljobs-leases`` thread renews).
+
+    Empty once every in-process run this process took has ended or been given up: a lease held past
+    that is renewed for as long as the process lives (tests/conftest.py fails a test that leaves one).
+    """
+    return _keeper.held()
+
+
 def check(run_id: str) -> None:
     """Raise :class:`RunOwned` if another live process evaluates ``run_id`` in its memory."""
     holder = store.leases.live_holder(run_id)
@@ -95,7 +108,7 @@ def check(run_id: str) -> None:
         raise refusal(run_id, holder)
 
 
-__all__ = ["RunOwned", "check", "hold", "release"]
+__all__ = ["RunOwned", "check", "held", "hold", "release"]
 
 
 def interrupt(run_id: str | None, *, remote: bool, stop: Callable[[], None]) -> Interrupted:

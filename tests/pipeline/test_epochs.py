@@ -317,20 +317,25 @@ def test_cache_across_epochs_is_the_named_opt_out(memory, sim):
 
 
 def test_recover_re_enqueues_the_missing_epochs(memory, sim):
+    from evaljobs.pipeline import ownership
     from evaljobs.pipeline.recovery import recover
 
     binding, completes = memory
     run = store.create_run(loads_catalog(CATALOG, source="epochs.yaml"), MODELS, strategy="fanout", epochs=3)
     # one epoch already done
     store.record_result(run.id, Result("a", "sim/one", "passed", score=1.0, epoch=1))
-    actions = recover(binding, run.id)  # its messages were never sent: as if they were lost
-    assert actions == [f"{run.id}: re-enqueued 17 of 17 missing pairs"]
-    binding.broker.join(binding.queue, fail_fast=False)
-    binding.broker.join(binding.queue, fail_fast=False)
-    done = store.get_run(run.id)
-    assert done.status == "complete" and done.persisted == 18 and completes == [run.id]
-    assert len({r.ident for r in store.list_results(run.id)}) == 18
-    assert recover(binding, run.id) == []
+    held: list[str] = []  # on the in-process broker recover leases the run, as Session.recover does
+    try:
+        actions = recover(binding, run.id, held=held)  # its messages were never sent: as if they were lost
+        assert actions == [f"{run.id}: re-enqueued 17 of 17 missing pairs"] and held == [run.id]
+        binding.broker.join(binding.queue, fail_fast=False)
+        binding.broker.join(binding.queue, fail_fast=False)
+        done = store.get_run(run.id)
+        assert done.status == "complete" and done.persisted == 18 and completes == [run.id]
+        assert len({r.ident for r in store.list_results(run.id)}) == 18
+        assert recover(binding, run.id, held=held) == []
+    finally:
+        ownership.release(held)
 
 
 @pytest.mark.parametrize("strategy", ["per-model", "threads"])
