@@ -119,7 +119,7 @@ class Session:
         #: What the last ``--reuse`` did, as the one line ``run``/``rerun`` print (None: no --reuse).
         self.reuse_note: str | None = None
         self._submitted: str | None = None
-        self._held: list[str] = []  # in-process runs this session evaluates (their leases)
+        self._held = ownership.Held()  # in-process runs this session evaluates (their leases)
         if self._host_broker is not None:
             # Declared now, not at the first submit: a host worker process that only builds the
             # Session (docs/hosts.md) must consume evaljobs' queue with evaljobs' middleware.
@@ -157,8 +157,7 @@ class Session:
     def _hold(self, run: store.RunInfo) -> None:
         """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
         if run.strategy not in strategies.QUEUED or self.binding().is_memory:
-            ownership.hold(run.id)
-            self._held.append(run.id)
+            self._held.take(run.id)
 
     def _ensure_local_worker(self) -> None:
         binding = self.binding()
@@ -215,7 +214,8 @@ class Session:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
             return store.get_run(run.id)
-        return strategies.run_inline(run.id, width=self.width, context_providers=self._context)
+        return self._held.evaluate(run.id, partial(strategies.run_inline, run.id, width=self.width,
+                                                    context_providers=self._context))
 
     def follows(self, strategy: str, wait: bool | None = None) -> bool:
         """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
@@ -294,7 +294,7 @@ class Session:
     def _interrupted(self) -> Interrupted:
         """An interrupt of the run being followed (:func:`evaljobs.pipeline.ownership.interrupt`)."""
         remote = self._binding is not None and not self._binding.is_memory
-        return ownership.interrupt(self._submitted, remote=remote, stop=self._stop_worker)
+        return ownership.interrupt(self._submitted, remote=remote, stop=self._stop_worker, held=self._held)
 
     def _stop_worker(self) -> None:
         """Stop this session's in-process workers: a pair in hand gets its grace to land."""
@@ -314,9 +314,9 @@ class Session:
         binding = self._binding
         if binding is not None and binding.is_memory:
             self._ensure_local_worker()
-        if isinstance(on_event, Progress):
-            return follow(run_id, progress=on_event, poll=poll, timeout=timeout, idle=idle)
-        return follow(run_id, on_event=on_event, poll=poll, timeout=timeout)
+        info = (follow(run_id, progress=on_event, poll=poll, timeout=timeout, idle=idle) if isinstance(
+            on_event, Progress) else follow(run_id, on_event=on_event, poll=poll, timeout=timeout))
+        return self._held.finished(info)  # a run of this session's with its report: its lease is given up
 
     # -- reruns and recovery -----------------------------------------------------------------------
     def create_rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
@@ -532,8 +532,7 @@ class Session:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
-        held, self._held = self._held, []
-        ownership.release(held)  # its pairs left with this process's memory: `recover` may take them
+        self._held.give_up_all()  # its pairs left with this process's memory: `recover` may take them
         if self._binding is not None and self._binding.owned:
             self._binding.broker.close()  # a host's broker stays open: it is the host's
 

@@ -92,6 +92,48 @@ def release(run_ids: Iterable[str]) -> None:
     _keeper.release(run_ids)
 
 
+class Held(list[str]):
+    """The runs one ``Session`` evaluates in this process's memory: their leases, given up as each ends.
+
+    A run is given up as soon as nothing of it is left here — it finished (its report), failed inside
+    the call that evaluated it, or was interrupted (once marked so) — not when the session closes: a
+    program that keeps its session open would otherwise make ``recover`` elsewhere refuse the run, and
+    its ``evaljobs-leases`` thread renew the lease, for as long as it lives.
+    """
+
+    def take(self, run_id: str) -> None:
+        hold(run_id)
+        self.append(run_id)
+
+    def give_up(self, run_id: str | None) -> None:
+        if run_id is not None and run_id in self:
+            self[:] = [other for other in self if other != run_id]
+            release([run_id])
+
+    def give_up_all(self) -> None:
+        ids, self[:] = list(self), []
+        release(ids)
+
+    def finished(self, info: store.RunInfo) -> store.RunInfo:
+        """``info`` once followed: a run with its report is given up."""
+        if info.report is not None:
+            self.give_up(info.id)
+        return info
+
+    def evaluate(self, run_id: str, inline: Callable[[], store.RunInfo]) -> store.RunInfo:
+        """Run ``inline`` (an in-process run to its end), then give ``run_id`` up. An interrupt (SIGINT,
+        or a closed output: :class:`BrokenPipeError`) leaves that to :func:`interrupt`, once it marked it."""
+        try:
+            info = inline()
+        except (KeyboardInterrupt, BrokenPipeError):
+            raise
+        except BaseException:
+            self.give_up(run_id)  # its pairs were settled or abandoned inside the call: `recover` resumes it
+            raise
+        self.give_up(run_id)
+        return info
+
+
 def held() -> frozenset[str]:
     """The runs whose leases this process holds (what its ``evaljobs-leases`` thread renews).
 
@@ -108,17 +150,19 @@ def check(run_id: str) -> None:
         raise refusal(run_id, holder)
 
 
-__all__ = ["RunOwned", "check", "held", "hold", "release"]
+__all__ = ["Held", "RunOwned", "check", "held", "hold", "release"]
 
 
-def interrupt(run_id: str | None, *, remote: bool, stop: Callable[[], None]) -> Interrupted:
+def interrupt(run_id: str | None, *, remote: bool, stop: Callable[[], None],
+              held: Held | None = None) -> Interrupted:
     """Stop taking new pairs of ``run_id``, keep what finished, and say how to go on (one line).
 
     The run's pairs are done by this process when its strategy is in-process or its broker is the
     in-process one: ``stop`` stops them (a pair in hand gets :data:`STOP_GRACE_MS` to land), and the
     run is marked ``interrupted`` for ``recover`` to resume. On a ``remote`` broker (Redis, RabbitMQ) the
     workers elsewhere go on with a queued run: only the following stops, and the line says how to
-    follow again. ``run_id`` None: interrupted before the run existed.
+    follow again. ``run_id`` None: interrupted before the run existed. Once marked, the run is given up
+    from ``held`` (nothing of it is left in this process: ``recover`` resumes it).
     """
     if run_id is None:
         return Interrupted("interrupted before a run was created: nothing to resume")
@@ -128,6 +172,8 @@ def interrupt(run_id: str | None, *, remote: bool, stop: Callable[[], None]) -> 
                            f"its workers go on: `evaljobs watch {run_id}`")
     stop()
     store.interrupt(run_id)
+    if held is not None:
+        held.give_up(run_id)
     info = store.get_run(run_id)
     if info.status != store.INTERRUPTED:  # its last pair landed while it stopped: it is finished
         return Interrupted(f"interrupted: run {run_id} finished anyway ({info.status}): "

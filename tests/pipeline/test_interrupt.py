@@ -164,6 +164,47 @@ def test_interrupting_an_in_process_run_marks_it_interrupted(sqlite_url, simulat
     assert run.status == store.INTERRUPTED
 
 
+def _leased(run_id: str) -> bool:
+    """Whether a process holds ``run_id``'s lease (its row: what `recover` in another shell reads)."""
+    with store.connection():
+        return store.leases.RunLeaseRow.get_or_none(store.leases.RunLeaseRow.run_id == run_id) is not None
+
+
+def test_an_interrupted_run_is_given_up_while_its_session_stays_open(sqlite_url, simulated_provider):
+    """A library's session outlives the interrupt: `recover` elsewhere (which the line names) must not be
+    refused for a run nobody evaluates any more, nor a thread keep renewing its lease."""
+    simulated_provider(latency=0.0)
+    with Session(db=sqlite_url, broker="memory", width=2) as session:
+        with pytest.raises(Interrupted, match="resume it with"):
+            session.run(_catalog_text(sleep=True), ["sim/a"], strategy="fanout", time_limit=2,
+                        on_submit=_interrupt)
+        (run,) = session.runs()
+        assert run.status == store.INTERRUPTED and not _leased(run.id)
+
+
+@pytest.mark.parametrize("call,strategy", [("run", "sequential"), ("run", "fanout"), ("submit", "threads")])
+def test_a_finished_run_is_given_up_before_its_session_closes(sqlite_url, simulated_provider, call, strategy):
+    simulated_provider(latency=0.0)
+    with Session(db=sqlite_url, broker="memory", width=2) as session:
+        info = getattr(session, call)(_catalog_text(), ["sim/a"], strategy=strategy)
+        assert info.status == "complete" and not _leased(info.id)
+
+
+def test_an_in_process_run_that_raises_out_of_its_call_is_given_up(sqlite_url, simulated_provider):
+    """A listener's ``sys.exit`` ends a sequential run mid-way inside ``run``: nothing of it is left in this
+    process, so `recover` may resume it while the session stays open."""
+    simulated_provider(latency=0.0)
+
+    def leave(event) -> None:
+        raise SystemExit(3)
+
+    with Session(db=sqlite_url, broker="memory", width=2) as session:
+        with pytest.raises(SystemExit):
+            session.run(_catalog_text(), ["sim/a"], strategy="sequential", on_event=leave)
+        (run,) = session.runs()
+        assert run.report is None and not _leased(run.id)
+
+
 def _catalog_text(sleep: bool = False):
     lines = ["name: interrupt", "scenarios:"]
     for key in QUICK + SLOW:
