@@ -345,7 +345,8 @@ class Session:
         if run.strategy in strategies.QUEUED:
             self._ensure_local_worker()
             return pipeline.rerun.start(run, binding=self.binding())
-        return pipeline.rerun.start(run, width=self.width, context_providers=self._context)
+        return self._held.evaluate(run.id, partial(pipeline.rerun.start, run, width=self.width,
+                                                    context_providers=self._context))
 
     def rerun(self, run_id: str, which: Sequence[str], *, reuse: str | None = None,
               batch: bool | None = None, wait: bool | None = None, on_event: Listener | None = None,

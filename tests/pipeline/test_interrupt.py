@@ -5,6 +5,9 @@ provider over loopback). Two quick pairs land, four slow ones are still sleeping
 signals — the signal is sent once the quick ones are in the database (a condition the test
 reads, not a clock). The process exits 130 with one line saying how to resume; ``watch``
 understands the status (it stops and says the same); ``recover`` finishes the run.
+
+A ``Session`` that stays open gives up the lease of a run as soon as the run ended in it — interrupted,
+raised out of the call, or finished — so ``recover`` elsewhere is not refused (its ``run_lease`` row).
 """
 
 from __future__ import annotations
@@ -188,6 +191,8 @@ def test_a_finished_run_is_given_up_before_its_session_closes(sqlite_url, simula
     with Session(db=sqlite_url, broker="memory", width=2) as session:
         info = getattr(session, call)(_catalog_text(), ["sim/a"], strategy=strategy)
         assert info.status == "complete" and not _leased(info.id)
+        again = session.rerun(info.id, ["all"])  # a rerun is started like a run (Session.start)
+        assert again.status == "complete" and not _leased(again.id)
 
 
 def test_an_in_process_run_that_raises_out_of_its_call_is_given_up(sqlite_url, simulated_provider):
