@@ -68,7 +68,8 @@ class _Keeper:
     def _renew(self) -> None:
         while True:
             with self._lock:
-                self._wake.wait(store.leases.RENEW_SECONDS)
+                if self._held:  # a release while the last round renewed: its notify is gone, end now
+                    self._wake.wait(store.leases.RENEW_SECONDS)
                 held = set(self._held)
                 if not held:
                     self._thread = None
