@@ -148,9 +148,9 @@ class Settings:
     sim_latency: float = 0.05                # EVALJOBS_SIM_LATENCY
     sim_jitter: float = 0.02                 # EVALJOBS_SIM_JITTER
     middleware: str | None = None  # EVALJOBS_MIDDLEWARE (host middleware: module:Class,module:Class)
-    # Fan-out pairs per message for a fast provider (1: one message per pair); each pair is still
-    # its own row and count. BENCHMARKS.md (raw stack) says what it trades.
-    pairs_per_message: int = run_option("pairs_per_message").default  # EVALJOBS_PAIRS_PER_MESSAGE
+    # Fan-out pairs per message (1: one message per pair); each pair is still its own row and count.
+    # None (unset): one, or several for a provider known to be fast (evaljobs.pipeline.message_size).
+    pairs_per_message: int | None = run_option("pairs_per_message").default  # EVALJOBS_PAIRS_PER_MESSAGE
     # Keep each provider call's raw request and response with its result (redacted; the viewer's
     # transcript shows them). Off by default: they repeat the conversation on every turn.
     store_transcripts: bool = False          # EVALJOBS_STORE_TRANSCRIPTS (on/1/true/yes; run --trace-content)
@@ -210,7 +210,8 @@ class Settings:
             if url and password and password not in url.replace(f":{password}@", "@", 1):
                 register_secret(password)  # not one that is also the URL's user, host or database name
         self._check_state_store()
-        if not isinstance(self.pairs_per_message, int) or self.pairs_per_message < 1:
+        if self.pairs_per_message is not None and (not isinstance(self.pairs_per_message, int)
+                                                   or self.pairs_per_message < 1):
             raise ConfigurationError(
                 f"EVALJOBS_PAIRS_PER_MESSAGE={self.pairs_per_message!r} must be 1 or more "
                 "(pairs a fan-out message carries; 1: one message per pair)"

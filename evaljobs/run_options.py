@@ -123,8 +123,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("cache_across_epochs", bool, False, flag="--cache-across-epochs",
               help="With --cache: let every epoch reuse one cached answer "
                    "(default: each epoch is its own call)."),
-    #: Fan-out pairs per message (stored when more than one); checked where Settings reads it.
-    RunOption("pairs_per_message", int, 1, "EVALJOBS_PAIRS_PER_MESSAGE"),
+    #: Fan-out pairs per message (stored when more than one); checked where Settings reads it. Unset (None):
+    #: one, or several for a provider known to be fast (``evaljobs.pipeline.message_size``).
+    RunOption("pairs_per_message", int, None, "EVALJOBS_PAIRS_PER_MESSAGE"),
     #: A batch run: the providers whose calls go through their batch APIs (``--batch``, ``batch:``).
     RunOption("batch", tuple, flag="--batch", switch=True,
               help="Send the calls through the providers' batch APIs "

@@ -29,7 +29,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.extras import require_for_catalog
-from evaljobs.pipeline import batching, runtime, strategies
+from evaljobs.pipeline import batching, message_size, runtime, strategies
 from evaljobs.providers import require_callable
 from evaljobs.store import RunInfo
 from evaljobs.simulated.directives import unknown_judge_problem, unknown_model_problem
@@ -190,7 +190,12 @@ def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConf
     batched = batching.choose(providers, specs, bool(options.get("batch")), strategy,
                               plain=not (adapter or cache))
     judged = batching.choose_judge(providers, judges, bool(options.get("batch_judge")), specs, batched)
-    per_message = config.settings().pairs_per_message if strategy == "fanout" and not batched else 1
+    epochs = options.get("epochs")
+    epochs = epochs if epochs is not None else cat.epochs
+    per_message = 1
+    if strategy == "fanout" and not batched:  # unset: several a message for a provider known to be fast
+        per_message = message_size.pairs_per_message(config.settings().pairs_per_message, specs,
+                                                     len(cat.scenarios) * len(specs) * epochs)
     try:  # the providers file travels with the run (variable names only): every worker uses it
         stored_providers = storable_definition(providers)
     except ModelSpecError as exc:
@@ -218,8 +223,7 @@ def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConf
         stored["selection"] = chosen
     if self_judged:  # --allow-self-judge: every report says so
         stored["self_judge"] = self_judged
-    epochs = options.get("epochs")
-    return Plan(cat, specs, epochs if epochs is not None else cat.epochs, stored, captured,
+    return Plan(cat, specs, epochs, stored, captured,
                 reuse=bool(reuse), reuse_source=source)
 
 

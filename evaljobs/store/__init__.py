@@ -18,6 +18,7 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.results` — result rows, the barrier (``record_result``) and ``finalize``.
 - :mod:`~evaljobs.store.cache` — the response-cache table, the backend of ``providers.cache``.
 - :mod:`~evaljobs.store.governor_limits` — what the provider governor learned, kept across runs.
+- :mod:`~evaljobs.store.pair_speed` — how long a model's pairs took in its last complete run.
 - :mod:`~evaljobs.store.pages` — what the viewer reads (runs and result cells, paged by id).
 - :mod:`~evaljobs.store.lookup` — a run id from ``latest`` or a unique prefix.
 - :mod:`~evaljobs.store.leases` — which live process evaluates an in-process run (``recover`` leaves it).
@@ -36,7 +37,7 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import batches, cache, governor_limits, leases  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import batches, cache, governor_limits, leases, pair_speed  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.lazy import submodules  # noqa: E402
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
@@ -179,6 +180,7 @@ __all__ = [
     "cache_put",
     "cache_clear",
     "governor_limits",
+    "pair_speed",
     "pages",
     "batches",
     "leases",

@@ -19,8 +19,8 @@ from evaljobs.pipeline.actors import actor_options
 
 
 def _other(option: config.RunOption):
-    """A valid value that is not the default."""
-    return option.kind(option.default * 2 + 1)
+    """A valid value that is not the default (an unset default: 3)."""
+    return option.kind(option.default * 2 + 1) if option.default is not None else option.kind(3)
 
 
 @pytest.mark.parametrize("option", config.RUN_LIMITS, ids=lambda o: o.name)
