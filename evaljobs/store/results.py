@@ -237,10 +237,10 @@ def recorded_among(run_id: str, pairs: Sequence[tuple[str, str, int]]) -> set[tu
         return set()
     keys = sorted({str(key) for key, _, _ in pairs})
     wanted = {(str(key), str(model), int(epoch)) for key, model, epoch in pairs}
-    query = (ResultRow.select(ResultRow.scenario_key, ResultRow.model, ResultRow.epoch)
-             .where((ResultRow.run == run_id) & ResultRow.scenario_key.in_(keys)))
-    with _connection() as db:
-        rows = db.execute(query).fetchall()
+    with _connection() as db:  # fixed SQL: peewee's builder cost a batch ~300 µs, the query ~40 (issue 42)
+        marks = ", ".join([db.param] * len(keys))
+        rows = db.execute_sql(f"SELECT scenario_key, model, epoch FROM result WHERE run_id = {db.param} "
+                              f"AND scenario_key IN ({marks})", (str(run_id), *keys)).fetchall()
     return {(key, model, int(epoch)) for key, model, epoch in rows if (key, model, int(epoch)) in wanted}
 
 

@@ -39,6 +39,10 @@ def test_a_group_commit_inserts_and_counts_each_pair_once(db_url):
     info = store.get_run(run.id)
     assert info.persisted == info.expected == 5
     assert sorted(r.scenario_key for r in store.list_results(run.id)) == [f"s{i:04d}" for i in range(5)]
+    asked = [("s0001", "sim/fast", 0), ("s0004", "sim/fast", 0), ("s0001", "sim/other", 0),
+             ("s0009", "sim/fast", 0)]
+    assert store.recorded_among(run.id, asked) == {("s0001", "sim/fast", 0), ("s0004", "sim/fast", 0)}
+    assert store.recorded_among("r_none", asked) == set() and store.recorded_among(run.id, []) == set()
 
 
 def test_a_group_with_an_unexpected_pair_writes_nothing(db_url):
