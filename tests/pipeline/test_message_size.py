@@ -59,6 +59,20 @@ def test_the_newest_complete_run_decides(sqlite_url):
     assert message_size.pairs_per_message(None, ["sim/fast"], BIG) == message_size.AUTO_PAIRS
 
 
+def test_a_run_of_one_slow_pair_does_not_decide_alone(sqlite_url):
+    """Runs of a pair or two (a benchmark's warm-up) are read together: one slow pair under a passing load is
+    outvoted by the runs before it, until there are ``ENOUGH`` pairs."""
+    store.connect(sqlite_url)
+    for _ in range(3):
+        _history("sim/fast", duration_ms=2.0, n=1)
+    slow = message_size.FAST_PAIR_MS * 3
+    _history("sim/fast", duration_ms=slow, n=1)
+    assert store.pair_speed.recent_pair_durations("sim/fast") == [slow, 2.0, 2.0, 2.0]
+    assert message_size.pairs_per_message(None, ["sim/fast"], BIG) == message_size.AUTO_PAIRS
+    _history("sim/fast", duration_ms=slow, n=store.pair_speed.ENOUGH)
+    assert message_size.pairs_per_message(None, ["sim/fast"], BIG) == 1  # enough pairs: the newest decides
+
+
 def test_a_learned_fast_provider_runs_in_batches_each_pair_once_in_process(sqlite_url, simulated_provider,
                                                                           monkeypatch):
     monkeypatch.delenv("EVALJOBS_PAIRS_PER_MESSAGE", raising=False)
