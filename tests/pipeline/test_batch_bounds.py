@@ -223,7 +223,8 @@ def test_a_cancelled_runs_batch_stuck_cancelling_is_abandoned_after_the_grace(ho
     with Session(db=db_url, broker="memory", width=1, providers=str(tmp_path / "providers.yaml")) as session:
         info = session.submit(tmp_path / "catalog.yaml", ["hostile/m"], batch=True)
         assert wait_until(lambda: any(b.state == stored.OPEN for b in stored.run_batches(info.id)), 60)
-        assert cancel_run(info.id)[1] == 1
+        # cancel_run asks, or the poller saw the run cancelled first and asked (one of them: a race)
+        assert cancel_run(info.id)[1] in (0, 1)
         assert wait_until(lambda: not stored.open_batches(info.id), 60)
         (batch,) = stored.run_batches(info.id)
         reasons = {stored.answer(cid) for cid in hostile.requests}
