@@ -345,14 +345,18 @@ def _reason(exc: BaseException) -> str:
 def cancel_run(run_id: str) -> tuple[store.RunInfo, int]:
     """Cancel a pending or running run and its open batches at their providers (their pollers record
     what the providers still answer; the cancelled run's pairs are not evaluated). Returns the run
-    and how many batches were asked to cancel."""
+    and how many of its open batches have been asked to cancel (by this call, or by a batch's poller that
+    saw the run cancelled first: which of them asks is a race, and the user's answer is the same)."""
     store.cancel(run_id)
     if not (store.get_run(run_id).options or {}).get("batch"):
         return store.get_run(run_id), 0
     asked = 0
     for info in stored.open_batches(run_id):
-        if info.state != stored.OPEN or not info.provider_batch_id or not stored.cancel_asked(info.key):
-            continue  # (asked before: its grace period runs)
+        if info.state != stored.OPEN or not info.provider_batch_id:
+            continue
+        if not stored.cancel_asked(info.key):
+            asked += 1  # asked already (its poller, or an earlier cancel): its grace period runs
+            continue
         try:
             with client_for(info.run_id, info.provider) as client:
                 client.cancel(info.provider_batch_id)
