@@ -37,7 +37,7 @@ from evaljobs.errors import Interrupted, UsageError
 from evaljobs.evaluation.result import Result
 from evaljobs.outcomes import (Cancellation, DemoRun, Recovery, RenderedReport, RunDetail, render_run,
                                rerun_selection)
-from evaljobs.pipeline import batching, ownership, runtime, strategies, submission
+from evaljobs.pipeline import ownership, runtime, strategies, submission
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
                                       context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # only for the annotation: the API does not import Dramatiq u
 
 #: What hears a run's progress events; what a follower asks, when nothing moves, why; what hears a note.
 Listener = Callable[[dict[str, Any]], None]
-Idle = Callable[[], "str | None"]
+Idle = Callable[[], str | None]
 Note = Callable[[str], None]
 
 
@@ -412,7 +412,7 @@ class Session:
         Its pending pairs are not evaluated; what already finished is kept. The batches are asked
         to cancel at their providers (:func:`evaljobs.pipeline.batching.cancel_run`).
         """
-        info, asked = batching.cancel_run(self.resolve(run_id))
+        info, asked = pipeline.batching.cancel_run(self.resolve(run_id))
         return Cancellation(run=info, batches=asked)
 
     def recover(self, run_id: str | None = None, *, wait: bool | None = None,

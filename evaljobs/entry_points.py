@@ -18,7 +18,8 @@ command) is found on the next scan, as before. Where the environment is not plai
 zip or egg on ``sys.path``, or an import hook that finds distributions of its own — the scan is
 ``importlib.metadata``'s, unchanged.
 """
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typing turns a NamedTuple's string annotations into
+# ForwardRefs, each compiled from its text at import (start-up time, BENCHMARKS.md session 13).
 
 import importlib
 import os

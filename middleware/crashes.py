@@ -67,7 +67,7 @@ return n
 """
 
 #: (hash key, field) naming one counted message; None: the message is not counted.
-Key = Callable[[MessageProxy], "tuple[str, str] | None"]
+Key = Callable[[MessageProxy], tuple[str, str] | None]
 #: Called with (broker, message, crashes) instead of processing a message that crashed too often.
 GiveUp = Callable[[dramatiq.Broker, MessageProxy, int], None]
 

@@ -24,7 +24,7 @@ from evaljobs_middleware import crashes
 from evaljobs import config, store
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
-from evaljobs.pipeline import barrier, batching, events, runtime
+from evaljobs.pipeline import barrier, batch_choice, events, on_demand, runtime
 from evaljobs.pipeline import pairs as runner
 from evaljobs.pipeline.crash_counting import (  # noqa: F401
     batch_pairs,
@@ -296,12 +296,12 @@ def pair_abandoned(message: dict, retries: dict) -> None:
 def collect_batch(run_id: str, provider: str, model: str) -> None:
     """Submit a batch run's parked requests of one provider and model
     (:func:`evaljobs.pipeline.batching.collect`)."""
-    batching.collect(run_id, provider, model)
+    on_demand.batching.collect(run_id, provider, model)
 
 
 def poll_batch(key: str) -> None:
     """Look at one provider batch; sends itself again, delayed, until the batch ends (never sleeps)."""
-    batching.poll(key)
+    on_demand.batching.poll(key)
 
 
 class _BatchSender:
@@ -375,7 +375,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         poll_batch=make(poll_batch),
         queue=queue,
     )
-    batching.bind_sender(_BatchSender())
+    batch_choice.bind_sender(_BatchSender())
     return _bound
 
 

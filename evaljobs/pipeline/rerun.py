@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
 
 from evaljobs import store
-from evaljobs.pipeline import on_demand, runtime
+from evaljobs.pipeline import batch_choice, runtime
 from evaljobs.evaluation.result import ERRORED, FAILED
 from evaljobs.pipeline.strategies import QUEUED, run_inline
 
@@ -72,8 +72,7 @@ def create_rerun(run_id: str, which: Iterable[str], *, batch: bool | None = None
         options.pop("batch", None)
         options.pop("batch_judge", None)
     elif batch and not options.get("batch"):
-        # only a rerun that asks loads batching
-        options["batch"] = list(on_demand.batching.choose(
+        options["batch"] = list(batch_choice.choose(
             runtime.providers(), models, True, original.strategy,
             plain=not (options.get("adapter") or options.get("cache"))))
         options.pop("pairs_per_message", None)  # a batch run's pairs go one a message

@@ -4,7 +4,8 @@ Workers evaluate thousands of pairs; loading the providers config or an
 adapter per message would be waste, so they are cached here by the values
 that identify them (the run's adapter reference, the providers file).
 """
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typing turns a TypedDict's string annotations into
+# ForwardRefs, each compiled from its text at import (start-up time, BENCHMARKS.md session 13).
 
 import threading
 from dataclasses import dataclass, replace

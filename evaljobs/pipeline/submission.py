@@ -29,7 +29,7 @@ from evaljobs.errors import UsageError
 from evaljobs.evaluation.assertions import refusal
 from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
 from evaljobs.extras import require_for_catalog
-from evaljobs.pipeline import batching, message_size, runtime, strategies
+from evaljobs.pipeline import batch_choice, message_size, runtime, strategies
 from evaljobs.providers import require_callable
 from evaljobs.store import RunInfo
 from evaljobs.simulated.directives import unknown_judge_problem, unknown_model_problem
@@ -187,9 +187,9 @@ def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConf
     problem = refusal(external) if external else None  # e.g. javascript without node: one line
     if problem:
         raise UsageError(f"{cat.source}: {problem}")
-    batched = batching.choose(providers, specs, bool(options.get("batch")), strategy,
+    batched = batch_choice.choose(providers, specs, bool(options.get("batch")), strategy,
                               plain=not (adapter or cache))
-    judged = batching.choose_judge(providers, judges, bool(options.get("batch_judge")), specs, batched)
+    judged = batch_choice.choose_judge(providers, judges, bool(options.get("batch_judge")), specs, batched)
     epochs = options.get("epochs")
     epochs = epochs if epochs is not None else cat.epochs
     per_message = 1

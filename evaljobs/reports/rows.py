@@ -1,5 +1,6 @@
 """The row a report is built from: what ``finalize`` reads of each result, as a tuple."""
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typing turns a NamedTuple's string annotations into
+# ForwardRefs, each compiled from its text at import (start-up time, BENCHMARKS.md session 13).
 
 from typing import Any, NamedTuple
 

@@ -25,7 +25,8 @@ The package, from the bottom up:
 - :mod:`~evaljobs.store.labels` — reviewers' labels on pairs, carried forward to the same answer.
 
 ``from evaljobs import store; store.X`` works for every public name below. The viewer's pages and the
-reviewers' labels (and their names) load on first use (:mod:`evaljobs.lazy`): a run reads neither.
+reviewers' labels (and their names) load on first use (:mod:`evaljobs.lazy`): a run reads neither; so
+do the batch lane's tables (:mod:`~evaljobs.store.batches`), which a run that batches nothing never reads.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from evaljobs.store.drivers import import_peewee as _import_peewee
 
 _import_peewee()
 
-from evaljobs.store import batches, cache, governor_limits, leases, pair_speed  # noqa: E402 - after peewee is imported without its PostgreSQL driver
+from evaljobs.store import cache, governor_limits, leases, pair_speed  # noqa: E402 - after peewee is imported without its PostgreSQL driver
 from evaljobs.lazy import submodules  # noqa: E402
 from evaljobs.store.cache import CacheEntry
 from evaljobs.store.connections import (DEFAULT_URL, PG_CONNECT_TIMEOUT, RECONNECT_SECONDS,
@@ -65,25 +66,31 @@ from evaljobs.store.schema import (CANCELLED, COMPLETE, FAILED_RUN, FINISHED_STA
                                    PENDING, UNFINISHED_STATUSES, RUN_STATUSES, RUNNING, SCHEMA_VERSION,
                                    LABELS_SCHEMA, Label, ResultRow, Run, SchemaVersion, Snapshot, database)
 from evaljobs.store.lookup import resolve_run_id
-from evaljobs.store.partial import STOPPED_STATUSES, Unfinished, partial_report, resume_command, unfinished
 from evaljobs.store.snapshots import (forget_snapshots, load_snapshot, run_judges, save_snapshot,
                                       verdict_digest_in)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads on first use (below)
+    from evaljobs.store import batches as batches
     from evaljobs.store import labels as labels
     from evaljobs.store import pages as pages
     from evaljobs.store.labels import (BadLabel, LabelInfo, export_labels, import_labels, judged_labels,
                                        labelled_runs, labels_for_run, output_digest, record_label)
     from evaljobs.store.pages import Cell, RunRow
+    from evaljobs.store.partial import (STOPPED_STATUSES, Unfinished, partial_report, resume_command,
+                                        unfinished)
 
-#: Names loaded with their module on first use: the viewer's and the reviewers' (a run reads neither).
+#: Names loaded with their module on first use: the viewer's and the reviewers' (a run reads neither), and
+#: the batch lane's tables (``batches``: only a batch run, its status and its recovery read them), and what
+#: is said of a stopped run (``partial``: a complete run's report is stored whole).
 _EXPORTS = {
     **dict.fromkeys(("Cell", "RunRow"), "pages"),
+    **dict.fromkeys(("STOPPED_STATUSES", "Unfinished", "partial_report", "resume_command", "unfinished"),
+                    "partial"),
     **dict.fromkeys(("BadLabel", "LabelInfo", "export_labels", "import_labels", "judged_labels",
                      "labelled_runs", "labels_for_run", "output_digest", "record_label"), "labels"),
 }
-_module = submodules(__name__, ("labels", "pages"))
+_module = submodules(__name__, ("batches", "labels", "pages", "partial"))
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
-from evaljobs import pipeline
+from evaljobs import pipeline, store
 from evaljobs.catalog import Catalog
 from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, settings
@@ -21,7 +21,7 @@ from evaljobs.pipeline.progress import Progress
 from evaljobs.pipeline.runtime import SubmitOptions
 from evaljobs.pipeline.strategies import QUEUED
 from evaljobs.redact import redact
-from evaljobs.store import RunInfo, batches
+from evaljobs.store import RunInfo
 from evaljobs.workers import on_demand
 
 #: What a follower asks, at a database read that found nothing new, why nothing moves (or None).
@@ -121,7 +121,7 @@ def batch_idle_check(run_id: str) -> IdleCheck:
     """At a read with no new result: the run's open provider batches (what the run waits for)."""
 
     def check() -> str | None:
-        found = batches.open_batches(run_id)
+        found = store.batches.open_batches(run_id)
         if not found:
             return None
         requests = sum(b.size for b in found)

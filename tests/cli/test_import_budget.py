@@ -100,6 +100,13 @@ EMBEDDED_RUN_UNUSED = (
     "email.policy",
     # the html module (html.entities' table) for a report that is not HTML
     "html",
+    # issue 42, item 2 (session 13): the batch lane for a run that batches nothing (which providers a run
+    # batches and the actors' sender are evaljobs.pipeline.batch_choice), and what is said of a stopped run
+    "evaljobs.pipeline.batching",
+    "evaljobs.providers.batches",
+    "evaljobs.providers.batch_results",
+    "evaljobs.store.batches",
+    "evaljobs.store.partial",
 )
 
 

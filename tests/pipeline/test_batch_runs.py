@@ -246,7 +246,7 @@ def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(
     from helpers import wait_until
 
     from evaljobs import catalog as catalogs
-    from evaljobs.pipeline import batching
+    from evaljobs.pipeline import batch_choice, batching
     from evaljobs.providers.batched import BatchRequest, custom_id, for_pair
 
     simulated_provider(batch_delay=3600)
@@ -271,7 +271,7 @@ def test_a_request_parked_while_its_group_is_claimed_is_never_left_unclaimed(
             pass
 
     recorder = Recorder()
-    monkeypatch.setattr(batching, "_sender", recorder)
+    monkeypatch.setattr(batch_choice, "_sender", recorder)
     lane = batching.StoreLane()
 
     def park(scenario):
