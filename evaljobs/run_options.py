@@ -11,8 +11,7 @@ the options (``tests/system/test_architecture.py`` checks it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from evaljobs.errors import ConfigurationError
 
@@ -37,8 +36,7 @@ def check_number(label: str, value: Any, low: float, high: float, *, low_open: b
         raise ConfigurationError(f"{label}={value!r} must be {kind} {bounds}")
 
 
-@dataclass(frozen=True)
-class RunOption:
+class RunOption(NamedTuple):
     """A per-run setting, declared once: the run stores it (``RunSettings``, ``Run.options``) so every worker
     applies the submitter's value; ``evaljobs run``'s flag, ``Session.submit``'s option and, for a per-pair
     limit, :class:`Settings`' variable, the retry policy and Dramatiq's actor and message options are built

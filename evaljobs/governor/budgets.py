@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, NamedTuple, Protocol
 
 LANES = ("interactive", "bulk")
 #: Seconds of requests/tokens the rpm/tpm windows count (one bucket per second).
@@ -138,8 +138,7 @@ def budget_key(provider_name: str, model: str, governor_config: Mapping[str, Any
     return mode
 
 
-@dataclass(frozen=True)
-class Learned:
+class Learned(NamedTuple):
     """What a budget learned from the provider's 429s, kept across runs (Redis, and the database).
 
     ``limit``: the concurrency to start at; ``hold``: the capacity a 429 showed (0: none seen);
@@ -239,8 +238,7 @@ class _Answer:
     ahead: int = 0
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
     rate_limited: bool
     spent: bool
     pause: float

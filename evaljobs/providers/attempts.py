@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from evaljobs.network.errors import ProviderError, RateLimited
 
@@ -54,8 +53,7 @@ def outcome_of(error: ProviderError) -> str:
     return "network" if error.retryable else "error"
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     """Requests of a run as the provider saw them: all of them, the 429s, the other failures."""
 
     requests: int = 0

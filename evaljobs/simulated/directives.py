@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from evaljobs.errors import UsageError, suggest
 
@@ -26,8 +25,7 @@ ACTIONS = STEP_ACTIONS + FAULT_ACTIONS
 _DIRECTIVE_START = re.compile(r"\[sim(?:@([^\s\]]+))?:")
 
 
-@dataclass(frozen=True)
-class Directive:
+class Directive(NamedTuple):
     action: str
     args: str
     model: str | None = None

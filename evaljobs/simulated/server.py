@@ -46,8 +46,7 @@ import threading
 import re
 import time
 import urllib.parse
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from evaljobs import clock as clocks
 from evaljobs.simulated.options import check_options
@@ -718,8 +717,7 @@ def _json(body: bytes) -> Any:
         raise on_demand.batches.BatchRequestError("request body must be JSON") from None
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(NamedTuple):
     """How one chat request wants its answer: wire format, streamed or not."""
 
     wire: str

@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import peewee
 from peewee import CharField, DateTimeField, IntegerField, TextField
@@ -44,8 +43,7 @@ class RunLeaseRow(_Table):
         table_name = "run_lease"
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """The process holding a run's lease."""
 
     host: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence, cast
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, cast
 
 import peewee
 from peewee import SQL, fn
@@ -70,8 +70,7 @@ def _slot(name: str) -> peewee.Value:
     return peewee.Value(_Slot(name), converter=False)
 
 
-@dataclass(frozen=True)
-class _Compiled:
+class _Compiled(NamedTuple):
     """A query's SQL text for one kind of database and its parameters (slots, or constants)."""
 
     sql: str
@@ -135,8 +134,7 @@ def _persisted_query() -> peewee.Query:
     return Run.select(Run.persisted).where(Run.id == _slot("run_id"))
 
 
-@dataclass(frozen=True)
-class _RunFacts:
+class _RunFacts(NamedTuple):
     """What a run was created with and never changes: safe to keep for the life of the process."""
 
     digest: str

@@ -7,8 +7,7 @@ Plain data and pure functions (no grading: the grade function is attached by
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from evaljobs.catalog.model import Expect
 from evaljobs.catalog.text import show
@@ -67,8 +66,7 @@ class Walk(Protocol):
         """``value`` when it is plain JSON data (reported otherwise)."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """A key of ``expect`` a criterion reads itself (``Criterion.read``), onto a typed field of
     :class:`Expect`: its value needs the whole scenario (the declared tools), or more than one key's."""
 
@@ -90,8 +88,7 @@ def _no_body(expect: Expect) -> dict[str, Any]:
     return {}
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     """A catalog key a criterion owns whole: the registry validates it, describes it in the schema, keeps
     it in the canonical body (so in the digest) and hands its value to the grader (``Expect.value``)."""
 
@@ -110,8 +107,7 @@ class Key:
     always_in_body: bool = False
 
 
-@dataclass(frozen=True)
-class Shown:
+class Shown(NamedTuple):
     """What the viewer's scenario page lists for an expectation: ``text``, then each of ``codes`` as code,
     then ``block`` as a preformatted block."""
 
@@ -124,8 +120,7 @@ def _nothing(expect: Expect) -> Shown | None:
     return None
 
 
-@dataclass(frozen=True)
-class Criterion:
+class Criterion(NamedTuple):
     """One grading criterion as a catalog knows it.
 
     ``present(expect)`` says whether the expectations enable it (``gate: true`` gates exactly these); a
@@ -143,7 +138,7 @@ class Criterion:
     #: Whether ``expect.gate`` may name it though no expectation enables it (a check of the answer itself).
     gate_alone: bool = False
     #: Its label in reports: the line the viewer's scenario page shows for the expectation.
-    show: Callable[[Expect], Shown | None] = field(default=_nothing)
+    show: Callable[[Expect], Shown | None] = _nothing
     #: The keys of ``expect`` whose values enable it (an importer building a gate list from a foreign
     #: format's expectations asks these; a weighted ``expect`` may set none of them but its own).
     enabled_by: tuple[str, ...] = ()
@@ -158,12 +153,11 @@ class Criterion:
     fields: tuple[Field, ...] = ()
     #: ``read(walk, path, where, raw_expect, declared_tools) -> {Expect field: value}``: its ``fields``
     #: validated, problems reported to ``walk``.
-    read: Callable[[Walk, tuple, str, Mapping[str, Any], list[str]], dict[str, Any]] = field(
-        default=_read_nothing)
+    read: Callable[[Walk, tuple, str, Mapping[str, Any], list[str]], dict[str, Any]] = _read_nothing
     #: ``body(expect) -> {key: value}``: what it writes of its ``fields`` in the canonical body (so the
     #: digest); a key that was always there is always written, a key added later only when set (catalogs
     #: that do not use it keep their digest).
-    body: Callable[[Expect], dict[str, Any]] = field(default=_no_body)
+    body: Callable[[Expect], dict[str, Any]] = _no_body
 
 
 def value_criterion(name: str, *, description: str, schema: dict[str, Any],

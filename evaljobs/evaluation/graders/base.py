@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from evaljobs.catalog import Scenario, patterns
 from evaljobs.evaluation.replay import Replay, ToolCall
@@ -61,8 +61,7 @@ def _value_failed(value: float, details: dict[str, Any]) -> bool:
     return value < 1.0
 
 
-@dataclass(frozen=True)
-class Grader:
+class Grader(NamedTuple):
     """How one criterion grades (its name is the criterion's, :mod:`evaljobs.catalog.criteria`)."""
 
     name: str
@@ -90,7 +89,7 @@ class Grader:
     text_check: Callable[[str, Sequence[str]], list[str]] | None = None
     #: ``explain(details) -> lines``: what its details say of a failed answer, one fact per line (the
     #: JUnit failure message and logs: :func:`evaljobs.reports.junit.grade_lines`).
-    explain: Callable[[dict[str, Any]], list[str]] = field(default=lambda details: [])
+    explain: Callable[[dict[str, Any]], list[str]] = lambda details: []
 
 
 def scored_below_one(name: str) -> Callable[[Grading], bool]:
