@@ -19,8 +19,7 @@ worker's), and a variable the operator does not allow is never read. Domain code
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 from urllib.parse import urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -60,8 +59,7 @@ def _under(url: str | None, roots: Iterable[str]) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Allowance:
+class Allowance(NamedTuple):
     """Where a worker sends which of its variables for a run's stored providers.
 
     ``own``: each variable the worker's own providers read, with the base URLs they send it to (a

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: The keys of a price written as a mapping, in the order of the list form.
 PRICE_KEYS = ("input", "output", "cached_input", "cache_write", "cache_write_1h")
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(NamedTuple):
     """USD per million tokens. ``cached_input`` is the cache-read (cache hit) price, ``cache_write`` the
     price of writing the cache (Anthropic's 5-minute writes), ``cache_write_1h`` of its 1-hour writes;
     None: not known (a call that used that kind of token has an unknown cost)."""

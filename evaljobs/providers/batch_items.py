@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from evaljobs.network.errors import ProviderError
 from evaljobs.providers.completion import Completion
@@ -43,8 +43,7 @@ class BatchStatus:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-@dataclass(frozen=True)
-class BatchItem:
+class BatchItem(NamedTuple):
     """What one request of an ended batch came to."""
 
     custom_id: str

@@ -11,15 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from evaljobs.providers.cache import _decode, _encode
 from evaljobs.providers.completion import Completion
 from evaljobs.network.errors import PermanentError
 
 
-@dataclass(frozen=True)
-class BatchRequest:
+class BatchRequest(NamedTuple):
     """One chat request of a batch: the same inputs as :meth:`ChatClient.complete`, and its custom id."""
 
     custom_id: str
