@@ -15,12 +15,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
-@dataclass(frozen=True)
-class ProviderCall:
+class ProviderCall(NamedTuple):
     """One request to a provider, as it ended (a response, or the failure that took its place)."""
 
     provider: str
@@ -33,8 +31,7 @@ class ProviderCall:
     output_tokens: int = 0
 
 
-@dataclass(frozen=True)
-class PairRecorded:
+class PairRecorded(NamedTuple):
     """A pair's result row committed for the first time (a redelivered pair is not reported again)."""
 
     model: str                     # the model spec, ``provider/model``

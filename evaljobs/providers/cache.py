@@ -41,7 +41,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, NamedTuple, Protocol
 
 from evaljobs.config import Settings, settings as current_settings
 from evaljobs.errors import ConfigurationError
@@ -95,8 +95,7 @@ class CacheBackend(Protocol):
         """Delete entries older than ``older_than`` seconds (all with None); how many were deleted."""
 
 
-@dataclass(frozen=True)
-class ResponseCache:
+class ResponseCache(NamedTuple):
     """The response cache of a run with ``--cache``: a backend and how long its answers stay valid."""
 
     backend: CacheBackend

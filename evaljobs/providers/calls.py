@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from evaljobs import telemetry
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
@@ -133,8 +132,7 @@ class GovernedCalls:
         return complete(self.providers, self.spec, messages, governance=self.governance, **kwargs)
 
 
-@dataclass(frozen=True)
-class ProviderCalls:
+class ProviderCalls(NamedTuple):
     """How this process calls providers: the governance and response cache the pipeline bound.
 
     The default (nothing bound) calls the provider directly: no permit, no cache.

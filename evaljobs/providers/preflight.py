@@ -11,8 +11,7 @@ nothing and run before ``run``, ``rerun`` and ``bench`` create anything.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 from urllib.parse import urlsplit
 
 from evaljobs.errors import UsageError
@@ -161,8 +160,7 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     """The outcome of one minimal call: ``error`` is None when it answered."""
 
     model: str
