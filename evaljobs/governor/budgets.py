@@ -223,8 +223,7 @@ _REASONS = {
 }
 
 
-@dataclass
-class _Answer:
+class _Answer(NamedTuple):
     """One admission attempt, from either store."""
 
     granted: bool

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from evaljobs_middleware.context import ContextError
 
@@ -75,8 +75,7 @@ def capture_context(providers: Sequence[Any]) -> dict[str, Any] | None:
     return values or None
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     """A catalog read for a run, and what an import of a foreign one warned about or left out."""
 
     catalog: Catalog

@@ -5,8 +5,7 @@ import asyncio
 import json
 import socket
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
@@ -17,8 +16,7 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             504: "Gateway Timeout"}
 
 
-@dataclass
-class Request:
+class Request(NamedTuple):
     method: str
     path: str
     headers: dict[str, str]
