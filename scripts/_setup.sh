@@ -27,8 +27,12 @@ setup_venv() {
   fi
   if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
     echo "setup: installing evaljobs${EXTRAS:+[$EXTRAS]}${EVALJOBS_ALSO_INSTALL:+ and $EVALJOBS_ALSO_INSTALL} into $VENV" >&2
-    # The pip the virtualenv came with (pip >= 21.3 installs editable pyproject projects): no upgrade
-    # round trip to the index on every fresh virtualenv.
+    # pip 24 or later first (a fresh virtualenv of Python 3.11 comes with 23.2): the resolver's link
+    # evaluation (every file of every release of ~150 packages on the index) costs the older pip about
+    # twice the CPU, ~35 s against ~17 s for the test extra; the upgrade is one small wheel, ~2 s, and
+    # nothing at all when the virtualenv's pip is new enough (BENCHMARKS.md, "The suite's wall clock,
+    # session 13").
+    "$VENV/bin/python" -m pip install --quiet 'pip>=24'
     local also=()
     for path in ${EVALJOBS_ALSO_INSTALL:-}; do also+=(-e "$path"); done
     # EVALJOBS_PIP_NO_COMPILE (scripts/test): its processes keep their bytecode under the virtualenv

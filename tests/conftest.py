@@ -19,6 +19,10 @@ from helpers.cli import Cli
 from helpers.schedule import slowest_first
 from helpers.servers import PostgresServer, RabbitmqServer, RedisServer, ServerError
 
+#: Fixtures of tests/network/ (a worker "machine" in a network namespace): module-scoped, so each module that
+#: uses them builds its own, and two such modules run at once on two xdist workers.
+pytest_plugins = ["helpers.netns_runs"]
+
 #: ``EVALJOBS_*`` variables of the shell that started pytest: the ``cli`` fixture's commands do not see them.
 _OUTER_EVALJOBS_VARIABLES = tuple(name for name in os.environ if name.startswith("EVALJOBS_"))
 

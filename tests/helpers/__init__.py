@@ -24,6 +24,8 @@ Redis and PostgreSQL of the session, the simulated provider) are in ``conftest.p
 * :mod:`helpers.events` — the ``complete`` events a run publishes, counted.
 * :mod:`helpers.results` — results of the support catalog that the report tests render.
 * :mod:`helpers.supervisor` — supervisord on scripts/supervisord.conf, and supervisorctl.
+* :mod:`helpers.netns_runs` — a worker "machine" in a network namespace behind links of its own (fixtures
+  registered by tests/conftest.py), and the checks its runs end with.
 * :mod:`helpers.stub` — the ``evaljobs.testing`` plugin's StubBroker with the declared actors and queue.
 """
 import importlib

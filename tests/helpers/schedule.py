@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Sequence
 
 #: Module names, slowest first (summed ``--durations=0`` of a full run on four workers, set-up included;
-#: BENCHMARKS.md, "The suite's wall clock").
+#: BENCHMARKS.md, "The suite's wall clock"; session 13 split test_network_faults and test_faults in two).
 SLOWEST = [
+    "test_slow_link",
     "test_network_faults",
     "test_faults",
+    "test_worker_kills",
     "test_hostile_edges",
     "test_deadlines",
     "test_init",
