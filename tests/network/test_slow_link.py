@@ -19,14 +19,7 @@ import pytest
 
 from evaljobs import store
 from helpers import fleet_run, observe
-from helpers.netns_runs import (
-    FINISH_WITHIN,
-    broker_for,
-    drained,
-    machine_fleet,
-    provider_matches_attempts,
-    settled,
-)
+from helpers import netns_runs as runs
 from helpers.workers import wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
@@ -40,16 +33,16 @@ SLOW_LINK_PAIRS = 24
 def test_a_worker_behind_300_ms_and_5_percent_loss_finishes_every_pair_once(network, urls, provider,
                                                                              tmp_path, broker_name, request):
     server, catalog = provider
-    broker = broker_for(request, urls, broker_name)
+    broker = runs.broker_for(request, urls, broker_name)
     network.impair(delay=0.15, loss=0.05)  # each way, on every link: +300 ms a round trip
-    fleet = machine_fleet(network, urls, broker, tmp_path / "logs")
+    fleet = runs.machine_fleet(network, urls, broker, tmp_path / "logs")
     started = time.monotonic()
     with fleet_run(fleet, catalog, ["counted/m"], db=urls["postgres"], broker=broker) as run:
-        finished = wait_until(lambda: store.get_run(run.id).report is not None, FINISH_WITHIN * 2)
+        finished = wait_until(lambda: store.get_run(run.id).report is not None, runs.FINISH_WITHIN * 2)
         assert finished, fleet.log_text()
         elapsed = time.monotonic() - started
-        settled(fleet, urls, broker)
-    drained(request, urls, broker)
-    counted = provider_matches_attempts(run.id, server)
+        runs.settled(fleet, urls, broker)
+    runs.drained(request, urls, broker)
+    counted = runs.provider_matches_attempts(run.id, server)
     observe(f"netns-latency-loss-{broker_name}", rtt_added_ms=300, loss_each_way="5%",
             seconds=f"{elapsed:.1f}", **counted, **run.observed)
