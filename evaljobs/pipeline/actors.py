@@ -137,8 +137,9 @@ def _message_state(rl: int = 0, busy: int = 0) -> PairState:
     options = message.options
     calls = options.get(CALLS)
     return pair_path.pairs.PairState(retries=int(options.get("retries", 0)), rate_limit_waits=rl, busy=busy,
-                     spent=float(options.get(SPENT, 0.0)),
-                     calls={str(k): int(v) for k, v in calls.items()} if isinstance(calls, dict) else {})
+                                     spent=float(options.get(SPENT, 0.0)),
+                                     calls={str(k): int(v) for k, v in calls.items()}
+                                     if isinstance(calls, dict) else {})
 
 
 def _send_back(pair: Pair, state: PairState, delay: float) -> None:

@@ -21,4 +21,12 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads 
     from evaljobs.pipeline import runtime as runtime
     from evaljobs.pipeline import strategies as strategies
 
-__getattr__ = submodules("evaljobs.pipeline", ("barrier", "pairs", "prefetch", "runtime", "strategies"))
+_load = submodules("evaljobs.pipeline", ("barrier", "pairs", "prefetch", "runtime", "strategies"))
+
+
+def __getattr__(name: str) -> object:
+    """The submodule, loaded once and then kept here: a worker reads ``pair_path.pairs`` several times a
+    pair, and a plain attribute costs less than the loader's look-up each time."""
+    module = _load(name)
+    globals()[name] = module
+    return module

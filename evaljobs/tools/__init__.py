@@ -61,7 +61,9 @@ _submodules = submodules(__name__, ("live",))
 
 def __getattr__(name: str) -> object:
     if name in _LIVE:
-        return getattr(_submodules("live"), name)
+        value = getattr(_submodules("live"), name)
+        globals()[name] = value  # once: later look-ups are plain attributes
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
