@@ -37,7 +37,8 @@ from evaljobs.errors import Interrupted, UsageError
 from evaljobs.evaluation.result import Result
 from evaljobs.outcomes import (Cancellation, DemoRun, Recovery, RenderedReport, RunDetail, render_run,
                                rerun_selection)
-from evaljobs.pipeline import ownership, runtime, strategies, submission
+from evaljobs.pipeline import ownership, run_providers, run_settings, submission
+from evaljobs.pipeline.strategy_names import QUEUED  # a submit to Redis runs no pair: not the strategies
 from evaljobs.pipeline.broker import (CONTEXT_PROVIDER_GROUP, Binding, bind, configure as bind_broker,
                                       context_providers, start_memory_worker)
 from evaljobs.pipeline.host_middleware import installed
@@ -98,7 +99,7 @@ class Session:
         if self._configured:
             config.configure(wanted)
         try:
-            self.providers = runtime.providers(providers)
+            self.providers = run_providers.providers(providers)
             store.connect(db, create=create)
         except BaseException:
             self._restore_settings()  # a session that never opened leaves the process as it found it
@@ -156,7 +157,7 @@ class Session:
 
     def _hold(self, run: store.RunInfo) -> None:
         """Lease a run whose pairs this process evaluates in memory, so `recover` elsewhere leaves it."""
-        if run.strategy not in strategies.QUEUED or self.binding().is_memory:
+        if run.strategy not in QUEUED or self.binding().is_memory:
             self._held.take(run.id)
 
     def _ensure_local_worker(self) -> None:
@@ -196,26 +197,26 @@ class Session:
         strategies (``sequential``, ``threads``) run to completion before this returns; queued ones return
         as soon as ``start_run`` is sent. Nothing is created when the catalog, a model or an option is bad.
         """
-        options = runtime.SubmitOptions(
+        options = run_settings.SubmitOptions(
             adapter=adapter, judge_model=judge_model, judge_cap=judge_cap, time_limit=time_limit, cache=cache,
             epochs=epochs, cache_across_epochs=cache_across_epochs, selection=selection, reuse=reuse,
             allow_self_judge=allow_self_judge, batch=batch, batch_judge=batch_judge)
         parsed = submission.check_request(models, self.providers, strategy, options)  # before the catalog
         plan = submission.plan(self.load(catalog), parsed, self.providers, strategy=strategy, options=options,
                                excluded=self.excluded, context=lambda: self._context)
-        if strategy in strategies.QUEUED:
+        if strategy in QUEUED:
             self._check_broker()  # a broker that does not answer: one line, and no run left pending
         run = store.create_run(plan.catalog, plan.models, strategy=strategy, context=plan.context,
                                options=plan.options, epochs=plan.epochs)
         self._submitted = run.id  # what an interrupt marks (see run)
         self.reuse_note = plan.reuse_line(run.id)
         self._hold(run)
-        if strategy in strategies.QUEUED:
+        if strategy in QUEUED:
             self._ensure_local_worker()
             self.binding().actors.start_run.send(run.id)
             return store.get_run(run.id)
-        return self._held.evaluate(run.id, partial(strategies.run_inline, run.id, width=self.width,
-                                                    context_providers=self._context))
+        inline = partial(pipeline.strategies.run_inline, width=self.width, context_providers=self._context)
+        return self._held.evaluate(run.id, partial(inline, run.id))
 
     def follows(self, strategy: str, wait: bool | None = None) -> bool:
         """Whether :meth:`run` follows a run of ``strategy`` to its report (``wait`` None: the default).
@@ -223,7 +224,7 @@ class Session:
         In-process strategies always finish inside the call; queued ones are followed on the
         in-process broker (this session's workers do the work) and, on Redis, only when asked.
         """
-        if strategy not in strategies.QUEUED:
+        if strategy not in QUEUED:
             return True
         return wait if wait is not None else self.binding().is_memory
 
@@ -233,7 +234,7 @@ class Session:
             poll: float = 5.0, progress: bool = False, on_note: Note | None = None, format: str | None = None,
             include_production_only: bool = False, lenient: bool = False, grader: str | None = None,
             fields: Sequence[str] | dict[str, str] | None = None,
-            **options: Unpack[runtime.SubmitOptions]) -> store.RunInfo:
+            **options: Unpack[run_settings.SubmitOptions]) -> store.RunInfo:
         """:meth:`submit`, then follow the run to its report, inline and queued runs alike.
 
         ``on_event`` hears every progress event of the run: an in-process run's events as
@@ -241,7 +242,7 @@ class Session:
         the database's numbers). ``on_submit(info)`` is called once the run exists, before it
         is followed. A queued run on Redis is followed only with ``wait=True`` (:meth:`follows`); otherwise
         the submitted run is returned at once, marked ``detached``. ``options`` are :meth:`submit`'s
-        (:class:`~evaljobs.pipeline.runtime.SubmitOptions`; another name is a ``TypeError``, before the
+        (:class:`~evaljobs.pipeline.run_settings.SubmitOptions`; another name is a ``TypeError``, before the
         catalog is read). Hold the result to a threshold with :meth:`RunInfo.gate`.
 
         ``format``, ``include_production_only``, ``lenient``, ``grader`` and ``fields`` say how a
@@ -251,7 +252,7 @@ class Session:
         ``progress`` shows the bar on stderr instead of ``on_event``; when nothing moves it says why
         (no worker takes the queue, events cannot reach this process, provider batches pending).
         """
-        runtime.check_submit_options(dict(options), "Session.run")
+        run_settings.check_submit_options(dict(options), "Session.run")
         catalog = self.load(catalog, format=format, include_production_only=include_production_only,
                             lenient=lenient, grader=grader, fields=fields)
         if progress or on_note is not None:
@@ -271,7 +272,7 @@ class Session:
                 on_event: Listener | None, idle: Idle | None, timeout: float | None,
                 poll: float) -> store.RunInfo:
         """``start`` a run, then follow it to its report as :meth:`follows` says (``run``, ``rerun``)."""
-        inline = strategy not in strategies.QUEUED
+        inline = strategy not in QUEUED
         if inline and on_event is not None:
             # the in-process strategies finish inside start: the listener hears their events
             pipeline.events.add_listener(on_event)
@@ -328,7 +329,7 @@ class Session:
         original). With ``reuse`` the selected pairs unchanged in that run are copied from it.
         """
         original = store.get_run(run_id)  # an unknown run is one line before anything else is said
-        if original.strategy in strategies.QUEUED:
+        if original.strategy in QUEUED:
             self._check_broker()
         new, self.reuse_note = submission.resubmit(original, which, self.providers, reuse=reuse, batch=batch,
                                                    replace_providers=self.providers_path is not None)
@@ -342,7 +343,7 @@ class Session:
         session's workers evaluate it: :meth:`wait` for it).
         """
         self._hold(run)
-        if run.strategy in strategies.QUEUED:
+        if run.strategy in QUEUED:
             self._ensure_local_worker()
             return pipeline.rerun.start(run, binding=self.binding())
         return self._held.evaluate(run.id, partial(pipeline.rerun.start, run, width=self.width,
@@ -370,7 +371,7 @@ class Session:
         if on_note is not None:
             if self.reuse_note:
                 on_note(self.reuse_note)
-            queued = new.strategy in strategies.QUEUED
+            queued = new.strategy in QUEUED
             broker = redact(self.broker_url or self.binding().url) if queued else "none"
             on_note(f"run {new.id}: rerun of {run_id} ({'+'.join(which)}), {new.expected} pairs "
                     f"({new.strategy}, broker {broker})")

@@ -22,6 +22,7 @@ from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.catalog.pricing import Usage
 from evaljobs.errors import UsageError
+from evaljobs.evaluation.adapter_version import BUILT_IN_ADAPTER_VERSION
 from evaljobs.evaluation.replay import Replay, ToolCall
 from evaljobs.evaluation.transcript import turn_entry
 from evaljobs.providers import ProviderCalls, TransientError, wire_format
@@ -120,7 +121,7 @@ class ConversationAdapter:
     caller can decide between retrying and recording an ``errored`` result.
     """
 
-    version = "conversation-1"
+    version = BUILT_IN_ADAPTER_VERSION  # stored with every run; --reuse compares it
 
     def __init__(self, providers: ProvidersConfig, *, tool_runner: Callable | None = None,
                  calls: ProviderCalls | None = None):

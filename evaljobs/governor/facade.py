@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from evaljobs.network import deadline as walls
+from evaljobs.network import walls
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig
 from evaljobs.governor.budgets import (
     LANES,

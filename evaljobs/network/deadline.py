@@ -6,9 +6,9 @@ read timeout, and a pair "limited" to 3 s ran for minutes. Dramatiq's time limit
 asynchronous exception, raised only when the blocked read returns, and it cannot stop the
 in-process strategies at all.
 
-So :func:`scope` sets an instant (``time.monotonic()``) for the current thread — nested scopes
-keep the earliest — and :class:`DeadlineBackend`, the httpcore network backend of every
-connection evaljobs opens (provider calls, the judge, live HTTP tools), gives each connect,
+So :func:`scope` (:mod:`evaljobs.network.walls`) sets an instant (``time.monotonic()``) for the
+current thread — nested scopes keep the earliest — and :class:`DeadlineBackend`, the httpcore network
+backend of every connection evaljobs opens (provider calls, the judge, live HTTP tools), gives each connect,
 read and write only what is left of it, and raises httpcore's own timeout once nothing is. A
 blocked read therefore returns by the deadline (plus one socket timeout's slack), whatever the
 server does. Code that waits elsewhere (an MCP session on its event loop) asks
@@ -16,47 +16,12 @@ server does. Code that waits elsewhere (an MCP session on its event loop) asks
 """
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from typing import Any, Iterable, Iterator, overload
+from typing import Any, Iterable
 
 import httpcore
 from evaljobs.network.http_client import httpx  # without its CLI (start-up time)
-
-_local = threading.local()
-
-
-def current() -> float | None:
-    """The innermost deadline of this thread (a ``time.monotonic()`` instant), or None."""
-    return getattr(_local, "deadline", None)
-
-
-@overload
-def remaining(default: float) -> float: ...
-@overload
-def remaining(default: None = None) -> float | None: ...
-def remaining(default: float | None = None) -> float | None:
-    """Seconds left before this thread's deadline (never below 0), capped at ``default``; ``default`` without
-    one."""
-    deadline = current()
-    if deadline is None:
-        return default
-    left = max(0.0, deadline - time.monotonic())
-    return left if default is None else min(left, default)
-
-
-@contextlib.contextmanager
-def scope(deadline: float | None) -> Iterator[float | None]:
-    """Bound every network exchange of this thread by ``deadline`` (an instant; None: no bound) inside the
-    block."""
-    outer = current()
-    effective = deadline if outer is None else (outer if deadline is None else min(outer, deadline))
-    _local.deadline = effective
-    try:
-        yield effective
-    finally:
-        _local.deadline = outer
+from evaljobs.network.walls import current, remaining, scope  # noqa: F401 - the wall, re-exported
 
 
 def _clip(timeout: float | None, error: type[Exception], what: str) -> float | None:

@@ -1,8 +1,9 @@
 """The pipeline: runs planned, enqueued, evaluated pair by pair, followed and recovered.
 
-Submodules a caller needs only on some paths (a rerun, a recovery, reuse, events, RabbitMQ, a batch run)
-load on first attribute access (:mod:`evaljobs.lazy`): ``pipeline.rerun.create(...)`` with ``from evaljobs
-import pipeline`` at the top keeps ``evaljobs run`` from loading them. The package's own modules reach theirs
+Submodules a caller needs only on some paths (a rerun, a recovery, reuse, events, RabbitMQ, a batch run's
+cancel, the in-process strategies: a Redis submit runs no pair) load on first
+attribute access (:mod:`evaljobs.lazy`): ``pipeline.rerun.create(...)`` with ``from evaljobs import
+pipeline`` at the top keeps ``evaljobs run`` from loading them. The package's own modules reach theirs
 through :mod:`evaljobs.pipeline.on_demand`.
 """
 from evaljobs.lazy import submodules
@@ -15,5 +16,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each loads 
     from evaljobs.pipeline import recovery as recovery
     from evaljobs.pipeline import rerun as rerun
     from evaljobs.pipeline import reuse as reuse
+    from evaljobs.pipeline import strategies as strategies
 
-__getattr__ = submodules(__name__, ("batching", "events", "rabbitmq", "recovery", "rerun", "reuse"))
+__getattr__ = submodules(__name__, ("batching", "events", "rabbitmq", "recovery", "rerun", "reuse",
+                                     "strategies"))

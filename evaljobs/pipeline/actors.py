@@ -7,7 +7,10 @@ completes early on a redelivery and never fires when a child fails.
 
 Actors are declared per broker with :func:`declare`; the module keeps the
 current binding so an actor can send its children (the one piece of
-module-level state besides the database binding).
+module-level state besides the database binding). Every process that binds a
+broker declares them, a submitter too; what their bodies call (the pair path:
+:mod:`~evaljobs.pipeline.pairs`, the barrier, batching) loads on first use
+(:mod:`evaljobs.pipeline.pair_path`), in a worker (issue 42, item 3).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 from dramatiq.middleware import CurrentMessage
@@ -24,8 +27,7 @@ from evaljobs_middleware import crashes
 from evaljobs import config, store
 from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
-from evaljobs.pipeline import barrier, batch_choice, events, on_demand, runtime
-from evaljobs.pipeline import pairs as runner
+from evaljobs.pipeline import batch_choice, events, on_demand, pair_path
 from evaljobs.pipeline.crash_counting import (  # noqa: F401
     batch_pairs,
     crash_counted,
@@ -36,18 +38,10 @@ from evaljobs.pipeline.crash_counting import (  # noqa: F401
     max_crashes,
 )
 from evaljobs.pipeline.enqueue import enqueue_many
-from evaljobs.pipeline.pairs import (
-    GiveUp,
-    HandBack,
-    InvalidMessage,
-    Pair,
-    PairState,
-    Parked,
-    Recorded,
-    pair_args,
-    pair_options,
-)
-from evaljobs.pipeline.strategies import settle
+from evaljobs.pipeline.messages import InvalidMessage, pair_args
+
+if TYPE_CHECKING:  # the pair path loads on first use (pair_path): a submitter declares these, runs none
+    from evaljobs.pipeline.pairs import Pair, PairState, RunPlan
 
 logger = logging.getLogger("evaljobs.actors")
 
@@ -90,7 +84,7 @@ def bound() -> Actors:
 
 def persist(run_id: str, result: Result) -> store.Recorded:
     """Record one result (the barrier) and, if it completed the run, send finalize — after commit."""
-    return barrier.record(run_id, result, on_complete=_finalize)
+    return pair_path.barrier.record(run_id, result, on_complete=_finalize)
 
 
 def _finalize(run_id: str) -> None:
@@ -116,39 +110,41 @@ def start_run(run_id: str) -> None:
     batch = min(int(plan.settings.pairs_per_message or 1), MAX_PAIRS_PER_MESSAGE)
     if batch > 1:  # a fast provider: several pairs a message (see evaluate_pairs)
         messages = [actors.evaluate_pairs.message_with_options(
-            args=(run_id, [list(pair) for pair in missing[i:i + batch]]), **pair_options(run_id, batch))
+            args=(run_id, [list(pair) for pair in missing[i:i + batch]]),
+            **pair_path.pairs.pair_options(run_id, batch))
             for i in range(0, len(missing), batch)]
     else:
-        options = pair_options(run_id)
+        options = pair_path.pairs.pair_options(run_id)
         messages = [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
                     for pair in missing]
     enqueue_many(actors.evaluate_scenario.broker, messages)
 
 
-def _plan(run_id: str) -> tuple[store.RunInfo, runner.RunPlan]:
+def _plan(run_id: str) -> tuple[store.RunInfo, RunPlan]:
     """The run as it is now (its status) and its plan."""
     try:
         run = store.get_run(run_id)
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
-    return run, runner.RunPlan.for_run(run_id, run)
+    return run, pair_path.pairs.RunPlan.for_run(run_id, run)
 
 
 def _message_state(rl: int = 0, busy: int = 0) -> PairState:
     """The state a queued pair's message carries: its retries and spent time (options), its waits (kwargs)."""
     message = CurrentMessage.get_current_message()
     if message is None:  # called directly, not by a worker
-        return PairState(rate_limit_waits=rl, busy=busy)
+        return pair_path.pairs.PairState(rate_limit_waits=rl, busy=busy)
     options = message.options
     calls = options.get(CALLS)
-    return PairState(retries=int(options.get("retries", 0)), rate_limit_waits=rl, busy=busy,
-                     spent=float(options.get(SPENT, 0.0)),
-                     calls={str(k): int(v) for k, v in calls.items()} if isinstance(calls, dict) else {})
+    return pair_path.pairs.PairState(retries=int(options.get("retries", 0)), rate_limit_waits=rl, busy=busy,
+                                     spent=float(options.get(SPENT, 0.0)),
+                                     calls={str(k): int(v) for k, v in calls.items()}
+                                     if isinstance(calls, dict) else {})
 
 
 def _send_back(pair: Pair, state: PairState, delay: float) -> None:
     """A pair goes (back) to the queue as a message of its own, due in ``delay`` s, carrying its state."""
-    options = {SPENT: round(state.spent, 3), **pair_options(pair.run_id)}
+    options = {SPENT: round(state.spent, 3), **pair_path.pairs.pair_options(pair.run_id)}
     if state.calls:
         options[CALLS] = dict(state.calls)
     bound().evaluate_scenario.send_with_options(args=pair.args(), kwargs={"rl": state.rate_limit_waits,
@@ -170,21 +166,21 @@ def evaluate_scenario(run_id: str, scenario_key: str, model: str, epoch: int = 0
         run, recorded = store.pair_state(run_id, scenario_key, model, epoch)  # one query
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
-    pair = Pair(run_id, scenario_key, model, epoch)
-    runner.check(pair, run)
+    pair = pair_path.pairs.Pair(run_id, scenario_key, model, epoch)
+    pair_path.pairs.check(pair, run)
     if recorded:
-        barrier.resume(run, on_complete=_finalize)
+        pair_path.barrier.resume(run, on_complete=_finalize)
     if run.status == "cancelled" or recorded:
         return recorded
     state = _message_state(rl, busy)
-    outcome = runner.attempt(pair, state)
-    if isinstance(outcome, (Recorded, GiveUp)):
+    outcome = pair_path.pairs.attempt(pair, state)
+    if isinstance(outcome, (pair_path.pairs.Recorded, pair_path.pairs.GiveUp)):
         persist(run_id, outcome.result)
         return True
-    if isinstance(outcome, HandBack):
+    if isinstance(outcome, pair_path.pairs.HandBack):
         _send_back(pair, state, outcome.delay)
         return False
-    if isinstance(outcome, Parked):
+    if isinstance(outcome, pair_path.pairs.Parked):
         return False  # its batch's poller sends it again once the batch has answered
     message = CurrentMessage.get_current_message()
     if message is not None:
@@ -217,32 +213,33 @@ def evaluate_pairs(run_id: str, pairs: list) -> bool:
         run, _ = store.pair_state(run_id, *wanted[0])
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
-    batch = [Pair(run_id, key, model, epoch) for key, model, epoch in wanted]
-    plan = runner.RunPlan.for_run(run_id, run)
+    batch = [pair_path.pairs.Pair(run_id, key, model, epoch) for key, model, epoch in wanted]
+    plan = pair_path.pairs.RunPlan.for_run(run_id, run)
     for pair in batch:
         plan.check(pair)
     if run.status == "cancelled":
         return False
     done = store.recorded_among(run_id, wanted)
     if len(done) == len(wanted):
-        barrier.resume(run, on_complete=_finalize)
+        pair_path.barrier.resume(run, on_complete=_finalize)
     retries = _message_state().retries
     results: list[Result] = []
     try:
         for pair in batch:
             if (pair.scenario_key, pair.model, pair.epoch) in done:
                 continue
-            state = PairState(retries=retries)
-            outcome = runner.attempt(pair, state)
-            if isinstance(outcome, (Recorded, GiveUp)):
+            state = pair_path.pairs.PairState(retries=retries)
+            outcome = pair_path.pairs.attempt(pair, state)
+            if isinstance(outcome, (pair_path.pairs.Recorded, pair_path.pairs.GiveUp)):
                 results.append(outcome.result)
-            elif isinstance(outcome, Parked):
+            elif isinstance(outcome, pair_path.pairs.Parked):
                 continue  # its batch's poller sends it again
             else:
-                _send_back(pair, state, outcome.delay if isinstance(outcome, HandBack) else outcome.backoff)
+                delay = outcome.delay if isinstance(outcome, pair_path.pairs.HandBack) else outcome.backoff
+                _send_back(pair, state, delay)
     finally:  # what was evaluated is kept, also when the batch is cut short (a time limit, a crash of code)
         if results:
-            barrier.record_many(run_id, results, on_complete=_finalize)
+            pair_path.barrier.record_many(run_id, results, on_complete=_finalize)
     return len(done) + len(results) == len(wanted)
 
 
@@ -255,9 +252,9 @@ def evaluate_model(run_id: str, model: str) -> None:
         return
     missing = [(key, epoch) for key, pair_model, epoch in store.missing_pairs(run_id) if pair_model == model]
     if not missing:
-        barrier.resume(store.get_run(run_id), on_complete=_finalize)
+        pair_path.barrier.resume(store.get_run(run_id), on_complete=_finalize)
     for key, epoch in missing:
-        persist(run_id, settle(Pair(run_id, key, model, epoch)))
+        persist(run_id, pair_path.strategies.settle(pair_path.pairs.Pair(run_id, key, model, epoch)))
 
 
 def pair_abandoned(message: dict, retries: dict) -> None:
@@ -286,7 +283,7 @@ def pair_abandoned(message: dict, retries: dict) -> None:
     run_id = str(args[0])
     done = store.recorded_among(run_id, wanted)
     if len(done) == len(wanted):
-        barrier.resume(store.get_run(run_id), on_complete=_finalize)
+        pair_path.barrier.resume(store.get_run(run_id), on_complete=_finalize)
     for key, model, epoch in wanted:
         if (key, model, epoch) not in done:
             try:
@@ -304,8 +301,8 @@ def poll_batch(key: str) -> None:
     on_demand.batching.poll(key)
 
 
-class _BatchSender:
-    """The messages :mod:`evaljobs.pipeline.batching` continues with."""
+class BatchSender:
+    """The messages :mod:`evaljobs.pipeline.batching` continues with (bound by :func:`declare`)."""
 
     def collect(self, run_id: str, provider: str, model: str, delay: float) -> None:
         bound().collect_batch.send_with_options(args=(run_id, provider, model), delay=int(delay * 1000))
@@ -315,7 +312,7 @@ class _BatchSender:
 
     def evaluate(self, run_id: str, pairs: list[tuple[str, str, int]]) -> None:
         actors = bound()
-        options = pair_options(run_id)
+        options = pair_path.pairs.pair_options(run_id)
         enqueue_many(actors.evaluate_scenario.broker,
                      [actors.evaluate_scenario.message_with_options(args=pair_args(run_id, *pair), **options)
                       for pair in pairs])
@@ -324,7 +321,7 @@ class _BatchSender:
 def finalize_run(run_id: str) -> None:
     """Assemble the report exactly once; sending it twice is harmless."""
     try:
-        outcome = barrier.finalize(run_id)
+        outcome = pair_path.barrier.finalize(run_id)
     except store.UnknownRun as exc:
         raise InvalidMessage(str(exc)) from None
     if outcome is None:
@@ -343,7 +340,7 @@ def actor_options(policy: RetryPolicy) -> dict[str, Any]:
 def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
     """Declare the actors on ``broker`` (once per broker) and make that the current binding."""
     global _bound
-    policy = runtime.policy()
+    policy = RetryPolicy.from_settings()  # this process's limits (a run's own travel with its messages)
     retry_options: dict[str, Any] = {
         **actor_options(policy),
         # A database that refuses writes (a full disk) fails the message once, logged in one line:
@@ -375,7 +372,7 @@ def declare(broker: dramatiq.Broker, *, queue: str = "agents") -> Actors:
         poll_batch=make(poll_batch),
         queue=queue,
     )
-    batch_choice.bind_sender(_BatchSender())
+    batch_choice.bind_sender(BatchSender())
     return _bound
 
 

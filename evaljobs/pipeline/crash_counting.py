@@ -15,6 +15,8 @@ this module and :mod:`evaljobs.pipeline.actors` do not import each other.
 from __future__ import annotations
 
 import json
+import threading
+from typing import Any
 
 import dramatiq
 from evaljobs_middleware import crashes
@@ -22,9 +24,8 @@ from evaljobs_middleware import crashes
 from evaljobs import store
 from evaljobs.config import Settings
 from evaljobs.evaluation.result import Result
-from evaljobs.pipeline import barrier
-from evaljobs.pipeline.pairs import InvalidMessage, pair_args, pair_options
-from evaljobs.pipeline.prefetch import PermitPrefetch
+from evaljobs.pipeline import pair_path
+from evaljobs.pipeline.messages import InvalidMessage, pair_args
 
 
 def crash_key(run_id: str) -> str:
@@ -81,20 +82,21 @@ def give_up(broker: dramatiq.Broker, message: dramatiq.Message, count: int) -> N
         done = store.recorded_among(run_id, wanted)
         if len(done) == len(wanted):
             finalize = broker.get_actor("finalize_run")
-            barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
+            pair_path.barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
         single = broker.get_actor("evaluate_scenario")
         for key, model, epoch in wanted:
             if (key, model, epoch) not in done:
-                single.send_with_options(args=pair_args(run_id, key, model, epoch), **pair_options(run_id))
+                single.send_with_options(args=pair_args(run_id, key, model, epoch),
+                                         **pair_path.pairs.pair_options(run_id))
         return
     run_id, scenario_key, model = message.args[:3]
     epoch = message_epoch(message)
     finalize = broker.get_actor("finalize_run")
     if store.is_recorded(run_id, scenario_key, model, epoch):
-        barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
+        pair_path.barrier.resume(store.get_run(run_id), on_complete=lambda rid: finalize.send(rid))
         return
     try:
-        barrier.record(run_id, crashed_result(scenario_key, model, count, epoch),
+        pair_path.barrier.record(run_id, crashed_result(scenario_key, model, count, epoch),
                        on_complete=lambda rid: finalize.send(rid))
     except (store.UnknownRun, store.UnexpectedPair) as exc:
         raise InvalidMessage(str(exc)) from None
@@ -109,7 +111,33 @@ def max_crashes(settings: Settings) -> int:
 def crash_counter(settings: Settings) -> crashes.CrashCounter:
     """The crash-counting middleware for evaluation messages."""
     return crashes.CrashCounter(crash_counted, give_up, max_crashes=settings.crash_limit(),
-                                companion=PermitPrefetch())
+                                companion=_Prefetch())
+
+
+class _Prefetch:
+    """The pair's permit prefetch (:class:`evaljobs.pipeline.prefetch.PermitPrefetch`, the crash counter's
+    companion), made at the first counted message: every process that binds a broker builds this
+    middleware, a Redis submitter too, and the prefetch plans pairs (the pair path: issue 42, item 3)."""
+
+    def __init__(self) -> None:
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    def _prefetch(self) -> Any:
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = pair_path.prefetch.PermitPrefetch()
+        return self._made
+
+    def queue(self, message: dramatiq.Message, pipe: Any) -> int:
+        return self._prefetch().queue(message, pipe)
+
+    def replies(self, message: dramatiq.Message, replies: list[Any]) -> None:
+        self._prefetch().replies(message, replies)
+
+    def done(self, message: dramatiq.Message) -> None:
+        self._prefetch().done(message)
 
 
 def forget(broker: dramatiq.Broker, run_id: str) -> None:

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from evaljobs import store
 from evaljobs.errors import Interrupted, UsageError
-from evaljobs.pipeline.strategies import QUEUED
+from evaljobs.pipeline.strategy_names import QUEUED
 
 logger = logging.getLogger("evaljobs.ownership")
 

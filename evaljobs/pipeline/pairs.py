@@ -46,6 +46,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
+from evaljobs.pipeline.messages import InvalidMessage, pair_args  # noqa: F401 - re-exported
 from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
 from evaljobs.providers import attempts as provider_attempts
 from evaljobs.tools.roots import catalog_root
@@ -59,10 +60,6 @@ PLANS_KEPT = 32
 #: Seconds Dramatiq's own time limit (a backstop: the pair's deadline ends its waits) allows past a pair's
 #: (the ``time_limit`` run option's ``backstop``).
 BACKSTOP = config.run_option("time_limit").backstop
-
-
-class InvalidMessage(Exception):
-    """A message that can never succeed (unknown run, scenario or model): dead-lettered, never retried."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +89,6 @@ def pair_options(run_id: str, pairs: int = 1, run: store.RunInfo | None = None) 
         policy = RunPlan.for_run(run_id).policy
     return {o.message_option: o.dramatiq_value(getattr(policy, o.name), pairs) for o in config.RUN_LIMITS
             if o.message_option}
-
-
-def pair_args(run_id: str, scenario_key: str, model: str, epoch: int = 0) -> tuple:
-    """The positional arguments of an ``evaluate_scenario`` message; the epoch only when it is not 0,
-    so a single-epoch run's messages are what they were before epochs existed (and still understood)."""
-    return (run_id, scenario_key, model, epoch) if epoch else (run_id, scenario_key, model)
 
 
 # -- the run's plan -------------------------------------------------------------------------------------

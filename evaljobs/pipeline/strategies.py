@@ -20,9 +20,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import barrier
 from evaljobs.pipeline.pairs import GiveUp, Pair, PairState, Parked, Recorded, Retry, RunPlan, attempt
 
-STRATEGIES = ("sequential", "threads", "fanout", "per-model")
-QUEUED = ("fanout", "per-model")
-DEFAULT_STRATEGY = "fanout"
+from evaljobs.pipeline.strategy_names import DEFAULT_STRATEGY, QUEUED, STRATEGIES  # noqa: F401 - re-exported
 
 
 def settle(pair: Pair) -> Result:

@@ -26,10 +26,14 @@ from evaljobs.catalog.modelspec import (ModelSpec, ModelSpecError, ProvidersConf
                                        storable_definition)
 from evaljobs.catalog.subset import Selection, select
 from evaljobs.errors import UsageError
+from evaljobs.evaluation.adapter_version import BUILT_IN_ADAPTER_VERSION
 from evaljobs.evaluation.assertions import refusal
-from evaljobs.evaluation.judge import JudgeModelMissing, judge_models, require_judge_models, self_judging
+from evaljobs.evaluation.judge_models import (JudgeModelMissing, judge_models, require_judge_models,
+                                              self_judging)
 from evaljobs.extras import require_for_catalog
-from evaljobs.pipeline import batch_choice, message_size, runtime, strategies
+from evaljobs.pipeline import batch_choice, message_size, pair_path, run_providers
+from evaljobs.pipeline.run_settings import RunSettings, SubmitOptions
+from evaljobs.pipeline.strategy_names import STRATEGIES
 from evaljobs.providers import require_callable
 from evaljobs.store import RunInfo
 from evaljobs.simulated.directives import unknown_judge_problem, unknown_model_problem
@@ -48,7 +52,7 @@ def check_providers(models: Sequence[str], providers: str | ProvidersConfig | No
     none). ``run``, ``rerun`` and ``bench`` call this before creating anything;
     ``evaljobs providers check`` goes further and makes one real call per model.
     """
-    config_ = providers if isinstance(providers, ProvidersConfig) else runtime.providers(providers)
+    config_ = providers if isinstance(providers, ProvidersConfig) else run_providers.providers(providers)
     require_callable(config_, models)
 
 
@@ -106,11 +110,11 @@ def load(catalog: str | Path, providers: ProvidersConfig, *, format: str | None 
 
 
 def check_request(models: Sequence[str], providers: ProvidersConfig, strategy: str,
-                  options: runtime.SubmitOptions) -> list[ModelSpec]:
+                  options: SubmitOptions) -> list[ModelSpec]:
     """The models parsed, once the strategy, the models, the epochs, the judge model and the adapter are
     known to be usable (before the catalog is read)."""
-    if strategy not in strategies.STRATEGIES:
-        raise UsageError(f"unknown strategy '{strategy}': use one of {', '.join(strategies.STRATEGIES)}")
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy '{strategy}': use one of {', '.join(STRATEGIES)}")
     if not models:
         raise UsageError("no model given: pass at least one -m provider/model")
     epochs = options.get("epochs")
@@ -134,7 +138,7 @@ def check_request(models: Sequence[str], providers: ProvidersConfig, strategy: s
     if adapter is None:  # a host adapter makes its own calls, with its own credentials
         check_providers(specs + ([judge_model] if judge_model else []), providers)
     if adapter or cache:
-        runtime.adapter(adapter, cache=bool(cache))  # fail now, not on a worker
+        pair_path.runtime.adapter(adapter, cache=bool(cache))  # fail now, not on a worker
     return parsed
 
 
@@ -158,7 +162,7 @@ class Plan:
 
 
 def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConfig, *, strategy: str,
-         options: runtime.SubmitOptions, excluded: int = 0,
+         options: SubmitOptions, excluded: int = 0,
          context: Callable[[], Sequence[Any]] = tuple) -> Plan:
     """Check the run ``options`` against the loaded ``catalog`` and say what the run is created with.
 
@@ -183,7 +187,7 @@ def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConf
                             judge_model, providers)
     self_judged = self_judging(judges, specs, providers, allow=bool(options.get("allow_self_judge")))
     external = [a for s in cat.scenarios for a in s.expect.assertions]
-    problem = refusal(external) if external else None  # e.g. javascript without node: one line
+    problem = refusal(external) if external else None  # javascript without node
     if problem:
         raise UsageError(f"{cat.source}: {problem}")
     batched = batch_choice.choose(providers, specs, bool(options.get("batch")), strategy,
@@ -201,18 +205,21 @@ def plan(catalog: Catalog, parsed: Sequence[ModelSpec], providers: ProvidersConf
         raise UsageError(str(exc)) from None
     # The per-pair limits in force here (a flag's time limit first) travel with the run: a worker
     # started with another environment applies them, not its own.
-    limits = runtime.RunSettings.limits_of(config.settings(), options.get("time_limit"))
-    settings = runtime.RunSettings(adapter=adapter, judge_model=judge_model,
-                                   judge_cap=options.get("judge_cap"),
-                                   **limits, cache=cache or None,
-                                   cache_across_epochs=options.get("cache_across_epochs") or None,
-                                   pairs_per_message=per_message if per_message > 1 else None,
-                                   batch=batched or None, batch_judge=judged or None,
-                                   providers=stored_providers)
+    limits = RunSettings.limits_of(config.settings(), options.get("time_limit"))
+    settings = RunSettings(adapter=adapter, judge_model=judge_model, judge_cap=options.get("judge_cap"),
+                           **limits, cache=cache or None,
+                           cache_across_epochs=options.get("cache_across_epochs") or None,
+                           pairs_per_message=per_message if per_message > 1 else None,
+                           batch=batched or None, batch_judge=judged or None,
+                           providers=stored_providers)
     captured = capture_context(context())
     stored = settings.to_options()
     # What --reuse compares besides the scenario, model and epoch (see evaljobs.pipeline.reuse).
-    stored["adapter_version"] = str(getattr(runtime.adapter(adapter, cache=cache), "version", "") or "")
+    # The built-in adapter's version is known without building it (and loading the provider client: a
+    # Redis submit makes no call); a host adapter was loaded by check_request already.
+    version = (getattr(pair_path.runtime.adapter(adapter, cache=cache), "version", "") if adapter
+               else BUILT_IN_ADAPTER_VERSION)
+    stored["adapter_version"] = str(version or "")
     root = folder_of(cat.source)
     if root is not None:  # what a catalog's relative MCP paths mean, beside the snapshot (.tools.roots)
         stored["catalog_root"] = root

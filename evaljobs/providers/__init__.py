@@ -33,8 +33,9 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from evaljobs.providers.completion import Completion, RequestedToolCall
     from evaljobs.network.errors import (RETRYABLE, PermanentError, ProviderError, RateLimited,
                                            TransientError, is_retryable, parse_retry_after)
-    from evaljobs.providers.preflight import (ProviderProblems, describe, probe, probe_models, problems,
-                                              provider_problems, require_callable)
+    from evaljobs.providers.preflight import (ProviderProblems, describe, problems, provider_problems,
+                                              require_callable)
+    from evaljobs.providers.probes import probe, probe_models
     from evaljobs.providers.toolcall import OUTPUT_CAP, ToolCall
     from evaljobs.providers.wire import batch_wires, wire_format
 
@@ -73,8 +74,8 @@ _EXPORTS = {
     "parse_retry_after": "evaljobs.network.errors",
     "ProviderProblems": "preflight",
     "describe": "preflight",
-    "probe": "preflight",
-    "probe_models": "preflight",
+    "probe": "probes",
+    "probe_models": "probes",
     "problems": "preflight",
     "provider_problems": "preflight",
     "require_callable": "preflight",

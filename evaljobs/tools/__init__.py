@@ -47,7 +47,25 @@ from evaljobs.catalog.toolspec import HTTP_KEYS, HTTP_METHODS, MCP_IMPORT_KEYS, 
 from evaljobs.tools._common import DEFAULT_TIMEOUT, LiveToolError, resolve_env
 from evaljobs.tools.allowance import ToolNotAllowed, catalog_refusal, check_tools
 from evaljobs.tools.expansion import expand_catalog_tools, expand_mcp_tools, expand_source
-from evaljobs.tools.live import LiveTools, get_live_tools, is_live, live_tool_runner
+from evaljobs.lazy import submodules
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers and editors see; at run time they load on first use (below)
+    from evaljobs.tools.live import LiveTools, get_live_tools, is_live, live_tool_runner
+
+#: The live caller (its HTTP client and deadline wall: httpx), loaded on first use: a submit refuses and
+#: expands a catalog's tools without calling one (a Redis submit runs no pair; issue 42, item 3).
+_LIVE = ("LiveTools", "get_live_tools", "is_live", "live_tool_runner")
+_submodules = submodules(__name__, ("live",))
+
+
+def __getattr__(name: str) -> object:
+    if name in _LIVE:
+        value = getattr(_submodules("live"), name)
+        globals()[name] = value  # once: later look-ups are plain attributes
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evaljobs.catalog.load import CatalogSource
 from evaljobs.catalog.model import CatalogError
@@ -21,8 +21,15 @@ from evaljobs.catalog.toolspec import MCP_IMPORT_KEYS, is_mcp_import, validate_l
 from evaljobs.errors import suggest
 from evaljobs.tools._common import LiveToolError, describe
 from evaljobs.tools.allowance import refusal
-from evaljobs.tools.live import LiveTools
+from evaljobs.lazy import submodules
 from evaljobs.tools.roots import catalog_root, folder_of
+
+if TYPE_CHECKING:
+    from evaljobs.tools.live import LiveTools
+
+#: The live tools (their HTTP client, the MCP sessions), loaded when a catalog imports an MCP server's
+#: tools: a catalog without imports is expanded by every submit, and a Redis submit calls no tool.
+_tools = submodules("evaljobs.tools", ("live",))
 
 _TOOL_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -68,7 +75,7 @@ def expand_mcp_tools(spec: dict[str, Any], *, live: LiveTools | None = None) -> 
     if only is not None and (not isinstance(only, list) or not all(isinstance(n, str) and n for n in only)):
         raise LiveToolError(f"'only' must be a list of the server's tool names, not {only!r}")
     owned = live is None
-    live = live or LiveTools()
+    live = live or _tools("live").LiveTools()
     try:
         listed = live.list_mcp_tools(server)
     finally:
@@ -118,7 +125,7 @@ def expand_catalog_tools(data: Any, *, source: str = "<catalog>", live: LiveTool
     problems: list[str] = []
     cache: dict[str, list[dict[str, Any]] | LiveToolError] = {}
     owned = live is None
-    live = live or LiveTools()
+    live = live or _tools("live").LiveTools()
     try:
         for prefix, scenario, i, entry in imports:
             key = json.dumps(entry, sort_keys=True, default=str)

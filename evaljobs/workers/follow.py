@@ -18,8 +18,8 @@ from evaljobs.catalog.subset import Selection, select, selection_note
 from evaljobs.config import AMQP_SCHEMES, REDIS_SCHEMES, settings
 from evaljobs.pipeline.broker import Binding
 from evaljobs.pipeline.progress import Progress
-from evaljobs.pipeline.runtime import SubmitOptions
-from evaljobs.pipeline.strategies import QUEUED
+from evaljobs.pipeline.run_settings import SubmitOptions
+from evaljobs.pipeline.strategy_names import QUEUED
 from evaljobs.redact import redact
 from evaljobs.store import RunInfo
 from evaljobs.workers import on_demand

@@ -221,6 +221,58 @@ def test_a_run_against_a_real_provider_loads_no_simulator(tmp_path):
                                 "evaljobs.simulated.batches"), importtime) == []
 
 
+#: Never loaded by a submit to Redis (issue 42, item 3): the workers run the pairs, so the submitting command
+#: checks and enqueues with the catalog, the store and the broker only, not the pair path (the provider
+#: client and httpx, the adapters, the judge, the pair runner, the governor's permits, live tools).
+REDIS_SUBMIT_UNUSED = (
+    "httpx",
+    "httpcore",
+    "evaljobs.network.deadline",
+    "evaljobs.providers.client",
+    "evaljobs.providers.batches",
+    "evaljobs.evaluation.adapters",
+    "evaljobs.evaluation.judge",
+    "evaljobs.evaluation.evaluate",
+    "evaljobs.pipeline.pairs",
+    "evaljobs.pipeline.runtime",
+    "evaljobs.pipeline.barrier",
+    "evaljobs.pipeline.prefetch",
+    "evaljobs.pipeline.strategies",
+    "evaljobs.pipeline.batching",
+    "evaljobs.tools.live",
+    "evaljobs.tools.http",
+)
+
+
+def test_a_submit_to_redis_imports_no_pair_path(tmp_path, redis_url):
+    """`evaljobs run --broker redis://…` without --wait: every check still runs (a bad model is one line,
+    tests/pipeline and tests/cli), the run is created and started, and nothing that runs a pair is loaded."""
+    (tmp_path / "two.yaml").write_text(
+        "name: two\nscenarios:\n  - key: hello\n    prompt: \"Say hi [sim: say hi there]\"\n"
+        "    expect: {contains: [\"hi\"], regex: [\"h.\"]}\n"
+        "  - key: judged\n    prompt: \"Say ok\"\n    expect: {judge: \"says ok\"}\n", encoding="utf-8")
+    database = tmp_path / "run.db"
+    code, modules, importtime = _run(tmp_path, "run", "two.yaml", "-m", "sim/fast", "--judge-model",
+                                     "sim/judge", "--broker", redis_url,
+                                     env={"EVALJOBS_DATABASE_URL": f"sqlite:///{database}"})
+    assert code == 0, importtime[-3000:]
+    # It submitted: the broker's client and the store were loaded, and the run waits in Redis for a worker.
+    assert {"redis", "dramatiq.brokers.redis", "evaljobs.pipeline.actors", "peewee"} <= modules
+    assert _offenders(modules, REDIS_SUBMIT_UNUSED, importtime) == []
+    import redis
+
+    from evaljobs import Session
+
+    with Session(db=f"sqlite:///{database}", create=False) as session:
+        (run,) = session.runs()
+    assert (run.expected, run.options.get("adapter_version")) == (2, "conversation-1")
+    client = redis.Redis.from_url(redis_url)
+    try:  # its start_run message, for a worker to take
+        assert client.hlen("dramatiq:agents.msgs") == 1
+    finally:
+        client.close()
+
+
 def test_the_command_table_matches_the_commands():
     """`evaljobs --help` lists the commands from evaljobs.cli.COMMANDS without importing them: the
     names and short help written there are those of the commands themselves."""
