@@ -61,6 +61,10 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = scrub_secrets(text)
+    if "://" not in text and "=" not in text:
+        # Each pattern needs one of them (a URL's scheme, a ``password=``): a text with neither, as a
+        # result's ``answered_by`` usually is, skips the three regular expressions (issue 42, item 4).
+        return text
     text = re.sub(_USERINFO, lambda m: f"{m['head']}:{MASK}@" if m["secret"] else m[0], text)
     text = re.sub(_LONE, lambda m: f"{m['head']}{MASK}@", text)
     return re.sub(_PARAM, lambda m: f"{m['head']}{MASK}", text)

@@ -18,14 +18,20 @@ from evaljobs.catalog.toolspec import LIVE_KINDS
 
 
 def build_catalog(name: str, description: str, scenarios: list[Scenario], source: str,
-                  epochs: int = 1) -> Catalog:
+                  epochs: int = 1, *, scenario_digests: bool = False) -> Catalog:
     """The catalog of these validated scenarios, sorted by key, with its canonical body and digest; the
-    order they are given in is kept as :attr:`Catalog.order` (what reports list them by)."""
+    order they are given in is kept as :attr:`Catalog.order` (what reports list them by).
+
+    ``scenario_digests``: also keep each scenario's :func:`scenario_digest`, taken from the canonical text the
+    catalog's digest hashes anyway (a snapshot read back by a worker, which stamps every result row with its
+    scenario's digest: computed apart, that was a second body and JSON text per pair)."""
     ordered = tuple(sorted(scenarios, key=lambda s: s.key))
-    return Catalog(name=name, scenarios=ordered, digest=_streamed_digest(name, description, ordered, epochs),
+    kept: dict[str, str] | None = {} if scenario_digests else None
+    digest = _streamed_digest(name, description, ordered, epochs, kept)
+    return Catalog(name=name, scenarios=ordered, digest=digest,
                    make_body=functools.partial(_catalog_body, name, description, ordered, epochs),
                    source=source, description=description, epochs=epochs,
-                   written=tuple(s.key for s in scenarios))
+                   written=tuple(s.key for s in scenarios), scenario_digests=kept)
 
 
 def _catalog_body(name: str, description: str, ordered: tuple[Scenario, ...], epochs: int) -> dict[str, Any]:
@@ -40,9 +46,13 @@ def _catalog_body(name: str, description: str, ordered: tuple[Scenario, ...], ep
 _CHUNK = 1000
 
 
-def _streamed_digest(name: str, description: str, ordered: tuple[Scenario, ...], epochs: int) -> str:
+def _streamed_digest(name: str, description: str, ordered: tuple[Scenario, ...], epochs: int,
+                     scenario_digests: dict[str, str] | None = None) -> str:
     """``digest_of(_catalog_body(...))`` without the body or its JSON text: the same canonical JSON,
-    hashed a thousand scenarios at a time (100,000 scenarios' body and text took 250 MB)."""
+    hashed a thousand scenarios at a time (100,000 scenarios' body and text took 250 MB).
+
+    ``scenario_digests``: filled with each scenario's :func:`scenario_digest`, from its own part of that text
+    (a list's canonical JSON is its items' joined by ``,``)."""
     head = {key: value for key, value in _catalog_body(name, description, (), epochs).items()
             if key != "scenarios"}
     hasher = hashlib.sha256()
@@ -51,8 +61,14 @@ def _streamed_digest(name: str, description: str, ordered: tuple[Scenario, ...],
     for start in range(0, len(ordered), _CHUNK):
         if start:
             hasher.update(b",")
-        chunk = _canonical([_scenario_body(s) for s in ordered[start:start + _CHUNK]])
-        hasher.update(chunk[1:-1].encode("utf-8"))
+        if scenario_digests is None:
+            chunk = _canonical([_scenario_body(s) for s in ordered[start:start + _CHUNK]])
+            hasher.update(chunk[1:-1].encode("utf-8"))
+            continue
+        texts = [_canonical(_scenario_body(s)).encode("utf-8") for s in ordered[start:start + _CHUNK]]
+        for s, text in zip(ordered[start:start + _CHUNK], texts):
+            scenario_digests[s.key] = "sha256:" + hashlib.sha256(text).hexdigest()
+        hasher.update(b",".join(texts))
     hasher.update(b"]}")
     return "sha256:" + hasher.hexdigest()
 
@@ -91,13 +107,15 @@ def _entries(entries: Any) -> Iterator[dict[str, Any]]:
 
 
 def scenario_verdict_digest(scenario: Scenario, run_judge_model: str | None = None,
-                            default_judge_model: str | None = None) -> str:
+                            default_judge_model: str | None = None, *, digest: str | None = None) -> str:
     """:func:`verdict_digest` of ``scenario`` in a run whose ``--judge-model`` is ``run_judge_model`` and
     whose providers file names ``default_judge_model``: the judge is decided as the run decides it (the run's,
     else the scenario's own, else the providers file's), from the run's configuration, never from whether
-    the judge happened to be called (a pair that failed a gate first was not judged, and still compares)."""
+    the judge happened to be called (a pair that failed a gate first was not judged, and still compares).
+    ``digest``: the scenario's :func:`scenario_digest` when the caller has it (``Catalog.scenario_digests``).
+    """
     judge = (run_judge_model or scenario.judge_model or default_judge_model) if is_judged(scenario) else None
-    return verdict_digest(scenario_digest(scenario), judge) or ""
+    return verdict_digest(digest or scenario_digest(scenario), judge) or ""
 
 
 def judge_model_of(details: Any) -> str | None:
@@ -114,7 +132,12 @@ def digest_of(body: dict[str, Any]) -> str:
 
 def _canonical(value: Any) -> str:
     """The canonical JSON text the digests cover."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL(value)
+
+
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` without building an
+#: encoder per call (``json.dumps`` does whenever it is given options): a pair's verdict digest is one.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _tool_body(t: Tool) -> dict[str, Any]:

@@ -249,6 +249,9 @@ class Catalog:
     #: The scenario keys in the order the catalog's author wrote them (empty: key order, as a snapshot
     #: read back has); not part of the digest nor of equality. A run stores it (``run.scenario_order``).
     written: tuple[str, ...] = field(default=(), compare=False)
+    #: key -> :func:`evaljobs.catalog.digest.scenario_digest`, when the catalog was built keeping them (a
+    #: snapshot read back: ``build_catalog(scenario_digests=True)``); None otherwise. Not part of equality.
+    scenario_digests: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Workers look up one scenario per message in catalogs of 10,000: index once.

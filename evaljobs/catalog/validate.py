@@ -59,7 +59,7 @@ from evaljobs.collector import gc_paused
 
 
 def parse_catalog(data: Any, *, source: str = "<catalog>", lines: dict | None = None,
-                  providers: ProvidersConfig | None = None) -> Catalog:
+                  providers: ProvidersConfig | None = None, scenario_digests: bool = False) -> Catalog:
     """Validate already-loaded catalog data.
 
     ``lines`` maps paths into ``data`` to 1-based line numbers, e.g.
@@ -67,10 +67,11 @@ def parse_catalog(data: Any, *, source: str = "<catalog>", lines: dict | None = 
     :func:`loads_catalog` records it while reading the YAML.
     """
     with gc_paused():
-        return _parse(data, source, lines or {}, providers)
+        return _parse(data, source, lines or {}, providers, scenario_digests)
 
 
-def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | None) -> Catalog:
+def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | None,
+           scenario_digests: bool = False) -> Catalog:
     ctx = _Context(source, lines, providers)
     if not isinstance(data, dict):
         ctx.add((), "", f"the top level must be a mapping with 'name' and 'scenarios', not {kind_of(data)}")
@@ -125,12 +126,14 @@ def _parse(data: Any, source: str, lines: dict, providers: ProvidersConfig | Non
     if ctx.problems:
         raise CatalogError(ctx.problems)
     assert isinstance(name, str)  # else a problem was added above
-    return build_catalog(name.strip(), description or "", scenarios, source, epochs=epochs)
+    return build_catalog(name.strip(), description or "", scenarios, source, epochs=epochs,
+                         scenario_digests=scenario_digests)
 
 
 def catalog_from_body(body: dict, source: str = "<snapshot>") -> Catalog:
-    """Rebuild a catalog from a stored ``Catalog.body`` (a body is itself a valid catalog)."""
-    return parse_catalog(body, source=source)
+    """Rebuild a catalog from a stored ``Catalog.body`` (a body is itself a valid catalog), keeping each
+    scenario's digest (``Catalog.scenario_digests``: a worker stamps every result row with it)."""
+    return parse_catalog(body, source=source, scenario_digests=True)
 
 
 _CATALOG_KEYS = ("name", "description", "defaults", "scenarios", "groups")

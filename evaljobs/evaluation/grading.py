@@ -5,7 +5,6 @@ injected as a callable so this module never talks to a provider itself.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -31,11 +30,25 @@ def gate_order() -> tuple[str, ...]:
     return _ranked(graders())[0]
 
 
-@functools.lru_cache(maxsize=8)
+#: (the graders' table it was computed for, (gate order, graders by rank)): the last one computed.
+_last_ranked: tuple[tuple[Grader, ...], tuple[tuple[str, ...], tuple[Grader, ...]]] | None = None
+
+
 def _ranked(table: tuple[Grader, ...]) -> tuple[tuple[str, ...], tuple[Grader, ...]]:
-    """The gate order and the graders by rank, for one state of the graders' table (computed once)."""
+    """The gate order and the graders by rank, for one state of the graders' table (computed once).
+
+    Kept for the table *object* (``graders()`` returns the same tuple until a grader is registered or
+    removed): an ``lru_cache`` keyed by the table hashed its eleven frozen graders, every field of each,
+    on every pair graded (issue 42, item 4)."""
+    global _last_ranked
+    last = _last_ranked
+    if last is not None and last[0] is table:
+        return last[1]
     ranks = {**{g.name: g.gate_rank for g in table}, **_DIAGNOSIS_RANKS}
-    return tuple(sorted(ranks, key=lambda name: ranks[name])), tuple(sorted(table, key=lambda g: g.gate_rank))
+    ranked = (tuple(sorted(ranks, key=lambda name: ranks[name])),
+              tuple(sorted(table, key=lambda g: g.gate_rank)))
+    _last_ranked = (table, ranked)
+    return ranked
 
 
 def _fault_of(name: str) -> str:

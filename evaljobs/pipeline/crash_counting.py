@@ -27,6 +27,9 @@ from evaljobs.evaluation.result import Result
 from evaljobs.pipeline import pair_path
 from evaljobs.pipeline.messages import InvalidMessage, pair_args
 
+#: ``json.dumps(item, separators=(",", ":"))`` without an encoder built per call (every counted message).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
 
 def crash_key(run_id: str) -> str:
     """The Redis hash counting the crashes of a run's pairs (dropped when the run is finalized)."""
@@ -38,13 +41,13 @@ def crash_counted(message: dramatiq.Message) -> tuple[str, str] | None:
     each ``evaluate_pairs`` batch, by run and ["batch", its pairs]."""
     if message.actor_name == "evaluate_pairs" and len(message.args) >= 2:
         run_id, pairs = message.args[:2]
-        return crash_key(str(run_id)), json.dumps(["batch", pairs], separators=(",", ":"))
+        return crash_key(str(run_id)), _compact(["batch", pairs])
     if message.actor_name != "evaluate_scenario" or len(message.args) < 3:
         return None
     run_id, scenario_key, model = message.args[:3]
     epoch = message_epoch(message)
     item = [scenario_key, model, epoch] if epoch else [scenario_key, model]
-    return crash_key(str(run_id)), json.dumps(item, separators=(",", ":"))
+    return crash_key(str(run_id)), _compact(item)
 
 
 def message_epoch(message: dramatiq.Message) -> int:

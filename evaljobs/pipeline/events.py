@@ -16,6 +16,8 @@ import threading
 from typing import Any, Iterator, Protocol
 
 logger = logging.getLogger("evaljobs.events")
+#: ``json.dumps(event, separators=(",", ":"))`` without an encoder built per call (every result event).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 _lock = threading.Lock()
 _local: dict[str, list[queue.SimpleQueue]] = {}
@@ -152,16 +154,16 @@ def publish_many(run_id: str, batch: list[dict[str, Any]], carry: Carry | None =
     if client is not None and batch:
         held = getattr(_held, "events", None) if holdable and carry is None else None
         if held is not None:
-            held.extend((channel(run_id), json.dumps(event, separators=(",", ":"))) for event in batch)
+            held.extend((channel(run_id), _compact(event)) for event in batch)
             return
         carried, delivered = 0, False
         try:
             if len(batch) == 1 and carry is None:
-                client.publish(channel(run_id), json.dumps(batch[0], separators=(",", ":")))
+                client.publish(channel(run_id), _compact(batch[0]))
             else:
                 with client.pipeline(transaction=False) as pipe:
                     for event in batch:
-                        pipe.publish(channel(run_id), json.dumps(event, separators=(",", ":")))
+                        pipe.publish(channel(run_id), _compact(event))
                     carried = carry.queue(pipe) if carry is not None else 0
                     replies = pipe.execute(raise_on_error=False)
                 if carried:

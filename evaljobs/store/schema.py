@@ -230,7 +230,12 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT(value)
+
+
+#: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without an encoder built per call
+#: (``json.dumps`` builds one whenever it is given options): a stored result is three of them.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _loads(text: str | None) -> Any:

@@ -67,7 +67,9 @@ def verdict_digest_in(digest: str, key: str, judges: Judges = (None, None)) -> s
             return None
         if len(_verdict_digests) >= 100_000:
             _verdict_digests.clear()
-        found = scenario_verdict_digest(catalog.scenario(key), *judges)
+        kept = catalog.scenario_digests
+        found = scenario_verdict_digest(catalog.scenario(key), *judges,
+                                        digest=kept.get(key) if kept else None)
         _verdict_digests[(digest, key, judges)] = found
     return found
 

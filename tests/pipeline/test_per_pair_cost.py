@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import inspect
+import json
+import re
 
 import dramatiq
 import pytest
@@ -61,3 +63,94 @@ def test_arguments_are_bound_once_per_shape_and_a_misfit_is_still_refused(monkey
         deliver("r", "s1")  # too few: refused, whatever fitted before
     with pytest.raises(SkipMessage):
         deliver("r", "s1", "m", colour=1)
+
+
+# -- session 13: one pair a message (issue 42, item 4) ------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "sim/fast", "sim/fast@sha-1234", "plain words, no link", "Error: redis://:PW-1@h:1/0 refused",
+    "postgresql://bob@localhost/db?password=PW-6&x=1", "host=h password=PW-10 port=5432",
+    "a=b", "see https://example.com/docs", "",
+])
+def test_redact_text_skips_the_url_patterns_only_where_none_can_match(text):
+    from evaljobs import redact
+
+    long_way = redact.scrub_secrets(text)
+    userinfo = (redact._USERINFO, lambda m: f"{m['head']}:{redact.MASK}@" if m["secret"] else m[0])
+    for pattern, mask in (userinfo,
+                          (redact._LONE, lambda m: f"{m['head']}{redact.MASK}@"),
+                          (redact._PARAM, lambda m: f"{m['head']}{redact.MASK}")):
+        long_way = re.sub(pattern, mask, long_way)
+    assert redact.redact_text(text) == long_way
+
+
+@pytest.mark.parametrize("value", [
+    {"b": [1, 2.5, None, True], "a": {"é": "ünïcode", "z": ""}}, ["batch", [["s1", "m", 0]]], "x", None,
+])
+def test_the_shared_json_encoders_write_what_json_dumps_writes(value):
+    from evaljobs.catalog import digest
+    from evaljobs.pipeline import crash_counting, events
+    from evaljobs.store import schema
+
+    assert digest._canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                  ensure_ascii=False)
+    assert schema._dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    compact = json.dumps(value, separators=(",", ":"))
+    assert events._compact(value) == crash_counting._compact(value) == compact
+
+
+def test_the_gate_order_kept_for_the_graders_table_follows_a_registered_grader():
+    from evaljobs.catalog import criteria as catalog_criteria
+    from evaljobs.catalog.criteria import POSITIVE_INT, positive_int, value_criterion
+    from evaljobs.evaluation import graders, grading
+
+    before = grading.gate_order()
+    assert grading.gate_order() is before  # kept: the same table gives the same tuple
+    catalog_criteria.register(value_criterion("gate_order_probe", description="probe", schema=POSITIVE_INT,
+                                              check=positive_int, label=str))
+    graders.register(graders.value_grader("gate_order_probe", lambda replay, most: True, fault="probed",
+                                          gate_rank=65))
+    try:
+        during = grading.gate_order()
+        assert "gate_order_probe" in during and "gate_order_probe" not in before
+        assert during.index("gate_order_probe") < during.index("contains")  # rank 65 before contains' 70
+        assert tuple(n for n in during if n != "gate_order_probe") == before
+    finally:
+        graders.unregister("gate_order_probe")
+        catalog_criteria.unregister("gate_order_probe")
+    assert grading.gate_order() == before and "gate_order_probe" not in grading.gate_order()
+
+
+SNAPSHOT = """\
+name: digests
+scenarios:
+  - key: judged
+    prompt: "Grüße, explain"
+    expect: {contains: [hi], judge: "is it kind?"}
+  - key: plain
+    prompt: hello
+    expect: {contains: [hi]}
+  - key: tooled
+    prompt: look it up
+    tools: [{name: lookup, returns: {a: 1}}]
+    expect: {tools: [lookup]}
+"""
+
+
+def test_a_snapshot_read_back_keeps_each_scenario_digest_and_a_changed_scenario_changes_its_own():
+    from evaljobs.catalog import catalog_from_body, loads_catalog
+    from evaljobs.catalog.digest import digest_of, scenario_digest
+
+    written = loads_catalog(SNAPSHOT)
+    assert written.scenario_digests is None  # a catalog checked or submitted keeps none (catalog check)
+    back = catalog_from_body(json.loads(json.dumps(written.body)))
+    assert back.digest == written.digest == digest_of(written.body)  # the catalog's digest is unchanged
+    assert back.scenario_digests == {s.key: scenario_digest(s) for s in written.scenarios}
+    body = json.loads(json.dumps(written.body))
+    body["scenarios"][1]["messages"][0]["content"] = "hello again"
+    changed = catalog_from_body(body)
+    assert changed.scenario_digests["plain"] != back.scenario_digests["plain"]
+    assert changed.scenario_digests["plain"] == scenario_digest(changed.scenario("plain"))
+    assert {k: v for k, v in changed.scenario_digests.items() if k != "plain"} \
+        == {k: v for k, v in back.scenario_digests.items() if k != "plain"}
+    assert changed.digest == digest_of(changed.body) != back.digest

@@ -498,3 +498,18 @@ def test_a_child_forked_while_another_thread_holds_the_stores_lock_still_connect
     finally:
         release.set()
         holder.join()
+
+
+def test_a_snapshot_read_back_stamps_the_verdict_digest_computed_apart(url: str) -> None:
+    from evaljobs.catalog import loads_catalog
+    from evaljobs.catalog.digest import scenario_verdict_digest
+
+    cat = loads_catalog("name: v\nscenarios:\n  - {key: j, prompt: hi, expect: {judge: kind?}}\n"
+                        "  - {key: p, prompt: hi, expect: {contains: [hi]}}\n")
+    store.save_snapshot(cat)
+    store.forget_snapshots()  # read back from the database, as a worker does
+    assert store.load_snapshot(cat.digest).scenario_digests is not None
+    for judges in ((None, None), ("sim/judge", None), (None, "sim/default-judge")):
+        for scenario in cat.scenarios:
+            assert store.verdict_digest_in(cat.digest, scenario.key, judges) \
+                == scenario_verdict_digest(scenario, *judges)
