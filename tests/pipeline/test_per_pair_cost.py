@@ -154,3 +154,61 @@ def test_a_snapshot_read_back_keeps_each_scenario_digest_and_a_changed_scenario_
     assert {k: v for k, v in changed.scenario_digests.items() if k != "plain"} \
         == {k: v for k, v in back.scenario_digests.items() if k != "plain"}
     assert changed.digest == digest_of(changed.body) != back.digest
+
+
+def test_the_redis_broker_calls_the_hooks_dramatiq_would_in_its_order(redis_url):
+    from dramatiq.middleware import MiddlewareError
+
+    from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker
+
+    calls: list[str] = []
+
+    class Defines(dramatiq.Middleware):
+        def __init__(self, name):
+            self.name = name
+
+        def before_process_message(self, broker, message):
+            calls.append(f"{self.name} before")
+
+        def after_process_message(self, broker, message, *, result=None, exception=None):
+            calls.append(f"{self.name} after")
+
+    class Silent(dramatiq.Middleware):
+        pass
+
+    class Fails(dramatiq.Middleware):
+        def before_process_message(self, broker, message):
+            calls.append("fails before")
+            raise RuntimeError("a hook's bug is logged, the next hook still runs")
+
+    broker = WakingRedisBroker(url=redis_url, middleware=[])
+    own = Silent()
+    own.before_process_message = lambda broker, message: calls.append("own before")  # an instance's hook
+    for middleware in (Defines("a"), Silent(), Fails(), own, Defines("b")):
+        broker.add_middleware(middleware)
+    message = dramatiq.Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={})
+
+    def both(signal):
+        calls.clear()
+        getattr(dramatiq.Broker, f"emit_{signal}")(broker, "process_message", message)  # Dramatiq's own
+        theirs = list(calls)
+        calls.clear()
+        getattr(broker, f"emit_{signal}")("process_message", message)
+        return theirs, list(calls)
+
+    for signal in ("before", "after"):
+        theirs, ours = both(signal)
+        assert ours == theirs and ours
+    assert both("before")[1] == ["a before", "fails before", "own before", "b before"]
+    assert both("after")[1] == ["b after", "a after"]
+    broker.add_middleware(Defines("late"))  # seen at the next signal
+    assert both("before")[1][-1] == "late before"
+
+    class Refuses(dramatiq.Middleware):
+        def before_process_message(self, broker, message):
+            raise MiddlewareError("refused")
+
+    broker.add_middleware(Refuses())
+    with pytest.raises(MiddlewareError):
+        broker.emit_before("process_message", message)
+    broker.close()
