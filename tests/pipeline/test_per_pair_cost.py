@@ -212,3 +212,27 @@ def test_the_redis_broker_calls_the_hooks_dramatiq_would_in_its_order(redis_url)
     with pytest.raises(MiddlewareError):
         broker.emit_before("process_message", message)
     broker.close()
+
+
+def test_a_fetched_message_reads_its_fields_as_its_own_and_still_shares_its_options(redis_url):
+    from dramatiq.broker import MessageProxy
+
+    from evaljobs.pipeline.dramatiq_internals import WakingRedisBroker
+
+    broker = WakingRedisBroker(url=redis_url, middleware=[])
+    broker.declare_queue("inline")
+    sent = broker.enqueue(dramatiq.Message(queue_name="inline", actor_name="a", args=("run", "s1", "m"),
+                                           kwargs={"rl": 1}, options={"retries": 0}))
+    consumer = broker.consume("inline", prefetch=1, timeout=100)
+    try:
+        proxy = next(consumer)  # the message is queued already: the first fetch brings it
+        assert isinstance(proxy, MessageProxy) and proxy.message_id == sent.message_id
+        assert {"actor_name", "args", "kwargs", "options", "message_id", "queue_name"} <= set(vars(proxy))
+        assert proxy.args == ("run", "s1", "m") and proxy.kwargs == {"rl": 1}
+        assert proxy.options is proxy._message.options  # one dict: what middleware writes is encoded
+        proxy.options["retries"] = 3
+        assert dramatiq.Message.decode(proxy.encode()).options["retries"] == 3
+        consumer.ack(proxy)
+    finally:
+        consumer.close()
+        broker.close()
