@@ -113,8 +113,21 @@ class ProviderConfig:
 
         Patterns let one entry cover dated snapshots (``gpt-4o-mini-2024-07-18``).
         None when nothing matches: an unknown price is not a price of zero.
+
+        Kept per model (a pair asks twice: its cost and its cache saving; a pattern match sorted the
+        patterns and tried each): the entry is frozen, and another entry (``dataclasses.replace``) keeps
+        its own.
         """
-        return _lookup(self.prices, model)
+        kept: dict[str, Price | None] | None = self.__dict__.get("_prices_found")
+        if kept is None:
+            kept = {}
+            object.__setattr__(self, "_prices_found", kept)
+        found = kept.get(model, _NOT_LOOKED_UP)
+        if found is _NOT_LOOKED_UP:
+            found = _lookup(self.prices, model)
+            if len(kept) < 1024:
+                kept[model] = found
+        return found  # type: ignore[return-value]
 
     def cost(self, model: str, usage: Usage | int, output_tokens: int = 0, *,
              batch: bool = False) -> float | None:
@@ -462,6 +475,9 @@ def _price_pair(where: str, model: Any, pair: Any) -> Price:
         raise ModelSpecError(f"{where}: price for {_show(model)} must be [input, output] USD per million "
                              f"tokens or {{input, output, cached_input, cache_write}} ({exc}), "
                              f"not {_show(pair)}") from None
+
+
+_NOT_LOOKED_UP = object()
 
 
 def _lookup(prices: dict[str, Price], model: str) -> Price | None:

@@ -236,3 +236,18 @@ def test_a_fetched_message_reads_its_fields_as_its_own_and_still_shares_its_opti
     finally:
         consumer.close()
         broker.close()
+
+
+def test_a_price_kept_per_model_is_the_lookup_and_another_entry_keeps_its_own():
+    from dataclasses import replace
+
+    from evaljobs.catalog.modelspec import ProviderConfig, _lookup
+
+    entry = ProviderConfig("p", "http://127.0.0.1:1", prices={"gpt-4o-*": [1, 2], "gpt-4o-mini-*": [3, 4],
+                                                              "*": [5, 6]})
+    for model in ("gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06", "other", "gpt-4o-mini-2024-07-18"):
+        assert entry.price(model) == _lookup(entry.prices, model)
+    assert entry.price("gpt-4o-mini-2024-07-18").input == 3  # the longest matching pattern
+    repriced = replace(entry, prices={"*": [7, 8]})
+    assert repriced.price("gpt-4o-mini-2024-07-18").input == 7 and entry.price("other").input == 5
+    assert ProviderConfig("q", None).price("any") is None  # no price is not a price of zero, kept too
