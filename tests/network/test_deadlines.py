@@ -286,3 +286,55 @@ def test_httpx_still_has_the_pool_attribute_the_wall_is_set_on():
     assert isinstance(transport._pool._network_backend, deadline.DeadlineBackend)
     proxied = deadline.bounded(httpx.HTTPTransport(proxy="http://127.0.0.1:9"))
     assert isinstance(proxied._pool._network_backend, deadline.DeadlineBackend)
+
+
+class _Recorded(httpcore.NetworkStream):
+    """A network stream that records each write it is given and answers every read with a 204."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.writes: list[bytes] = []
+        self.fail = fail
+        self.closed = False
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.writes.append(buffer)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_requests_writes_go_out_as_one_send_before_its_answer_is_read():
+    inner = _Recorded()
+    stream = deadline.DeadlineStream(inner)
+    stream.write(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n")
+    stream.write(b"{}")
+    stream.write(b"")  # h11's end of a message with a length
+    assert inner.writes == []  # held until the answer is read
+    assert stream.read(1024).startswith(b"HTTP/1.1 204")
+    assert inner.writes == [b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"]
+    big = b"x" * deadline.COALESCE_BYTES
+    stream.write(b"head")
+    stream.write(big)  # past the bound: sent as it comes, not buffered whole
+    assert inner.writes[-1] == b"head" + big
+    stream.write(b"half a request")
+    stream.close()  # never read: never sent
+    assert inner.closed and inner.writes[-1] == b"head" + big
+
+
+def test_a_held_write_keeps_the_deadline_and_httpcores_handling_of_a_failed_write():
+    with deadline.scope(time.monotonic() - 1):  # passed already: the write fails, as before
+        with pytest.raises(httpcore.WriteTimeout, match="deadline passed while writing"):
+            deadline.DeadlineStream(_Recorded()).write(b"request")
+    # A request the server stopped reading: httpcore reads the answer it may have sent anyway.
+    refused = deadline.DeadlineStream(_Recorded(fail=httpcore.WriteError("reset")))
+    refused.write(b"request")
+    assert refused.read(1024).startswith(b"HTTP/1.1 204")
+    slow = deadline.DeadlineStream(_Recorded(fail=httpcore.WriteTimeout("timed out")))
+    slow.write(b"request")
+    with pytest.raises(httpcore.WriteTimeout):
+        slow.read(1024)
