@@ -66,6 +66,15 @@ def redis_server():
     yield from _session_server(RedisServer)
 
 
+@pytest.fixture(scope="module")
+def module_redis_url(redis_server: RedisServer) -> str:
+    """The session Redis for a module's own fixtures (a viewer, a fleet), started again if a test that
+    ran before on this worker stopped it (tests of Redis outages do): ``redis_url`` does the same for a
+    test, but is per test. Not emptied: a module's fixture shares it with that module's tests."""
+    redis_server.start()
+    return redis_server.url
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     yield from _session_server(PostgresServer)

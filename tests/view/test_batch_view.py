@@ -22,7 +22,7 @@ GROUPS = [("azure-eastus2-batch-deployment", "gpt-4o-mini-2024-07-18-global-batc
 
 
 @pytest.fixture(scope="module")
-def fleet(chromium, redis_server, tmp_path_factory):
+def fleet(chromium, module_redis_url, tmp_path_factory):
     folder = tmp_path_factory.mktemp("batch-view")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
@@ -52,7 +52,7 @@ def fleet(chromium, redis_server, tmp_path_factory):
         key, _ = stored.claim(run.id, provider, model, 1000)
         stored.submitted(key, f"batch_{'6721f0e5a3c48190a1b2c3d4e5f6a7b8' * 2}"[:60], "in_progress")
         stored.progressed(key, done=n, failed=0, provider_status="in_progress")
-    viewer = Viewer(db_url, redis_server.url, folder / "view.log")
+    viewer = Viewer(db_url, module_redis_url, folder / "view.log")
     browser = Browser(chromium, folder / "profile")
     try:
         yield browser, viewer.url, run.id, folder

@@ -89,20 +89,20 @@ def _crafted_run(catalog, side: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(chromium, redis_server, tmp_path_factory):
+def site(chromium, module_redis_url, tmp_path_factory):
     folder = tmp_path_factory.mktemp("view")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
     catalog = loads_catalog(CATALOG, source="viewed.yaml")
     run_a = _crafted_run(catalog, 0)
     run_b = _crafted_run(catalog, 1)
-    viewer = Viewer(db_url, redis_server.url, folder / "view.log")
+    viewer = Viewer(db_url, module_redis_url, folder / "view.log")
     browser = Browser(chromium, folder / "profile")
     shots = folder / "screenshots"
     shots.mkdir()
     try:
         yield {"browser": browser, "url": viewer.url, "a": run_a, "b": run_b, "shots": shots, "db": db_url,
-               "redis": redis_server.url, "folder": folder, "viewer": viewer}
+               "redis": module_redis_url, "folder": folder, "viewer": viewer}
     finally:
         browser.close()
         viewer.close()

@@ -76,7 +76,7 @@ def _stopped(catalog, how) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(chromium, redis_server, tmp_path_factory):
+def site(chromium, module_redis_url, tmp_path_factory):
     folder = tmp_path_factory.mktemp("view-changed")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
@@ -84,7 +84,7 @@ def site(chromium, redis_server, tmp_path_factory):
     after = loads_catalog(CATALOG.format(refund="money back"), source="v2.yaml")
     runs = {"a": _finished(before, 0), "b": _finished(after, 1),
             "cancelled": _stopped(before, store.cancel), "interrupted": _stopped(before, store.interrupt)}
-    viewer = Viewer(db_url, redis_server.url, folder / "view.log")
+    viewer = Viewer(db_url, module_redis_url, folder / "view.log")
     browser = Browser(chromium, folder / "profile")
     shots = folder / "screenshots"
     shots.mkdir()

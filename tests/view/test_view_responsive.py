@@ -79,13 +79,13 @@ def _run(catalog, side: int, *, finish: bool = True) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(chromium, redis_server, tmp_path_factory):
+def site(chromium, module_redis_url, tmp_path_factory):
     folder = tmp_path_factory.mktemp("responsive")
     db_url = f"sqlite:///{folder}/evaljobs.db"
     store.connect(db_url)
     catalog = loads_catalog(CATALOG, source="responsive.yaml")
     a, b, live = _run(catalog, 0), _run(catalog, 1), _run(catalog, 2, finish=False)
-    viewer = Viewer(db_url, redis_server.url, folder / "view.log")
+    viewer = Viewer(db_url, module_redis_url, folder / "view.log")
     browser = Browser(chromium, folder / "profile")
     shots = folder / "screenshots"
     shots.mkdir()

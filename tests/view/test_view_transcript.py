@@ -44,7 +44,7 @@ EXTRA = f"""
 
 
 @pytest.fixture(scope="module")
-def site(chromium, redis_server, tmp_path_factory, module_simulated_provider):
+def site(chromium, module_redis_url, tmp_path_factory, module_simulated_provider):
     folder = tmp_path_factory.mktemp("transcript")
     sim = module_simulated_provider(latency=0.0)
     init_project(folder / "evals")
@@ -70,7 +70,7 @@ def site(chromium, redis_server, tmp_path_factory, module_simulated_provider):
         os.environ.pop("FH_KEY", None)
         config.restore(previous)
     store.connect(db)
-    viewer = Viewer(db, redis_server.url, folder / "view.log")
+    viewer = Viewer(db, module_redis_url, folder / "view.log")
     browser = Browser(chromium, folder / "profile")
     try:
         yield {"browser": browser, "url": viewer.url, "kept": kept.id, "plain": plain.id, "db": db,
