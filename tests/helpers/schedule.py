@@ -1,6 +1,6 @@
 """The order test modules start in: the slowest first, so that the xdist workers finish together.
 
-``scripts/test`` runs the suite on four pytest-xdist workers with ``--dist loadfile
+``scripts/test`` runs the suite on six pytest-xdist workers with ``--dist loadfile
 --no-loadscope-reorder``: each module goes whole to one worker, in the order the items were collected.
 Collected alphabetically, a three-minute module late in the alphabet starts when the other workers are
 nearly done and runs alone at the end. :func:`slowest_first` moves the modules named in
