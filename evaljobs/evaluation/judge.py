@@ -15,8 +15,7 @@ from evaljobs import telemetry
 from evaljobs.catalog import Scenario
 from evaljobs.catalog.modelspec import ModelSpec, ProvidersConfig, parse_model_spec
 from evaljobs.evaluation.grading import Judge, JudgeVerdict
-from evaljobs.evaluation.judge_models import (JudgeModelMissing, judge_model_for,  # noqa: F401 - re-exported
-                                              judge_models, require_judge_models, self_judging)
+from evaljobs.evaluation.judge_models import judge_model_for
 from evaljobs.evaluation.replay import Replay
 from evaljobs.providers import BatchingClient, ProviderCalls
 from evaljobs.providers import ProviderError, RateLimited
@@ -191,14 +190,10 @@ def bind_judge(judge: ProviderJudge | None, model: ModelSpec) -> Judge | None:
 
 __all__ = [
     "JUDGE_SYSTEM",
-    "JudgeModelMissing",
     "ProviderJudge",
     "bind_judge",
-    "judge_model_for",
     "judge_prompt",
     "parse_judge_answer",
     "parse_judge_json",
     "parse_judge_verdict",
-    "require_judge_models",
-    "self_judging",
 ]

@@ -46,7 +46,7 @@ from evaljobs.evaluation.result import Result
 from evaljobs.evaluation.retry import RetryPolicy
 from evaljobs.governor import Busy
 from evaljobs.pipeline import context, runtime
-from evaljobs.pipeline.messages import InvalidMessage, pair_args  # noqa: F401 - re-exported
+from evaljobs.pipeline.messages import InvalidMessage, pair_args
 from evaljobs.providers import InBatch, RateLimited, TransientError, for_pair
 from evaljobs.providers import attempts as provider_attempts
 from evaljobs.tools.roots import catalog_root

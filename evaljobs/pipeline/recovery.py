@@ -19,7 +19,8 @@ from typing import Iterable
 from evaljobs import store
 from evaljobs.config import AMQP_SCHEMES
 from evaljobs.pipeline import on_demand, ownership
-from evaljobs.pipeline.pairs import pair_args, pair_options
+from evaljobs.pipeline.messages import pair_args
+from evaljobs.pipeline.pairs import pair_options
 from evaljobs.store import batches as stored_batches
 
 logger = logging.getLogger("evaljobs.recovery")

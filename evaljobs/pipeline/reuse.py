@@ -34,7 +34,7 @@ from evaljobs.catalog.criteria import judged_names
 from evaljobs.catalog.digest import judge_model_of, scenario_digest
 from evaljobs.catalog.modelspec import ModelSpecError, parse_model_spec
 from evaljobs.errors import UsageError
-from evaljobs.evaluation.judge import judge_model_for
+from evaljobs.evaluation.judge_models import judge_model_for
 from evaljobs.evaluation.result import ERRORED, Result
 from evaljobs.pipeline.run_providers import stored_providers
 

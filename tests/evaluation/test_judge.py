@@ -139,7 +139,7 @@ def test_the_simulated_judge_grades_the_answer_against_rubric_and_reference():
 
 def test_the_providers_file_can_name_the_default_judge(tmp_path):
     from evaljobs.catalog.modelspec import ModelSpecError, load_providers
-    from evaljobs.evaluation.judge import JudgeModelMissing, judge_model_for, require_judge_models
+    from evaljobs.evaluation.judge_models import JudgeModelMissing, judge_model_for, require_judge_models
 
     scenario = Scenario(key="s", messages=({"role": "user", "content": "q"},), expect=Expect(judge="kind"))
     bare = load_providers(None)
