@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import json
 
-import anthropic
-import openai
 import pytest
+
+# openai and anthropic are imported in the tests that use them, not here: every pytest-xdist worker
+# collects this module, and the two SDKs cost ~2 s of CPU to import (only the worker running it pays).
 
 
 #: A provider per test, reached by the SDK clients only (the ``sim`` fixture in tests/conftest.py); a batch
@@ -42,6 +43,8 @@ def _by_id(text: str) -> dict[str, dict]:
 
 
 def test_openai_sdk_batch_round_trip_with_a_partial_failure(sim, oai):
+    import openai
+
     file = oai.files.create(file=("requests.jsonl", io.BytesIO(_openai_lines({
         "ok-1": "[sim: say Paris]", "ok-2": "[sim: say Rome]", "bad-1": "[sim: status 500 boom]"}))),
         purpose="batch")
@@ -101,6 +104,8 @@ def test_openai_sdk_cancel_and_expiry(sim, oai):
 
 
 def test_openai_sdk_refusals_are_api_errors(sim, oai):
+    import openai
+
     with pytest.raises(openai.NotFoundError):
         oai.batches.retrieve("batch_nope")
     file = oai.files.create(file=("r.jsonl", io.BytesIO(_openai_lines({"same": "a"}) * 2)), purpose="batch")
@@ -111,6 +116,8 @@ def test_openai_sdk_refusals_are_api_errors(sim, oai):
 
 
 def test_azure_openai_sdk_batch_paths(sim):
+    import openai
+
     client = openai.AzureOpenAI(
         azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21", max_retries=0
     )
@@ -153,6 +160,8 @@ def test_anthropic_sdk_batch_round_trip(sim, ant):
 
 
 def test_anthropic_sdk_cancel_and_expiry(sim, ant):
+    import anthropic
+
     params = {"model": "sim", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     first = ant.messages.batches.create(requests=[{"custom_id": "x-1", "params": params}])
     assert ant.messages.batches.cancel(first.id).processing_status == "canceling"
@@ -168,6 +177,8 @@ def test_anthropic_sdk_cancel_and_expiry(sim, ant):
 
 
 def test_a_window_shorter_than_the_delay_expires_the_rest(simulated_provider):
+    import anthropic
+
     clock = [1000.0]
     sim = simulated_provider(batch_delay=30, batch_window=10, export=False)
     sim.batches.clock = lambda: clock[0]

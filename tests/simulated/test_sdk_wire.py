@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
-import anthropic
-import openai
 import pytest
+
+# openai and anthropic are imported in the tests that use them, not here: every pytest-xdist worker
+# collects this module, and the two SDKs cost ~2 s of CPU to import (only the worker running it pays).
 
 from evaljobs.providers.client import ChatClient
 from evaljobs.network.errors import PermanentError, RateLimited, TransientError
@@ -79,6 +80,8 @@ def test_openai_sdk_streaming_text_tools_and_usage(oai):
 
 
 def test_openai_sdk_errors(oai):
+    import openai
+
     with pytest.raises(openai.RateLimitError) as limited:
         oai.chat.completions.create(model="sim", messages=[{"role": "user", "content": "[sim: ratelimit 3]"}])
     assert limited.value.status_code == 429
@@ -91,6 +94,8 @@ def test_openai_sdk_errors(oai):
 
 
 def test_azure_openai_sdk_against_the_deployment_path(sim):
+    import openai
+
     client = openai.AzureOpenAI(
         azure_endpoint=sim.url[: -len("/v1")], api_key="az-key", api_version="2024-10-21", max_retries=0
     )
@@ -145,6 +150,8 @@ def test_anthropic_sdk_streaming_text_and_tools(ant):
 
 
 def test_anthropic_sdk_errors(ant):
+    import anthropic
+
     with pytest.raises(anthropic.RateLimitError) as limited:
         ant.messages.create(
             model="sim", max_tokens=10, messages=[{"role": "user", "content": "[sim: ratelimit 2]"}]
