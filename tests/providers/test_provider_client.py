@@ -466,3 +466,21 @@ def test_requests_carry_the_default_headers_without_a_proxy(recording_server, mo
     assert request_line == "POST /v1/chat/completions HTTP/1.1"
     assert headers["host"] == f"127.0.0.1:{port}" and headers["x-team"] == "evals"
     assert "authorization" not in headers
+
+
+def test_plain_http_transports_share_one_context_that_loads_no_ca_and_accepts_no_certificate(client):
+    """A width-16 run opens 16 connections to an http:// provider at once: they share one context (none is
+    built per connection), which reads no CA bundle and, were TLS ever attempted, would refuse it."""
+    import ssl
+
+    from evaljobs.providers.client import _ssl_for
+
+    assert client.complete("fast", [{"role": "user", "content": "x"}]).content  # calls go out through it
+    contexts = {_ssl_for(httpx.URL(client.base_url), None) for _ in range(3)}
+    [context] = contexts
+    assert isinstance(context, ssl.SSLContext)
+    assert context.cert_store_stats()["x509"] == 0
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    # a TLS endpoint, or TLS through an https:// proxy, gets the verifying context, never this one
+    assert _ssl_for(httpx.URL("https://api.example.com/v1"), None) is not context
+    assert _ssl_for(httpx.URL("http://provider.example/v1"), "https://proxy.example:3128") is not context
