@@ -18,6 +18,7 @@ from evaljobs.catalog import Catalog, parse_catalog
 from evaljobs.evaluation.result import Result
 from evaljobs.reports.build import build_report
 from helpers import free_port
+from helpers.paths import CHILD_PYTHONPATH
 
 
 def make_catalog(keys: list[str], name: str = "demo") -> Catalog:
@@ -441,7 +442,7 @@ def _connect_at_once(url: str, barrier, answers) -> None:
         answers.put(f"{type(exc).__name__}: {exc}")
 
 
-def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_path):
+def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_path, monkeypatch):
     """Each process's first connection switches the file to WAL; SQLite refuses that at once ("database
     is locked", no busy handler) while another process does the same. Worker processes starting
     together on a new database failed about one connect in 25; they wait it out now.
@@ -449,6 +450,10 @@ def test_processes_starting_together_on_a_new_sqlite_database_all_connect(tmp_pa
     The processes come from a fork server (a fresh single-threaded interpreter with this module
     loaded), as worker processes start fresh: forked from the pytest worker they would also inherit
     whatever threads earlier tests of that worker left running."""
+    # The fork server finds this module by PYTHONPATH: Python 3.11's ignores the sys.path it is handed
+    # and drops a preload it cannot import without a word, and then each of the 60 processes imported
+    # this module (evaljobs' store and catalog) itself before the barrier: ~0.4 s of CPU apiece.
+    monkeypatch.setenv("PYTHONPATH", CHILD_PYTHONPATH)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     answers = context.Queue()
