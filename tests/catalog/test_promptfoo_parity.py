@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,10 @@ def run_promptfoo(config: Path, models: list[str], url: str, tmp: Path) -> list[
     out = tmp / f"{config.parent.name}.json"
     env = dict(os.environ, PROMPTFOO_DISABLE_TELEMETRY="1", PROMPTFOO_DISABLE_UPDATE="1", NO_COLOR="1",
                PROMPTFOO_CONFIG_DIR=str(tmp / "promptfoo-home"), PROMPTFOO_DISABLE_SHARING="1",
-               OPENAI_API_KEY="sim", OPENAI_BASE_URL=url, PROMPTFOO_CACHE_ENABLED="false")
+               OPENAI_API_KEY="sim", OPENAI_BASE_URL=url, PROMPTFOO_CACHE_ENABLED="false",
+               # The configs' python assertions run in this interpreter: promptfoo's default, `python` on
+               # PATH, may be a version manager's shim (pyenv's runs ~40 shell processes a call).
+               PROMPTFOO_PYTHON=sys.executable)
     command = [str(PROMPTFOO), "eval", "-c", str(config), "--no-cache", "--no-write", "--no-table",
                "-o", str(out), "--providers", *[f"openai:chat:{m}" for m in models],
                "--grader", "openai:chat:judge", "-j", "4"]
