@@ -77,6 +77,7 @@ from __future__ import annotations
 import ast
 import configparser
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -517,11 +518,31 @@ def package_list_mismatch(setup_cfg: Path, sources: dict[str, Path]) -> list[str
              for name in sorted(listed - on_disk)])
 
 
+#: The test modules' syntax trees, read once while this module runs (three rules read every test module;
+#: parsing them is most of their CPU, issue 42 item 6); keyed by the file's version, emptied after the module.
+_TEST_TREES: dict[tuple[Path, int, int], ast.Module] = {}
+
+
+def parsed_test_module(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per version of the file (a rewritten file is parsed again)."""
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _TEST_TREES:
+        _TEST_TREES[key] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return _TEST_TREES[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_the_test_trees() -> Iterator[None]:
+    yield
+    _TEST_TREES.clear()
+
+
 def imports_of_test_modules(tests: Path) -> list[str]:
     lines = []
     for path in sorted(tests.rglob("*.py")):
         module = Module(path.stem, path, path.relative_to(tests.parent).as_posix(), False, "",
-                        ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+                        parsed_test_module(path))
         for imp in imports_of(module, {}):
             top = imp.target.split(".")[0]
             if top.startswith("test_") or top == "conftest":
@@ -1769,7 +1790,7 @@ def _test_nodes(tests: Path, but: str):
     for path in sorted(tests.rglob("*.py")):
         shown = path.relative_to(tests.parent).as_posix()
         if shown != but:
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for node in ast.walk(parsed_test_module(path)):
                 yield shown, node
 
 
