@@ -56,18 +56,23 @@ def test_control_sequences_from_a_provider_and_a_catalog_are_shown_escaped(tmp_p
     (tmp_path / "providers.yaml").write_text(f"providers:\n  evil:\n    base_url: {evil_provider}\n")
     (tmp_path / "ctl.yaml").write_text('name: "ctl\\e]0;catalog-title\\a"\nscenarios:\n'
                                       "  - key: a\n    prompt: hi\n    expect: {contains: [ok]}\n")
-    outputs = {}
+    outputs, stdouts = {}, {}
     for name in ("first", "second"):
         done = _evaljobs("run", "ctl.yaml", "-m", "evil/m", cwd=tmp_path)
         assert done.returncode == 1, done.stderr
         outputs[f"run {name}"] = done.stdout + done.stderr
-    runs = [line.split()[0] for line in _evaljobs("runs", cwd=tmp_path).stdout.splitlines()[1:]]
-    commands = [["show", "latest"], ["show", "latest", "--json"], ["runs"], ["compare", *runs],
+    # Each command once, a process each (every start costs CPU: issue 42 item 6); `runs` first, for the ids
+    # `compare` takes, and the JSON outputs are decoded from the same runs below.
+    commands = [["runs"], ["show", "latest"], ["show", "latest", "--json"], ["compare"],
                 *(["report", "latest", "--format", f] for f in ("table", "md", "json", "junit", "html"))]
     for command in commands:
+        if command == ["compare"]:
+            command = ["compare", *(line.split()[0] for line in stdouts["runs"].splitlines()[1:])]
+            assert len(command) == 3, stdouts["runs"]
         done = _evaljobs(*command, cwd=tmp_path)
         assert done.returncode in (0, 1), (command, done.stderr)
         outputs[" ".join(command)] = done.stdout + done.stderr
+        stdouts[" ".join(command)] = done.stdout
     for command, text in outputs.items():
         assert not RAW.findall(text), (command, sorted(set(RAW.findall(text))))
     shown = printable(EVIL)
@@ -77,9 +82,9 @@ def test_control_sequences_from_a_provider_and_a_catalog_are_shown_escaped(tmp_p
     with sqlite3.connect(tmp_path / "runs.db") as connection:
         stored = {row[0] for row in connection.execute("SELECT error FROM result")}
     assert stored == {f"HTTP 400 from provider: {EVIL}"}
-    report = json.loads(_evaljobs("report", "latest", "--format", "json", cwd=tmp_path).stdout)
+    report = json.loads(stdouts["report latest --format json"])
     assert report["results"][0]["error"] == f"HTTP 400 from provider: {EVIL}"
-    detail = json.loads(_evaljobs("show", "latest", "--json", cwd=tmp_path).stdout)
+    detail = json.loads(stdouts["show latest --json"])
     assert detail["results"][0]["error"] == f"HTTP 400 from provider: {EVIL}"
 
 
