@@ -163,7 +163,8 @@ class Module:
     nodes: list[ast.AST] = field(default_factory=list, repr=False)  # every node, walked once
 
     def __post_init__(self) -> None:
-        self.nodes = list(ast.walk(self.tree))
+        if not self.nodes:
+            self.nodes = list(ast.walk(self.tree))
 
     @property
     def package(self) -> str:
@@ -520,15 +521,17 @@ def package_list_mismatch(setup_cfg: Path, sources: dict[str, Path]) -> list[str
 
 #: The test modules' syntax trees, read once while this module runs (three rules read every test module;
 #: parsing them is most of their CPU, issue 42 item 6); keyed by the file's version, emptied after the module.
-_TEST_TREES: dict[tuple[Path, int, int], ast.Module] = {}
+_TEST_TREES: dict[tuple[Path, int, int], tuple[ast.Module, list[ast.AST]]] = {}
 
 
-def parsed_test_module(path: Path) -> ast.Module:
-    """``path``'s syntax tree, parsed once per version of the file (a rewritten file is parsed again)."""
+def parsed_test_module(path: Path) -> tuple[ast.Module, list[ast.AST]]:
+    """``path``'s syntax tree and its every node (``ast.walk``'s order), parsed and walked once per version
+    of the file (a rewritten file is read again)."""
     stat = path.stat()
     key = (path, stat.st_mtime_ns, stat.st_size)
     if key not in _TEST_TREES:
-        _TEST_TREES[key] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        _TEST_TREES[key] = tree, list(ast.walk(tree))
     return _TEST_TREES[key]
 
 
@@ -542,7 +545,7 @@ def imports_of_test_modules(tests: Path) -> list[str]:
     lines = []
     for path in sorted(tests.rglob("*.py")):
         module = Module(path.stem, path, path.relative_to(tests.parent).as_posix(), False, "",
-                        parsed_test_module(path))
+                        *parsed_test_module(path))
         for imp in imports_of(module, {}):
             top = imp.target.split(".")[0]
             if top.startswith("test_") or top == "conftest":
@@ -1790,7 +1793,7 @@ def _test_nodes(tests: Path, but: str):
     for path in sorted(tests.rglob("*.py")):
         shown = path.relative_to(tests.parent).as_posix()
         if shown != but:
-            for node in ast.walk(parsed_test_module(path)):
+            for node in parsed_test_module(path)[1]:
                 yield shown, node
 
 
