@@ -42,7 +42,8 @@ _install_with_uv() {
     bootstrap=$(_bootstrap_pip) || return 1
     rm -rf "$uv_dir"
     local log
-    if ! log=$("$bootstrap" -m pip install --quiet --no-compile --target "$uv_dir" "uv==$UV_VERSION" 2>&1); then
+    if ! log=$("$bootstrap" -m pip install --quiet --no-compile --target "$uv_dir" "uv==$UV_VERSION" \
+               2>&1); then
       echo "setup: pip could not fetch uv $UV_VERSION: $(tail -n 1 <<<"$log")" >&2
       return 1
     fi
