@@ -228,8 +228,15 @@ def test_a_cancelled_runs_batch_stuck_cancelling_is_abandoned_after_the_grace(ho
         assert wait_until(lambda: not stored.open_batches(info.id), 60)
         (batch,) = stored.run_batches(info.id)
         reasons = {stored.answer(cid) for cid in hostile.requests}
-    assert reasons == {
-        ("error", "batch_cancelled: still cancelling 0.3 s after the cancel request: abandoned")}
+    # The grace counts from when the cancel is recorded, before its request reaches the provider: on a
+    # busy machine the poll that finds the grace over can come before the provider has the cancel, and the
+    # reason then names the status that poll got (in_progress). Either is the provider's last word; which
+    # one is a race this test does not control (a ci run with eight workers saw in_progress).
+    assert len(reasons) == 1
+    ((kind, reason),) = reasons
+    assert kind == "error" and reason in {
+        f"batch_cancelled: still {status} 0.3 s after the cancel request: abandoned"
+        for status in ("cancelling", "in_progress")}
     assert batch.provider_status == "failed" and hostile.counts["cancel"] == 1
 
 
