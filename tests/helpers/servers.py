@@ -318,14 +318,36 @@ class RabbitmqServer(_ProcessServer):
     another network namespace routes to), as :class:`PostgresServer`'s.
     """
 
+    #: Boots tried before giving up: a node whose Erlang distribution cannot start (``nodistribution``:
+    #: its epmd or distribution port taken between :func:`free_port` and the bind; seen once under
+    #: ``scripts/test --stress``, six workers starting nodes at once) exits at boot, and fresh ports boot
+    #: it. Only the first start retries; a restart keeps the port the test already holds.
+    BOOTS = 3
+
     def __init__(self, *, host: str = "127.0.0.1") -> None:
         self.binary = _rabbitmq_binary()
         self.host = host
-        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="evaljobs-rabbitmq-"))
-        self.node = f"evaljobs{self.port}@localhost"
         self.log = self.dir / "stdout.log"
         self.process: subprocess.Popen | None = None
+        try:
+            for boot in range(1, self.BOOTS + 1):
+                self._configure()
+                try:
+                    self.start()
+                    break
+                except ServerError as exc:
+                    if boot == self.BOOTS or not str(exc).startswith("rabbitmq-server exited"):
+                        raise  # the last boot, or a node that never answered (killed): not a boot race
+        except BaseException:
+            self.close()
+            raise
+
+    def _configure(self) -> None:
+        """Fresh ports, and the node's config and environment for them."""
+        host = self.host
+        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
+        self.node = f"evaljobs{self.port}@localhost"
         # "default" replaces RabbitMQ's own 5672; a second listener on the link's address, if any
         listeners = f"listeners.tcp.default = 127.0.0.1:{self.port}\n" + (
             f"listeners.tcp.link = {host}:{self.port}\n" if host != "127.0.0.1" else "")
@@ -346,11 +368,6 @@ class RabbitmqServer(_ProcessServer):
             # few schedulers: the test machine has two cores and a suite to run beside it
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "+S 2:2 +sbwt none",
         }
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
 
     @property
     def url(self) -> str:
